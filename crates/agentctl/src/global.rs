@@ -1,0 +1,54 @@
+//! Flags shared by every subcommand.
+
+use std::path::PathBuf;
+
+use anyhow::Context as _;
+use clap::Args;
+
+/// Options that apply to every subcommand.
+#[derive(Debug, Clone, Args)]
+pub struct GlobalArgs {
+    /// Database URL: `sqlite://PATH`, `sqlite::memory:`, `postgres://...`, or a plain file
+    /// path. Default: a SQLite file under the user's data directory, created on first use.
+    #[arg(long, global = true, env = "AGENTCTL_DB", value_name = "URL")]
+    pub db: Option<String>,
+
+    /// Print machine-readable JSON on stdout (one object per line for streams).
+    #[arg(long, global = true)]
+    pub json: bool,
+}
+
+impl GlobalArgs {
+    /// The database URL to open: `--db`/`AGENTCTL_DB`, or the default SQLite file.
+    ///
+    /// A bare path is taken as a SQLite file. The default file's folder is created here so
+    /// that the first run on a fresh machine works.
+    pub fn database_url(&self) -> anyhow::Result<String> {
+        match &self.db {
+            Some(url) if url.contains(':') && !looks_like_windows_path(url) => Ok(url.clone()),
+            Some(path) => Ok(format!("sqlite://{path}")),
+            None => {
+                let path = default_db_path()?;
+                if let Some(dir) = path.parent() {
+                    std::fs::create_dir_all(dir).with_context(|| {
+                        format!("cannot create the data directory {}", dir.display())
+                    })?;
+                }
+                Ok(format!("sqlite://{}", path.display()))
+            }
+        }
+    }
+}
+
+fn looks_like_windows_path(s: &str) -> bool {
+    let bytes = s.as_bytes();
+    bytes.len() > 2 && bytes[1] == b':' && (bytes[2] == b'\\' || bytes[2] == b'/')
+}
+
+/// `$XDG_DATA_HOME/agentctl/agentctl.db` (or the platform's equivalent).
+pub fn default_db_path() -> anyhow::Result<PathBuf> {
+    let base = dirs::data_dir()
+        .or_else(|| dirs::home_dir().map(|home| home.join(".local/share")))
+        .context("cannot find a data directory for the default database; pass --db URL")?;
+    Ok(base.join("agentctl").join("agentctl.db"))
+}

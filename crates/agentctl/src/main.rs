@@ -1,0 +1,58 @@
+//! `agentctl`: a thin CLI that composes the workspace crates.
+//!
+//! Invariants: stdout carries results only (with `--json`, one JSON value per line), logs
+//! and diagnostics go to stderr, and every failure is one line of error plus a hint with a
+//! non-zero exit status. No domain logic lives here.
+
+mod cmd;
+mod global;
+mod output;
+
+use clap::{Parser, Subcommand};
+
+use crate::global::GlobalArgs;
+
+/// Run agent turns durably against the OpenAI Responses API and the Codex app-server.
+#[derive(Debug, Parser)]
+#[command(name = "agentctl", version, about, long_about = None, propagate_version = true)]
+struct Cli {
+    #[command(flatten)]
+    global: GlobalArgs,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Inspect the durable event journal: list threads, replay or follow one.
+    #[command(subcommand)]
+    Journal(cmd::journal::JournalCmd),
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    init_tracing();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(err) => return output::report_error(&anyhow::Error::new(err)),
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(code) => code,
+        Err(err) => output::report_error(&err),
+    }
+}
+
+async fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
+    match cli.command {
+        Command::Journal(cmd) => cmd::journal::run(&cli.global, cmd).await,
+    }
+}
+
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}

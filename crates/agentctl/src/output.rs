@@ -1,0 +1,72 @@
+//! Printing results and errors.
+
+use std::io::Write as _;
+use std::process::ExitCode;
+
+/// Print one JSON value as a single line on stdout.
+pub fn json_line(value: &serde_json::Value) -> anyhow::Result<()> {
+    let mut out = std::io::stdout().lock();
+    serde_json::to_writer(&mut out, value)?;
+    out.write_all(b"\n")?;
+    out.flush()?;
+    Ok(())
+}
+
+/// Print a line of text on stdout.
+pub fn line(text: &str) -> anyhow::Result<()> {
+    let mut out = std::io::stdout().lock();
+    out.write_all(text.as_bytes())?;
+    out.write_all(b"\n")?;
+    out.flush()?;
+    Ok(())
+}
+
+/// A hint attached to an error with [`with_hint`]; printed after the error line.
+#[derive(Debug)]
+pub struct Hint(pub String);
+
+impl std::fmt::Display for Hint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Hint {}
+
+/// Wrap `err` so that the CLI prints `hint` below the error line.
+pub fn with_hint(err: impl Into<anyhow::Error>, hint: impl Into<String>) -> anyhow::Error {
+    err.into().context(HintedContext(hint.into()))
+}
+
+/// Context marker carrying a hint; it does not change the error's message.
+#[derive(Debug)]
+struct HintedContext(String);
+
+impl std::fmt::Display for HintedContext {
+    fn fmt(&self, _f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        Ok(())
+    }
+}
+
+/// Print `error: ...` (causes joined on one line) and a hint, and return a failure status.
+pub fn report_error(err: &anyhow::Error) -> ExitCode {
+    let hint = err
+        .downcast_ref::<HintedContext>()
+        .map(|h| h.0.clone())
+        .or_else(|| err.chain().find_map(|e| e.downcast_ref::<Hint>().map(|h| h.0.clone())))
+        .unwrap_or_else(|| "run with --help for usage, or RUST_LOG=debug for details".into());
+    let mut message = String::new();
+    for cause in err.chain() {
+        let cause = cause.to_string();
+        if cause.is_empty() || message.contains(&cause) {
+            continue;
+        }
+        if !message.is_empty() {
+            message.push_str(": ");
+        }
+        message.push_str(&cause);
+    }
+    eprintln!("error: {message}");
+    eprintln!("hint: {hint}");
+    ExitCode::FAILURE
+}

@@ -1,0 +1,56 @@
+//! Typed journal errors.
+
+/// Everything that can go wrong with a journal operation.
+///
+/// Messages never contain credentials: URLs are reported with their password removed.
+#[derive(Debug, thiserror::Error)]
+pub enum JournalError {
+    /// The URL is not one the journal understands.
+    #[error("invalid journal URL `{url}`: {reason}")]
+    InvalidUrl { url: String, reason: String },
+
+    /// The database could not be opened or reached.
+    #[error("cannot open journal at `{url}`: {source}")]
+    Open {
+        url: String,
+        #[source]
+        source: sqlx::Error,
+    },
+
+    /// Applying the embedded migrations failed.
+    #[error("journal migration failed: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+
+    /// An event or query argument is outside the documented limits.
+    #[error("invalid {field}: {reason}")]
+    InvalidInput { field: &'static str, reason: String },
+
+    /// A query failed.
+    #[error("journal database error: {0}")]
+    Database(#[from] sqlx::Error),
+
+    /// A stored payload is not valid JSON (the database was changed outside the journal).
+    #[error("event {seq} has a corrupt payload: {source}")]
+    CorruptPayload {
+        seq: i64,
+        #[source]
+        source: serde_json::Error,
+    },
+
+    /// The writer task failed earlier; the journal accepts no more appends.
+    #[error("journal writer failed: {0}")]
+    WriterFailed(String),
+
+    /// The journal was closed.
+    #[error("journal is closed")]
+    Closed,
+}
+
+impl JournalError {
+    pub(crate) fn invalid(field: &'static str, reason: impl Into<String>) -> Self {
+        JournalError::InvalidInput {
+            field,
+            reason: reason.into(),
+        }
+    }
+}

@@ -1,0 +1,36 @@
+//! `agent-journal`: an append-only event log that never loses an acknowledged event.
+//!
+//! One API over two backends: SQLite (embedded default, one file, WAL) and PostgreSQL
+//! (shared by processes and hosts). Open with [`Journal::open`] or [`Journal::open_with`].
+//!
+//! Contracts (each is a test in `tests/conformance.rs`):
+//! - `seq` strictly increases across the whole journal; within a thread, replay returns
+//!   exactly that thread's events with `seq > after`, in `seq` order.
+//! - An append is acknowledged only after its transaction committed at the configured
+//!   [`Durability`]. Under [`Durability::Full`] (the default) that means fsync'd: an
+//!   acknowledged event survives `kill -9`.
+//! - Group commit: one writer task owns the write connection; appends that arrive while a
+//!   commit is in flight are written together in the next transaction (multi-row INSERT)
+//!   and acknowledged after it. Acknowledgement order equals `seq` order.
+//! - A dedup key makes an append idempotent per thread: the first event with a given
+//!   `(thread, key)` is written, later ones write nothing and return the first `seq`.
+//! - A writer failure is latched: every waiting and every later append gets the error.
+//! - `(thread, seq)` is indexed, so replay costs O(events of the thread).
+
+mod backend;
+mod error;
+mod event;
+mod journal;
+mod limits;
+mod options;
+mod postgres;
+mod sqlite;
+mod stream;
+mod writer;
+
+pub use error::JournalError;
+pub use event::{Appended, Event, NewEvent};
+pub use journal::Journal;
+pub use limits::{MAX_KIND_BYTES, MAX_PAYLOAD_BYTES, MAX_THREAD_BYTES, MAX_DEDUP_KEY_BYTES};
+pub use options::{Durability, JournalOptions};
+pub use stream::EventStream;

@@ -1,0 +1,58 @@
+//! Documented input limits. Appends beyond them are refused with
+//! [`JournalError::InvalidInput`](crate::JournalError::InvalidInput) before anything is written.
+
+use crate::{JournalError, NewEvent};
+
+/// Longest thread name, in bytes (UTF-8). Thread names must also be non-empty.
+pub const MAX_THREAD_BYTES: usize = 256;
+/// Longest event kind, in bytes. Kinds must be non-empty.
+pub const MAX_KIND_BYTES: usize = 128;
+/// Longest dedup key, in bytes. Keys must be non-empty when given.
+pub const MAX_DEDUP_KEY_BYTES: usize = 512;
+/// Largest payload, in bytes of its compact JSON encoding (4 MiB).
+pub const MAX_PAYLOAD_BYTES: usize = 4 * 1024 * 1024;
+
+pub(crate) fn check_thread(thread: &str) -> Result<(), JournalError> {
+    check_name("thread", thread, MAX_THREAD_BYTES)
+}
+
+fn check_name(field: &'static str, value: &str, max: usize) -> Result<(), JournalError> {
+    if value.is_empty() {
+        return Err(JournalError::invalid(field, "must not be empty"));
+    }
+    if value.len() > max {
+        return Err(JournalError::invalid(
+            field,
+            format!("is {} bytes, the limit is {max}", value.len()),
+        ));
+    }
+    if value.contains('\0') {
+        return Err(JournalError::invalid(field, "must not contain NUL"));
+    }
+    Ok(())
+}
+
+/// Validates an event and returns its payload encoded as compact JSON.
+pub(crate) fn check_event(event: &NewEvent) -> Result<String, JournalError> {
+    check_thread(&event.thread)?;
+    check_name("kind", &event.kind, MAX_KIND_BYTES)?;
+    if let Some(key) = &event.dedup_key {
+        check_name("dedup key", key, MAX_DEDUP_KEY_BYTES)?;
+    }
+    let payload = serde_json::to_string(&event.payload)
+        .map_err(|e| JournalError::invalid("payload", e.to_string()))?;
+    if payload.len() > MAX_PAYLOAD_BYTES {
+        return Err(JournalError::invalid(
+            "payload",
+            format!(
+                "is {} bytes of JSON, the limit is {MAX_PAYLOAD_BYTES}",
+                payload.len()
+            ),
+        ));
+    }
+    if payload.contains("\\u0000") {
+        // PostgreSQL's jsonb cannot store NUL; refuse it on every backend alike.
+        return Err(JournalError::invalid("payload", "must not contain NUL characters"));
+    }
+    Ok(payload)
+}

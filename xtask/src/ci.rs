@@ -1,0 +1,35 @@
+//! `cargo xtask ci`: what CI runs, and what a developer runs before pushing.
+
+use crate::process::{cargo, run};
+
+pub fn run_ci(args: &[String]) -> anyhow::Result<()> {
+    let under_ci = std::env::var("CI").is_ok_and(|v| v == "true");
+    let interop = under_ci || args.iter().any(|a| a == "--interop");
+    if std::env::var_os("AGENTCTL_TEST_PG_URL").is_none() {
+        if under_ci {
+            anyhow::bail!(
+                "CI=true but AGENTCTL_TEST_PG_URL is unset: the PostgreSQL suite would be skipped"
+            );
+        }
+        eprintln!(
+            "xtask: NOTE: AGENTCTL_TEST_PG_URL is unset, so the PostgreSQL suite is SKIPPED \
+             (set it to postgres://USER:PASS@127.0.0.1:5432/postgres to run it)"
+        );
+    }
+    run(cargo().args(["fmt", "--all", "--check"]))?;
+    run(cargo().args([
+        "clippy",
+        "--workspace",
+        "--all-targets",
+        "--",
+        "-D",
+        "warnings",
+    ]))?;
+    run(cargo().args(["test", "--workspace"]))?;
+    if interop {
+        crate::interop::run(&[])?;
+    }
+    Ok(())
+}
+
+pub use run_ci as run;

@@ -1,0 +1,46 @@
+//! `cargo xtask <task>`: the project's automation, in Rust so it runs wherever cargo does.
+//!
+//! - `ci`: format check, clippy with `-D warnings`, every test (PostgreSQL included when
+//!   `AGENTCTL_TEST_PG_URL` is set; required when `CI=true`), then the interop suites when
+//!   `CI=true` or `--interop` is given.
+//! - `bench [AREA...]`: release-mode benchmarks beside the seed's Python baselines, written
+//!   into `docs/benchmarks.md`.
+//! - `interop`: the official `openai` Python SDK and the real Codex CLI against our code.
+
+mod bench;
+mod ci;
+mod interop;
+mod process;
+
+use std::process::ExitCode;
+
+const USAGE: &str = "usage: cargo xtask <ci [--interop] | bench [AREA...] | interop [SUITE...]>
+
+  ci        cargo fmt --check, clippy -D warnings, all tests (then interop under CI=true)
+  bench     run benchmarks side by side with the seed; areas: journal runtime context responses
+  interop   run third-party clients against our code; suites: openai-sdk codex";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let Some((task, rest)) = args.split_first() else {
+        eprintln!("{USAGE}");
+        return ExitCode::FAILURE;
+    };
+    let result = match task.as_str() {
+        "ci" => ci::run(rest),
+        "bench" => bench::run(rest),
+        "interop" => interop::run(rest),
+        "-h" | "--help" | "help" => {
+            println!("{USAGE}");
+            Ok(())
+        }
+        other => Err(anyhow::anyhow!("unknown task `{other}`\n{USAGE}")),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("xtask: error: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
