@@ -1,0 +1,39 @@
+//! `agent-appserver`: a JSON-RPC stdio client for `codex app-server`.
+//!
+//! Start a server with [`AppServerClient::spawn`] (`codex app-server --listen stdio://` via
+//! [`ServerCommand::codex`], or any command), do the handshake with
+//! [`AppServerClient::initialize`], then `thread/start`, `turn/start`, `turn/steer`,
+//! `turn/interrupt`, and read the turn's progress from [`Events`].
+//!
+//! Contracts (each is a test in `tests/fake_server.rs`):
+//! - Every call resolves: with its result, the server's error, a timeout (15 s default), or
+//!   the connection loss, which every pending and later call receives.
+//! - Every server request is answered by a [`ServerRequestHandler`]; the default
+//!   [`ApprovalPolicy`] declines approvals and refuses unknown methods (fail closed).
+//! - Notifications are never dropped: the event queue is bounded and applies backpressure
+//!   to the reader; [`AppServerClient::close`] is bounded even when nobody reads it.
+//! - Closing closes stdin, sends SIGTERM, waits a grace period, then kills.
+//! - A malformed, non-JSON-RPC or oversized line is a typed [`ConnectionLost`], never a panic.
+
+mod api;
+mod calls;
+mod client;
+mod error;
+mod options;
+mod policy;
+mod protocol;
+mod wire;
+
+pub use client::{AppServerClient, CloseOutcome, Events, ServerEvent};
+pub use error::{AppServerError, ConnectionLost};
+pub use options::{ClientOptions, ServerCommand, StderrTarget};
+pub use policy::{
+    ApprovalDecision, ApprovalPolicy, COMMAND_APPROVAL, FILE_CHANGE_APPROVAL, METHOD_NOT_FOUND,
+    ServerRequestHandler, UnknownDecision, refuse,
+};
+pub use protocol::{
+    ClientInfo, InitializeResponse, Thread, ThreadItem, ThreadStartParams, ThreadStartResponse,
+    Turn, TurnInterruptParams, TurnNotification, TurnStartParams, TurnStartResponse, TurnStatus,
+    TurnSteerParams, TurnSteerResponse, UserInput,
+};
+pub use wire::{Notification, RpcError, ServerRequest};
