@@ -17,10 +17,6 @@ pub enum JournalError {
         source: sqlx::Error,
     },
 
-    /// Applying the embedded migrations failed.
-    #[error("journal migration failed: {0}")]
-    Migrate(#[from] sqlx::migrate::MigrateError),
-
     /// An event or query argument is outside the documented limits.
     #[error("invalid {field}: {reason}")]
     InvalidInput { field: &'static str, reason: String },

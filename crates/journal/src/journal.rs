@@ -1,0 +1,274 @@
+//! The [`Journal`] handle.
+
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use sqlx::{PgPool, SqlitePool};
+use tokio::sync::{mpsc, oneshot, watch};
+
+use crate::error::JournalError;
+use crate::event::{Appended, Event, NewEvent};
+use crate::limits::{check_event, check_thread};
+use crate::options::{Durability, JournalOptions};
+use crate::stream::{self, EventStream};
+use crate::writer::{self, Msg, Prepared, WriteConn};
+use crate::{postgres, sqlite};
+
+/// Events fetched per query by [`Journal::replay_stream`] and [`Journal::tail`].
+pub(crate) const PAGE: i64 = 1000;
+
+/// A cheap, cloneable handle to an open journal. All clones share one writer task.
+#[derive(Clone)]
+pub struct Journal {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    reads: Reads,
+    writer: mpsc::Sender<Msg>,
+    committed: watch::Receiver<i64>,
+    options: JournalOptions,
+    shown_url: String,
+}
+
+/// The read side of a backend.
+#[derive(Clone)]
+pub(crate) enum Reads {
+    Sqlite(SqlitePool),
+    Postgres(PgPool),
+}
+
+impl Reads {
+    pub(crate) async fn replay_page(
+        &self,
+        thread: &str,
+        after: i64,
+        limit: i64,
+    ) -> Result<Vec<Event>, JournalError> {
+        match self {
+            Reads::Sqlite(pool) => sqlite::replay_page(pool, thread, after, limit).await,
+            Reads::Postgres(pool) => postgres::replay_page(pool, thread, after, limit).await,
+        }
+    }
+}
+
+impl std::fmt::Debug for Journal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Journal")
+            .field("url", &self.inner.shown_url)
+            .field("durability", &self.inner.options.durability)
+            .finish()
+    }
+}
+
+impl Journal {
+    /// Opens (creating if needed) the journal at `url` with default options:
+    /// `sqlite://PATH`, `sqlite::memory:` or `postgres://USER:PASS@HOST/DB`.
+    pub async fn open(url: &str) -> Result<Journal, JournalError> {
+        Journal::open_with(url, JournalOptions::default()).await
+    }
+
+    /// Opens the journal at `url` with `options`.
+    pub async fn open_with(url: &str, options: JournalOptions) -> Result<Journal, JournalError> {
+        let shown_url = redact_url(url);
+        let (conn, reads) = if url.starts_with("sqlite:") {
+            let opened = sqlite::open(url, &shown_url, &options).await?;
+            (WriteConn::Sqlite(opened.writer), Reads::Sqlite(opened.reads))
+        } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            let opened = postgres::open(url, &shown_url, &options).await?;
+            (WriteConn::Postgres(opened.writer), Reads::Postgres(opened.reads))
+        } else {
+            return Err(JournalError::InvalidUrl {
+                url: shown_url,
+                reason: "expected sqlite://PATH, sqlite::memory: or postgres://USER:PASS@HOST/DB"
+                    .into(),
+            });
+        };
+        let (tx, rx) = mpsc::channel(options.queue_capacity.max(1));
+        let (committed_tx, committed_rx) = watch::channel(0);
+        tokio::spawn(writer::run(conn, rx, committed_tx, options.batch_limit()));
+        Ok(Journal {
+            inner: Arc::new(Inner {
+                reads,
+                writer: tx,
+                committed: committed_rx,
+                options,
+                shown_url,
+            }),
+        })
+    }
+
+    /// The durability level appends are acknowledged at.
+    pub fn durability(&self) -> Durability {
+        self.inner.options.durability
+    }
+
+    /// The URL this journal was opened with, password removed.
+    pub fn url(&self) -> &str {
+        &self.inner.shown_url
+    }
+
+    /// Appends one event; returns after it is durable (see [`Durability`]).
+    pub async fn append(&self, event: NewEvent) -> Result<Appended, JournalError> {
+        let mut acks = self.append_batch(vec![event]).await?;
+        acks.pop().ok_or(JournalError::Closed)
+    }
+
+    /// Appends events atomically in one transaction, with consecutive seqs, in order.
+    /// Returns one acknowledgement per event, in the same order.
+    pub async fn append_batch(&self, events: Vec<NewEvent>) -> Result<Vec<Appended>, JournalError> {
+        if events.is_empty() {
+            return Ok(Vec::new());
+        }
+        let at = now_ms();
+        let prepared = events
+            .into_iter()
+            .map(|event| {
+                let payload = check_event(&event)?;
+                Ok(Prepared {
+                    thread: event.thread,
+                    kind: event.kind,
+                    payload,
+                    dedup_key: event.dedup_key,
+                    at,
+                })
+            })
+            .collect::<Result<Vec<_>, JournalError>>()?;
+        let (ack, done) = oneshot::channel();
+        self.inner
+            .writer
+            .send(Msg::Write {
+                events: prepared,
+                ack,
+            })
+            .await
+            .map_err(|_| JournalError::Closed)?;
+        done.await.map_err(|_| JournalError::Closed)?
+    }
+
+    /// Every event of `thread` with `seq > after`, in seq order.
+    pub async fn replay(&self, thread: &str, after: i64) -> Result<Vec<Event>, JournalError> {
+        check_thread(thread)?;
+        let mut events = Vec::new();
+        let mut last = after;
+        loop {
+            let page = self.inner.reads.replay_page(thread, last, PAGE * 100).await?;
+            let full = page.len() as i64 == PAGE * 100;
+            if let Some(event) = page.last() {
+                last = event.seq;
+            }
+            events.extend(page);
+            if !full {
+                return Ok(events);
+            }
+        }
+    }
+
+    /// Like [`replay`](Self::replay) but page by page, for threads too long to hold in
+    /// memory. Ends after the last event that existed when the final page was read.
+    pub fn replay_stream(&self, thread: &str, after: i64) -> EventStream {
+        stream::replay(self.inner.reads.clone(), thread.to_string(), after)
+    }
+
+    /// Existing events of `thread` after `after`, then new ones as they are committed, until
+    /// the stream is dropped. Sees appends from this process at once, from other processes
+    /// via LISTEN/NOTIFY on PostgreSQL, and by polling every `tail_poll` on SQLite.
+    pub fn tail(&self, thread: &str, after: i64) -> EventStream {
+        stream::tail(
+            self.inner.reads.clone(),
+            thread.to_string(),
+            after,
+            self.inner.committed.clone(),
+            self.inner.options.tail_poll,
+        )
+    }
+
+    /// The event of `thread` appended with dedup key `key`, if any.
+    pub async fn find_by_dedup_key(
+        &self,
+        thread: &str,
+        key: &str,
+    ) -> Result<Option<Event>, JournalError> {
+        check_thread(thread)?;
+        match &self.inner.reads {
+            Reads::Sqlite(pool) => sqlite::find_by_key(pool, thread, key).await,
+            Reads::Postgres(pool) => postgres::find_by_key(pool, thread, key).await,
+        }
+    }
+
+    /// Every thread with at least one event, sorted.
+    pub async fn threads(&self) -> Result<Vec<String>, JournalError> {
+        match &self.inner.reads {
+            Reads::Sqlite(pool) => sqlite::threads(pool).await,
+            Reads::Postgres(pool) => postgres::threads(pool).await,
+        }
+    }
+
+    /// The highest seq of `thread`, or `None` if it has no events.
+    pub async fn last_seq(&self, thread: &str) -> Result<Option<i64>, JournalError> {
+        check_thread(thread)?;
+        match &self.inner.reads {
+            Reads::Sqlite(pool) => sqlite::last_seq(pool, thread).await,
+            Reads::Postgres(pool) => postgres::last_seq(pool, thread).await,
+        }
+    }
+
+    /// Commits everything queued so far, stops the writer and closes the connections.
+    /// Later appends on any clone fail with [`JournalError::Closed`].
+    pub async fn close(&self) {
+        let (done, wait) = oneshot::channel();
+        if self.inner.writer.send(Msg::Close { done }).await.is_ok() {
+            let _ = wait.await;
+        }
+        match &self.inner.reads {
+            Reads::Sqlite(pool) => pool.close().await,
+            Reads::Postgres(pool) => pool.close().await,
+        }
+    }
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+/// `scheme://user:secret@host` -> `scheme://user:***@host`; other URLs unchanged.
+pub(crate) fn redact_url(url: &str) -> String {
+    let Some(scheme_end) = url.find("://") else {
+        return url.to_string();
+    };
+    let rest = &url[scheme_end + 3..];
+    let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let authority = &rest[..authority_end];
+    let Some(at) = authority.rfind('@') else {
+        return url.to_string();
+    };
+    let userinfo = &authority[..at];
+    let Some(colon) = userinfo.find(':') else {
+        return url.to_string();
+    };
+    format!(
+        "{}{}:***{}",
+        &url[..scheme_end + 3],
+        &userinfo[..colon],
+        &rest[at..]
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact_url;
+
+    #[test]
+    fn redacts_passwords_only() {
+        assert_eq!(
+            redact_url("postgres://u:secret@h:5432/db?x=1"),
+            "postgres://u:***@h:5432/db?x=1"
+        );
+        assert_eq!(redact_url("postgres://u@h/db"), "postgres://u@h/db");
+        assert_eq!(redact_url("sqlite:///tmp/a.db"), "sqlite:///tmp/a.db");
+        assert_eq!(redact_url("sqlite::memory:"), "sqlite::memory:");
+    }
+}

@@ -1,0 +1,144 @@
+//! The group-commit writer: one task owns the write connection.
+//!
+//! Invariants:
+//! - Requests are committed in arrival order; a request's events are contiguous in `seq`
+//!   and all-or-nothing (one transaction).
+//! - A caller is acknowledged only after the transaction containing its events committed.
+//! - After a failed commit the writer is latched failed: the failing batch and every later
+//!   request get [`JournalError::WriterFailed`] with the first error's message.
+//! - `Close` is processed after everything queued before it, so closing loses no append.
+
+use tokio::sync::{mpsc, oneshot, watch};
+
+use crate::error::JournalError;
+use crate::event::Appended;
+use crate::{postgres, sqlite};
+
+/// A validated event ready to insert (payload already encoded).
+#[derive(Debug, Clone)]
+pub(crate) struct Prepared {
+    pub thread: String,
+    pub kind: String,
+    pub payload: String,
+    pub dedup_key: Option<String>,
+    pub at: i64,
+}
+
+pub(crate) type Ack = oneshot::Sender<Result<Vec<Appended>, JournalError>>;
+
+pub(crate) enum Msg {
+    Write { events: Vec<Prepared>, ack: Ack },
+    Close { done: oneshot::Sender<()> },
+}
+
+/// The connection the writer owns.
+pub(crate) enum WriteConn {
+    Sqlite(sqlx::SqliteConnection),
+    Postgres(sqlx::PgConnection),
+}
+
+impl WriteConn {
+    async fn write(&mut self, batch: &[Vec<Prepared>]) -> Result<Vec<Vec<Appended>>, sqlx::Error> {
+        match self {
+            WriteConn::Sqlite(conn) => sqlite::write_batch(conn, batch).await,
+            WriteConn::Postgres(conn) => postgres::write_batch(conn, batch).await,
+        }
+    }
+
+    async fn close(self) {
+        use sqlx::Connection as _;
+        let result = match self {
+            WriteConn::Sqlite(conn) => conn.close().await,
+            WriteConn::Postgres(conn) => conn.close().await,
+        };
+        if let Err(err) = result {
+            tracing::warn!(%err, "closing the journal's write connection failed");
+        }
+    }
+}
+
+/// Runs until `Close` or until every handle is dropped. `committed` publishes the highest
+/// committed seq after each commit, for in-process tails.
+pub(crate) async fn run(
+    mut conn: WriteConn,
+    mut rx: mpsc::Receiver<Msg>,
+    committed: watch::Sender<i64>,
+    max_batch: usize,
+) {
+    let mut failed: Option<String> = None;
+    let mut requests: Vec<Vec<Prepared>> = Vec::new();
+    let mut acks: Vec<Ack> = Vec::new();
+    let mut close: Option<oneshot::Sender<()>> = None;
+    while close.is_none() {
+        let Some(first) = rx.recv().await else { break };
+        let mut queued = 0usize;
+        let mut next = Some(first);
+        while let Some(msg) = next.take() {
+            match msg {
+                Msg::Write { events, ack } => {
+                    queued += events.len();
+                    requests.push(events);
+                    acks.push(ack);
+                }
+                Msg::Close { done } => {
+                    close = Some(done);
+                    break;
+                }
+            }
+            if queued >= max_batch {
+                break;
+            }
+            next = rx.try_recv().ok();
+        }
+        if requests.is_empty() {
+            continue;
+        }
+        if let Some(message) = &failed {
+            for ack in acks.drain(..) {
+                let _ = ack.send(Err(JournalError::WriterFailed(message.clone())));
+            }
+            requests.clear();
+            continue;
+        }
+        match conn.write(&requests).await {
+            Ok(results) => {
+                if let Some(max) = results.iter().flatten().map(|a| a.seq).max() {
+                    committed.send_if_modified(|current| {
+                        let changed = max > *current;
+                        *current = (*current).max(max);
+                        changed
+                    });
+                }
+                for (ack, result) in acks.drain(..).zip(results) {
+                    // A caller that stopped waiting still had its events committed.
+                    let _ = ack.send(Ok(result));
+                }
+            }
+            Err(err) => {
+                let message = err.to_string();
+                tracing::error!(error = %message, "journal commit failed; writer is now failed");
+                for ack in acks.drain(..) {
+                    let _ = ack.send(Err(JournalError::WriterFailed(message.clone())));
+                }
+                failed = Some(message);
+            }
+        }
+        requests.clear();
+    }
+    conn.close().await;
+    // Requests that raced with Close: refuse them explicitly rather than dropping silently.
+    rx.close();
+    while let Ok(msg) = rx.try_recv() {
+        match msg {
+            Msg::Write { ack, .. } => {
+                let _ = ack.send(Err(JournalError::Closed));
+            }
+            Msg::Close { done } => {
+                let _ = done.send(());
+            }
+        }
+    }
+    if let Some(done) = close {
+        let _ = done.send(());
+    }
+}

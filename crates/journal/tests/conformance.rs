@@ -1,0 +1,443 @@
+//! The journal's contracts, run against SQLite and PostgreSQL alike.
+
+mod support;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use agent_journal::{Durability, Journal, JournalError, JournalOptions, NewEvent};
+use futures::StreamExt as _;
+use serde_json::json;
+
+use support::Fixture;
+
+/// Generates one `#[tokio::test]` per backend for each conformance case.
+macro_rules! conformance {
+    ($($case:ident),* $(,)?) => {
+        mod sqlite_backend {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    let fixture = super::support::sqlite(Default::default()).await;
+                    super::$case(fixture).await;
+                }
+            )*
+        }
+        mod postgres_backend {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    let Some(fixture) = super::support::postgres(Default::default()).await else {
+                        return;
+                    };
+                    super::$case(fixture).await;
+                }
+            )*
+        }
+    };
+}
+
+conformance!(
+    seq_increases_and_replay_filters_by_thread_and_after,
+    batch_is_atomic_consecutive_and_ordered,
+    dedup_key_returns_first_seq_and_writes_nothing,
+    concurrent_appends_are_group_committed_in_ack_order,
+    bad_input_is_refused_and_writes_nothing,
+    replay_stream_pages_through_long_threads,
+    tail_yields_existing_then_new_events,
+    threads_and_last_seq,
+    reopen_keeps_every_event,
+    close_refuses_later_appends,
+    unicode_and_nested_payloads_round_trip,
+);
+
+fn ev(thread: &str, kind: &str, n: i64) -> NewEvent {
+    NewEvent::new(thread, kind, json!({ "n": n }))
+}
+
+async fn seq_increases_and_replay_filters_by_thread_and_after(f: Fixture) {
+    let j = &f.journal;
+    let mut seqs = Vec::new();
+    for n in 0..10 {
+        let thread = if n % 2 == 0 { "a" } else { "b" };
+        seqs.push(j.append(ev(thread, "k", n)).await.unwrap().seq);
+    }
+    assert!(seqs.windows(2).all(|w| w[0] < w[1]), "{seqs:?}");
+    let a = j.replay("a", 0).await.unwrap();
+    assert_eq!(a.len(), 5);
+    assert!(a.iter().all(|e| e.thread == "a"));
+    assert_eq!(
+        a.iter().map(|e| e.payload["n"].as_i64().unwrap()).collect::<Vec<_>>(),
+        vec![0, 2, 4, 6, 8]
+    );
+    let after = a[2].seq;
+    let tail = j.replay("a", after).await.unwrap();
+    assert_eq!(tail.iter().map(|e| e.seq).collect::<Vec<_>>(), vec![a[3].seq, a[4].seq]);
+    assert!(j.replay("nobody", 0).await.unwrap().is_empty());
+    assert!(a.iter().all(|e| e.at > 1_600_000_000_000));
+}
+
+async fn batch_is_atomic_consecutive_and_ordered(f: Fixture) {
+    let j = &f.journal;
+    j.append(ev("t", "first", 0)).await.unwrap();
+    let acks = j
+        .append_batch((1..=50).map(|n| ev("t", "batch", n)).collect())
+        .await
+        .unwrap();
+    let seqs: Vec<i64> = acks.iter().map(|a| a.seq).collect();
+    assert!(seqs.windows(2).all(|w| w[1] == w[0] + 1), "not consecutive: {seqs:?}");
+    // An invalid event anywhere in a batch refuses the whole batch.
+    let mut bad: Vec<NewEvent> = (0..5).map(|n| ev("t", "never", n)).collect();
+    bad.push(NewEvent::new("", "never", json!({})));
+    assert!(matches!(
+        j.append_batch(bad).await,
+        Err(JournalError::InvalidInput { field: "thread", .. })
+    ));
+    let all = j.replay("t", 0).await.unwrap();
+    assert_eq!(all.len(), 51);
+    assert!(all.iter().all(|e| e.kind != "never"));
+}
+
+async fn dedup_key_returns_first_seq_and_writes_nothing(f: Fixture) {
+    let j = &f.journal;
+    let first = j
+        .append(ev("t", "launch", 1).with_dedup_key("call-1"))
+        .await
+        .unwrap();
+    assert!(!first.deduplicated);
+    let again = j
+        .append(ev("t", "launch", 2).with_dedup_key("call-1"))
+        .await
+        .unwrap();
+    assert_eq!(again.seq, first.seq);
+    assert!(again.deduplicated);
+    // Same key on another thread is independent.
+    let other = j
+        .append(ev("u", "launch", 3).with_dedup_key("call-1"))
+        .await
+        .unwrap();
+    assert!(!other.deduplicated);
+    // Within one batch, the first occurrence wins.
+    let acks = j
+        .append_batch(vec![
+            ev("t", "launch", 4).with_dedup_key("call-2"),
+            ev("t", "launch", 5).with_dedup_key("call-2"),
+            ev("t", "launch", 6).with_dedup_key("call-1"),
+        ])
+        .await
+        .unwrap();
+    assert_eq!(acks[1].seq, acks[0].seq);
+    assert!(acks[1].deduplicated && acks[2].deduplicated);
+    assert_eq!(acks[2].seq, first.seq);
+    let events = j.replay("t", 0).await.unwrap();
+    assert_eq!(
+        events.iter().map(|e| e.payload["n"].as_i64().unwrap()).collect::<Vec<_>>(),
+        vec![1, 4]
+    );
+    let found = j.find_by_dedup_key("t", "call-2").await.unwrap().unwrap();
+    assert_eq!(found.seq, acks[0].seq);
+    assert_eq!(found.dedup_key.as_deref(), Some("call-2"));
+    assert!(j.find_by_dedup_key("t", "missing").await.unwrap().is_none());
+}
+
+async fn concurrent_appends_are_group_committed_in_ack_order(f: Fixture) {
+    let j = f.journal.clone();
+    let producers = 64;
+    let per = 40;
+    let mut tasks = Vec::new();
+    for p in 0..producers {
+        let j = j.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut seqs = Vec::new();
+            for n in 0..per {
+                let ack = j
+                    .append(NewEvent::new("c", "e", json!({ "p": p, "n": n })))
+                    .await
+                    .unwrap();
+                seqs.push(ack.seq);
+            }
+            seqs
+        }));
+    }
+    let mut by_producer = HashMap::new();
+    for (p, task) in tasks.into_iter().enumerate() {
+        by_producer.insert(p as i64, task.await.unwrap());
+    }
+    // Each producer's acks come back in increasing seq order (ack order = seq order).
+    for seqs in by_producer.values() {
+        assert!(seqs.windows(2).all(|w| w[0] < w[1]));
+    }
+    let events = j.replay("c", 0).await.unwrap();
+    assert_eq!(events.len(), (producers * per) as usize);
+    for e in &events {
+        let p = e.payload["p"].as_i64().unwrap();
+        let n = e.payload["n"].as_i64().unwrap() as usize;
+        assert_eq!(by_producer[&p][n], e.seq, "ack for ({p},{n}) names another event");
+    }
+    // Seqs in the journal are unique and increasing.
+    assert!(events.windows(2).all(|w| w[0].seq < w[1].seq));
+}
+
+async fn bad_input_is_refused_and_writes_nothing(f: Fixture) {
+    let j = &f.journal;
+    let cases = vec![
+        (NewEvent::new("", "k", json!({})), "thread"),
+        (NewEvent::new("x".repeat(257), "k", json!({})), "thread"),
+        (NewEvent::new("t", "", json!({})), "kind"),
+        (NewEvent::new("t", "k", json!({})).with_dedup_key(""), "dedup key"),
+        (
+            NewEvent::new("t", "k", json!({ "big": "x".repeat(4 * 1024 * 1024) })),
+            "payload",
+        ),
+        (NewEvent::new("t", "k", json!({ "nul": "a\u{0}b" })), "payload"),
+    ];
+    for (event, field) in cases {
+        match j.append(event).await {
+            Err(JournalError::InvalidInput { field: got, reason }) => {
+                assert_eq!(got, field);
+                assert!(!reason.is_empty());
+            }
+            other => panic!("expected InvalidInput for {field}, got {other:?}"),
+        }
+    }
+    assert!(matches!(
+        j.replay("", 0).await,
+        Err(JournalError::InvalidInput { field: "thread", .. })
+    ));
+    assert!(j.threads().await.unwrap().is_empty());
+    // The journal still works after refusing bad input.
+    j.append(ev("t", "k", 1)).await.unwrap();
+    assert_eq!(j.replay("t", 0).await.unwrap().len(), 1);
+}
+
+async fn replay_stream_pages_through_long_threads(f: Fixture) {
+    let j = &f.journal;
+    for chunk in 0..5 {
+        j.append_batch((0..700).map(|n| ev("long", "e", chunk * 700 + n)).collect())
+            .await
+            .unwrap();
+        j.append(ev("other", "e", chunk)).await.unwrap();
+    }
+    let streamed: Vec<_> = j
+        .replay_stream("long", 0)
+        .map(|e| e.unwrap())
+        .collect()
+        .await;
+    let replayed = j.replay("long", 0).await.unwrap();
+    assert_eq!(streamed.len(), 3500);
+    assert_eq!(streamed, replayed);
+    let after = replayed[1999].seq;
+    let rest: Vec<_> = j.replay_stream("long", after).map(|e| e.unwrap()).collect().await;
+    assert_eq!(rest.len(), 1500);
+    assert_eq!(rest[0].seq, replayed[2000].seq);
+}
+
+async fn tail_yields_existing_then_new_events(f: Fixture) {
+    let j = f.journal.clone();
+    j.append(ev("live", "e", 0)).await.unwrap();
+    j.append(ev("live", "e", 1)).await.unwrap();
+    let mut tail = j.tail("live", 0);
+    for n in 0..2 {
+        let e = tail.next().await.unwrap().unwrap();
+        assert_eq!(e.payload["n"], n);
+    }
+    let writer = j.clone();
+    let appends = tokio::spawn(async move {
+        for n in 2..20 {
+            writer.append(ev("live", "e", n)).await.unwrap();
+            writer.append(ev("noise", "e", n)).await.unwrap();
+        }
+    });
+    for n in 2..20 {
+        let e = tokio::time::timeout(Duration::from_secs(30), tail.next())
+            .await
+            .expect("tail stalled")
+            .unwrap()
+            .unwrap();
+        assert_eq!(e.thread, "live");
+        assert_eq!(e.payload["n"], n);
+    }
+    appends.await.unwrap();
+}
+
+async fn threads_and_last_seq(f: Fixture) {
+    let j = &f.journal;
+    assert!(j.threads().await.unwrap().is_empty());
+    assert_eq!(j.last_seq("b").await.unwrap(), None);
+    j.append(ev("b", "e", 0)).await.unwrap();
+    let last_a = j.append(ev("a", "e", 0)).await.unwrap().seq;
+    let last_b = j.append(ev("b", "e", 1)).await.unwrap().seq;
+    assert_eq!(j.threads().await.unwrap(), vec!["a", "b"]);
+    assert_eq!(j.last_seq("a").await.unwrap(), Some(last_a));
+    assert_eq!(j.last_seq("b").await.unwrap(), Some(last_b));
+}
+
+async fn reopen_keeps_every_event(f: Fixture) {
+    let acks = f
+        .journal
+        .append_batch((0..100).map(|n| ev("r", "e", n)).collect())
+        .await
+        .unwrap();
+    f.journal.close().await;
+    let reopened = Journal::open(&f.url).await.unwrap();
+    let events = reopened.replay("r", 0).await.unwrap();
+    assert_eq!(
+        events.iter().map(|e| e.seq).collect::<Vec<_>>(),
+        acks.iter().map(|a| a.seq).collect::<Vec<_>>()
+    );
+    // New seqs continue after the old ones.
+    let next = reopened.append(ev("r", "e", 100)).await.unwrap().seq;
+    assert!(next > acks.last().unwrap().seq);
+}
+
+async fn close_refuses_later_appends(f: Fixture) {
+    let j = f.journal.clone();
+    j.append(ev("t", "e", 0)).await.unwrap();
+    j.close().await;
+    assert!(matches!(
+        j.append(ev("t", "e", 1)).await,
+        Err(JournalError::Closed)
+    ));
+}
+
+async fn unicode_and_nested_payloads_round_trip(f: Fixture) {
+    let payload = json!({
+        "text": "先整理验收清单 — ✓",
+        "nested": { "list": [1, 2.5, null, true, { "z": "a", "a": "z" }] },
+        "empty": {},
+    });
+    let j = &f.journal;
+    j.append(NewEvent::new("线程", "steer.accepted", payload.clone()))
+        .await
+        .unwrap();
+    let events = j.replay("线程", 0).await.unwrap();
+    assert_eq!(events[0].payload, payload);
+    assert_eq!(events[0].kind, "steer.accepted");
+}
+
+// ---- backend-specific behaviour ----
+
+#[tokio::test]
+async fn invalid_urls_are_typed_errors() {
+    for url in ["mysql://x/y", "", "journal.db", "http://127.0.0.1/"] {
+        match Journal::open(url).await {
+            Err(JournalError::InvalidUrl { reason, .. }) => assert!(!reason.is_empty()),
+            other => panic!("{url}: expected InvalidUrl, got {other:?}"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn unreachable_postgres_is_an_open_error_without_the_password() {
+    let err = Journal::open("postgres://user:hunter2@127.0.0.1:1/db")
+        .await
+        .unwrap_err();
+    assert!(matches!(err, JournalError::Open { .. }), "{err:?}");
+    let shown = format!("{err} {err:?}");
+    assert!(!shown.contains("hunter2"), "password leaked: {shown}");
+}
+
+#[tokio::test]
+async fn sqlite_directory_that_cannot_exist_is_an_open_error() {
+    let err = Journal::open("sqlite:///proc/definitely/not/here.db")
+        .await
+        .unwrap_err();
+    assert!(matches!(err, JournalError::Open { .. }), "{err:?}");
+}
+
+#[tokio::test]
+async fn in_memory_sqlite_works_for_reads_and_writes() {
+    let j = Journal::open("sqlite::memory:").await.unwrap();
+    let acks = j
+        .append_batch((0..10).map(|n| ev("m", "e", n)).collect())
+        .await
+        .unwrap();
+    assert_eq!(acks.len(), 10);
+    assert_eq!(j.replay("m", 0).await.unwrap().len(), 10);
+    let mut tail = j.tail("m", acks[8].seq);
+    assert_eq!(tail.next().await.unwrap().unwrap().seq, acks[9].seq);
+}
+
+#[tokio::test]
+async fn normal_durability_appends_and_replays() {
+    let f = support::sqlite(JournalOptions::default().durability(Durability::Normal)).await;
+    assert_eq!(f.journal.durability(), Durability::Normal);
+    f.journal
+        .append_batch((0..10).map(|n| ev("n", "e", n)).collect())
+        .await
+        .unwrap();
+    assert_eq!(f.journal.replay("n", 0).await.unwrap().len(), 10);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writer_failure_is_reported_to_every_later_caller() {
+    let f = support::sqlite(Default::default()).await;
+    f.journal.append(ev("t", "e", 0)).await.unwrap();
+    // Break the database underneath the writer from another connection.
+    {
+        use sqlx::Connection as _;
+        let mut other = sqlx::SqliteConnection::connect(&f.url).await.unwrap();
+        sqlx::query("DROP TABLE journal_events")
+            .execute(&mut other)
+            .await
+            .unwrap();
+        other.close().await.unwrap();
+    }
+    let first = f.journal.append(ev("t", "e", 1)).await.unwrap_err();
+    assert!(matches!(first, JournalError::WriterFailed(_)), "{first:?}");
+    for n in 2..5 {
+        let later = f.journal.append(ev("t", "e", n)).await.unwrap_err();
+        assert!(matches!(later, JournalError::WriterFailed(_)), "{later:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_tail_sees_appends_from_another_handle_by_polling() {
+    let f = support::sqlite(Default::default()).await;
+    let options = JournalOptions {
+        tail_poll: Duration::from_millis(20),
+        ..Default::default()
+    };
+    let watcher = Journal::open_with(&f.url, options).await.unwrap();
+    let mut tail = watcher.tail("x", 0);
+    for n in 0..3 {
+        f.journal.append(ev("x", "e", n)).await.unwrap();
+        let e = tokio::time::timeout(Duration::from_secs(30), tail.next())
+            .await
+            .expect("tail stalled")
+            .unwrap()
+            .unwrap();
+        assert_eq!(e.payload["n"], n);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_tail_sees_other_writers_through_listen_notify() {
+    let Some(f) = support::postgres(Default::default()).await else {
+        return;
+    };
+    // Polling is effectively off: only NOTIFY can wake this tail.
+    let options = JournalOptions {
+        tail_poll: Duration::from_secs(3600),
+        ..Default::default()
+    };
+    let watcher = Journal::open_with(&f.url, options).await.unwrap();
+    let mut tail = watcher.tail("x", 0);
+    // Drain nothing: the first read finds no events and waits on LISTEN.
+    let writer = f.journal.clone();
+    let appends = tokio::spawn(async move {
+        for n in 0..5 {
+            writer.append(ev("other-thread", "e", n)).await.unwrap();
+            writer.append(ev("x", "e", n)).await.unwrap();
+        }
+    });
+    for n in 0..5 {
+        let e = tokio::time::timeout(Duration::from_secs(30), tail.next())
+            .await
+            .expect("tail did not wake on NOTIFY")
+            .unwrap()
+            .unwrap();
+        assert_eq!(e.payload["n"], n);
+    }
+    appends.await.unwrap();
+}
