@@ -1,0 +1,84 @@
+//! Client configuration. The key comes from `OPENAI_API_KEY` only and is never printed.
+
+use std::time::Duration;
+
+use crate::error::ClientError;
+use crate::retry::RetryPolicy;
+
+/// The public API base.
+pub const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
+
+/// An API key. `Debug` and `Display` never show it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ApiKey(String);
+
+impl ApiKey {
+    /// Wraps a key; empty keys are refused.
+    pub fn new(key: impl Into<String>) -> Option<Self> {
+        let key = key.into();
+        let trimmed = key.trim();
+        if trimmed.is_empty() { None } else { Some(Self(trimmed.to_owned())) }
+    }
+    /// `OPENAI_API_KEY`, when set and non-empty.
+    pub fn from_env() -> Option<Self> {
+        std::env::var("OPENAI_API_KEY").ok().and_then(Self::new)
+    }
+    pub(crate) fn bearer(&self) -> String {
+        format!("Bearer {}", self.0)
+    }
+}
+
+impl std::fmt::Debug for ApiKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ApiKey(<redacted>)")
+    }
+}
+
+impl std::fmt::Display for ApiKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+/// How the client connects and retries. Defaults are the official SDK's.
+#[derive(Debug, Clone)]
+pub struct ClientConfig {
+    /// e.g. `https://api.openai.com/v1` (no trailing slash needed).
+    pub base_url: String,
+    pub api_key: ApiKey,
+    pub retry: RetryPolicy,
+    /// TCP connect timeout (SDK: 5 s).
+    pub connect_timeout: Duration,
+    /// Per-read timeout of a JSON response (SDK: 600 s).
+    pub read_timeout: Duration,
+    /// Longest gap between two chunks of an event stream (SDK: 600 s, its read timeout).
+    pub stream_idle_timeout: Duration,
+    /// Sent as `User-Agent`.
+    pub user_agent: String,
+}
+
+impl ClientConfig {
+    /// Config with the SDK defaults for `base_url` and `api_key`.
+    pub fn new(base_url: impl Into<String>, api_key: ApiKey) -> Self {
+        Self {
+            base_url: base_url.into().trim_end_matches('/').to_owned(),
+            api_key,
+            retry: RetryPolicy::default(),
+            connect_timeout: Duration::from_secs(5),
+            read_timeout: Duration::from_secs(600),
+            stream_idle_timeout: Duration::from_secs(600),
+            user_agent: concat!("agentctl-responses/", env!("CARGO_PKG_VERSION")).to_owned(),
+        }
+    }
+
+    /// Base URL from `base_url_flag`, else `OPENAI_BASE_URL`, else the public API; key from
+    /// `OPENAI_API_KEY` (an error when unset).
+    pub fn from_env(base_url_flag: Option<&str>) -> Result<Self, ClientError> {
+        let key = ApiKey::from_env().ok_or(ClientError::MissingApiKey)?;
+        let base = base_url_flag
+            .map(str::to_owned)
+            .or_else(|| std::env::var("OPENAI_BASE_URL").ok().filter(|v| !v.trim().is_empty()))
+            .unwrap_or_else(|| DEFAULT_BASE_URL.to_owned());
+        Ok(Self::new(base, key))
+    }
+}

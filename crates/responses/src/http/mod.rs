@@ -1,0 +1,9 @@
+//! HTTP transport: JSON and SSE requests with the SDK's retry policy.
+
+mod client;
+mod config;
+mod stream;
+
+pub use client::Client;
+pub use config::{ApiKey, ClientConfig, DEFAULT_BASE_URL};
+pub use stream::EventStream;

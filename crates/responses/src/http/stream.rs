@@ -1,0 +1,120 @@
+//! `EventStream`: typed events from an SSE response, with an idle timeout.
+//!
+//! Invariants: after a terminal event (`response.completed/failed/incomplete`) the stream
+//! yields `None`; an `error` event becomes `Err(StreamError)` and ends the stream; the body
+//! ending (or `[DONE]`) before a terminal event is `Err(StreamEndedEarly)`, never a hang;
+//! no chunk for `idle_timeout` is `Err(StreamIdleTimeout)`.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use futures::StreamExt as _;
+use futures::stream::BoxStream;
+
+use crate::error::{ApiError, ClientError};
+use crate::sse::{Decoded, SseFrame, SseParser, decode_frame};
+use crate::types::{Response, StreamEvent};
+
+/// A streamed response's events.
+pub struct EventStream {
+    body: BoxStream<'static, Result<bytes::Bytes, reqwest::Error>>,
+    parser: SseParser,
+    frames: VecDeque<SseFrame>,
+    scratch: Vec<SseFrame>,
+    idle_timeout: Duration,
+    request_id: Option<String>,
+    finished: bool,
+}
+
+impl std::fmt::Debug for EventStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EventStream").field("request_id", &self.request_id).finish_non_exhaustive()
+    }
+}
+
+impl EventStream {
+    pub(crate) fn new(response: reqwest::Response, idle_timeout: Duration) -> Self {
+        let request_id = response
+            .headers()
+            .get("x-request-id")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        Self {
+            body: response.bytes_stream().boxed(),
+            parser: SseParser::new(),
+            frames: VecDeque::new(),
+            scratch: Vec::new(),
+            idle_timeout,
+            request_id,
+            finished: false,
+        }
+    }
+
+    /// The `x-request-id` of the streaming response.
+    pub fn request_id(&self) -> Option<&str> {
+        self.request_id.as_deref()
+    }
+
+    /// The next event; `None` after the terminal event.
+    pub async fn next(&mut self) -> Option<Result<StreamEvent, ClientError>> {
+        if self.finished {
+            return None;
+        }
+        let result = self.next_inner().await;
+        match &result {
+            Ok(event) if event.is_terminal() => self.finished = true,
+            Ok(_) => {}
+            Err(_) => self.finished = true,
+        }
+        Some(result)
+    }
+
+    async fn next_inner(&mut self) -> Result<StreamEvent, ClientError> {
+        loop {
+            if let Some(frame) = self.frames.pop_front() {
+                match decode_frame(&frame).map_err(|e| ClientError::Decode(e.to_string()))? {
+                    Decoded::Done => return Err(ClientError::StreamEndedEarly),
+                    Decoded::Event(StreamEvent::Error(event)) => {
+                        let d = event.detail();
+                        return Err(ClientError::StreamError(Box::new(ApiError {
+                            status: None,
+                            kind: d.kind,
+                            code: d.code,
+                            param: d.param,
+                            message: d.message,
+                            request_id: self.request_id.clone(),
+                        })));
+                    }
+                    Decoded::Event(event) => return Ok(event),
+                }
+            }
+            match tokio::time::timeout(self.idle_timeout, self.body.next()).await {
+                Err(_) => return Err(ClientError::StreamIdleTimeout(self.idle_timeout)),
+                Ok(Some(Ok(chunk))) => {
+                    self.parser.push(&chunk, &mut self.scratch)?;
+                    self.frames.extend(self.scratch.drain(..));
+                }
+                Ok(Some(Err(_))) | Ok(None) => {
+                    self.parser.finish(&mut self.scratch)?;
+                    self.frames.extend(self.scratch.drain(..));
+                    if self.frames.is_empty() {
+                        return Err(ClientError::StreamEndedEarly);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Reads to the end and returns the terminal response (completed, failed or incomplete).
+    pub async fn final_response(mut self) -> Result<Response, ClientError> {
+        while let Some(event) = self.next().await {
+            match event? {
+                StreamEvent::Completed(e) | StreamEvent::Failed(e) | StreamEvent::Incomplete(e) => {
+                    return Ok(e.response);
+                }
+                _ => {}
+            }
+        }
+        Err(ClientError::StreamEndedEarly)
+    }
+}

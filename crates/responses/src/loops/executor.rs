@@ -1,0 +1,49 @@
+//! The seam through which loops run tools, so a host can journal them (idempotent by call_id).
+
+use std::future::Future;
+
+use crate::types::{FunctionCall, FunctionCallOutput};
+
+/// A tool that could not produce a result. It is reported to the model as a failure.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct ToolFailure {
+    pub message: String,
+}
+
+impl ToolFailure {
+    pub fn new(message: impl Into<String>) -> Self {
+        Self { message: message.into() }
+    }
+}
+
+/// Runs tool calls. Implementations decide policy (allowlists, validation, journaling).
+pub trait ToolExecutor: Send + Sync {
+    /// Runs `name` with JSON `arguments` for `call_id`; `Ok` is the output string.
+    fn call(
+        &self,
+        call_id: &str,
+        name: &str,
+        arguments: &str,
+    ) -> impl Future<Output = Result<String, ToolFailure>> + Send;
+
+    /// The output string that reports `failure` to the model (never an invented result).
+    /// The default is `{"ok":false,"error":...}`; tools with an `output_schema` override it.
+    fn failure_output(&self, _name: &str, failure: &ToolFailure) -> String {
+        serde_json::json!({"ok": false, "error": failure.message}).to_string()
+    }
+}
+
+/// Runs `call` and builds its `function_call_output`, echoing the call's `caller`.
+pub async fn output_for<E: ToolExecutor + ?Sized>(executor: &E, call: &FunctionCall) -> FunctionCallOutput {
+    let output = match executor.call(&call.call_id, &call.name, &call.arguments).await {
+        Ok(output) => output,
+        Err(failure) => {
+            tracing::info!(call_id = %call.call_id, name = %call.name, %failure, "tool failed");
+            executor.failure_output(&call.name, &failure)
+        }
+    };
+    let mut out = FunctionCallOutput::new(call.call_id.clone(), output, None);
+    out.caller = call.caller.clone();
+    out
+}

@@ -1,0 +1,155 @@
+//! The official SDK's retry policy (reference section 10.3), as pure functions.
+//!
+//! Decision order: a `retry-after(-ms)` above [`MAX_RETRY_AFTER`] forbids retrying; then
+//! `x-should-retry: true|false` decides; then statuses 408, 409, 429 and >= 500 retry.
+//! Delay: a server-given `0 < d <= 120 s` is used exactly (no jitter); otherwise
+//! `min(initial * 2^retries_taken, 8 s) * (1 - 0.25 * random)`.
+
+use std::time::{Duration, SystemTime};
+
+use reqwest::header::HeaderMap;
+
+/// The SDK's default: 2 retries, 3 attempts in all.
+pub const DEFAULT_MAX_RETRIES: u32 = 2;
+/// `MAX_RETRY_AFTER_DELAY`: server delays above this are not waited for.
+pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(120);
+/// `INITIAL_RETRY_DELAY`.
+pub const INITIAL_RETRY_DELAY: Duration = Duration::from_millis(500);
+/// `MAX_RETRY_DELAY`.
+pub const MAX_RETRY_DELAY: Duration = Duration::from_secs(8);
+
+/// Backoff settings (the defaults are the SDK's; tests may shrink `initial`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RetryPolicy {
+    pub max_retries: u32,
+    pub initial_delay: Duration,
+    pub max_delay: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        Self { max_retries: DEFAULT_MAX_RETRIES, initial_delay: INITIAL_RETRY_DELAY, max_delay: MAX_RETRY_DELAY }
+    }
+}
+
+/// The server-requested delay from `retry-after-ms`, else `retry-after` (seconds or HTTP date).
+pub fn server_delay(headers: &HeaderMap) -> Option<Duration> {
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim);
+    if let Some(ms) = header("retry-after-ms").and_then(|v| v.parse::<f64>().ok()) {
+        return duration_from_secs(ms / 1000.0);
+    }
+    let value = header("retry-after")?;
+    if let Ok(secs) = value.parse::<f64>() {
+        return duration_from_secs(secs);
+    }
+    let when = parse_http_date(value)?;
+    Some(when.duration_since(SystemTime::now()).unwrap_or(Duration::ZERO))
+}
+
+fn duration_from_secs(secs: f64) -> Option<Duration> {
+    if secs.is_finite() && secs >= 0.0 { Duration::try_from_secs_f64(secs).ok() } else { None }
+}
+
+/// Whether a response with `status` and `headers` should be retried (ignoring attempt counts).
+pub fn should_retry(status: u16, headers: &HeaderMap) -> bool {
+    if server_delay(headers).is_some_and(|d| d > MAX_RETRY_AFTER) {
+        return false;
+    }
+    match headers.get("x-should-retry").and_then(|v| v.to_str().ok()) {
+        Some("true") => return true,
+        Some("false") => return false,
+        _ => {}
+    }
+    matches!(status, 408 | 409 | 429) || status >= 500
+}
+
+/// How long to wait before retry number `retries_taken + 1`; `unit` in [0, 1) is the jitter draw.
+pub fn retry_delay(policy: &RetryPolicy, retries_taken: u32, headers: Option<&HeaderMap>, unit: f64) -> Duration {
+    if let Some(d) = headers.and_then(server_delay)
+        && d > Duration::ZERO
+        && d <= MAX_RETRY_AFTER
+    {
+        return d;
+    }
+    let factor = 2f64.powi(i32::try_from(retries_taken.min(30)).unwrap_or(30));
+    let base = (policy.initial_delay.as_secs_f64() * factor).min(policy.max_delay.as_secs_f64());
+    let jitter = 1.0 - 0.25 * unit.clamp(0.0, 1.0);
+    Duration::from_secs_f64(base * jitter)
+}
+
+/// A jitter draw in [0, 1).
+pub fn jitter_unit() -> f64 {
+    rand::random::<f64>()
+}
+
+/// Parses an IMF-fixdate (`Sun, 06 Nov 1994 08:49:37 GMT`), the only form servers must send.
+fn parse_http_date(value: &str) -> Option<SystemTime> {
+    let parts: Vec<&str> = value.split_whitespace().collect();
+    let [_, day, month, year, time, "GMT"] = parts.as_slice() else { return None };
+    let day: u64 = day.parse().ok()?;
+    let month = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"]
+        .iter()
+        .position(|m| m == month)? as u64
+        + 1;
+    let year: u64 = year.parse().ok()?;
+    let hms: Vec<u64> = time.split(':').map(|p| p.parse().ok()).collect::<Option<_>>()?;
+    let [h, m, s] = hms.as_slice() else { return None };
+    // Days from civil (Howard Hinnant), valid for years >= 1970.
+    let (y, mo) = if month <= 2 { (year - 1, month + 9) } else { (year, month - 3) };
+    let era = y / 400;
+    let yoe = y - era * 400;
+    let doy = (153 * mo + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = (era * 146_097 + doe).checked_sub(719_468)?;
+    let secs = days * 86_400 + h * 3600 + m * 60 + s;
+    Some(SystemTime::UNIX_EPOCH + Duration::from_secs(secs))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use reqwest::header::HeaderValue;
+
+    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.insert(*k, HeaderValue::from_str(v).unwrap());
+        }
+        h
+    }
+
+    #[test]
+    fn statuses_and_override_headers() {
+        let none = HeaderMap::new();
+        for s in [408, 409, 429, 500, 502, 503] {
+            assert!(should_retry(s, &none), "{s}");
+        }
+        for s in [400, 401, 403, 404, 422] {
+            assert!(!should_retry(s, &none), "{s}");
+        }
+        assert!(!should_retry(500, &headers(&[("x-should-retry", "false")])));
+        assert!(should_retry(400, &headers(&[("x-should-retry", "true")])));
+        assert!(!should_retry(429, &headers(&[("retry-after", "121")])));
+        assert!(!should_retry(429, &headers(&[("retry-after-ms", "120001"), ("x-should-retry", "true")])));
+        assert!(should_retry(429, &headers(&[("retry-after", "120")])));
+    }
+
+    #[test]
+    fn delays_follow_the_sdk() {
+        let p = RetryPolicy::default();
+        assert_eq!(retry_delay(&p, 0, Some(&headers(&[("retry-after", "3")])), 0.9), Duration::from_secs(3));
+        assert_eq!(
+            retry_delay(&p, 0, Some(&headers(&[("retry-after-ms", "250"), ("retry-after", "9")])), 0.9),
+            Duration::from_millis(250)
+        );
+        assert_eq!(retry_delay(&p, 0, None, 0.0), Duration::from_millis(500));
+        assert_eq!(retry_delay(&p, 0, None, 1.0), Duration::from_millis(375));
+        assert_eq!(retry_delay(&p, 1, None, 0.0), Duration::from_secs(1));
+        assert_eq!(retry_delay(&p, 10, None, 0.0), Duration::from_secs(8));
+        assert_eq!(retry_delay(&p, 10, None, 1.0), Duration::from_secs(6));
+        // retry-after 0 or above the cap falls back to backoff.
+        assert_eq!(retry_delay(&p, 0, Some(&headers(&[("retry-after", "0")])), 0.0), Duration::from_millis(500));
+        let date = parse_http_date("Sun, 06 Nov 1994 08:49:37 GMT").unwrap();
+        assert_eq!(date.duration_since(SystemTime::UNIX_EPOCH).unwrap().as_secs(), 784_111_777);
+    }
+}

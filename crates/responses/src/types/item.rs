@@ -1,0 +1,381 @@
+//! Conversation items: what goes into `input` and comes back in `output`.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use super::tagged::{EmitsTag, Nullable, nullable, tagged_union};
+
+tagged_union! {
+    /// One conversation item (reference section 4). Unknown item types are kept whole.
+    pub enum Item untyped = "message" {
+        Message(MessageItem) = "message",
+        FunctionCall(FunctionCall) = "function_call",
+        FunctionCallOutput(FunctionCallOutput) = "function_call_output",
+        Reasoning(Reasoning) = "reasoning",
+        Compaction(Compaction) = "compaction",
+        Program(Program) = "program",
+        ProgramOutput(ProgramOutput) = "program_output",
+        CustomToolCall(CustomToolCall) = "custom_tool_call",
+        CustomToolCallOutput(CustomToolCallOutput) = "custom_tool_call_output",
+    }
+}
+
+tagged_union! {
+    /// A part of a message's content (`input_text`, `output_text`, `refusal`, ...).
+    pub enum ContentPart {
+        InputText(TextPart) = "input_text",
+        OutputText(TextPart) = "output_text",
+        Refusal(RefusalPart) = "refusal",
+        ReasoningText(TextPart) = "reasoning_text",
+        SummaryText(TextPart) = "summary_text",
+    }
+}
+
+tagged_union! {
+    /// Who made a tool call: the model directly, or a program (programmatic tool calling).
+    pub enum Caller {
+        Direct(Fields) = "direct",
+        Program(ProgramCaller) = "program",
+    }
+}
+
+/// A struct with no typed fields: everything lives in `extra`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Fields {
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+impl EmitsTag for Fields {}
+
+/// `{"type":"program","caller_id":...}`: the program item's `call_id`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProgramCaller {
+    pub caller_id: String,
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+impl EmitsTag for ProgramCaller {}
+
+/// A text-bearing content part.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TextPart {
+    pub text: String,
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+impl EmitsTag for TextPart {}
+
+impl TextPart {
+    /// An `output_text` part as the API shapes it (with empty `annotations`).
+    pub fn output(text: impl Into<String>) -> Self {
+        let mut extra = Map::new();
+        extra.insert("annotations".into(), Value::Array(Vec::new()));
+        Self { text: text.into(), extra }
+    }
+    /// A plain text part (no extra fields).
+    pub fn plain(text: impl Into<String>) -> Self {
+        Self { text: text.into(), extra: Map::new() }
+    }
+}
+
+/// A refusal content part.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RefusalPart {
+    pub refusal: String,
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+impl EmitsTag for RefusalPart {}
+
+/// Message content: a bare string or a list of parts.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum MessageContent {
+    Text(String),
+    Parts(Vec<ContentPart>),
+}
+
+/// A `message` item (input or output). `typed == false` marks the "easy" form without `type`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MessageItem {
+    #[serde(skip, default = "yes")]
+    pub typed: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    pub role: String,
+    pub content: MessageContent,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<String>,
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+fn yes() -> bool {
+    true
+}
+impl EmitsTag for MessageItem {
+    fn emits_tag(&self) -> bool {
+        self.typed
+    }
+    fn mark_untyped(&mut self) {
+        self.typed = false;
+    }
+}
+
+impl MessageItem {
+    /// The "easy" user message `{"role":"user","content":text}`.
+    pub fn user(text: impl Into<String>) -> Self {
+        Self {
+            typed: false,
+            id: None,
+            role: "user".into(),
+            content: MessageContent::Text(text.into()),
+            status: None,
+            extra: Map::new(),
+        }
+    }
+
+    /// A completed assistant message with one `output_text` part.
+    pub fn assistant(id: impl Into<String>, text: impl Into<String>) -> Self {
+        Self {
+            typed: true,
+            id: Some(id.into()),
+            role: "assistant".into(),
+            content: MessageContent::Parts(vec![ContentPart::OutputText(TextPart::output(text))]),
+            status: Some("completed".into()),
+            extra: Map::new(),
+        }
+    }
+
+    /// All text in this message (`output_text`/`input_text` parts or the bare string), joined.
+    pub fn text(&self) -> String {
+        match &self.content {
+            MessageContent::Text(text) => text.clone(),
+            MessageContent::Parts(parts) => parts
+                .iter()
+                .filter_map(|part| match part {
+                    ContentPart::InputText(p) | ContentPart::OutputText(p) => Some(p.text.as_str()),
+                    ContentPart::Refusal(_)
+                    | ContentPart::ReasoningText(_)
+                    | ContentPart::SummaryText(_)
+                    | ContentPart::Other(_) => None,
+                })
+                .collect::<Vec<_>>()
+                .join(""),
+        }
+    }
+}
+
+/// A `function_call` item. `caller` and `async` keep the difference between absent and null.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FunctionCall {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    pub call_id: String,
+    pub name: String,
+    pub arguments: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<String>,
+    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "Option::is_none")]
+    pub caller: Nullable<Caller>,
+    #[serde(rename = "async", default, deserialize_with = "nullable", skip_serializing_if = "Option::is_none")]
+    pub is_async: Nullable<bool>,
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+impl EmitsTag for FunctionCall {}
+
+impl FunctionCall {
+    /// The caller, if one is set (absent and null both give `None`).
+    pub fn caller(&self) -> Option<&Caller> {
+        self.caller.as_ref().and_then(Option::as_ref)
+    }
+    /// Whether the model marked this call `async: true`.
+    pub fn is_async(&self) -> bool {
+        matches!(self.is_async, Some(Some(true)))
+    }
+}
+
+/// A tool's output: a string or a list of content parts.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum ToolOutput {
+    Text(String),
+    Parts(Vec<ContentPart>),
+}
+
+/// A `function_call_output` item.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FunctionCallOutput {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    pub call_id: String,
+    pub output: ToolOutput,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<String>,
+    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "Option::is_none")]
+    pub caller: Nullable<Caller>,
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+impl EmitsTag for FunctionCallOutput {}
+
+impl FunctionCallOutput {
+    /// An output for `call_id`; `caller` is echoed when given (required for PTC resumption).
+    pub fn new(call_id: impl Into<String>, output: impl Into<String>, caller: Option<Caller>) -> Self {
+        Self {
+            id: None,
+            call_id: call_id.into(),
+            output: ToolOutput::Text(output.into()),
+            status: None,
+            caller: caller.map(Some),
+            extra: Map::new(),
+        }
+    }
+    /// The caller, if one is set.
+    pub fn caller(&self) -> Option<&Caller> {
+        self.caller.as_ref().and_then(Option::as_ref)
+    }
+    /// The output as text (parts are joined).
+    pub fn text(&self) -> String {
+        match &self.output {
+            ToolOutput::Text(t) => t.clone(),
+            ToolOutput::Parts(parts) => parts
+                .iter()
+                .filter_map(|p| match p {
+                    ContentPart::InputText(t) | ContentPart::OutputText(t) => Some(t.text.as_str()),
+                    ContentPart::Refusal(_)
+                    | ContentPart::ReasoningText(_)
+                    | ContentPart::SummaryText(_)
+                    | ContentPart::Other(_) => None,
+                })
+                .collect::<Vec<_>>()
+                .join(""),
+        }
+    }
+}
+
+/// A `reasoning` item; `encrypted_content` must be replayed untouched.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Reasoning {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    #[serde(default)]
+    pub summary: Vec<Value>,
+    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "Option::is_none")]
+    pub encrypted_content: Nullable<String>,
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+impl EmitsTag for Reasoning {}
+
+/// A `compaction` item: opaque, must be sent back whole.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Compaction {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    pub encrypted_content: String,
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+impl EmitsTag for Compaction {}
+
+/// A `program` item (programmatic tool calling); `fingerprint` must round-trip.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Program {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    pub call_id: String,
+    pub code: String,
+    pub fingerprint: String,
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+impl EmitsTag for Program {}
+
+/// A `program_output` item: the program's result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProgramOutput {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    pub call_id: String,
+    pub result: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<String>,
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+impl EmitsTag for ProgramOutput {}
+
+/// A `custom_tool_call` item (free-text `input`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CustomToolCall {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    pub call_id: String,
+    pub name: String,
+    pub input: String,
+    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "Option::is_none")]
+    pub caller: Nullable<Caller>,
+    #[serde(rename = "async", default, deserialize_with = "nullable", skip_serializing_if = "Option::is_none")]
+    pub is_async: Nullable<bool>,
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+impl EmitsTag for CustomToolCall {}
+
+/// A `custom_tool_call_output` item.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CustomToolCallOutput {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    pub call_id: String,
+    pub output: ToolOutput,
+    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "Option::is_none")]
+    pub caller: Nullable<Caller>,
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+impl EmitsTag for CustomToolCallOutput {}
+
+impl Item {
+    /// The `call_id` of a call or output item.
+    pub fn call_id(&self) -> Option<&str> {
+        match self {
+            Item::FunctionCall(c) => Some(&c.call_id),
+            Item::FunctionCallOutput(o) => Some(&o.call_id),
+            Item::CustomToolCall(c) => Some(&c.call_id),
+            Item::CustomToolCallOutput(o) => Some(&o.call_id),
+            Item::Program(p) => Some(&p.call_id),
+            Item::ProgramOutput(p) => Some(&p.call_id),
+            Item::Message(_) | Item::Reasoning(_) | Item::Compaction(_) => None,
+            Item::Other(v) => v.get("call_id").and_then(Value::as_str),
+        }
+    }
+
+    /// The item's `id`, if present.
+    pub fn id(&self) -> Option<&str> {
+        match self {
+            Item::Message(m) => m.id.as_deref(),
+            Item::FunctionCall(c) => c.id.as_deref(),
+            Item::FunctionCallOutput(o) => o.id.as_deref(),
+            Item::Reasoning(r) => r.id.as_deref(),
+            Item::Compaction(c) => c.id.as_deref(),
+            Item::Program(p) => p.id.as_deref(),
+            Item::ProgramOutput(p) => p.id.as_deref(),
+            Item::CustomToolCall(c) => c.id.as_deref(),
+            Item::CustomToolCallOutput(o) => o.id.as_deref(),
+            Item::Other(v) => v.get("id").and_then(Value::as_str),
+        }
+    }
+}
+
+impl From<MessageItem> for Item {
+    fn from(m: MessageItem) -> Self {
+        Item::Message(m)
+    }
+}
+impl From<FunctionCallOutput> for Item {
+    fn from(o: FunctionCallOutput) -> Self {
+        Item::FunctionCallOutput(o)
+    }
+}

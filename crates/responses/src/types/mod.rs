@@ -1,0 +1,23 @@
+//! Wire types with serde. Every struct keeps unknown fields in `extra` and every union keeps
+//! unknown variants in `Other`, so anything read can be sent back verbatim.
+
+mod event;
+mod item;
+mod request;
+mod response;
+pub(crate) mod tagged;
+mod tool;
+
+pub use event::{
+    ArgumentsDoneEvent, ContentPartEvent, DeltaEvent, ErrorDetail, ErrorEvent, ItemScopedEvent,
+    OutputItemEvent, ResponseEvent, StreamEvent, TextDoneEvent,
+};
+pub use item::{
+    Caller, Compaction, ContentPart, CustomToolCall, CustomToolCallOutput, Fields, FunctionCall,
+    FunctionCallOutput, Item, MessageContent, MessageItem, Program, ProgramCaller, ProgramOutput,
+    Reasoning, RefusalPart, TextPart, ToolOutput,
+};
+pub use request::{CompactRequest, CreateResponse, Input};
+pub use response::{CompactedResponse, Response, ResponseError, Usage};
+pub use tagged::{EmitsTag, Nullable};
+pub use tool::{CustomTool, FunctionTool, Tool};

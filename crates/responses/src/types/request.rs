@@ -1,0 +1,90 @@
+//! Request bodies for `POST /responses` and `POST /responses/compact`.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use super::item::{Item, MessageItem};
+use super::tagged::{Nullable, nullable};
+use super::tool::Tool;
+
+/// `input`: a bare string (one user message) or a list of items.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Input {
+    Text(String),
+    Items(Vec<Item>),
+}
+
+impl Input {
+    /// The input as items (a bare string becomes one "easy" user message).
+    pub fn to_items(&self) -> Vec<Item> {
+        match self {
+            Input::Text(text) => vec![Item::Message(MessageItem::user(text.clone()))],
+            Input::Items(items) => items.clone(),
+        }
+    }
+}
+
+/// `POST /v1/responses` body (reference section 2). Fields not typed here live in `extra`.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct CreateResponse {
+    #[serde(default)]
+    pub model: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input: Option<Input>,
+    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "Option::is_none")]
+    pub instructions: Nullable<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tools: Option<Vec<Tool>>,
+    /// `"none"`, `"auto"`, `"required"` or an object; kept as JSON.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_choice: Option<Value>,
+    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "Option::is_none")]
+    pub previous_response_id: Nullable<String>,
+    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "Option::is_none")]
+    pub store: Nullable<bool>,
+    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "Option::is_none")]
+    pub stream: Nullable<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub include: Option<Vec<String>>,
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+impl CreateResponse {
+    /// A request for `model` with `input`.
+    pub fn new(model: impl Into<String>, input: Input) -> Self {
+        Self { model: model.into(), input: Some(input), ..Self::default() }
+    }
+    /// `previous_response_id`, if set.
+    pub fn previous_response_id(&self) -> Option<&str> {
+        self.previous_response_id.as_ref().and_then(|v| v.as_deref())
+    }
+    /// `store` (the API defaults it to true).
+    pub fn store(&self) -> bool {
+        !matches!(self.store, Some(Some(false)))
+    }
+    /// Whether `stream: true` was asked for.
+    pub fn is_stream(&self) -> bool {
+        matches!(self.stream, Some(Some(true)))
+    }
+    /// `instructions`, if set.
+    pub fn instructions(&self) -> Option<&str> {
+        self.instructions.as_ref().and_then(|v| v.as_deref())
+    }
+}
+
+/// `POST /v1/responses/compact` body (reference section 7.1).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct CompactRequest {
+    #[serde(default)]
+    pub model: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input: Option<Input>,
+    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "Option::is_none")]
+    pub previous_response_id: Nullable<String>,
+    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "Option::is_none")]
+    pub instructions: Nullable<String>,
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}

@@ -1,0 +1,89 @@
+//! Tool definitions (reference section 5).
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use super::item::Fields;
+use super::tagged::{EmitsTag, Nullable, nullable, tagged_union};
+
+tagged_union! {
+    /// A tool the model may call. Hosted and future tools are kept verbatim in `Other`.
+    pub enum Tool {
+        Function(FunctionTool) = "function",
+        Custom(CustomTool) = "custom",
+        /// `{"type":"programmatic_tool_calling"}`: lets the model run programs that call tools.
+        ProgrammaticToolCalling(Fields) = "programmatic_tool_calling",
+    }
+}
+
+/// A function tool. `parameters` and `strict` are nullable-but-required on the wire.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FunctionTool {
+    pub name: String,
+    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "Option::is_none")]
+    pub description: Nullable<String>,
+    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "Option::is_none")]
+    pub parameters: Nullable<Value>,
+    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "Option::is_none")]
+    pub strict: Nullable<bool>,
+    /// `["direct"]`, `["programmatic"]` or both.
+    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "Option::is_none")]
+    pub allowed_callers: Nullable<Vec<String>>,
+    /// JSON Schema of the JSON value encoded in this tool's string outputs.
+    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "Option::is_none")]
+    pub output_schema: Nullable<Value>,
+    /// Async tools let the model keep working before the output arrives.
+    #[serde(rename = "async", default, skip_serializing_if = "Option::is_none")]
+    pub is_async: Option<bool>,
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+impl EmitsTag for FunctionTool {}
+
+impl FunctionTool {
+    /// A strict function tool with a parameters schema.
+    pub fn new(name: impl Into<String>, description: impl Into<String>, parameters: Value) -> Self {
+        Self {
+            name: name.into(),
+            description: Some(Some(description.into())),
+            parameters: Some(Some(parameters)),
+            strict: Some(Some(true)),
+            allowed_callers: None,
+            output_schema: None,
+            is_async: None,
+            extra: Map::new(),
+        }
+    }
+}
+
+/// A custom (free-text input) tool.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CustomTool {
+    pub name: String,
+    #[serde(rename = "async", default, skip_serializing_if = "Option::is_none")]
+    pub is_async: Option<bool>,
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+impl EmitsTag for CustomTool {}
+
+impl Tool {
+    /// The tool's name, for named tools.
+    pub fn name(&self) -> Option<&str> {
+        match self {
+            Tool::Function(f) => Some(&f.name),
+            Tool::Custom(c) => Some(&c.name),
+            Tool::ProgrammaticToolCalling(_) => None,
+            Tool::Other(v) => v.get("name").and_then(Value::as_str),
+        }
+    }
+    /// Whether this tool was declared `async: true`.
+    pub fn is_async(&self) -> bool {
+        match self {
+            Tool::Function(f) => f.is_async == Some(true),
+            Tool::Custom(c) => c.is_async == Some(true),
+            Tool::ProgrammaticToolCalling(_) => false,
+            Tool::Other(v) => v.get("async").and_then(Value::as_bool) == Some(true),
+        }
+    }
+}
