@@ -1,0 +1,352 @@
+//! Benchmark driver for `cargo xtask bench context` (release build). Prints one JSON object
+//! per measurement on stdout. Usage: `bench_context [--sizes 100000,1000000] [--runs 5]`.
+//!
+//! The history layout follows the seed's `bench_store.py`: one "sparse" thread whose two
+//! units are the oldest rows, then units round-robin over 10 "busy" threads (3 items,
+//! ~700 bytes: a message, a function_call and its output); busy-5's only "E42" is its first
+//! unit, so a rare-term search must find it among all the others.
+
+use std::time::Instant;
+
+use agent_context::{ContextOptions, ContextStore, Durability, NewEvidence, NewUnit};
+use serde_json::{Value, json};
+
+const WORDS: &[&str] = &[
+    "build",
+    "failed",
+    "login",
+    "module",
+    "timeout",
+    "retry",
+    "cache",
+    "schema",
+    "migration",
+    "docs",
+    "test",
+    "错误",
+    "登录",
+    "模块",
+    "超时",
+    "重试",
+    "诊断",
+    "只读",
+    "方案",
+];
+
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+fn unit(i: usize, rng: &mut Rng) -> Vec<Value> {
+    let text: Vec<&str> = (0..40)
+        .map(|_| WORDS[rng.below(WORDS.len() as u64) as usize])
+        .collect();
+    let text = text.join(" ");
+    let head: String = text.chars().take(120).collect();
+    vec![
+        json!({"type": "message", "role": "user", "text": format!("step {i}: {text}")}),
+        json!({"type": "function_call", "call_id": format!("c{i}"), "name": "run_tests", "arguments": "{\"suite\": \"unit\"}"}),
+        json!({"type": "function_call_output", "call_id": format!("c{i}"), "output": format!("ok {i} passed; {head}")}),
+    ]
+}
+
+fn emit(value: Value) {
+    println!("{value}");
+}
+
+fn median(mut xs: Vec<f64>) -> f64 {
+    xs.sort_by(f64::total_cmp);
+    if xs.is_empty() {
+        return 0.0;
+    }
+    let m = xs.len() / 2;
+    if xs.len() % 2 == 1 {
+        xs[m]
+    } else {
+        (xs[m - 1] + xs[m]) / 2.0
+    }
+}
+
+async fn latency<F, Fut>(reps: usize, mut f: F) -> anyhow::Result<f64>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<usize>>,
+{
+    for _ in 0..3 {
+        f().await?;
+    }
+    let mut xs = Vec::with_capacity(reps);
+    for _ in 0..reps {
+        let t = Instant::now();
+        f().await?;
+        xs.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    Ok(median(xs))
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> anyhow::Result<()> {
+    let args: Vec<String> = std::env::args().collect();
+    let arg = |name: &str| {
+        args.iter()
+            .position(|a| a == name)
+            .and_then(|i| args.get(i + 1))
+            .cloned()
+    };
+    let sizes: Vec<usize> = arg("--sizes")
+        .unwrap_or_else(|| "100000,1000000".into())
+        .split(',')
+        .filter_map(|s| s.parse().ok())
+        .collect();
+    let runs: usize = arg("--runs").and_then(|s| s.parse().ok()).unwrap_or(5);
+    let dir = tempfile::tempdir()?;
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let pool: Vec<Vec<Value>> = (0..2000).map(|i| unit(i, &mut rng)).collect();
+
+    append_throughput(dir.path(), &pool, runs).await?;
+    history(dir.path(), &pool, &sizes, runs).await?;
+    consolidation(dir.path(), runs).await?;
+    Ok(())
+}
+
+async fn append_rate(
+    store: &ContextStore,
+    pool: &[Vec<Value>],
+    seconds: f64,
+) -> anyhow::Result<f64> {
+    let t = Instant::now();
+    let mut n = 0usize;
+    while t.elapsed().as_secs_f64() < seconds {
+        for _ in 0..10 {
+            store
+                .append_unit(
+                    &format!("busy-{}", n % 10),
+                    &format!("u{n}"),
+                    &pool[n % pool.len()],
+                )
+                .await?;
+            n += 1;
+        }
+    }
+    Ok(n as f64 / t.elapsed().as_secs_f64())
+}
+
+async fn append_throughput(
+    dir: &std::path::Path,
+    pool: &[Vec<Value>],
+    runs: usize,
+) -> anyhow::Result<()> {
+    let (mut mem, mut full, mut normal, mut batch) = (vec![], vec![], vec![], vec![]);
+    for run in 0..runs {
+        let s = ContextStore::open("sqlite::memory:").await?;
+        mem.push(append_rate(&s, pool, 1.0).await?);
+        s.close().await;
+        let url = format!(
+            "sqlite://{}",
+            dir.join(format!("append-full-{run}.db")).display()
+        );
+        let s = ContextStore::open(&url).await?;
+        full.push(append_rate(&s, pool, 1.5).await?);
+        s.close().await;
+        let url = format!(
+            "sqlite://{}",
+            dir.join(format!("append-normal-{run}.db")).display()
+        );
+        let s = ContextStore::open_with(
+            &url,
+            ContextOptions::default().durability(Durability::Normal),
+        )
+        .await?;
+        normal.push(append_rate(&s, pool, 1.0).await?);
+        s.close().await;
+        // 100 units per transaction, durability Full.
+        let url = format!(
+            "sqlite://{}",
+            dir.join(format!("append-batch-{run}.db")).display()
+        );
+        let s = ContextStore::open(&url).await?;
+        let t = Instant::now();
+        let mut n = 0usize;
+        while t.elapsed().as_secs_f64() < 1.0 {
+            let units: Vec<NewUnit> = (0..100)
+                .map(|k| NewUnit {
+                    unit: format!("u{}", n + k),
+                    items: pool[(n + k) % pool.len()].clone(),
+                })
+                .collect();
+            s.append_units(&format!("busy-{}", (n / 100) % 10), &units)
+                .await?;
+            n += 100;
+        }
+        batch.push(n as f64 / t.elapsed().as_secs_f64());
+        s.close().await;
+    }
+    emit(json!({"bench": "append_unit_memory", "median": median(mem), "unit": "units/s"}));
+    emit(json!({"bench": "append_unit_file_full", "median": median(full), "unit": "units/s"}));
+    emit(json!({"bench": "append_unit_file_normal", "median": median(normal), "unit": "units/s"}));
+    emit(
+        json!({"bench": "append_units_batch100_file_full", "median": median(batch), "unit": "units/s"}),
+    );
+    Ok(())
+}
+
+async fn history(
+    dir: &std::path::Path,
+    pool: &[Vec<Value>],
+    sizes: &[usize],
+    runs: usize,
+) -> anyhow::Result<()> {
+    let url = format!("sqlite://{}", dir.join("history.db").display());
+    let s = ContextStore::open_with(
+        &url,
+        ContextOptions::default().durability(Durability::Normal),
+    )
+    .await?;
+    s.append_unit(
+        "sparse",
+        "s0",
+        &[json!({"type": "message", "text": "needle-sparse E42 旧登录模块"})],
+    )
+    .await?;
+    s.append_unit(
+        "sparse",
+        "s1",
+        &[json!({"type": "message", "text": "second sparse unit"})],
+    )
+    .await?;
+    let mut filled = 0usize;
+    for &n in sizes {
+        let t = Instant::now();
+        // Fill in blocks of 1000 (100 per busy thread per transaction), same round-robin layout.
+        while filled < n {
+            let block = (n - filled).min(1000);
+            let mut per_thread: Vec<Vec<NewUnit>> = vec![Vec::new(); 10];
+            for i in filled..filled + block {
+                let items = if i == 5 {
+                    vec![json!({"type": "message", "text": "E42 early hit"})]
+                } else {
+                    pool[i % pool.len()].clone()
+                };
+                let name = if i == 5 {
+                    "hit".to_string()
+                } else {
+                    format!("u{i}")
+                };
+                per_thread[i % 10].push(NewUnit { unit: name, items });
+            }
+            for (k, units) in per_thread.iter().enumerate() {
+                if !units.is_empty() {
+                    s.append_units(&format!("busy-{k}"), units).await?;
+                }
+            }
+            filled += block;
+        }
+        emit(
+            json!({"bench": "fill", "units": n, "seconds": t.elapsed().as_secs_f64(), "db_bytes": db_bytes(&dir.join("history.db"))}),
+        );
+        let reps = runs * 20;
+        let cases: &[(&str, &str, &str, usize)] = &[
+            ("search_rare_1match", "busy-5", "E42", 5),
+            ("search_common", "busy-5", "login", 5),
+            ("search_miss", "busy-5", "no-such-term", 5),
+            ("search_cjk_sparse", "sparse", "旧登录", 5),
+            ("search_short_term_fallback_common", "busy-5", "lo", 5),
+        ];
+        for &(name, thread, term, limit) in cases {
+            let hits = s.search(thread, term, limit).await?.len();
+            let ms = latency(reps, || async {
+                Ok(s.search(thread, term, limit).await?.len())
+            })
+            .await?;
+            emit(json!({"bench": name, "units": n, "p50_ms": ms, "hits": hits}));
+        }
+        for &(name, thread, keep) in &[
+            ("window_busy", "busy-3", 2usize),
+            ("window_busy_k20", "busy-3", 20),
+            ("window_sparse", "sparse", 2),
+        ] {
+            let ms = latency(reps, || async {
+                Ok(s.window(thread, "goal", keep).await?.recent_units.len())
+            })
+            .await?;
+            emit(json!({"bench": name, "units": n, "p50_ms": ms}));
+        }
+    }
+    s.close().await;
+    Ok(())
+}
+
+async fn consolidation(dir: &std::path::Path, runs: usize) -> anyhow::Result<()> {
+    let n = 100_000usize;
+    for keys in [Some(1000usize), None] {
+        let url = format!(
+            "sqlite://{}",
+            dir.join(format!("evidence-{}.db", keys.unwrap_or(0)))
+                .display()
+        );
+        let s = ContextStore::open(&url).await?;
+        let mut rng = Rng(7);
+        for i in 0..n {
+            let k = keys.map_or(i, |keys| i % keys);
+            s.add_evidence(&NewEvidence {
+                source: format!("src-{i}"),
+                project: format!("project-{}", k % 10),
+                key: format!("key-{k}"),
+                value: format!("v{i}"),
+                observed: rng.below(10_000) as i64,
+                confirmed: i % 10 != 0,
+            })
+            .await?;
+        }
+        let t = Instant::now();
+        let full = s.consolidate().await?;
+        let full_s = t.elapsed().as_secs_f64();
+        let mut one = Vec::new();
+        for run in 0..runs.max(5) {
+            s.add_evidence(&NewEvidence {
+                source: format!("new-{run}"),
+                project: "project-3".into(),
+                key: format!("key-{}", 3 + 10 * run),
+                value: format!("new{run}"),
+                observed: 20_000 + run as i64,
+                confirmed: true,
+            })
+            .await?;
+            let t = Instant::now();
+            let c = s.consolidate().await?;
+            one.push(t.elapsed().as_secs_f64() * 1e3);
+            anyhow::ensure!(
+                c.recomputed == 1,
+                "expected one recomputed pair, got {}",
+                c.recomputed
+            );
+        }
+        emit(json!({
+            "bench": "consolidate",
+            "evidence": n,
+            "distinct_keys": keys.unwrap_or(n),
+            "memory_rows": full.written,
+            "first_full_s": full_s,
+            "one_change_p50_ms": median(one),
+        }));
+        s.close().await;
+    }
+    Ok(())
+}
+
+fn db_bytes(path: &std::path::Path) -> u64 {
+    ["", "-wal"]
+        .iter()
+        .filter_map(|suffix| std::fs::metadata(format!("{}{suffix}", path.display())).ok())
+        .map(|m| m.len())
+        .sum()
+}

@@ -1,0 +1,39 @@
+//! `agent-context`: conversation history kept in whole units, windows over it, indexed
+//! substring search, and long-term memory materialised from evidence with provenance.
+//!
+//! One API ([`ContextStore`]) over two backends, chosen by URL: SQLite (`sqlite://PATH`,
+//! `sqlite::memory:`; the embedded default, may share a file with the journal) and
+//! PostgreSQL (`postgres://...`). Every table is prefixed `context_`; the schema version
+//! lives in `context_schema`.
+//!
+//! Contracts (each is a test in `tests/conformance.rs`, run on both backends):
+//! - A unit keeps each tool call with its output: a unit whose calls and outputs do not
+//!   pair up by `call_id` is refused, naming the unpaired ids. Unit ids are unique per thread.
+//! - `window` = pinned goal + the last k units, in order, never splitting a unit;
+//!   `window_budget` = as many recent units as fit a byte budget (see its docs).
+//! - `search` is a case-insensitive substring search within one thread, in thread order,
+//!   CJK included, served by a trigram index (SQLite FTS5 `trigram`; PostgreSQL `pg_trgm`
+//!   GIN). Terms under 3 characters fall back to a scan bounded to the thread.
+//! - Memory: per (project, key), the confirmed, unrevoked evidence with the latest
+//!   `observed` (ties: greatest source) wins, source kept as provenance. `consolidate` is
+//!   atomic and recomputes only the pairs whose evidence changed since the last run.
+//! - `recall` returns one project's entries, flagging those older than `max_age`.
+//!
+//! Costs (SQLite): a unit id packs (thread, position), so a window is a primary-key range
+//! scan, O(log n + k), and a search walks the trigram index restricted to the thread's id
+//! range in order, stopping at `limit`. Input limits are in [`limits`].
+
+mod error;
+pub mod limits;
+mod memory;
+mod options;
+mod postgres;
+mod sqlite;
+mod store;
+mod unit;
+
+pub use error::{ContextError, Result};
+pub use memory::{Consolidation, Evidence, MemoryEntry, NewEvidence, Revocation};
+pub use options::{ContextOptions, Durability};
+pub use store::{BackendKind, ContextStore, ThreadInfo};
+pub use unit::{Appended, CALL_OUTPUT_TYPES, NewUnit, Unit, Window, fold};

@@ -1,0 +1,42 @@
+//! Open options.
+
+use std::time::Duration;
+
+/// When a write is acknowledged (SQLite; PostgreSQL always commits with its server setting).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Durability {
+    /// WAL with `synchronous=FULL`: an acknowledged write survives power loss.
+    #[default]
+    Full,
+    /// WAL with `synchronous=NORMAL`: survives a process crash, may lose the last commits on
+    /// power loss. History can be re-derived from the journal, so this is a sane choice for
+    /// bulk imports.
+    Normal,
+}
+
+/// Options for [`ContextStore::open_with`](crate::ContextStore::open_with).
+#[derive(Debug, Clone)]
+pub struct ContextOptions {
+    pub durability: Durability,
+    /// How long SQLite waits for a lock held by another process or connection.
+    pub busy_timeout: Duration,
+    /// Read connections (SQLite file) or pool size (PostgreSQL).
+    pub connections: u32,
+}
+
+impl Default for ContextOptions {
+    fn default() -> Self {
+        ContextOptions {
+            durability: Durability::Full,
+            busy_timeout: Duration::from_secs(5),
+            connections: 4,
+        }
+    }
+}
+
+impl ContextOptions {
+    pub fn durability(mut self, durability: Durability) -> Self {
+        self.durability = durability;
+        self
+    }
+}

@@ -1,0 +1,268 @@
+//! The public handle: one API, two backends.
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::error::{ContextError, Result};
+use crate::limits;
+use crate::memory::{self, Consolidation, Evidence, MemoryEntry, NewEvidence, Revocation};
+use crate::options::ContextOptions;
+use crate::postgres::PgBackend;
+use crate::sqlite::SqliteBackend;
+use crate::unit::{self, Appended, NewUnit, Unit, Window};
+
+/// A thread and how many units it holds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ThreadInfo {
+    pub thread: String,
+    pub units: u64,
+}
+
+/// A cheap, cloneable handle on a context store (connection pools inside).
+#[derive(Clone)]
+pub struct ContextStore {
+    backend: Backend,
+}
+
+#[derive(Clone)]
+enum Backend {
+    Sqlite(SqliteBackend),
+    Postgres(PgBackend),
+}
+
+/// Which database a store runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum BackendKind {
+    Sqlite,
+    Postgres,
+}
+
+impl std::fmt::Debug for ContextStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ContextStore")
+            .field("backend", &self.backend_kind())
+            .finish()
+    }
+}
+
+impl ContextStore {
+    /// Open (and create or migrate) a store: `sqlite://PATH`, `sqlite:PATH`,
+    /// `sqlite::memory:` or `postgres://...` / `postgresql://...`.
+    pub async fn open(url: &str) -> Result<Self> {
+        Self::open_with(url, ContextOptions::default()).await
+    }
+
+    /// [`open`](Self::open) with options.
+    pub async fn open_with(url: &str, options: ContextOptions) -> Result<Self> {
+        let backend = if url.starts_with("sqlite:") {
+            Backend::Sqlite(SqliteBackend::open(url, &options).await?)
+        } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            Backend::Postgres(PgBackend::open(url, &options).await?)
+        } else {
+            return Err(ContextError::UnsupportedUrl(url.into()));
+        };
+        Ok(ContextStore { backend })
+    }
+
+    pub fn backend_kind(&self) -> BackendKind {
+        match &self.backend {
+            Backend::Sqlite(_) => BackendKind::Sqlite,
+            Backend::Postgres(_) => BackendKind::Postgres,
+        }
+    }
+
+    /// Close the connections; later calls fail with a database error.
+    pub async fn close(&self) {
+        match &self.backend {
+            Backend::Sqlite(b) => b.close().await,
+            Backend::Postgres(b) => b.close().await,
+        }
+    }
+
+    /// Append one unit at the end of `thread`. Refused (nothing written) when its tool
+    /// calls and outputs do not pair up by `call_id` (the error names the unpaired ids),
+    /// when `unit` already exists in the thread, or when it breaks a [`limits`] rule.
+    pub async fn append_unit(&self, thread: &str, unit: &str, items: &[Value]) -> Result<Appended> {
+        let prepared = unit::prepare(thread, unit, items)?;
+        let position = self.append_prepared(thread, &[prepared]).await?;
+        Ok(Appended { position })
+    }
+
+    /// Append several units to `thread` in one transaction: all or none.
+    pub async fn append_units(&self, thread: &str, units: &[NewUnit]) -> Result<Appended> {
+        if units.len() > limits::MAX_BATCH_UNITS {
+            return Err(ContextError::TooLarge {
+                field: "batch unit count",
+                got: units.len(),
+                max: limits::MAX_BATCH_UNITS,
+            });
+        }
+        let prepared = units
+            .iter()
+            .map(|u| unit::prepare(thread, &u.unit, &u.items))
+            .collect::<Result<Vec<_>>>()?;
+        if prepared.is_empty() {
+            limits::name("thread", thread)?;
+            return Ok(Appended { position: 0 });
+        }
+        let position = self.append_prepared(thread, &prepared).await?;
+        Ok(Appended { position })
+    }
+
+    async fn append_prepared(&self, thread: &str, units: &[unit::Prepared]) -> Result<u64> {
+        match &self.backend {
+            Backend::Sqlite(b) => b.append(thread, units).await,
+            Backend::Postgres(b) => b.append(thread, units).await,
+        }
+    }
+
+    /// The pinned goal plus the last `keep_units` units of `thread`, oldest first.
+    /// `keep_units` must be in `1..=MAX_WINDOW_UNITS`. An unknown thread has no units.
+    pub async fn window(&self, thread: &str, goal: &str, keep_units: usize) -> Result<Window> {
+        limits::name("thread", thread)?;
+        limits::keep_units(keep_units)?;
+        let units = match &self.backend {
+            Backend::Sqlite(b) => b.window(thread, keep_units).await?,
+            Backend::Postgres(b) => b.window(thread, keep_units).await?,
+        };
+        Ok(make_window(goal, units))
+    }
+
+    /// The pinned goal plus as many of the most recent units as fit `budget_bytes`.
+    ///
+    /// Size measure: a unit costs the length in bytes of its stored JSON (the compact
+    /// serialisation of its items, as returned in `items`); the goal costs its UTF-8 length.
+    /// The goal is always kept, even when it alone exceeds the budget; units are taken
+    /// newest first while the running total stays within the budget, never split, and the
+    /// first one that does not fit ends the window (the window stays a contiguous suffix).
+    /// At most `MAX_WINDOW_UNITS` units are returned.
+    pub async fn window_budget(
+        &self,
+        thread: &str,
+        goal: &str,
+        budget_bytes: u64,
+    ) -> Result<Window> {
+        limits::name("thread", thread)?;
+        let goal_bytes = u64::try_from(goal.len()).unwrap_or(u64::MAX);
+        let budget = budget_bytes.saturating_sub(goal_bytes);
+        let units = if budget == 0 {
+            Vec::new()
+        } else {
+            match &self.backend {
+                Backend::Sqlite(b) => {
+                    b.window_budget(thread, budget, limits::MAX_WINDOW_UNITS)
+                        .await?
+                }
+                Backend::Postgres(b) => {
+                    b.window_budget(thread, budget, limits::MAX_WINDOW_UNITS)
+                        .await?
+                }
+            }
+        };
+        Ok(make_window(goal, units))
+    }
+
+    /// Units of `thread` whose stored JSON contains `term`, case-insensitively, in thread
+    /// order, at most `limit` (`1..=MAX_SEARCH_LIMIT`). Empty term is an error.
+    ///
+    /// Matching is a substring test on the folded (see [`fold`](crate::fold)) JSON text of the
+    /// unit, like the seed's `instr(lower(body), lower(term))`, CJK included. Terms of 3 or
+    /// more characters use the trigram index (SQLite FTS5 `trigram`, PostgreSQL `pg_trgm`
+    /// GIN); shorter terms, which no trigram index can serve, are answered by scanning only
+    /// this thread's units through the thread's key range, so they cost O(units of the
+    /// thread), never O(store).
+    pub async fn search(&self, thread: &str, term: &str, limit: usize) -> Result<Vec<Unit>> {
+        limits::name("thread", thread)?;
+        limits::search(term, limit)?;
+        let plan = unit::plan_term(term);
+        match &self.backend {
+            Backend::Sqlite(b) => b.search(thread, &plan, limit).await,
+            Backend::Postgres(b) => b.search(thread, &plan, limit).await,
+        }
+    }
+
+    /// All threads with their unit counts, by name.
+    pub async fn threads(&self) -> Result<Vec<ThreadInfo>> {
+        match &self.backend {
+            Backend::Sqlite(b) => b.threads().await,
+            Backend::Postgres(b) => b.threads().await,
+        }
+    }
+
+    /// Record evidence. Its source must be new ([`ContextError::DuplicateSource`] otherwise).
+    /// It affects memory at the next [`consolidate`](Self::consolidate).
+    pub async fn add_evidence(&self, evidence: &NewEvidence) -> Result<()> {
+        memory::check(evidence)?;
+        match &self.backend {
+            Backend::Sqlite(b) => b.add_evidence(evidence).await,
+            Backend::Postgres(b) => b.add_evidence(evidence).await,
+        }
+    }
+
+    /// Revoke a source: it never again counts for memory (after the next consolidation).
+    /// Unknown source: [`ContextError::UnknownSource`]; revoking twice is harmless.
+    pub async fn revoke(&self, source: &str) -> Result<Revocation> {
+        limits::name("evidence source", source)?;
+        match &self.backend {
+            Backend::Sqlite(b) => b.revoke(source).await,
+            Backend::Postgres(b) => b.revoke(source).await,
+        }
+    }
+
+    /// Bring memory up to date with the evidence: per (project, key), the confirmed,
+    /// unrevoked evidence with the latest `observed` (ties: the greatest source) wins, with
+    /// its source as provenance; a pair with none left is forgotten.
+    ///
+    /// Atomic (one transaction; readers see the old or the new memory, never a mix) and
+    /// incremental: only pairs whose evidence was added or revoked since the last
+    /// consolidation are recomputed, each by one index lookup.
+    pub async fn consolidate(&self) -> Result<Consolidation> {
+        match &self.backend {
+            Backend::Sqlite(b) => b.consolidate().await,
+            Backend::Postgres(b) => b.consolidate().await,
+        }
+    }
+
+    /// How many (project, key) pairs changed since the last consolidation.
+    pub async fn pending(&self) -> Result<u64> {
+        match &self.backend {
+            Backend::Sqlite(b) => b.pending().await,
+            Backend::Postgres(b) => b.pending().await,
+        }
+    }
+
+    /// The consolidated memory of `project` only, by key; `needs_refresh` is set when
+    /// `now - observed > max_age` (`max_age >= 0`).
+    pub async fn recall(&self, project: &str, now: i64, max_age: i64) -> Result<Vec<MemoryEntry>> {
+        limits::name("project", project)?;
+        memory::check_max_age(max_age)?;
+        match &self.backend {
+            Backend::Sqlite(b) => b.recall(project, now, max_age).await,
+            Backend::Postgres(b) => b.recall(project, now, max_age).await,
+        }
+    }
+
+    /// All evidence of `project` (optionally one key), revoked and unconfirmed included.
+    pub async fn evidence(&self, project: &str, key: Option<&str>) -> Result<Vec<Evidence>> {
+        limits::name("project", project)?;
+        if let Some(key) = key {
+            limits::name("key", key)?;
+        }
+        match &self.backend {
+            Backend::Sqlite(b) => b.evidence(project, key).await,
+            Backend::Postgres(b) => b.evidence(project, key).await,
+        }
+    }
+}
+
+fn make_window(goal: &str, recent_units: Vec<Unit>) -> Window {
+    let units_bytes = recent_units
+        .iter()
+        .map(|u| serde_json::to_string(&u.items).map_or(0, |s| s.len() as u64))
+        .sum();
+    Window {
+        pinned_goal: goal.into(),
+        recent_units,
+        units_bytes,
+    }
+}

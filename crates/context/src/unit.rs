@@ -1,0 +1,176 @@
+//! History units: validation (call/output pairing), the stored form, and what reads return.
+
+use std::collections::BTreeSet;
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::error::{ContextError, Result};
+use crate::limits;
+
+/// Item types that open a tool interaction, each with the type that must answer it.
+/// Pairing is by `call_id` across the whole unit.
+pub const CALL_OUTPUT_TYPES: &[(&str, &str)] = &[
+    ("function_call", "function_call_output"),
+    ("custom_tool_call", "custom_tool_call_output"),
+    ("computer_call", "computer_call_output"),
+    ("local_shell_call", "local_shell_call_output"),
+];
+
+/// A unit to append: an id unique within its thread and its Responses API items.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewUnit {
+    pub unit: String,
+    pub items: Vec<Value>,
+}
+
+/// A stored unit as returned by [`window`](crate::ContextStore::window) and
+/// [`search`](crate::ContextStore::search).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Unit {
+    /// The caller's unit id.
+    pub unit: String,
+    /// 1-based position in the thread (append order).
+    pub position: u64,
+    /// The items, exactly as appended.
+    pub items: Vec<Value>,
+}
+
+/// Pinned goal plus the most recent units, oldest first; units are never split.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Window {
+    pub pinned_goal: String,
+    pub recent_units: Vec<Unit>,
+    /// Sum of the returned units' [`Unit`] sizes (bytes of their stored JSON).
+    pub units_bytes: u64,
+}
+
+/// Result of an append.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Appended {
+    /// Position of the (last) appended unit in its thread.
+    pub position: u64,
+}
+
+/// A unit checked and serialised, ready for the database.
+pub(crate) struct Prepared {
+    pub unit: String,
+    /// Compact JSON array of the items (what is stored and returned).
+    pub body: String,
+    /// `fold(body)`: the text the substring index covers.
+    pub folded: String,
+}
+
+/// Case folding used for search, applied to both stored text and terms: each character's
+/// Unicode lowercase mapping, character by character (no context rules), so a substring of
+/// the text always folds to a substring of the folded text.
+pub fn fold(text: &str) -> String {
+    text.chars().flat_map(char::to_lowercase).collect()
+}
+
+/// Check a unit against the limits and the pairing rule, and serialise it.
+pub(crate) fn prepare(thread: &str, unit: &str, items: &[Value]) -> Result<Prepared> {
+    limits::name("thread", thread)?;
+    limits::name("unit id", unit)?;
+    if items.is_empty() {
+        return Err(ContextError::EmptyUnit { unit: unit.into() });
+    }
+    if items.len() > limits::MAX_ITEMS_PER_UNIT {
+        return Err(ContextError::TooLarge {
+            field: "unit item count",
+            got: items.len(),
+            max: limits::MAX_ITEMS_PER_UNIT,
+        });
+    }
+    check_pairs(unit, items)?;
+    let body = serde_json::to_string(items)
+        .map_err(|err| ContextError::Corrupt(format!("cannot serialise unit items: {err}")))?;
+    if body.len() > limits::MAX_UNIT_BYTES {
+        return Err(ContextError::TooLarge {
+            field: "unit",
+            got: body.len(),
+            max: limits::MAX_UNIT_BYTES,
+        });
+    }
+    let folded = fold(&body);
+    Ok(Prepared {
+        unit: unit.into(),
+        body,
+        folded,
+    })
+}
+
+fn check_pairs(unit: &str, items: &[Value]) -> Result<()> {
+    let mut calls = BTreeSet::new();
+    let mut outputs = BTreeSet::new();
+    for (index, item) in items.iter().enumerate() {
+        let Some(object) = item.as_object() else {
+            return Err(ContextError::InvalidItem {
+                unit: unit.into(),
+                index,
+                reason: "an item must be a JSON object",
+            });
+        };
+        let Some(kind) = object.get("type").and_then(Value::as_str) else {
+            continue;
+        };
+        let is_call = CALL_OUTPUT_TYPES.iter().any(|(call, _)| *call == kind);
+        let is_output = CALL_OUTPUT_TYPES.iter().any(|(_, output)| *output == kind);
+        if !is_call && !is_output {
+            continue;
+        }
+        let Some(call_id) = object.get("call_id").and_then(Value::as_str) else {
+            return Err(ContextError::InvalidItem {
+                unit: unit.into(),
+                index,
+                reason: "a tool call or output needs a string call_id",
+            });
+        };
+        let set = if is_call { &mut calls } else { &mut outputs };
+        if !set.insert(call_id.to_string()) {
+            return Err(ContextError::DuplicateCallId {
+                unit: unit.into(),
+                call_id: call_id.into(),
+                kind: kind.into(),
+            });
+        }
+    }
+    if calls != outputs {
+        return Err(ContextError::UnpairedCalls {
+            unit: unit.into(),
+            calls_without_output: calls.difference(&outputs).cloned().collect(),
+            outputs_without_call: outputs.difference(&calls).cloned().collect(),
+        });
+    }
+    Ok(())
+}
+
+/// Decode a stored body.
+pub(crate) fn decode(unit: String, position: i64, body: &str) -> Result<Unit> {
+    let items: Vec<Value> = serde_json::from_str(body)
+        .map_err(|err| ContextError::Corrupt(format!("unit `{unit}`: {err}")))?;
+    let position = u64::try_from(position)
+        .map_err(|_| ContextError::Corrupt(format!("unit `{unit}`: negative position")))?;
+    Ok(Unit {
+        unit,
+        position,
+        items,
+    })
+}
+
+/// Which way a search is served.
+pub(crate) enum TermPlan {
+    /// The term has at least 3 characters: served by the trigram index.
+    Indexed(String),
+    /// Shorter terms: a scan of the thread's own units (bounded by the thread).
+    ThreadScan(String),
+}
+
+pub(crate) fn plan_term(term: &str) -> TermPlan {
+    let folded = fold(term);
+    if folded.chars().count() >= 3 {
+        TermPlan::Indexed(folded)
+    } else {
+        TermPlan::ThreadScan(folded)
+    }
+}

@@ -1,0 +1,619 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
+//! One conformance suite, run against SQLite (a temp file, plus `sqlite::memory:` where it
+//! matters) and PostgreSQL (a fresh database per test; needs `AGENTCTL_TEST_PG_URL`).
+//! Includes the seed's two storage tests (`test_window_keeps_pairs_and_archive`,
+//! `test_memory_provenance_revocation_and_scope`) and a test for every error.
+
+#[macro_use]
+mod common;
+
+use agent_context::{ContextError, ContextStore, NewEvidence, NewUnit, limits};
+use serde_json::{Value, json};
+
+fn ev(
+    source: &str,
+    project: &str,
+    key: &str,
+    value: &str,
+    observed: i64,
+    confirmed: bool,
+) -> NewEvidence {
+    NewEvidence {
+        source: source.into(),
+        project: project.into(),
+        key: key.into(),
+        value: value.into(),
+        observed,
+        confirmed,
+    }
+}
+
+fn msg(text: &str) -> Vec<Value> {
+    vec![json!({"type": "message", "text": text})]
+}
+
+fn units_of(w: &agent_context::Window) -> Vec<&str> {
+    w.recent_units.iter().map(|u| u.unit.as_str()).collect()
+}
+
+/// The seed's `test_window_keeps_pairs_and_archive`.
+async fn seed_window_keeps_pairs_and_archive(s: &ContextStore) {
+    s.append_unit("a", "1", &[json!({"type": "message", "text": "E42"})])
+        .await
+        .unwrap();
+    s.append_unit(
+        "a",
+        "2",
+        &[
+            json!({"type": "function_call", "call_id": "x"}),
+            json!({"type": "function_call_output", "call_id": "x"}),
+        ],
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        s.window("a", "goal", 1).await.unwrap().recent_units[0]
+            .items
+            .len(),
+        2
+    );
+    assert_eq!(s.search("a", "E42", 5).await.unwrap().len(), 1);
+    assert!(s.search("b", "E42", 5).await.unwrap().is_empty());
+    let err = s
+        .append_unit(
+            "a",
+            "bad",
+            &[json!({"type": "function_call", "call_id": "x"})],
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ContextError::UnpairedCalls { .. }), "{err}");
+}
+
+/// The seed's `test_memory_provenance_revocation_and_scope`.
+async fn seed_memory_provenance_revocation_and_scope(s: &ContextStore) {
+    s.add_evidence(&ev("a", "p", "jdk", "8", 1, true))
+        .await
+        .unwrap();
+    s.add_evidence(&ev("b", "p", "jdk", "17", 2, true))
+        .await
+        .unwrap();
+    s.add_evidence(&ev("c", "p", "jdk", "99", 3, false))
+        .await
+        .unwrap();
+    s.consolidate().await.unwrap();
+    let r = s.recall("p", 40, 30).await.unwrap();
+    assert_eq!(r[0].value, "17");
+    assert!(r[0].needs_refresh);
+    assert!(s.recall("other", 40, 30).await.unwrap().is_empty());
+    s.revoke("b").await.unwrap();
+    s.consolidate().await.unwrap();
+    assert_eq!(s.recall("p", 40, 30).await.unwrap()[0].source, "a");
+}
+
+async fn window_order_goal_and_keep(s: &ContextStore) {
+    for i in 1..=5 {
+        s.append_unit("t", &format!("u{i}"), &msg(&format!("step {i}")))
+            .await
+            .unwrap();
+    }
+    s.append_unit("other", "u9", &msg("noise")).await.unwrap();
+    let w = s.window("t", "the goal", 3).await.unwrap();
+    assert_eq!(w.pinned_goal, "the goal");
+    assert_eq!(units_of(&w), ["u3", "u4", "u5"]);
+    assert_eq!(
+        w.recent_units
+            .iter()
+            .map(|u| u.position)
+            .collect::<Vec<_>>(),
+        [3, 4, 5]
+    );
+    assert_eq!(units_of(&s.window("t", "g", 100).await.unwrap()).len(), 5);
+    assert!(
+        s.window("nobody", "g", 2)
+            .await
+            .unwrap()
+            .recent_units
+            .is_empty()
+    );
+    // Items come back exactly as appended (key order, unicode).
+    let items = vec![
+        json!({"type": "message", "z": 1, "a": "错误码 E42", "nested": {"b": [1, 2.5, null]}}),
+    ];
+    s.append_unit("t", "u6", &items).await.unwrap();
+    assert_eq!(
+        s.window("t", "g", 1).await.unwrap().recent_units[0].items,
+        items
+    );
+}
+
+async fn window_budget_never_splits(s: &ContextStore) {
+    let a = msg("aaaaaaaaaa");
+    let size = serde_json::to_string(&a).unwrap().len() as u64;
+    for i in 1..=4 {
+        s.append_unit("t", &format!("u{i}"), &a).await.unwrap();
+    }
+    // Goal "g" costs 1 byte: room for exactly two units.
+    let w = s
+        .window_budget("t", "g", 1 + 2 * size + size - 1)
+        .await
+        .unwrap();
+    assert_eq!(units_of(&w), ["u3", "u4"]);
+    assert_eq!(w.units_bytes, 2 * size);
+    // The goal is kept even when nothing else fits.
+    let w = s.window_budget("t", "a long goal", 3).await.unwrap();
+    assert_eq!(w.pinned_goal, "a long goal");
+    assert!(w.recent_units.is_empty());
+    let w = s.window_budget("t", "g", u64::MAX).await.unwrap();
+    assert_eq!(w.recent_units.len(), 4);
+}
+
+async fn pairing_rules(s: &ContextStore) {
+    // Several calls, interleaved, in any order: fine.
+    let ok = [
+        json!({"type": "function_call_output", "call_id": "b", "output": "2"}),
+        json!({"type": "function_call", "call_id": "a", "name": "x"}),
+        json!({"type": "function_call", "call_id": "b", "name": "y"}),
+        json!({"type": "function_call_output", "call_id": "a", "output": "1"}),
+        json!({"type": "custom_tool_call", "call_id": "c"}),
+        json!({"type": "custom_tool_call_output", "call_id": "c"}),
+    ];
+    s.append_unit("t", "ok", &ok).await.unwrap();
+    let err = s
+        .append_unit(
+            "t",
+            "bad",
+            &[
+                json!({"type": "function_call", "call_id": "c1"}),
+                json!({"type": "function_call", "call_id": "c2"}),
+                json!({"type": "function_call_output", "call_id": "c2"}),
+                json!({"type": "function_call_output", "call_id": "c3"}),
+            ],
+        )
+        .await
+        .unwrap_err();
+    match &err {
+        ContextError::UnpairedCalls {
+            unit,
+            calls_without_output,
+            outputs_without_call,
+        } => {
+            assert_eq!(unit, "bad");
+            assert_eq!(calls_without_output, &["c1"]);
+            assert_eq!(outputs_without_call, &["c3"]);
+        }
+        other => panic!("unexpected {other}"),
+    }
+    let text = err.to_string();
+    assert!(text.contains("c1") && text.contains("c3"), "{text}");
+    let dup = [
+        json!({"type": "function_call", "call_id": "d"}),
+        json!({"type": "function_call", "call_id": "d"}),
+        json!({"type": "function_call_output", "call_id": "d"}),
+    ];
+    assert!(matches!(
+        s.append_unit("t", "dup", &dup).await.unwrap_err(),
+        ContextError::DuplicateCallId { .. }
+    ));
+    assert!(matches!(
+        s.append_unit("t", "x", &[json!("just a string")])
+            .await
+            .unwrap_err(),
+        ContextError::InvalidItem { index: 0, .. }
+    ));
+    assert!(matches!(
+        s.append_unit("t", "x", &[json!({"type": "function_call"})])
+            .await
+            .unwrap_err(),
+        ContextError::InvalidItem { .. }
+    ));
+    assert!(matches!(
+        s.append_unit("t", "x", &[]).await.unwrap_err(),
+        ContextError::EmptyUnit { .. }
+    ));
+    // Nothing of the refused units was written.
+    assert_eq!(units_of(&s.window("t", "g", 10).await.unwrap()), ["ok"]);
+}
+
+async fn duplicate_unit_refused(s: &ContextStore) {
+    s.append_unit("t", "u1", &msg("first")).await.unwrap();
+    let err = s.append_unit("t", "u1", &msg("second")).await.unwrap_err();
+    assert!(
+        matches!(&err, ContextError::DuplicateUnit { thread, unit } if thread == "t" && unit == "u1"),
+        "{err}"
+    );
+    // Same unit id in another thread is fine; positions stay gap-free after a refusal.
+    s.append_unit("t2", "u1", &msg("other thread"))
+        .await
+        .unwrap();
+    let p = s.append_unit("t", "u2", &msg("third")).await.unwrap();
+    assert_eq!(p.position, 2);
+    let w = s.window("t", "g", 5).await.unwrap();
+    assert_eq!(units_of(&w), ["u1", "u2"]);
+    assert_eq!(w.recent_units[0].items, msg("first"));
+}
+
+async fn batch_is_all_or_nothing(s: &ContextStore) {
+    let good = NewUnit {
+        unit: "b1".into(),
+        items: msg("one"),
+    };
+    let dup = NewUnit {
+        unit: "b1".into(),
+        items: msg("two"),
+    };
+    assert!(matches!(
+        s.append_units("t", &[good.clone(), dup]).await.unwrap_err(),
+        ContextError::DuplicateUnit { .. }
+    ));
+    assert!(s.window("t", "g", 5).await.unwrap().recent_units.is_empty());
+    let b2 = NewUnit {
+        unit: "b2".into(),
+        items: msg("two"),
+    };
+    assert_eq!(s.append_units("t", &[good, b2]).await.unwrap().position, 2);
+    assert_eq!(s.threads().await.unwrap()[0].units, 2);
+}
+
+async fn search_semantics(s: &ContextStore) {
+    s.append_unit("a", "u1", &msg("错误码 E42 是旧登录模块的故障"))
+        .await
+        .unwrap();
+    s.append_unit("a", "u2", &msg("Build FAILED in Login module"))
+        .await
+        .unwrap();
+    s.append_unit("a", "u3", &msg("当前目标：只读诊断"))
+        .await
+        .unwrap();
+    s.append_unit("a", "u4", &msg("login again; 50% done_ok"))
+        .await
+        .unwrap();
+    s.append_unit("b", "u1", &msg("login in another thread, E42"))
+        .await
+        .unwrap();
+    let hits = |v: Vec<agent_context::Unit>| v.into_iter().map(|u| u.unit).collect::<Vec<_>>();
+    // Case-insensitive, in thread order, only this thread.
+    assert_eq!(
+        hits(s.search("a", "LOGIN", 10).await.unwrap()),
+        ["u2", "u4"]
+    );
+    assert_eq!(hits(s.search("a", "e42", 10).await.unwrap()), ["u1"]);
+    // CJK substrings (3+ chars through the index, shorter through the thread scan).
+    assert_eq!(hits(s.search("a", "旧登录", 10).await.unwrap()), ["u1"]);
+    assert_eq!(hits(s.search("a", "登录", 10).await.unwrap()), ["u1"]);
+    assert_eq!(hits(s.search("a", "诊", 10).await.unwrap()), ["u3"]);
+    // Short latin term, limit respected.
+    assert_eq!(hits(s.search("a", "in", 1).await.unwrap()), ["u2"]);
+    // LIKE / FTS syntax characters are plain text.
+    assert_eq!(hits(s.search("a", "50%", 10).await.unwrap()), ["u4"]);
+    assert_eq!(hits(s.search("a", "done_ok", 10).await.unwrap()), ["u4"]);
+    assert!(s.search("a", "don_ok", 10).await.unwrap().is_empty());
+    assert!(
+        s.search("a", "\"x\" OR login", 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(s.search("a", "no-such-term", 10).await.unwrap().is_empty());
+    assert!(s.search("nobody", "login", 10).await.unwrap().is_empty());
+    // Non-ASCII case folding.
+    s.append_unit("a", "u5", &msg("ÄRGER über Straße"))
+        .await
+        .unwrap();
+    assert_eq!(hits(s.search("a", "ärger", 10).await.unwrap()), ["u5"]);
+    assert_eq!(hits(s.search("a", "ÜBER", 10).await.unwrap()), ["u5"]);
+}
+
+async fn search_and_window_errors(s: &ContextStore) {
+    assert!(matches!(
+        s.search("a", "", 5).await.unwrap_err(),
+        ContextError::EmptyTerm
+    ));
+    assert!(matches!(
+        s.search("a", "x", 0).await.unwrap_err(),
+        ContextError::InvalidLimit { .. }
+    ));
+    assert!(matches!(
+        s.search("a", "x", limits::MAX_SEARCH_LIMIT + 1)
+            .await
+            .unwrap_err(),
+        ContextError::InvalidLimit { .. }
+    ));
+    let long = "x".repeat(limits::MAX_TERM_BYTES + 1);
+    assert!(matches!(
+        s.search("a", &long, 5).await.unwrap_err(),
+        ContextError::TooLarge { .. }
+    ));
+    assert!(matches!(
+        s.window("a", "g", 0).await.unwrap_err(),
+        ContextError::InvalidKeepUnits { got: 0, .. }
+    ));
+    assert!(matches!(
+        s.window("a", "g", limits::MAX_WINDOW_UNITS + 1)
+            .await
+            .unwrap_err(),
+        ContextError::InvalidKeepUnits { .. }
+    ));
+    assert!(matches!(
+        s.window("", "g", 1).await.unwrap_err(),
+        ContextError::Empty { .. }
+    ));
+}
+
+async fn input_limits(s: &ContextStore) {
+    let long = "n".repeat(limits::MAX_NAME_BYTES + 1);
+    assert!(matches!(
+        s.append_unit(&long, "u", &msg("x")).await.unwrap_err(),
+        ContextError::TooLarge { .. }
+    ));
+    assert!(matches!(
+        s.append_unit("t", "", &msg("x")).await.unwrap_err(),
+        ContextError::Empty { .. }
+    ));
+    assert!(matches!(
+        s.append_unit("t\0", "u", &msg("x")).await.unwrap_err(),
+        ContextError::NulChar { .. }
+    ));
+    let big = msg(&"x".repeat(limits::MAX_UNIT_BYTES));
+    assert!(matches!(
+        s.append_unit("t", "u", &big).await.unwrap_err(),
+        ContextError::TooLarge { field: "unit", .. }
+    ));
+    let many = vec![json!({"type": "message"}); limits::MAX_ITEMS_PER_UNIT + 1];
+    assert!(matches!(
+        s.append_unit("t", "u", &many).await.unwrap_err(),
+        ContextError::TooLarge { .. }
+    ));
+    // NUL inside JSON strings is fine: it is escaped in the stored JSON.
+    s.append_unit("t", "nul", &msg("a\0b")).await.unwrap();
+    assert_eq!(
+        s.window("t", "g", 1).await.unwrap().recent_units[0].items,
+        msg("a\0b")
+    );
+    let value = "v".repeat(limits::MAX_VALUE_BYTES + 1);
+    assert!(matches!(
+        s.add_evidence(&ev("s", "p", "k", &value, 1, true))
+            .await
+            .unwrap_err(),
+        ContextError::TooLarge { .. }
+    ));
+    assert!(matches!(
+        s.add_evidence(&ev("", "p", "k", "v", 1, true))
+            .await
+            .unwrap_err(),
+        ContextError::Empty { .. }
+    ));
+    assert!(matches!(
+        s.add_evidence(&ev("s", "p", "k", "v\0", 1, true))
+            .await
+            .unwrap_err(),
+        ContextError::NulChar { .. }
+    ));
+    assert!(matches!(
+        s.recall("", 1, 1).await.unwrap_err(),
+        ContextError::Empty { .. }
+    ));
+}
+
+async fn evidence_errors(s: &ContextStore) {
+    s.add_evidence(&ev("src", "p", "k", "1", 1, true))
+        .await
+        .unwrap();
+    let err = s
+        .add_evidence(&ev("src", "p", "k", "2", 2, true))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, ContextError::DuplicateSource(src) if src == "src"),
+        "{err}"
+    );
+    let err = s.revoke("nope").await.unwrap_err();
+    assert!(
+        matches!(&err, ContextError::UnknownSource(src) if src == "nope"),
+        "{err}"
+    );
+    assert!(matches!(
+        s.recall("p", 1, -1).await.unwrap_err(),
+        ContextError::NegativeMaxAge(-1)
+    ));
+    // The duplicate did not overwrite.
+    s.consolidate().await.unwrap();
+    assert_eq!(s.recall("p", 1, 10).await.unwrap()[0].value, "1");
+    // Revoking twice is harmless and reported.
+    assert!(s.revoke("src").await.unwrap().newly_revoked);
+    assert!(!s.revoke("src").await.unwrap().newly_revoked);
+}
+
+async fn memory_rules_and_incremental(s: &ContextStore) {
+    // Ties on `observed` are broken by the greatest source, as in the seed.
+    s.add_evidence(&ev("r-a", "p", "k", "from-a", 5, true))
+        .await
+        .unwrap();
+    s.add_evidence(&ev("r-b", "p", "k", "from-b", 5, true))
+        .await
+        .unwrap();
+    s.add_evidence(&ev("r-c", "p", "other", "x", 1, false))
+        .await
+        .unwrap();
+    s.add_evidence(&ev("q-1", "q", "k", "q-value", 100, true))
+        .await
+        .unwrap();
+    assert_eq!(s.pending().await.unwrap(), 3);
+    // Nothing is visible before consolidation.
+    assert!(s.recall("p", 0, 10).await.unwrap().is_empty());
+    let c = s.consolidate().await.unwrap();
+    assert_eq!((c.recomputed, c.written), (3, 2));
+    let r = s.recall("p", 6, 10).await.unwrap();
+    assert_eq!(r.len(), 1, "unconfirmed evidence never becomes memory");
+    assert_eq!(
+        (r[0].value.as_str(), r[0].source.as_str(), r[0].observed),
+        ("from-b", "r-b", 5)
+    );
+    assert!(!r[0].needs_refresh);
+    assert!(s.recall("p", 16, 10).await.unwrap()[0].needs_refresh);
+    assert!(!s.recall("p", 15, 10).await.unwrap()[0].needs_refresh);
+    // Nothing changed: nothing recomputed.
+    assert_eq!(s.consolidate().await.unwrap().recomputed, 0);
+    // One change: one pair recomputed; other projects untouched.
+    s.add_evidence(&ev("r-d", "p", "k", "from-d", 4, true))
+        .await
+        .unwrap();
+    let c = s.consolidate().await.unwrap();
+    assert_eq!((c.recomputed, c.written), (1, 1));
+    assert_eq!(
+        s.recall("p", 6, 10).await.unwrap()[0].source,
+        "r-b",
+        "older evidence does not win"
+    );
+    // Revoking every source forgets the key.
+    for src in ["r-a", "r-b", "r-d"] {
+        s.revoke(src).await.unwrap();
+    }
+    assert_eq!(
+        s.consolidate().await.unwrap(),
+        agent_context::Consolidation {
+            recomputed: 1,
+            written: 0
+        }
+    );
+    assert!(s.recall("p", 6, 10).await.unwrap().is_empty());
+    assert_eq!(s.recall("q", 100, 0).await.unwrap()[0].value, "q-value");
+    // Evidence listing keeps everything, with status.
+    let all = s.evidence("p", None).await.unwrap();
+    assert_eq!(all.len(), 4);
+    assert!(all.iter().filter(|e| e.key == "k").all(|e| e.revoked));
+    assert_eq!(s.evidence("p", Some("other")).await.unwrap().len(), 1);
+    // Extreme times do not overflow.
+    s.add_evidence(&ev("old", "z", "k", "v", i64::MIN, true))
+        .await
+        .unwrap();
+    s.consolidate().await.unwrap();
+    assert!(s.recall("z", i64::MAX, i64::MAX - 1).await.unwrap()[0].needs_refresh);
+    assert!(!s.recall("z", i64::MIN, 0).await.unwrap()[0].needs_refresh);
+}
+
+async fn readers_see_old_or_new_memory(s: &ContextStore) {
+    for i in 0..50 {
+        s.add_evidence(&ev(&format!("a{i}"), "p", &format!("k{i}"), "old", 1, true))
+            .await
+            .unwrap();
+    }
+    s.consolidate().await.unwrap();
+    for i in 0..50 {
+        s.add_evidence(&ev(&format!("b{i}"), "p", &format!("k{i}"), "new", 2, true))
+            .await
+            .unwrap();
+    }
+    let writer = {
+        let s = s.clone();
+        tokio::spawn(async move { s.consolidate().await.unwrap() })
+    };
+    // Every snapshot a reader sees is all-old or all-new.
+    loop {
+        let r = s.recall("p", 2, 10).await.unwrap();
+        assert_eq!(r.len(), 50);
+        let new = r.iter().filter(|e| e.value == "new").count();
+        assert!(
+            new == 0 || new == 50,
+            "half-updated memory: {new} of 50 new"
+        );
+        if new == 50 {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    writer.await.unwrap();
+}
+
+conformance!(
+    seed_window_keeps_pairs_and_archive,
+    seed_memory_provenance_revocation_and_scope,
+    window_order_goal_and_keep,
+    window_budget_never_splits,
+    pairing_rules,
+    duplicate_unit_refused,
+    batch_is_all_or_nothing,
+    search_semantics,
+    search_and_window_errors,
+    input_limits,
+    evidence_errors,
+    memory_rules_and_incremental,
+    readers_see_old_or_new_memory,
+);
+
+#[tokio::test]
+async fn sqlite_memory_url_works() {
+    let s = ContextStore::open("sqlite::memory:").await.unwrap();
+    seed_window_keeps_pairs_and_archive(&s).await;
+    seed_memory_provenance_revocation_and_scope(&s).await;
+}
+
+#[tokio::test]
+async fn sqlite_reopen_keeps_history_and_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("c.db").display());
+    let s = ContextStore::open(&url).await.unwrap();
+    s.append_unit("t", "u1", &msg("persisted E42"))
+        .await
+        .unwrap();
+    s.add_evidence(&ev("a", "p", "k", "v", 1, true))
+        .await
+        .unwrap();
+    s.consolidate().await.unwrap();
+    s.close().await;
+    let s = ContextStore::open(&url).await.unwrap();
+    assert_eq!(s.search("t", "e42", 5).await.unwrap().len(), 1);
+    assert_eq!(s.recall("p", 1, 1).await.unwrap()[0].value, "v");
+    s.append_unit("t", "u2", &msg("more")).await.unwrap();
+    assert_eq!(s.window("t", "g", 5).await.unwrap().recent_units.len(), 2);
+}
+
+#[tokio::test]
+async fn sqlite_shares_a_file_with_other_tables() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("shared.db").display());
+    {
+        use sqlx::Connection as _;
+        let mut c = sqlx::SqliteConnection::connect(&format!("{url}?mode=rwc"))
+            .await
+            .unwrap();
+        sqlx::raw_sql("CREATE TABLE journal_events (seq INTEGER PRIMARY KEY); CREATE TABLE journal_schema (version INTEGER);")
+            .execute(&mut c)
+            .await
+            .unwrap();
+    }
+    let s = ContextStore::open(&url).await.unwrap();
+    s.append_unit("t", "u1", &msg("x")).await.unwrap();
+}
+
+#[tokio::test]
+async fn unsupported_url_is_an_error() {
+    for url in ["mysql://x", "", "/tmp/plain/path"] {
+        assert!(
+            matches!(
+                ContextStore::open(url).await.unwrap_err(),
+                ContextError::UnsupportedUrl(_)
+            ),
+            "{url}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn newer_schema_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("c.db").display());
+    ContextStore::open(&url).await.unwrap().close().await;
+    {
+        use sqlx::Connection as _;
+        let mut c = sqlx::SqliteConnection::connect(&url).await.unwrap();
+        sqlx::query("INSERT INTO context_schema (version) VALUES (99)")
+            .execute(&mut c)
+            .await
+            .unwrap();
+    }
+    assert!(matches!(
+        ContextStore::open(&url).await.unwrap_err(),
+        ContextError::SchemaTooNew { found: 99, .. }
+    ));
+}
