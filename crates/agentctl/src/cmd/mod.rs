@@ -1,0 +1,8 @@
+//! One module per subcommand group.
+
+pub mod journal;
+pub mod codex;
+pub mod probe;
+pub mod history;
+pub mod memory;
+pub mod demo;

@@ -1,0 +1,92 @@
+//! `agentctl journal ...` against a real SQLite file.
+
+use std::io::{BufRead as _, BufReader};
+use std::process::{Command, Stdio};
+
+use agent_journal::{Journal, NewEvent};
+use assert_cmd::cargo::CommandCargoExt as _;
+use serde_json::{Value, json};
+
+fn agentctl(db: &str) -> Command {
+    let mut cmd = Command::cargo_bin("agentctl").unwrap();
+    cmd.env_remove("AGENTCTL_DB").args(["--db", db]);
+    cmd
+}
+
+async fn seeded() -> (tempfile::TempDir, String, Journal) {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("j.db").display());
+    let journal = Journal::open(&url).await.unwrap();
+    for n in 0..3 {
+        journal
+            .append(NewEvent::new("t1", "step", json!({ "n": n })))
+            .await
+            .unwrap();
+    }
+    journal
+        .append(NewEvent::new("t2", "step", json!({})))
+        .await
+        .unwrap();
+    (dir, url, journal)
+}
+
+#[tokio::test]
+async fn threads_and_replay_print_json_lines() {
+    let (_dir, url, _journal) = seeded().await;
+    let out = agentctl(&url).args(["--json", "journal", "threads"]).output().unwrap();
+    assert!(out.status.success());
+    let threads: Vec<Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(threads, vec![json!({"thread": "t1"}), json!({"thread": "t2"})]);
+
+    let out = agentctl(&url)
+        .args(["--json", "journal", "replay", "--thread", "t1", "--after", "1"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let events: Vec<Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(events.len(), 2);
+    assert_eq!(events[0]["payload"]["n"], 1);
+    assert_eq!(events[1]["kind"], "step");
+}
+
+#[tokio::test]
+async fn tail_follows_new_events() {
+    let (_dir, url, journal) = seeded().await;
+    let mut child = agentctl(&url)
+        .args(["--json", "journal", "tail", "--thread", "t1"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    for n in 0..3 {
+        let event: Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
+        assert_eq!(event["payload"]["n"], n);
+    }
+    journal
+        .append(NewEvent::new("t1", "late", json!({ "n": 99 })))
+        .await
+        .unwrap();
+    let event: Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
+    assert_eq!(event["kind"], "late");
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
+
+#[test]
+fn bad_database_url_is_one_line_and_a_hint() {
+    let out = agentctl("mysql://nowhere").args(["journal", "threads"]).output().unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert!(lines[0].starts_with("error: invalid journal URL"), "{stderr}");
+    assert!(lines[1].starts_with("hint: "), "{stderr}");
+    assert!(out.stdout.is_empty());
+}
