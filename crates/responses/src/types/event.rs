@@ -127,15 +127,16 @@ impl EmitsTag for ItemScopedEvent {}
 pub struct ErrorEvent {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sequence_number: Option<u64>,
+    /// The nested `error` object, kept as sent (see [`ErrorEvent::detail`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub error: Option<ErrorDetail>,
+    pub error: Option<Value>,
     #[serde(flatten)]
     pub extra: Map<String, Value>,
 }
 impl EmitsTag for ErrorEvent {}
 
-/// The nested `error` object of an error event.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// The nested `error` object of an error event (also the result of [`ErrorEvent::detail`]).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct ErrorDetail {
     #[serde(rename = "type", default, skip_serializing_if = "Option::is_none")]
     pub kind: Option<String>,
@@ -152,17 +153,20 @@ pub struct ErrorDetail {
 impl ErrorEvent {
     /// The error's fields, whichever shape the event had.
     pub fn detail(&self) -> ErrorDetail {
-        if let Some(nested) = &self.error {
-            return nested.clone();
+        let text = |source: Option<&Value>, key: &str| {
+            source.and_then(|s| s.get(key)).and_then(Value::as_str).map(str::to_owned)
+        };
+        if let Some(nested) = self.error.as_ref().filter(|e| e.is_object()) {
+            return ErrorDetail {
+                kind: text(Some(nested), "type"),
+                code: text(Some(nested), "code"),
+                message: text(Some(nested), "message").unwrap_or_default(),
+                param: text(Some(nested), "param"),
+                extra: Map::new(),
+            };
         }
-        let text = |key: &str| self.extra.get(key).and_then(Value::as_str).map(str::to_owned);
-        ErrorDetail {
-            kind: None,
-            code: text("code"),
-            message: text("message").unwrap_or_default(),
-            param: text("param"),
-            extra: Map::new(),
-        }
+        let flat = |key: &str| self.extra.get(key).and_then(Value::as_str).map(str::to_owned);
+        ErrorDetail { kind: None, code: flat("code"), message: flat("message").unwrap_or_default(), param: flat("param"), extra: Map::new() }
     }
 }
 

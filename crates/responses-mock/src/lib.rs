@@ -1,0 +1,168 @@
+//! `agent-responses-mock`: a local emulator of the OpenAI Responses API.
+//!
+//! HTTP JSON and SSE on 127.0.0.1, scripted by fixture files ([`script`]), validating
+//! requests with the API's error messages ([`validate`]). The official Python SDK accepts it
+//! (see `interop/openai_sdk`). Use it from tests:
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), agent_responses_mock::MockError> {
+//! use agent_responses_mock::{MockConfig, MockServer, Script};
+//! let server = MockServer::start(MockConfig::new(Script::default())).await?;
+//! let base = server.base_url(); // http://127.0.0.1:PORT/v1
+//! # Ok(()) }
+//! ```
+
+// Handlers turn `ApiFailure` into an HTTP response at once; boxing it buys nothing.
+#![allow(clippy::result_large_err)]
+
+mod respond;
+mod router;
+pub mod ws;
+pub mod script;
+pub mod sse;
+pub mod validate;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+pub use router::RecordedRequest;
+pub use script::{Script, ScriptError};
+
+/// The bearer key `MockConfig::for_mode` expects, and the one `agentctl api --mock` sends.
+pub const MOCK_API_KEY: &str = "sk-mock-agentctl";
+
+/// The fixture scripts shipped in `fixtures/responses/`, embedded.
+pub fn builtin_fixture(mode: &str) -> Option<&'static str> {
+    match mode {
+        "direct" => Some(include_str!("../../../fixtures/responses/direct.json")),
+        "ptc" => Some(include_str!("../../../fixtures/responses/ptc.json")),
+        "async" => Some(include_str!("../../../fixtures/responses/async.json")),
+        "compact" => Some(include_str!("../../../fixtures/responses/compact.json")),
+        _ => None,
+    }
+}
+
+/// Emulator settings.
+#[derive(Debug, Clone, Default)]
+pub struct MockConfig {
+    pub script: Script,
+    /// The bearer key to require; `None` accepts any non-empty key (a missing one is 401).
+    pub api_key: Option<String>,
+    /// Characters per streamed text delta (default 8).
+    pub delta_chars: Option<usize>,
+    /// WebSocket mode (`GET /v1/responses`) settings.
+    pub ws: ws::WsOptions,
+}
+
+impl MockConfig {
+    pub fn new(script: Script) -> Self {
+        Self { script, api_key: None, delta_chars: None, ws: ws::WsOptions::default() }
+    }
+    pub fn with_api_key(mut self, key: impl Into<String>) -> Self {
+        self.api_key = Some(key.into());
+        self
+    }
+    /// The built-in fixture for `mode` (`direct`, `ptc`, `async`, `compact`).
+    pub fn for_mode(mode: &str) -> Result<Self, MockError> {
+        let text = builtin_fixture(mode).ok_or_else(|| MockError::UnknownMode(mode.to_owned()))?;
+        Ok(Self::new(Script::from_json_str(text)?))
+    }
+}
+
+/// Cannot start the emulator.
+#[derive(Debug, thiserror::Error)]
+pub enum MockError {
+    #[error("cannot bind {addr}: {source}")]
+    Bind { addr: String, source: std::io::Error },
+    #[error(transparent)]
+    Script(#[from] ScriptError),
+    #[error("no built-in fixture for mode `{0}` (direct, ptc, async, compact)")]
+    UnknownMode(String),
+}
+
+/// A running emulator. Dropping it stops the server.
+pub struct MockServer {
+    addr: SocketAddr,
+    state: Arc<router::AppState>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl std::fmt::Debug for MockServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MockServer").field("addr", &self.addr).finish_non_exhaustive()
+    }
+}
+
+impl MockServer {
+    /// Starts on 127.0.0.1 with an ephemeral port.
+    pub async fn start(config: MockConfig) -> Result<Self, MockError> {
+        Self::bind("127.0.0.1:0", config).await
+    }
+
+    /// Starts on `addr` (e.g. `127.0.0.1:8080`).
+    pub async fn bind(addr: &str, config: MockConfig) -> Result<Self, MockError> {
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|source| MockError::Bind { addr: addr.to_owned(), source })?;
+        let local = listener.local_addr().map_err(|source| MockError::Bind { addr: addr.to_owned(), source })?;
+        let mut state = router::AppState::new(config.script, config.api_key);
+        if let Some(n) = config.delta_chars {
+            state.delta_chars = n.max(1);
+        }
+        state.ws = ws::WsShared::new(config.ws);
+        let state = Arc::new(state);
+        let app = router::router(Arc::clone(&state));
+        let task = tokio::spawn(async move {
+            if let Err(err) = axum::serve(listener, app).await {
+                tracing::error!(%err, "emulator server stopped");
+            }
+        });
+        Ok(Self { addr: local, state, task })
+    }
+
+    /// The socket address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://127.0.0.1:PORT/v1`, the base URL clients use.
+    pub fn base_url(&self) -> String {
+        format!("http://{}/v1", self.addr)
+    }
+
+    /// Every request received so far, in arrival order.
+    pub fn requests(&self) -> Vec<RecordedRequest> {
+        self.state.recorded.lock().map(|r| r.clone()).unwrap_or_default()
+    }
+
+    /// Lets a stream waiting at a `gate` fault continue (works before or after it waits).
+    pub fn open_gate(&self, name: &str) {
+        self.state.gate(name).notify_one();
+    }
+
+    /// A cheap handle that opens gates from elsewhere (e.g. inside a tool executor).
+    pub fn gates(&self) -> GateHandle {
+        GateHandle(Arc::clone(&self.state))
+    }
+
+    /// Runs until the server task ends (for `agentctl mock serve`).
+    pub async fn wait(mut self) {
+        let _ = (&mut self.task).await;
+    }
+}
+
+impl Drop for MockServer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Opens gates of a running emulator.
+#[derive(Clone)]
+pub struct GateHandle(Arc<router::AppState>);
+
+impl GateHandle {
+    pub fn open(&self, name: &str) {
+        self.0.gate(name).notify_one();
+    }
+}

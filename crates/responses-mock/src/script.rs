@@ -1,0 +1,251 @@
+//! Script files: which reply the emulator gives to which request.
+//!
+//! Format (JSON, documented in `fixtures/README.md`):
+//! ```json
+//! {"description": "...",
+//!  "rules": [{"name": "first turn",
+//!             "when": {"endpoint": "responses", "last_user_contains": "api", "has_tool_outputs": false},
+//!             "times": 1,
+//!             "reply": {"items": [...], "status": "completed"},
+//!             "fault": {"after_events": 3, "kind": "cut"}}]}
+//! ```
+//! Rules are tried in order; the first whose `when` matches and whose `times` is not used up
+//! answers. No match: the default reply (echo the last user input, or acknowledge tool output).
+
+use std::path::Path;
+
+use agent_responses::types::{Input, Item, MessageItem};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+/// A whole script.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Script {
+    #[serde(default)]
+    pub description: String,
+    #[serde(default)]
+    pub rules: Vec<Rule>,
+}
+
+/// Cannot load a script.
+#[derive(Debug, thiserror::Error)]
+pub enum ScriptError {
+    #[error("cannot read script {path}: {source}")]
+    Read { path: String, source: std::io::Error },
+    #[error("invalid script: {0}")]
+    Parse(#[from] serde_json::Error),
+}
+
+impl Script {
+    pub fn from_json_str(text: &str) -> Result<Self, ScriptError> {
+        Ok(serde_json::from_str(text)?)
+    }
+    pub fn load(path: &Path) -> Result<Self, ScriptError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|source| ScriptError::Read { path: path.display().to_string(), source })?;
+        Self::from_json_str(&text)
+    }
+}
+
+/// One rule.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Rule {
+    #[serde(default)]
+    pub name: String,
+    #[serde(default)]
+    pub when: Match,
+    /// How many requests this rule may answer (unlimited when absent).
+    #[serde(default)]
+    pub times: Option<u32>,
+    pub reply: Reply,
+    #[serde(default)]
+    pub fault: Option<Fault>,
+}
+
+/// Which endpoint a rule is for.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Endpoint {
+    #[default]
+    Responses,
+    Compact,
+    Any,
+}
+
+/// Conditions on the request; all given ones must hold.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Match {
+    #[serde(default)]
+    pub endpoint: Endpoint,
+    /// The last user message contains this text.
+    pub last_user_contains: Option<String>,
+    /// The raw request body contains this text.
+    pub body_contains: Option<String>,
+    /// The input has (or has no) `function_call_output` items.
+    pub has_tool_outputs: Option<bool>,
+    /// The input has an item of this type.
+    pub input_has_type: Option<String>,
+    /// `stream: true` was (or was not) asked for.
+    pub stream: Option<bool>,
+    /// `previous_response_id` is (or is not) set.
+    pub previous_response: Option<bool>,
+}
+
+/// What to answer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Reply {
+    /// An HTTP error.
+    Error { error: ErrorReply },
+    /// A response with these output items (ids filled in when missing). Strings may use
+    /// `{{last_user}}` and `{{outputs}}` (the tool outputs in the request, joined by `; `).
+    Items {
+        items: Vec<Value>,
+        #[serde(default = "completed")]
+        status: String,
+        /// Characters per text/arguments delta when streamed.
+        #[serde(default)]
+        delta_chars: Option<usize>,
+    },
+    /// The default conversation (echo).
+    Echo { echo: bool },
+}
+
+fn completed() -> String {
+    "completed".into()
+}
+
+/// An HTTP error reply: status, extra headers and the `{"error": {...}}` body fields.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ErrorReply {
+    pub status: u16,
+    #[serde(default)]
+    pub headers: Map<String, Value>,
+    pub message: String,
+    #[serde(rename = "type", default)]
+    pub kind: Option<String>,
+    #[serde(default)]
+    pub code: Option<String>,
+    #[serde(default)]
+    pub param: Option<String>,
+}
+
+/// A stream fault, applied after `after_events` events were sent.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Fault {
+    pub after_events: usize,
+    pub kind: FaultKind,
+    /// For `gate`: the name the test opens with `MockServer::open_gate`.
+    #[serde(default)]
+    pub gate: Option<String>,
+    /// For `error_event`: `nested` (what the API sends, default) or `flat` (what the SDK types).
+    #[serde(default)]
+    pub shape: Option<String>,
+}
+
+/// What goes wrong.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FaultKind {
+    /// End the body in the middle of the next event.
+    Cut,
+    /// Send nothing more until the client goes away (past any idle timeout).
+    Stall,
+    /// Wait until the named gate is opened, then continue.
+    Gate,
+    /// Send an `error` event and end the stream.
+    ErrorEvent,
+}
+
+/// What a rule sees of a request.
+pub struct RequestView<'a> {
+    pub endpoint: Endpoint,
+    pub body_text: &'a str,
+    pub items: &'a [Item],
+    pub stream: bool,
+    pub previous_response: bool,
+}
+
+impl Match {
+    pub fn matches(&self, req: &RequestView<'_>) -> bool {
+        let endpoint_ok = match self.endpoint {
+            Endpoint::Any => true,
+            e => e == req.endpoint,
+        };
+        endpoint_ok
+            && self.last_user_contains.as_ref().is_none_or(|t| last_user_text(req.items).is_some_and(|u| u.contains(t.as_str())))
+            && self.body_contains.as_ref().is_none_or(|t| req.body_text.contains(t.as_str()))
+            && self.has_tool_outputs.is_none_or(|want| want != tool_outputs(req.items).is_empty())
+            && self.input_has_type.as_ref().is_none_or(|t| req.items.iter().any(|i| i.type_name() == Some(t.as_str())))
+            && self.stream.is_none_or(|s| s == req.stream)
+            && self.previous_response.is_none_or(|p| p == req.previous_response)
+    }
+}
+
+/// The text of the last user message in `items`.
+pub fn last_user_text(items: &[Item]) -> Option<String> {
+    items.iter().rev().find_map(|item| match item {
+        Item::Message(m) if m.role == "user" => Some(m.text()),
+        _ => None,
+    })
+}
+
+/// The tool outputs in `items`, as text.
+pub fn tool_outputs(items: &[Item]) -> Vec<String> {
+    items
+        .iter()
+        .filter_map(|item| match item {
+            Item::FunctionCallOutput(o) => Some(o.text()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Replaces `{{last_user}}` and `{{outputs}}` in every string of `value`.
+pub fn render(value: &Value, items: &[Item]) -> Value {
+    let last_user = last_user_text(items).unwrap_or_default();
+    let outputs = tool_outputs(items).join("; ");
+    fn walk(v: &Value, last_user: &str, outputs: &str) -> Value {
+        match v {
+            Value::String(s) if s.contains("{{") => {
+                Value::String(s.replace("{{last_user}}", last_user).replace("{{outputs}}", outputs))
+            }
+            Value::Array(a) => Value::Array(a.iter().map(|x| walk(x, last_user, outputs)).collect()),
+            Value::Object(o) => Value::Object(o.iter().map(|(k, x)| (k.clone(), walk(x, last_user, outputs))).collect()),
+            other => other.clone(),
+        }
+    }
+    walk(value, &last_user, &outputs)
+}
+
+/// The default answer to any conversation: echo the last user input, or acknowledge outputs.
+pub fn echo_items(items: &[Item]) -> Vec<Value> {
+    let outputs = tool_outputs(items);
+    let text = if matches!(items.last(), Some(Item::FunctionCallOutput(_))) {
+        format!("Received tool output: {}", outputs.join("; "))
+    } else {
+        match last_user_text(items) {
+            Some(text) => format!("Echo: {text}"),
+            None => "Echo: (no user input)".to_owned(),
+        }
+    };
+    vec![serde_json::json!({"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": text}]})]
+}
+
+/// Items of a request input (a bare string is one user message).
+pub fn input_items(input: Option<&Input>) -> Vec<Item> {
+    match input {
+        Some(input) => input.to_items(),
+        None => Vec::<Item>::new(),
+    }
+}
+
+/// A user message item, for tests and defaults.
+pub fn user(text: &str) -> Item {
+    Item::Message(MessageItem::user(text))
+}

@@ -1,0 +1,148 @@
+//! The event sequence of a streamed response, in the order of reference section 6.3:
+//! `created`, `in_progress`, then per item `output_item.added` -> content/argument events ->
+//! `output_item.done`, then the terminal event carrying the final response with usage.
+//! `sequence_number` starts at 0 and increases by one.
+
+use serde_json::{Value, json};
+
+/// Splits `text` into deltas of at most `chars` characters (at least one delta).
+fn deltas(text: &str, chars: usize) -> Vec<String> {
+    let chars = chars.max(1);
+    let all: Vec<char> = text.chars().collect();
+    if all.is_empty() {
+        return vec![String::new()];
+    }
+    all.chunks(chars).map(|c| c.iter().collect()).collect()
+}
+
+/// Every event (as JSON) for `response` (the final object) with terminal `status`.
+pub fn events(response: &Value, delta_chars: usize) -> Vec<Value> {
+    let mut out = Vec::new();
+    let mut seq = 0u64;
+    let mut push = |mut event: Value, out: &mut Vec<Value>| {
+        if let Value::Object(map) = &mut event {
+            map.insert("sequence_number".into(), json!(seq));
+        }
+        seq += 1;
+        out.push(event);
+    };
+    let mut start = response.clone();
+    if let Value::Object(map) = &mut start {
+        map.insert("status".into(), json!("in_progress"));
+        map.insert("output".into(), json!([]));
+        map.insert("usage".into(), Value::Null);
+        map.insert("completed_at".into(), Value::Null);
+        map.insert("error".into(), Value::Null);
+        map.insert("incomplete_details".into(), Value::Null);
+    }
+    push(json!({"type": "response.created", "response": start}), &mut out);
+    push(json!({"type": "response.in_progress", "response": start}), &mut out);
+    let items = response.get("output").and_then(Value::as_array).cloned().unwrap_or_default();
+    for (index, item) in items.iter().enumerate() {
+        let id = item.get("id").cloned().unwrap_or(Value::Null);
+        let kind = item.get("type").and_then(Value::as_str).unwrap_or("");
+        let mut added = item.clone();
+        if let Value::Object(map) = &mut added {
+            if map.contains_key("status") {
+                map.insert("status".into(), json!("in_progress"));
+            }
+            match kind {
+                "message" => {
+                    map.insert("content".into(), json!([]));
+                    map.insert("status".into(), json!("in_progress"));
+                }
+                "function_call" => {
+                    map.insert("arguments".into(), json!(""));
+                }
+                "custom_tool_call" => {
+                    map.insert("input".into(), json!(""));
+                }
+                "reasoning" => {
+                    map.insert("summary".into(), json!([]));
+                }
+                _ => {}
+            }
+        }
+        push(json!({"type": "response.output_item.added", "output_index": index, "item": added}), &mut out);
+        match kind {
+            "message" => {
+                let parts = item.get("content").and_then(Value::as_array).cloned().unwrap_or_default();
+                for (ci, part) in parts.iter().enumerate() {
+                    let ptype = part.get("type").and_then(Value::as_str).unwrap_or("");
+                    let mut empty = part.clone();
+                    if let Value::Object(p) = &mut empty {
+                        if p.contains_key("text") {
+                            p.insert("text".into(), json!(""));
+                        }
+                        if p.contains_key("refusal") {
+                            p.insert("refusal".into(), json!(""));
+                        }
+                    }
+                    let base = json!({"item_id": id, "output_index": index, "content_index": ci});
+                    let with = |extra: Value| {
+                        let mut e = base.clone();
+                        if let (Value::Object(e), Value::Object(x)) = (&mut e, extra) {
+                            e.extend(x);
+                        }
+                        e
+                    };
+                    push(with(json!({"type": "response.content_part.added", "part": empty})), &mut out);
+                    if ptype == "output_text" {
+                        let text = part.get("text").and_then(Value::as_str).unwrap_or("");
+                        for d in deltas(text, delta_chars) {
+                            push(with(json!({"type": "response.output_text.delta", "delta": d, "logprobs": []})), &mut out);
+                        }
+                        push(with(json!({"type": "response.output_text.done", "text": text, "logprobs": []})), &mut out);
+                    } else if ptype == "refusal" {
+                        let text = part.get("refusal").and_then(Value::as_str).unwrap_or("");
+                        for d in deltas(text, delta_chars) {
+                            push(with(json!({"type": "response.refusal.delta", "delta": d})), &mut out);
+                        }
+                        push(with(json!({"type": "response.refusal.done", "refusal": text})), &mut out);
+                    }
+                    push(with(json!({"type": "response.content_part.done", "part": part})), &mut out);
+                }
+            }
+            "function_call" => {
+                let args = item.get("arguments").and_then(Value::as_str).unwrap_or("");
+                for d in deltas(args, delta_chars) {
+                    push(json!({"type": "response.function_call_arguments.delta", "item_id": id, "output_index": index, "delta": d}), &mut out);
+                }
+                push(json!({"type": "response.function_call_arguments.done", "item_id": id, "output_index": index, "arguments": args}), &mut out);
+            }
+            "custom_tool_call" => {
+                let input = item.get("input").and_then(Value::as_str).unwrap_or("");
+                for d in deltas(input, delta_chars) {
+                    push(json!({"type": "response.custom_tool_call_input.delta", "item_id": id, "output_index": index, "delta": d}), &mut out);
+                }
+                push(json!({"type": "response.custom_tool_call_input.done", "item_id": id, "output_index": index, "input": input}), &mut out);
+            }
+            _ => {}
+        }
+        push(json!({"type": "response.output_item.done", "output_index": index, "item": item}), &mut out);
+    }
+    let terminal = match response.get("status").and_then(Value::as_str) {
+        Some("failed") => "response.failed",
+        Some("incomplete") => "response.incomplete",
+        _ => "response.completed",
+    };
+    push(json!({"type": terminal, "response": response}), &mut out);
+    out
+}
+
+/// One SSE frame: `event: <type>` and one `data:` line.
+pub fn frame(event: &Value) -> String {
+    let kind = event.get("type").and_then(Value::as_str).unwrap_or("message");
+    format!("event: {kind}\ndata: {event}\n\n")
+}
+
+/// An `error` event: `nested` (the real API's shape) or flat (the SDK's typed shape).
+pub fn error_event(sequence_number: u64, nested: bool) -> Value {
+    if nested {
+        json!({"type": "error", "sequence_number": sequence_number,
+               "error": {"type": "server_error", "code": "server_error", "message": "The emulator was scripted to fail this stream.", "param": null}})
+    } else {
+        json!({"type": "error", "sequence_number": sequence_number, "code": "server_error",
+               "message": "The emulator was scripted to fail this stream.", "param": null})
+    }
+}

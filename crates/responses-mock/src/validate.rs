@@ -1,0 +1,173 @@
+//! Request validation with the API's messages (reference section 10.1).
+//!
+//! Invariants checked over the full context (the `previous_response_id` chain plus `input`):
+//! every output refers to an earlier call; every non-async call has an output; outputs of
+//! program-made calls echo the call's `caller`; `program` and `compaction` items carry the
+//! fingerprint / encrypted content this emulator issued.
+
+use std::collections::{HashMap, HashSet};
+
+use agent_responses::types::{Caller, Item};
+use axum::http::HeaderMap;
+
+/// An API error as the emulator sends it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ApiFailure {
+    pub status: u16,
+    pub message: String,
+    pub kind: String,
+    pub code: Option<String>,
+    pub param: Option<String>,
+    pub headers: Vec<(String, String)>,
+}
+
+impl ApiFailure {
+    pub fn invalid(message: impl Into<String>, param: Option<&str>, code: Option<&str>) -> Self {
+        Self {
+            status: 400,
+            message: message.into(),
+            kind: "invalid_request_error".into(),
+            code: code.map(str::to_owned),
+            param: param.map(str::to_owned),
+            headers: Vec::new(),
+        }
+    }
+
+    pub fn body(&self) -> serde_json::Value {
+        serde_json::json!({"error": {"message": self.message, "type": self.kind, "param": self.param, "code": self.code}})
+    }
+}
+
+/// Checks the bearer key: missing or wrong gives 401. `expected = None` accepts any key.
+pub fn check_auth(headers: &HeaderMap, expected: Option<&str>) -> Result<(), ApiFailure> {
+    let given = headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim)
+        .filter(|v| !v.is_empty());
+    let unauthorized = |message: &str, code: Option<&str>| ApiFailure {
+        status: 401,
+        message: message.to_owned(),
+        kind: "invalid_request_error".into(),
+        code: code.map(str::to_owned),
+        param: None,
+        headers: Vec::new(),
+    };
+    match (given, expected) {
+        (None, _) => Err(unauthorized(
+            "You didn't provide an API key. You need to provide your API key in an Authorization header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY), or as the password field (with blank username) if you're accessing the API from your browser and are prompted for a username and password. You can obtain an API key from https://platform.openai.com/account/api-keys.",
+            None,
+        )),
+        (Some(given), Some(expected)) if given != expected => Err(unauthorized(
+            "Incorrect API key provided. You can find your API key at https://platform.openai.com/account/api-keys.",
+            Some("invalid_api_key"),
+        )),
+        (Some(_), _) => Ok(()),
+    }
+}
+
+/// What the emulator issued, to check that opaque items come back whole.
+#[derive(Debug, Default)]
+pub struct Issued {
+    /// program call_id -> fingerprint.
+    pub programs: HashMap<String, String>,
+    /// encrypted_content of compaction items.
+    pub compactions: HashSet<String>,
+}
+
+/// Validates call/output pairing and opaque items over `context`.
+pub fn check_context(context: &[Item], issued: &Issued) -> Result<(), ApiFailure> {
+    let mut calls: HashMap<&str, (Option<&Caller>, bool)> = HashMap::new();
+    let mut answered: HashSet<&str> = HashSet::new();
+    for item in context {
+        match item {
+            Item::FunctionCall(call) => {
+                calls.insert(&call.call_id, (call.caller(), call.is_async()));
+            }
+            Item::CustomToolCall(call) => {
+                let is_async = matches!(call.is_async, Some(Some(true)));
+                calls.insert(&call.call_id, (None, is_async));
+            }
+            Item::FunctionCallOutput(out) => {
+                let Some((caller, _)) = calls.get(out.call_id.as_str()) else {
+                    return Err(ApiFailure::invalid(
+                        format!("No tool call found for function call output with call_id {}.", out.call_id),
+                        Some("input"),
+                        None,
+                    ));
+                };
+                if let Some(Caller::Program(_)) = caller
+                    && out.caller() != *caller
+                {
+                    return Err(ApiFailure::invalid(
+                        format!(
+                            "Function call output for call_id {} must echo the caller of its program-made call.",
+                            out.call_id
+                        ),
+                        Some("input"),
+                        None,
+                    ));
+                }
+                answered.insert(&out.call_id);
+            }
+            Item::CustomToolCallOutput(out) => {
+                if !calls.contains_key(out.call_id.as_str()) {
+                    return Err(ApiFailure::invalid(
+                        format!("No tool call found for custom tool call output with call_id {}.", out.call_id),
+                        Some("input"),
+                        None,
+                    ));
+                }
+                answered.insert(&out.call_id);
+            }
+            Item::Program(program) => {
+                if let Some(fingerprint) = issued.programs.get(&program.call_id)
+                    && *fingerprint != program.fingerprint
+                {
+                    return Err(ApiFailure::invalid(
+                        format!("Program item {} must be round-tripped with its fingerprint.", program.call_id),
+                        Some("input"),
+                        None,
+                    ));
+                }
+            }
+            Item::Compaction(compaction) => {
+                if !issued.compactions.contains(&compaction.encrypted_content) {
+                    let id = compaction.id.as_deref().unwrap_or("(no id)");
+                    return Err(ApiFailure::invalid(
+                        format!("The encrypted content for item {id} could not be verified."),
+                        Some("input"),
+                        Some("invalid_encrypted_content"),
+                    ));
+                }
+            }
+            Item::Message(_) | Item::Reasoning(_) | Item::ProgramOutput(_) | Item::Other(_) => {}
+        }
+    }
+    // Report the first unanswered call in context order, as the API does.
+    for item in context {
+        let (call_id, is_async) = match item {
+            Item::FunctionCall(call) => (call.call_id.as_str(), call.is_async()),
+            Item::CustomToolCall(call) => (call.call_id.as_str(), matches!(call.is_async, Some(Some(true)))),
+            _ => continue,
+        };
+        if !is_async && !answered.contains(call_id) {
+            return Err(ApiFailure::invalid(
+                format!("No tool output found for function call {call_id}."),
+                Some("input"),
+                None,
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// `previous_response_id` names no stored response.
+pub fn previous_not_found(id: &str) -> ApiFailure {
+    ApiFailure::invalid(
+        format!("Previous response with id '{id}' not found."),
+        Some("previous_response_id"),
+        Some("previous_response_not_found"),
+    )
+}

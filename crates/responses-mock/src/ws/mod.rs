@@ -1,0 +1,158 @@
+//! WebSocket mode at `GET /v1/responses` (reference section 8), deterministic.
+//!
+//! Semantics (one connection = one [`session`]):
+//! - client frames are handled one at a time in arrival order, so requests on a `stream_id`
+//!   are FIFO; events echo `stream_id`; `sequence_number` increases over the connection;
+//! - steering acceptance point: a fresh response (not a successor or continuation) holds
+//!   after its first text delta, or after a function call's `output_item.added`, for up to
+//!   [`WsOptions::steer_window`] waiting for a `response.steer` naming it;
+//! - a steered text response ends `incomplete` (`reason: steered`) at that boundary, then a
+//!   successor (`previous_response_id` = parent) is created with the queued input prepended
+//!   and completes; a steered function call completes, then `response.steer.pending` lists
+//!   the `required_input`; the client's `response.create` on the parent gets the queued
+//!   input prepended (the client must not resend it);
+//! - every `response.steer.failed` code of the reference is reachable (see `session.rs`);
+//! - protocol errors are `{"type":"error","status":N,"error":{...}}` events;
+//! - `store: false` responses live in a connection-local cache only; stored ones are shared
+//!   by the server's WebSocket connections;
+//! - after [`WsOptions::connection_lifetime`] the next client frame gets
+//!   `websocket_connection_limit_reached` and the connection closes (1000).
+
+mod session;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use agent_responses::types::{CreateResponse, Item};
+use axum::extract::State;
+use axum::extract::ws::WebSocketUpgrade;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde_json::Value;
+
+use crate::router::AppState;
+use crate::validate::check_auth;
+
+/// Where a scripted connection fault strikes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FaultPoint {
+    /// Right after `response.steer.accepted` was sent (before the successor exists).
+    AfterSteerAccepted,
+    /// When the first `response.create` of the connection arrives (before any reply).
+    OnFirstCreate,
+}
+
+/// How the connection ends at a fault.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FaultAction {
+    /// Drop the TCP connection without a close frame (the client sees 1006).
+    Drop,
+    /// Send a close frame with this code.
+    Close(u16),
+}
+
+/// A connection fault on the `connection`-th WebSocket connection (0-based).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WsFault {
+    pub connection: usize,
+    pub point: FaultPoint,
+    pub action: FaultAction,
+}
+
+/// WebSocket endpoint settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WsOptions {
+    /// How long a fresh response waits at its acceptance point for a steer; `None` never waits.
+    pub steer_window: Option<Duration>,
+    /// Connection lifetime (the API's is 60 minutes).
+    pub connection_lifetime: Duration,
+    /// Distinct `stream_id`s per connection before `websocket_stream_limit_reached`.
+    pub max_streams: usize,
+    /// Steers queued on one parent before `too_many_pending_steers`.
+    pub max_pending_steers: usize,
+    /// Make every successor creation fail (`successor_creation_failed`).
+    pub fail_successor_creation: bool,
+    pub fault: Option<WsFault>,
+}
+
+impl Default for WsOptions {
+    fn default() -> Self {
+        Self {
+            steer_window: Some(Duration::from_secs(5)),
+            connection_lifetime: Duration::from_secs(60 * 60),
+            max_streams: 16,
+            max_pending_steers: 4,
+            fail_successor_creation: false,
+            fault: None,
+        }
+    }
+}
+
+/// A response as the WebSocket endpoint keeps it.
+#[derive(Debug, Clone)]
+pub(crate) struct Entry {
+    pub request: CreateResponse,
+    /// Everything the response saw plus its output.
+    pub context: Vec<Item>,
+    /// `completed`, `incomplete`, `failed`.
+    pub status: String,
+    /// Steering input queued while the response waits for required input.
+    pub queued: Vec<Vec<Item>>,
+    /// The `required_input` stubs it waits for (empty: not waiting).
+    pub required: Vec<Value>,
+    pub generated: bool,
+}
+
+/// State shared by all WebSocket connections of one emulator.
+#[derive(Debug, Default)]
+pub(crate) struct WsShared {
+    pub options: WsOptions,
+    connections: AtomicUsize,
+    /// `store: true` responses created over WebSocket.
+    stored: Mutex<HashMap<String, Entry>>,
+    /// Every client frame received (parsed JSON; non-JSON frames as strings), in order.
+    received: Mutex<Vec<Value>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl WsShared {
+    pub fn new(options: WsOptions) -> Self {
+        Self { options, ..Self::default() }
+    }
+    pub(crate) fn record(&self, frame: &str) {
+        let value = serde_json::from_str(frame).unwrap_or_else(|_| Value::String(frame.to_owned()));
+        lock(&self.received).push(value);
+    }
+    pub(crate) fn stored(&self, id: &str) -> Option<Entry> {
+        lock(&self.stored).get(id).cloned()
+    }
+    pub(crate) fn store(&self, id: &str, entry: Entry) {
+        lock(&self.stored).insert(id.to_owned(), entry);
+    }
+}
+
+impl crate::MockServer {
+    /// Every WebSocket client frame received so far (parsed JSON), across connections.
+    pub fn ws_frames(&self) -> Vec<Value> {
+        lock(&self.state.ws.received).clone()
+    }
+    /// How many WebSocket connections were accepted.
+    pub fn ws_connections(&self) -> usize {
+        self.state.ws.connections.load(Ordering::SeqCst)
+    }
+}
+
+/// `GET /v1/responses` with an upgrade: checks the bearer key, then runs a session.
+pub(crate) async fn upgrade(State(state): State<Arc<AppState>>, headers: HeaderMap, ws: WebSocketUpgrade) -> Response {
+    if let Err(failure) = check_auth(&headers, state.api_key.as_deref()) {
+        let status = StatusCode::from_u16(failure.status).unwrap_or(StatusCode::UNAUTHORIZED);
+        return (status, [("content-type", "application/json")], failure.body().to_string()).into_response();
+    }
+    let index = state.ws.connections.fetch_add(1, Ordering::SeqCst);
+    ws.on_upgrade(move |socket| session::run(socket, state, index))
+}
