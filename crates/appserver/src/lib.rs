@@ -18,6 +18,7 @@
 mod api;
 mod calls;
 mod client;
+pub mod codex_home;
 mod error;
 mod options;
 mod policy;
