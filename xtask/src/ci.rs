@@ -1,8 +1,8 @@
 //! `cargo xtask ci`: what CI runs, and what a developer runs before pushing.
 
-use crate::process::{cargo, run};
+use crate::process::{cargo, run_cmd};
 
-pub fn run_ci(args: &[String]) -> anyhow::Result<()> {
+pub fn run(args: &[String]) -> anyhow::Result<()> {
     let under_ci = std::env::var("CI").is_ok_and(|v| v == "true");
     let interop = under_ci || args.iter().any(|a| a == "--interop");
     if std::env::var_os("AGENTCTL_TEST_PG_URL").is_none() {
@@ -16,8 +16,8 @@ pub fn run_ci(args: &[String]) -> anyhow::Result<()> {
              (set it to postgres://USER:PASS@127.0.0.1:5432/postgres to run it)"
         );
     }
-    run(cargo().args(["fmt", "--all", "--check"]))?;
-    run(cargo().args([
+    run_cmd(cargo().args(["fmt", "--all", "--check"]))?;
+    run_cmd(cargo().args([
         "clippy",
         "--workspace",
         "--all-targets",
@@ -25,11 +25,9 @@ pub fn run_ci(args: &[String]) -> anyhow::Result<()> {
         "-D",
         "warnings",
     ]))?;
-    run(cargo().args(["test", "--workspace"]))?;
+    run_cmd(cargo().args(["test", "--workspace"]))?;
     if interop {
         crate::interop::run(&[])?;
     }
     Ok(())
 }
-
-pub use run_ci as run;

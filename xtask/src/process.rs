@@ -24,8 +24,11 @@ pub fn cargo() -> Command {
     cmd
 }
 
+/// Alias kept for modules written before the rename.
+pub use run_cmd as run;
+
 /// Runs `cmd`, inheriting stdio; fails with the command line when it exits non-zero.
-pub fn run(cmd: &mut Command) -> anyhow::Result<()> {
+pub fn run_cmd(cmd: &mut Command) -> anyhow::Result<()> {
     let shown = format!("{cmd:?}");
     eprintln!("xtask: $ {shown}");
     let status = cmd.status().with_context(|| format!("cannot start {shown}"))?;

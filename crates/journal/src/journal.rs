@@ -11,7 +11,7 @@ use crate::event::{Appended, Event, NewEvent};
 use crate::limits::{check_event, check_thread};
 use crate::options::{Durability, JournalOptions};
 use crate::stream::{self, EventStream};
-use crate::writer::{self, Msg, Prepared, WriteConn};
+use crate::writer::{self, Counters, Msg, Prepared, WriteConn};
 use crate::{postgres, sqlite};
 
 /// Events fetched per query by [`Journal::replay_stream`] and [`Journal::tail`].
@@ -29,6 +29,16 @@ struct Inner {
     committed: watch::Receiver<i64>,
     options: JournalOptions,
     shown_url: String,
+    counters: Arc<Counters>,
+}
+
+/// Totals since this journal was opened (this process's writer only).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct JournalStats {
+    /// Transactions committed by the group-commit writer.
+    pub commits: u64,
+    /// Events written by those transactions (deduplicated appends excluded).
+    pub events: u64,
 }
 
 /// The read side of a backend.
@@ -86,7 +96,14 @@ impl Journal {
         };
         let (tx, rx) = mpsc::channel(options.queue_capacity.max(1));
         let (committed_tx, committed_rx) = watch::channel(0);
-        tokio::spawn(writer::run(conn, rx, committed_tx, options.batch_limit()));
+        let counters = Arc::new(Counters::default());
+        tokio::spawn(writer::run(
+            conn,
+            rx,
+            committed_tx,
+            options.batch_limit(),
+            Arc::clone(&counters),
+        ));
         Ok(Journal {
             inner: Arc::new(Inner {
                 reads,
@@ -94,6 +111,7 @@ impl Journal {
                 committed: committed_rx,
                 options,
                 shown_url,
+                counters,
             }),
         })
     }
@@ -106,6 +124,15 @@ impl Journal {
     /// The URL this journal was opened with, password removed.
     pub fn url(&self) -> &str {
         &self.inner.shown_url
+    }
+
+    /// Commits and events written so far by this handle's writer.
+    pub fn stats(&self) -> JournalStats {
+        use std::sync::atomic::Ordering::Relaxed;
+        JournalStats {
+            commits: self.inner.counters.commits.load(Relaxed),
+            events: self.inner.counters.events.load(Relaxed),
+        }
     }
 
     /// Appends one event; returns after it is durable (see [`Durability`]).

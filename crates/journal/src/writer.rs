@@ -8,6 +8,9 @@
 //!   request get [`JournalError::WriterFailed`] with the first error's message.
 //! - `Close` is processed after everything queued before it, so closing loses no append.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::error::JournalError;
@@ -57,6 +60,13 @@ impl WriteConn {
     }
 }
 
+/// Counters kept by the writer, for benchmarks and monitoring.
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    pub commits: AtomicU64,
+    pub events: AtomicU64,
+}
+
 /// Runs until `Close` or until every handle is dropped. `committed` publishes the highest
 /// committed seq after each commit, for in-process tails.
 pub(crate) async fn run(
@@ -64,6 +74,7 @@ pub(crate) async fn run(
     mut rx: mpsc::Receiver<Msg>,
     committed: watch::Sender<i64>,
     max_batch: usize,
+    counters: Arc<Counters>,
 ) {
     let mut failed: Option<String> = None;
     let mut requests: Vec<Vec<Prepared>> = Vec::new();
@@ -102,6 +113,9 @@ pub(crate) async fn run(
         }
         match conn.write(&requests).await {
             Ok(results) => {
+                let written = results.iter().flatten().filter(|a| !a.deduplicated).count();
+                counters.commits.fetch_add(1, Ordering::Relaxed);
+                counters.events.fetch_add(written as u64, Ordering::Relaxed);
                 if let Some(max) = results.iter().flatten().map(|a| a.seq).max() {
                     committed.send_if_modified(|current| {
                         let changed = max > *current;

@@ -1,0 +1,185 @@
+//! Measurements for `cargo xtask bench journal`; prints one JSON object per line.
+//!
+//! - `append DB PRODUCERS full|normal SECONDS`: concurrent producers, each awaiting its own
+//!   appends, for SECONDS; reports events/s and events per commit.
+//! - `raw DB SECONDS ROWS_PER_TXN`: the limit of the same SQLite build on the same disk,
+//!   multi-row INSERTs of ROWS_PER_TXN rows per fsync'd transaction, no journal around it.
+//! - `replay-build DB`: 10 interleaved threads of 100k events (1M in all) plus a 100-event
+//!   thread, bulk-appended.
+//! - `replay DB RUNS`: median wall time to replay the 100k-event and the 100-event thread.
+
+use std::str::FromStr as _;
+use std::time::{Duration, Instant};
+
+use agent_journal::{Durability, Journal, JournalOptions, NewEvent};
+use anyhow::{Context as _, bail};
+use serde_json::json;
+use sqlx::Connection as _;
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() -> anyhow::Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let arg = |i: usize| args.get(i).cloned().context("missing argument");
+    match args.first().map(String::as_str) {
+        Some("append") => append(&arg(1)?, arg(2)?.parse()?, &arg(3)?, arg(4)?.parse()?).await,
+        Some("raw") => raw(&arg(1)?, arg(2)?.parse()?, arg(3)?.parse()?).await,
+        Some("replay-build") => replay_build(&arg(1)?).await,
+        Some("replay") => replay(&arg(1)?, arg(2)?.parse()?).await,
+        _ => bail!("usage: bench_journal append|raw|replay-build|replay ..."),
+    }
+}
+
+async fn append(db: &str, producers: usize, durability: &str, seconds: f64) -> anyhow::Result<()> {
+    let durability = match durability {
+        "full" => Durability::Full,
+        "normal" => Durability::Normal,
+        other => bail!("unknown durability {other}"),
+    };
+    let journal = Journal::open_with(
+        &format!("sqlite://{db}"),
+        JournalOptions::default().durability(durability),
+    )
+    .await?;
+    let deadline = Instant::now() + Duration::from_secs_f64(seconds);
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for p in 0..producers {
+        let journal = journal.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut n = 0u64;
+            let thread = format!("t{}", p % 10);
+            while Instant::now() < deadline {
+                journal
+                    .append(NewEvent::new(
+                        thread.as_str(),
+                        "tool.started",
+                        json!({ "call_id": format!("call-{p}-{n}") }),
+                    ))
+                    .await?;
+                n += 1;
+            }
+            anyhow::Ok(n)
+        }));
+    }
+    let mut total = 0;
+    for task in tasks {
+        total += task.await??;
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    let stats = journal.stats();
+    journal.close().await;
+    println!(
+        "{}",
+        json!({
+            "events_per_s": total as f64 / elapsed,
+            "events": total,
+            "commits": stats.commits,
+            "events_per_commit": stats.events as f64 / stats.commits.max(1) as f64,
+        })
+    );
+    Ok(())
+}
+
+async fn raw(db: &str, seconds: f64, rows_per_txn: usize) -> anyhow::Result<()> {
+    let options = sqlx::sqlite::SqliteConnectOptions::from_str(&format!("sqlite://{db}"))?
+        .create_if_missing(true)
+        .journal_mode(sqlx::sqlite::SqliteJournalMode::Wal)
+        .synchronous(sqlx::sqlite::SqliteSynchronous::Full);
+    let mut conn = sqlx::SqliteConnection::connect_with(&options).await?;
+    sqlx::query(
+        "CREATE TABLE IF NOT EXISTS raw_events (seq INTEGER PRIMARY KEY, thread TEXT NOT NULL, \
+         kind TEXT NOT NULL, payload TEXT NOT NULL, at INTEGER NOT NULL, dedup_key TEXT)",
+    )
+    .execute(&mut conn)
+    .await?;
+    let deadline = Instant::now() + Duration::from_secs_f64(seconds);
+    let started = Instant::now();
+    let mut total = 0usize;
+    let mut commits = 0usize;
+    while Instant::now() < deadline {
+        let mut query = sqlx::QueryBuilder::<sqlx::Sqlite>::new(
+            "INSERT INTO raw_events (thread, kind, payload, at, dedup_key) ",
+        );
+        query.push_values(0..rows_per_txn, |mut b, i| {
+            b.push_bind(format!("t{}", i % 10))
+                .push_bind("tool.started")
+                .push_bind(format!("{{\"call_id\":\"call-{}\"}}", total + i))
+                .push_bind(0i64)
+                .push_bind(Option::<String>::None);
+        });
+        query.build().execute(&mut conn).await?;
+        total += rows_per_txn;
+        commits += 1;
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    println!(
+        "{}",
+        json!({ "rows_per_s": total as f64 / elapsed, "commits": commits, "rows_per_txn": rows_per_txn })
+    );
+    Ok(())
+}
+
+const KINDS: [&str; 5] = [
+    "turn.started",
+    "tool.started",
+    "tool.completed",
+    "steer.accepted",
+    "tool.failed",
+];
+
+async fn replay_build(db: &str) -> anyhow::Result<()> {
+    let journal = Journal::open_with(
+        &format!("sqlite://{db}"),
+        JournalOptions::default().durability(Durability::Normal),
+    )
+    .await?;
+    let started = Instant::now();
+    let mut batch = Vec::with_capacity(10_000);
+    for i in 0..100_000u64 {
+        for t in 0..10 {
+            batch.push(NewEvent::new(
+                format!("thread-{t}"),
+                KINDS[(i % 5) as usize],
+                json!({ "call_id": format!("call-{i}"), "revision": i % 7 }),
+            ));
+        }
+        if i % 1000 == 0 {
+            batch.push(NewEvent::new("small", "tool.completed", json!({ "i": i })));
+        }
+        if batch.len() >= 10_000 {
+            journal.append_batch(std::mem::take(&mut batch)).await?;
+        }
+    }
+    journal.append_batch(batch).await?;
+    journal.close().await;
+    println!(
+        "{}",
+        json!({ "events": 1_000_100, "build_s": started.elapsed().as_secs_f64() })
+    );
+    Ok(())
+}
+
+async fn replay(db: &str, runs: usize) -> anyhow::Result<()> {
+    let journal = Journal::open(&format!("sqlite://{db}")).await?;
+    let mut big = Vec::new();
+    let mut small = Vec::new();
+    let mut counts = (0, 0);
+    for _ in 0..runs {
+        let t = Instant::now();
+        counts.0 = journal.replay("thread-3", 0).await?.len();
+        big.push(t.elapsed().as_secs_f64() * 1e3);
+        let t = Instant::now();
+        counts.1 = journal.replay("small", 0).await?.len();
+        small.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    big.sort_by(f64::total_cmp);
+    small.sort_by(f64::total_cmp);
+    println!(
+        "{}",
+        json!({
+            "big_events": counts.0, "big_ms": big[big.len() / 2],
+            "small_events": counts.1, "small_ms": small[small.len() / 2],
+        })
+    );
+    Ok(())
+}
