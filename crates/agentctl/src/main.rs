@@ -27,6 +27,15 @@ enum Command {
     /// Inspect the durable event journal: list threads, replay or follow one.
     #[command(subcommand)]
     Journal(cmd::journal::JournalCmd),
+    /// Conversation history kept in whole units: append, window, search (agent-context).
+    #[command(subcommand)]
+    History(cmd::history::HistoryCmd),
+    /// Long-term memory with provenance: recall, add evidence, revoke a source, consolidate.
+    #[command(subcommand)]
+    Memory(cmd::memory::MemoryCmd),
+    /// Run the seed's demo stories on the Rust crates (`demo memory`, ...).
+    #[command(subcommand)]
+    Demo(cmd::demo::DemoCmd),
 }
 
 fn main() -> std::process::ExitCode {
@@ -45,6 +54,9 @@ fn main() -> std::process::ExitCode {
 async fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
     match cli.command {
         Command::Journal(cmd) => cmd::journal::run(&cli.global, cmd).await,
+        Command::History(cmd) => cmd::history::run(&cli.global, cmd).await,
+        Command::Memory(cmd) => cmd::memory::run(&cli.global, cmd).await,
+        Command::Demo(cmd) => cmd::demo::run(&cli.global, cmd).await,
     }
 }
 

@@ -11,9 +11,8 @@ pub enum ContextError {
 
     /// A unit's tool calls and outputs do not pair up by `call_id`.
     #[error(
-        "unit `{unit}` has unpaired tool calls: calls without output [{}], outputs without call [{}]",
-        calls_without_output.join(", "),
-        outputs_without_call.join(", ")
+        "unit `{unit}` has unpaired tool calls: {}",
+        describe_unpaired(calls_without_output, outputs_without_call)
     )]
     UnpairedCalls {
         unit: String,
@@ -106,6 +105,17 @@ pub enum ContextError {
     /// The database failed (connection, I/O, lock timeout, ...).
     #[error("database error: {0}")]
     Database(#[from] sqlx::Error),
+}
+
+fn describe_unpaired(calls: &[String], outputs: &[String]) -> String {
+    let mut parts = Vec::new();
+    if !calls.is_empty() {
+        parts.push(format!("call_id {} without output", calls.join(", ")));
+    }
+    if !outputs.is_empty() {
+        parts.push(format!("output for call_id {} without call", outputs.join(", ")));
+    }
+    parts.join("; ")
 }
 
 /// Shorthand for this crate's results.

@@ -1,0 +1,217 @@
+//! `agentctl history`: append to, window and search conversation history (agent-context).
+
+use std::io::Read as _;
+
+use agent_context::{ContextStore, Unit};
+use anyhow::Context as _;
+use clap::Subcommand;
+use serde_json::{Value, json};
+
+use crate::global::GlobalArgs;
+use crate::output::{json_line, line, with_hint};
+
+/// History kept in whole units (a tool call always with its output).
+#[derive(Debug, Subcommand)]
+pub enum HistoryCmd {
+    /// Search one thread for a case-insensitive substring (CJK included), oldest hit first.
+    Search {
+        /// Thread to search; other threads are never searched.
+        #[arg(long)]
+        thread: String,
+        /// Text to find (any length; 3+ characters use the trigram index).
+        term: String,
+        /// Most hits to print (1-1000).
+        #[arg(long, default_value_t = 5)]
+        limit: usize,
+    },
+    /// Print the pinned goal plus the most recent units of a thread, oldest first.
+    Window {
+        #[arg(long)]
+        thread: String,
+        /// The goal to pin at the top of the window.
+        #[arg(long, default_value = "")]
+        goal: String,
+        /// How many recent units to keep (1-10000).
+        #[arg(long, default_value_t = 2, conflicts_with = "budget")]
+        keep: usize,
+        /// Instead of --keep: as many recent units as fit this many bytes of JSON
+        /// (goal included; units are never split).
+        #[arg(long)]
+        budget: Option<u64>,
+    },
+    /// Append one unit: a JSON array of Responses API items (argument, or `-` for stdin).
+    /// Refused when a function_call has no function_call_output with its call_id (or the
+    /// reverse), or when the unit id already exists in the thread.
+    Append {
+        #[arg(long)]
+        thread: String,
+        /// Unit id, unique within the thread.
+        #[arg(long)]
+        unit: String,
+        /// JSON array of items, e.g. '[{"type":"message","text":"hi"}]'; `-` reads stdin.
+        items: String,
+    },
+    /// List threads with their unit counts.
+    Threads,
+}
+
+pub async fn run(global: &GlobalArgs, cmd: HistoryCmd) -> anyhow::Result<std::process::ExitCode> {
+    let store = open(global).await?;
+    match cmd {
+        HistoryCmd::Search {
+            thread,
+            term,
+            limit,
+        } => {
+            let hits = store.search(&thread, &term, limit).await?;
+            if global.json {
+                for unit in &hits {
+                    json_line(
+                        &json!({"thread": thread, "unit": unit.unit, "position": unit.position, "items": unit.items}),
+                    )?;
+                }
+            } else if hits.is_empty() {
+                line(&format!("no unit of thread `{thread}` contains \"{term}\""))?;
+            } else {
+                for unit in &hits {
+                    line(&format!(
+                        "#{} {}: {}",
+                        unit.position,
+                        unit.unit,
+                        summarize(unit)
+                    ))?;
+                }
+            }
+        }
+        HistoryCmd::Window {
+            thread,
+            goal,
+            keep,
+            budget,
+        } => {
+            let window = match budget {
+                Some(bytes) => store.window_budget(&thread, &goal, bytes).await?,
+                None => store.window(&thread, &goal, keep).await?,
+            };
+            if global.json {
+                json_line(&serde_json::to_value(&window)?)?;
+            } else {
+                line(&format!("goal: {}", window.pinned_goal))?;
+                for unit in &window.recent_units {
+                    line(&format!(
+                        "#{} {}: {}",
+                        unit.position,
+                        unit.unit,
+                        summarize(unit)
+                    ))?;
+                }
+            }
+        }
+        HistoryCmd::Append {
+            thread,
+            unit,
+            items,
+        } => {
+            let text = if items == "-" {
+                let mut buf = String::new();
+                std::io::stdin()
+                    .read_to_string(&mut buf)
+                    .context("cannot read items from stdin")?;
+                buf
+            } else {
+                items
+            };
+            let items: Vec<Value> = serde_json::from_str(&text).map_err(|err| {
+                with_hint(
+                    anyhow::anyhow!("items are not a JSON array: {err}"),
+                    r#"pass a JSON array, e.g. '[{"type":"message","text":"hi"}]'"#,
+                )
+            })?;
+            let appended = store
+                .append_unit(&thread, &unit, &items)
+                .await
+                .map_err(|err| {
+                    let hint = match &err {
+                        agent_context::ContextError::UnpairedCalls { .. } => {
+                            "put each function_call and its function_call_output in the same unit"
+                        }
+                        agent_context::ContextError::DuplicateUnit { .. } => "choose a new unit id",
+                        _ => "see `agentctl history append --help`",
+                    };
+                    with_hint(err, hint)
+                })?;
+            if global.json {
+                json_line(&json!({"thread": thread, "unit": unit, "position": appended.position}))?;
+            } else {
+                line(&format!(
+                    "appended {unit} to {thread} at position {}",
+                    appended.position
+                ))?;
+            }
+        }
+        HistoryCmd::Threads => {
+            let threads = store.threads().await?;
+            for t in &threads {
+                if global.json {
+                    json_line(&serde_json::to_value(t)?)?;
+                } else {
+                    line(&format!("{}\t{} units", t.thread, t.units))?;
+                }
+            }
+        }
+    }
+    store.close().await;
+    Ok(std::process::ExitCode::SUCCESS)
+}
+
+pub async fn open(global: &GlobalArgs) -> anyhow::Result<ContextStore> {
+    let url = global.database_url()?;
+    ContextStore::open(&url).await.map_err(|err| {
+        with_hint(
+            err,
+            "check --db / AGENTCTL_DB (sqlite://PATH, sqlite::memory: or postgres://...)",
+        )
+    })
+}
+
+/// One line describing a unit's items: message text, tool calls with their outputs.
+pub fn summarize(unit: &Unit) -> String {
+    let parts: Vec<String> = unit.items.iter().map(summarize_item).collect();
+    parts.join(" | ")
+}
+
+fn summarize_item(item: &Value) -> String {
+    let kind = item.get("type").and_then(Value::as_str).unwrap_or("item");
+    let field = |name: &str| item.get(name).and_then(Value::as_str).unwrap_or("");
+    let text = match kind {
+        k if k.ends_with("_call_output") => format!(
+            "{kind} {} -> {}",
+            field("call_id"),
+            short(&text_of(item.get("output")))
+        ),
+        k if k.ends_with("_call") => format!("{kind} {} {}", field("call_id"), field("name")),
+        _ => {
+            let body = item.get("text").or_else(|| item.get("content"));
+            format!("{kind}: {}", short(&text_of(body)))
+        }
+    };
+    text.trim_end().to_string()
+}
+
+fn text_of(value: Option<&Value>) -> String {
+    match value {
+        None => String::new(),
+        Some(Value::String(s)) => s.clone(),
+        Some(other) => other.to_string(),
+    }
+}
+
+fn short(text: &str) -> String {
+    const MAX: usize = 120;
+    if text.chars().count() <= MAX {
+        text.to_string()
+    } else {
+        let cut: String = text.chars().take(MAX).collect();
+        format!("{cut}…")
+    }
+}

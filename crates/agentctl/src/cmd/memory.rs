@@ -1,0 +1,271 @@
+//! `agentctl memory`: inspect and correct long-term memory (agent-context).
+
+use agent_context::{ContextError, ContextStore, MemoryEntry, NewEvidence};
+use clap::Subcommand;
+use serde_json::json;
+
+use crate::cmd::history::open;
+use crate::global::GlobalArgs;
+use crate::output::{json_line, line, with_hint};
+
+/// 30 days, in seconds.
+const DEFAULT_MAX_AGE: i64 = 30 * 24 * 3600;
+
+/// Memory is consolidated from evidence: per (project, key) the newest confirmed,
+/// unrevoked evidence wins, and its source is kept as provenance. Times are Unix seconds.
+#[derive(Debug, Subcommand)]
+pub enum MemoryCmd {
+    /// Print what is remembered for one project, with provenance; entries older than
+    /// --max-age are flagged "needs refresh".
+    Recall {
+        #[arg(long)]
+        project: String,
+        /// Age (seconds) after which an entry needs a refresh; default 30 days.
+        #[arg(long, default_value_t = DEFAULT_MAX_AGE)]
+        max_age: i64,
+        /// The current time (Unix seconds); default now.
+        #[arg(long)]
+        now: Option<i64>,
+    },
+    /// Record a piece of evidence (its source must be new), then consolidate.
+    Add {
+        /// Unique id of the observation, e.g. the rollout that produced it.
+        #[arg(long)]
+        source: String,
+        #[arg(long)]
+        project: String,
+        #[arg(long)]
+        key: String,
+        #[arg(long)]
+        value: String,
+        /// When it was observed (Unix seconds); default now.
+        #[arg(long)]
+        observed: Option<i64>,
+        /// Record it as unconfirmed: kept, but never used for memory.
+        #[arg(long)]
+        unconfirmed: bool,
+        /// Only record; leave consolidation for later.
+        #[arg(long)]
+        no_consolidate: bool,
+    },
+    /// Revoke a source (it stops counting for memory), then consolidate.
+    Revoke {
+        source: String,
+        /// Only revoke; leave consolidation for later.
+        #[arg(long)]
+        no_consolidate: bool,
+    },
+    /// Recompute memory for every (project, key) whose evidence changed since last time.
+    Consolidate,
+    /// List all evidence of a project (or one key): value, time, confirmed, revoked.
+    Evidence {
+        #[arg(long)]
+        project: String,
+        #[arg(long)]
+        key: Option<String>,
+    },
+}
+
+pub async fn run(global: &GlobalArgs, cmd: MemoryCmd) -> anyhow::Result<std::process::ExitCode> {
+    let store = open(global).await?;
+    match cmd {
+        MemoryCmd::Recall {
+            project,
+            max_age,
+            now,
+        } => {
+            let now = now.unwrap_or_else(unix_now);
+            let entries = store.recall(&project, now, max_age).await?;
+            let pending = store.pending().await?;
+            if global.json {
+                for entry in &entries {
+                    json_line(&serde_json::to_value(entry)?)?;
+                }
+            } else {
+                if entries.is_empty() {
+                    line(&format!("nothing remembered for project `{project}`"))?;
+                }
+                for entry in &entries {
+                    line(&describe(entry))?;
+                }
+                if pending > 0 {
+                    line(&format!(
+                        "({pending} changed key(s) await `agentctl memory consolidate`)"
+                    ))?;
+                }
+            }
+        }
+        MemoryCmd::Add {
+            source,
+            project,
+            key,
+            value,
+            observed,
+            unconfirmed,
+            no_consolidate,
+        } => {
+            let evidence = NewEvidence {
+                source,
+                project,
+                key,
+                value,
+                observed: observed.unwrap_or_else(unix_now),
+                confirmed: !unconfirmed,
+            };
+            store
+                .add_evidence(&evidence)
+                .await
+                .map_err(|err| match err {
+                    ContextError::DuplicateSource(_) => with_hint(
+                        err,
+                        "evidence is immutable: revoke the old source and add a new one",
+                    ),
+                    other => other.into(),
+                })?;
+            let consolidated = consolidate_unless(&store, no_consolidate).await?;
+            if global.json {
+                json_line(&json!({"added": evidence, "consolidation": consolidated}))?;
+            } else {
+                line(&format!(
+                    "added {} ({}/{} = {}){}",
+                    evidence.source,
+                    evidence.project,
+                    evidence.key,
+                    evidence.value,
+                    if consolidated.is_some() {
+                        "; memory updated"
+                    } else {
+                        ""
+                    }
+                ))?;
+            }
+        }
+        MemoryCmd::Revoke {
+            source,
+            no_consolidate,
+        } => {
+            let revoked = store.revoke(&source).await.map_err(|err| match err {
+                ContextError::UnknownSource(_) => with_hint(
+                    err,
+                    "list sources with `agentctl memory evidence --project P`",
+                ),
+                other => other.into(),
+            })?;
+            let consolidated = consolidate_unless(&store, no_consolidate).await?;
+            let now_remembered = if consolidated.is_some() {
+                store
+                    .recall(&revoked.project, unix_now(), i64::MAX)
+                    .await?
+                    .into_iter()
+                    .find(|e| e.key == revoked.key)
+            } else {
+                None
+            };
+            if global.json {
+                json_line(
+                    &json!({"revoked": revoked, "consolidation": consolidated, "now": now_remembered}),
+                )?;
+            } else {
+                let state = if revoked.newly_revoked {
+                    "revoked"
+                } else {
+                    "was already revoked:"
+                };
+                line(&format!(
+                    "{state} {} ({}/{})",
+                    revoked.source, revoked.project, revoked.key
+                ))?;
+                if consolidated.is_some() {
+                    match now_remembered {
+                        Some(e) => line(&format!(
+                            "{}/{} is now {} (from {})",
+                            e.project, e.key, e.value, e.source
+                        ))?,
+                        None => line(&format!(
+                            "{}/{} is no longer remembered",
+                            revoked.project, revoked.key
+                        ))?,
+                    }
+                }
+            }
+        }
+        MemoryCmd::Consolidate => {
+            let c = store.consolidate().await?;
+            if global.json {
+                json_line(&serde_json::to_value(c)?)?;
+            } else {
+                line(&format!(
+                    "recomputed {} key(s), {} remembered",
+                    c.recomputed, c.written
+                ))?;
+            }
+        }
+        MemoryCmd::Evidence { project, key } => {
+            let rows = store.evidence(&project, key.as_deref()).await?;
+            for e in &rows {
+                if global.json {
+                    json_line(&serde_json::to_value(e)?)?;
+                } else {
+                    let mut flags = Vec::new();
+                    if !e.confirmed {
+                        flags.push("unconfirmed");
+                    }
+                    if e.revoked {
+                        flags.push("revoked");
+                    }
+                    line(&format!(
+                        "{}\t{} = {}\tobserved {}\t{}",
+                        e.source,
+                        e.key,
+                        e.value,
+                        e.observed,
+                        if flags.is_empty() {
+                            "ok".to_string()
+                        } else {
+                            flags.join(",")
+                        }
+                    ))?;
+                }
+            }
+            if rows.is_empty() && !global.json {
+                line(&format!("no evidence for project `{project}`"))?;
+            }
+        }
+    }
+    store.close().await;
+    Ok(std::process::ExitCode::SUCCESS)
+}
+
+async fn consolidate_unless(
+    store: &ContextStore,
+    skip: bool,
+) -> anyhow::Result<Option<agent_context::Consolidation>> {
+    if skip {
+        Ok(None)
+    } else {
+        Ok(Some(store.consolidate().await?))
+    }
+}
+
+/// `key = value (from SOURCE, observed T[, needs refresh])`.
+pub fn describe(entry: &MemoryEntry) -> String {
+    format!(
+        "{} = {} (from {}, observed {}{})",
+        entry.key,
+        entry.value,
+        entry.source,
+        entry.observed,
+        if entry.needs_refresh {
+            ", needs refresh"
+        } else {
+            ""
+        }
+    )
+}
+
+fn unix_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}

@@ -1,0 +1,243 @@
+//! `agentctl demo memory`, `history` and `memory` end to end, on a temp SQLite file.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
+
+use assert_cmd::Command;
+use serde_json::Value;
+
+fn agentctl(db: &str) -> Command {
+    let mut cmd = Command::cargo_bin("agentctl").unwrap();
+    cmd.env_remove("AGENTCTL_DB").args(["--db", db]);
+    cmd
+}
+
+fn json_lines(out: &[u8]) -> Vec<Value> {
+    String::from_utf8(out.to_vec())
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+#[test]
+fn demo_memory_json_tells_the_seed_story() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("demo.db").display());
+    let out = agentctl(&db)
+        .args(["demo", "memory", "--json"])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let lines = json_lines(&out);
+    assert_eq!(lines.len(), 1, "one JSON object");
+    let r = &lines[0];
+    // Window: goal + last 2 units, the call kept with its output.
+    assert_eq!(r["window"]["pinned_goal"], "只读诊断");
+    let units = r["window"]["recent_units"].as_array().unwrap();
+    assert_eq!(units.len(), 2);
+    assert_eq!(units[0]["items"].as_array().unwrap().len(), 2);
+    assert!(r["refused_unpaired"].as_str().unwrap().contains("c2"));
+    // Search recalls E42 from the CJK message.
+    let hits = r["search_hits"].as_array().unwrap();
+    assert_eq!(hits.len(), 1);
+    assert!(
+        hits[0]["items"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("E42")
+    );
+    // Memory: jdk=17 from rollout-2, then jdk=8 from rollout-1.
+    let prefix = r["thread"]
+        .as_str()
+        .unwrap()
+        .strip_suffix('a')
+        .unwrap()
+        .to_string();
+    assert_eq!(r["memory"][0]["key"], "jdk");
+    assert_eq!(r["memory"][0]["value"], "17");
+    assert_eq!(r["memory"][0]["source"], format!("{prefix}rollout-2"));
+    assert_eq!(r["memory_after_revoke"][0]["value"], "8");
+    assert_eq!(
+        r["memory_after_revoke"][0]["source"],
+        format!("{prefix}rollout-1")
+    );
+    // Running it again on the same database works (its names are unique per run).
+    agentctl(&db)
+        .args(["demo", "memory", "--json"])
+        .assert()
+        .success();
+    // The demo's data is inspectable with the other commands.
+    let project = r["project"].as_str().unwrap();
+    let out = agentctl(&db)
+        .args([
+            "memory",
+            "recall",
+            "--project",
+            project,
+            "--now",
+            "50",
+            "--max-age",
+            "30",
+            "--json",
+        ])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    assert_eq!(json_lines(&out)[0]["value"], "8");
+    let out = agentctl(&db)
+        .args([
+            "history",
+            "search",
+            "--thread",
+            r["thread"].as_str().unwrap(),
+            "e42",
+            "--json",
+        ])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    assert_eq!(json_lines(&out).len(), 1);
+}
+
+#[test]
+fn demo_memory_human_output_without_db_is_in_memory() {
+    let out = Command::cargo_bin("agentctl")
+        .unwrap()
+        .env_remove("AGENTCTL_DB")
+        .args(["demo", "memory"])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let text = String::from_utf8(out).unwrap();
+    assert!(text.contains("jdk = 17 (from rollout-2"), "{text}");
+    assert!(text.contains("jdk = 8 (from rollout-1"), "{text}");
+    assert!(text.contains("E42"), "{text}");
+}
+
+#[test]
+fn history_and_memory_commands_correct_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("c.db").display());
+    agentctl(&db)
+        .args([
+            "history",
+            "append",
+            "--thread",
+            "t",
+            "--unit",
+            "u1",
+            r#"[{"type":"message","text":"hello Login"}]"#,
+        ])
+        .assert()
+        .success();
+    // Unpaired call: one error line naming the id, a hint, non-zero exit.
+    let err = agentctl(&db)
+        .args([
+            "history",
+            "append",
+            "--thread",
+            "t",
+            "--unit",
+            "u2",
+            r#"[{"type":"function_call","call_id":"zz9"}]"#,
+        ])
+        .assert()
+        .failure()
+        .get_output()
+        .stderr
+        .clone();
+    let err = String::from_utf8(err).unwrap();
+    assert!(err.contains("zz9") && err.contains("hint:"), "{err}");
+    let out = agentctl(&db)
+        .args([
+            "history", "window", "--thread", "t", "--goal", "g", "--json",
+        ])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    assert_eq!(
+        json_lines(&out)[0]["recent_units"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+    // Empty search term is refused.
+    agentctl(&db)
+        .args(["history", "search", "--thread", "t", ""])
+        .assert()
+        .failure();
+
+    for (src, value, at) in [("r1", "8", "1"), ("r2", "17", "10")] {
+        agentctl(&db)
+            .args([
+                "memory",
+                "add",
+                "--source",
+                src,
+                "--project",
+                "p",
+                "--key",
+                "jdk",
+                "--value",
+                value,
+                "--observed",
+                at,
+            ])
+            .assert()
+            .success();
+    }
+    // Duplicate source is an error.
+    agentctl(&db)
+        .args([
+            "memory",
+            "add",
+            "--source",
+            "r1",
+            "--project",
+            "p",
+            "--key",
+            "jdk",
+            "--value",
+            "x",
+        ])
+        .assert()
+        .failure();
+    let out = agentctl(&db)
+        .args(["memory", "revoke", "r2", "--json"])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    assert_eq!(json_lines(&out)[0]["now"]["value"], "8");
+    agentctl(&db)
+        .args(["memory", "revoke", "nope"])
+        .assert()
+        .failure();
+    let out = agentctl(&db)
+        .args(["memory", "evidence", "--project", "p", "--json"])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    assert_eq!(json_lines(&out).len(), 2);
+    let out = agentctl(&db)
+        .args(["memory", "recall", "--project", "p"])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    assert!(String::from_utf8(out).unwrap().contains("jdk = 8 (from r1"));
+}
