@@ -15,6 +15,7 @@ pub mod loops;
 pub mod retry;
 pub mod sse;
 pub mod types;
+pub mod ws;
 
 pub use error::{ApiError, ClientError};
 pub use http::{ApiKey, Client, ClientConfig, EventStream};

@@ -7,8 +7,9 @@ use agent_responses::ApiKey;
 use agent_responses::types::{CreateResponse, Input, Item, StreamEvent};
 use agent_responses::ws::events::SteerError;
 use agent_responses::ws::{
-    ClientEvent, ReconnectPolicy, ResponseCreate, ServerEvent, SessionEvent, SteerEvent, SteerFailCode, SteerInput,
-    SteerRequest, SteerTracker, SteerUpdate, WsConfig, WsError, WsSession, fill_request,
+    ClientEvent, ReconnectPolicy, ResponseCreate, ServerEvent, SessionEvent, SteerEvent,
+    SteerFailCode, SteerInput, SteerRequest, SteerTracker, SteerUpdate, WsConfig, WsError,
+    WsSession, fill_request,
 };
 use agent_responses_mock::ws::{FaultAction, FaultPoint, WsFault, WsOptions};
 use agent_responses_mock::{MOCK_API_KEY, MockConfig, MockServer, Script};
@@ -25,11 +26,17 @@ async fn server(options: WsOptions) -> MockServer {
 
 /// Options where a fresh response waits (generously) for a steer at its acceptance point.
 fn steerable() -> WsOptions {
-    WsOptions { steer_window: Some(Duration::from_secs(60)), ..WsOptions::default() }
+    WsOptions {
+        steer_window: Some(Duration::from_secs(60)),
+        ..WsOptions::default()
+    }
 }
 
 fn no_hold() -> WsOptions {
-    WsOptions { steer_window: None, ..WsOptions::default() }
+    WsOptions {
+        steer_window: None,
+        ..WsOptions::default()
+    }
 }
 
 fn config(server: &MockServer) -> WsConfig {
@@ -50,8 +57,10 @@ fn plan(lane: Option<&str>) -> ResponseCreate {
 
 fn with_tool(mut create: ResponseCreate) -> ResponseCreate {
     create.request.tools = Some(
-        serde_json::from_value(json!([{"type": "function", "name": "scan", "description": "scan the repo",
-            "parameters": {"type": "object", "properties": {"query": {"type": "string"}}}}]))
+        serde_json::from_value(
+            json!([{"type": "function", "name": "scan", "description": "scan the repo",
+            "parameters": {"type": "object", "properties": {"query": {"type": "string"}}}}]),
+        )
         .unwrap(),
     );
     create
@@ -73,7 +82,11 @@ async fn until(
     let mut events = Vec::new();
     let mut updates = Vec::new();
     loop {
-        let event = session.next_event().await.unwrap().expect("session ended early");
+        let event = session
+            .next_event()
+            .await
+            .unwrap()
+            .expect("session ended early");
         updates.extend(tracker.observe(&event));
         let done = stop(&event);
         events.push(event);
@@ -103,7 +116,10 @@ async fn created(session: &mut WsSession) -> String {
 }
 
 async fn steer(session: &mut WsSession, tracker: &mut SteerTracker, parent: &str, text: &str) {
-    let request = session.steer(parent, SteerInput::Text(text.into())).await.unwrap();
+    let request = session
+        .steer(parent, SteerInput::Text(text.into()))
+        .await
+        .unwrap();
     tracker.sent(request);
 }
 
@@ -112,7 +128,9 @@ fn completed_text(events: &[SessionEvent]) -> String {
         .iter()
         .rev()
         .find_map(|e| match e {
-            SessionEvent::Server(ServerEvent::Stream(StreamEvent::Completed(c))) => Some(c.response.output_text()),
+            SessionEvent::Server(ServerEvent::Stream(StreamEvent::Completed(c))) => {
+                Some(c.response.output_text())
+            }
             _ => None,
         })
         .unwrap()
@@ -145,12 +163,19 @@ async fn accepted_then_parent_steered_then_successor_commits() {
     let parent = created_id(&first).unwrap();
     tracker.observe(&SessionEvent::Server(first));
     steer(&mut session, &mut tracker, &parent, STEER).await;
-    let (events, updates) = until(&mut session, &mut tracker, |e| is_type(e, "response.completed")).await;
+    let (events, updates) = until(&mut session, &mut tracker, |e| {
+        is_type(e, "response.completed")
+    })
+    .await;
     let successor = match &updates[..] {
         [
             SteerUpdate::Accepted { parent: p1, .. },
             SteerUpdate::ParentSteered { parent: p2 },
-            SteerUpdate::Committed { parent: p3, successor, .. },
+            SteerUpdate::Committed {
+                parent: p3,
+                successor,
+                ..
+            },
         ] => {
             assert!(p1 == &parent && p2 == &parent && p3 == &parent);
             successor.clone()
@@ -159,13 +184,23 @@ async fn accepted_then_parent_steered_then_successor_commits() {
     };
     assert_ne!(successor, parent);
     // Accepted comes before the parent's end, and the commit point before the successor completes.
-    let kinds: Vec<&str> = events.iter().filter_map(|e| match e { SessionEvent::Server(s) => s.type_name(), _ => None }).collect();
+    let kinds: Vec<&str> = events
+        .iter()
+        .filter_map(|e| match e {
+            SessionEvent::Server(s) => s.type_name(),
+            _ => None,
+        })
+        .collect();
     let pos = |k: &str| kinds.iter().position(|x| *x == k).unwrap();
     assert!(pos("response.steer.accepted") < pos("response.incomplete"));
     assert!(pos("response.incomplete") < pos("response.created"));
     let text = completed_text(&events);
     assert!(text.contains(STEER), "{text}");
-    assert!(events.iter().all(|e| matches!(e, SessionEvent::Server(s) if s.stream_id() == Some("agent_1"))));
+    assert!(
+        events
+            .iter()
+            .all(|e| matches!(e, SessionEvent::Server(s) if s.stream_id() == Some("agent_1")))
+    );
     assert_eq!(session.in_flight(), 0);
     assert!(!tracker.has_open_steers());
 }
@@ -182,18 +217,38 @@ async fn accepted_then_pending_then_filled_from_saved_results() {
     let parent = created_id(&first).unwrap();
     tracker.observe(&SessionEvent::Server(first));
     steer(&mut session, &mut tracker, &parent, STEER).await;
-    let (events, updates) = until(&mut session, &mut tracker, |e| is_type(e, "response.steer.pending")).await;
+    let (events, updates) = until(&mut session, &mut tracker, |e| {
+        is_type(e, "response.steer.pending")
+    })
+    .await;
     // The parent completed with its tool call; pending arrived after response.completed.
-    let kinds: Vec<&str> = events.iter().filter_map(|e| match e { SessionEvent::Server(s) => s.type_name(), _ => None }).collect();
-    assert!(kinds.iter().position(|k| *k == "response.completed") < kinds.iter().position(|k| *k == "response.steer.pending"));
+    let kinds: Vec<&str> = events
+        .iter()
+        .filter_map(|e| match e {
+            SessionEvent::Server(s) => s.type_name(),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        kinds.iter().position(|k| *k == "response.completed")
+            < kinds.iter().position(|k| *k == "response.steer.pending")
+    );
     let call_id = events
         .iter()
         .find_map(|e| match e {
-            SessionEvent::Server(ServerEvent::Stream(StreamEvent::OutputItemDone(d))) => d.item.call_id().map(str::to_owned),
+            SessionEvent::Server(ServerEvent::Stream(StreamEvent::OutputItemDone(d))) => {
+                d.item.call_id().map(str::to_owned)
+            }
             _ => None,
         })
         .unwrap();
-    let SteerUpdate::Pending { parent: pending_parent, lane, event, .. } = updates.last().unwrap().clone() else {
+    let SteerUpdate::Pending {
+        parent: pending_parent,
+        lane,
+        event,
+        ..
+    } = updates.last().unwrap().clone()
+    else {
         panic!("{updates:?}")
     };
     assert_eq!(pending_parent, parent);
@@ -203,10 +258,19 @@ async fn accepted_then_pending_then_filled_from_saved_results() {
     let saved = HashMap::from([(call_id.clone(), "3 modules, 12 TODOs".to_owned())]);
     let fill = fill_request(&template, &parent, lane, &event, &saved).unwrap();
     session.create(fill).await.unwrap();
-    let (events, updates) = until(&mut session, &mut tracker, |e| is_type(e, "response.completed")).await;
-    assert!(matches!(&updates[..], [SteerUpdate::Committed { parent: p, .. }] if p == &parent), "{updates:?}");
+    let (events, updates) = until(&mut session, &mut tracker, |e| {
+        is_type(e, "response.completed")
+    })
+    .await;
+    assert!(
+        matches!(&updates[..], [SteerUpdate::Committed { parent: p, .. }] if p == &parent),
+        "{updates:?}"
+    );
     let text = completed_text(&events);
-    assert!(text.contains("3 modules, 12 TODOs") && text.contains(STEER), "{text}");
+    assert!(
+        text.contains("3 modules, 12 TODOs") && text.contains(STEER),
+        "{text}"
+    );
     // The continuation did not resend the steering input and kept the lane and parent.
     let frames = server.ws_frames();
     let last = frames.last().unwrap();
@@ -214,7 +278,10 @@ async fn accepted_then_pending_then_filled_from_saved_results() {
     assert_eq!(last["previous_response_id"], json!(parent));
     assert_eq!(last["stream_id"], "lane_a");
     assert!(!last.to_string().contains(STEER));
-    assert_eq!(last["input"], json!([{"type": "function_call_output", "call_id": call_id, "output": "3 modules, 12 TODOs"}]));
+    assert_eq!(
+        last["input"],
+        json!([{"type": "function_call_output", "call_id": call_id, "output": "3 modules, 12 TODOs"}])
+    );
 }
 
 #[tokio::test]
@@ -222,16 +289,31 @@ async fn failed_invalid_input_and_response_not_found() {
     let server = server(no_hold()).await;
     let mut session = connect(&server).await;
     // Client-side validation refuses empty steering input before sending.
-    assert!(matches!(session.steer("resp_x", SteerInput::Messages(vec![])).await, Err(WsError::InvalidSteer(_))));
+    assert!(matches!(
+        session.steer("resp_x", SteerInput::Messages(vec![])).await,
+        Err(WsError::InvalidSteer(_))
+    ));
     // Sent anyway (raw), the server refuses it with invalid_input.
-    let bad: Vec<Item> = serde_json::from_value(json!([{"type": "function_call_output", "call_id": "c", "output": "x"}])).unwrap();
-    let raw = ClientEvent::Steer(SteerRequest { previous_response_id: "resp_x".into(), input: SteerInput::Messages(bad) });
+    let bad: Vec<Item> = serde_json::from_value(
+        json!([{"type": "function_call_output", "call_id": "c", "output": "x"}]),
+    )
+    .unwrap();
+    let raw = ClientEvent::Steer(SteerRequest {
+        previous_response_id: "resp_x".into(),
+        input: SteerInput::Messages(bad),
+    });
     session.send(&raw).await.unwrap();
     let (code, error) = steer_failure(&mut session).await;
     assert_eq!(code, SteerFailCode::InvalidInput);
     assert_eq!(error.kind.as_deref(), Some("invalid_request_error"));
-    session.steer("resp_missing", SteerInput::Text("x".into())).await.unwrap();
-    assert_eq!(steer_failure(&mut session).await.0, SteerFailCode::ResponseNotFound);
+    session
+        .steer("resp_missing", SteerInput::Text("x".into()))
+        .await
+        .unwrap();
+    assert_eq!(
+        steer_failure(&mut session).await.0,
+        SteerFailCode::ResponseNotFound
+    );
 }
 
 #[tokio::test]
@@ -239,11 +321,20 @@ async fn failed_steering_not_supported_for_automatic_compaction() {
     let server = server(steerable()).await;
     let mut session = connect(&server).await;
     let mut create = plan(None);
-    create.request.extra.insert("context_management".into(), json!([{"type": "compaction", "compact_threshold": 1000}]));
+    create.request.extra.insert(
+        "context_management".into(),
+        json!([{"type": "compaction", "compact_threshold": 1000}]),
+    );
     session.create(create).await.unwrap();
     let parent = created(&mut session).await;
-    session.steer(&parent, SteerInput::Text(STEER.into())).await.unwrap();
-    assert_eq!(steer_failure(&mut session).await.0, SteerFailCode::SteeringNotSupported);
+    session
+        .steer(&parent, SteerInput::Text(STEER.into()))
+        .await
+        .unwrap();
+    assert_eq!(
+        steer_failure(&mut session).await.0,
+        SteerFailCode::SteeringNotSupported
+    );
     drain_until_completed(&mut session).await;
 }
 
@@ -253,15 +344,27 @@ async fn failed_response_already_completed_and_not_active() {
     let mut session = connect(&server).await;
     session.create(plan(None)).await.unwrap();
     let done = drain_until_completed(&mut session).await;
-    session.steer(&done, SteerInput::Text(STEER.into())).await.unwrap();
-    assert_eq!(steer_failure(&mut session).await.0, SteerFailCode::ResponseAlreadyCompleted);
+    session
+        .steer(&done, SteerInput::Text(STEER.into()))
+        .await
+        .unwrap();
+    assert_eq!(
+        steer_failure(&mut session).await.0,
+        SteerFailCode::ResponseAlreadyCompleted
+    );
     // generate:false prepares state only; it never runs, so it is not active.
     let mut prepared = plan(None);
     prepared.generate = Some(false);
     session.create(prepared).await.unwrap();
     let id = drain_until_completed(&mut session).await;
-    session.steer(&id, SteerInput::Text(STEER.into())).await.unwrap();
-    assert_eq!(steer_failure(&mut session).await.0, SteerFailCode::ResponseNotActive);
+    session
+        .steer(&id, SteerInput::Text(STEER.into()))
+        .await
+        .unwrap();
+    assert_eq!(
+        steer_failure(&mut session).await.0,
+        SteerFailCode::ResponseNotActive
+    );
 }
 
 #[tokio::test]
@@ -270,38 +373,76 @@ async fn failed_response_not_active_after_it_was_steered() {
     let mut session = connect(&server).await;
     session.create(plan(None)).await.unwrap();
     let parent = created(&mut session).await;
-    session.steer(&parent, SteerInput::Text(STEER.into())).await.unwrap();
+    session
+        .steer(&parent, SteerInput::Text(STEER.into()))
+        .await
+        .unwrap();
     drain_until_completed(&mut session).await;
-    session.steer(&parent, SteerInput::Text("again".into())).await.unwrap();
-    assert_eq!(steer_failure(&mut session).await.0, SteerFailCode::ResponseNotActive);
+    session
+        .steer(&parent, SteerInput::Text("again".into()))
+        .await
+        .unwrap();
+    assert_eq!(
+        steer_failure(&mut session).await.0,
+        SteerFailCode::ResponseNotActive
+    );
 }
 
 #[tokio::test]
 async fn failed_too_many_pending_steers() {
-    let server = server(WsOptions { max_pending_steers: 1, ..steerable() }).await;
+    let server = server(WsOptions {
+        max_pending_steers: 1,
+        ..steerable()
+    })
+    .await;
     let mut session = connect(&server).await;
     session.create(with_tool(plan(None))).await.unwrap();
     let parent = created(&mut session).await;
-    session.steer(&parent, SteerInput::Text(STEER.into())).await.unwrap();
+    session
+        .steer(&parent, SteerInput::Text(STEER.into()))
+        .await
+        .unwrap();
     loop {
-        if matches!(next_server(&mut session).await, ServerEvent::Steer(SteerEvent::Pending(_))) {
+        if matches!(
+            next_server(&mut session).await,
+            ServerEvent::Steer(SteerEvent::Pending(_))
+        ) {
             break;
         }
     }
-    session.steer(&parent, SteerInput::Text("one more".into())).await.unwrap();
-    assert_eq!(steer_failure(&mut session).await.0, SteerFailCode::TooManyPendingSteers);
+    session
+        .steer(&parent, SteerInput::Text("one more".into()))
+        .await
+        .unwrap();
+    assert_eq!(
+        steer_failure(&mut session).await.0,
+        SteerFailCode::TooManyPendingSteers
+    );
 }
 
 #[tokio::test]
 async fn failed_successor_creation() {
-    let server = server(WsOptions { fail_successor_creation: true, ..steerable() }).await;
+    let server = server(WsOptions {
+        fail_successor_creation: true,
+        ..steerable()
+    })
+    .await;
     let mut session = connect(&server).await;
     let mut tracker = SteerTracker::new();
     session.create(plan(None)).await.unwrap();
     let parent = created(&mut session).await;
     steer(&mut session, &mut tracker, &parent, STEER).await;
-    let (_, updates) = until(&mut session, &mut tracker, |e| is_type(e, "response.steer.failed")).await;
-    assert!(matches!(updates.last(), Some(SteerUpdate::Failed { code: SteerFailCode::SuccessorCreationFailed, .. })));
+    let (_, updates) = until(&mut session, &mut tracker, |e| {
+        is_type(e, "response.steer.failed")
+    })
+    .await;
+    assert!(matches!(
+        updates.last(),
+        Some(SteerUpdate::Failed {
+            code: SteerFailCode::SuccessorCreationFailed,
+            ..
+        })
+    ));
     assert_eq!(session.in_flight(), 0);
 }
 
@@ -316,7 +457,11 @@ fn every_reference_code_is_typed() {
 
 #[tokio::test]
 async fn error_events_carry_status_stream_limit_and_missing_parent() {
-    let server = server(WsOptions { max_streams: 1, ..no_hold() }).await;
+    let server = server(WsOptions {
+        max_streams: 1,
+        ..no_hold()
+    })
+    .await;
     let mut session = connect(&server).await;
     session.create(plan(Some("a"))).await.unwrap();
     drain_until_completed(&mut session).await;
@@ -324,9 +469,14 @@ async fn error_events_carry_status_stream_limit_and_missing_parent() {
     let event = next_server(&mut session).await;
     assert_eq!(event.error_status(), Some(400));
     assert_eq!(event.stream_id(), Some("b"));
-    let ServerEvent::Stream(StreamEvent::Error(e)) = &event else { panic!("{event:?}") };
+    let ServerEvent::Stream(StreamEvent::Error(e)) = &event else {
+        panic!("{event:?}")
+    };
     let detail = e.detail();
-    assert_eq!(detail.code.as_deref(), Some("websocket_stream_limit_reached"));
+    assert_eq!(
+        detail.code.as_deref(),
+        Some("websocket_stream_limit_reached")
+    );
     assert_eq!(detail.param.as_deref(), Some("stream_id"));
     assert!(e.error.as_ref().unwrap().get("headers").is_some());
     assert_eq!(session.in_flight(), 0);
@@ -356,34 +506,66 @@ async fn store_false_parents_live_in_the_connection_cache_only() {
     drain_until_completed(&mut second).await;
     second.create(follow(&local)).await.unwrap();
     let event = next_server(&mut second).await;
-    let ServerEvent::Stream(StreamEvent::Error(e)) = &event else { panic!("{event:?}") };
-    assert_eq!(e.detail().code.as_deref(), Some("previous_response_not_found"));
+    let ServerEvent::Stream(StreamEvent::Error(e)) = &event else {
+        panic!("{event:?}")
+    };
+    assert_eq!(
+        e.detail().code.as_deref(),
+        Some("previous_response_not_found")
+    );
     assert_eq!(event.error_status(), Some(400));
 }
 
 #[tokio::test]
 async fn connection_lifetime_limit_closes_the_connection() {
-    let server = server(WsOptions { connection_lifetime: Duration::ZERO, ..no_hold() }).await;
+    let server = server(WsOptions {
+        connection_lifetime: Duration::ZERO,
+        ..no_hold()
+    })
+    .await;
     let mut cfg = config(&server);
-    cfg.reconnect = ReconnectPolicy { initial_delay: Duration::from_millis(1), ..ReconnectPolicy::sdk() };
+    cfg.reconnect = ReconnectPolicy {
+        initial_delay: Duration::from_millis(1),
+        ..ReconnectPolicy::sdk()
+    };
     let mut session = WsSession::connect(cfg).await.unwrap();
     session.create(plan(None)).await.unwrap();
     let event = next_server(&mut session).await;
-    let ServerEvent::Stream(StreamEvent::Error(e)) = &event else { panic!("{event:?}") };
-    assert_eq!(e.detail().code.as_deref(), Some("websocket_connection_limit_reached"));
+    let ServerEvent::Stream(StreamEvent::Error(e)) = &event else {
+        panic!("{event:?}")
+    };
+    assert_eq!(
+        e.detail().code.as_deref(),
+        Some("websocket_connection_limit_reached")
+    );
     // 1000 is not a recoverable close code: no reconnect, the session is closed.
     match session.next_event().await.unwrap() {
-        Some(SessionEvent::Disconnected { code: Some(1000), reconnecting: false, .. }) => {}
+        Some(SessionEvent::Disconnected {
+            code: Some(1000),
+            reconnecting: false,
+            ..
+        }) => {}
         other => panic!("{other:?}"),
     }
-    assert!(matches!(session.create(plan(None)).await, Err(WsError::Closed { .. })));
+    assert!(matches!(
+        session.create(plan(None)).await,
+        Err(WsError::Closed { .. })
+    ));
     assert_eq!(server.ws_connections(), 1);
 }
 
 #[tokio::test]
 async fn lost_connection_after_accept_leaves_the_outcome_unknown() {
-    let fault = WsFault { connection: 0, point: FaultPoint::AfterSteerAccepted, action: FaultAction::Drop };
-    let server = server(WsOptions { fault: Some(fault), ..steerable() }).await;
+    let fault = WsFault {
+        connection: 0,
+        point: FaultPoint::AfterSteerAccepted,
+        action: FaultAction::Drop,
+    };
+    let server = server(WsOptions {
+        fault: Some(fault),
+        ..steerable()
+    })
+    .await;
     let mut session = connect(&server).await;
     let mut tracker = SteerTracker::new();
     session.create(plan(None)).await.unwrap();
@@ -391,28 +573,57 @@ async fn lost_connection_after_accept_leaves_the_outcome_unknown() {
     let parent = created_id(&first).unwrap();
     tracker.observe(&SessionEvent::Server(first));
     steer(&mut session, &mut tracker, &parent, STEER).await;
-    let (events, updates) = until(&mut session, &mut tracker, |e| matches!(e, SessionEvent::Disconnected { .. })).await;
+    let (events, updates) = until(&mut session, &mut tracker, |e| {
+        matches!(e, SessionEvent::Disconnected { .. })
+    })
+    .await;
     match events.last().unwrap() {
-        SessionEvent::Disconnected { code: Some(1006), in_flight: 1, reconnecting: false, .. } => {}
+        SessionEvent::Disconnected {
+            code: Some(1006),
+            in_flight: 1,
+            reconnecting: false,
+            ..
+        } => {}
         other => panic!("{other:?}"),
     }
-    assert!(matches!(&updates[..], [SteerUpdate::Accepted { .. }, SteerUpdate::OutcomeUnknown { parent: p, .. }] if p == &parent));
+    assert!(
+        matches!(&updates[..], [SteerUpdate::Accepted { .. }, SteerUpdate::OutcomeUnknown { parent: p, .. }] if p == &parent)
+    );
     assert!(matches!(session.next_event().await, Ok(None)));
 }
 
 #[tokio::test]
 async fn reconnects_on_a_recoverable_close_without_replaying_the_request() {
-    let fault = WsFault { connection: 0, point: FaultPoint::OnFirstCreate, action: FaultAction::Close(1012) };
-    let server = server(WsOptions { fault: Some(fault), ..no_hold() }).await;
+    let fault = WsFault {
+        connection: 0,
+        point: FaultPoint::OnFirstCreate,
+        action: FaultAction::Close(1012),
+    };
+    let server = server(WsOptions {
+        fault: Some(fault),
+        ..no_hold()
+    })
+    .await;
     let mut cfg = config(&server);
-    cfg.reconnect = ReconnectPolicy { initial_delay: Duration::from_millis(1), ..ReconnectPolicy::sdk() };
+    cfg.reconnect = ReconnectPolicy {
+        initial_delay: Duration::from_millis(1),
+        ..ReconnectPolicy::sdk()
+    };
     let mut session = WsSession::connect(cfg).await.unwrap();
     session.create(plan(Some("a"))).await.unwrap();
     match session.next_event().await.unwrap() {
-        Some(SessionEvent::Disconnected { code: Some(1012), in_flight: 1, reconnecting: true, .. }) => {}
+        Some(SessionEvent::Disconnected {
+            code: Some(1012),
+            in_flight: 1,
+            reconnecting: true,
+            ..
+        }) => {}
         other => panic!("{other:?}"),
     }
-    assert!(matches!(session.next_event().await.unwrap(), Some(SessionEvent::Reconnected { attempt: 1 })));
+    assert!(matches!(
+        session.next_event().await.unwrap(),
+        Some(SessionEvent::Reconnected { attempt: 1 })
+    ));
     assert_eq!(session.in_flight(), 0);
     // The lost request was not replayed: the new connection is idle until we send again.
     let mut fresh = plan(Some("a"));
@@ -421,7 +632,11 @@ async fn reconnects_on_a_recoverable_close_without_replaying_the_request() {
     let first = next_server(&mut session).await;
     assert!(created_id(&first).is_some());
     drain_until_completed(&mut session).await;
-    let creates: Vec<Value> = server.ws_frames().into_iter().filter(|f| f["type"] == "response.create").collect();
+    let creates: Vec<Value> = server
+        .ws_frames()
+        .into_iter()
+        .filter(|f| f["type"] == "response.create")
+        .collect();
     assert_eq!(creates.len(), 2);
     assert_eq!(creates[0]["input"], PLAN);
     assert_eq!(creates[1]["input"], "second request");
@@ -430,14 +645,30 @@ async fn reconnects_on_a_recoverable_close_without_replaying_the_request() {
 
 #[tokio::test]
 async fn unrecoverable_close_is_not_retried() {
-    let fault = WsFault { connection: 0, point: FaultPoint::OnFirstCreate, action: FaultAction::Close(1008) };
-    let server = server(WsOptions { fault: Some(fault), ..no_hold() }).await;
+    let fault = WsFault {
+        connection: 0,
+        point: FaultPoint::OnFirstCreate,
+        action: FaultAction::Close(1008),
+    };
+    let server = server(WsOptions {
+        fault: Some(fault),
+        ..no_hold()
+    })
+    .await;
     let mut cfg = config(&server);
-    cfg.reconnect = ReconnectPolicy { initial_delay: Duration::from_millis(1), ..ReconnectPolicy::sdk() };
+    cfg.reconnect = ReconnectPolicy {
+        initial_delay: Duration::from_millis(1),
+        ..ReconnectPolicy::sdk()
+    };
     let mut session = WsSession::connect(cfg).await.unwrap();
     session.create(plan(None)).await.unwrap();
     match session.next_event().await.unwrap() {
-        Some(SessionEvent::Disconnected { code: Some(1008), in_flight: 1, reconnecting: false, .. }) => {}
+        Some(SessionEvent::Disconnected {
+            code: Some(1008),
+            in_flight: 1,
+            reconnecting: false,
+            ..
+        }) => {}
         other => panic!("{other:?}"),
     }
     assert_eq!(server.ws_connections(), 1);
@@ -446,9 +677,15 @@ async fn unrecoverable_close_is_not_retried() {
 #[tokio::test]
 async fn wrong_key_is_refused_at_the_handshake_without_echoing_it() {
     let server = server(no_hold()).await;
-    let cfg = WsConfig::new(server.base_url(), ApiKey::new("sk-wrong-secret-123").unwrap());
+    let cfg = WsConfig::new(
+        server.base_url(),
+        ApiKey::new("sk-wrong-secret-123").unwrap(),
+    );
     let err = WsSession::connect(cfg).await.unwrap_err();
-    assert!(matches!(err, WsError::HandshakeRefused { status: 401, .. }), "{err}");
+    assert!(
+        matches!(err, WsError::HandshakeRefused { status: 401, .. }),
+        "{err}"
+    );
     assert!(!err.to_string().contains("sk-wrong-secret-123"));
 }
 
@@ -465,7 +702,10 @@ async fn handshake_timeout_and_request_timeout() {
     });
     let mut cfg = WsConfig::new(format!("http://{addr}/v1"), ApiKey::new("k").unwrap());
     cfg.handshake_timeout = Duration::from_millis(50);
-    assert!(matches!(WsSession::connect(cfg).await, Err(WsError::HandshakeTimeout(_))));
+    assert!(matches!(
+        WsSession::connect(cfg).await,
+        Err(WsError::HandshakeTimeout(_))
+    ));
     hold.abort();
 
     // A WebSocket server that accepts requests and never answers them.
@@ -481,6 +721,9 @@ async fn handshake_timeout_and_request_timeout() {
     cfg.request_timeout = Duration::from_millis(50);
     let mut session = WsSession::connect(cfg).await.unwrap();
     session.create(plan(None)).await.unwrap();
-    assert!(matches!(session.next_event().await, Err(WsError::RequestTimeout(_))));
+    assert!(matches!(
+        session.next_event().await,
+        Err(WsError::RequestTimeout(_))
+    ));
     server.abort();
 }

@@ -122,7 +122,10 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl WsShared {
     pub fn new(options: WsOptions) -> Self {
-        Self { options, ..Self::default() }
+        Self {
+            options,
+            ..Self::default()
+        }
     }
     pub(crate) fn record(&self, frame: &str) {
         let value = serde_json::from_str(frame).unwrap_or_else(|_| Value::String(frame.to_owned()));
@@ -148,10 +151,19 @@ impl crate::MockServer {
 }
 
 /// `GET /v1/responses` with an upgrade: checks the bearer key, then runs a session.
-pub(crate) async fn upgrade(State(state): State<Arc<AppState>>, headers: HeaderMap, ws: WebSocketUpgrade) -> Response {
+pub(crate) async fn upgrade(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    ws: WebSocketUpgrade,
+) -> Response {
     if let Err(failure) = check_auth(&headers, state.api_key.as_deref()) {
         let status = StatusCode::from_u16(failure.status).unwrap_or(StatusCode::UNAUTHORIZED);
-        return (status, [("content-type", "application/json")], failure.body().to_string()).into_response();
+        return (
+            status,
+            [("content-type", "application/json")],
+            failure.body().to_string(),
+        )
+            .into_response();
     }
     let index = state.ws.connections.fetch_add(1, Ordering::SeqCst);
     ws.on_upgrade(move |socket| session::run(socket, state, index))

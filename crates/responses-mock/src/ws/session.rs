@@ -47,6 +47,15 @@ impl From<FaultAction> for Stop {
 
 type Served<T = ()> = Result<T, Stop>;
 
+/// One response to stream.
+struct Job {
+    request: CreateResponse,
+    context: Vec<Item>,
+    output: Vec<Value>,
+    lane: Option<String>,
+    hold: bool,
+}
+
 struct Session {
     sink: SplitSink<WebSocket, Message>,
     frames: mpsc::Receiver<String>,
@@ -93,7 +102,10 @@ pub(super) async fn run(socket: WebSocket, state: Arc<AppState>, index: usize) {
     match stop {
         Stop::Gone | Stop::Drop => {}
         Stop::Close(code, reason) => {
-            let frame = CloseFrame { code, reason: reason.into() };
+            let frame = CloseFrame {
+                code,
+                reason: reason.into(),
+            };
             let _ = session.sink.send(Message::Close(Some(frame))).await;
             let _ = session.sink.close().await;
         }
@@ -140,7 +152,10 @@ impl Session {
     }
 
     fn fault(&self, point: FaultPoint) -> Option<FaultAction> {
-        self.options().fault.filter(|f| f.connection == self.index && f.point == point).map(|f| f.action)
+        self.options()
+            .fault
+            .filter(|f| f.connection == self.index && f.point == point)
+            .map(|f| f.action)
     }
 
     async fn send(&mut self, mut event: Value, lane: Option<&str>) -> Served {
@@ -151,7 +166,10 @@ impl Session {
             }
         }
         self.seq += 1;
-        self.sink.send(Message::text(event.to_string())).await.map_err(|_| Stop::Gone)
+        self.sink
+            .send(Message::text(event.to_string()))
+            .await
+            .map_err(|_| Stop::Gone)
     }
 
     /// The WebSocket `error` event (nested shape with `status`).
@@ -171,7 +189,9 @@ impl Session {
 
     async fn serve(&mut self) -> Stop {
         loop {
-            let Some(frame) = self.next_frame().await else { return Stop::Gone };
+            let Some(frame) = self.next_frame().await else {
+                return Stop::Gone;
+            };
             self.state.ws.record(&frame);
             if let Err(stop) = self.handle(&frame).await {
                 return stop;
@@ -187,11 +207,18 @@ impl Session {
                 Some("websocket_connection_limit_reached"),
             );
             self.send_error(&failure, None).await?;
-            return Err(Stop::Close(1000, "websocket_connection_limit_reached".into()));
+            return Err(Stop::Close(
+                1000,
+                "websocket_connection_limit_reached".into(),
+            ));
         }
         match ClientEvent::from_json(frame) {
             Err(err) => {
-                let failure = ApiFailure::invalid(format!("Invalid client event: {err}"), None, Some("invalid_request"));
+                let failure = ApiFailure::invalid(
+                    format!("Invalid client event: {err}"),
+                    None,
+                    Some("invalid_request"),
+                );
                 self.send_error(&failure, None).await
             }
             Ok(ClientEvent::Create(create)) => self.create(create).await,
@@ -209,7 +236,11 @@ impl Session {
                 Some("unknown_parameter"),
             ));
         }
-        if request.extra.get("background").is_some_and(|b| b == &json!(true)) {
+        if request
+            .extra
+            .get("background")
+            .is_some_and(|b| b == &json!(true))
+        {
             return Err(ApiFailure::invalid(
                 "Background responses are not supported in WebSocket mode.",
                 Some("background"),
@@ -219,7 +250,9 @@ impl Session {
         if let Some(lane) = &create.stream_id {
             if !valid_stream_id(lane) {
                 return Err(ApiFailure::invalid(
-                    format!("Invalid 'stream_id': '{lane}'. Expected 1-256 characters of [A-Za-z0-9_.-]."),
+                    format!(
+                        "Invalid 'stream_id': '{lane}'. Expected 1-256 characters of [A-Za-z0-9_.-]."
+                    ),
                     Some("stream_id"),
                     Some("invalid_value"),
                 ));
@@ -244,7 +277,10 @@ impl Session {
     }
 
     fn lookup(&self, id: &str) -> Option<Entry> {
-        self.cache.get(id).cloned().or_else(|| self.state.ws.stored(id))
+        self.cache
+            .get(id)
+            .cloned()
+            .or_else(|| self.state.ws.stored(id))
     }
 
     fn keep(&mut self, id: &str, entry: Entry) {
@@ -271,7 +307,9 @@ impl Session {
         let mut continuation = false;
         if let Some(parent_id) = request.previous_response_id() {
             let Some(mut parent) = self.lookup(parent_id) else {
-                return self.send_error(&previous_not_found(parent_id), lane.as_deref()).await;
+                return self
+                    .send_error(&previous_not_found(parent_id), lane.as_deref())
+                    .await;
             };
             context = parent.context.clone();
             if !parent.required.is_empty() {
@@ -284,7 +322,11 @@ impl Session {
                 self.keep(&parent_id, parent);
             }
         }
-        let input = request.input.as_ref().map(Input::to_items).unwrap_or_default();
+        let input = request
+            .input
+            .as_ref()
+            .map(Input::to_items)
+            .unwrap_or_default();
         context.extend(queued_input.iter().cloned());
         context.extend(input.iter().cloned());
         if let Err(failure) = check_context(&context, &Issued::default()) {
@@ -292,30 +334,61 @@ impl Session {
         }
         if create.generate == Some(false) {
             let id = new_id("resp");
-            let response = response_object(&id, &request, "completed", Vec::new(), Some(Usage::new(1, 0)));
+            let response = response_object(
+                &id,
+                &request,
+                "completed",
+                Vec::new(),
+                Some(Usage::new(1, 0)),
+            );
             let mut start = response.clone();
             start["status"] = json!("in_progress");
             start["usage"] = Value::Null;
-            self.send(json!({"type": "response.created", "response": start}), lane.as_deref()).await?;
-            self.send(json!({"type": "response.completed", "response": response}), lane.as_deref()).await?;
-            let entry = Entry { request, context, status: "completed".into(), queued: Vec::new(), required: Vec::new(), generated: false };
+            self.send(
+                json!({"type": "response.created", "response": start}),
+                lane.as_deref(),
+            )
+            .await?;
+            self.send(
+                json!({"type": "response.completed", "response": response}),
+                lane.as_deref(),
+            )
+            .await?;
+            let entry = Entry {
+                request,
+                context,
+                status: "completed".into(),
+                queued: Vec::new(),
+                required: Vec::new(),
+                generated: false,
+            };
             self.keep(&id, entry);
             return Ok(());
         }
-        let steer_text = if queued_input.is_empty() { None } else { Some(last_user_text(&queued_input)) };
-        let tool_call = first_function_tool(&request).filter(|_| tool_outputs(&input).is_empty() && !continuation);
+        let steer_text = if queued_input.is_empty() {
+            None
+        } else {
+            Some(last_user_text(&queued_input))
+        };
+        let tool_call = first_function_tool(&request)
+            .filter(|_| tool_outputs(&input).is_empty() && !continuation);
         let output = match &tool_call {
             Some(name) => {
                 let args = json!({"query": last_user_text(&context)}).to_string();
-                vec![finish_item(&json!({"type": "function_call", "name": name, "arguments": args}))]
+                vec![finish_item(
+                    &json!({"type": "function_call", "name": name, "arguments": args}),
+                )]
             }
-            None => vec![finish_item(&message_json(&reply_text(&context, steer_text.as_deref())))],
+            None => vec![finish_item(&message_json(&reply_text(
+                &context,
+                steer_text.as_deref(),
+            )))],
         };
         let hold = !continuation;
         self.respond(request, context, output, lane, hold).await
     }
 
-    /// Streams one response; at its acceptance point (when `hold`) it may be steered.
+    /// Streams a response and then any automatic successor it gets.
     async fn respond(
         &mut self,
         request: CreateResponse,
@@ -324,16 +397,52 @@ impl Session {
         lane: Option<String>,
         hold: bool,
     ) -> Served {
+        let mut next = Some(Job {
+            request,
+            context,
+            output,
+            lane,
+            hold,
+        });
+        while let Some(job) = next.take() {
+            next = self.respond_once(job).await?;
+        }
+        Ok(())
+    }
+
+    /// Streams one response; at its acceptance point (when `hold`) it may be steered.
+    /// Returns the automatic successor to stream next, if any.
+    async fn respond_once(&mut self, job: Job) -> Served<Option<Job>> {
+        let Job {
+            request,
+            context,
+            output,
+            lane,
+            hold,
+        } = job;
         let id = new_id("resp");
-        let usage = Usage::new(tokens(&serde_json::to_string(&context).unwrap_or_default()), tokens(&Value::Array(output.clone()).to_string()));
-        let response = response_object(&id, &request, "completed", output.clone(), Some(usage.clone()));
+        let usage = Usage::new(
+            tokens(&serde_json::to_string(&context).unwrap_or_default()),
+            tokens(&Value::Array(output.clone()).to_string()),
+        );
+        let response = response_object(
+            &id,
+            &request,
+            "completed",
+            output.clone(),
+            Some(usage.clone()),
+        );
         let events = crate::sse::events(&response, self.state.delta_chars);
-        let is_call = output.first().and_then(|o| o.get("type")).and_then(Value::as_str) == Some("function_call");
+        let is_call = output
+            .first()
+            .and_then(|o| o.get("type"))
+            .and_then(Value::as_str)
+            == Some("function_call");
         let hold_after = match (hold, self.options().steer_window, is_call) {
             (true, Some(_), true) => Some(2usize),
-            (true, Some(_), false) => events
-                .iter()
-                .position(|e| e.get("type").and_then(Value::as_str) == Some("response.output_text.delta")),
+            (true, Some(_), false) => events.iter().position(|e| {
+                e.get("type").and_then(Value::as_str) == Some("response.output_text.delta")
+            }),
             _ => None,
         };
         let mut accepted: Option<(String, SteerRequest)> = None;
@@ -363,10 +472,21 @@ impl Session {
         }
         let Some((steer_id, steer)) = accepted else {
             let mut full = context;
-            full.extend(output.iter().filter_map(|v| serde_json::from_value(v.clone()).ok()));
-            let entry = Entry { request, context: full, status: "completed".into(), queued: Vec::new(), required: Vec::new(), generated: true };
+            full.extend(
+                output
+                    .iter()
+                    .filter_map(|v| serde_json::from_value(v.clone()).ok()),
+            );
+            let entry = Entry {
+                request,
+                context: full,
+                status: "completed".into(),
+                queued: Vec::new(),
+                required: Vec::new(),
+                generated: true,
+            };
             self.keep(&id, entry);
-            return Ok(());
+            return Ok(None);
         };
         let steer_items = steer.input.to_items();
         if is_call {
@@ -377,7 +497,11 @@ impl Session {
                 .map(|o| json!({"type": "function_call_output", "call_id": o["call_id"], "name": o["name"]}))
                 .collect();
             let mut full = context;
-            full.extend(output.iter().filter_map(|v| serde_json::from_value(v.clone()).ok()));
+            full.extend(
+                output
+                    .iter()
+                    .filter_map(|v| serde_json::from_value(v.clone()).ok()),
+            );
             let entry = Entry {
                 request,
                 context: full,
@@ -390,7 +514,8 @@ impl Session {
             let pending = json!({"type": "response.steer.pending",
                 "steer": {"id": steer_id, "previous_response_id": id},
                 "reason": "waiting_for_required_input", "required_input": required});
-            return self.send(pending, lane.as_deref()).await;
+            self.send(pending, lane.as_deref()).await?;
+            return Ok(None);
         }
         // Text: end the parent at the output boundary reached so far.
         let partial_text = events
@@ -402,7 +527,8 @@ impl Session {
             .to_owned();
         let mut partial = output.first().cloned().unwrap_or(Value::Null);
         partial["status"] = json!("incomplete");
-        partial["content"] = json!([{"type": "output_text", "text": partial_text, "annotations": []}]);
+        partial["content"] =
+            json!([{"type": "output_text", "text": partial_text, "annotations": []}]);
         let item_id = partial.get("id").cloned().unwrap_or(Value::Null);
         let at = json!({"item_id": item_id, "output_index": 0, "content_index": 0});
         let with = |extra: Value| {
@@ -412,15 +538,31 @@ impl Session {
             }
             e
         };
-        let done_text = with(json!({"type": "response.output_text.done", "text": partial_text, "logprobs": []}));
-        let done_part = with(json!({"type": "response.content_part.done", "part": partial["content"][0]}));
+        let done_text = with(
+            json!({"type": "response.output_text.done", "text": partial_text, "logprobs": []}),
+        );
+        let done_part =
+            with(json!({"type": "response.content_part.done", "part": partial["content"][0]}));
         self.send(done_text, lane.as_deref()).await?;
         self.send(done_part, lane.as_deref()).await?;
-        self.send(json!({"type": "response.output_item.done", "output_index": 0, "item": partial}), lane.as_deref())
-            .await?;
-        let mut ended = response_object(&id, &request, "incomplete", vec![partial.clone()], Some(usage));
+        self.send(
+            json!({"type": "response.output_item.done", "output_index": 0, "item": partial}),
+            lane.as_deref(),
+        )
+        .await?;
+        let mut ended = response_object(
+            &id,
+            &request,
+            "incomplete",
+            vec![partial.clone()],
+            Some(usage),
+        );
         ended["incomplete_details"] = json!({"reason": "steered"});
-        self.send(json!({"type": "response.incomplete", "response": ended}), lane.as_deref()).await?;
+        self.send(
+            json!({"type": "response.incomplete", "response": ended}),
+            lane.as_deref(),
+        )
+        .await?;
         let mut parent_context = context;
         if let Ok(item) = serde_json::from_value::<Item>(partial) {
             parent_context.push(item);
@@ -439,7 +581,8 @@ impl Session {
                 "steer": {"id": steer_id, "previous_response_id": id, "input": steer.input},
                 "error": {"type": "invalid_request_error", "code": "successor_creation_failed",
                           "message": "The steered response's successor could not be created."}});
-            return self.send(failed, lane.as_deref()).await;
+            self.send(failed, lane.as_deref()).await?;
+            return Ok(None);
         }
         // The automatic successor: same settings, queued input prepended, parent = `id`.
         let mut successor_request = request;
@@ -449,14 +592,26 @@ impl Session {
         successor_context.extend(steer_items);
         let text = reply_text(&successor_context, Some(&steer.input.text()));
         let output = vec![finish_item(&message_json(&text))];
-        Box::pin(self.respond(successor_request, successor_context, output, lane, false)).await
+        Ok(Some(Job {
+            request: successor_request,
+            context: successor_context,
+            output,
+            lane,
+            hold: false,
+        }))
     }
 
     /// Waits at an acceptance point for a steer naming `active`. Steers for other responses
     /// are answered as usual; a refused steer for `active` or any other frame ends the wait
     /// (a frame that is not a steer is handled after this response).
-    async fn wait_for_steer(&mut self, active: &str, request: &CreateResponse) -> Served<Option<SteerRequest>> {
-        let Some(window) = self.options().steer_window else { return Ok(None) };
+    async fn wait_for_steer(
+        &mut self,
+        active: &str,
+        request: &CreateResponse,
+    ) -> Served<Option<SteerRequest>> {
+        let Some(window) = self.options().steer_window else {
+            return Ok(None);
+        };
         let deadline = Instant::now() + window;
         loop {
             let frame = match self.backlog.pop_front() {
@@ -477,18 +632,26 @@ impl Session {
                 continue;
             }
             if let Err(reason) = steer.input.validate() {
-                self.steer_failed(&steer, None, "invalid_input", &reason).await?;
+                self.steer_failed(&steer, None, "invalid_input", &reason)
+                    .await?;
                 return Ok(None);
             }
             if !steering_supported(request) {
-                self.steer_failed(&steer, None, "steering_not_supported", UNSUPPORTED).await?;
+                self.steer_failed(&steer, None, "steering_not_supported", UNSUPPORTED)
+                    .await?;
                 return Ok(None);
             }
             return Ok(Some(steer));
         }
     }
 
-    async fn steer_failed(&mut self, steer: &SteerRequest, id: Option<String>, code: &str, message: &str) -> Served {
+    async fn steer_failed(
+        &mut self,
+        steer: &SteerRequest,
+        id: Option<String>,
+        code: &str,
+        message: &str,
+    ) -> Served {
         let event = json!({"type": "response.steer.failed",
             "steer": {"id": id, "previous_response_id": steer.previous_response_id, "input": steer.input},
             "error": {"type": "invalid_request_error", "code": code, "message": message}});
@@ -498,20 +661,30 @@ impl Session {
     /// A steer arriving while no response is at its acceptance point.
     async fn steer_idle(&mut self, steer: SteerRequest) -> Served {
         if let Err(reason) = steer.input.validate() {
-            return self.steer_failed(&steer, None, "invalid_input", &reason).await;
+            return self
+                .steer_failed(&steer, None, "invalid_input", &reason)
+                .await;
         }
         let parent_id = steer.previous_response_id.clone();
         let Some(mut parent) = self.lookup(&parent_id) else {
             let message = format!("Response with id '{parent_id}' not found.");
-            return self.steer_failed(&steer, None, "response_not_found", &message).await;
+            return self
+                .steer_failed(&steer, None, "response_not_found", &message)
+                .await;
         };
         if !steering_supported(&parent.request) {
-            return self.steer_failed(&steer, None, "steering_not_supported", UNSUPPORTED).await;
+            return self
+                .steer_failed(&steer, None, "steering_not_supported", UNSUPPORTED)
+                .await;
         }
         if !parent.required.is_empty() {
             if parent.queued.len() >= self.options().max_pending_steers {
-                let message = format!("Response '{parent_id}' already has the maximum number of pending steers.");
-                return self.steer_failed(&steer, None, "too_many_pending_steers", &message).await;
+                let message = format!(
+                    "Response '{parent_id}' already has the maximum number of pending steers."
+                );
+                return self
+                    .steer_failed(&steer, None, "too_many_pending_steers", &message)
+                    .await;
             }
             let steer_id = new_id("steer");
             let lane = None::<&str>;
@@ -526,8 +699,14 @@ impl Session {
             return self.send(pending, lane).await;
         }
         let (code, message) = match (parent.status.as_str(), parent.generated) {
-            ("completed", true) => ("response_already_completed", format!("Response '{parent_id}' has already completed.")),
-            _ => ("response_not_active", format!("Response '{parent_id}' is not active.")),
+            ("completed", true) => (
+                "response_already_completed",
+                format!("Response '{parent_id}' has already completed."),
+            ),
+            _ => (
+                "response_not_active",
+                format!("Response '{parent_id}' is not active."),
+            ),
         };
         self.steer_failed(&steer, None, code, &message).await
     }
