@@ -1,7 +1,9 @@
 //! Measurements for `cargo xtask bench journal`; prints one JSON object per line.
 //!
-//! - `append DB PRODUCERS full|normal SECONDS`: concurrent producers, each awaiting its own
-//!   appends, for SECONDS; reports events/s and events per commit.
+//! - `append DB PRODUCERS full|normal SECONDS [IN_FLIGHT]`: concurrent producers, each
+//!   awaiting its own appends (with IN_FLIGHT > 1, each keeps that many appends outstanding,
+//!   like a turn journaling several tool calls at once), for SECONDS; reports events/s and
+//!   events per commit.
 //! - `raw DB SECONDS ROWS_PER_TXN`: the limit of the same SQLite build on the same disk,
 //!   multi-row INSERTs of ROWS_PER_TXN rows per fsync'd transaction, no journal around it.
 //! - `replay-build DB`: 10 interleaved threads of 100k events (1M in all) plus a 100-event
@@ -21,7 +23,10 @@ async fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let arg = |i: usize| args.get(i).cloned().context("missing argument");
     match args.first().map(String::as_str) {
-        Some("append") => append(&arg(1)?, arg(2)?.parse()?, &arg(3)?, arg(4)?.parse()?).await,
+        Some("append") => {
+            let in_flight = args.get(5).map(|a| a.parse()).transpose()?.unwrap_or(1);
+            append(&arg(1)?, arg(2)?.parse()?, &arg(3)?, arg(4)?.parse()?, in_flight).await
+        }
         Some("raw") => raw(&arg(1)?, arg(2)?.parse()?, arg(3)?.parse()?).await,
         Some("replay-build") => replay_build(&arg(1)?).await,
         Some("replay") => replay(&arg(1)?, arg(2)?.parse()?).await,
@@ -29,7 +34,13 @@ async fn main() -> anyhow::Result<()> {
     }
 }
 
-async fn append(db: &str, producers: usize, durability: &str, seconds: f64) -> anyhow::Result<()> {
+async fn append(
+    db: &str,
+    producers: usize,
+    durability: &str,
+    seconds: f64,
+    in_flight: usize,
+) -> anyhow::Result<()> {
     let durability = match durability {
         "full" => Durability::Full,
         "normal" => Durability::Normal,
@@ -43,11 +54,11 @@ async fn append(db: &str, producers: usize, durability: &str, seconds: f64) -> a
     let deadline = Instant::now() + Duration::from_secs_f64(seconds);
     let started = Instant::now();
     let mut tasks = Vec::new();
-    for p in 0..producers {
+    for p in 0..producers * in_flight.max(1) {
         let journal = journal.clone();
         tasks.push(tokio::spawn(async move {
             let mut n = 0u64;
-            let thread = format!("t{}", p % 10);
+            let thread = format!("t{}", (p % producers) % 10);
             while Instant::now() < deadline {
                 journal
                     .append(NewEvent::new(

@@ -65,10 +65,10 @@ pub(crate) fn dedup_pairs(requests: &[Vec<Prepared>]) -> Vec<(&str, &str)> {
     let mut seen = std::collections::HashSet::new();
     let mut pairs = Vec::new();
     for event in requests.iter().flatten() {
-        if let Some(key) = &event.dedup_key {
-            if seen.insert((event.thread.as_str(), key.as_str())) {
-                pairs.push((event.thread.as_str(), key.as_str()));
-            }
+        if let Some(key) = &event.dedup_key
+            && seen.insert((event.thread.as_str(), key.as_str()))
+        {
+            pairs.push((event.thread.as_str(), key.as_str()));
         }
     }
     pairs

@@ -67,7 +67,13 @@ pub(crate) struct Counters {
     pub events: AtomicU64,
 }
 
-/// Runs until `Close` or until every handle is dropped. `committed` publishes the highest
+/// Runs until `Close` or until every handle is dropped.
+///
+/// Batching: after the first queued request, everything already queued is taken, and the
+/// task yields once whenever the queue runs dry, to let producers that were just
+/// acknowledged join this commit (up to `max_batch` events).
+///
+/// `committed` publishes the highest
 /// committed seq after each commit, for in-process tails.
 pub(crate) async fn run(
     mut conn: WriteConn,
@@ -99,7 +105,16 @@ pub(crate) async fn run(
             if queued >= max_batch {
                 break;
             }
-            next = rx.try_recv().ok();
+            next = match rx.try_recv() {
+                Ok(msg) => Some(msg),
+                // Linger: producers woken by the previous commit's acks may be about to
+                // append. Yielding once lets them run; stop as soon as a yield brings
+                // nothing, so an idle writer adds no latency beyond one scheduler pass.
+                Err(_) => {
+                    tokio::task::yield_now().await;
+                    rx.try_recv().ok()
+                }
+            };
         }
         if requests.is_empty() {
             continue;
