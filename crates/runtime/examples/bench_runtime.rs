@@ -1,0 +1,251 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test and bench code
+//! Runtime throughput and memory, printed as JSON lines for `cargo xtask bench runtime`.
+//!
+//! Modes:
+//! - default: calls/s for no-op `read_docs(delay=0)` calls in one turn, for every
+//!   `--sizes` x `--concurrency`, with the in-memory journal (`sqlite::memory:`) and, for
+//!   `--file-sizes`, with a SQLite file journal at `Durability::Full`; the 30k-calls-at-
+//!   concurrency-2 success count; the journal's own ceiling (3 events per call).
+//! - `--memory N`: run N calls (file journal, bounded launch window) and print the
+//!   process's peak RSS (VmHWM) and the jobs still in memory. Run once per N, in a fresh
+//!   process each, so the peaks do not mix.
+
+use std::time::{Duration, Instant};
+
+use agent_journal::{Durability, Journal, JournalOptions, NewEvent};
+use agent_runtime::{CallStatus, Deadlines, Runtime, RuntimeOptions};
+use futures::StreamExt as _;
+use futures::stream::FuturesUnordered;
+use serde_json::json;
+
+struct Args {
+    runs: usize,
+    sizes: Vec<usize>,
+    file_sizes: Vec<usize>,
+    concurrency: Vec<usize>,
+    window: usize,
+    memory: Option<usize>,
+}
+
+fn parse_list(s: &str) -> Vec<usize> {
+    s.split(',').filter_map(|x| x.trim().parse().ok()).collect()
+}
+
+fn args() -> Args {
+    let mut a = Args {
+        runs: 3,
+        sizes: vec![1_000, 10_000, 100_000],
+        file_sizes: vec![1_000, 10_000],
+        concurrency: vec![2, 16, 64],
+        window: 8_192,
+        memory: None,
+    };
+    let argv: Vec<String> = std::env::args().skip(1).collect();
+    let mut i = 0;
+    while i + 1 < argv.len() {
+        let v = &argv[i + 1];
+        match argv[i].as_str() {
+            "--runs" => a.runs = v.parse().unwrap_or(3),
+            "--sizes" => a.sizes = parse_list(v),
+            "--file-sizes" => a.file_sizes = parse_list(v),
+            "--concurrency" => a.concurrency = parse_list(v),
+            "--window" => a.window = v.parse().unwrap_or(8_192),
+            "--memory" => a.memory = v.parse().ok(),
+            _ => {}
+        }
+        i += 2;
+    }
+    a
+}
+
+struct Run {
+    secs: f64,
+    ok: usize,
+    timeouts: usize,
+    jobs_left: usize,
+}
+
+/// N no-op calls in one turn; at most `window` calls launched and not yet answered.
+async fn calls(
+    journal: Journal,
+    n: usize,
+    concurrency: usize,
+    window: usize,
+) -> anyhow::Result<Run> {
+    let options = RuntimeOptions::default()
+        .concurrency(concurrency)
+        .max_in_flight(window.max(1))
+        .deadlines(Deadlines::run(agent_runtime::DEFAULT_RUN_DEADLINE));
+    let rt = Runtime::recover(journal.clone(), options).await?;
+    let turn = rt.start("bench").await?;
+    let t0 = Instant::now();
+    let mut pending = FuturesUnordered::new();
+    let (mut ok, mut timeouts, mut next) = (0, 0, 0);
+    let one = |i: usize| {
+        let rt = rt.clone();
+        let turn = turn.clone();
+        async move {
+            let key = rt
+                .launch(
+                    "bench",
+                    &turn,
+                    &format!("c{i}"),
+                    "read_docs",
+                    json!({"delay": 0}),
+                )
+                .await?;
+            rt.result("bench", &turn, &key).await
+        }
+    };
+    while next < n.min(window) {
+        pending.push(one(next));
+        next += 1;
+    }
+    while let Some(result) = pending.next().await {
+        let result = result?;
+        if result.ok {
+            ok += 1;
+        } else if result.status == CallStatus::Timeout {
+            timeouts += 1;
+        }
+        if next < n {
+            pending.push(one(next));
+            next += 1;
+        }
+    }
+    let secs = t0.elapsed().as_secs_f64();
+    let jobs_left = rt.jobs_in_memory();
+    rt.finish("bench", &turn).await?;
+    rt.close().await;
+    journal.close().await;
+    Ok(Run {
+        secs,
+        ok,
+        timeouts,
+        jobs_left,
+    })
+}
+
+/// The journal alone: 3 events per call, appended by `window` concurrent appenders.
+async fn journal_ceiling(journal: Journal, n: usize, window: usize) -> anyhow::Result<f64> {
+    let t0 = Instant::now();
+    let mut pending = FuturesUnordered::new();
+    let mut next = 0;
+    let one = |i: usize| {
+        let j = journal.clone();
+        async move {
+            j.append(
+                NewEvent::new("bench", "tool.scheduled", json!({"call_id": i}))
+                    .with_dedup_key(format!("s{i}")),
+            )
+            .await?;
+            j.append(NewEvent::new(
+                "bench",
+                "tool.started",
+                json!({"call_id": i}),
+            ))
+            .await?;
+            j.append(
+                NewEvent::new("bench", "tool.completed", json!({"call_id": i}))
+                    .with_dedup_key(format!("d{i}")),
+            )
+            .await
+        }
+    };
+    while next < n.min(window) {
+        pending.push(one(next));
+        next += 1;
+    }
+    while let Some(r) = pending.next().await {
+        r?;
+        if next < n {
+            pending.push(one(next));
+            next += 1;
+        }
+    }
+    let secs = t0.elapsed().as_secs_f64();
+    journal.close().await;
+    Ok(n as f64 / secs)
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    if v.is_empty() { 0.0 } else { v[v.len() / 2] }
+}
+
+fn vm_hwm_kib() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+async fn open_file(dir: &tempfile::TempDir, durability: Durability) -> anyhow::Result<Journal> {
+    let url = format!("sqlite://{}", dir.path().join("bench.db").display());
+    Ok(Journal::open_with(&url, JournalOptions::default().durability(durability)).await?)
+}
+
+#[tokio::main(flavor = "multi_thread")]
+async fn main() -> anyhow::Result<()> {
+    let a = args();
+    if let Some(n) = a.memory {
+        let dir = tempfile::tempdir()?;
+        let journal = open_file(&dir, Durability::Normal).await?;
+        let run = calls(journal, n, 64, 4_096).await?;
+        println!(
+            "{}",
+            json!({"bench": "memory", "n": n, "vm_hwm_kib": vm_hwm_kib(), "ok": run.ok,
+                   "jobs_in_memory_after": run.jobs_left, "secs": run.secs})
+        );
+        return Ok(());
+    }
+    for (journal_name, sizes) in [("memory", &a.sizes), ("file_full", &a.file_sizes)] {
+        for &n in sizes {
+            for &c in &a.concurrency {
+                let (mut rates, mut oks, mut touts) = (Vec::new(), Vec::new(), Vec::new());
+                for _ in 0..a.runs {
+                    let dir = tempfile::tempdir()?;
+                    let journal = match journal_name {
+                        "memory" => Journal::open("sqlite::memory:").await?,
+                        _ => open_file(&dir, Durability::Full).await?,
+                    };
+                    let run = calls(journal, n, c, a.window).await?;
+                    rates.push(n as f64 / run.secs);
+                    oks.push(run.ok as f64);
+                    touts.push(run.timeouts as f64);
+                }
+                println!(
+                    "{}",
+                    json!({"bench": "calls", "journal": journal_name, "n": n, "concurrency": c,
+                           "window": a.window, "calls_per_s": median(rates), "ok": median(oks),
+                           "timeouts": median(touts)})
+                );
+            }
+        }
+    }
+    // The seed's collapse case: 30k calls in one turn at concurrency 2, all launched at once.
+    let journal = Journal::open("sqlite::memory:").await?;
+    let run = calls(journal, 30_000, 2, 30_000).await?;
+    println!(
+        "{}",
+        json!({"bench": "queue_30k", "n": 30_000, "concurrency": 2, "ok": run.ok,
+               "timeouts": run.timeouts, "secs": run.secs})
+    );
+    // Where the time goes: the journal alone at 3 events per call.
+    for (name, n) in [("memory", 100_000usize), ("file_full", 10_000)] {
+        let mut rates = Vec::new();
+        for _ in 0..a.runs {
+            let dir = tempfile::tempdir()?;
+            let journal = match name {
+                "memory" => Journal::open("sqlite::memory:").await?,
+                _ => open_file(&dir, Durability::Full).await?,
+            };
+            rates.push(journal_ceiling(journal, n, a.window).await?);
+        }
+        println!(
+            "{}",
+            json!({"bench": "journal_ceiling", "journal": name, "n": n, "calls_per_s": median(rates)})
+        );
+    }
+    let _ = Duration::ZERO;
+    Ok(())
+}

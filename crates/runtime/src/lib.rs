@@ -1,0 +1,39 @@
+//! `agent-runtime`: the turn runtime of the seed's `runtime_demo.py`, made durable.
+//!
+//! A [`Runtime`] runs turns on threads over an [`agent_journal::Journal`]:
+//! - one running turn per thread; [`Runtime::steer`] bumps the revision, results launched
+//!   under an older revision come back `stale`, and [`Runtime::commit`] must name the
+//!   current revision;
+//! - tool calls ([`Runtime::launch`]) go through an allowlist ([`ToolRegistry`]) with
+//!   argument validation, are idempotent on `(thread, turn, call_id)` with a canonical
+//!   signature (also across restarts), are journaled before they run (`tool.scheduled`)
+//!   and get exactly one terminal event each;
+//! - queue and run deadlines are separate ([`Deadlines`]); admission control bounds the
+//!   calls in flight; finished jobs leave memory;
+//! - [`Runtime::recover`] rebuilds everything from the journal after a crash.
+//!
+//! Also here: [`fanout`] (run calls concurrently, validate each output, report complete or
+//! partial) and [`observe`] (an observe-act loop with an action budget).
+
+mod error;
+pub mod events;
+pub mod fanout;
+pub mod observe;
+mod options;
+mod outcome;
+mod recover;
+mod runtime;
+mod signature;
+mod tool;
+
+pub use error::RuntimeError;
+pub use options::{DEFAULT_RUN_DEADLINE, Deadlines, RuntimeOptions};
+pub use outcome::{CallStatus, DeadlinePhase, Outcome, ToolResult};
+pub use recover::RecoveryReport;
+pub use runtime::{JobKey, Runtime, TurnStatus};
+pub use signature::signature;
+pub use tokio_util::sync::CancellationToken;
+pub use tool::{
+    DEFAULT_DEMO_DELAY_SECS, DemoTool, MAX_DEMO_DELAY_SECS, Tool, ToolContext, ToolFailure,
+    ToolRegistry,
+};

@@ -1,0 +1,206 @@
+//! What a tool call came to, and how that is journaled.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use crate::events;
+
+/// How a call ended. Exactly one of these is journaled per scheduled call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CallStatus {
+    Completed,
+    Failed,
+    Timeout,
+    Cancelled,
+    Interrupted,
+}
+
+impl CallStatus {
+    /// The journal event kind for this terminal status.
+    pub fn kind(self) -> &'static str {
+        match self {
+            CallStatus::Completed => events::TOOL_COMPLETED,
+            CallStatus::Failed => events::TOOL_FAILED,
+            CallStatus::Timeout => events::TOOL_TIMEOUT,
+            CallStatus::Cancelled => events::TOOL_CANCELLED,
+            CallStatus::Interrupted => events::TOOL_INTERRUPTED,
+        }
+    }
+
+    /// The status for a journal event kind, if it is a terminal one.
+    pub fn from_kind(kind: &str) -> Option<CallStatus> {
+        match kind {
+            events::TOOL_COMPLETED => Some(CallStatus::Completed),
+            events::TOOL_FAILED => Some(CallStatus::Failed),
+            events::TOOL_TIMEOUT => Some(CallStatus::Timeout),
+            events::TOOL_CANCELLED => Some(CallStatus::Cancelled),
+            events::TOOL_INTERRUPTED => Some(CallStatus::Interrupted),
+            _ => None,
+        }
+    }
+}
+
+/// Which deadline expired.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DeadlinePhase {
+    /// Waiting for a slot (schedule-to-start): the tool never started.
+    Queue,
+    /// Running (start-to-close).
+    Run,
+}
+
+/// The settled outcome of one call, as journaled in its terminal event.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Outcome {
+    pub status: CallStatus,
+    /// The turn revision the call was launched under.
+    pub revision: u64,
+    /// Whether the tool began running (false: it never started, safe to retry).
+    pub started: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<DeadlinePhase>,
+}
+
+impl Outcome {
+    pub(crate) fn completed(revision: u64, value: Value) -> Self {
+        Outcome {
+            status: CallStatus::Completed,
+            revision,
+            started: true,
+            value: Some(value),
+            error: None,
+            phase: None,
+        }
+    }
+
+    pub(crate) fn failed(revision: u64, error: String) -> Self {
+        Outcome {
+            status: CallStatus::Failed,
+            revision,
+            started: true,
+            value: None,
+            error: Some(error),
+            phase: None,
+        }
+    }
+
+    pub(crate) fn timeout(revision: u64, phase: DeadlinePhase) -> Self {
+        Outcome {
+            status: CallStatus::Timeout,
+            revision,
+            started: phase == DeadlinePhase::Run,
+            value: None,
+            error: Some("timeout".into()),
+            phase: Some(phase),
+        }
+    }
+
+    pub(crate) fn cancelled(revision: u64, started: bool) -> Self {
+        Outcome {
+            status: CallStatus::Cancelled,
+            revision,
+            started,
+            value: None,
+            error: Some("cancelled".into()),
+            phase: None,
+        }
+    }
+
+    pub(crate) fn interrupted(revision: u64, started: bool) -> Self {
+        Outcome {
+            status: CallStatus::Interrupted,
+            revision,
+            started,
+            value: None,
+            error: Some("interrupted".into()),
+            phase: None,
+        }
+    }
+
+    /// The terminal event's payload.
+    pub(crate) fn payload(&self, turn: &str, call_id: &str) -> Value {
+        let mut v = json!({
+            "turn_id": turn,
+            "call_id": call_id,
+            "revision": self.revision,
+            "started": self.started,
+        });
+        if let Some(map) = v.as_object_mut() {
+            if let Some(value) = &self.value {
+                map.insert("value".into(), value.clone());
+            }
+            if let Some(error) = &self.error {
+                map.insert("error".into(), Value::String(error.clone()));
+            }
+            if let Some(phase) = self.phase {
+                map.insert("phase".into(), json!(phase));
+            }
+        }
+        v
+    }
+
+    /// Reads an outcome back from a terminal event.
+    pub(crate) fn from_event(kind: &str, payload: &Value) -> Option<Outcome> {
+        let status = CallStatus::from_kind(kind)?;
+        Some(Outcome {
+            status,
+            revision: payload.get("revision")?.as_u64()?,
+            started: payload
+                .get("started")
+                .and_then(Value::as_bool)
+                .unwrap_or(true),
+            value: payload.get("value").cloned(),
+            error: payload
+                .get("error")
+                .and_then(Value::as_str)
+                .map(str::to_string),
+            phase: payload
+                .get("phase")
+                .and_then(|p| serde_json::from_value(p.clone()).ok()),
+        })
+    }
+}
+
+/// What `result` answers: the outcome plus whether it predates the turn's current
+/// revision. Serialises like the seed's result (`ok`, `value`/`error`, `stale`, `call_id`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolResult {
+    pub call_id: String,
+    pub ok: bool,
+    pub status: CallStatus,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Which deadline expired, for `status: timeout`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<DeadlinePhase>,
+    /// False when the tool never began running.
+    pub started: bool,
+    /// The revision the call was launched under.
+    pub revision: u64,
+    /// True when the turn was steered after the call was launched.
+    pub stale: bool,
+}
+
+impl ToolResult {
+    pub(crate) fn new(call_id: &str, outcome: Outcome, current_revision: u64) -> Self {
+        ToolResult {
+            call_id: call_id.to_string(),
+            ok: outcome.status == CallStatus::Completed,
+            status: outcome.status,
+            stale: outcome.revision != current_revision,
+            value: outcome.value,
+            error: outcome.error,
+            phase: outcome.phase,
+            started: outcome.started,
+            revision: outcome.revision,
+        }
+    }
+}

@@ -1,0 +1,873 @@
+//! The [`Runtime`]: turns, steering, commits and tool jobs over a journal.
+//!
+//! Invariants (each is a test in `tests/`):
+//! - At most one running turn per thread. Turn-level operations of a thread (start, steer,
+//!   commit, cancel, finish) are serialised, so a commit is journaled only at the revision
+//!   current at its position in the journal.
+//! - `tool.scheduled` is durable before a tool runs; every scheduled call gets exactly one
+//!   terminal event (the journal's `done:` dedup key makes a second one a no-op).
+//! - For a tool that is not retry-safe, `tool.started` is durable before it runs, so a
+//!   crash can never lead to running it twice.
+//! - A finished job leaves memory once its terminal event is durable; its result is then
+//!   read from the journal.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use agent_journal::{Event, Journal, NewEvent};
+use serde_json::{Value, json};
+use tokio::sync::{Semaphore, watch};
+use tokio::task::AbortHandle;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::error::RuntimeError;
+use crate::events;
+use crate::options::{Deadlines, RuntimeOptions};
+use crate::outcome::{DeadlinePhase, Outcome, ToolResult};
+use crate::signature::signature;
+use crate::tool::{Tool, ToolContext};
+
+/// Identifies one call: the owner (thread, turn) and the model's call id.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub struct JobKey {
+    pub thread: String,
+    pub turn: String,
+    pub call_id: String,
+}
+
+/// Where a turn is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TurnStatus {
+    Running,
+    /// Being cancelled or finished: its jobs are being stopped.
+    Ending,
+    Completed,
+    Cancelled,
+    Interrupted,
+}
+
+/// The latest turn of a thread.
+#[derive(Debug, Clone)]
+pub(crate) struct TurnState {
+    pub(crate) id: String,
+    pub(crate) revision: u64,
+    pub(crate) status: TurnStatus,
+    pub(crate) cancel: CancellationToken,
+}
+
+/// A job that has not yet settled (or whose terminal event is being written).
+pub(crate) struct JobEntry {
+    pub(crate) signature: String,
+    pub(crate) done: watch::Receiver<Option<Outcome>>,
+    pub(crate) abort: Option<AbortHandle>,
+}
+
+#[derive(Default)]
+pub(crate) struct State {
+    pub(crate) turns: HashMap<String, TurnState>,
+    pub(crate) jobs: HashMap<JobKey, JobEntry>,
+    pub(crate) closed: bool,
+}
+
+pub(crate) struct Inner {
+    pub(crate) journal: Journal,
+    pub(crate) options: RuntimeOptions,
+    pub(crate) slots: Arc<Semaphore>,
+    pub(crate) state: Mutex<State>,
+    thread_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// Parent of every turn's and job's token; fired by `close`.
+    pub(crate) root: CancellationToken,
+    pub(crate) last_recovery: Mutex<crate::recover::RecoveryReport>,
+    /// Set by [`Runtime::crash`]: job tasks of a "dead" runtime never journal again.
+    crashed: std::sync::atomic::AtomicBool,
+}
+
+/// A cheap, cloneable handle to the runtime. Build it with [`Runtime::recover`].
+#[derive(Clone)]
+pub struct Runtime {
+    pub(crate) inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runtime")
+            .field("journal", &self.inner.journal)
+            .field("tools", &self.inner.options.tools)
+            .finish()
+    }
+}
+
+impl Inner {
+    pub(crate) fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn thread_lock(&self, thread: &str) -> Arc<tokio::sync::Mutex<()>> {
+        let mut locks = self
+            .thread_locks
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        locks.entry(thread.to_string()).or_default().clone()
+    }
+
+    /// Appends on behalf of a job; after a simulated crash it never returns (the job
+    /// task is being aborted), as if the process had died before this write.
+    async fn job_append(
+        &self,
+        event: NewEvent,
+    ) -> Result<agent_journal::Appended, agent_journal::JournalError> {
+        if self.crashed.load(std::sync::atomic::Ordering::SeqCst) {
+            std::future::pending::<()>().await;
+        }
+        self.journal.append(event).await
+    }
+
+    /// Removes a settled (or abandoned) job from memory.
+    pub(crate) fn forget(&self, key: &JobKey) {
+        self.state().jobs.remove(key);
+    }
+}
+
+impl Runtime {
+    /// A runtime over `journal` with state rebuilt from it. See
+    /// [`recover`](crate::recover) for what happens to work a dead process left behind.
+    pub(crate) fn empty(journal: Journal, options: RuntimeOptions) -> Runtime {
+        let slots = Arc::new(Semaphore::new(options.concurrency.max(1)));
+        Runtime {
+            inner: Arc::new(Inner {
+                journal,
+                options,
+                slots,
+                state: Mutex::new(State::default()),
+                thread_locks: Mutex::new(HashMap::new()),
+                root: CancellationToken::new(),
+                last_recovery: Mutex::new(Default::default()),
+                crashed: std::sync::atomic::AtomicBool::new(false),
+            }),
+        }
+    }
+
+    /// The journal this runtime writes to.
+    pub fn journal(&self) -> &Journal {
+        &self.inner.journal
+    }
+
+    /// The options the runtime was built with.
+    pub fn options(&self) -> &RuntimeOptions {
+        &self.inner.options
+    }
+
+    /// Jobs currently held in memory (queued, running, or writing their terminal event).
+    pub fn jobs_in_memory(&self) -> usize {
+        self.inner.state().jobs.len()
+    }
+
+    /// The running turn of `thread`, if any.
+    pub fn running_turn(&self, thread: &str) -> Option<String> {
+        let st = self.inner.state();
+        st.turns
+            .get(thread)
+            .filter(|t| t.status == TurnStatus::Running)
+            .map(|t| t.id.clone())
+    }
+
+    /// The latest turn of `thread` known to this runtime: id, revision and status.
+    pub fn turn_status(&self, thread: &str) -> Option<(String, u64, TurnStatus)> {
+        let st = self.inner.state();
+        st.turns
+            .get(thread)
+            .map(|t| (t.id.clone(), t.revision, t.status))
+    }
+
+    /// Starts a turn on `thread`; refused while another turn is running there.
+    pub async fn start(&self, thread: &str) -> Result<String, RuntimeError> {
+        let lock = self.inner.thread_lock(thread);
+        let _serial = lock.lock().await;
+        {
+            let st = self.inner.state();
+            if st.closed {
+                return Err(RuntimeError::Closed);
+            }
+            if let Some(t) = st.turns.get(thread)
+                && matches!(t.status, TurnStatus::Running | TurnStatus::Ending)
+            {
+                return Err(RuntimeError::TurnActive {
+                    thread: thread.to_string(),
+                    turn: t.id.clone(),
+                });
+            }
+        }
+        let id = uuid::Uuid::now_v7().simple().to_string();
+        self.inner
+            .journal
+            .append(NewEvent::new(
+                thread,
+                events::TURN_STARTED,
+                json!({ "turn_id": id }),
+            ))
+            .await?;
+        let cancel = self.inner.root.child_token();
+        self.inner.state().turns.insert(
+            thread.to_string(),
+            TurnState {
+                id: id.clone(),
+                revision: 0,
+                status: TurnStatus::Running,
+                cancel,
+            },
+        );
+        Ok(id)
+    }
+
+    /// Checks that `turn` is the running turn of `thread`; returns its revision.
+    fn active(&self, st: &State, thread: &str, turn: &str) -> Result<u64, RuntimeError> {
+        match st.turns.get(thread) {
+            Some(t) if t.id == turn && t.status == TurnStatus::Running => Ok(t.revision),
+            _ => Err(RuntimeError::TurnNotActive {
+                thread: thread.to_string(),
+                turn: turn.to_string(),
+            }),
+        }
+    }
+
+    /// Accepts user input into the running turn: bumps the revision (journaled as
+    /// `steer.accepted`) so that results launched before it come back stale.
+    pub async fn steer(&self, thread: &str, turn: &str, text: &str) -> Result<u64, RuntimeError> {
+        let lock = self.inner.thread_lock(thread);
+        let _serial = lock.lock().await;
+        let revision = {
+            let st = self.inner.state();
+            self.active(&st, thread, turn)? + 1
+        };
+        self.inner
+            .journal
+            .append(NewEvent::new(
+                thread,
+                events::STEER_ACCEPTED,
+                json!({ "turn_id": turn, "revision": revision, "text": text }),
+            ))
+            .await?;
+        let mut st = self.inner.state();
+        if let Some(t) = st.turns.get_mut(thread)
+            && t.id == turn
+        {
+            t.revision = revision;
+        }
+        Ok(revision)
+    }
+
+    /// Records a proposal made at `revision`; refused unless it is the current revision.
+    /// Records only: it authorises and performs nothing outside the journal.
+    pub async fn commit(
+        &self,
+        thread: &str,
+        turn: &str,
+        revision: u64,
+        proposal: impl Into<Value>,
+    ) -> Result<i64, RuntimeError> {
+        let lock = self.inner.thread_lock(thread);
+        let _serial = lock.lock().await;
+        {
+            let st = self.inner.state();
+            let current = self.active(&st, thread, turn)?;
+            if revision != current {
+                return Err(RuntimeError::StaleRevision {
+                    given: revision,
+                    current,
+                });
+            }
+        }
+        let appended = self
+            .inner
+            .journal
+            .append(NewEvent::new(
+                thread,
+                events::PROPOSAL_COMMITTED,
+                json!({ "turn_id": turn, "revision": revision, "proposal": proposal.into() }),
+            ))
+            .await?;
+        Ok(appended.seq)
+    }
+
+    /// Cancels the running turn: its jobs are cancelled and awaited (a tool that ignores
+    /// cancellation is dropped after the grace period), then `turn.cancelled` is journaled.
+    pub async fn cancel(&self, thread: &str, turn: &str) -> Result<(), RuntimeError> {
+        self.end(thread, turn, events::TURN_CANCELLED, TurnStatus::Cancelled)
+            .await
+    }
+
+    /// Ends the running turn normally (`turn.completed`). Jobs still pending are cancelled
+    /// first, so no call is left without a terminal event.
+    pub async fn finish(&self, thread: &str, turn: &str) -> Result<(), RuntimeError> {
+        self.end(thread, turn, events::TURN_COMPLETED, TurnStatus::Completed)
+            .await
+    }
+
+    async fn end(
+        &self,
+        thread: &str,
+        turn: &str,
+        kind: &'static str,
+        status: TurnStatus,
+    ) -> Result<(), RuntimeError> {
+        let lock = self.inner.thread_lock(thread);
+        let _serial = lock.lock().await;
+        let (token, revision) = {
+            let mut st = self.inner.state();
+            self.active(&st, thread, turn)?;
+            match st.turns.get_mut(thread) {
+                Some(t) => {
+                    t.status = TurnStatus::Ending;
+                    (t.cancel.clone(), t.revision)
+                }
+                None => {
+                    return Err(RuntimeError::TurnNotActive {
+                        thread: thread.to_string(),
+                        turn: turn.to_string(),
+                    });
+                }
+            }
+        };
+        token.cancel();
+        self.settle_jobs(|k| k.thread == thread && k.turn == turn)
+            .await;
+        let appended = self
+            .inner
+            .journal
+            .append(
+                NewEvent::new(
+                    thread,
+                    kind,
+                    json!({ "turn_id": turn, "revision": revision }),
+                )
+                .with_dedup_key(events::end_key(turn)),
+            )
+            .await;
+        let mut st = self.inner.state();
+        if let Some(t) = st.turns.get_mut(thread)
+            && t.id == turn
+        {
+            // If the end event could not be written, the turn stays refused here and
+            // recovery marks it interrupted.
+            t.status = status;
+        }
+        drop(st);
+        appended?;
+        Ok(())
+    }
+
+    /// Waits for every job matching `which` to settle. Tokens must already be fired. A job
+    /// whose task does not settle within twice the grace period (a tool blocking its
+    /// thread) is aborted and given a `tool.cancelled` terminal event here.
+    pub(crate) async fn settle_jobs(&self, which: impl Fn(&JobKey) -> bool) {
+        let waits: Vec<(
+            JobKey,
+            watch::Receiver<Option<Outcome>>,
+            Option<AbortHandle>,
+        )> = {
+            let st = self.inner.state();
+            st.jobs
+                .iter()
+                .filter(|(k, _)| which(k))
+                .map(|(k, j)| (k.clone(), j.done.clone(), j.abort.clone()))
+                .collect()
+        };
+        let backstop =
+            Instant::now() + self.inner.options.cancel_grace * 2 + Duration::from_millis(100);
+        for (key, mut done, abort) in waits {
+            let Some(abort) = abort else {
+                // Not spawned yet: its scheduled event is being written; it settles as soon
+                // as it sees the fired token. Forcing it here could put its terminal event
+                // before its scheduled one.
+                let _ = done.wait_for(Option::is_some).await;
+                continue;
+            };
+            let settled = tokio::time::timeout_at(backstop, done.wait_for(Option::is_some))
+                .await
+                .is_ok();
+            if settled {
+                continue;
+            }
+            abort.abort();
+            let revision = self.job_revision(&key).await.unwrap_or(0);
+            let outcome = Outcome::cancelled(revision, true);
+            let event = NewEvent::new(
+                key.thread.clone(),
+                outcome.status.kind(),
+                outcome.payload(&key.turn, &key.call_id),
+            )
+            .with_dedup_key(events::done_key(&key.turn, &key.call_id));
+            if let Err(err) = self.inner.journal.append(event).await {
+                tracing::error!(call_id = %key.call_id, %err, "cannot journal forced cancellation");
+            }
+            self.inner.forget(&key);
+        }
+    }
+
+    async fn job_revision(&self, key: &JobKey) -> Option<u64> {
+        let event = self
+            .inner
+            .journal
+            .find_by_dedup_key(&key.thread, &events::scheduled_key(&key.turn, &key.call_id))
+            .await
+            .ok()??;
+        event.payload.get("revision")?.as_u64()
+    }
+
+    /// Launches a call with the runtime's default deadlines. See [`launch_with`](Self::launch_with).
+    pub async fn launch(
+        &self,
+        thread: &str,
+        turn: &str,
+        call_id: &str,
+        name: &str,
+        args: Value,
+    ) -> Result<JobKey, RuntimeError> {
+        let deadlines = self.inner.options.deadlines;
+        self.launch_with(thread, turn, call_id, name, args, deadlines)
+            .await
+    }
+
+    /// Launches a call of tool `name` in the running turn. Idempotent on
+    /// `(thread, turn, call_id)`: the same tool and arguments (any key order) give the same
+    /// job, even after a restart (the recorded result, no re-run); other arguments are a
+    /// [`RuntimeError::CallIdCollision`]. Returns once `tool.scheduled` is durable.
+    pub async fn launch_with(
+        &self,
+        thread: &str,
+        turn: &str,
+        call_id: &str,
+        name: &str,
+        args: Value,
+        deadlines: Deadlines,
+    ) -> Result<JobKey, RuntimeError> {
+        let Some(tool) = self.inner.options.tools.get(name).cloned() else {
+            return Err(RuntimeError::ToolNotAllowed(name.to_string()));
+        };
+        tool.validate(&args)
+            .map_err(|reason| RuntimeError::InvalidArgs {
+                tool: name.to_string(),
+                reason,
+            })?;
+        let sig = signature(name, &args);
+        let key = JobKey {
+            thread: thread.to_string(),
+            turn: turn.to_string(),
+            call_id: call_id.to_string(),
+        };
+        let (tx, rx) = watch::channel(None);
+        let admitted = {
+            let mut st = self.inner.state();
+            if st.closed {
+                return Err(RuntimeError::Closed);
+            }
+            if let Some(job) = st.jobs.get(&key) {
+                return if job.signature == sig {
+                    Ok(key)
+                } else {
+                    Err(RuntimeError::CallIdCollision {
+                        call_id: call_id.to_string(),
+                    })
+                };
+            }
+            let running = match st.turns.get(thread) {
+                Some(t) if t.id == turn && t.status == TurnStatus::Running => {
+                    Some((t.revision, t.cancel.child_token()))
+                }
+                _ => None,
+            };
+            match running {
+                Some(r) => {
+                    let limit = self.inner.options.max_in_flight;
+                    if st.jobs.len() >= limit {
+                        return Err(RuntimeError::Overloaded {
+                            in_flight: st.jobs.len(),
+                            limit,
+                        });
+                    }
+                    st.jobs.insert(
+                        key.clone(),
+                        JobEntry {
+                            signature: sig.clone(),
+                            done: rx,
+                            abort: None,
+                        },
+                    );
+                    Some(r)
+                }
+                None => None,
+            }
+        };
+        let Some((revision, cancel)) = admitted else {
+            // Not running: only a call recorded earlier can be named again.
+            return self.relaunch_recorded(key, &sig).await;
+        };
+        let scheduled = NewEvent::new(
+            thread,
+            events::TOOL_SCHEDULED,
+            json!({
+                "turn_id": turn,
+                "call_id": call_id,
+                "name": name,
+                "args": args,
+                "signature": sig,
+                "revision": revision,
+            }),
+        )
+        .with_dedup_key(events::scheduled_key(turn, call_id));
+        let appended = match self.inner.journal.append(scheduled).await {
+            Ok(appended) => appended,
+            Err(err) => {
+                self.inner.forget(&key);
+                return Err(err.into());
+            }
+        };
+        if appended.deduplicated {
+            // Recorded by an earlier process, or finished and evicted from memory.
+            let recorded = self.recorded_outcome(&key, &sig).await;
+            return match recorded {
+                Ok(outcome) => {
+                    tx.send_replace(Some(outcome));
+                    self.inner.forget(&key);
+                    Ok(key)
+                }
+                Err(err) => {
+                    self.inner.forget(&key);
+                    Err(err)
+                }
+            };
+        }
+        let job = Job {
+            inner: self.inner.clone(),
+            key: key.clone(),
+            tool,
+            args,
+            revision,
+            deadlines,
+            cancel,
+            done: tx,
+        };
+        let mut st = self.inner.state();
+        if st.closed {
+            // Closed (or crashed) while scheduling: leave it to recovery, like a crash would.
+            st.jobs.remove(&key);
+            return Err(RuntimeError::Closed);
+        }
+        let handle = tokio::spawn(job.run());
+        if let Some(entry) = st.jobs.get_mut(&key) {
+            entry.abort = Some(handle.abort_handle());
+        }
+        Ok(key)
+    }
+
+    /// A launch naming a call that is not in memory: it must be recorded with the same
+    /// signature and have a terminal event.
+    async fn relaunch_recorded(&self, key: JobKey, sig: &str) -> Result<JobKey, RuntimeError> {
+        let scheduled = self
+            .inner
+            .journal
+            .find_by_dedup_key(&key.thread, &events::scheduled_key(&key.turn, &key.call_id))
+            .await?;
+        if scheduled.is_none() {
+            return Err(RuntimeError::TurnNotActive {
+                thread: key.thread,
+                turn: key.turn,
+            });
+        }
+        self.recorded_outcome(&key, sig).await?;
+        Ok(key)
+    }
+
+    /// The recorded outcome of a call scheduled with signature `sig`.
+    async fn recorded_outcome(&self, key: &JobKey, sig: &str) -> Result<Outcome, RuntimeError> {
+        let journal = &self.inner.journal;
+        let scheduled = journal
+            .find_by_dedup_key(&key.thread, &events::scheduled_key(&key.turn, &key.call_id))
+            .await?
+            .ok_or_else(|| RuntimeError::UnknownCall {
+                turn: key.turn.clone(),
+                call_id: key.call_id.clone(),
+            })?;
+        let recorded_sig = scheduled.payload.get("signature").and_then(Value::as_str);
+        if recorded_sig != Some(sig) {
+            return Err(RuntimeError::CallIdCollision {
+                call_id: key.call_id.clone(),
+            });
+        }
+        self.journaled_outcome(key).await
+    }
+
+    async fn journaled_outcome(&self, key: &JobKey) -> Result<Outcome, RuntimeError> {
+        let journal = &self.inner.journal;
+        match journal
+            .find_by_dedup_key(&key.thread, &events::done_key(&key.turn, &key.call_id))
+            .await?
+        {
+            Some(event) => outcome_of(&event),
+            None => {
+                let scheduled = journal
+                    .find_by_dedup_key(&key.thread, &events::scheduled_key(&key.turn, &key.call_id))
+                    .await?;
+                Err(match scheduled {
+                    Some(_) => RuntimeError::Unresolved {
+                        call_id: key.call_id.clone(),
+                    },
+                    None => RuntimeError::UnknownCall {
+                        turn: key.turn.clone(),
+                        call_id: key.call_id.clone(),
+                    },
+                })
+            }
+        }
+    }
+
+    /// Waits for the call's result. Only the owner `(thread, turn)` may ask; anyone else
+    /// gets [`RuntimeError::PermissionDenied`]. `stale` compares the call's revision with
+    /// the turn's current (or, for an ended turn, final) revision.
+    pub async fn result(
+        &self,
+        thread: &str,
+        turn: &str,
+        key: &JobKey,
+    ) -> Result<ToolResult, RuntimeError> {
+        if key.thread != thread || key.turn != turn {
+            return Err(RuntimeError::PermissionDenied);
+        }
+        let waiting = self.inner.state().jobs.get(key).map(|j| j.done.clone());
+        let mut outcome = None;
+        if let Some(mut done) = waiting
+            && let Ok(value) = done.wait_for(Option::is_some).await
+        {
+            outcome = value.clone();
+        }
+        let outcome = match outcome {
+            Some(outcome) => outcome,
+            None => self.journaled_outcome(key).await?,
+        };
+        let current = self.turn_revision(thread, turn).await?;
+        Ok(ToolResult::new(&key.call_id, outcome, current))
+    }
+
+    /// The current revision of a turn, or the final one of an ended turn.
+    async fn turn_revision(&self, thread: &str, turn: &str) -> Result<u64, RuntimeError> {
+        if let Some(t) = self.inner.state().turns.get(thread)
+            && t.id == turn
+        {
+            return Ok(t.revision);
+        }
+        let end = self
+            .inner
+            .journal
+            .find_by_dedup_key(thread, &events::end_key(turn))
+            .await?;
+        end.and_then(|e| e.payload.get("revision").and_then(Value::as_u64))
+            .ok_or_else(|| RuntimeError::TurnNotActive {
+                thread: thread.to_string(),
+                turn: turn.to_string(),
+            })
+    }
+
+    /// Appends an event to a thread of this runtime's journal (independent work the host
+    /// wants on record, like the seed's `independent.work`).
+    pub async fn record(
+        &self,
+        thread: &str,
+        kind: &str,
+        payload: Value,
+    ) -> Result<i64, RuntimeError> {
+        Ok(self
+            .inner
+            .journal
+            .append(NewEvent::new(thread, kind, payload))
+            .await?
+            .seq)
+    }
+
+    /// Shuts down: refuses new work, cancels every pending job and waits for their
+    /// terminal events (bounded by the grace period). Turns stay open in the journal; the
+    /// next [`recover`](crate::recover) marks them interrupted. The journal stays open (the
+    /// caller owns it).
+    pub async fn close(&self) {
+        self.inner.state().closed = true;
+        self.inner.root.cancel();
+        self.settle_jobs(|_| true).await;
+    }
+
+    /// Simulates a process crash for tests: every job task is aborted where it stands
+    /// and nothing more is journaled by this runtime.
+    #[doc(hidden)]
+    pub fn crash(&self) {
+        self.inner
+            .crashed
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        let mut st = self.inner.state();
+        st.closed = true;
+        for job in st.jobs.values() {
+            if let Some(abort) = &job.abort {
+                abort.abort();
+            }
+        }
+        st.jobs.clear();
+    }
+}
+
+/// An outcome from a terminal event.
+pub(crate) fn outcome_of(event: &Event) -> Result<Outcome, RuntimeError> {
+    Outcome::from_event(&event.kind, &event.payload).ok_or_else(|| RuntimeError::CorruptEvent {
+        seq: event.seq,
+        kind: event.kind.clone(),
+        reason: "not a terminal tool event with a revision".into(),
+    })
+}
+
+/// One call on its way from the queue to its terminal event.
+pub(crate) struct Job {
+    pub(crate) inner: Arc<Inner>,
+    pub(crate) key: JobKey,
+    pub(crate) tool: Arc<dyn Tool>,
+    pub(crate) args: Value,
+    pub(crate) revision: u64,
+    pub(crate) deadlines: Deadlines,
+    pub(crate) cancel: CancellationToken,
+    pub(crate) done: watch::Sender<Option<Outcome>>,
+}
+
+impl Job {
+    /// Runs the call and journals its one terminal event, then leaves memory.
+    pub(crate) async fn run(self) {
+        let mut outcome = self.execute().await;
+        let event = NewEvent::new(
+            self.key.thread.clone(),
+            outcome.status.kind(),
+            outcome.payload(&self.key.turn, &self.key.call_id),
+        )
+        .with_dedup_key(events::done_key(&self.key.turn, &self.key.call_id));
+        match self.inner.job_append(event).await {
+            Ok(appended) if appended.deduplicated => {
+                // Someone (a forced cancellation) wrote the terminal first: that one counts.
+                if let Ok(Some(event)) = self
+                    .inner
+                    .journal
+                    .find_by_dedup_key(
+                        &self.key.thread,
+                        &events::done_key(&self.key.turn, &self.key.call_id),
+                    )
+                    .await
+                    && let Ok(recorded) = outcome_of(&event)
+                {
+                    outcome = recorded;
+                }
+            }
+            Ok(_) => {}
+            Err(err) => {
+                tracing::error!(call_id = %self.key.call_id, %err, "cannot journal the call's terminal event; recovery will mark it interrupted");
+            }
+        }
+        // Leave memory first: whoever sees the outcome also sees the job gone.
+        self.inner.forget(&self.key);
+        self.done.send_replace(Some(outcome));
+    }
+
+    async fn execute(&self) -> Outcome {
+        let revision = self.revision;
+        if self.cancel.is_cancelled() {
+            return Outcome::cancelled(revision, false);
+        }
+        // Queue phase: wait for a slot, bounded by the queue deadline.
+        let acquire = self.inner.slots.clone().acquire_owned();
+        let permit = tokio::select! {
+            biased;
+            () = self.cancel.cancelled() => return Outcome::cancelled(revision, false),
+            permit = opt_timeout(self.deadlines.queue, acquire) => match permit {
+                Some(Ok(permit)) => permit,
+                Some(Err(_closed)) => return Outcome::cancelled(revision, false),
+                None => return Outcome::timeout(revision, DeadlinePhase::Queue),
+            },
+        };
+        let started = NewEvent::new(
+            self.key.thread.clone(),
+            events::TOOL_STARTED,
+            json!({ "turn_id": self.key.turn, "call_id": self.key.call_id }),
+        );
+        if self.tool.retry_safe() {
+            // At-least-once is acceptable: journal `tool.started` alongside the run. It is
+            // queued to the writer before the tool is polled, so it precedes the terminal.
+            let run = async {
+                let outcome = self.run_tool().await;
+                drop(permit);
+                outcome
+            };
+            let (journaled, outcome) = tokio::join!(self.inner.job_append(started), run);
+            if let Err(err) = journaled {
+                tracing::error!(call_id = %self.key.call_id, %err, "cannot journal tool.started");
+            }
+            outcome
+        } else {
+            // At-most-once: the start is durable before the effect.
+            if let Err(err) = self.inner.job_append(started).await {
+                return Outcome {
+                    started: false,
+                    ..Outcome::failed(revision, format!("not started: {err}"))
+                };
+            }
+            let outcome = self.run_tool().await;
+            drop(permit);
+            outcome
+        }
+    }
+
+    /// Runs the tool under the run deadline; on cancellation gives it the grace period to
+    /// stop on its own, then drops it.
+    async fn run_tool(&self) -> Outcome {
+        let revision = self.revision;
+        let ctx = ToolContext {
+            thread: self.key.thread.clone(),
+            turn: self.key.turn.clone(),
+            call_id: self.key.call_id.clone(),
+            revision,
+            cancel: self.cancel.clone(),
+        };
+        let mut call = self.tool.call(self.args.clone(), ctx);
+        let deadline = self.deadlines.run.map(|d| Instant::now() + d);
+        tokio::select! {
+            biased;
+            result = &mut call => match result {
+                Ok(value) => Outcome::completed(revision, value),
+                Err(failure) => {
+                    if self.cancel.is_cancelled() {
+                        Outcome::cancelled(revision, true)
+                    } else {
+                        Outcome::failed(revision, failure.0)
+                    }
+                }
+            },
+            () = self.cancel.cancelled() => {
+                let grace = self.inner.options.cancel_grace;
+                // Cooperative stop within the grace period, else the future is dropped.
+                let _ = tokio::time::timeout(grace, &mut call).await;
+                Outcome::cancelled(revision, true)
+            }
+            () = sleep_until_opt(deadline) => {
+                self.cancel.cancel();
+                Outcome::timeout(revision, DeadlinePhase::Run)
+            }
+        }
+    }
+}
+
+async fn opt_timeout<F: std::future::Future>(limit: Option<Duration>, fut: F) -> Option<F::Output> {
+    match limit {
+        Some(limit) => tokio::time::timeout(limit, fut).await.ok(),
+        None => Some(fut.await),
+    }
+}
+
+async fn sleep_until_opt(deadline: Option<Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
+    }
+}

@@ -1,0 +1,71 @@
+//! Canonical call signatures: the same tool and arguments give the same string whatever
+//! the key order of the JSON objects.
+
+use serde_json::Value;
+
+/// `[name, args]` as JSON with every object's keys sorted, recursively.
+pub fn signature(name: &str, args: &Value) -> String {
+    let mut out = String::with_capacity(32);
+    out.push('[');
+    write_value(&mut out, &Value::String(name.to_string()));
+    out.push(',');
+    write_value(&mut out, args);
+    out.push(']');
+    out
+}
+
+fn write_value(out: &mut String, value: &Value) {
+    match value {
+        Value::Object(map) => {
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort();
+            out.push('{');
+            for (i, key) in keys.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push_str(&Value::String(key.clone()).to_string());
+                out.push(':');
+                if let Some(v) = map.get(key) {
+                    write_value(out, v);
+                }
+            }
+            out.push('}');
+        }
+        Value::Array(items) => {
+            out.push('[');
+            for (i, v) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_value(out, v);
+            }
+            out.push(']');
+        }
+        other => out.push_str(&other.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::signature;
+    use serde_json::json;
+
+    #[test]
+    fn key_order_does_not_matter() {
+        let a = signature(
+            "t",
+            &json!({"a": 1, "b": {"x": [1, {"q": 1, "p": 2}], "y": "z"}}),
+        );
+        let b = signature(
+            "t",
+            &json!({"b": {"y": "z", "x": [1, {"p": 2, "q": 1}]}, "a": 1}),
+        );
+        assert_eq!(a, b);
+        assert_ne!(a, signature("u", &json!({"a": 1})));
+        assert_ne!(
+            signature("t", &json!({"a": 1})),
+            signature("t", &json!({"a": 1.5}))
+        );
+    }
+}
