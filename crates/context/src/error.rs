@@ -113,7 +113,10 @@ fn describe_unpaired(calls: &[String], outputs: &[String]) -> String {
         parts.push(format!("call_id {} without output", calls.join(", ")));
     }
     if !outputs.is_empty() {
-        parts.push(format!("output for call_id {} without call", outputs.join(", ")));
+        parts.push(format!(
+            "output for call_id {} without call",
+            outputs.join(", ")
+        ));
     }
     parts.join("; ")
 }

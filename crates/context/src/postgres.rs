@@ -15,6 +15,8 @@ const SCHEMA_VERSION: i64 = 1;
 const MIGRATION_0001: &str = include_str!("../migrations/postgres/0001_context.sql");
 /// Advisory lock key serialising schema migrations of this crate.
 const MIGRATION_LOCK: i64 = 0x0c0e_7e47;
+/// Rows per multi-row INSERT (6 binds each, well under PostgreSQL's 65535).
+const INSERT_CHUNK: usize = 1000;
 
 #[derive(Clone)]
 pub(crate) struct PgBackend {
@@ -68,47 +70,92 @@ impl PgBackend {
         self.pool.close().await;
     }
 
+    /// Append `units` to `thread` in one transaction: one upsert reserves the positions
+    /// (and row-locks the thread, serialising its appenders), multi-row inserts write them.
     pub(crate) async fn append(&self, thread: &str, units: &[Prepared]) -> Result<u64> {
+        let count = i64::try_from(units.len()).unwrap_or(i64::MAX);
         let mut tx = self.pool.begin().await?;
-        let mut position = 0;
-        for unit in units {
-            let row = sqlx::query(
-                "INSERT INTO context_threads (thread, last_seq) VALUES ($1, 1) \
-                 ON CONFLICT (thread) DO UPDATE SET last_seq = context_threads.last_seq + 1 \
-                 RETURNING id, last_seq",
-            )
-            .bind(thread)
-            .fetch_one(&mut *tx)
-            .await?;
-            let thread_id: i64 = row.try_get(0)?;
-            let seq: i64 = row.try_get(1)?;
-            let size = i64::try_from(unit.body.len()).unwrap_or(i64::MAX);
-            let inserted = sqlx::query(
-                "INSERT INTO context_units (thread_id, seq, unit, size, body, folded) \
-                 VALUES ($1, $2, $3, $4, $5, $6)",
-            )
-            .bind(thread_id)
-            .bind(seq)
-            .bind(&unit.unit)
-            .bind(size)
-            .bind(&unit.body)
-            .bind(&unit.folded)
-            .execute(&mut *tx)
-            .await;
-            match inserted {
+        let row = sqlx::query(
+            "INSERT INTO context_threads (thread, last_seq) VALUES ($1, $2) \
+             ON CONFLICT (thread) DO UPDATE SET last_seq = context_threads.last_seq + $2 \
+             RETURNING id, last_seq",
+        )
+        .bind(thread)
+        .bind(count)
+        .fetch_one(&mut *tx)
+        .await?;
+        let thread_id: i64 = row.try_get(0)?;
+        let last: i64 = row.try_get(1)?;
+        let first = last - count + 1;
+        for (chunk_no, chunk) in units.chunks(INSERT_CHUNK).enumerate() {
+            let mut sql = String::from(
+                "INSERT INTO context_units (thread_id, seq, unit, size, body, folded) VALUES ",
+            );
+            for i in 0..chunk.len() {
+                let b = i * 6;
+                if i > 0 {
+                    sql.push_str(", ");
+                }
+                sql.push_str(&format!(
+                    "(${}, ${}, ${}, ${}, ${}, ${})",
+                    b + 1,
+                    b + 2,
+                    b + 3,
+                    b + 4,
+                    b + 5,
+                    b + 6
+                ));
+            }
+            let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
+            for (i, unit) in chunk.iter().enumerate() {
+                let seq = first + i64::try_from(chunk_no * INSERT_CHUNK + i).unwrap_or(i64::MAX);
+                query = query
+                    .bind(thread_id)
+                    .bind(seq)
+                    .bind(&unit.unit)
+                    .bind(i64::try_from(unit.body.len()).unwrap_or(i64::MAX))
+                    .bind(&unit.body)
+                    .bind(&unit.folded);
+            }
+            match query.execute(&mut *tx).await {
                 Ok(_) => {}
                 Err(err) if is_unique_violation(&err) => {
-                    return Err(ContextError::DuplicateUnit {
-                        thread: thread.into(),
-                        unit: unit.unit.clone(),
-                    });
+                    drop(tx);
+                    return Err(self.duplicate_of(thread, units).await);
                 }
                 Err(err) => return Err(err.into()),
             }
-            position = u64::try_from(seq).unwrap_or_default();
         }
         tx.commit().await?;
-        Ok(position)
+        Ok(u64::try_from(last).unwrap_or_default())
+    }
+
+    /// The error for a refused batch: the first unit id that already exists.
+    async fn duplicate_of(&self, thread: &str, units: &[Prepared]) -> ContextError {
+        for unit in units {
+            let found = sqlx::query_scalar::<_, i64>(
+                "SELECT u.seq FROM context_units u JOIN context_threads t ON t.id = u.thread_id \
+                 WHERE t.thread = $1 AND u.unit = $2",
+            )
+            .bind(thread)
+            .bind(&unit.unit)
+            .fetch_optional(&self.pool)
+            .await;
+            match found {
+                Ok(Some(_)) => {
+                    return ContextError::DuplicateUnit {
+                        thread: thread.into(),
+                        unit: unit.unit.clone(),
+                    };
+                }
+                Ok(None) => {}
+                Err(err) => return err.into(),
+            }
+        }
+        ContextError::DuplicateUnit {
+            thread: thread.into(),
+            unit: units.first().map_or(String::new(), |u| u.unit.clone()),
+        }
     }
 
     pub(crate) async fn window(&self, thread: &str, keep: usize) -> Result<Vec<Unit>> {

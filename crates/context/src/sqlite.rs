@@ -24,6 +24,8 @@ const MIGRATION_0001: &str = include_str!("../migrations/sqlite/0001_context.sql
 const SEQ_BITS: u32 = 32;
 const MAX_SEQ: i64 = (1 << SEQ_BITS) - 1;
 const MAX_THREAD_ID: i64 = (1 << 31) - 1;
+/// Rows per multi-row INSERT (5 binds each, under SQLite's 32766 bind limit).
+const INSERT_CHUNK: usize = 500;
 
 #[derive(Clone)]
 pub(crate) struct SqliteBackend {
@@ -109,57 +111,89 @@ impl SqliteBackend {
         self.writer.close().await;
     }
 
+    /// Append `units` to `thread` in one transaction: one upsert reserves the positions,
+    /// multi-row inserts write the rows (a trigger feeds the FTS index).
     pub(crate) async fn append(&self, thread: &str, units: &[Prepared]) -> Result<u64> {
+        let count = i64::try_from(units.len()).unwrap_or(i64::MAX);
         let mut tx = self.writer.begin_with("BEGIN IMMEDIATE").await?;
-        let mut position = 0;
-        for unit in units {
-            let row = sqlx::query(
-                "INSERT INTO context_threads (thread, last_seq) VALUES (?1, 1) \
-                 ON CONFLICT (thread) DO UPDATE SET last_seq = last_seq + 1 \
-                 RETURNING id, last_seq",
-            )
-            .bind(thread)
-            .fetch_one(&mut *tx)
-            .await?;
-            let thread_id: i64 = row.try_get(0)?;
-            let seq: i64 = row.try_get(1)?;
-            if thread_id > MAX_THREAD_ID {
-                return Err(ContextError::TooManyThreads);
+        let row = sqlx::query(
+            "INSERT INTO context_threads (thread, last_seq) VALUES (?1, ?2) \
+             ON CONFLICT (thread) DO UPDATE SET last_seq = last_seq + ?2 \
+             RETURNING id, last_seq",
+        )
+        .bind(thread)
+        .bind(count)
+        .fetch_one(&mut *tx)
+        .await?;
+        let thread_id: i64 = row.try_get(0)?;
+        let last: i64 = row.try_get(1)?;
+        if thread_id > MAX_THREAD_ID {
+            return Err(ContextError::TooManyThreads);
+        }
+        if last > MAX_SEQ {
+            return Err(ContextError::ThreadFull(thread.into()));
+        }
+        let first = last - count + 1;
+        for (chunk_no, chunk) in units.chunks(INSERT_CHUNK).enumerate() {
+            let mut sql =
+                String::from("INSERT INTO context_units (id, unit, size, body, folded) VALUES ");
+            for i in 0..chunk.len() {
+                if i > 0 {
+                    sql.push_str(", ");
+                }
+                sql.push_str("(?, ?, ?, ?, ?)");
             }
-            if seq > MAX_SEQ {
-                return Err(ContextError::ThreadFull(thread.into()));
+            let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
+            for (i, unit) in chunk.iter().enumerate() {
+                let seq = first + i64::try_from(chunk_no * INSERT_CHUNK + i).unwrap_or(i64::MAX);
+                query = query
+                    .bind((thread_id << SEQ_BITS) | seq)
+                    .bind(&unit.unit)
+                    .bind(i64::try_from(unit.body.len()).unwrap_or(i64::MAX))
+                    .bind(&unit.body)
+                    .bind(&unit.folded);
             }
-            let id = (thread_id << SEQ_BITS) | seq;
-            let size = i64::try_from(unit.body.len()).unwrap_or(i64::MAX);
-            let inserted = sqlx::query(
-                "INSERT INTO context_units (id, unit, size, body, folded) VALUES (?1, ?2, ?3, ?4, ?5)",
-            )
-            .bind(id)
-            .bind(&unit.unit)
-            .bind(size)
-            .bind(&unit.body)
-            .bind(&unit.folded)
-            .execute(&mut *tx)
-            .await;
-            match inserted {
+            match query.execute(&mut *tx).await {
                 Ok(_) => {}
                 Err(err) if is_unique_violation(&err) => {
-                    return Err(ContextError::DuplicateUnit {
-                        thread: thread.into(),
-                        unit: unit.unit.clone(),
-                    });
+                    drop(tx);
+                    return Err(self.duplicate_of(thread, units).await);
                 }
                 Err(err) => return Err(err.into()),
             }
-            sqlx::query("INSERT INTO context_units_fts (rowid, folded) VALUES (?1, ?2)")
-                .bind(id)
-                .bind(&unit.folded)
-                .execute(&mut *tx)
-                .await?;
-            position = u64::try_from(seq).unwrap_or_default();
         }
         tx.commit().await?;
-        Ok(position)
+        Ok(u64::try_from(last).unwrap_or_default())
+    }
+
+    /// The error for a refused batch: the first unit id that already exists.
+    async fn duplicate_of(&self, thread: &str, units: &[Prepared]) -> ContextError {
+        let duplicate = |unit: &str| ContextError::DuplicateUnit {
+            thread: thread.into(),
+            unit: unit.into(),
+        };
+        let range = match self.thread_range(thread).await {
+            Ok(range) => range,
+            Err(err) => return err,
+        };
+        if let Some((lo, hi)) = range {
+            for unit in units {
+                let found = sqlx::query_scalar::<_, i64>(
+                    "SELECT id FROM context_units WHERE id > ?1 AND id < ?2 AND unit = ?3 LIMIT 1",
+                )
+                .bind(lo)
+                .bind(hi)
+                .bind(&unit.unit)
+                .fetch_optional(&self.reader)
+                .await;
+                match found {
+                    Ok(Some(_)) => return duplicate(&unit.unit),
+                    Ok(None) => {}
+                    Err(err) => return err.into(),
+                }
+            }
+        }
+        duplicate(units.first().map_or("", |u| u.unit.as_str()))
     }
 
     /// The id range `(lo, hi)` (exclusive) of a thread's units, or `None` for an unknown thread.

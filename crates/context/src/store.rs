@@ -101,6 +101,13 @@ impl ContextStore {
             .iter()
             .map(|u| unit::prepare(thread, &u.unit, &u.items))
             .collect::<Result<Vec<_>>>()?;
+        let mut seen = std::collections::HashSet::new();
+        if let Some(dup) = prepared.iter().find(|u| !seen.insert(u.unit.as_str())) {
+            return Err(ContextError::DuplicateUnit {
+                thread: thread.into(),
+                unit: dup.unit.clone(),
+            });
+        }
         if prepared.is_empty() {
             limits::name("thread", thread)?;
             return Ok(Appended { position: 0 });

@@ -253,6 +253,39 @@ async fn batch_is_all_or_nothing(s: &ContextStore) {
     };
     assert_eq!(s.append_units("t", &[good, b2]).await.unwrap().position, 2);
     assert_eq!(s.threads().await.unwrap()[0].units, 2);
+    // A unit that already exists is named; the batch leaves nothing behind.
+    let b3 = NewUnit {
+        unit: "b3".into(),
+        items: msg("three"),
+    };
+    let b2_again = NewUnit {
+        unit: "b2".into(),
+        items: msg("again"),
+    };
+    let err = s
+        .append_units("t", &[b3.clone(), b2_again])
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, ContextError::DuplicateUnit { unit, .. } if unit == "b2"),
+        "{err}"
+    );
+    assert_eq!(s.append_units("t", &[b3]).await.unwrap().position, 3);
+    // Large batches (several INSERT chunks) keep order and positions.
+    let many: Vec<NewUnit> = (0..2500)
+        .map(|i| NewUnit {
+            unit: format!("m{i}"),
+            items: msg(&format!("bulk {i}")),
+        })
+        .collect();
+    assert_eq!(s.append_units("bulk", &many).await.unwrap().position, 2500);
+    let w = s.window("bulk", "g", 3).await.unwrap();
+    assert_eq!(units_of(&w), ["m2497", "m2498", "m2499"]);
+    assert_eq!(w.recent_units[2].position, 2500);
+    assert_eq!(
+        s.search("bulk", "bulk 1234\"", 5).await.unwrap()[0].unit,
+        "m1234"
+    );
 }
 
 async fn search_semantics(s: &ContextStore) {

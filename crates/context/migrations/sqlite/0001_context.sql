@@ -23,6 +23,10 @@ CREATE VIRTUAL TABLE context_units_fts USING fts5(
     content_rowid = 'id',
     tokenize = 'trigram case_sensitive 1'
 );
+-- Units are append-only; the index follows every insert in the same statement.
+CREATE TRIGGER context_units_fts_insert AFTER INSERT ON context_units BEGIN
+    INSERT INTO context_units_fts (rowid, folded) VALUES (new.id, new.folded);
+END;
 CREATE TABLE context_evidence (
     source    TEXT    PRIMARY KEY,
     project   TEXT    NOT NULL,
