@@ -36,6 +36,12 @@ enum Command {
     /// Run the seed's demo stories on the Rust crates (`demo memory`, ...).
     #[command(subcommand)]
     Demo(cmd::demo::DemoCmd),
+    /// Check that an external agent server starts and speaks our protocol (`probe codex`).
+    #[command(subcommand)]
+    Probe(cmd::probe::ProbeCmd),
+    /// Drive the Codex CLI through `codex app-server`: run one whole turn.
+    #[command(subcommand)]
+    Codex(cmd::codex::CodexCmd),
 }
 
 fn main() -> std::process::ExitCode {
@@ -57,6 +63,8 @@ async fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
         Command::History(cmd) => cmd::history::run(&cli.global, cmd).await,
         Command::Memory(cmd) => cmd::memory::run(&cli.global, cmd).await,
         Command::Demo(cmd) => cmd::demo::run(&cli.global, cmd).await,
+        Command::Probe(cmd) => cmd::probe::run(&cli.global, cmd).await,
+        Command::Codex(cmd) => cmd::codex::run(&cli.global, cmd).await,
     }
 }
 

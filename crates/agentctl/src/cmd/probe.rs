@@ -1,0 +1,64 @@
+//! `agentctl probe codex`: the seed's probe. Starts `codex app-server`, does the handshake
+//! (`initialize`, then `initialized`), prints the keys of the result and stops the server.
+//! It creates no thread and sends no model request.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use agent_appserver::ApprovalPolicy;
+use clap::{Args, Subcommand};
+use serde_json::json;
+
+use crate::cmd::codex::{client_info, spawn_codex};
+use crate::global::GlobalArgs;
+use crate::output::{json_line, line};
+
+/// Check that an external agent server starts and speaks our protocol.
+#[derive(Debug, Subcommand)]
+pub enum ProbeCmd {
+    /// Start `codex app-server --listen stdio://`, do the handshake (initialize +
+    /// initialized), print the keys of the initialize result, then stop it. Creates no
+    /// thread and calls no model, so it needs neither network nor key.
+    Codex(CodexProbeArgs),
+}
+
+/// Options of `agentctl probe codex`.
+#[derive(Debug, Args)]
+pub struct CodexProbeArgs {
+    /// The Codex CLI binary to run (`codex` on PATH by default).
+    #[arg(long, env = "CODEX_BIN", value_name = "PATH", default_value = "codex")]
+    pub codex_bin: PathBuf,
+}
+
+pub async fn run(global: &GlobalArgs, cmd: ProbeCmd) -> anyhow::Result<ExitCode> {
+    match cmd {
+        ProbeCmd::Codex(args) => probe_codex(global, &args).await,
+    }
+}
+
+async fn probe_codex(global: &GlobalArgs, args: &CodexProbeArgs) -> anyhow::Result<ExitCode> {
+    let (client, _events) = spawn_codex(&args.codex_bin, &[], None, ApprovalPolicy::default())?;
+    let result = client.initialize(client_info()).await;
+    client.close().await;
+    let init = result.map_err(crate::cmd::codex::explain)?;
+    if global.json {
+        json_line(&json!({
+            "ok": true,
+            "keys": init.keys,
+            "userAgent": init.user_agent,
+            "codexHome": init.codex_home,
+            "platformFamily": init.platform_family,
+            "platformOs": init.platform_os,
+        }))?;
+    } else {
+        line(&format!(
+            "initialize succeeded; returned keys: {}",
+            init.keys.join(", ")
+        ))?;
+        if let Some(agent) = &init.user_agent {
+            line(&format!("user agent: {agent}"))?;
+        }
+        line("No thread or model request was created.")?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
