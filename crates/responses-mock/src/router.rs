@@ -125,6 +125,7 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
         .route("/v1/responses", post(create).get(crate::ws::upgrade))
         .route("/v1/responses/compact", post(compact))
         .route("/v1/responses/{id}", get(retrieve))
+        .route("/__mock/requests", get(recorded_requests))
         .fallback(not_found)
         .with_state(state)
 }
@@ -407,4 +408,17 @@ async fn retrieve(State(state): State<Arc<AppState>>, headers: HeaderMap, Path(i
             headers: Vec::new(),
         }),
     }
+}
+
+/// `GET /__mock/requests`: the recorded requests as JSON, for out-of-process tests (interop).
+async fn recorded_requests(State(state): State<Arc<AppState>>) -> Response {
+    let list: Vec<Value> = lock(&state.recorded)
+        .iter()
+        .map(|r| {
+            let headers: serde_json::Map<String, Value> =
+                r.headers.iter().map(|(k, v)| (k.clone(), Value::String(v.clone()))).collect();
+            json!({"method": r.method, "path": r.path, "headers": headers, "body": r.body})
+        })
+        .collect();
+    json_response(200, &Value::Array(list))
 }
