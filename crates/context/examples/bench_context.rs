@@ -295,17 +295,21 @@ async fn consolidation(dir: &std::path::Path, runs: usize) -> anyhow::Result<()>
         );
         let s = ContextStore::open(&url).await?;
         let mut rng = Rng(7);
-        for i in 0..n {
-            let k = keys.map_or(i, |keys| i % keys);
-            s.add_evidence(&NewEvidence {
-                source: format!("src-{i}"),
-                project: format!("project-{}", k % 10),
-                key: format!("key-{k}"),
-                value: format!("v{i}"),
-                observed: rng.below(10_000) as i64,
-                confirmed: i % 10 != 0,
+        let rows: Vec<NewEvidence> = (0..n)
+            .map(|i| {
+                let k = keys.map_or(i, |keys| i % keys);
+                NewEvidence {
+                    source: format!("src-{i}"),
+                    project: format!("project-{}", k % 10),
+                    key: format!("key-{k}"),
+                    value: format!("v{i}"),
+                    observed: rng.below(10_000) as i64,
+                    confirmed: i % 10 != 0,
+                }
             })
-            .await?;
+            .collect();
+        for chunk in rows.chunks(5000) {
+            s.add_evidence_batch(chunk).await?;
         }
         let t = Instant::now();
         let full = s.consolidate().await?;

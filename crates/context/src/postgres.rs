@@ -17,6 +17,8 @@ const MIGRATION_0001: &str = include_str!("../migrations/postgres/0001_context.s
 const MIGRATION_LOCK: i64 = 0x0c0e_7e47;
 /// Rows per multi-row INSERT (6 binds each, well under PostgreSQL's 65535).
 const INSERT_CHUNK: usize = 1000;
+/// Evidence rows per multi-row INSERT (6 binds each).
+const EVIDENCE_CHUNK: usize = 1000;
 
 #[derive(Clone)]
 pub(crate) struct PgBackend {
@@ -248,30 +250,74 @@ impl PgBackend {
             .collect()
     }
 
-    pub(crate) async fn add_evidence(&self, evidence: &NewEvidence) -> Result<()> {
+    /// Insert evidence rows and mark their pairs dirty, in one transaction.
+    pub(crate) async fn add_evidence(&self, rows: &[NewEvidence]) -> Result<()> {
         let mut tx = self.pool.begin().await?;
-        let inserted = sqlx::query(
-            "INSERT INTO context_evidence (source, project, key, value, observed, confirmed) \
-             VALUES ($1, $2, $3, $4, $5, $6)",
-        )
-        .bind(&evidence.source)
-        .bind(&evidence.project)
-        .bind(&evidence.key)
-        .bind(&evidence.value)
-        .bind(evidence.observed)
-        .bind(evidence.confirmed)
-        .execute(&mut *tx)
-        .await;
-        match inserted {
-            Ok(_) => {}
-            Err(err) if is_unique_violation(&err) => {
-                return Err(ContextError::DuplicateSource(evidence.source.clone()));
+        for chunk in rows.chunks(EVIDENCE_CHUNK) {
+            let mut sql = String::from(
+                "INSERT INTO context_evidence (source, project, key, value, observed, confirmed) VALUES ",
+            );
+            let mut dirty = String::from("INSERT INTO context_dirty (project, key) VALUES ");
+            for i in 0..chunk.len() {
+                if i > 0 {
+                    sql.push_str(", ");
+                    dirty.push_str(", ");
+                }
+                let b = i * 6;
+                sql.push_str(&format!(
+                    "(${}, ${}, ${}, ${}, ${}, ${})",
+                    b + 1,
+                    b + 2,
+                    b + 3,
+                    b + 4,
+                    b + 5,
+                    b + 6
+                ));
+                dirty.push_str(&format!("(${}, ${})", 2 * i + 1, 2 * i + 2));
             }
-            Err(err) => return Err(err.into()),
+            dirty.push_str(" ON CONFLICT DO NOTHING");
+            let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
+            let mut mark = sqlx::query(sqlx::AssertSqlSafe(dirty));
+            for e in chunk {
+                query = query
+                    .bind(&e.source)
+                    .bind(&e.project)
+                    .bind(&e.key)
+                    .bind(&e.value)
+                    .bind(e.observed)
+                    .bind(e.confirmed);
+                mark = mark.bind(&e.project).bind(&e.key);
+            }
+            match query.execute(&mut *tx).await {
+                Ok(_) => {}
+                Err(err) if is_unique_violation(&err) => {
+                    drop(tx);
+                    return Err(self.existing_source(rows).await);
+                }
+                Err(err) => return Err(err.into()),
+            }
+            mark.execute(&mut *tx).await?;
         }
-        mark_dirty(&mut tx, &evidence.project, &evidence.key).await?;
         tx.commit().await?;
         Ok(())
+    }
+
+    /// The error for refused evidence: the first source that already exists.
+    async fn existing_source(&self, rows: &[NewEvidence]) -> ContextError {
+        for e in rows {
+            let found = sqlx::query_scalar::<_, String>(
+                "SELECT source FROM context_evidence WHERE source = $1",
+            )
+            .bind(&e.source)
+            .fetch_optional(&self.pool)
+            .await;
+            match found {
+                Ok(Some(source)) => return ContextError::DuplicateSource(source),
+                Ok(None) => {}
+                Err(err) => return err.into(),
+            }
+        }
+        ContextError::DuplicateSource(rows.first().map_or(String::new(), |e| e.source.clone()))
     }
 
     pub(crate) async fn revoke(&self, source: &str) -> Result<Revocation> {

@@ -26,6 +26,8 @@ const MAX_SEQ: i64 = (1 << SEQ_BITS) - 1;
 const MAX_THREAD_ID: i64 = (1 << 31) - 1;
 /// Rows per multi-row INSERT (5 binds each, under SQLite's 32766 bind limit).
 const INSERT_CHUNK: usize = 500;
+/// Evidence rows per multi-row INSERT (6 binds each).
+const EVIDENCE_CHUNK: usize = 500;
 
 #[derive(Clone)]
 pub(crate) struct SqliteBackend {
@@ -330,30 +332,65 @@ impl SqliteBackend {
             .collect()
     }
 
-    pub(crate) async fn add_evidence(&self, evidence: &NewEvidence) -> Result<()> {
+    /// Insert evidence rows and mark their pairs dirty, in one transaction.
+    pub(crate) async fn add_evidence(&self, rows: &[NewEvidence]) -> Result<()> {
         let mut tx = self.writer.begin_with("BEGIN IMMEDIATE").await?;
-        let inserted = sqlx::query(
-            "INSERT INTO context_evidence (source, project, key, value, observed, confirmed) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-        )
-        .bind(&evidence.source)
-        .bind(&evidence.project)
-        .bind(&evidence.key)
-        .bind(&evidence.value)
-        .bind(evidence.observed)
-        .bind(i64::from(evidence.confirmed))
-        .execute(&mut *tx)
-        .await;
-        match inserted {
-            Ok(_) => {}
-            Err(err) if is_unique_violation(&err) => {
-                return Err(ContextError::DuplicateSource(evidence.source.clone()));
+        for chunk in rows.chunks(EVIDENCE_CHUNK) {
+            let mut sql = String::from(
+                "INSERT INTO context_evidence (source, project, key, value, observed, confirmed) VALUES ",
+            );
+            let mut dirty =
+                String::from("INSERT OR IGNORE INTO context_dirty (project, key) VALUES ");
+            for i in 0..chunk.len() {
+                if i > 0 {
+                    sql.push_str(", ");
+                    dirty.push_str(", ");
+                }
+                sql.push_str("(?, ?, ?, ?, ?, ?)");
+                dirty.push_str("(?, ?)");
             }
-            Err(err) => return Err(err.into()),
+            let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
+            let mut mark = sqlx::query(sqlx::AssertSqlSafe(dirty));
+            for e in chunk {
+                query = query
+                    .bind(&e.source)
+                    .bind(&e.project)
+                    .bind(&e.key)
+                    .bind(&e.value)
+                    .bind(e.observed)
+                    .bind(i64::from(e.confirmed));
+                mark = mark.bind(&e.project).bind(&e.key);
+            }
+            match query.execute(&mut *tx).await {
+                Ok(_) => {}
+                Err(err) if is_unique_violation(&err) => {
+                    drop(tx);
+                    return Err(self.existing_source(rows).await);
+                }
+                Err(err) => return Err(err.into()),
+            }
+            mark.execute(&mut *tx).await?;
         }
-        mark_dirty(&mut tx, &evidence.project, &evidence.key).await?;
         tx.commit().await?;
         Ok(())
+    }
+
+    /// The error for refused evidence: the first source that already exists.
+    async fn existing_source(&self, rows: &[NewEvidence]) -> ContextError {
+        for e in rows {
+            let found = sqlx::query_scalar::<_, String>(
+                "SELECT source FROM context_evidence WHERE source = ?1",
+            )
+            .bind(&e.source)
+            .fetch_optional(&self.reader)
+            .await;
+            match found {
+                Ok(Some(source)) => return ContextError::DuplicateSource(source),
+                Ok(None) => {}
+                Err(err) => return err.into(),
+            }
+        }
+        ContextError::DuplicateSource(rows.first().map_or(String::new(), |e| e.source.clone()))
     }
 
     pub(crate) async fn revoke(&self, source: &str) -> Result<Revocation> {

@@ -199,7 +199,30 @@ impl ContextStore {
     /// Record evidence. Its source must be new ([`ContextError::DuplicateSource`] otherwise).
     /// It affects memory at the next [`consolidate`](Self::consolidate).
     pub async fn add_evidence(&self, evidence: &NewEvidence) -> Result<()> {
-        memory::check(evidence)?;
+        self.add_evidence_batch(std::slice::from_ref(evidence))
+            .await
+    }
+
+    /// Record several pieces of evidence in one transaction: all or none (at most
+    /// `MAX_BATCH_UNITS` rows). A source that exists, or repeats in the batch, is refused.
+    pub async fn add_evidence_batch(&self, evidence: &[NewEvidence]) -> Result<()> {
+        if evidence.len() > limits::MAX_BATCH_UNITS {
+            return Err(ContextError::TooLarge {
+                field: "evidence batch count",
+                got: evidence.len(),
+                max: limits::MAX_BATCH_UNITS,
+            });
+        }
+        let mut seen = std::collections::HashSet::new();
+        for e in evidence {
+            memory::check(e)?;
+            if !seen.insert(e.source.as_str()) {
+                return Err(ContextError::DuplicateSource(e.source.clone()));
+            }
+        }
+        if evidence.is_empty() {
+            return Ok(());
+        }
         match &self.backend {
             Backend::Sqlite(b) => b.add_evidence(evidence).await,
             Backend::Postgres(b) => b.add_evidence(evidence).await,

@@ -452,6 +452,43 @@ async fn evidence_errors(s: &ContextStore) {
     // The duplicate did not overwrite.
     s.consolidate().await.unwrap();
     assert_eq!(s.recall("p", 1, 10).await.unwrap()[0].value, "1");
+    // Batches are all or nothing, and name the duplicate.
+    let batch = [
+        ev("n1", "p", "k2", "a", 1, true),
+        ev("src", "p", "k2", "b", 1, true),
+    ];
+    assert!(
+        matches!(s.add_evidence_batch(&batch).await.unwrap_err(), ContextError::DuplicateSource(src) if src == "src")
+    );
+    let batch = [
+        ev("n1", "p", "k2", "a", 1, true),
+        ev("n1", "p", "k3", "b", 1, true),
+    ];
+    assert!(
+        matches!(s.add_evidence_batch(&batch).await.unwrap_err(), ContextError::DuplicateSource(src) if src == "n1")
+    );
+    assert_eq!(
+        s.pending().await.unwrap(),
+        0,
+        "nothing of a refused batch was written"
+    );
+    let batch: Vec<NewEvidence> = (0..1500)
+        .map(|i| {
+            ev(
+                &format!("bulk{i}"),
+                "bulk",
+                &format!("k{}", i % 700),
+                &i.to_string(),
+                i,
+                true,
+            )
+        })
+        .collect();
+    s.add_evidence_batch(&batch).await.unwrap();
+    assert_eq!(s.consolidate().await.unwrap().recomputed, 700);
+    let r = s.recall("bulk", 0, 10).await.unwrap();
+    assert_eq!(r.len(), 700);
+    assert_eq!(r.iter().find(|e| e.key == "k5").unwrap().value, "1405");
     // Revoking twice is harmless and reported.
     assert!(s.revoke("src").await.unwrap().newly_revoked);
     assert!(!s.revoke("src").await.unwrap().newly_revoked);
