@@ -4,6 +4,7 @@
 //! between `<!-- bench:AREA:start -->` and `<!-- bench:AREA:end -->`, so areas can be re-run
 //! one at a time without losing the others' tables.
 
+mod context;
 mod doc;
 
 use std::path::PathBuf;
@@ -25,7 +26,7 @@ pub struct Section {
 type Area = (&'static str, fn(&BenchCtx) -> anyhow::Result<Section>);
 
 /// Every benchmark area, by name.
-const AREAS: &[Area] = &[];
+const AREAS: &[Area] = &[("context", context::run)];
 
 pub fn run(args: &[String]) -> anyhow::Result<()> {
     let runs = std::env::var("BENCH_RUNS")
