@@ -175,6 +175,16 @@ async fn replay(db: &str, runs: usize) -> anyhow::Result<()> {
     let mut big = Vec::new();
     let mut small = Vec::new();
     let mut counts = (0, 0);
+    if std::env::var_os("BENCH_SMALL_ONLY").is_some() {
+        for _ in 0..runs {
+            let t = Instant::now();
+            let n = journal.replay("small", 0).await?.len();
+            let a = t.elapsed();
+            let t = Instant::now();
+            let last = journal.last_seq("small").await?;
+            eprintln!("small {n} in {a:?}; last_seq {last:?} in {:?}", t.elapsed());
+        }
+    }
     for _ in 0..runs {
         let t = Instant::now();
         counts.0 = journal.replay("thread-3", 0).await?.len();
@@ -182,6 +192,9 @@ async fn replay(db: &str, runs: usize) -> anyhow::Result<()> {
         let t = Instant::now();
         counts.1 = journal.replay("small", 0).await?.len();
         small.push(t.elapsed().as_secs_f64() * 1e3);
+        if std::env::var_os("BENCH_VERBOSE").is_some() {
+            eprintln!("big {:.1} ms, small {:.3} ms", big[big.len() - 1], small[small.len() - 1]);
+        }
     }
     big.sort_by(f64::total_cmp);
     small.sort_by(f64::total_cmp);

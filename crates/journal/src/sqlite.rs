@@ -17,6 +17,9 @@ use crate::writer::Prepared;
 
 const SCHEMA: &[(i64, &str)] = &[(1, include_str!("../migrations/sqlite/0001_events.sql"))];
 
+/// Rows a read connection may buffer ahead of the caller.
+const READ_ROW_BUFFER: usize = 4096;
+
 pub(crate) struct Opened {
     pub writer: SqliteConnection,
     pub reads: SqlitePool,
@@ -53,10 +56,12 @@ pub(crate) async fn open(
         .await
         .map_err(open_err)?;
     migrate(&mut writer).await?;
+    // Replays stream many rows; a deep row buffer lets the connection's worker thread run
+    // ahead instead of handing rows over one scheduler round trip at a time.
     let reads = SqlitePoolOptions::new()
         .max_connections(options.read_connections.max(1))
         .min_connections(0)
-        .connect_with(connect.read_only(!in_memory))
+        .connect_with(connect.read_only(!in_memory).row_buffer_size(READ_ROW_BUFFER))
         .await
         .map_err(open_err)?;
     Ok(Opened { writer, reads })
@@ -164,7 +169,12 @@ pub(crate) async fn replay_page(
     after: i64,
     limit: i64,
 ) -> Result<Vec<Event>, JournalError> {
-    let sql = select_events!("WHERE thread = ? AND seq > ? ORDER BY seq LIMIT ?");
+    // Without statistics SQLite may prefer walking the rowid (seq) in order and filtering
+    // by thread, which is O(journal); the (thread, seq) index makes it O(thread).
+    let sql = select_events!(
+        "INDEXED BY journal_events_thread_seq ",
+        "WHERE thread = ? AND seq > ? ORDER BY seq LIMIT ?"
+    );
     let rows = sqlx::query(sql)
         .bind(thread)
         .bind(after)
