@@ -42,6 +42,12 @@ enum Command {
     /// Drive the Codex CLI through `codex app-server`: run one whole turn.
     #[command(subcommand)]
     Codex(cmd::codex::CodexCmd),
+    /// The OpenAI Responses API stories: `api direct|ptc|async|compact [--mock]`.
+    #[command(subcommand)]
+    Api(cmd::api::ApiCmd),
+    /// The local Responses API emulator: `mock serve [--addr] [--script FILE]`.
+    #[command(subcommand)]
+    Mock(cmd::mock::MockCmd),
 }
 
 fn main() -> std::process::ExitCode {
@@ -65,6 +71,8 @@ async fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
         Command::Demo(cmd) => cmd::demo::run(&cli.global, cmd).await,
         Command::Probe(cmd) => cmd::probe::run(&cli.global, cmd).await,
         Command::Codex(cmd) => cmd::codex::run(&cli.global, cmd).await,
+        Command::Api(cmd) => cmd::api::run(&cli.global, cmd).await,
+        Command::Mock(cmd) => cmd::mock::run(&cli.global, cmd).await,
     }
 }
 

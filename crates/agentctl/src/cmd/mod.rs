@@ -6,3 +6,5 @@ pub mod probe;
 pub mod history;
 pub mod memory;
 pub mod demo;
+pub mod api;
+pub mod mock;

@@ -1,0 +1,60 @@
+//! `agentctl mock serve`: run the Responses API emulator as a server.
+
+use std::path::PathBuf;
+
+use agent_responses_mock::{MockConfig, MockServer, Script};
+use anyhow::Context as _;
+use clap::{Args, Subcommand};
+use serde_json::json;
+
+use crate::global::GlobalArgs;
+use crate::output::{json_line, line};
+
+/// The local Responses API emulator.
+#[derive(Debug, Subcommand)]
+pub enum MockCmd {
+    /// Serve POST /v1/responses (JSON and SSE), POST /v1/responses/compact and
+    /// GET /v1/responses/{id} on 127.0.0.1. Prints the base URL (`http://ADDR/v1`) as the
+    /// first stdout line, then runs until interrupted. Without a script it echoes the last
+    /// user input, so any client can hold a conversation with it.
+    Serve(ServeArgs),
+}
+
+/// Emulator options.
+#[derive(Debug, Clone, Args)]
+pub struct ServeArgs {
+    /// Address to listen on (port 0 picks a free one).
+    #[arg(long, default_value = "127.0.0.1:0")]
+    pub addr: String,
+    /// A script file (see fixtures/README.md); default: echo every conversation.
+    #[arg(long, value_name = "FILE", conflicts_with = "fixture")]
+    pub script: Option<PathBuf>,
+    /// A built-in fixture instead of a file: direct, ptc, async or compact.
+    #[arg(long, value_name = "MODE")]
+    pub fixture: Option<String>,
+    /// Require this bearer key (default: any non-empty key; a missing key is still 401).
+    #[arg(long, env = "AGENTCTL_MOCK_KEY", value_name = "KEY", hide_env_values = true)]
+    pub require_key: Option<String>,
+}
+
+pub async fn run(global: &GlobalArgs, cmd: MockCmd) -> anyhow::Result<std::process::ExitCode> {
+    let MockCmd::Serve(args) = cmd;
+    let mut config = match (&args.script, &args.fixture) {
+        (Some(path), _) => MockConfig::new(Script::load(path)?),
+        (None, Some(mode)) => MockConfig::for_mode(mode)?,
+        (None, None) => MockConfig::new(Script::default()),
+    };
+    config.api_key = args.require_key.clone();
+    let server = MockServer::bind(&args.addr, config).await.context("cannot start the emulator")?;
+    if global.json {
+        json_line(&json!({"base_url": server.base_url(), "addr": server.addr().to_string()}))?;
+    } else {
+        line(&server.base_url())?;
+    }
+    tracing::info!(addr = %server.addr(), "emulator listening");
+    tokio::select! {
+        () = server.wait() => {}
+        signal = tokio::signal::ctrl_c() => { signal.context("cannot wait for Ctrl-C")?; }
+    }
+    Ok(std::process::ExitCode::SUCCESS)
+}

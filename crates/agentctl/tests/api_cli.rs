@@ -1,0 +1,65 @@
+//! `agentctl api <mode> --mock` runs each seed story offline and prints what the seed prints;
+//! without a key and without `--mock` it fails with a hint.
+
+use assert_cmd::Command;
+
+fn agentctl() -> Command {
+    let mut cmd = Command::cargo_bin("agentctl").expect("agentctl binary");
+    cmd.env_remove("OPENAI_API_KEY").env_remove("OPENAI_BASE_URL").env("RUST_LOG", "warn");
+    cmd
+}
+
+fn stdout_of(args: &[&str]) -> String {
+    let output = agentctl().args(args).output().expect("run agentctl");
+    assert!(output.status.success(), "agentctl {args:?} failed: {}", String::from_utf8_lossy(&output.stderr));
+    String::from_utf8(output.stdout).expect("utf-8 stdout")
+}
+
+#[test]
+fn direct_mock_prints_the_high_total_with_its_source() {
+    let out = stdout_of(&["api", "direct", "--mock"]);
+    assert!(out.contains("high 总数：2"), "{out}");
+    assert!(out.contains("fictional-fixture-v1"), "{out}");
+}
+
+#[test]
+fn ptc_mock_prints_the_high_total_with_its_source() {
+    let out = stdout_of(&["api", "ptc", "--mock"]);
+    assert!(out.contains("high 总数：2"), "{out}");
+    assert!(out.contains("fictional-fixture-v1"), "{out}");
+}
+
+#[test]
+fn async_mock_prints_the_explanation_then_the_tool_results() {
+    let out = stdout_of(&["api", "async", "--mock"]);
+    let explanation = out.find("单元测试").expect("explanation streamed");
+    let results = out.find("风险统计").expect("follow-up printed");
+    assert!(explanation < results, "{out}");
+    assert!(out.contains("\\\"high\\\":2") || out.contains("\"high\":2"), "tool result shown: {out}");
+}
+
+#[test]
+fn compact_mock_lists_the_three_constraints() {
+    let out = stdout_of(&["api", "compact", "--mock"]);
+    for constraint in ["Python 标准库", "只读分析", "不要修改任何文件"] {
+        assert!(out.contains(constraint), "{out}");
+    }
+}
+
+#[test]
+fn json_output_is_one_object_per_line() {
+    let out = stdout_of(&["--json", "api", "direct", "--mock"]);
+    let value: serde_json::Value = serde_json::from_str(out.trim()).expect("one JSON line");
+    assert_eq!(value["mode"], "direct");
+    assert_eq!(value["tool_executions"], 2);
+}
+
+#[test]
+fn without_a_key_or_mock_it_says_how_to_fix_it() {
+    let output = agentctl().args(["api", "direct"]).output().expect("run agentctl");
+    assert!(!output.status.success());
+    assert!(output.stdout.is_empty());
+    let err = String::from_utf8_lossy(&output.stderr);
+    assert!(err.contains("OPENAI_API_KEY"), "{err}");
+    assert!(err.contains("--mock"), "{err}");
+}
