@@ -452,21 +452,19 @@ impl Session {
                 break;
             }
             self.send(event.clone(), lane.as_deref()).await?;
-            if hold_after == Some(index) {
-                if let Some(steer) = self.wait_for_steer(&id, &request).await? {
-                    let steer_id = new_id("steer");
-                    self.send(
-                        json!({"type": "response.steer.accepted", "steer": {"id": steer_id, "previous_response_id": id}}),
-                        lane.as_deref(),
-                    )
-                    .await?;
-                    if let Some(action) = self.fault(FaultPoint::AfterSteerAccepted) {
-                        return Err(action.into());
-                    }
-                    accepted = Some((steer_id, steer));
-                    if !is_call {
-                        break;
-                    }
+            if hold_after == Some(index)
+                && let Some(steer) = self.wait_for_steer(&id, &request).await?
+            {
+                let steer_id = new_id("steer");
+                let event = json!({"type": "response.steer.accepted",
+                    "steer": {"id": steer_id, "previous_response_id": id}});
+                self.send(event, lane.as_deref()).await?;
+                if let Some(action) = self.fault(FaultPoint::AfterSteerAccepted) {
+                    return Err(action.into());
+                }
+                accepted = Some((steer_id, steer));
+                if !is_call {
+                    break;
                 }
             }
         }

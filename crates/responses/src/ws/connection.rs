@@ -87,6 +87,8 @@ pub fn websocket_url(base: &str) -> Result<String, WsError> {
 
 /// What a session reports, in arrival order.
 #[derive(Debug, Clone, PartialEq)]
+// Moved once per frame; boxing the large variant would buy nothing.
+#[allow(clippy::large_enum_variant)]
 pub enum SessionEvent {
     Server(ServerEvent),
     /// The connection ended. `in_flight` requests have an unknown outcome and are not

@@ -97,6 +97,8 @@ pub struct SteerRequest {
 
 /// A client event.
 #[derive(Debug, Clone, PartialEq)]
+// Moved once per frame; boxing the large variant would buy nothing.
+#[allow(clippy::large_enum_variant)]
 pub enum ClientEvent {
     Create(ResponseCreate),
     Steer(SteerRequest),

@@ -58,6 +58,8 @@ pub struct TrackedSteer {
 
 /// What changed, for the caller to act on.
 #[derive(Debug, Clone, PartialEq)]
+// Moved once per frame; boxing the large variant would buy nothing.
+#[allow(clippy::large_enum_variant)]
 pub enum SteerUpdate {
     /// Queued, not applied. Bump the turn's revision here.
     Accepted { steer_id: String, parent: String },
