@@ -41,6 +41,28 @@ fn the_codex_fixtures_are_valid_emulator_scripts() {
     }
 }
 
+#[test]
+fn a_missing_codex_binary_gets_the_install_hint() {
+    for args in [
+        &["probe", "codex"][..],
+        &["codex", "run", "--no-journal", "say hi"][..],
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_agentctl"))
+            .args(args)
+            .args(["--codex-bin", "/nonexistent/agentctl-test/codex"])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.starts_with("error: cannot start"), "{stderr}");
+        assert!(
+            stderr.contains("npm install -g @openai/codex@0.171.0"),
+            "{stderr}"
+        );
+        assert!(out.stdout.is_empty());
+    }
+}
+
 /// The emulator, a temporary CODEX_HOME pointing at it, and a working directory.
 struct Setup {
     emulator: MockServer,

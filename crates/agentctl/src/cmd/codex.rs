@@ -6,6 +6,7 @@
 //! from the turn's status. With `--mock`, the Responses emulator runs in-process and a
 //! temporary `CODEX_HOME` makes it Codex's model provider, so the turn runs offline.
 
+use std::collections::VecDeque;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -226,12 +227,17 @@ async fn drive(
     journal: Option<Journal>,
     json_out: bool,
 ) -> anyhow::Result<(TurnStatus, agent_appserver::Turn)> {
-    client.initialize(client_info()).await.map_err(explain)?;
-    let thread = client
-        .thread_start(&ThreadStartParams {
-            cwd: Some(cwd.display().to_string()),
-            ..ThreadStartParams::default()
-        })
+    // Events that arrive during the setup calls wait here, so the queue never fills up
+    // behind a response; they are journaled under the thread id like the rest.
+    let mut early = VecDeque::new();
+    while_buffering(events, &mut early, client.initialize(client_info()))
+        .await
+        .map_err(explain)?;
+    let thread_params = ThreadStartParams {
+        cwd: Some(cwd.display().to_string()),
+        ..ThreadStartParams::default()
+    };
+    let thread = while_buffering(events, &mut early, client.thread_start(&thread_params))
         .await
         .map_err(explain)?;
     let thread_id = thread.thread.id;
@@ -243,13 +249,13 @@ async fn drive(
     } else {
         eprintln!("agentctl: codex thread {thread_id}");
     }
-    let turn = client
-        .turn_start(&TurnStartParams {
-            thread_id: thread_id.clone(),
-            input: vec![UserInput::text(&args.prompt)],
-            approval_policy: Some(args.ask.clone()),
-            ..TurnStartParams::default()
-        })
+    let turn_params = TurnStartParams {
+        thread_id: thread_id.clone(),
+        input: vec![UserInput::text(&args.prompt)],
+        approval_policy: Some(args.ask.clone()),
+        ..TurnStartParams::default()
+    };
+    let turn = while_buffering(events, &mut early, client.turn_start(&turn_params))
         .await
         .map_err(explain)?
         .turn;
@@ -280,7 +286,9 @@ async fn drive(
     }
 
     let finished = loop {
-        let event = tokio::select! {
+        let event = match early.pop_front() {
+            Some(event) => Some(event),
+            None => tokio::select! {
             event = events.recv() => event,
             Some(control) = control_rx.recv() => {
                 match control {
@@ -297,6 +305,7 @@ async fn drive(
                 interrupt(client, &control_tx);
                 continue;
             }
+            },
         };
         let Some(event) = event else {
             let reason = events.end_reason().unwrap_or(ConnectionLost::EndOfStream);
@@ -368,6 +377,21 @@ async fn drive(
         )?;
     }
     Ok((finished.status, finished))
+}
+
+/// Awaits `call` while moving arriving events into `early`.
+async fn while_buffering<T>(
+    events: &mut Events,
+    early: &mut VecDeque<ServerEvent>,
+    call: impl Future<Output = T>,
+) -> T {
+    tokio::pin!(call);
+    loop {
+        tokio::select! {
+            out = &mut call => return out,
+            Some(event) = events.recv() => early.push_back(event),
+        }
+    }
 }
 
 /// Writes what the user sees.
