@@ -6,7 +6,7 @@
 type Suite = (&'static str, fn() -> anyhow::Result<()>);
 
 /// Every interop suite, by name.
-const SUITES: &[Suite] = &[("codex", codex_cli)];
+const SUITES: &[Suite] = &[("codex", codex_cli), ("openai-sdk", openai_sdk)];
 
 pub fn run(args: &[String]) -> anyhow::Result<()> {
     let selected: Vec<&Suite> = if args.is_empty() {
@@ -68,4 +68,66 @@ fn codex_cli() -> anyhow::Result<()> {
         ])
         .args(["--include-ignored", "--test-threads=1"])
         .env("CODEX_BIN", &codex_bin))
+}
+
+/// The `openai-sdk` suite's virtualenv: `interop/openai_sdk/.venv` with the latest `openai`
+/// and `pytest` (created on first use). Returns its python.
+pub fn openai_venv() -> anyhow::Result<std::path::PathBuf> {
+    use crate::process::{run, workspace_root};
+    let dir = workspace_root().join("interop").join("openai_sdk");
+    let venv = dir.join(".venv");
+    let python = venv.join("bin").join("python");
+    if !python.exists() {
+        run(std::process::Command::new("python3").args(["-m", "venv"]).arg(&venv))?;
+    }
+    run(std::process::Command::new(&python)
+        .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--upgrade", "openai[realtime]", "pytest"]))?;
+    Ok(python)
+}
+
+/// `openai-sdk`: the official `openai` Python SDK (latest) against `agentctl mock serve`
+/// with `interop/openai_sdk/script.json`: create, stream helper, function-call round trip,
+/// compact, error classes, retries on 429 (retry-after) and 500.
+fn openai_sdk() -> anyhow::Result<()> {
+    use std::io::BufRead as _;
+
+    use crate::process::{cargo, run, workspace_root};
+    let root = workspace_root();
+    let dir = root.join("interop").join("openai_sdk");
+    let python = openai_venv()?;
+    run(cargo().args(["build", "-j2", "-p", "agentctl"]))?;
+    let target = std::env::var("CARGO_TARGET_DIR").map_or_else(|_| root.join("target"), Into::into);
+    let agentctl = target.join("debug").join("agentctl");
+    let key = "sk-interop-openai-sdk";
+    let mut server = std::process::Command::new(&agentctl)
+        .args(["mock", "serve", "--addr", "127.0.0.1:0", "--require-key", key, "--script"])
+        .arg(dir.join("script.json"))
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .map_err(|e| anyhow::anyhow!("cannot start {}: {e}", agentctl.display()))?;
+    let base = server
+        .stdout
+        .take()
+        .and_then(|out| std::io::BufReader::new(out).lines().next())
+        .and_then(Result::ok)
+        .map(|line| line.trim().to_owned())
+        .filter(|line| line.starts_with("http://"));
+    let result = match base {
+        Some(base) => {
+            eprintln!("xtask: emulator at {base}");
+            let admin = base.trim_end_matches("/v1").to_owned();
+            run(std::process::Command::new(&python)
+                .args(["-m", "pytest", "-v", "-p", "no:cacheprovider"])
+                .arg(dir.join("test_openai_sdk.py"))
+                .arg(dir.join("test_websocket.py"))
+                .env("OPENAI_BASE_URL", &base)
+                .env("OPENAI_API_KEY", key)
+                .env("MOCK_ADMIN_URL", admin)
+                .current_dir(&dir))
+        }
+        None => Err(anyhow::anyhow!("`agentctl mock serve` did not print its base URL")),
+    };
+    let _ = server.kill();
+    let _ = server.wait();
+    result
 }
