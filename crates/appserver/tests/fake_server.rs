@@ -419,14 +419,21 @@ async fn interrupt_ends_the_turn_as_interrupted() {
 
 #[tokio::test]
 async fn close_kills_a_server_that_ignores_sigterm() {
-    // `trap '' TERM` makes SIGTERM ignored, and that survives `exec`.
-    let command = ServerCommand::new("sh").args(["-c", "trap '' TERM; exec sleep 1000"]);
+    // `trap '' TERM` makes SIGTERM ignored, and that survives `exec`. The `ready`
+    // notification says the trap is in place.
+    let command = ServerCommand::new("sh").args([
+        "-c",
+        r#"trap '' TERM; echo '{"method":"ready"}'; exec sleep 1000"#,
+    ]);
     let options = ClientOptions {
         close_grace: Duration::from_millis(200),
         ..ClientOptions::default()
     };
-    let (client, _events) =
+    let (client, mut events) =
         AppServerClient::spawn(&command, options, ApprovalPolicy::default()).unwrap();
+    assert!(
+        matches!(events.recv().await, Some(ServerEvent::Notification(n)) if n.method == "ready")
+    );
     let pending = tokio::spawn({
         let client = client.clone();
         async move { client.call("initialize", Some(Value::Null)).await }
