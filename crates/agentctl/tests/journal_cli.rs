@@ -1,3 +1,4 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests may unwrap
 //! `agentctl journal ...` against a real SQLite file.
 
 use std::io::{BufRead as _, BufReader};

@@ -1,3 +1,4 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests may unwrap
 //! The journal's contracts, run against SQLite and PostgreSQL alike.
 
 mod support;

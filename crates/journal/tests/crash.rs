@@ -1,3 +1,4 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests may unwrap
 //! Crash safety: a child process appends with `Full` durability and reports every
 //! acknowledged seq; the parent kills it with SIGKILL at random points and checks that every
 //! acknowledged event survived, seqs increase, and the journal opens cleanly.
