@@ -1,0 +1,169 @@
+//! `agentctl demo runtime|orchestrate|gui` end to end, on a temp SQLite file.
+
+use assert_cmd::Command;
+use serde_json::Value;
+
+fn agentctl(db: &str) -> Command {
+    let mut cmd = Command::cargo_bin("agentctl").unwrap();
+    cmd.env_remove("AGENTCTL_DB").args(["--db", db]);
+    cmd
+}
+
+fn one_json(out: &[u8]) -> Value {
+    let text = String::from_utf8(out.to_vec()).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 1, "one JSON object: {text}");
+    serde_json::from_str(lines[0]).unwrap()
+}
+
+fn kinds(report: &Value) -> Vec<String> {
+    report["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["kind"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn demo_runtime_tells_the_seed_story_and_runs_twice_on_one_db() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("demo.db").display());
+    let mut turns = Vec::new();
+    for _ in 0..2 {
+        let out = agentctl(&db)
+            .args(["demo", "runtime", "--json"])
+            .assert()
+            .success()
+            .get_output()
+            .stdout
+            .clone();
+        let r = one_json(&out);
+        assert_eq!(r["thread"], "demo");
+        assert!(
+            r["rejected_commit"]
+                .as_str()
+                .unwrap()
+                .contains("revalidate first")
+        );
+        assert_eq!(r["committed_revision"], 1);
+        let results = r["results"].as_array().unwrap();
+        assert_eq!(results.len(), 2);
+        for res in results {
+            assert_eq!(res["ok"], true);
+            assert_eq!(res["stale"], true, "launched before the steer");
+        }
+        assert_eq!(results[0]["call_id"], "call-docs");
+        assert_eq!(results[1]["call_id"], "call-tests");
+        let kinds = kinds(&r);
+        assert_eq!(kinds.first().map(String::as_str), Some("turn.started"));
+        assert_eq!(kinds.last().map(String::as_str), Some("turn.completed"));
+        for k in ["independent.work", "steer.accepted", "proposal.committed"] {
+            assert_eq!(
+                kinds.iter().filter(|x| *x == k).count(),
+                1,
+                "{k} in {kinds:?}"
+            );
+        }
+        assert_eq!(kinds.iter().filter(|x| *x == "tool.scheduled").count(), 2);
+        assert_eq!(kinds.iter().filter(|x| *x == "tool.completed").count(), 2);
+        // Independent work was journaled while the tools ran.
+        let work = kinds.iter().position(|k| k == "independent.work").unwrap();
+        let first_done = kinds.iter().position(|k| k == "tool.completed").unwrap();
+        assert!(work < first_done, "{kinds:?}");
+        // The committed proposal is the revalidated one, at revision 1.
+        let commit = r["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["kind"] == "proposal.committed")
+            .unwrap();
+        assert_eq!(commit["payload"]["revision"], 1);
+        assert!(r["elapsed_s"].as_f64().unwrap() > 0.0);
+        turns.push(r["turn"].as_str().unwrap().to_string());
+    }
+    assert_ne!(turns[0], turns[1], "each run is its own turn");
+    // The whole thread holds both runs.
+    let out = agentctl(&db)
+        .args(["journal", "replay", "demo", "--json"])
+        .output()
+        .unwrap();
+    if out.status.success() {
+        let text = String::from_utf8(out.stdout).unwrap();
+        assert_eq!(text.matches("turn.completed").count(), 2);
+    }
+}
+
+#[test]
+fn demo_runtime_human_output_prints_the_refusal_results_replay_and_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("demo.db").display());
+    let out = agentctl(&db)
+        .args(["demo", "runtime"])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let text = String::from_utf8(out).unwrap();
+    assert!(
+        text.starts_with("旧方案被拒绝: proposal predates user update; revalidate first"),
+        "{text}"
+    );
+    assert!(text.contains("\"stale\": true"));
+    assert!(text.contains("steer.accepted"));
+    assert!(text.contains("elapsed="));
+}
+
+#[test]
+fn demo_orchestrate_is_partial_with_one_finding_and_one_failure() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("demo.db").display());
+    let out = agentctl(&db)
+        .args(["demo", "orchestrate", "--json"])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let r = one_json(&out);
+    assert_eq!(r["status"], "partial");
+    assert_eq!(r["findings"].as_array().unwrap().len(), 1);
+    assert_eq!(r["findings"][0]["file"], "api.py");
+    assert_eq!(r["failures"].as_array().unwrap().len(), 1);
+    assert_eq!(r["failures"][0]["input"], "unknown");
+    assert_eq!(r["failures"][0]["error"], "missing fixture: unknown");
+}
+
+#[test]
+fn demo_gui_verifies_the_final_state() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("demo.db").display());
+    let out = agentctl(&db)
+        .args(["demo", "gui", "--json"])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let r = one_json(&out);
+    assert_eq!(r["verified"], true);
+    assert_eq!(r["final_state"]["filters_open"], true);
+    assert_eq!(r["final_state"]["query"], "penguin");
+    assert_eq!(
+        r["actions"],
+        serde_json::json!(["open_filters", "type_penguin"])
+    );
+    let out = agentctl(&db)
+        .args(["demo", "gui"])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    assert!(
+        String::from_utf8(out)
+            .unwrap()
+            .contains("verified: {\"filters_open\":true,\"query\":\"penguin\"}")
+    );
+}
