@@ -7,4 +7,5 @@ pub mod history;
 pub mod memory;
 pub mod demo;
 pub mod api;
+pub mod api_steer;
 pub mod mock;
