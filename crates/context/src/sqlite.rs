@@ -24,6 +24,19 @@ const MIGRATION_0001: &str = include_str!("../migrations/sqlite/0001_context.sql
 const SEQ_BITS: u32 = 32;
 const MAX_SEQ: i64 = (1 << SEQ_BITS) - 1;
 const MAX_THREAD_ID: i64 = (1 << 31) - 1;
+/// Recompute memory for the dirty (project, key) pairs, then clear them. The planner is
+/// held to the dirty set as the outer loop (CROSS JOIN), so the cost is one index lookup
+/// per changed pair.
+const CONSOLIDATE: &str = "\
+DELETE FROM context_memory WHERE (project, key) IN (SELECT project, key FROM context_dirty);
+INSERT INTO context_memory (project, key, value, source, observed)
+SELECT e.project, e.key, e.value, e.source, e.observed
+FROM context_dirty d CROSS JOIN context_evidence e
+WHERE e.source = (
+    SELECT w.source FROM context_evidence w
+    WHERE w.project = d.project AND w.key = d.key AND w.confirmed = 1 AND w.revoked = 0
+    ORDER BY w.observed DESC, w.source DESC LIMIT 1);
+DELETE FROM context_dirty;";
 /// Rows per multi-row INSERT (5 binds each, under SQLite's 32766 bind limit).
 const INSERT_CHUNK: usize = 500;
 /// Evidence rows per multi-row INSERT (6 binds each).
@@ -424,32 +437,17 @@ impl SqliteBackend {
 
     pub(crate) async fn consolidate(&self) -> Result<Consolidation> {
         let mut tx = self.writer.begin_with("BEGIN IMMEDIATE").await?;
-        sqlx::query(
-            "DELETE FROM context_memory WHERE (project, key) IN \
-             (SELECT project, key FROM context_dirty)",
-        )
-        .execute(&mut *tx)
-        .await?;
-        let written = sqlx::query(
-            "INSERT INTO context_memory (project, key, value, source, observed) \
-             SELECT e.project, e.key, e.value, e.source, e.observed \
-             FROM context_dirty d JOIN context_evidence e ON e.source = ( \
-               SELECT w.source FROM context_evidence w \
-               WHERE w.project = d.project AND w.key = d.key \
-                 AND w.confirmed = 1 AND w.revoked = 0 \
-               ORDER BY w.observed DESC, w.source DESC LIMIT 1)",
-        )
-        .execute(&mut *tx)
-        .await?
-        .rows_affected();
-        let recomputed = sqlx::query("DELETE FROM context_dirty")
-            .execute(&mut *tx)
-            .await?
-            .rows_affected();
+        // The three statements travel together (one hand-off to SQLite's worker); each
+        // reports its own row count.
+        let counts: Vec<u64> = sqlx::raw_sql(CONSOLIDATE)
+            .execute_many(&mut *tx)
+            .map_ok(|r| r.rows_affected())
+            .try_collect()
+            .await?;
         tx.commit().await?;
         Ok(Consolidation {
-            recomputed,
-            written,
+            written: counts.get(1).copied().unwrap_or_default(),
+            recomputed: counts.get(2).copied().unwrap_or_default(),
         })
     }
 
