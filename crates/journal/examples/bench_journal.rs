@@ -172,37 +172,35 @@ async fn replay_build(db: &str) -> anyhow::Result<()> {
 
 async fn replay(db: &str, runs: usize) -> anyhow::Result<()> {
     let journal = Journal::open(&format!("sqlite://{db}")).await?;
-    let mut big = Vec::new();
+    let ms = |t: Instant| t.elapsed().as_secs_f64() * 1e3;
+    let mut small_events = journal.replay("small", 0).await?.len(); // warm-up
     let mut small = Vec::new();
-    let mut counts = (0, 0);
-    if std::env::var_os("BENCH_SMALL_ONLY").is_some() {
-        for _ in 0..runs {
-            let t = Instant::now();
-            let n = journal.replay("small", 0).await?.len();
-            let a = t.elapsed();
-            let t = Instant::now();
-            let last = journal.last_seq("small").await?;
-            eprintln!("small {n} in {a:?}; last_seq {last:?} in {:?}", t.elapsed());
-        }
-    }
     for _ in 0..runs {
         let t = Instant::now();
-        counts.0 = journal.replay("thread-3", 0).await?.len();
-        big.push(t.elapsed().as_secs_f64() * 1e3);
-        let t = Instant::now();
-        counts.1 = journal.replay("small", 0).await?.len();
-        small.push(t.elapsed().as_secs_f64() * 1e3);
-        if std::env::var_os("BENCH_VERBOSE").is_some() {
-            eprintln!("big {:.1} ms, small {:.3} ms", big[big.len() - 1], small[small.len() - 1]);
-        }
+        small_events = journal.replay("small", 0).await?.len();
+        small.push(ms(t));
     }
-    big.sort_by(f64::total_cmp);
-    small.sort_by(f64::total_cmp);
+    let mut big = Vec::new();
+    let mut after_big = Vec::new();
+    let mut big_events = 0;
+    for _ in 0..runs {
+        let t = Instant::now();
+        big_events = journal.replay("thread-3", 0).await?.len();
+        big.push(ms(t));
+        let t = Instant::now();
+        journal.replay("small", 0).await?;
+        after_big.push(ms(t));
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
     println!(
         "{}",
         json!({
-            "big_events": counts.0, "big_ms": big[big.len() / 2],
-            "small_events": counts.1, "small_ms": small[small.len() / 2],
+            "big_events": big_events, "big_ms": median(&mut big),
+            "small_events": small_events, "small_ms": median(&mut small),
+            "small_after_big_ms": median(&mut after_big),
         })
     );
     Ok(())

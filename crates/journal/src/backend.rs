@@ -84,12 +84,8 @@ pub(crate) const PAIRS_PER_LOOKUP: usize = 1000;
 /// static SQL); columns come in the order the backends' `decode` reads them.
 macro_rules! select_events {
     ($rest:literal) => {
-        select_events!("", $rest)
-    };
-    ($hint:literal, $rest:literal) => {
         concat!(
             "SELECT seq, thread, kind, payload, at, dedup_key FROM journal_events ",
-            $hint,
             $rest
         )
     };

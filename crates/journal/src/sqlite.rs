@@ -169,12 +169,8 @@ pub(crate) async fn replay_page(
     after: i64,
     limit: i64,
 ) -> Result<Vec<Event>, JournalError> {
-    // Without statistics SQLite may prefer walking the rowid (seq) in order and filtering
-    // by thread, which is O(journal); the (thread, seq) index makes it O(thread).
-    let sql = select_events!(
-        "INDEXED BY journal_events_thread_seq ",
-        "WHERE thread = ? AND seq > ? ORDER BY seq LIMIT ?"
-    );
+    // Served by the clustered primary key (thread, seq): O(events of the thread).
+    let sql = select_events!("WHERE thread = ? AND seq > ? ORDER BY seq LIMIT ?");
     let rows = sqlx::query(sql)
         .bind(thread)
         .bind(after)
