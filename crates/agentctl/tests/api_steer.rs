@@ -95,11 +95,27 @@ fn steer_against_a_closed_port_fails_without_leaking_the_key() {
 fn steer_mock_with_runtime_bumps_the_revision_and_refuses_the_superseded_proposal() {
     let dir = tempfile::tempdir().unwrap();
     let db = format!("sqlite://{}", dir.path().join("steer.db").display());
-    let output = agentctl().args(["--db", &db, "api", "steer", "--mock", "--runtime"]).output().unwrap();
+    let output = agentctl()
+        .args(["--db", &db, "api", "steer", "--mock", "--runtime"])
+        .output()
+        .unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(output.status.success(), "stdout: {stdout}\nstderr: {}", String::from_utf8_lossy(&output.stderr));
-    assert!(stdout.contains("runtime turn revision bumped to 1"), "{stdout}");
-    assert!(stdout.contains("runtime refused the superseded proposal"), "{stdout}");
-    assert!(stdout.contains("runtime committed the successor at revision 1"), "{stdout}");
+    assert!(
+        output.status.success(),
+        "stdout: {stdout}\nstderr: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        stdout.contains("runtime turn revision bumped to 1"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("runtime refused the superseded proposal"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("runtime committed the successor at revision 1"),
+        "{stdout}"
+    );
     assert!(stdout.contains(STEER), "{stdout}");
 }

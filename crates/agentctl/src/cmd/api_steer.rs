@@ -293,13 +293,13 @@ async fn story(
                         .unwrap_or_else(|_| "response failed".into()),
                 ));
             }
-            ServerEvent::Stream(StreamEvent::Incomplete(e)) => {
-                if !(Some(&e.response.id) == parent.as_ref() && is_steered_incomplete(&server)) {
-                    return Err(fail(format!(
-                        "Unexpected incomplete response {}",
-                        e.response.id
-                    )));
-                }
+            ServerEvent::Stream(StreamEvent::Incomplete(e))
+                if !(Some(&e.response.id) == parent.as_ref() && is_steered_incomplete(&server)) =>
+            {
+                return Err(fail(format!(
+                    "Unexpected incomplete response {}",
+                    e.response.id
+                )));
             }
             ServerEvent::Stream(StreamEvent::Completed(e))
                 if successor.as_ref() == Some(&e.response.id) =>
