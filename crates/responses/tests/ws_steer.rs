@@ -730,3 +730,52 @@ async fn handshake_timeout_and_request_timeout() {
     ));
     server.abort();
 }
+
+#[tokio::test]
+async fn requests_on_one_lane_are_fifo_and_protocol_errors_are_events() {
+    let server = server(no_hold()).await;
+    let mut session = connect(&server).await;
+    let mut second = plan(Some("lane"));
+    second.request.input = Some(Input::Text("second".into()));
+    session.create(plan(Some("lane"))).await.unwrap();
+    session.create(second).await.unwrap();
+    assert_eq!(session.in_flight(), 2);
+    let mut order = Vec::new();
+    while order.len() < 4 {
+        let event = next_server(&mut session).await;
+        match &event {
+            ServerEvent::Stream(StreamEvent::Created(e)) => {
+                order.push(format!("created {}", e.response.id))
+            }
+            ServerEvent::Stream(StreamEvent::Completed(e)) => {
+                order.push(format!("completed {}", e.response.id))
+            }
+            _ => {}
+        }
+    }
+    let id = |s: &str| s.split(' ').nth(1).unwrap().to_owned();
+    assert_eq!(id(&order[0]), id(&order[1]));
+    assert!(order[0].starts_with("created") && order[1].starts_with("completed"));
+    assert_eq!(id(&order[2]), id(&order[3]));
+    assert_ne!(id(&order[0]), id(&order[2]));
+    assert_eq!(session.in_flight(), 0);
+    // `stream` must not be sent in WebSocket mode (the client never does; send it raw).
+    use futures::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::{Message, client::IntoClientRequest};
+    let url = agent_responses::ws::websocket_url(&server.base_url()).unwrap();
+    let mut request = url.into_client_request().unwrap();
+    request.headers_mut().insert(
+        "authorization",
+        format!("Bearer {MOCK_API_KEY}").parse().unwrap(),
+    );
+    let (mut raw, _) = tokio_tungstenite::connect_async(request).await.unwrap();
+    let frame = json!({"type": "response.create", "model": "m", "input": "x", "stream": true});
+    raw.send(Message::text(frame.to_string())).await.unwrap();
+    let Some(Ok(Message::Text(reply))) = raw.next().await else {
+        panic!("no reply")
+    };
+    let reply: Value = serde_json::from_str(reply.as_str()).unwrap();
+    assert_eq!(reply["type"], "error");
+    assert_eq!(reply["status"], 400);
+    assert_eq!(reply["error"]["param"], "stream");
+}

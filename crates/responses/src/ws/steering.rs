@@ -459,6 +459,46 @@ mod tests {
     }
 
     #[test]
+    fn completed_parent_then_automatic_successor_commits() {
+        let mut t = SteerTracker::new();
+        t.sent(SteerRequest {
+            previous_response_id: "r1".into(),
+            input: SteerInput::Text("x".into()),
+        });
+        t.observe(&server(
+            r#"{"type":"response.steer.accepted","steer":{"id":"s1","previous_response_id":"r1"}}"#,
+        ));
+        let u = t.observe(&server(r#"{"type":"response.completed","sequence_number":1,"response":{"id":"r1","status":"completed"}}"#));
+        assert_eq!(
+            u,
+            vec![SteerUpdate::ParentCompleted {
+                parent: "r1".into()
+            }]
+        );
+        let u = t.observe(&server(r#"{"type":"response.created","sequence_number":2,"response":{"id":"r2","previous_response_id":"r1"}}"#));
+        assert!(matches!(&u[..], [SteerUpdate::Committed { successor, .. }] if successor == "r2"));
+    }
+
+    #[test]
+    fn failed_before_an_id_matches_the_oldest_unanswered_steer() {
+        let mut t = SteerTracker::new();
+        t.sent(SteerRequest {
+            previous_response_id: "r1".into(),
+            input: SteerInput::Text("x".into()),
+        });
+        let u = t.observe(&server(r#"{"type":"response.steer.failed","steer":{"id":null,"previous_response_id":"r1"},"error":{"type":"invalid_request_error","code":"response_already_completed","message":"done"}}"#));
+        assert!(matches!(
+            &u[..],
+            [SteerUpdate::Failed {
+                code: SteerFailCode::ResponseAlreadyCompleted,
+                ..
+            }]
+        ));
+        assert!(matches!(t.steers()[0].state, SteerState::Failed { .. }));
+        assert!(!t.has_open_steers());
+    }
+
+    #[test]
     fn drop_before_commit_is_unknown() {
         let mut t = SteerTracker::new();
         t.sent(SteerRequest {
