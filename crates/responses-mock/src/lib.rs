@@ -112,6 +112,13 @@ impl MockServer {
         state.ws = ws::WsShared::new(config.ws);
         let state = Arc::new(state);
         let app = router::router(Arc::clone(&state));
+        // TCP_NODELAY: SSE events are small writes; without it Nagle plus delayed ACKs add
+        // ~40 ms stalls per streamed response.
+        let listener = axum::serve::ListenerExt::tap_io(listener, |tcp: &mut tokio::net::TcpStream| {
+            if let Err(err) = tcp.set_nodelay(true) {
+                tracing::trace!(%err, "cannot set TCP_NODELAY");
+            }
+        });
         let task = tokio::spawn(async move {
             if let Err(err) = axum::serve(listener, app).await {
                 tracing::error!(%err, "emulator server stopped");

@@ -6,6 +6,7 @@
 
 mod context;
 mod doc;
+mod responses;
 
 use std::path::PathBuf;
 
@@ -26,7 +27,7 @@ pub struct Section {
 type Area = (&'static str, fn(&BenchCtx) -> anyhow::Result<Section>);
 
 /// Every benchmark area, by name.
-const AREAS: &[Area] = &[("context", context::run)];
+const AREAS: &[Area] = &[("context", context::run), ("responses", responses::run)];
 
 pub fn run(args: &[String]) -> anyhow::Result<()> {
     let runs = std::env::var("BENCH_RUNS")
