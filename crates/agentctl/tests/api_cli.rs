@@ -1,17 +1,26 @@
 //! `agentctl api <mode> --mock` runs each seed story offline and prints what the seed prints;
 //! without a key and without `--mock` it fails with a hint.
 
+// Test helpers outside `#[test]` functions may unwrap and panic too.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 use assert_cmd::Command;
 
 fn agentctl() -> Command {
     let mut cmd = Command::cargo_bin("agentctl").expect("agentctl binary");
-    cmd.env_remove("OPENAI_API_KEY").env_remove("OPENAI_BASE_URL").env("RUST_LOG", "warn");
+    cmd.env_remove("OPENAI_API_KEY")
+        .env_remove("OPENAI_BASE_URL")
+        .env("RUST_LOG", "warn");
     cmd
 }
 
 fn stdout_of(args: &[&str]) -> String {
     let output = agentctl().args(args).output().expect("run agentctl");
-    assert!(output.status.success(), "agentctl {args:?} failed: {}", String::from_utf8_lossy(&output.stderr));
+    assert!(
+        output.status.success(),
+        "agentctl {args:?} failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     String::from_utf8(output.stdout).expect("utf-8 stdout")
 }
 
@@ -35,7 +44,10 @@ fn async_mock_prints_the_explanation_then_the_tool_results() {
     let explanation = out.find("单元测试").expect("explanation streamed");
     let results = out.find("风险统计").expect("follow-up printed");
     assert!(explanation < results, "{out}");
-    assert!(out.contains("\\\"high\\\":2") || out.contains("\"high\":2"), "tool result shown: {out}");
+    assert!(
+        out.contains("\\\"high\\\":2") || out.contains("\"high\":2"),
+        "tool result shown: {out}"
+    );
 }
 
 #[test]
@@ -56,7 +68,10 @@ fn json_output_is_one_object_per_line() {
 
 #[test]
 fn without_a_key_or_mock_it_says_how_to_fix_it() {
-    let output = agentctl().args(["api", "direct"]).output().expect("run agentctl");
+    let output = agentctl()
+        .args(["api", "direct"])
+        .output()
+        .expect("run agentctl");
     assert!(!output.status.success());
     assert!(output.stdout.is_empty());
     let err = String::from_utf8_lossy(&output.stderr);

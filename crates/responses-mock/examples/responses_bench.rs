@@ -14,24 +14,37 @@ use anyhow::{Context as _, bail};
 use serde_json::json;
 
 fn long_script() -> anyhow::Result<Script> {
-    let text: String = (0..2000).map(|i| format!("句子 {i}: the quick brown fox jumps over the lazy dog. ")).collect();
+    let text: String = (0..2000)
+        .map(|i| format!("句子 {i}: the quick brown fox jumps over the lazy dog. "))
+        .collect();
     let args = serde_json::to_string(&json!({"module": "api", "notes": "x".repeat(4000)}))?;
-    Ok(serde_json::from_value(json!({"rules": [{"reply": {"items": [
+    Ok(serde_json::from_value(
+        json!({"rules": [{"reply": {"items": [
         {"type": "reasoning", "summary": []},
         {"type": "function_call", "name": "scan", "arguments": args},
         {"type": "function_call", "name": "scan", "arguments": args},
         {"type": "message", "content": [{"type": "output_text", "text": text}]}
-    ], "delta_chars": 8}}]}))?)
+    ], "delta_chars": 8}}]}),
+    )?)
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    match args.iter().map(String::as_str).collect::<Vec<_>>().as_slice() {
+    match args
+        .iter()
+        .map(String::as_str)
+        .collect::<Vec<_>>()
+        .as_slice()
+    {
         ["record", file] => record(file).await,
         ["parse", file, iterations] => parse(file, iterations.parse()?),
-        ["rps", kind, seconds, concurrency] => rps(kind, seconds.parse()?, concurrency.parse()?).await,
-        _ => bail!("usage: responses_bench record FILE | parse FILE N | rps json|sse SECONDS CONCURRENCY"),
+        ["rps", kind, seconds, concurrency] => {
+            rps(kind, seconds.parse()?, concurrency.parse()?).await
+        }
+        _ => bail!(
+            "usage: responses_bench record FILE | parse FILE N | rps json|sse SECONDS CONCURRENCY"
+        ),
     }
 }
 
@@ -86,9 +99,12 @@ fn parse(file: &str, iterations: usize) -> anyhow::Result<()> {
         parser.finish(&mut frames)?;
     }
     let framing_secs = framing_start.elapsed().as_secs_f64();
-    println!("{}", json!({"mb_per_s": mb / secs, "events_per_s": events as f64 / secs,
+    println!(
+        "{}",
+        json!({"mb_per_s": mb / secs, "events_per_s": events as f64 / secs,
         "events_per_pass": events / iterations.max(1),
-        "framing_mb_per_s": mb / framing_secs, "framing_events_per_s": frames_seen as f64 / framing_secs}));
+        "framing_mb_per_s": mb / framing_secs, "framing_events_per_s": frames_seen as f64 / framing_secs})
+    );
     Ok(())
 }
 
@@ -129,6 +145,9 @@ async fn rps(kind: &str, seconds: f64, concurrency: usize) -> anyhow::Result<()>
         total += task.await??;
     }
     let secs = start.elapsed().as_secs_f64();
-    println!("{}", json!({"kind": kind, "requests_per_s": total as f64 / secs, "requests": total}));
+    println!(
+        "{}",
+        json!({"kind": kind, "requests_per_s": total as f64 / secs, "requests": total})
+    );
     Ok(())
 }

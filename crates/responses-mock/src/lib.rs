@@ -17,10 +17,10 @@
 
 mod respond;
 mod router;
-pub mod ws;
 pub mod script;
 pub mod sse;
 pub mod validate;
+pub mod ws;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -56,7 +56,12 @@ pub struct MockConfig {
 
 impl MockConfig {
     pub fn new(script: Script) -> Self {
-        Self { script, api_key: None, delta_chars: None, ws: ws::WsOptions::default() }
+        Self {
+            script,
+            api_key: None,
+            delta_chars: None,
+            ws: ws::WsOptions::default(),
+        }
     }
     pub fn with_api_key(mut self, key: impl Into<String>) -> Self {
         self.api_key = Some(key.into());
@@ -73,7 +78,10 @@ impl MockConfig {
 #[derive(Debug, thiserror::Error)]
 pub enum MockError {
     #[error("cannot bind {addr}: {source}")]
-    Bind { addr: String, source: std::io::Error },
+    Bind {
+        addr: String,
+        source: std::io::Error,
+    },
     #[error(transparent)]
     Script(#[from] ScriptError),
     #[error("no built-in fixture for mode `{0}` (direct, ptc, async, compact)")]
@@ -89,7 +97,9 @@ pub struct MockServer {
 
 impl std::fmt::Debug for MockServer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MockServer").field("addr", &self.addr).finish_non_exhaustive()
+        f.debug_struct("MockServer")
+            .field("addr", &self.addr)
+            .finish_non_exhaustive()
     }
 }
 
@@ -103,8 +113,14 @@ impl MockServer {
     pub async fn bind(addr: &str, config: MockConfig) -> Result<Self, MockError> {
         let listener = tokio::net::TcpListener::bind(addr)
             .await
-            .map_err(|source| MockError::Bind { addr: addr.to_owned(), source })?;
-        let local = listener.local_addr().map_err(|source| MockError::Bind { addr: addr.to_owned(), source })?;
+            .map_err(|source| MockError::Bind {
+                addr: addr.to_owned(),
+                source,
+            })?;
+        let local = listener.local_addr().map_err(|source| MockError::Bind {
+            addr: addr.to_owned(),
+            source,
+        })?;
         let mut state = router::AppState::new(config.script, config.api_key);
         if let Some(n) = config.delta_chars {
             state.delta_chars = n.max(1);
@@ -114,17 +130,22 @@ impl MockServer {
         let app = router::router(Arc::clone(&state));
         // TCP_NODELAY: SSE events are small writes; without it Nagle plus delayed ACKs add
         // ~40 ms stalls per streamed response.
-        let listener = axum::serve::ListenerExt::tap_io(listener, |tcp: &mut tokio::net::TcpStream| {
-            if let Err(err) = tcp.set_nodelay(true) {
-                tracing::trace!(%err, "cannot set TCP_NODELAY");
-            }
-        });
+        let listener =
+            axum::serve::ListenerExt::tap_io(listener, |tcp: &mut tokio::net::TcpStream| {
+                if let Err(err) = tcp.set_nodelay(true) {
+                    tracing::trace!(%err, "cannot set TCP_NODELAY");
+                }
+            });
         let task = tokio::spawn(async move {
             if let Err(err) = axum::serve(listener, app).await {
                 tracing::error!(%err, "emulator server stopped");
             }
         });
-        Ok(Self { addr: local, state, task })
+        Ok(Self {
+            addr: local,
+            state,
+            task,
+        })
     }
 
     /// The socket address.
@@ -139,7 +160,11 @@ impl MockServer {
 
     /// Every request received so far, in arrival order.
     pub fn requests(&self) -> Vec<RecordedRequest> {
-        self.state.recorded.lock().map(|r| r.clone()).unwrap_or_default()
+        self.state
+            .recorded
+            .lock()
+            .map(|r| r.clone())
+            .unwrap_or_default()
     }
 
     /// Lets a stream waiting at a `gate` fault continue (works before or after it waits).

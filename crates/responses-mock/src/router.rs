@@ -15,7 +15,9 @@ use serde_json::{Value, json};
 use tokio::sync::Notify;
 
 use crate::respond::{finish_item, new_id, response_object, tokens};
-use crate::script::{Endpoint, Fault, FaultKind, Reply, RequestView, Script, echo_items, input_items, render};
+use crate::script::{
+    Endpoint, Fault, FaultKind, Reply, RequestView, Script, echo_items, input_items, render,
+};
 use crate::sse;
 use crate::validate::{ApiFailure, Issued, check_auth, check_context, previous_not_found};
 
@@ -32,7 +34,10 @@ pub struct RecordedRequest {
 impl RecordedRequest {
     /// A header's value (names are lower-case).
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
+        self.headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
     }
 }
 
@@ -93,14 +98,21 @@ impl AppState {
             })
             .collect();
         let body = serde_json::from_slice(body).unwrap_or(Value::Null);
-        lock(&self.recorded).push(RecordedRequest { method: method.to_string(), path: path.to_owned(), headers, body });
+        lock(&self.recorded).push(RecordedRequest {
+            method: method.to_string(),
+            path: path.to_owned(),
+            headers,
+            body,
+        });
     }
 
     /// The first rule that matches and is not used up; marks it used.
     fn pick(&self, view: &RequestView<'_>) -> Option<(Reply, Option<Fault>)> {
         let mut used = lock(&self.used);
         for (i, rule) in self.script.rules.iter().enumerate() {
-            let available = rule.times.is_none_or(|t| used.get(i).copied().unwrap_or(0) < t);
+            let available = rule
+                .times
+                .is_none_or(|t| used.get(i).copied().unwrap_or(0) < t);
             if available && rule.when.matches(view) {
                 if let Some(n) = used.get_mut(i) {
                     *n += 1;
@@ -114,7 +126,10 @@ impl AppState {
     fn context_of(&self, previous: Option<&str>) -> Result<Vec<Item>, ApiFailure> {
         match previous {
             None => Ok(Vec::new()),
-            Some(id) => lock(&self.store).get(id).map(|s| s.context.clone()).ok_or_else(|| previous_not_found(id)),
+            Some(id) => lock(&self.store)
+                .get(id)
+                .map(|s| s.context.clone())
+                .ok_or_else(|| previous_not_found(id)),
         }
     }
 }
@@ -148,9 +163,10 @@ fn json_response(status: u16, body: &Value) -> Response {
 fn failure(f: &ApiFailure) -> Response {
     let mut response = json_response(f.status, &f.body());
     for (name, value) in &f.headers {
-        if let (Ok(name), Ok(value)) =
-            (axum::http::HeaderName::from_bytes(name.as_bytes()), HeaderValue::from_str(value))
-        {
+        if let (Ok(name), Ok(value)) = (
+            axum::http::HeaderName::from_bytes(name.as_bytes()),
+            HeaderValue::from_str(value),
+        ) {
             response.headers_mut().insert(name, value);
         }
     }
@@ -161,13 +177,21 @@ fn error_reply(e: &crate::script::ErrorReply) -> ApiFailure {
     ApiFailure {
         status: e.status,
         message: e.message.clone(),
-        kind: e.kind.clone().unwrap_or_else(|| default_kind(e.status).to_owned()),
+        kind: e
+            .kind
+            .clone()
+            .unwrap_or_else(|| default_kind(e.status).to_owned()),
         code: e.code.clone(),
         param: e.param.clone(),
         headers: e
             .headers
             .iter()
-            .map(|(k, v)| (k.to_lowercase(), v.as_str().map_or_else(|| v.to_string(), str::to_owned)))
+            .map(|(k, v)| {
+                (
+                    k.to_lowercase(),
+                    v.as_str().map_or_else(|| v.to_string(), str::to_owned),
+                )
+            })
             .collect(),
     }
 }
@@ -205,14 +229,22 @@ async fn create(State(state): State<Arc<AppState>>, headers: HeaderMap, body: By
     state.record(&Method::POST, "/v1/responses", &headers, &body);
     match create_inner(&state, &headers, &body) {
         Ok(Created::Json(value)) => json_response(200, &value),
-        Ok(Created::Stream { response, fault, delta_chars }) => stream_body(&state, &response, fault, delta_chars),
+        Ok(Created::Stream {
+            response,
+            fault,
+            delta_chars,
+        }) => stream_body(&state, &response, fault, delta_chars),
         Err(f) => failure(&f),
     }
 }
 
 enum Created {
     Json(Value),
-    Stream { response: Value, fault: Option<Fault>, delta_chars: usize },
+    Stream {
+        response: Value,
+        fault: Option<Fault>,
+        delta_chars: usize,
+    },
 }
 
 fn create_inner(state: &AppState, headers: &HeaderMap, body: &[u8]) -> Result<Created, ApiFailure> {
@@ -236,24 +268,42 @@ fn create_inner(state: &AppState, headers: &HeaderMap, body: &[u8]) -> Result<Cr
         stream: request.is_stream(),
         previous_response: request.previous_response_id().is_some(),
     };
-    let (reply, fault) = state.pick(&view).unwrap_or((Reply::Echo { echo: true }, None));
+    let (reply, fault) = state
+        .pick(&view)
+        .unwrap_or((Reply::Echo { echo: true }, None));
     let (items, status, delta_chars) = match reply {
         Reply::Error { error } => return Err(error_reply(&error)),
-        Reply::Items { items, status, delta_chars } => (items, status, delta_chars.unwrap_or(state.delta_chars)),
-        Reply::Echo { .. } => (echo_items(&context), "completed".to_owned(), state.delta_chars),
+        Reply::Items {
+            items,
+            status,
+            delta_chars,
+        } => (items, status, delta_chars.unwrap_or(state.delta_chars)),
+        Reply::Echo { .. } => (
+            echo_items(&context),
+            "completed".to_owned(),
+            state.delta_chars,
+        ),
     };
-    let output: Vec<Value> = items.iter().map(|item| finish_item(&render(item, &context))).collect();
+    let output: Vec<Value> = items
+        .iter()
+        .map(|item| finish_item(&render(item, &context)))
+        .collect();
     let output_tokens = tokens(&Value::Array(output.clone()).to_string());
     let usage = Usage::new(tokens(&body_text), output_tokens);
     let id = new_id("resp");
     let response = response_object(&id, &request, &status, output.clone(), Some(usage));
-    let output_items: Vec<Item> = output.iter().filter_map(|v| serde_json::from_value(v.clone()).ok()).collect();
+    let output_items: Vec<Item> = output
+        .iter()
+        .filter_map(|v| serde_json::from_value(v.clone()).ok())
+        .collect();
     {
         let mut issued = lock(&state.issued);
         for item in &output_items {
             match item {
                 Item::Program(p) => {
-                    issued.programs.insert(p.call_id.clone(), p.fingerprint.clone());
+                    issued
+                        .programs
+                        .insert(p.call_id.clone(), p.fingerprint.clone());
                 }
                 Item::Compaction(c) => {
                     issued.compactions.insert(c.encrypted_content.clone());
@@ -264,19 +314,37 @@ fn create_inner(state: &AppState, headers: &HeaderMap, body: &[u8]) -> Result<Cr
     }
     if request.store() {
         context.extend(output_items);
-        lock(&state.store).insert(id, Stored { response: response.clone(), context });
+        lock(&state.store).insert(
+            id,
+            Stored {
+                response: response.clone(),
+                context,
+            },
+        );
     }
     if request.is_stream() {
-        Ok(Created::Stream { response, fault, delta_chars })
+        Ok(Created::Stream {
+            response,
+            fault,
+            delta_chars,
+        })
     } else {
         Ok(Created::Json(response))
     }
 }
 
-fn stream_body(state: &Arc<AppState>, response: &Value, fault: Option<Fault>, delta_chars: usize) -> Response {
+fn stream_body(
+    state: &Arc<AppState>,
+    response: &Value,
+    fault: Option<Fault>,
+    delta_chars: usize,
+) -> Response {
     let events = sse::events(response, delta_chars);
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(16);
-    let gate = fault.as_ref().and_then(|f| f.gate.as_deref()).map(|name| state.gate(name));
+    let gate = fault
+        .as_ref()
+        .and_then(|f| f.gate.as_deref())
+        .map(|name| state.gate(name));
     tokio::spawn(async move {
         for (index, event) in events.iter().enumerate() {
             if let Some(f) = &fault
@@ -288,8 +356,13 @@ fn stream_body(state: &Arc<AppState>, response: &Value, fault: Option<Fault>, de
                         // stream cut inside an event (an abort could drop buffered frames).
                         let frame = sse::frame(event);
                         let half = frame.len() / 2;
-                        let cut = (0..=half).rev().find(|i| frame.is_char_boundary(*i)).unwrap_or(0);
-                        let _ = tx.send(Ok(Bytes::copy_from_slice(&frame.as_bytes()[..cut]))).await;
+                        let cut = (0..=half)
+                            .rev()
+                            .find(|i| frame.is_char_boundary(*i))
+                            .unwrap_or(0);
+                        let _ = tx
+                            .send(Ok(Bytes::copy_from_slice(&frame.as_bytes()[..cut])))
+                            .await;
                         return;
                     }
                     FaultKind::Stall => {
@@ -318,7 +391,9 @@ fn stream_body(state: &Arc<AppState>, response: &Value, fault: Option<Fault>, de
         .status(StatusCode::OK)
         .header("content-type", "text/event-stream; charset=utf-8")
         .header("cache-control", "no-cache")
-        .body(Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(rx)))
+        .body(Body::from_stream(
+            tokio_stream::wrappers::ReceiverStream::new(rx),
+        ))
         .unwrap_or_default()
 }
 
@@ -340,7 +415,10 @@ fn compact_inner(state: &AppState, headers: &HeaderMap, body: &[u8]) -> Result<V
             Some("missing_required_parameter"),
         ));
     }
-    let previous = request.previous_response_id.as_ref().and_then(|v| v.as_deref());
+    let previous = request
+        .previous_response_id
+        .as_ref()
+        .and_then(|v| v.as_deref());
     let mut context = state.context_of(previous)?;
     context.extend(input_items(request.input.as_ref()));
     check_context(&context, &lock(&state.issued))?;
@@ -355,7 +433,10 @@ fn compact_inner(state: &AppState, headers: &HeaderMap, body: &[u8]) -> Result<V
     let scripted = state.pick(&view);
     let output: Vec<Value> = match scripted {
         Some((Reply::Error { error }, _)) => return Err(error_reply(&error)),
-        Some((Reply::Items { items, .. }, _)) => items.iter().map(|i| finish_item(&render(i, &context))).collect(),
+        Some((Reply::Items { items, .. }, _)) => items
+            .iter()
+            .map(|i| finish_item(&render(i, &context)))
+            .collect(),
         Some((Reply::Echo { .. }, _)) | None => {
             let mut out: Vec<Value> = context
                 .iter()
@@ -381,7 +462,10 @@ fn compact_inner(state: &AppState, headers: &HeaderMap, body: &[u8]) -> Result<V
             }
         }
     }
-    let usage = Usage::new(tokens(&body_text), tokens(&Value::Array(output.clone()).to_string()));
+    let usage = Usage::new(
+        tokens(&body_text),
+        tokens(&Value::Array(output.clone()).to_string()),
+    );
     Ok(json!({
         "id": new_id("resp"),
         "object": "response.compaction",
@@ -391,7 +475,11 @@ fn compact_inner(state: &AppState, headers: &HeaderMap, body: &[u8]) -> Result<V
     }))
 }
 
-async fn retrieve(State(state): State<Arc<AppState>>, headers: HeaderMap, Path(id): Path<String>) -> Response {
+async fn retrieve(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Response {
     state.record(&Method::GET, &format!("/v1/responses/{id}"), &headers, &[]);
     if let Err(f) = check_auth(&headers, state.api_key.as_deref()) {
         return failure(&f);
@@ -415,8 +503,11 @@ async fn recorded_requests(State(state): State<Arc<AppState>>) -> Response {
     let list: Vec<Value> = lock(&state.recorded)
         .iter()
         .map(|r| {
-            let headers: serde_json::Map<String, Value> =
-                r.headers.iter().map(|(k, v)| (k.clone(), Value::String(v.clone()))).collect();
+            let headers: serde_json::Map<String, Value> = r
+                .headers
+                .iter()
+                .map(|(k, v)| (k.clone(), Value::String(v.clone())))
+                .collect();
             json!({"method": r.method, "path": r.path, "headers": headers, "body": r.body})
         })
         .collect();

@@ -32,7 +32,10 @@ pub struct Script {
 #[derive(Debug, thiserror::Error)]
 pub enum ScriptError {
     #[error("cannot read script {path}: {source}")]
-    Read { path: String, source: std::io::Error },
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
     #[error("invalid script: {0}")]
     Parse(#[from] serde_json::Error),
 }
@@ -42,8 +45,10 @@ impl Script {
         Ok(serde_json::from_str(text)?)
     }
     pub fn load(path: &Path) -> Result<Self, ScriptError> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|source| ScriptError::Read { path: path.display().to_string(), source })?;
+        let text = std::fs::read_to_string(path).map_err(|source| ScriptError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
         Self::from_json_str(&text)
     }
 }
@@ -178,12 +183,25 @@ impl Match {
             e => e == req.endpoint,
         };
         endpoint_ok
-            && self.last_user_contains.as_ref().is_none_or(|t| last_user_text(req.items).is_some_and(|u| u.contains(t.as_str())))
-            && self.body_contains.as_ref().is_none_or(|t| req.body_text.contains(t.as_str()))
-            && self.has_tool_outputs.is_none_or(|want| want != tool_outputs(req.items).is_empty())
-            && self.input_has_type.as_ref().is_none_or(|t| req.items.iter().any(|i| i.type_name() == Some(t.as_str())))
+            && self
+                .last_user_contains
+                .as_ref()
+                .is_none_or(|t| last_user_text(req.items).is_some_and(|u| u.contains(t.as_str())))
+            && self
+                .body_contains
+                .as_ref()
+                .is_none_or(|t| req.body_text.contains(t.as_str()))
+            && self
+                .has_tool_outputs
+                .is_none_or(|want| want != tool_outputs(req.items).is_empty())
+            && self
+                .input_has_type
+                .as_ref()
+                .is_none_or(|t| req.items.iter().any(|i| i.type_name() == Some(t.as_str())))
             && self.stream.is_none_or(|s| s == req.stream)
-            && self.previous_response.is_none_or(|p| p == req.previous_response)
+            && self
+                .previous_response
+                .is_none_or(|p| p == req.previous_response)
     }
 }
 
@@ -212,11 +230,18 @@ pub fn render(value: &Value, items: &[Item]) -> Value {
     let outputs = tool_outputs(items).join("; ");
     fn walk(v: &Value, last_user: &str, outputs: &str) -> Value {
         match v {
-            Value::String(s) if s.contains("{{") => {
-                Value::String(s.replace("{{last_user}}", last_user).replace("{{outputs}}", outputs))
+            Value::String(s) if s.contains("{{") => Value::String(
+                s.replace("{{last_user}}", last_user)
+                    .replace("{{outputs}}", outputs),
+            ),
+            Value::Array(a) => {
+                Value::Array(a.iter().map(|x| walk(x, last_user, outputs)).collect())
             }
-            Value::Array(a) => Value::Array(a.iter().map(|x| walk(x, last_user, outputs)).collect()),
-            Value::Object(o) => Value::Object(o.iter().map(|(k, x)| (k.clone(), walk(x, last_user, outputs))).collect()),
+            Value::Object(o) => Value::Object(
+                o.iter()
+                    .map(|(k, x)| (k.clone(), walk(x, last_user, outputs)))
+                    .collect(),
+            ),
             other => other.clone(),
         }
     }
@@ -234,7 +259,9 @@ pub fn echo_items(items: &[Item]) -> Vec<Value> {
             None => "Echo: (no user input)".to_owned(),
         }
     };
-    vec![serde_json::json!({"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": text}]})]
+    vec![
+        serde_json::json!({"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": text}]}),
+    ]
 }
 
 /// Items of a request input (a bare string is one user message).

@@ -35,9 +35,19 @@ pub fn events(response: &Value, delta_chars: usize) -> Vec<Value> {
         map.insert("error".into(), Value::Null);
         map.insert("incomplete_details".into(), Value::Null);
     }
-    push(json!({"type": "response.created", "response": start}), &mut out);
-    push(json!({"type": "response.in_progress", "response": start}), &mut out);
-    let items = response.get("output").and_then(Value::as_array).cloned().unwrap_or_default();
+    push(
+        json!({"type": "response.created", "response": start}),
+        &mut out,
+    );
+    push(
+        json!({"type": "response.in_progress", "response": start}),
+        &mut out,
+    );
+    let items = response
+        .get("output")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
     for (index, item) in items.iter().enumerate() {
         let id = item.get("id").cloned().unwrap_or(Value::Null);
         let kind = item.get("type").and_then(Value::as_str).unwrap_or("");
@@ -63,10 +73,17 @@ pub fn events(response: &Value, delta_chars: usize) -> Vec<Value> {
                 _ => {}
             }
         }
-        push(json!({"type": "response.output_item.added", "output_index": index, "item": added}), &mut out);
+        push(
+            json!({"type": "response.output_item.added", "output_index": index, "item": added}),
+            &mut out,
+        );
         match kind {
             "message" => {
-                let parts = item.get("content").and_then(Value::as_array).cloned().unwrap_or_default();
+                let parts = item
+                    .get("content")
+                    .and_then(Value::as_array)
+                    .cloned()
+                    .unwrap_or_default();
                 for (ci, part) in parts.iter().enumerate() {
                     let ptype = part.get("type").and_then(Value::as_str).unwrap_or("");
                     let mut empty = part.clone();
@@ -86,40 +103,77 @@ pub fn events(response: &Value, delta_chars: usize) -> Vec<Value> {
                         }
                         e
                     };
-                    push(with(json!({"type": "response.content_part.added", "part": empty})), &mut out);
+                    push(
+                        with(json!({"type": "response.content_part.added", "part": empty})),
+                        &mut out,
+                    );
                     if ptype == "output_text" {
                         let text = part.get("text").and_then(Value::as_str).unwrap_or("");
                         for d in deltas(text, delta_chars) {
-                            push(with(json!({"type": "response.output_text.delta", "delta": d, "logprobs": []})), &mut out);
+                            push(
+                                with(
+                                    json!({"type": "response.output_text.delta", "delta": d, "logprobs": []}),
+                                ),
+                                &mut out,
+                            );
                         }
-                        push(with(json!({"type": "response.output_text.done", "text": text, "logprobs": []})), &mut out);
+                        push(
+                            with(
+                                json!({"type": "response.output_text.done", "text": text, "logprobs": []}),
+                            ),
+                            &mut out,
+                        );
                     } else if ptype == "refusal" {
                         let text = part.get("refusal").and_then(Value::as_str).unwrap_or("");
                         for d in deltas(text, delta_chars) {
-                            push(with(json!({"type": "response.refusal.delta", "delta": d})), &mut out);
+                            push(
+                                with(json!({"type": "response.refusal.delta", "delta": d})),
+                                &mut out,
+                            );
                         }
-                        push(with(json!({"type": "response.refusal.done", "refusal": text})), &mut out);
+                        push(
+                            with(json!({"type": "response.refusal.done", "refusal": text})),
+                            &mut out,
+                        );
                     }
-                    push(with(json!({"type": "response.content_part.done", "part": part})), &mut out);
+                    push(
+                        with(json!({"type": "response.content_part.done", "part": part})),
+                        &mut out,
+                    );
                 }
             }
             "function_call" => {
                 let args = item.get("arguments").and_then(Value::as_str).unwrap_or("");
                 for d in deltas(args, delta_chars) {
-                    push(json!({"type": "response.function_call_arguments.delta", "item_id": id, "output_index": index, "delta": d}), &mut out);
+                    push(
+                        json!({"type": "response.function_call_arguments.delta", "item_id": id, "output_index": index, "delta": d}),
+                        &mut out,
+                    );
                 }
-                push(json!({"type": "response.function_call_arguments.done", "item_id": id, "output_index": index, "arguments": args}), &mut out);
+                push(
+                    json!({"type": "response.function_call_arguments.done", "item_id": id, "output_index": index, "arguments": args}),
+                    &mut out,
+                );
             }
             "custom_tool_call" => {
                 let input = item.get("input").and_then(Value::as_str).unwrap_or("");
                 for d in deltas(input, delta_chars) {
-                    push(json!({"type": "response.custom_tool_call_input.delta", "item_id": id, "output_index": index, "delta": d}), &mut out);
+                    push(
+                        json!({"type": "response.custom_tool_call_input.delta", "item_id": id, "output_index": index, "delta": d}),
+                        &mut out,
+                    );
                 }
-                push(json!({"type": "response.custom_tool_call_input.done", "item_id": id, "output_index": index, "input": input}), &mut out);
+                push(
+                    json!({"type": "response.custom_tool_call_input.done", "item_id": id, "output_index": index, "input": input}),
+                    &mut out,
+                );
             }
             _ => {}
         }
-        push(json!({"type": "response.output_item.done", "output_index": index, "item": item}), &mut out);
+        push(
+            json!({"type": "response.output_item.done", "output_index": index, "item": item}),
+            &mut out,
+        );
     }
     let terminal = match response.get("status").and_then(Value::as_str) {
         Some("failed") => "response.failed",
@@ -132,7 +186,10 @@ pub fn events(response: &Value, delta_chars: usize) -> Vec<Value> {
 
 /// One SSE frame: `event: <type>` and one `data:` line.
 pub fn frame(event: &Value) -> String {
-    let kind = event.get("type").and_then(Value::as_str).unwrap_or("message");
+    let kind = event
+        .get("type")
+        .and_then(Value::as_str)
+        .unwrap_or("message");
     format!("event: {kind}\ndata: {event}\n\n")
 }
 

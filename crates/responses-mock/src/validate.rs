@@ -92,7 +92,10 @@ pub fn check_context(context: &[Item], issued: &Issued) -> Result<(), ApiFailure
             Item::FunctionCallOutput(out) => {
                 let Some((caller, _)) = calls.get(out.call_id.as_str()) else {
                     return Err(ApiFailure::invalid(
-                        format!("No tool call found for function call output with call_id {}.", out.call_id),
+                        format!(
+                            "No tool call found for function call output with call_id {}.",
+                            out.call_id
+                        ),
                         Some("input"),
                         None,
                     ));
@@ -114,7 +117,10 @@ pub fn check_context(context: &[Item], issued: &Issued) -> Result<(), ApiFailure
             Item::CustomToolCallOutput(out) => {
                 if !calls.contains_key(out.call_id.as_str()) {
                     return Err(ApiFailure::invalid(
-                        format!("No tool call found for custom tool call output with call_id {}.", out.call_id),
+                        format!(
+                            "No tool call found for custom tool call output with call_id {}.",
+                            out.call_id
+                        ),
                         Some("input"),
                         None,
                     ));
@@ -126,7 +132,10 @@ pub fn check_context(context: &[Item], issued: &Issued) -> Result<(), ApiFailure
                     && *fingerprint != program.fingerprint
                 {
                     return Err(ApiFailure::invalid(
-                        format!("Program item {} must be round-tripped with its fingerprint.", program.call_id),
+                        format!(
+                            "Program item {} must be round-tripped with its fingerprint.",
+                            program.call_id
+                        ),
                         Some("input"),
                         None,
                     ));
@@ -149,7 +158,10 @@ pub fn check_context(context: &[Item], issued: &Issued) -> Result<(), ApiFailure
     for item in context {
         let (call_id, is_async) = match item {
             Item::FunctionCall(call) => (call.call_id.as_str(), call.is_async()),
-            Item::CustomToolCall(call) => (call.call_id.as_str(), matches!(call.is_async, Some(Some(true)))),
+            Item::CustomToolCall(call) => (
+                call.call_id.as_str(),
+                matches!(call.is_async, Some(Some(true))),
+            ),
             _ => continue,
         };
         if !is_async && !answered.contains(call_id) {

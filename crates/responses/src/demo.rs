@@ -7,9 +7,11 @@ use crate::loops::{ToolExecutor, ToolFailure};
 use crate::types::{FunctionTool, Tool};
 
 pub const MODEL: &str = "gpt-6-astra";
-pub const INSTRUCTIONS: &str = "数据全是教学 fixture。保留 source。工具失败必须披露，不可编造结果。";
+pub const INSTRUCTIONS: &str =
+    "数据全是教学 fixture。保留 source。工具失败必须披露，不可编造结果。";
 pub const LOOP_PROMPT: &str = "查 api 和 ui 的虚构风险统计，计算 high 总数并注明来源。";
-pub const ASYNC_PROMPT: &str = "启动 api 模块查询，同时先解释什么是单元测试；结果到达后再解释风险统计。";
+pub const ASYNC_PROMPT: &str =
+    "启动 api 模块查询，同时先解释什么是单元测试；结果到达后再解释风险统计。";
 pub const COMPACT_PROMPT: &str = "项目约束：Python 标准库、只读分析、不要改文件。请复述。";
 pub const COMPACT_FOLLOW_UP: &str = "继续，列出必须遵守的三个约束。";
 
@@ -53,7 +55,9 @@ pub fn definition(mode: Mode) -> Vec<Tool> {
     }
     let mut tools = vec![Tool::Function(tool)];
     if mode == Mode::Ptc {
-        tools.push(Tool::ProgrammaticToolCalling(crate::types::Fields::default()));
+        tools.push(Tool::ProgrammaticToolCalling(
+            crate::types::Fields::default(),
+        ));
     }
     tools
 }
@@ -69,7 +73,8 @@ pub fn output_schema() -> Value {
 
 /// The seed's `scan`: fictional risk counts; only `{"module": "api"|"ui"}` is accepted.
 pub fn scan(arguments: &str) -> Result<Value, ToolFailure> {
-    let args: Value = serde_json::from_str(arguments).map_err(|e| ToolFailure::new(format!("invalid arguments: {e}")))?;
+    let args: Value = serde_json::from_str(arguments)
+        .map_err(|e| ToolFailure::new(format!("invalid arguments: {e}")))?;
     let module = match args.as_object() {
         Some(map) if map.len() == 1 => map.get("module").and_then(Value::as_str),
         _ => None,
@@ -86,7 +91,12 @@ pub fn scan(arguments: &str) -> Result<Value, ToolFailure> {
 pub struct ScanTool;
 
 impl ToolExecutor for ScanTool {
-    async fn call(&self, _call_id: &str, name: &str, arguments: &str) -> Result<String, ToolFailure> {
+    async fn call(
+        &self,
+        _call_id: &str,
+        name: &str,
+        arguments: &str,
+    ) -> Result<String, ToolFailure> {
         if name != "scan" {
             return Err(ToolFailure::new("unknown tool"));
         }

@@ -55,9 +55,20 @@ impl ApiError {
         let message = text("message").unwrap_or_else(|| {
             let raw = String::from_utf8_lossy(body);
             let raw: String = raw.chars().take(500).collect();
-            if raw.trim().is_empty() { format!("HTTP {status}") } else { raw }
+            if raw.trim().is_empty() {
+                format!("HTTP {status}")
+            } else {
+                raw
+            }
         });
-        Self { status: Some(status), kind: text("type"), code: text("code"), param: text("param"), message, request_id }
+        Self {
+            status: Some(status),
+            kind: text("type"),
+            code: text("code"),
+            param: text("param"),
+            message,
+            request_id,
+        }
     }
 }
 
@@ -82,7 +93,9 @@ pub enum ClientError {
     Sse(#[from] SseError),
     #[error("no stream event for {0:?} (idle timeout)")]
     StreamIdleTimeout(Duration),
-    #[error("the event stream ended before a terminal event (response.completed/failed/incomplete)")]
+    #[error(
+        "the event stream ended before a terminal event (response.completed/failed/incomplete)"
+    )]
     StreamEndedEarly,
     #[error("{0}")]
     StreamError(Box<ApiError>),
@@ -122,7 +135,10 @@ impl ClientError {
 
     /// Whether the SDK would retry this failure without a response (connection/timeouts).
     pub(crate) fn is_retryable_transport(&self) -> bool {
-        matches!(self, ClientError::Connect(_) | ClientError::Timeout(_) | ClientError::Transport(_))
+        matches!(
+            self,
+            ClientError::Connect(_) | ClientError::Timeout(_) | ClientError::Transport(_)
+        )
     }
 }
 

@@ -28,13 +28,22 @@ pub struct RetryPolicy {
 
 impl Default for RetryPolicy {
     fn default() -> Self {
-        Self { max_retries: DEFAULT_MAX_RETRIES, initial_delay: INITIAL_RETRY_DELAY, max_delay: MAX_RETRY_DELAY }
+        Self {
+            max_retries: DEFAULT_MAX_RETRIES,
+            initial_delay: INITIAL_RETRY_DELAY,
+            max_delay: MAX_RETRY_DELAY,
+        }
     }
 }
 
 /// The server-requested delay from `retry-after-ms`, else `retry-after` (seconds or HTTP date).
 pub fn server_delay(headers: &HeaderMap) -> Option<Duration> {
-    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim);
+    let header = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::trim)
+    };
     if let Some(ms) = header("retry-after-ms").and_then(|v| v.parse::<f64>().ok()) {
         return duration_from_secs(ms / 1000.0);
     }
@@ -43,11 +52,18 @@ pub fn server_delay(headers: &HeaderMap) -> Option<Duration> {
         return duration_from_secs(secs);
     }
     let when = parse_http_date(value)?;
-    Some(when.duration_since(SystemTime::now()).unwrap_or(Duration::ZERO))
+    Some(
+        when.duration_since(SystemTime::now())
+            .unwrap_or(Duration::ZERO),
+    )
 }
 
 fn duration_from_secs(secs: f64) -> Option<Duration> {
-    if secs.is_finite() && secs >= 0.0 { Duration::try_from_secs_f64(secs).ok() } else { None }
+    if secs.is_finite() && secs >= 0.0 {
+        Duration::try_from_secs_f64(secs).ok()
+    } else {
+        None
+    }
 }
 
 /// Whether a response with `status` and `headers` should be retried (ignoring attempt counts).
@@ -64,7 +80,12 @@ pub fn should_retry(status: u16, headers: &HeaderMap) -> bool {
 }
 
 /// How long to wait before retry number `retries_taken + 1`; `unit` in [0, 1) is the jitter draw.
-pub fn retry_delay(policy: &RetryPolicy, retries_taken: u32, headers: Option<&HeaderMap>, unit: f64) -> Duration {
+pub fn retry_delay(
+    policy: &RetryPolicy,
+    retries_taken: u32,
+    headers: Option<&HeaderMap>,
+    unit: f64,
+) -> Duration {
     if let Some(d) = headers.and_then(server_delay)
         && d > Duration::ZERO
         && d <= MAX_RETRY_AFTER
@@ -85,17 +106,30 @@ pub fn jitter_unit() -> f64 {
 /// Parses an IMF-fixdate (`Sun, 06 Nov 1994 08:49:37 GMT`), the only form servers must send.
 fn parse_http_date(value: &str) -> Option<SystemTime> {
     let parts: Vec<&str> = value.split_whitespace().collect();
-    let [_, day, month, year, time, "GMT"] = parts.as_slice() else { return None };
+    let [_, day, month, year, time, "GMT"] = parts.as_slice() else {
+        return None;
+    };
     let day: u64 = day.parse().ok()?;
-    let month = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"]
-        .iter()
-        .position(|m| m == month)? as u64
+    let month = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ]
+    .iter()
+    .position(|m| m == month)? as u64
         + 1;
     let year: u64 = year.parse().ok()?;
-    let hms: Vec<u64> = time.split(':').map(|p| p.parse().ok()).collect::<Option<_>>()?;
-    let [h, m, s] = hms.as_slice() else { return None };
+    let hms: Vec<u64> = time
+        .split(':')
+        .map(|p| p.parse().ok())
+        .collect::<Option<_>>()?;
+    let [h, m, s] = hms.as_slice() else {
+        return None;
+    };
     // Days from civil (Howard Hinnant), valid for years >= 1970.
-    let (y, mo) = if month <= 2 { (year - 1, month + 9) } else { (year, month - 3) };
+    let (y, mo) = if month <= 2 {
+        (year - 1, month + 9)
+    } else {
+        (year, month - 3)
+    };
     let era = y / 400;
     let yoe = y - era * 400;
     let doy = (153 * mo + 2) / 5 + day - 1;
@@ -130,16 +164,27 @@ mod tests {
         assert!(!should_retry(500, &headers(&[("x-should-retry", "false")])));
         assert!(should_retry(400, &headers(&[("x-should-retry", "true")])));
         assert!(!should_retry(429, &headers(&[("retry-after", "121")])));
-        assert!(!should_retry(429, &headers(&[("retry-after-ms", "120001"), ("x-should-retry", "true")])));
+        assert!(!should_retry(
+            429,
+            &headers(&[("retry-after-ms", "120001"), ("x-should-retry", "true")])
+        ));
         assert!(should_retry(429, &headers(&[("retry-after", "120")])));
     }
 
     #[test]
     fn delays_follow_the_sdk() {
         let p = RetryPolicy::default();
-        assert_eq!(retry_delay(&p, 0, Some(&headers(&[("retry-after", "3")])), 0.9), Duration::from_secs(3));
         assert_eq!(
-            retry_delay(&p, 0, Some(&headers(&[("retry-after-ms", "250"), ("retry-after", "9")])), 0.9),
+            retry_delay(&p, 0, Some(&headers(&[("retry-after", "3")])), 0.9),
+            Duration::from_secs(3)
+        );
+        assert_eq!(
+            retry_delay(
+                &p,
+                0,
+                Some(&headers(&[("retry-after-ms", "250"), ("retry-after", "9")])),
+                0.9
+            ),
             Duration::from_millis(250)
         );
         assert_eq!(retry_delay(&p, 0, None, 0.0), Duration::from_millis(500));
@@ -148,8 +193,16 @@ mod tests {
         assert_eq!(retry_delay(&p, 10, None, 0.0), Duration::from_secs(8));
         assert_eq!(retry_delay(&p, 10, None, 1.0), Duration::from_secs(6));
         // retry-after 0 or above the cap falls back to backoff.
-        assert_eq!(retry_delay(&p, 0, Some(&headers(&[("retry-after", "0")])), 0.0), Duration::from_millis(500));
+        assert_eq!(
+            retry_delay(&p, 0, Some(&headers(&[("retry-after", "0")])), 0.0),
+            Duration::from_millis(500)
+        );
         let date = parse_http_date("Sun, 06 Nov 1994 08:49:37 GMT").unwrap();
-        assert_eq!(date.duration_since(SystemTime::UNIX_EPOCH).unwrap().as_secs(), 784_111_777);
+        assert_eq!(
+            date.duration_since(SystemTime::UNIX_EPOCH)
+                .unwrap()
+                .as_secs(),
+            784_111_777
+        );
     }
 }

@@ -124,7 +124,9 @@ impl SseParser {
 
     fn extend_line(&mut self, bytes: &[u8]) -> Result<(), SseError> {
         if self.line.len() + bytes.len() > self.max_frame {
-            return Err(SseError::FrameTooLarge { limit: self.max_frame });
+            return Err(SseError::FrameTooLarge {
+                limit: self.max_frame,
+            });
         }
         self.line.extend_from_slice(bytes);
         Ok(())
@@ -162,7 +164,9 @@ impl SseParser {
             b"data" => {
                 let text = std::str::from_utf8(value).map_err(|_| SseError::InvalidUtf8)?;
                 if self.data.len() + text.len() + 1 > self.max_frame {
-                    return Err(SseError::FrameTooLarge { limit: self.max_frame });
+                    return Err(SseError::FrameTooLarge {
+                        limit: self.max_frame,
+                    });
                 }
                 if self.has_data {
                     self.data.push('\n');
@@ -250,7 +254,11 @@ mod tests {
         for i in 0..=WIRE.len() {
             assert_eq!(parse_all(&[&WIRE[..i], &WIRE[i..]]), whole, "split at {i}");
             for j in i..=WIRE.len() {
-                assert_eq!(parse_all(&[&WIRE[..i], &WIRE[i..j], &WIRE[j..]]), whole, "split at {i},{j}");
+                assert_eq!(
+                    parse_all(&[&WIRE[..i], &WIRE[i..j], &WIRE[j..]]),
+                    whole,
+                    "split at {i},{j}"
+                );
             }
         }
         let bytes: Vec<&[u8]> = WIRE.chunks(1).collect();
@@ -276,14 +284,19 @@ mod tests {
             Err(SseError::FrameTooLarge { limit: 8 })
         );
         let mut parser = SseParser::new();
-        assert_eq!(parser.push(b"data: \xff\n", &mut out), Err(SseError::InvalidUtf8));
+        assert_eq!(
+            parser.push(b"data: \xff\n", &mut out),
+            Err(SseError::InvalidUtf8)
+        );
     }
 
     #[test]
     fn both_error_shapes_decode() {
         let flat = SseFrame {
             event: None,
-            data: r#"{"type":"error","code":"ERR","message":"boom","param":null,"sequence_number":1}"#.into(),
+            data:
+                r#"{"type":"error","code":"ERR","message":"boom","param":null,"sequence_number":1}"#
+                    .into(),
             id: None,
         };
         let nested = SseFrame {
@@ -291,11 +304,18 @@ mod tests {
             data: r#"{"type":"error","sequence_number":2,"error":{"type":"too_many_requests","code":"too_many_requests","message":"Too Many Requests","param":null}}"#.into(),
             id: None,
         };
-        let Decoded::Event(flat) = decode_frame(&flat).unwrap() else { panic!() };
-        let Decoded::Event(nested) = decode_frame(&nested).unwrap() else { panic!() };
+        let Decoded::Event(flat) = decode_frame(&flat).unwrap() else {
+            panic!()
+        };
+        let Decoded::Event(nested) = decode_frame(&nested).unwrap() else {
+            panic!()
+        };
         assert_eq!(error_detail(&flat).unwrap().message, "boom");
         assert_eq!(error_detail(&flat).unwrap().code.as_deref(), Some("ERR"));
         let n = error_detail(&nested).unwrap();
-        assert_eq!((n.message.as_str(), n.kind.as_deref()), ("Too Many Requests", Some("too_many_requests")));
+        assert_eq!(
+            (n.message.as_str(), n.kind.as_deref()),
+            ("Too Many Requests", Some("too_many_requests"))
+        );
     }
 }

@@ -1,5 +1,8 @@
 //! The HTTP client against the emulator over real HTTP: retries, errors, SSE, faults.
 
+// Test helpers outside `#[test]` functions may unwrap and panic too.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 mod common;
 
 use std::time::Duration;
@@ -21,7 +24,15 @@ fn error_rule(status: u16, headers: serde_json::Value, times: Option<u32>) -> se
 }
 
 fn retry_counts(server: &MockServer) -> Vec<String> {
-    server.requests().iter().map(|r| r.header("x-stainless-retry-count").unwrap_or("-").to_owned()).collect()
+    server
+        .requests()
+        .iter()
+        .map(|r| {
+            r.header("x-stainless-retry-count")
+                .unwrap_or("-")
+                .to_owned()
+        })
+        .collect()
 }
 
 #[tokio::test]
@@ -36,7 +47,8 @@ async fn default_conversation_echoes_the_last_user_input() {
 
 #[tokio::test]
 async fn retries_429_honouring_retry_after_ms_then_succeeds() {
-    let (server, client) = start(json!({"rules": [error_rule(429, json!({"retry-after-ms": "5"}), Some(2))]})).await;
+    let (server, client) =
+        start(json!({"rules": [error_rule(429, json!({"retry-after-ms": "5"}), Some(2))]})).await;
     let response = client.create(&hello()).await.unwrap();
     assert_eq!(response.output_text(), "Echo: hello");
     assert_eq!(retry_counts(&server), ["0", "1", "2"]);
@@ -44,7 +56,8 @@ async fn retries_429_honouring_retry_after_ms_then_succeeds() {
 
 #[tokio::test]
 async fn persistent_429_gives_a_typed_error_after_three_attempts() {
-    let (server, client) = start(json!({"rules": [error_rule(429, json!({"retry-after": "0"}), None)]})).await;
+    let (server, client) =
+        start(json!({"rules": [error_rule(429, json!({"retry-after": "0"}), None)]})).await;
     let err = client.create(&hello()).await.unwrap_err();
     let api = err.api().expect("api error").clone();
     assert_eq!(api.status, Some(429));
@@ -53,7 +66,10 @@ async fn persistent_429_gives_a_typed_error_after_three_attempts() {
     assert_eq!(api.param.as_deref(), Some("input"));
     assert_eq!(api.message, "scripted 429");
     assert!(api.request_id.as_deref().unwrap().starts_with("req_"));
-    assert!(err.to_string().starts_with("Error code: 429 - scripted 429"));
+    assert!(
+        err.to_string()
+            .starts_with("Error code: 429 - scripted 429")
+    );
     assert_eq!(server.requests().len(), 3);
 }
 
@@ -66,11 +82,23 @@ async fn server_errors_retry_with_backoff() {
 
 #[tokio::test]
 async fn x_should_retry_overrides_the_status() {
-    let (server, client) = start(json!({"rules": [error_rule(500, json!({"x-should-retry": "false"}), None)]})).await;
-    assert_eq!(client.create(&hello()).await.unwrap_err().api().unwrap().status, Some(500));
+    let (server, client) =
+        start(json!({"rules": [error_rule(500, json!({"x-should-retry": "false"}), None)]})).await;
+    assert_eq!(
+        client
+            .create(&hello())
+            .await
+            .unwrap_err()
+            .api()
+            .unwrap()
+            .status,
+        Some(500)
+    );
     assert_eq!(server.requests().len(), 1);
 
-    let (server, client) = start(json!({"rules": [error_rule(400, json!({"x-should-retry": "true"}), Some(1))]})).await;
+    let (server, client) =
+        start(json!({"rules": [error_rule(400, json!({"x-should-retry": "true"}), Some(1))]}))
+            .await;
     client.create(&hello()).await.unwrap();
     assert_eq!(server.requests().len(), 2);
 }
@@ -80,7 +108,8 @@ async fn no_retry_for_4xx_or_retry_after_above_the_cap() {
     let (server, client) = start(json!({"rules": [error_rule(400, json!({}), None)]})).await;
     client.create(&hello()).await.unwrap_err();
     assert_eq!(server.requests().len(), 1);
-    let (server, client) = start(json!({"rules": [error_rule(429, json!({"retry-after": "121"}), None)]})).await;
+    let (server, client) =
+        start(json!({"rules": [error_rule(429, json!({"retry-after": "121"}), None)]})).await;
     client.create(&hello()).await.unwrap_err();
     assert_eq!(server.requests().len(), 1);
 }
@@ -104,15 +133,35 @@ async fn wrong_or_missing_key_is_401_and_the_key_never_leaks() {
     let api = err.api().unwrap();
     assert_eq!(api.status, Some(401));
     assert_eq!(api.code.as_deref(), Some("invalid_api_key"));
-    for text in [format!("{err}"), format!("{err:?}"), format!("{client:?}"), format!("{:?}", client.config())] {
+    for text in [
+        format!("{err}"),
+        format!("{err:?}"),
+        format!("{client:?}"),
+        format!("{:?}", client.config()),
+    ] {
         assert!(!text.contains(secret), "key leaked in {text}");
     }
-    assert!(server.requests().iter().all(|r| r.header("authorization") == Some("<redacted>")));
+    assert!(
+        server
+            .requests()
+            .iter()
+            .all(|r| r.header("authorization") == Some("<redacted>"))
+    );
 
-    let raw = reqwest::Client::new().post(format!("{}/responses", server.base_url())).json(&json!({"model": "m", "input": "x"})).send().await.unwrap();
+    let raw = reqwest::Client::new()
+        .post(format!("{}/responses", server.base_url()))
+        .json(&json!({"model": "m", "input": "x"}))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(raw.status().as_u16(), 401);
     let body: serde_json::Value = raw.json().await.unwrap();
-    assert!(body["error"]["message"].as_str().unwrap().starts_with("You didn't provide an API key."));
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("You didn't provide an API key.")
+    );
 
     // A missing key is a clear error before any request.
     let none: Option<ApiKey> = ApiKey::new("   ");
@@ -135,14 +184,38 @@ async fn stream_follows_the_section_6_3_order() {
         assert_eq!(e.sequence_number(), Some(i as u64));
     }
     let names: Vec<&str> = events.iter().map(|e| e.type_name().unwrap()).collect();
-    assert_eq!(names[..4], ["response.created", "response.in_progress", "response.output_item.added", "response.output_item.done"]);
-    assert_eq!(names[4..6], ["response.output_item.added", "response.function_call_arguments.delta"]);
-    let text: String = events.iter().filter_map(|e| match e { StreamEvent::OutputTextDelta(d) => Some(d.delta.clone()), _ => None }).collect();
+    assert_eq!(
+        names[..4],
+        [
+            "response.created",
+            "response.in_progress",
+            "response.output_item.added",
+            "response.output_item.done"
+        ]
+    );
+    assert_eq!(
+        names[4..6],
+        [
+            "response.output_item.added",
+            "response.function_call_arguments.delta"
+        ]
+    );
+    let text: String = events
+        .iter()
+        .filter_map(|e| match e {
+            StreamEvent::OutputTextDelta(d) => Some(d.delta.clone()),
+            _ => None,
+        })
+        .collect();
     assert_eq!(text, "Hi there, this is long enough to split.");
-    let Some(StreamEvent::Completed(done)) = events.last() else { panic!("last event {names:?}") };
+    let Some(StreamEvent::Completed(done)) = events.last() else {
+        panic!("last event {names:?}")
+    };
     assert_eq!(done.response.output.len(), 3);
     assert!(done.response.usage.clone().flatten().is_some());
-    let StreamEvent::Created(created) = &events[0] else { panic!() };
+    let StreamEvent::Created(created) = &events[0] else {
+        panic!()
+    };
     assert_eq!(created.response.id, done.response.id);
     assert!(created.response.usage.clone().flatten().is_none());
 }
@@ -151,7 +224,9 @@ async fn stream_error(fault: serde_json::Value, idle: Option<Duration>) -> Clien
     let script: Script = serde_json::from_value(json!({"rules": [{"when": {"stream": true},
         "reply": {"items": [{"type": "message", "content": [{"type": "output_text", "text": "one two three four five six"}]}]},
         "fault": fault}]})).unwrap();
-    let server = MockServer::start(MockConfig::new(script).with_api_key(MOCK_API_KEY)).await.unwrap();
+    let server = MockServer::start(MockConfig::new(script).with_api_key(MOCK_API_KEY))
+        .await
+        .unwrap();
     let mut config = ClientConfig::new(server.base_url(), ApiKey::new(MOCK_API_KEY).unwrap());
     if let Some(idle) = idle {
         config.stream_idle_timeout = idle;
@@ -164,7 +239,10 @@ async fn stream_error(fault: serde_json::Value, idle: Option<Duration>) -> Clien
             Some(Ok(_)) => seen += 1,
             Some(Err(err)) => {
                 assert!(seen >= 3, "error came before the fault point");
-                assert!(stream.next().await.is_none(), "the stream ends after an error");
+                assert!(
+                    stream.next().await.is_none(),
+                    "the stream ends after an error"
+                );
                 return err;
             }
             None => panic!("stream ended without an error"),
@@ -180,16 +258,29 @@ async fn a_cut_stream_is_an_error_not_a_hang() {
 
 #[tokio::test]
 async fn a_stalled_stream_hits_the_idle_timeout() {
-    let err = stream_error(json!({"after_events": 3, "kind": "stall"}), Some(Duration::from_millis(300))).await;
+    let err = stream_error(
+        json!({"after_events": 3, "kind": "stall"}),
+        Some(Duration::from_millis(300)),
+    )
+    .await;
     assert!(matches!(err, ClientError::StreamIdleTimeout(_)), "{err:?}");
 }
 
 #[tokio::test]
 async fn nested_and_flat_error_events_become_stream_errors() {
     for shape in ["nested", "flat"] {
-        let err = stream_error(json!({"after_events": 3, "kind": "error_event", "shape": shape}), None).await;
-        let ClientError::StreamError(api) = &err else { panic!("{err:?}") };
-        assert_eq!(api.message, "The emulator was scripted to fail this stream.");
+        let err = stream_error(
+            json!({"after_events": 3, "kind": "error_event", "shape": shape}),
+            None,
+        )
+        .await;
+        let ClientError::StreamError(api) = &err else {
+            panic!("{err:?}")
+        };
+        assert_eq!(
+            api.message,
+            "The emulator was scripted to fail this stream."
+        );
         assert_eq!(api.code.as_deref(), Some("server_error"));
     }
 }
@@ -197,12 +288,22 @@ async fn nested_and_flat_error_events_become_stream_errors() {
 #[tokio::test]
 async fn validation_uses_the_api_messages() {
     let (_server, client) = start(json!({"rules": []})).await;
-    let call = json!({"type": "function_call", "call_id": "call_x", "name": "scan", "arguments": "{}"});
+    let call =
+        json!({"type": "function_call", "call_id": "call_x", "name": "scan", "arguments": "{}"});
     let output = json!({"type": "function_call_output", "call_id": "call_y", "output": "{}"});
     let cases = [
-        (json!({"model": "m", "input": [call]}), "No tool output found for function call call_x."),
-        (json!({"model": "m", "input": [output]}), "No tool call found for function call output with call_id call_y."),
-        (json!({"model": "m", "input": "hi", "previous_response_id": "resp_nope"}), "Previous response with id 'resp_nope' not found."),
+        (
+            json!({"model": "m", "input": [call]}),
+            "No tool output found for function call call_x.",
+        ),
+        (
+            json!({"model": "m", "input": [output]}),
+            "No tool call found for function call output with call_id call_y.",
+        ),
+        (
+            json!({"model": "m", "input": "hi", "previous_response_id": "resp_nope"}),
+            "Previous response with id 'resp_nope' not found.",
+        ),
     ];
     for (body, message) in cases {
         let request: CreateResponse = serde_json::from_value(body).unwrap();
@@ -211,21 +312,34 @@ async fn validation_uses_the_api_messages() {
         assert_eq!((api.status, api.message.as_str()), (Some(400), message));
         assert_eq!(api.kind.as_deref(), Some("invalid_request_error"));
     }
-    let request: CreateResponse = serde_json::from_value(json!({"model": "m", "input": "hi", "previous_response_id": "resp_nope"})).unwrap();
-    let api = client.create(&request).await.unwrap_err().api().unwrap().clone();
+    let request: CreateResponse = serde_json::from_value(
+        json!({"model": "m", "input": "hi", "previous_response_id": "resp_nope"}),
+    )
+    .unwrap();
+    let api = client
+        .create(&request)
+        .await
+        .unwrap_err()
+        .api()
+        .unwrap()
+        .clone();
     assert_eq!(api.code.as_deref(), Some("previous_response_not_found"));
     assert_eq!(api.param.as_deref(), Some("previous_response_id"));
 }
 
 #[tokio::test]
 async fn stored_responses_are_retrievable_and_chainable() {
-    let (_server, client) = start_with(MockConfig::new(Script::default()).with_api_key(MOCK_API_KEY)).await;
+    let (_server, client) =
+        start_with(MockConfig::new(Script::default()).with_api_key(MOCK_API_KEY)).await;
     let first = client.create(&hello()).await.unwrap();
     let fetched = client.retrieve(&first.id).await.unwrap();
     assert_eq!(fetched, first);
     let mut next = CreateResponse::new("gpt-test", Input::Text("again".into()));
     next.previous_response_id = Some(Some(first.id.clone()));
-    assert_eq!(client.create(&next).await.unwrap().output_text(), "Echo: again");
+    assert_eq!(
+        client.create(&next).await.unwrap().output_text(),
+        "Echo: again"
+    );
     let err = client.retrieve("resp_missing").await.unwrap_err();
     assert_eq!(err.api().unwrap().status, Some(404));
     // store:false responses cannot be chained.
@@ -233,7 +347,16 @@ async fn stored_responses_are_retrievable_and_chainable() {
     unstored.store = Some(Some(false));
     let id = client.create(&unstored).await.unwrap().id;
     next.previous_response_id = Some(Some(id));
-    assert_eq!(client.create(&next).await.unwrap_err().api().unwrap().status, Some(400));
+    assert_eq!(
+        client
+            .create(&next)
+            .await
+            .unwrap_err()
+            .api()
+            .unwrap()
+            .status,
+        Some(400)
+    );
 }
 
 #[tokio::test]
@@ -245,11 +368,24 @@ async fn compact_returns_user_messages_and_one_compaction_item() {
         {"role": "user", "content": "second"}]})).unwrap();
     let compacted = client.compact(&request).await.unwrap();
     assert_eq!(compacted.extra["object"], "response.compaction");
-    let types: Vec<_> = compacted.output.iter().map(|i| i.type_name().unwrap().to_owned()).collect();
+    let types: Vec<_> = compacted
+        .output
+        .iter()
+        .map(|i| i.type_name().unwrap().to_owned())
+        .collect();
     assert_eq!(types, ["message", "message", "compaction"]);
     // A forged compaction item is refused.
     let forged: CreateResponse = serde_json::from_value(json!({"model": "m", "input": [
         {"type": "compaction", "id": "cmp_x", "encrypted_content": "forged"}, {"role": "user", "content": "go"}]})).unwrap();
-    let api = client.create(&forged).await.unwrap_err().api().unwrap().clone();
-    assert_eq!(api.message, "The encrypted content for item cmp_x could not be verified.");
+    let api = client
+        .create(&forged)
+        .await
+        .unwrap_err()
+        .api()
+        .unwrap()
+        .clone();
+    assert_eq!(
+        api.message,
+        "The encrypted content for item cmp_x could not be verified."
+    );
 }

@@ -46,32 +46,59 @@ print(json.dumps(out))
 
 pub fn run(ctx: &BenchCtx) -> anyhow::Result<Section> {
     let python = crate::interop::openai_venv()?;
-    let sdk_version = output(Command::new(&python).args(["-c", "import openai; print(openai.__version__)"]))?;
+    let sdk_version =
+        output(Command::new(&python).args(["-c", "import openai; print(openai.__version__)"]))?;
     crate::process::run(cargo().args([
-        "build", "--release", "-j2", "-p", "agent-responses-mock", "--example", "responses_bench",
+        "build",
+        "--release",
+        "-j2",
+        "-p",
+        "agent-responses-mock",
+        "--example",
+        "responses_bench",
     ]))?;
-    let target = std::env::var("CARGO_TARGET_DIR").map_or_else(|_| workspace_root().join("target"), Into::into);
-    let bin = target.join("release").join("examples").join("responses_bench");
-    let scratch = std::env::temp_dir().join(format!("agentctl-bench-responses-{}", std::process::id()));
+    let target = std::env::var("CARGO_TARGET_DIR")
+        .map_or_else(|_| workspace_root().join("target"), Into::into);
+    let bin = target
+        .join("release")
+        .join("examples")
+        .join("responses_bench");
+    let scratch =
+        std::env::temp_dir().join(format!("agentctl-bench-responses-{}", std::process::id()));
     std::fs::create_dir_all(&scratch)?;
     let recorded = scratch.join("stream.sse");
     let recorded_str = recorded.to_str().context("temp path is not UTF-8")?;
     let info = json_line(&output(Command::new(&bin).args(["record", recorded_str]))?)?;
     let bytes = info["recorded_bytes"].as_f64().unwrap_or(0.0);
 
-    let (mut ours_mb, mut ours_ev, mut py_mb, mut py_ev) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    let (mut ours_fr_mb, mut ours_fr_ev, mut py_fr_mb, mut py_fr_ev) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut ours_mb, mut ours_ev, mut py_mb, mut py_ev) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut ours_fr_mb, mut ours_fr_ev, mut py_fr_mb, mut py_fr_ev) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let (mut py_ty_mb, mut py_ty_ev) = (Vec::new(), Vec::new());
     let mut events_per_pass = 0.0;
     for round in 0..ctx.runs {
-        eprintln!("[responses] round {}/{}: parse (ours, then Python SDK)", round + 1, ctx.runs);
-        let ours = json_line(&output(Command::new(&bin).args(["parse", recorded_str, PARSE_ITERATIONS]))?)?;
+        eprintln!(
+            "[responses] round {}/{}: parse (ours, then Python SDK)",
+            round + 1,
+            ctx.runs
+        );
+        let ours = json_line(&output(Command::new(&bin).args([
+            "parse",
+            recorded_str,
+            PARSE_ITERATIONS,
+        ]))?)?;
         ours_mb.push(number(&ours, "mb_per_s")?);
         ours_ev.push(number(&ours, "events_per_s")?);
         events_per_pass = number(&ours, "events_per_pass")?;
         ours_fr_mb.push(number(&ours, "framing_mb_per_s")?);
         ours_fr_ev.push(number(&ours, "framing_events_per_s")?);
-        let py = json_line(&output(Command::new(&python).args(["-c", PYTHON_PARSE, recorded_str, "3"]))?)?;
+        let py = json_line(&output(Command::new(&python).args([
+            "-c",
+            PYTHON_PARSE,
+            recorded_str,
+            "3",
+        ]))?)?;
         py_mb.push(number(&py, "json_mb_per_s")?);
         py_ev.push(number(&py, "json_events_per_s")?);
         py_fr_mb.push(number(&py, "framing_mb_per_s")?);
@@ -81,16 +108,34 @@ pub fn run(ctx: &BenchCtx) -> anyhow::Result<Section> {
     }
     let (mut json_rps, mut sse_rps) = (Vec::new(), Vec::new());
     for round in 0..ctx.runs.min(3) {
-        eprintln!("[responses] round {}: emulator requests/s (JSON, SSE)", round + 1);
+        eprintln!(
+            "[responses] round {}: emulator requests/s (JSON, SSE)",
+            round + 1
+        );
         for (kind, sink) in [("json", &mut json_rps), ("sse", &mut sse_rps)] {
-            let line = json_line(&output(Command::new(&bin).args(["rps", kind, RPS_SECONDS, RPS_CONCURRENCY]))?)?;
+            let line = json_line(&output(Command::new(&bin).args([
+                "rps",
+                kind,
+                RPS_SECONDS,
+                RPS_CONCURRENCY,
+            ]))?)?;
             sink.push(number(&line, "requests_per_s")?);
         }
     }
     let _ = std::fs::remove_dir_all(&scratch);
-    let (om, oe, pm, pe) = (median(&mut ours_mb), median(&mut ours_ev), median(&mut py_mb), median(&mut py_ev));
+    let (om, oe, pm, pe) = (
+        median(&mut ours_mb),
+        median(&mut ours_ev),
+        median(&mut py_mb),
+        median(&mut py_ev),
+    );
     let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { 0.0 };
-    let (ofm, ofe, pfm, pfe) = (median(&mut ours_fr_mb), median(&mut ours_fr_ev), median(&mut py_fr_mb), median(&mut py_fr_ev));
+    let (ofm, ofe, pfm, pfe) = (
+        median(&mut ours_fr_mb),
+        median(&mut ours_fr_ev),
+        median(&mut py_fr_mb),
+        median(&mut py_fr_ev),
+    );
     let (ptm, pte) = (median(&mut py_ty_mb), median(&mut py_ty_ev));
     let markdown = format!(
         "## Responses API: SSE parsing and the emulator\n\n\
@@ -123,10 +168,16 @@ pub fn run(ctx: &BenchCtx) -> anyhow::Result<Section> {
 }
 
 fn json_line(text: &str) -> anyhow::Result<Value> {
-    let line = text.lines().rev().find(|l| l.trim_start().starts_with('{')).context("no JSON line in output")?;
+    let line = text
+        .lines()
+        .rev()
+        .find(|l| l.trim_start().starts_with('{'))
+        .context("no JSON line in output")?;
     serde_json::from_str(line).with_context(|| format!("bad JSON line: {line}"))
 }
 
 fn number(value: &Value, key: &str) -> anyhow::Result<f64> {
-    value[key].as_f64().with_context(|| format!("missing `{key}` in {value}"))
+    value[key]
+        .as_f64()
+        .with_context(|| format!("missing `{key}` in {value}"))
 }

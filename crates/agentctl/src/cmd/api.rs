@@ -58,15 +58,23 @@ pub async fn run(global: &GlobalArgs, cmd: ApiCmd) -> anyhow::Result<std::proces
         ApiCmd::Steer(args) => return super::api_steer::run(global, args).await,
     };
     let (client, _emulator) = connect(mode, &args).await?;
-    let config = LoopConfig::new(args.model.clone(), Some(demo::INSTRUCTIONS.to_owned()), demo::definition(mode));
+    let config = LoopConfig::new(
+        args.model.clone(),
+        Some(demo::INSTRUCTIONS.to_owned()),
+        demo::definition(mode),
+    );
     match mode {
         Mode::Direct | Mode::Ptc => {
             let input = vec![Item::Message(MessageItem::user(demo::LOOP_PROMPT))];
-            let outcome = loops::run_direct(&client, &config, input, &ScanTool).await.map_err(explain)?;
+            let outcome = loops::run_direct(&client, &config, input, &ScanTool)
+                .await
+                .map_err(explain)?;
             if global.json {
-                json_line(&json!({"mode": mode.name(), "response_id": outcome.response.id,
+                json_line(
+                    &json!({"mode": mode.name(), "response_id": outcome.response.id,
                     "turns": outcome.turns, "tool_executions": outcome.executions,
-                    "text": outcome.response.output_text()}))?;
+                    "text": outcome.response.output_text()}),
+                )?;
             } else {
                 for text in outcome.response.message_lines() {
                     line(&text)?;
@@ -95,9 +103,15 @@ pub async fn run(global: &GlobalArgs, cmd: ApiCmd) -> anyhow::Result<std::proces
             .await
             .map_err(explain)?;
             if json {
-                let outputs: Vec<_> = outcome.outputs.iter().map(|o| json!({"call_id": o.call_id, "output": o.text()})).collect();
-                json_line(&json!({"mode": "async", "response_id": outcome.first.id, "tool_results": outputs,
-                    "follow_up_id": outcome.follow.id, "text": outcome.follow.output_text()}))?;
+                let outputs: Vec<_> = outcome
+                    .outputs
+                    .iter()
+                    .map(|o| json!({"call_id": o.call_id, "output": o.text()}))
+                    .collect();
+                json_line(
+                    &json!({"mode": "async", "response_id": outcome.first.id, "tool_results": outputs,
+                    "follow_up_id": outcome.follow.id, "text": outcome.follow.output_text()}),
+                )?;
             } else {
                 line("")?;
                 for text in outcome.follow.message_lines() {
@@ -107,10 +121,14 @@ pub async fn run(global: &GlobalArgs, cmd: ApiCmd) -> anyhow::Result<std::proces
         }
         Mode::Compact => {
             let history = vec![Item::Message(MessageItem::user(demo::COMPACT_PROMPT))];
-            let outcome = loops::run_compact(&client, &config, history, demo::COMPACT_FOLLOW_UP).await.map_err(explain)?;
+            let outcome = loops::run_compact(&client, &config, history, demo::COMPACT_FOLLOW_UP)
+                .await
+                .map_err(explain)?;
             if global.json {
-                json_line(&json!({"mode": "compact", "compacted_items": outcome.compacted.output.len(),
-                    "response_id": outcome.follow.id, "text": outcome.follow.output_text()}))?;
+                json_line(
+                    &json!({"mode": "compact", "compacted_items": outcome.compacted.output.len(),
+                    "response_id": outcome.follow.id, "text": outcome.follow.output_text()}),
+                )?;
             } else {
                 for text in outcome.follow.message_lines() {
                     line(&text)?;
@@ -125,7 +143,9 @@ pub async fn run(global: &GlobalArgs, cmd: ApiCmd) -> anyhow::Result<std::proces
 async fn connect(mode: Mode, args: &ApiArgs) -> anyhow::Result<(Client, Option<MockServer>)> {
     if args.mock {
         let mock = MockConfig::for_mode(mode.name())?.with_api_key(MOCK_API_KEY);
-        let server = MockServer::start(mock).await.context("cannot start the emulator")?;
+        let server = MockServer::start(mock)
+            .await
+            .context("cannot start the emulator")?;
         let key = ApiKey::new(MOCK_API_KEY).context("mock key")?;
         let client = Client::new(ClientConfig::new(server.base_url(), key))?;
         return Ok((client, Some(server)));
@@ -146,8 +166,12 @@ fn explain(err: loops::LoopError) -> anyhow::Error {
         loops::LoopError::Client(ClientError::Api(api)) if api.status == Some(401) => {
             Some("check OPENAI_API_KEY (it is read from the environment only)")
         }
-        loops::LoopError::Client(ClientError::Connect(_)) => Some("check --base-url / OPENAI_BASE_URL and your network"),
-        loops::LoopError::NotAsync { .. } => Some("async tools need a model and API version that support `async: true`"),
+        loops::LoopError::Client(ClientError::Connect(_)) => {
+            Some("check --base-url / OPENAI_BASE_URL and your network")
+        }
+        loops::LoopError::NotAsync { .. } => {
+            Some("async tools need a model and API version that support `async: true`")
+        }
         _ => None,
     };
     match hint {

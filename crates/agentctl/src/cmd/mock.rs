@@ -33,7 +33,12 @@ pub struct ServeArgs {
     #[arg(long, value_name = "MODE")]
     pub fixture: Option<String>,
     /// Require this bearer key (default: any non-empty key; a missing key is still 401).
-    #[arg(long, env = "AGENTCTL_MOCK_KEY", value_name = "KEY", hide_env_values = true)]
+    #[arg(
+        long,
+        env = "AGENTCTL_MOCK_KEY",
+        value_name = "KEY",
+        hide_env_values = true
+    )]
     pub require_key: Option<String>,
 }
 
@@ -45,7 +50,9 @@ pub async fn run(global: &GlobalArgs, cmd: MockCmd) -> anyhow::Result<std::proce
         (None, None) => MockConfig::new(Script::default()),
     };
     config.api_key = args.require_key.clone();
-    let server = MockServer::bind(&args.addr, config).await.context("cannot start the emulator")?;
+    let server = MockServer::bind(&args.addr, config)
+        .await
+        .context("cannot start the emulator")?;
     if global.json {
         json_line(&json!({"base_url": server.base_url(), "addr": server.addr().to_string()}))?;
     } else {

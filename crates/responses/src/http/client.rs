@@ -22,7 +22,9 @@ pub struct Client {
 
 impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Client").field("config", &self.config).finish_non_exhaustive()
+        f.debug_struct("Client")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
     }
 }
 
@@ -40,7 +42,10 @@ impl Client {
             .user_agent(config.user_agent.clone())
             .build()
             .map_err(|e| ClientError::from_reqwest(&e))?;
-        Ok(Self { http, config: Arc::new(config) })
+        Ok(Self {
+            http,
+            config: Arc::new(config),
+        })
     }
 
     /// The configuration in use (the key inside prints as `<redacted>`).
@@ -57,7 +62,10 @@ impl Client {
     }
 
     /// `POST {base}/responses` with `stream: true`; events arrive through [`EventStream`].
-    pub async fn create_stream(&self, request: &CreateResponse) -> Result<EventStream, ClientError> {
+    pub async fn create_stream(
+        &self,
+        request: &CreateResponse,
+    ) -> Result<EventStream, ClientError> {
         let mut request = request.clone();
         request.stream = Some(Some(true));
         let body = encode(&request)?;
@@ -66,7 +74,10 @@ impl Client {
     }
 
     /// `POST {base}/responses/compact`.
-    pub async fn compact(&self, request: &CompactRequest) -> Result<CompactedResponse, ClientError> {
+    pub async fn compact(
+        &self,
+        request: &CompactRequest,
+    ) -> Result<CompactedResponse, ClientError> {
         self.post_json("responses/compact", request).await
     }
 
@@ -75,10 +86,18 @@ impl Client {
         let url = self.url(&format!("responses/{response_id}"));
         let mut retries_taken = 0;
         loop {
-            let attempt = self.http.get(&url).headers(self.headers(retries_taken)?).send().await;
+            let attempt = self
+                .http
+                .get(&url)
+                .headers(self.headers(retries_taken)?)
+                .send()
+                .await;
             match self.settle(attempt, retries_taken).await? {
                 Settled::Done(response) => {
-                    let bytes = response.bytes().await.map_err(|e| ClientError::from_reqwest(&e))?;
+                    let bytes = response
+                        .bytes()
+                        .await
+                        .map_err(|e| ClientError::from_reqwest(&e))?;
                     return decode(&bytes);
                 }
                 Settled::Retry => retries_taken += 1,
@@ -86,7 +105,11 @@ impl Client {
         }
     }
 
-    async fn post_json<B: Serialize, T: DeserializeOwned>(&self, path: &str, body: &B) -> Result<T, ClientError> {
+    async fn post_json<B: Serialize, T: DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &B,
+    ) -> Result<T, ClientError> {
         let body = encode(body)?;
         let mut retries_taken = 0;
         loop {
@@ -117,12 +140,22 @@ impl Client {
         }
     }
 
-    async fn attempt(&self, path: &str, body: Bytes, retries_taken: u32) -> Result<reqwest::Response, reqwest::Error> {
+    async fn attempt(
+        &self,
+        path: &str,
+        body: Bytes,
+        retries_taken: u32,
+    ) -> Result<reqwest::Response, reqwest::Error> {
         let headers = match self.headers(retries_taken) {
             Ok(h) => h,
             Err(_) => HeaderMap::new(),
         };
-        self.http.post(self.url(path)).headers(headers).body(body).send().await
+        self.http
+            .post(self.url(path))
+            .headers(headers)
+            .body(body)
+            .send()
+            .await
     }
 
     /// Applies the retry policy to one attempt: success, a wait-then-retry, or the final error.
@@ -144,9 +177,17 @@ impl Client {
             return Ok(Settled::Done(response));
         }
         let headers = response.headers().clone();
-        let request_id = headers.get("x-request-id").and_then(|v| v.to_str().ok()).map(str::to_owned);
+        let request_id = headers
+            .get("x-request-id")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
         if retries_taken < self.config.retry.max_retries && retry::should_retry(status, &headers) {
-            let delay = retry::retry_delay(&self.config.retry, retries_taken, Some(&headers), retry::jitter_unit());
+            let delay = retry::retry_delay(
+                &self.config.retry,
+                retries_taken,
+                Some(&headers),
+                retry::jitter_unit(),
+            );
             tracing::debug!(status, ?delay, retries_taken, "retrying request");
             // Drain so the connection can be reused; errors here do not matter.
             let _ = response.bytes().await;
@@ -154,7 +195,9 @@ impl Client {
             return Ok(Settled::Retry);
         }
         let body = response.bytes().await.unwrap_or_default();
-        Err(ClientError::Api(Box::new(ApiError::from_body(status, &body, request_id))))
+        Err(ClientError::Api(Box::new(ApiError::from_body(
+            status, &body, request_id,
+        ))))
     }
 
     async fn backoff_or_fail(
@@ -164,7 +207,12 @@ impl Client {
         headers: Option<&HeaderMap>,
     ) -> Result<(), ClientError> {
         if err.is_retryable_transport() && retries_taken < self.config.retry.max_retries {
-            let delay = retry::retry_delay(&self.config.retry, retries_taken, headers, retry::jitter_unit());
+            let delay = retry::retry_delay(
+                &self.config.retry,
+                retries_taken,
+                headers,
+                retry::jitter_unit(),
+            );
             tracing::debug!(error = %err, ?delay, retries_taken, "retrying after transport error");
             tokio::time::sleep(delay).await;
             Ok(())
@@ -179,8 +227,9 @@ impl Client {
 
     fn headers(&self, retries_taken: u32) -> Result<HeaderMap, ClientError> {
         let mut headers = HeaderMap::new();
-        let mut auth = HeaderValue::from_str(&self.config.api_key.bearer())
-            .map_err(|_| ClientError::Transport("the API key contains characters not allowed in a header".into()))?;
+        let mut auth = HeaderValue::from_str(&self.config.api_key.bearer()).map_err(|_| {
+            ClientError::Transport("the API key contains characters not allowed in a header".into())
+        })?;
         auth.set_sensitive(true);
         headers.insert(AUTHORIZATION, auth);
         headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
@@ -200,7 +249,9 @@ enum Settled {
 }
 
 fn encode<B: Serialize>(body: &B) -> Result<Bytes, ClientError> {
-    serde_json::to_vec(body).map(Bytes::from).map_err(|e| ClientError::Decode(e.to_string()))
+    serde_json::to_vec(body)
+        .map(Bytes::from)
+        .map_err(|e| ClientError::Decode(e.to_string()))
 }
 
 fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ClientError> {

@@ -17,7 +17,11 @@ impl ApiKey {
     pub fn new(key: impl Into<String>) -> Option<Self> {
         let key = key.into();
         let trimmed = key.trim();
-        if trimmed.is_empty() { None } else { Some(Self(trimmed.to_owned())) }
+        if trimmed.is_empty() {
+            None
+        } else {
+            Some(Self(trimmed.to_owned()))
+        }
     }
     /// `OPENAI_API_KEY`, when set and non-empty.
     pub fn from_env() -> Option<Self> {
@@ -77,7 +81,11 @@ impl ClientConfig {
         let key = ApiKey::from_env().ok_or(ClientError::MissingApiKey)?;
         let base = base_url_flag
             .map(str::to_owned)
-            .or_else(|| std::env::var("OPENAI_BASE_URL").ok().filter(|v| !v.trim().is_empty()))
+            .or_else(|| {
+                std::env::var("OPENAI_BASE_URL")
+                    .ok()
+                    .filter(|v| !v.trim().is_empty())
+            })
             .unwrap_or_else(|| DEFAULT_BASE_URL.to_owned());
         Ok(Self::new(base, key))
     }

@@ -28,7 +28,9 @@ pub struct EventStream {
 
 impl std::fmt::Debug for EventStream {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("EventStream").field("request_id", &self.request_id).finish_non_exhaustive()
+        f.debug_struct("EventStream")
+            .field("request_id", &self.request_id)
+            .finish_non_exhaustive()
     }
 }
 

@@ -46,19 +46,31 @@ where
             StreamEvent::OutputItemDone(done) => {
                 if let Item::FunctionCall(call) = done.item {
                     if !call.is_async() {
-                        return Err(LoopError::NotAsync { call_id: call.call_id });
+                        return Err(LoopError::NotAsync {
+                            call_id: call.call_id,
+                        });
                     }
                     if !seen.insert(call.call_id.clone()) {
-                        return Err(LoopError::DuplicateStreamCall { call_id: call.call_id });
+                        return Err(LoopError::DuplicateStreamCall {
+                            call_id: call.call_id,
+                        });
                     }
                     let executor = Arc::clone(&executor);
-                    jobs.push(tokio::spawn(async move { output_for(executor.as_ref(), &call).await }));
+                    jobs.push(tokio::spawn(async move {
+                        output_for(executor.as_ref(), &call).await
+                    }));
                 }
             }
             StreamEvent::Completed(e) => last = Some(e.response),
-            StreamEvent::Failed(_) => return Err(LoopError::StreamFailed { event_type: "response.failed".into() }),
+            StreamEvent::Failed(_) => {
+                return Err(LoopError::StreamFailed {
+                    event_type: "response.failed".into(),
+                });
+            }
             StreamEvent::Incomplete(_) => {
-                return Err(LoopError::StreamFailed { event_type: "response.incomplete".into() });
+                return Err(LoopError::StreamFailed {
+                    event_type: "response.incomplete".into(),
+                });
             }
             _ => {}
         }
@@ -73,7 +85,13 @@ where
     }
     let mut follow = CreateResponse::new(
         config.model.clone(),
-        Input::Items(outputs.iter().cloned().map(Item::FunctionCallOutput).collect()),
+        Input::Items(
+            outputs
+                .iter()
+                .cloned()
+                .map(Item::FunctionCallOutput)
+                .collect(),
+        ),
     );
     follow.tools = Some(config.tools.clone());
     follow.tool_choice = Some(serde_json::Value::String("none".into()));
@@ -81,7 +99,13 @@ where
     follow.previous_response_id = Some(Some(first.id.clone()));
     let follow = client.create(&follow).await?;
     if !follow.is_completed() {
-        return Err(LoopError::NotCompleted { status: follow.status.clone().unwrap_or_else(|| "none".into()) });
+        return Err(LoopError::NotCompleted {
+            status: follow.status.clone().unwrap_or_else(|| "none".into()),
+        });
     }
-    Ok(AsyncOutcome { first, outputs, follow })
+    Ok(AsyncOutcome {
+        first,
+        outputs,
+        follow,
+    })
 }

@@ -3,7 +3,9 @@
 
 use super::{LoopConfig, LoopError};
 use crate::http::Client;
-use crate::types::{CompactRequest, CompactedResponse, CreateResponse, Input, Item, MessageItem, Response};
+use crate::types::{
+    CompactRequest, CompactedResponse, CreateResponse, Input, Item, MessageItem, Response,
+};
 
 /// Every step of a compaction run.
 #[derive(Debug, Clone)]
@@ -30,7 +32,11 @@ pub async fn run_compact(
     let first = client.create(&first).await?;
     completed(&first)?;
     history.extend(first.output.iter().cloned());
-    let compact = CompactRequest { model: config.model.clone(), input: Some(Input::Items(history)), ..CompactRequest::default() };
+    let compact = CompactRequest {
+        model: config.model.clone(),
+        input: Some(Input::Items(history)),
+        ..CompactRequest::default()
+    };
     let compacted = client.compact(&compact).await?;
     // Never extract just encrypted_content or prune the compact endpoint's output.
     let mut follow_input = compacted.output.clone();
@@ -40,13 +46,20 @@ pub async fn run_compact(
     follow.instructions = config.instructions.clone().map(Some);
     let follow = client.create(&follow).await?;
     completed(&follow)?;
-    Ok(CompactOutcome { first, compacted, follow_input, follow })
+    Ok(CompactOutcome {
+        first,
+        compacted,
+        follow_input,
+        follow,
+    })
 }
 
 fn completed(response: &Response) -> Result<(), LoopError> {
     if response.is_completed() {
         Ok(())
     } else {
-        Err(LoopError::NotCompleted { status: response.status.clone().unwrap_or_else(|| "none".into()) })
+        Err(LoopError::NotCompleted {
+            status: response.status.clone().unwrap_or_else(|| "none".into()),
+        })
     }
 }

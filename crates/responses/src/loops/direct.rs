@@ -42,7 +42,9 @@ pub async fn run_direct<E: ToolExecutor>(
         request.include = Some(vec!["reasoning.encrypted_content".into()]);
         let response = client.create(&request).await?;
         if !response.is_completed() {
-            return Err(LoopError::NotCompleted { status: response.status.clone().unwrap_or_else(|| "none".into()) });
+            return Err(LoopError::NotCompleted {
+                status: response.status.clone().unwrap_or_else(|| "none".into()),
+            });
         }
         history.extend(response.output.iter().cloned());
         let calls: Vec<&FunctionCall> = response
@@ -53,16 +55,26 @@ pub async fn run_direct<E: ToolExecutor>(
                 _ => None,
             })
             .collect();
-        let has_message = response.output.iter().any(|item| matches!(item, Item::Message(_)));
+        let has_message = response
+            .output
+            .iter()
+            .any(|item| matches!(item, Item::Message(_)));
         if calls.is_empty() && has_message {
-            return Ok(DirectOutcome { response, history, turns: turn, executions });
+            return Ok(DirectOutcome {
+                response,
+                history,
+                turns: turn,
+                executions,
+            });
         }
         // Serial dispatch is intentional: the application owns execution policy.
         for call in calls {
             let signature = signature(call);
             match done.get(&call.call_id) {
                 Some((seen, _)) if *seen != signature => {
-                    return Err(LoopError::CallIdCollision { call_id: call.call_id.clone() });
+                    return Err(LoopError::CallIdCollision {
+                        call_id: call.call_id.clone(),
+                    });
                 }
                 Some(_) => {}
                 None => {
@@ -82,5 +94,6 @@ pub async fn run_direct<E: ToolExecutor>(
 /// Canonical identity of a call: name, arguments and caller.
 fn signature(call: &FunctionCall) -> String {
     let caller = serde_json::to_string(&call.caller()).unwrap_or_default();
-    serde_json::to_string(&[call.name.as_str(), call.arguments.as_str(), caller.as_str()]).unwrap_or_default()
+    serde_json::to_string(&[call.name.as_str(), call.arguments.as_str(), caller.as_str()])
+        .unwrap_or_default()
 }

@@ -7,7 +7,9 @@ pub enum LoopError {
     Client(#[from] ClientError),
     #[error("response did not complete: status {status}")]
     NotCompleted { status: String },
-    #[error("call ID collision: call_id {call_id} was repeated with different name/arguments/caller")]
+    #[error(
+        "call ID collision: call_id {call_id} was repeated with different name/arguments/caller"
+    )]
     CallIdCollision { call_id: String },
     #[error("reached the turn budget of {0} model turns without a final answer")]
     TurnBudget(usize),

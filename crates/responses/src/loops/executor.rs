@@ -13,7 +13,9 @@ pub struct ToolFailure {
 
 impl ToolFailure {
     pub fn new(message: impl Into<String>) -> Self {
-        Self { message: message.into() }
+        Self {
+            message: message.into(),
+        }
     }
 }
 
@@ -35,8 +37,14 @@ pub trait ToolExecutor: Send + Sync {
 }
 
 /// Runs `call` and builds its `function_call_output`, echoing the call's `caller`.
-pub async fn output_for<E: ToolExecutor + ?Sized>(executor: &E, call: &FunctionCall) -> FunctionCallOutput {
-    let output = match executor.call(&call.call_id, &call.name, &call.arguments).await {
+pub async fn output_for<E: ToolExecutor + ?Sized>(
+    executor: &E,
+    call: &FunctionCall,
+) -> FunctionCallOutput {
+    let output = match executor
+        .call(&call.call_id, &call.name, &call.arguments)
+        .await
+    {
         Ok(output) => output,
         Err(failure) => {
             tracing::info!(call_id = %call.call_id, name = %call.name, %failure, "tool failed");

@@ -26,6 +26,11 @@ pub struct LoopConfig {
 
 impl LoopConfig {
     pub fn new(model: impl Into<String>, instructions: Option<String>, tools: Vec<Tool>) -> Self {
-        Self { model: model.into(), instructions, tools, max_turns: MAX_MODEL_TURNS }
+        Self {
+            model: model.into(),
+            instructions,
+            tools,
+            max_turns: MAX_MODEL_TURNS,
+        }
     }
 }

@@ -154,7 +154,10 @@ impl ErrorEvent {
     /// The error's fields, whichever shape the event had.
     pub fn detail(&self) -> ErrorDetail {
         let text = |source: Option<&Value>, key: &str| {
-            source.and_then(|s| s.get(key)).and_then(Value::as_str).map(str::to_owned)
+            source
+                .and_then(|s| s.get(key))
+                .and_then(Value::as_str)
+                .map(str::to_owned)
         };
         if let Some(nested) = self.error.as_ref().filter(|e| e.is_object()) {
             return ErrorDetail {
@@ -165,8 +168,19 @@ impl ErrorEvent {
                 extra: Map::new(),
             };
         }
-        let flat = |key: &str| self.extra.get(key).and_then(Value::as_str).map(str::to_owned);
-        ErrorDetail { kind: None, code: flat("code"), message: flat("message").unwrap_or_default(), param: flat("param"), extra: Map::new() }
+        let flat = |key: &str| {
+            self.extra
+                .get(key)
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+        };
+        ErrorDetail {
+            kind: None,
+            code: flat("code"),
+            message: flat("message").unwrap_or_default(),
+            param: flat("param"),
+            extra: Map::new(),
+        }
     }
 }
 
@@ -180,8 +194,12 @@ impl StreamEvent {
             | StreamEvent::Completed(e)
             | StreamEvent::Failed(e)
             | StreamEvent::Incomplete(e) => Some(e.sequence_number),
-            StreamEvent::OutputItemAdded(e) | StreamEvent::OutputItemDone(e) => Some(e.sequence_number),
-            StreamEvent::ContentPartAdded(e) | StreamEvent::ContentPartDone(e) => Some(e.sequence_number),
+            StreamEvent::OutputItemAdded(e) | StreamEvent::OutputItemDone(e) => {
+                Some(e.sequence_number)
+            }
+            StreamEvent::ContentPartAdded(e) | StreamEvent::ContentPartDone(e) => {
+                Some(e.sequence_number)
+            }
             StreamEvent::OutputTextDelta(e)
             | StreamEvent::RefusalDelta(e)
             | StreamEvent::FunctionCallArgumentsDelta(e)
@@ -207,7 +225,10 @@ impl StreamEvent {
     pub fn is_terminal(&self) -> bool {
         matches!(
             self,
-            StreamEvent::Completed(_) | StreamEvent::Failed(_) | StreamEvent::Incomplete(_) | StreamEvent::Error(_)
+            StreamEvent::Completed(_)
+                | StreamEvent::Failed(_)
+                | StreamEvent::Incomplete(_)
+                | StreamEvent::Error(_)
         )
     }
 }

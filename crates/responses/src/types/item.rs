@@ -70,11 +70,17 @@ impl TextPart {
     pub fn output(text: impl Into<String>) -> Self {
         let mut extra = Map::new();
         extra.insert("annotations".into(), Value::Array(Vec::new()));
-        Self { text: text.into(), extra }
+        Self {
+            text: text.into(),
+            extra,
+        }
     }
     /// A plain text part (no extra fields).
     pub fn plain(text: impl Into<String>) -> Self {
-        Self { text: text.into(), extra: Map::new() }
+        Self {
+            text: text.into(),
+            extra: Map::new(),
+        }
     }
 }
 
@@ -175,9 +181,18 @@ pub struct FunctionCall {
     pub arguments: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<String>,
-    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "nullable",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub caller: Nullable<Caller>,
-    #[serde(rename = "async", default, deserialize_with = "nullable", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        rename = "async",
+        default,
+        deserialize_with = "nullable",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub is_async: Nullable<bool>,
     #[serde(flatten)]
     pub extra: Map<String, Value>,
@@ -212,7 +227,11 @@ pub struct FunctionCallOutput {
     pub output: ToolOutput,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<String>,
-    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "nullable",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub caller: Nullable<Caller>,
     #[serde(flatten)]
     pub extra: Map<String, Value>,
@@ -221,7 +240,11 @@ impl EmitsTag for FunctionCallOutput {}
 
 impl FunctionCallOutput {
     /// An output for `call_id`; `caller` is echoed when given (required for PTC resumption).
-    pub fn new(call_id: impl Into<String>, output: impl Into<String>, caller: Option<Caller>) -> Self {
+    pub fn new(
+        call_id: impl Into<String>,
+        output: impl Into<String>,
+        caller: Option<Caller>,
+    ) -> Self {
         Self {
             id: None,
             call_id: call_id.into(),
@@ -261,7 +284,11 @@ pub struct Reasoning {
     pub id: Option<String>,
     #[serde(default)]
     pub summary: Vec<Value>,
-    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "nullable",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub encrypted_content: Nullable<String>,
     #[serde(flatten)]
     pub extra: Map<String, Value>,
@@ -314,9 +341,18 @@ pub struct CustomToolCall {
     pub call_id: String,
     pub name: String,
     pub input: String,
-    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "nullable",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub caller: Nullable<Caller>,
-    #[serde(rename = "async", default, deserialize_with = "nullable", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        rename = "async",
+        default,
+        deserialize_with = "nullable",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub is_async: Nullable<bool>,
     #[serde(flatten)]
     pub extra: Map<String, Value>,
@@ -330,7 +366,11 @@ pub struct CustomToolCallOutput {
     pub id: Option<String>,
     pub call_id: String,
     pub output: ToolOutput,
-    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "nullable",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub caller: Nullable<Caller>,
     #[serde(flatten)]
     pub extra: Map<String, Value>,

@@ -32,18 +32,34 @@ pub struct CreateResponse {
     pub model: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub input: Option<Input>,
-    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "nullable",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub instructions: Nullable<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tools: Option<Vec<Tool>>,
     /// `"none"`, `"auto"`, `"required"` or an object; kept as JSON.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_choice: Option<Value>,
-    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "nullable",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub previous_response_id: Nullable<String>,
-    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "nullable",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub store: Nullable<bool>,
-    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "nullable",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub stream: Nullable<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub include: Option<Vec<String>>,
@@ -54,11 +70,17 @@ pub struct CreateResponse {
 impl CreateResponse {
     /// A request for `model` with `input`.
     pub fn new(model: impl Into<String>, input: Input) -> Self {
-        Self { model: model.into(), input: Some(input), ..Self::default() }
+        Self {
+            model: model.into(),
+            input: Some(input),
+            ..Self::default()
+        }
     }
     /// `previous_response_id`, if set.
     pub fn previous_response_id(&self) -> Option<&str> {
-        self.previous_response_id.as_ref().and_then(|v| v.as_deref())
+        self.previous_response_id
+            .as_ref()
+            .and_then(|v| v.as_deref())
     }
     /// `store` (the API defaults it to true).
     pub fn store(&self) -> bool {
@@ -81,9 +103,17 @@ pub struct CompactRequest {
     pub model: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub input: Option<Input>,
-    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "nullable",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub previous_response_id: Nullable<String>,
-    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "nullable",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub instructions: Nullable<String>,
     #[serde(flatten)]
     pub extra: Map<String, Value>,

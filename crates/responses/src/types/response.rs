@@ -14,11 +14,23 @@ pub struct Response {
     pub status: Option<String>,
     #[serde(default)]
     pub output: Vec<Item>,
-    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "nullable",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub error: Nullable<ResponseError>,
-    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "nullable",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub incomplete_details: Nullable<Value>,
-    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "nullable",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub usage: Nullable<Usage>,
     #[serde(flatten)]
     pub extra: Map<String, Value>,
@@ -44,7 +56,9 @@ impl Response {
                     for part in parts {
                         match part {
                             ContentPart::OutputText(p) => lines.push(p.text.clone()),
-                            ContentPart::Refusal(r) => lines.push(format!("REFUSAL: {}", r.refusal)),
+                            ContentPart::Refusal(r) => {
+                                lines.push(format!("REFUSAL: {}", r.refusal))
+                            }
                             ContentPart::InputText(_)
                             | ContentPart::ReasoningText(_)
                             | ContentPart::SummaryText(_)
@@ -91,8 +105,16 @@ impl Usage {
             "input_tokens_details".into(),
             serde_json::json!({"cached_tokens": 0, "cache_write_tokens": 0}),
         );
-        extra.insert("output_tokens_details".into(), serde_json::json!({"reasoning_tokens": 0}));
-        Self { input_tokens, output_tokens, total_tokens: input_tokens + output_tokens, extra }
+        extra.insert(
+            "output_tokens_details".into(),
+            serde_json::json!({"reasoning_tokens": 0}),
+        );
+        Self {
+            input_tokens,
+            output_tokens,
+            total_tokens: input_tokens + output_tokens,
+            extra,
+        }
     }
 }
 
@@ -102,7 +124,11 @@ pub struct CompactedResponse {
     pub id: String,
     #[serde(default)]
     pub output: Vec<Item>,
-    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "nullable",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub usage: Nullable<Usage>,
     #[serde(flatten)]
     pub extra: Map<String, Value>,

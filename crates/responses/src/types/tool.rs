@@ -20,17 +20,37 @@ tagged_union! {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct FunctionTool {
     pub name: String,
-    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "nullable",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub description: Nullable<String>,
-    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "nullable",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub parameters: Nullable<Value>,
-    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "nullable",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub strict: Nullable<bool>,
     /// `["direct"]`, `["programmatic"]` or both.
-    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "nullable",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub allowed_callers: Nullable<Vec<String>>,
     /// JSON Schema of the JSON value encoded in this tool's string outputs.
-    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "nullable",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub output_schema: Nullable<Value>,
     /// Async tools let the model keep working before the output arrives.
     #[serde(rename = "async", default, skip_serializing_if = "Option::is_none")]

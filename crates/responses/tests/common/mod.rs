@@ -25,5 +25,10 @@ pub fn client_for(base: &str, key: &str) -> Client {
 
 /// The bodies of the recorded `POST /v1/responses` requests.
 pub fn response_bodies(server: &MockServer) -> Vec<serde_json::Value> {
-    server.requests().into_iter().filter(|r| r.path == "/v1/responses").map(|r| r.body).collect()
+    server
+        .requests()
+        .into_iter()
+        .filter(|r| r.path == "/v1/responses")
+        .map(|r| r.body)
+        .collect()
 }
