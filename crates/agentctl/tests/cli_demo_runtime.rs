@@ -85,7 +85,7 @@ fn demo_runtime_tells_the_seed_story_and_runs_twice_on_one_db() {
     assert_ne!(turns[0], turns[1], "each run is its own turn");
     // The whole thread holds both runs.
     let out = agentctl(&db)
-        .args(["journal", "replay", "demo", "--json"])
+        .args(["journal", "replay", "--thread", "demo", "--json"])
         .output()
         .unwrap();
     if out.status.success() {
