@@ -4,9 +4,11 @@
 //! between `<!-- bench:AREA:start -->` and `<!-- bench:AREA:end -->`, so areas can be re-run
 //! one at a time without losing the others' tables.
 
+pub mod baseline;
 mod context;
 mod doc;
 mod responses;
+mod runtime;
 
 use std::path::PathBuf;
 
@@ -27,7 +29,11 @@ pub struct Section {
 type Area = (&'static str, fn(&BenchCtx) -> anyhow::Result<Section>);
 
 /// Every benchmark area, by name.
-const AREAS: &[Area] = &[("context", context::run), ("responses", responses::run)];
+const AREAS: &[Area] = &[
+    ("runtime", runtime::run),
+    ("responses", responses::run),
+    ("context", context::run),
+];
 
 pub fn run(args: &[String]) -> anyhow::Result<()> {
     let runs = std::env::var("BENCH_RUNS")

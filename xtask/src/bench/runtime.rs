@@ -1,0 +1,243 @@
+//! `cargo xtask bench runtime`: agent-runtime (release, `crates/runtime/examples/bench_runtime.rs`)
+//! beside the seed's `Runtime` (`../shared/baseline/bench_runtime.py`, default, `file` and
+//! `queue` modes) in one run.
+//!
+//! `BENCH_RUNTIME_SIZES` (default `1000,10000,100000`) and `BENCH_RUNTIME_FILE_SIZES`
+//! (default `1000,10000`) set the call counts.
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::process::Command;
+
+use anyhow::Context as _;
+use serde_json::Value;
+
+use super::baseline::{BaselineDir, parse_lines};
+use super::{BenchCtx, Section};
+use crate::process::{cargo, output, run as run_cmd};
+
+const CONCURRENCY: [u64; 3] = [2, 16, 64];
+
+pub fn run(ctx: &BenchCtx) -> anyhow::Result<Section> {
+    let sizes = std::env::var("BENCH_RUNTIME_SIZES").unwrap_or_else(|_| "1000,10000,100000".into());
+    let file_sizes =
+        std::env::var("BENCH_RUNTIME_FILE_SIZES").unwrap_or_else(|_| "1000,10000".into());
+    let runs = ctx.runs.clamp(1, 3).to_string();
+    run_cmd(cargo().args([
+        "build",
+        "--release",
+        "-j2",
+        "-p",
+        "agent-runtime",
+        "--example",
+        "bench_runtime",
+    ]))?;
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| ctx.root.join("target"));
+    let bin = target.join("release/examples/bench_runtime");
+    eprintln!("[runtime 1/5] ours: calls/s matrix, 30k queue case, journal ceiling");
+    let mut ours = parse_lines(&output(Command::new(&bin).args([
+        "--runs",
+        &runs,
+        "--sizes",
+        &sizes,
+        "--file-sizes",
+        &file_sizes,
+    ]))?)?;
+    eprintln!("[runtime 2/5] ours: peak memory, 10k and 100k finished calls (fresh processes)");
+    for n in ["10000", "100000"] {
+        ours.extend(parse_lines(&output(
+            Command::new(&bin).args(["--memory", n]),
+        )?)?);
+    }
+    let baseline = BaselineDir::new()?;
+    let env = [("RUNS", runs.as_str())];
+    eprintln!("[runtime 3/5] seed: demo main, in-memory matrix, retained jobs");
+    let mut seed = baseline
+        .run_script("bench_runtime.py", &env)
+        .context("the seed baseline needs python3 and ../shared/baseline")?;
+    eprintln!("[runtime 4/5] seed: file journal (synchronous=FULL), N=300");
+    seed.extend(run_mode(&baseline, "file", &env)?);
+    eprintln!("[runtime 5/5] seed: queue-time expiry, N=15k/30k");
+    seed.extend(run_mode(&baseline, "queue", &env)?);
+    Ok(Section {
+        markdown: render(&ours, &seed, ctx.runs.clamp(1, 3)),
+    })
+}
+
+fn run_mode(
+    baseline: &BaselineDir,
+    mode: &str,
+    env: &[(&str, &str)],
+) -> anyhow::Result<Vec<Value>> {
+    let seed_dir = baseline.seed();
+    let dir = seed_dir.parent().context("baseline copy has no root")?;
+    let mut cmd = Command::new("python3");
+    cmd.arg(dir.join("baseline/bench_runtime.py"))
+        .arg(mode)
+        .current_dir(dir.join("baseline"));
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    parse_lines(&output(&mut cmd)?)
+}
+
+fn ours_calls(ours: &[Value], journal: &str, n: u64, c: u64) -> Option<f64> {
+    ours.iter()
+        .find(|l| {
+            l["bench"] == "calls" && l["journal"] == journal && l["n"] == n && l["concurrency"] == c
+        })
+        .and_then(|l| l["calls_per_s"].as_f64())
+}
+
+fn seed_calls(seed: &[Value], journal: &str, timeout: &Value, n: u64, c: u64) -> Option<f64> {
+    seed.iter()
+        .find(|l| {
+            l["bench"] == "runtime/calls"
+                && l["journal"] == journal
+                && &l["timeout"] == timeout
+                && l["n"] == n
+                && l["concurrency"] == c
+        })
+        .and_then(|l| l["median"].as_f64())
+}
+
+fn fmt(v: Option<f64>) -> String {
+    v.map_or("n/a".into(), |v| format!("{v:.0}"))
+}
+
+fn ratio(ours: Option<f64>, seed: Option<f64>) -> String {
+    match (ours, seed) {
+        (Some(o), Some(s)) if s > 0.0 => format!("{:.1}x", o / s),
+        _ => "n/a".into(),
+    }
+}
+
+fn render(ours: &[Value], seed: &[Value], runs: usize) -> String {
+    let mut md = String::new();
+    let _ = writeln!(md, "## Turn runtime (`agent-runtime`)\n");
+    let _ = writeln!(
+        md,
+        "`cargo xtask bench runtime`: `crates/runtime/examples/bench_runtime.rs` (release) beside the \
+         seed's `Runtime` driven by `shared/baseline/bench_runtime.py`, same run, same machine, medians \
+         of {runs} runs. Workload: N no-op `read_docs(delay=0)` calls in one turn, all awaited. Ours \
+         journals 3 durable events per call (`tool.scheduled` before the effect, `tool.started`, one \
+         terminal event; the seed journals 2), with a run deadline of 1 s and no queue deadline; \
+         launches are kept within a window of 8192 unanswered calls (admission control), the seed \
+         launches all N at once. \"seed\" is the seed with `timeout=600` (its best case) for the \
+         in-memory rows and its default timeout for the file rows.\n"
+    );
+    let _ = writeln!(
+        md,
+        "| Journal | N | Concurrency | agent-runtime calls/s | seed calls/s | Ratio |"
+    );
+    let _ = writeln!(md, "|---|---:|---:|---:|---:|---:|");
+    let t600 = Value::from(600);
+    let tdef = Value::from("default(1s)");
+    let mut ns: Vec<u64> = ours
+        .iter()
+        .filter(|l| l["bench"] == "calls")
+        .filter_map(|l| l["n"].as_u64())
+        .collect();
+    ns.sort_unstable();
+    ns.dedup();
+    for (journal, label, seed_journal, seed_timeout) in [
+        ("memory", "in-memory (`sqlite::memory:`)", "memory", &t600),
+        (
+            "file_full",
+            "SQLite file, `Durability::Full` (fsync)",
+            "file(delete,sync=full)",
+            &tdef,
+        ),
+    ] {
+        for &n in &ns {
+            for c in CONCURRENCY {
+                let o = ours_calls(ours, journal, n, c);
+                if o.is_none() {
+                    continue;
+                }
+                // The seed's file mode runs N=300 only; it is the comparison for every N.
+                let s = if journal == "file_full" {
+                    seed_calls(seed, seed_journal, seed_timeout, 300, c.min(64)).or_else(|| {
+                        seed_calls(
+                            seed,
+                            seed_journal,
+                            seed_timeout,
+                            300,
+                            if c <= 2 { 2 } else { 64 },
+                        )
+                    })
+                } else {
+                    seed_calls(seed, seed_journal, seed_timeout, n, c)
+                };
+                let _ = writeln!(
+                    md,
+                    "| {label} | {n} | {c} | {} | {} | {} |",
+                    fmt(o),
+                    fmt(s),
+                    ratio(o, s)
+                );
+            }
+        }
+    }
+    let _ = writeln!(md);
+    let q30 = ours.iter().find(|l| l["bench"] == "queue_30k");
+    let seed_q30 = seed.iter().find(|l| {
+        l["bench"] == "runtime/queue_timeout" && l["n"] == 30000 && l["concurrency"] == 2
+    });
+    let _ = writeln!(
+        md,
+        "**30,000 calls in one turn at concurrency 2** (all launched at once, in-memory journal): ours \
+         {} ok / {} timeouts in {} s; seed (default timeout, which counts queue time) {} ok / {} timeouts.\n",
+        q30.map_or("n/a".into(), |l| l["ok"].to_string()),
+        q30.map_or("n/a".into(), |l| l["timeouts"].to_string()),
+        q30.and_then(|l| l["secs"].as_f64())
+            .map_or("n/a".into(), |s| format!("{s:.2}")),
+        seed_q30.map_or("n/a".into(), |l| l["ok"].to_string()),
+        seed_q30.map_or("n/a".into(), |l| l["timeouts"].to_string()),
+    );
+    let mem = |n: u64| ours.iter().find(|l| l["bench"] == "memory" && l["n"] == n);
+    let retained = seed
+        .iter()
+        .find(|l| l["bench"] == "runtime/retained_after_turn");
+    let kib = |l: Option<&Value>| {
+        l.and_then(|l| l["vm_hwm_kib"].as_f64())
+            .map_or("n/a".into(), |k| format!("{:.1} MiB", k / 1024.0))
+    };
+    let _ = writeln!(
+        md,
+        "**Memory**: peak RSS (VmHWM, whole process) for 10,000 finished calls {} and for 100,000 {} \
+         (file journal, launch window 4096, concurrency 64); jobs left in memory after the turn: {} and {}. \
+         Seed: {} jobs retained after a 10,000-call turn, {} KiB of Python heap each.\n",
+        kib(mem(10_000)),
+        kib(mem(100_000)),
+        mem(10_000).map_or("n/a".into(), |l| l["jobs_in_memory_after"].to_string()),
+        mem(100_000).map_or("n/a".into(), |l| l["jobs_in_memory_after"].to_string()),
+        retained.map_or("n/a".into(), |l| l["jobs_retained"].to_string()),
+        retained.map_or("n/a".into(), |l| l["python_heap_kb_per_job"].to_string()),
+    );
+    let ceiling = |j: &str| {
+        ours.iter()
+            .find(|l| l["bench"] == "journal_ceiling" && l["journal"] == j)
+            .and_then(|l| l["calls_per_s"].as_f64())
+    };
+    let demo = seed
+        .iter()
+        .find(|l| l["bench"] == "runtime/demo_main")
+        .and_then(|l| l["median"].as_f64());
+    let _ = writeln!(
+        md,
+        "**Where the time goes**: the journal alone, appending the same 3 events per call from the same \
+         number of concurrent appenders (no runtime), sustains {} calls/s in memory and {} calls/s on \
+         the fsync'd file; the runtime's own share is the rest (validation, canonical signature, JSON \
+         payloads, the job task, the slot semaphore, result delivery). When the ceiling is at or below \
+         the runtime's rate, the journal is the bottleneck: `sqlite::memory:` slows down as the journal \
+         grows (compare its 100k rows with the 1k rows), while the fsync'd file journal does not. \
+         Seed demo `main()` wall time: {} s.",
+        fmt(ceiling("memory")),
+        fmt(ceiling("file_full")),
+        demo.map_or("n/a".into(), |d| format!("{d:.3}")),
+    );
+    md
+}
