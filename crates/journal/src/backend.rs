@@ -119,9 +119,18 @@ mod tests {
         assert_eq!(
             plan.acks[1],
             vec![
-                Appended { seq: 11, deduplicated: true },
-                Appended { seq: 13, deduplicated: false },
-                Appended { seq: 3, deduplicated: true },
+                Appended {
+                    seq: 11,
+                    deduplicated: true
+                },
+                Appended {
+                    seq: 13,
+                    deduplicated: false
+                },
+                Appended {
+                    seq: 3,
+                    deduplicated: true
+                },
             ]
         );
         assert_eq!(dedup_pairs(&requests).len(), 3);

@@ -83,10 +83,16 @@ impl Journal {
         let shown_url = redact_url(url);
         let (conn, reads) = if url.starts_with("sqlite:") {
             let opened = sqlite::open(url, &shown_url, &options).await?;
-            (WriteConn::Sqlite(opened.writer), Reads::Sqlite(opened.reads))
+            (
+                WriteConn::Sqlite(opened.writer),
+                Reads::Sqlite(opened.reads),
+            )
         } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
             let opened = postgres::open(url, &shown_url, &options).await?;
-            (WriteConn::Postgres(opened.writer), Reads::Postgres(opened.reads))
+            (
+                WriteConn::Postgres(opened.writer),
+                Reads::Postgres(opened.reads),
+            )
         } else {
             return Err(JournalError::InvalidUrl {
                 url: shown_url,
@@ -179,7 +185,11 @@ impl Journal {
         let mut events = Vec::new();
         let mut last = after;
         loop {
-            let page = self.inner.reads.replay_page(thread, last, PAGE * 100).await?;
+            let page = self
+                .inner
+                .reads
+                .replay_page(thread, last, PAGE * 100)
+                .await?;
             let full = page.len() as i64 == PAGE * 100;
             if let Some(event) = page.last() {
                 last = event.seq;

@@ -52,7 +52,10 @@ pub(crate) fn check_event(event: &NewEvent) -> Result<String, JournalError> {
     }
     if payload.contains("\\u0000") {
         // PostgreSQL's jsonb cannot store NUL; refuse it on every backend alike.
-        return Err(JournalError::invalid("payload", "must not contain NUL characters"));
+        return Err(JournalError::invalid(
+            "payload",
+            "must not contain NUL characters",
+        ));
     }
     Ok(payload)
 }

@@ -107,7 +107,7 @@ pub(crate) async fn write_batch(
     let mut existing = HashMap::new();
     for pairs in backend::dedup_pairs(batch).chunks(PAIRS_PER_LOOKUP) {
         let mut query: QueryBuilder<Postgres> = QueryBuilder::new(
-            "SELECT thread, dedup_key, seq FROM journal_events WHERE (thread, dedup_key) IN (VALUES ",
+            "SELECT e.thread, e.dedup_key, e.seq FROM (VALUES ",
         );
         let mut list = query.separated(", ");
         for (thread, key) in pairs {
@@ -117,7 +117,11 @@ pub(crate) async fn write_batch(
             list.push_bind_unseparated(*key);
             list.push_unseparated(")");
         }
-        query.push(")");
+        // The keys drive the join, so each is one probe of the dedup index. (A row-value
+        // `IN (VALUES ...)` filter is planned as a scan of the whole table.)
+        query.push(
+            ") AS k JOIN journal_events AS e ON e.thread = k.column1 AND e.dedup_key = k.column2",
+        );
         for row in query.build().fetch_all(&mut *tx).await? {
             existing.insert((row.try_get(0)?, row.try_get(1)?), row.try_get(2)?);
         }

@@ -61,7 +61,11 @@ pub(crate) async fn open(
     let reads = SqlitePoolOptions::new()
         .max_connections(options.read_connections.max(1))
         .min_connections(0)
-        .connect_with(connect.read_only(!in_memory).row_buffer_size(READ_ROW_BUFFER))
+        .connect_with(
+            connect
+                .read_only(!in_memory)
+                .row_buffer_size(READ_ROW_BUFFER),
+        )
         .await
         .map_err(open_err)?;
     Ok(Opened { writer, reads })
@@ -116,7 +120,7 @@ async fn write_in_transaction(
     let mut existing = HashMap::new();
     for pairs in backend::dedup_pairs(batch).chunks(PAIRS_PER_LOOKUP) {
         let mut query: QueryBuilder<Sqlite> = QueryBuilder::new(
-            "SELECT thread, dedup_key, seq FROM journal_events WHERE (thread, dedup_key) IN (VALUES ",
+            "SELECT e.thread, e.dedup_key, e.seq FROM (VALUES ",
         );
         let mut list = query.separated(", ");
         for (thread, key) in pairs {
@@ -126,7 +130,11 @@ async fn write_in_transaction(
             list.push_bind_unseparated(*key);
             list.push_unseparated(")");
         }
-        query.push(")");
+        // The keys drive the join, so each is one probe of the dedup index. (A row-value
+        // `IN (VALUES ...)` filter is planned as a scan of the whole table.)
+        query.push(
+            ") AS k JOIN journal_events AS e ON e.thread = k.column1 AND e.dedup_key = k.column2",
+        );
         for row in query.build().fetch_all(&mut *conn).await? {
             existing.insert((row.try_get(0)?, row.try_get(1)?), row.try_get(2)?);
         }
