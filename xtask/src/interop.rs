@@ -78,10 +78,20 @@ pub fn openai_venv() -> anyhow::Result<std::path::PathBuf> {
     let venv = dir.join(".venv");
     let python = venv.join("bin").join("python");
     if !python.exists() {
-        run(std::process::Command::new("python3").args(["-m", "venv"]).arg(&venv))?;
+        run(std::process::Command::new("python3")
+            .args(["-m", "venv"])
+            .arg(&venv))?;
     }
-    run(std::process::Command::new(&python)
-        .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--upgrade", "openai[realtime]", "pytest"]))?;
+    run(std::process::Command::new(&python).args([
+        "-m",
+        "pip",
+        "install",
+        "--quiet",
+        "--disable-pip-version-check",
+        "--upgrade",
+        "openai[realtime]",
+        "pytest",
+    ]))?;
     Ok(python)
 }
 
@@ -100,7 +110,15 @@ fn openai_sdk() -> anyhow::Result<()> {
     let agentctl = target.join("debug").join("agentctl");
     let key = "sk-interop-openai-sdk";
     let mut server = std::process::Command::new(&agentctl)
-        .args(["mock", "serve", "--addr", "127.0.0.1:0", "--require-key", key, "--script"])
+        .args([
+            "mock",
+            "serve",
+            "--addr",
+            "127.0.0.1:0",
+            "--require-key",
+            key,
+            "--script",
+        ])
         .arg(dir.join("script.json"))
         .stdout(std::process::Stdio::piped())
         .spawn()
@@ -125,7 +143,9 @@ fn openai_sdk() -> anyhow::Result<()> {
                 .env("MOCK_ADMIN_URL", admin)
                 .current_dir(&dir))
         }
-        None => Err(anyhow::anyhow!("`agentctl mock serve` did not print its base URL")),
+        None => Err(anyhow::anyhow!(
+            "`agentctl mock serve` did not print its base URL"
+        )),
     };
     let _ = server.kill();
     let _ = server.wait();

@@ -31,7 +31,9 @@ pub use run_cmd as run;
 pub fn run_cmd(cmd: &mut Command) -> anyhow::Result<()> {
     let shown = format!("{cmd:?}");
     eprintln!("xtask: $ {shown}");
-    let status = cmd.status().with_context(|| format!("cannot start {shown}"))?;
+    let status = cmd
+        .status()
+        .with_context(|| format!("cannot start {shown}"))?;
     if !status.success() {
         bail!("{shown} failed with {status}");
     }

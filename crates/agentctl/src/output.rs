@@ -53,7 +53,10 @@ pub fn report_error(err: &anyhow::Error) -> ExitCode {
     let hint = err
         .downcast_ref::<HintedContext>()
         .map(|h| h.0.clone())
-        .or_else(|| err.chain().find_map(|e| e.downcast_ref::<Hint>().map(|h| h.0.clone())))
+        .or_else(|| {
+            err.chain()
+                .find_map(|e| e.downcast_ref::<Hint>().map(|h| h.0.clone()))
+        })
         .unwrap_or_else(|| "run with --help for usage, or RUST_LOG=debug for details".into());
     let mut message = String::new();
     for cause in err.chain() {

@@ -1,3 +1,4 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests may unwrap
 //! `agentctl demo runtime|orchestrate|gui` end to end, on a temp SQLite file.
 
 use assert_cmd::Command;

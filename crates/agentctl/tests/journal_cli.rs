@@ -34,17 +34,25 @@ async fn seeded() -> (tempfile::TempDir, String, Journal) {
 #[tokio::test]
 async fn threads_and_replay_print_json_lines() {
     let (_dir, url, _journal) = seeded().await;
-    let out = agentctl(&url).args(["--json", "journal", "threads"]).output().unwrap();
+    let out = agentctl(&url)
+        .args(["--json", "journal", "threads"])
+        .output()
+        .unwrap();
     assert!(out.status.success());
     let threads: Vec<Value> = String::from_utf8(out.stdout)
         .unwrap()
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
-    assert_eq!(threads, vec![json!({"thread": "t1"}), json!({"thread": "t2"})]);
+    assert_eq!(
+        threads,
+        vec![json!({"thread": "t1"}), json!({"thread": "t2"})]
+    );
 
     let out = agentctl(&url)
-        .args(["--json", "journal", "replay", "--thread", "t1", "--after", "1"])
+        .args([
+            "--json", "journal", "replay", "--thread", "t1", "--after", "1",
+        ])
         .output()
         .unwrap();
     assert!(out.status.success());
@@ -83,11 +91,17 @@ async fn tail_follows_new_events() {
 
 #[test]
 fn bad_database_url_is_one_line_and_a_hint() {
-    let out = agentctl("mysql://nowhere").args(["journal", "threads"]).output().unwrap();
+    let out = agentctl("mysql://nowhere")
+        .args(["journal", "threads"])
+        .output()
+        .unwrap();
     assert!(!out.status.success());
     let stderr = String::from_utf8(out.stderr).unwrap();
     let lines: Vec<&str> = stderr.lines().collect();
-    assert!(lines[0].starts_with("error: invalid journal URL"), "{stderr}");
+    assert!(
+        lines[0].starts_with("error: invalid journal URL"),
+        "{stderr}"
+    );
     assert!(lines[1].starts_with("hint: "), "{stderr}");
     assert!(out.stdout.is_empty());
 }

@@ -25,7 +25,14 @@ async fn main() -> anyhow::Result<()> {
     match args.first().map(String::as_str) {
         Some("append") => {
             let in_flight = args.get(5).map(|a| a.parse()).transpose()?.unwrap_or(1);
-            append(&arg(1)?, arg(2)?.parse()?, &arg(3)?, arg(4)?.parse()?, in_flight).await
+            append(
+                &arg(1)?,
+                arg(2)?.parse()?,
+                &arg(3)?,
+                arg(4)?.parse()?,
+                in_flight,
+            )
+            .await
         }
         Some("raw") => raw(&arg(1)?, arg(2)?.parse()?, arg(3)?.parse()?).await,
         Some("replay-build") => replay_build(&arg(1)?).await,

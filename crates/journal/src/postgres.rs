@@ -106,9 +106,8 @@ pub(crate) async fn write_batch(
         .await?;
     let mut existing = HashMap::new();
     for pairs in backend::dedup_pairs(batch).chunks(PAIRS_PER_LOOKUP) {
-        let mut query: QueryBuilder<Postgres> = QueryBuilder::new(
-            "SELECT e.thread, e.dedup_key, e.seq FROM (VALUES ",
-        );
+        let mut query: QueryBuilder<Postgres> =
+            QueryBuilder::new("SELECT e.thread, e.dedup_key, e.seq FROM (VALUES ");
         let mut list = query.separated(", ");
         for (thread, key) in pairs {
             list.push("(");

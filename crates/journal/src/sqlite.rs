@@ -119,9 +119,8 @@ async fn write_in_transaction(
         .await?;
     let mut existing = HashMap::new();
     for pairs in backend::dedup_pairs(batch).chunks(PAIRS_PER_LOOKUP) {
-        let mut query: QueryBuilder<Sqlite> = QueryBuilder::new(
-            "SELECT e.thread, e.dedup_key, e.seq FROM (VALUES ",
-        );
+        let mut query: QueryBuilder<Sqlite> =
+            QueryBuilder::new("SELECT e.thread, e.dedup_key, e.seq FROM (VALUES ");
         let mut list = query.separated(", ");
         for (thread, key) in pairs {
             list.push("(");

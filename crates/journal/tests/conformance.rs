@@ -68,12 +68,17 @@ async fn seq_increases_and_replay_filters_by_thread_and_after(f: Fixture) {
     assert_eq!(a.len(), 5);
     assert!(a.iter().all(|e| e.thread == "a"));
     assert_eq!(
-        a.iter().map(|e| e.payload["n"].as_i64().unwrap()).collect::<Vec<_>>(),
+        a.iter()
+            .map(|e| e.payload["n"].as_i64().unwrap())
+            .collect::<Vec<_>>(),
         vec![0, 2, 4, 6, 8]
     );
     let after = a[2].seq;
     let tail = j.replay("a", after).await.unwrap();
-    assert_eq!(tail.iter().map(|e| e.seq).collect::<Vec<_>>(), vec![a[3].seq, a[4].seq]);
+    assert_eq!(
+        tail.iter().map(|e| e.seq).collect::<Vec<_>>(),
+        vec![a[3].seq, a[4].seq]
+    );
     assert!(j.replay("nobody", 0).await.unwrap().is_empty());
     assert!(a.iter().all(|e| e.at > 1_600_000_000_000));
 }
@@ -86,13 +91,19 @@ async fn batch_is_atomic_consecutive_and_ordered(f: Fixture) {
         .await
         .unwrap();
     let seqs: Vec<i64> = acks.iter().map(|a| a.seq).collect();
-    assert!(seqs.windows(2).all(|w| w[1] == w[0] + 1), "not consecutive: {seqs:?}");
+    assert!(
+        seqs.windows(2).all(|w| w[1] == w[0] + 1),
+        "not consecutive: {seqs:?}"
+    );
     // An invalid event anywhere in a batch refuses the whole batch.
     let mut bad: Vec<NewEvent> = (0..5).map(|n| ev("t", "never", n)).collect();
     bad.push(NewEvent::new("", "never", json!({})));
     assert!(matches!(
         j.append_batch(bad).await,
-        Err(JournalError::InvalidInput { field: "thread", .. })
+        Err(JournalError::InvalidInput {
+            field: "thread",
+            ..
+        })
     ));
     let all = j.replay("t", 0).await.unwrap();
     assert_eq!(all.len(), 51);
@@ -132,7 +143,10 @@ async fn dedup_key_returns_first_seq_and_writes_nothing(f: Fixture) {
     assert_eq!(acks[2].seq, first.seq);
     let events = j.replay("t", 0).await.unwrap();
     assert_eq!(
-        events.iter().map(|e| e.payload["n"].as_i64().unwrap()).collect::<Vec<_>>(),
+        events
+            .iter()
+            .map(|e| e.payload["n"].as_i64().unwrap())
+            .collect::<Vec<_>>(),
         vec![1, 4]
     );
     let found = j.find_by_dedup_key("t", "call-2").await.unwrap().unwrap();
@@ -173,7 +187,10 @@ async fn concurrent_appends_are_group_committed_in_ack_order(f: Fixture) {
     for e in &events {
         let p = e.payload["p"].as_i64().unwrap();
         let n = e.payload["n"].as_i64().unwrap() as usize;
-        assert_eq!(by_producer[&p][n], e.seq, "ack for ({p},{n}) names another event");
+        assert_eq!(
+            by_producer[&p][n], e.seq,
+            "ack for ({p},{n}) names another event"
+        );
     }
     // Seqs in the journal are unique and increasing.
     assert!(events.windows(2).all(|w| w[0].seq < w[1].seq));
@@ -185,12 +202,18 @@ async fn bad_input_is_refused_and_writes_nothing(f: Fixture) {
         (NewEvent::new("", "k", json!({})), "thread"),
         (NewEvent::new("x".repeat(257), "k", json!({})), "thread"),
         (NewEvent::new("t", "", json!({})), "kind"),
-        (NewEvent::new("t", "k", json!({})).with_dedup_key(""), "dedup key"),
+        (
+            NewEvent::new("t", "k", json!({})).with_dedup_key(""),
+            "dedup key",
+        ),
         (
             NewEvent::new("t", "k", json!({ "big": "x".repeat(4 * 1024 * 1024) })),
             "payload",
         ),
-        (NewEvent::new("t", "k", json!({ "nul": "a\u{0}b" })), "payload"),
+        (
+            NewEvent::new("t", "k", json!({ "nul": "a\u{0}b" })),
+            "payload",
+        ),
     ];
     for (event, field) in cases {
         match j.append(event).await {
@@ -203,7 +226,10 @@ async fn bad_input_is_refused_and_writes_nothing(f: Fixture) {
     }
     assert!(matches!(
         j.replay("", 0).await,
-        Err(JournalError::InvalidInput { field: "thread", .. })
+        Err(JournalError::InvalidInput {
+            field: "thread",
+            ..
+        })
     ));
     assert!(j.threads().await.unwrap().is_empty());
     // The journal still works after refusing bad input.
@@ -228,7 +254,11 @@ async fn replay_stream_pages_through_long_threads(f: Fixture) {
     assert_eq!(streamed.len(), 3500);
     assert_eq!(streamed, replayed);
     let after = replayed[1999].seq;
-    let rest: Vec<_> = j.replay_stream("long", after).map(|e| e.unwrap()).collect().await;
+    let rest: Vec<_> = j
+        .replay_stream("long", after)
+        .map(|e| e.unwrap())
+        .collect()
+        .await;
     assert_eq!(rest.len(), 1500);
     assert_eq!(rest[0].seq, replayed[2000].seq);
 }

@@ -27,7 +27,13 @@ fn acknowledged_events_survive_sigkill() {
     let mut acked: Vec<(i64, u64, u64)> = Vec::new();
     for round in 0..KILLS {
         let mut child = Command::new(&exe)
-            .args(["--ignored", "--exact", "crash_child", "--nocapture", "--test-threads=1"])
+            .args([
+                "--ignored",
+                "--exact",
+                "crash_child",
+                "--nocapture",
+                "--test-threads=1",
+            ])
             .env("CRASH_CHILD_DB", &url)
             .env("CRASH_CHILD_ROUND", round.to_string())
             .stdout(Stdio::piped())
@@ -56,7 +62,10 @@ fn acknowledged_events_survive_sigkill() {
         child.wait().unwrap();
         verify(&url, &acked, round);
     }
-    assert!(acked.len() > KILLS, "the child acknowledged too little to test anything");
+    assert!(
+        acked.len() > KILLS,
+        "the child acknowledged too little to test anything"
+    );
 }
 
 /// `ACK seq producer n`
@@ -86,8 +95,14 @@ fn verify(url: &str, acked: &[(i64, u64, u64)], round: usize) {
             let payload = by_seq
                 .get(seq)
                 .unwrap_or_else(|| panic!("round {round}: acknowledged seq {seq} was lost"));
-            assert_eq!(payload["p"], *producer, "round {round}: seq {seq} has other content");
-            assert_eq!(payload["n"], *n, "round {round}: seq {seq} has other content");
+            assert_eq!(
+                payload["p"], *producer,
+                "round {round}: seq {seq} has other content"
+            );
+            assert_eq!(
+                payload["n"], *n,
+                "round {round}: seq {seq} has other content"
+            );
         }
         journal.close().await;
     });
@@ -113,7 +128,11 @@ fn crash_child() {
                 for n in 0.. {
                     let producer = round * 100 + p;
                     let ack = journal
-                        .append(NewEvent::new("crash", "e", json!({ "p": producer, "n": n })))
+                        .append(NewEvent::new(
+                            "crash",
+                            "e",
+                            json!({ "p": producer, "n": n }),
+                        ))
                         .await
                         .unwrap();
                     use std::io::Write as _;

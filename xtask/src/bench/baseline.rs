@@ -20,8 +20,9 @@ impl BaselineDir {
         let root = std::env::temp_dir().join(format!("agentctl-baseline-{}", std::process::id()));
         let shared = shared_dir();
         for part in ["baseline", "seed"] {
-            copy_dir(&shared.join(part), &root.join(part))
-                .with_context(|| format!("cannot copy shared/{part}; is ../shared beside the checkout?"))?;
+            copy_dir(&shared.join(part), &root.join(part)).with_context(|| {
+                format!("cannot copy shared/{part}; is ../shared beside the checkout?")
+            })?;
         }
         Ok(BaselineDir { root })
     }
@@ -70,14 +71,6 @@ pub fn parse_lines(text: &str) -> anyhow::Result<Vec<serde_json::Value>> {
         .filter(|l| l.trim_start().starts_with('{'))
         .filter_map(|l| serde_json::from_str(l).ok())
         .collect())
-}
-
-/// The first line whose `bench` field is `name`.
-pub fn find<'a>(lines: &'a [serde_json::Value], name: &str) -> anyhow::Result<&'a serde_json::Value> {
-    lines
-        .iter()
-        .find(|l| l["bench"] == name)
-        .with_context(|| format!("the baseline printed no `{name}` line"))
 }
 
 fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {

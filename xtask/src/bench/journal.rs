@@ -50,16 +50,25 @@ pub fn run(ctx: &BenchCtx) -> anyhow::Result<Section> {
     let mut step = 0;
     for round in 0..ctx.runs {
         step += 1;
-        eprintln!("[journal {step}/{steps}] round {}: seed Journal.append (file)", round + 1);
+        eprintln!(
+            "[journal {step}/{steps}] round {}: seed Journal.append (file)",
+            round + 1
+        );
         let lines = baseline.run_code(SEED_APPEND)?;
         seed.push(number(&lines, "events_per_s")?);
         step += 1;
-        eprintln!("[journal {step}/{steps}] round {}: raw multi-row INSERT", round + 1);
+        eprintln!(
+            "[journal {step}/{steps}] round {}: raw multi-row INSERT",
+            round + 1
+        );
         let db = fresh_db(&scratch, "raw")?;
         let lines = run_bin(&bin, &["raw", path_str(&db)?, SECONDS, "1000"])?;
         raw.push(number(&lines, "rows_per_s")?);
         step += 1;
-        eprintln!("[journal {step}/{steps}] round {}: raw INSERT, 100 rows/txn", round + 1);
+        eprintln!(
+            "[journal {step}/{steps}] round {}: raw INSERT, 100 rows/txn",
+            round + 1
+        );
         let db = fresh_db(&scratch, "raw")?;
         let lines = run_bin(&bin, &["raw", path_str(&db)?, SECONDS, "100"])?;
         raw_small.push(number(&lines, "rows_per_s")?);
@@ -139,7 +148,11 @@ pub fn run(ctx: &BenchCtx) -> anyhow::Result<Section> {
                 "| ours, {} producer{}, `{}` | {rate:.0} | {per_commit:.1} | {:.1}% | {:.0} |\n",
                 case.producers,
                 if case.producers == 1 { "" } else { "s" },
-                if durability == "full" { "Full" } else { "Normal" },
+                if durability == "full" {
+                    "Full"
+                } else {
+                    "Normal"
+                },
                 100.0 * rate / raw_median,
                 rate / seed_median,
             ));
@@ -187,7 +200,9 @@ pub fn run(ctx: &BenchCtx) -> anyhow::Result<Section> {
     );
     md.push_str("\n![appends per second against producers](journal-appends.svg)\n\n");
     md.push_str("Replay from a 1M-event journal (10 interleaved threads of 100k events, plus a 100-event thread), median of ");
-    md.push_str(&format!("{runs} runs, events decoded into JSON values:\n\n"));
+    md.push_str(&format!(
+        "{runs} runs, events decoded into JSON values:\n\n"
+    ));
     md.push_str("| replay | ours | seed | × faster |\n|---|---|---|---|\n");
     let big = ours["big_ms"].as_f64().unwrap_or(f64::NAN);
     let small = ours["small_ms"].as_f64().unwrap_or(f64::NAN);

@@ -5,8 +5,10 @@
 //! one at a time without losing the others' tables.
 
 pub mod baseline;
+pub mod chart;
 mod context;
 mod doc;
+mod journal;
 mod responses;
 mod runtime;
 
@@ -30,6 +32,7 @@ type Area = (&'static str, fn(&BenchCtx) -> anyhow::Result<Section>);
 
 /// Every benchmark area, by name.
 const AREAS: &[Area] = &[
+    ("journal", journal::run),
     ("runtime", runtime::run),
     ("responses", responses::run),
     ("context", context::run),
@@ -56,7 +59,11 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
             .ok_or_else(|| anyhow::anyhow!("unknown bench area `{name}`"))?;
         eprintln!("xtask: bench `{name}` ({runs} runs per measurement)");
         let section = area(&ctx)?;
-        doc::write_section(&ctx.root.join("docs/benchmarks.md"), name, &section.markdown)?;
+        doc::write_section(
+            &ctx.root.join("docs/benchmarks.md"),
+            name,
+            &section.markdown,
+        )?;
         eprintln!("xtask: bench `{name}` written to docs/benchmarks.md");
     }
     Ok(())

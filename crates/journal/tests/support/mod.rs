@@ -30,7 +30,9 @@ pub fn pg_base_url() -> Option<String> {
         Ok(url) if !url.is_empty() => Some(url),
         _ => {
             if std::env::var("CI").is_ok_and(|v| v == "true") {
-                panic!("CI=true but AGENTCTL_TEST_PG_URL is unset: the PostgreSQL suite must run in CI");
+                panic!(
+                    "CI=true but AGENTCTL_TEST_PG_URL is unset: the PostgreSQL suite must run in CI"
+                );
             }
             eprintln!("SKIPPED: PostgreSQL suite (AGENTCTL_TEST_PG_URL unset)");
             None

@@ -1,3 +1,4 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests may unwrap
 #![allow(dead_code)]
 
 use std::time::Duration;
