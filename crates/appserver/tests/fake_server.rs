@@ -145,15 +145,15 @@ async fn requests_before_the_handshake_get_the_servers_error() {
 #[tokio::test]
 async fn a_crash_mid_call_fails_every_pending_call_and_every_later_one() {
     let (client, mut events) = start(ClientOptions::default(), ApprovalPolicy::default()).await;
-    let waiting = tokio::spawn({
-        let client = client.clone();
-        async move { client.call("fake/ignore", None).await }
-    });
-    // The crash request is written after the ignored one, so both are pending by then.
-    let crashed = client.call("fake/crash", None).await.unwrap_err();
-    assert_eq!(lost(crashed), ConnectionLost::EndOfStream);
-    let other = waiting.await.unwrap().unwrap_err();
-    assert_eq!(lost(other), ConnectionLost::EndOfStream);
+    // `join!` polls in order, so the ignored call is registered and queued for writing
+    // before the crash request: both are pending when the server dies. (A spawned task
+    // could be scheduled after the crash and then fail on the closed pipe instead.)
+    let (other, crashed) = tokio::join!(
+        client.call("fake/ignore", None),
+        client.call("fake/crash", None)
+    );
+    assert_eq!(lost(crashed.unwrap_err()), ConnectionLost::EndOfStream);
+    assert_eq!(lost(other.unwrap_err()), ConnectionLost::EndOfStream);
     let later = client.call("fake/echo", Some(json!({}))).await.unwrap_err();
     assert_eq!(lost(later), ConnectionLost::EndOfStream);
     assert_eq!(client.pending_calls(), 0);
