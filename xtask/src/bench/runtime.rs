@@ -232,9 +232,9 @@ fn render(ours: &[Value], seed: &[Value], runs: usize) -> String {
          number of concurrent appenders (no runtime), sustains {} calls/s in memory and {} calls/s on \
          the fsync'd file; the runtime's own share is the rest (validation, canonical signature, JSON \
          payloads, the job task, the slot semaphore, result delivery). When the ceiling is at or below \
-         the runtime's rate, the journal is the bottleneck: `sqlite::memory:` slows down as the journal \
-         grows (compare its 100k rows with the 1k rows), while the fsync'd file journal does not. \
-         Seed demo `main()` wall time: {} s.",
+         the runtime's rate, the journal is the bottleneck (each call costs three group-committed \
+         appends; before the journal's dedup lookup was fixed to probe its index, `sqlite::memory:` \
+         also slowed down as the journal grew). Seed demo `main()` wall time: {} s.",
         fmt(ceiling("memory")),
         fmt(ceiling("file_full")),
         demo.map_or("n/a".into(), |d| format!("{d:.3}")),
