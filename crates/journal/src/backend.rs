@@ -8,7 +8,10 @@
 
 use std::collections::HashMap;
 
-use crate::event::Appended;
+use sqlx::{Database, Decode, Type};
+
+use crate::error::JournalError;
+use crate::event::{Appended, Event};
 use crate::writer::Prepared;
 
 /// One row to insert.
@@ -91,6 +94,29 @@ macro_rules! select_events {
     };
 }
 pub(crate) use select_events;
+
+/// Decodes a row selected by [`select_events!`], on either backend.
+pub(crate) fn decode<R>(row: &R) -> Result<Event, JournalError>
+where
+    R: sqlx::Row,
+    usize: sqlx::ColumnIndex<R>,
+    i64: for<'r> Decode<'r, <R as sqlx::Row>::Database> + Type<<R as sqlx::Row>::Database>,
+    String: for<'r> Decode<'r, <R as sqlx::Row>::Database> + Type<<R as sqlx::Row>::Database>,
+    for<'r> &'r str: Decode<'r, <R as sqlx::Row>::Database> + Type<<R as sqlx::Row>::Database>,
+    <R as sqlx::Row>::Database: Database,
+{
+    let seq: i64 = row.try_get(0)?;
+    let payload: &str = row.try_get(3)?;
+    Ok(Event {
+        seq,
+        thread: row.try_get(1)?,
+        kind: row.try_get(2)?,
+        payload: serde_json::from_str(payload)
+            .map_err(|source| JournalError::CorruptPayload { seq, source })?,
+        at: row.try_get(4)?,
+        dedup_key: row.try_get(5)?,
+    })
+}
 
 #[cfg(test)]
 mod tests {

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::str::FromStr as _;
 use std::time::Duration;
 
-use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions, PgRow};
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
 use sqlx::{Connection as _, Postgres, QueryBuilder, Row as _};
 
 use crate::backend::{self, PAIRS_PER_LOOKUP, ROWS_PER_STATEMENT, select_events};
@@ -154,20 +154,6 @@ pub(crate) async fn write_batch(
     Ok(plan.acks)
 }
 
-fn decode(row: &PgRow) -> Result<Event, JournalError> {
-    let seq: i64 = row.try_get(0)?;
-    let payload: &str = row.try_get(3)?;
-    Ok(Event {
-        seq,
-        thread: row.try_get(1)?,
-        kind: row.try_get(2)?,
-        payload: serde_json::from_str(payload)
-            .map_err(|source| JournalError::CorruptPayload { seq, source })?,
-        at: row.try_get(4)?,
-        dedup_key: row.try_get(5)?,
-    })
-}
-
 pub(crate) async fn replay_page(
     pool: &PgPool,
     thread: &str,
@@ -181,7 +167,7 @@ pub(crate) async fn replay_page(
         .bind(limit)
         .fetch_all(pool)
         .await?;
-    rows.iter().map(decode).collect()
+    rows.iter().map(backend::decode).collect()
 }
 
 pub(crate) async fn find_by_key(
@@ -195,7 +181,7 @@ pub(crate) async fn find_by_key(
         .bind(key)
         .fetch_optional(pool)
         .await?;
-    row.as_ref().map(decode).transpose()
+    row.as_ref().map(backend::decode).transpose()
 }
 
 pub(crate) async fn threads(pool: &PgPool) -> Result<Vec<String>, JournalError> {

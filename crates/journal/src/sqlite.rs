@@ -5,7 +5,7 @@ use std::str::FromStr as _;
 
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
-    SqliteRow, SqliteSynchronous,
+    SqliteSynchronous,
 };
 use sqlx::{Connection as _, QueryBuilder, Row as _, Sqlite};
 
@@ -156,20 +156,6 @@ async fn write_in_transaction(
     Ok(plan.acks)
 }
 
-pub(crate) fn decode(row: &SqliteRow) -> Result<Event, JournalError> {
-    let seq: i64 = row.try_get(0)?;
-    let payload: &str = row.try_get(3)?;
-    Ok(Event {
-        seq,
-        thread: row.try_get(1)?,
-        kind: row.try_get(2)?,
-        payload: serde_json::from_str(payload)
-            .map_err(|source| JournalError::CorruptPayload { seq, source })?,
-        at: row.try_get(4)?,
-        dedup_key: row.try_get(5)?,
-    })
-}
-
 pub(crate) async fn replay_page(
     pool: &SqlitePool,
     thread: &str,
@@ -184,7 +170,7 @@ pub(crate) async fn replay_page(
         .bind(limit)
         .fetch_all(pool)
         .await?;
-    rows.iter().map(decode).collect()
+    rows.iter().map(backend::decode).collect()
 }
 
 pub(crate) async fn find_by_key(
@@ -198,7 +184,7 @@ pub(crate) async fn find_by_key(
         .bind(key)
         .fetch_optional(pool)
         .await?;
-    row.as_ref().map(decode).transpose()
+    row.as_ref().map(backend::decode).transpose()
 }
 
 pub(crate) async fn threads(pool: &SqlitePool) -> Result<Vec<String>, JournalError> {
