@@ -102,9 +102,21 @@ pub enum ContextError {
     #[error("stored data is corrupt: {0}")]
     Corrupt(String),
 
-    /// The database failed (connection, I/O, lock timeout, ...).
+    /// The database failed (connection, I/O, lock timeout, ...): PostgreSQL.
     #[error("database error: {0}")]
     Database(#[from] sqlx::Error),
+
+    /// The database failed (I/O, lock timeout, corrupt file, ...): SQLite.
+    #[error("database error: {0}")]
+    Sqlite(#[from] rusqlite::Error),
+
+    /// The store was closed ([`close`](crate::ContextStore::close)) or its SQLite worker is gone.
+    #[error("the context store is closed")]
+    Closed,
+
+    /// The SQLite worker thread or a read task could not run.
+    #[error("SQLite worker: {0}")]
+    Worker(String),
 }
 
 fn describe_unpaired(calls: &[String], outputs: &[String]) -> String {
@@ -123,6 +135,13 @@ fn describe_unpaired(calls: &[String], outputs: &[String]) -> String {
 
 /// Shorthand for this crate's results.
 pub type Result<T, E = ContextError> = std::result::Result<T, E>;
+
+/// True when `err` is a unique or primary-key constraint violation (SQLite).
+pub(crate) fn is_sqlite_unique_violation(err: &rusqlite::Error) -> bool {
+    const UNIQUE: std::ffi::c_int = rusqlite::ffi::SQLITE_CONSTRAINT_UNIQUE;
+    const PRIMARY_KEY: std::ffi::c_int = rusqlite::ffi::SQLITE_CONSTRAINT_PRIMARYKEY;
+    matches!(err, rusqlite::Error::SqliteFailure(e, _) if e.extended_code == UNIQUE || e.extended_code == PRIMARY_KEY)
+}
 
 /// True when `err` is a unique-constraint violation.
 pub(crate) fn is_unique_violation(err: &sqlx::Error) -> bool {

@@ -20,8 +20,11 @@
 //! - `recall` returns one project's entries, flagging those older than `max_age`.
 //!
 //! Costs (SQLite): a unit id packs (thread, position), so a window is a primary-key range
-//! scan, O(log n + k), and a search walks the trigram index restricted to the thread's id
-//! range in order, stopping at `limit`. Input limits are in [`limits`].
+//! scan, O(log n + k), and a search first tests the thread's first few units directly (a
+//! common term is answered there), then walks the trigram index restricted to the rest of
+//! the thread's id range in order, stopping at `limit`. Writes are one transaction each on
+//! a writer thread; short reads run on the caller's thread (see `sqlite/worker.rs`).
+//! Input limits are in [`limits`].
 
 mod error;
 pub mod limits;

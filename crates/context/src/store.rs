@@ -71,7 +71,8 @@ impl ContextStore {
         }
     }
 
-    /// Close the connections; later calls fail with a database error.
+    /// Close the connections; later calls fail ([`ContextError::Closed`] on SQLite, a
+    /// database error on PostgreSQL).
     pub async fn close(&self) {
         match &self.backend {
             Backend::Sqlite(b) => b.close().await,
@@ -84,7 +85,7 @@ impl ContextStore {
     /// when `unit` already exists in the thread, or when it breaks a [`limits`] rule.
     pub async fn append_unit(&self, thread: &str, unit: &str, items: &[Value]) -> Result<Appended> {
         let prepared = unit::prepare(thread, unit, items)?;
-        let position = self.append_prepared(thread, &[prepared]).await?;
+        let position = self.append_prepared(thread, vec![prepared]).await?;
         Ok(Appended { position })
     }
 
@@ -112,14 +113,14 @@ impl ContextStore {
             limits::name("thread", thread)?;
             return Ok(Appended { position: 0 });
         }
-        let position = self.append_prepared(thread, &prepared).await?;
+        let position = self.append_prepared(thread, prepared).await?;
         Ok(Appended { position })
     }
 
-    async fn append_prepared(&self, thread: &str, units: &[unit::Prepared]) -> Result<u64> {
+    async fn append_prepared(&self, thread: &str, units: Vec<unit::Prepared>) -> Result<u64> {
         match &self.backend {
             Backend::Sqlite(b) => b.append(thread, units).await,
-            Backend::Postgres(b) => b.append(thread, units).await,
+            Backend::Postgres(b) => b.append(thread, &units).await,
         }
     }
 
@@ -130,7 +131,7 @@ impl ContextStore {
         limits::keep_units(keep_units)?;
         let units = match &self.backend {
             Backend::Sqlite(b) => b.window(thread, keep_units).await?,
-            Backend::Postgres(b) => b.window(thread, keep_units).await?,
+            Backend::Postgres(b) => with_sizes(b.window(thread, keep_units).await?),
         };
         Ok(make_window(goal, units))
     }
@@ -153,17 +154,17 @@ impl ContextStore {
         let goal_bytes = u64::try_from(goal.len()).unwrap_or(u64::MAX);
         let budget = budget_bytes.saturating_sub(goal_bytes);
         let units = if budget == 0 {
-            Vec::new()
+            (Vec::new(), 0)
         } else {
             match &self.backend {
                 Backend::Sqlite(b) => {
                     b.window_budget(thread, budget, limits::MAX_WINDOW_UNITS)
                         .await?
                 }
-                Backend::Postgres(b) => {
+                Backend::Postgres(b) => with_sizes(
                     b.window_budget(thread, budget, limits::MAX_WINDOW_UNITS)
-                        .await?
-                }
+                        .await?,
+                ),
             }
         };
         Ok(make_window(goal, units))
@@ -175,9 +176,12 @@ impl ContextStore {
     /// Matching is a substring test on the folded (see [`fold`](crate::fold)) JSON text of the
     /// unit, like the seed's `instr(lower(body), lower(term))`, CJK included. Terms of 3 or
     /// more characters use the trigram index (SQLite FTS5 `trigram`, PostgreSQL `pg_trgm`
-    /// GIN); shorter terms, which no trigram index can serve, are answered by scanning only
-    /// this thread's units through the thread's key range, so they cost O(units of the
-    /// thread), never O(store).
+    /// GIN); on SQLite the thread's first `4 x limit` units (at least 16, at most 256) are
+    /// tested directly first, and a term that already gives `limit` hits there never
+    /// touches the index (a common term's posting lists are long; its first hits are
+    /// near). Shorter terms, which no trigram index can serve, are answered by scanning only
+    /// this thread's units through the thread's key range, stopping at `limit` hits, so
+    /// they cost O(units of the thread), never O(store).
     pub async fn search(&self, thread: &str, term: &str, limit: usize) -> Result<Vec<Unit>> {
         limits::name("thread", thread)?;
         limits::search(term, limit)?;
@@ -285,11 +289,17 @@ impl ContextStore {
     }
 }
 
-fn make_window(goal: &str, recent_units: Vec<Unit>) -> Window {
-    let units_bytes = recent_units
+/// Units with their total size, measured by serialising them again (the SQLite backend
+/// reads the stored size instead: the stored JSON is that same serialisation).
+fn with_sizes(units: Vec<Unit>) -> (Vec<Unit>, u64) {
+    let bytes = units
         .iter()
         .map(|u| serde_json::to_string(&u.items).map_or(0, |s| s.len() as u64))
         .sum();
+    (units, bytes)
+}
+
+fn make_window(goal: &str, (recent_units, units_bytes): (Vec<Unit>, u64)) -> Window {
     Window {
         pinned_goal: goal.into(),
         recent_units,

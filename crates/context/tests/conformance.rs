@@ -125,6 +125,18 @@ async fn window_order_goal_and_keep(s: &ContextStore) {
         s.window("t", "g", 1).await.unwrap().recent_units[0].items,
         items
     );
+    // units_bytes is the size of the returned items' compact JSON (escapes, unicode,
+    // floats included), however the backend measures it.
+    let odd =
+        vec![json!({"type": "message", "t": "tab\t \"q\" \u{1F600} é", "f": [0.1, 1e300, -0.0]})];
+    s.append_unit("t", "u7", &odd).await.unwrap();
+    let w = s.window("t", "g", 3).await.unwrap();
+    let expected: usize = w
+        .recent_units
+        .iter()
+        .map(|u| serde_json::to_string(&u.items).unwrap().len())
+        .sum();
+    assert_eq!(w.units_bytes, expected as u64);
 }
 
 async fn window_budget_never_splits(s: &ContextStore) {
@@ -609,13 +621,84 @@ conformance!(
     evidence_errors,
     memory_rules_and_incremental,
     readers_see_old_or_new_memory,
+    long_reads_give_whole_answers,
 );
+
+/// Reads that outlast the SQLite backend's inline budget are finished elsewhere; the answer
+/// must not depend on where a read ran.
+async fn long_reads_give_whole_answers(s: &ContextStore) {
+    let units: Vec<NewUnit> = (0..4000)
+        .map(|i| NewUnit {
+            unit: format!("m{i}"),
+            items: msg(&format!("filler {i} {}", "x".repeat(200))),
+        })
+        .collect();
+    s.append_units("long", &units).await.unwrap();
+    s.append_unit("long", "last", &msg("qz zq needle-at-the-end"))
+        .await
+        .unwrap();
+    // A 2-character term present only in the last unit: the whole thread is scanned.
+    let hits = s.search("long", "qz", 5).await.unwrap();
+    assert_eq!(hits.len(), 1);
+    assert_eq!(hits[0].unit, "last");
+    assert_eq!(hits[0].position, 4001);
+    // Trigram path, past the directly tested prefix.
+    let hits = s.search("long", "needle-at", 5).await.unwrap();
+    assert_eq!(hits[0].unit, "last");
+    let hits = s.search("long", "filler 39", 1000).await.unwrap();
+    assert_eq!(hits.len(), 111); // 39, 390..=399, 3900..=3999
+    assert_eq!(hits[0].unit, "m39");
+    assert_eq!(hits[110].unit, "m3999");
+    let w = s.window("long", "g", 4001).await.unwrap();
+    assert_eq!(w.recent_units.len(), 4001);
+    assert_eq!(w.recent_units[0].unit, "m0");
+}
 
 #[tokio::test]
 async fn sqlite_memory_url_works() {
-    let s = ContextStore::open("sqlite::memory:").await.unwrap();
+    let fresh = || async { ContextStore::open("sqlite::memory:").await.unwrap() };
+    let s = fresh().await;
     seed_window_keeps_pairs_and_archive(&s).await;
     seed_memory_provenance_revocation_and_scope(&s).await;
+    search_semantics(&fresh().await).await;
+    long_reads_give_whole_answers(&fresh().await).await;
+    readers_see_old_or_new_memory(&fresh().await).await;
+    window_order_goal_and_keep(&fresh().await).await;
+}
+
+#[tokio::test]
+async fn sqlite_calls_after_close_fail() {
+    let s = ContextStore::open("sqlite::memory:").await.unwrap();
+    s.append_unit("t", "u1", &msg("x")).await.unwrap();
+    s.close().await;
+    assert!(matches!(
+        s.window("t", "g", 1).await.unwrap_err(),
+        ContextError::Closed
+    ));
+    assert!(matches!(
+        s.append_unit("t", "u2", &msg("x")).await.unwrap_err(),
+        ContextError::Closed
+    ));
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("c.db").display());
+    let s = ContextStore::open(&url).await.unwrap();
+    s.append_unit("t", "u1", &msg("x")).await.unwrap();
+    assert_eq!(s.search("t", "x", 1).await.unwrap().len(), 1);
+    let other = s.clone();
+    s.close().await;
+    for store in [&s, &other] {
+        assert!(matches!(
+            store.search("t", "x", 1).await.unwrap_err(),
+            ContextError::Closed
+        ));
+        assert!(matches!(
+            store.consolidate().await.unwrap_err(),
+            ContextError::Closed
+        ));
+    }
+    // The file is whole and reopens.
+    let s = ContextStore::open(&url).await.unwrap();
+    assert_eq!(s.window("t", "g", 5).await.unwrap().recent_units.len(), 1);
 }
 
 #[tokio::test]
