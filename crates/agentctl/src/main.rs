@@ -12,6 +12,11 @@ use clap::{Parser, Subcommand};
 
 use crate::global::GlobalArgs;
 
+/// Journals and replays allocate many small values freed on other threads; mimalloc keeps
+/// that cheap where glibc's per-thread arenas trim and re-fault memory on every long replay.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Run agent turns durably against the OpenAI Responses API and the Codex app-server.
 #[derive(Debug, Parser)]
 #[command(name = "agentctl", version, about, long_about = None, propagate_version = true)]

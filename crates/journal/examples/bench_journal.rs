@@ -10,13 +10,15 @@
 //!   thread, bulk-appended.
 //! - `replay DB RUNS`: median wall time to replay the 100k-event and the 100-event thread.
 
-use std::str::FromStr as _;
 use std::time::{Duration, Instant};
 
 use agent_journal::{Durability, Journal, JournalOptions, NewEvent};
 use anyhow::{Context as _, bail};
 use serde_json::json;
-use sqlx::Connection as _;
+
+/// The same allocator as the `agentctl` binary.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> anyhow::Result<()> {
@@ -34,7 +36,7 @@ async fn main() -> anyhow::Result<()> {
             )
             .await
         }
-        Some("raw") => raw(&arg(1)?, arg(2)?.parse()?, arg(3)?.parse()?).await,
+        Some("raw") => raw(&arg(1)?, arg(2)?.parse()?, arg(3)?.parse()?),
         Some("replay-build") => replay_build(&arg(1)?).await,
         Some("replay") => replay(&arg(1)?, arg(2)?.parse()?).await,
         _ => bail!("usage: bench_journal append|raw|replay-build|replay ..."),
@@ -98,34 +100,36 @@ async fn append(
     Ok(())
 }
 
-async fn raw(db: &str, seconds: f64, rows_per_txn: usize) -> anyhow::Result<()> {
-    let options = sqlx::sqlite::SqliteConnectOptions::from_str(&format!("sqlite://{db}"))?
-        .create_if_missing(true)
-        .journal_mode(sqlx::sqlite::SqliteJournalMode::Wal)
-        .synchronous(sqlx::sqlite::SqliteSynchronous::Full);
-    let mut conn = sqlx::SqliteConnection::connect_with(&options).await?;
-    sqlx::query(
-        "CREATE TABLE IF NOT EXISTS raw_events (seq INTEGER PRIMARY KEY, thread TEXT NOT NULL, \
-         kind TEXT NOT NULL, payload TEXT NOT NULL, at INTEGER NOT NULL, dedup_key TEXT)",
-    )
-    .execute(&mut conn)
-    .await?;
+fn raw(db: &str, seconds: f64, rows_per_txn: usize) -> anyhow::Result<()> {
+    // Direct calls into the same bundled SQLite (no journal, no async, no thread hand-off):
+    // one prepared INSERT per row, ROWS_PER_TXN rows per fsync'd WAL transaction.
+    let conn = rusqlite::Connection::open(db)?;
+    conn.execute_batch(
+        "PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL;
+         CREATE TABLE IF NOT EXISTS raw_events (seq INTEGER PRIMARY KEY, thread TEXT NOT NULL,
+         kind TEXT NOT NULL, payload TEXT NOT NULL, at INTEGER NOT NULL, dedup_key TEXT);",
+    )?;
     let deadline = Instant::now() + Duration::from_secs_f64(seconds);
     let started = Instant::now();
     let mut total = 0usize;
     let mut commits = 0usize;
     while Instant::now() < deadline {
-        let mut query = sqlx::QueryBuilder::<sqlx::Sqlite>::new(
-            "INSERT INTO raw_events (thread, kind, payload, at, dedup_key) ",
-        );
-        query.push_values(0..rows_per_txn, |mut b, i| {
-            b.push_bind(format!("t{}", i % 10))
-                .push_bind("tool.started")
-                .push_bind(format!("{{\"call_id\":\"call-{}\"}}", total + i))
-                .push_bind(0i64)
-                .push_bind(Option::<String>::None);
-        });
-        query.build().execute(&mut conn).await?;
+        conn.execute_batch("BEGIN")?;
+        {
+            let mut insert = conn.prepare_cached(
+                "INSERT INTO raw_events (thread, kind, payload, at, dedup_key) \
+                 VALUES (?1, ?2, ?3, ?4, NULL)",
+            )?;
+            for i in 0..rows_per_txn {
+                insert.execute(rusqlite::params![
+                    format!("t{}", i % 10),
+                    "tool.started",
+                    format!("{{\"call_id\":\"call-{}\"}}", total + i),
+                    0i64,
+                ])?;
+            }
+        }
+        conn.execute_batch("COMMIT")?;
         total += rows_per_txn;
         commits += 1;
     }

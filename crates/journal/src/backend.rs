@@ -1,10 +1,12 @@
-//! Backend selection and the pure part of a group commit: deduplication and seq assignment.
+//! The pure part of a group commit, shared by both backends: deduplication and seq
+//! assignment, plus PostgreSQL's row decoding.
 //!
 //! Both backends write the same way: inside one transaction that holds the journal's write
 //! lock (SQLite `BEGIN IMMEDIATE`, PostgreSQL an advisory transaction lock), read the highest
-//! `seq`, look up the batch's dedup keys, and insert the new rows with explicit, consecutive
-//! seqs. Holding the write lock while assigning makes commit order equal seq order, also
-//! across processes, which is what lets `tail` read "everything after my last seq".
+//! assigned `seq` (SQLite: the `journal_head` row; PostgreSQL: `MAX(seq)`), look up the
+//! batch's dedup keys, and insert the new rows with explicit, consecutive seqs. Holding the
+//! write lock while assigning makes commit order equal seq order, also across processes,
+//! which is what lets `tail` read "everything after my last seq".
 
 use std::collections::HashMap;
 
@@ -95,7 +97,7 @@ macro_rules! select_events {
 }
 pub(crate) use select_events;
 
-/// Decodes a row selected by [`select_events!`], on either backend.
+/// Decodes a row selected by [`select_events!`] (PostgreSQL; SQLite decodes its own rows).
 pub(crate) fn decode<R>(row: &R) -> Result<Event, JournalError>
 where
     R: sqlx::Row,

@@ -14,16 +14,20 @@ pub enum JournalError {
     Open {
         url: String,
         #[source]
-        source: sqlx::Error,
+        source: Box<dyn std::error::Error + Send + Sync>,
     },
 
     /// An event or query argument is outside the documented limits.
     #[error("invalid {field}: {reason}")]
     InvalidInput { field: &'static str, reason: String },
 
-    /// A query failed.
+    /// A query failed (PostgreSQL).
     #[error("journal database error: {0}")]
     Database(#[from] sqlx::Error),
+
+    /// A query failed (SQLite).
+    #[error("journal database error: {0}")]
+    Sqlite(#[from] rusqlite::Error),
 
     /// A stored payload is not valid JSON (the database was changed outside the journal).
     #[error("event {seq} has a corrupt payload: {source}")]

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use sqlx::{PgPool, SqlitePool};
+use sqlx::PgPool;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::error::JournalError;
@@ -11,7 +11,7 @@ use crate::event::{Appended, Event, NewEvent};
 use crate::limits::{check_event, check_thread};
 use crate::options::{Durability, JournalOptions};
 use crate::stream::{self, EventStream};
-use crate::writer::{self, Counters, Msg, Prepared, WriteConn};
+use crate::writer::{self, Counters, Msg, Prepared, Settle};
 use crate::{postgres, sqlite};
 
 /// Events fetched per query by [`Journal::replay_stream`] and [`Journal::tail`].
@@ -44,7 +44,7 @@ pub struct JournalStats {
 /// The read side of a backend.
 #[derive(Clone)]
 pub(crate) enum Reads {
-    Sqlite(SqlitePool),
+    Sqlite(sqlite::Reader),
     Postgres(PgPool),
 }
 
@@ -56,7 +56,7 @@ impl Reads {
         limit: i64,
     ) -> Result<Vec<Event>, JournalError> {
         match self {
-            Reads::Sqlite(pool) => sqlite::replay_page(pool, thread, after, limit).await,
+            Reads::Sqlite(reader) => reader.replay_page(thread, after, limit).await,
             Reads::Postgres(pool) => postgres::replay_page(pool, thread, after, limit).await,
         }
     }
@@ -81,18 +81,32 @@ impl Journal {
     /// Opens the journal at `url` with `options`.
     pub async fn open_with(url: &str, options: JournalOptions) -> Result<Journal, JournalError> {
         let shown_url = redact_url(url);
-        let (conn, reads) = if url.starts_with("sqlite:") {
-            let opened = sqlite::open(url, &shown_url, &options).await?;
-            (
-                WriteConn::Sqlite(opened.writer),
-                Reads::Sqlite(opened.reads),
-            )
+        let (tx, rx) = mpsc::channel(options.queue_capacity.max(1));
+        let (committed_tx, committed_rx) = watch::channel(0);
+        let counters = Arc::new(Counters::default());
+        let settle = Settle::new(committed_tx, Arc::clone(&counters));
+        let max_batch = options.batch_limit();
+        let reads = if url.starts_with("sqlite:") {
+            let location = sqlite::parse_url(url).map_err(|reason| JournalError::InvalidUrl {
+                url: shown_url.clone(),
+                reason,
+            })?;
+            let (opts, shown) = (options.clone(), shown_url.clone());
+            let opened =
+                tokio::task::spawn_blocking(move || sqlite::open(&location, &shown, &opts))
+                    .await
+                    .map_err(|_| JournalError::Closed)??;
+            sqlite::spawn_writer(opened.writer, rx, settle, max_batch).map_err(|source| {
+                JournalError::Open {
+                    url: shown_url.clone(),
+                    source: Box::new(source),
+                }
+            })?;
+            Reads::Sqlite(opened.reader)
         } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
             let opened = postgres::open(url, &shown_url, &options).await?;
-            (
-                WriteConn::Postgres(opened.writer),
-                Reads::Postgres(opened.reads),
-            )
+            tokio::spawn(writer::run_async(opened.writer, rx, settle, max_batch));
+            Reads::Postgres(opened.reads)
         } else {
             return Err(JournalError::InvalidUrl {
                 url: shown_url,
@@ -100,16 +114,6 @@ impl Journal {
                     .into(),
             });
         };
-        let (tx, rx) = mpsc::channel(options.queue_capacity.max(1));
-        let (committed_tx, committed_rx) = watch::channel(0);
-        let counters = Arc::new(Counters::default());
-        tokio::spawn(writer::run(
-            conn,
-            rx,
-            committed_tx,
-            options.batch_limit(),
-            Arc::clone(&counters),
-        ));
         Ok(Journal {
             inner: Arc::new(Inner {
                 reads,
@@ -182,21 +186,26 @@ impl Journal {
     /// Every event of `thread` with `seq > after`, in seq order.
     pub async fn replay(&self, thread: &str, after: i64) -> Result<Vec<Event>, JournalError> {
         check_thread(thread)?;
-        let mut events = Vec::new();
-        let mut last = after;
-        loop {
-            let page = self
-                .inner
-                .reads
-                .replay_page(thread, last, PAGE * 100)
-                .await?;
-            let full = page.len() as i64 == PAGE * 100;
-            if let Some(event) = page.last() {
-                last = event.seq;
-            }
-            events.extend(page);
-            if !full {
-                return Ok(events);
+        match &self.inner.reads {
+            Reads::Sqlite(reader) => reader.replay_all(thread, after).await,
+            Reads::Postgres(_) => {
+                let mut events = Vec::new();
+                let mut last = after;
+                loop {
+                    let page = self
+                        .inner
+                        .reads
+                        .replay_page(thread, last, PAGE * 100)
+                        .await?;
+                    let full = page.len() as i64 == PAGE * 100;
+                    if let Some(event) = page.last() {
+                        last = event.seq;
+                    }
+                    events.extend(page);
+                    if !full {
+                        return Ok(events);
+                    }
+                }
             }
         }
     }
@@ -228,7 +237,7 @@ impl Journal {
     ) -> Result<Option<Event>, JournalError> {
         check_thread(thread)?;
         match &self.inner.reads {
-            Reads::Sqlite(pool) => sqlite::find_by_key(pool, thread, key).await,
+            Reads::Sqlite(reader) => reader.find_by_key(thread, key).await,
             Reads::Postgres(pool) => postgres::find_by_key(pool, thread, key).await,
         }
     }
@@ -236,7 +245,7 @@ impl Journal {
     /// Every thread with at least one event, sorted.
     pub async fn threads(&self) -> Result<Vec<String>, JournalError> {
         match &self.inner.reads {
-            Reads::Sqlite(pool) => sqlite::threads(pool).await,
+            Reads::Sqlite(reader) => reader.threads().await,
             Reads::Postgres(pool) => postgres::threads(pool).await,
         }
     }
@@ -245,7 +254,7 @@ impl Journal {
     pub async fn last_seq(&self, thread: &str) -> Result<Option<i64>, JournalError> {
         check_thread(thread)?;
         match &self.inner.reads {
-            Reads::Sqlite(pool) => sqlite::last_seq(pool, thread).await,
+            Reads::Sqlite(reader) => reader.last_seq(thread).await,
             Reads::Postgres(pool) => postgres::last_seq(pool, thread).await,
         }
     }
@@ -258,7 +267,7 @@ impl Journal {
             let _ = wait.await;
         }
         match &self.inner.reads {
-            Reads::Sqlite(pool) => pool.close().await,
+            Reads::Sqlite(reader) => reader.close(),
             Reads::Postgres(pool) => pool.close().await,
         }
     }

@@ -9,9 +9,10 @@
 //! - An append is acknowledged only after its transaction committed at the configured
 //!   [`Durability`]. Under [`Durability::Full`] (the default) that means fsync'd: an
 //!   acknowledged event survives `kill -9`.
-//! - Group commit: one writer task owns the write connection; appends that arrive while a
-//!   commit is in flight are written together in the next transaction (multi-row INSERT)
-//!   and acknowledged after it. Acknowledgement order equals `seq` order.
+//! - Group commit: one writer (a dedicated thread on SQLite, a task on PostgreSQL) owns the
+//!   write connection; appends that arrive while a commit is in flight are written together
+//!   in the next transaction and acknowledged after it. Acknowledgement order equals `seq`
+//!   order.
 //! - A dedup key makes an append idempotent per thread: the first event with a given
 //!   `(thread, key)` is written, later ones write nothing and return the first `seq`.
 //! - A writer failure is latched: every waiting and every later append gets the error.

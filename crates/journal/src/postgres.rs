@@ -40,9 +40,9 @@ pub(crate) async fn open(
         url: shown_url.to_string(),
         reason: redact_error(&e.to_string(), url, shown_url),
     })?;
-    let open_err = |source| JournalError::Open {
+    let open_err = |source: sqlx::Error| JournalError::Open {
         url: shown_url.to_string(),
-        source,
+        source: Box::new(source),
     };
     let mut writer = tokio::time::timeout(CONNECT_TIMEOUT, PgConnection::connect_with(&connect))
         .await

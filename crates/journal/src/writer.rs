@@ -1,4 +1,7 @@
-//! The group-commit writer: one task owns the write connection.
+//! The group-commit writer: one writer owns the write connection.
+//!
+//! SQLite's writer is a dedicated OS thread (`sqlite::write`), PostgreSQL's an async task
+//! ([`run_async`]); both collect batches with [`Batch`] and settle them with [`Settle`].
 //!
 //! Invariants:
 //! - Requests are committed in arrival order; a request's events are contiguous in `seq`
@@ -15,7 +18,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::error::JournalError;
 use crate::event::Appended;
-use crate::{postgres, sqlite};
+use crate::postgres;
 
 /// A validated event ready to insert (payload already encoded).
 #[derive(Debug, Clone)]
@@ -34,32 +37,6 @@ pub(crate) enum Msg {
     Close { done: oneshot::Sender<()> },
 }
 
-/// The connection the writer owns.
-pub(crate) enum WriteConn {
-    Sqlite(sqlx::SqliteConnection),
-    Postgres(sqlx::PgConnection),
-}
-
-impl WriteConn {
-    async fn write(&mut self, batch: &[Vec<Prepared>]) -> Result<Vec<Vec<Appended>>, sqlx::Error> {
-        match self {
-            WriteConn::Sqlite(conn) => sqlite::write_batch(conn, batch).await,
-            WriteConn::Postgres(conn) => postgres::write_batch(conn, batch).await,
-        }
-    }
-
-    async fn close(self) {
-        use sqlx::Connection as _;
-        let result = match self {
-            WriteConn::Sqlite(conn) => conn.close().await,
-            WriteConn::Postgres(conn) => conn.close().await,
-        };
-        if let Err(err) = result {
-            tracing::warn!(%err, "closing the journal's write connection failed");
-        }
-    }
-}
-
 /// Counters kept by the writer, for benchmarks and monitoring.
 #[derive(Debug, Default)]
 pub(crate) struct Counters {
@@ -67,95 +44,116 @@ pub(crate) struct Counters {
     pub events: AtomicU64,
 }
 
-/// Runs until `Close` or until every handle is dropped.
-///
-/// Batching: after the first queued request, everything already queued is taken, and the
-/// task yields once whenever the queue runs dry, to let producers that were just
-/// acknowledged join this commit (up to `max_batch` events).
-///
-/// `committed` publishes the highest
-/// committed seq after each commit, for in-process tails.
-pub(crate) async fn run(
-    mut conn: WriteConn,
-    mut rx: mpsc::Receiver<Msg>,
-    committed: watch::Sender<i64>,
-    max_batch: usize,
-    counters: Arc<Counters>,
-) {
-    let mut failed: Option<String> = None;
-    let mut requests: Vec<Vec<Prepared>> = Vec::new();
-    let mut acks: Vec<Ack> = Vec::new();
-    let mut close: Option<oneshot::Sender<()>> = None;
-    while close.is_none() {
-        let Some(first) = rx.recv().await else { break };
-        let mut queued = 0usize;
-        let mut next = Some(first);
-        while let Some(msg) = next.take() {
-            match msg {
-                Msg::Write { events, ack } => {
-                    queued += events.len();
-                    requests.push(events);
-                    acks.push(ack);
-                }
-                Msg::Close { done } => {
-                    close = Some(done);
-                    break;
-                }
+/// Requests collected for one transaction.
+#[derive(Default)]
+pub(crate) struct Batch {
+    pub requests: Vec<Vec<Prepared>>,
+    acks: Vec<Ack>,
+    events: usize,
+    pub close: Option<oneshot::Sender<()>>,
+}
+
+impl Batch {
+    /// Takes `msg` into the batch; returns whether the batch may take more (false after
+    /// `Close` or once `max_events` is reached).
+    pub fn take(&mut self, msg: Msg, max_events: usize) -> bool {
+        match msg {
+            Msg::Write { events, ack } => {
+                self.events += events.len();
+                self.requests.push(events);
+                self.acks.push(ack);
+                self.events < max_events
             }
-            if queued >= max_batch {
-                break;
-            }
-            next = match rx.try_recv() {
-                Ok(msg) => Some(msg),
-                // Linger: producers woken by the previous commit's acks may be about to
-                // append. Yielding once lets them run; stop as soon as a yield brings
-                // nothing, so an idle writer adds no latency beyond one scheduler pass.
-                Err(_) => {
-                    tokio::task::yield_now().await;
-                    rx.try_recv().ok()
-                }
-            };
-        }
-        if requests.is_empty() {
-            continue;
-        }
-        if let Some(message) = &failed {
-            for ack in acks.drain(..) {
-                let _ = ack.send(Err(JournalError::WriterFailed(message.clone())));
-            }
-            requests.clear();
-            continue;
-        }
-        match conn.write(&requests).await {
-            Ok(results) => {
-                let written = results.iter().flatten().filter(|a| !a.deduplicated).count();
-                counters.commits.fetch_add(1, Ordering::Relaxed);
-                counters.events.fetch_add(written as u64, Ordering::Relaxed);
-                if let Some(max) = results.iter().flatten().map(|a| a.seq).max() {
-                    committed.send_if_modified(|current| {
-                        let changed = max > *current;
-                        *current = (*current).max(max);
-                        changed
-                    });
-                }
-                for (ack, result) in acks.drain(..).zip(results) {
-                    // A caller that stopped waiting still had its events committed.
-                    let _ = ack.send(Ok(result));
-                }
-            }
-            Err(err) => {
-                let message = err.to_string();
-                tracing::error!(error = %message, "journal commit failed; writer is now failed");
-                for ack in acks.drain(..) {
-                    let _ = ack.send(Err(JournalError::WriterFailed(message.clone())));
-                }
-                failed = Some(message);
+            Msg::Close { done } => {
+                self.close = Some(done);
+                false
             }
         }
-        requests.clear();
     }
-    conn.close().await;
-    // Requests that raced with Close: refuse them explicitly rather than dropping silently.
+}
+
+/// What a writer keeps between batches: the failure latch, the committed watermark and
+/// the counters.
+pub(crate) struct Settle {
+    failed: Option<String>,
+    committed: watch::Sender<i64>,
+    counters: Arc<Counters>,
+}
+
+impl Settle {
+    pub fn new(committed: watch::Sender<i64>, counters: Arc<Counters>) -> Self {
+        Settle {
+            failed: None,
+            committed,
+            counters,
+        }
+    }
+
+    /// The latched failure, if a commit failed earlier.
+    pub fn failed(&self) -> Option<&str> {
+        self.failed.as_deref()
+    }
+
+    /// Acknowledges every request of a committed batch, after publishing its highest seq.
+    pub fn committed(&mut self, acks: Vec<Ack>, results: Vec<Vec<Appended>>) {
+        let written = results.iter().flatten().filter(|a| !a.deduplicated).count();
+        self.counters.commits.fetch_add(1, Ordering::Relaxed);
+        self.counters
+            .events
+            .fetch_add(written as u64, Ordering::Relaxed);
+        if let Some(max) = results.iter().flatten().map(|a| a.seq).max() {
+            self.committed.send_if_modified(|current| {
+                let changed = max > *current;
+                *current = (*current).max(max);
+                changed
+            });
+        }
+        for (ack, result) in acks.into_iter().zip(results) {
+            // A caller that stopped waiting still had its events committed.
+            let _ = ack.send(Ok(result));
+        }
+    }
+
+    /// Fails every request of a batch; the first failure latches the writer.
+    pub fn failed_with(&mut self, acks: Vec<Ack>, message: String) {
+        if self.failed.is_none() {
+            tracing::error!(error = %message, "journal commit failed; writer is now failed");
+            self.failed = Some(message.clone());
+        }
+        for ack in acks {
+            let _ = ack.send(Err(JournalError::WriterFailed(message.clone())));
+        }
+    }
+
+    /// Writes `batch` with `write` unless the writer is latched failed, and acknowledges it.
+    pub fn settle_with<E: std::fmt::Display>(
+        &mut self,
+        batch: Batch,
+        write: impl FnOnce(&[Vec<Prepared>]) -> Result<Vec<Vec<Appended>>, E>,
+    ) -> Option<oneshot::Sender<()>> {
+        let Batch {
+            requests,
+            acks,
+            close,
+            ..
+        } = batch;
+        if requests.is_empty() {
+            return close;
+        }
+        if let Some(message) = self.failed.clone() {
+            self.failed_with(acks, message);
+            return close;
+        }
+        match write(&requests) {
+            Ok(results) => self.committed(acks, results),
+            Err(err) => self.failed_with(acks, err.to_string()),
+        }
+        close
+    }
+}
+
+/// Refuses requests that raced with `Close`, then confirms the close.
+pub(crate) fn drain_after_close(rx: &mut mpsc::Receiver<Msg>, close: Option<oneshot::Sender<()>>) {
     rx.close();
     while let Ok(msg) = rx.try_recv() {
         match msg {
@@ -170,4 +168,62 @@ pub(crate) async fn run(
     if let Some(done) = close {
         let _ = done.send(());
     }
+}
+
+/// The PostgreSQL writer task. Runs until `Close` or until every handle is dropped.
+///
+/// Batching: after the first queued request, everything already queued is taken, and the
+/// task yields once whenever the queue runs dry, to let producers that were just
+/// acknowledged join this commit (up to `max_batch` events).
+pub(crate) async fn run_async(
+    mut conn: sqlx::PgConnection,
+    mut rx: mpsc::Receiver<Msg>,
+    mut settle: Settle,
+    max_batch: usize,
+) {
+    let mut close = None;
+    while close.is_none() {
+        let Some(first) = rx.recv().await else { break };
+        let mut batch = Batch::default();
+        let mut more = batch.take(first, max_batch);
+        while more {
+            let msg = match rx.try_recv() {
+                Ok(msg) => msg,
+                // Linger: producers woken by the previous commit's acks may be about to
+                // append. Yielding once lets them run; stop as soon as a yield brings
+                // nothing, so an idle writer adds no latency beyond one scheduler pass.
+                Err(_) => {
+                    tokio::task::yield_now().await;
+                    match rx.try_recv() {
+                        Ok(msg) => msg,
+                        Err(_) => break,
+                    }
+                }
+            };
+            more = batch.take(msg, max_batch);
+        }
+        let Batch {
+            requests,
+            acks,
+            close: closing,
+            ..
+        } = batch;
+        close = closing;
+        if requests.is_empty() {
+            continue;
+        }
+        if let Some(message) = settle.failed().map(str::to_string) {
+            settle.failed_with(acks, message);
+            continue;
+        }
+        match postgres::write_batch(&mut conn, &requests).await {
+            Ok(results) => settle.committed(acks, results),
+            Err(err) => settle.failed_with(acks, err.to_string()),
+        }
+    }
+    use sqlx::Connection as _;
+    if let Err(err) = conn.close().await {
+        tracing::warn!(%err, "closing the journal's write connection failed");
+    }
+    drain_after_close(&mut rx, close);
 }

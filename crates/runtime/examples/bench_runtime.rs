@@ -18,6 +18,10 @@ use futures::StreamExt as _;
 use futures::stream::FuturesUnordered;
 use serde_json::json;
 
+/// The same allocator as the `agentctl` binary.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 struct Args {
     runs: usize,
     sizes: Vec<usize>,

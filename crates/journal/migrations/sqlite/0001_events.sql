@@ -9,7 +9,7 @@ CREATE TABLE IF NOT EXISTS journal_events (
     dedup_key TEXT,
     PRIMARY KEY (thread, seq)
 ) WITHOUT ROWID;
--- Global order: seq is unique across threads; MAX(seq) is one index probe.
+-- Global order: seq is unique across threads (since schema 2 kept by journal_head).
 CREATE UNIQUE INDEX IF NOT EXISTS journal_events_seq ON journal_events (seq);
 CREATE UNIQUE INDEX IF NOT EXISTS journal_events_dedup
     ON journal_events (thread, dedup_key) WHERE dedup_key IS NOT NULL;

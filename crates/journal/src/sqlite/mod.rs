@@ -1,0 +1,169 @@
+//! SQLite backend: one file in WAL mode, or a private in-memory database.
+//!
+//! Driven directly through the SQLite C library on our own threads: the writer is one OS
+//! thread that owns the write connection (`write`), reads run on tokio's blocking pool
+//! with a small set of read-only connections (`read`). Every statement is a function call,
+//! not a hand-off to another thread, which is what makes small commits and long replays
+//! cheap.
+//!
+//! An in-memory database exists only inside its one connection, so there the writer and
+//! the readers share that connection behind a mutex.
+
+mod read;
+mod write;
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use rusqlite::{Connection, OpenFlags};
+
+use crate::error::JournalError;
+use crate::options::{Durability, JournalOptions};
+
+pub(crate) use read::Reader;
+pub(crate) use write::spawn_writer;
+
+const SCHEMA: &[(i64, &str)] = &[
+    (1, include_str!("../../migrations/sqlite/0001_events.sql")),
+    (2, include_str!("../../migrations/sqlite/0002_head.sql")),
+];
+
+/// Where the database lives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Location {
+    File(PathBuf),
+    Memory,
+}
+
+/// Parses `sqlite::memory:`, `sqlite://PATH` or `sqlite:PATH` (an optional `?mode=rwc` is
+/// accepted for compatibility and means what opening does anyway: read, write, create).
+pub(crate) fn parse_url(url: &str) -> Result<Location, String> {
+    let rest = url
+        .strip_prefix("sqlite://")
+        .or_else(|| url.strip_prefix("sqlite:"))
+        .ok_or_else(|| "expected a sqlite: URL".to_string())?;
+    let (path, query) = match rest.split_once('?') {
+        Some((path, query)) => (path, Some(query)),
+        None => (rest, None),
+    };
+    if let Some(query) = query {
+        for param in query.split('&').filter(|p| !p.is_empty()) {
+            if param != "mode=rwc" {
+                return Err(format!(
+                    "unsupported parameter `{param}` (the journal always opens read-write-create)"
+                ));
+            }
+        }
+    }
+    match path {
+        ":memory:" => Ok(Location::Memory),
+        "" => Err("missing file path (use sqlite://PATH or sqlite::memory:)".into()),
+        path => Ok(Location::File(PathBuf::from(path))),
+    }
+}
+
+/// An opened database: the connection the writer owns and the read side.
+pub(crate) struct Opened {
+    pub writer: Arc<Mutex<Connection>>,
+    pub reader: Reader,
+}
+
+/// Opens (creating if missing) the database, applies the schema and prepares the readers.
+/// Blocking: call from a blocking context.
+pub(crate) fn open(
+    location: &Location,
+    shown_url: &str,
+    options: &JournalOptions,
+) -> Result<Opened, JournalError> {
+    let open_err = |source: rusqlite::Error| JournalError::Open {
+        url: shown_url.to_string(),
+        source: Box::new(source),
+    };
+    let conn = match location {
+        Location::Memory => Connection::open_in_memory(),
+        Location::File(path) => Connection::open_with_flags(
+            path,
+            OpenFlags::SQLITE_OPEN_READ_WRITE
+                | OpenFlags::SQLITE_OPEN_CREATE
+                | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        ),
+    }
+    .map_err(open_err)?;
+    conn.busy_timeout(options.busy_timeout).map_err(open_err)?;
+    let synchronous = match options.durability {
+        Durability::Full => "FULL",
+        Durability::Normal => "NORMAL",
+    };
+    let journal_mode = match location {
+        Location::File(_) => "PRAGMA journal_mode = WAL;",
+        Location::Memory => "",
+    };
+    conn.execute_batch(&format!(
+        "{journal_mode} PRAGMA synchronous = {synchronous};"
+    ))
+    .map_err(open_err)?;
+    migrate(&conn).map_err(open_err)?;
+    let writer = Arc::new(Mutex::new(conn));
+    let reader = match location {
+        Location::Memory => Reader::shared(Arc::clone(&writer)),
+        Location::File(path) => Reader::files(
+            path.clone(),
+            options.busy_timeout,
+            options.read_connections.max(1) as usize,
+        ),
+    };
+    Ok(Opened { writer, reader })
+}
+
+/// Applies the embedded schema steps not yet recorded in `journal_schema`.
+fn migrate(conn: &Connection) -> Result<(), rusqlite::Error> {
+    conn.execute_batch("CREATE TABLE IF NOT EXISTS journal_schema (version INTEGER PRIMARY KEY)")?;
+    // The write lock first, so two processes opening a new file apply each step once.
+    conn.execute_batch("BEGIN IMMEDIATE")?;
+    let applied = (|| {
+        let current: i64 = conn.query_row(
+            "SELECT COALESCE(MAX(version), 0) FROM journal_schema",
+            [],
+            |row| row.get(0),
+        )?;
+        for (version, sql) in SCHEMA.iter().filter(|(v, _)| *v > current) {
+            conn.execute_batch(sql)?;
+            conn.execute(
+                "INSERT INTO journal_schema (version) VALUES (?1)",
+                [version],
+            )?;
+        }
+        Ok(())
+    })();
+    match applied {
+        Ok(()) => conn.execute_batch("COMMIT"),
+        Err(err) => {
+            let _ = conn.execute_batch("ROLLBACK");
+            Err(err)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls() {
+        assert_eq!(parse_url("sqlite::memory:"), Ok(Location::Memory));
+        assert_eq!(parse_url("sqlite://:memory:"), Ok(Location::Memory));
+        assert_eq!(
+            parse_url("sqlite:///tmp/a.db"),
+            Ok(Location::File("/tmp/a.db".into()))
+        );
+        assert_eq!(
+            parse_url("sqlite://rel/a.db?mode=rwc"),
+            Ok(Location::File("rel/a.db".into()))
+        );
+        assert_eq!(parse_url("sqlite:a.db"), Ok(Location::File("a.db".into())));
+        assert!(parse_url("sqlite://").is_err());
+        assert!(parse_url("sqlite:").is_err());
+        assert!(parse_url("sqlite://a.db?mode=ro").is_err());
+        assert!(parse_url("postgres://x").is_err());
+    }
+}

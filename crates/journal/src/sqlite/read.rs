@@ -1,0 +1,277 @@
+//! Reads on tokio's blocking pool.
+//!
+//! A file journal keeps a few idle read-only connections (WAL lets them read while the
+//! writer commits; each read sees a committed snapshot). An in-memory journal reads
+//! through the writer's connection. After [`Reader::close`] every read fails with
+//! [`JournalError::Closed`].
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use rusqlite::{Connection, OpenFlags, OptionalExtension as _, Row, params};
+
+use crate::error::JournalError;
+use crate::event::Event;
+
+/// Replays spanning fewer seqs than this are read in one piece.
+const PARALLEL_REPLAY_SPAN: i64 = 20_000;
+/// Most parallel pieces of one replay.
+const MAX_REPLAY_PARTS: usize = 4;
+
+/// The read side of a SQLite journal; cheap to clone.
+#[derive(Clone)]
+pub(crate) struct Reader {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    source: Source,
+    closed: AtomicBool,
+}
+
+enum Source {
+    Files {
+        path: PathBuf,
+        busy_timeout: Duration,
+        idle: Mutex<Vec<Connection>>,
+        keep_idle: usize,
+    },
+    Shared(Arc<Mutex<Connection>>),
+}
+
+impl Reader {
+    pub(crate) fn files(path: PathBuf, busy_timeout: Duration, keep_idle: usize) -> Self {
+        Reader::new(Source::Files {
+            path,
+            busy_timeout,
+            idle: Mutex::new(Vec::new()),
+            keep_idle,
+        })
+    }
+
+    pub(crate) fn shared(conn: Arc<Mutex<Connection>>) -> Self {
+        Reader::new(Source::Shared(conn))
+    }
+
+    fn new(source: Source) -> Self {
+        Reader {
+            inner: Arc::new(Inner {
+                source,
+                closed: AtomicBool::new(false),
+            }),
+        }
+    }
+
+    /// Refuses later reads and drops idle connections.
+    pub(crate) fn close(&self) {
+        self.inner.closed.store(true, Ordering::SeqCst);
+        if let Source::Files { idle, .. } = &self.inner.source {
+            idle.lock().unwrap_or_else(PoisonError::into_inner).clear();
+        }
+    }
+
+    /// Runs `read` with a connection on the blocking pool.
+    async fn run<T, F>(&self, read: F) -> Result<T, JournalError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> Result<T, JournalError> + Send + 'static,
+    {
+        let inner = Arc::clone(&self.inner);
+        tokio::task::spawn_blocking(move || inner.with_connection(read))
+            .await
+            .map_err(|_| JournalError::Closed)?
+    }
+
+    pub(crate) async fn replay_page(
+        &self,
+        thread: &str,
+        after: i64,
+        limit: i64,
+    ) -> Result<Vec<Event>, JournalError> {
+        let thread = thread.to_string();
+        self.run(move |conn| {
+            // Served by the clustered primary key (thread, seq): O(events of the thread).
+            let mut stmt = conn.prepare_cached(
+                "SELECT seq, thread, kind, payload, at, dedup_key FROM journal_events \
+                 WHERE thread = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
+            )?;
+            let mut rows = stmt.query(params![thread, after, limit])?;
+            let mut events = Vec::with_capacity(usize::try_from(limit.min(4096)).unwrap_or(0));
+            while let Some(row) = rows.next()? {
+                events.push(decode(row)?);
+            }
+            Ok(events)
+        })
+        .await
+    }
+
+    /// Every event of `thread` after `after`, as of one moment. A long thread is read as
+    /// seq ranges in parallel (one per core): seqs are assigned in commit order, so every
+    /// seq up to the highest one seen at the start is already committed and each range
+    /// reads a complete, immutable slice.
+    pub(crate) async fn replay_all(
+        &self,
+        thread: &str,
+        after: i64,
+    ) -> Result<Vec<Event>, JournalError> {
+        let owned = thread.to_string();
+        let bounds = self
+            .run(move |conn| {
+                let bounds = conn
+                    .prepare_cached(
+                        // Two subqueries: each is one probe of the (thread, seq) key,
+                        // where MIN and MAX in one SELECT would scan the thread.
+                        "SELECT (SELECT MIN(seq) FROM journal_events WHERE thread = ?1 AND seq > ?2), \
+                                (SELECT MAX(seq) FROM journal_events WHERE thread = ?1 AND seq > ?2)",
+                    )?
+                    .query_row(params![owned, after], |row| {
+                        Ok((row.get::<_, Option<i64>>(0)?, row.get::<_, Option<i64>>(1)?))
+                    })?;
+                Ok(bounds)
+            })
+            .await?;
+        let (Some(first), Some(last)) = bounds else {
+            return Ok(Vec::new());
+        };
+        let parts = match self.inner.source {
+            Source::Shared(_) => 1,
+            Source::Files { .. } if last - first < PARALLEL_REPLAY_SPAN => 1,
+            Source::Files { .. } => {
+                std::thread::available_parallelism().map_or(1, |n| n.get().min(MAX_REPLAY_PARTS))
+            }
+        };
+        let span = (last - first) / parts as i64 + 1;
+        let ranges = (0..parts as i64).map(|i| {
+            let from = first - 1 + i * span;
+            (from, (from + span).min(last))
+        });
+        let reads = ranges.map(|(from, to)| self.range(thread, from, to));
+        let mut events = Vec::new();
+        for part in futures::future::join_all(reads).await {
+            let part = part?;
+            if events.is_empty() {
+                events = part;
+            } else {
+                events.extend(part);
+            }
+        }
+        Ok(events)
+    }
+
+    /// Events of `thread` with `after < seq <= upto`.
+    async fn range(&self, thread: &str, after: i64, upto: i64) -> Result<Vec<Event>, JournalError> {
+        let thread = thread.to_string();
+        self.run(move |conn| {
+            let mut stmt = conn.prepare_cached(
+                "SELECT seq, thread, kind, payload, at, dedup_key FROM journal_events \
+                 WHERE thread = ?1 AND seq > ?2 AND seq <= ?3 ORDER BY seq",
+            )?;
+            let mut rows = stmt.query(params![thread, after, upto])?;
+            let mut events = Vec::new();
+            while let Some(row) = rows.next()? {
+                events.push(decode(row)?);
+            }
+            Ok(events)
+        })
+        .await
+    }
+
+    pub(crate) async fn find_by_key(
+        &self,
+        thread: &str,
+        key: &str,
+    ) -> Result<Option<Event>, JournalError> {
+        let (thread, key) = (thread.to_string(), key.to_string());
+        self.run(move |conn| {
+            let mut stmt = conn.prepare_cached(
+                "SELECT seq, thread, kind, payload, at, dedup_key FROM journal_events \
+                 WHERE thread = ?1 AND dedup_key = ?2",
+            )?;
+            let mut rows = stmt.query(params![thread, key])?;
+            rows.next()?.map(decode).transpose()
+        })
+        .await
+    }
+
+    pub(crate) async fn threads(&self) -> Result<Vec<String>, JournalError> {
+        self.run(|conn| {
+            let mut stmt =
+                conn.prepare_cached("SELECT DISTINCT thread FROM journal_events ORDER BY thread")?;
+            let threads = stmt
+                .query_map([], |row| row.get(0))?
+                .collect::<Result<Vec<String>, _>>()?;
+            Ok(threads)
+        })
+        .await
+    }
+
+    pub(crate) async fn last_seq(&self, thread: &str) -> Result<Option<i64>, JournalError> {
+        let thread = thread.to_string();
+        self.run(move |conn| {
+            let last = conn
+                .prepare_cached("SELECT MAX(seq) FROM journal_events WHERE thread = ?1")?
+                .query_row([thread], |row| row.get::<_, Option<i64>>(0))
+                .optional()?;
+            Ok(last.flatten())
+        })
+        .await
+    }
+}
+
+impl Inner {
+    fn with_connection<T>(
+        &self,
+        read: impl FnOnce(&Connection) -> Result<T, JournalError>,
+    ) -> Result<T, JournalError> {
+        if self.closed.load(Ordering::SeqCst) {
+            return Err(JournalError::Closed);
+        }
+        match &self.source {
+            Source::Shared(conn) => read(&conn.lock().unwrap_or_else(PoisonError::into_inner)),
+            Source::Files {
+                path,
+                busy_timeout,
+                idle,
+                keep_idle,
+            } => {
+                let reused = idle.lock().unwrap_or_else(PoisonError::into_inner).pop();
+                let conn = match reused {
+                    Some(conn) => conn,
+                    None => open_read_only(path, *busy_timeout)?,
+                };
+                let result = read(&conn);
+                let mut idle = idle.lock().unwrap_or_else(PoisonError::into_inner);
+                if idle.len() < *keep_idle && !self.closed.load(Ordering::SeqCst) {
+                    idle.push(conn);
+                }
+                result
+            }
+        }
+    }
+}
+
+fn open_read_only(path: &PathBuf, busy_timeout: Duration) -> Result<Connection, JournalError> {
+    let conn = Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )?;
+    conn.busy_timeout(busy_timeout)?;
+    Ok(conn)
+}
+
+/// Decodes a row of `seq, thread, kind, payload, at, dedup_key`.
+fn decode(row: &Row<'_>) -> Result<Event, JournalError> {
+    let seq: i64 = row.get(0)?;
+    let payload = row.get_ref(3)?.as_str().map_err(rusqlite::Error::from)?;
+    Ok(Event {
+        seq,
+        thread: row.get(1)?,
+        kind: row.get(2)?,
+        payload: serde_json::from_str(payload)
+            .map_err(|source| JournalError::CorruptPayload { seq, source })?,
+        at: row.get(4)?,
+        dedup_key: row.get(5)?,
+    })
+}
