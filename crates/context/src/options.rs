@@ -5,7 +5,10 @@ use std::time::Duration;
 /// When a write is acknowledged (SQLite; PostgreSQL always commits with its server setting).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Durability {
-    /// WAL with `synchronous=FULL`: an acknowledged write survives power loss.
+    /// WAL with `synchronous=FULL`: an acknowledged append, evidence row or revocation
+    /// survives power loss. A consolidation commits without waiting for the disk (memory is
+    /// derived data: one lost to a power cut comes back as pending work, see
+    /// [`consolidate`](crate::ContextStore::consolidate)).
     #[default]
     Full,
     /// WAL with `synchronous=NORMAL`: survives a process crash, may lose the last commits on

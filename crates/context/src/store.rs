@@ -250,6 +250,12 @@ impl ContextStore {
     /// Atomic (one transaction; readers see the old or the new memory, never a mix) and
     /// incremental: only pairs whose evidence was added or revoked since the last
     /// consolidation are recomputed, each by one index lookup.
+    ///
+    /// On SQLite the commit does not wait for the disk even with
+    /// [`Durability::Full`](crate::Durability::Full): the
+    /// dirty set is cleared in the same transaction, so a consolidation lost to a power cut
+    /// leaves memory and [`pending`](Self::pending) as they were before it, and the next
+    /// call redoes it.
     pub async fn consolidate(&self) -> Result<Consolidation> {
         match &self.backend {
             Backend::Sqlite(b) => b.consolidate().await,

@@ -298,6 +298,30 @@ async fn batch_is_all_or_nothing(s: &ContextStore) {
         s.search("bulk", "bulk 1234\"", 5).await.unwrap()[0].unit,
         "m1234"
     );
+    // An existing unit deep in a later chunk is named, and the chunks before it are undone.
+    let mut again: Vec<NewUnit> = (0..1200)
+        .map(|i| NewUnit {
+            unit: format!("n{i}"),
+            items: msg("n"),
+        })
+        .collect();
+    again[1100].unit = "m7".into();
+    let err = s.append_units("bulk", &again).await.unwrap_err();
+    assert!(
+        matches!(&err, ContextError::DuplicateUnit { unit, .. } if unit == "m7"),
+        "{err}"
+    );
+    assert_eq!(
+        units_of(&s.window("bulk", "g", 1).await.unwrap()),
+        ["m2499"]
+    );
+    assert_eq!(
+        s.append_unit("bulk", "n0", &msg("n"))
+            .await
+            .unwrap()
+            .position,
+        2501
+    );
 }
 
 async fn search_semantics(s: &ContextStore) {
