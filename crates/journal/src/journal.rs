@@ -96,12 +96,12 @@ impl Journal {
                 tokio::task::spawn_blocking(move || sqlite::open(&location, &shown, &opts))
                     .await
                     .map_err(|_| JournalError::Closed)??;
-            sqlite::spawn_writer(opened.writer, rx, settle, max_batch).map_err(|source| {
-                JournalError::Open {
+            sqlite::spawn_writer(opened.writer, rx, settle, max_batch, options.linger).map_err(
+                |source| JournalError::Open {
                     url: shown_url.clone(),
                     source: Box::new(source),
-                }
-            })?;
+                },
+            )?;
             Reads::Sqlite(opened.reader)
         } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
             let opened = postgres::open(url, &shown_url, &options).await?;

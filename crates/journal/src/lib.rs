@@ -33,5 +33,5 @@ pub use error::JournalError;
 pub use event::{Appended, Event, NewEvent};
 pub use journal::{Journal, JournalStats};
 pub use limits::{MAX_DEDUP_KEY_BYTES, MAX_KIND_BYTES, MAX_PAYLOAD_BYTES, MAX_THREAD_BYTES};
-pub use options::{Durability, JournalOptions};
+pub use options::{DEFAULT_LINGER, Durability, JournalOptions};
 pub use stream::EventStream;

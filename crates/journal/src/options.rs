@@ -29,7 +29,13 @@ pub struct JournalOptions {
     pub tail_poll: Duration,
     /// Read connections in the pool.
     pub read_connections: u32,
+    /// SQLite: the longest a commit waits for producers acknowledged by the previous commit
+    /// to append again (group commit); zero commits whatever is queued at once.
+    pub linger: Duration,
 }
+
+/// Default for [`JournalOptions::linger`]: short next to an fsync.
+pub const DEFAULT_LINGER: Duration = Duration::from_micros(200);
 
 /// Default for [`JournalOptions::max_batch`]; bounded by SQLite's bind-variable limit.
 pub const DEFAULT_MAX_BATCH: usize = 1024;
@@ -45,6 +51,7 @@ impl Default for JournalOptions {
             busy_timeout: Duration::from_secs(5),
             tail_poll: Duration::from_millis(250),
             read_connections: 4,
+            linger: DEFAULT_LINGER,
         }
     }
 }
