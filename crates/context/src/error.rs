@@ -140,7 +140,11 @@ pub type Result<T, E = ContextError> = std::result::Result<T, E>;
 pub(crate) fn is_sqlite_unique_violation(err: &rusqlite::Error) -> bool {
     const UNIQUE: std::ffi::c_int = rusqlite::ffi::SQLITE_CONSTRAINT_UNIQUE;
     const PRIMARY_KEY: std::ffi::c_int = rusqlite::ffi::SQLITE_CONSTRAINT_PRIMARYKEY;
-    matches!(err, rusqlite::Error::SqliteFailure(e, _) if e.extended_code == UNIQUE || e.extended_code == PRIMARY_KEY)
+    matches!(
+        err,
+        rusqlite::Error::SqliteFailure(e, _)
+            if e.extended_code == UNIQUE || e.extended_code == PRIMARY_KEY
+    )
 }
 
 /// True when `err` is a unique-constraint violation.

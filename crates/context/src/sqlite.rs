@@ -184,10 +184,11 @@ impl SqliteBackend {
     }
 
     /// Indexed terms: first a direct test of the thread's first few units (see
-    /// [`SEARCH_PREFIX_PER_HIT`]), then (when that gave fewer than `limit` hits) the trigram index over the
-    /// positions after them. Short terms: a scan of the thread's id range that stops at
-    /// `limit` hits. Every path tests the same thing, `instr(folded, term) > 0`, which is
-    /// what the trigram index answers for a phrase of 3 or more characters.
+    /// [`SEARCH_PREFIX_PER_HIT`]), then (when that gave fewer than `limit` hits) the
+    /// trigram index over the positions after them. Short terms: a scan of the thread's id
+    /// range that stops at `limit` hits. Every path tests the same thing,
+    /// `instr(folded, term) > 0`, which is what the trigram index answers for a phrase of 3
+    /// or more characters.
     pub(crate) async fn search(
         &self,
         thread: &str,
