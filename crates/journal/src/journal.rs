@@ -9,10 +9,14 @@ use tokio::sync::{mpsc, oneshot, watch};
 use crate::error::JournalError;
 use crate::event::{Appended, Event, NewEvent};
 use crate::limits::{check_event, check_thread};
+use crate::memory::MemoryJournal;
 use crate::options::{Durability, JournalOptions};
 use crate::stream::{self, EventStream};
 use crate::writer::{self, Counters, Msg, Prepared, Settle};
 use crate::{postgres, sqlite};
+
+/// The URL of the in-process journal.
+pub const MEMORY_URL: &str = "memory:";
 
 /// Events fetched per query by [`Journal::replay_stream`] and [`Journal::tail`].
 pub(crate) const PAGE: i64 = 1000;
@@ -25,7 +29,7 @@ pub struct Journal {
 
 struct Inner {
     reads: Reads,
-    writer: mpsc::Sender<Msg>,
+    writer: Writer,
     committed: watch::Receiver<i64>,
     options: JournalOptions,
     shown_url: String,
@@ -41,11 +45,18 @@ pub struct JournalStats {
     pub events: u64,
 }
 
+/// Where appends go: a database's writer queue, or the in-memory journal directly.
+enum Writer {
+    Queue(mpsc::Sender<Msg>),
+    Memory(Arc<MemoryJournal>),
+}
+
 /// The read side of a backend.
 #[derive(Clone)]
 pub(crate) enum Reads {
     Sqlite(sqlite::Reader),
     Postgres(PgPool),
+    Memory(Arc<MemoryJournal>),
 }
 
 impl Reads {
@@ -58,6 +69,9 @@ impl Reads {
         match self {
             Reads::Sqlite(reader) => reader.replay_page(thread, after, limit).await,
             Reads::Postgres(pool) => postgres::replay_page(pool, thread, after, limit).await,
+            Reads::Memory(memory) => {
+                memory.replay_page(thread, after, usize::try_from(limit).unwrap_or(0))
+            }
         }
     }
 }
@@ -73,7 +87,8 @@ impl std::fmt::Debug for Journal {
 
 impl Journal {
     /// Opens (creating if needed) the journal at `url` with default options:
-    /// `sqlite://PATH`, `sqlite::memory:` or `postgres://USER:PASS@HOST/DB`.
+    /// `sqlite://PATH`, `sqlite::memory:`, `postgres://USER:PASS@HOST/DB`, or `memory:` (kept
+    /// in this process only: nothing survives it, each open is a new journal).
     pub async fn open(url: &str) -> Result<Journal, JournalError> {
         Journal::open_with(url, JournalOptions::default()).await
     }
@@ -84,9 +99,11 @@ impl Journal {
         let (tx, rx) = mpsc::channel(options.queue_capacity.max(1));
         let (committed_tx, committed_rx) = watch::channel(0);
         let counters = Arc::new(Counters::default());
-        let settle = Settle::new(committed_tx, Arc::clone(&counters));
         let max_batch = options.batch_limit();
-        let reads = if url.starts_with("sqlite:") {
+        let (reads, writer) = if url == MEMORY_URL {
+            let memory = Arc::new(MemoryJournal::new(committed_tx, Arc::clone(&counters)));
+            (Reads::Memory(Arc::clone(&memory)), Writer::Memory(memory))
+        } else if url.starts_with("sqlite:") {
             let location = sqlite::parse_url(url).map_err(|reason| JournalError::InvalidUrl {
                 url: shown_url.clone(),
                 reason,
@@ -96,28 +113,31 @@ impl Journal {
                 tokio::task::spawn_blocking(move || sqlite::open(&location, &shown, &opts))
                     .await
                     .map_err(|_| JournalError::Closed)??;
+            let settle = Settle::new(committed_tx, Arc::clone(&counters));
             sqlite::spawn_writer(opened.writer, rx, settle, max_batch, options.linger).map_err(
                 |source| JournalError::Open {
                     url: shown_url.clone(),
                     source: Box::new(source),
                 },
             )?;
-            Reads::Sqlite(opened.reader)
+            (Reads::Sqlite(opened.reader), Writer::Queue(tx))
         } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
             let opened = postgres::open(url, &shown_url, &options).await?;
+            let settle = Settle::new(committed_tx, Arc::clone(&counters));
             tokio::spawn(writer::run_async(opened.writer, rx, settle, max_batch));
-            Reads::Postgres(opened.reads)
+            (Reads::Postgres(opened.reads), Writer::Queue(tx))
         } else {
             return Err(JournalError::InvalidUrl {
                 url: shown_url,
-                reason: "expected sqlite://PATH, sqlite::memory: or postgres://USER:PASS@HOST/DB"
+                reason: "expected sqlite://PATH, sqlite::memory:, postgres://USER:PASS@HOST/DB \
+                         or memory:"
                     .into(),
             });
         };
         Ok(Journal {
             inner: Arc::new(Inner {
                 reads,
-                writer: tx,
+                writer,
                 committed: committed_rx,
                 options,
                 shown_url,
@@ -171,9 +191,12 @@ impl Journal {
                 })
             })
             .collect::<Result<Vec<_>, JournalError>>()?;
+        let queue = match &self.inner.writer {
+            Writer::Queue(queue) => queue,
+            Writer::Memory(memory) => return memory.append(prepared),
+        };
         let (ack, done) = oneshot::channel();
-        self.inner
-            .writer
+        queue
             .send(Msg::Write {
                 events: prepared,
                 ack,
@@ -188,6 +211,7 @@ impl Journal {
         check_thread(thread)?;
         match &self.inner.reads {
             Reads::Sqlite(reader) => reader.replay_all(thread, after).await,
+            Reads::Memory(memory) => memory.replay_page(thread, after, usize::MAX),
             Reads::Postgres(_) => {
                 let mut events = Vec::new();
                 let mut last = after;
@@ -239,6 +263,7 @@ impl Journal {
         match &self.inner.reads {
             Reads::Sqlite(reader) => reader.find_by_key(thread, key).await,
             Reads::Postgres(pool) => postgres::find_by_key(pool, thread, key).await,
+            Reads::Memory(memory) => memory.find_by_key(thread, key),
         }
     }
 
@@ -247,6 +272,7 @@ impl Journal {
         match &self.inner.reads {
             Reads::Sqlite(reader) => reader.threads().await,
             Reads::Postgres(pool) => postgres::threads(pool).await,
+            Reads::Memory(memory) => memory.threads(),
         }
     }
 
@@ -256,19 +282,23 @@ impl Journal {
         match &self.inner.reads {
             Reads::Sqlite(reader) => reader.last_seq(thread).await,
             Reads::Postgres(pool) => postgres::last_seq(pool, thread).await,
+            Reads::Memory(memory) => memory.last_seq(thread),
         }
     }
 
     /// Commits everything queued so far, stops the writer and closes the connections.
     /// Later appends on any clone fail with [`JournalError::Closed`].
     pub async fn close(&self) {
-        let (done, wait) = oneshot::channel();
-        if self.inner.writer.send(Msg::Close { done }).await.is_ok() {
-            let _ = wait.await;
+        if let Writer::Queue(queue) = &self.inner.writer {
+            let (done, wait) = oneshot::channel();
+            if queue.send(Msg::Close { done }).await.is_ok() {
+                let _ = wait.await;
+            }
         }
         match &self.inner.reads {
             Reads::Sqlite(reader) => reader.close(),
             Reads::Postgres(pool) => pool.close().await,
+            Reads::Memory(memory) => memory.close(),
         }
     }
 }

@@ -23,6 +23,7 @@ mod error;
 mod event;
 mod journal;
 mod limits;
+mod memory;
 mod options;
 mod postgres;
 mod sqlite;
@@ -31,7 +32,7 @@ mod writer;
 
 pub use error::JournalError;
 pub use event::{Appended, Event, NewEvent};
-pub use journal::{Journal, JournalStats};
+pub use journal::{Journal, JournalStats, MEMORY_URL};
 pub use limits::{MAX_DEDUP_KEY_BYTES, MAX_KIND_BYTES, MAX_PAYLOAD_BYTES, MAX_THREAD_BYTES};
 pub use options::{DEFAULT_LINGER, Durability, JournalOptions};
 pub use stream::EventStream;

@@ -30,7 +30,8 @@ pub struct JournalOptions {
     /// Read connections in the pool.
     pub read_connections: u32,
     /// SQLite: the longest a commit waits for producers acknowledged by the previous commit
-    /// to append again (group commit); zero commits whatever is queued at once.
+    /// to append again (group commit), also never more than half the previous commit's
+    /// duration; zero commits whatever is queued at once.
     pub linger: Duration,
 }
 

@@ -82,7 +82,7 @@ pub(crate) fn tail(
 ) -> EventStream {
     let listener = match reads {
         Reads::Postgres(_) => Listener::Pending,
-        Reads::Sqlite(_) => Listener::None,
+        Reads::Sqlite(_) | Reads::Memory(_) => Listener::None,
     };
     let state = TailState {
         reads,

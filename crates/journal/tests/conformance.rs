@@ -12,15 +12,23 @@ use serde_json::json;
 
 use support::Fixture;
 
-/// Generates one `#[tokio::test]` per backend for each conformance case.
+/// Generates one `#[tokio::test]` per backend for each conformance case; `durable` cases
+/// (reopening the same URL) do not apply to the in-process `memory:` journal.
 macro_rules! conformance {
-    ($($case:ident),* $(,)?) => {
+    (all: [$($case:ident),* $(,)?], durable: [$($durable:ident),* $(,)?] $(,)?) => {
         mod sqlite_backend {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $case() {
                     let fixture = super::support::sqlite(Default::default()).await;
                     super::$case(fixture).await;
+                }
+            )*
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $durable() {
+                    let fixture = super::support::sqlite(Default::default()).await;
+                    super::$durable(fixture).await;
                 }
             )*
         }
@@ -34,22 +42,42 @@ macro_rules! conformance {
                     super::$case(fixture).await;
                 }
             )*
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $durable() {
+                    let Some(fixture) = super::support::postgres(Default::default()).await else {
+                        return;
+                    };
+                    super::$durable(fixture).await;
+                }
+            )*
+        }
+        mod memory_backend {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    let fixture = super::support::memory().await;
+                    super::$case(fixture).await;
+                }
+            )*
         }
     };
 }
 
 conformance!(
-    seq_increases_and_replay_filters_by_thread_and_after,
-    batch_is_atomic_consecutive_and_ordered,
-    dedup_key_returns_first_seq_and_writes_nothing,
-    concurrent_appends_are_group_committed_in_ack_order,
-    bad_input_is_refused_and_writes_nothing,
-    replay_stream_pages_through_long_threads,
-    tail_yields_existing_then_new_events,
-    threads_and_last_seq,
-    reopen_keeps_every_event,
-    close_refuses_later_appends,
-    unicode_and_nested_payloads_round_trip,
+    all: [
+        seq_increases_and_replay_filters_by_thread_and_after,
+        batch_is_atomic_consecutive_and_ordered,
+        dedup_key_returns_first_seq_and_writes_nothing,
+        concurrent_appends_are_group_committed_in_ack_order,
+        bad_input_is_refused_and_writes_nothing,
+        replay_stream_pages_through_long_threads,
+        tail_yields_existing_then_new_events,
+        threads_and_last_seq,
+        close_refuses_later_appends,
+        unicode_and_nested_payloads_round_trip,
+    ],
+    durable: [reopen_keeps_every_event],
 );
 
 fn ev(thread: &str, kind: &str, n: i64) -> NewEvent {
@@ -374,6 +402,21 @@ async fn sqlite_directory_that_cannot_exist_is_an_open_error() {
         .await
         .unwrap_err();
     assert!(matches!(err, JournalError::Open { .. }), "{err:?}");
+}
+
+#[tokio::test]
+async fn memory_journal_is_per_open_and_gone_after_close() {
+    let a = Journal::open("memory:").await.unwrap();
+    let b = Journal::open("memory:").await.unwrap();
+    a.append(ev("t", "e", 0)).await.unwrap();
+    assert_eq!(a.replay("t", 0).await.unwrap().len(), 1);
+    assert!(
+        b.replay("t", 0).await.unwrap().is_empty(),
+        "each open is its own journal"
+    );
+    a.close().await;
+    assert!(matches!(a.replay("t", 0).await, Err(JournalError::Closed)));
+    assert!(matches!(a.threads().await, Err(JournalError::Closed)));
 }
 
 #[tokio::test]

@@ -3,9 +3,11 @@
 //!
 //! Modes:
 //! - default: calls/s for no-op `read_docs(delay=0)` calls in one turn, for every
-//!   `--sizes` x `--concurrency`, with the in-memory journal (`sqlite::memory:`) and, for
-//!   `--file-sizes`, with a SQLite file journal at `Durability::Full`; the 30k-calls-at-
-//!   concurrency-2 success count; the journal's own ceiling (3 events per call).
+//!   `--sizes` x `--concurrency`, with the in-process journal (`memory:`, "process"), the
+//!   in-memory SQLite journal (`sqlite::memory:`, "memory") and, for `--file-sizes`, a
+//!   SQLite file journal at `Durability::Full` ("file_full"); `--journals a,b` picks some;
+//!   then (unless `--extras no`) the 30k-calls-at-concurrency-2 success count and the
+//!   journal's own ceiling (3 events per call).
 //! - `--memory N`: run N calls (file journal, bounded launch window) and print the
 //!   process's peak RSS (VmHWM) and the jobs still in memory. Run once per N, in a fresh
 //!   process each, so the peaks do not mix.
@@ -29,6 +31,8 @@ struct Args {
     concurrency: Vec<usize>,
     window: usize,
     memory: Option<usize>,
+    journals: Vec<String>,
+    extras: bool,
 }
 
 fn parse_list(s: &str) -> Vec<usize> {
@@ -43,6 +47,10 @@ fn args() -> Args {
         concurrency: vec![2, 16, 64],
         window: 8_192,
         memory: None,
+        journals: ["process", "memory", "file_full"]
+            .map(String::from)
+            .to_vec(),
+        extras: true,
     };
     let argv: Vec<String> = std::env::args().skip(1).collect();
     let mut i = 0;
@@ -55,6 +63,8 @@ fn args() -> Args {
             "--concurrency" => a.concurrency = parse_list(v),
             "--window" => a.window = v.parse().unwrap_or(8_192),
             "--memory" => a.memory = v.parse().ok(),
+            "--journals" => a.journals = v.split(',').map(String::from).collect(),
+            "--extras" => a.extras = v != "no",
             _ => {}
         }
         i += 2;
@@ -188,6 +198,16 @@ async fn open_file(dir: &tempfile::TempDir, durability: Durability) -> anyhow::R
     Ok(Journal::open_with(&url, JournalOptions::default().durability(durability)).await?)
 }
 
+/// `process`: the in-process `memory:` journal; `memory`: SQLite in memory; else a file
+/// at `Durability::Full`.
+async fn open_named(name: &str, dir: &tempfile::TempDir) -> anyhow::Result<Journal> {
+    Ok(match name {
+        "process" => Journal::open(agent_journal::MEMORY_URL).await?,
+        "memory" => Journal::open("sqlite::memory:").await?,
+        _ => open_file(dir, Durability::Full).await?,
+    })
+}
+
 #[tokio::main(flavor = "multi_thread")]
 async fn main() -> anyhow::Result<()> {
     let a = args();
@@ -202,16 +222,20 @@ async fn main() -> anyhow::Result<()> {
         );
         return Ok(());
     }
-    for (journal_name, sizes) in [("memory", &a.sizes), ("file_full", &a.file_sizes)] {
+    for (journal_name, sizes) in [
+        ("process", &a.sizes),
+        ("memory", &a.sizes),
+        ("file_full", &a.file_sizes),
+    ] {
+        if !a.journals.iter().any(|j| j == journal_name) {
+            continue;
+        }
         for &n in sizes {
             for &c in &a.concurrency {
                 let (mut rates, mut oks, mut touts) = (Vec::new(), Vec::new(), Vec::new());
                 for _ in 0..a.runs {
                     let dir = tempfile::tempdir()?;
-                    let journal = match journal_name {
-                        "memory" => Journal::open("sqlite::memory:").await?,
-                        _ => open_file(&dir, Durability::Full).await?,
-                    };
+                    let journal = open_named(journal_name, &dir).await?;
                     let run = calls(journal, n, c, a.window).await?;
                     rates.push(n as f64 / run.secs);
                     oks.push(run.ok as f64);
@@ -226,6 +250,9 @@ async fn main() -> anyhow::Result<()> {
             }
         }
     }
+    if !a.extras {
+        return Ok(());
+    }
     // The seed's collapse case: 30k calls in one turn at concurrency 2, all launched at once.
     let journal = Journal::open("sqlite::memory:").await?;
     let run = calls(journal, 30_000, 2, 30_000).await?;
@@ -235,14 +262,15 @@ async fn main() -> anyhow::Result<()> {
                "timeouts": run.timeouts, "secs": run.secs})
     );
     // Where the time goes: the journal alone at 3 events per call.
-    for (name, n) in [("memory", 100_000usize), ("file_full", 10_000)] {
+    for (name, n) in [
+        ("process", 100_000usize),
+        ("memory", 100_000),
+        ("file_full", 10_000),
+    ] {
         let mut rates = Vec::new();
         for _ in 0..a.runs {
             let dir = tempfile::tempdir()?;
-            let journal = match name {
-                "memory" => Journal::open("sqlite::memory:").await?,
-                _ => open_file(&dir, Durability::Full).await?,
-            };
+            let journal = open_named(name, &dir).await?;
             rates.push(journal_ceiling(journal, n, a.window).await?);
         }
         println!(

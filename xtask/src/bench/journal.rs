@@ -57,30 +57,20 @@ pub fn run(ctx: &BenchCtx) -> anyhow::Result<Section> {
         );
         let lines = baseline.run_code(SEED_APPEND)?;
         seed.push(number(&lines, "events_per_s")?);
-        step += 1;
-        eprintln!(
-            "[journal {step}/{steps}] round {}: raw INSERT, 1000 rows/txn",
-            round + 1
-        );
-        let db = fresh_db(&scratch, "raw")?;
-        let lines = run_bin(&bin, &["raw", path_str(&db)?, SECONDS, "1000"])?;
-        raw.push(number(&lines, "rows_per_s")?);
-        step += 1;
-        eprintln!(
-            "[journal {step}/{steps}] round {}: raw INSERT, 100 rows/txn",
-            round + 1
-        );
-        let db = fresh_db(&scratch, "raw")?;
-        let lines = run_bin(&bin, &["raw", path_str(&db)?, SECONDS, "100"])?;
-        raw_small.push(number(&lines, "rows_per_s")?);
-        step += 1;
-        eprintln!(
-            "[journal {step}/{steps}] round {}: raw INSERT, 64 rows/txn",
-            round + 1
-        );
-        let db = fresh_db(&scratch, "raw")?;
-        let lines = run_bin(&bin, &["raw", path_str(&db)?, SECONDS, "64"])?;
-        raw_64.push(number(&lines, "rows_per_s")?);
+        for (rows_per_txn, rates) in [
+            ("1000", &mut raw),
+            ("100", &mut raw_small),
+            ("64", &mut raw_64),
+        ] {
+            step += 1;
+            eprintln!(
+                "[journal {step}/{steps}] round {}: raw INSERT, {rows_per_txn} rows/txn",
+                round + 1
+            );
+            let db = fresh_db(&scratch, "raw")?;
+            let lines = run_bin(&bin, &["raw", path_str(&db)?, SECONDS, rows_per_txn])?;
+            rates.push(number(&lines, "rows_per_s")?);
+        }
         for case in &mut cases {
             step += 1;
             eprintln!(

@@ -84,27 +84,14 @@ impl Reader {
             .map_err(|_| JournalError::Closed)?
     }
 
+    /// Up to `limit` events of `thread` with `seq > after`, in seq order.
     pub(crate) async fn replay_page(
         &self,
         thread: &str,
         after: i64,
         limit: i64,
     ) -> Result<Vec<Event>, JournalError> {
-        let thread = thread.to_string();
-        self.run(move |conn| {
-            // Served by the clustered primary key (thread, seq): O(events of the thread).
-            let mut stmt = conn.prepare_cached(
-                "SELECT seq, thread, kind, payload, at, dedup_key FROM journal_events \
-                 WHERE thread = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
-            )?;
-            let mut rows = stmt.query(params![thread, after, limit])?;
-            let mut events = Vec::with_capacity(usize::try_from(limit.min(4096)).unwrap_or(0));
-            while let Some(row) = rows.next()? {
-                events.push(decode(row)?);
-            }
-            Ok(events)
-        })
-        .await
+        self.range(thread, after, i64::MAX, limit).await
     }
 
     /// Every event of `thread` after `after`, as of one moment. A long thread is read as
@@ -147,7 +134,7 @@ impl Reader {
             let from = first - 1 + i * span;
             (from, (from + span).min(last))
         });
-        let reads = ranges.map(|(from, to)| self.range(thread, from, to));
+        let reads = ranges.map(|(from, to)| self.range(thread, from, to, i64::MAX));
         let mut events = Vec::new();
         for part in futures::future::join_all(reads).await {
             let part = part?;
@@ -160,15 +147,22 @@ impl Reader {
         Ok(events)
     }
 
-    /// Events of `thread` with `after < seq <= upto`.
-    async fn range(&self, thread: &str, after: i64, upto: i64) -> Result<Vec<Event>, JournalError> {
+    /// Up to `limit` events of `thread` with `after < seq <= upto`, in seq order.
+    async fn range(
+        &self,
+        thread: &str,
+        after: i64,
+        upto: i64,
+        limit: i64,
+    ) -> Result<Vec<Event>, JournalError> {
         let thread = thread.to_string();
         self.run(move |conn| {
+            // Served by the clustered primary key (thread, seq): O(events of the thread).
             let mut stmt = conn.prepare_cached(
                 "SELECT seq, thread, kind, payload, at, dedup_key FROM journal_events \
-                 WHERE thread = ?1 AND seq > ?2 AND seq <= ?3 ORDER BY seq",
+                 WHERE thread = ?1 AND seq > ?2 AND seq <= ?3 ORDER BY seq LIMIT ?4",
             )?;
-            let mut rows = stmt.query(params![thread, after, upto])?;
+            let mut rows = stmt.query(params![thread, after, upto, limit])?;
             let mut events = Vec::new();
             while let Some(row) = rows.next()? {
                 events.push(decode(row)?);

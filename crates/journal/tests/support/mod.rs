@@ -23,6 +23,16 @@ pub async fn sqlite(options: JournalOptions) -> Fixture {
     }
 }
 
+pub async fn memory() -> Fixture {
+    let url = agent_journal::MEMORY_URL.to_string();
+    let journal = Journal::open(&url).await.unwrap();
+    Fixture {
+        journal,
+        url,
+        _dir: None,
+    }
+}
+
 /// The PostgreSQL server URL for tests, or `None` (after saying so) when it is not set.
 /// Under `CI=true` a missing URL is a failure: CI must run the PostgreSQL suite.
 pub fn pg_base_url() -> Option<String> {
