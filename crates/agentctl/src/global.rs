@@ -9,7 +9,8 @@ use clap::Args;
 #[derive(Debug, Clone, Args)]
 pub struct GlobalArgs {
     /// Database URL: `sqlite://PATH`, `sqlite::memory:`, `postgres://...`, or a plain file
-    /// path. Default: a SQLite file under the user's data directory, created on first use.
+    /// path; `memory:` keeps the journal in this process only (runtime demos, nothing kept).
+    /// Default: a SQLite file under the user's data directory, created on first use.
     #[arg(long, global = true, env = "AGENTCTL_DB", value_name = "URL")]
     pub db: Option<String>,
 
