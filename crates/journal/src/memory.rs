@@ -47,7 +47,7 @@ struct ThreadLog {
 struct Stored {
     seq: i64,
     kind: String,
-    payload: Box<str>,
+    payload: String,
     at: i64,
     dedup_key: Option<String>,
 }
@@ -153,7 +153,7 @@ impl MemoryJournal {
             log.push(Stored {
                 seq: next,
                 kind: event.kind,
-                payload: event.payload.into_boxed_str(),
+                payload: event.payload,
                 at: event.at,
                 dedup_key: event.dedup_key,
             });

@@ -737,8 +737,10 @@ pub(crate) struct Job {
 
 impl Job {
     /// Runs the call and journals its one terminal event, then leaves memory.
-    pub(crate) async fn run(self) {
-        let mut outcome = self.execute().await;
+    pub(crate) async fn run(mut self) {
+        // The tool runs once: it takes the arguments instead of a copy.
+        let args = std::mem::take(&mut self.args);
+        let mut outcome = self.execute(args).await;
         let event = NewEvent::new(
             self.key.thread.clone(),
             outcome.status.kind(),
@@ -771,7 +773,7 @@ impl Job {
         self.done.send_replace(Some(outcome));
     }
 
-    async fn execute(&self) -> Outcome {
+    async fn execute(&self, args: Value) -> Outcome {
         let revision = self.revision;
         if self.cancel.is_cancelled() {
             return Outcome::cancelled(revision, false);
@@ -796,7 +798,7 @@ impl Job {
             // At-least-once is acceptable: journal `tool.started` alongside the run. It is
             // queued to the writer before the tool is polled, so it precedes the terminal.
             let run = async {
-                let outcome = self.run_tool().await;
+                let outcome = self.run_tool(args).await;
                 drop(permit);
                 outcome
             };
@@ -813,7 +815,7 @@ impl Job {
                     ..Outcome::failed(revision, format!("not started: {err}"))
                 };
             }
-            let outcome = self.run_tool().await;
+            let outcome = self.run_tool(args).await;
             drop(permit);
             outcome
         }
@@ -821,7 +823,7 @@ impl Job {
 
     /// Runs the tool under the run deadline; on cancellation gives it the grace period to
     /// stop on its own, then drops it.
-    async fn run_tool(&self) -> Outcome {
+    async fn run_tool(&self, args: Value) -> Outcome {
         let revision = self.revision;
         let ctx = ToolContext {
             thread: self.key.thread.clone(),
@@ -830,7 +832,7 @@ impl Job {
             revision,
             cancel: self.cancel.clone(),
         };
-        let mut call = self.tool.call(self.args.clone(), ctx);
+        let mut call = self.tool.call(args, ctx);
         let deadline = self.deadlines.run.map(|d| Instant::now() + d);
         tokio::select! {
             biased;

@@ -7,7 +7,7 @@ use serde_json::Value;
 pub fn signature(name: &str, args: &Value) -> String {
     let mut out = String::with_capacity(32);
     out.push('[');
-    write_value(&mut out, &Value::String(name.to_string()));
+    write_str(&mut out, name);
     out.push(',');
     write_value(&mut out, args);
     out.push(']');
@@ -24,7 +24,7 @@ fn write_value(out: &mut String, value: &Value) {
                 if i > 0 {
                     out.push(',');
                 }
-                out.push_str(&Value::String(key.clone()).to_string());
+                write_str(out, key);
                 out.push(':');
                 if let Some(v) = map.get(key) {
                     write_value(out, v);
@@ -42,7 +42,17 @@ fn write_value(out: &mut String, value: &Value) {
             }
             out.push(']');
         }
+        Value::String(text) => write_str(out, text),
         other => out.push_str(&other.to_string()),
+    }
+}
+
+/// `text` as a JSON string literal.
+fn write_str(out: &mut String, text: &str) {
+    match serde_json::to_string(text) {
+        Ok(quoted) => out.push_str(&quoted),
+        // Serialising a `str` cannot fail; keep the text distinguishable if it ever did.
+        Err(_) => out.push_str(&format!("{text:?}")),
     }
 }
 

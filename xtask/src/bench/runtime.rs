@@ -153,7 +153,12 @@ fn render(ours: &[Value], seed: &[Value], runs: usize) -> String {
             "memory",
             &t600,
         ),
-        ("memory", "in-memory SQLite (`sqlite::memory:`)", "memory", &t600),
+        (
+            "memory",
+            "in-memory SQLite (`sqlite::memory:`)",
+            "memory",
+            &t600,
+        ),
         (
             "file_full",
             "SQLite file, `Durability::Full` (fsync)",
