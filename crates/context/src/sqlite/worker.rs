@@ -5,7 +5,8 @@
 //! - Reads: on the caller's thread, on a read-only connection from a small pool (WAL: a
 //!   reader sees the last committed state and never blocks the writer), for at most
 //!   [`INLINE_BUDGET`]: a SQLite progress handler interrupts a read that runs longer, and
-//!   it is run again from the start on tokio's blocking pool. Short reads (a window, a
+//!   it is run again from the start on tokio's blocking pool, as is a read that finds the
+//!   database locked (the inline attempt never waits for a lock). Short reads (a window, a
 //!   search that stops at its limit) so cost no thread hand-off at all (on this 2-core
 //!   machine a hand-off alone measured 15-70 µs), and no read holds up the async runtime
 //!   for much more than the budget. A read must therefore have no side effects beyond
@@ -143,7 +144,7 @@ impl Db {
         let Some(pool) = &self.readers else {
             if let Ok(slot) = self.writer.try_lock() {
                 let conn = slot.as_ref().ok_or(ContextError::Closed)?;
-                if let Some(result) = run_within_budget(conn, &job) {
+                if let Some(result) = run_within_budget(conn, &job, None) {
                     return result;
                 }
             }
@@ -160,7 +161,7 @@ impl Db {
         };
         let conn = pool.idle.lock().ok().and_then(|mut idle| idle.pop());
         let conn = match conn {
-            Some(conn) => match run_within_budget(&conn, &job) {
+            Some(conn) => match run_within_budget(&conn, &job, Some(pool.busy_timeout)) {
                 Some(result) => {
                     self.put_back(pool, conn);
                     return result;
@@ -238,18 +239,34 @@ impl Db {
 }
 
 /// `Some(result)` when `job` finished within [`INLINE_BUDGET`], `None` when it was cut short.
-fn run_within_budget<T, F>(conn: &Connection, job: &F) -> Option<Result<T>>
+///
+/// With `busy_timeout` (a pooled file connection) the inline attempt never waits for a
+/// lock: a busy database (rare under WAL) also returns `None`, and the read is retried on
+/// the blocking pool, where the connection's usual `busy_timeout` applies again.
+fn run_within_budget<T, F>(
+    conn: &Connection,
+    job: &F,
+    busy_timeout: Option<Duration>,
+) -> Option<Result<T>>
 where
     F: Fn(&Connection) -> Result<T>,
 {
     let deadline = Instant::now() + INLINE_BUDGET;
     conn.progress_handler(PROGRESS_STEPS, Some(move || Instant::now() >= deadline))
         .ok()?;
+    if busy_timeout.is_some() {
+        conn.busy_timeout(Duration::ZERO).ok()?;
+    }
     let result = job(conn);
     let _ = conn.progress_handler(0, None::<fn() -> bool>);
+    if let Some(timeout) = busy_timeout {
+        let _ = conn.busy_timeout(timeout);
+    }
     match result {
         Err(ContextError::Sqlite(rusqlite::Error::SqliteFailure(e, _)))
-            if e.code == ErrorCode::OperationInterrupted =>
+            if e.code == ErrorCode::OperationInterrupted
+                || (busy_timeout.is_some()
+                    && matches!(e.code, ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked)) =>
         {
             None
         }
