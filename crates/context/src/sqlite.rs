@@ -121,32 +121,11 @@ impl SqliteBackend {
 
     /// The newest `keep` units, oldest first, with the sum of their stored sizes.
     pub(crate) async fn window(&self, thread: &str, keep: usize) -> Result<(Vec<Unit>, u64)> {
-        let thread = thread.to_string();
-        let threads = self.threads.clone();
-        self.db
-            .read(move |conn| {
-                let Some((lo, hi)) = thread_range(conn, &threads, &thread)? else {
-                    return Ok((Vec::new(), 0));
-                };
-                let mut stmt = conn.prepare_cached(
-                    "SELECT id, unit, body, size FROM context_units WHERE id > ?1 AND id < ?2 \
-                     ORDER BY id DESC",
-                )?;
-                let mut rows = stmt.query(params![lo, hi])?;
-                let mut used: u64 = 0;
-                let mut units = Vec::with_capacity(keep.min(64));
-                while units.len() < keep
-                    && let Some(row) = rows.next()?
-                {
-                    used = used.saturating_add(size_of(row)?);
-                    units.push(unit_of(row)?);
-                }
-                units.reverse();
-                Ok((units, used))
-            })
-            .await
+        self.window_budget(thread, u64::MAX, keep).await
     }
 
+    /// The newest units (at most `cap`) whose stored sizes fit `budget`, oldest first, with
+    /// the sum of their sizes. Stops at the first unit that does not fit.
     pub(crate) async fn window_budget(
         &self,
         thread: &str,
@@ -166,7 +145,7 @@ impl SqliteBackend {
                 )?;
                 let mut rows = stmt.query(params![lo, hi])?;
                 let mut used: u64 = 0;
-                let mut units = Vec::new();
+                let mut units = Vec::with_capacity(cap.min(64));
                 while units.len() < cap
                     && let Some(row) = rows.next()?
                 {
@@ -174,7 +153,7 @@ impl SqliteBackend {
                     if used.saturating_add(size) > budget {
                         break;
                     }
-                    used += size;
+                    used = used.saturating_add(size);
                     units.push(unit_of(row)?);
                 }
                 units.reverse();
