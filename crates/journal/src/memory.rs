@@ -103,7 +103,9 @@ impl ThreadLog {
     }
 
     fn by_seq(&self, seq: i64) -> Option<&Stored> {
-        self.after(seq.saturating_sub(1)).next().filter(|e| e.seq == seq)
+        self.after(seq.saturating_sub(1))
+            .next()
+            .filter(|e| e.seq == seq)
     }
 }
 
