@@ -19,61 +19,25 @@ pub async fn sqlite() -> Sqlite {
 
 pub struct Pg {
     pub store: ContextStore,
-    admin_url: String,
-    name: String,
+    db: agent_testkit::PgDatabase,
 }
 
 /// A store on a fresh PostgreSQL database, or `None` (with the SKIPPED line) when
 /// `AGENTCTL_TEST_PG_URL` is unset outside CI.
 pub async fn pg() -> Option<Pg> {
-    let Ok(admin_url) = std::env::var("AGENTCTL_TEST_PG_URL") else {
-        if std::env::var("CI").as_deref() == Ok("true") {
-            panic!("AGENTCTL_TEST_PG_URL must be set in CI");
-        }
-        eprintln!("SKIPPED: PostgreSQL suite (AGENTCTL_TEST_PG_URL unset)");
-        return None;
-    };
-    use sqlx::Connection as _;
-    let name = format!("ctx_test_{}", uuid::Uuid::new_v4().simple());
-    let mut admin = sqlx::PgConnection::connect(&admin_url).await.unwrap();
-    sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
-        .execute(&mut admin)
-        .await
-        .unwrap();
-    admin.close().await.unwrap();
-    let url = with_database(&admin_url, &name);
+    let db = agent_testkit::fresh_pg_database("ctx_test").await?;
     Some(Pg {
-        store: ContextStore::open(&url).await.unwrap(),
-        admin_url,
-        name,
+        store: ContextStore::open(db.url()).await.unwrap(),
+        db,
     })
 }
 
 impl Pg {
+    /// Closes the store, then drops the test's database.
     pub async fn drop_database(self) {
-        use sqlx::Connection as _;
         self.store.close().await;
-        let mut admin = sqlx::PgConnection::connect(&self.admin_url).await.unwrap();
-        sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-            "DROP DATABASE IF EXISTS {} WITH (FORCE)",
-            self.name
-        )))
-        .execute(&mut admin)
-        .await
-        .unwrap();
+        drop(self.db);
     }
-}
-
-/// Replace the database name in a postgres URL (keeping any `?query`).
-pub fn with_database(url: &str, name: &str) -> String {
-    let (base, query) = match url.split_once('?') {
-        Some((b, q)) => (b, format!("?{q}")),
-        None => (url, String::new()),
-    };
-    let scheme_end = base.find("://").map_or(0, |i| i + 3);
-    let host_and_path = &base[scheme_end..];
-    let host = host_and_path.split('/').next().unwrap_or(host_and_path);
-    format!("{}{host}/{name}{query}", &base[..scheme_end])
 }
 
 #[macro_export]
