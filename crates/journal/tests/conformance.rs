@@ -404,6 +404,47 @@ async fn sqlite_directory_that_cannot_exist_is_an_open_error() {
     assert!(matches!(err, JournalError::Open { .. }), "{err:?}");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_schema_1_files_upgrade_and_keep_their_seqs() {
+    use sqlx::Connection as _;
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("old.db").display());
+    // A file written by schema 1 (seq index, no head row), events up to seq 7.
+    {
+        let mut old = sqlx::SqliteConnection::connect(&format!("{url}?mode=rwc"))
+            .await
+            .unwrap();
+        sqlx::raw_sql(include_str!("../migrations/sqlite/0001_events.sql"))
+            .execute(&mut old)
+            .await
+            .unwrap();
+        sqlx::raw_sql(
+            "CREATE TABLE journal_schema (version INTEGER PRIMARY KEY);
+             INSERT INTO journal_schema (version) VALUES (1);
+             INSERT INTO journal_events (thread, seq, kind, payload, at, dedup_key)
+             VALUES ('a', 3, 'e', '{}', 0, 'k'), ('b', 7, 'e', '{}', 0, NULL);",
+        )
+        .execute(&mut old)
+        .await
+        .unwrap();
+        old.close().await.unwrap();
+    }
+    let j = Journal::open(&url).await.unwrap();
+    let next = j.append(ev("a", "e", 1)).await.unwrap();
+    assert_eq!(next.seq, 8, "seqs continue after the old maximum");
+    let again = j.append(ev("a", "e", 2).with_dedup_key("k")).await.unwrap();
+    assert!(again.deduplicated);
+    assert_eq!(again.seq, 3, "old dedup keys still hold");
+    let seqs: Vec<i64> = j
+        .replay("a", 0)
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| e.seq)
+        .collect();
+    assert_eq!(seqs, vec![3, 8]);
+}
+
 #[tokio::test]
 async fn memory_journal_is_per_open_and_gone_after_close() {
     let a = Journal::open("memory:").await.unwrap();
