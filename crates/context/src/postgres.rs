@@ -94,19 +94,10 @@ impl PgBackend {
                 "INSERT INTO context_units (thread_id, seq, unit, size, body, folded) VALUES ",
             );
             for i in 0..chunk.len() {
-                let b = i * 6;
                 if i > 0 {
                     sql.push_str(", ");
                 }
-                sql.push_str(&format!(
-                    "(${}, ${}, ${}, ${}, ${}, ${})",
-                    b + 1,
-                    b + 2,
-                    b + 3,
-                    b + 4,
-                    b + 5,
-                    b + 6
-                ));
+                sql.push_str(&row_placeholders(i, 6));
             }
             let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
             for (i, unit) in chunk.iter().enumerate() {
@@ -263,17 +254,8 @@ impl PgBackend {
                     sql.push_str(", ");
                     dirty.push_str(", ");
                 }
-                let b = i * 6;
-                sql.push_str(&format!(
-                    "(${}, ${}, ${}, ${}, ${}, ${})",
-                    b + 1,
-                    b + 2,
-                    b + 3,
-                    b + 4,
-                    b + 5,
-                    b + 6
-                ));
-                dirty.push_str(&format!("(${}, ${})", 2 * i + 1, 2 * i + 2));
+                sql.push_str(&row_placeholders(i, 6));
+                dirty.push_str(&row_placeholders(i, 2));
             }
             dirty.push_str(" ON CONFLICT DO NOTHING");
             let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
@@ -480,4 +462,22 @@ fn rows_to_units(rows: Vec<PgRow>) -> Result<Vec<Unit>> {
             decode(row.try_get(1)?, seq, &body)
         })
         .collect()
+}
+
+/// `($k, ..., $k+width-1)` for row `row` of a multi-row VALUES list (`k = row * width + 1`).
+fn row_placeholders(row: usize, width: usize) -> String {
+    let first = row * width + 1;
+    let params: Vec<String> = (first..first + width).map(|n| format!("${n}")).collect();
+    format!("({})", params.join(", "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::row_placeholders;
+
+    #[test]
+    fn placeholders_number_rows_consecutively() {
+        assert_eq!(row_placeholders(0, 2), "($1, $2)");
+        assert_eq!(row_placeholders(2, 3), "($7, $8, $9)");
+    }
 }
