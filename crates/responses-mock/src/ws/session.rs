@@ -469,12 +469,7 @@ impl Session {
             }
         }
         let Some((steer_id, steer)) = accepted else {
-            let mut full = context;
-            full.extend(
-                output
-                    .iter()
-                    .filter_map(|v| serde_json::from_value(v.clone()).ok()),
-            );
+            let full = with_output(context, &output);
             let entry = Entry {
                 request,
                 context: full,
@@ -494,12 +489,7 @@ impl Session {
                 .filter(|o| o.get("type").and_then(Value::as_str) == Some("function_call"))
                 .map(|o| json!({"type": "function_call_output", "call_id": o["call_id"], "name": o["name"]}))
                 .collect();
-            let mut full = context;
-            full.extend(
-                output
-                    .iter()
-                    .filter_map(|v| serde_json::from_value(v.clone()).ok()),
-            );
+            let full = with_output(context, &output);
             let entry = Entry {
                 request,
                 context: full,
@@ -739,4 +729,14 @@ fn reply_text(context: &[Item], steer: Option<&str>) -> String {
     }
     text.push_str(&format!("Answer to: {original}"));
     text
+}
+
+/// The conversation after a completed response: its context followed by its output items.
+fn with_output(mut context: Vec<Item>, output: &[Value]) -> Vec<Item> {
+    context.extend(
+        output
+            .iter()
+            .filter_map(|v| serde_json::from_value(v.clone()).ok()),
+    );
+    context
 }
