@@ -1,21 +1,11 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests may unwrap
 //! `agentctl demo runtime|orchestrate|gui` end to end, on a temp SQLite file.
 
-use assert_cmd::Command;
+mod support;
+
 use serde_json::Value;
 
-fn agentctl(db: &str) -> Command {
-    let mut cmd = Command::cargo_bin("agentctl").unwrap();
-    cmd.env_remove("AGENTCTL_DB").args(["--db", db]);
-    cmd
-}
-
-fn one_json(out: &[u8]) -> Value {
-    let text = String::from_utf8(out.to_vec()).unwrap();
-    let lines: Vec<&str> = text.lines().collect();
-    assert_eq!(lines.len(), 1, "one JSON object: {text}");
-    serde_json::from_str(lines[0]).unwrap()
-}
+use support::{agentctl, one_json, stdout_ok, temp_db};
 
 fn kinds(report: &Value) -> Vec<String> {
     report["events"]
@@ -28,17 +18,10 @@ fn kinds(report: &Value) -> Vec<String> {
 
 #[test]
 fn demo_runtime_tells_the_seed_story_and_runs_twice_on_one_db() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = format!("sqlite://{}", dir.path().join("demo.db").display());
+    let (_dir, db) = temp_db("demo.db");
     let mut turns = Vec::new();
     for _ in 0..2 {
-        let out = agentctl(&db)
-            .args(["demo", "runtime", "--json"])
-            .assert()
-            .success()
-            .get_output()
-            .stdout
-            .clone();
+        let out = stdout_ok(agentctl(&db).args(["demo", "runtime", "--json"]));
         let r = one_json(&out);
         assert_eq!(r["thread"], "demo");
         assert!(
@@ -97,15 +80,8 @@ fn demo_runtime_tells_the_seed_story_and_runs_twice_on_one_db() {
 
 #[test]
 fn demo_runtime_human_output_prints_the_refusal_results_replay_and_time() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = format!("sqlite://{}", dir.path().join("demo.db").display());
-    let out = agentctl(&db)
-        .args(["demo", "runtime"])
-        .assert()
-        .success()
-        .get_output()
-        .stdout
-        .clone();
+    let (_dir, db) = temp_db("demo.db");
+    let out = stdout_ok(agentctl(&db).args(["demo", "runtime"]));
     let text = String::from_utf8(out).unwrap();
     assert!(
         text.starts_with("旧方案被拒绝: proposal predates user update; revalidate first"),
@@ -118,15 +94,8 @@ fn demo_runtime_human_output_prints_the_refusal_results_replay_and_time() {
 
 #[test]
 fn demo_orchestrate_is_partial_with_one_finding_and_one_failure() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = format!("sqlite://{}", dir.path().join("demo.db").display());
-    let out = agentctl(&db)
-        .args(["demo", "orchestrate", "--json"])
-        .assert()
-        .success()
-        .get_output()
-        .stdout
-        .clone();
+    let (_dir, db) = temp_db("demo.db");
+    let out = stdout_ok(agentctl(&db).args(["demo", "orchestrate", "--json"]));
     let r = one_json(&out);
     assert_eq!(r["status"], "partial");
     assert_eq!(r["findings"].as_array().unwrap().len(), 1);
@@ -138,15 +107,8 @@ fn demo_orchestrate_is_partial_with_one_finding_and_one_failure() {
 
 #[test]
 fn demo_gui_verifies_the_final_state() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = format!("sqlite://{}", dir.path().join("demo.db").display());
-    let out = agentctl(&db)
-        .args(["demo", "gui", "--json"])
-        .assert()
-        .success()
-        .get_output()
-        .stdout
-        .clone();
+    let (_dir, db) = temp_db("demo.db");
+    let out = stdout_ok(agentctl(&db).args(["demo", "gui", "--json"]));
     let r = one_json(&out);
     assert_eq!(r["verified"], true);
     assert_eq!(r["final_state"]["filters_open"], true);
@@ -155,13 +117,7 @@ fn demo_gui_verifies_the_final_state() {
         r["actions"],
         serde_json::json!(["open_filters", "type_penguin"])
     );
-    let out = agentctl(&db)
-        .args(["demo", "gui"])
-        .assert()
-        .success()
-        .get_output()
-        .stdout
-        .clone();
+    let out = stdout_ok(agentctl(&db).args(["demo", "gui"]));
     assert!(
         String::from_utf8(out)
             .unwrap()

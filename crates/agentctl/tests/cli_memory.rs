@@ -1,34 +1,16 @@
 //! `agentctl demo memory`, `history` and `memory` end to end, on a temp SQLite file.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 
+mod support;
+
 use assert_cmd::Command;
-use serde_json::Value;
 
-fn agentctl(db: &str) -> Command {
-    let mut cmd = Command::cargo_bin("agentctl").unwrap();
-    cmd.env_remove("AGENTCTL_DB").args(["--db", db]);
-    cmd
-}
-
-fn json_lines(out: &[u8]) -> Vec<Value> {
-    String::from_utf8(out.to_vec())
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
-}
+use support::{agentctl, json_lines, stdout_ok, temp_db};
 
 #[test]
 fn demo_memory_json_tells_the_seed_story() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = format!("sqlite://{}", dir.path().join("demo.db").display());
-    let out = agentctl(&db)
-        .args(["demo", "memory", "--json"])
-        .assert()
-        .success()
-        .get_output()
-        .stdout
-        .clone();
+    let (_dir, db) = temp_db("demo.db");
+    let out = stdout_ok(agentctl(&db).args(["demo", "memory", "--json"]));
     let lines = json_lines(&out);
     assert_eq!(lines.len(), 1, "one JSON object");
     let r = &lines[0];
@@ -69,38 +51,26 @@ fn demo_memory_json_tells_the_seed_story() {
         .success();
     // The demo's data is inspectable with the other commands.
     let project = r["project"].as_str().unwrap();
-    let out = agentctl(&db)
-        .args([
-            "memory",
-            "recall",
-            "--project",
-            project,
-            "--now",
-            "50",
-            "--max-age",
-            "30",
-            "--json",
-        ])
-        .assert()
-        .success()
-        .get_output()
-        .stdout
-        .clone();
+    let out = stdout_ok(agentctl(&db).args([
+        "memory",
+        "recall",
+        "--project",
+        project,
+        "--now",
+        "50",
+        "--max-age",
+        "30",
+        "--json",
+    ]));
     assert_eq!(json_lines(&out)[0]["value"], "8");
-    let out = agentctl(&db)
-        .args([
-            "history",
-            "search",
-            "--thread",
-            r["thread"].as_str().unwrap(),
-            "e42",
-            "--json",
-        ])
-        .assert()
-        .success()
-        .get_output()
-        .stdout
-        .clone();
+    let out = stdout_ok(agentctl(&db).args([
+        "history",
+        "search",
+        "--thread",
+        r["thread"].as_str().unwrap(),
+        "e42",
+        "--json",
+    ]));
     assert_eq!(json_lines(&out).len(), 1);
 }
 
@@ -123,8 +93,7 @@ fn demo_memory_human_output_without_db_is_in_memory() {
 
 #[test]
 fn history_and_memory_commands_correct_memory() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = format!("sqlite://{}", dir.path().join("c.db").display());
+    let (_dir, db) = temp_db("c.db");
     agentctl(&db)
         .args([
             "history",
@@ -155,15 +124,9 @@ fn history_and_memory_commands_correct_memory() {
         .clone();
     let err = String::from_utf8(err).unwrap();
     assert!(err.contains("zz9") && err.contains("hint:"), "{err}");
-    let out = agentctl(&db)
-        .args([
-            "history", "window", "--thread", "t", "--goal", "g", "--json",
-        ])
-        .assert()
-        .success()
-        .get_output()
-        .stdout
-        .clone();
+    let out = stdout_ok(agentctl(&db).args([
+        "history", "window", "--thread", "t", "--goal", "g", "--json",
+    ]));
     assert_eq!(
         json_lines(&out)[0]["recent_units"]
             .as_array()
@@ -212,32 +175,14 @@ fn history_and_memory_commands_correct_memory() {
         ])
         .assert()
         .failure();
-    let out = agentctl(&db)
-        .args(["memory", "revoke", "r2", "--json"])
-        .assert()
-        .success()
-        .get_output()
-        .stdout
-        .clone();
+    let out = stdout_ok(agentctl(&db).args(["memory", "revoke", "r2", "--json"]));
     assert_eq!(json_lines(&out)[0]["now"]["value"], "8");
     agentctl(&db)
         .args(["memory", "revoke", "nope"])
         .assert()
         .failure();
-    let out = agentctl(&db)
-        .args(["memory", "evidence", "--project", "p", "--json"])
-        .assert()
-        .success()
-        .get_output()
-        .stdout
-        .clone();
+    let out = stdout_ok(agentctl(&db).args(["memory", "evidence", "--project", "p", "--json"]));
     assert_eq!(json_lines(&out).len(), 2);
-    let out = agentctl(&db)
-        .args(["memory", "recall", "--project", "p"])
-        .assert()
-        .success()
-        .get_output()
-        .stdout
-        .clone();
+    let out = stdout_ok(agentctl(&db).args(["memory", "recall", "--project", "p"]));
     assert!(String::from_utf8(out).unwrap().contains("jdk = 8 (from r1"));
 }
