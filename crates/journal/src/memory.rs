@@ -8,14 +8,13 @@
 //! bytes per event instead of a tree of allocations, decoded again only when read.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use tokio::sync::watch;
 
 use crate::error::JournalError;
 use crate::event::{Appended, Event};
-use crate::writer::{Counters, Prepared};
+use crate::writer::{Counters, Prepared, publish_commit};
 
 /// One process-local journal; shared by every clone of its [`Journal`](crate::Journal).
 pub(crate) struct MemoryJournal {
@@ -167,17 +166,12 @@ impl MemoryJournal {
         let written = next - state.last_seq;
         state.last_seq = next;
         drop(state);
-        self.counters.commits.fetch_add(1, Ordering::Relaxed);
-        self.counters
-            .events
-            .fetch_add(u64::try_from(written).unwrap_or(0), Ordering::Relaxed);
-        if written > 0 {
-            self.committed.send_if_modified(|current| {
-                let changed = next > *current;
-                *current = (*current).max(next);
-                changed
-            });
-        }
+        publish_commit(
+            &self.committed,
+            &self.counters,
+            u64::try_from(written).unwrap_or(0),
+            (written > 0).then_some(next),
+        );
         Ok(acks)
     }
 

@@ -89,25 +89,43 @@ impl Settle {
         }
     }
 
-    /// The latched failure, if a commit failed earlier.
-    pub fn failed(&self) -> Option<&str> {
-        self.failed.as_deref()
+    /// Splits a collected batch into the requests to write (`None` when there is nothing to
+    /// write: an empty batch, or a latched writer, whose requests are failed here) and the
+    /// `Close` it ended with, if any.
+    pub fn begin(&mut self, batch: Batch) -> (Option<Pending>, Option<oneshot::Sender<()>>) {
+        let Batch {
+            requests,
+            acks,
+            close,
+            ..
+        } = batch;
+        if requests.is_empty() {
+            return (None, close);
+        }
+        if let Some(message) = self.failed.clone() {
+            self.fail(acks, message);
+            return (None, close);
+        }
+        (Some(Pending { requests, acks }), close)
+    }
+
+    /// Acknowledges the requests of a written batch with the write's result.
+    pub fn finish<E: std::fmt::Display>(
+        &mut self,
+        acks: Vec<Ack>,
+        result: Result<Vec<Vec<Appended>>, E>,
+    ) {
+        match result {
+            Ok(results) => self.committed(acks, results),
+            Err(err) => self.fail(acks, err.to_string()),
+        }
     }
 
     /// Acknowledges every request of a committed batch, after publishing its highest seq.
-    pub fn committed(&mut self, acks: Vec<Ack>, results: Vec<Vec<Appended>>) {
+    fn committed(&mut self, acks: Vec<Ack>, results: Vec<Vec<Appended>>) {
         let written = results.iter().flatten().filter(|a| !a.deduplicated).count();
-        self.counters.commits.fetch_add(1, Ordering::Relaxed);
-        self.counters
-            .events
-            .fetch_add(written as u64, Ordering::Relaxed);
-        if let Some(max) = results.iter().flatten().map(|a| a.seq).max() {
-            self.committed.send_if_modified(|current| {
-                let changed = max > *current;
-                *current = (*current).max(max);
-                changed
-            });
-        }
+        let max = results.iter().flatten().map(|a| a.seq).max();
+        publish_commit(&self.committed, &self.counters, written as u64, max);
         for (ack, result) in acks.into_iter().zip(results) {
             // A caller that stopped waiting still had its events committed.
             let _ = ack.send(Ok(result));
@@ -115,7 +133,7 @@ impl Settle {
     }
 
     /// Fails every request of a batch; the first failure latches the writer.
-    pub fn failed_with(&mut self, acks: Vec<Ack>, message: String) {
+    fn fail(&mut self, acks: Vec<Ack>, message: String) {
         if self.failed.is_none() {
             tracing::error!(error = %message, "journal commit failed; writer is now failed");
             self.failed = Some(message.clone());
@@ -124,32 +142,31 @@ impl Settle {
             let _ = ack.send(Err(JournalError::WriterFailed(message.clone())));
         }
     }
+}
 
-    /// Writes `batch` with `write` unless the writer is latched failed, and acknowledges it.
-    pub fn settle_with<E: std::fmt::Display>(
-        &mut self,
-        batch: Batch,
-        write: impl FnOnce(&[Vec<Prepared>]) -> Result<Vec<Vec<Appended>>, E>,
-    ) -> Option<oneshot::Sender<()>> {
-        let Batch {
-            requests,
-            acks,
-            close,
-            ..
-        } = batch;
-        if requests.is_empty() {
-            return close;
-        }
-        if let Some(message) = self.failed.clone() {
-            self.failed_with(acks, message);
-            return close;
-        }
-        match write(&requests) {
-            Ok(results) => self.committed(acks, results),
-            Err(err) => self.failed_with(acks, err.to_string()),
-        }
-        close
+/// Counts one commit of `written` events and, when `max` is past the committed watermark,
+/// advances it (waking in-process tails).
+pub(crate) fn publish_commit(
+    committed: &watch::Sender<i64>,
+    counters: &Counters,
+    written: u64,
+    max: Option<i64>,
+) {
+    counters.commits.fetch_add(1, Ordering::Relaxed);
+    counters.events.fetch_add(written, Ordering::Relaxed);
+    if let Some(max) = max {
+        committed.send_if_modified(|current| {
+            let changed = max > *current;
+            *current = (*current).max(max);
+            changed
+        });
     }
+}
+
+/// The requests of one batch that are to be written, with their acks.
+pub(crate) struct Pending {
+    pub requests: Vec<Vec<Prepared>>,
+    pub acks: Vec<Ack>,
 }
 
 /// Refuses requests that raced with `Close`, then confirms the close.
@@ -202,23 +219,11 @@ pub(crate) async fn run_async(
             };
             more = batch.take(msg, max_batch);
         }
-        let Batch {
-            requests,
-            acks,
-            close: closing,
-            ..
-        } = batch;
+        let (pending, closing) = settle.begin(batch);
         close = closing;
-        if requests.is_empty() {
-            continue;
-        }
-        if let Some(message) = settle.failed().map(str::to_string) {
-            settle.failed_with(acks, message);
-            continue;
-        }
-        match postgres::write_batch(&mut conn, &requests).await {
-            Ok(results) => settle.committed(acks, results),
-            Err(err) => settle.failed_with(acks, err.to_string()),
+        if let Some(Pending { requests, acks }) = pending {
+            let result = postgres::write_batch(&mut conn, &requests).await;
+            settle.finish(acks, result);
         }
     }
     use sqlx::Connection as _;

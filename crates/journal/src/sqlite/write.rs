@@ -15,7 +15,7 @@ use tokio::sync::mpsc;
 
 use crate::backend;
 use crate::event::Appended;
-use crate::writer::{Batch, Msg, Prepared, Settle, drain_after_close};
+use crate::writer::{Batch, Msg, Pending, Prepared, Settle, drain_after_close};
 
 /// Starts the writer thread.
 pub(crate) fn spawn_writer(
@@ -81,12 +81,14 @@ fn run(
         }
         expected = batch.requests.len();
         let started = Instant::now();
-        close = settle.settle_with(batch, |requests| {
+        let (pending, closing) = settle.begin(batch);
+        close = closing;
+        if let Some(Pending { requests, acks }) = pending {
             // Nothing panics while holding the lock; if something did, the connection is
             // still usable: `write_batch` first rolls back any transaction left open.
             let conn = conn.lock().unwrap_or_else(PoisonError::into_inner);
-            write_batch(&conn, requests)
-        });
+            settle.finish(acks, write_batch(&conn, &requests));
+        }
         last_commit = started.elapsed();
     }
     drain_after_close(&mut rx, close);
