@@ -1,6 +1,9 @@
 //! Event types.
 
 use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+
+use crate::JournalError;
 
 /// A journaled event. `seq` is unique and increasing across the journal; `at` is the
 /// append time in Unix milliseconds.
@@ -21,7 +24,7 @@ pub struct Event {
 pub struct NewEvent {
     pub thread: String,
     pub kind: String,
-    pub payload: serde_json::Value,
+    pub payload: Payload,
     /// Idempotency key within the thread: a second append with the same key writes nothing
     /// and returns the first event's seq.
     pub dedup_key: Option<String>,
@@ -31,20 +34,91 @@ impl NewEvent {
     pub fn new(
         thread: impl Into<String>,
         kind: impl Into<String>,
-        payload: serde_json::Value,
+        payload: impl Into<Payload>,
     ) -> Self {
         NewEvent {
             thread: thread.into(),
             kind: kind.into(),
-            payload,
+            payload: payload.into(),
             dedup_key: None,
         }
+    }
+
+    /// An event whose payload is `payload` serialised to JSON text now (see
+    /// [`Payload::encode`]). A payload that cannot be serialised (a map with non-string
+    /// keys) is [`JournalError::InvalidInput`].
+    pub fn encoded<T: Serialize + ?Sized>(
+        thread: impl Into<String>,
+        kind: impl Into<String>,
+        payload: &T,
+    ) -> Result<Self, JournalError> {
+        let payload = Payload::encode(payload)
+            .map_err(|e| JournalError::invalid("payload", e.to_string()))?;
+        Ok(NewEvent::new(thread, kind, payload))
     }
 
     /// Sets the per-thread dedup key.
     pub fn with_dedup_key(mut self, key: impl Into<String>) -> Self {
         self.dedup_key = Some(key.into());
         self
+    }
+}
+
+/// The payload of an event to append: a JSON value, or JSON text already encoded.
+///
+/// Both are stored as JSON text and read back as a [`serde_json::Value`]. The encoded
+/// forms let a caller serialise its own types straight to text ([`Payload::encode`]), or
+/// hand over text it holds ([`Payload::raw`]), without building a `Value` tree only for
+/// the journal to encode it again. Text is valid JSON by construction.
+#[derive(Debug, Clone)]
+pub struct Payload(Repr);
+
+#[derive(Debug, Clone)]
+enum Repr {
+    Value(serde_json::Value),
+    Text(String),
+}
+
+impl Payload {
+    /// Serialises `value` to compact JSON text now.
+    pub fn encode<T: Serialize + ?Sized>(value: &T) -> Result<Payload, serde_json::Error> {
+        serde_json::to_string(value).map(|text| Payload(Repr::Text(text)))
+    }
+
+    /// JSON text the caller already holds (stored as given, whitespace included).
+    pub fn raw(raw: Box<RawValue>) -> Payload {
+        Payload(Repr::Text(Box::<str>::from(raw).into_string()))
+    }
+
+    /// The payload as JSON text.
+    pub(crate) fn into_json(self) -> Result<String, serde_json::Error> {
+        match self.0 {
+            Repr::Value(value) => serde_json::to_string(&value),
+            Repr::Text(text) => Ok(text),
+        }
+    }
+
+    fn to_value(&self) -> Option<serde_json::Value> {
+        match &self.0 {
+            Repr::Value(value) => Some(value.clone()),
+            Repr::Text(text) => serde_json::from_str(text).ok(),
+        }
+    }
+}
+
+impl From<serde_json::Value> for Payload {
+    fn from(value: serde_json::Value) -> Self {
+        Payload(Repr::Value(value))
+    }
+}
+
+impl PartialEq for Payload {
+    /// Equal when they are the same JSON value (key order and whitespace aside).
+    fn eq(&self, other: &Self) -> bool {
+        match (&self.0, &other.0) {
+            (Repr::Value(a), Repr::Value(b)) => a == b,
+            _ => self.to_value().is_some_and(|a| Some(a) == other.to_value()),
+        }
     }
 }
 

@@ -12,7 +12,7 @@ use crate::limits::{check_event, check_thread};
 use crate::memory::MemoryJournal;
 use crate::options::{Durability, JournalOptions};
 use crate::stream::{self, EventStream};
-use crate::writer::{self, Counters, Msg, Prepared, Settle};
+use crate::writer::{self, Counters, Msg, Settle};
 use crate::{postgres, sqlite};
 
 /// The URL of the in-process journal.
@@ -167,6 +167,9 @@ impl Journal {
 
     /// Appends one event; returns after it is durable (see [`Durability`]).
     pub async fn append(&self, event: NewEvent) -> Result<Appended, JournalError> {
+        if let Writer::Memory(memory) = &self.inner.writer {
+            return memory.append_one(check_event(event, now_ms())?);
+        }
         let mut acks = self.append_batch(vec![event]).await?;
         acks.pop().ok_or(JournalError::Closed)
     }
@@ -180,29 +183,26 @@ impl Journal {
         let at = now_ms();
         let prepared = events
             .into_iter()
-            .map(|event| {
-                let payload = check_event(&event)?;
-                Ok(Prepared {
-                    thread: event.thread,
-                    kind: event.kind,
-                    payload,
-                    dedup_key: event.dedup_key,
-                    at,
-                })
-            })
+            .map(|event| check_event(event, at))
             .collect::<Result<Vec<_>, JournalError>>()?;
         let queue = match &self.inner.writer {
             Writer::Queue(queue) => queue,
             Writer::Memory(memory) => return memory.append(prepared),
         };
         let (ack, done) = oneshot::channel();
-        queue
-            .send(Msg::Write {
-                events: prepared,
-                ack,
-            })
-            .await
-            .map_err(|_| JournalError::Closed)?;
+        let msg = Msg::Write {
+            events: prepared,
+            ack,
+        };
+        // Room in the queue is the common case; waiting for room (backpressure) is kept
+        // out of line so that every append's future stays small.
+        match queue.try_send(msg) {
+            Ok(()) => {}
+            Err(mpsc::error::TrySendError::Full(msg)) => Box::pin(queue.send(msg))
+                .await
+                .map_err(|_| JournalError::Closed)?,
+            Err(mpsc::error::TrySendError::Closed(_)) => return Err(JournalError::Closed),
+        }
         done.await.map_err(|_| JournalError::Closed)?
     }
 

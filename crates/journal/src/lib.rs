@@ -31,7 +31,7 @@ mod stream;
 mod writer;
 
 pub use error::JournalError;
-pub use event::{Appended, Event, NewEvent};
+pub use event::{Appended, Event, NewEvent, Payload};
 pub use journal::{Journal, JournalStats, MEMORY_URL};
 pub use limits::{MAX_DEDUP_KEY_BYTES, MAX_KIND_BYTES, MAX_PAYLOAD_BYTES, MAX_THREAD_BYTES};
 pub use options::{DEFAULT_LINGER, Durability, JournalOptions};

@@ -1,6 +1,7 @@
 //! Documented input limits. Appends beyond them are refused with
 //! [`JournalError::InvalidInput`](crate::JournalError::InvalidInput) before anything is written.
 
+use crate::writer::Prepared;
 use crate::{JournalError, NewEvent};
 
 /// Longest thread name, in bytes (UTF-8). Thread names must also be non-empty.
@@ -32,14 +33,16 @@ fn check_name(field: &'static str, value: &str, max: usize) -> Result<(), Journa
     Ok(())
 }
 
-/// Validates an event and returns its payload encoded as compact JSON.
-pub(crate) fn check_event(event: &NewEvent) -> Result<String, JournalError> {
+/// Validates an event and returns it with its payload encoded as compact JSON.
+pub(crate) fn check_event(event: NewEvent, at: i64) -> Result<Prepared, JournalError> {
     check_thread(&event.thread)?;
     check_name("kind", &event.kind, MAX_KIND_BYTES)?;
     if let Some(key) = &event.dedup_key {
         check_name("dedup key", key, MAX_DEDUP_KEY_BYTES)?;
     }
-    let payload = serde_json::to_string(&event.payload)
+    let payload = event
+        .payload
+        .into_json()
         .map_err(|e| JournalError::invalid("payload", e.to_string()))?;
     if payload.len() > MAX_PAYLOAD_BYTES {
         return Err(JournalError::invalid(
@@ -57,5 +60,11 @@ pub(crate) fn check_event(event: &NewEvent) -> Result<String, JournalError> {
             "must not contain NUL characters",
         ));
     }
-    Ok(payload)
+    Ok(Prepared {
+        thread: event.thread,
+        kind: event.kind,
+        payload,
+        dedup_key: event.dedup_key,
+        at,
+    })
 }

@@ -7,7 +7,9 @@
 //! Payloads are kept as their JSON text (already produced by validation): a few hundred
 //! bytes per event instead of a tree of allocations, decoded again only when read.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+
+use foldhash::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use tokio::sync::watch;
@@ -29,6 +31,38 @@ struct State {
     /// Sorted by name, so `threads()` needs no sort.
     threads: BTreeMap<String, ThreadLog>,
     closed: bool,
+}
+
+impl State {
+    /// Appends one event (or finds its dedup key), assigning the next seq.
+    fn push(&mut self, event: Prepared) -> Appended {
+        let next = self.last_seq + 1;
+        let log = match self.threads.get_mut(&event.thread) {
+            Some(log) => log,
+            None => self.threads.entry(event.thread.clone()).or_default(),
+        };
+        if let Some(key) = &event.dedup_key {
+            if let Some(&seq) = log.keys.get(key) {
+                return Appended {
+                    seq,
+                    deduplicated: true,
+                };
+            }
+            log.keys.insert(key.clone(), next);
+        }
+        log.push(Stored {
+            seq: next,
+            kind: event.kind,
+            payload: event.payload,
+            at: event.at,
+            dedup_key: event.dedup_key,
+        });
+        self.last_seq = next;
+        Appended {
+            seq: next,
+            deduplicated: false,
+        }
+    }
 }
 
 /// Events per chunk of a thread's log.
@@ -133,46 +167,32 @@ impl MemoryJournal {
     /// Appends validated events as one atomic step.
     pub(crate) fn append(&self, events: Vec<Prepared>) -> Result<Vec<Appended>, JournalError> {
         let mut state = self.open_state()?;
-        let mut acks = Vec::with_capacity(events.len());
-        let mut next = state.last_seq;
-        for event in events {
-            let log = match state.threads.get_mut(&event.thread) {
-                Some(log) => log,
-                None => state.threads.entry(event.thread.clone()).or_default(),
-            };
-            if let Some(key) = &event.dedup_key {
-                if let Some(&seq) = log.keys.get(key) {
-                    acks.push(Appended {
-                        seq,
-                        deduplicated: true,
-                    });
-                    continue;
-                }
-                log.keys.insert(key.clone(), next + 1);
-            }
-            next += 1;
-            log.push(Stored {
-                seq: next,
-                kind: event.kind,
-                payload: event.payload,
-                at: event.at,
-                dedup_key: event.dedup_key,
-            });
-            acks.push(Appended {
-                seq: next,
-                deduplicated: false,
-            });
-        }
-        let written = next - state.last_seq;
-        state.last_seq = next;
+        let first = state.last_seq;
+        let acks = events.into_iter().map(|event| state.push(event)).collect();
+        self.publish(state, first);
+        Ok(acks)
+    }
+
+    /// Appends one validated event (the common case, without the batch's vectors).
+    pub(crate) fn append_one(&self, event: Prepared) -> Result<Appended, JournalError> {
+        let mut state = self.open_state()?;
+        let first = state.last_seq;
+        let ack = state.push(event);
+        self.publish(state, first);
+        Ok(ack)
+    }
+
+    /// Releases the lock, then counts the commit and wakes tails if anything was written.
+    fn publish(&self, state: MutexGuard<'_, State>, first: i64) {
+        let last = state.last_seq;
         drop(state);
+        let written = last - first;
         publish_commit(
             &self.committed,
             &self.counters,
             u64::try_from(written).unwrap_or(0),
-            (written > 0).then_some(next),
+            (written > 0).then_some(last),
         );
-        Ok(acks)
     }
 
     /// Up to `limit` events of `thread` with `seq > after`.

@@ -158,7 +158,11 @@ pub(crate) fn publish_commit(
         committed.send_if_modified(|current| {
             let changed = max > *current;
             *current = (*current).max(max);
-            changed
+            // Only tails wait for changes, each on its own clone of the journal's one
+            // receiver. Without any, the value is updated without waking anyone (a wake
+            // costs a lock per notification shard). A tail created later reads the store
+            // after cloning, so it cannot miss this commit.
+            changed && committed.receiver_count() > 1
         });
     }
 }

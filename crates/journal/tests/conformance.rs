@@ -6,7 +6,7 @@ mod support;
 use std::collections::HashMap;
 use std::time::Duration;
 
-use agent_journal::{Durability, Journal, JournalError, JournalOptions, NewEvent};
+use agent_journal::{Durability, Journal, JournalError, JournalOptions, NewEvent, Payload};
 use futures::StreamExt as _;
 use serde_json::json;
 
@@ -76,6 +76,7 @@ conformance!(
         threads_and_last_seq,
         close_refuses_later_appends,
         unicode_and_nested_payloads_round_trip,
+        encoded_payloads_read_back_as_values,
     ],
     durable: [reopen_keeps_every_event],
 );
@@ -372,6 +373,40 @@ async fn unicode_and_nested_payloads_round_trip(f: Fixture) {
     let events = j.replay("线程", 0).await.unwrap();
     assert_eq!(events[0].payload, payload);
     assert_eq!(events[0].kind, "steer.accepted");
+}
+
+async fn encoded_payloads_read_back_as_values(f: Fixture) {
+    #[derive(serde::Serialize)]
+    struct Started<'a> {
+        call_id: &'a str,
+        revision: u64,
+        note: Option<&'a str>,
+    }
+    let j = &f.journal;
+    let typed = Started {
+        call_id: "c\"1",
+        revision: 7,
+        note: None,
+    };
+    j.append(NewEvent::encoded("t", "tool.started", &typed).unwrap())
+        .await
+        .unwrap();
+    let raw = serde_json::value::RawValue::from_string(r#"{"a": [1, "二"]}"#.into()).unwrap();
+    j.append(NewEvent::new("t", "raw", Payload::raw(raw)))
+        .await
+        .unwrap();
+    let events = j.replay("t", 0).await.unwrap();
+    assert_eq!(
+        events[0].payload,
+        json!({"call_id": "c\"1", "revision": 7, "note": null})
+    );
+    assert_eq!(events[1].payload, json!({"a": [1, "二"]}));
+    // A map with non-string keys cannot be JSON: refused before anything is written.
+    let bad: std::collections::HashMap<(i32, i32), i32> = [((1, 2), 3)].into();
+    assert!(matches!(
+        NewEvent::encoded("t", "bad", &bad),
+        Err(JournalError::InvalidInput { .. })
+    ));
 }
 
 // ---- backend-specific behaviour ----
