@@ -32,11 +32,38 @@ pub const TOOL_TERMINALS: [&str; 5] = [
 pub const TURN_ENDS: [&str; 3] = [TURN_COMPLETED, TURN_CANCELLED, TURN_INTERRUPTED];
 
 pub fn scheduled_key(turn: &str, call_id: &str) -> String {
-    format!("sched:{turn}:{call_id}")
+    call_key("sched:", turn, call_id)
 }
 
 pub fn done_key(turn: &str, call_id: &str) -> String {
-    format!("done:{turn}:{call_id}")
+    call_key("done:", turn, call_id)
+}
+
+fn call_key(prefix: &str, turn: &str, call_id: &str) -> String {
+    let mut key = String::with_capacity(prefix.len() + turn.len() + call_id.len() + 1);
+    key.push_str(prefix);
+    key.push_str(turn);
+    key.push(':');
+    key.push_str(call_id);
+    key
+}
+
+/// `tool.scheduled`: everything needed to relaunch or fence the call after a restart.
+#[derive(serde::Serialize)]
+pub(crate) struct Scheduled<'a> {
+    pub turn_id: &'a str,
+    pub call_id: &'a str,
+    pub name: &'a str,
+    pub args: &'a serde_json::Value,
+    pub signature: &'a str,
+    pub revision: u64,
+}
+
+/// `tool.started`: the call left the queue.
+#[derive(serde::Serialize)]
+pub(crate) struct Started<'a> {
+    pub turn_id: &'a str,
+    pub call_id: &'a str,
 }
 
 pub fn end_key(turn: &str) -> String {

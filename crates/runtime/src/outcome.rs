@@ -1,7 +1,8 @@
 //! What a tool call came to, and how that is journaled.
 
+use agent_journal::{JournalError, NewEvent};
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::events;
 
@@ -123,26 +124,38 @@ impl Outcome {
         }
     }
 
-    /// The terminal event's payload.
-    pub(crate) fn payload(&self, turn: &str, call_id: &str) -> Value {
-        let mut v = json!({
-            "turn_id": turn,
-            "call_id": call_id,
-            "revision": self.revision,
-            "started": self.started,
-        });
-        if let Some(map) = v.as_object_mut() {
-            if let Some(value) = &self.value {
-                map.insert("value".into(), value.clone());
-            }
-            if let Some(error) = &self.error {
-                map.insert("error".into(), Value::String(error.clone()));
-            }
-            if let Some(phase) = self.phase {
-                map.insert("phase".into(), json!(phase));
-            }
+    /// The call's one terminal event, keyed so that a second one is never written.
+    pub(crate) fn terminal_event(
+        &self,
+        thread: &str,
+        turn: &str,
+        call_id: &str,
+    ) -> Result<NewEvent, JournalError> {
+        /// Field order as journaled: owner, revision, then what the call came to.
+        #[derive(Serialize)]
+        struct Terminal<'a> {
+            turn_id: &'a str,
+            call_id: &'a str,
+            revision: u64,
+            started: bool,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            value: Option<&'a Value>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            error: Option<&'a str>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            phase: Option<DeadlinePhase>,
         }
-        v
+        let payload = Terminal {
+            turn_id: turn,
+            call_id,
+            revision: self.revision,
+            started: self.started,
+            value: self.value.as_ref(),
+            error: self.error.as_deref(),
+            phase: self.phase,
+        };
+        Ok(NewEvent::encoded(thread, self.status.kind(), &payload)?
+            .with_dedup_key(events::done_key(turn, call_id)))
     }
 
     /// Reads an outcome back from a terminal event.

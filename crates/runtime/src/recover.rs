@@ -8,6 +8,7 @@
 //!   journals its terminal event as usual.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use agent_journal::{Event, Journal, NewEvent};
 use serde_json::{Value, json};
@@ -227,14 +228,7 @@ impl Runtime {
                 Some(tool) if tool.retry_safe() => retry.push((call, tool)),
                 _ => {
                     let outcome = Outcome::interrupted(call.revision, call.started);
-                    terminals.push(
-                        NewEvent::new(
-                            thread,
-                            outcome.status.kind(),
-                            outcome.payload(&call.turn, &call.call_id),
-                        )
-                        .with_dedup_key(events::done_key(&call.turn, &call.call_id)),
-                    );
+                    terminals.push(outcome.terminal_event(thread, &call.turn, &call.call_id)?);
                     report.calls_interrupted += 1;
                 }
             }
@@ -277,7 +271,7 @@ impl Runtime {
             let cancel = self.inner.root.child_token();
             let job = Job {
                 inner: self.inner.clone(),
-                key: key.clone(),
+                key: Arc::new(key.clone()),
                 tool,
                 args: call.args,
                 revision: call.revision,
@@ -286,7 +280,7 @@ impl Runtime {
                 done: tx,
             };
             let mut st = self.inner.state();
-            let handle = tokio::spawn(job.run());
+            let handle = tokio::spawn(Box::pin(job.run()));
             st.jobs.insert(
                 key,
                 JobEntry {

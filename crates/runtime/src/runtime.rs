@@ -11,11 +11,12 @@
 //! - A finished job leaves memory once its terminal event is durable; its result is then
 //!   read from the journal.
 
-use std::collections::HashMap;
+use foldhash::HashMap;
+use foldhash::HashMapExt as _;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use agent_journal::{Event, Journal, NewEvent};
+use agent_journal::{Event, Journal, JournalError, NewEvent};
 use serde_json::{Value, json};
 use tokio::sync::{Semaphore, watch};
 use tokio::task::AbortHandle;
@@ -58,10 +59,13 @@ pub(crate) struct TurnState {
     pub(crate) cancel: CancellationToken,
 }
 
+/// A job's outcome once it settled; shared, so that the last one to take it needs no copy.
+pub(crate) type Settled = Option<Arc<Outcome>>;
+
 /// A job that has not yet settled (or whose terminal event is being written).
 pub(crate) struct JobEntry {
     pub(crate) signature: String,
-    pub(crate) done: watch::Receiver<Option<Outcome>>,
+    pub(crate) done: watch::Receiver<Settled>,
     pub(crate) abort: Option<AbortHandle>,
 }
 
@@ -114,15 +118,16 @@ impl Inner {
     }
 
     /// Appends on behalf of a job; after a simulated crash it never returns (the job
-    /// task is being aborted), as if the process had died before this write.
+    /// task is being aborted), as if the process had died before this write. An event
+    /// that could not be built fails like an append would.
     async fn job_append(
         &self,
-        event: NewEvent,
-    ) -> Result<agent_journal::Appended, agent_journal::JournalError> {
+        event: Result<NewEvent, JournalError>,
+    ) -> Result<agent_journal::Appended, JournalError> {
         if self.crashed.load(std::sync::atomic::Ordering::SeqCst) {
             std::future::pending::<()>().await;
         }
-        self.journal.append(event).await
+        self.journal.append(event?).await
     }
 
     /// Removes a settled (or abandoned) job from memory.
@@ -363,11 +368,7 @@ impl Runtime {
     /// whose task does not settle within twice the grace period (a tool blocking its
     /// thread) is aborted and given a `tool.cancelled` terminal event here.
     pub(crate) async fn settle_jobs(&self, which: impl Fn(&JobKey) -> bool) {
-        let waits: Vec<(
-            JobKey,
-            watch::Receiver<Option<Outcome>>,
-            Option<AbortHandle>,
-        )> = {
+        let waits: Vec<(JobKey, watch::Receiver<Settled>, Option<AbortHandle>)> = {
             let st = self.inner.state();
             st.jobs
                 .iter()
@@ -394,13 +395,11 @@ impl Runtime {
             abort.abort();
             let revision = self.job_revision(&key).await.unwrap_or(0);
             let outcome = Outcome::cancelled(revision, true);
-            let event = NewEvent::new(
-                key.thread.clone(),
-                outcome.status.kind(),
-                outcome.payload(&key.turn, &key.call_id),
-            )
-            .with_dedup_key(events::done_key(&key.turn, &key.call_id));
-            if let Err(err) = self.inner.journal.append(event).await {
+            let appended = match outcome.terminal_event(&key.thread, &key.turn, &key.call_id) {
+                Ok(event) => self.inner.journal.append(event).await,
+                Err(err) => Err(err),
+            };
+            if let Err(err) = appended {
                 tracing::error!(call_id = %key.call_id, %err, "cannot journal forced cancellation");
             }
             self.inner.forget(&key);
@@ -503,22 +502,26 @@ impl Runtime {
         };
         let Some((revision, cancel)) = admitted else {
             // Not running: only a call recorded earlier can be named again.
-            return self.relaunch_recorded(key, &sig).await;
+            return Box::pin(self.relaunch_recorded(key, &sig)).await;
         };
-        let scheduled = NewEvent::new(
+        let scheduled = NewEvent::encoded(
             thread,
             events::TOOL_SCHEDULED,
-            json!({
-                "turn_id": turn,
-                "call_id": call_id,
-                "name": name,
-                "args": args,
-                "signature": sig,
-                "revision": revision,
-            }),
+            &events::Scheduled {
+                turn_id: turn,
+                call_id,
+                name,
+                args: &args,
+                signature: &sig,
+                revision,
+            },
         )
-        .with_dedup_key(events::scheduled_key(turn, call_id));
-        let appended = match self.inner.journal.append(scheduled).await {
+        .map(|event| event.with_dedup_key(events::scheduled_key(turn, call_id)));
+        let appended = match scheduled {
+            Ok(event) => self.inner.journal.append(event).await,
+            Err(err) => Err(err),
+        };
+        let appended = match appended {
             Ok(appended) => appended,
             Err(err) => {
                 self.inner.forget(&key);
@@ -527,10 +530,10 @@ impl Runtime {
         };
         if appended.deduplicated {
             // Recorded by an earlier process, or finished and evicted from memory.
-            let recorded = self.recorded_outcome(&key, &sig).await;
+            let recorded = Box::pin(self.recorded_outcome(&key, &sig)).await;
             return match recorded {
                 Ok(outcome) => {
-                    tx.send_replace(Some(outcome));
+                    tx.send_replace(Some(Arc::new(outcome)));
                     self.inner.forget(&key);
                     Ok(key)
                 }
@@ -542,7 +545,7 @@ impl Runtime {
         }
         let job = Job {
             inner: self.inner.clone(),
-            key: key.clone(),
+            key: Arc::new(key.clone()),
             tool,
             args,
             revision,
@@ -556,7 +559,9 @@ impl Runtime {
             st.jobs.remove(&key);
             return Err(RuntimeError::Closed);
         }
-        let handle = tokio::spawn(job.run());
+        // Boxed: the task then moves a pointer where it would move the whole (2 KB)
+        // future at spawn and at every stage change.
+        let handle = tokio::spawn(Box::pin(job.run()));
         if let Some(entry) = st.jobs.get_mut(&key) {
             entry.abort = Some(handle.abort_handle());
         }
@@ -637,15 +642,16 @@ impl Runtime {
             return Err(RuntimeError::PermissionDenied);
         }
         let waiting = self.inner.state().jobs.get(key).map(|j| j.done.clone());
-        let mut outcome = None;
+        let mut settled = None;
         if let Some(mut done) = waiting
             && let Ok(value) = done.wait_for(Option::is_some).await
         {
-            outcome = value.clone();
+            settled = value.clone();
         }
-        let outcome = match outcome {
-            Some(outcome) => outcome,
-            None => self.journaled_outcome(key).await?,
+        let outcome = match settled {
+            // Usually the job and every other waiter are gone by now: no copy.
+            Some(shared) => Arc::try_unwrap(shared).unwrap_or_else(|shared| (*shared).clone()),
+            None => Box::pin(self.journaled_outcome(key)).await?,
         };
         let current = self.turn_revision(thread, turn).await?;
         Ok(ToolResult::new(&key.call_id, outcome, current))
@@ -658,11 +664,12 @@ impl Runtime {
         {
             return Ok(t.revision);
         }
-        let end = self
-            .inner
-            .journal
-            .find_by_dedup_key(thread, &events::end_key(turn))
-            .await?;
+        let end = Box::pin(
+            self.inner
+                .journal
+                .find_by_dedup_key(thread, &events::end_key(turn)),
+        )
+        .await?;
         end.and_then(|e| e.payload.get("revision").and_then(Value::as_u64))
             .ok_or_else(|| RuntimeError::TurnNotActive {
                 thread: thread.to_string(),
@@ -726,13 +733,13 @@ pub(crate) fn outcome_of(event: &Event) -> Result<Outcome, RuntimeError> {
 /// One call on its way from the queue to its terminal event.
 pub(crate) struct Job {
     pub(crate) inner: Arc<Inner>,
-    pub(crate) key: JobKey,
+    pub(crate) key: Arc<JobKey>,
     pub(crate) tool: Arc<dyn Tool>,
     pub(crate) args: Value,
     pub(crate) revision: u64,
     pub(crate) deadlines: Deadlines,
     pub(crate) cancel: CancellationToken,
-    pub(crate) done: watch::Sender<Option<Outcome>>,
+    pub(crate) done: watch::Sender<Settled>,
 }
 
 impl Job {
@@ -741,23 +748,15 @@ impl Job {
         // The tool runs once: it takes the arguments instead of a copy.
         let args = std::mem::take(&mut self.args);
         let mut outcome = self.execute(args).await;
-        let event = NewEvent::new(
-            self.key.thread.clone(),
-            outcome.status.kind(),
-            outcome.payload(&self.key.turn, &self.key.call_id),
-        )
-        .with_dedup_key(events::done_key(&self.key.turn, &self.key.call_id));
+        let event = outcome.terminal_event(&self.key.thread, &self.key.turn, &self.key.call_id);
         match self.inner.job_append(event).await {
             Ok(appended) if appended.deduplicated => {
                 // Someone (a forced cancellation) wrote the terminal first: that one counts.
-                if let Ok(Some(event)) = self
-                    .inner
-                    .journal
-                    .find_by_dedup_key(
-                        &self.key.thread,
-                        &events::done_key(&self.key.turn, &self.key.call_id),
-                    )
-                    .await
+                if let Ok(Some(event)) = Box::pin(self.inner.journal.find_by_dedup_key(
+                    &self.key.thread,
+                    &events::done_key(&self.key.turn, &self.key.call_id),
+                ))
+                .await
                     && let Ok(recorded) = outcome_of(&event)
                 {
                     outcome = recorded;
@@ -770,7 +769,7 @@ impl Job {
         }
         // Leave memory first: whoever sees the outcome also sees the job gone.
         self.inner.forget(&self.key);
-        self.done.send_replace(Some(outcome));
+        self.done.send_replace(Some(Arc::new(outcome)));
     }
 
     async fn execute(&self, args: Value) -> Outcome {
@@ -789,10 +788,13 @@ impl Job {
                 None => return Outcome::timeout(revision, DeadlinePhase::Queue),
             },
         };
-        let started = NewEvent::new(
-            self.key.thread.clone(),
+        let started = NewEvent::encoded(
+            self.key.thread.as_str(),
             events::TOOL_STARTED,
-            json!({ "turn_id": self.key.turn, "call_id": self.key.call_id }),
+            &events::Started {
+                turn_id: &self.key.turn,
+                call_id: &self.key.call_id,
+            },
         );
         if self.tool.retry_safe() {
             // At-least-once is acceptable: journal `tool.started` alongside the run. It is
@@ -826,9 +828,7 @@ impl Job {
     async fn run_tool(&self, args: Value) -> Outcome {
         let revision = self.revision;
         let ctx = ToolContext {
-            thread: self.key.thread.clone(),
-            turn: self.key.turn.clone(),
-            call_id: self.key.call_id.clone(),
+            key: Arc::clone(&self.key),
             revision,
             cancel: self.cancel.clone(),
         };

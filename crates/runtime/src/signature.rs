@@ -47,8 +47,15 @@ fn write_value(out: &mut String, value: &Value) {
     }
 }
 
-/// `text` as a JSON string literal.
+/// `text` as a JSON string literal (as serde_json writes it).
 fn write_str(out: &mut String, text: &str) {
+    if !text.bytes().any(|b| b == b'"' || b == b'\\' || b < 0x20) {
+        // Nothing to escape: the common case of identifiers and plain values.
+        out.push('"');
+        out.push_str(text);
+        out.push('"');
+        return;
+    }
     match serde_json::to_string(text) {
         Ok(quoted) => out.push_str(&quoted),
         // Serialising a `str` cannot fail; keep the text distinguishable if it ever did.
@@ -77,5 +84,15 @@ mod tests {
             signature("t", &json!({"a": 1})),
             signature("t", &json!({"a": 1.5}))
         );
+    }
+
+    #[test]
+    fn strings_are_json_literals() {
+        let args = json!({"k\"ey": "a\\b\nc", "plain": "日本"});
+        let sig = signature("t", &args);
+        assert_eq!(sig, r#"["t",{"k\"ey":"a\\b\nc","plain":"日本"}]"#);
+        // The signature is itself valid JSON that reads back to the same arguments.
+        let back: serde_json::Value = serde_json::from_str(&sig).unwrap();
+        assert_eq!(back[1], args);
     }
 }

@@ -1,6 +1,6 @@
 //! The [`Tool`] trait, the allowlist [`ToolRegistry`] and the seed's demo tools.
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -8,17 +8,32 @@ use futures::future::BoxFuture;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
+use crate::runtime::JobKey;
+
 /// What a tool call knows about where it runs.
 #[derive(Debug, Clone)]
 pub struct ToolContext {
-    pub thread: String,
-    pub turn: String,
-    pub call_id: String,
+    /// The call: its thread, turn and call id (shared with the runtime, not copied).
+    pub key: Arc<JobKey>,
     /// The turn revision the call was launched under.
     pub revision: u64,
     /// Fired when the turn is cancelled or the run deadline expires. A tool should stop
     /// soon after; one that does not is dropped after the runtime's grace period.
     pub cancel: CancellationToken,
+}
+
+impl ToolContext {
+    pub fn thread(&self) -> &str {
+        &self.key.thread
+    }
+
+    pub fn turn(&self) -> &str {
+        &self.key.turn
+    }
+
+    pub fn call_id(&self) -> &str {
+        &self.key.call_id
+    }
 }
 
 /// A tool failure, reported as `ok: false` with this message (never as a result).

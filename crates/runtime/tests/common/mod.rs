@@ -90,7 +90,7 @@ impl Tool for GateTool {
         let this = self.clone();
         Box::pin(async move {
             let n = this.calls.fetch_add(1, Ordering::SeqCst) + 1;
-            let _ = this.started.send(ctx.call_id.clone());
+            let _ = this.started.send(ctx.call_id().to_string());
             if this.cooperative {
                 tokio::select! {
                     permit = this.gate.acquire() => { drop(permit); }
