@@ -4,12 +4,13 @@
 //! keys, ack order = seq order, tail), except durability: nothing survives the process, and
 //! opening `memory:` again gives a new, empty journal. Meant for tests, demos and throwaway
 //! runs. An append takes the lock once; there is no writer thread and nothing to batch.
-//! Payloads are kept as their JSON text (already produced by validation): a few hundred
-//! bytes per event instead of a tree of allocations, decoded again only when read.
+//! Payloads are kept as their JSON text (already produced by validation), copied into
+//! per-chunk buffers: a few hundred bytes per event instead of a tree of allocations,
+//! decoded again only when read.
 
 use std::collections::BTreeMap;
 
-use foldhash::HashMap;
+use foldhash::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use tokio::sync::watch;
@@ -30,6 +31,8 @@ struct State {
     last_seq: i64,
     /// Sorted by name, so `threads()` needs no sort.
     threads: BTreeMap<String, ThreadLog>,
+    /// Each distinct kind once; events share it.
+    kinds: HashSet<Arc<str>>,
     closed: bool,
 }
 
@@ -41,22 +44,29 @@ impl State {
             Some(log) => log,
             None => self.threads.entry(event.thread.clone()).or_default(),
         };
-        if let Some(key) = &event.dedup_key {
-            if let Some(&seq) = log.keys.get(key) {
-                return Appended {
-                    seq,
-                    deduplicated: true,
-                };
+        let dedup_key = match event.dedup_key {
+            Some(key) => {
+                if let Some(&seq) = log.keys.get(key.as_str()) {
+                    return Appended {
+                        seq,
+                        deduplicated: true,
+                    };
+                }
+                let key: Arc<str> = key.into();
+                log.keys.insert(Arc::clone(&key), next);
+                Some(key)
             }
-            log.keys.insert(key.clone(), next);
-        }
-        log.push(Stored {
-            seq: next,
-            kind: event.kind,
-            payload: event.payload,
-            at: event.at,
-            dedup_key: event.dedup_key,
-        });
+            None => None,
+        };
+        let kind = match self.kinds.get(event.kind.as_str()) {
+            Some(kind) => Arc::clone(kind),
+            None => {
+                let kind: Arc<str> = event.kind.into();
+                self.kinds.insert(Arc::clone(&kind));
+                kind
+            }
+        };
+        log.push(next, event.at, kind, &event.payload, dedup_key);
         self.last_seq = next;
         Appended {
             seq: next,
@@ -65,80 +75,113 @@ impl State {
     }
 }
 
-/// Events per chunk of a thread's log.
-const CHUNK: usize = 4096;
+/// Most events per chunk of a thread's log.
+const CHUNK_EVENTS: usize = 4096;
+/// Payload bytes per chunk (a larger payload gets a chunk of its own size).
+const CHUNK_TEXT: usize = 256 * 1024;
 
-/// One thread's events in seq order, and its dedup keys. Events live in fixed-size chunks,
-/// so a growing log never copies what it holds.
+/// One thread's events in seq order, and its dedup keys. Events live in chunks whose
+/// payload text shares one buffer allocated once, so a growing log never copies what it
+/// holds and an event costs no allocation of its own beyond a dedup key.
 #[derive(Default)]
 struct ThreadLog {
-    chunks: Vec<Vec<Stored>>,
-    keys: HashMap<String, i64>,
+    chunks: Vec<Chunk>,
+    keys: HashMap<Arc<str>, i64>,
 }
 
-/// An event without its thread (the log's key), payload as JSON text.
+struct Chunk {
+    events: Vec<Stored>,
+    /// The payloads of `events`, back to back; never grows past its first capacity.
+    text: String,
+}
+
+/// An event without its thread (the log's key); its payload is a range of the chunk's text.
 struct Stored {
     seq: i64,
-    kind: String,
-    payload: String,
     at: i64,
-    dedup_key: Option<String>,
+    kind: Arc<str>,
+    start: usize,
+    len: usize,
+    dedup_key: Option<Arc<str>>,
 }
 
-impl Stored {
-    fn event(&self, thread: &str) -> Result<Event, JournalError> {
+impl Chunk {
+    fn with_room_for(payload: usize) -> Self {
+        Chunk {
+            events: Vec::new(),
+            text: String::with_capacity(payload.max(CHUNK_TEXT)),
+        }
+    }
+
+    fn has_room_for(&self, payload: usize) -> bool {
+        self.events.len() < CHUNK_EVENTS && self.text.len() + payload <= self.text.capacity()
+    }
+
+    fn event(&self, stored: &Stored, thread: &str) -> Result<Event, JournalError> {
+        let text = self
+            .text
+            .get(stored.start..stored.start + stored.len)
+            .unwrap_or_default();
         Ok(Event {
-            seq: self.seq,
+            seq: stored.seq,
             thread: thread.to_string(),
-            kind: self.kind.clone(),
-            payload: serde_json::from_str(&self.payload).map_err(|source| {
-                JournalError::CorruptPayload {
-                    seq: self.seq,
-                    source,
-                }
+            kind: stored.kind.to_string(),
+            payload: serde_json::from_str(text).map_err(|source| JournalError::CorruptPayload {
+                seq: stored.seq,
+                source,
             })?,
-            at: self.at,
-            dedup_key: self.dedup_key.clone(),
+            at: stored.at,
+            dedup_key: stored.dedup_key.as_deref().map(str::to_string),
         })
     }
 }
 
 impl ThreadLog {
-    fn push(&mut self, stored: Stored) {
-        match self.chunks.last_mut() {
-            Some(chunk) if chunk.len() < CHUNK => chunk.push(stored),
+    fn push(&mut self, seq: i64, at: i64, kind: Arc<str>, payload: &str, key: Option<Arc<str>>) {
+        let chunk = match self.chunks.last_mut() {
+            Some(chunk) if chunk.has_room_for(payload.len()) => chunk,
             _ => {
-                let mut chunk = Vec::with_capacity(CHUNK);
-                chunk.push(stored);
-                self.chunks.push(chunk);
+                self.chunks.push(Chunk::with_room_for(payload.len()));
+                let last = self.chunks.len() - 1;
+                &mut self.chunks[last]
             }
-        }
+        };
+        let start = chunk.text.len();
+        chunk.text.push_str(payload);
+        chunk.events.push(Stored {
+            seq,
+            at,
+            kind,
+            start,
+            len: payload.len(),
+            dedup_key: key,
+        });
     }
 
     fn last(&self) -> Option<&Stored> {
-        self.chunks.last().and_then(|chunk| chunk.last())
+        self.chunks.last().and_then(|chunk| chunk.events.last())
     }
 
-    /// Events with `seq > after`, in order.
-    fn after(&self, after: i64) -> impl Iterator<Item = &Stored> {
+    /// Events with `seq > after`, in order, each with its chunk.
+    fn after(&self, after: i64) -> impl Iterator<Item = (&Chunk, &Stored)> {
         // The first chunk whose last event is past `after`, then the position inside it.
         let first = self
             .chunks
-            .partition_point(|chunk| chunk.last().is_none_or(|e| e.seq <= after));
+            .partition_point(|chunk| chunk.events.last().is_none_or(|e| e.seq <= after));
         let skip = self
             .chunks
             .get(first)
-            .map_or(0, |chunk| chunk.partition_point(|e| e.seq <= after));
+            .map_or(0, |chunk| chunk.events.partition_point(|e| e.seq <= after));
         self.chunks[first.min(self.chunks.len())..]
             .iter()
-            .flatten()
+            .flat_map(|chunk| chunk.events.iter().map(move |e| (chunk, e)))
             .skip(skip)
     }
 
-    fn by_seq(&self, seq: i64) -> Option<&Stored> {
+    fn by_seq(&self, seq: i64) -> Option<(&Chunk, &Stored)> {
         self.after(seq.saturating_sub(1))
             .next()
-            .filter(|e| e.seq == seq)
+            .filter(|(_, e)| e.seq == seq)
     }
 }
 
@@ -207,7 +250,7 @@ impl MemoryJournal {
             Some(log) => log
                 .after(after)
                 .take(limit)
-                .map(|stored| stored.event(thread))
+                .map(|(chunk, stored)| chunk.event(stored, thread))
                 .collect(),
             None => Ok(Vec::new()),
         }
@@ -223,7 +266,7 @@ impl MemoryJournal {
             .threads
             .get(thread)
             .and_then(|log| log.by_seq(*log.keys.get(key)?))
-            .map(|stored| stored.event(thread))
+            .map(|(chunk, stored)| chunk.event(stored, thread))
             .transpose()
     }
 
@@ -245,5 +288,72 @@ impl MemoryJournal {
         let mut state = self.state();
         state.closed = true;
         state.threads.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn journal() -> MemoryJournal {
+        MemoryJournal::new(watch::channel(0).0, Arc::new(Counters::default()))
+    }
+
+    fn event(n: usize, payload: String, key: Option<String>) -> Prepared {
+        Prepared {
+            thread: "t".into(),
+            kind: if n.is_multiple_of(2) { "even" } else { "odd" }.into(),
+            payload,
+            dedup_key: key,
+            at: i64::try_from(n).unwrap(),
+        }
+    }
+
+    #[test]
+    fn events_read_back_across_chunk_boundaries() {
+        let j = journal();
+        // Enough events to fill chunks by count, with payloads of growing size, and a few
+        // payloads larger than a chunk's text buffer.
+        let mut expected = Vec::new();
+        for n in 0..(CHUNK_EVENTS * 2 + 10) {
+            let body = if n % 1000 == 999 {
+                "x".repeat(CHUNK_TEXT + 17)
+            } else {
+                "y".repeat(n % 300)
+            };
+            let payload =
+                serde_json::to_string(&serde_json::json!({ "n": n, "body": body })).unwrap();
+            expected.push(payload.clone());
+            let ack = j
+                .append_one(event(n, payload, Some(format!("k{n}"))))
+                .unwrap();
+            assert_eq!(ack.seq, i64::try_from(n).unwrap() + 1);
+        }
+        let log_chunks = j.state().threads["t"].chunks.len();
+        assert!(log_chunks > 2, "{log_chunks} chunks");
+        for after in [0, 1, 4095, 4096, 4097, 8191, 8200] {
+            let page = j.replay_page("t", after, 3).unwrap();
+            for (i, e) in page.iter().enumerate() {
+                let n = usize::try_from(after).unwrap() + i;
+                assert_eq!(e.seq, i64::try_from(n).unwrap() + 1);
+                assert_eq!(
+                    e.payload,
+                    serde_json::from_str::<serde_json::Value>(&expected[n]).unwrap()
+                );
+                assert_eq!(e.kind, if n.is_multiple_of(2) { "even" } else { "odd" });
+                assert_eq!(e.dedup_key.as_deref(), Some(format!("k{n}").as_str()));
+            }
+        }
+        let found = j.find_by_key("t", "k8199").unwrap().unwrap();
+        assert_eq!(found.seq, 8200);
+        // A repeated key writes nothing and answers the first seq.
+        let again = j
+            .append_one(event(1, "{}".into(), Some("k5".into())))
+            .unwrap();
+        assert_eq!((again.seq, again.deduplicated), (6, true));
+        assert_eq!(
+            j.last_seq("t").unwrap(),
+            Some(i64::try_from(expected.len()).unwrap())
+        );
     }
 }
