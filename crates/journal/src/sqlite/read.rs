@@ -159,13 +159,13 @@ impl Reader {
         self.run(move |conn| {
             // Served by the clustered primary key (thread, seq): O(events of the thread).
             let mut stmt = conn.prepare_cached(
-                "SELECT seq, thread, kind, payload, at, dedup_key FROM journal_events \
+                "SELECT seq, kind, payload, at, dedup_key FROM journal_events \
                  WHERE thread = ?1 AND seq > ?2 AND seq <= ?3 ORDER BY seq LIMIT ?4",
             )?;
             let mut rows = stmt.query(params![thread, after, upto, limit])?;
             let mut events = Vec::new();
             while let Some(row) = rows.next()? {
-                events.push(decode(row)?);
+                events.push(decode(row, &thread)?);
             }
             Ok(events)
         })
@@ -180,11 +180,11 @@ impl Reader {
         let (thread, key) = (thread.to_string(), key.to_string());
         self.run(move |conn| {
             let mut stmt = conn.prepare_cached(
-                "SELECT seq, thread, kind, payload, at, dedup_key FROM journal_events \
+                "SELECT seq, kind, payload, at, dedup_key FROM journal_events \
                  WHERE thread = ?1 AND dedup_key = ?2",
             )?;
             let mut rows = stmt.query(params![thread, key])?;
-            rows.next()?.map(decode).transpose()
+            rows.next()?.map(|row| decode(row, &thread)).transpose()
         })
         .await
     }
@@ -255,17 +255,19 @@ fn open_read_only(path: &PathBuf, busy_timeout: Duration) -> Result<Connection, 
     Ok(conn)
 }
 
-/// Decodes a row of `seq, thread, kind, payload, at, dedup_key`.
-fn decode(row: &Row<'_>) -> Result<Event, JournalError> {
+/// Decodes a row of `seq, kind, payload, at, dedup_key` of `thread` (the thread the query
+/// selected, so it is not read back). The payload is parsed from its bytes: the JSON parser
+/// checks UTF-8 as it goes, so the text is not validated twice.
+fn decode(row: &Row<'_>, thread: &str) -> Result<Event, JournalError> {
     let seq: i64 = row.get(0)?;
-    let payload = row.get_ref(3)?.as_str().map_err(rusqlite::Error::from)?;
+    let payload = row.get_ref(2)?.as_bytes().map_err(rusqlite::Error::from)?;
     Ok(Event {
         seq,
-        thread: row.get(1)?,
-        kind: row.get(2)?,
-        payload: serde_json::from_str(payload)
+        thread: thread.to_string(),
+        kind: row.get(1)?,
+        payload: serde_json::from_slice(payload)
             .map_err(|source| JournalError::CorruptPayload { seq, source })?,
-        at: row.get(4)?,
-        dedup_key: row.get(5)?,
+        at: row.get(3)?,
+        dedup_key: row.get(4)?,
     })
 }
