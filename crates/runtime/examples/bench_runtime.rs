@@ -24,6 +24,9 @@ use serde_json::json;
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// Calls in the untimed warm-up run of each journal configuration.
+const WARM_UP_CALLS: usize = 10_000;
+
 struct Args {
     runs: usize,
     sizes: Vec<usize>,
@@ -229,6 +232,13 @@ async fn main() -> anyhow::Result<()> {
     ] {
         if !a.journals.iter().any(|j| j == journal_name) {
             continue;
+        }
+        // One untimed run first, so that no measured run pays for the process's first
+        // touch of its memory or the first growth of the allocator's heaps.
+        {
+            let dir = tempfile::tempdir()?;
+            let journal = open_named(journal_name, &dir).await?;
+            calls(journal, WARM_UP_CALLS, 16, a.window).await?;
         }
         for &n in sizes {
             for &c in &a.concurrency {
