@@ -82,7 +82,13 @@ enum Repr {
 impl Payload {
     /// Serialises `value` to compact JSON text now.
     pub fn encode<T: Serialize + ?Sized>(value: &T) -> Result<Payload, serde_json::Error> {
-        serde_json::to_string(value).map(|text| Payload(Repr::Text(text)))
+        // Room for a typical event up front: growing from serde_json's default 128 bytes
+        // copied most payloads once.
+        let mut text = Vec::with_capacity(256);
+        serde_json::to_writer(&mut text, value)?;
+        String::from_utf8(text)
+            .map(|text| Payload(Repr::Text(text)))
+            .map_err(serde::ser::Error::custom)
     }
 
     /// JSON text the caller already holds (stored as given, whitespace included).

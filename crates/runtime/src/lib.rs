@@ -23,6 +23,7 @@ mod options;
 mod outcome;
 mod recover;
 mod runtime;
+mod settlement;
 mod signature;
 mod tool;
 

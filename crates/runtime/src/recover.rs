@@ -12,13 +12,13 @@ use std::sync::Arc;
 
 use agent_journal::{Event, Journal, NewEvent};
 use serde_json::{Value, json};
-use tokio::sync::watch;
 
 use crate::error::RuntimeError;
 use crate::events;
 use crate::options::RuntimeOptions;
 use crate::outcome::Outcome;
 use crate::runtime::{Job, JobEntry, JobKey, Runtime, TurnState, TurnStatus};
+use crate::settlement::Settlement;
 
 /// What recovery found and did.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
@@ -267,17 +267,18 @@ impl Runtime {
                 turn: call.turn,
                 call_id: call.call_id,
             };
-            let (tx, rx) = watch::channel(None);
+            let (settlement, settler) = Settlement::new();
+            let key = Arc::new(key);
             let cancel = self.inner.root.child_token();
             let job = Job {
                 inner: self.inner.clone(),
-                key: Arc::new(key.clone()),
+                key: Arc::clone(&key),
                 tool,
                 args: call.args,
                 revision: call.revision,
                 deadlines: self.inner.options.deadlines,
                 cancel,
-                done: tx,
+                done: settler,
             };
             let mut st = self.inner.state();
             let handle = tokio::spawn(Box::pin(job.run()));
@@ -285,7 +286,7 @@ impl Runtime {
                 key,
                 JobEntry {
                     signature,
-                    done: rx,
+                    done: settlement,
                     abort: Some(handle.abort_handle()),
                 },
             );

@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use agent_journal::{Event, Journal, JournalError, NewEvent};
 use serde_json::{Value, json};
-use tokio::sync::{Semaphore, watch};
+use tokio::sync::Semaphore;
 use tokio::task::AbortHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -27,6 +27,7 @@ use crate::error::RuntimeError;
 use crate::events;
 use crate::options::{Deadlines, RuntimeOptions};
 use crate::outcome::{DeadlinePhase, Outcome, ToolResult};
+use crate::settlement::{Settlement, Settler};
 use crate::signature::signature;
 use crate::tool::{Tool, ToolContext};
 
@@ -59,20 +60,18 @@ pub(crate) struct TurnState {
     pub(crate) cancel: CancellationToken,
 }
 
-/// A job's outcome once it settled; shared, so that the last one to take it needs no copy.
-pub(crate) type Settled = Option<Arc<Outcome>>;
-
 /// A job that has not yet settled (or whose terminal event is being written).
 pub(crate) struct JobEntry {
     pub(crate) signature: String,
-    pub(crate) done: watch::Receiver<Settled>,
+    pub(crate) done: Arc<Settlement>,
     pub(crate) abort: Option<AbortHandle>,
 }
 
 #[derive(Default)]
 pub(crate) struct State {
     pub(crate) turns: HashMap<String, TurnState>,
-    pub(crate) jobs: HashMap<JobKey, JobEntry>,
+    /// Keyed by the job's own key (shared with its task, not copied).
+    pub(crate) jobs: HashMap<Arc<JobKey>, JobEntry>,
     pub(crate) closed: bool,
 }
 
@@ -368,27 +367,25 @@ impl Runtime {
     /// whose task does not settle within twice the grace period (a tool blocking its
     /// thread) is aborted and given a `tool.cancelled` terminal event here.
     pub(crate) async fn settle_jobs(&self, which: impl Fn(&JobKey) -> bool) {
-        let waits: Vec<(JobKey, watch::Receiver<Settled>, Option<AbortHandle>)> = {
+        let waits: Vec<(Arc<JobKey>, Arc<Settlement>, Option<AbortHandle>)> = {
             let st = self.inner.state();
             st.jobs
                 .iter()
                 .filter(|(k, _)| which(k))
-                .map(|(k, j)| (k.clone(), j.done.clone(), j.abort.clone()))
+                .map(|(k, j)| (Arc::clone(k), Arc::clone(&j.done), j.abort.clone()))
                 .collect()
         };
         let backstop =
             Instant::now() + self.inner.options.cancel_grace * 2 + Duration::from_millis(100);
-        for (key, mut done, abort) in waits {
+        for (key, done, abort) in waits {
             let Some(abort) = abort else {
                 // Not spawned yet: its scheduled event is being written; it settles as soon
                 // as it sees the fired token. Forcing it here could put its terminal event
                 // before its scheduled one.
-                let _ = done.wait_for(Option::is_some).await;
+                done.wait().await;
                 continue;
             };
-            let settled = tokio::time::timeout_at(backstop, done.wait_for(Option::is_some))
-                .await
-                .is_ok();
+            let settled = tokio::time::timeout_at(backstop, done.wait()).await.is_ok();
             if settled {
                 continue;
             }
@@ -457,7 +454,8 @@ impl Runtime {
             turn: turn.to_string(),
             call_id: call_id.to_string(),
         };
-        let (tx, rx) = watch::channel(None);
+        let (settlement, settler) = Settlement::new();
+        let shared_key = Arc::new(key.clone());
         let admitted = {
             let mut st = self.inner.state();
             if st.closed {
@@ -488,10 +486,10 @@ impl Runtime {
                         });
                     }
                     st.jobs.insert(
-                        key.clone(),
+                        Arc::clone(&shared_key),
                         JobEntry {
                             signature: sig.clone(),
-                            done: rx,
+                            done: settlement,
                             abort: None,
                         },
                     );
@@ -533,8 +531,8 @@ impl Runtime {
             let recorded = Box::pin(self.recorded_outcome(&key, &sig)).await;
             return match recorded {
                 Ok(outcome) => {
-                    tx.send_replace(Some(Arc::new(outcome)));
                     self.inner.forget(&key);
+                    settler.settle(outcome);
                     Ok(key)
                 }
                 Err(err) => {
@@ -545,13 +543,13 @@ impl Runtime {
         }
         let job = Job {
             inner: self.inner.clone(),
-            key: Arc::new(key.clone()),
+            key: shared_key,
             tool,
             args,
             revision,
             deadlines,
             cancel,
-            done: tx,
+            done: settler,
         };
         let mut st = self.inner.state();
         if st.closed {
@@ -641,13 +639,17 @@ impl Runtime {
         if key.thread != thread || key.turn != turn {
             return Err(RuntimeError::PermissionDenied);
         }
-        let waiting = self.inner.state().jobs.get(key).map(|j| j.done.clone());
-        let mut settled = None;
-        if let Some(mut done) = waiting
-            && let Ok(value) = done.wait_for(Option::is_some).await
-        {
-            settled = value.clone();
-        }
+        let waiting = self
+            .inner
+            .state()
+            .jobs
+            .get(key)
+            .map(|j| Arc::clone(&j.done));
+        let settled = match waiting {
+            // Dropped before taking the outcome, so that it is usually not shared any more.
+            Some(done) => done.wait().await,
+            None => None,
+        };
         let outcome = match settled {
             // Usually the job and every other waiter are gone by now: no copy.
             Some(shared) => Arc::try_unwrap(shared).unwrap_or_else(|shared| (*shared).clone()),
@@ -739,7 +741,7 @@ pub(crate) struct Job {
     pub(crate) revision: u64,
     pub(crate) deadlines: Deadlines,
     pub(crate) cancel: CancellationToken,
-    pub(crate) done: watch::Sender<Settled>,
+    pub(crate) done: Settler,
 }
 
 impl Job {
@@ -769,7 +771,7 @@ impl Job {
         }
         // Leave memory first: whoever sees the outcome also sees the job gone.
         self.inner.forget(&self.key);
-        self.done.send_replace(Some(Arc::new(outcome)));
+        self.done.settle(outcome);
     }
 
     async fn execute(&self, args: Value) -> Outcome {
