@@ -49,7 +49,20 @@ impl std::fmt::Display for HintedContext {
 }
 
 /// Print `error: ...` (causes joined on one line) and a hint, and return a failure status.
+/// True when the error is stdout's reader closing the pipe.
+fn reader_went_away(err: &anyhow::Error) -> bool {
+    err.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
 pub fn report_error(err: &anyhow::Error) -> ExitCode {
+    if reader_went_away(err) {
+        // `agentctl ... | head`: the reader has what it wanted; nothing failed.
+        return ExitCode::SUCCESS;
+    }
     let hint = err
         .downcast_ref::<HintedContext>()
         .map(|h| h.0.clone())

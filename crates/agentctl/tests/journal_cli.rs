@@ -105,3 +105,34 @@ fn bad_database_url_is_one_line_and_a_hint() {
     assert!(lines[1].starts_with("hint: "), "{stderr}");
     assert!(out.stdout.is_empty());
 }
+
+#[tokio::test]
+async fn a_reader_that_stops_early_is_not_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("big.db").display());
+    let journal = Journal::open(&url).await.unwrap();
+    // Far more output than a pipe buffers, so the writer meets the closed pipe.
+    let events = (0..4000)
+        .map(|n| NewEvent::new("t", "step", json!({ "n": n, "text": "x".repeat(100) })))
+        .collect();
+    journal.append_batch(events).await.unwrap();
+    let mut child = agentctl(&url)
+        .args(["--json", "journal", "replay", "--thread", "t"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    assert_eq!(serde_json::from_str::<Value>(&first).unwrap()["seq"], 1);
+    // stdout's reader is dropped here, like `| head -1`.
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{:?}", out.status);
+    assert!(
+        out.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
