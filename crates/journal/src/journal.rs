@@ -237,6 +237,9 @@ impl Journal {
     /// Like [`replay`](Self::replay) but page by page, for threads too long to hold in
     /// memory. Ends after the last event that existed when the final page was read.
     pub fn replay_stream(&self, thread: &str, after: i64) -> EventStream {
+        if let Err(err) = check_thread(thread) {
+            return stream::failed(err);
+        }
         stream::replay(self.inner.reads.clone(), thread.to_string(), after)
     }
 
@@ -244,6 +247,9 @@ impl Journal {
     /// the stream is dropped. Sees appends from this process at once, from other processes
     /// via LISTEN/NOTIFY on PostgreSQL, and by polling every `tail_poll` on SQLite.
     pub fn tail(&self, thread: &str, after: i64) -> EventStream {
+        if let Err(err) = check_thread(thread) {
+            return stream::failed(err);
+        }
         stream::tail(
             self.inner.reads.clone(),
             thread.to_string(),

@@ -73,6 +73,11 @@ enum Listener {
     None,
 }
 
+/// A stream that yields `err` and ends (a request refused before reading anything).
+pub(crate) fn failed(err: JournalError) -> EventStream {
+    Box::pin(futures::stream::once(async move { Err(err) }))
+}
+
 pub(crate) fn tail(
     reads: Reads,
     thread: String,

@@ -260,6 +260,17 @@ async fn bad_input_is_refused_and_writes_nothing(f: Fixture) {
             ..
         })
     ));
+    // The streaming reads refuse it too, as their first and only item.
+    for mut stream in [j.replay_stream("", 0), j.tail(&"x".repeat(257), 0)] {
+        assert!(matches!(
+            stream.next().await,
+            Some(Err(JournalError::InvalidInput {
+                field: "thread",
+                ..
+            }))
+        ));
+        assert!(stream.next().await.is_none());
+    }
     assert!(j.threads().await.unwrap().is_empty());
     // The journal still works after refusing bad input.
     j.append(ev("t", "k", 1)).await.unwrap();
