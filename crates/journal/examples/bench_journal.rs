@@ -4,8 +4,10 @@
 //!   awaiting its own appends (with IN_FLIGHT > 1, each keeps that many appends outstanding,
 //!   like a turn journaling several tool calls at once), for SECONDS; reports events/s and
 //!   events per commit.
-//! - `raw DB SECONDS ROWS_PER_TXN`: the limit of the same SQLite build on the same disk,
-//!   multi-row INSERTs of ROWS_PER_TXN rows per fsync'd transaction, no journal around it.
+//! - `raw DB SECONDS ROWS_PER_TXN [journal-table]`: the limit of the same SQLite build on
+//!   the same disk, ROWS_PER_TXN prepared INSERTs per fsync'd transaction, no journal around
+//!   it: into a plain rowid table, or (`journal-table`) into the journal's own table
+//!   (clustered by thread and seq, head row advanced per transaction) with its schema.
 //! - `replay-build DB`: 10 interleaved threads of 100k events (1M in all) plus a 100-event
 //!   thread, bulk-appended.
 //! - `replay DB RUNS`: median wall time to replay the 100k-event and the 100-event thread.
@@ -36,7 +38,17 @@ async fn main() -> anyhow::Result<()> {
             )
             .await
         }
-        Some("raw") => raw(&arg(1)?, arg(2)?.parse()?, arg(3)?.parse()?),
+        Some("raw") => {
+            let into_journal = args.get(4).map(String::as_str) == Some("journal-table");
+            if into_journal {
+                // The journal's schema, created by the journal itself.
+                Journal::open(&format!("sqlite://{}", arg(1)?))
+                    .await?
+                    .close()
+                    .await;
+            }
+            raw(&arg(1)?, arg(2)?.parse()?, arg(3)?.parse()?, into_journal)
+        }
         Some("replay-build") => replay_build(&arg(1)?).await,
         Some("replay") => replay(&arg(1)?, arg(2)?.parse()?).await,
         _ => bail!("usage: bench_journal append|raw|replay-build|replay ..."),
@@ -100,7 +112,7 @@ async fn append(
     Ok(())
 }
 
-fn raw(db: &str, seconds: f64, rows_per_txn: usize) -> anyhow::Result<()> {
+fn raw(db: &str, seconds: f64, rows_per_txn: usize, into_journal: bool) -> anyhow::Result<()> {
     // Direct calls into the same bundled SQLite (no journal, no async, no thread hand-off):
     // one prepared INSERT per row, ROWS_PER_TXN rows per fsync'd WAL transaction.
     let conn = rusqlite::Connection::open(db)?;
@@ -109,24 +121,44 @@ fn raw(db: &str, seconds: f64, rows_per_txn: usize) -> anyhow::Result<()> {
          CREATE TABLE IF NOT EXISTS raw_events (seq INTEGER PRIMARY KEY, thread TEXT NOT NULL,
          kind TEXT NOT NULL, payload TEXT NOT NULL, at INTEGER NOT NULL, dedup_key TEXT);",
     )?;
+    let (insert_sql, head_sql) = if into_journal {
+        (
+            "INSERT INTO journal_events (seq, thread, kind, payload, at, dedup_key) \
+             VALUES (?1, ?2, ?3, ?4, ?5, NULL)",
+            Some("UPDATE journal_head SET seq = ?1 WHERE id = 0"),
+        )
+    } else {
+        (
+            "INSERT INTO raw_events (seq, thread, kind, payload, at, dedup_key) \
+             VALUES (?1, ?2, ?3, ?4, ?5, NULL)",
+            None,
+        )
+    };
     let deadline = Instant::now() + Duration::from_secs_f64(seconds);
     let started = Instant::now();
     let mut total = 0usize;
     let mut commits = 0usize;
+    let mut seq = 0i64;
     while Instant::now() < deadline {
-        conn.execute_batch("BEGIN")?;
+        conn.execute_batch(if into_journal {
+            "BEGIN IMMEDIATE"
+        } else {
+            "BEGIN"
+        })?;
         {
-            let mut insert = conn.prepare_cached(
-                "INSERT INTO raw_events (thread, kind, payload, at, dedup_key) \
-                 VALUES (?1, ?2, ?3, ?4, NULL)",
-            )?;
+            let mut insert = conn.prepare_cached(insert_sql)?;
             for i in 0..rows_per_txn {
+                seq += 1;
                 insert.execute(rusqlite::params![
+                    seq,
                     format!("t{}", i % 10),
                     "tool.started",
                     format!("{{\"call_id\":\"call-{}\"}}", total + i),
                     0i64,
                 ])?;
+            }
+            if let Some(head) = head_sql {
+                conn.prepare_cached(head)?.execute([seq])?;
             }
         }
         conn.execute_batch("COMMIT")?;
