@@ -209,24 +209,20 @@ impl MemoryJournal {
 
     /// Appends validated events as one atomic step.
     pub(crate) fn append(&self, events: Vec<Prepared>) -> Result<Vec<Appended>, JournalError> {
-        let mut state = self.open_state()?;
-        let first = state.last_seq;
-        let acks = events.into_iter().map(|event| state.push(event)).collect();
-        self.publish(state, first);
-        Ok(acks)
+        self.write(|state| events.into_iter().map(|event| state.push(event)).collect())
     }
 
     /// Appends one validated event (the common case, without the batch's vectors).
     pub(crate) fn append_one(&self, event: Prepared) -> Result<Appended, JournalError> {
-        let mut state = self.open_state()?;
-        let first = state.last_seq;
-        let ack = state.push(event);
-        self.publish(state, first);
-        Ok(ack)
+        self.write(|state| state.push(event))
     }
 
-    /// Releases the lock, then counts the commit and wakes tails if anything was written.
-    fn publish(&self, state: MutexGuard<'_, State>, first: i64) {
+    /// Runs `push` under the lock as one commit, then, with the lock released, counts the
+    /// commit and advances the watermark if anything was written.
+    fn write<R>(&self, push: impl FnOnce(&mut State) -> R) -> Result<R, JournalError> {
+        let mut state = self.open_state()?;
+        let first = state.last_seq;
+        let acks = push(&mut state);
         let last = state.last_seq;
         drop(state);
         let written = last - first;
@@ -236,6 +232,7 @@ impl MemoryJournal {
             u64::try_from(written).unwrap_or(0),
             (written > 0).then_some(last),
         );
+        Ok(acks)
     }
 
     /// Up to `limit` events of `thread` with `seq > after`.

@@ -55,30 +55,13 @@ fn run(
         let Some(first) = rx.blocking_recv() else {
             break;
         };
-        let mut batch = Batch::default();
-        let mut more = batch.take(first, max_batch);
-        let mut waiting_since: Option<Instant> = None;
-        while more {
-            match rx.try_recv() {
-                Ok(msg) => more = batch.take(msg, max_batch),
-                Err(_) => {
-                    if batch.requests.len() >= expected {
-                        // Still give producers woken a moment ago one chance to join.
-                        std::thread::yield_now();
-                        match rx.try_recv() {
-                            Ok(msg) => more = batch.take(msg, max_batch),
-                            Err(_) => break,
-                        }
-                        continue;
-                    }
-                    let since = *waiting_since.get_or_insert_with(Instant::now);
-                    if since.elapsed() >= linger.min(last_commit / 2) {
-                        break;
-                    }
-                    std::thread::yield_now();
-                }
-            }
-        }
+        let batch = collect(
+            &mut rx,
+            first,
+            max_batch,
+            expected,
+            linger.min(last_commit / 2),
+        );
         expected = batch.requests.len();
         let started = Instant::now();
         let (pending, closing) = settle.begin(batch);
@@ -92,6 +75,40 @@ fn run(
         last_commit = started.elapsed();
     }
     drain_after_close(&mut rx, close);
+}
+
+/// Takes `first` and everything queued after it (up to `max_batch` events); while the batch
+/// has fewer than `expected` requests, an empty queue is waited on for at most `max_wait`,
+/// otherwise it gets one yield before the batch is closed.
+fn collect(
+    rx: &mut mpsc::Receiver<Msg>,
+    first: Msg,
+    max_batch: usize,
+    expected: usize,
+    max_wait: Duration,
+) -> Batch {
+    let mut batch = Batch::default();
+    let mut more = batch.take(first, max_batch);
+    let mut waiting_since: Option<Instant> = None;
+    let mut yielded = false;
+    while more {
+        if let Ok(msg) = rx.try_recv() {
+            more = batch.take(msg, max_batch);
+            yielded = false;
+            continue;
+        }
+        if batch.requests.len() >= expected {
+            // Still give producers woken a moment ago one chance to join.
+            if yielded {
+                break;
+            }
+            yielded = true;
+        } else if waiting_since.get_or_insert_with(Instant::now).elapsed() >= max_wait {
+            break;
+        }
+        std::thread::yield_now();
+    }
+    batch
 }
 
 /// Commits one batch; rolls back and returns the error if any statement fails.
