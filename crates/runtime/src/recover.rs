@@ -281,13 +281,13 @@ impl Runtime {
                 done: settler,
             };
             let mut st = self.inner.state();
-            let handle = tokio::spawn(Box::pin(job.run()));
+            let abort = job.spawn();
             st.jobs.insert(
                 key,
                 JobEntry {
                     signature,
                     done: settlement,
-                    abort: Some(handle.abort_handle()),
+                    abort: Some(abort),
                 },
             );
             report.calls_retried += 1;

@@ -116,9 +116,17 @@ impl Inner {
         locks.entry(thread.to_string()).or_default().clone()
     }
 
+    /// Appends an event the runtime built; one that could not be built fails like an
+    /// append would.
+    async fn append(
+        &self,
+        event: Result<NewEvent, JournalError>,
+    ) -> Result<agent_journal::Appended, JournalError> {
+        self.journal.append(event?).await
+    }
+
     /// Appends on behalf of a job; after a simulated crash it never returns (the job
-    /// task is being aborted), as if the process had died before this write. An event
-    /// that could not be built fails like an append would.
+    /// task is being aborted), as if the process had died before this write.
     async fn job_append(
         &self,
         event: Result<NewEvent, JournalError>,
@@ -126,7 +134,7 @@ impl Inner {
         if self.crashed.load(std::sync::atomic::Ordering::SeqCst) {
             std::future::pending::<()>().await;
         }
-        self.journal.append(event?).await
+        self.append(event).await
     }
 
     /// Removes a settled (or abandoned) job from memory.
@@ -392,11 +400,8 @@ impl Runtime {
             abort.abort();
             let revision = self.job_revision(&key).await.unwrap_or(0);
             let outcome = Outcome::cancelled(revision, true);
-            let appended = match outcome.terminal_event(&key.thread, &key.turn, &key.call_id) {
-                Ok(event) => self.inner.journal.append(event).await,
-                Err(err) => Err(err),
-            };
-            if let Err(err) = appended {
+            let event = outcome.terminal_event(&key.thread, &key.turn, &key.call_id);
+            if let Err(err) = self.inner.append(event).await {
                 tracing::error!(call_id = %key.call_id, %err, "cannot journal forced cancellation");
             }
             self.inner.forget(&key);
@@ -515,11 +520,7 @@ impl Runtime {
             },
         )
         .map(|event| event.with_dedup_key(events::scheduled_key(turn, call_id)));
-        let appended = match scheduled {
-            Ok(event) => self.inner.journal.append(event).await,
-            Err(err) => Err(err),
-        };
-        let appended = match appended {
+        let appended = match self.inner.append(scheduled).await {
             Ok(appended) => appended,
             Err(err) => {
                 self.inner.forget(&key);
@@ -557,11 +558,9 @@ impl Runtime {
             st.jobs.remove(&key);
             return Err(RuntimeError::Closed);
         }
-        // Boxed: the task then moves a pointer where it would move the whole (2 KB)
-        // future at spawn and at every stage change.
-        let handle = tokio::spawn(Box::pin(job.run()));
+        let abort = job.spawn();
         if let Some(entry) = st.jobs.get_mut(&key) {
-            entry.abort = Some(handle.abort_handle());
+            entry.abort = Some(abort);
         }
         Ok(key)
     }
@@ -745,8 +744,15 @@ pub(crate) struct Job {
 }
 
 impl Job {
+    /// Starts the job's task.
+    pub(crate) fn spawn(self) -> AbortHandle {
+        // Boxed: the task then moves a pointer where it would move the whole (2 KB)
+        // future at spawn and at every stage change.
+        tokio::spawn(Box::pin(self.run())).abort_handle()
+    }
+
     /// Runs the call and journals its one terminal event, then leaves memory.
-    pub(crate) async fn run(mut self) {
+    async fn run(mut self) {
         // The tool runs once: it takes the arguments instead of a copy.
         let args = std::mem::take(&mut self.args);
         let mut outcome = self.execute(args).await;

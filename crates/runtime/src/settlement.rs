@@ -67,14 +67,18 @@ impl Drop for Settler {
 mod tests {
     use super::*;
 
+    /// A waiter that is already waiting when the test goes on.
+    async fn waiting(shared: &Arc<Settlement>) -> tokio::task::JoinHandle<Option<Arc<Outcome>>> {
+        let shared = Arc::clone(shared);
+        let waiter = tokio::spawn(async move { shared.wait().await });
+        tokio::task::yield_now().await;
+        waiter
+    }
+
     #[tokio::test]
     async fn waiters_before_and_after_see_the_outcome() {
         let (shared, settler) = Settlement::new();
-        let early = tokio::spawn({
-            let shared = Arc::clone(&shared);
-            async move { shared.wait().await }
-        });
-        tokio::task::yield_now().await;
+        let early = waiting(&shared).await;
         settler.settle(Outcome::cancelled(3, false));
         let early = early.await.unwrap().unwrap();
         assert_eq!(early.revision, 3);
@@ -84,11 +88,7 @@ mod tests {
     #[tokio::test]
     async fn a_dropped_settler_abandons() {
         let (shared, settler) = Settlement::new();
-        let waiter = tokio::spawn({
-            let shared = Arc::clone(&shared);
-            async move { shared.wait().await }
-        });
-        tokio::task::yield_now().await;
+        let waiter = waiting(&shared).await;
         drop(settler);
         assert!(waiter.await.unwrap().is_none());
         assert!(shared.wait().await.is_none());
