@@ -409,7 +409,7 @@ fn codex_run_mock_streams_the_reply_and_journals_every_notification() {
         let journal = agent_journal::Journal::open(&db).await.unwrap();
         let events = journal.replay(&thread, 0).await.unwrap();
         journal.close().await;
-        events.into_iter().map(|e| e.kind).collect()
+        events.into_iter().map(|e| e.kind.to_string()).collect()
     });
     for kind in [
         "codex:turn/started",

@@ -109,10 +109,12 @@ where
 {
     let seq: i64 = row.try_get(0)?;
     let payload: &str = row.try_get(3)?;
+    let thread: &str = row.try_get(1)?;
+    let kind: &str = row.try_get(2)?;
     Ok(Event {
         seq,
-        thread: row.try_get(1)?,
-        kind: row.try_get(2)?,
+        thread: thread.into(),
+        kind: kind.into(),
         payload: serde_json::from_str(payload)
             .map_err(|source| JournalError::CorruptPayload { seq, source })?,
         at: row.try_get(4)?,

@@ -1,5 +1,7 @@
 //! Event types.
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
@@ -10,8 +12,10 @@ use crate::JournalError;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Event {
     pub seq: i64,
-    pub thread: String,
-    pub kind: String,
+    /// Names are shared: a SQLite or `memory:` read hands every event of the thread the
+    /// same `thread` and each kind one allocation, instead of two strings per event.
+    pub thread: Arc<str>,
+    pub kind: Arc<str>,
     pub payload: serde_json::Value,
     pub at: i64,
     /// The dedup key the event was appended with, if any.

@@ -117,15 +117,15 @@ impl Chunk {
         self.events.len() < CHUNK_EVENTS && self.text.len() + payload <= self.text.capacity()
     }
 
-    fn event(&self, stored: &Stored, thread: &str) -> Result<Event, JournalError> {
+    fn event(&self, stored: &Stored, thread: &Arc<str>) -> Result<Event, JournalError> {
         let text = self
             .text
             .get(stored.start..stored.start + stored.len)
             .unwrap_or_default();
         Ok(Event {
             seq: stored.seq,
-            thread: thread.to_string(),
-            kind: stored.kind.to_string(),
+            thread: Arc::clone(thread),
+            kind: Arc::clone(&stored.kind),
             payload: serde_json::from_str(text).map_err(|source| JournalError::CorruptPayload {
                 seq: stored.seq,
                 source,
@@ -244,11 +244,13 @@ impl MemoryJournal {
     ) -> Result<Vec<Event>, JournalError> {
         let state = self.open_state()?;
         match state.threads.get(thread) {
-            Some(log) => log
-                .after(after)
-                .take(limit)
-                .map(|(chunk, stored)| chunk.event(stored, thread))
-                .collect(),
+            Some(log) => {
+                let thread = Arc::from(thread);
+                log.after(after)
+                    .take(limit)
+                    .map(|(chunk, stored)| chunk.event(stored, &thread))
+                    .collect()
+            }
             None => Ok(Vec::new()),
         }
     }
@@ -263,7 +265,7 @@ impl MemoryJournal {
             .threads
             .get(thread)
             .and_then(|log| log.by_seq(*log.keys.get(key)?))
-            .map(|(chunk, stored)| chunk.event(stored, thread))
+            .map(|(chunk, stored)| chunk.event(stored, &Arc::from(thread)))
             .transpose()
     }
 
@@ -337,7 +339,7 @@ mod tests {
                     e.payload,
                     serde_json::from_str::<serde_json::Value>(&expected[n]).unwrap()
                 );
-                assert_eq!(e.kind, if n.is_multiple_of(2) { "even" } else { "odd" });
+                assert_eq!(&*e.kind, if n.is_multiple_of(2) { "even" } else { "odd" });
                 assert_eq!(e.dedup_key.as_deref(), Some(format!("k{n}").as_str()));
             }
         }

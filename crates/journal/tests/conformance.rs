@@ -95,7 +95,7 @@ async fn seq_increases_and_replay_filters_by_thread_and_after(f: Fixture) {
     assert!(seqs.windows(2).all(|w| w[0] < w[1]), "{seqs:?}");
     let a = j.replay("a", 0).await.unwrap();
     assert_eq!(a.len(), 5);
-    assert!(a.iter().all(|e| e.thread == "a"));
+    assert!(a.iter().all(|e| &*e.thread == "a"));
     assert_eq!(
         a.iter()
             .map(|e| e.payload["n"].as_i64().unwrap())
@@ -136,7 +136,7 @@ async fn batch_is_atomic_consecutive_and_ordered(f: Fixture) {
     ));
     let all = j.replay("t", 0).await.unwrap();
     assert_eq!(all.len(), 51);
-    assert!(all.iter().all(|e| e.kind != "never"));
+    assert!(all.iter().all(|e| &*e.kind != "never"));
 }
 
 async fn dedup_key_returns_first_seq_and_writes_nothing(f: Fixture) {
@@ -325,7 +325,7 @@ async fn tail_yields_existing_then_new_events(f: Fixture) {
             .expect("tail stalled")
             .unwrap()
             .unwrap();
-        assert_eq!(e.thread, "live");
+        assert_eq!(&*e.thread, "live");
         assert_eq!(e.payload["n"], n);
     }
     appends.await.unwrap();
@@ -383,7 +383,7 @@ async fn unicode_and_nested_payloads_round_trip(f: Fixture) {
         .unwrap();
     let events = j.replay("线程", 0).await.unwrap();
     assert_eq!(events[0].payload, payload);
-    assert_eq!(events[0].kind, "steer.accepted");
+    assert_eq!(&*events[0].kind, "steer.accepted");
 }
 
 async fn encoded_payloads_read_back_as_values(f: Fixture) {

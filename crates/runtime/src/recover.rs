@@ -67,14 +67,14 @@ fn str_field<'a>(event: &'a Event, field: &str) -> Result<&'a str, RuntimeError>
         .and_then(Value::as_str)
         .ok_or_else(|| RuntimeError::CorruptEvent {
             seq: event.seq,
-            kind: event.kind.clone(),
+            kind: event.kind.to_string(),
             reason: format!("missing string field `{field}`"),
         })
 }
 
 impl ThreadFold {
     fn apply(&mut self, event: &Event) -> Result<(), RuntimeError> {
-        let kind = event.kind.as_str();
+        let kind: &str = &event.kind;
         match kind {
             events::TURN_STARTED => {
                 let id = str_field(event, "turn_id")?.to_string();

@@ -726,7 +726,7 @@ impl Runtime {
 pub(crate) fn outcome_of(event: &Event) -> Result<Outcome, RuntimeError> {
     Outcome::from_event(&event.kind, &event.payload).ok_or_else(|| RuntimeError::CorruptEvent {
         seq: event.seq,
-        kind: event.kind.clone(),
+        kind: event.kind.to_string(),
         reason: "not a terminal tool event with a revision".into(),
     })
 }

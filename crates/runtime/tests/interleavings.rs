@@ -61,7 +61,7 @@ fn check(events: &[Event], settled: bool) -> Result<(), String> {
             .to_string()
     };
     for e in events {
-        let kind = e.kind.as_str();
+        let kind: &str = &e.kind;
         match kind {
             events::TURN_STARTED => {
                 if let Some(r) = &running {

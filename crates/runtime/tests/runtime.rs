@@ -98,7 +98,7 @@ async fn seed_steering_fences_stale_commit(f: Fixture) {
     assert_eq!(count(&events, "steer.accepted"), 1);
     let commits: Vec<_> = events
         .iter()
-        .filter(|e| e.kind == "proposal.committed")
+        .filter(|e| &*e.kind == "proposal.committed")
         .collect();
     assert_eq!(commits.len(), 1);
     assert_eq!(commits[0].payload["revision"], 1);
@@ -384,10 +384,10 @@ async fn queue_and_run_deadlines_are_reported_separately(f: Fixture) {
         .iter()
         .filter(|e| e.payload["call_id"] == "queued")
         .collect();
-    assert!(!queued_events.iter().any(|e| e.kind == "tool.started"));
+    assert!(!queued_events.iter().any(|e| &*e.kind == "tool.started"));
     let timeout = queued_events
         .iter()
-        .find(|e| e.kind == "tool.timeout")
+        .find(|e| &*e.kind == "tool.timeout")
         .unwrap();
     assert_eq!(timeout.payload["phase"], "queue");
     assert_eq!(timeout.payload["started"], false);
@@ -583,7 +583,7 @@ async fn recovery_interrupts_turns_and_unfinished_calls_and_reruns_retry_safe_on
     let interrupted = |id: &str| {
         events
             .iter()
-            .find(|e| e.kind == "tool.interrupted" && e.payload["call_id"] == id)
+            .find(|e| &*e.kind == "tool.interrupted" && e.payload["call_id"] == id)
             .unwrap()
             .payload["started"]
             .clone()

@@ -163,9 +163,10 @@ impl Reader {
                  WHERE thread = ?1 AND seq > ?2 AND seq <= ?3 ORDER BY seq LIMIT ?4",
             )?;
             let mut rows = stmt.query(params![thread, after, upto, limit])?;
+            let mut names = Names::new(&thread);
             let mut events = Vec::new();
             while let Some(row) = rows.next()? {
-                events.push(decode(row, &thread)?);
+                events.push(decode(row, &mut names)?);
             }
             Ok(events)
         })
@@ -184,7 +185,9 @@ impl Reader {
                  WHERE thread = ?1 AND dedup_key = ?2",
             )?;
             let mut rows = stmt.query(params![thread, key])?;
-            rows.next()?.map(|row| decode(row, &thread)).transpose()
+            rows.next()?
+                .map(|row| decode(row, &mut Names::new(&thread)))
+                .transpose()
         })
         .await
     }
@@ -255,19 +258,68 @@ fn open_read_only(path: &PathBuf, busy_timeout: Duration) -> Result<Connection, 
     Ok(conn)
 }
 
-/// Decodes a row of `seq, kind, payload, at, dedup_key` of `thread` (the thread the query
-/// selected, so it is not read back). The payload is parsed from its bytes: the JSON parser
-/// checks UTF-8 as it goes, so the text is not validated twice.
-fn decode(row: &Row<'_>, thread: &str) -> Result<Event, JournalError> {
+/// The thread and kind names the events of one read share (a thread has few kinds).
+struct Names {
+    thread: Arc<str>,
+    kinds: Vec<Arc<str>>,
+}
+
+impl Names {
+    /// Kinds kept for sharing; a read with more distinct kinds allocates the rest per event.
+    const MAX_KINDS: usize = 16;
+
+    fn new(thread: &str) -> Self {
+        Names {
+            thread: thread.into(),
+            kinds: Vec::new(),
+        }
+    }
+
+    fn kind(&mut self, kind: &str) -> Arc<str> {
+        if let Some(known) = self.kinds.iter().find(|k| ***k == *kind) {
+            return Arc::clone(known);
+        }
+        let new: Arc<str> = kind.into();
+        if self.kinds.len() < Self::MAX_KINDS {
+            self.kinds.push(Arc::clone(&new));
+        }
+        new
+    }
+}
+
+/// Decodes a row of `seq, kind, payload, at, dedup_key` of the thread `names` was made for
+/// (the thread the query selected, so it is not read back). The payload is parsed from its
+/// bytes: the JSON parser checks UTF-8 as it goes, so the text is not validated twice.
+fn decode(row: &Row<'_>, names: &mut Names) -> Result<Event, JournalError> {
     let seq: i64 = row.get(0)?;
+    let kind = row.get_ref(1)?.as_str().map_err(rusqlite::Error::from)?;
+    let kind = names.kind(kind);
     let payload = row.get_ref(2)?.as_bytes().map_err(rusqlite::Error::from)?;
     Ok(Event {
         seq,
-        thread: thread.to_string(),
-        kind: row.get(1)?,
+        thread: Arc::clone(&names.thread),
+        kind,
         payload: serde_json::from_slice(payload)
             .map_err(|source| JournalError::CorruptPayload { seq, source })?,
         at: row.get(3)?,
         dedup_key: row.get(4)?,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_share_the_thread_and_known_kinds_and_stay_correct_past_the_cap() {
+        let mut names = Names::new("t");
+        let a = names.kind("a");
+        assert!(Arc::ptr_eq(&a, &names.kind("a")));
+        for n in 0..2 * Names::MAX_KINDS {
+            assert_eq!(&*names.kind(&format!("k{n}")), format!("k{n}"));
+        }
+        assert_eq!(names.kinds.len(), Names::MAX_KINDS);
+        assert!(Arc::ptr_eq(&a, &names.kind("a")));
+        assert_eq!(&*names.kind("k31"), "k31");
+    }
 }

@@ -110,20 +110,20 @@ impl Tool for GateTool {
 }
 
 pub fn kinds(events: &[Event]) -> Vec<&str> {
-    events.iter().map(|e| e.kind.as_str()).collect()
+    events.iter().map(|e| &*e.kind).collect()
 }
 
 pub fn count(events: &[Event], kind: &str) -> usize {
-    events.iter().filter(|e| e.kind == kind).count()
+    events.iter().filter(|e| &*e.kind == kind).count()
 }
 
 /// Terminal events for one call.
 pub fn terminals_of(events: &[Event], call_id: &str) -> Vec<String> {
     events
         .iter()
-        .filter(|e| agent_runtime::events::TOOL_TERMINALS.contains(&e.kind.as_str()))
+        .filter(|e| agent_runtime::events::TOOL_TERMINALS.contains(&&*e.kind))
         .filter(|e| e.payload["call_id"] == call_id)
-        .map(|e| e.kind.clone())
+        .map(|e| e.kind.to_string())
         .collect()
 }
 
