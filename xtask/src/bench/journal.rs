@@ -18,6 +18,8 @@ const SECONDS: &str = "2";
 /// Appends each producer keeps outstanding in the pipelined case.
 /// Appends each pipelined producer keeps outstanding (a turn journaling concurrent calls).
 const IN_FLIGHT: &[usize] = &[4, 16];
+/// Processes that replay (ours); the report takes the median of their medians.
+const REPLAY_PROCESSES: usize = 3;
 
 struct Case {
     producers: usize,
@@ -110,7 +112,22 @@ pub fn run(ctx: &BenchCtx) -> anyhow::Result<Section> {
     // kernel is still writing back the 1M events just built.
     std::fs::File::open(&replay_db)?.sync_all()?;
     let runs = ctx.runs.max(9).to_string();
-    let ours_replay = run_bin(&bin, &["replay", path_str(&replay_db)?, &runs])?;
+    // Several processes, each reporting the median of its replays: one process can land on
+    // a moment when the VM is slow (the medians of single processes ranged 70-143 ms).
+    let mut ours_replay: [Vec<f64>; 3] = Default::default();
+    for process in 0..REPLAY_PROCESSES {
+        eprintln!(
+            "[journal] replay, ours: process {}/{REPLAY_PROCESSES}",
+            process + 1
+        );
+        let lines = run_bin(&bin, &["replay", path_str(&replay_db)?, &runs])?;
+        for (field, values) in ["big_ms", "small_ms", "small_after_big_ms"]
+            .iter()
+            .zip(ours_replay.iter_mut())
+        {
+            values.push(number(&lines, field)?);
+        }
+    }
     eprintln!("[journal] replay fixture: 1M events (seed)");
     let seed_replay = baseline.run_code(&SEED_REPLAY.replace("RUNS_HERE", &runs))?;
     let _ = std::fs::remove_dir_all(&scratch);
@@ -215,7 +232,6 @@ pub fn run(ctx: &BenchCtx) -> anyhow::Result<Section> {
         "events/s",
         &chart,
     )?;
-    let ours = ours_replay.first().context("no replay result")?;
     let seed_big = number(&seed_replay, "big_ms")?;
     let seed_small = number(&seed_replay, "small_ms")?;
     md.push_str(
@@ -236,11 +252,11 @@ pub fn run(ctx: &BenchCtx) -> anyhow::Result<Section> {
     md.push_str("\n![appends per second against producers](journal-appends.svg)\n\n");
     md.push_str("Replay from a 1M-event journal (10 interleaved threads of 100k events, plus a 100-event thread), median of ");
     md.push_str(&format!(
-        "{runs} runs, events decoded into JSON values:\n\n"
+        "{runs} runs (ours: the median of {REPLAY_PROCESSES} processes' medians), events decoded \
+         into JSON values:\n\n"
     ));
     md.push_str("| replay | ours | seed | × faster |\n|---|---|---|---|\n");
-    let big = ours["big_ms"].as_f64().unwrap_or(f64::NAN);
-    let small = ours["small_ms"].as_f64().unwrap_or(f64::NAN);
+    let [big, small, small_after_big] = ours_replay.map(|mut values| median(&mut values));
     md.push_str(&format!(
         "| 100k-event thread | {big:.1} ms | {seed_big:.1} ms | {:.1} |\n",
         seed_big / big
@@ -254,7 +270,7 @@ pub fn run(ctx: &BenchCtx) -> anyhow::Result<Section> {
          {:.2} ms (median). A long replay is read as seq ranges in parallel (one per core), \
          events decoded into JSON values on tokio's blocking pool; the bench binary uses the \
          same allocator as `agentctl` (mimalloc).\n",
-        ours["small_after_big_ms"].as_f64().unwrap_or(f64::NAN)
+        small_after_big
     ));
     md.push_str(
         "\nThe disk of this VM switches between a fast (fsync ≈0.1 ms) and a throttled (≈4 ms) \
