@@ -119,3 +119,17 @@ fn steer_mock_with_runtime_bumps_the_revision_and_refuses_the_superseded_proposa
     );
     assert!(stdout.contains(STEER), "{stdout}");
 }
+
+#[test]
+fn a_timeout_out_of_range_is_a_usage_error_not_a_panic() {
+    for timeout in ["0", "604801", "18446744073709551615"] {
+        let output = agentctl()
+            .args(["api", "steer", "--mock", "--timeout", timeout])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{timeout}: {stderr}");
+        assert!(stderr.contains("--timeout"), "{stderr}");
+        assert!(!stderr.contains("panicked"), "{stderr}");
+    }
+}

@@ -383,8 +383,15 @@ impl Runtime {
                 .map(|(k, j)| (Arc::clone(k), Arc::clone(&j.done), j.abort.clone()))
                 .collect()
         };
-        let backstop =
-            Instant::now() + self.inner.options.cancel_grace * 2 + Duration::from_millis(100);
+        // Twice the grace plus a margin; capped so that no grace setting overflows `Instant`.
+        let backstop = self
+            .inner
+            .options
+            .cancel_grace
+            .saturating_mul(2)
+            .saturating_add(Duration::from_millis(100))
+            .min(Duration::from_secs(365 * 24 * 3600));
+        let backstop = Instant::now() + backstop;
         for (key, done, abort) in waits {
             let Some(abort) = abort else {
                 // Not spawned yet: its scheduled event is being written; it settles as soon
@@ -841,7 +848,11 @@ impl Job {
             cancel: self.cancel.clone(),
         };
         let mut call = self.tool.call(args, ctx);
-        let deadline = self.deadlines.run.map(|d| Instant::now() + d);
+        // A run deadline too far away to represent is no deadline.
+        let deadline = self
+            .deadlines
+            .run
+            .and_then(|d| Instant::now().checked_add(d));
         tokio::select! {
             biased;
             result = &mut call => match result {

@@ -57,6 +57,7 @@ on_every_backend!(
     queue_and_run_deadlines_are_reported_separately,
     admission_control_refuses_with_a_typed_error,
     cancel_is_bounded_for_a_tool_that_ignores_cancellation,
+    deadlines_and_grace_too_long_for_an_instant_mean_no_limit,
     finish_cancels_pending_calls_so_none_is_orphaned,
     finished_jobs_leave_memory_and_results_come_from_the_journal,
     recovery_interrupts_turns_and_unfinished_calls_and_reruns_retry_safe_ones,
@@ -429,6 +430,38 @@ async fn admission_control_refuses_with_a_typed_error(f: Fixture) {
     assert!(r.result("a", &t, &c).await.unwrap().ok);
     let events = replay(&f.journal, "a").await;
     assert_eq!(count(&events, "tool.scheduled"), 3);
+    r.close().await;
+}
+
+/// `Instant + Duration` panics on overflow; the largest durations mean "no limit" instead.
+async fn deadlines_and_grace_too_long_for_an_instant_mean_no_limit(f: Fixture) {
+    let r = Runtime::recover(
+        f.journal.clone(),
+        RuntimeOptions::default()
+            .cancel_grace(Duration::MAX)
+            .tools(ToolRegistry::demo()),
+    )
+    .await
+    .unwrap();
+    let t = r.start("a").await.unwrap();
+    let forever = Deadlines::run(Duration::MAX).with_queue(Duration::MAX);
+    let done = r
+        .launch_with("a", &t, "d", "read_docs", json!({}), forever)
+        .await
+        .unwrap();
+    assert_eq!(
+        r.result("a", &t, &done).await.unwrap().status,
+        CallStatus::Completed
+    );
+    let running = r
+        .launch_with("a", &t, "c", "read_docs", json!({"delay": 2}), forever)
+        .await
+        .unwrap();
+    r.cancel("a", &t).await.unwrap();
+    assert_eq!(
+        r.result("a", &t, &running).await.unwrap().status,
+        CallStatus::Cancelled
+    );
     r.close().await;
 }
 

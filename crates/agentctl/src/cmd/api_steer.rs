@@ -43,8 +43,9 @@ pub struct SteerArgs {
     /// Model to use.
     #[arg(long, default_value = "gpt-6-astra")]
     pub model: String,
-    /// Overall time limit in seconds; past it the steering outcome is unknown.
-    #[arg(long, default_value_t = 120)]
+    /// Overall time limit in seconds (1 to 604800, a week); past it the steering outcome is
+    /// unknown.
+    #[arg(long, default_value_t = 120, value_parser = clap::value_parser!(u64).range(1..=604_800))]
     pub timeout: u64,
     /// Tie the steer to a durable agent-runtime turn on --db: the accepted steer bumps the
     /// turn's revision, a proposal built on the superseded response is refused at commit, and
@@ -141,7 +142,7 @@ pub async fn run(global: &GlobalArgs, args: SteerArgs) -> anyhow::Result<std::pr
     let mut _emulator: Option<MockServer> = None;
     let mut config = if args.mock {
         let mut mock = MockConfig::new(Script::default()).with_api_key(MOCK_API_KEY);
-        mock.ws.steer_window = Some(Duration::from_secs(args.timeout.max(1)));
+        mock.ws.steer_window = Some(Duration::from_secs(args.timeout));
         let server = MockServer::start(mock)
             .await
             .context("cannot start the emulator")?;
@@ -167,7 +168,7 @@ pub async fn run(global: &GlobalArgs, args: SteerArgs) -> anyhow::Result<std::pr
             .unwrap_or_else(|| agent_responses::http::DEFAULT_BASE_URL.to_owned());
         WsConfig::new(base, key)
     };
-    config.request_timeout = Duration::from_secs(args.timeout.max(1));
+    config.request_timeout = Duration::from_secs(args.timeout);
     let overall = config.request_timeout;
     let mut bridge = if args.runtime {
         Some(Bridge::open(global).await?)

@@ -600,7 +600,8 @@ impl Session {
         let Some(window) = self.options().steer_window else {
             return Ok(None);
         };
-        let deadline = Instant::now() + window;
+        // Capped at a year: `Instant + Duration` panics when the sum overflows.
+        let deadline = Instant::now() + window.min(std::time::Duration::from_secs(365 * 24 * 3600));
         loop {
             let frame = match self.backlog.pop_front() {
                 Some(frame) => frame,

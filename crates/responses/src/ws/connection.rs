@@ -25,7 +25,7 @@ use super::error::WsError;
 use super::events::{
     ClientEvent, ResponseCreate, ServerEvent, SteerInput, SteerRequest, valid_stream_id,
 };
-use super::inflight::InFlight;
+use super::inflight::{InFlight, deadline_after};
 use super::reconnect::ReconnectPolicy;
 use crate::http::{ApiKey, ClientConfig};
 
@@ -169,7 +169,7 @@ impl WsSession {
         let lane = create.stream_id.clone();
         self.send(&ClientEvent::Create(create)).await?;
         self.inflight
-            .create_sent(lane, Instant::now() + self.request_timeout);
+            .create_sent(lane, deadline_after(Instant::now(), self.request_timeout));
         Ok(())
     }
 

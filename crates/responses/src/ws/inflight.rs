@@ -7,6 +7,7 @@
 //! Each request keeps the deadline it got when sent; automatic successors inherit it.
 
 use std::collections::{HashMap, HashSet, VecDeque};
+use std::time::Duration;
 
 use serde_json::Value;
 use tokio::time::Instant;
@@ -62,7 +63,9 @@ impl InFlight {
                 let inherited = parent.and_then(|p| self.awaiting_successor.remove(p));
                 let deadline = match inherited {
                     Some(d) => d,
-                    None => self.pop_pending(&lane).unwrap_or(now + timeout),
+                    None => self
+                        .pop_pending(&lane)
+                        .unwrap_or_else(|| deadline_after(now, timeout)),
                 };
                 self.active.insert(id, deadline);
             }
@@ -106,5 +109,26 @@ impl InFlight {
             self.pending.remove(lane);
         }
         front
+    }
+}
+
+/// `now + timeout`, or a year from now for a timeout too long to add to an `Instant`.
+pub(crate) fn deadline_after(now: Instant, timeout: Duration) -> Instant {
+    const FAR: Duration = Duration::from_secs(365 * 24 * 3600);
+    now.checked_add(timeout.min(FAR)).unwrap_or(now)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_timeout_too_long_for_an_instant_is_capped_not_a_panic() {
+        let now = Instant::now();
+        assert_eq!(
+            deadline_after(now, Duration::from_secs(5)),
+            now + Duration::from_secs(5)
+        );
+        assert!(deadline_after(now, Duration::MAX) > now + Duration::from_secs(3600));
     }
 }
