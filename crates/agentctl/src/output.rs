@@ -48,16 +48,21 @@ impl std::fmt::Display for HintedContext {
     }
 }
 
-/// Print `error: ...` (causes joined on one line) and a hint, and return a failure status.
-/// True when the error is stdout's reader closing the pipe.
+/// True when the error is stdout's reader closing the pipe (also when it reached us
+/// wrapped in a JSON serialisation error).
 fn reader_went_away(err: &anyhow::Error) -> bool {
+    use std::io::ErrorKind::BrokenPipe;
     err.chain().any(|cause| {
         cause
             .downcast_ref::<std::io::Error>()
-            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+            .is_some_and(|io| io.kind() == BrokenPipe)
+            || cause
+                .downcast_ref::<serde_json::Error>()
+                .is_some_and(|json| json.io_error_kind() == Some(BrokenPipe))
     })
 }
 
+/// Print `error: ...` (causes joined on one line) and a hint, and return a failure status.
 pub fn report_error(err: &anyhow::Error) -> ExitCode {
     if reader_went_away(err) {
         // `agentctl ... | head`: the reader has what it wanted; nothing failed.

@@ -136,3 +136,47 @@ async fn a_reader_that_stops_early_is_not_an_error() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// A JSON line longer than stdout's buffer is written by the JSON serialiser itself, so the
+/// closed pipe comes back wrapped in a serialisation error; it is still not a failure.
+#[tokio::test]
+async fn a_reader_that_stops_inside_a_long_json_line_is_not_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("long.db").display());
+    let journal = Journal::open(&url).await.unwrap();
+    let events = (0..4)
+        .map(|n| NewEvent::new("t", "step", json!({ "n": n, "text": "x".repeat(200_000) })))
+        .collect();
+    journal.append_batch(events).await.unwrap();
+    let mut child = agentctl(&url)
+        .args(["--json", "journal", "replay", "--thread", "t"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = [0u8; 1];
+    std::io::Read::read_exact(&mut child.stdout.take().unwrap(), &mut first).unwrap();
+    assert_eq!(&first, b"{");
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{:?}", out.status);
+    assert!(
+        out.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn tail_of_an_invalid_thread_fails_instead_of_waiting() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("t.db").display());
+    for thread in [String::new(), "x".repeat(300)] {
+        let out = agentctl(&url)
+            .args(["journal", "tail", "--thread", &thread])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{stderr}");
+        assert!(stderr.starts_with("error: invalid thread"), "{stderr}");
+    }
+}
