@@ -11,7 +11,13 @@ pub struct GlobalArgs {
     /// Database URL: `sqlite://PATH`, `sqlite::memory:`, `postgres://...`, or a plain file
     /// path; `memory:` keeps the journal in this process only (runtime demos, nothing kept).
     /// Default: a SQLite file under the user's data directory, created on first use.
-    #[arg(long, global = true, env = "AGENTCTL_DB", value_name = "URL")]
+    #[arg(
+        long,
+        global = true,
+        env = "AGENTCTL_DB",
+        hide_env_values = true,
+        value_name = "URL"
+    )]
     pub db: Option<String>,
 
     /// Print machine-readable JSON on stdout (one object per line for streams).

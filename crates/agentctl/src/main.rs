@@ -85,8 +85,13 @@ async fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
 }
 
 fn init_tracing() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+    let mut filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    // tungstenite traces each WebSocket handshake request verbatim, `authorization: Bearer`
+    // header included; the API key must not reach the log at any level.
+    if let Ok(cap) = "tungstenite::handshake=debug".parse() {
+        filter = filter.add_directive(cap);
+    }
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

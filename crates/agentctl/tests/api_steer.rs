@@ -133,3 +133,33 @@ fn a_timeout_out_of_range_is_a_usage_error_not_a_panic() {
         assert!(!stderr.contains("panicked"), "{stderr}");
     }
 }
+
+/// tungstenite traces the handshake request verbatim; even `RUST_LOG=trace` must not show
+/// the key.
+#[test]
+fn steer_at_trace_level_does_not_log_the_key() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    // Reads the handshake request, then hangs up without answering.
+    let server = std::thread::spawn(move || {
+        let (mut socket, _) = listener.accept().unwrap();
+        let mut request = [0u8; 4096];
+        let _ = std::io::Read::read(&mut socket, &mut request);
+    });
+    let output = agentctl()
+        .env("OPENAI_API_KEY", "sk-secret-should-not-appear")
+        .env("RUST_LOG", "trace")
+        .args([
+            "api",
+            "steer",
+            "--base-url",
+            &format!("http://127.0.0.1:{port}/v1"),
+        ])
+        .output()
+        .unwrap();
+    server.join().unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("TRACE"), "trace logging is on: {stderr}");
+    assert!(!stderr.contains("sk-secret-should-not-appear"), "{stderr}");
+}

@@ -186,3 +186,25 @@ fn history_and_memory_commands_correct_memory() {
     let out = stdout_ok(agentctl(&db).args(["memory", "recall", "--project", "p"]));
     assert!(String::from_utf8(out).unwrap().contains("jdk = 8 (from r1"));
 }
+
+/// A refused connection is reported as such (the pool used to retry it for 30 s and then
+/// say only that it timed out).
+#[test]
+fn an_unreachable_postgres_server_is_reported_as_refused() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("postgres://u:s3cretpw@127.0.0.1:{port}/x");
+    for command in [
+        &["memory", "recall", "--project", "P"][..],
+        &["history", "threads"],
+    ] {
+        let out = agentctl(&url).args(command).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{stderr}");
+        assert!(stderr.contains("Connection refused"), "{stderr}");
+        assert!(!stderr.contains("s3cretpw"), "{stderr}");
+    }
+}

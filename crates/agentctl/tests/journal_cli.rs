@@ -180,3 +180,26 @@ fn tail_of_an_invalid_thread_fails_instead_of_waiting() {
         assert!(stderr.starts_with("error: invalid thread"), "{stderr}");
     }
 }
+
+#[test]
+fn database_passwords_stay_out_of_help_and_errors() {
+    let mut help = Command::cargo_bin("agentctl").unwrap();
+    let out = help
+        .env("AGENTCTL_DB", "postgres://u:s3cretpw@127.0.0.1:1/x")
+        .arg("--help")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("AGENTCTL_DB"), "{stdout}");
+    assert!(!stdout.contains("s3cretpw"), "{stdout}");
+    for url in [
+        "postgres://u:s3cretpw@127.0.0.1:1/x",
+        "postgres://127.0.0.1:1/x?user=u&password=s3cretpw",
+    ] {
+        let out = agentctl(url).args(["journal", "threads"]).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success());
+        assert!(stderr.contains("127.0.0.1:1"), "{stderr}");
+        assert!(!stderr.contains("s3cretpw"), "{stderr}");
+    }
+}

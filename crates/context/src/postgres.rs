@@ -2,8 +2,11 @@
 //! (an upsert on `context_threads`), consolidation holds an EXCLUSIVE lock on the dirty set
 //! so concurrent evidence writes wait for it instead of racing it.
 
-use sqlx::Row as _;
-use sqlx::postgres::{PgPool, PgPoolOptions, PgRow};
+use std::str::FromStr as _;
+use std::time::Duration;
+
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions, PgRow};
+use sqlx::{Connection as _, Row as _};
 
 use crate::error::{ContextError, Result, is_unique_violation};
 use crate::memory::{Consolidation, Evidence, MemoryEntry, NewEvidence, Revocation, needs_refresh};
@@ -25,11 +28,24 @@ pub(crate) struct PgBackend {
     pool: PgPool,
 }
 
+/// How long opening waits for the server.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
 impl PgBackend {
     pub(crate) async fn open(url: &str, options: &ContextOptions) -> Result<Self> {
+        let connect = PgConnectOptions::from_str(url)?;
+        // One direct connection first: a refused or failing connect is reported as itself at
+        // once, where the pool would retry it until its acquire timeout and then say only
+        // that it timed out.
+        tokio::time::timeout(CONNECT_TIMEOUT, PgConnection::connect_with(&connect))
+            .await
+            .map_err(|_| sqlx::Error::PoolTimedOut)??
+            .close()
+            .await?;
         let pool = PgPoolOptions::new()
             .max_connections(options.connections.max(2))
-            .connect(url)
+            .acquire_timeout(CONNECT_TIMEOUT)
+            .connect_with(connect)
             .await?;
         let backend = PgBackend { pool };
         backend.migrate().await?;

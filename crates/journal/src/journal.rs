@@ -316,13 +316,36 @@ fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
-/// `scheme://user:secret@host` -> `scheme://user:***@host`; other URLs unchanged.
+/// The URL with its secrets masked: the password of `scheme://user:secret@host` and the
+/// values of `password` / `sslpassword` query parameters become `***`.
 pub(crate) fn redact_url(url: &str) -> String {
+    // The password goes first, so a `?` inside it cannot be taken for the query's start.
+    let shown = redact_userinfo(url);
+    let Some((base, query)) = shown.split_once('?') else {
+        return shown;
+    };
+    let pairs: Vec<String> = query
+        .split('&')
+        .map(|pair| match pair.split_once('=') {
+            Some((key, _))
+                if key.eq_ignore_ascii_case("password")
+                    || key.eq_ignore_ascii_case("sslpassword") =>
+            {
+                format!("{key}=***")
+            }
+            _ => pair.to_string(),
+        })
+        .collect();
+    format!("{base}?{}", pairs.join("&"))
+}
+
+/// `scheme://user:secret@host...` -> `scheme://user:***@host...`; other text unchanged.
+fn redact_userinfo(url: &str) -> String {
     let Some(scheme_end) = url.find("://") else {
         return url.to_string();
     };
     let rest = &url[scheme_end + 3..];
-    let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let authority_end = rest.find('/').unwrap_or(rest.len());
     let authority = &rest[..authority_end];
     let Some(at) = authority.rfind('@') else {
         return url.to_string();
@@ -352,5 +375,14 @@ mod tests {
         assert_eq!(redact_url("postgres://u@h/db"), "postgres://u@h/db");
         assert_eq!(redact_url("sqlite:///tmp/a.db"), "sqlite:///tmp/a.db");
         assert_eq!(redact_url("sqlite::memory:"), "sqlite::memory:");
+        assert_eq!(
+            redact_url("postgres://h/db?user=u&password=s3cret&sslmode=require"),
+            "postgres://h/db?user=u&password=***&sslmode=require"
+        );
+        assert_eq!(
+            redact_url("postgres://u:pw@h/db?SSLPassword=k&password"),
+            "postgres://u:***@h/db?SSLPassword=***&password"
+        );
+        assert_eq!(redact_url("postgres://u:p?w@h/db"), "postgres://u:***@h/db");
     }
 }

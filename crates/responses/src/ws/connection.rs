@@ -287,9 +287,10 @@ async fn open(config: &WsConfig) -> Result<Socket, WsError> {
         .as_str()
         .into_client_request()
         .map_err(|e| WsError::InvalidBaseUrl(format!("{url}: {e}")))?;
-    let bearer = HeaderValue::from_str(&config.api_key.bearer()).map_err(|_| {
+    let mut bearer = HeaderValue::from_str(&config.api_key.bearer()).map_err(|_| {
         WsError::Connect("the API key contains characters not allowed in a header".into())
     })?;
+    bearer.set_sensitive(true);
     request.headers_mut().insert("authorization", bearer);
     let mut ws_config = WebSocketConfig::default();
     ws_config.max_message_size = Some(config.max_frame_bytes);
