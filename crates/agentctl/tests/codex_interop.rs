@@ -28,6 +28,24 @@ fn codex_bin() -> PathBuf {
     PathBuf::from(bin)
 }
 
+/// The child's output; a child still running after `limit` is killed and fails the test
+/// (a turn that is never interrupted would otherwise hang the suite).
+fn output_within(mut child: std::process::Child, limit: Duration) -> std::process::Output {
+    let start = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if start.elapsed() > limit {
+            child.kill().unwrap();
+            let out = child.wait_with_output().unwrap();
+            panic!(
+                "still running after {limit:?}; stderr: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child.wait_with_output().unwrap()
+}
+
 fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../../fixtures/codex")
@@ -427,29 +445,37 @@ fn codex_run_mock_streams_the_reply_and_journals_every_notification() {
 #[test]
 #[ignore = "needs the real Codex CLI: cargo xtask interop codex"]
 fn codex_run_mock_interrupt_exits_130() {
-    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_agentctl"))
-        .args([
-            "codex",
-            "run",
-            "--no-journal",
-            "--mock",
-            "--interrupt-after",
-            "1",
-            "--mock-script",
-        ])
-        .arg(fixture("slow-stream.json"))
-        .arg("--codex-bin")
-        .arg(codex_bin())
-        .arg("--cwd")
-        .arg(dir.path())
-        .arg("count slowly")
-        .output()
-        .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(130),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    // 0: as soon as the turn has started (an interrupt sent before Codex reports the turn
+    // started is refused with "no active turn"); 1: after the first delta.
+    for after in ["0", "1"] {
+        let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+        let out = Command::new(env!("CARGO_BIN_EXE_agentctl"))
+            .args([
+                "codex",
+                "run",
+                "--no-journal",
+                "--mock",
+                "--interrupt-after",
+                after,
+                "--mock-script",
+            ])
+            .arg(fixture("slow-stream.json"))
+            .arg("--codex-bin")
+            .arg(codex_bin())
+            .arg("--cwd")
+            .arg(dir.path())
+            .arg("count slowly")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let out = output_within(out, Duration::from_secs(60));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(
+            out.status.code(),
+            Some(130),
+            "--interrupt-after {after}: {stderr}"
+        );
+        assert!(!stderr.contains("interrupt failed"), "{stderr}");
+    }
 }

@@ -66,7 +66,8 @@ pub struct RunArgs {
     #[arg(long, value_name = "TEXT")]
     pub steer: Option<String>,
 
-    /// Interrupt the turn after N agent-message deltas (0: right after it starts).
+    /// Interrupt the turn after N agent-message deltas (0: as soon as Codex reports the
+    /// turn started).
     #[arg(long, value_name = "N")]
     pub interrupt_after: Option<u64>,
 
@@ -280,10 +281,6 @@ async fn drive(
             let _ = tx.send(Control::Interrupted(result)).await;
         });
     };
-    if interrupt_after == Some(0) {
-        interrupt_after = None;
-        interrupt(client, &control_tx);
-    }
 
     let finished = loop {
         let event = match early.pop_front() {
@@ -360,6 +357,13 @@ async fn drive(
             ) if item.kind == "agentMessage" && mid_line && !json_out => {
                 printer.text("\n")?;
                 mid_line = false;
+            }
+            // Codex refuses an interrupt until it reports the turn started.
+            Some(TurnNotification::TurnStarted { turn, .. })
+                if turn.id == turn_id && interrupt_after == Some(0) =>
+            {
+                interrupt_after = None;
+                interrupt(client, &control_tx);
             }
             Some(TurnNotification::TurnCompleted { turn, .. }) if turn.id == turn_id => {
                 if mid_line && !json_out {
