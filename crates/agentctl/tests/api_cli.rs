@@ -78,3 +78,33 @@ fn without_a_key_or_mock_it_says_how_to_fix_it() {
     assert!(err.contains("OPENAI_API_KEY"), "{err}");
     assert!(err.contains("--mock"), "{err}");
 }
+
+#[test]
+fn an_empty_required_key_is_refused_before_the_emulator_starts() {
+    let output = agentctl()
+        .env_remove("AGENTCTL_MOCK_KEY")
+        .args(["mock", "serve", "--require-key", ""])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("--require-key"), "{stderr}");
+}
+
+#[test]
+fn codex_run_with_a_missing_working_directory_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("missing");
+    let output = agentctl()
+        .args(["--db", "memory:", "codex", "run", "--mock", "--cwd"])
+        .arg(&missing)
+        .arg("hi")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.starts_with("error: --cwd `") && stderr.contains("is not a directory"),
+        "{stderr}"
+    );
+}

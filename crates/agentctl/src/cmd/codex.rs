@@ -150,6 +150,11 @@ pub fn explain(err: AppServerError) -> anyhow::Error {
 
 async fn run_turn(global: &GlobalArgs, args: &RunArgs) -> anyhow::Result<ExitCode> {
     let cwd = match &args.cwd {
+        // Checked here: a bad working directory would otherwise surface as a failure to
+        // start the Codex binary.
+        Some(dir) if !dir.is_dir() => {
+            anyhow::bail!("--cwd `{}` is not a directory", dir.display())
+        }
         Some(dir) => dir.clone(),
         None => std::env::current_dir().context("cannot read the current directory")?,
     };

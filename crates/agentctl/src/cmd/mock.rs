@@ -37,7 +37,8 @@ pub struct ServeArgs {
         long,
         env = "AGENTCTL_MOCK_KEY",
         value_name = "KEY",
-        hide_env_values = true
+        hide_env_values = true,
+        value_parser = clap::builder::NonEmptyStringValueParser::new()
     )]
     pub require_key: Option<String>,
 }
