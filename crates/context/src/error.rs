@@ -98,6 +98,11 @@ pub enum ContextError {
     #[error("context schema version {found} is newer than this build supports ({supported})")]
     SchemaTooNew { found: i64, supported: i64 },
 
+    /// The schema could not be created, typically because the database holds other tables
+    /// of the same name; nothing of it is kept.
+    #[error("cannot create the context schema: {0} (does another program use this database?)")]
+    Migration(String),
+
     /// A stored row could not be decoded (the database was changed by something else).
     #[error("stored data is corrupt: {0}")]
     Corrupt(String),

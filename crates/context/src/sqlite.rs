@@ -506,7 +506,13 @@ fn migrate(conn: &mut Connection) -> Result<()> {
         }
         Some(_) => {}
         None => {
-            tx.execute_batch(MIGRATION_0001)?;
+            tx.execute_batch(MIGRATION_0001).map_err(|err| {
+                // SQLite's message without the statement it quotes (the whole schema).
+                ContextError::Migration(match err {
+                    rusqlite::Error::SqlInputError { msg, .. } => msg,
+                    other => other.to_string(),
+                })
+            })?;
             tx.execute(
                 "INSERT INTO context_schema (version) VALUES (?1)",
                 params![SCHEMA_VERSION],

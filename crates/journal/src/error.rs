@@ -44,6 +44,17 @@ pub enum JournalError {
     /// The journal was closed.
     #[error("journal is closed")]
     Closed,
+
+    /// The database was written by a newer build of the journal.
+    #[error("journal schema version {found} is newer than this build supports ({supported})")]
+    SchemaTooNew { found: i64, supported: i64 },
+
+    /// A schema step failed, typically because the database holds other tables of the
+    /// same name; nothing of the step is kept.
+    #[error(
+        "cannot apply journal schema step {version}: {reason} (does another program use this database?)"
+    )]
+    Migration { version: i64, reason: String },
 }
 
 impl JournalError {

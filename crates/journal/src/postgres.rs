@@ -81,6 +81,13 @@ async fn migrate(conn: &mut PgConnection) -> Result<(), JournalError> {
     let current: i64 = sqlx::query_scalar("SELECT COALESCE(MAX(version), 0) FROM journal_schema")
         .fetch_one(&mut *tx)
         .await?;
+    let supported = SCHEMA.last().map_or(0, |(v, _)| *v);
+    if current > supported {
+        return Err(JournalError::SchemaTooNew {
+            found: current,
+            supported,
+        });
+    }
     for (version, sql) in SCHEMA.iter().filter(|(v, _)| *v > current) {
         sqlx::raw_sql(*sql).execute(&mut *tx).await?;
         sqlx::query("INSERT INTO journal_schema (version) VALUES ($1)")

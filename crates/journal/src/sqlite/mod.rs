@@ -102,7 +102,10 @@ pub(crate) fn open(
         "{journal_mode} PRAGMA synchronous = {synchronous};"
     ))
     .map_err(open_err)?;
-    migrate(&conn).map_err(open_err)?;
+    migrate(&conn).map_err(|source| JournalError::Open {
+        url: shown_url.to_string(),
+        source: Box::new(source),
+    })?;
     let writer = Arc::new(Mutex::new(conn));
     let reader = match location {
         Location::Memory => Reader::shared(Arc::clone(&writer)),
@@ -115,32 +118,61 @@ pub(crate) fn open(
     Ok(Opened { writer, reader })
 }
 
-/// Applies the embedded schema steps not yet recorded in `journal_schema`.
-fn migrate(conn: &Connection) -> Result<(), rusqlite::Error> {
-    conn.execute_batch("CREATE TABLE IF NOT EXISTS journal_schema (version INTEGER PRIMARY KEY)")?;
+/// Applies the embedded schema steps not yet recorded in `journal_schema`, all in one
+/// transaction: a step that fails leaves the database as it was.
+fn migrate(conn: &Connection) -> Result<(), JournalError> {
     // The write lock first, so two processes opening a new file apply each step once.
     conn.execute_batch("BEGIN IMMEDIATE")?;
     let applied = (|| {
+        conn.execute_batch(
+            "CREATE TABLE IF NOT EXISTS journal_schema (version INTEGER PRIMARY KEY)",
+        )?;
         let current: i64 = conn.query_row(
             "SELECT COALESCE(MAX(version), 0) FROM journal_schema",
             [],
             |row| row.get(0),
         )?;
+        let supported = SCHEMA.last().map_or(0, |(v, _)| *v);
+        if current > supported {
+            return Err(JournalError::SchemaTooNew {
+                found: current,
+                supported,
+            });
+        }
         for (version, sql) in SCHEMA.iter().filter(|(v, _)| *v > current) {
-            conn.execute_batch(sql)?;
-            conn.execute(
-                "INSERT INTO journal_schema (version) VALUES (?1)",
-                [version],
-            )?;
+            conn.execute_batch(sql)
+                .and_then(|()| {
+                    conn.execute(
+                        "INSERT INTO journal_schema (version) VALUES (?1)",
+                        [version],
+                    )
+                })
+                .map_err(|err| JournalError::Migration {
+                    version: *version,
+                    reason: sqlite_reason(&err),
+                })?;
         }
         Ok(())
     })();
     match applied {
-        Ok(()) => conn.execute_batch("COMMIT"),
+        Ok(()) => Ok(conn.execute_batch("COMMIT")?),
         Err(err) => {
             let _ = conn.execute_batch("ROLLBACK");
             Err(err)
         }
+    }
+}
+
+/// SQLite's message without the statement it quotes (a migration is many lines of SQL).
+fn sqlite_reason(err: &rusqlite::Error) -> String {
+    match err {
+        rusqlite::Error::SqlInputError { msg, .. } => msg.clone(),
+        other => other
+            .to_string()
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .to_string(),
     }
 }
 
