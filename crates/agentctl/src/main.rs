@@ -47,7 +47,7 @@ enum Command {
     /// Drive the Codex CLI through `codex app-server`: run one whole turn.
     #[command(subcommand)]
     Codex(cmd::codex::CodexCmd),
-    /// The OpenAI Responses API stories: `api direct|ptc|async|compact [--mock]`.
+    /// The OpenAI Responses API stories: `api direct|ptc|async|compact|steer [--mock]`.
     #[command(subcommand)]
     Api(cmd::api::ApiCmd),
     /// The local Responses API emulator: `mock serve [--addr] [--script FILE]`.
@@ -94,6 +94,7 @@ fn init_tracing() {
     }
     tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr)
         .init();
 }

@@ -64,6 +64,20 @@ async fn threads_and_replay_print_json_lines() {
     assert_eq!(events.len(), 2);
     assert_eq!(events[0]["payload"]["n"], 1);
     assert_eq!(events[1]["kind"], "step");
+
+    // A negative --after is a number (everything), not an unknown flag.
+    let out = agentctl(&url)
+        .args([
+            "--json", "journal", "replay", "--thread", "t1", "--after", "-5",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8(out.stdout).unwrap().lines().count(), 3);
 }
 
 #[tokio::test]

@@ -68,6 +68,14 @@ pub enum ContextError {
         max: usize,
     },
 
+    /// A unit holds more items than [`crate::limits::MAX_ITEMS_PER_UNIT`].
+    #[error("unit `{unit}` has {got} items, the limit is {max}")]
+    TooManyItems {
+        unit: String,
+        got: usize,
+        max: usize,
+    },
+
     /// A text field contains U+0000, which PostgreSQL cannot store.
     #[error("{field} contains a NUL character")]
     NulChar { field: &'static str },

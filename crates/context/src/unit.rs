@@ -76,8 +76,8 @@ pub(crate) fn prepare(thread: &str, unit: &str, items: &[Value]) -> Result<Prepa
         return Err(ContextError::EmptyUnit { unit: unit.into() });
     }
     if items.len() > limits::MAX_ITEMS_PER_UNIT {
-        return Err(ContextError::TooLarge {
-            field: "unit item count",
+        return Err(ContextError::TooManyItems {
+            unit: unit.into(),
             got: items.len(),
             max: limits::MAX_ITEMS_PER_UNIT,
         });

@@ -429,10 +429,12 @@ async fn input_limits(s: &ContextStore) {
         ContextError::TooLarge { field: "unit", .. }
     ));
     let many = vec![json!({"type": "message"}); limits::MAX_ITEMS_PER_UNIT + 1];
-    assert!(matches!(
-        s.append_unit("t", "u", &many).await.unwrap_err(),
-        ContextError::TooLarge { .. }
-    ));
+    let err = s.append_unit("t", "u", &many).await.unwrap_err();
+    assert!(
+        matches!(err, ContextError::TooManyItems { got, .. } if got == limits::MAX_ITEMS_PER_UNIT + 1),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("items, the limit is"), "{err}");
     // NUL inside JSON strings is fine: it is escaped in the stored JSON.
     s.append_unit("t", "nul", &msg("a\0b")).await.unwrap();
     assert_eq!(

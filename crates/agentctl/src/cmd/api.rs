@@ -1,4 +1,4 @@
-//! `agentctl api direct|ptc|async|compact`: the seed's `live_api.py` stories.
+//! `agentctl api direct|ptc|async|compact|steer`: the seed's `live_api.py` stories.
 //!
 //! Against the live API (key from OPENAI_API_KEY only, base from --base-url or
 //! OPENAI_BASE_URL) or, with `--mock`, against the built-in emulator running in-process with

@@ -14,11 +14,14 @@ use crate::output::{json_line, line, with_hint};
 #[derive(Debug, Subcommand)]
 pub enum HistoryCmd {
     /// Search one thread for a case-insensitive substring (CJK included), oldest hit first.
+    /// The text searched is each unit's stored JSON, as in the seed: keys such as "type"
+    /// match too, and a quote or backslash in a message is found in its JSON-escaped form.
     Search {
         /// Thread to search; other threads are never searched.
         #[arg(long)]
         thread: String,
-        /// Text to find (any length; 3+ characters use the trigram index).
+        /// Text to find (1 to 1024 bytes; 3+ characters use the trigram index, shorter ones
+        /// a scan of the thread).
         term: String,
         /// Most hits to print (1-1000).
         #[arg(long, default_value_t = 5)]
@@ -26,6 +29,7 @@ pub enum HistoryCmd {
     },
     /// Print the pinned goal plus the most recent units of a thread, oldest first.
     Window {
+        /// Thread to read.
         #[arg(long)]
         thread: String,
         /// The goal to pin at the top of the window.
@@ -43,6 +47,7 @@ pub enum HistoryCmd {
     /// Refused when a function_call has no function_call_output with its call_id (or the
     /// reverse), or when the unit id already exists in the thread.
     Append {
+        /// Thread to append to (created on first use).
         #[arg(long)]
         thread: String,
         /// Unit id, unique within the thread.

@@ -20,7 +20,7 @@ pub enum JournalCmd {
         #[arg(long)]
         thread: String,
         /// Only events with a seq greater than this.
-        #[arg(long, default_value_t = 0)]
+        #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
         after: i64,
     },
     /// Print a thread's events, then follow new ones as they are appended (Ctrl-C stops).
@@ -28,8 +28,8 @@ pub enum JournalCmd {
         /// The thread to follow.
         #[arg(long)]
         thread: String,
-        /// Start after this seq (default: from the beginning).
-        #[arg(long, default_value_t = 0)]
+        /// Start after this seq (0: from the beginning).
+        #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
         after: i64,
     },
 }

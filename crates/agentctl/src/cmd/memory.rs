@@ -18,6 +18,7 @@ pub enum MemoryCmd {
     /// Print what is remembered for one project, with provenance; entries older than
     /// --max-age are flagged "needs refresh".
     Recall {
+        /// Project to recall; other projects' entries are never shown.
         #[arg(long)]
         project: String,
         /// Age (seconds) after which an entry needs a refresh; default 30 days.
@@ -32,10 +33,13 @@ pub enum MemoryCmd {
         /// Unique id of the observation, e.g. the rollout that produced it.
         #[arg(long)]
         source: String,
+        /// Project the fact belongs to.
         #[arg(long)]
         project: String,
+        /// What the fact is about, e.g. `jdk`.
         #[arg(long)]
         key: String,
+        /// The observed value, e.g. `17`.
         #[arg(long)]
         value: String,
         /// When it was observed (Unix seconds); default now.
@@ -50,6 +54,7 @@ pub enum MemoryCmd {
     },
     /// Revoke a source (it stops counting for memory), then consolidate.
     Revoke {
+        /// The source to revoke (as given to `memory add --source`).
         source: String,
         /// Only revoke; leave consolidation for later.
         #[arg(long)]
@@ -59,8 +64,10 @@ pub enum MemoryCmd {
     Consolidate,
     /// List all evidence of a project (or one key): value, time, confirmed, revoked.
     Evidence {
+        /// Project whose evidence to list.
         #[arg(long)]
         project: String,
+        /// Only this key.
         #[arg(long)]
         key: Option<String>,
     },

@@ -26,7 +26,7 @@ pub struct ServeArgs {
     /// Address to listen on (port 0 picks a free one).
     #[arg(long, default_value = "127.0.0.1:0")]
     pub addr: String,
-    /// A script file (see fixtures/README.md); default: echo every conversation.
+    /// A script file (see fixtures/responses/README.md); default: echo every conversation.
     #[arg(long, value_name = "FILE", conflicts_with = "fixture")]
     pub script: Option<PathBuf>,
     /// A built-in fixture instead of a file: direct, ptc, async or compact.
