@@ -307,6 +307,14 @@ async fn drive(
                 interrupt(client, &control_tx);
                 continue;
             }
+            // Nothing from Codex for a while (it retries an unreachable model by itself).
+            () = tokio::time::sleep(QUIET_NOTICE) => {
+                eprintln!(
+                    "agentctl: no event from Codex for {} s; still waiting (Ctrl-C interrupts the turn)",
+                    QUIET_NOTICE.as_secs()
+                );
+                continue;
+            }
             },
         };
         let Some(event) = event else {
@@ -387,6 +395,9 @@ async fn drive(
     }
     Ok((finished.status, finished))
 }
+
+/// Silence from Codex after which `codex run` says it is still waiting.
+const QUIET_NOTICE: std::time::Duration = std::time::Duration::from_secs(15);
 
 /// Awaits `call` while moving arriving events into `early`.
 async fn while_buffering<T>(
