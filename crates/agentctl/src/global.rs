@@ -9,8 +9,10 @@ use clap::Args;
 #[derive(Debug, Clone, Args)]
 pub struct GlobalArgs {
     /// Database URL: `sqlite://PATH`, `sqlite::memory:`, `postgres://...`, or a plain file
-    /// path; `memory:` keeps the journal in this process only (runtime demos, nothing kept).
-    /// Default: a SQLite file under the user's data directory, created on first use.
+    /// path; `memory:` keeps the journal in this process only (journal and runtime commands;
+    /// history and memory refuse it). Default: a SQLite file under the user's data
+    /// directory, created on first use. Commands that keep nothing (demo gui/orchestrate,
+    /// api without --runtime, mock, probe) do not open it.
     #[arg(
         long,
         global = true,

@@ -208,3 +208,26 @@ fn an_unreachable_postgres_server_is_reported_as_refused() {
         assert!(!stderr.contains("s3cretpw"), "{stderr}");
     }
 }
+
+/// The newest observation wins for good: a time far in the future (or before 1970) is
+/// refused instead of pinning a value.
+#[test]
+fn memory_add_refuses_an_observed_time_far_in_the_future_or_negative() {
+    let (_dir, db) = temp_db("future.db");
+    for observed in ["9223372036854775807", "-5", "99999999999"] {
+        let out = agentctl(&db)
+            .args(["memory", "add", "--source", "s", "--project", "p"])
+            .args(["--key", "k", "--value", "v", "--observed", observed])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{observed}: {stderr}");
+        assert!(stderr.contains("--observed"), "{stderr}");
+    }
+    let out = agentctl(&db)
+        .args(["--json", "memory", "evidence", "--project", "p"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert!(out.stdout.is_empty(), "nothing was recorded");
+}

@@ -8,6 +8,9 @@ use crate::cmd::history::open;
 use crate::global::GlobalArgs;
 use crate::output::{json_line, line, with_hint};
 
+/// How far in the future `memory add --observed` may be, in seconds.
+const MAX_FUTURE_SKEW: i64 = 24 * 3600;
+
 /// 30 days, in seconds.
 const DEFAULT_MAX_AGE: i64 = 30 * 24 * 3600;
 
@@ -42,8 +45,8 @@ pub enum MemoryCmd {
         /// The observed value, e.g. `17`.
         #[arg(long)]
         value: String,
-        /// When it was observed (Unix seconds); default now.
-        #[arg(long)]
+        /// When it was observed (Unix seconds, at most a day from now); default now.
+        #[arg(long, allow_negative_numbers = true)]
         observed: Option<i64>,
         /// Record it as unconfirmed: kept, but never used for memory.
         #[arg(long)]
@@ -111,12 +114,21 @@ pub async fn run(global: &GlobalArgs, cmd: MemoryCmd) -> anyhow::Result<std::pro
             unconfirmed,
             no_consolidate,
         } => {
+            let now = unix_now();
+            let observed = observed.unwrap_or(now);
+            // The newest observation wins for good, so a typo in the future would pin a
+            // value; a day of clock skew is allowed.
+            if observed < 0 || observed > now.saturating_add(MAX_FUTURE_SKEW) {
+                anyhow::bail!(
+                    "--observed {observed} is not a time between 0 and a day from now ({now} is now, in Unix seconds)"
+                );
+            }
             let evidence = NewEvidence {
                 source,
                 project,
                 key,
                 value,
-                observed: observed.unwrap_or_else(unix_now),
+                observed,
                 confirmed: !unconfirmed,
             };
             store
