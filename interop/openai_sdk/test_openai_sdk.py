@@ -21,7 +21,11 @@ def client(**kwargs):
 
 def recorded():
     admin = os.environ["MOCK_ADMIN_URL"]
-    with urllib.request.urlopen(admin + "/__mock/requests") as response:
+    # The emulator runs with --require-key: its inspection route needs the key too.
+    request = urllib.request.Request(
+        admin + "/__mock/requests", headers={"Authorization": f"Bearer {KEY}"}
+    )
+    with urllib.request.urlopen(request) as response:
         return json.load(response)
 
 

@@ -15,6 +15,7 @@
 // Handlers turn `ApiFailure` into an HTTP response at once; boxing it buys nothing.
 #![allow(clippy::result_large_err)]
 
+mod bounded;
 mod respond;
 mod router;
 pub mod script;
@@ -158,12 +159,12 @@ impl MockServer {
         format!("http://{}/v1", self.addr)
     }
 
-    /// Every request received so far, in arrival order.
+    /// The authorised requests received so far (the most recent 1000), in arrival order.
     pub fn requests(&self) -> Vec<RecordedRequest> {
         self.state
             .recorded
             .lock()
-            .map(|r| r.clone())
+            .map(|r| r.to_vec())
             .unwrap_or_default()
     }
 

@@ -14,6 +14,7 @@ use axum::routing::{get, post};
 use serde_json::{Value, json};
 use tokio::sync::Notify;
 
+use crate::bounded::{Recent, RecentMap};
 use crate::respond::{finish_item, new_id, response_object, tokens};
 use crate::script::{
     Endpoint, Fault, FaultKind, Reply, RequestView, Script, echo_items, input_items, render,
@@ -41,6 +42,15 @@ impl RecordedRequest {
     }
 }
 
+/// Request headers that carry credentials; recorded as `<redacted>`.
+const SECRET_HEADERS: &[&str] = &[
+    "authorization",
+    "proxy-authorization",
+    "x-api-key",
+    "api-key",
+    "cookie",
+];
+
 struct Stored {
     response: Value,
     context: Vec<Item>,
@@ -51,9 +61,9 @@ pub(crate) struct AppState {
     pub api_key: Option<String>,
     pub script: Script,
     used: Mutex<Vec<u32>>,
-    store: Mutex<HashMap<String, Stored>>,
+    store: Mutex<RecentMap<String, Stored>>,
     issued: Mutex<Issued>,
-    pub recorded: Mutex<Vec<RecordedRequest>>,
+    pub recorded: Mutex<Recent<RecordedRequest>>,
     gates: Mutex<HashMap<String, Arc<Notify>>>,
     /// WebSocket mode settings and state shared by its connections.
     pub ws: crate::ws::WsShared,
@@ -72,9 +82,9 @@ impl AppState {
             api_key,
             script,
             used: Mutex::new(vec![0; rules]),
-            store: Mutex::new(HashMap::new()),
+            store: Mutex::new(RecentMap::default()),
             issued: Mutex::new(Issued::default()),
-            recorded: Mutex::new(Vec::new()),
+            recorded: Mutex::new(Recent::default()),
             gates: Mutex::new(HashMap::new()),
             delta_chars: 8,
             ws: crate::ws::WsShared::default(),
@@ -85,11 +95,16 @@ impl AppState {
         Arc::clone(lock(&self.gates).entry(name.to_owned()).or_default())
     }
 
+    /// Keeps an authorised request for inspection (the most recent [`MAX_RECORDED`](crate::bounded::MAX_RECORDED));
+    /// credentials in any of [`SECRET_HEADERS`] are redacted.
     fn record(&self, method: &Method, path: &str, headers: &HeaderMap, body: &[u8]) {
+        if check_auth(headers, self.api_key.as_deref()).is_err() {
+            return;
+        }
         let headers = headers
             .iter()
             .map(|(k, v)| {
-                let value = if k.as_str() == "authorization" {
+                let value = if SECRET_HEADERS.contains(&k.as_str()) {
                     "<redacted>".to_owned()
                 } else {
                     String::from_utf8_lossy(v.as_bytes()).into_owned()
@@ -499,7 +514,11 @@ async fn retrieve(
 }
 
 /// `GET /__mock/requests`: the recorded requests as JSON, for out-of-process tests (interop).
-async fn recorded_requests(State(state): State<Arc<AppState>>) -> Response {
+/// Under `--require-key` it needs the key like every other route.
+async fn recorded_requests(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+    if let Err(f) = check_auth(&headers, state.api_key.as_deref()) {
+        return failure(&f);
+    }
     let list: Vec<Value> = lock(&state.recorded)
         .iter()
         .map(|r| {

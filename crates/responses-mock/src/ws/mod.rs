@@ -20,7 +20,6 @@
 
 mod session;
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -32,6 +31,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::Value;
 
+use crate::bounded::{Recent, RecentMap};
 use crate::router::AppState;
 use crate::validate::check_auth;
 
@@ -111,9 +111,10 @@ pub(crate) struct WsShared {
     pub options: WsOptions,
     connections: AtomicUsize,
     /// `store: true` responses created over WebSocket.
-    stored: Mutex<HashMap<String, Entry>>,
-    /// Every client frame received (parsed JSON; non-JSON frames as strings), in order.
-    received: Mutex<Vec<Value>>,
+    stored: Mutex<RecentMap<String, Entry>>,
+    /// The client frames received (parsed JSON; non-JSON frames as strings), the most
+    /// recent first-in-first-out.
+    received: Mutex<Recent<Value>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -142,7 +143,7 @@ impl WsShared {
 impl crate::MockServer {
     /// Every WebSocket client frame received so far (parsed JSON), across connections.
     pub fn ws_frames(&self) -> Vec<Value> {
-        lock(&self.state.ws.received).clone()
+        lock(&self.state.ws.received).to_vec()
     }
     /// How many WebSocket connections were accepted.
     pub fn ws_connections(&self) -> usize {

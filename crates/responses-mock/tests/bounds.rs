@@ -1,0 +1,83 @@
+//! What a long-running emulator keeps: only authorised requests, credentials redacted, and a
+//! bounded number of requests and stored responses.
+
+// Test helpers outside `#[test]` functions may unwrap and panic too.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use agent_responses_mock::{MockConfig, MockServer, script::Script};
+use serde_json::{Value, json};
+
+const KEY: &str = "sk-test-key";
+
+async fn server() -> MockServer {
+    let script = Script::from_json_str(r#"{"rules": []}"#).unwrap();
+    MockServer::start(MockConfig::new(script).with_api_key(KEY))
+        .await
+        .unwrap()
+}
+
+async fn create(server: &MockServer, key: &str, body: &Value) -> reqwest::Response {
+    reqwest::Client::new()
+        .post(format!("{}/responses", server.base_url()))
+        .bearer_auth(key)
+        .header("x-api-key", "sk-other-secret")
+        .json(body)
+        .send()
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn only_authorised_requests_are_kept_and_credentials_are_redacted() {
+    let server = server().await;
+    let body = json!({"model": "m", "input": "hi"});
+    assert_eq!(create(&server, "sk-wrong", &body).await.status(), 401);
+    assert!(
+        server.requests().is_empty(),
+        "a refused request is not kept"
+    );
+    assert_eq!(create(&server, KEY, &body).await.status(), 200);
+    let kept = server.requests();
+    assert_eq!(kept.len(), 1);
+    let text = format!("{kept:?}");
+    assert!(
+        !text.contains(KEY) && !text.contains("sk-other-secret"),
+        "{text}"
+    );
+
+    // The inspection route needs the key too.
+    let url = format!("http://{}/__mock/requests", server.addr());
+    let client = reqwest::Client::new();
+    assert_eq!(client.get(&url).send().await.unwrap().status(), 401);
+    let listed = client.get(&url).bearer_auth(KEY).send().await.unwrap();
+    assert_eq!(listed.status(), 200);
+    let listed: Value = listed.json().await.unwrap();
+    assert_eq!(listed.as_array().unwrap().len(), 1);
+    assert_eq!(listed[0]["headers"]["x-api-key"], "<redacted>");
+}
+
+#[tokio::test]
+async fn the_oldest_stored_responses_and_requests_are_forgotten() {
+    let server = server().await;
+    let mut first = None;
+    for n in 0..1001 {
+        let response = create(
+            &server,
+            KEY,
+            &json!({"model": "m", "input": format!("{n}")}),
+        )
+        .await;
+        let response: Value = response.json().await.unwrap();
+        first.get_or_insert(response["id"].as_str().unwrap().to_owned());
+    }
+    assert_eq!(server.requests().len(), 1000);
+    let follow_up = create(
+        &server,
+        KEY,
+        &json!({"model": "m", "input": "more", "previous_response_id": first.unwrap()}),
+    )
+    .await;
+    assert_eq!(follow_up.status(), 400);
+    let error: Value = follow_up.json().await.unwrap();
+    assert_eq!(error["error"]["param"], "previous_response_id", "{error}");
+}
