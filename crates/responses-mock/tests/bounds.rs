@@ -81,3 +81,55 @@ async fn the_oldest_stored_responses_and_requests_are_forgotten() {
     let error: Value = follow_up.json().await.unwrap();
     assert_eq!(error["error"]["param"], "previous_response_id", "{error}");
 }
+
+async fn websocket(server: &MockServer) -> WsClient {
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest as _;
+    let url = format!("ws://{}/v1/responses", server.addr());
+    let mut request = url.into_client_request().unwrap();
+    request
+        .headers_mut()
+        .insert("authorization", format!("Bearer {KEY}").parse().unwrap());
+    tokio_tungstenite::connect_async(request).await.unwrap().0
+}
+
+type WsClient =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+#[tokio::test]
+async fn a_clean_websocket_close_is_answered_with_a_close_frame() {
+    use futures::{SinkExt as _, StreamExt as _};
+    use tokio_tungstenite::tungstenite::Message;
+    use tokio_tungstenite::tungstenite::protocol::CloseFrame;
+    use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+    let server = server().await;
+    let mut ws = websocket(&server).await;
+    ws.send(Message::Close(Some(CloseFrame {
+        code: CloseCode::Normal,
+        reason: "bye".into(),
+    })))
+    .await
+    .unwrap();
+    match ws.next().await {
+        Some(Ok(Message::Close(_))) => {}
+        other => panic!("expected the server's close frame, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_websocket_message_over_the_body_limit_ends_the_connection() {
+    use futures::{SinkExt as _, StreamExt as _};
+    use tokio_tungstenite::tungstenite::Message;
+    let server = server().await;
+    let mut ws = websocket(&server).await;
+    let huge = json!({"type": "response.create", "model": "m", "input": "x".repeat(3 << 20)});
+    let _ = ws.send(Message::text(huge.to_string())).await;
+    // No reply to the oversized request: the connection ends (a close frame or an error).
+    loop {
+        match ws.next().await {
+            Some(Ok(Message::Text(text))) => panic!("answered an oversized message: {text}"),
+            Some(Ok(Message::Close(_)) | Err(_)) | None => break,
+            Some(Ok(_)) => {}
+        }
+    }
+    assert!(server.ws_frames().is_empty());
+}

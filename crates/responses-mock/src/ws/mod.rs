@@ -105,6 +105,10 @@ pub(crate) struct Entry {
     pub generated: bool,
 }
 
+/// Largest client message, as for an HTTP request body (axum's default limit, 2 MiB); a
+/// larger one closes the connection (1009).
+const MAX_MESSAGE_BYTES: usize = 2 * 1024 * 1024;
+
 /// State shared by all WebSocket connections of one emulator.
 #[derive(Debug, Default)]
 pub(crate) struct WsShared {
@@ -167,5 +171,7 @@ pub(crate) async fn upgrade(
             .into_response();
     }
     let index = state.ws.connections.fetch_add(1, Ordering::SeqCst);
-    ws.on_upgrade(move |socket| session::run(socket, state, index))
+    ws.max_message_size(MAX_MESSAGE_BYTES)
+        .max_frame_size(MAX_MESSAGE_BYTES)
+        .on_upgrade(move |socket| session::run(socket, state, index))
 }

@@ -11,6 +11,7 @@
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
+use std::time::Duration;
 
 use agent_responses::types::{CreateResponse, Input, Item, Usage};
 use agent_responses::ws::events::{ClientEvent, ResponseCreate, SteerRequest, valid_stream_id};
@@ -100,7 +101,12 @@ pub(super) async fn run(socket: WebSocket, state: Arc<AppState>, index: usize) {
     let stop = session.serve().await;
     reader.abort();
     match stop {
-        Stop::Gone | Stop::Drop => {}
+        Stop::Drop => {}
+        // The client closed (or its stream failed): complete the closing handshake, so a
+        // clean close is seen as one (1000) rather than as a dropped connection (1006).
+        Stop::Gone => {
+            let _ = tokio::time::timeout(Duration::from_secs(1), session.sink.close()).await;
+        }
         Stop::Close(code, reason) => {
             let frame = CloseFrame {
                 code,
@@ -601,7 +607,7 @@ impl Session {
             return Ok(None);
         };
         // Capped at a year: `Instant + Duration` panics when the sum overflows.
-        let deadline = Instant::now() + window.min(std::time::Duration::from_secs(365 * 24 * 3600));
+        let deadline = Instant::now() + window.min(Duration::from_secs(365 * 24 * 3600));
         loop {
             let frame = match self.backlog.pop_front() {
                 Some(frame) => frame,
