@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use agent_responses::types::{CompactRequest, CreateResponse, Item, Usage};
 use axum::Router;
 use axum::body::{Body, Bytes};
+use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode};
 use axum::response::Response;
@@ -157,6 +158,7 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
         .route("/v1/responses/{id}", get(retrieve))
         .route("/__mock/requests", get(recorded_requests))
         .fallback(not_found)
+        .method_not_allowed_fallback(wrong_method)
         .with_state(state)
 }
 
@@ -230,17 +232,51 @@ fn parse_failure(err: &serde_json::Error) -> ApiFailure {
 }
 
 async fn not_found(method: Method, uri: axum::http::Uri) -> Response {
-    failure(&ApiFailure {
-        status: 404,
-        message: format!("Invalid URL ({method} {})", uri.path()),
+    failure(&request_error(
+        404,
+        format!("Invalid URL ({method} {})", uri.path()),
+    ))
+}
+
+/// A known path with a method it does not serve: the API's JSON error, not an empty 405.
+async fn wrong_method(method: Method, uri: axum::http::Uri) -> Response {
+    failure(&request_error(
+        405,
+        format!("Invalid method for URL ({method} {})", uri.path()),
+    ))
+}
+
+/// A body that could not be read (over the 2 MiB limit, or cut off) as a JSON error.
+fn unreadable_body(rejection: &BytesRejection) -> Response {
+    failure(&request_error(
+        rejection.status().as_u16(),
+        format!(
+            "The request body could not be read: {}",
+            rejection.body_text()
+        ),
+    ))
+}
+
+fn request_error(status: u16, message: String) -> ApiFailure {
+    ApiFailure {
+        status,
+        message,
         kind: "invalid_request_error".into(),
         code: None,
         param: None,
         headers: Vec::new(),
-    })
+    }
 }
 
-async fn create(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Bytes) -> Response {
+async fn create(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let body = match body {
+        Ok(body) => body,
+        Err(rejection) => return unreadable_body(&rejection),
+    };
     state.record(&Method::POST, "/v1/responses", &headers, &body);
     match create_inner(&state, &headers, &body) {
         Ok(Created::Json(value)) => json_response(200, &value),
@@ -412,7 +448,15 @@ fn stream_body(
         .unwrap_or_default()
 }
 
-async fn compact(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Bytes) -> Response {
+async fn compact(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let body = match body {
+        Ok(body) => body,
+        Err(rejection) => return unreadable_body(&rejection),
+    };
     state.record(&Method::POST, "/v1/responses/compact", &headers, &body);
     match compact_inner(&state, &headers, &body) {
         Ok(value) => json_response(200, &value),

@@ -133,3 +133,31 @@ async fn a_websocket_message_over_the_body_limit_ends_the_connection() {
     }
     assert!(server.ws_frames().is_empty());
 }
+
+#[tokio::test]
+async fn an_oversized_body_and_a_wrong_method_get_json_errors() {
+    let server = server().await;
+    let client = reqwest::Client::new();
+    let huge = json!({"model": "m", "input": "x".repeat(3 << 20)});
+    let response = create(&server, KEY, &huge).await;
+    assert_eq!(response.status(), 413);
+    let error: Value = response.json().await.unwrap();
+    assert_eq!(error["error"]["type"], "invalid_request_error", "{error}");
+    assert!(server.requests().is_empty());
+
+    let response = client
+        .delete(format!("{}/responses/resp_1", server.base_url()))
+        .bearer_auth(KEY)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 405);
+    let error: Value = response.json().await.unwrap();
+    assert!(
+        error["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("DELETE /v1/responses/resp_1"),
+        "{error}"
+    );
+}
