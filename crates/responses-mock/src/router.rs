@@ -328,12 +328,8 @@ fn create_inner(state: &AppState, headers: &HeaderMap, body: &[u8]) -> Result<Cr
             items,
             status,
             delta_chars,
-        } => (items, status, delta_chars.unwrap_or(state.delta_chars)),
-        Reply::Echo { .. } => (
-            echo_items(&context),
-            "completed".to_owned(),
-            state.delta_chars,
-        ),
+        } => (items, status, delta_chars),
+        Reply::Echo { .. } => (echo_items(&context), "completed".to_owned(), None),
     };
     let output: Vec<Value> = items
         .iter()
@@ -374,6 +370,9 @@ fn create_inner(state: &AppState, headers: &HeaderMap, body: &[u8]) -> Result<Cr
         );
     }
     if request.is_stream() {
+        // A script's own delta size is kept exactly; the default one grows for long texts.
+        let delta_chars =
+            delta_chars.unwrap_or_else(|| sse::default_delta_chars(&response, state.delta_chars));
         Ok(Created::Stream {
             response,
             fault,

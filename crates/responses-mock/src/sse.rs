@@ -5,6 +5,10 @@
 
 use serde_json::{Value, json};
 
+/// Most deltas the default delta size streams one text in; a longer text gets longer
+/// deltas (see [`default_delta_chars`]).
+const MAX_DELTAS: usize = 256;
+
 /// Splits `text` into deltas of at most `chars` characters (at least one delta).
 fn deltas(text: &str, chars: usize) -> Vec<String> {
     let chars = chars.max(1);
@@ -13,6 +17,28 @@ fn deltas(text: &str, chars: usize) -> Vec<String> {
         return vec![String::new()];
     }
     all.chunks(chars).map(|c| c.iter().collect()).collect()
+}
+
+/// The delta size for a reply whose script does not set one: `base`, or larger when the
+/// longest streamed text would need more than [`MAX_DELTAS`] deltas. Every event is built
+/// before the first is sent, so a 2 MB echo in 8-character deltas was 250k events and
+/// hundreds of MB.
+pub fn default_delta_chars(response: &Value, base: usize) -> usize {
+    let longest = response["output"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|item| {
+            let parts = item["content"].as_array().into_iter().flatten();
+            let texts = parts.filter_map(|part| part["text"].as_str());
+            let own = ["arguments", "input", "code"]
+                .into_iter()
+                .filter_map(|field| item[field].as_str());
+            texts.chain(own).map(|text| text.chars().count())
+        })
+        .max()
+        .unwrap_or(0);
+    base.max(1).max(longest.div_ceil(MAX_DELTAS))
 }
 
 /// Every event (as JSON) for `response` (the final object) with terminal `status`.
@@ -201,5 +227,21 @@ pub fn error_event(sequence_number: u64, nested: bool) -> Value {
     } else {
         json!({"type": "error", "sequence_number": sequence_number, "code": "server_error",
                "message": "The emulator was scripted to fail this stream.", "param": null})
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_delta_size_grows_only_for_long_texts() {
+        let reply = |text: &str| json!({"output": [{"content": [{"text": text}]}]});
+        assert_eq!(default_delta_chars(&reply("short"), 8), 8);
+        let long = "x".repeat(100_000);
+        let chars = default_delta_chars(&reply(&long), 8);
+        assert!(deltas(&long, chars).len() <= MAX_DELTAS, "{chars}");
+        assert_eq!(deltas(&long, chars).concat(), long);
+        assert_eq!(deltas("abcdefghij", 4), ["abcd", "efgh", "ij"]);
     }
 }

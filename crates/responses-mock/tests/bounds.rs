@@ -161,3 +161,32 @@ async fn an_oversized_body_and_a_wrong_method_get_json_errors() {
         "{error}"
     );
 }
+
+/// Every event of a stream is built before the first is sent: a long echo is streamed in
+/// a bounded number of deltas instead of one event per 8 characters.
+#[tokio::test]
+async fn a_long_streamed_echo_has_a_bounded_number_of_events() {
+    let server = server().await;
+    let input = "y".repeat(1 << 20);
+    let response = create(
+        &server,
+        KEY,
+        &json!({"model": "m", "input": input, "stream": true}),
+    )
+    .await;
+    assert_eq!(response.status(), 200);
+    let body = response.text().await.unwrap();
+    let events = body.lines().filter(|l| l.starts_with("data:")).count();
+    assert!(events < 600, "{events} events");
+    let text: String = body
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter_map(|data| serde_json::from_str::<Value>(data).ok())
+        .filter(|e| e["type"] == "response.output_text.delta")
+        .map(|e| e["delta"].as_str().unwrap().to_owned())
+        .collect();
+    assert!(
+        text.ends_with(&input),
+        "the deltas still add up to the echo"
+    );
+}

@@ -438,7 +438,8 @@ impl Session {
             output.clone(),
             Some(usage.clone()),
         );
-        let events = crate::sse::events(&response, self.state.delta_chars);
+        let delta_chars = crate::sse::default_delta_chars(&response, self.state.delta_chars);
+        let events = crate::sse::events(&response, delta_chars);
         let is_call = output
             .first()
             .and_then(|o| o.get("type"))
