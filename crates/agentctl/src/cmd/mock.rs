@@ -16,7 +16,8 @@ pub enum MockCmd {
     /// Serve POST /v1/responses (JSON and SSE), POST /v1/responses/compact and
     /// GET /v1/responses/{id} on 127.0.0.1. Prints the base URL (`http://ADDR/v1`) as the
     /// first stdout line, then runs until interrupted. Without a script it echoes the last
-    /// user input, so any client can hold a conversation with it.
+    /// user input, so any client can hold a conversation with it. Keeps the 1000 most recent
+    /// requests (GET /__mock/requests) and stored responses; bodies are limited to 2 MiB.
     Serve(ServeArgs),
 }
 
