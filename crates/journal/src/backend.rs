@@ -1,5 +1,5 @@
-//! The pure part of a group commit, shared by both backends: deduplication and seq
-//! assignment, plus PostgreSQL's row decoding.
+//! What both database backends share: the schema steps still to apply, the pure part of a
+//! group commit (deduplication and seq assignment), and PostgreSQL's row decoding.
 //!
 //! Both backends write the same way: inside one transaction that holds the journal's write
 //! lock (SQLite `BEGIN IMMEDIATE`, PostgreSQL an advisory transaction lock), read the highest
@@ -15,6 +15,25 @@ use sqlx::{Database, Decode, Type};
 use crate::error::JournalError;
 use crate::event::{Appended, Event};
 use crate::writer::Prepared;
+
+/// A schema: numbered steps of SQL, applied in order and recorded in `journal_schema`.
+pub(crate) type Schema = [(i64, &'static str)];
+
+/// The steps of `schema` a database at version `current` still needs; a database that a
+/// newer build wrote (a version past the last step) is refused.
+pub(crate) fn pending_steps(
+    schema: &'static Schema,
+    current: i64,
+) -> Result<impl Iterator<Item = &'static (i64, &'static str)>, JournalError> {
+    let supported = schema.last().map_or(0, |(v, _)| *v);
+    if current > supported {
+        return Err(JournalError::SchemaTooNew {
+            found: current,
+            supported,
+        });
+    }
+    Ok(schema.iter().filter(move |(v, _)| *v > current))
+}
 
 /// One row to insert.
 pub(crate) struct Row<'a> {

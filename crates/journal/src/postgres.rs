@@ -24,7 +24,7 @@ const WRITE_LOCK_KEY: i64 = 0x6167_656e_746a_6e6c;
 /// How long opening waits for the server.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
-const SCHEMA: &[(i64, &str)] = &[(1, include_str!("../migrations/postgres/0001_events.sql"))];
+const SCHEMA: &backend::Schema = &[(1, include_str!("../migrations/postgres/0001_events.sql"))];
 
 pub(crate) struct Opened {
     pub writer: PgConnection,
@@ -81,14 +81,7 @@ async fn migrate(conn: &mut PgConnection) -> Result<(), JournalError> {
     let current: i64 = sqlx::query_scalar("SELECT COALESCE(MAX(version), 0) FROM journal_schema")
         .fetch_one(&mut *tx)
         .await?;
-    let supported = SCHEMA.last().map_or(0, |(v, _)| *v);
-    if current > supported {
-        return Err(JournalError::SchemaTooNew {
-            found: current,
-            supported,
-        });
-    }
-    for (version, sql) in SCHEMA.iter().filter(|(v, _)| *v > current) {
+    for (version, sql) in backend::pending_steps(SCHEMA, current)? {
         sqlx::raw_sql(*sql).execute(&mut *tx).await?;
         sqlx::query("INSERT INTO journal_schema (version) VALUES ($1)")
             .bind(version)

@@ -17,13 +17,14 @@ use std::sync::{Arc, Mutex};
 
 use rusqlite::{Connection, OpenFlags};
 
+use crate::backend::{Schema, pending_steps};
 use crate::error::JournalError;
 use crate::options::{Durability, JournalOptions};
 
 pub(crate) use read::Reader;
 pub(crate) use write::spawn_writer;
 
-const SCHEMA: &[(i64, &str)] = &[
+const SCHEMA: &Schema = &[
     (1, include_str!("../../migrations/sqlite/0001_events.sql")),
     (2, include_str!("../../migrations/sqlite/0002_head.sql")),
 ];
@@ -132,14 +133,7 @@ fn migrate(conn: &Connection) -> Result<(), JournalError> {
             [],
             |row| row.get(0),
         )?;
-        let supported = SCHEMA.last().map_or(0, |(v, _)| *v);
-        if current > supported {
-            return Err(JournalError::SchemaTooNew {
-                found: current,
-                supported,
-            });
-        }
-        for (version, sql) in SCHEMA.iter().filter(|(v, _)| *v > current) {
+        for (version, sql) in pending_steps(SCHEMA, current)? {
             conn.execute_batch(sql)
                 .and_then(|()| {
                     conn.execute(
