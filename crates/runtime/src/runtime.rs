@@ -383,15 +383,16 @@ impl Runtime {
                 .map(|(k, j)| (Arc::clone(k), Arc::clone(&j.done), j.abort.clone()))
                 .collect()
         };
-        // Twice the grace plus a margin; capped so that no grace setting overflows `Instant`.
-        let backstop = self
-            .inner
-            .options
-            .cancel_grace
-            .saturating_mul(2)
-            .saturating_add(Duration::from_millis(100))
-            .min(Duration::from_secs(365 * 24 * 3600));
-        let backstop = Instant::now() + backstop;
+        // Twice the grace plus a margin. tokio's sleep turns a duration too long for an
+        // `Instant` into "never" instead of overflowing.
+        let backstop = tokio::time::sleep(
+            self.inner
+                .options
+                .cancel_grace
+                .saturating_mul(2)
+                .saturating_add(Duration::from_millis(100)),
+        )
+        .deadline();
         for (key, done, abort) in waits {
             let Some(abort) = abort else {
                 // Not spawned yet: its scheduled event is being written; it settles as soon

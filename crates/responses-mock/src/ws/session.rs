@@ -607,8 +607,8 @@ impl Session {
         let Some(window) = self.options().steer_window else {
             return Ok(None);
         };
-        // Capped at a year: `Instant + Duration` panics when the sum overflows.
-        let deadline = Instant::now() + window.min(Duration::from_secs(365 * 24 * 3600));
+        // tokio's sleep turns a window too long for an `Instant` into "never".
+        let deadline = tokio::time::sleep(window).deadline();
         loop {
             let frame = match self.backlog.pop_front() {
                 Some(frame) => frame,
