@@ -54,25 +54,15 @@ pub async fn run(global: &GlobalArgs, cmd: JournalCmd) -> anyhow::Result<ExitCod
         }
         JournalCmd::Tail { thread, after } => {
             let mut events = journal.tail(&thread, after);
-            // The stream goes on after a failed read (it retries) and ends only when it
-            // cannot go on: an error it ended on is this command's error.
-            let mut last_error = None;
             loop {
                 tokio::select! {
                     next = events.next() => match next {
-                        Some(Ok(event)) => {
-                            last_error = None;
-                            print_event(&event, global.json)?;
-                        }
+                        Some(Ok(event)) => print_event(&event, global.json)?,
+                        // A refused request (an invalid thread) will not get better.
                         Some(Err(err @ JournalError::InvalidInput { .. })) => return Err(err.into()),
-                        Some(Err(err)) => {
-                            tracing::warn!(%err, "journal tail: read failed; retrying");
-                            last_error = Some(err);
-                        }
-                        None => match last_error {
-                            Some(err) => return Err(err.into()),
-                            None => break,
-                        },
+                        // The stream retries a failed read itself.
+                        Some(Err(err)) => tracing::warn!(%err, "journal tail: read failed; retrying"),
+                        None => break,
                     },
                     _ = tokio::signal::ctrl_c() => break,
                 }
