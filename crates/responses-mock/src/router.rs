@@ -7,8 +7,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use agent_responses::types::{CompactRequest, CreateResponse, Item, Usage};
 use axum::Router;
 use axum::body::{Body, Bytes};
-use axum::extract::rejection::BytesRejection;
-use axum::extract::{Path, State};
+use axum::extract::{FromRequest, Path, Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode};
 use axum::response::Response;
 use axum::routing::{get, post};
@@ -96,12 +95,10 @@ impl AppState {
         Arc::clone(lock(&self.gates).entry(name.to_owned()).or_default())
     }
 
-    /// Keeps an authorised request for inspection (the most recent [`MAX_RECORDED`](crate::bounded::MAX_RECORDED));
-    /// credentials in any of [`SECRET_HEADERS`] are redacted.
+    /// Keeps a request for inspection (the most recent
+    /// [`MAX_RECORDED`](crate::bounded::MAX_RECORDED)); called once the request passed the
+    /// key check. Credentials in any of [`SECRET_HEADERS`] are redacted.
     fn record(&self, method: &Method, path: &str, headers: &HeaderMap, body: &[u8]) {
-        if check_auth(headers, self.api_key.as_deref()).is_err() {
-            return;
-        }
         let headers = headers
             .iter()
             .map(|(k, v)| {
@@ -246,15 +243,27 @@ async fn wrong_method(method: Method, uri: axum::http::Uri) -> Response {
     ))
 }
 
-/// A body that could not be read (over the 2 MiB limit, or cut off) as a JSON error.
-fn unreadable_body(rejection: &BytesRejection) -> Response {
-    failure(&request_error(
-        rejection.status().as_u16(),
-        format!(
-            "The request body could not be read: {}",
-            rejection.body_text()
-        ),
-    ))
+/// A request body within axum's limit (2 MiB); one that cannot be read (too large, cut
+/// off) is answered with the API's JSON error instead of axum's plain text.
+struct ApiBody(Bytes);
+
+impl<S: Send + Sync> FromRequest<S> for ApiBody {
+    type Rejection = Response;
+
+    async fn from_request(request: Request, state: &S) -> Result<Self, Response> {
+        Bytes::from_request(request, state)
+            .await
+            .map(ApiBody)
+            .map_err(|rejection| {
+                failure(&request_error(
+                    rejection.status().as_u16(),
+                    format!(
+                        "The request body could not be read: {}",
+                        rejection.body_text()
+                    ),
+                ))
+            })
+    }
 }
 
 fn request_error(status: u16, message: String) -> ApiFailure {
@@ -271,13 +280,8 @@ fn request_error(status: u16, message: String) -> ApiFailure {
 async fn create(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    ApiBody(body): ApiBody,
 ) -> Response {
-    let body = match body {
-        Ok(body) => body,
-        Err(rejection) => return unreadable_body(&rejection),
-    };
-    state.record(&Method::POST, "/v1/responses", &headers, &body);
     match create_inner(&state, &headers, &body) {
         Ok(Created::Json(value)) => json_response(200, &value),
         Ok(Created::Stream {
@@ -300,6 +304,7 @@ enum Created {
 
 fn create_inner(state: &AppState, headers: &HeaderMap, body: &[u8]) -> Result<Created, ApiFailure> {
     check_auth(headers, state.api_key.as_deref())?;
+    state.record(&Method::POST, "/v1/responses", headers, body);
     let request: CreateResponse = serde_json::from_slice(body).map_err(|e| parse_failure(&e))?;
     if request.model.trim().is_empty() {
         return Err(ApiFailure::invalid(
@@ -450,13 +455,8 @@ fn stream_body(
 async fn compact(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    ApiBody(body): ApiBody,
 ) -> Response {
-    let body = match body {
-        Ok(body) => body,
-        Err(rejection) => return unreadable_body(&rejection),
-    };
-    state.record(&Method::POST, "/v1/responses/compact", &headers, &body);
     match compact_inner(&state, &headers, &body) {
         Ok(value) => json_response(200, &value),
         Err(f) => failure(&f),
@@ -465,6 +465,7 @@ async fn compact(
 
 fn compact_inner(state: &AppState, headers: &HeaderMap, body: &[u8]) -> Result<Value, ApiFailure> {
     check_auth(headers, state.api_key.as_deref())?;
+    state.record(&Method::POST, "/v1/responses/compact", headers, body);
     let request: CompactRequest = serde_json::from_slice(body).map_err(|e| parse_failure(&e))?;
     if request.model.trim().is_empty() {
         return Err(ApiFailure::invalid(
@@ -538,10 +539,10 @@ async fn retrieve(
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> Response {
-    state.record(&Method::GET, &format!("/v1/responses/{id}"), &headers, &[]);
     if let Err(f) = check_auth(&headers, state.api_key.as_deref()) {
         return failure(&f);
     }
+    state.record(&Method::GET, &format!("/v1/responses/{id}"), &headers, &[]);
     let stored = lock(&state.store).get(&id).map(|s| s.response.clone());
     match stored {
         Some(response) => json_response(200, &response),
