@@ -68,15 +68,12 @@ fn steer_without_key_fails_with_a_hint() {
     assert!(output.stdout.is_empty());
 }
 
-#[test]
-fn steer_against_a_closed_port_fails_without_leaking_the_key() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let output = agentctl()
+/// `api steer` against 127.0.0.1:`port` with the key `sk-secret-should-not-appear` and
+/// `RUST_LOG=rust_log`.
+fn steer_with_secret_key(port: u16, rust_log: &str) -> std::process::Output {
+    agentctl()
         .env("OPENAI_API_KEY", "sk-secret-should-not-appear")
+        .env("RUST_LOG", rust_log)
         .args([
             "api",
             "steer",
@@ -84,7 +81,17 @@ fn steer_against_a_closed_port_fails_without_leaking_the_key() {
             &format!("http://127.0.0.1:{port}/v1"),
         ])
         .output()
-        .unwrap();
+        .unwrap()
+}
+
+#[test]
+fn steer_against_a_closed_port_fails_without_leaking_the_key() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let output = steer_with_secret_key(port, "warn");
     assert!(!output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("cannot open the WebSocket"), "{stderr}");
@@ -146,17 +153,7 @@ fn steer_at_trace_level_does_not_log_the_key() {
         let mut request = [0u8; 4096];
         let _ = std::io::Read::read(&mut socket, &mut request);
     });
-    let output = agentctl()
-        .env("OPENAI_API_KEY", "sk-secret-should-not-appear")
-        .env("RUST_LOG", "trace")
-        .args([
-            "api",
-            "steer",
-            "--base-url",
-            &format!("http://127.0.0.1:{port}/v1"),
-        ])
-        .output()
-        .unwrap();
+    let output = steer_with_secret_key(port, "trace");
     server.join().unwrap();
     assert!(!output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);

@@ -20,13 +20,6 @@ async fn foreign_tables_of_the_same_name_fail_on_one_line_and_keep_nothing() {
     let text = err.to_string();
     assert!(text.contains("context_units already exists"), "{text}");
     assert!(!text.contains('\n'), "{text}");
-    let tables: Vec<String> = rusqlite::Connection::open(&path)
-        .unwrap()
-        .prepare("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
-        .unwrap()
-        .query_map([], |row| row.get(0))
-        .unwrap()
-        .collect::<Result<_, _>>()
-        .unwrap();
+    let tables = agent_testkit::sqlite_tables(&path);
     assert_eq!(tables, ["context_units"]);
 }

@@ -61,14 +61,7 @@ async fn sqlite_with_foreign_tables_of_the_same_name_fails_on_one_line_and_keeps
         text.contains("cannot apply journal schema step 1"),
         "{text}"
     );
-    let tables: Vec<String> = rusqlite::Connection::open(&path)
-        .unwrap()
-        .prepare("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
-        .unwrap()
-        .query_map([], |row| row.get(0))
-        .unwrap()
-        .collect::<Result<_, _>>()
-        .unwrap();
+    let tables = agent_testkit::sqlite_tables(&path);
     assert_eq!(tables, ["journal_events"]);
 }
 

@@ -1,4 +1,5 @@
-//! Support shared by the workspace's integration tests: fresh PostgreSQL databases.
+//! Support shared by the workspace's integration tests: fresh PostgreSQL databases, and a
+//! look at what a SQLite file holds.
 //!
 //! The rule every PostgreSQL test follows: the server comes from `AGENTCTL_TEST_PG_URL`;
 //! without it the suite is skipped with a `SKIPPED:` line on stderr, except under
@@ -96,6 +97,18 @@ pub fn with_database(url: &str, name: &str) -> String {
     let scheme_end = base.find("://").map_or(0, |i| i + 3);
     let host = base[scheme_end..].split('/').next().unwrap_or_default();
     format!("{}{host}/{name}{query}", &base[..scheme_end])
+}
+
+/// The names of the tables in the SQLite file at `path`, sorted.
+pub fn sqlite_tables(path: &std::path::Path) -> Vec<String> {
+    rusqlite::Connection::open(path)
+        .unwrap()
+        .prepare("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
+        .unwrap()
+        .query_map([], |row| row.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap()
 }
 
 #[cfg(test)]
