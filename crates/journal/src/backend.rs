@@ -14,7 +14,7 @@ use sqlx::{Database, Decode, Type};
 
 use crate::error::JournalError;
 use crate::event::{Appended, Event};
-use crate::writer::Prepared;
+use crate::writer::{Answer, Prepared, Request};
 
 /// A schema: numbered steps of SQL, applied in order and recorded in `journal_schema`.
 pub(crate) type Schema = [(i64, &'static str)];
@@ -41,26 +41,45 @@ pub(crate) struct Row<'a> {
     pub event: &'a Prepared,
 }
 
-/// The outcome of planning one batch: rows to insert and one ack list per request.
+/// The outcome of planning one batch: rows to insert and one answer per request.
 pub(crate) struct Plan<'a> {
     pub rows: Vec<Row<'a>>,
-    pub acks: Vec<Vec<Appended>>,
+    pub acks: Vec<Answer>,
 }
 
 /// Assigns seqs after `max_seq` in request order. An event whose `(thread, key)` is in
 /// `existing`, or appeared earlier in the batch, is acknowledged with the first seq and
 /// not inserted.
+///
+/// `heads` holds, for every thread a request of the batch names in its [`Expected`]
+/// condition, the thread's last seq in the database (read under the write lock). A request
+/// whose condition does not hold against that head, advanced by the rows planned for the
+/// batch's earlier requests, gets [`JournalError::Conflict`] and plans nothing.
+///
+/// [`Expected`]: crate::writer::Expected
 pub(crate) fn plan<'a>(
-    requests: &'a [Vec<Prepared>],
+    requests: &'a [Request],
     max_seq: i64,
     mut existing: HashMap<(String, String), i64>,
+    mut heads: HashMap<String, Option<i64>>,
 ) -> Plan<'a> {
     let mut next = max_seq;
     let mut rows = Vec::new();
     let mut acks = Vec::with_capacity(requests.len());
     for request in requests {
-        let mut request_acks = Vec::with_capacity(request.len());
-        for event in request {
+        if let Some(expected) = &request.expected {
+            let actual = heads.get(&expected.thread).copied().flatten();
+            if actual != expected.last {
+                acks.push(Err(JournalError::Conflict {
+                    thread: expected.thread.clone(),
+                    expected: expected.last,
+                    actual,
+                }));
+                continue;
+            }
+        }
+        let mut request_acks = Vec::with_capacity(request.events.len());
+        for event in &request.events {
             if let Some(key) = &event.dedup_key {
                 let id = (event.thread.clone(), key.clone());
                 if let Some(&seq) = existing.get(&id) {
@@ -73,22 +92,37 @@ pub(crate) fn plan<'a>(
                 existing.insert(id, next + 1);
             }
             next += 1;
+            if let Some(head) = heads.get_mut(&event.thread) {
+                *head = Some(next);
+            }
             rows.push(Row { seq: next, event });
             request_acks.push(Appended {
                 seq: next,
                 deduplicated: false,
             });
         }
-        acks.push(request_acks);
+        acks.push(Ok(request_acks));
     }
     Plan { rows, acks }
 }
 
+/// The distinct threads named by the batch's [`Expected`](crate::writer::Expected)
+/// conditions, whose heads [`plan`] needs.
+pub(crate) fn expected_threads(requests: &[Request]) -> Vec<&str> {
+    let mut threads: Vec<&str> = requests
+        .iter()
+        .filter_map(|r| r.expected.as_ref().map(|e| e.thread.as_str()))
+        .collect();
+    threads.sort_unstable();
+    threads.dedup();
+    threads
+}
+
 /// The distinct `(thread, key)` pairs of a batch, for the dedup lookup.
-pub(crate) fn dedup_pairs(requests: &[Vec<Prepared>]) -> Vec<(&str, &str)> {
+pub(crate) fn dedup_pairs(requests: &[Request]) -> Vec<(&str, &str)> {
     let mut seen = std::collections::HashSet::new();
     let mut pairs = Vec::new();
-    for event in requests.iter().flatten() {
+    for event in requests.iter().flat_map(|r| &r.events) {
         if let Some(key) = &event.dedup_key
             && seen.insert((event.thread.as_str(), key.as_str()))
         {
@@ -144,6 +178,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::writer::Expected;
 
     fn ev(thread: &str, key: Option<&str>) -> Prepared {
         Prepared {
@@ -155,19 +190,44 @@ mod tests {
         }
     }
 
+    fn plain(events: Vec<Prepared>) -> Request {
+        Request {
+            events,
+            expected: None,
+        }
+    }
+
+    fn expecting(thread: &str, last: Option<i64>, events: Vec<Prepared>) -> Request {
+        Request {
+            events,
+            expected: Some(Expected {
+                thread: thread.into(),
+                last,
+            }),
+        }
+    }
+
+    fn seqs(answer: &Answer) -> Vec<i64> {
+        answer.as_ref().unwrap().iter().map(|a| a.seq).collect()
+    }
+
     #[test]
     fn plan_assigns_consecutive_seqs_and_dedups_within_and_across_batches() {
         let requests = vec![
-            vec![ev("a", Some("x")), ev("a", None)],
-            vec![ev("a", Some("x")), ev("b", Some("x")), ev("a", Some("old"))],
+            plain(vec![ev("a", Some("x")), ev("a", None)]),
+            plain(vec![
+                ev("a", Some("x")),
+                ev("b", Some("x")),
+                ev("a", Some("old")),
+            ]),
         ];
         let existing = HashMap::from([(("a".to_string(), "old".to_string()), 3)]);
-        let plan = plan(&requests, 10, existing);
+        let plan = plan(&requests, 10, existing, HashMap::new());
         let seqs: Vec<i64> = plan.rows.iter().map(|r| r.seq).collect();
         assert_eq!(seqs, vec![11, 12, 13]);
         assert_eq!(
-            plan.acks[1],
-            vec![
+            plan.acks[1].as_ref().unwrap(),
+            &vec![
                 Appended {
                     seq: 11,
                     deduplicated: true
@@ -183,5 +243,47 @@ mod tests {
             ]
         );
         assert_eq!(dedup_pairs(&requests).len(), 3);
+    }
+
+    #[test]
+    fn expectations_see_the_batch_s_earlier_rows_and_conflicts_plan_nothing() {
+        let requests = vec![
+            // Holds against the database head.
+            expecting("a", Some(4), vec![ev("a", Some("k"))]),
+            // Stale: the first request moved `a` to 11.
+            expecting("a", Some(4), vec![ev("a", Some("other"))]),
+            plain(vec![ev("b", None)]),
+            // Sees the first request's row.
+            expecting("a", Some(11), vec![ev("a", None)]),
+            // A thread without events.
+            expecting("c", None, vec![ev("c", Some("k"))]),
+            expecting("c", None, vec![ev("c", None)]),
+        ];
+        let heads = HashMap::from([("a".to_string(), Some(4)), ("c".to_string(), None)]);
+        let plan = plan(&requests, 10, HashMap::new(), heads);
+        assert_eq!(seqs(&plan.acks[0]), vec![11]);
+        assert!(matches!(
+            &plan.acks[1],
+            Err(JournalError::Conflict { thread, expected: Some(4), actual: Some(11) }) if thread == "a"
+        ));
+        assert_eq!(seqs(&plan.acks[2]), vec![12]);
+        assert_eq!(seqs(&plan.acks[3]), vec![13]);
+        assert_eq!(seqs(&plan.acks[4]), vec![14]);
+        assert!(matches!(
+            &plan.acks[5],
+            Err(JournalError::Conflict {
+                expected: None,
+                actual: Some(14),
+                ..
+            })
+        ));
+        assert_eq!(plan.rows.len(), 4);
+        // The refused request's dedup key was not taken.
+        assert!(
+            plan.rows
+                .iter()
+                .all(|r| r.event.dedup_key.as_deref() != Some("other"))
+        );
+        assert_eq!(expected_threads(&requests), vec!["a", "c"]);
     }
 }

@@ -37,6 +37,22 @@ pub enum JournalError {
         source: serde_json::Error,
     },
 
+    /// An optimistic-concurrency append ([`Journal::append_expecting`]) found that the thread
+    /// moved on since the caller read it: its last seq is `actual`, not `expected`. Nothing
+    /// of the request was written; the journal and the other requests are unaffected.
+    ///
+    /// [`Journal::append_expecting`]: crate::Journal::append_expecting
+    #[error(
+        "thread `{thread}` moved on: expected last seq {}, found {}",
+        show_seq(*.expected),
+        show_seq(*.actual)
+    )]
+    Conflict {
+        thread: String,
+        expected: Option<i64>,
+        actual: Option<i64>,
+    },
+
     /// The writer task failed earlier; the journal accepts no more appends.
     #[error("journal writer failed: {0}")]
     WriterFailed(String),
@@ -55,6 +71,11 @@ pub enum JournalError {
         "cannot apply journal schema step {version}: {reason} (does another program use this database?)"
     )]
     Migration { version: i64, reason: String },
+}
+
+/// A thread's last seq for messages: the number, or `none` for a thread without events.
+fn show_seq(seq: Option<i64>) -> String {
+    seq.map_or_else(|| "none".to_string(), |seq| seq.to_string())
 }
 
 impl JournalError {

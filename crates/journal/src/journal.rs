@@ -12,7 +12,7 @@ use crate::limits::{check_event, check_thread};
 use crate::memory::MemoryJournal;
 use crate::options::{Durability, JournalOptions};
 use crate::stream::{self, EventStream};
-use crate::writer::{self, Counters, Msg, Settle};
+use crate::writer::{self, Counters, Expected, Msg, Request, Settle};
 use crate::{postgres, sqlite};
 
 /// The URL of the in-process journal.
@@ -89,11 +89,21 @@ impl Journal {
     /// Opens (creating if needed) the journal at `url` with default options:
     /// `sqlite://PATH`, `sqlite::memory:`, `postgres://USER:PASS@HOST/DB`, or `memory:` (kept
     /// in this process only: nothing survives it, each open is a new journal).
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`open_with`](Self::open_with).
     pub async fn open(url: &str) -> Result<Journal, JournalError> {
         Journal::open_with(url, JournalOptions::default()).await
     }
 
     /// Opens the journal at `url` with `options`.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future before it completes leaves nothing running and nothing open
+    /// except what opening already did to the database (its file created, its schema
+    /// applied: each schema step is all-or-nothing).
     pub async fn open_with(url: &str, options: JournalOptions) -> Result<Journal, JournalError> {
         let shown_url = redact_url(url);
         let (tx, rx) = mpsc::channel(options.queue_capacity.max(1));
@@ -166,6 +176,15 @@ impl Journal {
     }
 
     /// Appends one event; returns after it is durable (see [`Durability`]).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future does not withdraw the append. Once it has been polled once the
+    /// event is handed to the writer (unless the writer's queue is full: then it is handed
+    /// over when room appears, and a drop before that writes nothing), and it is committed
+    /// whether or not anyone still waits for the acknowledgement. A caller that gave up
+    /// waiting learns the outcome by appending again with the same dedup key, or by
+    /// reading the thread. On `memory:` the append completes within the first poll.
     pub async fn append(&self, event: NewEvent) -> Result<Appended, JournalError> {
         if let Writer::Memory(memory) = &self.inner.writer {
             return memory.append_one(check_event(event, now_ms())?);
@@ -176,6 +195,11 @@ impl Journal {
 
     /// Appends events atomically in one transaction, with consecutive seqs, in order.
     /// Returns one acknowledgement per event, in the same order.
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`append`](Self::append): a dropped future writes all of the events or none,
+    /// and once handed to the writer (normally at the first poll) they are written.
     pub async fn append_batch(&self, events: Vec<NewEvent>) -> Result<Vec<Appended>, JournalError> {
         if events.is_empty() {
             return Ok(Vec::new());
@@ -189,11 +213,88 @@ impl Journal {
             Writer::Queue(queue) => queue,
             Writer::Memory(memory) => return memory.append(prepared),
         };
-        let (ack, done) = oneshot::channel();
-        let msg = Msg::Write {
-            events: prepared,
-            ack,
+        self.send(
+            queue,
+            Request {
+                events: prepared,
+                expected: None,
+            },
+        )
+        .await
+    }
+
+    /// Appends `events` (every one on `thread`) atomically, only if the highest seq of
+    /// `thread` is still `expected` (`None`: the thread has no events). Otherwise nothing is
+    /// written and the result is [`JournalError::Conflict`] with the seq found.
+    ///
+    /// This is the "expected version" append of event stores: a process that drives a
+    /// thread reads it, decides, and appends expecting the last seq it read, so a write
+    /// by anyone else in between is detected instead of interleaved. The check runs inside
+    /// the write transaction, under the journal's write lock, after the earlier requests
+    /// of the same group commit; a conflict fails this request only (the other requests of
+    /// its batch are written, and the writer is not latched failed). Dedup keys work as in
+    /// [`append_batch`](Self::append_batch): a deduplicated event writes nothing, so it
+    /// does not move the thread's last seq. With no events, the result says whether the
+    /// expectation held at that point in the commit order (`Ok(vec![])`) or not.
+    ///
+    /// An event on another thread than `thread` is [`JournalError::InvalidInput`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`append`](Self::append): once handed to the writer (normally at the first
+    /// poll) the request is checked and, if the expectation holds, written, whether or not
+    /// the future is still there; a caller that dropped it re-reads the thread to learn
+    /// which.
+    pub async fn append_expecting(
+        &self,
+        thread: &str,
+        expected: Option<i64>,
+        events: Vec<NewEvent>,
+    ) -> Result<Vec<Appended>, JournalError> {
+        check_thread(thread)?;
+        let at = now_ms();
+        let prepared = events
+            .into_iter()
+            .map(|event| {
+                if event.thread != thread {
+                    return Err(JournalError::invalid(
+                        "thread",
+                        format!(
+                            "an append expecting the head of `{thread}` holds an event of `{}`",
+                            event.thread
+                        ),
+                    ));
+                }
+                check_event(event, at)
+            })
+            .collect::<Result<Vec<_>, JournalError>>()?;
+        let expected = Expected {
+            thread: thread.to_string(),
+            last: expected,
         };
+        match &self.inner.writer {
+            Writer::Queue(queue) => {
+                self.send(
+                    queue,
+                    Request {
+                        events: prepared,
+                        expected: Some(expected),
+                    },
+                )
+                .await
+            }
+            Writer::Memory(memory) => memory.append_expecting(expected, prepared),
+        }
+    }
+
+    /// Hands `request` to the writer and waits for its answer.
+    async fn send(
+        &self,
+        queue: &mpsc::Sender<Msg>,
+        request: Request,
+    ) -> Result<Vec<Appended>, JournalError> {
+        let (ack, done) = oneshot::channel();
+        let msg = Msg::Write { request, ack };
         // Room in the queue is the common case; waiting for room (backpressure) is kept
         // out of line so that every append's future stays small.
         match queue.try_send(msg) {
@@ -207,6 +308,11 @@ impl Journal {
     }
 
     /// Every event of `thread` with `seq > after`, in seq order.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads. Dropping the future discards the answer (a SQLite read
+    /// already running on the blocking pool finishes there and is thrown away).
     pub async fn replay(&self, thread: &str, after: i64) -> Result<Vec<Event>, JournalError> {
         check_thread(thread)?;
         match &self.inner.reads {
@@ -260,6 +366,11 @@ impl Journal {
     }
 
     /// The event of `thread` appended with dedup key `key`, if any.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads. Dropping the future discards the answer (a SQLite read
+    /// already running on the blocking pool finishes there and is thrown away).
     pub async fn find_by_dedup_key(
         &self,
         thread: &str,
@@ -274,6 +385,11 @@ impl Journal {
     }
 
     /// Every thread with at least one event, sorted.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads. Dropping the future discards the answer (a SQLite read
+    /// already running on the blocking pool finishes there and is thrown away).
     pub async fn threads(&self) -> Result<Vec<String>, JournalError> {
         match &self.inner.reads {
             Reads::Sqlite(reader) => reader.threads().await,
@@ -283,6 +399,11 @@ impl Journal {
     }
 
     /// The highest seq of `thread`, or `None` if it has no events.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads. Dropping the future discards the answer (a SQLite read
+    /// already running on the blocking pool finishes there and is thrown away).
     pub async fn last_seq(&self, thread: &str) -> Result<Option<i64>, JournalError> {
         check_thread(thread)?;
         match &self.inner.reads {
@@ -294,6 +415,14 @@ impl Journal {
 
     /// Commits everything queued so far, stops the writer and closes the connections.
     /// Later appends on any clone fail with [`JournalError::Closed`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future does not stop a close under way: once the writer has the close
+    /// request (at the first poll, unless its queue is full) it commits what was queued
+    /// before it, then stops; only the closing of the read connections may be left undone
+    /// (they close when the last handle is dropped). Dropped before the request was
+    /// queued, it does nothing.
     pub async fn close(&self) {
         if let Writer::Queue(queue) = &self.inner.writer {
             let (done, wait) = oneshot::channel();

@@ -17,7 +17,7 @@ use tokio::sync::watch;
 
 use crate::error::JournalError;
 use crate::event::{Appended, Event};
-use crate::writer::{Counters, Prepared, publish_commit};
+use crate::writer::{Counters, Expected, Prepared, publish_commit};
 
 /// One process-local journal; shared by every clone of its [`Journal`](crate::Journal).
 pub(crate) struct MemoryJournal {
@@ -210,6 +210,31 @@ impl MemoryJournal {
     /// Appends validated events as one atomic step.
     pub(crate) fn append(&self, events: Vec<Prepared>) -> Result<Vec<Appended>, JournalError> {
         self.write(|state| events.into_iter().map(|event| state.push(event)).collect())
+    }
+
+    /// Appends validated events as one atomic step if the last seq of `expected.thread` is
+    /// still `expected.last`; otherwise writes nothing and answers
+    /// [`JournalError::Conflict`]. The check and the write hold the lock together.
+    pub(crate) fn append_expecting(
+        &self,
+        expected: Expected,
+        events: Vec<Prepared>,
+    ) -> Result<Vec<Appended>, JournalError> {
+        self.write(|state| {
+            let actual = state
+                .threads
+                .get(&expected.thread)
+                .and_then(ThreadLog::last)
+                .map(|e| e.seq);
+            if actual != expected.last {
+                return Err(JournalError::Conflict {
+                    thread: expected.thread,
+                    expected: expected.last,
+                    actual,
+                });
+            }
+            Ok(events.into_iter().map(|event| state.push(event)).collect())
+        })?
     }
 
     /// Appends one validated event (the common case, without the batch's vectors).

@@ -13,9 +13,9 @@ use sqlx::{Connection as _, Postgres, QueryBuilder, Row as _};
 
 use crate::backend::{self, PAIRS_PER_LOOKUP, ROWS_PER_STATEMENT, select_events};
 use crate::error::JournalError;
-use crate::event::{Appended, Event};
+use crate::event::Event;
 use crate::options::{Durability, JournalOptions};
-use crate::writer::Prepared;
+use crate::writer::{Answer, Request};
 
 /// LISTEN/NOTIFY channel; the payload is the thread name.
 pub(crate) const CHANNEL: &str = "agent_journal";
@@ -94,8 +94,8 @@ async fn migrate(conn: &mut PgConnection) -> Result<(), JournalError> {
 
 pub(crate) async fn write_batch(
     conn: &mut PgConnection,
-    batch: &[Vec<Prepared>],
-) -> Result<Vec<Vec<Appended>>, sqlx::Error> {
+    batch: &[Request],
+) -> Result<Vec<Answer>, sqlx::Error> {
     let mut tx = conn.begin().await?;
     sqlx::query("SELECT pg_advisory_xact_lock($1)")
         .bind(WRITE_LOCK_KEY)
@@ -125,7 +125,22 @@ pub(crate) async fn write_batch(
             existing.insert((row.try_get(0)?, row.try_get(1)?), row.try_get(2)?);
         }
     }
-    let plan = backend::plan(batch, max_seq, existing);
+    // Heads of the threads that conditional requests name: one index probe each.
+    let mut heads = HashMap::new();
+    let threads = backend::expected_threads(batch);
+    if !threads.is_empty() {
+        let rows = sqlx::query(
+            "SELECT t, (SELECT MAX(seq) FROM journal_events WHERE thread = t) \
+             FROM unnest($1::text[]) AS t",
+        )
+        .bind(threads)
+        .fetch_all(&mut *tx)
+        .await?;
+        for row in rows {
+            heads.insert(row.try_get::<String, _>(0)?, row.try_get(1)?);
+        }
+    }
+    let plan = backend::plan(batch, max_seq, existing, heads);
     for rows in plan.rows.chunks(ROWS_PER_STATEMENT) {
         let mut query: QueryBuilder<Postgres> = QueryBuilder::new(
             "INSERT INTO journal_events (seq, thread, kind, payload, at, dedup_key) ",

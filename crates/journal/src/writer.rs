@@ -7,6 +7,9 @@
 //! - Requests are committed in arrival order; a request's events are contiguous in `seq`
 //!   and all-or-nothing (one transaction).
 //! - A caller is acknowledged only after the transaction containing its events committed.
+//! - A request with an [`Expected`] condition is checked inside the transaction, after the
+//!   batch's earlier requests: if the thread's last seq differs, that request alone gets
+//!   [`JournalError::Conflict`] and writes nothing; the rest of the batch commits.
 //! - After a failed commit the writer is latched failed: the failing batch and every later
 //!   request get [`JournalError::WriterFailed`] with the first error's message.
 //! - `Close` is processed after everything queued before it, so closing loses no append.
@@ -30,10 +33,29 @@ pub(crate) struct Prepared {
     pub at: i64,
 }
 
-pub(crate) type Ack = oneshot::Sender<Result<Vec<Appended>, JournalError>>;
+/// The condition of an optimistic-concurrency append: the highest seq of `thread` must
+/// still be `last` (`None`: the thread has no events) when the request is written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Expected {
+    pub thread: String,
+    pub last: Option<i64>,
+}
+
+/// One caller's append: its events, written together or not at all, and the condition
+/// under which they may be written.
+#[derive(Debug)]
+pub(crate) struct Request {
+    pub events: Vec<Prepared>,
+    pub expected: Option<Expected>,
+}
+
+/// What one request of a written batch gets: its acks, or why it alone was refused.
+pub(crate) type Answer = Result<Vec<Appended>, JournalError>;
+
+pub(crate) type Ack = oneshot::Sender<Answer>;
 
 pub(crate) enum Msg {
-    Write { events: Vec<Prepared>, ack: Ack },
+    Write { request: Request, ack: Ack },
     Close { done: oneshot::Sender<()> },
 }
 
@@ -47,7 +69,7 @@ pub(crate) struct Counters {
 /// Requests collected for one transaction.
 #[derive(Default)]
 pub(crate) struct Batch {
-    pub requests: Vec<Vec<Prepared>>,
+    pub requests: Vec<Request>,
     acks: Vec<Ack>,
     events: usize,
     pub close: Option<oneshot::Sender<()>>,
@@ -58,9 +80,9 @@ impl Batch {
     /// `Close` or once `max_events` is reached).
     pub fn take(&mut self, msg: Msg, max_events: usize) -> bool {
         match msg {
-            Msg::Write { events, ack } => {
-                self.events += events.len();
-                self.requests.push(events);
+            Msg::Write { request, ack } => {
+                self.events += request.events.len();
+                self.requests.push(request);
                 self.acks.push(ack);
                 self.events < max_events
             }
@@ -109,12 +131,11 @@ impl Settle {
         (Some(Pending { requests, acks }), close)
     }
 
-    /// Acknowledges the requests of a written batch with the write's result.
-    pub fn finish<E: std::fmt::Display>(
-        &mut self,
-        acks: Vec<Ack>,
-        result: Result<Vec<Vec<Appended>>, E>,
-    ) {
+    /// Acknowledges the requests of a written batch with the write's result: one answer
+    /// per request when the transaction committed (a refused request, such as a
+    /// [`JournalError::Conflict`], fails alone and latches nothing), or the error that
+    /// failed the whole batch (which latches the writer).
+    pub fn finish<E: std::fmt::Display>(&mut self, acks: Vec<Ack>, result: Result<Vec<Answer>, E>) {
         match result {
             Ok(results) => self.committed(acks, results),
             Err(err) => self.fail(acks, err.to_string()),
@@ -122,13 +143,14 @@ impl Settle {
     }
 
     /// Acknowledges every request of a committed batch, after publishing its highest seq.
-    fn committed(&mut self, acks: Vec<Ack>, results: Vec<Vec<Appended>>) {
-        let written = results.iter().flatten().filter(|a| !a.deduplicated).count();
-        let max = results.iter().flatten().map(|a| a.seq).max();
+    fn committed(&mut self, acks: Vec<Ack>, results: Vec<Answer>) {
+        let appended = || results.iter().filter_map(|r| r.as_ref().ok()).flatten();
+        let written = appended().filter(|a| !a.deduplicated).count();
+        let max = appended().map(|a| a.seq).max();
         publish_commit(&self.committed, &self.counters, written as u64, max);
         for (ack, result) in acks.into_iter().zip(results) {
             // A caller that stopped waiting still had its events committed.
-            let _ = ack.send(Ok(result));
+            let _ = ack.send(result);
         }
     }
 
@@ -169,7 +191,7 @@ pub(crate) fn publish_commit(
 
 /// The requests of one batch that are to be written, with their acks.
 pub(crate) struct Pending {
-    pub requests: Vec<Vec<Prepared>>,
+    pub requests: Vec<Request>,
     pub acks: Vec<Ack>,
 }
 

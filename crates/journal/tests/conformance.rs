@@ -77,6 +77,12 @@ conformance!(
         close_refuses_later_appends,
         unicode_and_nested_payloads_round_trip,
         encoded_payloads_read_back_as_values,
+        append_expecting_none_succeeds_on_a_fresh_thread_only,
+        append_expecting_the_last_seq_succeeds_and_a_stale_one_writes_nothing,
+        append_expecting_keeps_dedup_keys_and_refuses_other_threads,
+        concurrent_appenders_expecting_the_same_seq_exactly_one_wins,
+        conflicts_in_a_group_commit_leave_the_other_appends_written,
+        dropped_appends_and_replays_leave_the_journal_consistent,
     ],
     durable: [reopen_keeps_every_event],
 );
@@ -329,6 +335,287 @@ async fn tail_yields_existing_then_new_events(f: Fixture) {
         assert_eq!(e.payload["n"], n);
     }
     appends.await.unwrap();
+}
+
+fn conflict_of(
+    result: Result<Vec<agent_journal::Appended>, JournalError>,
+) -> (String, Option<i64>, Option<i64>) {
+    match result {
+        Err(JournalError::Conflict {
+            thread,
+            expected,
+            actual,
+        }) => (thread, expected, actual),
+        other => panic!("expected a conflict, got {other:?}"),
+    }
+}
+
+async fn append_expecting_none_succeeds_on_a_fresh_thread_only(f: Fixture) {
+    let j = &f.journal;
+    j.append(ev("other", "k", 0)).await.unwrap();
+    let acks = j
+        .append_expecting("t", None, vec![ev("t", "a", 1), ev("t", "a", 2)])
+        .await
+        .unwrap();
+    assert_eq!(acks.len(), 2);
+    assert_eq!(acks[1].seq, acks[0].seq + 1);
+    let again = j.append_expecting("t", None, vec![ev("t", "a", 3)]).await;
+    assert_eq!(
+        conflict_of(again),
+        ("t".to_string(), None, Some(acks[1].seq))
+    );
+    assert_eq!(j.replay("t", 0).await.unwrap().len(), 2);
+}
+
+async fn append_expecting_the_last_seq_succeeds_and_a_stale_one_writes_nothing(f: Fixture) {
+    let j = &f.journal;
+    let first = j.append(ev("t", "a", 0)).await.unwrap().seq;
+    // Events of other threads in between do not move `t`.
+    j.append(ev("u", "a", 0)).await.unwrap();
+    let second = j
+        .append_expecting("t", Some(first), vec![ev("t", "b", 1)])
+        .await
+        .unwrap()[0]
+        .seq;
+    assert!(second > first);
+    let stale = j
+        .append_expecting(
+            "t",
+            Some(first),
+            vec![ev("t", "never", 2), ev("t", "never", 3)],
+        )
+        .await;
+    assert_eq!(
+        conflict_of(stale),
+        ("t".to_string(), Some(first), Some(second))
+    );
+    // An expectation past the head conflicts too.
+    let ahead = j
+        .append_expecting("t", Some(second + 100), vec![ev("t", "never", 4)])
+        .await;
+    assert_eq!(conflict_of(ahead).2, Some(second));
+    let events = j.replay("t", 0).await.unwrap();
+    assert_eq!(kinds_of(&events), vec!["a", "b"]);
+    // The writer is not latched: the right expectation and plain appends still work.
+    j.append_expecting("t", Some(second), vec![ev("t", "c", 5)])
+        .await
+        .unwrap();
+    j.append(ev("t", "d", 6)).await.unwrap();
+    assert_eq!(j.replay("t", 0).await.unwrap().len(), 4);
+    // With no events, the answer says whether the expectation holds.
+    let last = j.last_seq("t").await.unwrap();
+    assert!(
+        j.append_expecting("t", last, vec![])
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    conflict_of(j.append_expecting("t", Some(first), vec![]).await);
+}
+
+async fn append_expecting_keeps_dedup_keys_and_refuses_other_threads(f: Fixture) {
+    let j = &f.journal;
+    let first = j
+        .append_expecting("t", None, vec![ev("t", "a", 1).with_dedup_key("k")])
+        .await
+        .unwrap()[0];
+    assert!(!first.deduplicated);
+    let acks = j
+        .append_expecting(
+            "t",
+            Some(first.seq),
+            vec![ev("t", "a", 2).with_dedup_key("k"), ev("t", "b", 3)],
+        )
+        .await
+        .unwrap();
+    assert_eq!((acks[0].seq, acks[0].deduplicated), (first.seq, true));
+    assert!(!acks[1].deduplicated);
+    // A fully deduplicated request writes nothing and leaves the head where it was.
+    let dup = j
+        .append_expecting(
+            "t",
+            Some(acks[1].seq),
+            vec![ev("t", "a", 4).with_dedup_key("k")],
+        )
+        .await
+        .unwrap();
+    assert!(dup[0].deduplicated);
+    assert_eq!(j.last_seq("t").await.unwrap(), Some(acks[1].seq));
+    let mixed = j
+        .append_expecting(
+            "t",
+            Some(acks[1].seq),
+            vec![ev("t", "a", 5), ev("u", "a", 6)],
+        )
+        .await;
+    assert!(matches!(
+        mixed,
+        Err(JournalError::InvalidInput {
+            field: "thread",
+            ..
+        })
+    ));
+    assert!(matches!(
+        j.append_expecting("", None, vec![]).await,
+        Err(JournalError::InvalidInput {
+            field: "thread",
+            ..
+        })
+    ));
+    assert_eq!(j.replay("t", 0).await.unwrap().len(), 2);
+    assert!(j.replay("u", 0).await.unwrap().is_empty());
+}
+
+async fn concurrent_appenders_expecting_the_same_seq_exactly_one_wins(f: Fixture) {
+    let j = f.journal.clone();
+    let appenders = 8;
+    for round in 0..10 {
+        let expected = j.last_seq("race").await.unwrap();
+        let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(appenders));
+        let tasks: Vec<_> = (0..appenders)
+            .map(|p| {
+                let (j, barrier) = (j.clone(), barrier.clone());
+                tokio::spawn(async move {
+                    barrier.wait().await;
+                    j.append_expecting(
+                        "race",
+                        expected,
+                        vec![NewEvent::new(
+                            "race",
+                            "win",
+                            json!({ "round": round, "p": p }),
+                        )],
+                    )
+                    .await
+                })
+            })
+            .collect();
+        let mut wins = Vec::new();
+        for task in tasks {
+            match task.await.unwrap() {
+                Ok(acks) => wins.push(acks[0].seq),
+                Err(JournalError::Conflict {
+                    expected: e,
+                    actual,
+                    ..
+                }) => {
+                    assert_eq!(e, expected);
+                    assert!(actual > expected);
+                }
+                Err(other) => panic!("{other}"),
+            }
+        }
+        assert_eq!(wins.len(), 1, "round {round}: {wins:?}");
+        assert_eq!(j.last_seq("race").await.unwrap(), Some(wins[0]));
+    }
+    assert_eq!(j.replay("race", 0).await.unwrap().len(), 10);
+}
+
+async fn conflicts_in_a_group_commit_leave_the_other_appends_written(f: Fixture) {
+    let j = f.journal.clone();
+    let stale = j.append(ev("x", "first", 0)).await.unwrap().seq;
+    j.append(ev("x", "second", 0)).await.unwrap();
+    // Plain appends, stale conditional appends and fresh conditional appends on their own
+    // threads, released together so that the writer takes them in shared batches.
+    let per_kind = 24;
+    let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(per_kind * 3));
+    let mut plain = Vec::new();
+    let mut stale_tasks = Vec::new();
+    let mut fresh = Vec::new();
+    for n in 0..per_kind {
+        let (jp, bp) = (j.clone(), barrier.clone());
+        plain.push(tokio::spawn(async move {
+            bp.wait().await;
+            jp.append(ev("plain", "p", n as i64)).await
+        }));
+        let (js, bs) = (j.clone(), barrier.clone());
+        stale_tasks.push(tokio::spawn(async move {
+            bs.wait().await;
+            js.append_expecting("x", Some(stale), vec![ev("x", "never", n as i64)])
+                .await
+        }));
+        let (jf, bf) = (j.clone(), barrier.clone());
+        fresh.push(tokio::spawn(async move {
+            bf.wait().await;
+            let thread = format!("fresh-{n}");
+            jf.append_expecting(&thread, None, vec![ev(&thread, "f", n as i64)])
+                .await
+        }));
+    }
+    for task in plain {
+        task.await.unwrap().unwrap();
+    }
+    for task in stale_tasks {
+        conflict_of(task.await.unwrap());
+    }
+    for task in fresh {
+        task.await.unwrap().unwrap();
+    }
+    assert_eq!(j.replay("plain", 0).await.unwrap().len(), per_kind);
+    assert_eq!(
+        kinds_of(&j.replay("x", 0).await.unwrap()),
+        vec!["first", "second"]
+    );
+    for n in 0..per_kind {
+        assert_eq!(j.replay(&format!("fresh-{n}"), 0).await.unwrap().len(), 1);
+    }
+    // Nothing latched.
+    j.append(ev("plain", "after", 0)).await.unwrap();
+}
+
+/// Every dropped append is written whole or not at all, and the journal goes on: for each
+/// number of polls before the drop, `append` (then retried with its dedup key),
+/// `append_expecting` and `replay` are abandoned mid-way.
+async fn dropped_appends_and_replays_leave_the_journal_consistent(f: Fixture) {
+    let j = &f.journal;
+    let mut expecting_written = 0;
+    for polls in 0..24 {
+        let n = polls as i64;
+        let key = format!("k{polls}");
+        let dropped =
+            support::poll_then_drop(j.append(ev("d", "a", n).with_dedup_key(key.clone())), polls)
+                .await;
+        let again = j.append(ev("d", "a", n).with_dedup_key(key)).await.unwrap();
+        if let Some(done) = dropped {
+            let done = done.unwrap();
+            assert!(again.deduplicated);
+            assert_eq!(again.seq, done.seq);
+        }
+
+        let head = j.last_seq("e").await.unwrap();
+        let dropped = support::poll_then_drop(
+            j.append_expecting("e", head, vec![ev("e", "b", n), ev("e", "b", n)]),
+            polls,
+        )
+        .await;
+        // Requests commit in arrival order: once a later append is acknowledged, the
+        // dropped one (if it reached the writer) is settled.
+        j.append(ev("sync", "s", n)).await.unwrap();
+        let now = j.last_seq("e").await.unwrap();
+        match dropped {
+            Some(done) => assert_eq!(now, Some(done.unwrap()[1].seq)),
+            None => assert!(now >= head),
+        }
+        if now != head {
+            expecting_written += 2;
+        }
+        assert_eq!(j.replay("e", 0).await.unwrap().len(), expecting_written);
+
+        let read = support::poll_then_drop(j.replay("d", 0), polls).await;
+        if let Some(read) = read {
+            assert_eq!(read.unwrap().len(), polls + 1);
+        }
+    }
+    let d = j.replay("d", 0).await.unwrap();
+    assert_eq!(d.len(), 24);
+    assert!(d.windows(2).all(|w| w[0].seq < w[1].seq));
+    // Pairs written by one request stay adjacent.
+    let e = j.replay("e", 0).await.unwrap();
+    assert!(e.chunks(2).all(|p| p[1].seq == p[0].seq + 1));
+}
+
+fn kinds_of(events: &[agent_journal::Event]) -> Vec<&str> {
+    events.iter().map(|e| &*e.kind).collect()
 }
 
 async fn threads_and_last_seq(f: Fixture) {

@@ -14,8 +14,7 @@ use rusqlite::{Connection, params};
 use tokio::sync::mpsc;
 
 use crate::backend;
-use crate::event::Appended;
-use crate::writer::{Batch, Msg, Pending, Prepared, Settle, drain_after_close};
+use crate::writer::{Answer, Batch, Msg, Pending, Request, Settle, drain_after_close};
 
 /// Starts the writer thread.
 pub(crate) fn spawn_writer(
@@ -114,8 +113,8 @@ fn collect(
 /// Commits one batch; rolls back and returns the error if any statement fails.
 pub(crate) fn write_batch(
     conn: &Connection,
-    batch: &[Vec<Prepared>],
-) -> Result<Vec<Vec<Appended>>, rusqlite::Error> {
+    batch: &[Request],
+) -> Result<Vec<Answer>, rusqlite::Error> {
     // A transaction left open by an interrupted earlier write is abandoned, never reused.
     rollback(conn);
     conn.prepare_cached("BEGIN IMMEDIATE")?.execute([])?;
@@ -147,8 +146,8 @@ fn rollback(conn: &Connection) {
 
 fn write_in_transaction(
     conn: &Connection,
-    batch: &[Vec<Prepared>],
-) -> Result<Vec<Vec<Appended>>, rusqlite::Error> {
+    batch: &[Request],
+) -> Result<Vec<Answer>, rusqlite::Error> {
     // Final: every writer, in any process, reads and advances the head under the lock.
     let max_seq: i64 = conn
         .prepare_cached("SELECT seq FROM journal_head WHERE id = 0")?
@@ -166,7 +165,18 @@ fn write_in_transaction(
             }
         }
     }
-    let plan = backend::plan(batch, max_seq, existing);
+    // Heads of the threads that conditional requests name, final under the lock too.
+    let mut heads = HashMap::new();
+    let threads = backend::expected_threads(batch);
+    if !threads.is_empty() {
+        let mut last =
+            conn.prepare_cached("SELECT MAX(seq) FROM journal_events WHERE thread = ?1")?;
+        for thread in threads {
+            let head: Option<i64> = last.query_row([thread], |row| row.get(0))?;
+            heads.insert(thread.to_string(), head);
+        }
+    }
+    let plan = backend::plan(batch, max_seq, existing, heads);
     let mut insert = conn.prepare_cached(
         "INSERT INTO journal_events (seq, thread, kind, payload, at, dedup_key) \
          VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
