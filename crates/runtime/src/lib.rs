@@ -10,7 +10,9 @@
 //!   and get exactly one terminal event each;
 //! - queue and run deadlines are separate ([`Deadlines`]); admission control bounds the
 //!   calls in flight; finished jobs leave memory;
-//! - [`Runtime::recover`] rebuilds everything from the journal after a crash.
+//! - [`Runtime::recover`] rebuilds everything from the journal after a crash; a process
+//!   that drives only some threads of a shared journal starts with [`Runtime::open`] and
+//!   takes threads over one by one with [`Runtime::adopt`].
 //!
 //! Also here: [`fanout`] (run calls concurrently, validate each output, report complete or
 //! partial) and [`observe`] (an observe-act loop with an action budget).
@@ -30,7 +32,7 @@ mod tool;
 pub use error::RuntimeError;
 pub use options::{DEFAULT_RUN_DEADLINE, Deadlines, RuntimeOptions};
 pub use outcome::{CallStatus, DeadlinePhase, Outcome, ToolResult};
-pub use recover::RecoveryReport;
+pub use recover::{InterruptedCall, RecoveryReport};
 pub use runtime::{JobKey, Runtime, TurnStatus};
 pub use signature::signature;
 pub use tokio_util::sync::CancellationToken;

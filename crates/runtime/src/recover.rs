@@ -1,16 +1,24 @@
-//! Rebuilding a runtime from its journal after a restart or a crash.
+//! Rebuilding a runtime from its journal after a restart or a crash: the whole journal
+//! ([`Runtime::recover`]), or one thread taken over from a process that stopped driving it
+//! ([`Runtime::adopt`]). Both fold each thread's events the same way ([`ThreadFold`]) and
+//! settle what they find with the same code; they differ only in whether retry-safe calls
+//! run again here.
 //!
 //! Policy (at-most-once unless the tool says otherwise):
 //! - A turn that was running when the process died is ended with `turn.interrupted`, so a
 //!   new turn can start on its thread.
 //! - A scheduled call without a terminal event gets `tool.interrupted` (with `started`
 //!   telling whether it had begun), unless its tool is retry-safe: then it runs again and
-//!   journals its terminal event as usual.
+//!   journals its terminal event as usual. [`Runtime::adopt`] re-runs nothing: every
+//!   unfinished call is interrupted and listed, and the caller decides.
+//! - The terminal events of one thread are appended in one batch, expecting the last seq
+//!   the fold read: a write by anyone else in between (another process steering, or still
+//!   driving the thread) makes the fold start over instead of settling a stale picture.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use agent_journal::{Event, Journal, NewEvent};
+use agent_journal::{Event, Journal, JournalError, NewEvent};
 use serde_json::{Value, json};
 
 use crate::error::RuntimeError;
@@ -19,16 +27,44 @@ use crate::options::RuntimeOptions;
 use crate::outcome::Outcome;
 use crate::runtime::{Job, JobEntry, JobKey, Runtime, TurnState, TurnStatus};
 use crate::settlement::Settlement;
+use crate::tool::Tool;
 
-/// What recovery found and did.
+/// What recovery (or adoption) found and did.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct RecoveryReport {
     pub threads: usize,
     pub events: usize,
     pub turns_interrupted: usize,
+    /// Equals `interrupted.len()`.
     pub calls_interrupted: usize,
     pub calls_retried: usize,
+    /// The calls that got `tool.interrupted` here, in the order they were scheduled.
+    pub interrupted: Vec<InterruptedCall>,
 }
+
+/// A scheduled call without a terminal event that recovery or adoption ended with
+/// `tool.interrupted`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct InterruptedCall {
+    pub turn: String,
+    pub call_id: String,
+    /// The tool's name, as scheduled.
+    pub name: String,
+    /// Whether the call had left the queue (`tool.started`): its effect may have happened.
+    pub started: bool,
+}
+
+/// Whether recovery runs retry-safe calls again or leaves every unfinished call to the
+/// caller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RetrySafe {
+    Rerun,
+    Interrupt,
+}
+
+/// How often a thread is folded again when its terminal events conflict with a write
+/// made in between, before the conflict is returned.
+const FOLD_ATTEMPTS: usize = 8;
 
 #[derive(Debug)]
 struct CallRecord {
@@ -169,12 +205,20 @@ impl Runtime {
     /// thread (with its revision), interrupted turns and calls per the module policy, and
     /// retry-safe calls running again. Use it for a fresh journal too (it is then cheap).
     ///
-    /// One runtime at a time may own a journal's threads.
+    /// One runtime at a time may own a journal's threads. A process that drives only some
+    /// threads of a shared journal uses [`open`](Self::open) and [`adopt`](Self::adopt).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future drops the runtime being built; what was journaled so far stays
+    /// (terminal events of the threads already recovered) and retry-safe calls already
+    /// running again go on in their tasks, unowned. Recovering again is harmless: every
+    /// terminal event is written at most once.
     pub async fn recover(
         journal: Journal,
         options: RuntimeOptions,
     ) -> Result<Runtime, RuntimeError> {
-        let runtime = Runtime::empty(journal, options);
+        let runtime = Runtime::open(journal, options);
         let report = runtime.recover_all().await?;
         if report.turns_interrupted + report.calls_interrupted + report.calls_retried > 0 {
             tracing::info!(?report, "recovered runtime state from the journal");
@@ -196,40 +240,150 @@ impl Runtime {
             .clone()
     }
 
-    async fn recover_all(&self) -> Result<RecoveryReport, RuntimeError> {
-        let journal = self.inner.journal.clone();
-        let mut report = RecoveryReport::default();
-        for thread in journal.threads().await? {
-            report.threads += 1;
-            let mut fold = ThreadFold::default();
-            let events = journal.replay(&thread, 0).await?;
-            report.events += events.len();
-            for event in &events {
-                fold.apply(event)?;
+    /// Takes over `thread` after whoever drove it before stopped: every scheduled call of the
+    /// thread without a terminal event gets `tool.interrupted` (its `started` flag kept;
+    /// retry-safe calls are NOT re-run here: the caller decides, from
+    /// [`RecoveryReport::interrupted`]), every open turn gets `turn.interrupted`, and the
+    /// thread's latest turn (id, revision, status) is loaded so [`start`](Self::start) works.
+    /// Touches no other thread.
+    ///
+    /// Idempotent: adopting a settled thread writes nothing and reloads its latest turn.
+    /// Refused with [`RuntimeError::TurnActive`] while this runtime itself drives a turn of
+    /// `thread`. The terminal events are appended expecting the last seq read, so a
+    /// concurrent write to the thread makes adoption read it again rather than interrupt
+    /// a turn that another process just started.
+    ///
+    /// # Cancel safety
+    ///
+    /// Runs to completion in a task of its own: dropping the future does not stop it (the
+    /// thread is then adopted, or failed to be, as if the caller had waited); the report is
+    /// lost. Adopting again is harmless.
+    pub async fn adopt(&self, thread: &str) -> Result<RecoveryReport, RuntimeError> {
+        let this = self.clone();
+        let thread = thread.to_string();
+        self.detached(async move {
+            let lock = this.inner.thread_lock(&thread);
+            let _serial = lock.lock().await;
+            {
+                let st = this.inner.state();
+                if st.closed {
+                    return Err(RuntimeError::Closed);
+                }
+                if let Some(t) = st.turns.get(&thread)
+                    && matches!(t.status, TurnStatus::Running | TurnStatus::Ending)
+                {
+                    return Err(RuntimeError::TurnActive {
+                        thread: thread.clone(),
+                        turn: t.id.clone(),
+                    });
+                }
             }
-            drop(events);
-            self.recover_thread(&thread, fold, &mut report).await?;
+            let mut report = RecoveryReport::default();
+            this.recover_thread(&thread, RetrySafe::Interrupt, &mut report)
+                .await?;
+            Ok(report)
+        })
+        .await
+    }
+
+    async fn recover_all(&self) -> Result<RecoveryReport, RuntimeError> {
+        let mut report = RecoveryReport::default();
+        for thread in self.inner.journal.threads().await? {
+            self.recover_thread(&thread, RetrySafe::Rerun, &mut report)
+                .await?;
         }
         Ok(report)
     }
 
+    /// Folds `thread`, journals the terminal events its unfinished work needs (expecting
+    /// the last seq folded; folding again on a conflict), loads its latest turn and, with
+    /// [`RetrySafe::Rerun`], runs retry-safe calls again.
     async fn recover_thread(
         &self,
         thread: &str,
-        fold: ThreadFold,
+        retry_safe: RetrySafe,
         report: &mut RecoveryReport,
     ) -> Result<(), RuntimeError> {
         let journal = &self.inner.journal;
+        report.threads += 1;
+        let mut attempt = 0;
+        let (fold, retry, found) = loop {
+            attempt += 1;
+            let mut fold = ThreadFold::default();
+            let events = journal.replay(thread, 0).await?;
+            let last = events.last().map(|e| e.seq);
+            let mut found = RecoveryReport {
+                events: events.len(),
+                ..RecoveryReport::default()
+            };
+            for event in &events {
+                fold.apply(event)?;
+            }
+            drop(events);
+            let (terminals, retry) = self.settle_fold(thread, &mut fold, retry_safe, &mut found)?;
+            if terminals.is_empty() {
+                break (fold, retry, found);
+            }
+            match journal.append_expecting(thread, last, terminals).await {
+                Ok(_) => break (fold, retry, found),
+                Err(JournalError::Conflict { .. }) if attempt < FOLD_ATTEMPTS => continue,
+                Err(err) => return Err(err.into()),
+            }
+        };
+        report.events += found.events;
+        report.turns_interrupted += found.turns_interrupted;
+        report.calls_interrupted += found.calls_interrupted;
+        report.interrupted.extend(found.interrupted);
+        if let Some(last) = fold.last_turn {
+            self.inner.state().turns.insert(
+                thread.to_string(),
+                TurnState {
+                    id: last.id,
+                    revision: last.revision,
+                    status: last.ended.unwrap_or(TurnStatus::Interrupted),
+                    cancel: self.inner.root.child_token(),
+                },
+            );
+        }
+        for (call, tool) in retry {
+            self.rerun(thread, call, tool);
+            report.calls_retried += 1;
+        }
+        Ok(())
+    }
+
+    /// The terminal events a folded thread needs, recorded in `found`, and the retry-safe
+    /// calls to run again (none with [`RetrySafe::Interrupt`]). Takes the calls out of
+    /// `fold`.
+    #[allow(clippy::type_complexity)]
+    fn settle_fold(
+        &self,
+        thread: &str,
+        fold: &mut ThreadFold,
+        retry_safe: RetrySafe,
+        found: &mut RecoveryReport,
+    ) -> Result<(Vec<NewEvent>, Vec<(CallRecord, Arc<dyn Tool>)>), RuntimeError> {
         let mut retry = Vec::new();
         let mut terminals = Vec::new();
-        for call in fold.calls.into_iter().filter(|c| !c.terminal) {
+        for call in std::mem::take(&mut fold.calls)
+            .into_iter()
+            .filter(|c| !c.terminal)
+        {
             let tool = self.inner.options.tools.get(&call.name).cloned();
             match tool {
-                Some(tool) if tool.retry_safe() => retry.push((call, tool)),
+                Some(tool) if retry_safe == RetrySafe::Rerun && tool.retry_safe() => {
+                    retry.push((call, tool));
+                }
                 _ => {
                     let outcome = Outcome::interrupted(call.revision, call.started);
                     terminals.push(outcome.terminal_event(thread, &call.turn, &call.call_id)?);
-                    report.calls_interrupted += 1;
+                    found.calls_interrupted += 1;
+                    found.interrupted.push(InterruptedCall {
+                        turn: call.turn,
+                        call_id: call.call_id,
+                        name: call.name,
+                        started: call.started,
+                    });
                 }
             }
         }
@@ -246,52 +400,38 @@ impl Runtime {
                 )
                 .with_dedup_key(events::end_key(&turn.id)),
             );
-            report.turns_interrupted += 1;
+            found.turns_interrupted += 1;
         }
-        journal.append_batch(terminals).await?;
-        if let Some(last) = fold.last_turn {
-            self.inner.state().turns.insert(
-                thread.to_string(),
-                TurnState {
-                    id: last.id,
-                    revision: last.revision,
-                    status: last.ended.unwrap_or(TurnStatus::Interrupted),
-                    cancel: self.inner.root.child_token(),
-                },
-            );
-        }
-        for (call, tool) in retry {
-            let signature = call.signature;
-            let key = JobKey {
-                thread: thread.to_string(),
-                turn: call.turn,
-                call_id: call.call_id,
-            };
-            let (settlement, settler) = Settlement::new();
-            let key = Arc::new(key);
-            let cancel = self.inner.root.child_token();
-            let job = Job {
-                inner: self.inner.clone(),
-                key: Arc::clone(&key),
-                tool,
-                args: call.args,
-                revision: call.revision,
-                deadlines: self.inner.options.deadlines,
-                cancel,
-                done: settler,
-            };
-            let mut st = self.inner.state();
-            let abort = job.spawn();
-            st.jobs.insert(
-                key,
-                JobEntry {
-                    signature,
-                    done: settlement,
-                    abort: Some(abort),
-                },
-            );
-            report.calls_retried += 1;
-        }
-        Ok(())
+        Ok((terminals, retry))
+    }
+
+    /// Runs a retry-safe call found unfinished again, as a job of this runtime.
+    fn rerun(&self, thread: &str, call: CallRecord, tool: Arc<dyn Tool>) {
+        let key = Arc::new(JobKey {
+            thread: thread.to_string(),
+            turn: call.turn,
+            call_id: call.call_id,
+        });
+        let (settlement, settler) = Settlement::new();
+        let job = Job {
+            inner: self.inner.clone(),
+            key: Arc::clone(&key),
+            tool,
+            args: call.args,
+            revision: call.revision,
+            deadlines: self.inner.options.deadlines,
+            cancel: self.inner.root.child_token(),
+            done: settler,
+        };
+        let mut st = self.inner.state();
+        let abort = job.spawn();
+        st.jobs.insert(
+            key,
+            JobEntry {
+                signature: call.signature,
+                done: settlement,
+                abort: Some(abort),
+            },
+        );
     }
 }

@@ -88,7 +88,9 @@ pub(crate) struct Inner {
     crashed: std::sync::atomic::AtomicBool,
 }
 
-/// A cheap, cloneable handle to the runtime. Build it with [`Runtime::recover`].
+/// A cheap, cloneable handle to the runtime. Build it with [`Runtime::recover`] (a process
+/// that owns every thread of its journal) or with [`Runtime::open`] and
+/// [`Runtime::adopt`] (a process that drives some threads of a shared journal).
 #[derive(Clone)]
 pub struct Runtime {
     pub(crate) inner: Arc<Inner>,
@@ -108,7 +110,7 @@ impl Inner {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn thread_lock(&self, thread: &str) -> Arc<tokio::sync::Mutex<()>> {
+    pub(crate) fn thread_lock(&self, thread: &str) -> Arc<tokio::sync::Mutex<()>> {
         let mut locks = self
             .thread_locks
             .lock()
@@ -144,9 +146,11 @@ impl Inner {
 }
 
 impl Runtime {
-    /// A runtime over `journal` with state rebuilt from it. See
-    /// [`recover`](crate::recover) for what happens to work a dead process left behind.
-    pub(crate) fn empty(journal: Journal, options: RuntimeOptions) -> Runtime {
+    /// A runtime over `journal` that has recovered nothing: it knows no thread until it
+    /// adopts one ([`adopt`](Self::adopt)) or starts a turn there. Use it when other live
+    /// processes drive other threads of the same journal; [`recover`](Self::recover) is
+    /// for a process that owns them all.
+    pub fn open(journal: Journal, options: RuntimeOptions) -> Runtime {
         let slots = Arc::new(Semaphore::new(options.concurrency.max(1)));
         Runtime {
             inner: Arc::new(Inner {
@@ -194,8 +198,36 @@ impl Runtime {
             .map(|t| (t.id.clone(), t.revision, t.status))
     }
 
+    /// Runs `work` in a task of its own and waits for it: dropping the returned future
+    /// does not stop `work`. For the turn-level operations, whose journal write and
+    /// in-memory update must not be separated by a caller giving up.
+    pub(crate) async fn detached<T: Send + 'static>(
+        &self,
+        work: impl Future<Output = Result<T, RuntimeError>> + Send + 'static,
+    ) -> Result<T, RuntimeError> {
+        match tokio::spawn(work).await {
+            Ok(result) => result,
+            Err(err) if err.is_panic() => std::panic::resume_unwind(err.into_panic()),
+            // Only a runtime shutting down cancels the task.
+            Err(_) => Err(RuntimeError::Closed),
+        }
+    }
+
     /// Starts a turn on `thread`; refused while another turn is running there.
+    ///
+    /// # Cancel safety
+    ///
+    /// Runs to completion in a task of its own: dropping the future does not stop it. The
+    /// turn is then started (or refused) as if the caller had waited, and its id is lost:
+    /// [`running_turn`](Self::running_turn) tells it.
     pub async fn start(&self, thread: &str) -> Result<String, RuntimeError> {
+        let this = self.clone();
+        let thread = thread.to_string();
+        self.detached(async move { this.start_here(&thread).await })
+            .await
+    }
+
+    async fn start_here(&self, thread: &str) -> Result<String, RuntimeError> {
         let lock = self.inner.thread_lock(thread);
         let _serial = lock.lock().await;
         {
@@ -247,7 +279,20 @@ impl Runtime {
 
     /// Accepts user input into the running turn: bumps the revision (journaled as
     /// `steer.accepted`) so that results launched before it come back stale.
+    ///
+    /// # Cancel safety
+    ///
+    /// Runs to completion in a task of its own: dropping the future does not stop it, so
+    /// the journal and the in-memory revision never disagree. The new revision is then
+    /// lost to the caller: [`turn_status`](Self::turn_status) tells it.
     pub async fn steer(&self, thread: &str, turn: &str, text: &str) -> Result<u64, RuntimeError> {
+        let this = self.clone();
+        let (thread, turn, text) = (thread.to_string(), turn.to_string(), text.to_string());
+        self.detached(async move { this.steer_here(&thread, &turn, &text).await })
+            .await
+    }
+
+    async fn steer_here(&self, thread: &str, turn: &str, text: &str) -> Result<u64, RuntimeError> {
         let lock = self.inner.thread_lock(thread);
         let _serial = lock.lock().await;
         let revision = {
@@ -273,6 +318,12 @@ impl Runtime {
 
     /// Records a proposal made at `revision`; refused unless it is the current revision.
     /// Records only: it authorises and performs nothing outside the journal.
+    ///
+    /// # Cancel safety
+    ///
+    /// Like [`Journal::append`]: dropped before its turn of the thread's serialisation, it
+    /// records nothing; dropped later, the proposal may be recorded (at the revision that
+    /// was current) and its seq is lost. Nothing in memory changes either way.
     pub async fn commit(
         &self,
         thread: &str,
@@ -306,6 +357,11 @@ impl Runtime {
 
     /// Cancels the running turn: its jobs are cancelled and awaited (a tool that ignores
     /// cancellation is dropped after the grace period), then `turn.cancelled` is journaled.
+    ///
+    /// # Cancel safety
+    ///
+    /// Runs to completion in a task of its own: dropping the future does not stop it (a
+    /// turn left half-ended would refuse every later `start` on its thread).
     pub async fn cancel(&self, thread: &str, turn: &str) -> Result<(), RuntimeError> {
         self.end(thread, turn, events::TURN_CANCELLED, TurnStatus::Cancelled)
             .await
@@ -313,12 +369,30 @@ impl Runtime {
 
     /// Ends the running turn normally (`turn.completed`). Jobs still pending are cancelled
     /// first, so no call is left without a terminal event.
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`cancel`](Self::cancel): it runs to completion whether or not the future is
+    /// dropped.
     pub async fn finish(&self, thread: &str, turn: &str) -> Result<(), RuntimeError> {
         self.end(thread, turn, events::TURN_COMPLETED, TurnStatus::Completed)
             .await
     }
 
     async fn end(
+        &self,
+        thread: &str,
+        turn: &str,
+        kind: &'static str,
+        status: TurnStatus,
+    ) -> Result<(), RuntimeError> {
+        let this = self.clone();
+        let (thread, turn) = (thread.to_string(), turn.to_string());
+        self.detached(async move { this.end_here(&thread, &turn, kind, status).await })
+            .await
+    }
+
+    async fn end_here(
         &self,
         thread: &str,
         turn: &str,
@@ -427,6 +501,10 @@ impl Runtime {
     }
 
     /// Launches a call with the runtime's default deadlines. See [`launch_with`](Self::launch_with).
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`launch_with`](Self::launch_with).
     pub async fn launch(
         &self,
         thread: &str,
@@ -444,6 +522,17 @@ impl Runtime {
     /// `(thread, turn, call_id)`: the same tool and arguments (any key order) give the same
     /// job, even after a restart (the recorded result, no re-run); other arguments are a
     /// [`RuntimeError::CallIdCollision`]. Returns once `tool.scheduled` is durable.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future never leaves a call half-launched. Dropped before the call was
+    /// admitted (its first poll), nothing happens. Dropped after, the launch goes on
+    /// without the caller, in a task of its own: `tool.scheduled` is made durable (written
+    /// again under its dedup key, which is a no-op if the dropped write got through), then
+    /// the call runs and gets its terminal event as if the caller had waited; if the
+    /// journal refuses, the call leaves memory. Either way a relaunch with the same
+    /// `call_id` gets the same job (or its recorded outcome), [`result`](Self::result)
+    /// returns, and the call does not count against `max_in_flight` once settled.
     pub async fn launch_with(
         &self,
         thread: &str,
@@ -515,61 +604,21 @@ impl Runtime {
             // Not running: only a call recorded earlier can be named again.
             return Box::pin(self.relaunch_recorded(key, &sig)).await;
         };
-        let scheduled = NewEvent::encoded(
-            thread,
-            events::TOOL_SCHEDULED,
-            &events::Scheduled {
-                turn_id: turn,
-                call_id,
-                name,
-                args: &args,
-                signature: &sig,
+        let mut launch = PendingLaunch {
+            job: Some(Job {
+                inner: self.inner.clone(),
+                key: shared_key,
+                tool,
+                args,
                 revision,
-            },
-        )
-        .map(|event| event.with_dedup_key(events::scheduled_key(turn, call_id)));
-        let appended = match self.inner.append(scheduled).await {
-            Ok(appended) => appended,
-            Err(err) => {
-                self.inner.forget(&key);
-                return Err(err.into());
-            }
+                deadlines,
+                cancel,
+                done: settler,
+            }),
+            signature: sig,
+            redo: false,
         };
-        if appended.deduplicated {
-            // Recorded by an earlier process, or finished and evicted from memory.
-            let recorded = Box::pin(self.recorded_outcome(&key, &sig)).await;
-            return match recorded {
-                Ok(outcome) => {
-                    self.inner.forget(&key);
-                    settler.settle(outcome);
-                    Ok(key)
-                }
-                Err(err) => {
-                    self.inner.forget(&key);
-                    Err(err)
-                }
-            };
-        }
-        let job = Job {
-            inner: self.inner.clone(),
-            key: shared_key,
-            tool,
-            args,
-            revision,
-            deadlines,
-            cancel,
-            done: settler,
-        };
-        let mut st = self.inner.state();
-        if st.closed {
-            // Closed (or crashed) while scheduling: leave it to recovery, like a crash would.
-            st.jobs.remove(&key);
-            return Err(RuntimeError::Closed);
-        }
-        let abort = job.spawn();
-        if let Some(entry) = st.jobs.get_mut(&key) {
-            entry.abort = Some(abort);
-        }
+        launch.schedule().await?;
         Ok(key)
     }
 
@@ -637,6 +686,11 @@ impl Runtime {
     /// Waits for the call's result. Only the owner `(thread, turn)` may ask; anyone else
     /// gets [`RuntimeError::PermissionDenied`]. `stale` compares the call's revision with
     /// the turn's current (or, for an ended turn, final) revision.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only waits and reads. Dropping the future changes nothing; the call
+    /// goes on and a later `result` returns its outcome.
     pub async fn result(
         &self,
         thread: &str,
@@ -688,6 +742,11 @@ impl Runtime {
 
     /// Appends an event to a thread of this runtime's journal (independent work the host
     /// wants on record, like the seed's `independent.work`).
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`Journal::append`]: once handed to the journal's writer (normally at the
+    /// first poll) the event is written whether or not the future is dropped.
     pub async fn record(
         &self,
         thread: &str,
@@ -706,6 +765,13 @@ impl Runtime {
     /// terminal events (bounded by the grace period). Turns stay open in the journal; the
     /// next [`recover`](crate::recover) marks them interrupted. The journal stays open (the
     /// caller owns it).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future does not reopen anything: from its first poll the runtime
+    /// refuses new work and every job's token is fired, and the jobs still settle and
+    /// journal their terminal events in their own tasks. Only the waiting is given up,
+    /// including the forced cancellation of a tool that ignores its token.
     pub async fn close(&self) {
         self.inner.state().closed = true;
         self.inner.root.cancel();
@@ -739,6 +805,120 @@ pub(crate) fn outcome_of(event: &Event) -> Result<Outcome, RuntimeError> {
     })
 }
 
+/// A launched call between its admission (its entry in the job table) and the spawn of its
+/// task: its `tool.scheduled` event is being written.
+///
+/// Invariant: while `job` is `Some`, the call's entry is in the table with no task. Every
+/// way out takes the job: spawned, settled from the journal, or abandoned (entry removed,
+/// settlement abandoned so waiters ask the journal). A launch dropped with the job still
+/// there (the caller's future was dropped mid-write) finishes in a task of its own.
+pub(crate) struct PendingLaunch {
+    job: Option<Job>,
+    signature: String,
+    /// Finishing a launch whose caller went away: its own earlier write of
+    /// `tool.scheduled` may be what a deduplicated write finds.
+    redo: bool,
+}
+
+impl PendingLaunch {
+    /// Makes `tool.scheduled` durable, then spawns the job, or settles it from the journal
+    /// when the call was recorded before (a finished call evicted from memory, or a call
+    /// of an earlier process).
+    async fn schedule(&mut self) -> Result<(), RuntimeError> {
+        let Some(job) = self.job.as_ref() else {
+            return Ok(());
+        };
+        let appended = job.inner.append(job.scheduled_event(&self.signature)).await;
+        let appended = match appended {
+            Ok(appended) => appended,
+            Err(err) => {
+                self.abandon();
+                return Err(err.into());
+            }
+        };
+        if !appended.deduplicated {
+            return self.spawn();
+        }
+        let runtime = Runtime {
+            inner: Arc::clone(&job.inner),
+        };
+        let key = Arc::clone(&job.key);
+        match Box::pin(runtime.recorded_outcome(&key, &self.signature)).await {
+            Ok(outcome) => {
+                if let Some(job) = self.job.take() {
+                    job.inner.forget(&job.key);
+                    job.done.settle(outcome);
+                }
+                Ok(())
+            }
+            // The dropped launch's own write got through: this is the call, run it.
+            Err(RuntimeError::Unresolved { .. }) if self.redo => self.spawn(),
+            Err(err) => {
+                self.abandon();
+                Err(err)
+            }
+        }
+    }
+
+    /// Spawns the job's task and records its abort handle, unless the runtime closed (or
+    /// crashed) meanwhile: then the call is left to recovery, as a crash would leave it.
+    fn spawn(&mut self) -> Result<(), RuntimeError> {
+        let Some(job) = self.job.take() else {
+            return Ok(());
+        };
+        let inner = Arc::clone(&job.inner);
+        let key = Arc::clone(&job.key);
+        let mut st = inner.state();
+        if st.closed {
+            st.jobs.remove(&*key);
+            drop(st);
+            drop(job);
+            return Err(RuntimeError::Closed);
+        }
+        let abort = job.spawn();
+        if let Some(entry) = st.jobs.get_mut(&*key) {
+            entry.abort = Some(abort);
+        }
+        Ok(())
+    }
+
+    /// Gives the call up: out of memory, its waiters sent to the journal.
+    fn abandon(&mut self) {
+        if let Some(job) = self.job.take() {
+            job.inner.forget(&job.key);
+        }
+    }
+}
+
+impl Drop for PendingLaunch {
+    fn drop(&mut self) {
+        let Some(job) = self.job.take() else {
+            return;
+        };
+        let mut redo = PendingLaunch {
+            job: Some(job),
+            signature: std::mem::take(&mut self.signature),
+            redo: true,
+        };
+        // A finishing task that is itself dropped (its runtime shutting down) gives up
+        // instead of trying again.
+        if self.redo {
+            redo.abandon();
+            return;
+        }
+        match tokio::runtime::Handle::try_current() {
+            Ok(handle) => {
+                handle.spawn(async move {
+                    if let Err(err) = redo.schedule().await {
+                        tracing::warn!(%err, "a launch whose caller went away could not be scheduled");
+                    }
+                });
+            }
+            Err(_) => redo.abandon(),
+        }
+    }
+}
+
 /// One call on its way from the queue to its terminal event.
 pub(crate) struct Job {
     pub(crate) inner: Arc<Inner>,
@@ -752,6 +932,23 @@ pub(crate) struct Job {
 }
 
 impl Job {
+    /// The call's `tool.scheduled` event, keyed so that it is written once.
+    fn scheduled_event(&self, signature: &str) -> Result<NewEvent, JournalError> {
+        NewEvent::encoded(
+            self.key.thread.as_str(),
+            events::TOOL_SCHEDULED,
+            &events::Scheduled {
+                turn_id: &self.key.turn,
+                call_id: &self.key.call_id,
+                name: self.tool.name(),
+                args: &self.args,
+                signature,
+                revision: self.revision,
+            },
+        )
+        .map(|event| event.with_dedup_key(events::scheduled_key(&self.key.turn, &self.key.call_id)))
+    }
+
     /// Starts the job's task.
     pub(crate) fn spawn(self) -> AbortHandle {
         // Boxed: the task then moves a pointer where it would move the whole (2 KB)
