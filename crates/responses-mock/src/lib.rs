@@ -39,6 +39,7 @@ pub fn builtin_fixture(mode: &str) -> Option<&'static str> {
         "ptc" => Some(include_str!("../../../fixtures/responses/ptc.json")),
         "async" => Some(include_str!("../../../fixtures/responses/async.json")),
         "compact" => Some(include_str!("../../../fixtures/responses/compact.json")),
+        "run" => Some(include_str!("../../../fixtures/responses/run.json")),
         _ => None,
     }
 }
@@ -68,7 +69,7 @@ impl MockConfig {
         self.api_key = Some(key.into());
         self
     }
-    /// The built-in fixture for `mode` (`direct`, `ptc`, `async`, `compact`).
+    /// The built-in fixture for `mode` (`direct`, `ptc`, `async`, `compact`, `run`).
     pub fn for_mode(mode: &str) -> Result<Self, MockError> {
         let text = builtin_fixture(mode).ok_or_else(|| MockError::UnknownMode(mode.to_owned()))?;
         Ok(Self::new(Script::from_json_str(text)?))
@@ -85,7 +86,7 @@ pub enum MockError {
     },
     #[error(transparent)]
     Script(#[from] ScriptError),
-    #[error("no built-in fixture for mode `{0}` (direct, ptc, async, compact)")]
+    #[error("no built-in fixture for mode `{0}` (direct, ptc, async, compact, run)")]
     UnknownMode(String),
 }
 

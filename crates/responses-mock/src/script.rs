@@ -91,6 +91,13 @@ pub struct Match {
     pub body_contains: Option<String>,
     /// The input has (or has no) `function_call_output` items.
     pub has_tool_outputs: Option<bool>,
+    /// The context holds exactly this many `function_call_output` items: a script keyed on
+    /// it answers the same way however often a request is retried or a client restarts,
+    /// which is what a host resumed after a crash needs.
+    pub tool_outputs: Option<usize>,
+    /// The context holds fewer than this many `function_call_output` items (long loops
+    /// written as one rule).
+    pub tool_outputs_below: Option<usize>,
     /// The input has an item of this type.
     pub input_has_type: Option<String>,
     /// `stream: true` was (or was not) asked for.
@@ -195,6 +202,12 @@ impl Match {
                 .has_tool_outputs
                 .is_none_or(|want| want != tool_outputs(req.items).is_empty())
             && self
+                .tool_outputs
+                .is_none_or(|n| tool_output_count(req.items) == n)
+            && self
+                .tool_outputs_below
+                .is_none_or(|n| tool_output_count(req.items) < n)
+            && self
                 .input_has_type
                 .as_ref()
                 .is_none_or(|t| req.items.iter().any(|i| i.type_name() == Some(t.as_str())))
@@ -211,6 +224,14 @@ pub fn last_user_text(items: &[Item]) -> Option<String> {
         Item::Message(m) if m.role == "user" => Some(m.text()),
         _ => None,
     })
+}
+
+/// How many `function_call_output` items `items` holds.
+pub fn tool_output_count(items: &[Item]) -> usize {
+    items
+        .iter()
+        .filter(|item| matches!(item, Item::FunctionCallOutput(_)))
+        .count()
 }
 
 /// The tool outputs in `items`, as text.
