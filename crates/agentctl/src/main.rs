@@ -29,6 +29,20 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Run an agent on the Responses API: durable, approvable, resumable after a crash.
+    /// Exit status: 0 completed, 1 failed, 2 usage, 3 paused, 130 interrupted.
+    Run(cmd::run::RunArgs),
+    /// Continue a paused, interrupted or crashed run from its journal.
+    Resume(cmd::run::ResumeArgs),
+    /// Approve a call a run is waiting on (from any terminal).
+    Approve(cmd::decide::ApproveArgs),
+    /// Deny a call a run is waiting on; the model is told why.
+    Deny(cmd::decide::DecideArgs),
+    /// Ask the host driving a run to interrupt it (it stops at its next step boundary).
+    Interrupt(cmd::decide::InterruptArgs),
+    /// List runs, show one, print its events.
+    #[command(subcommand)]
+    Runs(cmd::runs::RunsCmd),
     /// Inspect the durable event journal: list threads, replay or follow one.
     #[command(subcommand)]
     Journal(cmd::journal::JournalCmd),
@@ -73,6 +87,14 @@ fn main() -> std::process::ExitCode {
 
 async fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
     match cli.command {
+        Command::Run(args) => cmd::run::run(&cli.global, args).await,
+        Command::Resume(args) => cmd::run::resume(&cli.global, args).await,
+        Command::Approve(args) => {
+            cmd::decide::decide(&cli.global, args.decide, true, args.always).await
+        }
+        Command::Deny(args) => cmd::decide::decide(&cli.global, args, false, false).await,
+        Command::Interrupt(args) => cmd::decide::interrupt(&cli.global, args).await,
+        Command::Runs(cmd) => cmd::runs::run(&cli.global, cmd).await,
         Command::Journal(cmd) => cmd::journal::run(&cli.global, cmd).await,
         Command::History(cmd) => cmd::history::run(&cli.global, cmd).await,
         Command::Memory(cmd) => cmd::memory::run(&cli.global, cmd).await,

@@ -3,9 +3,12 @@
 pub mod api;
 pub mod api_steer;
 pub mod codex;
+pub mod decide;
 pub mod demo;
 pub mod history;
 pub mod journal;
 pub mod memory;
 pub mod mock;
 pub mod probe;
+pub mod run;
+pub mod runs;

@@ -1,0 +1,99 @@
+//! `agentctl approve|deny|interrupt`: requests to a run from any process. They are plain
+//! journal appends; the driving host (if any) sees them at its next step boundary.
+
+use std::process::ExitCode;
+
+use agent_host::run::{self, Decision, DecisionRequest};
+use clap::Args;
+use serde_json::json;
+
+use crate::global::GlobalArgs;
+use crate::output;
+
+/// `approve` / `deny`.
+#[derive(Debug, Args)]
+pub struct DecideArgs {
+    /// The run id.
+    pub run: String,
+    /// The call waiting for approval (shown by the run, and by `runs show`).
+    pub call_id: String,
+    /// Why (kept in the journal; a denial's reason is told to the model).
+    #[arg(long)]
+    pub reason: Option<String>,
+    /// Refuse unless the pending call's arguments have this sha256 (printed with the
+    /// pending call), so that you decide on exactly what you read.
+    #[arg(long, value_name = "HEX")]
+    pub sha256: Option<String>,
+}
+
+/// `approve` only: approve this tool for the rest of the run too.
+#[derive(Debug, Args)]
+pub struct ApproveArgs {
+    #[command(flatten)]
+    pub decide: DecideArgs,
+    /// Approve every later call of this tool in this run as well.
+    #[arg(long)]
+    pub always: bool,
+}
+
+/// `interrupt`.
+#[derive(Debug, Args)]
+pub struct InterruptArgs {
+    /// The run id.
+    pub run: String,
+}
+
+/// Who decides: `$USER@host`.
+pub fn who() -> String {
+    let user = std::env::var("USER").unwrap_or_else(|_| "unknown".into());
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|_| "localhost".into());
+    format!("{user}@{host}")
+}
+
+pub async fn decide(
+    global: &GlobalArgs,
+    args: DecideArgs,
+    approve: bool,
+    always: bool,
+) -> anyhow::Result<ExitCode> {
+    let journal = super::journal::open(global).await?;
+    let request = DecisionRequest {
+        call_id: args.call_id.clone(),
+        decision: Decision {
+            approve,
+            reason: args.reason,
+            by: Some(who()),
+            scope: always.then(|| "run".to_string()),
+        },
+        args_sha256: args.sha256,
+    };
+    let result = run::decide(&journal, &args.run, request).await;
+    journal.close().await;
+    result?;
+    let verb = if approve { "approved" } else { "denied" };
+    if global.json {
+        output::json_line(&json!({"type": "approval.decided", "run_id": args.run,
+            "call_id": args.call_id, "decision": if approve { "approve" } else { "deny" }}))?;
+    } else {
+        output::line(&format!("{verb} {} of run {}", args.call_id, args.run))?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub async fn interrupt(global: &GlobalArgs, args: InterruptArgs) -> anyhow::Result<ExitCode> {
+    let journal = super::journal::open(global).await?;
+    let result = run::request_interrupt(&journal, &args.run, &who()).await;
+    journal.close().await;
+    let seq = result?;
+    if global.json {
+        output::json_line(&json!({"type": "interrupt.requested", "run_id": args.run, "seq": seq}))?;
+    } else {
+        output::line(&format!(
+            "interrupt of run {} requested (the driving host stops at its next step boundary)",
+            args.run
+        ))?;
+    }
+    Ok(ExitCode::SUCCESS)
+}

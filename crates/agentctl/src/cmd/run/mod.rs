@@ -1,0 +1,206 @@
+//! `agentctl run` and `agentctl resume`: drive a run of the agent host (`agent-host`).
+
+mod connect;
+mod render;
+
+use std::io::IsTerminal as _;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use agent_host::run::{BudgetChange, Budgets, DriveOptions, Host, NewRun, RunEnd, RunReport};
+use agent_host::tools::ApprovalMode;
+use anyhow::Context as _;
+use clap::{Args, ValueEnum};
+
+use crate::global::GlobalArgs;
+
+pub use connect::Endpoint;
+
+/// Exit status of a run that paused (budget, or waiting for a decision).
+pub const EXIT_PAUSED: u8 = 3;
+/// Exit status of an interrupted run.
+pub const EXIT_INTERRUPTED: u8 = 130;
+
+/// `agentctl run`.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// What the agent should do (read from stdin when absent and stdin is not a terminal).
+    pub prompt: Option<String>,
+    /// The model.
+    #[arg(long, default_value = "gpt-5.1")]
+    pub model: String,
+    /// System instructions for the model.
+    #[arg(long, conflicts_with = "instructions_file")]
+    pub instructions: Option<String>,
+    /// Read the instructions from this file.
+    #[arg(long, value_name = "FILE")]
+    pub instructions_file: Option<PathBuf>,
+    /// The directory the tools may touch (default: the current directory; with --mock and
+    /// no script, a fresh demo workspace under the data directory).
+    #[arg(long, value_name = "DIR")]
+    pub workspace: Option<PathBuf>,
+    #[command(flatten)]
+    pub endpoint: Endpoint,
+    /// Model steps before the run pauses.
+    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_steps: u64,
+    /// Total tokens (input + output, all steps) before the run pauses.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_tokens: Option<u64>,
+    /// Override every tool's policy: ask (every call), auto (run everything), deny
+    /// (refuse side-effecting tools). Default: each tool's own policy (reads run, shell and
+    /// write_file ask); with --mock and no --mock-script, auto.
+    #[arg(long, value_enum)]
+    pub approval: Option<ApprovalArg>,
+    #[command(flatten)]
+    pub drive: DriveArgs,
+}
+
+/// Options of `run` and `resume` about how this process drives.
+#[derive(Debug, Args)]
+pub struct DriveArgs {
+    /// Off a terminal, wait for approvals decided from another process (`agentctl approve`)
+    /// instead of pausing with exit status 3.
+    #[arg(long)]
+    pub wait: bool,
+}
+
+/// `agentctl resume`.
+#[derive(Debug, Args)]
+pub struct ResumeArgs {
+    /// The run id (`agentctl runs list`).
+    pub run: String,
+    /// Raise (or set) the step budget.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_steps: Option<u64>,
+    /// Raise (or set) the token budget.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_tokens: Option<u64>,
+    #[command(flatten)]
+    pub endpoint: Endpoint,
+    #[command(flatten)]
+    pub drive: DriveArgs,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum ApprovalArg {
+    Ask,
+    Auto,
+    Deny,
+}
+
+pub async fn run(global: &GlobalArgs, args: RunArgs) -> anyhow::Result<ExitCode> {
+    let prompt = read_prompt(args.prompt)?;
+    let instructions = match &args.instructions_file {
+        Some(path) => Some(
+            std::fs::read_to_string(path)
+                .with_context(|| format!("cannot read --instructions-file {}", path.display()))?,
+        ),
+        None => args.instructions,
+    };
+    let builtin_story = args.endpoint.mock && args.endpoint.mock_script.is_none();
+    let workspace = match args.workspace {
+        Some(dir) => dir,
+        None if builtin_story => connect::demo_workspace()?,
+        None => std::env::current_dir().context("cannot read the current directory")?,
+    };
+    let approval = match args.approval {
+        Some(ApprovalArg::Ask) => ApprovalMode::Ask,
+        Some(ApprovalArg::Auto) => ApprovalMode::Auto,
+        Some(ApprovalArg::Deny) => ApprovalMode::Deny,
+        None if builtin_story => ApprovalMode::Auto,
+        None => ApprovalMode::Default,
+    };
+    let journal = crate::cmd::journal::open(global).await?;
+    let (client, _mock) = args.endpoint.connect(None).await?;
+    let host = Host::new(journal.clone(), client);
+    let new = NewRun {
+        prompt,
+        model: args.model,
+        instructions,
+        workspace,
+        budgets: Budgets {
+            max_steps: args.max_steps,
+            max_tokens: args.max_tokens,
+        },
+        approval,
+        endpoint: args.endpoint.recorded(),
+    };
+    let (opts, ctrl_c) = drive_options(global, &args.drive);
+    let report = host.start(new, opts).await;
+    ctrl_c.abort();
+    journal.close().await;
+    finish(global, report?)
+}
+
+pub async fn resume(global: &GlobalArgs, args: ResumeArgs) -> anyhow::Result<ExitCode> {
+    let journal = crate::cmd::journal::open(global).await?;
+    let recorded = agent_host::run::load(&journal, &args.run)
+        .await?
+        .spec
+        .and_then(|s| s.endpoint);
+    let (client, _mock) = args.endpoint.connect(recorded.as_deref()).await?;
+    let host = Host::new(journal.clone(), client);
+    let change = BudgetChange {
+        max_steps: args.max_steps,
+        max_tokens: args.max_tokens,
+    };
+    let (opts, ctrl_c) = drive_options(global, &args.drive);
+    let report = host.resume(&args.run, change, opts).await;
+    ctrl_c.abort();
+    journal.close().await;
+    finish(global, report?)
+}
+
+fn read_prompt(prompt: Option<String>) -> anyhow::Result<String> {
+    let prompt = match prompt {
+        Some(p) => p,
+        None if !std::io::stdin().is_terminal() => std::io::read_to_string(std::io::stdin())
+            .context("cannot read the prompt from stdin")?,
+        None => anyhow::bail!("give the prompt as an argument, or pipe it on stdin"),
+    };
+    if prompt.trim().is_empty() {
+        anyhow::bail!("the prompt is empty");
+    }
+    Ok(prompt)
+}
+
+/// Options for driving from this process: the renderer, inline approvals on a terminal,
+/// Ctrl-C as interrupt (a second one exits at once), and the test crash hook.
+fn drive_options(
+    global: &GlobalArgs,
+    drive: &DriveArgs,
+) -> (DriveOptions, tokio::task::JoinHandle<()>) {
+    let cancel = agent_runtime::CancellationToken::new();
+    let token = cancel.clone();
+    let ctrl_c = tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            token.cancel();
+            if tokio::signal::ctrl_c().await.is_ok() {
+                std::process::exit(i32::from(EXIT_INTERRUPTED));
+            }
+        }
+    });
+    let interactive = std::io::stdin().is_terminal() && std::io::stderr().is_terminal();
+    let opts = DriveOptions {
+        observer: render::observer(global.json),
+        decider: interactive.then(|| Arc::new(render::TerminalDecider) as _),
+        wait: drive.wait,
+        cancel,
+        crash_after_events: std::env::var("AGENTCTL_TEST_CRASH_AFTER_EVENTS")
+            .ok()
+            .and_then(|v| v.parse().ok()),
+    };
+    (opts, ctrl_c)
+}
+
+/// Prints how the run ended and maps it to the exit status.
+fn finish(global: &GlobalArgs, report: RunReport) -> anyhow::Result<ExitCode> {
+    render::finish(global.json, &report)?;
+    Ok(match report.end {
+        RunEnd::Completed { .. } => ExitCode::SUCCESS,
+        RunEnd::Paused { .. } => ExitCode::from(EXIT_PAUSED),
+        RunEnd::Interrupted => ExitCode::from(EXIT_INTERRUPTED),
+    })
+}

@@ -1,0 +1,251 @@
+//! How a run looks: human text (the model's words stream; one line per tool call and per
+//! approval), or JSON lines in the `codex exec --json` shapes (`docs/cli-json.md`).
+
+use std::io::Write as _;
+use std::sync::{Arc, Mutex};
+
+use agent_host::run::exec_json::ExecJson;
+use agent_host::run::kinds as k;
+use agent_host::run::{CallRecord, Decider, Decision, Observer, RunEnd, RunReport, RunState};
+use agent_journal::Event;
+use agent_runtime::events as rt;
+use futures::future::BoxFuture;
+use serde_json::Value;
+
+use crate::output;
+
+/// The observer for `--json` or human output.
+pub fn observer(json: bool) -> Arc<dyn Observer> {
+    if json {
+        Arc::new(JsonLines(Mutex::new(None)))
+    } else {
+        Arc::new(Human(Mutex::new(HumanState::default())))
+    }
+}
+
+struct JsonLines(Mutex<Option<ExecJson>>);
+
+impl Observer for JsonLines {
+    fn event(&self, state: &RunState, event: &Event) {
+        let mut guard = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let conv = guard.get_or_insert_with(|| ExecJson::new(&state.id));
+        for line in conv.convert(event) {
+            // A closed stdout is the reader's choice; the run goes on.
+            let _ = output::json_line(&line);
+        }
+    }
+}
+
+#[derive(Default)]
+struct HumanState {
+    /// The model's text is mid-line.
+    in_text: bool,
+}
+
+struct Human(Mutex<HumanState>);
+
+impl Human {
+    fn say(&self, text: &str) {
+        let mut st = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if st.in_text {
+            let _ = output::line("");
+            st.in_text = false;
+        }
+        let _ = output::line(text);
+    }
+}
+
+fn first_line(text: &str, max: usize) -> String {
+    let line = text.lines().next().unwrap_or("");
+    if line.chars().count() > max {
+        format!("{}...", line.chars().take(max).collect::<String>())
+    } else {
+        line.to_string()
+    }
+}
+
+impl Observer for Human {
+    fn event(&self, state: &RunState, event: &Event) {
+        let p = &event.payload;
+        let s = |n: &str| p.get(n).and_then(Value::as_str).unwrap_or("").to_string();
+        let call = || state.call(&s("call_id"));
+        match &*event.kind {
+            k::RUN_CREATED => {
+                eprintln_safe(&format!(
+                    "run {} started (workspace {})",
+                    state.id,
+                    state
+                        .spec
+                        .as_ref()
+                        .map(|s| s.workspace.as_str())
+                        .unwrap_or("?")
+                ));
+            }
+            k::RUN_RESUMED => eprintln_safe(&format!("run {} resumed", state.id)),
+            rt::TOOL_SCHEDULED => {
+                if let Some(call) = call() {
+                    self.say(&format!(
+                        "-> {} {}",
+                        call.name,
+                        first_line(&call.arguments, 100)
+                    ));
+                }
+            }
+            kind if rt::TOOL_TERMINALS.contains(&kind) => {
+                if let Some(call) = call() {
+                    let status = kind.trim_start_matches("tool.");
+                    let detail = match &call.progress {
+                        agent_host::run::state::CallProgress::Done(out) => {
+                            first_line(&out.text, 100)
+                        }
+                        _ => String::new(),
+                    };
+                    self.say(&format!("   {} {status}: {detail}", call.name));
+                }
+            }
+            k::TOOL_REFUSED => self.say(&format!("   {} refused: {}", s("tool"), s("message"))),
+            k::APPROVAL_REQUESTED => self.say(&format!(
+                "?? {} {} needs approval ({})",
+                s("tool"),
+                first_line(&s("arguments"), 100),
+                s("reason")
+            )),
+            k::APPROVAL_DECIDED => self.say(&format!(
+                "   {} {} by {}",
+                s("call_id"),
+                if p.get("approve").and_then(Value::as_bool) == Some(true) {
+                    "approved"
+                } else {
+                    "denied"
+                },
+                p.get("by").and_then(Value::as_str).unwrap_or("someone")
+            )),
+            k::MODEL_FAILED => self.say(&format!("!! model call failed: {}", s("message"))),
+            _ => {}
+        }
+    }
+
+    fn text_delta(&self, delta: &str) {
+        let mut st = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        st.in_text = !delta.ends_with('\n');
+        let mut out = std::io::stdout().lock();
+        let _ = out.write_all(delta.as_bytes());
+        let _ = out.flush();
+    }
+}
+
+fn eprintln_safe(text: &str) {
+    let _ = writeln!(std::io::stderr().lock(), "{text}");
+}
+
+/// Prints the end of a drive: on stdout the final text (human; the JSON lines already said
+/// it), on stderr the run id and what to do next.
+pub fn finish(json: bool, report: &RunReport) -> anyhow::Result<()> {
+    let id = &report.run_id;
+    match &report.end {
+        RunEnd::Completed { .. } => {
+            if !json {
+                output::line("")?;
+            }
+            eprintln_safe(&format!(
+                "run {id} completed in {} steps ({} tokens)",
+                report.state.steps.len(),
+                report.state.usage.total_tokens
+            ));
+        }
+        RunEnd::Paused { reason, detail } => {
+            eprintln_safe(&format!("run {id} paused ({reason}): {detail}"));
+            for call in report.state.pending_approvals() {
+                if let Some(pending) = call.pending_approval() {
+                    eprintln_safe(&format!(
+                        "  {} {} wants: {}\n    agentctl approve {id} {} --sha256 {}\n    agentctl deny {id} {} --reason TEXT",
+                        call.call_id,
+                        call.name,
+                        first_line(&call.arguments, 200),
+                        call.call_id,
+                        pending.args_sha256,
+                        call.call_id
+                    ));
+                }
+            }
+            eprintln_safe(&format!("continue with: agentctl resume {id}"));
+        }
+        RunEnd::Interrupted => {
+            eprintln_safe(&format!(
+                "run {id} interrupted; continue with: agentctl resume {id}"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Asks on the terminal: approve, deny, or approve the tool for the rest of the run.
+pub struct TerminalDecider;
+
+impl Decider for TerminalDecider {
+    fn decide<'a>(
+        &'a self,
+        run_id: &'a str,
+        call: &'a CallRecord,
+        reason: &'a str,
+    ) -> BoxFuture<'a, Option<Decision>> {
+        let question = format!(
+            "run {run_id}: {} wants to run\n  {}\n{}approve? [y]es / [n]o / [a]lways for {} in this run: ",
+            call.name,
+            call.arguments,
+            if reason == "indeterminate" {
+                "(it was cut off by a crash and may or may not have run) "
+            } else {
+                ""
+            },
+            call.name
+        );
+        Box::pin(async move {
+            let answer = tokio::task::spawn_blocking(move || {
+                eprint_safe(&question);
+                let mut line = String::new();
+                std::io::stdin().read_line(&mut line).ok().map(|_| line)
+            })
+            .await
+            .ok()
+            .flatten()?;
+            let by = Some(super::super::decide::who());
+            match answer.trim().to_ascii_lowercase().as_str() {
+                "y" | "yes" => Some(Decision {
+                    approve: true,
+                    reason: None,
+                    by,
+                    scope: None,
+                }),
+                "a" | "always" => Some(Decision {
+                    approve: true,
+                    reason: None,
+                    by,
+                    scope: Some("run".into()),
+                }),
+                "n" | "no" => Some(Decision {
+                    approve: false,
+                    reason: Some("declined at the terminal".into()),
+                    by,
+                    scope: None,
+                }),
+                _ => None,
+            }
+        })
+    }
+}
+
+fn eprint_safe(text: &str) {
+    let mut err = std::io::stderr().lock();
+    let _ = err.write_all(text.as_bytes());
+    let _ = err.flush();
+}

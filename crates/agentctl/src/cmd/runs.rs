@@ -1,0 +1,198 @@
+//! `agentctl runs list|show|events`: what the journal says about runs.
+
+use std::process::ExitCode;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use agent_host::run::exec_json::ExecJson;
+use agent_host::run::{self, RunState, kinds};
+use clap::Subcommand;
+use futures::StreamExt as _;
+use serde_json::{Value, json};
+
+use crate::global::GlobalArgs;
+use crate::output;
+
+#[derive(Debug, Subcommand)]
+pub enum RunsCmd {
+    /// Every run, newest first: id, status, steps, tokens, age, first line of the prompt.
+    List {
+        /// Only runs with this status (running, paused, interrupted, completed, failed).
+        #[arg(long)]
+        status: Option<String>,
+    },
+    /// One run: status, steps, usage, pending approvals, final text.
+    Show {
+        /// The run id.
+        run: String,
+    },
+    /// A run's events as JSON lines in the `codex exec --json` shapes.
+    Events {
+        /// The run id.
+        run: String,
+        /// Keep following new events until Ctrl-C.
+        #[arg(long)]
+        follow: bool,
+    },
+}
+
+pub async fn run(global: &GlobalArgs, cmd: RunsCmd) -> anyhow::Result<ExitCode> {
+    let journal = super::journal::open(global).await?;
+    let result = match cmd {
+        RunsCmd::List { status } => list(global, &journal, status).await,
+        RunsCmd::Show { run } => show(global, &journal, &run).await,
+        RunsCmd::Events { run, follow } => events(&journal, &run, follow).await,
+    };
+    journal.close().await;
+    result
+}
+
+fn summary(state: &RunState) -> Value {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0);
+    json!({
+        "type": "run",
+        "run_id": state.id,
+        "status": run::shown_status(state).as_str(),
+        "steps": state.steps.len(),
+        "tokens": state.usage.total_tokens,
+        "age_seconds": (now - state.created_at).max(0) / 1000,
+        "title": state.title(),
+    })
+}
+
+async fn list(
+    global: &GlobalArgs,
+    journal: &agent_journal::Journal,
+    status: Option<String>,
+) -> anyhow::Result<ExitCode> {
+    const STATUSES: [&str; 5] = ["running", "paused", "interrupted", "completed", "failed"];
+    if let Some(s) = &status
+        && !STATUSES.contains(&s.as_str())
+    {
+        anyhow::bail!("unknown --status {s}; one of: {}", STATUSES.join(", "));
+    }
+    for state in run::list(journal).await? {
+        let line = summary(&state);
+        if status.as_deref().is_some_and(|s| line["status"] != s) {
+            continue;
+        }
+        if global.json {
+            output::json_line(&line)?;
+        } else {
+            output::line(&format!(
+                "{}  {:<11} {:>4} steps {:>8} tokens {:>7}  {}",
+                state.id,
+                line["status"].as_str().unwrap_or(""),
+                state.steps.len(),
+                state.usage.total_tokens,
+                age(line["age_seconds"].as_i64().unwrap_or(0)),
+                state.title()
+            ))?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn age(secs: i64) -> String {
+    match secs {
+        s if s < 120 => format!("{s}s ago"),
+        s if s < 7200 => format!("{}m ago", s / 60),
+        s if s < 172_800 => format!("{}h ago", s / 3600),
+        s => format!("{}d ago", s / 86400),
+    }
+}
+
+async fn show(
+    global: &GlobalArgs,
+    journal: &agent_journal::Journal,
+    id: &str,
+) -> anyhow::Result<ExitCode> {
+    let state = run::load(journal, id).await?;
+    let pending: Vec<Value> = state
+        .pending_approvals()
+        .filter_map(|c| {
+            let a = c.pending_approval()?;
+            Some(
+                json!({"call_id": c.call_id, "tool": c.name, "arguments": c.arguments,
+                "reason": a.reason, "args_sha256": a.args_sha256}),
+            )
+        })
+        .collect();
+    let mut value = summary(&state);
+    if let Some(obj) = value.as_object_mut() {
+        obj.insert("type".into(), json!("run.show"));
+        obj.insert("usage".into(), serde_json::to_value(state.usage)?);
+        obj.insert("detail".into(), json!(state.status_detail));
+        obj.insert("pending_approvals".into(), json!(pending));
+        obj.insert("final_text".into(), json!(state.final_text));
+        obj.insert("model".into(), json!(state.spec.as_ref().map(|s| &s.model)));
+        obj.insert(
+            "workspace".into(),
+            json!(state.spec.as_ref().map(|s| &s.workspace)),
+        );
+    }
+    if global.json {
+        output::json_line(&value)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let u = state.usage;
+    output::line(&format!("run       {}", state.id))?;
+    output::line(&format!(
+        "status    {}{}",
+        value["status"].as_str().unwrap_or(""),
+        state
+            .status_detail
+            .as_deref()
+            .map(|d| format!(" ({d})"))
+            .unwrap_or_default()
+    ))?;
+    output::line(&format!("prompt    {}", state.title()))?;
+    output::line(&format!("steps     {}", state.steps.len()))?;
+    output::line(&format!(
+        "usage     {} input ({} cached), {} output ({} reasoning), {} total",
+        u.input_tokens, u.cached_tokens, u.output_tokens, u.reasoning_tokens, u.total_tokens
+    ))?;
+    for p in &pending {
+        output::line(&format!(
+            "pending   {} {} ({}): agentctl approve {} {} --sha256 {}",
+            p["call_id"].as_str().unwrap_or(""),
+            p["tool"].as_str().unwrap_or(""),
+            p["reason"].as_str().unwrap_or(""),
+            state.id,
+            p["call_id"].as_str().unwrap_or(""),
+            p["args_sha256"].as_str().unwrap_or("")
+        ))?;
+    }
+    if let Some(text) = &state.final_text {
+        output::line(&format!("final     {text}"))?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn events(
+    journal: &agent_journal::Journal,
+    id: &str,
+    follow: bool,
+) -> anyhow::Result<ExitCode> {
+    run::load(journal, id).await?;
+    let thread = kinds::thread_of(id);
+    let mut conv = ExecJson::new(id);
+    let mut stream = if follow {
+        journal.tail(&thread, 0)
+    } else {
+        journal.replay_stream(&thread, 0)
+    };
+    loop {
+        let next = tokio::select! {
+            next = stream.next() => next,
+            _ = tokio::signal::ctrl_c() => break,
+        };
+        let Some(event) = next else { break };
+        for line in conv.convert(&event?) {
+            output::json_line(&line)?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

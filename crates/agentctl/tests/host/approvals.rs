@@ -1,0 +1,173 @@
+//! Approvals decided from other processes.
+
+use std::process::Stdio;
+
+use serde_json::json;
+
+use crate::host::*;
+
+fn one_shell_script() -> String {
+    script_by_outputs(&[
+        json!([call(
+            "call_s",
+            "shell",
+            json!({"command": "echo ran >> ran.txt"})
+        )]),
+        answer("FINAL: after the shell"),
+    ])
+}
+
+/// Waits (following the journal) until the run has an event of `kind`.
+async fn wait_for(db: &str, kind: &str) -> String {
+    use futures::StreamExt as _;
+    let journal = agent_journal::Journal::open(db).await.unwrap();
+    let deadline = std::time::Duration::from_secs(60);
+    let found = tokio::time::timeout(deadline, async {
+        loop {
+            for thread in journal.threads().await.unwrap() {
+                let Some(run) = thread.strip_prefix("run:") else {
+                    continue;
+                };
+                let mut tail = journal.replay_stream(&thread, 0);
+                while let Some(e) = tail.next().await {
+                    if &*e.unwrap().kind == kind {
+                        return run.to_string();
+                    }
+                }
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("no {kind} within {deadline:?}"));
+    journal.close().await;
+    found
+}
+
+async fn approvals_across_processes(db: &str) {
+    let server = emulator(&one_shell_script()).await;
+
+    // 1. A run waits (--wait); another process approves; the call runs once.
+    let (_g, ws) = workspace();
+    let child = run_cmd(db, &server, &ws, &["--wait"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let run = wait_for(db, "approval.requested").await;
+    // Only one process may drive a run: a resume while the waiting host lives is refused.
+    let refused = out(&mut resume_cmd(db, &server, &run, &[]));
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(
+        text(&refused.stderr).contains("being driven by"),
+        "{}",
+        text(&refused.stderr)
+    );
+    let shown = show(db, &run);
+    let pending = &shown["pending_approvals"][0];
+    assert_eq!(pending["call_id"], "call_s");
+    assert_eq!(pending["reason"], "policy");
+    // A decision naming other arguments is refused.
+    let wrong = out(agentctl(db).args(["approve", &run, "call_s", "--sha256", "00ff"]));
+    assert!(!wrong.status.success());
+    assert!(
+        text(&wrong.stderr).contains("refused"),
+        "{}",
+        text(&wrong.stderr)
+    );
+    let sha = pending["args_sha256"].as_str().unwrap();
+    let ok = out(agentctl(db).args(["approve", &run, "call_s", "--sha256", sha]));
+    assert!(ok.status.success(), "{}", text(&ok.stderr));
+    let done = child.wait_with_output().unwrap();
+    assert_eq!(done.status.code(), Some(0), "{}", text(&done.stderr));
+    assert!(text(&done.stdout).contains("FINAL: after the shell"));
+    assert_eq!(
+        std::fs::read_to_string(ws.join("ran.txt")).unwrap(),
+        "ran\n"
+    );
+    check_invariants(&events(db, &run).await);
+    let again = out(agentctl(db).args(["deny", &run, "call_s"]));
+    assert!(
+        text(&again.stderr).contains("already approved"),
+        "{}",
+        text(&again.stderr)
+    );
+
+    // 2. Paused without --wait (exit 3), approved while no host runs, then resumed.
+    let (_g2, ws2) = workspace();
+    let paused = out(&mut run_cmd(db, &server, &ws2, &[]));
+    assert_eq!(paused.status.code(), Some(3), "{}", text(&paused.stderr));
+    assert!(
+        text(&paused.stderr).contains("agentctl approve"),
+        "{}",
+        text(&paused.stderr)
+    );
+    let run2 = text(&paused.stderr)
+        .split_whitespace()
+        .skip_while(|w| *w != "run")
+        .nth(1)
+        .unwrap()
+        .to_string();
+    assert_eq!(show(db, &run2)["status"], "paused");
+    assert!(
+        !ws2.join("ran.txt").exists(),
+        "nothing runs before approval"
+    );
+    // 3. Two racing decisions: exactly one wins.
+    let a = agentctl(db)
+        .args(["approve", &run2, "call_s"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let d = agentctl(db)
+        .args(["deny", &run2, "call_s"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (a, d) = (a.wait_with_output().unwrap(), d.wait_with_output().unwrap());
+    assert!(
+        a.status.success() != d.status.success(),
+        "approve: {} / deny: {}",
+        text(&a.stderr),
+        text(&d.stderr)
+    );
+    let loser = if a.status.success() { &d } else { &a };
+    assert!(
+        text(&loser.stderr).contains("already"),
+        "{}",
+        text(&loser.stderr)
+    );
+    let resumed = out(&mut resume_cmd(db, &server, &run2, &[]));
+    assert_eq!(resumed.status.code(), Some(0), "{}", text(&resumed.stderr));
+    let ran = std::fs::read_to_string(ws2.join("ran.txt")).unwrap_or_default();
+    let events = events(db, &run2).await;
+    check_invariants(&events);
+    if a.status.success() {
+        assert_eq!(
+            ran, "ran\n",
+            "approved while no host ran: runs exactly once"
+        );
+    } else {
+        assert_eq!(ran, "", "denied: never runs");
+        let out = events
+            .iter()
+            .find(|e| &*e.kind == "approval.decided")
+            .unwrap();
+        assert_eq!(out.payload["decision"], "deny");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn approvals_across_processes_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("approvals.db").display());
+    approvals_across_processes(&db).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn approvals_across_processes_postgres() {
+    let Some(pg) = agent_testkit::fresh_pg_database("host_approvals").await else {
+        return;
+    };
+    approvals_across_processes(pg.url()).await;
+}

@@ -1,0 +1,165 @@
+//! A run's life: the built-in story on a fresh home, budgets, Ctrl-C, resume.
+
+use std::process::Stdio;
+
+use serde_json::{Value, json};
+
+use crate::host::*;
+
+#[test]
+fn mock_story_on_a_fresh_home() {
+    let home = tempfile::tempdir().unwrap();
+    let cmd = |args: &[&str]| {
+        let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_agentctl"));
+        c.env_clear()
+            .env("PATH", std::env::var("PATH").unwrap())
+            .env("HOME", home.path())
+            .args(args)
+            .stdin(Stdio::null());
+        c.output().unwrap()
+    };
+    let o = cmd(&["run", "--mock", "look around and summarise"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let stdout = text(&o.stdout);
+    for tool in ["list_dir", "read_file", "shell", "write_file"] {
+        assert!(
+            stdout.contains(&format!("-> {tool}")),
+            "{tool} in: {stdout}"
+        );
+    }
+    assert!(stdout.contains("Done: I listed the workspace"), "{stdout}");
+    let listed = cmd(&["--json", "runs", "list"]);
+    let line: Value = serde_json::from_slice(&listed.stdout).unwrap();
+    assert_eq!(line["status"], "completed");
+    assert_eq!(line["steps"], 5);
+    let run = line["run_id"].as_str().unwrap();
+    let shown = cmd(&["runs", "show", run]);
+    assert!(
+        text(&shown.stdout).contains("status    completed"),
+        "{}",
+        text(&shown.stdout)
+    );
+    let lines: Vec<Value> = text(&cmd(&["runs", "events", run]).stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(
+        lines[0],
+        json!({"type": "thread.started", "thread_id": run})
+    );
+    assert!(lines.iter().all(|l| l["type"].is_string()));
+    assert!(
+        lines
+            .iter()
+            .any(|l| l["item"]["type"] == "command_execution" && l["item"]["exit_code"] == 0)
+    );
+    assert!(lines.iter().any(|l| l["item"]["type"] == "file_change"));
+    assert_eq!(lines.last().unwrap()["type"], "turn.completed");
+    // --json on run prints the same lines live.
+    let live = cmd(&["--json", "run", "--mock", "again"]);
+    assert_eq!(live.status.code(), Some(0));
+    let live: Vec<Value> = text(&live.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(live[0]["type"], "thread.started");
+    assert_eq!(live.last().unwrap()["type"], "turn.completed");
+    let summary = std::fs::read_dir(home.path().join(".local/share/agentctl/workspaces"))
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter(|d| d.path().join("SUMMARY.md").exists())
+        .count();
+    assert_eq!(summary, 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn budget_pause_then_resume_with_more() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("b.db").display());
+    let (_g, ws) = workspace();
+    let server = emulator(&script_by_outputs(&[
+        json!([call("c1", "list_dir", json!({}))]),
+        json!([call("c2", "list_dir", json!({}))]),
+        answer("FINAL: budget"),
+    ]))
+    .await;
+    let o = out(&mut run_cmd(&db, &server, &ws, &["--max-steps", "1"]));
+    assert_eq!(o.status.code(), Some(3), "{}", text(&o.stderr));
+    let run = only_run(&db);
+    let shown = show(&db, &run);
+    assert_eq!(shown["status"], "paused");
+    assert_eq!(shown["detail"], "max_steps");
+    let again = out(&mut resume_cmd(&db, &server, &run, &[]));
+    assert_eq!(again.status.code(), Some(3), "still over budget");
+    let o = out(&mut resume_cmd(&db, &server, &run, &["--max-steps", "10"]));
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert_eq!(show(&db, &run)["final_text"], "FINAL: budget");
+    let events = events(&db, &run).await;
+    check_invariants(&events);
+    assert_eq!(kinds_of(&events, "model.completed").len(), 3);
+    let done = out(&mut resume_cmd(&db, &server, &run, &[]));
+    assert_eq!(done.status.code(), Some(1));
+    assert!(
+        text(&done.stderr).contains("is completed"),
+        "{}",
+        text(&done.stderr)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctrl_c_cancels_the_tool_then_resume_finishes() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("i.db").display());
+    let (_g, ws) = workspace();
+    let server = emulator(&script_by_outputs(&[
+        json!([call(
+            "c_long",
+            "shell",
+            json!({"command": "touch started; sleep 60; touch finished"})
+        )]),
+        answer("FINAL: after interrupt"),
+    ]))
+    .await;
+    let child = run_cmd(&db, &server, &ws, &["--approval", "auto"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Interrupt once the command runs.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !ws.join("started").exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the command never started"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    std::process::Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(130), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains("agentctl resume"),
+        "{}",
+        text(&o.stderr)
+    );
+    assert!(!ws.join("finished").exists());
+    let run = only_run(&db);
+    let events = events(&db, &run).await;
+    assert_eq!(kinds_of(&events, "tool.cancelled").len(), 1);
+    assert_eq!(kinds_of(&events, "run.interrupted").len(), 1);
+    assert_eq!(show(&db, &run)["status"], "interrupted");
+    let o = out(&mut resume_cmd(&db, &server, &run, &[]));
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert!(
+        !ws.join("finished").exists(),
+        "a cancelled call is not run again"
+    );
+    check_invariants(&events_after(&db, &run).await);
+}
+
+async fn events_after(db: &str, run: &str) -> Vec<agent_journal::Event> {
+    events(db, run).await
+}

@@ -1,0 +1,164 @@
+//! The built-in tools as a model sees them: confinement, shell timeouts, output caps, the
+//! environment.
+
+use serde_json::{Value, json};
+
+use crate::host::*;
+
+/// What the model was told for `call_id` (the terminal event's value or error).
+fn told<'a>(events: &'a [agent_journal::Event], call_id: &str) -> (&'a str, String) {
+    let e = events
+        .iter()
+        .find(|e| {
+            call_id_of(e) == call_id
+                && (e.kind.starts_with("tool.")
+                    && !matches!(&*e.kind, "tool.scheduled" | "tool.started"))
+        })
+        .unwrap_or_else(|| panic!("no outcome for {call_id}"));
+    let text = e
+        .payload
+        .get("value")
+        .or_else(|| e.payload.get("error"))
+        .or_else(|| e.payload.get("message"));
+    (
+        &e.kind,
+        text.and_then(Value::as_str).unwrap_or("").to_string(),
+    )
+}
+
+async fn confinement(db: &str) {
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(outside.path().join("secret.txt"), "SECRET").unwrap();
+    let (_g, ws) = workspace();
+    std::os::unix::fs::symlink(outside.path(), ws.join("link")).unwrap();
+    std::fs::write(ws.join("inside.txt"), "hello inside").unwrap();
+    let escape = format!("{}/secret.txt", outside.path().display());
+    let server = emulator(&script_by_outputs(&[
+        json!([
+            call("c_dotdot", "read_file", json!({"path": "../secret.txt"})),
+            call("c_abs", "read_file", json!({"path": escape})),
+            call("c_link", "read_file", json!({"path": "link/secret.txt"})),
+            call(
+                "c_write",
+                "write_file",
+                json!({"path": "link/new.txt", "content": "x"})
+            ),
+            call("c_list", "list_dir", json!({"path": ".."})),
+            call("c_ok", "read_file", json!({"path": "inside.txt"})),
+            call("c_bad", "read_file", json!({"nope": 1})),
+            call("c_unknown", "rm_rf", json!({})),
+        ]),
+        json!([]),
+        json!([]),
+        json!([]),
+        json!([]),
+        json!([]),
+        json!([]),
+        json!([]),
+        answer("FINAL: confined"),
+    ]))
+    .await;
+    let o = out(&mut run_cmd(db, &server, &ws, &["--approval", "auto"]));
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let run = only_run(db);
+    let events = events(db, &run).await;
+    check_invariants(&events);
+    for call in ["c_dotdot", "c_abs", "c_link", "c_write", "c_list"] {
+        let (kind, msg) = told(&events, call);
+        assert_eq!(kind, "tool.failed", "{call}: {msg}");
+        assert!(msg.contains("outside the workspace"), "{call}: {msg}");
+        assert!(!msg.contains("SECRET"));
+    }
+    assert!(
+        !outside.path().join("new.txt").exists(),
+        "nothing written outside"
+    );
+    assert_eq!(
+        told(&events, "c_ok"),
+        ("tool.completed", "hello inside\n".to_string())
+    );
+    let (kind, msg) = told(&events, "c_bad");
+    assert_eq!(kind, "tool.refused");
+    assert!(msg.contains("missing `path`"), "{msg}");
+    let (kind, msg) = told(&events, "c_unknown");
+    assert_eq!(kind, "tool.refused");
+    assert!(msg.contains("unknown tool `rm_rf`"), "{msg}");
+    // The model got every refusal as a tool output, and the run went on.
+    let last = server
+        .requests()
+        .into_iter()
+        .rev()
+        .find(|r| r.path.ends_with("/responses"))
+        .unwrap();
+    let outputs: Vec<&Value> = last.body["input"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|i| i["type"] == "function_call_output")
+        .collect();
+    assert_eq!(outputs.len(), 8);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn confinement_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    confinement(&format!("sqlite://{}", dir.path().join("c.db").display())).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn confinement_postgres() {
+    let Some(pg) = agent_testkit::fresh_pg_database("host_confine").await else {
+        return;
+    };
+    confinement(pg.url()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shell_timeout_kills_the_group_caps_output_and_hides_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("s.db").display());
+    let (_g, ws) = workspace();
+    let server = emulator(&script_by_outputs(&[
+        json!([call(
+            "c_sleep",
+            "shell",
+            json!({"command": "sleep 60 & echo $! > bg.pid; wait", "timeout_ms": 300})
+        )]),
+        json!([call(
+            "c_big",
+            "shell",
+            json!({"command": "head -c 200000 /dev/zero | tr '\\0' x; echo; echo END"})
+        )]),
+        json!([call(
+            "c_env",
+            "shell",
+            json!({"command": "echo key=${OPENAI_API_KEY:-none}; exit 7"})
+        )]),
+        answer("FINAL: shell"),
+    ]))
+    .await;
+    let o = out(&mut run_cmd(&db, &server, &ws, &["--approval", "auto"]));
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let run = only_run(&db);
+    let events = events(&db, &run).await;
+    let (kind, msg) = told(&events, "c_sleep");
+    assert_eq!(kind, "tool.failed");
+    assert!(msg.contains("Timed out after 300 ms"), "{msg}");
+    let pid = std::fs::read_to_string(ws.join("bg.pid")).unwrap();
+    let alive = std::path::Path::new(&format!("/proc/{}", pid.trim())).exists()
+        && !std::fs::read_to_string(format!("/proc/{}/stat", pid.trim()))
+            .unwrap_or_default()
+            .contains(") Z");
+    assert!(!alive, "the grandchild sleep {pid} outlived the timeout");
+    let (kind, msg) = told(&events, "c_big");
+    assert_eq!(kind, "tool.completed");
+    assert!(msg.contains("bytes of output truncated"), "{}", &msg[..200]);
+    assert!(msg.trim_end().ends_with("END"));
+    assert!(msg.len() < 40_000, "{}", msg.len());
+    let (kind, msg) = told(&events, "c_env");
+    assert_eq!(kind, "tool.failed", "a non-zero exit is a failure");
+    assert!(
+        msg.contains("Exit code: 7") && msg.contains("key=none"),
+        "{msg}"
+    );
+}

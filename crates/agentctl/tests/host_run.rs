@@ -1,0 +1,19 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests may unwrap
+//! The agent host end to end: real `agentctl` processes, the emulator over HTTP+SSE on
+//! 127.0.0.1, SQLite files and (with AGENTCTL_TEST_PG_URL) PostgreSQL. One test binary for
+//! every host test (it links once).
+
+#[path = "host/mod.rs"]
+mod host;
+
+#[path = "host/crash.rs"]
+mod crash;
+
+#[path = "host/approvals.rs"]
+mod approvals;
+
+#[path = "host/tools.rs"]
+mod tools;
+
+#[path = "host/lifecycle.rs"]
+mod lifecycle;

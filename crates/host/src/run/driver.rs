@@ -1,0 +1,592 @@
+//! The step loop of one run, driven by one process.
+//!
+//! Invariants:
+//! - The journal is the only source of truth: the driver acts on [`RunState`] folded from
+//!   the thread, and re-reads the thread (`sync`) after each of its own writes and after the
+//!   runtime's, so decisions and requests from other processes are seen at step boundaries.
+//! - The host's own events are appended with the journal's expected-version append: a
+//!   conflict means someone else wrote; the driver folds what they wrote and retries, unless
+//!   another host took the run over (then it stops writing: [`HostError::Superseded`]).
+//! - A step with `model.completed` is never requested again; a call with a terminal event
+//!   never runs again; a call cut off after it started runs again only if its tool is
+//!   retry-safe or a human approves (reason `indeterminate`).
+
+use std::sync::Arc;
+
+use agent_journal::{Journal, JournalError, NewEvent};
+use agent_responses::Client;
+use agent_runtime::{Deadlines, Runtime, RuntimeError};
+use futures::StreamExt as _;
+use serde_json::{Value, json};
+
+use super::kinds as k;
+use super::model::{self, Streamed};
+use super::owner::Owner;
+use super::state::{CallProgress, CallRecord, Decision, RunSpec, RunState, RunStatus};
+use super::{DriveOptions, RunEnd, RunReport};
+use crate::error::HostError;
+use crate::tools::{Policy, ToolSpec};
+
+/// Attempts of one step's model call when the stream breaks (the client retries HTTP errors
+/// itself before a stream starts).
+const MAX_ATTEMPTS: u32 = 3;
+
+pub(crate) struct Driver {
+    pub(crate) journal: Journal,
+    pub(crate) client: Client,
+    pub(crate) runtime: Runtime,
+    pub(crate) thread: String,
+    pub(crate) turn: String,
+    pub(crate) state: RunState,
+    pub(crate) spec: RunSpec,
+    pub(crate) me: Owner,
+    pub(crate) opts: DriveOptions,
+}
+
+/// What to do with one call now.
+enum Next {
+    Launch,
+    Await,
+    Ask { reason: &'static str, round: u32 },
+    Wait,
+    Refuse(String),
+    Done,
+    Stuck(String),
+}
+
+impl Driver {
+    /// Folds every event after the last one seen; tells the observer.
+    pub(crate) async fn sync(&mut self) -> Result<(), HostError> {
+        let events = self
+            .journal
+            .replay(&self.thread, self.state.last_seq)
+            .await?;
+        for event in &events {
+            self.state.apply(event);
+            self.opts.observer.event(&self.state, event);
+        }
+        if self.state.status == Some(RunStatus::Running)
+            && self.state.driver.as_ref().is_some_and(|d| *d != self.me)
+        {
+            return Err(HostError::Superseded(self.state.id.clone()));
+        }
+        Ok(())
+    }
+
+    /// Appends the host's own events, only on top of what this driver has seen.
+    pub(crate) async fn append(&mut self, events: Vec<NewEvent>) -> Result<(), HostError> {
+        loop {
+            let expected = (self.state.last_seq > 0).then_some(self.state.last_seq);
+            match self
+                .journal
+                .append_expecting(&self.thread, expected, events.clone())
+                .await
+            {
+                Ok(_) => return self.sync().await,
+                Err(JournalError::Conflict { .. }) => self.sync().await?,
+                Err(err) => return Err(err.into()),
+            }
+        }
+    }
+
+    async fn record(
+        &mut self,
+        kind: &str,
+        payload: Value,
+        key: Option<String>,
+    ) -> Result<(), HostError> {
+        let mut event = NewEvent::new(self.thread.clone(), kind, payload);
+        if let Some(key) = key {
+            event = event.with_dedup_key(key);
+        }
+        self.append(vec![event]).await
+    }
+
+    /// Drives the run until it completes, pauses, fails or is interrupted.
+    pub(crate) async fn drive(mut self) -> Result<RunReport, HostError> {
+        let end = self.steps().await;
+        let end = match end {
+            Ok(end) => end,
+            Err(err) => {
+                self.runtime.close().await;
+                return Err(err);
+            }
+        };
+        match &end {
+            RunEnd::Interrupted => {
+                let _ = self.runtime.cancel(&self.thread, &self.turn).await;
+            }
+            _ => {
+                let _ = self.runtime.finish(&self.thread, &self.turn).await;
+            }
+        }
+        self.runtime.close().await;
+        Ok(RunReport {
+            run_id: self.state.id.clone(),
+            end,
+            state: self.state,
+        })
+    }
+
+    async fn steps(&mut self) -> Result<RunEnd, HostError> {
+        loop {
+            if let Some(end) = self.check_interrupt().await? {
+                return Ok(end);
+            }
+            let last = self.state.steps.last().map(|s| s.step);
+            let open_calls: Vec<CallRecord> = self
+                .state
+                .calls
+                .iter()
+                .filter(|c| Some(c.step) == last && !matches!(c.progress, CallProgress::Done(_)))
+                .cloned()
+                .collect();
+            if !open_calls.is_empty() {
+                if let Some(end) = self.calls(open_calls).await? {
+                    return Ok(end);
+                }
+                continue;
+            }
+            if let Some(step) = self.state.steps.last()
+                && !step
+                    .output
+                    .iter()
+                    .any(|i| i.get("type").and_then(Value::as_str) == Some("function_call"))
+            {
+                let text = model::output_text(&step.output);
+                let usage = self.state.usage;
+                self.record(
+                    k::RUN_COMPLETED,
+                    json!({"text": text, "usage": usage, "steps": self.state.steps.len()}),
+                    Some("run-end".into()),
+                )
+                .await?;
+                return Ok(RunEnd::Completed { text });
+            }
+            if let Some(end) = self.budget_pause().await? {
+                return Ok(end);
+            }
+            if let Some(end) = self.model_step().await? {
+                return Ok(end);
+            }
+        }
+    }
+
+    async fn pause(&mut self, reason: &str, detail: String) -> Result<RunEnd, HostError> {
+        self.record(
+            k::RUN_PAUSED,
+            json!({"reason": reason, "detail": detail}),
+            None,
+        )
+        .await?;
+        Ok(RunEnd::Paused {
+            reason: reason.to_string(),
+            detail,
+        })
+    }
+
+    async fn budget_pause(&mut self) -> Result<Option<RunEnd>, HostError> {
+        let Some(budgets) = self.state.budgets() else {
+            return Ok(None);
+        };
+        let steps = self.state.steps.len() as u64;
+        if steps >= budgets.max_steps {
+            let detail = format!(
+                "{steps} of {} steps used; resume with a higher --max-steps",
+                budgets.max_steps
+            );
+            return self.pause("max_steps", detail).await.map(Some);
+        }
+        if let Some(max) = budgets.max_tokens
+            && self.state.usage.total_tokens >= max
+        {
+            let detail = format!(
+                "{} of {max} tokens used; resume with a higher --max-tokens",
+                self.state.usage.total_tokens
+            );
+            return self.pause("max_tokens", detail).await.map(Some);
+        }
+        Ok(None)
+    }
+
+    async fn check_interrupt(&mut self) -> Result<Option<RunEnd>, HostError> {
+        if self.opts.cancel.is_cancelled() || self.state.interrupt_requested.is_some() {
+            return self.interrupt().await.map(Some);
+        }
+        Ok(None)
+    }
+
+    /// Cancels running tools (their terminal events are journaled by the runtime), then
+    /// records `run.interrupted`.
+    async fn interrupt(&mut self) -> Result<RunEnd, HostError> {
+        let running: Vec<String> = self
+            .state
+            .calls
+            .iter()
+            .filter(|c| matches!(&c.progress, CallProgress::Scheduled { turn, .. } if *turn == self.turn))
+            .map(|c| c.call_id.clone())
+            .collect();
+        match self.runtime.cancel(&self.thread, &self.turn).await {
+            Ok(()) | Err(RuntimeError::TurnNotActive { .. }) => {}
+            Err(err) => return Err(err.into()),
+        }
+        self.sync().await?;
+        self.record(k::RUN_INTERRUPTED, json!({"cancelled": running}), None)
+            .await?;
+        Ok(RunEnd::Interrupted)
+    }
+
+    /// One model call: `model.requested`, the stream, then `model.completed` or, once the
+    /// attempts are used up, `model.failed` and a pause.
+    async fn model_step(&mut self) -> Result<Option<RunEnd>, HostError> {
+        let step = self.state.steps.len() as u64 + 1;
+        let request = model::build_request(&self.state, &self.spec).map_err(HostError::Invalid)?;
+        let body = serde_json::to_vec(&request).map_err(|e| HostError::Invalid(e.to_string()))?;
+        let sha = k::sha256_hex(&body);
+        loop {
+            let attempt = self.state.attempts.get(&step).copied().unwrap_or(0) + 1;
+            self.record(
+                k::MODEL_REQUESTED,
+                json!({"step": step, "attempt": attempt, "model": self.spec.model, "request_sha256": sha}),
+                Some(k::model_key(step, attempt)),
+            )
+            .await?;
+            let observer = Arc::clone(&self.opts.observer);
+            let on_text = move |delta: &str| observer.text_delta(delta);
+            let cancel = self.opts.cancel.clone();
+            let streamed = tokio::select! {
+                streamed = model::stream(&self.client, &request, &on_text) => Some(streamed),
+                () = cancel.cancelled() => None,
+            };
+            let Some(streamed) = streamed else {
+                return self.interrupt().await.map(Some);
+            };
+            match streamed {
+                Streamed::Response(response) if response.status.as_deref() != Some("failed") => {
+                    let output: Vec<Value> = response
+                        .output
+                        .iter()
+                        .map(serde_json::to_value)
+                        .collect::<Result<_, _>>()
+                        .map_err(|e| HostError::Invalid(e.to_string()))?;
+                    let usage = response
+                        .usage
+                        .as_ref()
+                        .and_then(|u| u.as_ref())
+                        .and_then(|u| serde_json::to_value(u).ok())
+                        .unwrap_or(Value::Null);
+                    self.record(
+                        k::MODEL_COMPLETED,
+                        json!({"step": step, "attempt": attempt, "response_id": response.id,
+                               "status": response.status, "output": output, "usage": usage}),
+                        Some(k::model_done_key(step)),
+                    )
+                    .await?;
+                    return Ok(None);
+                }
+                Streamed::Response(response) => {
+                    let error = response
+                        .error()
+                        .map(|e| serde_json::to_value(e).unwrap_or(Value::Null));
+                    let message = response
+                        .error()
+                        .map(|e| e.message.clone())
+                        .unwrap_or_else(|| "the response failed".into());
+                    self.record(
+                        k::MODEL_FAILED,
+                        json!({"step": step, "attempt": attempt, "status": null, "message": message,
+                               "error": error, "retryable": false}),
+                        None,
+                    )
+                    .await?;
+                    return self.pause("model_error", message).await.map(Some);
+                }
+                Streamed::Failed(err) => {
+                    let mut fields = model::failure_fields(&err);
+                    if let Some(obj) = fields.as_object_mut() {
+                        obj.insert("step".into(), json!(step));
+                        obj.insert("attempt".into(), json!(attempt));
+                    }
+                    if model::retryable(&err) && attempt < MAX_ATTEMPTS {
+                        tracing::warn!(step, attempt, error = %err, "model call failed; trying again");
+                        continue;
+                    }
+                    self.record(k::MODEL_FAILED, fields, None).await?;
+                    return self.pause("model_error", err.to_string()).await.map(Some);
+                }
+            }
+        }
+    }
+
+    fn tool_spec(&self, name: &str) -> Option<&ToolSpec> {
+        self.spec.tools.iter().find(|t| t.name == name)
+    }
+
+    fn next_for(&self, call: &CallRecord) -> Next {
+        let spec = self.tool_spec(&call.name);
+        let retry_safe = spec.is_some_and(|s| s.retry_safe);
+        let round = call.approvals.len() as u32;
+        let last = call.approvals.last();
+        match &call.progress {
+            CallProgress::Done(_) => Next::Done,
+            CallProgress::Scheduled { turn, .. } if *turn == self.turn => Next::Await,
+            // Adoption marks every call of an earlier turn interrupted, so this is a
+            // journal written by something else than a host.
+            CallProgress::Scheduled { turn, .. } => Next::Stuck(turn.clone()),
+            CallProgress::Interrupted { started, approval } => {
+                if !started || retry_safe {
+                    return Next::Launch;
+                }
+                let decision = approval
+                    .and_then(|r| call.approvals.iter().find(|a| a.round == r))
+                    .map(|a| a.decision.as_ref().map(|d| d.approve));
+                match decision {
+                    None => Next::Ask {
+                        reason: "indeterminate",
+                        round,
+                    },
+                    Some(None) => Next::Wait,
+                    Some(Some(true)) => Next::Launch,
+                    Some(Some(false)) => Next::Done,
+                }
+            }
+            CallProgress::New => {
+                let Some(spec) = spec else {
+                    return Next::Refuse(format!(
+                        "unknown tool `{}`; the tools are: {}",
+                        call.name,
+                        self.spec
+                            .tools
+                            .iter()
+                            .map(|t| t.name.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ));
+                };
+                if self.state.approved_tools.contains(&call.name) {
+                    return Next::Launch;
+                }
+                match spec.policy {
+                    Policy::Auto => Next::Launch,
+                    Policy::Deny => Next::Refuse(format!(
+                        "Refused: the run's policy does not allow `{}` calls.",
+                        call.name
+                    )),
+                    Policy::Ask => match last {
+                        None => Next::Ask {
+                            reason: "policy",
+                            round: 0,
+                        },
+                        Some(a) => match &a.decision {
+                            None => Next::Wait,
+                            Some(d) if d.approve => Next::Launch,
+                            Some(_) => Next::Done,
+                        },
+                    },
+                }
+            }
+        }
+    }
+
+    /// Moves the open calls of the last step on: launches what may run, asks what needs a
+    /// human, waits for results. Returns an end when the run pauses or is interrupted.
+    async fn calls(&mut self, open: Vec<CallRecord>) -> Result<Option<RunEnd>, HostError> {
+        let mut launched = Vec::new();
+        let mut waiting = Vec::new();
+        for call in &open {
+            match self.next_for(call) {
+                Next::Done => {}
+                Next::Stuck(turn) => {
+                    return Err(HostError::Invalid(format!(
+                        "call {} is scheduled under turn {turn}, which no host drives",
+                        call.call_id
+                    )));
+                }
+                Next::Await => launched.push(call.call_id.clone()),
+                Next::Launch => {
+                    if let Some(refusal) = self.launch(call).await? {
+                        self.refuse(call, refusal).await?;
+                    } else {
+                        launched.push(call.call_id.clone());
+                    }
+                }
+                Next::Refuse(message) => self.refuse(call, message).await?,
+                Next::Ask { reason, round } => {
+                    self.record(
+                        k::APPROVAL_REQUESTED,
+                        json!({"call_id": call.call_id, "tool": call.name, "arguments": call.arguments,
+                               "args_sha256": k::sha256_hex(call.arguments.as_bytes()),
+                               "reason": reason, "round": round}),
+                        Some(k::approval_request_key(&call.call_id, round)),
+                    )
+                    .await?;
+                    waiting.push(call.call_id.clone());
+                }
+                Next::Wait => waiting.push(call.call_id.clone()),
+            }
+        }
+        if !launched.is_empty() {
+            let runtime = self.runtime.clone();
+            let (thread, turn) = (self.thread.clone(), self.turn.clone());
+            let results = futures::future::join_all(launched.iter().map(|call_id| {
+                let key = agent_runtime::JobKey {
+                    thread: thread.clone(),
+                    turn: turn.clone(),
+                    call_id: call_id.clone(),
+                };
+                let runtime = runtime.clone();
+                let (thread, turn) = (thread.clone(), turn.clone());
+                async move { runtime.result(&thread, &turn, &key).await }
+            }));
+            let cancel = self.opts.cancel.clone();
+            let results = tokio::select! {
+                results = results => Some(results),
+                () = cancel.cancelled() => None,
+            };
+            let Some(results) = results else {
+                return self.interrupt().await.map(Some);
+            };
+            for result in results {
+                match result {
+                    Ok(_)
+                    | Err(RuntimeError::UnknownCall { .. })
+                    | Err(RuntimeError::Unresolved { .. }) => {}
+                    Err(err) => return Err(err.into()),
+                }
+            }
+            self.sync().await?;
+        }
+        if waiting.is_empty() {
+            return Ok(None);
+        }
+        self.sync().await?;
+        // Decided meanwhile (another process): go round again.
+        let still: Vec<CallRecord> = waiting
+            .iter()
+            .filter_map(|id| self.state.call(id))
+            .filter(|c| c.pending_approval().is_some())
+            .cloned()
+            .collect();
+        if still.is_empty() {
+            return Ok(None);
+        }
+        if let Some(decider) = self.opts.decider.clone() {
+            for call in &still {
+                let Some(pending) = call.pending_approval().cloned() else {
+                    continue;
+                };
+                let cancel = self.opts.cancel.clone();
+                let decision = tokio::select! {
+                    d = decider.decide(&self.state.id, call, &pending.reason) => Some(d),
+                    () = cancel.cancelled() => None,
+                };
+                let Some(decision) = decision else {
+                    return self.interrupt().await.map(Some);
+                };
+                if let Some(decision) = decision {
+                    self.decide(call, pending.round, &pending.args_sha256, decision)
+                        .await?;
+                }
+            }
+            return Ok(None);
+        }
+        if self.opts.wait {
+            return self.wait_for_decision().await;
+        }
+        let detail = still
+            .iter()
+            .map(|c| format!("{} ({})", c.call_id, c.name))
+            .collect::<Vec<_>>()
+            .join(", ");
+        self.pause("approval", detail).await.map(Some)
+    }
+
+    async fn decide(
+        &mut self,
+        call: &CallRecord,
+        round: u32,
+        sha: &str,
+        decision: Decision,
+    ) -> Result<(), HostError> {
+        let mut payload =
+            serde_json::to_value(&decision).map_err(|e| HostError::Invalid(e.to_string()))?;
+        if let Some(obj) = payload.as_object_mut() {
+            obj.insert("call_id".into(), json!(call.call_id));
+            obj.insert("round".into(), json!(round));
+            obj.insert("args_sha256".into(), json!(sha));
+            obj.insert(
+                "decision".into(),
+                json!(if decision.approve { "approve" } else { "deny" }),
+            );
+        }
+        self.record(
+            k::APPROVAL_DECIDED,
+            payload,
+            Some(k::approval_key(&call.call_id, round)),
+        )
+        .await
+    }
+
+    /// Waits until another process decides (or interrupts).
+    async fn wait_for_decision(&mut self) -> Result<Option<RunEnd>, HostError> {
+        let mut tail = self.journal.tail(&self.thread, self.state.last_seq);
+        loop {
+            let cancel = self.opts.cancel.clone();
+            let next = tokio::select! {
+                next = tail.next() => Some(next),
+                () = cancel.cancelled() => None,
+            };
+            let Some(next) = next else {
+                return self.interrupt().await.map(Some);
+            };
+            match next {
+                Some(Ok(event))
+                    if matches!(&*event.kind, k::APPROVAL_DECIDED | k::INTERRUPT_REQUESTED) =>
+                {
+                    self.sync().await?;
+                    return Ok(None);
+                }
+                Some(Ok(_)) => {}
+                Some(Err(err)) => return Err(err.into()),
+                None => return Ok(None),
+            }
+        }
+    }
+
+    async fn refuse(&mut self, call: &CallRecord, message: String) -> Result<(), HostError> {
+        self.record(
+            k::TOOL_REFUSED,
+            json!({"call_id": call.call_id, "tool": call.name, "message": message}),
+            Some(format!("refused:{}", call.call_id)),
+        )
+        .await
+    }
+
+    /// Launches `call` in this process's turn; `Some(message)` when the runtime refuses it
+    /// (unknown tool, invalid arguments): the model is told, nothing ran.
+    async fn launch(&mut self, call: &CallRecord) -> Result<Option<String>, HostError> {
+        let args: Value = match serde_json::from_str(&call.arguments) {
+            Ok(args) => args,
+            Err(err) => return Ok(Some(format!("the arguments are not valid JSON: {err}"))),
+        };
+        let launched = self
+            .runtime
+            .launch_with(
+                &self.thread,
+                &self.turn,
+                &call.call_id,
+                &call.name,
+                args,
+                Deadlines::none(),
+            )
+            .await;
+        match launched {
+            Ok(_) => Ok(None),
+            Err(RuntimeError::ToolNotAllowed(name)) => Ok(Some(format!("unknown tool `{name}`"))),
+            Err(RuntimeError::InvalidArgs { tool, reason }) => {
+                Ok(Some(format!("invalid arguments for {tool}: {reason}")))
+            }
+            Err(err) => Err(err.into()),
+        }
+    }
+}

@@ -1,0 +1,136 @@
+//! One model call of a step: the request built from the run's history, streamed over
+//! HTTP+SSE.
+//!
+//! Invariant: the request is a pure function of the run state (instructions, the prompt,
+//! then every step's output items verbatim, each followed by the outputs of its calls in
+//! the order the model made them), so a resumed run sends what the crashed one would have.
+
+use agent_responses::types::{
+    CreateResponse, FunctionCallOutput, FunctionTool, Input, Item, MessageItem, StreamEvent, Tool,
+};
+use agent_responses::{Client, ClientError};
+use serde_json::Value;
+
+use super::state::{CallProgress, RunSpec, RunState};
+
+/// The request for the next step of `state`.
+pub(crate) fn build_request(state: &RunState, spec: &RunSpec) -> Result<CreateResponse, String> {
+    let mut items = vec![Item::Message(MessageItem::user(spec.prompt.clone()))];
+    for step in &state.steps {
+        for raw in &step.output {
+            let item: Item = serde_json::from_value(raw.clone())
+                .map_err(|err| format!("step {}: unreadable output item: {err}", step.step))?;
+            items.push(item);
+        }
+        for call in state.calls.iter().filter(|c| c.step == step.step) {
+            if let CallProgress::Done(output) = &call.progress {
+                items.push(Item::FunctionCallOutput(FunctionCallOutput::new(
+                    call.call_id.clone(),
+                    output.text.clone(),
+                    None,
+                )));
+            }
+        }
+    }
+    let tools = spec
+        .tools
+        .iter()
+        .map(|t| {
+            Tool::Function(FunctionTool::new(
+                t.name.clone(),
+                t.description.clone(),
+                t.parameters.clone(),
+            ))
+        })
+        .collect();
+    let mut request = CreateResponse::new(spec.model.clone(), Input::Items(items));
+    request.instructions = spec.instructions.clone().map(Some);
+    request.tools = Some(tools);
+    Ok(request)
+}
+
+/// What a streamed call came to.
+pub(crate) enum Streamed {
+    /// The response in full (completed or incomplete): its output is the step's.
+    Response(Box<agent_responses::types::Response>),
+    /// The API said no (after the client's retries), or the stream broke.
+    Failed(ClientError),
+}
+
+/// Streams `request`, handing text deltas to `on_text`.
+pub(crate) async fn stream(
+    client: &Client,
+    request: &CreateResponse,
+    on_text: &(dyn Fn(&str) + Send + Sync),
+) -> Streamed {
+    let mut events = match client.create_stream(request).await {
+        Ok(events) => events,
+        Err(err) => return Streamed::Failed(err),
+    };
+    while let Some(event) = events.next().await {
+        match event {
+            Ok(StreamEvent::OutputTextDelta(delta)) => on_text(&delta.delta),
+            Ok(
+                StreamEvent::Completed(done)
+                | StreamEvent::Incomplete(done)
+                | StreamEvent::Failed(done),
+            ) => {
+                return Streamed::Response(Box::new(done.response));
+            }
+            Ok(_) => {}
+            Err(err) => return Streamed::Failed(err),
+        }
+    }
+    Streamed::Failed(ClientError::StreamEndedEarly)
+}
+
+/// Whether another attempt may succeed where this one failed.
+pub(crate) fn retryable(err: &ClientError) -> bool {
+    match err {
+        ClientError::StreamEndedEarly
+        | ClientError::StreamIdleTimeout(_)
+        | ClientError::Transport(_)
+        | ClientError::Connect(_)
+        | ClientError::Timeout(_) => true,
+        ClientError::Api(api) | ClientError::StreamError(api) => api
+            .status
+            .is_none_or(|s| s == 408 || s == 409 || s == 429 || s >= 500),
+        _ => false,
+    }
+}
+
+/// The `model.failed` payload fields of an error (the key never appears in them).
+pub(crate) fn failure_fields(err: &ClientError) -> Value {
+    let api = err.api();
+    serde_json::json!({
+        "status": api.and_then(|a| a.status),
+        "error_type": api.and_then(|a| a.kind.clone()),
+        "code": api.and_then(|a| a.code.clone()),
+        "message": err.to_string(),
+        "retryable": retryable(err),
+    })
+}
+
+/// The text of a step's assistant messages.
+pub(crate) fn output_text(output: &[Value]) -> String {
+    let mut text = String::new();
+    for item in output {
+        if item.get("type").and_then(Value::as_str) != Some("message") {
+            continue;
+        }
+        match item.get("content") {
+            Some(Value::String(s)) => text.push_str(s),
+            Some(Value::Array(parts)) => {
+                for part in parts {
+                    if part.get("type").and_then(Value::as_str) == Some("output_text")
+                        && let Some(t) = part.get("text").and_then(Value::as_str)
+                    {
+                        text.push_str(t);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    text
+}

@@ -1,0 +1,512 @@
+//! A run in memory: a fold over its journal thread.
+//!
+//! Invariant: [`RunState::apply`] is the only way a run's state is built, live and on
+//! resume alike, so the two cannot drift. It never fails on an event it does not know (other
+//! hosts or newer versions may write more kinds); a known kind with a malformed payload is
+//! skipped with a warning rather than making the run unreadable.
+
+use std::collections::HashMap;
+
+use agent_journal::Event;
+use agent_runtime::events as rt;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::kinds as k;
+use super::owner::Owner;
+use crate::tools::{ApprovalMode, ToolSpec};
+
+/// What `run.created` records.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunSpec {
+    pub prompt: String,
+    pub model: String,
+    #[serde(default)]
+    pub instructions: Option<String>,
+    pub workspace: String,
+    pub tools: Vec<ToolSpec>,
+    pub approval: ApprovalMode,
+    pub budgets: Budgets,
+    #[serde(default = "http")]
+    pub transport: String,
+    /// Where the model was reached: a base URL, `mock` (the built-in story) or
+    /// `mock:PATH` (an emulator script); `resume` reuses it when given no endpoint.
+    #[serde(default)]
+    pub endpoint: Option<String>,
+}
+
+fn http() -> String {
+    "http".into()
+}
+
+/// Limits that pause a run when reached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Budgets {
+    /// Model steps in total.
+    pub max_steps: u64,
+    /// Tokens (input + output) in total, if limited.
+    #[serde(default)]
+    pub max_tokens: Option<u64>,
+}
+
+/// Token usage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Usage {
+    pub input_tokens: u64,
+    pub cached_tokens: u64,
+    pub output_tokens: u64,
+    pub reasoning_tokens: u64,
+    pub total_tokens: u64,
+}
+
+impl Usage {
+    /// Usage from a response's `usage` object (missing details count as zero).
+    pub fn from_api(usage: &Value) -> Usage {
+        let n = |v: Option<&Value>| v.and_then(Value::as_u64).unwrap_or(0);
+        let input = n(usage.get("input_tokens"));
+        let output = n(usage.get("output_tokens"));
+        Usage {
+            input_tokens: input,
+            cached_tokens: n(usage.pointer("/input_tokens_details/cached_tokens")),
+            output_tokens: output,
+            reasoning_tokens: n(usage.pointer("/output_tokens_details/reasoning_tokens")),
+            total_tokens: usage
+                .get("total_tokens")
+                .and_then(Value::as_u64)
+                .unwrap_or(input + output),
+        }
+    }
+
+    pub(crate) fn add(&mut self, other: &Usage) {
+        self.input_tokens += other.input_tokens;
+        self.cached_tokens += other.cached_tokens;
+        self.output_tokens += other.output_tokens;
+        self.reasoning_tokens += other.reasoning_tokens;
+        self.total_tokens += other.total_tokens;
+    }
+}
+
+/// Where a run is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunStatus {
+    Running,
+    Paused,
+    Interrupted,
+    Completed,
+    Failed,
+}
+
+impl RunStatus {
+    /// Completed and failed runs never run again.
+    pub fn is_final(self) -> bool {
+        matches!(self, RunStatus::Completed | RunStatus::Failed)
+    }
+
+    /// The name used in output and `--status`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunStatus::Running => "running",
+            RunStatus::Paused => "paused",
+            RunStatus::Interrupted => "interrupted",
+            RunStatus::Completed => "completed",
+            RunStatus::Failed => "failed",
+        }
+    }
+}
+
+/// One completed model step.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StepRecord {
+    pub step: u64,
+    pub response_id: String,
+    /// Output items, verbatim.
+    pub output: Vec<Value>,
+    pub usage: Usage,
+}
+
+/// What the model is told a call came to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CallOutput {
+    pub ok: bool,
+    pub text: String,
+}
+
+/// Where one call (by the model's `call_id`) is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CallProgress {
+    /// Nothing recorded yet.
+    New,
+    /// Scheduled in the runtime turn `turn`, no terminal event yet.
+    Scheduled { turn: String, started: bool },
+    /// Cut off by a crash (`tool.interrupted`); `started`: its effect may have happened.
+    /// `approval`: the `indeterminate` approval round asked since, if any.
+    Interrupted {
+        started: bool,
+        approval: Option<u32>,
+    },
+    /// Finished (or refused): this is what the model sees.
+    Done(CallOutput),
+}
+
+/// An approval round of a call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApprovalRecord {
+    pub round: u32,
+    /// `policy` or `indeterminate`.
+    pub reason: String,
+    pub args_sha256: String,
+    pub decision: Option<Decision>,
+}
+
+/// A human's decision.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Decision {
+    pub approve: bool,
+    #[serde(default)]
+    pub reason: Option<String>,
+    #[serde(default)]
+    pub by: Option<String>,
+    /// `run`: approve this tool for the rest of the run.
+    #[serde(default)]
+    pub scope: Option<String>,
+}
+
+/// One model tool call.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CallRecord {
+    pub call_id: String,
+    pub name: String,
+    /// The arguments as the model wrote them (JSON text).
+    pub arguments: String,
+    pub step: u64,
+    pub progress: CallProgress,
+    pub approvals: Vec<ApprovalRecord>,
+}
+
+impl CallRecord {
+    /// The approval round awaiting a decision, if any.
+    pub fn pending_approval(&self) -> Option<&ApprovalRecord> {
+        self.approvals.last().filter(|a| a.decision.is_none())
+    }
+}
+
+/// The whole run, as folded from its events.
+#[derive(Debug, Clone, Default)]
+pub struct RunState {
+    pub id: String,
+    pub spec: Option<RunSpec>,
+    pub status: Option<RunStatus>,
+    /// Why it paused, failed or was interrupted, as last recorded.
+    pub status_detail: Option<String>,
+    pub steps: Vec<StepRecord>,
+    /// `model.requested` attempts per step.
+    pub attempts: HashMap<u64, u32>,
+    /// Calls in the order the model made them.
+    pub calls: Vec<CallRecord>,
+    index: HashMap<String, usize>,
+    pub usage: Usage,
+    /// Tools approved for the rest of the run ("approve always").
+    pub approved_tools: Vec<String>,
+    pub final_text: Option<String>,
+    /// The host driving the run, from its last `run.created`/`run.resumed` until it stopped.
+    pub driver: Option<Owner>,
+    /// Budgets raised by `resume`.
+    pub budgets: Option<Budgets>,
+    pub created_at: i64,
+    pub updated_at: i64,
+    pub last_seq: i64,
+    pub interrupt_requested: Option<i64>,
+}
+
+impl RunState {
+    /// An empty state for run `id` (fold its events in with [`apply`](Self::apply)).
+    pub fn new(id: &str) -> RunState {
+        RunState {
+            id: id.to_string(),
+            ..RunState::default()
+        }
+    }
+
+    /// Folds all of `events` in.
+    pub fn from_events(id: &str, events: &[Event]) -> RunState {
+        let mut state = RunState::new(id);
+        for event in events {
+            state.apply(event);
+        }
+        state
+    }
+
+    /// The budgets in force.
+    pub fn budgets(&self) -> Option<Budgets> {
+        self.budgets
+            .or_else(|| self.spec.as_ref().map(|s| s.budgets))
+    }
+
+    /// The call with `call_id`.
+    pub fn call(&self, call_id: &str) -> Option<&CallRecord> {
+        self.index.get(call_id).map(|&i| &self.calls[i])
+    }
+
+    /// Calls whose approval awaits a decision.
+    pub fn pending_approvals(&self) -> impl Iterator<Item = &CallRecord> {
+        self.calls.iter().filter(|c| c.pending_approval().is_some())
+    }
+
+    /// The first line of the prompt.
+    pub fn title(&self) -> String {
+        self.spec
+            .as_ref()
+            .and_then(|s| s.prompt.lines().next())
+            .unwrap_or("")
+            .to_string()
+    }
+
+    /// Folds one event in. Events of kinds it does not know are ignored.
+    pub fn apply(&mut self, event: &Event) {
+        self.last_seq = self.last_seq.max(event.seq);
+        if self.created_at == 0 {
+            self.created_at = event.at;
+        }
+        self.updated_at = event.at;
+        let p = &event.payload;
+        match &*event.kind {
+            k::RUN_CREATED => match serde_json::from_value::<RunSpec>(p.clone()) {
+                Ok(spec) => {
+                    self.spec = Some(spec);
+                    self.status = Some(RunStatus::Running);
+                    self.driver = owner(p);
+                }
+                Err(err) => tracing::warn!(seq = event.seq, %err, "unreadable run.created"),
+            },
+            k::RUN_RESUMED => {
+                self.status = Some(RunStatus::Running);
+                self.status_detail = None;
+                self.driver = owner(p);
+                if let Some(b) = p.get("budgets").cloned()
+                    && let Ok(b) = serde_json::from_value(b)
+                {
+                    self.budgets = Some(b);
+                }
+                self.interrupt_requested = None;
+            }
+            k::MODEL_REQUESTED => {
+                if let Some(step) = p.get("step").and_then(Value::as_u64) {
+                    let attempts = self.attempts.entry(step).or_default();
+                    *attempts = (*attempts).max(u32_of(p, "attempt"));
+                }
+            }
+            k::MODEL_COMPLETED => self.apply_completed(p),
+            k::TOOL_REFUSED => {
+                if let Some(call) = self.call_mut(p) {
+                    call.progress = CallProgress::Done(CallOutput {
+                        ok: false,
+                        text: str_of(p, "message"),
+                    });
+                }
+            }
+            k::APPROVAL_REQUESTED => {
+                let round = u32_of(p, "round");
+                let reason = str_of(p, "reason");
+                if let Some(call) = self.call_mut(p)
+                    && !call.approvals.iter().any(|a| a.round == round)
+                {
+                    if let CallProgress::Interrupted { approval, .. } = &mut call.progress
+                        && reason == "indeterminate"
+                    {
+                        *approval = Some(round);
+                    }
+                    call.approvals.push(ApprovalRecord {
+                        round,
+                        reason,
+                        args_sha256: str_of(p, "args_sha256"),
+                        decision: None,
+                    });
+                }
+            }
+            k::APPROVAL_DECIDED => self.apply_decided(p),
+            k::RUN_PAUSED => self.stop(RunStatus::Paused, p),
+            k::RUN_INTERRUPTED => self.stop(RunStatus::Interrupted, p),
+            k::RUN_FAILED => self.stop(RunStatus::Failed, p),
+            k::RUN_COMPLETED => {
+                self.final_text = p.get("text").and_then(Value::as_str).map(str::to_string);
+                self.stop(RunStatus::Completed, p);
+            }
+            k::INTERRUPT_REQUESTED => self.interrupt_requested = Some(event.seq),
+            rt::TOOL_SCHEDULED => {
+                let turn = str_of(p, "turn_id");
+                if let Some(call) = self.call_mut(p) {
+                    call.progress = CallProgress::Scheduled {
+                        turn,
+                        started: false,
+                    };
+                }
+            }
+            rt::TOOL_STARTED => {
+                if let Some(call) = self.call_mut(p)
+                    && let CallProgress::Scheduled { started, .. } = &mut call.progress
+                {
+                    *started = true;
+                }
+            }
+            kind if rt::TOOL_TERMINALS.contains(&kind) => self.apply_terminal(kind, p),
+            _ => {}
+        }
+    }
+
+    fn apply_completed(&mut self, p: &Value) {
+        let Some(step) = p.get("step").and_then(Value::as_u64) else {
+            return;
+        };
+        if self.steps.iter().any(|s| s.step == step) {
+            return;
+        }
+        let output: Vec<Value> = p
+            .get("output")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        let usage = p.get("usage").map(Usage::from_api).unwrap_or_default();
+        for item in &output {
+            if item.get("type").and_then(Value::as_str) != Some("function_call") {
+                continue;
+            }
+            let call_id = str_of(item, "call_id");
+            if call_id.is_empty() || self.index.contains_key(&call_id) {
+                continue;
+            }
+            self.index.insert(call_id.clone(), self.calls.len());
+            self.calls.push(CallRecord {
+                call_id,
+                name: str_of(item, "name"),
+                arguments: str_of(item, "arguments"),
+                step,
+                progress: CallProgress::New,
+                approvals: Vec::new(),
+            });
+        }
+        self.usage.add(&usage);
+        self.steps.push(StepRecord {
+            step,
+            response_id: str_of(p, "response_id"),
+            output,
+            usage,
+        });
+    }
+
+    fn apply_decided(&mut self, p: &Value) {
+        let round = u32_of(p, "round");
+        let Ok(decision) = serde_json::from_value::<Decision>(p.clone()) else {
+            return;
+        };
+        let mut approved_tool = None;
+        if let Some(call) = self.call_mut(p)
+            && let Some(approval) = call.approvals.iter_mut().find(|a| a.round == round)
+            && approval.decision.is_none()
+        {
+            if decision.approve && decision.scope.as_deref() == Some("run") {
+                approved_tool = Some(call.name.clone());
+            }
+            if !decision.approve {
+                let why = decision
+                    .reason
+                    .clone()
+                    .unwrap_or_else(|| "no reason given".into());
+                let by = decision.by.clone().unwrap_or_else(|| "a user".into());
+                call.progress = CallProgress::Done(CallOutput {
+                    ok: false,
+                    text: if approval.reason == "indeterminate" {
+                        format!(
+                            "The call was interrupted by a crash with unknown effect (it may or may not have run); {by} chose not to run it again: {why}"
+                        )
+                    } else {
+                        format!("Denied by {by}: {why}")
+                    },
+                });
+            }
+            approval.decision = Some(decision);
+        }
+        if let Some(tool) = approved_tool
+            && !self.approved_tools.contains(&tool)
+        {
+            self.approved_tools.push(tool);
+        }
+    }
+
+    fn apply_terminal(&mut self, kind: &str, p: &Value) {
+        let Some(call) = self.call_mut(p) else { return };
+        let started = p.get("started").and_then(Value::as_bool).unwrap_or(false);
+        let error = || {
+            p.get("error")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string()
+        };
+        call.progress = match kind {
+            rt::TOOL_COMPLETED => CallProgress::Done(CallOutput {
+                ok: true,
+                text: match p.get("value") {
+                    Some(Value::String(s)) => s.clone(),
+                    Some(other) => other.to_string(),
+                    None => String::new(),
+                },
+            }),
+            rt::TOOL_FAILED => CallProgress::Done(CallOutput {
+                ok: false,
+                text: error(),
+            }),
+            rt::TOOL_TIMEOUT => CallProgress::Done(CallOutput {
+                ok: false,
+                text: "The call timed out.".into(),
+            }),
+            rt::TOOL_CANCELLED => CallProgress::Done(CallOutput {
+                ok: false,
+                text: "The call was cancelled: the run was interrupted.".into(),
+            }),
+            _ => CallProgress::Interrupted {
+                started,
+                approval: None,
+            },
+        };
+    }
+
+    fn stop(&mut self, status: RunStatus, p: &Value) {
+        self.status = Some(status);
+        self.status_detail = p
+            .get("reason")
+            .or_else(|| p.get("error"))
+            .and_then(Value::as_str)
+            .map(str::to_string);
+        self.driver = None;
+    }
+
+    fn call_mut(&mut self, p: &Value) -> Option<&mut CallRecord> {
+        let call_id = p.get("call_id")?.as_str()?;
+        let i = *self.index.get(call_id)?;
+        self.calls.get_mut(i)
+    }
+}
+
+fn owner(p: &Value) -> Option<Owner> {
+    p.get("owner")
+        .cloned()
+        .and_then(|o| serde_json::from_value(o).ok())
+}
+
+fn str_of(v: &Value, name: &str) -> String {
+    v.get(name)
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string()
+}
+
+fn u32_of(v: &Value, name: &str) -> u32 {
+    v.get(name)
+        .and_then(Value::as_u64)
+        .and_then(|n| u32::try_from(n).ok())
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+#[path = "state_tests.rs"]
+mod tests;

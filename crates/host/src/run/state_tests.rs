@@ -1,0 +1,198 @@
+use std::sync::Arc;
+
+use agent_journal::Event;
+use serde_json::{Value, json};
+
+use super::*;
+
+fn ev(seq: i64, kind: &str, payload: Value) -> Event {
+    Event {
+        seq,
+        thread: Arc::from("run:r"),
+        kind: Arc::from(kind),
+        payload,
+        at: seq,
+        dedup_key: None,
+    }
+}
+
+fn created() -> Value {
+    json!({"prompt": "p\nsecond line", "model": "m", "workspace": "/w", "tools": [],
+           "approval": "default", "budgets": {"max_steps": 5}, "owner": {"host": "h", "pid": 1}})
+}
+
+fn completed_with_call(seq: i64, step: u64, call: &str) -> Event {
+    ev(
+        seq,
+        k::MODEL_COMPLETED,
+        json!({"step": step, "response_id": "resp",
+        "output": [{"type": "function_call", "call_id": call, "name": "shell", "arguments": "{}"}],
+        "usage": {"input_tokens": 10, "output_tokens": 5, "total_tokens": 15,
+                  "input_tokens_details": {"cached_tokens": 4}, "output_tokens_details": {"reasoning_tokens": 2}}}),
+    )
+}
+
+#[test]
+fn fold_tracks_steps_usage_and_call_lifecycle() {
+    let events = vec![
+        ev(1, k::RUN_CREATED, created()),
+        ev(2, k::MODEL_REQUESTED, json!({"step": 1, "attempt": 1})),
+        completed_with_call(3, 1, "c1"),
+        ev(
+            4,
+            rt::TOOL_SCHEDULED,
+            json!({"turn_id": "t1", "call_id": "c1"}),
+        ),
+        ev(
+            5,
+            rt::TOOL_STARTED,
+            json!({"turn_id": "t1", "call_id": "c1"}),
+        ),
+    ];
+    let mut s = RunState::from_events("r", &events);
+    assert_eq!(s.title(), "p");
+    assert_eq!(s.status, Some(RunStatus::Running));
+    assert_eq!(s.attempts[&1], 1);
+    assert_eq!(s.usage.total_tokens, 15);
+    assert_eq!(s.usage.cached_tokens, 4);
+    assert_eq!(s.usage.reasoning_tokens, 2);
+    assert_eq!(
+        s.call("c1").unwrap().progress,
+        CallProgress::Scheduled {
+            turn: "t1".into(),
+            started: true
+        }
+    );
+    // A second completion of the same step changes nothing (the journal's dedup key
+    // prevents it; the fold does not count it twice either).
+    s.apply(&completed_with_call(6, 1, "c1"));
+    assert_eq!(s.steps.len(), 1);
+    assert_eq!(s.usage.total_tokens, 15);
+    s.apply(&ev(
+        7,
+        rt::TOOL_COMPLETED,
+        json!({"turn_id": "t1", "call_id": "c1", "value": "out"}),
+    ));
+    assert_eq!(
+        s.call("c1").unwrap().progress,
+        CallProgress::Done(CallOutput {
+            ok: true,
+            text: "out".into()
+        })
+    );
+    assert_eq!(s.last_seq, 7);
+}
+
+#[test]
+fn an_interrupted_call_asks_once_and_a_denial_tells_the_model() {
+    let mut s = RunState::from_events(
+        "r",
+        &[
+            ev(1, k::RUN_CREATED, created()),
+            completed_with_call(2, 1, "c1"),
+            ev(
+                3,
+                rt::TOOL_SCHEDULED,
+                json!({"turn_id": "t1", "call_id": "c1"}),
+            ),
+            ev(
+                4,
+                rt::TOOL_INTERRUPTED,
+                json!({"turn_id": "t1", "call_id": "c1", "started": true}),
+            ),
+        ],
+    );
+    assert_eq!(
+        s.call("c1").unwrap().progress,
+        CallProgress::Interrupted {
+            started: true,
+            approval: None
+        }
+    );
+    s.apply(&ev(
+        5,
+        k::APPROVAL_REQUESTED,
+        json!({"call_id": "c1", "round": 0, "reason": "indeterminate", "args_sha256": "h"}),
+    ));
+    assert_eq!(
+        s.call("c1").unwrap().progress,
+        CallProgress::Interrupted {
+            started: true,
+            approval: Some(0)
+        }
+    );
+    assert_eq!(s.pending_approvals().count(), 1);
+    s.apply(&ev(
+        6,
+        k::APPROVAL_DECIDED,
+        json!({"call_id": "c1", "round": 0, "approve": false, "reason": "no", "by": "ana"}),
+    ));
+    // A later decision for the same round does not override the first.
+    s.apply(&ev(
+        7,
+        k::APPROVAL_DECIDED,
+        json!({"call_id": "c1", "round": 0, "approve": true, "by": "bob"}),
+    ));
+    let call = s.call("c1").unwrap();
+    assert!(call.pending_approval().is_none());
+    assert_eq!(
+        call.approvals[0].decision.as_ref().unwrap().by.as_deref(),
+        Some("ana")
+    );
+    match &call.progress {
+        CallProgress::Done(out) => {
+            assert!(!out.ok);
+            assert!(
+                out.text.contains("unknown effect") || out.text.contains("may or may not"),
+                "{}",
+                out.text
+            );
+            assert!(out.text.contains("ana"));
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn approve_always_and_stop_events() {
+    let mut s = RunState::from_events(
+        "r",
+        &[
+            ev(1, k::RUN_CREATED, created()),
+            completed_with_call(2, 1, "c1"),
+            ev(
+                3,
+                k::APPROVAL_REQUESTED,
+                json!({"call_id": "c1", "round": 0, "reason": "policy", "args_sha256": "h"}),
+            ),
+            ev(
+                4,
+                k::APPROVAL_DECIDED,
+                json!({"call_id": "c1", "round": 0, "approve": true, "scope": "run"}),
+            ),
+            ev(
+                5,
+                k::RUN_PAUSED,
+                json!({"reason": "max_steps", "detail": "d"}),
+            ),
+        ],
+    );
+    assert_eq!(s.approved_tools, vec!["shell".to_string()]);
+    assert_eq!(s.status, Some(RunStatus::Paused));
+    assert_eq!(s.status_detail.as_deref(), Some("max_steps"));
+    assert!(s.driver.is_none());
+    s.apply(&ev(
+        6,
+        k::RUN_RESUMED,
+        json!({"owner": {"host": "h", "pid": 2}, "budgets": {"max_steps": 9}}),
+    ));
+    assert_eq!(s.budgets().unwrap().max_steps, 9);
+    assert_eq!(s.driver.as_ref().unwrap().pid, 2);
+    s.apply(&ev(7, k::RUN_COMPLETED, json!({"text": "fin"})));
+    assert_eq!(s.final_text.as_deref(), Some("fin"));
+    assert!(s.status.unwrap().is_final());
+    // Unknown kinds and malformed payloads are ignored, not fatal.
+    s.apply(&ev(8, "something.new", json!(null)));
+    s.apply(&ev(9, k::APPROVAL_DECIDED, json!("garbage")));
+    assert_eq!(s.last_seq, 9);
+}

@@ -1,0 +1,220 @@
+//! `read_file`, `write_file` and `list_dir`, confined to the workspace.
+//!
+//! Invariants: every path goes through [`Workspace::resolve`] before any I/O; reads are
+//! bounded ([`MAX_READ_LINES`] lines, [`MAX_READ_BYTES`] bytes per call; the model pages
+//! with `offset`/`limit`); a write replaces the whole file, creating parent directories
+//! inside the workspace, so writing the same content twice is harmless (retry-safe).
+
+use futures::future::BoxFuture;
+use serde_json::{Value, json};
+
+use agent_runtime::{Tool, ToolContext, ToolFailure};
+
+use super::{Workspace, arg_str, arg_u64, object};
+
+/// Lines returned by one `read_file` when the model gives no `limit`.
+pub const MAX_READ_LINES: u64 = 2000;
+/// Bytes returned by one `read_file` at most.
+pub const MAX_READ_BYTES: usize = 256 * 1024;
+/// Bytes `write_file` accepts.
+pub const MAX_WRITE_BYTES: usize = 4 * 1024 * 1024;
+/// Entries `list_dir` returns at most.
+pub const MAX_ENTRIES: usize = 1000;
+
+fn required_path(args: &Value, name: &str) -> Result<String, String> {
+    let obj = object(args)?;
+    let path = arg_str(obj, name)?.ok_or(format!("missing `{name}` (a string)"))?;
+    if path.is_empty() {
+        return Err(format!("`{name}` is empty"));
+    }
+    Ok(path.to_string())
+}
+
+/// `read_file {path, offset?, limit?}`: lines `offset..offset+limit` (1-based offset).
+#[derive(Debug, Clone)]
+pub struct ReadFile {
+    pub(crate) workspace: Workspace,
+}
+
+impl Tool for ReadFile {
+    fn name(&self) -> &str {
+        "read_file"
+    }
+
+    fn validate(&self, args: &Value) -> Result<(), String> {
+        required_path(args, "path")?;
+        let obj = object(args)?;
+        arg_u64(obj, "offset")?;
+        if arg_u64(obj, "limit")? == Some(0) {
+            return Err("`limit` must be at least 1".into());
+        }
+        Ok(())
+    }
+
+    fn call(
+        &self,
+        args: Value,
+        _ctx: ToolContext,
+    ) -> BoxFuture<'static, Result<Value, ToolFailure>> {
+        let workspace = self.workspace.clone();
+        Box::pin(async move {
+            let path = required_path(&args, "path").map_err(ToolFailure)?;
+            let obj = object(&args).map_err(ToolFailure)?;
+            let offset = arg_u64(obj, "offset")
+                .map_err(ToolFailure)?
+                .unwrap_or(1)
+                .max(1);
+            let limit = arg_u64(obj, "limit")
+                .map_err(ToolFailure)?
+                .unwrap_or(MAX_READ_LINES);
+            let real = workspace.resolve(&path).map_err(|e| ToolFailure(e.0))?;
+            let bytes = tokio::fs::read(&real)
+                .await
+                .map_err(|err| ToolFailure(format!("{path}: {err}")))?;
+            let text = String::from_utf8_lossy(&bytes);
+            let total = text.lines().count();
+            let mut out = String::new();
+            let mut shown = 0u64;
+            for line in text
+                .lines()
+                .skip(usize::try_from(offset - 1).unwrap_or(usize::MAX))
+            {
+                if shown == limit || out.len() + line.len() > MAX_READ_BYTES {
+                    break;
+                }
+                out.push_str(line);
+                out.push('\n');
+                shown += 1;
+            }
+            let last = offset - 1 + shown;
+            if last < total as u64 {
+                out.push_str(&format!(
+                    "[lines {offset}-{last} of {total}; read on with offset {}]\n",
+                    last + 1
+                ));
+            }
+            Ok(json!(out))
+        })
+    }
+
+    fn retry_safe(&self) -> bool {
+        true
+    }
+}
+
+/// `write_file {path, content}`: replaces the file's content.
+#[derive(Debug, Clone)]
+pub struct WriteFile {
+    pub(crate) workspace: Workspace,
+}
+
+impl Tool for WriteFile {
+    fn name(&self) -> &str {
+        "write_file"
+    }
+
+    fn validate(&self, args: &Value) -> Result<(), String> {
+        required_path(args, "path")?;
+        let content = arg_str(object(args)?, "content")?.ok_or("missing `content` (a string)")?;
+        if content.len() > MAX_WRITE_BYTES {
+            return Err(format!("`content` is over {MAX_WRITE_BYTES} bytes"));
+        }
+        Ok(())
+    }
+
+    fn call(
+        &self,
+        args: Value,
+        _ctx: ToolContext,
+    ) -> BoxFuture<'static, Result<Value, ToolFailure>> {
+        let workspace = self.workspace.clone();
+        Box::pin(async move {
+            let path = required_path(&args, "path").map_err(ToolFailure)?;
+            let content = object(&args)
+                .and_then(|o| arg_str(o, "content"))
+                .map_err(ToolFailure)?
+                .unwrap_or("")
+                .to_string();
+            let real = workspace.resolve(&path).map_err(|e| ToolFailure(e.0))?;
+            if let Some(parent) = real.parent() {
+                tokio::fs::create_dir_all(parent)
+                    .await
+                    .map_err(|err| ToolFailure(format!("{path}: {err}")))?;
+            }
+            // Re-checked after creating directories: nothing created may lead outside.
+            let real = workspace.resolve(&path).map_err(|e| ToolFailure(e.0))?;
+            tokio::fs::write(&real, content.as_bytes())
+                .await
+                .map_err(|err| ToolFailure(format!("{path}: {err}")))?;
+            Ok(json!(format!("wrote {} bytes to {path}", content.len())))
+        })
+    }
+
+    fn retry_safe(&self) -> bool {
+        true
+    }
+}
+
+/// `list_dir {path?}`: the entries of a directory, directories marked with `/`.
+#[derive(Debug, Clone)]
+pub struct ListDir {
+    pub(crate) workspace: Workspace,
+}
+
+impl Tool for ListDir {
+    fn name(&self) -> &str {
+        "list_dir"
+    }
+
+    fn validate(&self, args: &Value) -> Result<(), String> {
+        arg_str(object(args)?, "path")?;
+        Ok(())
+    }
+
+    fn call(
+        &self,
+        args: Value,
+        _ctx: ToolContext,
+    ) -> BoxFuture<'static, Result<Value, ToolFailure>> {
+        let workspace = self.workspace.clone();
+        Box::pin(async move {
+            let path = object(&args)
+                .and_then(|o| arg_str(o, "path"))
+                .map_err(ToolFailure)?
+                .filter(|p| !p.is_empty())
+                .unwrap_or(".")
+                .to_string();
+            let real = workspace.resolve(&path).map_err(|e| ToolFailure(e.0))?;
+            let mut dir = tokio::fs::read_dir(&real)
+                .await
+                .map_err(|err| ToolFailure(format!("{path}: {err}")))?;
+            let mut names = Vec::new();
+            let mut more = false;
+            while let Some(entry) = dir
+                .next_entry()
+                .await
+                .map_err(|err| ToolFailure(format!("{path}: {err}")))?
+            {
+                if names.len() == MAX_ENTRIES {
+                    more = true;
+                    break;
+                }
+                let mut name = entry.file_name().to_string_lossy().into_owned();
+                if entry.file_type().await.is_ok_and(|t| t.is_dir()) {
+                    name.push('/');
+                }
+                names.push(name);
+            }
+            names.sort();
+            let mut out = names.join("\n");
+            if more {
+                out.push_str(&format!("\n[first {MAX_ENTRIES} entries only]"));
+            }
+            Ok(json!(out))
+        })
+    }
+
+    fn retry_safe(&self) -> bool {
+        true
+    }
+}

@@ -1,0 +1,170 @@
+//! The built-in tools and their policies.
+//!
+//! Each tool is an [`agent_runtime::Tool`], so every call is journaled and idempotent by
+//! the model's `call_id`. A tool's [`Policy`] says whether it runs, asks a human first, or
+//! is refused; the run's [`ApprovalMode`] can override it for every tool.
+
+mod files;
+mod shell;
+mod workspace;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value, json};
+
+use agent_runtime::ToolRegistry;
+
+pub use files::{ListDir, ReadFile, WriteFile};
+pub use shell::{OUTPUT_CAP, Shell};
+pub use workspace::{PathRefused, Workspace};
+
+/// What happens when the model calls a tool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Policy {
+    /// Runs without asking.
+    Auto,
+    /// Waits for a human's decision (`approval.requested`).
+    Ask,
+    /// Refused; the model is told.
+    Deny,
+}
+
+/// The run-wide override of tool policies (`--approval`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum ApprovalMode {
+    /// Each tool's own policy.
+    #[default]
+    Default,
+    /// Every call asks.
+    Ask,
+    /// Every call runs.
+    Auto,
+    /// Side-effecting tools are refused; reads run.
+    Deny,
+}
+
+impl ApprovalMode {
+    /// The policy a call of a tool with `own` policy gets; `side_effects` is whether the
+    /// tool changes anything.
+    pub fn apply(self, own: Policy, side_effects: bool) -> Policy {
+        match self {
+            ApprovalMode::Default => own,
+            ApprovalMode::Ask => Policy::Ask,
+            ApprovalMode::Auto => Policy::Auto,
+            ApprovalMode::Deny if side_effects => Policy::Deny,
+            ApprovalMode::Deny => own,
+        }
+    }
+}
+
+/// A tool as the run records it in `run.created` and offers it to the model.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolSpec {
+    pub name: String,
+    pub description: String,
+    /// JSON Schema of the arguments.
+    pub parameters: Value,
+    /// The policy in force for this run (after the run's approval mode).
+    pub policy: Policy,
+    /// Running it twice is harmless: a call cut off by a crash runs again on resume.
+    pub retry_safe: bool,
+}
+
+/// The built-in tools of `workspace`: their specs (under `mode`) and the runtime allowlist.
+pub fn builtin(workspace: &Workspace, mode: ApprovalMode) -> (Vec<ToolSpec>, ToolRegistry) {
+    let spec = |name: &str, description: &str, parameters: Value, own, side_effects, retry_safe| {
+        ToolSpec {
+            name: name.into(),
+            description: description.into(),
+            parameters,
+            policy: mode.apply(own, side_effects),
+            retry_safe,
+        }
+    };
+    let specs = vec![
+        spec(
+            "shell",
+            "Run a bash command in the workspace directory. Returns the exit code and the \
+             combined stdout/stderr (long output keeps its head and tail).",
+            json!({"type": "object", "properties": {
+                "command": {"type": "string", "description": "bash command line"},
+                "timeout_ms": {"type": "integer", "description": "kill it after this many ms (default 60000)"}},
+                "required": ["command"], "additionalProperties": false}),
+            Policy::Ask,
+            true,
+            false,
+        ),
+        spec(
+            "read_file",
+            "Read a text file of the workspace, by lines.",
+            json!({"type": "object", "properties": {
+                "path": {"type": "string"},
+                "offset": {"type": "integer", "description": "first line, 1-based"},
+                "limit": {"type": "integer", "description": "number of lines"}},
+                "required": ["path"], "additionalProperties": false}),
+            Policy::Auto,
+            false,
+            true,
+        ),
+        spec(
+            "write_file",
+            "Create or replace a file of the workspace with the given content.",
+            json!({"type": "object", "properties": {
+                "path": {"type": "string"}, "content": {"type": "string"}},
+                "required": ["path", "content"], "additionalProperties": false}),
+            Policy::Ask,
+            true,
+            true,
+        ),
+        spec(
+            "list_dir",
+            "List a directory of the workspace (default: its root).",
+            json!({"type": "object", "properties": {"path": {"type": "string"}},
+                "additionalProperties": false}),
+            Policy::Auto,
+            false,
+            true,
+        ),
+    ];
+    let registry = ToolRegistry::new()
+        .with(Shell {
+            workspace: workspace.clone(),
+        })
+        .with(ReadFile {
+            workspace: workspace.clone(),
+        })
+        .with(WriteFile {
+            workspace: workspace.clone(),
+        })
+        .with(ListDir {
+            workspace: workspace.clone(),
+        });
+    (specs, registry)
+}
+
+pub(crate) fn object(args: &Value) -> Result<&Map<String, Value>, String> {
+    args.as_object()
+        .ok_or_else(|| "arguments must be a JSON object".to_string())
+}
+
+pub(crate) fn arg_str<'a>(
+    obj: &'a Map<String, Value>,
+    name: &str,
+) -> Result<Option<&'a str>, String> {
+    match obj.get(name) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s)),
+        Some(_) => Err(format!("`{name}` must be a string")),
+    }
+}
+
+pub(crate) fn arg_u64(obj: &Map<String, Value>, name: &str) -> Result<Option<u64>, String> {
+    match obj.get(name) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => v
+            .as_u64()
+            .map(Some)
+            .ok_or_else(|| format!("`{name}` must be a non-negative integer")),
+    }
+}

@@ -1,0 +1,242 @@
+//! `shell {command, timeout_ms?}`: `bash -c` in the workspace.
+//!
+//! Invariants:
+//! - The command runs in a process group of its own; on timeout, cancellation or when the
+//!   call is dropped, the whole group is killed (grandchildren included).
+//! - Its environment has no `OPENAI_API_KEY`; stdin is empty.
+//! - At most [`OUTPUT_CAP`] bytes of output reach the model: the head and the tail, with a
+//!   note of how much was left out between them.
+//! - A non-zero exit and a timeout are failures whose text carries the output so far.
+
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use futures::future::BoxFuture;
+use serde_json::{Value, json};
+use tokio::io::AsyncReadExt as _;
+
+use agent_runtime::{Tool, ToolContext, ToolFailure};
+
+use super::{Workspace, arg_str, arg_u64, object};
+
+/// Bytes of output kept: half from the start, half from the end.
+pub const OUTPUT_CAP: usize = 32 * 1024;
+/// `timeout_ms` when the model gives none.
+pub const DEFAULT_TIMEOUT_MS: u64 = 60_000;
+/// The longest `timeout_ms` accepted.
+pub const MAX_TIMEOUT_MS: u64 = 3_600_000;
+
+/// The shell tool of one workspace.
+#[derive(Debug, Clone)]
+pub struct Shell {
+    pub(crate) workspace: Workspace,
+}
+
+impl Tool for Shell {
+    fn name(&self) -> &str {
+        "shell"
+    }
+
+    fn validate(&self, args: &Value) -> Result<(), String> {
+        let obj = object(args)?;
+        let command = arg_str(obj, "command")?.ok_or("missing `command` (a string)")?;
+        if command.trim().is_empty() {
+            return Err("`command` is empty".into());
+        }
+        if let Some(ms) = arg_u64(obj, "timeout_ms")?
+            && !(1..=MAX_TIMEOUT_MS).contains(&ms)
+        {
+            return Err(format!("`timeout_ms` must be within 1..={MAX_TIMEOUT_MS}"));
+        }
+        Ok(())
+    }
+
+    fn call(
+        &self,
+        args: Value,
+        ctx: ToolContext,
+    ) -> BoxFuture<'static, Result<Value, ToolFailure>> {
+        let root = self.workspace.root().to_path_buf();
+        Box::pin(async move {
+            let obj = object(&args).map_err(ToolFailure)?;
+            let command = arg_str(obj, "command").map_err(ToolFailure)?.unwrap_or("");
+            let timeout = Duration::from_millis(
+                arg_u64(obj, "timeout_ms")
+                    .map_err(ToolFailure)?
+                    .unwrap_or(DEFAULT_TIMEOUT_MS),
+            );
+            Box::pin(run(command, &root, timeout, &ctx)).await
+        })
+    }
+}
+
+/// Kills the process group when dropped, unless disarmed.
+struct GroupGuard {
+    pgid: Option<u32>,
+}
+
+impl GroupGuard {
+    fn kill(&mut self) {
+        if let Some(pgid) = self.pgid.take() {
+            // No unsafe here (no libc): bash's `kill` builtin signals the whole group.
+            let _ = std::process::Command::new("bash")
+                .arg("-c")
+                .arg(format!("kill -KILL -- -{pgid} 2>/dev/null"))
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
+        }
+    }
+}
+
+impl Drop for GroupGuard {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+async fn run(
+    command: &str,
+    root: &std::path::Path,
+    timeout: Duration,
+    ctx: &ToolContext,
+) -> Result<Value, ToolFailure> {
+    let started = Instant::now();
+    let mut child = tokio::process::Command::new("bash")
+        .arg("-c")
+        .arg(command)
+        .current_dir(root)
+        .env_remove("OPENAI_API_KEY")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|err| ToolFailure(format!("cannot start bash: {err}")))?;
+    let mut guard = GroupGuard { pgid: child.id() };
+    let (Some(mut stdout), Some(mut stderr)) = (child.stdout.take(), child.stderr.take()) else {
+        return Err(ToolFailure("cannot read the command's output".into()));
+    };
+    let mut output = Capped::default();
+    let mut out_buf = [0u8; 8192];
+    let mut err_buf = [0u8; 8192];
+    let (mut out_open, mut err_open) = (true, true);
+    let deadline = tokio::time::sleep(timeout);
+    tokio::pin!(deadline);
+    let ended = loop {
+        if !out_open && !err_open {
+            break End::Closed;
+        }
+        tokio::select! {
+            read = stdout.read(&mut out_buf), if out_open => match read {
+                Ok(0) | Err(_) => out_open = false,
+                Ok(n) => output.push(&out_buf[..n]),
+            },
+            read = stderr.read(&mut err_buf), if err_open => match read {
+                Ok(0) | Err(_) => err_open = false,
+                Ok(n) => output.push(&err_buf[..n]),
+            },
+            () = &mut deadline => break End::Timeout,
+            () = ctx.cancel.cancelled() => break End::Cancelled,
+        }
+    };
+    let status = match ended {
+        End::Closed => {
+            // Output closed: the shell is exiting; a background job that kept the pipes
+            // open is gone with the group below.
+            tokio::select! {
+                status = child.wait() => status.ok(),
+                () = &mut deadline => None,
+                () = ctx.cancel.cancelled() => None,
+            }
+        }
+        End::Timeout | End::Cancelled => None,
+    };
+    guard.kill();
+    let wall = started.elapsed().as_secs_f64();
+    let text = |head: &str| {
+        format!(
+            "{head}\nWall time: {wall:.3} seconds\nOutput:\n{}",
+            output.text()
+        )
+    };
+    let head = match (ended, status) {
+        (End::Closed, Some(status)) => match status.code() {
+            Some(0) => return Ok(json!(text("Exit code: 0"))),
+            Some(code) => format!("Exit code: {code}"),
+            None => "Killed by a signal".to_string(),
+        },
+        _ if ctx.cancel.is_cancelled() => "Cancelled: the run was interrupted".to_string(),
+        _ => format!(
+            "Timed out after {} ms; the process group was killed",
+            timeout.as_millis()
+        ),
+    };
+    Err(ToolFailure(text(&head)))
+}
+
+#[derive(Debug, Clone, Copy)]
+enum End {
+    Closed,
+    Timeout,
+    Cancelled,
+}
+
+/// Output kept within [`OUTPUT_CAP`]: the first half as it came, the last half as a ring.
+#[derive(Default)]
+struct Capped {
+    head: Vec<u8>,
+    tail: std::collections::VecDeque<u8>,
+    dropped: usize,
+}
+
+impl Capped {
+    fn push(&mut self, mut bytes: &[u8]) {
+        let half = OUTPUT_CAP / 2;
+        if self.head.len() < half {
+            let take = (half - self.head.len()).min(bytes.len());
+            self.head.extend_from_slice(&bytes[..take]);
+            bytes = &bytes[take..];
+        }
+        self.tail.extend(bytes);
+        while self.tail.len() > half {
+            let excess = self.tail.len() - half;
+            self.tail.drain(..excess);
+            self.dropped += excess;
+        }
+    }
+
+    fn text(&self) -> String {
+        let mut text = String::from_utf8_lossy(&self.head).into_owned();
+        if self.dropped > 0 {
+            text.push_str(&format!(
+                "\n[... {} bytes of output truncated ...]\n",
+                self.dropped
+            ));
+        }
+        let tail: Vec<u8> = self.tail.iter().copied().collect();
+        text.push_str(&String::from_utf8_lossy(&tail));
+        text
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cap_keeps_head_and_tail() {
+        let mut c = Capped::default();
+        c.push(&vec![b'a'; OUTPUT_CAP]);
+        c.push(&[b'b'; 100]);
+        let t = c.text();
+        assert!(t.starts_with(&"a".repeat(OUTPUT_CAP / 2)));
+        assert!(t.ends_with(&"b".repeat(100)));
+        assert!(t.contains("[... 100 bytes of output truncated ...]"));
+        let mut small = Capped::default();
+        small.push(b"hi");
+        assert_eq!(small.text(), "hi");
+    }
+}
