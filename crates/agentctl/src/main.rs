@@ -65,9 +65,12 @@ fn main() -> std::process::ExitCode {
         Ok(runtime) => runtime,
         Err(err) => return output::report_error(&anyhow::Error::new(err)),
     };
+    // Libraries mask the passwords they show; the error line masks them again, since a
+    // message built anywhere (a driver, a dependency) may quote `--db`.
+    let db = cli.global.db.clone();
     match runtime.block_on(run(cli)) {
         Ok(code) => code,
-        Err(err) => output::report_error(&err),
+        Err(err) => output::report_error_masking(&err, db.as_deref()),
     }
 }
 

@@ -1,5 +1,6 @@
 //! What must never reach stderr or stdout: log lines below `warn` unless `RUST_LOG` asks for
-//! them, and the API key at any log level.
+//! them, the API key at any log level, and a database password in any error, log line or
+//! help text of the commands that open a database.
 
 // Test helpers outside `#[test]` functions may unwrap too.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -106,4 +107,124 @@ fn the_api_key_reaches_no_log_on_either_side_at_trace() {
     let server_stderr = std::fs::read_to_string(server_log.path()).unwrap();
     assert!(server_stderr.contains(" TRACE "), "{server_stderr}");
     assert!(!server_stderr.contains(KEY), "{server_stderr}");
+}
+
+const PASSWORD: &str = "SECRETPW";
+
+/// Database URLs with [`PASSWORD`] in every place a password can be, all unreachable.
+fn secret_urls() -> Vec<String> {
+    let closed_port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    vec![
+        format!("mysql://u:{PASSWORD}@h/x"),
+        format!("postgres://u:{PASSWORD}@127.0.0.1:{closed_port}/x"),
+        format!("postgresql://u:SEC/RET/{PASSWORD}@127.0.0.1:{closed_port}/x"),
+        format!("postgres://u@127.0.0.1:{closed_port}/x?sslmode=disable&password={PASSWORD}"),
+        format!("sqlite:///tmp/agentctl-never.db?password={PASSWORD}"),
+    ]
+}
+
+/// Every command that opens the journal or the context store.
+const DB_COMMANDS: &[&[&str]] = &[
+    &["history", "search", "--thread", "t", "foo"],
+    &["history", "window", "--thread", "t"],
+    &["history", "threads"],
+    &["history", "append", "--thread", "t", "--unit", "u", "[]"],
+    &["memory", "recall", "--project", "p"],
+    &[
+        "memory",
+        "add",
+        "--source",
+        "s",
+        "--project",
+        "p",
+        "--key",
+        "k",
+        "--value",
+        "v",
+    ],
+    &["memory", "evidence", "--project", "p"],
+    &["memory", "consolidate"],
+    &["journal", "threads"],
+    &["journal", "replay", "--thread", "t"],
+];
+
+fn assert_no_password(what: &str, output: &Output) {
+    let (stdout, stderr) = text(output);
+    assert!(
+        !stdout.contains(PASSWORD) && !stderr.contains(PASSWORD),
+        "{what}\nstdout: {stdout}\nstderr: {stderr}"
+    );
+}
+
+/// The example, exactly: the URL is still shown, with the password masked.
+#[test]
+fn history_search_masks_the_password_of_an_unsupported_url() {
+    let output = agentctl()
+        .args(["--db", "mysql://u:SECRETPW@h/x", "history", "search"])
+        .args(["--thread", "t", "foo"])
+        .output()
+        .unwrap();
+    let (_, stderr) = text(&output);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("mysql://u:***@h/x"), "{stderr}");
+    assert_no_password("history search", &output);
+}
+
+/// Errors (and trace logs) of every database command, with the URL from `--db` and from
+/// `AGENTCTL_DB`.
+#[test]
+fn no_database_command_shows_a_password_in_errors_or_logs() {
+    for url in secret_urls() {
+        for command in DB_COMMANDS {
+            let what = format!("{url} {command:?}");
+            let output = agentctl()
+                .env("RUST_LOG", "trace")
+                .args(["--db", &url])
+                .args(*command)
+                .output()
+                .unwrap();
+            assert!(!output.status.success(), "{what}");
+            assert_no_password(&what, &output);
+            let output = agentctl()
+                .env("AGENTCTL_DB", &url)
+                .args(*command)
+                .output()
+                .unwrap();
+            assert!(!output.status.success(), "{what} (AGENTCTL_DB)");
+            assert_no_password(&what, &output);
+        }
+    }
+}
+
+/// Help never shows the database URL (clap would print an env var's value by default).
+#[test]
+fn help_never_shows_a_password() {
+    let url = format!("postgres://u:{PASSWORD}@h/x?password={PASSWORD}");
+    let mut helps: Vec<Vec<&str>> = vec![vec![]];
+    for command in DB_COMMANDS {
+        helps.push(command[..1].to_vec());
+        helps.push(command[..2].to_vec());
+    }
+    for path in helps {
+        let output = agentctl()
+            .env("AGENTCTL_DB", &url)
+            .args(&path)
+            .arg("--help")
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{path:?}");
+        assert_no_password(&format!("{path:?} --help"), &output);
+        let output = agentctl()
+            .args(["--db", &url])
+            .args(&path)
+            .arg("--help")
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{path:?}");
+        assert_no_password(&format!("--db {path:?} --help"), &output);
+    }
 }
