@@ -54,7 +54,7 @@ pub enum MemoryCmd {
     },
     /// Revoke a source (it stops counting for memory), then consolidate.
     Revoke {
-        /// The source to revoke (as given to `memory add --source`).
+        /// The source to revoke: the id the evidence was added with (`memory add`).
         source: String,
         /// Only revoke; leave consolidation for later.
         #[arg(long)]
