@@ -52,7 +52,7 @@ enum Command {
     /// Long-term memory with provenance: recall, add evidence, revoke a source, consolidate.
     #[command(subcommand)]
     Memory(cmd::memory::MemoryCmd),
-    /// Run the seed's demo stories on the Rust crates (`demo memory`, ...).
+    /// Runnable stories that show what the crates guarantee (`demo memory`, ...).
     #[command(subcommand)]
     Demo(cmd::demo::DemoCmd),
     /// Check that an external agent server starts and speaks our protocol (`probe codex`).
@@ -79,9 +79,12 @@ fn main() -> std::process::ExitCode {
         Ok(runtime) => runtime,
         Err(err) => return output::report_error(&anyhow::Error::new(err)),
     };
+    // Libraries mask the passwords they show; the error line masks them again, since a
+    // message built anywhere (a driver, a dependency) may quote `--db`.
+    let db = cli.global.db.clone();
     match runtime.block_on(run(cli)) {
         Ok(code) => code,
-        Err(err) => output::report_error(&err),
+        Err(err) => output::report_error_masking(&err, db.as_deref()),
     }
 }
 
@@ -106,17 +109,27 @@ async fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
     }
 }
 
+/// Logs go to stderr at `RUST_LOG`'s levels (default `warn`), through two filters that must
+/// both let an event pass: what `RUST_LOG` asks for, and a cap that can only take events away.
+///
+/// The cap exists because tungstenite traces each WebSocket handshake request verbatim,
+/// `authorization: Bearer` header included, so nothing below `debug` from its handshake
+/// module may pass at any `RUST_LOG`. It is a separate filter, not a directive added to the
+/// `RUST_LOG` one: a directive would set that target's level (raising it above the default
+/// `warn`), where the cap only lowers it.
 fn init_tracing() {
-    let mut filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    // tungstenite traces each WebSocket handshake request verbatim, `authorization: Bearer`
-    // header included; the API key must not reach the log at any level.
-    if let Ok(cap) = "tungstenite::handshake=debug".parse() {
-        filter = filter.add_directive(cap);
-    }
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    use tracing_subscriber::Layer as _;
+    use tracing_subscriber::filter::{EnvFilter, FilterExt as _, LevelFilter, Targets};
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
+
+    let requested = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn"));
+    let key_safe = Targets::new()
+        .with_default(LevelFilter::TRACE)
+        .with_target("tungstenite::handshake", LevelFilter::DEBUG);
+    let stderr_log = tracing_subscriber::fmt::layer()
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr)
-        .init();
+        .with_filter(requested.and(key_safe));
+    tracing_subscriber::registry().with(stderr_log).init();
 }

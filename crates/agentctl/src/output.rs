@@ -64,6 +64,11 @@ fn reader_went_away(err: &anyhow::Error) -> bool {
 
 /// Print `error: ...` (causes joined on one line) and a hint, and return a failure status.
 pub fn report_error(err: &anyhow::Error) -> ExitCode {
+    report_error_masking(err, None)
+}
+
+/// [`report_error`], with every password of the database URL `db` masked in what is printed.
+pub fn report_error_masking(err: &anyhow::Error, db: Option<&str>) -> ExitCode {
     if reader_went_away(err) {
         // `agentctl ... | head`: the reader has what it wanted; nothing failed.
         return ExitCode::SUCCESS;
@@ -87,6 +92,13 @@ pub fn report_error(err: &anyhow::Error) -> ExitCode {
         }
         message.push_str(&cause);
     }
+    let (message, hint) = match db {
+        Some(url) => (
+            agent_redact::redact_in(&message, url),
+            agent_redact::redact_in(&hint, url),
+        ),
+        None => (message, hint),
+    };
     eprintln!("error: {message}");
     eprintln!("hint: {hint}");
     ExitCode::FAILURE

@@ -5,6 +5,7 @@ use std::time::Duration;
 /// Why the connection to the app-server is gone. Cloned to every waiter, so it holds
 /// only owned, cheap data.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ConnectionLost {
     /// The server closed its stdout (it exited or crashed).
     #[error("the app-server closed its output (it exited or crashed)")]
@@ -42,6 +43,7 @@ pub enum ConnectionLost {
 
 /// Everything that can go wrong talking to `codex app-server`.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum AppServerError {
     /// The server program could not be started (for example: it is not installed).
     #[error("cannot start `{program}`: {source}")]

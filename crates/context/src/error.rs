@@ -1,9 +1,19 @@
-//! The one error type of this crate.
+//! The one error type of this crate, and the opaque [`DatabaseError`] that keeps the
+//! database drivers' types out of it.
+//!
+//! Invariant: no message of this module holds a database password. URLs are stored already
+//! redacted ([`agent_redact`]), and a driver error raised while opening a store is redacted
+//! against the URL it was opened with ([`ContextError::redacted_for`]).
 
 /// Everything that can go wrong; bad input always maps to a specific variant.
+///
+/// Non-exhaustive: new failure kinds may be added without a breaking change, so a `match`
+/// needs a `_` arm.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ContextError {
     /// The URL is not `sqlite://PATH`, `sqlite::memory:`, `sqlite:PATH` or `postgres://...`.
+    /// The URL is shown with its passwords masked.
     #[error(
         "unsupported database URL `{0}`: use sqlite://PATH, sqlite::memory: or postgres://USER@HOST/DB"
     )]
@@ -90,6 +100,14 @@ pub enum ContextError {
     #[error("unknown evidence source `{0}`")]
     UnknownSource(String),
 
+    /// Evidence observed before 1970 or more than [`MAX_FUTURE_SKEW_SECS`] after this
+    /// machine's clock (`now`, Unix seconds). The newest observation wins for good, so a
+    /// time in the far future would pin its value forever.
+    #[error(
+        "observed time {observed} is not between 0 and a day from now ({now} is now, in Unix seconds)"
+    )]
+    ObservedOutOfRange { observed: i64, now: i64 },
+
     /// `recall` with a negative `max_age`.
     #[error("max_age must not be negative, got {0}")]
     NegativeMaxAge(i64),
@@ -115,13 +133,9 @@ pub enum ContextError {
     #[error("stored data is corrupt: {0}")]
     Corrupt(String),
 
-    /// The database failed (connection, I/O, lock timeout, ...): PostgreSQL.
+    /// The database failed (connection, I/O, lock timeout, ...), on either backend.
     #[error("database error: {0}")]
-    Database(#[from] sqlx::Error),
-
-    /// The database failed (I/O, lock timeout, corrupt file, ...): SQLite.
-    #[error("database error: {0}")]
-    Sqlite(#[from] rusqlite::Error),
+    Database(DatabaseError),
 
     /// The store was closed ([`close`](crate::ContextStore::close)) or its SQLite worker is gone.
     #[error("the context store is closed")]
@@ -144,6 +158,154 @@ fn describe_unpaired(calls: &[String], outputs: &[String]) -> String {
         ));
     }
     parts.join("; ")
+}
+
+/// How far ahead of this machine's clock an observation may be: a day of clock skew.
+pub const MAX_FUTURE_SKEW_SECS: i64 = 24 * 3600;
+
+/// A failure of the database driver: its message (passwords masked) and a coarse
+/// [`kind`](Self::kind). The driver's own error type stays private, so upgrading a driver
+/// does not change this crate's API.
+pub struct DatabaseError {
+    kind: DatabaseErrorKind,
+    /// The driver's message with its causes, one line, passwords masked.
+    message: String,
+    /// Kept for this crate's own decisions (unique violations, interrupted reads).
+    driver: Driver,
+}
+
+/// What kind of database failure a [`DatabaseError`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum DatabaseErrorKind {
+    /// The server or file could not be reached or opened, or the connection was lost.
+    Unavailable,
+    /// A lock or a connection was not obtained in time (busy database, full pool).
+    Timeout,
+    /// The URL's options were rejected by the driver.
+    Configuration,
+    /// Anything else the database reported (constraint, I/O error, corrupt file, ...).
+    Other,
+}
+
+enum Driver {
+    Postgres(sqlx::Error),
+    Sqlite(rusqlite::Error),
+}
+
+impl DatabaseError {
+    /// What kind of failure this is.
+    pub fn kind(&self) -> DatabaseErrorKind {
+        self.kind
+    }
+
+    fn new(kind: DatabaseErrorKind, driver: Driver) -> Self {
+        let message = match &driver {
+            Driver::Postgres(err) => one_line(err),
+            Driver::Sqlite(err) => one_line(err),
+        };
+        DatabaseError {
+            kind,
+            message,
+            driver,
+        }
+    }
+}
+
+/// The error and its causes on one line (a cause already quoted by its parent is skipped).
+fn one_line(err: &dyn std::error::Error) -> String {
+    let mut message = err.to_string();
+    let mut cause = err.source();
+    while let Some(err) = cause {
+        let text = err.to_string();
+        if !message.contains(&text) {
+            message.push_str(": ");
+            message.push_str(&text);
+        }
+        cause = err.source();
+    }
+    message
+}
+
+impl std::fmt::Display for DatabaseError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+/// Kind and message only: a driver's `Debug` may quote the URL it was given.
+impl std::fmt::Debug for DatabaseError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DatabaseError")
+            .field("kind", &self.kind)
+            .field("message", &self.message)
+            .finish()
+    }
+}
+
+/// No source: the message already holds the driver's causes, redacted, and the driver's
+/// error type is not part of this crate's API.
+impl std::error::Error for DatabaseError {}
+
+/// For `?` inside this crate; hidden because the driver's type is not part of the API.
+#[doc(hidden)]
+impl From<sqlx::Error> for ContextError {
+    fn from(err: sqlx::Error) -> Self {
+        use sqlx::Error as E;
+        let kind = match &err {
+            E::Io(_) | E::Tls(_) | E::PoolClosed | E::WorkerCrashed => {
+                DatabaseErrorKind::Unavailable
+            }
+            E::PoolTimedOut => DatabaseErrorKind::Timeout,
+            E::Configuration(_) => DatabaseErrorKind::Configuration,
+            _ => DatabaseErrorKind::Other,
+        };
+        ContextError::Database(DatabaseError::new(kind, Driver::Postgres(err)))
+    }
+}
+
+/// For `?` inside this crate; hidden because the driver's type is not part of the API.
+#[doc(hidden)]
+impl From<rusqlite::Error> for ContextError {
+    fn from(err: rusqlite::Error) -> Self {
+        use rusqlite::ErrorCode as C;
+        let kind = match err.sqlite_error_code() {
+            Some(C::DatabaseBusy | C::DatabaseLocked) => DatabaseErrorKind::Timeout,
+            Some(C::CannotOpen | C::NotADatabase | C::PermissionDenied) => {
+                DatabaseErrorKind::Unavailable
+            }
+            _ => DatabaseErrorKind::Other,
+        };
+        ContextError::Database(DatabaseError::new(kind, Driver::Sqlite(err)))
+    }
+}
+
+impl ContextError {
+    /// This error with every password of `url` masked wherever its message quotes it; for
+    /// errors raised while opening `url`, whose driver messages may quote the URL.
+    pub(crate) fn redacted_for(self, url: &str) -> Self {
+        match self {
+            ContextError::Database(mut err) => {
+                err.message = agent_redact::redact_in(&err.message, url);
+                ContextError::Database(err)
+            }
+            ContextError::Migration(message) => {
+                ContextError::Migration(agent_redact::redact_in(&message, url))
+            }
+            other => other,
+        }
+    }
+
+    /// The SQLite failure behind this error, if it is one.
+    pub(crate) fn sqlite_failure(&self) -> Option<&rusqlite::Error> {
+        match self {
+            ContextError::Database(DatabaseError {
+                driver: Driver::Sqlite(err),
+                ..
+            }) => Some(err),
+            _ => None,
+        }
+    }
 }
 
 /// Shorthand for this crate's results.

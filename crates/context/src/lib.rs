@@ -18,6 +18,10 @@
 //!   `observed` (ties: greatest source) wins, source kept as provenance. `consolidate` is
 //!   atomic and recomputes only the pairs whose evidence changed since the last run.
 //! - `recall` returns one project's entries, flagging those older than `max_age`.
+//! - Evidence is observed between 1970 and a day from now (Unix seconds): a time in the
+//!   far future would win for good, so the store refuses it, whoever the caller is.
+//! - No error shows a database password: URLs are shown redacted, and the drivers' error
+//!   types stay private behind [`DatabaseError`].
 //!
 //! Costs (SQLite): a unit id packs (thread, position), so a window is a primary-key range
 //! scan, O(log n + k), and a search first tests the thread's first few units directly (a
@@ -35,7 +39,7 @@ mod sqlite;
 mod store;
 mod unit;
 
-pub use error::{ContextError, Result};
+pub use error::{ContextError, DatabaseError, DatabaseErrorKind, MAX_FUTURE_SKEW_SECS, Result};
 pub use memory::{Consolidation, Evidence, MemoryEntry, NewEvidence, Revocation};
 pub use options::{ContextOptions, Durability};
 pub use store::{BackendKind, ContextStore, ThreadInfo};

@@ -2,7 +2,7 @@
 
 use serde::Serialize;
 
-use crate::error::{ContextError, Result};
+use crate::error::{ContextError, MAX_FUTURE_SKEW_SECS, Result};
 use crate::limits;
 
 /// One observation that may become memory once consolidated.
@@ -13,7 +13,11 @@ pub struct NewEvidence {
     pub project: String,
     pub key: String,
     pub value: String,
-    /// When it was observed, in the caller's time unit (the same unit as `recall`'s `now`).
+    /// When it was observed, in Unix seconds (the unit of `recall`'s `now`): from 0 (1970)
+    /// to a day past this machine's clock ([`MAX_FUTURE_SKEW_SECS`]); other times are
+    /// refused with [`ContextError::ObservedOutOfRange`].
+    ///
+    /// [`MAX_FUTURE_SKEW_SECS`]: crate::MAX_FUTURE_SKEW_SECS
     pub observed: i64,
     /// Only confirmed evidence can become memory.
     pub confirmed: bool,
@@ -64,11 +68,30 @@ pub struct Consolidation {
     pub written: u64,
 }
 
-pub(crate) fn check(evidence: &NewEvidence) -> Result<()> {
+/// Checks one piece of evidence against the limits and against `now` (Unix seconds).
+pub(crate) fn check(evidence: &NewEvidence, now: i64) -> Result<()> {
     limits::name("evidence source", &evidence.source)?;
     limits::name("project", &evidence.project)?;
     limits::name("key", &evidence.key)?;
-    limits::text("value", &evidence.value, limits::MAX_VALUE_BYTES)
+    limits::text("value", &evidence.value, limits::MAX_VALUE_BYTES)?;
+    check_observed(evidence.observed, now)
+}
+
+/// The newest observation wins for good, so a time in the far future (a typo, a clock in
+/// milliseconds) would pin its value forever; a day of clock skew is allowed. Times before
+/// 1970 are no Unix time a machine produces.
+pub(crate) fn check_observed(observed: i64, now: i64) -> Result<()> {
+    if observed < 0 || observed > now.saturating_add(MAX_FUTURE_SKEW_SECS) {
+        return Err(ContextError::ObservedOutOfRange { observed, now });
+    }
+    Ok(())
+}
+
+/// This machine's clock in Unix seconds (0 if it is set before 1970).
+pub(crate) fn unix_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
 }
 
 pub(crate) fn needs_refresh(now: i64, observed: i64, max_age: i64) -> bool {
@@ -80,4 +103,28 @@ pub(crate) fn check_max_age(max_age: i64) -> Result<()> {
         return Err(ContextError::NegativeMaxAge(max_age));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn observed_times_from_1970_to_a_day_ahead_are_accepted() {
+        let now = 1_700_000_000;
+        for observed in [0, 1, now - 1, now, now + MAX_FUTURE_SKEW_SECS] {
+            assert!(check_observed(observed, now).is_ok(), "{observed}");
+        }
+        for observed in [-1, i64::MIN, now + MAX_FUTURE_SKEW_SECS + 1, i64::MAX] {
+            assert!(
+                matches!(
+                    check_observed(observed, now),
+                    Err(ContextError::ObservedOutOfRange { observed: o, now: n }) if o == observed && n == now
+                ),
+                "{observed}"
+            );
+        }
+        // A clock at the end of time does not overflow.
+        assert!(check_observed(i64::MAX, i64::MAX).is_ok());
+    }
 }

@@ -53,14 +53,19 @@ impl ContextStore {
     }
 
     /// [`open`](Self::open) with options.
+    ///
+    /// Errors never show a password of `url` (userinfo or `password=`/`sslpassword=`).
     pub async fn open_with(url: &str, options: ContextOptions) -> Result<Self> {
         let backend = if url.starts_with("sqlite:") {
-            Backend::Sqlite(SqliteBackend::open(url, &options).await?)
+            SqliteBackend::open(url, &options)
+                .await
+                .map(Backend::Sqlite)
         } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-            Backend::Postgres(PgBackend::open(url, &options).await?)
+            PgBackend::open(url, &options).await.map(Backend::Postgres)
         } else {
-            return Err(ContextError::UnsupportedUrl(url.into()));
+            Err(ContextError::UnsupportedUrl(agent_redact::redact_url(url)))
         };
+        let backend = backend.map_err(|err| err.redacted_for(url))?;
         Ok(ContextStore { backend })
     }
 
@@ -200,8 +205,10 @@ impl ContextStore {
         }
     }
 
-    /// Record evidence. Its source must be new ([`ContextError::DuplicateSource`] otherwise).
-    /// It affects memory at the next [`consolidate`](Self::consolidate).
+    /// Record evidence. Its source must be new ([`ContextError::DuplicateSource`] otherwise)
+    /// and its `observed` time between 1970 and a day from now
+    /// ([`ContextError::ObservedOutOfRange`] otherwise). It affects memory at the next
+    /// [`consolidate`](Self::consolidate).
     pub async fn add_evidence(&self, evidence: &NewEvidence) -> Result<()> {
         self.add_evidence_batch(std::slice::from_ref(evidence))
             .await
@@ -217,9 +224,10 @@ impl ContextStore {
                 max: limits::MAX_BATCH_UNITS,
             });
         }
+        let now = memory::unix_now();
         let mut seen = std::collections::HashSet::new();
         for e in evidence {
-            memory::check(e)?;
+            memory::check(e, now)?;
             if !seen.insert(e.source.as_str()) {
                 return Err(ContextError::DuplicateSource(e.source.clone()));
             }

@@ -592,7 +592,7 @@ async fn memory_rules_and_incremental(s: &ContextStore) {
     assert!(all.iter().filter(|e| e.key == "k").all(|e| e.revoked));
     assert_eq!(s.evidence("p", Some("other")).await.unwrap().len(), 1);
     // Extreme times do not overflow.
-    s.add_evidence(&ev("old", "z", "k", "v", i64::MIN, true))
+    s.add_evidence(&ev("old", "z", "k", "v", 0, true))
         .await
         .unwrap();
     s.consolidate().await.unwrap();
@@ -633,7 +633,61 @@ async fn readers_see_old_or_new_memory(s: &ContextStore) {
     writer.await.unwrap();
 }
 
+/// Unix seconds now, as the store reads its clock.
+fn unix_now() -> i64 {
+    let since = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap();
+    i64::try_from(since.as_secs()).unwrap()
+}
+
+/// The newest observation wins for good: the store itself refuses a time far in the future
+/// (or before 1970), so no caller can pin a value by mistake.
+async fn observed_time_is_checked(s: &ContextStore) {
+    let now = unix_now();
+    // Two days ahead is refused; the bound itself is a day, and the test allows for the
+    // clock moving between here and the store's check.
+    for observed in [
+        -1,
+        i64::MIN,
+        i64::MAX,
+        now + 2 * agent_context::MAX_FUTURE_SKEW_SECS,
+    ] {
+        let err = s
+            .add_evidence(&ev("s", "p", "k", "v", observed, true))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, ContextError::ObservedOutOfRange { observed: o, .. } if o == observed),
+            "{observed}: {err}"
+        );
+    }
+    // One bad row refuses the whole batch.
+    let err = s
+        .add_evidence_batch(&[
+            ev("ok", "p", "k", "v", now, true),
+            ev("bad", "p", "k", "v", -5, true),
+        ])
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, ContextError::ObservedOutOfRange { .. }),
+        "{err}"
+    );
+    assert!(s.evidence("p", None).await.unwrap().is_empty());
+    // 1970 itself, now, and a little clock skew are fine.
+    s.add_evidence_batch(&[
+        ev("epoch", "p", "k", "a", 0, true),
+        ev("now", "p", "k", "b", now, true),
+        ev("skew", "p", "k", "c", now + 3600, true),
+    ])
+    .await
+    .unwrap();
+    assert_eq!(s.evidence("p", None).await.unwrap().len(), 3);
+}
+
 conformance!(
+    observed_time_is_checked,
     seed_window_keeps_pairs_and_archive,
     seed_memory_provenance_revocation_and_scope,
     window_order_goal_and_keep,
@@ -795,4 +849,103 @@ async fn newer_schema_is_refused() {
         ContextStore::open(&url).await.unwrap_err(),
         ContextError::SchemaTooNew { found: 99, .. }
     ));
+}
+
+/// The error, its `Debug` form and every cause in its chain, as one text.
+fn everything_shown(err: &ContextError) -> String {
+    let mut shown = format!("{err} {err:?}");
+    let mut cause = std::error::Error::source(err);
+    while let Some(err) = cause {
+        shown.push_str(&format!(" {err} {err:?}"));
+        cause = err.source();
+    }
+    shown
+}
+
+/// No error of the store shows a database password, whether it comes from our URL parsing
+/// or from a driver quoting the URL (userinfo, `password=` and `sslpassword=` alike).
+#[tokio::test]
+async fn errors_never_show_a_password() {
+    let closed_port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut urls = vec![
+        "mysql://u:SECRETPW@h/x".to_string(),
+        "mysql://h/x?password=SECRETPW".to_string(),
+        "sqlite:///tmp/never.db?password=SECRETPW".to_string(),
+        "sqlite://u:SECRETPW@x.db?mode=bogus".to_string(),
+        format!("postgres://u:SECRETPW@127.0.0.1:{closed_port}/x"),
+        format!("postgresql://u:SEC/RETPW@127.0.0.1:{closed_port}/x"),
+        format!("postgres://u@127.0.0.1:{closed_port}/x?password=SECRETPW"),
+        format!("postgres://u:SECRETPW@127.0.0.1:{closed_port}/x?sslmode=bogus"),
+        format!(
+            "postgres://u:SECRETPW@127.0.0.1:{closed_port}/x?sslpassword=SECRETPW&sslmode=require"
+        ),
+        "postgres://u:SECRETPW@127.0.0.1:notaport/x".to_string(),
+    ];
+    // A real server refusing the password, when there is one.
+    if let Some((base, at)) = std::env::var(agent_testkit::PG_URL_VAR)
+        .ok()
+        .and_then(|base| base.find('@').map(|at| (base, at)))
+    {
+        let scheme_end = base.find("://").unwrap() + 3;
+        let user = base[scheme_end..at].split(':').next().unwrap();
+        urls.push(format!(
+            "{}{user}:SECRETPW{}",
+            &base[..scheme_end],
+            &base[at..]
+        ));
+    }
+    for url in &urls {
+        let err = ContextStore::open(url).await.unwrap_err();
+        let shown = everything_shown(&err);
+        assert!(!shown.contains("SECRETPW"), "{url}: {shown}");
+        assert!(!shown.contains("RETPW"), "{url}: {shown}");
+    }
+    let err = ContextStore::open("mysql://u:SECRETPW@h/x")
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "unsupported database URL `mysql://u:***@h/x`: use sqlite://PATH, sqlite::memory: or postgres://USER@HOST/DB"
+    );
+}
+
+/// Driver failures come out as [`agent_context::DatabaseError`] with a kind, not as a
+/// driver's type.
+#[tokio::test]
+async fn driver_failures_have_a_kind() {
+    let closed_port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("postgres://u@127.0.0.1:{closed_port}/x");
+    match ContextStore::open(&url).await.unwrap_err() {
+        ContextError::Database(err) => {
+            assert_eq!(
+                err.kind(),
+                agent_context::DatabaseErrorKind::Unavailable,
+                "{err}"
+            );
+        }
+        other => panic!("not a database error: {other}"),
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let missing = format!(
+        "sqlite://{}?mode=rw",
+        dir.path().join("missing.db").display()
+    );
+    match ContextStore::open(&missing).await.unwrap_err() {
+        ContextError::Database(err) => {
+            assert_eq!(
+                err.kind(),
+                agent_context::DatabaseErrorKind::Unavailable,
+                "{err}"
+            );
+        }
+        other => panic!("not a database error: {other}"),
+    }
 }

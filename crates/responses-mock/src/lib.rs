@@ -78,6 +78,7 @@ impl MockConfig {
 
 /// Cannot start the emulator.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum MockError {
     #[error("cannot bind {addr}: {source}")]
     Bind {

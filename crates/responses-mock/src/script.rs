@@ -30,6 +30,7 @@ pub struct Script {
 
 /// Cannot load a script.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ScriptError {
     #[error("cannot read script {path}: {source}")]
     Read {

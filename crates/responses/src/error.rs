@@ -74,6 +74,7 @@ impl ApiError {
 
 /// Everything that can go wrong talking to the Responses API.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ClientError {
     #[error("OPENAI_API_KEY is not set")]
     MissingApiKey,

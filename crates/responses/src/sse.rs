@@ -24,6 +24,7 @@ pub struct SseFrame {
 
 /// Malformed SSE input.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum SseError {
     #[error("SSE line is not valid UTF-8")]
     InvalidUtf8,

@@ -14,8 +14,9 @@ use crate::output::{json_line, line, with_hint};
 #[derive(Debug, Subcommand)]
 pub enum HistoryCmd {
     /// Search one thread for a case-insensitive substring (CJK included), oldest hit first.
-    /// The text searched is each unit's stored JSON, as in the seed: keys such as "type"
-    /// match too, and a quote or backslash in a message is found in its JSON-escaped form.
+    /// The text searched is each unit's stored JSON (its items serialised compactly): keys
+    /// such as "type" match too, and a quote or backslash in a message is found in its
+    /// JSON-escaped form.
     Search {
         /// Thread to search; other threads are never searched.
         #[arg(long)]

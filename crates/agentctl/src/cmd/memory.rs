@@ -8,9 +8,6 @@ use crate::cmd::history::open;
 use crate::global::GlobalArgs;
 use crate::output::{json_line, line, with_hint};
 
-/// How far in the future `memory add --observed` may be, in seconds.
-const MAX_FUTURE_SKEW: i64 = 24 * 3600;
-
 /// 30 days, in seconds.
 const DEFAULT_MAX_AGE: i64 = 30 * 24 * 3600;
 
@@ -57,7 +54,7 @@ pub enum MemoryCmd {
     },
     /// Revoke a source (it stops counting for memory), then consolidate.
     Revoke {
-        /// The source to revoke (as given to `memory add --source`).
+        /// The source to revoke: the id the evidence was added with (`memory add`).
         source: String,
         /// Only revoke; leave consolidation for later.
         #[arg(long)]
@@ -114,15 +111,7 @@ pub async fn run(global: &GlobalArgs, cmd: MemoryCmd) -> anyhow::Result<std::pro
             unconfirmed,
             no_consolidate,
         } => {
-            let now = unix_now();
-            let observed = observed.unwrap_or(now);
-            // The newest observation wins for good, so a typo in the future would pin a
-            // value; a day of clock skew is allowed.
-            if observed < 0 || observed > now.saturating_add(MAX_FUTURE_SKEW) {
-                anyhow::bail!(
-                    "--observed {observed} is not a time between 0 and a day from now ({now} is now, in Unix seconds)"
-                );
-            }
+            let observed = observed.unwrap_or_else(unix_now);
             let evidence = NewEvidence {
                 source,
                 project,
@@ -138,6 +127,10 @@ pub async fn run(global: &GlobalArgs, cmd: MemoryCmd) -> anyhow::Result<std::pro
                     ContextError::DuplicateSource(_) => with_hint(
                         err,
                         "evidence is immutable: revoke the old source and add a new one",
+                    ),
+                    ContextError::ObservedOutOfRange { .. } => with_hint(
+                        err,
+                        "--observed takes Unix seconds, from 0 to a day from now; omit it for now",
                     ),
                     other => other.into(),
                 })?;

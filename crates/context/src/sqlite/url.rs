@@ -20,7 +20,7 @@ pub(crate) enum Target {
 }
 
 pub(crate) fn parse(url: &str) -> Result<Target> {
-    let unsupported = || ContextError::UnsupportedUrl(url.into());
+    let unsupported = || ContextError::UnsupportedUrl(agent_redact::redact_url(url));
     let rest = url
         .strip_prefix("sqlite://")
         .or_else(|| url.strip_prefix("sqlite:"))

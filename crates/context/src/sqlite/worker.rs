@@ -262,15 +262,16 @@ where
     if let Some(timeout) = busy_timeout {
         let _ = conn.busy_timeout(timeout);
     }
-    match result {
-        Err(ContextError::Sqlite(rusqlite::Error::SqliteFailure(e, _)))
-            if e.code == ErrorCode::OperationInterrupted
-                || (busy_timeout.is_some()
-                    && matches!(e.code, ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked)) =>
-        {
-            None
-        }
-        result => Some(result),
+    let code = match &result {
+        Err(err) => err
+            .sqlite_failure()
+            .and_then(rusqlite::Error::sqlite_error_code),
+        Ok(_) => None,
+    };
+    match code {
+        Some(ErrorCode::OperationInterrupted) => None,
+        Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) if busy_timeout.is_some() => None,
+        _ => Some(result),
     }
 }
 

@@ -2,6 +2,7 @@ use crate::error::ClientError;
 
 /// Why a tool loop stopped without an answer.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum LoopError {
     #[error(transparent)]
     Client(#[from] ClientError),

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 /// Everything that can go wrong with a WebSocket session.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum WsError {
     #[error("OPENAI_API_KEY is not set")]
     MissingApiKey,

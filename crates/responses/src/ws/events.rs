@@ -192,6 +192,7 @@ impl ClientEvent {
 
 /// A client frame the emulator cannot read.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ClientEventError {
     #[error("invalid JSON: {0}")]
     Json(String),

@@ -322,6 +322,7 @@ pub fn is_steered_incomplete(event: &ServerEvent) -> bool {
 
 /// A required input the client has no saved result for, or cannot produce.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
 pub enum FillError {
     #[error("no saved tool result for call `{0}` (required by response.steer.pending)")]
     MissingResult(String),

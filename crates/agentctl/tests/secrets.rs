@@ -1,0 +1,230 @@
+//! What must never reach stderr or stdout: log lines below `warn` unless `RUST_LOG` asks for
+//! them, the API key at any log level, and a database password in any error, log line or
+//! help text of the commands that open a database.
+
+// Test helpers outside `#[test]` functions may unwrap too.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::io::{BufRead as _, BufReader};
+use std::process::{Command, Output, Stdio};
+
+use assert_cmd::cargo::CommandCargoExt as _;
+
+/// `agentctl` with no API settings, no database and no `RUST_LOG` from the environment.
+fn agentctl() -> Command {
+    let mut cmd = Command::cargo_bin("agentctl").unwrap();
+    for var in [
+        "OPENAI_API_KEY",
+        "OPENAI_BASE_URL",
+        "AGENTCTL_DB",
+        "RUST_LOG",
+    ] {
+        cmd.env_remove(var);
+    }
+    cmd
+}
+
+fn text(output: &Output) -> (String, String) {
+    (
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+/// True when `stderr` holds a log line at a level below `warn`.
+fn has_quiet_levels(stderr: &str) -> bool {
+    stderr.lines().any(|l| {
+        [" TRACE ", " DEBUG ", " INFO "]
+            .iter()
+            .any(|lvl| l.contains(lvl))
+    })
+}
+
+#[test]
+fn a_default_run_logs_nothing_below_warn() {
+    let output = agentctl()
+        .args(["api", "steer", "--mock"])
+        .output()
+        .unwrap();
+    let (stdout, stderr) = text(&output);
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+    assert!(!has_quiet_levels(&stderr), "{stderr}");
+    assert!(!stderr.contains("handshake"), "{stderr}");
+}
+
+#[test]
+fn rust_log_debug_still_works_and_trace_never_shows_the_mock_key() {
+    let output = agentctl()
+        .env("RUST_LOG", "debug")
+        .args(["api", "steer", "--mock"])
+        .output()
+        .unwrap();
+    let (_, stderr) = text(&output);
+    assert!(output.status.success(), "{stderr}");
+    assert!(stderr.contains(" DEBUG "), "debug logging is on: {stderr}");
+
+    let output = agentctl()
+        .env("RUST_LOG", "trace")
+        .args(["api", "steer", "--mock"])
+        .output()
+        .unwrap();
+    let (stdout, stderr) = text(&output);
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+    assert!(stderr.contains(" TRACE "), "trace logging is on: {stderr}");
+    let key = agent_responses_mock::MOCK_API_KEY;
+    assert!(!stderr.contains(key) && !stdout.contains(key), "{stderr}");
+}
+
+/// A whole steered turn against the emulator in another process, both at `RUST_LOG=trace`:
+/// the key shows up in neither log, client nor server.
+#[test]
+fn the_api_key_reaches_no_log_on_either_side_at_trace() {
+    const KEY: &str = "sk-secret-should-not-appear-7f3a";
+    let server_log = tempfile::NamedTempFile::new().unwrap();
+    let mut server = agentctl()
+        .env("RUST_LOG", "trace")
+        .args(["mock", "serve", "--require-key", KEY])
+        .stdout(Stdio::piped())
+        .stderr(server_log.reopen().unwrap())
+        .spawn()
+        .unwrap();
+    let mut base_url = String::new();
+    BufReader::new(server.stdout.take().unwrap())
+        .read_line(&mut base_url)
+        .unwrap();
+    let output = agentctl()
+        .env("RUST_LOG", "trace")
+        .env("OPENAI_API_KEY", KEY)
+        .args(["api", "steer", "--base-url", base_url.trim()])
+        .output()
+        .unwrap();
+    server.kill().unwrap();
+    server.wait().unwrap();
+    let (stdout, stderr) = text(&output);
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+    assert!(stderr.contains(" TRACE "), "trace logging is on: {stderr}");
+    assert!(!stderr.contains(KEY) && !stdout.contains(KEY), "{stderr}");
+    let server_stderr = std::fs::read_to_string(server_log.path()).unwrap();
+    assert!(server_stderr.contains(" TRACE "), "{server_stderr}");
+    assert!(!server_stderr.contains(KEY), "{server_stderr}");
+}
+
+const PASSWORD: &str = "SECRETPW";
+
+/// Database URLs with [`PASSWORD`] in every place a password can be, all unreachable.
+fn secret_urls() -> Vec<String> {
+    let closed_port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    vec![
+        format!("mysql://u:{PASSWORD}@h/x"),
+        format!("postgres://u:{PASSWORD}@127.0.0.1:{closed_port}/x"),
+        format!("postgresql://u:SEC/RET/{PASSWORD}@127.0.0.1:{closed_port}/x"),
+        format!("postgres://u@127.0.0.1:{closed_port}/x?sslmode=disable&password={PASSWORD}"),
+        format!("sqlite:///tmp/agentctl-never.db?password={PASSWORD}"),
+    ]
+}
+
+/// Every command that opens the journal or the context store.
+const DB_COMMANDS: &[&[&str]] = &[
+    &["history", "search", "--thread", "t", "foo"],
+    &["history", "window", "--thread", "t"],
+    &["history", "threads"],
+    &["history", "append", "--thread", "t", "--unit", "u", "[]"],
+    &["memory", "recall", "--project", "p"],
+    &[
+        "memory",
+        "add",
+        "--source",
+        "s",
+        "--project",
+        "p",
+        "--key",
+        "k",
+        "--value",
+        "v",
+    ],
+    &["memory", "evidence", "--project", "p"],
+    &["memory", "consolidate"],
+    &["journal", "threads"],
+    &["journal", "replay", "--thread", "t"],
+];
+
+fn assert_no_password(what: &str, output: &Output) {
+    let (stdout, stderr) = text(output);
+    assert!(
+        !stdout.contains(PASSWORD) && !stderr.contains(PASSWORD),
+        "{what}\nstdout: {stdout}\nstderr: {stderr}"
+    );
+}
+
+/// The example, exactly: the URL is still shown, with the password masked.
+#[test]
+fn history_search_masks_the_password_of_an_unsupported_url() {
+    let output = agentctl()
+        .args(["--db", "mysql://u:SECRETPW@h/x", "history", "search"])
+        .args(["--thread", "t", "foo"])
+        .output()
+        .unwrap();
+    let (_, stderr) = text(&output);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("mysql://u:***@h/x"), "{stderr}");
+    assert_no_password("history search", &output);
+}
+
+/// Errors (and trace logs) of every database command, with the URL from `--db` and from
+/// `AGENTCTL_DB`.
+#[test]
+fn no_database_command_shows_a_password_in_errors_or_logs() {
+    for url in secret_urls() {
+        for command in DB_COMMANDS {
+            let what = format!("{url} {command:?}");
+            let output = agentctl()
+                .env("RUST_LOG", "trace")
+                .args(["--db", &url])
+                .args(*command)
+                .output()
+                .unwrap();
+            assert!(!output.status.success(), "{what}");
+            assert_no_password(&what, &output);
+            let output = agentctl()
+                .env("AGENTCTL_DB", &url)
+                .args(*command)
+                .output()
+                .unwrap();
+            assert!(!output.status.success(), "{what} (AGENTCTL_DB)");
+            assert_no_password(&what, &output);
+        }
+    }
+}
+
+/// Help never shows the database URL (clap would print an env var's value by default).
+#[test]
+fn help_never_shows_a_password() {
+    let url = format!("postgres://u:{PASSWORD}@h/x?password={PASSWORD}");
+    let mut helps: Vec<Vec<&str>> = vec![vec![]];
+    for command in DB_COMMANDS {
+        helps.push(command[..1].to_vec());
+        helps.push(command[..2].to_vec());
+    }
+    for path in helps {
+        let output = agentctl()
+            .env("AGENTCTL_DB", &url)
+            .args(&path)
+            .arg("--help")
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{path:?}");
+        assert_no_password(&format!("{path:?} --help"), &output);
+        let output = agentctl()
+            .args(["--db", &url])
+            .args(&path)
+            .arg("--help")
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{path:?}");
+        assert_no_password(&format!("--db {path:?} --help"), &output);
+    }
+}
