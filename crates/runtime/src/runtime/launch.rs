@@ -245,7 +245,7 @@ impl Runtime {
     ///
     /// # Cancel safety
     ///
-    /// As for [`Journal::append`]: once handed to the journal's writer (normally at the
+    /// As for [`Journal::append`](agent_journal::Journal::append): once handed to the journal's writer (normally at the
     /// first poll) the event is written whether or not the future is dropped.
     pub async fn record(
         &self,

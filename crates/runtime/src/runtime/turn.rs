@@ -127,7 +127,7 @@ impl Runtime {
     ///
     /// # Cancel safety
     ///
-    /// Like [`Journal::append`]: dropped before its turn of the thread's serialisation, it
+    /// Like [`Journal::append`](agent_journal::Journal::append): dropped before its turn of the thread's serialisation, it
     /// records nothing; dropped later, the proposal may be recorded (at the revision that
     /// was current) and its seq is lost. Nothing in memory changes either way.
     pub async fn commit(
