@@ -249,7 +249,7 @@ impl Runtime {
     ///
     /// Idempotent: adopting a settled thread writes nothing and reloads its latest turn.
     /// Refused with [`RuntimeError::TurnActive`] while this runtime itself drives a turn of
-    /// `thread`. The terminal events are appended expecting the last seq read, so a
+    /// `thread` or runs one of its calls. The terminal events are appended expecting the last seq read, so a
     /// concurrent write to the thread makes adoption read it again rather than interrupt
     /// a turn that another process just started.
     ///
@@ -275,6 +275,14 @@ impl Runtime {
                     return Err(RuntimeError::TurnActive {
                         thread: thread.clone(),
                         turn: t.id.clone(),
+                    });
+                }
+                // A call of the thread still running here (re-run by `recover`) is not
+                // unfinished work of a stopped driver.
+                if let Some(key) = st.jobs.keys().find(|k| k.thread == thread) {
+                    return Err(RuntimeError::TurnActive {
+                        thread: thread.clone(),
+                        turn: key.turn.clone(),
                     });
                 }
             }

@@ -54,6 +54,7 @@ on_every_backend!(
     adopt_settles_one_thread_and_leaves_the_others_alone,
     adopt_is_idempotent_refuses_a_driven_thread_and_knows_fresh_ones,
     open_knows_no_thread_until_it_adopts_one,
+    adopt_refuses_a_thread_whose_calls_run_here,
     dropped_launches_leave_no_entry_and_every_call_one_terminal,
     dropped_launches_free_their_admission_slots,
     dropped_results_leave_the_call_running,
@@ -191,6 +192,35 @@ async fn open_knows_no_thread_until_it_adopts_one(f: Fixture) {
     second.adopt("x").await.unwrap();
     assert_eq!(second.turn_status("x").unwrap().0, t);
     assert_eq!(count(&replay(&f.journal, "x").await, "turn.interrupted"), 1);
+}
+
+async fn adopt_refuses_a_thread_whose_calls_run_here(f: Fixture) {
+    let (lookup, mut lookup_h) = GateTool::new("lookup", true, true);
+    let opts = RuntimeOptions::default().tools(ToolRegistry::new().with(lookup));
+    let first = Runtime::open(f.journal.clone(), opts.clone());
+    let t = first.start("a").await.unwrap();
+    first
+        .launch("a", &t, "l", "lookup", json!({}))
+        .await
+        .unwrap();
+    lookup_h.wait_started(1).await;
+    first.crash();
+    // Whole-journal recovery runs the retry-safe call again, here.
+    let r = Runtime::recover(f.journal.clone(), opts).await.unwrap();
+    lookup_h.wait_started(1).await;
+    let err = r.adopt("a").await.unwrap_err();
+    assert!(matches!(err, RuntimeError::TurnActive { .. }), "{err}");
+    lookup_h.open();
+    let key = JobKey {
+        thread: "a".into(),
+        turn: t.clone(),
+        call_id: "l".into(),
+    };
+    assert!(r.result("a", &t, &key).await.unwrap().ok);
+    let report = r.adopt("a").await.unwrap();
+    assert!(report.interrupted.is_empty());
+    assert_one_terminal_each(&replay(&f.journal, "a").await);
+    r.close().await;
 }
 
 const DROP_POINTS: usize = 24;

@@ -1,0 +1,332 @@
+//! Turn lifecycle: start, steer, commit, cancel and finish, and settling a turn's jobs.
+//!
+//! Every operation here holds the thread's turn lock, so the operations of one thread are
+//! journaled in the order they take effect in memory; the ones that change memory after
+//! their journal write run in a task of their own ([`Runtime::detached`]) so that a caller
+//! giving up cannot separate the two.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_journal::NewEvent;
+use serde_json::{Value, json};
+use tokio::task::AbortHandle;
+
+use super::{JobKey, Runtime, State, TurnState, TurnStatus};
+use crate::error::RuntimeError;
+use crate::events;
+use crate::outcome::Outcome;
+use crate::settlement::Settlement;
+
+impl Runtime {
+    /// Starts a turn on `thread`; refused while another turn is running there.
+    ///
+    /// # Cancel safety
+    ///
+    /// Runs to completion in a task of its own: dropping the future does not stop it. The
+    /// turn is then started (or refused) as if the caller had waited, and its id is lost:
+    /// [`running_turn`](Self::running_turn) tells it.
+    pub async fn start(&self, thread: &str) -> Result<String, RuntimeError> {
+        let this = self.clone();
+        let thread = thread.to_string();
+        self.detached(async move { this.start_here(&thread).await })
+            .await
+    }
+
+    async fn start_here(&self, thread: &str) -> Result<String, RuntimeError> {
+        let lock = self.inner.thread_lock(thread);
+        let _serial = lock.lock().await;
+        {
+            let st = self.inner.state();
+            if st.closed {
+                return Err(RuntimeError::Closed);
+            }
+            if let Some(t) = st.turns.get(thread)
+                && matches!(t.status, TurnStatus::Running | TurnStatus::Ending)
+            {
+                return Err(RuntimeError::TurnActive {
+                    thread: thread.to_string(),
+                    turn: t.id.clone(),
+                });
+            }
+        }
+        let id = uuid::Uuid::now_v7().simple().to_string();
+        self.inner
+            .journal
+            .append(NewEvent::new(
+                thread,
+                events::TURN_STARTED,
+                json!({ "turn_id": id }),
+            ))
+            .await?;
+        let cancel = self.inner.root.child_token();
+        self.inner.state().turns.insert(
+            thread.to_string(),
+            TurnState {
+                id: id.clone(),
+                revision: 0,
+                status: TurnStatus::Running,
+                cancel,
+            },
+        );
+        Ok(id)
+    }
+
+    /// Checks that `turn` is the running turn of `thread`; returns its revision.
+    fn active(&self, st: &State, thread: &str, turn: &str) -> Result<u64, RuntimeError> {
+        match st.turns.get(thread) {
+            Some(t) if t.id == turn && t.status == TurnStatus::Running => Ok(t.revision),
+            _ => Err(RuntimeError::TurnNotActive {
+                thread: thread.to_string(),
+                turn: turn.to_string(),
+            }),
+        }
+    }
+
+    /// Accepts user input into the running turn: bumps the revision (journaled as
+    /// `steer.accepted`) so that results launched before it come back stale.
+    ///
+    /// # Cancel safety
+    ///
+    /// Runs to completion in a task of its own: dropping the future does not stop it, so
+    /// the journal and the in-memory revision never disagree. The new revision is then
+    /// lost to the caller: [`turn_status`](Self::turn_status) tells it.
+    pub async fn steer(&self, thread: &str, turn: &str, text: &str) -> Result<u64, RuntimeError> {
+        let this = self.clone();
+        let (thread, turn, text) = (thread.to_string(), turn.to_string(), text.to_string());
+        self.detached(async move { this.steer_here(&thread, &turn, &text).await })
+            .await
+    }
+
+    async fn steer_here(&self, thread: &str, turn: &str, text: &str) -> Result<u64, RuntimeError> {
+        let lock = self.inner.thread_lock(thread);
+        let _serial = lock.lock().await;
+        let revision = {
+            let st = self.inner.state();
+            self.active(&st, thread, turn)? + 1
+        };
+        self.inner
+            .journal
+            .append(NewEvent::new(
+                thread,
+                events::STEER_ACCEPTED,
+                json!({ "turn_id": turn, "revision": revision, "text": text }),
+            ))
+            .await?;
+        let mut st = self.inner.state();
+        if let Some(t) = st.turns.get_mut(thread)
+            && t.id == turn
+        {
+            t.revision = revision;
+        }
+        Ok(revision)
+    }
+
+    /// Records a proposal made at `revision`; refused unless it is the current revision.
+    /// Records only: it authorises and performs nothing outside the journal.
+    ///
+    /// # Cancel safety
+    ///
+    /// Like [`Journal::append`](agent_journal::Journal::append): dropped before its turn of the thread's serialisation, it
+    /// records nothing; dropped later, the proposal may be recorded (at the revision that
+    /// was current) and its seq is lost. Nothing in memory changes either way.
+    pub async fn commit(
+        &self,
+        thread: &str,
+        turn: &str,
+        revision: u64,
+        proposal: impl Into<Value>,
+    ) -> Result<i64, RuntimeError> {
+        let lock = self.inner.thread_lock(thread);
+        let _serial = lock.lock().await;
+        {
+            let st = self.inner.state();
+            let current = self.active(&st, thread, turn)?;
+            if revision != current {
+                return Err(RuntimeError::StaleRevision {
+                    given: revision,
+                    current,
+                });
+            }
+        }
+        let appended = self
+            .inner
+            .journal
+            .append(NewEvent::new(
+                thread,
+                events::PROPOSAL_COMMITTED,
+                json!({ "turn_id": turn, "revision": revision, "proposal": proposal.into() }),
+            ))
+            .await?;
+        Ok(appended.seq)
+    }
+
+    /// Cancels the running turn: its jobs are cancelled and awaited (a tool that ignores
+    /// cancellation is dropped after the grace period), then `turn.cancelled` is journaled.
+    ///
+    /// # Cancel safety
+    ///
+    /// Runs to completion in a task of its own: dropping the future does not stop it (a
+    /// turn left half-ended would refuse every later `start` on its thread).
+    pub async fn cancel(&self, thread: &str, turn: &str) -> Result<(), RuntimeError> {
+        self.end(thread, turn, events::TURN_CANCELLED, TurnStatus::Cancelled)
+            .await
+    }
+
+    /// Ends the running turn normally (`turn.completed`). Jobs still pending are cancelled
+    /// first, so no call is left without a terminal event.
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`cancel`](Self::cancel): it runs to completion whether or not the future is
+    /// dropped.
+    pub async fn finish(&self, thread: &str, turn: &str) -> Result<(), RuntimeError> {
+        self.end(thread, turn, events::TURN_COMPLETED, TurnStatus::Completed)
+            .await
+    }
+
+    async fn end(
+        &self,
+        thread: &str,
+        turn: &str,
+        kind: &'static str,
+        status: TurnStatus,
+    ) -> Result<(), RuntimeError> {
+        let this = self.clone();
+        let (thread, turn) = (thread.to_string(), turn.to_string());
+        self.detached(async move { this.end_here(&thread, &turn, kind, status).await })
+            .await
+    }
+
+    async fn end_here(
+        &self,
+        thread: &str,
+        turn: &str,
+        kind: &'static str,
+        status: TurnStatus,
+    ) -> Result<(), RuntimeError> {
+        let lock = self.inner.thread_lock(thread);
+        let _serial = lock.lock().await;
+        let (token, revision) = {
+            let mut st = self.inner.state();
+            self.active(&st, thread, turn)?;
+            match st.turns.get_mut(thread) {
+                Some(t) => {
+                    t.status = TurnStatus::Ending;
+                    (t.cancel.clone(), t.revision)
+                }
+                None => {
+                    return Err(RuntimeError::TurnNotActive {
+                        thread: thread.to_string(),
+                        turn: turn.to_string(),
+                    });
+                }
+            }
+        };
+        token.cancel();
+        self.settle_jobs(|k| k.thread == thread && k.turn == turn)
+            .await;
+        let appended = self
+            .inner
+            .journal
+            .append(
+                NewEvent::new(
+                    thread,
+                    kind,
+                    json!({ "turn_id": turn, "revision": revision }),
+                )
+                .with_dedup_key(events::end_key(turn)),
+            )
+            .await;
+        let mut st = self.inner.state();
+        if let Some(t) = st.turns.get_mut(thread)
+            && t.id == turn
+        {
+            // If the end event could not be written, the turn stays refused here and
+            // recovery marks it interrupted.
+            t.status = status;
+        }
+        drop(st);
+        appended?;
+        Ok(())
+    }
+
+    /// Waits for every job matching `which` to settle. Tokens must already be fired. A job
+    /// whose task does not settle within twice the grace period (a tool blocking its
+    /// thread) is aborted and given a `tool.cancelled` terminal event here.
+    pub(crate) async fn settle_jobs(&self, which: impl Fn(&JobKey) -> bool) {
+        let waits: Vec<(Arc<JobKey>, Arc<Settlement>, Option<AbortHandle>)> = {
+            let st = self.inner.state();
+            st.jobs
+                .iter()
+                .filter(|(k, _)| which(k))
+                .map(|(k, j)| (Arc::clone(k), Arc::clone(&j.done), j.abort.clone()))
+                .collect()
+        };
+        // Twice the grace plus a margin. tokio's sleep turns a duration too long for an
+        // `Instant` into "never" instead of overflowing.
+        let backstop = tokio::time::sleep(
+            self.inner
+                .options
+                .cancel_grace
+                .saturating_mul(2)
+                .saturating_add(Duration::from_millis(100)),
+        )
+        .deadline();
+        for (key, done, abort) in waits {
+            let Some(abort) = abort else {
+                // Not spawned yet: its scheduled event is being written; it settles as soon
+                // as it sees the fired token. Forcing it here could put its terminal event
+                // before its scheduled one.
+                done.wait().await;
+                continue;
+            };
+            let settled = tokio::time::timeout_at(backstop, done.wait()).await.is_ok();
+            if settled {
+                continue;
+            }
+            abort.abort();
+            let revision = self.job_revision(&key).await.unwrap_or(0);
+            let outcome = Outcome::cancelled(revision, true);
+            let event = outcome.terminal_event(&key.thread, &key.turn, &key.call_id);
+            if let Err(err) = self.inner.append(event).await {
+                tracing::error!(call_id = %key.call_id, %err, "cannot journal forced cancellation");
+            }
+            self.inner.forget(&key);
+        }
+    }
+
+    async fn job_revision(&self, key: &JobKey) -> Option<u64> {
+        let event = self
+            .inner
+            .journal
+            .find_by_dedup_key(&key.thread, &events::scheduled_key(&key.turn, &key.call_id))
+            .await
+            .ok()??;
+        event.payload.get("revision")?.as_u64()
+    }
+
+    /// The current revision of a turn, or the final one of an ended turn.
+    pub(super) async fn turn_revision(
+        &self,
+        thread: &str,
+        turn: &str,
+    ) -> Result<u64, RuntimeError> {
+        if let Some(t) = self.inner.state().turns.get(thread)
+            && t.id == turn
+        {
+            return Ok(t.revision);
+        }
+        let end = Box::pin(
+            self.inner
+                .journal
+                .find_by_dedup_key(thread, &events::end_key(turn)),
+        )
+        .await?;
+        end.and_then(|e| e.payload.get("revision").and_then(Value::as_u64))
+            .ok_or_else(|| RuntimeError::TurnNotActive {
+                thread: thread.to_string(),
+                turn: turn.to_string(),
+            })
+    }
+}
