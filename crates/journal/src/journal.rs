@@ -445,50 +445,9 @@ fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
-/// The URL with its secrets masked: the password of `scheme://user:secret@host` and the
-/// values of `password` / `sslpassword` query parameters become `***`.
+/// The URL with its passwords masked (one implementation for every crate: `agent-redact`).
 pub(crate) fn redact_url(url: &str) -> String {
-    // The password goes first, so a `?` inside it cannot be taken for the query's start.
-    let shown = redact_userinfo(url);
-    let Some((base, query)) = shown.split_once('?') else {
-        return shown;
-    };
-    let pairs: Vec<String> = query
-        .split('&')
-        .map(|pair| match pair.split_once('=') {
-            Some((key, _))
-                if key.eq_ignore_ascii_case("password")
-                    || key.eq_ignore_ascii_case("sslpassword") =>
-            {
-                format!("{key}=***")
-            }
-            _ => pair.to_string(),
-        })
-        .collect();
-    format!("{base}?{}", pairs.join("&"))
-}
-
-/// `scheme://user:secret@host...` -> `scheme://user:***@host...`; other text unchanged.
-fn redact_userinfo(url: &str) -> String {
-    let Some(scheme_end) = url.find("://") else {
-        return url.to_string();
-    };
-    let rest = &url[scheme_end + 3..];
-    let authority_end = rest.find('/').unwrap_or(rest.len());
-    let authority = &rest[..authority_end];
-    let Some(at) = authority.rfind('@') else {
-        return url.to_string();
-    };
-    let userinfo = &authority[..at];
-    let Some(colon) = userinfo.find(':') else {
-        return url.to_string();
-    };
-    format!(
-        "{}{}:***{}",
-        &url[..scheme_end + 3],
-        &userinfo[..colon],
-        &rest[at..]
-    )
+    agent_redact::redact_url(url)
 }
 
 #[cfg(test)]
@@ -513,5 +472,7 @@ mod tests {
             "postgres://u:***@h/db?SSLPassword=***&password"
         );
         assert_eq!(redact_url("postgres://u:p?w@h/db"), "postgres://u:***@h/db");
+        // A password with a `/` in it, unencoded, is masked whole.
+        assert!(!redact_url("postgresql://u:SEC/RET/PW@h/db").contains("RET"));
     }
 }

@@ -64,8 +64,8 @@ pub(crate) async fn open(
     Ok(Opened { writer, reads })
 }
 
-fn redact_error(message: &str, url: &str, shown_url: &str) -> String {
-    message.replace(url, shown_url)
+fn redact_error(message: &str, url: &str, _shown_url: &str) -> String {
+    agent_redact::redact_in(message, url)
 }
 
 async fn migrate(conn: &mut PgConnection) -> Result<(), JournalError> {
