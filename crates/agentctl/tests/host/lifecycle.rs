@@ -163,3 +163,49 @@ async fn ctrl_c_cancels_the_tool_then_resume_finishes() {
 async fn events_after(db: &str, run: &str) -> Vec<agent_journal::Event> {
     events(db, run).await
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_model_error_pauses_the_run_and_resume_retries_the_step() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("m.db").display());
+    let (_g, ws) = workspace();
+    // The first request is refused (400: not retried by the client); later ones answer.
+    let script = json!({"rules": [
+        {"when": {"tool_outputs": 0}, "times": 1,
+         "reply": {"error": {"status": 400, "message": "Invalid 'input': scripted refusal", "type": "invalid_request_error", "code": "scripted"}}},
+        {"when": {"tool_outputs": 0}, "reply": {"items": [call("c1", "list_dir", json!({}))]}},
+        {"when": {"tool_outputs": 1}, "reply": {"items": answer("FINAL: after the error")}}
+    ]});
+    let server = emulator(&script.to_string()).await;
+    let o = out(&mut run_cmd(&db, &server, &ws, &[]));
+    assert_eq!(o.status.code(), Some(3), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains("scripted refusal"),
+        "{}",
+        text(&o.stderr)
+    );
+    let run = only_run(&db);
+    let shown = show(&db, &run);
+    assert_eq!(shown["status"], "paused");
+    assert_eq!(shown["detail"], "model_error");
+    let failed = events(&db, &run).await;
+    let failure = kinds_of(&failed, "model.failed");
+    assert_eq!(failure.len(), 1);
+    assert_eq!(failure[0].payload["status"], 400);
+    assert_eq!(failure[0].payload["code"], "scripted");
+    assert_eq!(failure[0].payload["retryable"], false);
+    let o = out(&mut resume_cmd(&db, &server, &run, &[]));
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let events = events(&db, &run).await;
+    check_invariants(&events);
+    let attempts: Vec<u64> = kinds_of(&events, "model.requested")
+        .iter()
+        .filter(|e| e.payload["step"] == 1)
+        .map(|e| e.payload["attempt"].as_u64().unwrap())
+        .collect();
+    assert_eq!(
+        attempts,
+        vec![1, 2],
+        "step 1 is requested again as attempt 2"
+    );
+}
