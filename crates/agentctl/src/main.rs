@@ -38,6 +38,8 @@ enum Command {
     Approve(cmd::decide::ApproveArgs),
     /// Deny a call a run is waiting on; the model is told why.
     Deny(cmd::decide::DecideArgs),
+    /// Steer a run from any terminal: the model reads TEXT before its next step.
+    Steer(cmd::decide::SteerArgs),
     /// Ask the host driving a run to interrupt it (it stops at its next step boundary).
     Interrupt(cmd::decide::InterruptArgs),
     /// List runs, show one, print its events.
@@ -96,6 +98,7 @@ async fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
             cmd::decide::decide(&cli.global, args.decide, true, args.always).await
         }
         Command::Deny(args) => cmd::decide::decide(&cli.global, args, false, false).await,
+        Command::Steer(args) => cmd::decide::steer(&cli.global, args).await,
         Command::Interrupt(args) => cmd::decide::interrupt(&cli.global, args).await,
         Command::Runs(cmd) => cmd::runs::run(&cli.global, cmd).await,
         Command::Journal(cmd) => cmd::journal::run(&cli.global, cmd).await,

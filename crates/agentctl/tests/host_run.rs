@@ -17,3 +17,6 @@ mod tools;
 
 #[path = "host/lifecycle.rs"]
 mod lifecycle;
+
+#[path = "host/steer.rs"]
+mod steer;

@@ -36,6 +36,21 @@ pub struct ApproveArgs {
     pub always: bool,
 }
 
+/// `steer`.
+#[derive(Debug, Args)]
+pub struct SteerArgs {
+    /// The run id.
+    pub run: String,
+    /// What to tell the model (it reads it as a user message before its next step).
+    pub text: String,
+    /// An id for the steer; sending the same id again is the same steer (safe to retry).
+    #[arg(long)]
+    pub id: Option<String>,
+    /// Wait until the steer is applied or dropped; exit 1 when dropped.
+    #[arg(long)]
+    pub wait: bool,
+}
+
 /// `interrupt`.
 #[derive(Debug, Args)]
 pub struct InterruptArgs {
@@ -80,6 +95,42 @@ pub async fn decide(
         output::line(&format!("{verb} {} of run {}", args.call_id, args.run))?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+pub async fn steer(global: &GlobalArgs, args: SteerArgs) -> anyhow::Result<ExitCode> {
+    let journal = super::journal::open(global).await?;
+    let result = async {
+        let id = run::request_steer(&journal, &args.run, &args.text, args.id.clone()).await?;
+        let outcome = run::steer_outcome(&journal, &args.run, &id, args.wait).await?;
+        Ok::<_, agent_host::HostError>((id, outcome))
+    }
+    .await;
+    journal.close().await;
+    let (id, outcome) = result?;
+    let (line, code) = match &outcome {
+        None => (
+            json!({"type": "steer.requested", "run_id": args.run, "id": id}),
+            ExitCode::SUCCESS,
+        ),
+        Some(Ok(step)) => (
+            json!({"type": "steer.applied", "run_id": args.run, "id": id, "step": step}),
+            ExitCode::SUCCESS,
+        ),
+        Some(Err(reason)) => (
+            json!({"type": "steer.dropped", "run_id": args.run, "id": id, "reason": reason}),
+            ExitCode::FAILURE,
+        ),
+    };
+    if global.json {
+        output::json_line(&line)?;
+    } else {
+        output::line(&match outcome {
+            None => format!("{id} requested (applied at the run's next step boundary)"),
+            Some(Ok(step)) => format!("{id} applied before step {step}"),
+            Some(Err(reason)) => format!("{id} dropped: {reason}"),
+        })?;
+    }
+    Ok(code)
 }
 
 pub async fn interrupt(global: &GlobalArgs, args: InterruptArgs) -> anyhow::Result<ExitCode> {

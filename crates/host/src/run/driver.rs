@@ -147,6 +147,17 @@ impl Driver {
                 }
                 continue;
             }
+            // Steers are applied at step boundaries, before the next model call; one that
+            // arrives with the final answer continues the run.
+            if self.apply_steers().await? {
+                if let Some(end) = self.budget_pause().await? {
+                    return Ok(end);
+                }
+                if let Some(end) = self.model_step().await? {
+                    return Ok(end);
+                }
+                continue;
+            }
             if let Some(step) = self.state.steps.last()
                 && !step
                     .output
@@ -161,6 +172,8 @@ impl Driver {
                     Some("run-end".into()),
                 )
                 .await?;
+                self.drop_pending_steers("the run completed before the steer could be applied")
+                    .await?;
                 return Ok(RunEnd::Completed { text });
             }
             if let Some(end) = self.budget_pause().await? {
@@ -170,6 +183,42 @@ impl Driver {
                 return Ok(end);
             }
         }
+    }
+
+    /// Applies every pending steer before the next step: the runtime's revision moves on
+    /// (results launched before it would come back stale) and `steer.applied` records the
+    /// step whose request carries the steer. Returns whether any was applied.
+    async fn apply_steers(&mut self) -> Result<bool, HostError> {
+        let pending: Vec<(String, String)> = self
+            .state
+            .pending_steers()
+            .map(|s| (s.id.clone(), s.text.clone()))
+            .collect();
+        let step = self.state.steps.len() as u64 + 1;
+        for (id, text) in &pending {
+            let revision = self.runtime.steer(&self.thread, &self.turn, text).await?;
+            self.record(
+                k::STEER_APPLIED,
+                json!({"id": id, "step": step, "revision": revision}),
+                Some(k::steer_end_key(id)),
+            )
+            .await?;
+        }
+        Ok(!pending.is_empty())
+    }
+
+    /// Ends every steer still pending with `steer.dropped` (the run is over).
+    async fn drop_pending_steers(&mut self, reason: &str) -> Result<(), HostError> {
+        let pending: Vec<String> = self.state.pending_steers().map(|s| s.id.clone()).collect();
+        for id in pending {
+            self.record(
+                k::STEER_DROPPED,
+                json!({"id": id, "reason": reason}),
+                Some(k::steer_end_key(&id)),
+            )
+            .await?;
+        }
+        Ok(())
     }
 
     async fn pause(&mut self, reason: &str, detail: String) -> Result<RunEnd, HostError> {

@@ -4,7 +4,8 @@
 //! `item.completed` with items `agent_message`, `reasoning`, `command_execution` (shell),
 //! `file_change` (write_file), `tool_call` (other tools; our own type), `error`; then
 //! `turn.completed` with usage, `turn.failed`, `error`. Our own types, for what Codex has
-//! no shape for: `approval.requested`, `approval.decided`, `run.paused`,
+//! no shape for: `approval.requested`, `approval.decided`, `steer.requested`,
+//! `steer.applied`, `steer.dropped`, `run.paused`,
 //! `run.interrupted`, `interrupt.requested` (documented in `docs/cli-json.md`).
 //!
 //! Invariant: a pure function of the events (plus what earlier events said about each

@@ -4,6 +4,8 @@
 //! Keys enforce, in the journal itself:
 //! - `approval:<call>:<round>`: one decision per approval request (the first one wins);
 //! - `approval-req:<call>:<round>`: one request per round;
+//! - `steer:<id>` / `steer-end:<id>`: a steer is requested once and ends once (applied
+//!   or dropped);
 //! - `model:<step>:<attempt>` / `model-done:<step>`: one request record per attempt and one
 //!   completion per step.
 
@@ -17,6 +19,9 @@ pub const APPROVAL_DECIDED: &str = "approval.decided";
 /// A call the policy refused, or whose tool or arguments were invalid: it never ran.
 pub const TOOL_REFUSED: &str = "tool.refused";
 pub const INTERRUPT_REQUESTED: &str = "interrupt.requested";
+pub const STEER_REQUESTED: &str = "steer.requested";
+pub const STEER_APPLIED: &str = "steer.applied";
+pub const STEER_DROPPED: &str = "steer.dropped";
 pub const RUN_INTERRUPTED: &str = "run.interrupted";
 pub const RUN_PAUSED: &str = "run.paused";
 pub const RUN_COMPLETED: &str = "run.completed";
@@ -33,6 +38,15 @@ pub(crate) fn approval_key(call_id: &str, round: u32) -> String {
 
 pub(crate) fn approval_request_key(call_id: &str, round: u32) -> String {
     format!("approval-req:{call_id}:{round}")
+}
+
+pub(crate) fn steer_key(id: &str) -> String {
+    format!("steer:{id}")
+}
+
+/// One outcome (applied or dropped) per steer.
+pub(crate) fn steer_end_key(id: &str) -> String {
+    format!("steer-end:{id}")
 }
 
 pub(crate) fn model_key(step: u64, attempt: u32) -> String {

@@ -470,6 +470,84 @@ fn already(call_id: &str, d: &Decision) -> HostError {
     }
 }
 
+/// Requests a steer: user input the driving host gives the model at its next step
+/// boundary (or the next `resume` does, when no host runs). `id` makes a retried request one
+/// steer. A run that has ended gets `steer.dropped` at once. Returns the steer's id.
+pub async fn request_steer(
+    journal: &Journal,
+    run_id: &str,
+    text: &str,
+    id: Option<String>,
+) -> Result<String, HostError> {
+    if text.trim().is_empty() {
+        return Err(HostError::Invalid("the steer text is empty".into()));
+    }
+    load(journal, run_id).await?;
+    let id = id.unwrap_or_else(|| format!("steer_{}", uuid::Uuid::now_v7().simple()));
+    let thread = kinds::thread_of(run_id);
+    journal
+        .append(
+            NewEvent::new(
+                thread.clone(),
+                kinds::STEER_REQUESTED,
+                json!({"id": id, "text": text}),
+            )
+            .with_dedup_key(kinds::steer_key(&id)),
+        )
+        .await?;
+    // Appended after the run ended (or as it ended): nobody will apply it.
+    let state = load(journal, run_id).await?;
+    if let Some(status) = state.status.filter(|s| s.is_final())
+        && state
+            .steers
+            .iter()
+            .any(|s| s.id == id && s.status == state::SteerStatus::Pending)
+    {
+        journal
+            .append(
+                NewEvent::new(
+                    thread,
+                    kinds::STEER_DROPPED,
+                    json!({"id": id, "reason": format!("the run had already {}", status.as_str())}),
+                )
+                .with_dedup_key(kinds::steer_end_key(&id)),
+            )
+            .await?;
+    }
+    Ok(id)
+}
+
+/// How a steer ended: `Ok(step)` applied before that step, `Err(reason)` dropped. Waits
+/// for the outcome when `wait`; `None` when it is still pending and `wait` is false.
+pub async fn steer_outcome(
+    journal: &Journal,
+    run_id: &str,
+    id: &str,
+    wait: bool,
+) -> Result<Option<Result<u64, String>>, HostError> {
+    use futures::StreamExt as _;
+    let thread = kinds::thread_of(run_id);
+    let mut events = journal.tail(&thread, 0);
+    let mut state = RunState::new(run_id);
+    loop {
+        if let Some(steer) = state.steers.iter().find(|s| s.id == id) {
+            match &steer.status {
+                state::SteerStatus::Applied { step } => return Ok(Some(Ok(*step))),
+                state::SteerStatus::Dropped { reason } => return Ok(Some(Err(reason.clone()))),
+                state::SteerStatus::Pending => {}
+            }
+        }
+        let caught_up = journal.last_seq(&thread).await?.unwrap_or(0) <= state.last_seq;
+        if caught_up && !wait {
+            return Ok(None);
+        }
+        match events.next().await {
+            Some(event) => state.apply(&event?),
+            None => return Ok(None),
+        }
+    }
+}
+
 /// Asks the driving host (wherever it runs) to interrupt the run.
 pub async fn request_interrupt(
     journal: &Journal,

@@ -3,7 +3,8 @@
 //!
 //! Invariant: the request is a pure function of the run state (instructions, the prompt,
 //! then every step's output items verbatim, each followed by the outputs of its calls in
-//! the order the model made them), so a resumed run sends what the crashed one would have.
+//! the order the model made them; a steer applied before step N is a user message just
+//! before step N's output), so a resumed run sends what the crashed one would have.
 
 use agent_responses::types::{
     CreateResponse, FunctionCallOutput, FunctionTool, Input, Item, MessageItem, StreamEvent, Tool,
@@ -11,12 +12,20 @@ use agent_responses::types::{
 use agent_responses::{Client, ClientError};
 use serde_json::Value;
 
-use super::state::{CallProgress, RunSpec, RunState};
+use super::state::{CallProgress, RunSpec, RunState, SteerStatus};
 
 /// The request for the next step of `state`.
 pub(crate) fn build_request(state: &RunState, spec: &RunSpec) -> Result<CreateResponse, String> {
     let mut items = vec![Item::Message(MessageItem::user(spec.prompt.clone()))];
+    let steers_before = |step: u64| {
+        state
+            .steers
+            .iter()
+            .filter(move |s| s.status == SteerStatus::Applied { step })
+            .map(|s| Item::Message(MessageItem::user(s.text.clone())))
+    };
     for step in &state.steps {
+        items.extend(steers_before(step.step));
         for raw in &step.output {
             let item: Item = serde_json::from_value(raw.clone())
                 .map_err(|err| format!("step {}: unreadable output item: {err}", step.step))?;
@@ -32,6 +41,7 @@ pub(crate) fn build_request(state: &RunState, spec: &RunSpec) -> Result<CreateRe
             }
         }
     }
+    items.extend(steers_before(state.steps.len() as u64 + 1));
     let tools = spec
         .tools
         .iter()

@@ -217,6 +217,27 @@ pub struct RunState {
     pub updated_at: i64,
     pub last_seq: i64,
     pub interrupt_requested: Option<i64>,
+    /// Steers in the order they were requested.
+    pub steers: Vec<SteerRecord>,
+}
+
+/// A steer: user input for a run, from any process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SteerRecord {
+    pub id: String,
+    pub text: String,
+    pub status: SteerStatus,
+}
+
+/// Where a steer is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SteerStatus {
+    /// Not yet seen by a host.
+    Pending,
+    /// Given to the model before step `step`.
+    Applied { step: u64 },
+    /// Never given to the model, and why.
+    Dropped { reason: String },
 }
 
 impl RunState {
@@ -251,6 +272,13 @@ impl RunState {
     /// Calls whose approval awaits a decision.
     pub fn pending_approvals(&self) -> impl Iterator<Item = &CallRecord> {
         self.calls.iter().filter(|c| c.pending_approval().is_some())
+    }
+
+    /// Steers no host has applied or dropped yet.
+    pub fn pending_steers(&self) -> impl Iterator<Item = &SteerRecord> {
+        self.steers
+            .iter()
+            .filter(|s| s.status == SteerStatus::Pending)
     }
 
     /// The first line of the prompt.
@@ -333,6 +361,34 @@ impl RunState {
                 self.stop(RunStatus::Completed, p);
             }
             k::INTERRUPT_REQUESTED => self.interrupt_requested = Some(event.seq),
+            k::STEER_REQUESTED => {
+                let id = str_of(p, "id");
+                if !id.is_empty() && !self.steers.iter().any(|s| s.id == id) {
+                    self.steers.push(SteerRecord {
+                        id,
+                        text: str_of(p, "text"),
+                        status: SteerStatus::Pending,
+                    });
+                }
+            }
+            k::STEER_APPLIED | k::STEER_DROPPED => {
+                let id = str_of(p, "id");
+                if let Some(steer) = self
+                    .steers
+                    .iter_mut()
+                    .find(|s| s.id == id && s.status == SteerStatus::Pending)
+                {
+                    steer.status = if &*event.kind == k::STEER_APPLIED {
+                        SteerStatus::Applied {
+                            step: p.get("step").and_then(Value::as_u64).unwrap_or(0),
+                        }
+                    } else {
+                        SteerStatus::Dropped {
+                            reason: str_of(p, "reason"),
+                        }
+                    };
+                }
+            }
             rt::TOOL_SCHEDULED => {
                 let turn = str_of(p, "turn_id");
                 if let Some(call) = self.call_mut(p) {

@@ -126,6 +126,19 @@ impl Observer for Human {
                 },
                 p.get("by").and_then(Value::as_str).unwrap_or("someone")
             )),
+            k::STEER_APPLIED => {
+                let id = s("id");
+                let text = state
+                    .steers
+                    .iter()
+                    .find(|st| st.id == id)
+                    .map(|st| st.text.clone());
+                self.say(&format!(
+                    "~~ steer {id} applied: {}",
+                    first_line(&text.unwrap_or_default(), 100)
+                ));
+            }
+            k::STEER_DROPPED => self.say(&format!("~~ steer {} dropped: {}", s("id"), s("reason"))),
             k::MODEL_FAILED => self.say(&format!("!! model call failed: {}", s("message"))),
             _ => {}
         }

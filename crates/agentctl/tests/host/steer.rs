@@ -1,0 +1,96 @@
+//! Steers from other processes: applied at the next step boundary (also by a later
+//! `resume`), dropped once the run has ended, one steer per id.
+
+use std::process::Stdio;
+
+use serde_json::json;
+
+use crate::host::*;
+
+fn script() -> String {
+    json!({"rules": [
+        {"when": {"tool_outputs": 0}, "reply": {"items": [call("c_s", "shell", json!({"command": "echo hi"}))]}},
+        {"when": {"tool_outputs": 1, "last_user_contains": "STEER"}, "reply": {"items": answer("FINAL: steered")}},
+        {"when": {"tool_outputs": 1}, "reply": {"items": answer("FINAL: plain")}}
+    ]})
+    .to_string()
+}
+
+async fn steer_is_never_lost(db: &str) {
+    let server = emulator(&script()).await;
+    let (_g, ws) = workspace();
+    // Paused for approval, no host runs: the steer waits in the journal.
+    let paused = out(&mut run_cmd(db, &server, &ws, &[]));
+    assert_eq!(paused.status.code(), Some(3), "{}", text(&paused.stderr));
+    let run = only_run(db);
+    let steer = |extra: &[&str]| {
+        let mut cmd = agentctl(db);
+        cmd.args(["--json", "steer", &run, "STEER: say steered"])
+            .args(extra);
+        cmd
+    };
+    let first = out(&mut steer(&["--id", "s1"]));
+    assert!(first.status.success(), "{}", text(&first.stderr));
+    let line: serde_json::Value = serde_json::from_slice(&first.stdout).unwrap();
+    assert_eq!(
+        line,
+        json!({"type": "steer.requested", "run_id": run, "id": "s1"})
+    );
+    // The same id again is the same steer.
+    assert!(out(&mut steer(&["--id", "s1"])).status.success());
+    // Someone waits for its outcome in another process.
+    let waiter = steer(&["--id", "s1", "--wait"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(
+        out(agentctl(db).args(["approve", &run, "c_s"]))
+            .status
+            .success()
+    );
+    let resumed = out(&mut resume_cmd(db, &server, &run, &[]));
+    assert_eq!(resumed.status.code(), Some(0), "{}", text(&resumed.stderr));
+    assert_eq!(show(db, &run)["final_text"], "FINAL: steered");
+    let waited = waiter.wait_with_output().unwrap();
+    assert!(waited.status.success());
+    let line: serde_json::Value = serde_json::from_slice(&waited.stdout).unwrap();
+    assert_eq!(line["type"], "steer.applied");
+    assert_eq!(line["step"], 2);
+    let events = events(db, &run).await;
+    assert_eq!(kinds_of(&events, "steer.requested").len(), 1);
+    assert_eq!(kinds_of(&events, "steer.applied").len(), 1);
+    check_invariants(&events);
+    // The model saw the steer as a user message, after the call's output.
+    let last = server
+        .requests()
+        .into_iter()
+        .rev()
+        .find(|r| r.path.ends_with("/responses"))
+        .unwrap();
+    let input = last.body["input"].as_array().unwrap();
+    let tail = &input[input.len() - 1];
+    assert_eq!(tail["role"], "user");
+    assert!(tail.to_string().contains("STEER: say steered"));
+    // After the end: dropped at once, exit 1.
+    let late = out(&mut steer(&["--wait"]));
+    assert_eq!(late.status.code(), Some(1));
+    let line: serde_json::Value = serde_json::from_slice(&late.stdout).unwrap();
+    assert_eq!(line["type"], "steer.dropped");
+    assert!(line["reason"].as_str().unwrap().contains("completed"));
+    let empty = out(agentctl(db).args(["steer", &run, "  "]));
+    assert_eq!(empty.status.code(), Some(1));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn steer_is_never_lost_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    steer_is_never_lost(&format!("sqlite://{}", dir.path().join("st.db").display())).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn steer_is_never_lost_postgres() {
+    let Some(pg) = agent_testkit::fresh_pg_database("host_steer").await else {
+        return;
+    };
+    steer_is_never_lost(pg.url()).await;
+}
