@@ -209,3 +209,51 @@ async fn a_model_error_pauses_the_run_and_resume_retries_the_step() {
         "step 1 is requested again as attempt 2"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn interrupt_from_another_process_cancels_the_running_tool() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("x.db").display());
+    let (_g, ws) = workspace();
+    let server = emulator(&script_by_outputs(&[
+        json!([call(
+            "c_long",
+            "shell",
+            json!({"command": "touch started; sleep 60; touch finished"})
+        )]),
+        answer("FINAL: after interrupt"),
+    ]))
+    .await;
+    let child = run_cmd(&db, &server, &ws, &["--approval", "auto", "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !ws.join("started").exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the command never started"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let run = only_run(&db);
+    let asked = out(agentctl(&db).args(["interrupt", &run]));
+    assert!(asked.status.success(), "{}", text(&asked.stderr));
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(130), "{}", text(&o.stderr));
+    let lines: Vec<Value> = text(&o.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(
+        lines.iter().any(|l| l["type"] == "run.interrupted"),
+        "{lines:?}"
+    );
+    let events = events(&db, &run).await;
+    check_invariants(&events);
+    assert_eq!(kinds_of(&events, "interrupt.requested").len(), 1);
+    assert_eq!(kinds_of(&events, "tool.cancelled").len(), 1);
+    assert!(!ws.join("finished").exists());
+    assert_eq!(show(&db, &run)["status"], "interrupted");
+}
