@@ -8,6 +8,10 @@ pub mod exec_json;
 pub mod kinds;
 mod model;
 mod owner;
+mod query;
+mod records;
+mod requests;
+mod spec;
 pub mod state;
 
 use std::path::PathBuf;
@@ -21,6 +25,8 @@ use serde::Serialize;
 use serde_json::json;
 
 pub use owner::Owner;
+pub use query::{list, load, shown_status};
+pub use requests::{DecisionRequest, decide, request_interrupt, request_steer, steer_outcome};
 pub use state::{Budgets, CallRecord, Decision, RunSpec, RunState, RunStatus, Usage};
 
 use crate::error::HostError;
@@ -350,217 +356,4 @@ fn watch_interrupts(
             }
         }
     })
-}
-
-/// The run `run_id` as folded from its journal.
-pub async fn load(journal: &Journal, run_id: &str) -> Result<RunState, HostError> {
-    let events = journal.replay(&kinds::thread_of(run_id), 0).await?;
-    if events.is_empty() {
-        return Err(HostError::NotFound(run_id.into()));
-    }
-    Ok(RunState::from_events(run_id, &events))
-}
-
-/// Every run of the journal, newest first.
-pub async fn list(journal: &Journal) -> Result<Vec<RunState>, HostError> {
-    let mut runs = Vec::new();
-    for thread in journal.threads().await? {
-        let Some(id) = thread.strip_prefix("run:") else {
-            continue;
-        };
-        let state = load(journal, id).await?;
-        if state.spec.is_some() {
-            runs.push(state);
-        }
-    }
-    runs.sort_by(|a, b| b.id.cmp(&a.id));
-    Ok(runs)
-}
-
-/// The status a reader should show: a run recorded as running whose driver is gone (a
-/// crash) shows as interrupted.
-pub fn shown_status(state: &RunState) -> RunStatus {
-    match state.status {
-        Some(RunStatus::Running) if state.driver.as_ref().is_none_or(|d| !d.is_alive()) => {
-            RunStatus::Interrupted
-        }
-        Some(status) => status,
-        None => RunStatus::Failed,
-    }
-}
-
-/// A decision from any process on a pending approval.
-#[derive(Debug, Clone)]
-pub struct DecisionRequest {
-    pub call_id: String,
-    pub decision: Decision,
-    /// When given, must be the pending call's args hash.
-    pub args_sha256: Option<String>,
-}
-
-/// Records a decision on the pending approval of `call_id`. The first decision of a round
-/// wins; a second one is [`HostError::AlreadyDecided`].
-pub async fn decide(
-    journal: &Journal,
-    run_id: &str,
-    request: DecisionRequest,
-) -> Result<(), HostError> {
-    let state = load(journal, run_id).await?;
-    let call = state.call(&request.call_id).ok_or_else(|| {
-        HostError::NoPendingApproval(format!("run {run_id} has no call {}", request.call_id))
-    })?;
-    let Some(pending) = call.pending_approval() else {
-        return Err(
-            match call.approvals.last().and_then(|a| a.decision.as_ref()) {
-                Some(d) => already(&request.call_id, d),
-                None => HostError::NoPendingApproval(format!(
-                    "call {} of run {run_id} is not waiting for approval",
-                    request.call_id
-                )),
-            },
-        );
-    };
-    if let Some(given) = &request.args_sha256
-        && *given != pending.args_sha256
-    {
-        return Err(HostError::ArgsMismatch {
-            call_id: request.call_id.clone(),
-            pending: pending.args_sha256.clone(),
-            given: given.clone(),
-        });
-    }
-    let thread = kinds::thread_of(run_id);
-    let mut payload =
-        serde_json::to_value(&request.decision).map_err(|e| HostError::Invalid(e.to_string()))?;
-    if let Some(obj) = payload.as_object_mut() {
-        obj.insert("call_id".into(), json!(request.call_id));
-        obj.insert("round".into(), json!(pending.round));
-        obj.insert("args_sha256".into(), json!(pending.args_sha256));
-        obj.insert(
-            "decision".into(),
-            json!(if request.decision.approve {
-                "approve"
-            } else {
-                "deny"
-            }),
-        );
-    }
-    let key = kinds::approval_key(&request.call_id, pending.round);
-    let appended = journal
-        .append(
-            NewEvent::new(thread.clone(), kinds::APPROVAL_DECIDED, payload)
-                .with_dedup_key(key.clone()),
-        )
-        .await?;
-    if appended.deduplicated {
-        let first = journal.find_by_dedup_key(&thread, &key).await?;
-        let decision = first
-            .and_then(|e| serde_json::from_value::<Decision>(e.payload).ok())
-            .unwrap_or(request.decision);
-        return Err(already(&request.call_id, &decision));
-    }
-    Ok(())
-}
-
-fn already(call_id: &str, d: &Decision) -> HostError {
-    HostError::AlreadyDecided {
-        call_id: call_id.to_string(),
-        decision: if d.approve { "approved" } else { "denied" },
-        by: d.by.clone().unwrap_or_else(|| "someone".into()),
-    }
-}
-
-/// Requests a steer: user input the driving host gives the model at its next step
-/// boundary (or the next `resume` does, when no host runs). `id` makes a retried request one
-/// steer. A run that has ended gets `steer.dropped` at once. Returns the steer's id.
-pub async fn request_steer(
-    journal: &Journal,
-    run_id: &str,
-    text: &str,
-    id: Option<String>,
-) -> Result<String, HostError> {
-    if text.trim().is_empty() {
-        return Err(HostError::Invalid("the steer text is empty".into()));
-    }
-    load(journal, run_id).await?;
-    let id = id.unwrap_or_else(|| format!("steer_{}", uuid::Uuid::now_v7().simple()));
-    let thread = kinds::thread_of(run_id);
-    journal
-        .append(
-            NewEvent::new(
-                thread.clone(),
-                kinds::STEER_REQUESTED,
-                json!({"id": id, "text": text}),
-            )
-            .with_dedup_key(kinds::steer_key(&id)),
-        )
-        .await?;
-    // Appended after the run ended (or as it ended): nobody will apply it.
-    let state = load(journal, run_id).await?;
-    if let Some(status) = state.status.filter(|s| s.is_final())
-        && state
-            .steers
-            .iter()
-            .any(|s| s.id == id && s.status == state::SteerStatus::Pending)
-    {
-        journal
-            .append(
-                NewEvent::new(
-                    thread,
-                    kinds::STEER_DROPPED,
-                    json!({"id": id, "reason": format!("the run had already {}", status.as_str())}),
-                )
-                .with_dedup_key(kinds::steer_end_key(&id)),
-            )
-            .await?;
-    }
-    Ok(id)
-}
-
-/// How a steer ended: `Ok(step)` applied before that step, `Err(reason)` dropped. Waits
-/// for the outcome when `wait`; `None` when it is still pending and `wait` is false.
-pub async fn steer_outcome(
-    journal: &Journal,
-    run_id: &str,
-    id: &str,
-    wait: bool,
-) -> Result<Option<Result<u64, String>>, HostError> {
-    use futures::StreamExt as _;
-    let thread = kinds::thread_of(run_id);
-    let mut events = journal.tail(&thread, 0);
-    let mut state = RunState::new(run_id);
-    loop {
-        if let Some(steer) = state.steers.iter().find(|s| s.id == id) {
-            match &steer.status {
-                state::SteerStatus::Applied { step } => return Ok(Some(Ok(*step))),
-                state::SteerStatus::Dropped { reason } => return Ok(Some(Err(reason.clone()))),
-                state::SteerStatus::Pending => {}
-            }
-        }
-        let caught_up = journal.last_seq(&thread).await?.unwrap_or(0) <= state.last_seq;
-        if caught_up && !wait {
-            return Ok(None);
-        }
-        match events.next().await {
-            Some(event) => state.apply(&event?),
-            None => return Ok(None),
-        }
-    }
-}
-
-/// Asks the driving host (wherever it runs) to interrupt the run.
-pub async fn request_interrupt(
-    journal: &Journal,
-    run_id: &str,
-    by: &str,
-) -> Result<i64, HostError> {
-    load(journal, run_id).await?;
-    let appended = journal
-        .append(NewEvent::new(
-            kinds::thread_of(run_id),
-            kinds::INTERRUPT_REQUESTED,
-            json!({"by": by}),
-        ))
-        .await?;
-    Ok(appended.seq)
 }

@@ -1,0 +1,305 @@
+//! Tool calls of a step: what may run, what asks a human, what waits.
+//!
+//! Invariant ([`Driver::next_for`]): a call with an outcome never runs again; a call cut
+//! off after it started runs again only if its tool is retry-safe or an `indeterminate`
+//! approval says so; a call the policy asks about runs only after an approval of its
+//! latest round.
+
+use agent_runtime::{Deadlines, RuntimeError};
+use futures::StreamExt as _;
+use serde_json::{Value, json};
+
+use super::Driver;
+use crate::error::HostError;
+use crate::run::RunEnd;
+use crate::run::kinds as k;
+use crate::run::state::{CallProgress, CallRecord, Decision};
+use crate::tools::{Policy, ToolSpec};
+
+/// What to do with one call now.
+pub(super) enum Next {
+    Launch,
+    Await,
+    Ask { reason: &'static str, round: u32 },
+    Wait,
+    Refuse(String),
+    Done,
+    Stuck(String),
+}
+
+impl Driver {
+    fn tool_spec(&self, name: &str) -> Option<&ToolSpec> {
+        self.spec.tools.iter().find(|t| t.name == name)
+    }
+
+    fn next_for(&self, call: &CallRecord) -> Next {
+        let spec = self.tool_spec(&call.name);
+        let retry_safe = spec.is_some_and(|s| s.retry_safe);
+        let round = call.approvals.len() as u32;
+        let last = call.approvals.last();
+        match &call.progress {
+            CallProgress::Done(_) => Next::Done,
+            CallProgress::Scheduled { turn, .. } if *turn == self.turn => Next::Await,
+            // Adoption marks every call of an earlier turn interrupted, so this is a
+            // journal written by something else than a host.
+            CallProgress::Scheduled { turn, .. } => Next::Stuck(turn.clone()),
+            CallProgress::Interrupted { started, approval } => {
+                if !started || retry_safe {
+                    return Next::Launch;
+                }
+                let decision = approval
+                    .and_then(|r| call.approvals.iter().find(|a| a.round == r))
+                    .map(|a| a.decision.as_ref().map(|d| d.approve));
+                match decision {
+                    None => Next::Ask {
+                        reason: "indeterminate",
+                        round,
+                    },
+                    Some(None) => Next::Wait,
+                    Some(Some(true)) => Next::Launch,
+                    Some(Some(false)) => Next::Done,
+                }
+            }
+            CallProgress::New => {
+                let Some(spec) = spec else {
+                    return Next::Refuse(format!(
+                        "unknown tool `{}`; the tools are: {}",
+                        call.name,
+                        self.spec
+                            .tools
+                            .iter()
+                            .map(|t| t.name.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ));
+                };
+                if self.state.approved_tools.contains(&call.name) {
+                    return Next::Launch;
+                }
+                match spec.policy {
+                    Policy::Auto => Next::Launch,
+                    Policy::Deny => Next::Refuse(format!(
+                        "Refused: the run's policy does not allow `{}` calls.",
+                        call.name
+                    )),
+                    Policy::Ask => match last {
+                        None => Next::Ask {
+                            reason: "policy",
+                            round: 0,
+                        },
+                        Some(a) => match &a.decision {
+                            None => Next::Wait,
+                            Some(d) if d.approve => Next::Launch,
+                            Some(_) => Next::Done,
+                        },
+                    },
+                }
+            }
+        }
+    }
+
+    /// Moves the open calls of the last step on: launches what may run, asks what needs a
+    /// human, waits for results. Returns an end when the run pauses or is interrupted.
+    pub(super) async fn calls(
+        &mut self,
+        open: Vec<CallRecord>,
+    ) -> Result<Option<RunEnd>, HostError> {
+        let mut launched = Vec::new();
+        let mut waiting = Vec::new();
+        for call in &open {
+            match self.next_for(call) {
+                Next::Done => {}
+                Next::Stuck(turn) => {
+                    return Err(HostError::Invalid(format!(
+                        "call {} is scheduled under turn {turn}, which no host drives",
+                        call.call_id
+                    )));
+                }
+                Next::Await => launched.push(call.call_id.clone()),
+                Next::Launch => {
+                    if let Some(refusal) = self.launch(call).await? {
+                        self.refuse(call, refusal).await?;
+                    } else {
+                        launched.push(call.call_id.clone());
+                    }
+                }
+                Next::Refuse(message) => self.refuse(call, message).await?,
+                Next::Ask { reason, round } => {
+                    self.record(
+                        k::APPROVAL_REQUESTED,
+                        json!({"call_id": call.call_id, "tool": call.name, "arguments": call.arguments,
+                               "args_sha256": k::sha256_hex(call.arguments.as_bytes()),
+                               "reason": reason, "round": round}),
+                        Some(k::approval_request_key(&call.call_id, round)),
+                    )
+                    .await?;
+                    waiting.push(call.call_id.clone());
+                }
+                Next::Wait => waiting.push(call.call_id.clone()),
+            }
+        }
+        if !launched.is_empty() {
+            let runtime = self.runtime.clone();
+            let (thread, turn) = (self.thread.clone(), self.turn.clone());
+            let results = futures::future::join_all(launched.iter().map(|call_id| {
+                let key = agent_runtime::JobKey {
+                    thread: thread.clone(),
+                    turn: turn.clone(),
+                    call_id: call_id.clone(),
+                };
+                let runtime = runtime.clone();
+                let (thread, turn) = (thread.clone(), turn.clone());
+                async move { runtime.result(&thread, &turn, &key).await }
+            }));
+            let cancel = self.opts.cancel.clone();
+            let results = tokio::select! {
+                results = results => Some(results),
+                () = cancel.cancelled() => None,
+            };
+            let Some(results) = results else {
+                return self.interrupt().await.map(Some);
+            };
+            for result in results {
+                match result {
+                    Ok(_)
+                    | Err(RuntimeError::UnknownCall { .. })
+                    | Err(RuntimeError::Unresolved { .. }) => {}
+                    Err(err) => return Err(err.into()),
+                }
+            }
+            self.sync().await?;
+        }
+        if waiting.is_empty() {
+            return Ok(None);
+        }
+        self.sync().await?;
+        // Decided meanwhile (another process): go round again.
+        let still: Vec<CallRecord> = waiting
+            .iter()
+            .filter_map(|id| self.state.call(id))
+            .filter(|c| c.pending_approval().is_some())
+            .cloned()
+            .collect();
+        if still.is_empty() {
+            return Ok(None);
+        }
+        if let Some(decider) = self.opts.decider.clone() {
+            for call in &still {
+                let Some(pending) = call.pending_approval().cloned() else {
+                    continue;
+                };
+                let cancel = self.opts.cancel.clone();
+                let decision = tokio::select! {
+                    d = decider.decide(&self.state.id, call, &pending.reason) => Some(d),
+                    () = cancel.cancelled() => None,
+                };
+                let Some(decision) = decision else {
+                    return self.interrupt().await.map(Some);
+                };
+                if let Some(decision) = decision {
+                    self.decide(call, pending.round, &pending.args_sha256, decision)
+                        .await?;
+                }
+            }
+            return Ok(None);
+        }
+        if self.opts.wait {
+            return self.wait_for_decision().await;
+        }
+        let detail = still
+            .iter()
+            .map(|c| format!("{} ({})", c.call_id, c.name))
+            .collect::<Vec<_>>()
+            .join(", ");
+        self.pause("approval", detail).await.map(Some)
+    }
+
+    async fn decide(
+        &mut self,
+        call: &CallRecord,
+        round: u32,
+        sha: &str,
+        decision: Decision,
+    ) -> Result<(), HostError> {
+        let mut payload =
+            serde_json::to_value(&decision).map_err(|e| HostError::Invalid(e.to_string()))?;
+        if let Some(obj) = payload.as_object_mut() {
+            obj.insert("call_id".into(), json!(call.call_id));
+            obj.insert("round".into(), json!(round));
+            obj.insert("args_sha256".into(), json!(sha));
+            obj.insert(
+                "decision".into(),
+                json!(if decision.approve { "approve" } else { "deny" }),
+            );
+        }
+        self.record(
+            k::APPROVAL_DECIDED,
+            payload,
+            Some(k::approval_key(&call.call_id, round)),
+        )
+        .await
+    }
+
+    /// Waits until another process decides (or interrupts).
+    async fn wait_for_decision(&mut self) -> Result<Option<RunEnd>, HostError> {
+        let mut tail = self.journal.tail(&self.thread, self.state.last_seq);
+        loop {
+            let cancel = self.opts.cancel.clone();
+            let next = tokio::select! {
+                next = tail.next() => Some(next),
+                () = cancel.cancelled() => None,
+            };
+            let Some(next) = next else {
+                return self.interrupt().await.map(Some);
+            };
+            match next {
+                Some(Ok(event))
+                    if matches!(&*event.kind, k::APPROVAL_DECIDED | k::INTERRUPT_REQUESTED) =>
+                {
+                    self.sync().await?;
+                    return Ok(None);
+                }
+                Some(Ok(_)) => {}
+                Some(Err(err)) => return Err(err.into()),
+                None => return Ok(None),
+            }
+        }
+    }
+
+    async fn refuse(&mut self, call: &CallRecord, message: String) -> Result<(), HostError> {
+        self.record(
+            k::TOOL_REFUSED,
+            json!({"call_id": call.call_id, "tool": call.name, "message": message}),
+            Some(format!("refused:{}", call.call_id)),
+        )
+        .await
+    }
+
+    /// Launches `call` in this process's turn; `Some(message)` when the runtime refuses it
+    /// (unknown tool, invalid arguments): the model is told, nothing ran.
+    async fn launch(&mut self, call: &CallRecord) -> Result<Option<String>, HostError> {
+        let args: Value = match serde_json::from_str(&call.arguments) {
+            Ok(args) => args,
+            Err(err) => return Ok(Some(format!("the arguments are not valid JSON: {err}"))),
+        };
+        let launched = self
+            .runtime
+            .launch_with(
+                &self.thread,
+                &self.turn,
+                &call.call_id,
+                &call.name,
+                args,
+                Deadlines::none(),
+            )
+            .await;
+        match launched {
+            Ok(_) => Ok(None),
+            Err(RuntimeError::ToolNotAllowed(name)) => Ok(Some(format!("unknown tool `{name}`"))),
+            Err(RuntimeError::InvalidArgs { tool, reason }) => {
+                Ok(Some(format!("invalid arguments for {tool}: {reason}")))
+            }
+            Err(err) => Err(err.into()),
+        }
+    }
+}

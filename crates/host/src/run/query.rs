@@ -1,0 +1,44 @@
+//! Reading runs: every reader folds the journal with the same [`RunState::apply`].
+
+use agent_journal::Journal;
+
+use super::kinds;
+use super::state::{RunState, RunStatus};
+use crate::error::HostError;
+
+/// The run `run_id` as folded from its journal.
+pub async fn load(journal: &Journal, run_id: &str) -> Result<RunState, HostError> {
+    let events = journal.replay(&kinds::thread_of(run_id), 0).await?;
+    if events.is_empty() {
+        return Err(HostError::NotFound(run_id.into()));
+    }
+    Ok(RunState::from_events(run_id, &events))
+}
+
+/// Every run of the journal, newest first.
+pub async fn list(journal: &Journal) -> Result<Vec<RunState>, HostError> {
+    let mut runs = Vec::new();
+    for thread in journal.threads().await? {
+        let Some(id) = thread.strip_prefix("run:") else {
+            continue;
+        };
+        let state = load(journal, id).await?;
+        if state.spec.is_some() {
+            runs.push(state);
+        }
+    }
+    runs.sort_by(|a, b| b.id.cmp(&a.id));
+    Ok(runs)
+}
+
+/// The status a reader should show: a run recorded as running whose driver is gone (a
+/// crash) shows as interrupted.
+pub fn shown_status(state: &RunState) -> RunStatus {
+    match state.status {
+        Some(RunStatus::Running) if state.driver.as_ref().is_none_or(|d| !d.is_alive()) => {
+            RunStatus::Interrupted
+        }
+        Some(status) => status,
+        None => RunStatus::Failed,
+    }
+}

@@ -1,0 +1,187 @@
+//! Requests to a run from any process: decisions, steers, interrupts. They are plain
+//! journal appends (with dedup keys where "the first one wins"); the driving host folds
+//! them in at its next step boundary, or the next `resume` does.
+
+use agent_journal::{Journal, NewEvent};
+use serde_json::json;
+
+use super::kinds;
+use super::query::load;
+use super::state::{self, Decision, RunState};
+use crate::error::HostError;
+
+/// A decision from any process on a pending approval.
+#[derive(Debug, Clone)]
+pub struct DecisionRequest {
+    pub call_id: String,
+    pub decision: Decision,
+    /// When given, must be the pending call's args hash.
+    pub args_sha256: Option<String>,
+}
+
+/// Records a decision on the pending approval of `call_id`. The first decision of a round
+/// wins; a second one is [`HostError::AlreadyDecided`].
+pub async fn decide(
+    journal: &Journal,
+    run_id: &str,
+    request: DecisionRequest,
+) -> Result<(), HostError> {
+    let state = load(journal, run_id).await?;
+    let call = state.call(&request.call_id).ok_or_else(|| {
+        HostError::NoPendingApproval(format!("run {run_id} has no call {}", request.call_id))
+    })?;
+    let Some(pending) = call.pending_approval() else {
+        return Err(
+            match call.approvals.last().and_then(|a| a.decision.as_ref()) {
+                Some(d) => already(&request.call_id, d),
+                None => HostError::NoPendingApproval(format!(
+                    "call {} of run {run_id} is not waiting for approval",
+                    request.call_id
+                )),
+            },
+        );
+    };
+    if let Some(given) = &request.args_sha256
+        && *given != pending.args_sha256
+    {
+        return Err(HostError::ArgsMismatch {
+            call_id: request.call_id.clone(),
+            pending: pending.args_sha256.clone(),
+            given: given.clone(),
+        });
+    }
+    let thread = kinds::thread_of(run_id);
+    let mut payload =
+        serde_json::to_value(&request.decision).map_err(|e| HostError::Invalid(e.to_string()))?;
+    if let Some(obj) = payload.as_object_mut() {
+        obj.insert("call_id".into(), json!(request.call_id));
+        obj.insert("round".into(), json!(pending.round));
+        obj.insert("args_sha256".into(), json!(pending.args_sha256));
+        obj.insert(
+            "decision".into(),
+            json!(if request.decision.approve {
+                "approve"
+            } else {
+                "deny"
+            }),
+        );
+    }
+    let key = kinds::approval_key(&request.call_id, pending.round);
+    let appended = journal
+        .append(
+            NewEvent::new(thread.clone(), kinds::APPROVAL_DECIDED, payload)
+                .with_dedup_key(key.clone()),
+        )
+        .await?;
+    if appended.deduplicated {
+        let first = journal.find_by_dedup_key(&thread, &key).await?;
+        let decision = first
+            .and_then(|e| serde_json::from_value::<Decision>(e.payload).ok())
+            .unwrap_or(request.decision);
+        return Err(already(&request.call_id, &decision));
+    }
+    Ok(())
+}
+
+fn already(call_id: &str, d: &Decision) -> HostError {
+    HostError::AlreadyDecided {
+        call_id: call_id.to_string(),
+        decision: if d.approve { "approved" } else { "denied" },
+        by: d.by.clone().unwrap_or_else(|| "someone".into()),
+    }
+}
+
+/// Requests a steer: user input the driving host gives the model at its next step
+/// boundary (or the next `resume` does, when no host runs). `id` makes a retried request one
+/// steer. A run that has ended gets `steer.dropped` at once. Returns the steer's id.
+pub async fn request_steer(
+    journal: &Journal,
+    run_id: &str,
+    text: &str,
+    id: Option<String>,
+) -> Result<String, HostError> {
+    if text.trim().is_empty() {
+        return Err(HostError::Invalid("the steer text is empty".into()));
+    }
+    load(journal, run_id).await?;
+    let id = id.unwrap_or_else(|| format!("steer_{}", uuid::Uuid::now_v7().simple()));
+    let thread = kinds::thread_of(run_id);
+    journal
+        .append(
+            NewEvent::new(
+                thread.clone(),
+                kinds::STEER_REQUESTED,
+                json!({"id": id, "text": text}),
+            )
+            .with_dedup_key(kinds::steer_key(&id)),
+        )
+        .await?;
+    // Appended after the run ended (or as it ended): nobody will apply it.
+    let state = load(journal, run_id).await?;
+    if let Some(status) = state.status.filter(|s| s.is_final())
+        && state
+            .steers
+            .iter()
+            .any(|s| s.id == id && s.status == state::SteerStatus::Pending)
+    {
+        journal
+            .append(
+                NewEvent::new(
+                    thread,
+                    kinds::STEER_DROPPED,
+                    json!({"id": id, "reason": format!("the run had already {}", status.as_str())}),
+                )
+                .with_dedup_key(kinds::steer_end_key(&id)),
+            )
+            .await?;
+    }
+    Ok(id)
+}
+
+/// How a steer ended: `Ok(step)` applied before that step, `Err(reason)` dropped. Waits
+/// for the outcome when `wait`; `None` when it is still pending and `wait` is false.
+pub async fn steer_outcome(
+    journal: &Journal,
+    run_id: &str,
+    id: &str,
+    wait: bool,
+) -> Result<Option<Result<u64, String>>, HostError> {
+    use futures::StreamExt as _;
+    let thread = kinds::thread_of(run_id);
+    let mut events = journal.tail(&thread, 0);
+    let mut state = RunState::new(run_id);
+    loop {
+        if let Some(steer) = state.steers.iter().find(|s| s.id == id) {
+            match &steer.status {
+                state::SteerStatus::Applied { step } => return Ok(Some(Ok(*step))),
+                state::SteerStatus::Dropped { reason } => return Ok(Some(Err(reason.clone()))),
+                state::SteerStatus::Pending => {}
+            }
+        }
+        let caught_up = journal.last_seq(&thread).await?.unwrap_or(0) <= state.last_seq;
+        if caught_up && !wait {
+            return Ok(None);
+        }
+        match events.next().await {
+            Some(event) => state.apply(&event?),
+            None => return Ok(None),
+        }
+    }
+}
+
+/// Asks the driving host (wherever it runs) to interrupt the run.
+pub async fn request_interrupt(
+    journal: &Journal,
+    run_id: &str,
+    by: &str,
+) -> Result<i64, HostError> {
+    load(journal, run_id).await?;
+    let appended = journal
+        .append(NewEvent::new(
+            kinds::thread_of(run_id),
+            kinds::INTERRUPT_REQUESTED,
+            json!({"by": by}),
+        ))
+        .await?;
+    Ok(appended.seq)
+}

@@ -1,0 +1,106 @@
+//! What a run is given and what it uses: the spec `run.created` records, budgets, usage,
+//! and the run's status.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::tools::{ApprovalMode, ToolSpec};
+
+/// What `run.created` records.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunSpec {
+    pub prompt: String,
+    pub model: String,
+    #[serde(default)]
+    pub instructions: Option<String>,
+    pub workspace: String,
+    pub tools: Vec<ToolSpec>,
+    pub approval: ApprovalMode,
+    pub budgets: Budgets,
+    #[serde(default = "http")]
+    pub transport: String,
+    /// Where the model was reached: a base URL, `mock` (the built-in story) or
+    /// `mock:PATH` (an emulator script); `resume` reuses it when given no endpoint.
+    #[serde(default)]
+    pub endpoint: Option<String>,
+}
+
+fn http() -> String {
+    "http".into()
+}
+
+/// Limits that pause a run when reached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Budgets {
+    /// Model steps in total.
+    pub max_steps: u64,
+    /// Tokens (input + output) in total, if limited.
+    #[serde(default)]
+    pub max_tokens: Option<u64>,
+}
+
+/// Token usage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Usage {
+    pub input_tokens: u64,
+    pub cached_tokens: u64,
+    pub output_tokens: u64,
+    pub reasoning_tokens: u64,
+    pub total_tokens: u64,
+}
+
+impl Usage {
+    /// Usage from a response's `usage` object (missing details count as zero).
+    pub fn from_api(usage: &Value) -> Usage {
+        let n = |v: Option<&Value>| v.and_then(Value::as_u64).unwrap_or(0);
+        let input = n(usage.get("input_tokens"));
+        let output = n(usage.get("output_tokens"));
+        Usage {
+            input_tokens: input,
+            cached_tokens: n(usage.pointer("/input_tokens_details/cached_tokens")),
+            output_tokens: output,
+            reasoning_tokens: n(usage.pointer("/output_tokens_details/reasoning_tokens")),
+            total_tokens: usage
+                .get("total_tokens")
+                .and_then(Value::as_u64)
+                .unwrap_or(input + output),
+        }
+    }
+
+    pub(crate) fn add(&mut self, other: &Usage) {
+        self.input_tokens += other.input_tokens;
+        self.cached_tokens += other.cached_tokens;
+        self.output_tokens += other.output_tokens;
+        self.reasoning_tokens += other.reasoning_tokens;
+        self.total_tokens += other.total_tokens;
+    }
+}
+
+/// Where a run is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunStatus {
+    Running,
+    Paused,
+    Interrupted,
+    Completed,
+    Failed,
+}
+
+impl RunStatus {
+    /// Completed and failed runs never run again.
+    pub fn is_final(self) -> bool {
+        matches!(self, RunStatus::Completed | RunStatus::Failed)
+    }
+
+    /// The name used in output and `--status`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunStatus::Running => "running",
+            RunStatus::Paused => "paused",
+            RunStatus::Interrupted => "interrupted",
+            RunStatus::Completed => "completed",
+            RunStatus::Failed => "failed",
+        }
+    }
+}
