@@ -21,6 +21,29 @@ pub fn line(text: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Print a line of text on stderr (progress and next steps; stdout keeps the results).
+/// A closed stderr is ignored: there is nobody to tell.
+pub fn note(text: &str) {
+    let mut err = std::io::stderr().lock();
+    let _ = err.write_all(text.as_bytes());
+    let _ = err.write_all(b"\n");
+    let _ = err.flush();
+}
+
+/// Print text on stderr without a newline (a question whose answer is typed after it).
+pub fn ask(text: &str) {
+    let mut err = std::io::stderr().lock();
+    let _ = err.write_all(text.as_bytes());
+    let _ = err.flush();
+}
+
+/// Print a piece of streamed text on stdout as it arrives (no newline added).
+pub fn stream(text: &str) -> std::io::Result<()> {
+    let mut out = std::io::stdout().lock();
+    out.write_all(text.as_bytes())?;
+    out.flush()
+}
+
 /// A hint attached to an error with [`with_hint`]; printed after the error line.
 #[derive(Debug)]
 pub struct Hint(pub String);

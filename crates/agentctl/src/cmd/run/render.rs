@@ -1,7 +1,6 @@
 //! How a run looks: human text (the model's words stream; one line per tool call and per
 //! approval), or JSON lines in the `codex exec --json` shapes (`docs/cli-json.md`).
 
-use std::io::Write as _;
 use std::sync::{Arc, Mutex};
 
 use agent_host::run::exec_json::ExecJson;
@@ -77,7 +76,7 @@ impl Observer for Human {
         let call = || state.call(&s("call_id"));
         match &*event.kind {
             k::RUN_CREATED => {
-                eprintln_safe(&format!(
+                output::note(&format!(
                     "run {} started (workspace {})",
                     state.id,
                     state
@@ -87,7 +86,7 @@ impl Observer for Human {
                         .unwrap_or("?")
                 ));
             }
-            k::RUN_RESUMED => eprintln_safe(&format!("run {} resumed", state.id)),
+            k::RUN_RESUMED => output::note(&format!("run {} resumed", state.id)),
             rt::TOOL_SCHEDULED => {
                 if let Some(call) = call() {
                     self.say(&format!(
@@ -150,14 +149,8 @@ impl Observer for Human {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         st.in_text = !delta.ends_with('\n');
-        let mut out = std::io::stdout().lock();
-        let _ = out.write_all(delta.as_bytes());
-        let _ = out.flush();
+        let _ = output::stream(delta);
     }
-}
-
-fn eprintln_safe(text: &str) {
-    let _ = writeln!(std::io::stderr().lock(), "{text}");
 }
 
 /// Prints the end of a drive: on stdout the final text (human; the JSON lines already said
@@ -169,17 +162,17 @@ pub fn finish(json: bool, report: &RunReport) -> anyhow::Result<()> {
             if !json {
                 output::line("")?;
             }
-            eprintln_safe(&format!(
+            output::note(&format!(
                 "run {id} completed in {} steps ({} tokens)",
                 report.state.steps.len(),
                 report.state.usage.total_tokens
             ));
         }
         RunEnd::Paused { reason, detail } => {
-            eprintln_safe(&format!("run {id} paused ({reason}): {detail}"));
+            output::note(&format!("run {id} paused ({reason}): {detail}"));
             for call in report.state.pending_approvals() {
                 if let Some(pending) = call.pending_approval() {
-                    eprintln_safe(&format!(
+                    output::note(&format!(
                         "  {} {} wants: {}\n    agentctl approve {id} {} --sha256 {}\n    agentctl deny {id} {} --reason TEXT",
                         call.call_id,
                         call.name,
@@ -190,10 +183,10 @@ pub fn finish(json: bool, report: &RunReport) -> anyhow::Result<()> {
                     ));
                 }
             }
-            eprintln_safe(&format!("continue with: agentctl resume {id}"));
+            output::note(&format!("continue with: agentctl resume {id}"));
         }
         RunEnd::Interrupted => {
-            eprintln_safe(&format!(
+            output::note(&format!(
                 "run {id} interrupted; continue with: agentctl resume {id}"
             ));
         }
@@ -224,7 +217,7 @@ impl Decider for TerminalDecider {
         );
         Box::pin(async move {
             let answer = tokio::task::spawn_blocking(move || {
-                eprint_safe(&question);
+                output::ask(&question);
                 let mut line = String::new();
                 std::io::stdin().read_line(&mut line).ok().map(|_| line)
             })
@@ -255,10 +248,4 @@ impl Decider for TerminalDecider {
             }
         })
     }
-}
-
-fn eprint_safe(text: &str) {
-    let mut err = std::io::stderr().lock();
-    let _ = err.write_all(text.as_bytes());
-    let _ = err.flush();
 }
