@@ -111,29 +111,8 @@ async fn ctrl_c_cancels_the_tool_then_resume_finishes() {
     let dir = tempfile::tempdir().unwrap();
     let db = format!("sqlite://{}", dir.path().join("i.db").display());
     let (_g, ws) = workspace();
-    let server = emulator(&script_by_outputs(&[
-        json!([call(
-            "c_long",
-            "shell",
-            json!({"command": "touch started; sleep 60; touch finished"})
-        )]),
-        answer("FINAL: after interrupt"),
-    ]))
-    .await;
-    let child = run_cmd(&db, &server, &ws, &["--approval", "auto"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    // Interrupt once the command runs.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while !ws.join("started").exists() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the command never started"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
+    let server = emulator(&long_shell_script()).await;
+    let child = spawn_long_shell(&db, &server, &ws, &["--approval", "auto"]).await;
     std::process::Command::new("kill")
         .args(["-INT", &child.id().to_string()])
         .status()
@@ -215,28 +194,8 @@ async fn interrupt_from_another_process_cancels_the_running_tool() {
     let dir = tempfile::tempdir().unwrap();
     let db = format!("sqlite://{}", dir.path().join("x.db").display());
     let (_g, ws) = workspace();
-    let server = emulator(&script_by_outputs(&[
-        json!([call(
-            "c_long",
-            "shell",
-            json!({"command": "touch started; sleep 60; touch finished"})
-        )]),
-        answer("FINAL: after interrupt"),
-    ]))
-    .await;
-    let child = run_cmd(&db, &server, &ws, &["--approval", "auto", "--json"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while !ws.join("started").exists() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the command never started"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
+    let server = emulator(&long_shell_script()).await;
+    let child = spawn_long_shell(&db, &server, &ws, &["--approval", "auto", "--json"]).await;
     let run = only_run(&db);
     let asked = out(agentctl(&db).args(["interrupt", &run]));
     assert!(asked.status.success(), "{}", text(&asked.stderr));

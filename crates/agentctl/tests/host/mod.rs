@@ -159,3 +159,50 @@ pub fn check_invariants(events: &[Event]) {
         }
     }
 }
+
+/// The emulator's last `POST /responses` request body.
+pub fn last_request(server: &MockServer) -> Value {
+    server
+        .requests()
+        .into_iter()
+        .rev()
+        .find(|r| r.path.ends_with("/responses"))
+        .unwrap()
+        .body
+}
+
+/// A script whose first step runs a long shell command (it touches `started` first), then
+/// answers `FINAL: after interrupt`.
+pub fn long_shell_script() -> String {
+    script_by_outputs(&[
+        serde_json::json!([call(
+            "c_long",
+            "shell",
+            serde_json::json!({"command": "touch started; sleep 60; touch finished"})
+        )]),
+        answer("FINAL: after interrupt"),
+    ])
+}
+
+/// Starts `run` of the long shell script and returns once its command runs.
+pub async fn spawn_long_shell(
+    db: &str,
+    server: &MockServer,
+    ws: &Path,
+    extra: &[&str],
+) -> std::process::Child {
+    let child = run_cmd(db, server, ws, extra)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !ws.join("started").exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the command never started"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    child
+}

@@ -61,13 +61,8 @@ async fn steer_is_never_lost(db: &str) {
     assert_eq!(kinds_of(&events, "steer.applied").len(), 1);
     check_invariants(&events);
     // The model saw the steer as a user message, after the call's output.
-    let last = server
-        .requests()
-        .into_iter()
-        .rev()
-        .find(|r| r.path.ends_with("/responses"))
-        .unwrap();
-    let input = last.body["input"].as_array().unwrap();
+    let last = last_request(&server);
+    let input = last["input"].as_array().unwrap();
     let tail = &input[input.len() - 1];
     assert_eq!(tail["role"], "user");
     assert!(tail.to_string().contains("STEER: say steered"));

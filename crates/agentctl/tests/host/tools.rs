@@ -84,13 +84,8 @@ async fn confinement(db: &str) {
     assert_eq!(kind, "tool.refused");
     assert!(msg.contains("unknown tool `rm_rf`"), "{msg}");
     // The model got every refusal as a tool output, and the run went on.
-    let last = server
-        .requests()
-        .into_iter()
-        .rev()
-        .find(|r| r.path.ends_with("/responses"))
-        .unwrap();
-    let outputs: Vec<&Value> = last.body["input"]
+    let last = last_request(&server);
+    let outputs: Vec<&Value> = last["input"]
         .as_array()
         .unwrap()
         .iter()

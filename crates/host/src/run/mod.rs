@@ -187,28 +187,8 @@ impl Host {
                 vec![NewEvent::new(thread.clone(), kinds::RUN_CREATED, payload)],
             )
             .await?;
-        let turn = runtime.start(&thread).await?;
-        let mut driver = Driver {
-            journal: self.journal.clone(),
-            client: self.client.clone(),
-            runtime,
-            thread,
-            turn,
-            state: RunState::new(&id),
-            spec,
-            me,
-            opts,
-        };
-        driver.sync().await?;
-        let watch = watch_interrupts(
-            &self.journal,
-            &driver.thread,
-            driver.state.last_seq,
-            driver.opts.cancel.clone(),
-        );
-        let report = driver.drive().await;
-        watch.abort();
-        report
+        self.drive(runtime, thread, RunState::new(&id), spec, me, opts)
+            .await
     }
 
     /// Continues a run from its journal (see the resume rules in the crate docs).
@@ -286,6 +266,19 @@ impl Host {
         }
         arm_crash_hook(&self.journal, &thread, resumed_at, opts.crash_after_events);
         runtime.adopt(&thread).await?;
+        self.drive(runtime, thread, state, spec, me, opts).await
+    }
+
+    /// Starts this process's runtime turn on the run and drives it to its end.
+    async fn drive(
+        &self,
+        runtime: Runtime,
+        thread: String,
+        state: RunState,
+        spec: RunSpec,
+        me: Owner,
+        opts: DriveOptions,
+    ) -> Result<RunReport, HostError> {
         let turn = runtime.start(&thread).await?;
         let mut driver = Driver {
             journal: self.journal.clone(),
