@@ -4,3 +4,5 @@
 //! state by one function used live and on resume; model calls go through
 //! `agent-responses`, tool calls through `agent-runtime` (the model's `call_id` is the
 //! runtime's call id), and the journal is the only source of truth.
+
+pub mod codex;
