@@ -6,3 +6,4 @@
 //! runtime's call id), and the journal is the only source of truth.
 
 pub mod codex;
+pub mod executor;
