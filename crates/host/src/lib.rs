@@ -7,3 +7,4 @@
 
 pub mod codex;
 pub mod executor;
+pub mod steer_bridge;
