@@ -258,3 +258,71 @@ async fn concurrent_calls_with_one_call_id_run_the_tool_once() {
     runtime.close().await;
     journal.close().await;
 }
+
+/// A Responses direct loop over real HTTP (the emulator) with the runtime executor: the
+/// model's call is journaled under its call_id, and a second loop that repeats that
+/// call_id, from a new runtime over the same journal, gets the recorded output without a
+/// second run.
+#[tokio::test]
+async fn a_responses_loop_runs_model_calls_through_the_runtime() {
+    use agent_responses::loops::{LoopConfig, run_direct};
+    use agent_responses::types::{FunctionTool, Item, MessageItem, Tool as ApiTool};
+    use agent_responses::{ApiKey, Client, ClientConfig};
+    use agent_responses_mock::{MOCK_API_KEY, MockConfig, MockServer, Script};
+
+    let script: Script = serde_json::from_value(json!({"rules": [
+        {"times": 1, "reply": {"items": [{"type": "function_call", "call_id": "call_model_1",
+            "name": "count", "arguments": "{\"n\":7}"}]}},
+        {"reply": {"items": [{"type": "message", "content": [{"type": "output_text", "text": "done"}]}]}}]}))
+    .unwrap();
+    let config = LoopConfig::new(
+        "gpt-test",
+        None,
+        vec![ApiTool::Function(FunctionTool::new(
+            "count",
+            "counts",
+            json!({"type": "object", "properties": {"n": {"type": "integer"}}}),
+        ))],
+    );
+    let runs = Runs::default();
+    let journal = Journal::open("memory:").await.unwrap();
+    let mut turn = None;
+    for round in 0..2 {
+        let server = MockServer::start(MockConfig::new(script.clone()).with_api_key(MOCK_API_KEY))
+            .await
+            .unwrap();
+        let client = Client::new(ClientConfig::new(
+            server.base_url(),
+            ApiKey::new(MOCK_API_KEY).unwrap(),
+        ))
+        .unwrap();
+        let runtime = Runtime::recover(journal.clone(), runs.options())
+            .await
+            .unwrap();
+        let turn_id = match &turn {
+            Some(turn) => String::clone(turn),
+            None => runtime.start(THREAD).await.unwrap(),
+        };
+        turn = Some(turn_id.clone());
+        let executor = RuntimeExecutor::new(runtime.clone(), THREAD, turn_id);
+        let input = vec![Item::Message(MessageItem::user("count seven"))];
+        let outcome = run_direct(&client, &config, input, &executor)
+            .await
+            .unwrap();
+        assert_eq!(outcome.response.output_text(), "done", "round {round}");
+        let sent: Vec<Value> = server
+            .requests()
+            .into_iter()
+            .filter(|r| r.path == "/v1/responses")
+            .flat_map(|r| r.body["input"].as_array().cloned().unwrap_or_default())
+            .filter(|i| i["type"] == "function_call_output")
+            .collect();
+        assert_eq!(sent.len(), 1, "round {round}");
+        assert_eq!(sent[0]["call_id"], "call_model_1");
+        let output: Value = serde_json::from_str(sent[0]["output"].as_str().unwrap()).unwrap();
+        assert_eq!(output, json!({"n": 7, "run": 1}), "round {round}");
+        runtime.close().await;
+    }
+    assert_eq!(runs.count.load(Ordering::SeqCst), 1);
+    journal.close().await;
+}
