@@ -16,7 +16,8 @@ use agent_appserver::{
     ServerCommand, ServerEvent, StderrTarget, ThreadStartParams, Turn, TurnNotification,
     TurnStartParams, TurnStatus, UserInput, codex_home,
 };
-use agent_responses_mock::{MOCK_API_KEY, MockConfig, MockServer, Script};
+use agent_host::codex::MockProvider;
+use agent_responses_mock::Script;
 use serde_json::Value;
 
 /// Guards against a hang turning into a stuck CI job; not a timing assertion.
@@ -81,41 +82,34 @@ fn a_missing_codex_binary_gets_the_install_hint() {
     }
 }
 
-/// The emulator, a temporary CODEX_HOME pointing at it, and a working directory.
+/// The emulator as Codex's model provider (the library's setup, as `codex run --mock`
+/// uses it) and a working directory.
 struct Setup {
-    emulator: MockServer,
-    home: tempfile::TempDir,
+    provider: MockProvider,
     cwd: tempfile::TempDir,
 }
 
 impl Setup {
     async fn new(script: &str) -> Setup {
         let script = Script::load(&fixture(script)).unwrap();
-        let emulator = MockServer::start(MockConfig::new(script)).await.unwrap();
         // Not under /tmp: Codex refuses to create its helper aliases there (harmless, noisy).
-        let home = tempfile::Builder::new()
-            .prefix("codex-home-")
-            .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
-            .unwrap();
-        codex_home::write_provider_config(home.path(), &emulator.base_url()).unwrap();
+        let provider =
+            MockProvider::start_with_home_in(script, Path::new(env!("CARGO_TARGET_TMPDIR")))
+                .await
+                .unwrap();
         let cwd = tempfile::Builder::new()
             .prefix("codex-cwd-")
             .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
             .unwrap();
-        Setup {
-            emulator,
-            home,
-            cwd,
-        }
+        Setup { provider, cwd }
     }
 
     fn command(&self) -> ServerCommand {
-        ServerCommand::codex(codex_bin())
-            .env("CODEX_HOME", self.home.path())
-            .env(codex_home::PROVIDER_KEY_ENV, MOCK_API_KEY)
+        self.provider
+            .apply(ServerCommand::codex(codex_bin()))
             .current_dir(self.cwd.path())
             .stderr(StderrTarget::File(
-                self.home.path().join("app-server.stderr"),
+                self.provider.home().join("app-server.stderr"),
             ))
     }
 
@@ -165,7 +159,8 @@ impl Setup {
 
     /// The `input` arrays of every `POST /v1/responses` the emulator received.
     fn inputs(&self) -> Vec<Vec<Value>> {
-        self.emulator
+        self.provider
+            .emulator()
             .requests()
             .into_iter()
             .filter(|r| r.method == "POST" && r.path.ends_with("/responses"))
@@ -251,7 +246,7 @@ async fn a_plain_turn_gets_its_reply_from_the_emulator() {
     let (_, text, done) = until_completed(&mut events, &turn.id, |_| {}).await;
     assert_eq!(done.status, TurnStatus::Completed);
     assert_eq!(text, "Hello from the agentctl emulator.");
-    let requests = setup.emulator.requests();
+    let requests = setup.provider.emulator().requests();
     let post = requests
         .iter()
         .find(|r| r.path.ends_with("/responses"))

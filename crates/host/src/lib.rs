@@ -15,12 +15,20 @@
 //! 5. Approvals pending at the crash are pending again; decisions made while no host ran
 //!    are found in the journal and applied.
 //!
+//! Also here, what else composes several crates: [`codex`] (a whole Codex turn over
+//! `codex app-server`, journaled), [`steer_bridge`] (WebSocket steering as runtime
+//! revisions) and [`executor::RuntimeExecutor`] (the Responses loops' tools through the
+//! runtime).
+//!
 //! Only one process drives a run: the host appends its own events with the journal's
 //! expected-version append, records itself as the driver, and `resume` refuses a run whose
 //! recorded driver still lives.
 
+pub mod codex;
 mod error;
+pub mod executor;
 pub mod run;
+pub mod steer_bridge;
 pub mod tools;
 
 pub use error::HostError;

@@ -1,5 +1,6 @@
 //! The seed's demo (`live_api.py`): the fictional `scan` tool, its definitions per mode, and
-//! the prompts. Used by `agentctl api ...` and by the ported contract tests.
+//! the prompts. Used by `agentctl api ...` and by the ported contract tests; compiled only
+//! with the `demo` cargo feature, so library users never see it.
 
 use serde_json::{Value, json};
 

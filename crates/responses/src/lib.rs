@@ -6,8 +6,10 @@
 //! - [`http`]: `POST /responses` (JSON, SSE), `/responses/compact`, with the official SDK's
 //!   retry policy ([`retry`]) and typed errors ([`error`]); the key never leaves the header.
 //! - [`loops`]: the seed's tool loops (direct/PTC, async, compaction) over a [`loops::ToolExecutor`].
-//! - [`demo`]: the seed's fictional `scan` tool and prompts.
+//! - `demo` (cargo feature `demo`, off by default): the seed's fictional `scan` tool and
+//!   prompts, for the CLI's `api` command and the contract tests; not part of the library API.
 
+#[cfg(feature = "demo")]
 pub mod demo;
 pub mod error;
 pub mod http;

@@ -1,0 +1,23 @@
+//! Codex turns through `codex app-server`: the turn driver, the journal recorder and the
+//! emulator as an offline model provider.
+//!
+//! - [`driver`]: [`drive_turn`] runs one whole turn (handshake, thread, turn, events until
+//!   the turn completes, optional steer and interrupt) and reports each step to an observer.
+//! - [`recorder`]: [`Recorder`] journals every server event under the Codex thread id, in
+//!   batches on a task of its own, dropping nothing.
+//! - [`mock_provider`]: [`MockProvider`] runs the Responses emulator in-process and writes a
+//!   temporary `CODEX_HOME` that makes it Codex's model provider.
+//!
+//! Invariant shared by all three: the journal is written only through the recorder, and
+//! only events Codex actually sent (plus the replies we sent to its requests) are recorded.
+
+pub mod driver;
+pub mod mock_provider;
+pub mod recorder;
+
+pub use driver::{
+    DEFAULT_QUIET_NOTICE, DriveError, TurnEvent, TurnReport, TurnRequest, drive_turn,
+    while_buffering,
+};
+pub use mock_provider::{MockProvider, MockProviderError};
+pub use recorder::{Recorder, RecorderError, journal_entry, reply_json};

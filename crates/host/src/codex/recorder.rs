@@ -1,0 +1,233 @@
+//! Journals a Codex turn's server events on a task of its own, in batches.
+//!
+//! Invariants:
+//! - Every event passed to [`Recorder::record`] is journaled, in the order recorded, under
+//!   the recorder's thread: nothing is dropped. The queue is bounded
+//!   ([`QUEUE_CAPACITY`]) and `record` waits for room, so a slow journal slows the turn's
+//!   consumer down instead of growing memory.
+//! - The writer task appends whatever is queued, up to [`MAX_BATCH`] events, as one
+//!   `append_batch` (one transaction, one fsync), so recording never waits for an fsync
+//!   per event.
+//! - Kinds are `codex:<method>` for notifications and `codex-request:<method>` for server
+//!   requests (payload: id, params and the reply we sent). A kind longer than the journal
+//!   allows is cut at a character boundary; a payload larger than the journal allows is
+//!   replaced by a note with its size, so one oversized event cannot fail the turn.
+//! - [`Recorder::finish`] returns only after every recorded event is durable.
+
+use agent_appserver::{RpcError, ServerEvent};
+use agent_journal::{Journal, JournalError, MAX_KIND_BYTES, MAX_PAYLOAD_BYTES, NewEvent};
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+/// Events waiting for the writer task; `record` waits when this many are queued.
+pub const QUEUE_CAPACITY: usize = 1024;
+/// Most events written in one `append_batch`.
+pub const MAX_BATCH: usize = 256;
+
+/// Why the turn's events could not be journaled.
+#[derive(Debug, thiserror::Error)]
+pub enum RecorderError {
+    /// The journal refused a batch.
+    #[error("cannot journal the turn's events")]
+    Journal(#[source] JournalError),
+    /// The writer task stopped (after a journal failure, reported by `finish`).
+    #[error("the journal writer stopped")]
+    WriterStopped,
+    /// The writer task panicked or was cancelled.
+    #[error("the journal task failed")]
+    Task(#[source] tokio::task::JoinError),
+}
+
+/// Journals server events under one thread; see the module docs. Without a journal
+/// ([`Recorder::disabled`]) it records nothing.
+#[derive(Debug)]
+pub struct Recorder {
+    tx: Option<mpsc::Sender<NewEvent>>,
+    task: Option<JoinHandle<Result<u64, JournalError>>>,
+    thread: String,
+}
+
+impl Recorder {
+    /// Starts the writer task for `thread` on `journal`; `None` gives a recorder that
+    /// records nothing. Must be called inside a Tokio runtime.
+    pub fn start(journal: Option<Journal>, thread: impl Into<String>) -> Self {
+        let thread = thread.into();
+        let Some(journal) = journal else {
+            return Self::disabled(thread);
+        };
+        let (tx, rx) = mpsc::channel::<NewEvent>(QUEUE_CAPACITY);
+        let task = tokio::spawn(write_batches(journal, rx));
+        Recorder {
+            tx: Some(tx),
+            task: Some(task),
+            thread,
+        }
+    }
+
+    /// A recorder that records nothing (`--no-journal`).
+    pub fn disabled(thread: impl Into<String>) -> Self {
+        Recorder {
+            tx: None,
+            task: None,
+            thread: thread.into(),
+        }
+    }
+
+    /// The journal thread events are recorded under.
+    pub fn thread(&self) -> &str {
+        &self.thread
+    }
+
+    /// Queues `event` for the journal; waits while the queue is full.
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: if the future is dropped, `event` was either queued whole or not at all.
+    pub async fn record(&self, event: &ServerEvent) -> Result<(), RecorderError> {
+        let Some(tx) = &self.tx else { return Ok(()) };
+        let (kind, payload) = journal_entry(event);
+        tx.send(NewEvent::new(self.thread.clone(), kind, payload))
+            .await
+            .map_err(|_| RecorderError::WriterStopped)
+    }
+
+    /// Closes the queue and waits until every recorded event is durable; returns how many
+    /// events were journaled.
+    ///
+    /// # Cancel safety
+    /// Dropping the future does not lose events: the queue is already closed and the
+    /// writer task runs on, journaling what is queued, but nobody learns its result.
+    pub async fn finish(mut self) -> Result<u64, RecorderError> {
+        drop(self.tx.take());
+        let Some(task) = self.task.take() else {
+            return Ok(0);
+        };
+        let written = task
+            .await
+            .map_err(RecorderError::Task)?
+            .map_err(RecorderError::Journal)?;
+        tracing::info!(written, thread = %self.thread, "journaled the turn's events");
+        Ok(written)
+    }
+}
+
+/// The writer task: batches of up to [`MAX_BATCH`] queued events until the queue closes.
+async fn write_batches(
+    journal: Journal,
+    mut rx: mpsc::Receiver<NewEvent>,
+) -> Result<u64, JournalError> {
+    let mut written = 0u64;
+    while let Some(first) = rx.recv().await {
+        let mut batch = vec![first];
+        while batch.len() < MAX_BATCH {
+            match rx.try_recv() {
+                Ok(event) => batch.push(event),
+                Err(_) => break,
+            }
+        }
+        let n = batch.len() as u64;
+        journal.append_batch(batch).await?;
+        written += n;
+    }
+    Ok(written)
+}
+
+/// The journal kind and payload of a server event (see the module docs).
+pub fn journal_entry(event: &ServerEvent) -> (String, Value) {
+    let (kind, payload) = match event {
+        ServerEvent::Notification(note) => (format!("codex:{}", note.method), note.params.clone()),
+        ServerEvent::Request { request, reply } => (
+            format!("codex-request:{}", request.method),
+            json!({"id": request.id, "params": request.params, "reply": reply_json(reply)}),
+        ),
+    };
+    let kind = truncate(kind, MAX_KIND_BYTES);
+    let size = payload.to_string().len();
+    let payload = if size > MAX_PAYLOAD_BYTES {
+        json!({"omitted": "payload larger than the journal's limit", "bytes": size})
+    } else {
+        payload
+    };
+    (kind, payload)
+}
+
+/// The reply we sent to a server request: `{"result": ...}` or `{"error": {code, message}}`.
+pub fn reply_json(reply: &Result<Value, RpcError>) -> Value {
+    match reply {
+        Ok(result) => json!({"result": result}),
+        Err(err) => json!({"error": {"code": err.code, "message": err.message}}),
+    }
+}
+
+/// `s` cut to at most `max` bytes, at a character boundary.
+fn truncate(mut s: String, max: usize) -> String {
+    if s.len() > max {
+        let mut cut = max;
+        while !s.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        s.truncate(cut);
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+    use super::*;
+    use agent_appserver::Notification;
+
+    fn note(method: &str, n: u64) -> ServerEvent {
+        ServerEvent::Notification(Notification {
+            method: method.into(),
+            params: json!({"n": n}),
+            emitted_at_ms: None,
+        })
+    }
+
+    #[test]
+    fn a_long_kind_is_cut_at_a_character_boundary() {
+        let kind = truncate("é".repeat(MAX_KIND_BYTES), MAX_KIND_BYTES);
+        assert!(kind.len() <= MAX_KIND_BYTES);
+        assert!(kind.chars().all(|c| c == 'é'));
+    }
+
+    #[test]
+    fn an_oversized_payload_becomes_a_note_with_its_size() {
+        let big = ServerEvent::Notification(Notification {
+            method: "item/completed".into(),
+            params: json!({"text": "x".repeat(MAX_PAYLOAD_BYTES)}),
+            emitted_at_ms: None,
+        });
+        let (kind, payload) = journal_entry(&big);
+        assert_eq!(kind, "codex:item/completed");
+        assert!(payload["bytes"].as_u64().unwrap() > MAX_PAYLOAD_BYTES as u64);
+    }
+
+    #[tokio::test]
+    async fn every_recorded_event_is_journaled_in_order() {
+        let journal = Journal::open("memory:").await.unwrap();
+        let recorder = Recorder::start(Some(journal.clone()), "codex-thread");
+        let count = (MAX_BATCH * 3 + 7) as u64;
+        for n in 0..count {
+            recorder.record(&note("turn/progress", n)).await.unwrap();
+        }
+        assert_eq!(recorder.finish().await.unwrap(), count);
+        let events = journal.replay("codex-thread", 0).await.unwrap();
+        let seen: Vec<u64> = events
+            .iter()
+            .map(|e| e.payload["n"].as_u64().unwrap())
+            .collect();
+        assert_eq!(seen, (0..count).collect::<Vec<_>>());
+        assert!(events.iter().all(|e| &*e.kind == "codex:turn/progress"));
+        journal.close().await;
+    }
+
+    #[tokio::test]
+    async fn a_disabled_recorder_records_nothing() {
+        let recorder = Recorder::disabled("t");
+        recorder.record(&note("x", 1)).await.unwrap();
+        assert_eq!(recorder.finish().await.unwrap(), 0);
+    }
+}
