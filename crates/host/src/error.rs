@@ -13,10 +13,20 @@ pub enum HostError {
     NotFound(String),
     /// A completed or failed run is not driven again.
     #[error("run {run} is {status}; it cannot be resumed")]
-    Ended { run: String, status: &'static str },
+    Ended {
+        /// The run id.
+        run: String,
+        /// `completed` or `failed`.
+        status: &'static str,
+    },
     /// Another live process drives the run.
     #[error("run {run} is being driven by {owner}; only one process may drive a run")]
-    DrivenElsewhere { run: String, owner: String },
+    DrivenElsewhere {
+        /// The run id.
+        run: String,
+        /// Who drives it (pid and host).
+        owner: String,
+    },
     /// Another host took the run over while this one drove it; this one stopped writing.
     #[error("run {0} was taken over by another process; this one stopped driving it")]
     Superseded(String),
@@ -26,25 +36,38 @@ pub enum HostError {
     /// The call's approval was decided already (the first decision wins).
     #[error("call {call_id} was already {decision} by {by}")]
     AlreadyDecided {
+        /// The call.
         call_id: String,
+        /// `approved` or `denied`.
         decision: &'static str,
+        /// Who made the first decision.
         by: String,
     },
     /// The decision named other arguments than the pending call has.
     #[error("the arguments of call {call_id} have sha256 {pending}, not {given}: refused")]
     ArgsMismatch {
+        /// The call.
         call_id: String,
+        /// The sha256 of the pending call's arguments.
         pending: String,
+        /// The sha256 the decision named.
         given: String,
     },
     /// The workspace cannot be used.
     #[error("workspace {path}: {reason}")]
-    Workspace { path: String, reason: String },
+    Workspace {
+        /// The directory given.
+        path: String,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// Invalid input from the caller.
     #[error("{0}")]
     Invalid(String),
     #[error(transparent)]
+    /// The journal failed (the run's state is as far as it was acknowledged).
     Journal(#[from] JournalError),
     #[error(transparent)]
+    /// The runtime refused or failed an operation.
     Runtime(#[from] RuntimeError),
 }

@@ -20,9 +20,42 @@
 //! revisions) and [`executor::RuntimeExecutor`] (the Responses loops' tools through the
 //! runtime).
 //!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use agent_host::run::{Budgets, DriveOptions, Host, NewRun, RunEnd};
+//! use agent_host::tools::ApprovalMode;
+//! use agent_responses::{ApiKey, Client, ClientConfig};
+//! use agent_responses_mock::{MOCK_API_KEY, MockConfig, MockServer};
+//!
+//! // The emulator plays the built-in story: list, read, shell, write, answer.
+//! let mock = MockServer::start(MockConfig::for_mode("run")?.with_api_key(MOCK_API_KEY)).await?;
+//! let key = ApiKey::new(MOCK_API_KEY).ok_or("key")?;
+//! let client = Client::new(ClientConfig::new(mock.base_url(), key))?;
+//! let journal = agent_journal::Journal::open("memory:").await?;
+//! let workspace = tempfile::tempdir()?;
+//! std::fs::write(workspace.path().join("README.md"), "hello\n")?;
+//!
+//! let run = NewRun {
+//!     prompt: "look around".into(),
+//!     model: "gpt-5.1".into(),
+//!     instructions: None,
+//!     workspace: workspace.path().to_path_buf(),
+//!     budgets: Budgets { max_steps: 10, max_tokens: None },
+//!     approval: ApprovalMode::Auto,
+//!     endpoint: None,
+//! };
+//! let report = Host::new(journal, client).start(run, DriveOptions::default()).await?;
+//! assert!(matches!(report.end, RunEnd::Completed { .. }));
+//! assert_eq!(report.state.steps.len(), 5);
+//! assert!(workspace.path().join("SUMMARY.md").exists());
+//! # Ok(()) }
+//! ```
+//!
 //! Only one process drives a run: the host appends its own events with the journal's
 //! expected-version append, records itself as the driver, and `resume` refuses a run whose
 //! recorded driver still lives.
+
+#![warn(missing_docs, unreachable_pub, missing_debug_implementations)]
 
 pub mod codex;
 mod error;

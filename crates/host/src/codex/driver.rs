@@ -76,8 +76,11 @@ impl TurnRequest {
 pub enum TurnEvent<'a> {
     /// The thread exists; later events belong to it.
     ThreadStarted {
+        /// The Codex thread id (its journal thread).
         thread_id: &'a str,
+        /// The model Codex reported, if any.
         model: Option<&'a str>,
+        /// The model provider Codex reported, if any.
         model_provider: Option<&'a str>,
     },
     /// Any server event (already journaled); requests carry the reply we sent.
@@ -87,7 +90,10 @@ pub enum TurnEvent<'a> {
     /// An agent message item started or completed: a partial line of text ends here.
     AgentMessageBoundary,
     /// Codex accepted the steer.
-    SteerAccepted { turn_id: &'a str },
+    SteerAccepted {
+        /// The turn the steer went into.
+        turn_id: &'a str,
+    },
     /// The steer failed (the turn may have finished first).
     SteerFailed(&'a AppServerError),
     /// The interrupt signal fired; an interrupt is being sent.

@@ -9,22 +9,37 @@
 //! - `model:<step>:<attempt>` / `model-done:<step>`: one request record per attempt and one
 //!   completion per step.
 
+/// First event of a run: its spec (prompt, model, tools and policies, budgets, workspace) and driver.
 pub const RUN_CREATED: &str = "run.created";
+/// A process took the run over (`resume`): its driver and budgets.
 pub const RUN_RESUMED: &str = "run.resumed";
+/// Before a model call: step, attempt, sha256 of the request body.
 pub const MODEL_REQUESTED: &str = "model.requested";
+/// A model response received in full: step, response id, output items verbatim, usage.
 pub const MODEL_COMPLETED: &str = "model.completed";
+/// A model call failed after the retry policy: step, status, error type/code/message.
 pub const MODEL_FAILED: &str = "model.failed";
+/// A call waits for a human: call id, tool, arguments and their sha256, reason, round.
 pub const APPROVAL_REQUESTED: &str = "approval.requested";
+/// A decision on an approval round, from any process; the first one wins.
 pub const APPROVAL_DECIDED: &str = "approval.decided";
 /// A call the policy refused, or whose tool or arguments were invalid: it never ran.
 pub const TOOL_REFUSED: &str = "tool.refused";
+/// Another process asked the driving host to interrupt the run.
 pub const INTERRUPT_REQUESTED: &str = "interrupt.requested";
+/// User input for the run, from any process: id, text.
 pub const STEER_REQUESTED: &str = "steer.requested";
+/// The driving host gave a steer to the model: id, step, revision.
 pub const STEER_APPLIED: &str = "steer.applied";
+/// A steer that no host will apply (the run ended): id, reason.
 pub const STEER_DROPPED: &str = "steer.dropped";
+/// The run stopped on an interrupt; its running calls were cancelled.
 pub const RUN_INTERRUPTED: &str = "run.interrupted";
+/// The run paused: budget, approval or model error (reason, detail).
 pub const RUN_PAUSED: &str = "run.paused";
+/// The run ended with a final answer: text, usage totals.
 pub const RUN_COMPLETED: &str = "run.completed";
+/// The run ended with an error.
 pub const RUN_FAILED: &str = "run.failed";
 
 /// The journal thread of run `id`.

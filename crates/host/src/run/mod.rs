@@ -65,6 +65,7 @@ pub trait Decider: Send + Sync {
 /// How a run is driven by this process.
 #[derive(Clone)]
 pub struct DriveOptions {
+    /// Sees every event and the streamed text.
     pub observer: Arc<dyn Observer>,
     /// Asks approvals inline when set.
     pub decider: Option<Arc<dyn Decider>>,
@@ -101,11 +102,17 @@ impl std::fmt::Debug for DriveOptions {
 /// A run to start.
 #[derive(Debug, Clone)]
 pub struct NewRun {
+    /// The user's task.
     pub prompt: String,
+    /// The Responses API model.
     pub model: String,
+    /// System instructions, if any.
     pub instructions: Option<String>,
+    /// The directory the built-in tools may touch.
     pub workspace: PathBuf,
+    /// Limits that pause the run.
     pub budgets: Budgets,
+    /// The run-wide override of tool policies.
     pub approval: ApprovalMode,
     /// Recorded in `run.created` (see [`RunSpec::endpoint`]); never a key.
     pub endpoint: Option<String>,
@@ -115,23 +122,39 @@ pub struct NewRun {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "status", rename_all = "snake_case")]
 pub enum RunEnd {
-    Completed { text: String },
-    Paused { reason: String, detail: String },
+    /// The model answered without calling a tool.
+    Completed {
+        /// The final answer.
+        text: String,
+    },
+    /// The run waits: for a decision, a higher budget, or a retry after a model error.
+    Paused {
+        /// `approval`, `max_steps`, `max_tokens` or `model_error`.
+        reason: String,
+        /// What exactly, for a person.
+        detail: String,
+    },
+    /// Ctrl-C or `agentctl interrupt`: running calls were cancelled.
     Interrupted,
 }
 
 /// The end of one drive, with the run as folded then.
 #[derive(Debug, Clone)]
 pub struct RunReport {
+    /// The run id.
     pub run_id: String,
+    /// How this drive ended.
     pub end: RunEnd,
+    /// The run as folded when the drive ended.
     pub state: RunState,
 }
 
 /// Budget changes given to `resume`.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct BudgetChange {
+    /// New step budget, if any.
     pub max_steps: Option<u64>,
+    /// New token budget, if any.
     pub max_tokens: Option<u64>,
 }
 
@@ -143,6 +166,7 @@ pub struct Host {
 }
 
 impl Host {
+    /// A host writing to `journal` and calling the model through `client`.
     pub fn new(journal: Journal, client: Client) -> Host {
         Host { journal, client }
     }

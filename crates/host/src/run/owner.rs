@@ -11,7 +11,9 @@ use serde::{Deserialize, Serialize};
 /// A driving process.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Owner {
+    /// The machine's host name.
     pub host: String,
+    /// The process id.
     pub pid: u32,
     /// Start time of the process in clock ticks since boot (`/proc/PID/stat` field 22).
     #[serde(default)]

@@ -8,17 +8,22 @@ use super::spec::Usage;
 /// One completed model step.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StepRecord {
+    /// The step number, from 1.
     pub step: u64,
+    /// The response's id.
     pub response_id: String,
     /// Output items, verbatim.
     pub output: Vec<Value>,
+    /// Tokens of this step.
     pub usage: Usage,
 }
 
 /// What the model is told a call came to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CallOutput {
+    /// Whether the call succeeded.
     pub ok: bool,
+    /// The text the model reads.
     pub text: String,
 }
 
@@ -28,11 +33,18 @@ pub enum CallProgress {
     /// Nothing recorded yet.
     New,
     /// Scheduled in the runtime turn `turn`, no terminal event yet.
-    Scheduled { turn: String, started: bool },
+    Scheduled {
+        /// The runtime turn it was scheduled in.
+        turn: String,
+        /// Whether `tool.started` was journaled.
+        started: bool,
+    },
     /// Cut off by a crash (`tool.interrupted`); `started`: its effect may have happened.
     /// `approval`: the `indeterminate` approval round asked since, if any.
     Interrupted {
+        /// Whether the call had started when it was cut off.
         started: bool,
+        /// The `indeterminate` approval round asked since, if any.
         approval: Option<u32>,
     },
     /// Finished (or refused): this is what the model sees.
@@ -42,20 +54,26 @@ pub enum CallProgress {
 /// An approval round of a call.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ApprovalRecord {
+    /// The round: 0 for the first request of a call, then counting up.
     pub round: u32,
     /// `policy` or `indeterminate`.
     pub reason: String,
+    /// The sha256 of the arguments the request showed.
     pub args_sha256: String,
+    /// The first decision, once made.
     pub decision: Option<Decision>,
 }
 
 /// A human's decision.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Decision {
+    /// Approve (run it) or deny.
     pub approve: bool,
     #[serde(default)]
+    /// Why; a denial's reason is told to the model.
     pub reason: Option<String>,
     #[serde(default)]
+    /// Who decided (`user@host`).
     pub by: Option<String>,
     /// `run`: approve this tool for the rest of the run.
     #[serde(default)]
@@ -65,12 +83,17 @@ pub struct Decision {
 /// One model tool call.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CallRecord {
+    /// The model's call id (also the runtime's).
     pub call_id: String,
+    /// The tool's name.
     pub name: String,
     /// The arguments as the model wrote them (JSON text).
     pub arguments: String,
+    /// The step number, from 1.
     pub step: u64,
+    /// Where the call is.
     pub progress: CallProgress,
+    /// Its approval rounds, in order.
     pub approvals: Vec<ApprovalRecord>,
 }
 

@@ -13,7 +13,9 @@ use crate::error::HostError;
 /// A decision from any process on a pending approval.
 #[derive(Debug, Clone)]
 pub struct DecisionRequest {
+    /// The call waiting for approval.
     pub call_id: String,
+    /// The decision.
     pub decision: Decision,
     /// When given, must be the pending call's args hash.
     pub args_sha256: Option<String>,

@@ -9,15 +9,23 @@ use crate::tools::{ApprovalMode, ToolSpec};
 /// What `run.created` records.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunSpec {
+    /// The user's task.
     pub prompt: String,
+    /// The Responses API model.
     pub model: String,
     #[serde(default)]
+    /// System instructions, if any.
     pub instructions: Option<String>,
+    /// The canonical workspace directory.
     pub workspace: String,
+    /// The tools offered to the model, with the policy in force.
     pub tools: Vec<ToolSpec>,
+    /// The run-wide override of tool policies.
     pub approval: ApprovalMode,
+    /// The budgets the run started with.
     pub budgets: Budgets,
     #[serde(default = "http")]
+    /// `http` (HTTP + SSE).
     pub transport: String,
     /// Where the model was reached: a base URL, `mock` (the built-in story) or
     /// `mock:PATH` (an emulator script); `resume` reuses it when given no endpoint.
@@ -42,10 +50,15 @@ pub struct Budgets {
 /// Token usage.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct Usage {
+    /// Input tokens.
     pub input_tokens: u64,
+    /// Input tokens served from the cache.
     pub cached_tokens: u64,
+    /// Output tokens.
     pub output_tokens: u64,
+    /// Output tokens spent on reasoning.
     pub reasoning_tokens: u64,
+    /// Input plus output.
     pub total_tokens: u64,
 }
 
@@ -80,10 +93,15 @@ impl Usage {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RunStatus {
+    /// A host drives it (or did, until it crashed).
     Running,
+    /// Waiting for a decision, a higher budget or a retry.
     Paused,
+    /// Stopped by an interrupt.
     Interrupted,
+    /// Ended with a final answer.
     Completed,
+    /// Ended with an error.
     Failed,
 }
 

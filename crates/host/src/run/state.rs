@@ -21,28 +21,38 @@ pub use super::spec::{Budgets, RunSpec, RunStatus, Usage};
 /// The whole run, as folded from its events.
 #[derive(Debug, Clone, Default)]
 pub struct RunState {
+    /// The run id (or the steer id).
     pub id: String,
+    /// What `run.created` recorded.
     pub spec: Option<RunSpec>,
+    /// The recorded status (see `shown_status` for a crashed driver).
     pub status: Option<RunStatus>,
     /// Why it paused, failed or was interrupted, as last recorded.
     pub status_detail: Option<String>,
+    /// Completed model steps, in order.
     pub steps: Vec<StepRecord>,
     /// `model.requested` attempts per step.
     pub attempts: HashMap<u64, u32>,
     /// Calls in the order the model made them.
     pub calls: Vec<CallRecord>,
     index: HashMap<String, usize>,
+    /// Tokens of all steps.
     pub usage: Usage,
     /// Tools approved for the rest of the run ("approve always").
     pub approved_tools: Vec<String>,
+    /// The final answer of a completed run.
     pub final_text: Option<String>,
     /// The host driving the run, from its last `run.created`/`run.resumed` until it stopped.
     pub driver: Option<Owner>,
     /// Budgets raised by `resume`.
     pub budgets: Option<Budgets>,
+    /// When the first event was appended (Unix ms).
     pub created_at: i64,
+    /// When the last event was appended (Unix ms).
     pub updated_at: i64,
+    /// The seq of the last event folded in.
     pub last_seq: i64,
+    /// The seq of an interrupt request since the last resume.
     pub interrupt_requested: Option<i64>,
     /// Steers in the order they were requested.
     pub steers: Vec<SteerRecord>,
@@ -51,8 +61,11 @@ pub struct RunState {
 /// A steer: user input for a run, from any process.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SteerRecord {
+    /// The run id (or the steer id).
     pub id: String,
+    /// What the user said.
     pub text: String,
+    /// Where the steer is.
     pub status: SteerStatus,
 }
 
@@ -62,9 +75,15 @@ pub enum SteerStatus {
     /// Not yet seen by a host.
     Pending,
     /// Given to the model before step `step`.
-    Applied { step: u64 },
+    Applied {
+        /// The step whose request first carried it.
+        step: u64,
+    },
     /// Never given to the model, and why.
-    Dropped { reason: String },
+    Dropped {
+        /// Why.
+        reason: String,
+    },
 }
 
 impl RunState {

@@ -44,11 +44,22 @@ pub struct SteeredRequest {
 #[derive(Debug)]
 pub enum SteerProgress<'a> {
     /// The server queued the steer (not yet applied).
-    Accepted { steer_id: &'a str, parent: &'a str },
+    Accepted {
+        /// The steer's id.
+        steer_id: &'a str,
+        /// The response it steers.
+        parent: &'a str,
+    },
     /// The runtime turn's revision was bumped for the accepted steer.
-    RevisionBumped { revision: u64 },
+    RevisionBumped {
+        /// The runtime revision now current.
+        revision: u64,
+    },
     /// The successor exists: the steer is applied.
-    Committed { successor: &'a str },
+    Committed {
+        /// The successor response's id.
+        successor: &'a str,
+    },
     /// The runtime refused the superseded proposal and committed the successor's answer.
     RuntimeCommitted {
         /// The runtime's refusal of the proposal built on the parent.

@@ -13,13 +13,13 @@ use agent_runtime::{Tool, ToolContext, ToolFailure};
 use super::{Workspace, arg_str, arg_u64, object};
 
 /// Lines returned by one `read_file` when the model gives no `limit`.
-pub const MAX_READ_LINES: u64 = 2000;
+pub(crate) const MAX_READ_LINES: u64 = 2000;
 /// Bytes returned by one `read_file` at most.
-pub const MAX_READ_BYTES: usize = 256 * 1024;
+pub(crate) const MAX_READ_BYTES: usize = 256 * 1024;
 /// Bytes `write_file` accepts.
-pub const MAX_WRITE_BYTES: usize = 4 * 1024 * 1024;
+pub(crate) const MAX_WRITE_BYTES: usize = 4 * 1024 * 1024;
 /// Entries `list_dir` returns at most.
-pub const MAX_ENTRIES: usize = 1000;
+pub(crate) const MAX_ENTRIES: usize = 1000;
 
 fn required_path(args: &Value, name: &str) -> Result<String, String> {
     let obj = object(args)?;

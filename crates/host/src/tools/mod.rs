@@ -61,7 +61,9 @@ impl ApprovalMode {
 /// A tool as the run records it in `run.created` and offers it to the model.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ToolSpec {
+    /// The name the model calls it by.
     pub name: String,
+    /// What the model is told it does.
     pub description: String,
     /// JSON Schema of the arguments.
     pub parameters: Value,

@@ -22,9 +22,9 @@ use super::{Workspace, arg_str, arg_u64, object};
 /// Bytes of output kept: half from the start, half from the end.
 pub const OUTPUT_CAP: usize = 32 * 1024;
 /// `timeout_ms` when the model gives none.
-pub const DEFAULT_TIMEOUT_MS: u64 = 60_000;
+pub(crate) const DEFAULT_TIMEOUT_MS: u64 = 60_000;
 /// The longest `timeout_ms` accepted.
-pub const MAX_TIMEOUT_MS: u64 = 3_600_000;
+pub(crate) const MAX_TIMEOUT_MS: u64 = 3_600_000;
 
 /// The shell tool of one workspace.
 #[derive(Debug, Clone)]
