@@ -10,6 +10,8 @@
 // Test support: failing loudly is the point.
 #![allow(clippy::panic, clippy::unwrap_used, clippy::expect_used)]
 
+#![warn(missing_docs, unreachable_pub, missing_debug_implementations)]
+
 use sqlx::Connection as _;
 
 /// The variable naming the PostgreSQL server for tests.
