@@ -84,7 +84,11 @@ fn main() -> std::process::ExitCode {
     // Libraries mask the passwords they show; the error line masks them again, since a
     // message built anywhere (a driver, a dependency) may quote `--db`.
     let db = cli.global.db.clone();
-    match runtime.block_on(run(cli)) {
+    let result = runtime.block_on(run(cli));
+    // A tool stuck in a blocking read (a FIFO, a hung mount) must not keep the process
+    // from exiting once the command is done.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+    match result {
         Ok(code) => code,
         Err(err) => output::report_error_masking(&err, db.as_deref()),
     }

@@ -44,6 +44,19 @@ pub fn stream(text: &str) -> std::io::Result<()> {
     out.flush()
 }
 
+/// A usage error found after parsing (an empty prompt, a workspace that is not a
+/// directory, an unknown status): exit status 2, like clap's own usage errors.
+#[derive(Debug)]
+pub struct UsageError(pub String);
+
+impl std::fmt::Display for UsageError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for UsageError {}
+
 /// A hint attached to an error with [`with_hint`]; printed after the error line.
 #[derive(Debug)]
 pub struct Hint(pub String);
@@ -124,5 +137,12 @@ pub fn report_error_masking(err: &anyhow::Error, db: Option<&str>) -> ExitCode {
     };
     eprintln!("error: {message}");
     eprintln!("hint: {hint}");
-    ExitCode::FAILURE
+    if err
+        .chain()
+        .any(|e| e.downcast_ref::<UsageError>().is_some())
+    {
+        ExitCode::from(2)
+    } else {
+        ExitCode::FAILURE
+    }
 }

@@ -10,8 +10,6 @@
 //!   prompts, for the CLI's `api` command and the contract tests; not part of the library API.
 
 #[cfg(feature = "demo")]
-#![warn(missing_docs, unreachable_pub, missing_debug_implementations)]
-
 pub mod demo;
 pub mod error;
 pub mod http;

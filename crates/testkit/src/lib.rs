@@ -9,7 +9,6 @@
 
 // Test support: failing loudly is the point.
 #![allow(clippy::panic, clippy::unwrap_used, clippy::expect_used)]
-
 #![warn(missing_docs, unreachable_pub, missing_debug_implementations)]
 
 use sqlx::Connection as _;

@@ -71,7 +71,11 @@ async fn list(
     if let Some(s) = &status
         && !STATUSES.contains(&s.as_str())
     {
-        anyhow::bail!("unknown --status {s}; one of: {}", STATUSES.join(", "));
+        return Err(output::UsageError(format!(
+            "unknown --status {s}; one of: {}",
+            STATUSES.join(", ")
+        ))
+        .into());
     }
     for state in run::list(journal).await? {
         let line = summary(&state);

@@ -171,3 +171,52 @@ async fn approvals_across_processes_postgres() {
     };
     approvals_across_processes(pg.url()).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn approve_always_decides_the_siblings_and_no_later_decision_rewrites_a_call_that_ran() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("always.db").display());
+    let (_g, ws) = workspace();
+    let server = emulator(&script_by_outputs(&[
+        json!([
+            call("c1", "shell", json!({"command": "echo one >> log.txt"})),
+            call("c2", "shell", json!({"command": "echo two >> log.txt"})),
+        ]),
+        json!([]),
+        answer("FINAL: both"),
+    ]))
+    .await;
+    let paused = out(&mut run_cmd(&db, &server, &ws, &[]));
+    assert_eq!(paused.status.code(), Some(3), "{}", text(&paused.stderr));
+    let run = only_run(&db);
+    let ok = out(agentctl(&db).args(["approve", &run, "c1", "--always"]));
+    assert!(ok.status.success(), "{}", text(&ok.stderr));
+    let done = out(&mut resume_cmd(&db, &server, &run, &[]));
+    assert_eq!(done.status.code(), Some(0), "{}", text(&done.stderr));
+    assert_eq!(
+        std::fs::read_to_string(ws.join("log.txt")).unwrap(),
+        "one\ntwo\n"
+    );
+    assert!(
+        show(&db, &run)["pending_approvals"]
+            .as_array()
+            .unwrap()
+            .is_empty()
+    );
+    let late = out(agentctl(&db).args(["deny", &run, "c2"]));
+    assert_eq!(late.status.code(), Some(1));
+    let msg = text(&late.stderr);
+    assert!(msg.contains("already"), "{msg}");
+    // The model saw c2's real output.
+    let body = last_request(&server);
+    let c2 = body["input"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["type"] == "function_call_output" && i["call_id"] == "c2")
+        .unwrap();
+    assert!(
+        c2["output"].as_str().unwrap().starts_with("Exit code: 0"),
+        "{c2}"
+    );
+}

@@ -91,7 +91,8 @@ async fn budget_pause_then_resume_with_more() {
     assert_eq!(shown["detail"], "max_steps");
     let again = out(&mut resume_cmd(&db, &server, &run, &[]));
     assert_eq!(again.status.code(), Some(3), "still over budget");
-    let o = out(&mut resume_cmd(&db, &server, &run, &["--max-steps", "10"]));
+    // No --base-url: the run goes back to the endpoint it was started with.
+    let o = out(agentctl(&db).args(["resume", &run, "--max-steps", "10"]));
     assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
     assert_eq!(show(&db, &run)["final_text"], "FINAL: budget");
     let events = events(&db, &run).await;
@@ -215,4 +216,73 @@ async fn interrupt_from_another_process_cancels_the_running_tool() {
     assert_eq!(kinds_of(&events, "tool.cancelled").len(), 1);
     assert!(!ws.join("finished").exists());
     assert_eq!(show(&db, &run)["status"], "interrupted");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reused_call_id_fails_the_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("d.db").display());
+    let (_g, ws) = workspace();
+    let server = emulator(&script_by_outputs(&[
+        json!([call("c1", "list_dir", json!({}))]),
+        json!([call("c1", "list_dir", json!({}))]),
+        answer("FINAL: never"),
+    ]))
+    .await;
+    let o = out(&mut run_cmd(&db, &server, &ws, &[]));
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains("reused the call_id c1"),
+        "{}",
+        text(&o.stderr)
+    );
+    let run = only_run(&db);
+    assert_eq!(show(&db, &run)["status"], "failed");
+    let again = out(&mut resume_cmd(&db, &server, &run, &[]));
+    assert!(
+        text(&again.stderr).contains("is failed"),
+        "{}",
+        text(&again.stderr)
+    );
+    assert_eq!(
+        server.requests().len(),
+        2,
+        "no model call after the failure"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_of_the_host_takes_its_shell_command_down() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("k.db").display());
+    let (_g, ws) = workspace();
+    let server = emulator(&script_by_outputs(&[
+        json!([call(
+            "c_long",
+            "shell",
+            json!({"command": "echo $$ > shell.pid; touch started; sleep 60; touch finished"})
+        )]),
+        answer("FINAL"),
+    ]))
+    .await;
+    let mut child = spawn_long_shell(&db, &server, &ws, &["--approval", "auto"]).await;
+    let pid = std::fs::read_to_string(ws.join("shell.pid"))
+        .unwrap()
+        .trim()
+        .to_string();
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        if stat.is_empty() || stat.contains(") Z") {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the command {pid} outlived its host"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(!ws.join("finished").exists());
 }

@@ -32,6 +32,13 @@ async fn confinement(db: &str) {
     let (_g, ws) = workspace();
     std::os::unix::fs::symlink(outside.path(), ws.join("link")).unwrap();
     std::fs::write(ws.join("inside.txt"), "hello inside").unwrap();
+    assert!(
+        std::process::Command::new("mkfifo")
+            .arg(ws.join("fifo"))
+            .status()
+            .unwrap()
+            .success()
+    );
     let escape = format!("{}/secret.txt", outside.path().display());
     let server = emulator(&script_by_outputs(&[
         json!([
@@ -47,7 +54,9 @@ async fn confinement(db: &str) {
             call("c_ok", "read_file", json!({"path": "inside.txt"})),
             call("c_bad", "read_file", json!({"nope": 1})),
             call("c_unknown", "rm_rf", json!({})),
+            call("c_fifo", "read_file", json!({"path": "fifo"})),
         ]),
+        json!([]),
         json!([]),
         json!([]),
         json!([]),
@@ -91,7 +100,10 @@ async fn confinement(db: &str) {
         .iter()
         .filter(|i| i["type"] == "function_call_output")
         .collect();
-    assert_eq!(outputs.len(), 8);
+    assert_eq!(outputs.len(), 9);
+    let (kind, msg) = told(&events, "c_fifo");
+    assert_eq!(kind, "tool.failed");
+    assert!(msg.contains("not a regular file"), "{msg}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -129,6 +141,16 @@ async fn shell_timeout_kills_the_group_caps_output_and_hides_the_key() {
             "shell",
             json!({"command": "echo key=${OPENAI_API_KEY:-none}; exit 7"})
         )]),
+        json!([call(
+            "c_parent",
+            "shell",
+            json!({"command": "tr '\\0' '\\n' < /proc/$PPID/environ | grep ^OPENAI_API_KEY="})
+        )]),
+        json!([call(
+            "c_bg",
+            "shell",
+            json!({"command": "sleep 300 & echo started server", "timeout_ms": 30000})
+        )]),
         answer("FINAL: shell"),
     ]))
     .await;
@@ -156,4 +178,13 @@ async fn shell_timeout_kills_the_group_caps_output_and_hides_the_key() {
         msg.contains("Exit code: 7") && msg.contains("key=none"),
         "{msg}"
     );
+    // The host's own environment is readable by a same-user command; the key is masked
+    // in what the model, the journal and the screen get.
+    let (_, msg) = told(&events, "c_parent");
+    assert!(msg.contains("OPENAI_API_KEY=***"), "{msg}");
+    assert!(!msg.contains(agent_responses_mock::MOCK_API_KEY), "{msg}");
+    // A background job holding the pipes does not turn a finished command into a timeout.
+    let (kind, msg) = told(&events, "c_bg");
+    assert_eq!(kind, "tool.completed", "{msg}");
+    assert!(msg.contains("started server"), "{msg}");
 }

@@ -147,7 +147,14 @@ impl Driver {
                 }
                 continue;
             }
+            let next_step = self.state.steps.len() as u64 + 1;
+            let steer_unsent = self
+                .state
+                .steers
+                .iter()
+                .any(|st| st.status == super::state::SteerStatus::Applied { step: next_step });
             if let Some(step) = self.state.steps.last()
+                && !steer_unsent
                 && !step
                     .output
                     .iter()
@@ -210,6 +217,37 @@ impl Driver {
         Ok(())
     }
 
+    /// Why the function calls of a response cannot be answered, if they cannot: every call
+    /// needs a `call_id` of its own, unique in the run, for its output to be matched.
+    fn unusable_calls(&self, output: &[Value]) -> Option<String> {
+        let mut seen = std::collections::HashSet::new();
+        for item in output {
+            if item.get("type").and_then(Value::as_str) != Some("function_call") {
+                continue;
+            }
+            let call_id = item.get("call_id").and_then(Value::as_str).unwrap_or("");
+            if call_id.is_empty() {
+                return Some("the model made a function call without a call_id".into());
+            }
+            if !seen.insert(call_id) || self.state.call(call_id).is_some() {
+                return Some(format!("the model reused the call_id {call_id}"));
+            }
+        }
+        None
+    }
+
+    /// Ends the run as failed (`run.failed`): nothing more can be done for it.
+    async fn fail(&mut self, error: String) -> Result<RunEnd, HostError> {
+        self.record(
+            k::RUN_FAILED,
+            json!({"error": error, "usage": self.state.usage}),
+            Some("run-end".into()),
+        )
+        .await?;
+        self.drop_pending_steers("the run failed").await?;
+        Ok(RunEnd::Failed { error })
+    }
+
     async fn pause(&mut self, reason: &str, detail: String) -> Result<RunEnd, HostError> {
         self.record(
             k::RUN_PAUSED,
@@ -257,6 +295,7 @@ impl Driver {
     /// Cancels running tools (their terminal events are journaled by the runtime), then
     /// records `run.interrupted`.
     async fn interrupt(&mut self) -> Result<RunEnd, HostError> {
+        self.sync().await?;
         let running: Vec<String> = self
             .state
             .calls
@@ -313,14 +352,31 @@ impl Driver {
                         .and_then(|u| u.as_ref())
                         .and_then(|u| serde_json::to_value(u).ok())
                         .unwrap_or(Value::Null);
-                    self.record(
-                        k::MODEL_COMPLETED,
-                        json!({"step": step, "attempt": attempt, "response_id": response.id,
-                               "status": response.status, "output": output, "usage": usage}),
-                        Some(k::model_done_key(step)),
-                    )
-                    .await?;
-                    return Ok(None);
+                    if let Some(problem) = self.unusable_calls(&output) {
+                        return self.fail(problem).await.map(Some);
+                    }
+                    let recorded = self
+                        .record(
+                            k::MODEL_COMPLETED,
+                            json!({"step": step, "attempt": attempt, "response_id": response.id,
+                                   "status": response.status, "output": output, "usage": usage}),
+                            Some(k::model_done_key(step)),
+                        )
+                        .await;
+                    match recorded {
+                        Ok(()) => return Ok(None),
+                        // Over the journal's payload limit: it can never be recorded, so
+                        // asking again would pay for it again and again.
+                        Err(HostError::Journal(JournalError::InvalidInput { reason, .. })) => {
+                            return self
+                                .fail(format!(
+                                    "the model's response cannot be journaled: {reason}"
+                                ))
+                                .await
+                                .map(Some);
+                        }
+                        Err(err) => return Err(err),
+                    }
                 }
                 Streamed::Response(response) => {
                     let error = response

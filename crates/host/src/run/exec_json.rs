@@ -36,6 +36,30 @@ impl ExecJson {
         }
     }
 
+    /// A converter that continues after the events `state` was folded from (a resumed run
+    /// printed live): it knows every call already made, so later events of those calls get
+    /// their proper item types.
+    pub fn resuming(state: &super::state::RunState) -> ExecJson {
+        let mut conv = ExecJson::new(&state.id);
+        for call in &state.calls {
+            let args = serde_json::from_str(&call.arguments).unwrap_or(Value::Null);
+            conv.calls
+                .insert(call.call_id.clone(), (call.name.clone(), args));
+        }
+        conv.items = state
+            .steps
+            .iter()
+            .flat_map(|s| &s.output)
+            .filter(|i| {
+                matches!(
+                    i.get("type").and_then(Value::as_str),
+                    Some("message" | "reasoning")
+                )
+            })
+            .count() as u64;
+        conv
+    }
+
     fn next_item(&mut self) -> String {
         self.items += 1;
         format!("item_{}", self.items)
@@ -55,7 +79,10 @@ impl ExecJson {
                 json!({"type": "thread.started", "thread_id": self.run_id}),
                 json!({"type": "turn.started"}),
             ],
-            k::RUN_RESUMED => vec![json!({"type": "turn.started"})],
+            k::RUN_RESUMED => vec![
+                json!({"type": "thread.started", "thread_id": self.run_id}),
+                json!({"type": "turn.started"}),
+            ],
             k::MODEL_COMPLETED => {
                 let mut lines = Vec::new();
                 for item in p

@@ -136,6 +136,11 @@ pub enum RunEnd {
     },
     /// Ctrl-C or `agentctl interrupt`: running calls were cancelled.
     Interrupted,
+    /// The run cannot go on (`run.failed`).
+    Failed {
+        /// Why.
+        error: String,
+    },
 }
 
 /// The end of one drive, with the run as folded then.

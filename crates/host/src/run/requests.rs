@@ -7,7 +7,7 @@ use serde_json::json;
 
 use super::kinds;
 use super::query::load;
-use super::state::{self, Decision, RunState};
+use super::state::{self, Decision, RunState, RunStatus};
 use crate::error::HostError;
 
 /// A decision from any process on a pending approval.
@@ -43,6 +43,15 @@ pub async fn decide(
             },
         );
     };
+    if !matches!(
+        call.progress,
+        state::CallProgress::New | state::CallProgress::Interrupted { .. }
+    ) {
+        return Err(HostError::NoPendingApproval(format!(
+            "call {} of run {run_id} has already run or is running; there is nothing to decide",
+            request.call_id
+        )));
+    }
     if let Some(given) = &request.args_sha256
         && *given != pending.args_sha256
     {
@@ -177,7 +186,14 @@ pub async fn request_interrupt(
     run_id: &str,
     by: &str,
 ) -> Result<i64, HostError> {
-    load(journal, run_id).await?;
+    let state = load(journal, run_id).await?;
+    let shown = super::query::shown_status(&state);
+    if shown != RunStatus::Running {
+        return Err(HostError::Invalid(format!(
+            "run {run_id} is {}: no host is driving it, so there is nothing to interrupt",
+            shown.as_str()
+        )));
+    }
     let appended = journal
         .append(NewEvent::new(
             kinds::thread_of(run_id),

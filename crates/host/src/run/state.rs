@@ -309,7 +309,11 @@ impl RunState {
             if decision.approve && decision.scope.as_deref() == Some("run") {
                 approved_tool = Some(call.name.clone());
             }
-            if !decision.approve {
+            let undecided = matches!(
+                call.progress,
+                CallProgress::New | CallProgress::Interrupted { .. }
+            );
+            if !decision.approve && undecided {
                 let why = decision
                     .reason
                     .clone()

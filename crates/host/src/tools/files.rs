@@ -17,7 +17,8 @@ pub(crate) const MAX_READ_LINES: u64 = 2000;
 /// Bytes returned by one `read_file` at most.
 pub(crate) const MAX_READ_BYTES: usize = 256 * 1024;
 /// Bytes `write_file` accepts.
-pub(crate) const MAX_WRITE_BYTES: usize = 4 * 1024 * 1024;
+/// (Well under the journal's 4 MiB per event: the arguments are journaled with the call.)
+pub(crate) const MAX_WRITE_BYTES: usize = 1024 * 1024;
 /// Entries `list_dir` returns at most.
 pub(crate) const MAX_ENTRIES: usize = 1000;
 
@@ -28,6 +29,20 @@ fn required_path(args: &Value, name: &str) -> Result<String, String> {
         return Err(format!("`{name}` is empty"));
     }
     Ok(path.to_string())
+}
+
+/// Refuses anything but a regular file (a FIFO or a device would block or never end).
+async fn regular_file(real: &std::path::Path, path: &str) -> Result<(), ToolFailure> {
+    let meta = tokio::fs::metadata(real)
+        .await
+        .map_err(|err| ToolFailure(format!("{path}: {err}")))?;
+    if meta.is_file() {
+        Ok(())
+    } else if meta.is_dir() {
+        Err(ToolFailure(format!("{path} is a directory (use list_dir)")))
+    } else {
+        Err(ToolFailure(format!("{path} is not a regular file")))
+    }
 }
 
 /// `read_file {path, offset?, limit?}`: lines `offset..offset+limit` (1-based offset).
@@ -68,6 +83,7 @@ impl Tool for ReadFile {
                 .map_err(ToolFailure)?
                 .unwrap_or(MAX_READ_LINES);
             let real = workspace.resolve(&path).map_err(|e| ToolFailure(e.0))?;
+            regular_file(&real, &path).await?;
             let bytes = tokio::fs::read(&real)
                 .await
                 .map_err(|err| ToolFailure(format!("{path}: {err}")))?;
@@ -114,7 +130,10 @@ impl Tool for WriteFile {
     }
 
     fn validate(&self, args: &Value) -> Result<(), String> {
-        required_path(args, "path")?;
+        let path = required_path(args, "path")?;
+        if path.ends_with('/') {
+            return Err(format!("`path` {path} names a directory; give a file path"));
+        }
         let content = arg_str(object(args)?, "content")?.ok_or("missing `content` (a string)")?;
         if content.len() > MAX_WRITE_BYTES {
             return Err(format!("`content` is over {MAX_WRITE_BYTES} bytes"));
@@ -143,6 +162,14 @@ impl Tool for WriteFile {
             }
             // Re-checked after creating directories: nothing created may lead outside.
             let real = workspace.resolve(&path).map_err(|e| ToolFailure(e.0))?;
+            if tokio::fs::symlink_metadata(&real)
+                .await
+                .is_ok_and(|m| !m.is_file())
+            {
+                return Err(ToolFailure(format!(
+                    "{path} exists and is not a regular file"
+                )));
+            }
             tokio::fs::write(&real, content.as_bytes())
                 .await
                 .map_err(|err| ToolFailure(format!("{path}: {err}")))?;

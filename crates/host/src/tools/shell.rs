@@ -3,7 +3,11 @@
 //! Invariants:
 //! - The command runs in a process group of its own; on timeout, cancellation or when the
 //!   call is dropped, the whole group is killed (grandchildren included).
-//! - Its environment has no `OPENAI_API_KEY`; stdin is empty.
+//! - Its environment has no `OPENAI_API_KEY` (nor the database URL); stdin is empty; the
+//!   key's value is masked in its output.
+//! - It ends when bash exits: output still arriving 200 ms later (a background job holding
+//!   the pipes) is cut, and the group is killed. A watchdog in the group kills it when the
+//!   host process dies, so a command never outlives a `kill -9` of the host.
 //! - At most [`OUTPUT_CAP`] bytes of output reach the model: the head and the tail, with a
 //!   note of how much was left out between them.
 //! - A non-zero exit and a timeout are failures whose text carries the output so far.
@@ -31,6 +35,20 @@ pub(crate) const MAX_TIMEOUT_MS: u64 = 3_600_000;
 pub struct Shell {
     pub(crate) workspace: Workspace,
 }
+
+/// Variables the command never sees: the API key and the database URL (which may carry a
+/// password).
+const HIDDEN_ENV: [&str; 3] = ["OPENAI_API_KEY", "AGENTCTL_DB", "AGENTCTL_TEST_PG_URL"];
+
+/// Runs `$2` in bash with a watchdog in its process group that kills the whole group once
+/// process `$1` (this host) is gone, so a command outlives neither `kill -9` of the host
+/// nor its normal end. The watchdog holds none of the command's pipes.
+const WRAPPER: &str = "( while kill -0 \"$1\" 2>/dev/null; do sleep 1; done; kill -KILL 0 ) \
+    </dev/null >/dev/null 2>&1 & exec bash -c \"$2\"";
+
+/// How long output is still read after the command exited (a background job that keeps
+/// the pipes open is killed with the group after this).
+const DRAIN: Duration = Duration::from_millis(200);
 
 impl Tool for Shell {
     fn name(&self) -> &str {
@@ -103,11 +121,17 @@ async fn run(
     ctx: &ToolContext,
 ) -> Result<Value, ToolFailure> {
     let started = Instant::now();
-    let mut child = tokio::process::Command::new("bash")
-        .arg("-c")
+    let mut cmd = tokio::process::Command::new("bash");
+    cmd.arg("-c")
+        .arg(WRAPPER)
+        .arg("agentctl-shell")
+        .arg(std::process::id().to_string())
         .arg(command)
-        .current_dir(root)
-        .env_remove("OPENAI_API_KEY")
+        .current_dir(root);
+    for name in HIDDEN_ENV {
+        cmd.env_remove(name);
+    }
+    let mut child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -125,11 +149,18 @@ async fn run(
     let (mut out_open, mut err_open) = (true, true);
     let deadline = tokio::time::sleep(timeout);
     tokio::pin!(deadline);
+    let mut status = None;
+    let mut drain_until: Option<tokio::time::Instant> = None;
     let ended = loop {
         if !out_open && !err_open {
             break End::Closed;
         }
         tokio::select! {
+            exited = child.wait(), if status.is_none() => {
+                status = exited.ok();
+                drain_until = Some(tokio::time::Instant::now() + DRAIN);
+            }
+            () = sleep_until_opt(drain_until) => break End::Closed,
             read = stdout.read(&mut out_buf), if out_open => match read {
                 Ok(0) | Err(_) => out_open = false,
                 Ok(n) => output.push(&out_buf[..n]),
@@ -142,24 +173,22 @@ async fn run(
             () = ctx.cancel.cancelled() => break End::Cancelled,
         }
     };
-    let status = match ended {
-        End::Closed => {
-            // Output closed: the shell is exiting; a background job that kept the pipes
-            // open is gone with the group below.
-            tokio::select! {
-                status = child.wait() => status.ok(),
-                () = &mut deadline => None,
-                () = ctx.cancel.cancelled() => None,
-            }
-        }
-        End::Timeout | End::Cancelled => None,
+    let status = match (ended, status) {
+        (End::Closed, Some(status)) => Some(status),
+        // Output closed: the shell is exiting.
+        (End::Closed, None) => tokio::select! {
+            status = child.wait() => status.ok(),
+            () = &mut deadline => None,
+            () = ctx.cancel.cancelled() => None,
+        },
+        (End::Timeout | End::Cancelled, _) => None,
     };
     guard.kill();
     let wall = started.elapsed().as_secs_f64();
     let text = |head: &str| {
         format!(
             "{head}\nWall time: {wall:.3} seconds\nOutput:\n{}",
-            output.text()
+            scrub(output.text())
         )
     };
     let head = match (ended, status) {
@@ -175,6 +204,23 @@ async fn run(
         ),
     };
     Err(ToolFailure(text(&head)))
+}
+
+/// `text` with this process's API key masked: the command cannot see it in its own
+/// environment, but a same-user process can read it elsewhere (`/proc/PPID/environ`); it
+/// must not reach the model, the journal or the screen through a tool output.
+fn scrub(text: String) -> String {
+    match std::env::var("OPENAI_API_KEY") {
+        Ok(key) if key.len() >= 8 => text.replace(&key, "***"),
+        _ => text,
+    }
+}
+
+async fn sleep_until_opt(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
 }
 
 #[derive(Debug, Clone, Copy)]

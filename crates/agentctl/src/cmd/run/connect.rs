@@ -37,7 +37,8 @@ impl Endpoint {
                     .display()
             )),
             (true, None, _) => Some("mock".into()),
-            (false, _, Some(url)) => Some(url.clone()),
+            // Credentials in a URL are never journaled; such a run needs --base-url on resume.
+            (false, _, Some(url)) => Some(agent_redact::redact_url(url)),
             (false, _, None) => None,
         }
     }
@@ -55,7 +56,12 @@ impl Endpoint {
             match recorded {
                 Some("mock") => (true, None, None),
                 Some(r) if r.starts_with("mock:") => (true, Some(PathBuf::from(&r[5..])), None),
-                _ => (false, None, None),
+                Some(url) if url.contains(agent_redact::MASK) => anyhow::bail!(
+                    "the run was started with a base URL that carried a password (journaled masked); give it again with --base-url"
+                ),
+                // The endpoint the run was started with: its history goes nowhere else.
+                Some(url) => (false, None, Some(url.to_string())),
+                None => (false, None, None),
             }
         };
         if mock {

@@ -8,12 +8,14 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
+use agent_host::HostError;
 use agent_host::run::{BudgetChange, Budgets, DriveOptions, Host, NewRun, RunEnd, RunReport};
 use agent_host::tools::ApprovalMode;
 use anyhow::Context as _;
 use clap::{Args, ValueEnum};
 
 use crate::global::GlobalArgs;
+use crate::output::UsageError;
 
 pub use connect::Endpoint;
 
@@ -131,7 +133,11 @@ pub async fn run(global: &GlobalArgs, args: RunArgs) -> anyhow::Result<ExitCode>
     let report = host.start(new, opts).await;
     ctrl_c.abort();
     journal.close().await;
-    finish(global, report?)
+    let report = report.map_err(|err| match err {
+        HostError::Workspace { .. } => anyhow::Error::new(UsageError(err.to_string())),
+        other => anyhow::Error::new(other),
+    })?;
+    finish(global, report)
 }
 
 pub async fn resume(global: &GlobalArgs, args: ResumeArgs) -> anyhow::Result<ExitCode> {
@@ -158,10 +164,14 @@ fn read_prompt(prompt: Option<String>) -> anyhow::Result<String> {
         Some(p) => p,
         None if !std::io::stdin().is_terminal() => std::io::read_to_string(std::io::stdin())
             .context("cannot read the prompt from stdin")?,
-        None => anyhow::bail!("give the prompt as an argument, or pipe it on stdin"),
+        None => {
+            return Err(
+                UsageError("give the prompt as an argument, or pipe it on stdin".into()).into(),
+            );
+        }
     };
     if prompt.trim().is_empty() {
-        anyhow::bail!("the prompt is empty");
+        return Err(UsageError("the prompt is empty".into()).into());
     }
     Ok(prompt)
 }
@@ -202,5 +212,6 @@ fn finish(global: &GlobalArgs, report: RunReport) -> anyhow::Result<ExitCode> {
         RunEnd::Completed { .. } => ExitCode::SUCCESS,
         RunEnd::Paused { .. } => ExitCode::from(EXIT_PAUSED),
         RunEnd::Interrupted => ExitCode::from(EXIT_INTERRUPTED),
+        RunEnd::Failed { .. } => ExitCode::FAILURE,
     })
 }

@@ -30,7 +30,15 @@ impl Observer for JsonLines {
             .0
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let conv = guard.get_or_insert_with(|| ExecJson::new(&state.id));
+        // The first event seen is `run.created` (a new run) or `run.resumed`, folded into a
+        // state that already holds the run's past.
+        let conv = guard.get_or_insert_with(|| {
+            if &*event.kind == k::RUN_RESUMED {
+                ExecJson::resuming(state)
+            } else {
+                ExecJson::new(&state.id)
+            }
+        });
         for line in conv.convert(event) {
             // A closed stdout is the reader's choice; the run goes on.
             let _ = output::json_line(&line);
@@ -185,6 +193,9 @@ pub fn finish(json: bool, report: &RunReport) -> anyhow::Result<()> {
             }
             output::note(&format!("continue with: agentctl resume {id}"));
         }
+        RunEnd::Failed { error } => {
+            output::note(&format!("run {id} failed: {error}"));
+        }
         RunEnd::Interrupted => {
             output::note(&format!(
                 "run {id} interrupted; continue with: agentctl resume {id}"
@@ -216,36 +227,37 @@ impl Decider for TerminalDecider {
             call.name
         );
         Box::pin(async move {
+            // Asks until the answer is one of the three; end of input is no answer.
             let answer = tokio::task::spawn_blocking(move || {
                 output::ask(&question);
-                let mut line = String::new();
-                std::io::stdin().read_line(&mut line).ok().map(|_| line)
+                loop {
+                    let mut line = String::new();
+                    match std::io::stdin().read_line(&mut line) {
+                        Ok(0) | Err(_) => return None,
+                        Ok(_) => {}
+                    }
+                    let word = line.trim().to_ascii_lowercase();
+                    if ["y", "yes", "n", "no", "a", "always"].contains(&word.as_str()) {
+                        return Some(word);
+                    }
+                    output::ask("please answer y, n or a: ");
+                }
             })
             .await
             .ok()
             .flatten()?;
             let by = Some(super::super::decide::who());
-            match answer.trim().to_ascii_lowercase().as_str() {
-                "y" | "yes" => Some(Decision {
-                    approve: true,
-                    reason: None,
-                    by,
-                    scope: None,
-                }),
-                "a" | "always" => Some(Decision {
-                    approve: true,
-                    reason: None,
-                    by,
-                    scope: Some("run".into()),
-                }),
-                "n" | "no" => Some(Decision {
-                    approve: false,
-                    reason: Some("declined at the terminal".into()),
-                    by,
-                    scope: None,
-                }),
-                _ => None,
-            }
+            let (approve, scope) = match answer.as_str() {
+                "y" | "yes" => (true, None),
+                "a" | "always" => (true, Some("run".to_string())),
+                _ => (false, None),
+            };
+            Some(Decision {
+                approve,
+                reason: (!approve).then(|| "declined at the terminal".to_string()),
+                by,
+                scope,
+            })
         })
     }
 }

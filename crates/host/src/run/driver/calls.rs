@@ -117,6 +117,18 @@ impl Driver {
                 }
                 Next::Await => launched.push(call.call_id.clone()),
                 Next::Launch => {
+                    // Runs under "approve always" for its tool: its own open round is
+                    // decided by that, so no later decision can rewrite what it did.
+                    if let Some(open) = call.pending_approval().cloned() {
+                        let decision = Decision {
+                            approve: true,
+                            reason: Some("the tool was approved for the rest of the run".into()),
+                            by: Some("approve --always".into()),
+                            scope: Some("run".into()),
+                        };
+                        self.decide(call, open.round, &open.args_sha256, decision)
+                            .await?;
+                    }
                     if let Some(refusal) = self.launch(call).await? {
                         self.refuse(call, refusal).await?;
                     } else {
@@ -196,9 +208,17 @@ impl Driver {
                 let Some(decision) = decision else {
                     return self.interrupt().await.map(Some);
                 };
-                if let Some(decision) = decision {
-                    self.decide(call, pending.round, &pending.args_sha256, decision)
-                        .await?;
+                match decision {
+                    Some(decision) => {
+                        self.decide(call, pending.round, &pending.args_sha256, decision)
+                            .await?;
+                    }
+                    // No answer (stdin closed, or an answer that is not one): pause rather
+                    // than ask again in a loop.
+                    None => {
+                        let detail = format!("{} ({})", call.call_id, call.name);
+                        return self.pause("approval", detail).await.map(Some);
+                    }
                 }
             }
             return Ok(None);
