@@ -43,6 +43,7 @@
 //!     budgets: Budgets { max_steps: 10, max_tokens: None },
 //!     approval: ApprovalMode::Auto,
 //!     endpoint: None,
+//!     compact_at: None,
 //! };
 //! let report = Host::new(journal, client).start(run, DriveOptions::default()).await?;
 //! assert!(matches!(report.end, RunEnd::Completed { .. }));

@@ -286,3 +286,58 @@ async fn kill_9_of_the_host_takes_its_shell_command_down() {
     }
     assert!(!ws.join("finished").exists());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compaction_replaces_the_history_and_keeps_the_frontier() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("cmp.db").display());
+    let (_g, ws) = workspace();
+    std::fs::write(ws.join("notes.txt"), "keep python stdlib only\n").unwrap();
+    let script = json!({"rules": [
+        {"when": {"input_has_type": "compaction"}, "reply": {"items": answer("FINAL: from the compacted history")}},
+        {"when": {"tool_outputs": 0}, "reply": {"items": [call("c1", "read_file", json!({"path": "notes.txt"}))]}}
+    ]});
+    let server = emulator(&script.to_string()).await;
+    let o = out(&mut run_cmd(
+        &db,
+        &server,
+        &ws,
+        &["--compact-at", "1", "--json"],
+    ));
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let lines: Vec<Value> = text(&o.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(
+        lines
+            .iter()
+            .any(|l| l["type"] == "context.compacted" && l["step"] == 2),
+        "{lines:?}"
+    );
+    let run = only_run(&db);
+    assert_eq!(
+        show(&db, &run)["final_text"],
+        "FINAL: from the compacted history"
+    );
+    let events = events(&db, &run).await;
+    check_invariants(&events);
+    let compacted = kinds_of(&events, "context.compacted");
+    assert_eq!(compacted.len(), 1);
+    // The compact endpoint got the whole frontier: the call and its output.
+    let compact_req = server
+        .requests()
+        .into_iter()
+        .find(|r| r.path.ends_with("/responses/compact"))
+        .unwrap();
+    let sent = compact_req.body["input"].as_array().unwrap();
+    assert!(
+        sent.iter()
+            .any(|i| i["type"] == "function_call_output" && i["call_id"] == "c1")
+    );
+    // The next request starts from the compaction output, verbatim, without the old call.
+    let last = last_request(&server);
+    let input = last["input"].as_array().unwrap();
+    assert_eq!(input, compacted[0].payload["output"].as_array().unwrap());
+    assert!(!input.iter().any(|i| i["type"] == "function_call"));
+}

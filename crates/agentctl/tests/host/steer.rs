@@ -66,6 +66,19 @@ async fn steer_is_never_lost(db: &str) {
     let tail = &input[input.len() - 1];
     assert_eq!(tail["role"], "user");
     assert!(tail.to_string().contains("STEER: say steered"));
+    // `runs events` shows the steer's life in our own types.
+    let lines = out(agentctl(db).args(["runs", "events", &run]));
+    let types: Vec<String> = text(&lines.stdout)
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).unwrap()["type"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    assert!(types.contains(&"steer.requested".to_string()), "{types:?}");
+    assert!(types.contains(&"steer.applied".to_string()), "{types:?}");
     // After the end: dropped at once, exit 1.
     let late = out(&mut steer(&["--wait"]));
     assert_eq!(late.status.code(), Some(1));

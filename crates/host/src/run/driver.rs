@@ -175,10 +175,70 @@ impl Driver {
             if let Some(end) = self.budget_pause().await? {
                 return Ok(end);
             }
+            self.maybe_compact().await?;
             if let Some(end) = self.model_step().await? {
                 return Ok(end);
             }
         }
+    }
+
+    /// Compacts the history before the next step when the last request was over the run's
+    /// `compact_at` input tokens: the compact endpoint gets exactly the input the next
+    /// request would have had (every call answered: a step boundary), and its output,
+    /// journaled whole as `context.compacted`, replaces that history from then on. A failed
+    /// compaction is logged and the step goes on uncompacted.
+    async fn maybe_compact(&mut self) -> Result<(), HostError> {
+        let Some(limit) = self.spec.compact_at else {
+            return Ok(());
+        };
+        let next = self.state.steps.len() as u64 + 1;
+        let last_input = self.state.steps.last().map_or(0, |s| s.usage.input_tokens);
+        let done_here = self
+            .state
+            .compaction
+            .as_ref()
+            .is_some_and(|c| c.before_step == next);
+        if last_input < limit || done_here {
+            return Ok(());
+        }
+        let request = model::build_request(&self.state, &self.spec).map_err(HostError::Invalid)?;
+        let replaced = match &request.input {
+            Some(agent_responses::types::Input::Items(items)) => items.len(),
+            _ => 0,
+        };
+        let compact = agent_responses::types::CompactRequest {
+            model: self.spec.model.clone(),
+            input: request.input,
+            instructions: request.instructions,
+            ..Default::default()
+        };
+        let compacted = match self.client.compact(&compact).await {
+            Ok(compacted) => compacted,
+            Err(err) => {
+                tracing::warn!(step = next, error = %err, "compaction failed; the step goes on uncompacted");
+                return Ok(());
+            }
+        };
+        let output: Vec<Value> = compacted
+            .output
+            .iter()
+            .map(serde_json::to_value)
+            .collect::<Result<_, _>>()
+            .map_err(|e| HostError::Invalid(e.to_string()))?;
+        let covered: Vec<String> = self
+            .state
+            .steers
+            .iter()
+            .filter(|s| matches!(s.status, super::state::SteerStatus::Applied { .. }))
+            .map(|s| s.id.clone())
+            .collect();
+        self.record(
+            k::CONTEXT_COMPACTED,
+            json!({"step": next, "items_replaced": replaced, "response_id": compacted.id,
+                   "output": output, "covered_steers": covered}),
+            Some(k::compacted_key(next)),
+        )
+        .await
     }
 
     /// Applies every pending steer before the next step: the runtime's revision moves on

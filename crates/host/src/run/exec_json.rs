@@ -159,6 +159,16 @@ impl ExecJson {
                 "reason": p.get("reason")})],
             k::RUN_PAUSED => vec![json!({"type": "run.paused", "run_id": self.run_id,
                 "reason": s("reason"), "detail": s("detail")})],
+            k::STEER_REQUESTED => vec![json!({"type": "steer.requested",
+                "run_id": self.run_id, "id": s("id"), "text": s("text")})],
+            k::STEER_APPLIED => vec![json!({"type": "steer.applied",
+                "run_id": self.run_id, "id": s("id"), "step": p.get("step"),
+                "revision": p.get("revision")})],
+            k::STEER_DROPPED => vec![json!({"type": "steer.dropped",
+                "run_id": self.run_id, "id": s("id"), "reason": s("reason")})],
+            k::CONTEXT_COMPACTED => vec![json!({"type": "context.compacted",
+                "run_id": self.run_id, "step": p.get("step"),
+                "items_replaced": p.get("items_replaced")})],
             k::INTERRUPT_REQUESTED => {
                 vec![json!({"type": "interrupt.requested", "run_id": self.run_id})]
             }

@@ -33,6 +33,8 @@ pub const STEER_REQUESTED: &str = "steer.requested";
 pub const STEER_APPLIED: &str = "steer.applied";
 /// A steer that no host will apply (the run ended): id, reason.
 pub const STEER_DROPPED: &str = "steer.dropped";
+/// The history up to a step was replaced by the compact endpoint's output (verbatim).
+pub const CONTEXT_COMPACTED: &str = "context.compacted";
 /// The run stopped on an interrupt; its running calls were cancelled.
 pub const RUN_INTERRUPTED: &str = "run.interrupted";
 /// The run paused: budget, approval or model error (reason, detail).
@@ -62,6 +64,10 @@ pub(crate) fn steer_key(id: &str) -> String {
 /// One outcome (applied or dropped) per steer.
 pub(crate) fn steer_end_key(id: &str) -> String {
     format!("steer-end:{id}")
+}
+
+pub(crate) fn compacted_key(step: u64) -> String {
+    format!("compacted:{step}")
 }
 
 pub(crate) fn model_key(step: u64, attempt: u32) -> String {

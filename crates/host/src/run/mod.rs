@@ -116,6 +116,8 @@ pub struct NewRun {
     pub approval: ApprovalMode,
     /// Recorded in `run.created` (see [`RunSpec::endpoint`]); never a key.
     pub endpoint: Option<String>,
+    /// See [`RunSpec::compact_at`].
+    pub compact_at: Option<u64>,
 }
 
 /// How a drive ended.
@@ -199,6 +201,7 @@ impl Host {
             budgets: new.budgets,
             transport: "http".into(),
             endpoint: new.endpoint,
+            compact_at: new.compact_at,
         };
         let me = Owner::current();
         let mut payload =

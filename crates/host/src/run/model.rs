@@ -16,15 +16,31 @@ use super::state::{CallProgress, RunSpec, RunState, SteerStatus};
 
 /// The request for the next step of `state`.
 pub(crate) fn build_request(state: &RunState, spec: &RunSpec) -> Result<CreateResponse, String> {
-    let mut items = vec![Item::Message(MessageItem::user(spec.prompt.clone()))];
+    // After a compaction, the history before its step is its output, verbatim.
+    let (mut items, from_step, covered) = match &state.compaction {
+        Some(c) => (
+            c.output
+                .iter()
+                .map(|raw| serde_json::from_value::<Item>(raw.clone()))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|err| format!("unreadable compaction output: {err}"))?,
+            c.before_step,
+            c.covered_steers.as_slice(),
+        ),
+        None => (
+            vec![Item::Message(MessageItem::user(spec.prompt.clone()))],
+            1,
+            &[][..],
+        ),
+    };
     let steers_before = |step: u64| {
         state
             .steers
             .iter()
-            .filter(move |s| s.status == SteerStatus::Applied { step })
+            .filter(move |s| s.status == SteerStatus::Applied { step } && !covered.contains(&s.id))
             .map(|s| Item::Message(MessageItem::user(s.text.clone())))
     };
-    for step in &state.steps {
+    for step in state.steps.iter().filter(|s| s.step >= from_step) {
         items.extend(steers_before(step.step));
         for raw in &step.output {
             let item: Item = serde_json::from_value(raw.clone())

@@ -31,6 +31,10 @@ pub struct RunSpec {
     /// `mock:PATH` (an emulator script); `resume` reuses it when given no endpoint.
     #[serde(default)]
     pub endpoint: Option<String>,
+    /// Compact the history (`POST /responses/compact`) before a step when the previous
+    /// step's request used at least this many input tokens; `None`: never.
+    #[serde(default)]
+    pub compact_at: Option<u64>,
 }
 
 fn http() -> String {

@@ -56,6 +56,19 @@ pub struct RunState {
     pub interrupt_requested: Option<i64>,
     /// Steers in the order they were requested.
     pub steers: Vec<SteerRecord>,
+    /// The latest compaction of the history, if any.
+    pub compaction: Option<CompactionRecord>,
+}
+
+/// The history before `before_step`, replaced by the compact endpoint's output.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CompactionRecord {
+    /// The first step whose request starts from `output`.
+    pub before_step: u64,
+    /// The compact endpoint's output items, verbatim.
+    pub output: Vec<Value>,
+    /// Steers already inside `output`.
+    pub covered_steers: Vec<String>,
 }
 
 /// A steer: user input for a run, from any process.
@@ -207,6 +220,28 @@ impl RunState {
                 self.stop(RunStatus::Completed, p);
             }
             k::INTERRUPT_REQUESTED => self.interrupt_requested = Some(event.seq),
+            k::CONTEXT_COMPACTED => {
+                let strings = |name: &str| -> Vec<String> {
+                    p.get(name)
+                        .and_then(Value::as_array)
+                        .map(|a| {
+                            a.iter()
+                                .filter_map(|v| v.as_str().map(str::to_string))
+                                .collect()
+                        })
+                        .unwrap_or_default()
+                };
+                if let (Some(step), Some(output)) = (
+                    p.get("step").and_then(Value::as_u64),
+                    p.get("output").and_then(Value::as_array),
+                ) {
+                    self.compaction = Some(CompactionRecord {
+                        before_step: step,
+                        output: output.clone(),
+                        covered_steers: strings("covered_steers"),
+                    });
+                }
+            }
             k::STEER_REQUESTED => {
                 let id = str_of(p, "id");
                 if !id.is_empty() && !self.steers.iter().any(|s| s.id == id) {

@@ -55,6 +55,11 @@ pub struct RunArgs {
     /// write_file ask); with --mock and no --mock-script, auto.
     #[arg(long, value_enum)]
     pub approval: Option<ApprovalArg>,
+    /// Compact the history (the API's compact endpoint) before a step whose previous
+    /// request used at least this many input tokens; the compacted output is journaled and
+    /// replaces the history from then on.
+    #[arg(long, value_name = "TOKENS", value_parser = clap::value_parser!(u64).range(1..))]
+    pub compact_at: Option<u64>,
     #[command(flatten)]
     pub drive: DriveArgs,
 }
@@ -128,6 +133,7 @@ pub async fn run(global: &GlobalArgs, args: RunArgs) -> anyhow::Result<ExitCode>
         },
         approval,
         endpoint: args.endpoint.recorded(),
+        compact_at: args.compact_at,
     };
     let (opts, ctrl_c) = drive_options(global, &args.drive);
     let report = host.start(new, opts).await;
