@@ -293,6 +293,25 @@ fn cuts_for(stream: &[u8], picks: &[Index], at_eol: bool) -> Vec<usize> {
     cuts
 }
 
+/// Under `cargo xtask fuzz` (`FUZZ_SAVE_DIR` set), a failing stream is written to
+/// `regress-<property>.sse` there; proptest's last failing call is its shrunk minimum, and
+/// the corpus test replays the file from then on.
+fn keep_if_failing(
+    property: &str,
+    stream: &[u8],
+    result: Result<(), TestCaseError>,
+) -> Result<(), TestCaseError> {
+    if result.is_err()
+        && let Some(dir) = std::env::var_os("FUZZ_SAVE_DIR")
+    {
+        let path = PathBuf::from(dir).join(format!("regress-{property}.sse"));
+        if let Err(e) = std::fs::write(&path, stream) {
+            eprintln!("cannot save {}: {e}", path.display());
+        }
+    }
+    result
+}
+
 fn config(default_cases: u32) -> ProptestConfig {
     // `PROPTEST_CASES` (read by `ProptestConfig::default`) raises the count for campaigns.
     let from_env = std::env::var("PROPTEST_CASES").is_ok();
@@ -317,7 +336,7 @@ proptest! {
         at_eol in any::<bool>(),
     ) {
         let cuts = cuts_for(&stream, &picks, at_eol);
-        check_against_eventsource_stream(&stream, &cuts)?;
+        keep_if_failing("shaped", &stream, check_against_eventsource_stream(&stream, &cuts))?;
     }
 
     #[test]
@@ -327,7 +346,7 @@ proptest! {
         at_eol in any::<bool>(),
     ) {
         let cuts = cuts_for(&stream, &picks, at_eol);
-        check_against_eventsource_stream(&stream, &cuts)?;
+        keep_if_failing("soup", &stream, check_against_eventsource_stream(&stream, &cuts))?;
     }
 
     #[test]
@@ -338,7 +357,7 @@ proptest! {
         max_frame in prop::sample::select(vec![4usize, 16, 64, 1 << 20]),
     ) {
         let cuts = cuts_for(&stream, &picks, at_eol);
-        check_split_invariance(&stream, &cuts, max_frame)?;
+        keep_if_failing("chunking", &stream, check_split_invariance(&stream, &cuts, max_frame))?;
     }
 }
 
