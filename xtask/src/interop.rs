@@ -70,10 +70,13 @@ fn codex_cli() -> anyhow::Result<()> {
         .env("CODEX_BIN", &codex_bin))
 }
 
-/// The `openai-sdk` suite's virtualenv: `interop/openai_sdk/.venv` with the latest `openai`
-/// and `pytest` (created on first use). Returns its python.
+/// The `openai-sdk` suite's virtualenv: `interop/openai_sdk/.venv` (created on first use)
+/// holding exactly what `interop/openai_sdk/requirements.lock` pins, every transitive
+/// dependency included: installed with `--no-deps` so pip never resolves an unpinned
+/// package, then `pip check` proves the pinned set is complete and consistent. Returns its
+/// python.
 pub fn openai_venv() -> anyhow::Result<std::path::PathBuf> {
-    use crate::process::{run, workspace_root};
+    use crate::process::{output, run, workspace_root};
     let dir = workspace_root().join("interop").join("openai_sdk");
     let venv = dir.join(".venv");
     let python = venv.join("bin").join("python");
@@ -82,20 +85,40 @@ pub fn openai_venv() -> anyhow::Result<std::path::PathBuf> {
             .args(["-m", "venv"])
             .arg(&venv))?;
     }
+    run(std::process::Command::new(&python)
+        .args([
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            "--no-deps",
+            "-r",
+        ])
+        .arg(dir.join("requirements.lock")))?;
     run(std::process::Command::new(&python).args([
         "-m",
         "pip",
-        "install",
-        "--quiet",
+        "check",
         "--disable-pip-version-check",
-        "--upgrade",
-        "openai[realtime]",
-        "pytest",
     ]))?;
+    let version = output(
+        std::process::Command::new(&python)
+            .args(["-c", "import openai; print(openai.__version__)"]),
+    )?;
+    if version.trim() != OPENAI_VERSION {
+        anyhow::bail!(
+            "interop/openai_sdk/.venv has openai `{}`, requirements.lock pins {OPENAI_VERSION}",
+            version.trim()
+        );
+    }
     Ok(python)
 }
 
-/// `openai-sdk`: the official `openai` Python SDK (latest) against `agentctl mock serve`
+/// The `openai` Python SDK version `interop/openai_sdk/requirements.lock` pins.
+const OPENAI_VERSION: &str = "3.57.0";
+
+/// `openai-sdk`: the official `openai` Python SDK (pinned) against `agentctl mock serve`
 /// with `interop/openai_sdk/script.json`: create, stream helper, function-call round trip,
 /// compact, error classes, retries on 429 (retry-after) and 500.
 fn openai_sdk() -> anyhow::Result<()> {

@@ -6,19 +6,22 @@
 //! - `bench [AREA...]`: release-mode benchmarks beside the seed's Python baselines, written
 //!   into `docs/benchmarks.md`.
 //! - `interop`: the official `openai` Python SDK and the real Codex CLI against our code.
+//! - `fuzz [TARGET...] [--time SECONDS]`: long property-test campaigns (default 600 s each).
 
 mod bench;
 mod ci;
+mod fuzz;
 mod interop;
 mod process;
 
 use std::process::ExitCode;
 
-const USAGE: &str = "usage: cargo xtask <ci [--interop] | bench [AREA...] | interop [SUITE...]>
+const USAGE: &str = "usage: cargo xtask <ci [--interop] | bench [AREA...] | interop [SUITE...] | fuzz [TARGET...] [--time SECONDS]>
 
   ci        cargo fmt --check, clippy -D warnings, all tests (then interop under CI=true)
   bench     run benchmarks side by side with the seed; areas: journal runtime context responses
-  interop   run third-party clients against our code; suites: openai-sdk codex";
+  interop   run third-party clients against our code; suites: openai-sdk codex
+  fuzz      run property tests with large case counts for SECONDS (default 600); targets: sse";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -30,6 +33,7 @@ fn main() -> ExitCode {
         "ci" => ci::run(rest),
         "bench" => bench::run(rest),
         "interop" => interop::run(rest),
+        "fuzz" => fuzz::run(rest),
         "-h" | "--help" | "help" => {
             println!("{USAGE}");
             Ok(())

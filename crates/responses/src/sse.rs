@@ -4,9 +4,17 @@
 //! chunks (a CR at the end of one chunk and an LF at the start of the next form one line
 //! ending); lines may end in LF, CRLF or CR; `:` lines are comments; several `data:` lines
 //! join with `\n`; a frame is dispatched on a blank line, and a frame without data is
-//! dropped. Memory is bounded by [`SseParser::with_max_frame`].
+//! dropped; one UTF-8 byte order mark at the very start of the stream is skipped (also when
+//! it is split across chunks). Memory is bounded by [`SseParser::with_max_frame`]: a line
+//! or a frame's data longer than the bound is an error however the stream is chunked.
+//!
+//! `tests/sse_differential.rs` checks this parser against the `eventsource-stream` crate
+//! on random byte streams and documents where (and why) the two differ.
 
 use crate::types::{ErrorDetail, StreamEvent};
+
+/// The UTF-8 encoding of U+FEFF, skipped once at the start of a stream.
+const BOM: &[u8] = b"\xEF\xBB\xBF";
 
 /// Default bound on one line or one frame's data (16 MiB, above the API's 10 MiB outputs).
 pub const DEFAULT_MAX_FRAME: usize = 16 * 1024 * 1024;
@@ -42,6 +50,9 @@ pub struct SseParser {
     event: Option<String>,
     id: Option<String>,
     max_frame: usize,
+    /// `Some(n)`: the stream has so far been the first `n` bytes of [`BOM`] (held back,
+    /// not yet parsed); `None` once the start of the stream is decided.
+    bom_prefix: Option<usize>,
 }
 
 impl Default for SseParser {
@@ -66,11 +77,35 @@ impl SseParser {
             event: None,
             id: None,
             max_frame,
+            bom_prefix: Some(0),
         }
     }
 
     /// Feed a chunk; complete frames are appended to `out`.
     pub fn push(&mut self, mut chunk: &[u8], out: &mut Vec<SseFrame>) -> Result<(), SseError> {
+        if chunk.is_empty() {
+            return Ok(());
+        }
+        if let Some(seen) = self.bom_prefix {
+            let wanted = &BOM[seen..];
+            let n = wanted.len().min(chunk.len());
+            if chunk[..n] == wanted[..n] {
+                if seen + n < BOM.len() {
+                    self.bom_prefix = Some(seen + n);
+                    return Ok(());
+                }
+                self.bom_prefix = None;
+                chunk = &chunk[n..];
+            } else {
+                // Not a BOM: the bytes held back are ordinary input.
+                self.bom_prefix = None;
+                self.push_bytes(&BOM[..seen], out)?;
+            }
+        }
+        self.push_bytes(chunk, out)
+    }
+
+    fn push_bytes(&mut self, mut chunk: &[u8], out: &mut Vec<SseFrame>) -> Result<(), SseError> {
         if chunk.is_empty() {
             return Ok(());
         }
@@ -85,6 +120,11 @@ impl SseParser {
                 Some(pos) => {
                     let ending = chunk[pos];
                     if self.line.is_empty() {
+                        if pos > self.max_frame {
+                            return Err(SseError::FrameTooLarge {
+                                limit: self.max_frame,
+                            });
+                        }
                         self.process_line(&chunk[..pos], out)?;
                     } else {
                         self.extend_line(&chunk[..pos])?;
@@ -115,6 +155,10 @@ impl SseParser {
     /// End of input: a final unterminated line is processed; a frame without its blank line
     /// is not dispatched (the WHATWG rule), so a cut stream never yields a half event.
     pub fn finish(&mut self, out: &mut Vec<SseFrame>) -> Result<(), SseError> {
+        if let Some(seen) = self.bom_prefix.take() {
+            // A stream that ended inside what could have been a BOM: those bytes were input.
+            self.extend_line(&BOM[..seen])?;
+        }
         if !self.line.is_empty() {
             let line = std::mem::take(&mut self.line);
             self.process_line(&line, out)?;
@@ -289,6 +333,51 @@ mod tests {
             parser.push(b"data: \xff\n", &mut out),
             Err(SseError::InvalidUtf8)
         );
+    }
+
+    #[test]
+    fn a_leading_bom_is_skipped_once_however_it_is_split() {
+        let wire = b"\xEF\xBB\xBFdata: a\n\n\xEF\xBB\xBFdata: b\n\n";
+        let expected = vec![SseFrame {
+            event: None,
+            data: "a".into(),
+            id: None,
+        }];
+        for i in 0..=wire.len() {
+            assert_eq!(
+                parse_all(&[&wire[..i], &wire[i..]]),
+                expected,
+                "split at {i}"
+            );
+        }
+        let bytes: Vec<&[u8]> = wire.chunks(1).collect();
+        assert_eq!(parse_all(&bytes), expected);
+        // A stream cut inside a would-be BOM, and bytes that only start like one.
+        assert!(parse_all(&[b"\xEF\xBB"]).is_empty());
+        assert_eq!(parse_all(&[b"\xEF", b"data: x\n\n"]), Vec::new());
+        assert_eq!(parse_all(&[b"d", b"ata: x\n\n"])[0].data, "x");
+    }
+
+    #[test]
+    fn an_overlong_line_is_rejected_in_one_chunk_as_when_split() {
+        for wire in [
+            &b": 0123456789\n"[..],
+            b"event: 0123456789\n",
+            b"id: 0123456789\n",
+        ] {
+            for i in 0..=wire.len() {
+                let mut parser = SseParser::with_max_frame(8);
+                let mut out = Vec::new();
+                let result = parser
+                    .push(&wire[..i], &mut out)
+                    .and_then(|()| parser.push(&wire[i..], &mut out));
+                assert_eq!(
+                    result,
+                    Err(SseError::FrameTooLarge { limit: 8 }),
+                    "split at {i}"
+                );
+            }
+        }
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! `cargo xtask bench responses`: SSE parse throughput of our parser against the official
-//! Python SDK's `SSEDecoder` on the same recorded stream, and emulator requests/s.
+//! Python SDK's `SSEDecoder` and against the `eventsource-stream` crate on the same recorded
+//! stream, and emulator requests/s.
 
 use std::process::Command;
 
@@ -57,12 +58,20 @@ pub fn run(ctx: &BenchCtx) -> anyhow::Result<Section> {
         "--example",
         "responses_bench",
     ]))?;
+    crate::process::run(cargo().args([
+        "build",
+        "--release",
+        "-j2",
+        "-p",
+        "agent-responses",
+        "--example",
+        "sse_compare",
+    ]))?;
     let target = std::env::var("CARGO_TARGET_DIR")
         .map_or_else(|_| workspace_root().join("target"), Into::into);
-    let bin = target
-        .join("release")
-        .join("examples")
-        .join("responses_bench");
+    let examples = target.join("release").join("examples");
+    let bin = examples.join("responses_bench");
+    let compare = examples.join("sse_compare");
     let scratch =
         std::env::temp_dir().join(format!("agentctl-bench-responses-{}", std::process::id()));
     std::fs::create_dir_all(&scratch)?;
@@ -76,6 +85,9 @@ pub fn run(ctx: &BenchCtx) -> anyhow::Result<Section> {
     let (mut ours_fr_mb, mut ours_fr_ev, mut py_fr_mb, mut py_fr_ev) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let (mut py_ty_mb, mut py_ty_ev) = (Vec::new(), Vec::new());
+    let (mut cmp_ours_mb, mut cmp_ours_fr, mut es_mb, mut es_fr) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut same_frames = true;
     let mut events_per_pass = 0.0;
     for round in 0..ctx.runs {
         eprintln!(
@@ -105,6 +117,16 @@ pub fn run(ctx: &BenchCtx) -> anyhow::Result<Section> {
         py_fr_ev.push(number(&py, "framing_events_per_s")?);
         py_ty_mb.push(number(&py, "typed_mb_per_s")?);
         py_ty_ev.push(number(&py, "typed_events_per_s")?);
+        let cmp = json_line(&output(Command::new(&compare).args([
+            recorded_str,
+            PARSE_ITERATIONS,
+            "1",
+        ]))?)?;
+        cmp_ours_mb.push(number(&cmp, "ours_mb_per_s")?);
+        cmp_ours_fr.push(number(&cmp, "ours_frames_per_s")?);
+        es_mb.push(number(&cmp, "eventsource_stream_mb_per_s")?);
+        es_fr.push(number(&cmp, "eventsource_stream_frames_per_s")?);
+        same_frames &= cmp["same_frames"].as_bool() == Some(true);
     }
     let (mut json_rps, mut sse_rps) = (Vec::new(), Vec::new());
     for round in 0..ctx.runs.min(3) {
@@ -137,6 +159,12 @@ pub fn run(ctx: &BenchCtx) -> anyhow::Result<Section> {
         median(&mut py_fr_ev),
     );
     let (ptm, pte) = (median(&mut py_ty_mb), median(&mut py_ty_ev));
+    let (com, cof, esm, esf) = (
+        median(&mut cmp_ours_mb),
+        median(&mut cmp_ours_fr),
+        median(&mut es_mb),
+        median(&mut es_fr),
+    );
     let markdown = format!(
         "## Responses API: SSE parsing and the emulator\n\n\
          Recorded stream: {kb:.0} KB, {events:.0} events (a reasoning item, two function calls with 4 KB \
@@ -147,6 +175,13 @@ pub fn run(ctx: &BenchCtx) -> anyhow::Result<Section> {
          | framing: `SseParser` vs `openai._streaming.SSEDecoder` | {ofm:.1} | {ofe:.0} | {pfm:.1} | {pfe:.0} | {rf:.1}x |\n\
          | typed events: `StreamEvent` vs SSEDecoder + `json.loads` + `construct_type(ResponseStreamEvent)` (what the SDK's `Stream` does) | {om:.1} | {oe:.0} | {ptm:.1} | {pte:.0} | {rt:.1}x |\n\
          | ours typed vs SSEDecoder + `json.loads` only (untyped dicts, favours Python) | {om:.1} | {oe:.0} | {pm:.1} | {pe:.0} | {rj:.1}x |\n\n\
+         Framing against the `eventsource-stream` crate (0.2.3, the same stream and chunks, \
+         `crates/responses/examples/sse_compare.rs`, frames collected into a `Vec` by both; \
+         same frames: {same}):\n\n\
+         | parser | MB/s | frames/s |\n|---|---:|---:|\n\
+         | `SseParser` | {com:.1} | {cof:.0} |\n\
+         | `eventsource-stream` | {esm:.1} | {esf:.0} |\n\
+         | ours / eventsource-stream | | {res:.1}x |\n\n\
          Emulator (`agent-responses-mock`, release, default echo conversation, {conc} concurrent \
          reqwest clients on 127.0.0.1 for {secs} s, medians of {rps_runs} runs):\n\n\
          | response kind | requests/s |\n|---|---:|\n\
@@ -158,6 +193,8 @@ pub fn run(ctx: &BenchCtx) -> anyhow::Result<Section> {
         rf = ratio(ofe, pfe),
         rt = ratio(oe, pte),
         rj = ratio(oe, pe),
+        same = if same_frames { "yes" } else { "NO" },
+        res = ratio(cof, esf),
         conc = RPS_CONCURRENCY,
         secs = RPS_SECONDS,
         rps_runs = ctx.runs.min(3),
