@@ -19,7 +19,7 @@ use std::process::ExitCode;
 const USAGE: &str = "usage: cargo xtask <ci [--interop] | bench [AREA...] | interop [SUITE...] | fuzz [TARGET...] [--time SECONDS]>
 
   ci        cargo fmt --check, clippy -D warnings, all tests (then interop under CI=true)
-  bench     run benchmarks side by side with the seed; areas: journal runtime context responses
+  bench     run benchmarks side by side with the seed; areas: journal runtime context responses host
   interop   run third-party clients against our code; suites: openai-sdk codex
   fuzz      run property tests with large case counts for SECONDS (default 600); targets: sse";
 

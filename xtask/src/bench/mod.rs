@@ -8,6 +8,7 @@ pub mod baseline;
 pub mod chart;
 mod context;
 mod doc;
+mod host;
 mod journal;
 mod responses;
 mod runtime;
@@ -36,6 +37,7 @@ const AREAS: &[Area] = &[
     ("runtime", runtime::run),
     ("responses", responses::run),
     ("context", context::run),
+    ("host", host::run),
 ];
 
 pub fn run(args: &[String]) -> anyhow::Result<()> {
