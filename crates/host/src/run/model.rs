@@ -40,6 +40,9 @@ pub(crate) fn build_request(state: &RunState, spec: &RunSpec) -> Result<CreateRe
             .filter(move |s| s.status == SteerStatus::Applied { step } && !covered.contains(&s.id))
             .map(|s| Item::Message(MessageItem::user(s.text.clone())))
     };
+    // Calls are kept in the order they were made, so each step's calls are one run of
+    // them: walk both lists together (linear in the history, not steps x calls).
+    let mut calls = state.calls.iter().peekable();
     for step in state.steps.iter().filter(|s| s.step >= from_step) {
         items.extend(steers_before(step.step));
         for raw in &step.output {
@@ -47,7 +50,10 @@ pub(crate) fn build_request(state: &RunState, spec: &RunSpec) -> Result<CreateRe
                 .map_err(|err| format!("step {}: unreadable output item: {err}", step.step))?;
             items.push(item);
         }
-        for call in state.calls.iter().filter(|c| c.step == step.step) {
+        while calls.peek().is_some_and(|c| c.step < step.step) {
+            calls.next();
+        }
+        while let Some(call) = calls.next_if(|c| c.step == step.step) {
             if let CallProgress::Done(output) = &call.progress {
                 items.push(Item::FunctionCallOutput(FunctionCallOutput::new(
                     call.call_id.clone(),
