@@ -142,6 +142,12 @@ fn query_secrets(url: &str, from: usize) -> Vec<Range<usize>> {
 
 /// `%XX` escapes decoded (invalid escapes and non-UTF-8 results kept as they are).
 fn percent_decode(text: &str) -> String {
+    percent_decoded(text).unwrap_or_else(|| text.to_owned())
+}
+
+/// `text` with its `%XX` escapes decoded (an invalid escape stays as written); `None` when
+/// the result is not UTF-8.
+pub fn percent_decoded(text: &str) -> Option<String> {
     let bytes = text.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
@@ -162,7 +168,7 @@ fn percent_decode(text: &str) -> String {
             }
         }
     }
-    String::from_utf8(out).unwrap_or_else(|_| text.to_owned())
+    String::from_utf8(out).ok()
 }
 
 #[cfg(test)]

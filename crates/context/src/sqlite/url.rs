@@ -40,7 +40,7 @@ pub(crate) fn parse(url: &str) -> Result<Target> {
     if memory {
         return Ok(Target::Memory);
     }
-    let path = percent_decode(path).ok_or_else(unsupported)?;
+    let path = agent_redact::percent_decoded(path).ok_or_else(unsupported)?;
     if path.is_empty() {
         return Err(unsupported());
     }
@@ -49,31 +49,6 @@ pub(crate) fn parse(url: &str) -> Result<Target> {
         create,
         read_only,
     })
-}
-
-/// `%XX` escapes decoded; `None` when the result is not UTF-8.
-fn percent_decode(text: &str) -> Option<String> {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while let Some(&b) = bytes.get(i) {
-        let escaped = (b == b'%')
-            .then(|| bytes.get(i + 1..i + 3))
-            .flatten()
-            .and_then(|hex| std::str::from_utf8(hex).ok())
-            .and_then(|hex| u8::from_str_radix(hex, 16).ok());
-        match escaped {
-            Some(value) => {
-                out.push(value);
-                i += 3;
-            }
-            None => {
-                out.push(b);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8(out).ok()
 }
 
 #[cfg(test)]
