@@ -41,6 +41,15 @@ pub(crate) struct Row<'a> {
     pub event: &'a Prepared,
 }
 
+/// The conditions of a batch, read under the write lock: the last seq of every thread an
+/// [`Expected`](crate::writer::Expected) names, and the epoch of every lease a
+/// [`Fence`](crate::writer::Fence) names (`None`: no such thread events / no such lease).
+#[derive(Default)]
+pub(crate) struct Conditions {
+    pub heads: HashMap<String, Option<i64>>,
+    pub epochs: HashMap<String, Option<i64>>,
+}
+
 /// The outcome of planning one batch: rows to insert and one answer per request.
 pub(crate) struct Plan<'a> {
     pub rows: Vec<Row<'a>>,
@@ -51,22 +60,35 @@ pub(crate) struct Plan<'a> {
 /// `existing`, or appeared earlier in the batch, is acknowledged with the first seq and
 /// not inserted.
 ///
-/// `heads` holds, for every thread a request of the batch names in its [`Expected`]
-/// condition, the thread's last seq in the database (read under the write lock). A request
-/// whose condition does not hold against that head, advanced by the rows planned for the
-/// batch's earlier requests, gets [`JournalError::Conflict`] and plans nothing.
+/// `conditions` holds what the batch's conditions are checked against. A request whose
+/// fence names another epoch than its lease's gets [`JournalError::Fenced`]; one whose
+/// [`Expected`] condition does not hold against the thread's head, advanced by the rows
+/// planned for the batch's earlier requests, gets [`JournalError::Conflict`]. Either plans
+/// nothing.
 ///
 /// [`Expected`]: crate::writer::Expected
 pub(crate) fn plan<'a>(
     requests: &'a [Request],
     max_seq: i64,
     mut existing: HashMap<(String, String), i64>,
-    mut heads: HashMap<String, Option<i64>>,
+    conditions: Conditions,
 ) -> Plan<'a> {
+    let Conditions { mut heads, epochs } = conditions;
     let mut next = max_seq;
     let mut rows = Vec::new();
     let mut acks = Vec::with_capacity(requests.len());
     for request in requests {
+        if let Some(fence) = &request.fence {
+            let current = epochs.get(&fence.lease).copied().flatten();
+            if current != Some(fence.epoch) {
+                acks.push(Err(JournalError::Fenced {
+                    lease: fence.lease.clone(),
+                    epoch: fence.epoch,
+                    current,
+                }));
+                continue;
+            }
+        }
         if let Some(expected) = &request.expected {
             let actual = heads.get(&expected.thread).copied().flatten();
             if actual != expected.last {
@@ -118,6 +140,18 @@ pub(crate) fn expected_threads(requests: &[Request]) -> Vec<&str> {
     threads
 }
 
+/// The distinct leases named by the batch's [`Fence`](crate::writer::Fence)s, whose epochs
+/// [`plan`] needs.
+pub(crate) fn fenced_leases(requests: &[Request]) -> Vec<&str> {
+    let mut leases: Vec<&str> = requests
+        .iter()
+        .filter_map(|r| r.fence.as_ref().map(|f| f.lease.as_str()))
+        .collect();
+    leases.sort_unstable();
+    leases.dedup();
+    leases
+}
+
 /// The distinct `(thread, key)` pairs of a batch, for the dedup lookup.
 pub(crate) fn dedup_pairs(requests: &[Request]) -> Vec<(&str, &str)> {
     let mut seen = std::collections::HashSet::new();
@@ -132,7 +166,7 @@ pub(crate) fn dedup_pairs(requests: &[Request]) -> Vec<(&str, &str)> {
     pairs
 }
 
-/// Rows per INSERT statement: 6 bind variables each stays far below SQLite's 32766 and
+/// Rows per INSERT statement: 7 bind variables each stays far below SQLite's 32766 and
 /// PostgreSQL's 65535 limits.
 pub(crate) const ROWS_PER_STATEMENT: usize = 1000;
 /// Pairs per dedup lookup statement.
@@ -143,7 +177,7 @@ pub(crate) const PAIRS_PER_LOOKUP: usize = 1000;
 macro_rules! select_events {
     ($rest:literal) => {
         concat!(
-            "SELECT seq, thread, kind, payload, at, dedup_key FROM journal_events ",
+            "SELECT seq, thread, kind, payload, at, dedup_key, epoch FROM journal_events ",
             $rest
         )
     };
@@ -172,13 +206,14 @@ where
             .map_err(|source| JournalError::CorruptPayload { seq, source })?,
         at: row.try_get(4)?,
         dedup_key: row.try_get(5)?,
+        epoch: row.try_get(6)?,
     })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::writer::Expected;
+    use crate::writer::{Expected, Fence};
 
     fn ev(thread: &str, key: Option<&str>) -> Prepared {
         Prepared {
@@ -187,6 +222,7 @@ mod tests {
             payload: "{}".into(),
             dedup_key: key.map(Into::into),
             at: 0,
+            epoch: None,
         }
     }
 
@@ -194,6 +230,18 @@ mod tests {
         Request {
             events,
             expected: None,
+            fence: None,
+        }
+    }
+
+    fn fenced(lease: &str, epoch: i64, events: Vec<Prepared>) -> Request {
+        Request {
+            events,
+            expected: None,
+            fence: Some(Fence {
+                lease: lease.into(),
+                epoch,
+            }),
         }
     }
 
@@ -204,6 +252,7 @@ mod tests {
                 thread: thread.into(),
                 last,
             }),
+            fence: None,
         }
     }
 
@@ -222,7 +271,7 @@ mod tests {
             ]),
         ];
         let existing = HashMap::from([(("a".to_string(), "old".to_string()), 3)]);
-        let plan = plan(&requests, 10, existing, HashMap::new());
+        let plan = plan(&requests, 10, existing, Conditions::default());
         let seqs: Vec<i64> = plan.rows.iter().map(|r| r.seq).collect();
         assert_eq!(seqs, vec![11, 12, 13]);
         assert_eq!(
@@ -260,7 +309,11 @@ mod tests {
             expecting("c", None, vec![ev("c", None)]),
         ];
         let heads = HashMap::from([("a".to_string(), Some(4)), ("c".to_string(), None)]);
-        let plan = plan(&requests, 10, HashMap::new(), heads);
+        let conditions = Conditions {
+            heads,
+            epochs: HashMap::new(),
+        };
+        let plan = plan(&requests, 10, HashMap::new(), conditions);
         assert_eq!(seqs(&plan.acks[0]), vec![11]);
         assert!(matches!(
             &plan.acks[1],
@@ -285,5 +338,32 @@ mod tests {
                 .all(|r| r.event.dedup_key.as_deref() != Some("other"))
         );
         assert_eq!(expected_threads(&requests), vec!["a", "c"]);
+    }
+
+    #[test]
+    fn a_stale_or_missing_fence_fails_its_request_alone() {
+        let requests = vec![
+            fenced("run:a", 2, vec![ev("a", None)]),
+            fenced("run:a", 1, vec![ev("a", Some("k"))]),
+            fenced("run:gone", 1, vec![ev("b", None)]),
+            plain(vec![ev("b", None)]),
+        ];
+        let conditions = Conditions {
+            heads: HashMap::new(),
+            epochs: HashMap::from([("run:a".to_string(), Some(2)), ("run:gone".into(), None)]),
+        };
+        let plan = plan(&requests, 0, HashMap::new(), conditions);
+        assert_eq!(seqs(&plan.acks[0]), vec![1]);
+        assert!(matches!(
+            &plan.acks[1],
+            Err(JournalError::Fenced { lease, epoch: 1, current: Some(2) }) if lease == "run:a"
+        ));
+        assert!(matches!(
+            &plan.acks[2],
+            Err(JournalError::Fenced { current: None, .. })
+        ));
+        assert_eq!(seqs(&plan.acks[3]), vec![2]);
+        assert_eq!(plan.rows.len(), 2);
+        assert_eq!(fenced_leases(&requests), vec!["run:a", "run:gone"]);
     }
 }

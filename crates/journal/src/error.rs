@@ -53,6 +53,22 @@ pub enum JournalError {
         actual: Option<i64>,
     },
 
+    /// An append through a fenced handle ([`Journal::fenced`]) found that its lease was
+    /// claimed again since (its epoch is `current`, not `epoch`; `None`: the lease is
+    /// gone), or a lease operation named an epoch that is no longer the lease's. Nothing
+    /// was written: the handle's holder lost the lease and must stop acting for it.
+    ///
+    /// [`Journal::fenced`]: crate::Journal::fenced
+    #[error(
+        "lease `{lease}` moved on: this holder has epoch {epoch}, the lease is at {}",
+        show_seq(*.current)
+    )]
+    Fenced {
+        lease: String,
+        epoch: i64,
+        current: Option<i64>,
+    },
+
     /// The writer task failed earlier; the journal accepts no more appends.
     #[error("journal writer failed: {0}")]
     WriterFailed(String),

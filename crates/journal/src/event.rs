@@ -21,6 +21,11 @@ pub struct Event {
     /// The dedup key the event was appended with, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dedup_key: Option<String>,
+    /// The lease epoch of the fenced handle that appended it ([`Journal::fenced`]), if any.
+    ///
+    /// [`Journal::fenced`]: crate::Journal::fenced
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub epoch: Option<i64>,
 }
 
 /// An event to append.

@@ -12,7 +12,7 @@ use crate::limits::{check_event, check_thread};
 use crate::memory::MemoryJournal;
 use crate::options::{Durability, JournalOptions};
 use crate::stream::{self, EventStream};
-use crate::writer::{self, Counters, Expected, Msg, Request, Settle};
+use crate::writer::{self, Counters, Expected, Fence, Msg, Request, Settle};
 use crate::{postgres, sqlite};
 
 /// The URL of the in-process journal.
@@ -24,11 +24,15 @@ pub(crate) const PAGE: i64 = 1000;
 /// A cheap, cloneable handle to an open journal. All clones share one writer task.
 #[derive(Clone)]
 pub struct Journal {
-    inner: Arc<Inner>,
+    pub(crate) inner: Arc<Inner>,
+    /// Set on a handle made by [`Journal::fenced`]: every append carries it.
+    fence: Option<Arc<Fence>>,
 }
 
-struct Inner {
-    reads: Reads,
+pub(crate) struct Inner {
+    pub(crate) reads: Reads,
+    /// The lease table's side of the backend.
+    pub(crate) leases: crate::lease::Backend,
     writer: Writer,
     committed: watch::Receiver<i64>,
     options: JournalOptions,
@@ -110,9 +114,13 @@ impl Journal {
         let (committed_tx, committed_rx) = watch::channel(0);
         let counters = Arc::new(Counters::default());
         let max_batch = options.batch_limit();
-        let (reads, writer) = if url == MEMORY_URL {
+        let (reads, writer, leases) = if url == MEMORY_URL {
             let memory = Arc::new(MemoryJournal::new(committed_tx, Arc::clone(&counters)));
-            (Reads::Memory(Arc::clone(&memory)), Writer::Memory(memory))
+            (
+                Reads::Memory(Arc::clone(&memory)),
+                Writer::Memory(Arc::clone(&memory)),
+                crate::lease::Backend::Memory(memory),
+            )
         } else if url.starts_with("sqlite:") {
             let location = sqlite::parse_url(url).map_err(|reason| JournalError::InvalidUrl {
                 url: shown_url.clone(),
@@ -124,18 +132,20 @@ impl Journal {
                     .await
                     .map_err(|_| JournalError::Closed)??;
             let settle = Settle::new(committed_tx, Arc::clone(&counters));
+            let leases = crate::lease::Backend::Sqlite(Arc::clone(&opened.writer));
             sqlite::spawn_writer(opened.writer, rx, settle, max_batch, options.linger).map_err(
                 |source| JournalError::Open {
                     url: shown_url.clone(),
                     source: Box::new(source),
                 },
             )?;
-            (Reads::Sqlite(opened.reader), Writer::Queue(tx))
+            (Reads::Sqlite(opened.reader), Writer::Queue(tx), leases)
         } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
             let opened = postgres::open(url, &shown_url, &options).await?;
             let settle = Settle::new(committed_tx, Arc::clone(&counters));
             tokio::spawn(writer::run_async(opened.writer, rx, settle, max_batch));
-            (Reads::Postgres(opened.reads), Writer::Queue(tx))
+            let leases = crate::lease::Backend::Postgres(opened.reads.clone());
+            (Reads::Postgres(opened.reads), Writer::Queue(tx), leases)
         } else {
             return Err(JournalError::InvalidUrl {
                 url: shown_url,
@@ -145,8 +155,10 @@ impl Journal {
             });
         };
         Ok(Journal {
+            fence: None,
             inner: Arc::new(Inner {
                 reads,
+                leases,
                 writer,
                 committed: committed_rx,
                 options,
@@ -186,8 +198,8 @@ impl Journal {
     /// waiting learns the outcome by appending again with the same dedup key, or by
     /// reading the thread. On `memory:` the append completes within the first poll.
     pub async fn append(&self, event: NewEvent) -> Result<Appended, JournalError> {
-        if let Writer::Memory(memory) = &self.inner.writer {
-            return memory.append_one(check_event(event, now_ms())?);
+        if let (Writer::Memory(memory), None) = (&self.inner.writer, &self.fence) {
+            return memory.append_one(check_event(event, now_ms(), None)?);
         }
         let mut acks = self.append_batch(vec![event]).await?;
         acks.pop().ok_or(JournalError::Closed)
@@ -205,19 +217,21 @@ impl Journal {
             return Ok(Vec::new());
         }
         let at = now_ms();
+        let epoch = self.fence_epoch();
         let prepared = events
             .into_iter()
-            .map(|event| check_event(event, at))
+            .map(|event| check_event(event, at, epoch))
             .collect::<Result<Vec<_>, JournalError>>()?;
         let queue = match &self.inner.writer {
             Writer::Queue(queue) => queue,
-            Writer::Memory(memory) => return memory.append(prepared),
+            Writer::Memory(memory) => return memory.append(prepared, self.fence.as_deref()),
         };
         self.send(
             queue,
             Request {
                 events: prepared,
                 expected: None,
+                fence: self.fence.as_deref().cloned(),
             },
         )
         .await
@@ -253,6 +267,7 @@ impl Journal {
     ) -> Result<Vec<Appended>, JournalError> {
         check_thread(thread)?;
         let at = now_ms();
+        let epoch = self.fence_epoch();
         let prepared = events
             .into_iter()
             .map(|event| {
@@ -265,7 +280,7 @@ impl Journal {
                         ),
                     ));
                 }
-                check_event(event, at)
+                check_event(event, at, epoch)
             })
             .collect::<Result<Vec<_>, JournalError>>()?;
         let expected = Expected {
@@ -279,12 +294,38 @@ impl Journal {
                     Request {
                         events: prepared,
                         expected: Some(expected),
+                        fence: self.fence.as_deref().cloned(),
                     },
                 )
                 .await
             }
-            Writer::Memory(memory) => memory.append_expecting(expected, prepared),
+            Writer::Memory(memory) => {
+                memory.append_expecting(expected, prepared, self.fence.as_deref())
+            }
         }
+    }
+
+    /// A handle to the same journal whose every append ([`append`](Self::append),
+    /// [`append_batch`](Self::append_batch), [`append_expecting`](Self::append_expecting))
+    /// is written only while `lease` is still at its epoch, checked inside the write
+    /// transaction; otherwise it writes nothing and fails with [`JournalError::Fenced`].
+    /// Each event it writes records the epoch ([`Event::epoch`]). Reads are unchanged.
+    ///
+    /// This is what keeps a holder that lost its lease (paused, partitioned, slow) from
+    /// writing after someone else claimed it: see the [`lease`](crate::Lease) docs.
+    pub fn fenced(&self, lease: &crate::Lease) -> Journal {
+        Journal {
+            inner: Arc::clone(&self.inner),
+            fence: Some(Arc::new(Fence {
+                lease: lease.name.clone(),
+                epoch: lease.epoch,
+            })),
+        }
+    }
+
+    /// The epoch this handle's appends are fenced with, if it is fenced.
+    pub fn fence_epoch(&self) -> Option<i64> {
+        self.fence.as_ref().map(|f| f.epoch)
     }
 
     /// Hands `request` to the writer and waits for its answer.
@@ -438,7 +479,7 @@ impl Journal {
     }
 }
 
-fn now_ms() -> i64 {
+pub(crate) fn now_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))

@@ -21,11 +21,15 @@
 //!   fails that request alone.
 //! - A writer failure is latched: every waiting and every later append gets the error.
 //! - `(thread, seq)` is indexed, so replay costs O(events of the thread).
+//! - [`Journal::fenced`] appends are written only while their lease is at the handle's
+//!   epoch (see [`Lease`]): a holder that lost its lease cannot write after the new
+//!   holder claimed it.
 
 mod backend;
 mod error;
 mod event;
 mod journal;
+mod lease;
 mod limits;
 mod memory;
 mod options;
@@ -37,6 +41,7 @@ mod writer;
 pub use error::JournalError;
 pub use event::{Appended, Event, NewEvent, Payload};
 pub use journal::{Journal, JournalStats, MEMORY_URL};
+pub use lease::{Lease, LeaseRow, LeaseStatus};
 pub use limits::{MAX_DEDUP_KEY_BYTES, MAX_KIND_BYTES, MAX_PAYLOAD_BYTES, MAX_THREAD_BYTES};
 pub use options::{DEFAULT_LINGER, Durability, JournalOptions};
 pub use stream::EventStream;

@@ -33,8 +33,13 @@ fn check_name(field: &'static str, value: &str, max: usize) -> Result<(), Journa
     Ok(())
 }
 
-/// Validates an event and returns it with its payload encoded as compact JSON.
-pub(crate) fn check_event(event: NewEvent, at: i64) -> Result<Prepared, JournalError> {
+/// Validates an event and returns it with its payload encoded as compact JSON, stamped
+/// with the append time `at` and the epoch of the handle's fence, if any.
+pub(crate) fn check_event(
+    event: NewEvent,
+    at: i64,
+    epoch: Option<i64>,
+) -> Result<Prepared, JournalError> {
     check_thread(&event.thread)?;
     check_name("kind", &event.kind, MAX_KIND_BYTES)?;
     if let Some(key) = &event.dedup_key {
@@ -66,5 +71,6 @@ pub(crate) fn check_event(event: NewEvent, at: i64) -> Result<Prepared, JournalE
         payload,
         dedup_key: event.dedup_key,
         at,
+        epoch,
     })
 }

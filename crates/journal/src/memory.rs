@@ -17,7 +17,8 @@ use tokio::sync::watch;
 
 use crate::error::JournalError;
 use crate::event::{Appended, Event};
-use crate::writer::{Counters, Expected, Prepared, publish_commit};
+use crate::lease::LeaseRow;
+use crate::writer::{Counters, Expected, Fence, Prepared, publish_commit};
 
 /// One process-local journal; shared by every clone of its [`Journal`](crate::Journal).
 pub(crate) struct MemoryJournal {
@@ -27,16 +28,33 @@ pub(crate) struct MemoryJournal {
 }
 
 #[derive(Default)]
-struct State {
+pub(crate) struct State {
     last_seq: i64,
     /// Sorted by name, so `threads()` needs no sort.
     threads: BTreeMap<String, ThreadLog>,
     /// Each distinct kind once; events share it.
     kinds: HashSet<Arc<str>>,
+    /// The lease table, by name.
+    pub(crate) leases: BTreeMap<String, LeaseRow>,
     closed: bool,
 }
 
 impl State {
+    /// Whether an append under `fence` may be written: its lease is still at its epoch.
+    fn check_fence(&self, fence: Option<&Fence>) -> Result<(), JournalError> {
+        let Some(fence) = fence else { return Ok(()) };
+        let current = self.leases.get(&fence.lease).map(|row| row.epoch);
+        if current == Some(fence.epoch) {
+            Ok(())
+        } else {
+            Err(JournalError::Fenced {
+                lease: fence.lease.clone(),
+                epoch: fence.epoch,
+                current,
+            })
+        }
+    }
+
     /// Appends one event (or finds its dedup key), assigning the next seq.
     fn push(&mut self, event: Prepared) -> Appended {
         let next = self.last_seq + 1;
@@ -66,7 +84,7 @@ impl State {
                 kind
             }
         };
-        log.push(next, event.at, kind, &event.payload, dedup_key);
+        log.push(next, event.at, event.epoch, kind, &event.payload, dedup_key);
         self.last_seq = next;
         Appended {
             seq: next,
@@ -99,6 +117,7 @@ struct Chunk {
 struct Stored {
     seq: i64,
     at: i64,
+    epoch: Option<i64>,
     kind: Arc<str>,
     start: usize,
     len: usize,
@@ -132,12 +151,21 @@ impl Chunk {
             })?,
             at: stored.at,
             dedup_key: stored.dedup_key.as_deref().map(str::to_string),
+            epoch: stored.epoch,
         })
     }
 }
 
 impl ThreadLog {
-    fn push(&mut self, seq: i64, at: i64, kind: Arc<str>, payload: &str, key: Option<Arc<str>>) {
+    fn push(
+        &mut self,
+        seq: i64,
+        at: i64,
+        epoch: Option<i64>,
+        kind: Arc<str>,
+        payload: &str,
+        key: Option<Arc<str>>,
+    ) {
         let chunk = match self.chunks.last_mut() {
             Some(chunk) if chunk.has_room_for(payload.len()) => chunk,
             _ => {
@@ -151,6 +179,7 @@ impl ThreadLog {
         chunk.events.push(Stored {
             seq,
             at,
+            epoch,
             kind,
             start,
             len: payload.len(),
@@ -207,20 +236,30 @@ impl MemoryJournal {
         Ok(state)
     }
 
-    /// Appends validated events as one atomic step.
-    pub(crate) fn append(&self, events: Vec<Prepared>) -> Result<Vec<Appended>, JournalError> {
-        self.write(|state| events.into_iter().map(|event| state.push(event)).collect())
+    /// Appends validated events as one atomic step, if `fence` (when given) still holds.
+    pub(crate) fn append(
+        &self,
+        events: Vec<Prepared>,
+        fence: Option<&Fence>,
+    ) -> Result<Vec<Appended>, JournalError> {
+        self.write(|state| {
+            state.check_fence(fence)?;
+            Ok(events.into_iter().map(|event| state.push(event)).collect())
+        })?
     }
 
     /// Appends validated events as one atomic step if the last seq of `expected.thread` is
-    /// still `expected.last`; otherwise writes nothing and answers
-    /// [`JournalError::Conflict`]. The check and the write hold the lock together.
+    /// still `expected.last` (and `fence`, when given, still holds); otherwise writes
+    /// nothing and answers [`JournalError::Conflict`] (or [`JournalError::Fenced`]). The
+    /// checks and the write hold the lock together.
     pub(crate) fn append_expecting(
         &self,
         expected: Expected,
         events: Vec<Prepared>,
+        fence: Option<&Fence>,
     ) -> Result<Vec<Appended>, JournalError> {
         self.write(|state| {
+            state.check_fence(fence)?;
             let actual = state
                 .threads
                 .get(&expected.thread)
@@ -240,6 +279,12 @@ impl MemoryJournal {
     /// Appends one validated event (the common case, without the batch's vectors).
     pub(crate) fn append_one(&self, event: Prepared) -> Result<Appended, JournalError> {
         self.write(|state| state.push(event))
+    }
+
+    /// Runs `f` on the state under the lock (lease operations: they write no events).
+    pub(crate) fn with_state<R>(&self, f: impl FnOnce(&mut State) -> R) -> Result<R, JournalError> {
+        let mut state = self.open_state()?;
+        Ok(f(&mut state))
     }
 
     /// Runs `push` under the lock as one commit, then, with the lock released, counts the
@@ -330,6 +375,7 @@ mod tests {
             payload,
             dedup_key: key,
             at: i64::try_from(n).unwrap(),
+            epoch: None,
         }
     }
 

@@ -24,7 +24,10 @@ const WRITE_LOCK_KEY: i64 = 0x6167_656e_746a_6e6c;
 /// How long opening waits for the server.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
-const SCHEMA: &backend::Schema = &[(1, include_str!("../migrations/postgres/0001_events.sql"))];
+const SCHEMA: &backend::Schema = &[
+    (1, include_str!("../migrations/postgres/0001_events.sql")),
+    (2, include_str!("../migrations/postgres/0002_leases.sql")),
+];
 
 pub(crate) struct Opened {
     pub writer: PgConnection,
@@ -126,7 +129,8 @@ pub(crate) async fn write_batch(
         }
     }
     // Heads of the threads that conditional requests name: one index probe each.
-    let mut heads = HashMap::new();
+    let mut conditions = backend::Conditions::default();
+    let heads = &mut conditions.heads;
     let threads = backend::expected_threads(batch);
     if !threads.is_empty() {
         let rows = sqlx::query(
@@ -140,10 +144,30 @@ pub(crate) async fn write_batch(
             heads.insert(row.try_get::<String, _>(0)?, row.try_get(1)?);
         }
     }
-    let plan = backend::plan(batch, max_seq, existing, heads);
+    // Epochs of the leases that fenced requests name. FOR SHARE: a claim of one of them
+    // (an UPDATE) waits for this transaction, and this read waits for a claim under way,
+    // so a fenced append and a claim are never interleaved.
+    let leases = backend::fenced_leases(batch);
+    if !leases.is_empty() {
+        for lease in &leases {
+            conditions.epochs.insert((*lease).to_string(), None);
+        }
+        let rows = sqlx::query(
+            "SELECT name, epoch FROM journal_leases WHERE name = ANY($1::text[]) FOR SHARE",
+        )
+        .bind(leases)
+        .fetch_all(&mut *tx)
+        .await?;
+        for row in rows {
+            conditions
+                .epochs
+                .insert(row.try_get::<String, _>(0)?, row.try_get(1)?);
+        }
+    }
+    let plan = backend::plan(batch, max_seq, existing, conditions);
     for rows in plan.rows.chunks(ROWS_PER_STATEMENT) {
         let mut query: QueryBuilder<Postgres> = QueryBuilder::new(
-            "INSERT INTO journal_events (seq, thread, kind, payload, at, dedup_key) ",
+            "INSERT INTO journal_events (seq, thread, kind, payload, at, dedup_key, epoch) ",
         );
         query.push_values(rows, |mut b, row| {
             b.push_bind(row.seq)
@@ -151,7 +175,8 @@ pub(crate) async fn write_batch(
                 .push_bind(row.event.kind.as_str())
                 .push_bind(row.event.payload.as_str())
                 .push_bind(row.event.at)
-                .push_bind(row.event.dedup_key.as_deref());
+                .push_bind(row.event.dedup_key.as_deref())
+                .push_bind(row.event.epoch);
         });
         query.build().execute(&mut *tx).await?;
     }

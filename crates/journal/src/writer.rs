@@ -31,6 +31,8 @@ pub(crate) struct Prepared {
     pub payload: String,
     pub dedup_key: Option<String>,
     pub at: i64,
+    /// The epoch of the fence the request carries, stored with the event.
+    pub epoch: Option<i64>,
 }
 
 /// The condition of an optimistic-concurrency append: the highest seq of `thread` must
@@ -41,12 +43,21 @@ pub(crate) struct Expected {
     pub last: Option<i64>,
 }
 
-/// One caller's append: its events, written together or not at all, and the condition
+/// The condition of a fenced append: lease `lease` must still be at `epoch` (nobody claimed
+/// it since) when the request is written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Fence {
+    pub lease: String,
+    pub epoch: i64,
+}
+
+/// One caller's append: its events, written together or not at all, and the conditions
 /// under which they may be written.
 #[derive(Debug)]
 pub(crate) struct Request {
     pub events: Vec<Prepared>,
     pub expected: Option<Expected>,
+    pub fence: Option<Fence>,
 }
 
 /// What one request of a written batch gets: its acks, or why it alone was refused.

@@ -13,6 +13,7 @@ fn ev(seq: i64, kind: &str, payload: Value) -> Event {
         payload,
         at: seq,
         dedup_key: None,
+        epoch: None,
     }
 }
 

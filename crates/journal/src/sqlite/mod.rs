@@ -27,6 +27,7 @@ pub(crate) use write::spawn_writer;
 const SCHEMA: &Schema = &[
     (1, include_str!("../../migrations/sqlite/0001_events.sql")),
     (2, include_str!("../../migrations/sqlite/0002_head.sql")),
+    (3, include_str!("../../migrations/sqlite/0003_leases.sql")),
 ];
 
 /// Where the database lives.

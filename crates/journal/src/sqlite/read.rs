@@ -159,7 +159,7 @@ impl Reader {
         self.run(move |conn| {
             // Served by the clustered primary key (thread, seq): O(events of the thread).
             let mut stmt = conn.prepare_cached(
-                "SELECT seq, kind, payload, at, dedup_key FROM journal_events \
+                "SELECT seq, kind, payload, at, dedup_key, epoch FROM journal_events \
                  WHERE thread = ?1 AND seq > ?2 AND seq <= ?3 ORDER BY seq LIMIT ?4",
             )?;
             let mut rows = stmt.query(params![thread, after, upto, limit])?;
@@ -181,7 +181,7 @@ impl Reader {
         let (thread, key) = (thread.to_string(), key.to_string());
         self.run(move |conn| {
             let mut stmt = conn.prepare_cached(
-                "SELECT seq, kind, payload, at, dedup_key FROM journal_events \
+                "SELECT seq, kind, payload, at, dedup_key, epoch FROM journal_events \
                  WHERE thread = ?1 AND dedup_key = ?2",
             )?;
             let mut rows = stmt.query(params![thread, key])?;
@@ -287,7 +287,7 @@ impl Names {
     }
 }
 
-/// Decodes a row of `seq, kind, payload, at, dedup_key` of the thread `names` was made for
+/// Decodes a row of `seq, kind, payload, at, dedup_key, epoch` of the thread `names` was made for
 /// (the thread the query selected, so it is not read back). The payload is parsed from its
 /// bytes: the JSON parser checks UTF-8 as it goes, so the text is not validated twice.
 fn decode(row: &Row<'_>, names: &mut Names) -> Result<Event, JournalError> {
@@ -303,6 +303,7 @@ fn decode(row: &Row<'_>, names: &mut Names) -> Result<Event, JournalError> {
             .map_err(|source| JournalError::CorruptPayload { seq, source })?,
         at: row.get(3)?,
         dedup_key: row.get(4)?,
+        epoch: row.get(5)?,
     })
 }
 

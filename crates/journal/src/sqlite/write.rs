@@ -165,8 +165,10 @@ fn write_in_transaction(
             }
         }
     }
-    // Heads of the threads that conditional requests name, final under the lock too.
-    let mut heads = HashMap::new();
+    // Heads of the threads that conditional requests name, and epochs of the leases fenced
+    // requests name: final under the lock too (claims take the same lock).
+    let mut conditions = backend::Conditions::default();
+    let heads = &mut conditions.heads;
     let threads = backend::expected_threads(batch);
     if !threads.is_empty() {
         let mut last =
@@ -176,10 +178,22 @@ fn write_in_transaction(
             heads.insert(thread.to_string(), head);
         }
     }
-    let plan = backend::plan(batch, max_seq, existing, heads);
+    let leases = backend::fenced_leases(batch);
+    if !leases.is_empty() {
+        let mut epoch = conn.prepare_cached("SELECT epoch FROM journal_leases WHERE name = ?1")?;
+        for lease in leases {
+            let mut rows = epoch.query([lease])?;
+            let current = match rows.next()? {
+                Some(row) => Some(row.get(0)?),
+                None => None,
+            };
+            conditions.epochs.insert(lease.to_string(), current);
+        }
+    }
+    let plan = backend::plan(batch, max_seq, existing, conditions);
     let mut insert = conn.prepare_cached(
-        "INSERT INTO journal_events (seq, thread, kind, payload, at, dedup_key) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        "INSERT INTO journal_events (seq, thread, kind, payload, at, dedup_key, epoch) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
     )?;
     for row in &plan.rows {
         insert.execute(params![
@@ -189,6 +203,7 @@ fn write_in_transaction(
             row.event.payload,
             row.event.at,
             row.event.dedup_key,
+            row.event.epoch,
         ])?;
     }
     if let Some(last) = plan.rows.last() {

@@ -1,0 +1,255 @@
+//! Leases: named claims with a holder, an expiry and a fencing epoch, kept in the
+//! journal's database beside the events (the table `journal_leases`).
+//!
+//! A pool of processes uses them to share work: each unit of work is a lease row, a
+//! process claims one, renews it while it works, and releases it when done; a row whose
+//! holder stopped renewing is claimed by another process once it expires.
+//!
+//! Invariants (tests in `tests/leases.rs`):
+//! - A claim is atomic and increments the lease's epoch: one epoch has at most one holder,
+//!   and a later holder always has a higher epoch.
+//! - An append through [`Journal::fenced`] is written only if its lease is still at the
+//!   handle's epoch, checked inside the write transaction under the journal's write lock;
+//!   a claim is never interleaved with that check (SQLite: the same write lock; PostgreSQL:
+//!   the append reads the lease row `FOR SHARE`, the claim updates it). So once a claim has
+//!   committed, no append of an earlier holder can commit, and every append an earlier
+//!   holder committed before it is visible to the new holder's first read.
+//! - Renewing or releasing with an epoch that is no longer the lease's fails with
+//!   [`JournalError::Fenced`] and changes nothing.
+//! - Expiry only makes a lease claimable: an expired lease nobody claimed is still its
+//!   holder's (a renewal succeeds). Times are Unix milliseconds from PostgreSQL's clock on
+//!   PostgreSQL (one clock for every machine), from this machine's clock otherwise.
+
+mod memory;
+mod postgres;
+mod sqlite;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use sqlx::PgPool;
+
+use crate::error::JournalError;
+use crate::journal::Journal;
+use crate::limits::check_thread;
+use crate::memory::MemoryJournal;
+
+/// A claim held on a lease.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Lease {
+    /// The lease's name.
+    pub name: String,
+    /// Who holds it (the name the claimer gave).
+    pub holder: String,
+    /// The fencing epoch of this claim.
+    pub epoch: i64,
+    /// When it expires unless renewed (Unix ms).
+    pub expires_at: i64,
+}
+
+/// Whether a free or expired lease may be claimed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LeaseStatus {
+    /// Claimable when free or expired.
+    Open,
+    /// Not claimable (the work is done or waits for a person).
+    Closed,
+}
+
+impl LeaseStatus {
+    fn as_str(self) -> &'static str {
+        match self {
+            LeaseStatus::Open => "open",
+            LeaseStatus::Closed => "closed",
+        }
+    }
+
+    fn parse(text: &str) -> LeaseStatus {
+        if text == "open" {
+            LeaseStatus::Open
+        } else {
+            LeaseStatus::Closed
+        }
+    }
+}
+
+/// One row of the lease table.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LeaseRow {
+    /// The lease's name.
+    pub name: String,
+    /// Whether it may be claimed.
+    pub status: LeaseStatus,
+    /// Who holds it, if anyone (possibly expired).
+    pub holder: Option<String>,
+    /// The epoch of the latest claim (0: never claimed).
+    pub epoch: i64,
+    /// When the holder's claim expires (Unix ms; 0 without a holder).
+    pub expires_at: i64,
+    /// The summary its holder or creator keeps there.
+    pub info: Value,
+    /// When the row last changed (Unix ms).
+    pub updated_at: i64,
+}
+
+/// The lease table's side of a backend.
+pub(crate) enum Backend {
+    Sqlite(Arc<Mutex<rusqlite::Connection>>),
+    Postgres(PgPool),
+    Memory(Arc<MemoryJournal>),
+}
+
+/// What a claim may take.
+#[derive(Debug, Clone)]
+pub(crate) enum Claim<'a> {
+    /// The oldest open lease whose name starts with the prefix and that is free or expired.
+    Any { prefix: &'a str },
+    /// This open lease, if free, expired, or already held by the claimer.
+    Named { name: &'a str },
+}
+
+fn ttl_ms(ttl: Duration) -> i64 {
+    i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX / 4)
+}
+
+fn check_name(name: &str) -> Result<(), JournalError> {
+    check_thread(name).map_err(|_| {
+        JournalError::invalid(
+            "lease name",
+            "must be 1 to 1024 bytes (the limits of a thread name)",
+        )
+    })
+}
+
+impl Journal {
+    /// Creates the open, unclaimed lease `name` with `info` unless it exists; returns
+    /// whether it was created.
+    pub async fn offer_lease(&self, name: &str, info: &Value) -> Result<bool, JournalError> {
+        check_name(name)?;
+        let info = info.to_string();
+        match &self.inner.leases {
+            Backend::Sqlite(conn) => sqlite::offer(conn, name, &info).await,
+            Backend::Postgres(pool) => postgres::offer(pool, name, &info).await,
+            Backend::Memory(memory) => memory::offer(memory, name, &info),
+        }
+    }
+
+    /// Sets the status and info of lease `name`, creating it unclaimed if missing; its
+    /// holder and epoch are kept (an index rebuilt from elsewhere uses this).
+    pub async fn put_lease(
+        &self,
+        name: &str,
+        status: LeaseStatus,
+        info: &Value,
+    ) -> Result<(), JournalError> {
+        check_name(name)?;
+        let info = info.to_string();
+        match &self.inner.leases {
+            Backend::Sqlite(conn) => sqlite::put(conn, name, status, &info).await,
+            Backend::Postgres(pool) => postgres::put(pool, name, status, &info).await,
+            Backend::Memory(memory) => memory::put(memory, name, status, &info),
+        }
+    }
+
+    /// Claims the oldest open lease whose name starts with `prefix` and that is free or
+    /// expired, for `holder`, until `ttl` from now. `None`: nothing to claim.
+    pub async fn claim_lease(
+        &self,
+        prefix: &str,
+        holder: &str,
+        ttl: Duration,
+    ) -> Result<Option<Lease>, JournalError> {
+        self.claim(Claim::Any { prefix }, holder, ttl).await
+    }
+
+    /// Claims the open lease `name` if it is free, expired, or held by `holder` already
+    /// (a holder taking its own leases back after reopening the journal); the epoch moves
+    /// on either way, which fences the holder's older handles too.
+    pub async fn reclaim_lease(
+        &self,
+        name: &str,
+        holder: &str,
+        ttl: Duration,
+    ) -> Result<Option<Lease>, JournalError> {
+        check_name(name)?;
+        self.claim(Claim::Named { name }, holder, ttl).await
+    }
+
+    async fn claim(
+        &self,
+        claim: Claim<'_>,
+        holder: &str,
+        ttl: Duration,
+    ) -> Result<Option<Lease>, JournalError> {
+        check_name(holder)?;
+        let ttl = ttl_ms(ttl);
+        match &self.inner.leases {
+            Backend::Sqlite(conn) => sqlite::claim(conn, claim, holder, ttl).await,
+            Backend::Postgres(pool) => postgres::claim(pool, claim, holder, ttl).await,
+            Backend::Memory(memory) => memory::claim(memory, claim, holder, ttl),
+        }
+    }
+
+    /// Extends `lease` to `ttl` from now, and replaces its info when given. Fails with
+    /// [`JournalError::Fenced`] if someone claimed it since.
+    pub async fn renew_lease(
+        &self,
+        lease: &Lease,
+        ttl: Duration,
+        info: Option<&Value>,
+    ) -> Result<Lease, JournalError> {
+        let info = info.map(Value::to_string);
+        let ttl = ttl_ms(ttl);
+        let expires_at = match &self.inner.leases {
+            Backend::Sqlite(conn) => sqlite::renew(conn, lease, ttl, info).await?,
+            Backend::Postgres(pool) => postgres::renew(pool, lease, ttl, info).await?,
+            Backend::Memory(memory) => memory::renew(memory, lease, ttl, info)?,
+        };
+        Ok(Lease {
+            expires_at,
+            ..lease.clone()
+        })
+    }
+
+    /// Gives `lease` up: no holder, the given status and info. Fails with
+    /// [`JournalError::Fenced`] (changing nothing) if someone claimed it since.
+    pub async fn release_lease(
+        &self,
+        lease: &Lease,
+        status: LeaseStatus,
+        info: &Value,
+    ) -> Result<(), JournalError> {
+        let info = info.to_string();
+        match &self.inner.leases {
+            Backend::Sqlite(conn) => sqlite::release(conn, lease, status, &info).await,
+            Backend::Postgres(pool) => postgres::release(pool, lease, status, &info).await,
+            Backend::Memory(memory) => memory::release(memory, lease, status, &info),
+        }
+    }
+
+    /// The leases whose name starts with `prefix`, by name.
+    pub async fn leases(&self, prefix: &str) -> Result<Vec<LeaseRow>, JournalError> {
+        match &self.inner.leases {
+            Backend::Sqlite(conn) => sqlite::list(conn, prefix).await,
+            Backend::Postgres(pool) => postgres::list(pool, prefix).await,
+            Backend::Memory(memory) => memory::list(memory, prefix),
+        }
+    }
+}
+
+/// The error of a renew or release that matched no row: the lease's epoch moved on (or
+/// the row is gone).
+fn fenced(lease: &Lease, current: Option<i64>) -> JournalError {
+    JournalError::Fenced {
+        lease: lease.name.clone(),
+        epoch: lease.epoch,
+        current,
+    }
+}
+
+fn parse_info(text: &str) -> Value {
+    serde_json::from_str(text).unwrap_or(Value::Null)
+}
