@@ -34,6 +34,11 @@ enum Command {
     Run(cmd::run::RunArgs),
     /// Continue a paused, interrupted or crashed run from its journal.
     Resume(cmd::run::ResumeArgs),
+    /// Queue a run for a worker (`agentctl worker`) and print its id; no model call here.
+    Submit(cmd::run::SubmitArgs),
+    /// Drive queued runs, and runs whose worker died, until SIGINT/SIGTERM. Many workers,
+    /// on many machines, share one PostgreSQL (--db); each run is leased to one at a time.
+    Worker(cmd::run::worker::WorkerArgs),
     /// Approve a call a run is waiting on (from any terminal).
     Approve(cmd::decide::ApproveArgs),
     /// Deny a call a run is waiting on; the model is told why.
@@ -98,6 +103,8 @@ async fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
     match cli.command {
         Command::Run(args) => cmd::run::run(&cli.global, args).await,
         Command::Resume(args) => cmd::run::resume(&cli.global, args).await,
+        Command::Submit(args) => cmd::run::submit(&cli.global, args).await,
+        Command::Worker(args) => cmd::run::worker::worker(&cli.global, args).await,
         Command::Approve(args) => {
             cmd::decide::decide(&cli.global, args.decide, true, args.always).await
         }

@@ -64,5 +64,6 @@ pub mod executor;
 pub mod run;
 pub mod steer_bridge;
 pub mod tools;
+pub mod worker;
 
 pub use error::HostError;

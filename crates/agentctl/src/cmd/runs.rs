@@ -14,11 +14,22 @@ use crate::output;
 
 #[derive(Debug, Subcommand)]
 pub enum RunsCmd {
-    /// Every run, newest first: id, status, steps, tokens, age, first line of the prompt.
+    /// Every run, newest first: id, status, steps, tokens, age, first line of the prompt,
+    /// and the worker driving it. Reads the runs table, refreshed from the journal first.
     List {
-        /// Only runs with this status (running, paused, interrupted, completed, failed).
+        /// Only runs with this status (queued, running, paused, interrupted, completed,
+        /// failed).
         #[arg(long)]
         status: Option<String>,
+    },
+    /// Wait until a run completes, pauses, is interrupted or fails; exit status as `run`
+    /// (0 completed, 1 failed, 3 paused, 130 interrupted, 124 timed out).
+    Wait {
+        /// The run id.
+        run: String,
+        /// Give up after this many seconds.
+        #[arg(long, value_name = "SECONDS")]
+        timeout: Option<f64>,
     },
     /// One run: status, steps, usage, pending approvals, final text.
     Show {
@@ -41,6 +52,7 @@ pub async fn run(global: &GlobalArgs, cmd: RunsCmd) -> anyhow::Result<ExitCode> 
         RunsCmd::List { status } => list(global, &journal, status).await,
         RunsCmd::Show { run } => show(global, &journal, &run).await,
         RunsCmd::Events { run, follow } => events(&journal, &run, follow).await,
+        RunsCmd::Wait { run, timeout } => wait(global, &journal, &run, timeout).await,
     };
     journal.close().await;
     result
@@ -67,7 +79,14 @@ async fn list(
     journal: &agent_journal::Journal,
     status: Option<String>,
 ) -> anyhow::Result<ExitCode> {
-    const STATUSES: [&str; 5] = ["running", "paused", "interrupted", "completed", "failed"];
+    const STATUSES: [&str; 6] = [
+        "queued",
+        "running",
+        "paused",
+        "interrupted",
+        "completed",
+        "failed",
+    ];
     if let Some(s) = &status
         && !STATUSES.contains(&s.as_str())
     {
@@ -77,26 +96,108 @@ async fn list(
         ))
         .into());
     }
-    for state in run::list(journal).await? {
-        let line = summary(&state);
-        if status.as_deref().is_some_and(|s| line["status"] != s) {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0);
+    for row in run::table::runs_table(journal).await? {
+        if status.as_deref().is_some_and(|s| row.status != s) {
             continue;
         }
+        let age_seconds = (now - row.created_at).max(0) / 1000;
         if global.json {
+            let mut line = serde_json::to_value(&row)?;
+            if let Some(obj) = line.as_object_mut() {
+                obj.insert("type".into(), json!("run"));
+                obj.insert("age_seconds".into(), json!(age_seconds));
+            }
             output::json_line(&line)?;
         } else {
+            let worker = row
+                .worker
+                .as_deref()
+                .map(|w| format!("  [{w}]"))
+                .unwrap_or_default();
             output::line(&format!(
-                "{}  {:<11} {:>4} steps {:>8} tokens {:>7}  {}",
-                state.id,
-                line["status"].as_str().unwrap_or(""),
-                state.steps.len(),
-                state.usage.total_tokens,
-                age(line["age_seconds"].as_i64().unwrap_or(0)),
-                state.title()
+                "{}  {:<11} {:>4} steps {:>8} tokens {:>7}  {}{worker}",
+                row.run_id,
+                row.status,
+                row.steps,
+                row.tokens,
+                age(age_seconds),
+                row.title
             ))?;
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Follows the run's thread until its fold says it stopped.
+async fn wait(
+    global: &GlobalArgs,
+    journal: &agent_journal::Journal,
+    id: &str,
+    timeout: Option<f64>,
+) -> anyhow::Result<ExitCode> {
+    use agent_host::run::RunStatus;
+    let deadline = match timeout {
+        Some(secs) => Some(
+            tokio::time::Instant::now()
+                + std::time::Duration::try_from_secs_f64(secs).map_err(|_| {
+                    output::UsageError("--timeout must be a non-negative number of seconds".into())
+                })?,
+        ),
+        None => None,
+    };
+    let mut state = run::load(journal, id).await?;
+    let mut stream = journal.tail(&kinds::thread_of(id), state.last_seq);
+    loop {
+        let code = match state.status {
+            Some(RunStatus::Completed) => Some(ExitCode::SUCCESS),
+            Some(RunStatus::Failed) => Some(ExitCode::FAILURE),
+            Some(RunStatus::Paused) => Some(ExitCode::from(super::run::EXIT_PAUSED)),
+            Some(RunStatus::Interrupted) => Some(ExitCode::from(super::run::EXIT_INTERRUPTED)),
+            _ => None,
+        };
+        if let Some(code) = code {
+            let line = summary(&state);
+            if global.json {
+                output::json_line(&line)?;
+            } else {
+                output::line(&format!(
+                    "{}  {}{}",
+                    state.id,
+                    line["status"].as_str().unwrap_or(""),
+                    state
+                        .final_text
+                        .as_deref()
+                        .or(state.status_detail.as_deref())
+                        .map(|t| format!(": {t}"))
+                        .unwrap_or_default()
+                ))?;
+            }
+            return Ok(code);
+        }
+        let sleep = async {
+            match deadline {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            next = stream.next() => match next {
+                Some(Ok(event)) => state.apply(&event),
+                // The stream retries a failed read itself.
+                Some(Err(err)) => tracing::warn!(%err, "runs wait: read failed; retrying"),
+                None => anyhow::bail!("the journal closed while waiting for run {id}"),
+            },
+            () = sleep => {
+                output::note(&format!("run {id} is still {} after the timeout", run::shown_status(&state).as_str()));
+                return Ok(ExitCode::from(124));
+            }
+            _ = tokio::signal::ctrl_c() => return Ok(ExitCode::from(130)),
+        }
+    }
 }
 
 fn age(secs: i64) -> String {

@@ -122,6 +122,10 @@ impl Driver {
             if let Some(end) = self.check_interrupt().await? {
                 return Ok(end);
             }
+            // A step boundary: every call of the last step has ended or not yet started.
+            if self.opts.stop.is_cancelled() {
+                return Ok(RunEnd::Released);
+            }
             let last = self.state.steps.last().map(|s| s.step);
             let open_calls: Vec<CallRecord> = self
                 .state

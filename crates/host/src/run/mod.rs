@@ -13,6 +13,7 @@ mod records;
 mod requests;
 mod spec;
 pub mod state;
+pub mod table;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -73,6 +74,9 @@ pub struct DriveOptions {
     pub wait: bool,
     /// Fired to interrupt the run (Ctrl-C).
     pub cancel: CancellationToken,
+    /// Fired to give the run back: the drive stops at the next step boundary (no call
+    /// running) with [`RunEnd::Released`], leaving the run for another process to resume.
+    pub stop: CancellationToken,
     /// Test hook: the process kills itself (SIGKILL) once it has seen this many new events
     /// of the run's thread.
     pub crash_after_events: Option<usize>,
@@ -85,6 +89,7 @@ impl Default for DriveOptions {
             decider: None,
             wait: false,
             cancel: CancellationToken::new(),
+            stop: CancellationToken::new(),
             crash_after_events: None,
         }
     }
@@ -138,6 +143,9 @@ pub enum RunEnd {
     },
     /// Ctrl-C or `agentctl interrupt`: running calls were cancelled.
     Interrupted,
+    /// This process stopped driving at a step boundary ([`DriveOptions::stop`]); the run
+    /// goes on when another process resumes it.
+    Released,
     /// The run cannot go on (`run.failed`).
     Failed {
         /// Why.
@@ -184,6 +192,40 @@ impl Host {
     /// Dropping the future stops driving where it stands; everything acknowledged is in the
     /// journal and `resume` continues from there (fire `opts.cancel` for a clean interrupt).
     pub async fn start(&self, new: NewRun, opts: DriveOptions) -> Result<RunReport, HostError> {
+        let (id, spec, registry) = self.create(new, false).await?;
+        let thread = kinds::thread_of(&id);
+        let runtime = Runtime::open(self.journal.clone(), runtime_options(registry));
+        arm_crash_hook(&self.journal, &thread, 0, opts.crash_after_events);
+        self.drive(
+            runtime,
+            thread,
+            RunState::new(&id),
+            spec,
+            Owner::current(),
+            opts,
+        )
+        .await
+    }
+
+    /// Creates a run without driving it and offers it to workers (`agentctl worker`):
+    /// its lease `run:<id>` is open, so the first free worker claims and drives it.
+    /// Returns the run id.
+    pub async fn submit(&self, new: NewRun) -> Result<String, HostError> {
+        let (id, _, _) = self.create(new, true).await?;
+        // After `run.created`: a crash in between leaves a run the runs table's refresh
+        // offers (see [`crate::worker::refresh_runs_table`]).
+        self.journal
+            .offer_lease(&kinds::thread_of(&id), &json!({"status": "queued"}))
+            .await?;
+        Ok(id)
+    }
+
+    /// Appends `run.created` for `new`; returns the id, the spec and the tools.
+    async fn create(
+        &self,
+        new: NewRun,
+        submitted: bool,
+    ) -> Result<(String, RunSpec, agent_runtime::ToolRegistry), HostError> {
         let workspace = Workspace::new(&new.workspace).map_err(|err| HostError::Workspace {
             path: new.workspace.display().to_string(),
             reason: err.to_string(),
@@ -202,16 +244,16 @@ impl Host {
             transport: "http".into(),
             endpoint: new.endpoint,
             compact_at: new.compact_at,
+            submitted,
         };
-        let me = Owner::current();
         let mut payload =
             serde_json::to_value(&spec).map_err(|e| HostError::Invalid(e.to_string()))?;
         if let Some(obj) = payload.as_object_mut() {
             obj.insert("run_id".into(), json!(id));
-            obj.insert("owner".into(), json!(me));
+            if !submitted {
+                obj.insert("owner".into(), json!(Owner::current()));
+            }
         }
-        let runtime = Runtime::open(self.journal.clone(), runtime_options(registry));
-        arm_crash_hook(&self.journal, &thread, 0, opts.crash_after_events);
         self.journal
             .append_expecting(
                 &thread,
@@ -219,8 +261,7 @@ impl Host {
                 vec![NewEvent::new(thread.clone(), kinds::RUN_CREATED, payload)],
             )
             .await?;
-        self.drive(runtime, thread, RunState::new(&id), spec, me, opts)
-            .await
+        Ok((id, spec, registry))
     }
 
     /// Continues a run from its journal (see the resume rules in the crate docs).
@@ -234,24 +275,74 @@ impl Host {
         opts: DriveOptions,
     ) -> Result<RunReport, HostError> {
         let thread = kinds::thread_of(run_id);
-        let state = load(&self.journal, run_id).await?;
-        let spec = state
-            .spec
-            .clone()
-            .ok_or_else(|| HostError::NotFound(run_id.into()))?;
-        if let Some(status) = state.status.filter(|s| s.is_final()) {
-            return Err(HostError::Ended {
-                run: run_id.into(),
-                status: status.as_str(),
-            });
-        }
         let me = Owner::current();
-        if let Some(owner) = state.driver.as_ref().filter(|o| **o != me && o.is_alive()) {
-            return Err(HostError::DrivenElsewhere {
-                run: run_id.into(),
-                owner: owner.to_string(),
-            });
-        }
+        // A handle fenced by a lease (a worker's) holds the run by that lease: the driver
+        // recorded last is not asked, and appends by others between our read and our claim
+        // (steers, decisions) are folded and the claim retried.
+        let leased = self.journal.fence_epoch().is_some();
+        let mut attempts = 0;
+        let (state, spec, resumed_at) = loop {
+            attempts += 1;
+            let state = load(&self.journal, run_id).await?;
+            let spec = state
+                .spec
+                .clone()
+                .ok_or_else(|| HostError::NotFound(run_id.into()))?;
+            if let Some(status) = state.status.filter(|s| s.is_final()) {
+                return Err(HostError::Ended {
+                    run: run_id.into(),
+                    status: status.as_str(),
+                });
+            }
+            if !leased
+                && let Some(owner) = state.driver.as_ref().filter(|o| **o != me && o.is_alive())
+            {
+                return Err(HostError::DrivenElsewhere {
+                    run: run_id.into(),
+                    owner: owner.to_string(),
+                });
+            }
+            let mut budgets = state.budgets().unwrap_or(spec.budgets);
+            if let Some(n) = change.max_steps {
+                budgets.max_steps = n;
+            }
+            if let Some(n) = change.max_tokens {
+                budgets.max_tokens = Some(n);
+            }
+            let resumed_at = state.last_seq;
+            // Claim first (expected version: nobody else wrote since we looked), then adopt.
+            let claimed = self
+                .journal
+                .append_expecting(
+                    &thread,
+                    Some(resumed_at),
+                    vec![NewEvent::new(
+                        thread.clone(),
+                        kinds::RUN_RESUMED,
+                        json!({"owner": me, "budgets": budgets, "after_seq": resumed_at,
+                               "epoch": self.journal.fence_epoch()}),
+                    )],
+                )
+                .await;
+            match claimed {
+                Ok(_) => break (state, spec, resumed_at),
+                Err(agent_journal::JournalError::Conflict { .. }) if leased && attempts < 10 => {
+                    continue;
+                }
+                Err(agent_journal::JournalError::Conflict { .. }) => {
+                    let now = load(&self.journal, run_id).await?;
+                    let owner = now
+                        .driver
+                        .map(|o| o.to_string())
+                        .unwrap_or_else(|| "another process".into());
+                    return Err(HostError::DrivenElsewhere {
+                        run: run_id.into(),
+                        owner,
+                    });
+                }
+                Err(err) => return Err(err.into()),
+            }
+        };
         let workspace = Workspace::new(std::path::Path::new(&spec.workspace)).map_err(|err| {
             HostError::Workspace {
                 path: spec.workspace.clone(),
@@ -260,42 +351,6 @@ impl Host {
         })?;
         let (_, registry) = tools::builtin(&workspace, spec.approval);
         let runtime = Runtime::open(self.journal.clone(), runtime_options(registry));
-        let mut budgets = state.budgets().unwrap_or(spec.budgets);
-        if let Some(n) = change.max_steps {
-            budgets.max_steps = n;
-        }
-        if let Some(n) = change.max_tokens {
-            budgets.max_tokens = Some(n);
-        }
-        let resumed_at = state.last_seq;
-        // Claim first (expected version: nobody else wrote since we looked), then adopt.
-        let claimed = self
-            .journal
-            .append_expecting(
-                &thread,
-                Some(resumed_at),
-                vec![NewEvent::new(
-                    thread.clone(),
-                    kinds::RUN_RESUMED,
-                    json!({"owner": me, "budgets": budgets, "after_seq": resumed_at}),
-                )],
-            )
-            .await;
-        match claimed {
-            Ok(_) => {}
-            Err(agent_journal::JournalError::Conflict { .. }) => {
-                let now = load(&self.journal, run_id).await?;
-                let owner = now
-                    .driver
-                    .map(|o| o.to_string())
-                    .unwrap_or_else(|| "another process".into());
-                return Err(HostError::DrivenElsewhere {
-                    run: run_id.into(),
-                    owner,
-                });
-            }
-            Err(err) => return Err(err.into()),
-        }
         arm_crash_hook(&self.journal, &thread, resumed_at, opts.crash_after_events);
         runtime.adopt(&thread).await?;
         self.drive(runtime, thread, state, spec, me, opts).await

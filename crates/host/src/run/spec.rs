@@ -35,6 +35,10 @@ pub struct RunSpec {
     /// step's request used at least this many input tokens; `None`: never.
     #[serde(default)]
     pub compact_at: Option<u64>,
+    /// Created by `submit` for a worker to drive (its lease `run:<id>` is in the runs
+    /// table), not driven by the process that created it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub submitted: bool,
 }
 
 fn http() -> String {
@@ -97,6 +101,8 @@ impl Usage {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RunStatus {
+    /// Submitted, waiting for a worker to claim it.
+    Queued,
     /// A host drives it (or did, until it crashed).
     Running,
     /// Waiting for a decision, a higher budget or a retry.
@@ -118,6 +124,7 @@ impl RunStatus {
     /// The name used in output and `--status`.
     pub fn as_str(self) -> &'static str {
         match self {
+            RunStatus::Queued => "queued",
             RunStatus::Running => "running",
             RunStatus::Paused => "paused",
             RunStatus::Interrupted => "interrupted",

@@ -160,8 +160,12 @@ impl RunState {
         match &*event.kind {
             k::RUN_CREATED => match serde_json::from_value::<RunSpec>(p.clone()) {
                 Ok(spec) => {
+                    self.status = Some(if spec.submitted {
+                        RunStatus::Queued
+                    } else {
+                        RunStatus::Running
+                    });
                     self.spec = Some(spec);
-                    self.status = Some(RunStatus::Running);
                     self.driver = owner(p);
                 }
                 Err(err) => tracing::warn!(seq = event.seq, %err, "unreadable run.created"),

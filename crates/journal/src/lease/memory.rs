@@ -21,15 +21,17 @@ pub(super) fn offer(memory: &MemoryJournal, name: &str, info: &str) -> Result<bo
 pub(super) fn put(
     memory: &MemoryJournal,
     name: &str,
-    status: LeaseStatus,
+    status: Option<LeaseStatus>,
     info: &str,
 ) -> Result<(), JournalError> {
     memory.with_state(|state| {
         let row = state
             .leases
             .entry(name.to_string())
-            .or_insert_with(|| fresh(name, status, info));
-        row.status = status;
+            .or_insert_with(|| fresh(name, LeaseStatus::Closed, info));
+        if let Some(status) = status {
+            row.status = status;
+        }
         row.info = parse_info(info);
         row.updated_at = now_ms();
     })

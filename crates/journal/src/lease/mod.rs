@@ -137,12 +137,13 @@ impl Journal {
         }
     }
 
-    /// Sets the status and info of lease `name`, creating it unclaimed if missing; its
-    /// holder and epoch are kept (an index rebuilt from elsewhere uses this).
+    /// Sets the info of lease `name`, and its status when given, creating it unclaimed if
+    /// missing (closed when no status is given); its holder and epoch are kept (an index
+    /// rebuilt from elsewhere uses this).
     pub async fn put_lease(
         &self,
         name: &str,
-        status: LeaseStatus,
+        status: Option<LeaseStatus>,
         info: &Value,
     ) -> Result<(), JournalError> {
         check_name(name)?;

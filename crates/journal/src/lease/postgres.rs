@@ -4,7 +4,8 @@
 //!
 //! A claim picks its row `FOR UPDATE SKIP LOCKED`: concurrent claimers never wait on each
 //! other or take one row twice. The epoch is checked by fenced appends `FOR SHARE` (see
-//! the module docs of `lease`).
+//! the module docs of `lease`), so a claim also skips a row whose holder is committing an
+//! append at that moment; the claimer finds it at its next look.
 
 use sqlx::{PgPool, Row as _, postgres::PgRow};
 
@@ -36,18 +37,19 @@ pub(super) async fn offer(pool: &PgPool, name: &str, info: &str) -> Result<bool,
 pub(super) async fn put(
     pool: &PgPool,
     name: &str,
-    status: LeaseStatus,
+    status: Option<LeaseStatus>,
     info: &str,
 ) -> Result<(), JournalError> {
     sqlx::query(concat!(
         "INSERT INTO journal_leases (name, status, holder, epoch, expires_at, info, updated_at) \
-         VALUES ($1, $2, NULL, 0, 0, $3, ",
+         VALUES ($1, COALESCE($2, 'closed'), NULL, 0, 0, $3, ",
         now_ms!(),
         ") ON CONFLICT (name) DO UPDATE \
-         SET status = excluded.status, info = excluded.info, updated_at = excluded.updated_at"
+         SET status = COALESCE($2, journal_leases.status), info = excluded.info, \
+         updated_at = excluded.updated_at"
     ))
     .bind(name)
-    .bind(status.as_str())
+    .bind(status.map(LeaseStatus::as_str))
     .bind(info)
     .execute(pool)
     .await?;

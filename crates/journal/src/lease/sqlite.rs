@@ -59,16 +59,18 @@ pub(super) async fn offer(conn: &Shared, name: &str, info: &str) -> Result<bool,
 pub(super) async fn put(
     conn: &Shared,
     name: &str,
-    status: LeaseStatus,
+    status: Option<LeaseStatus>,
     info: &str,
 ) -> Result<(), JournalError> {
     let (name, info) = (name.to_string(), info.to_string());
+    let status = status.map(LeaseStatus::as_str);
     in_tx(conn, move |c| {
         c.execute(
             "INSERT INTO journal_leases (name, status, holder, epoch, expires_at, info, updated_at) \
-             VALUES (?1, ?2, NULL, 0, 0, ?3, ?4) ON CONFLICT (name) DO UPDATE \
-             SET status = excluded.status, info = excluded.info, updated_at = excluded.updated_at",
-            params![name, status.as_str(), info, now_ms()],
+             VALUES (?1, COALESCE(?2, 'closed'), NULL, 0, 0, ?3, ?4) ON CONFLICT (name) DO UPDATE \
+             SET status = COALESCE(?2, status), info = excluded.info, \
+             updated_at = excluded.updated_at",
+            params![name, status, info, now_ms()],
         )?;
         Ok(())
     })

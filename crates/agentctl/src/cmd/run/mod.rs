@@ -2,6 +2,7 @@
 
 mod connect;
 mod render;
+pub mod worker;
 
 use std::io::IsTerminal as _;
 use std::path::PathBuf;
@@ -27,6 +28,22 @@ pub const EXIT_INTERRUPTED: u8 = 130;
 /// `agentctl run`.
 #[derive(Debug, Args)]
 pub struct RunArgs {
+    #[command(flatten)]
+    pub run: RunOptions,
+    #[command(flatten)]
+    pub drive: DriveArgs,
+}
+
+/// `agentctl submit`.
+#[derive(Debug, Args)]
+pub struct SubmitArgs {
+    #[command(flatten)]
+    pub run: RunOptions,
+}
+
+/// What a new run is: its task, model, workspace, endpoint, budgets and policies.
+#[derive(Debug, Args)]
+pub struct RunOptions {
     /// What the agent should do (read from stdin when absent and stdin is not a terminal).
     pub prompt: Option<String>,
     /// The model.
@@ -60,8 +77,6 @@ pub struct RunArgs {
     /// replaces the history from then on.
     #[arg(long, value_name = "TOKENS", value_parser = clap::value_parser!(u64).range(1..))]
     pub compact_at: Option<u64>,
-    #[command(flatten)]
-    pub drive: DriveArgs,
 }
 
 /// Options of `run` and `resume` about how this process drives.
@@ -98,6 +113,49 @@ pub enum ApprovalArg {
 }
 
 pub async fn run(global: &GlobalArgs, args: RunArgs) -> anyhow::Result<ExitCode> {
+    let (new, endpoint) = new_run(args.run)?;
+    let journal = crate::cmd::journal::open(global).await?;
+    let (client, _mock) = endpoint.connect(None).await?;
+    let host = Host::new(journal.clone(), client);
+    let (opts, ctrl_c) = drive_options(global, &args.drive);
+    let report = host.start(new, opts).await;
+    ctrl_c.abort();
+    journal.close().await;
+    finish(global, report.map_err(usage_if_workspace)?)
+}
+
+/// `agentctl submit`: creates the run for a worker to drive and prints its id.
+pub async fn submit(global: &GlobalArgs, args: SubmitArgs) -> anyhow::Result<ExitCode> {
+    let (new, _) = new_run(args.run)?;
+    let journal = crate::cmd::journal::open(global).await?;
+    // No model call happens here: the client is never used.
+    let client = agent_responses::Client::new(agent_responses::ClientConfig::new(
+        "http://127.0.0.1:9",
+        agent_responses::ApiKey::new("unused").context("placeholder key")?,
+    ))?;
+    let id = Host::new(journal.clone(), client).submit(new).await;
+    journal.close().await;
+    let id = id.map_err(usage_if_workspace)?;
+    if global.json {
+        crate::output::json_line(&serde_json::json!({"type": "run.submitted", "run_id": id}))?;
+    } else {
+        crate::output::line(&id)?;
+        crate::output::note(&format!(
+            "queued: a worker (`agentctl worker`) will drive it; `agentctl runs wait {id}` waits for it"
+        ));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn usage_if_workspace(err: HostError) -> anyhow::Error {
+    match err {
+        HostError::Workspace { .. } => anyhow::Error::new(UsageError(err.to_string())),
+        other => anyhow::Error::new(other),
+    }
+}
+
+/// The run `args` describe, and where its model calls go.
+fn new_run(args: RunOptions) -> anyhow::Result<(NewRun, Endpoint)> {
     let prompt = read_prompt(args.prompt)?;
     let instructions = match &args.instructions_file {
         Some(path) => Some(
@@ -119,9 +177,6 @@ pub async fn run(global: &GlobalArgs, args: RunArgs) -> anyhow::Result<ExitCode>
         None if builtin_story => ApprovalMode::Auto,
         None => ApprovalMode::Default,
     };
-    let journal = crate::cmd::journal::open(global).await?;
-    let (client, _mock) = args.endpoint.connect(None).await?;
-    let host = Host::new(journal.clone(), client);
     let new = NewRun {
         prompt,
         model: args.model,
@@ -135,15 +190,7 @@ pub async fn run(global: &GlobalArgs, args: RunArgs) -> anyhow::Result<ExitCode>
         endpoint: args.endpoint.recorded(),
         compact_at: args.compact_at,
     };
-    let (opts, ctrl_c) = drive_options(global, &args.drive);
-    let report = host.start(new, opts).await;
-    ctrl_c.abort();
-    journal.close().await;
-    let report = report.map_err(|err| match err {
-        HostError::Workspace { .. } => anyhow::Error::new(UsageError(err.to_string())),
-        other => anyhow::Error::new(other),
-    })?;
-    finish(global, report)
+    Ok((new, args.endpoint))
 }
 
 pub async fn resume(global: &GlobalArgs, args: ResumeArgs) -> anyhow::Result<ExitCode> {
@@ -204,6 +251,7 @@ fn drive_options(
         decider: interactive.then(|| Arc::new(render::TerminalDecider) as _),
         wait: drive.wait,
         cancel,
+        stop: agent_runtime::CancellationToken::new(),
         crash_after_events: std::env::var("AGENTCTL_TEST_CRASH_AFTER_EVENTS")
             .ok()
             .and_then(|v| v.parse().ok()),
@@ -217,7 +265,7 @@ fn finish(global: &GlobalArgs, report: RunReport) -> anyhow::Result<ExitCode> {
     Ok(match report.end {
         RunEnd::Completed { .. } => ExitCode::SUCCESS,
         RunEnd::Paused { .. } => ExitCode::from(EXIT_PAUSED),
-        RunEnd::Interrupted => ExitCode::from(EXIT_INTERRUPTED),
+        RunEnd::Interrupted | RunEnd::Released => ExitCode::from(EXIT_INTERRUPTED),
         RunEnd::Failed { .. } => ExitCode::FAILURE,
     })
 }

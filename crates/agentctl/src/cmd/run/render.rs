@@ -196,7 +196,7 @@ pub fn finish(json: bool, report: &RunReport) -> anyhow::Result<()> {
         RunEnd::Failed { error } => {
             output::note(&format!("run {id} failed: {error}"));
         }
-        RunEnd::Interrupted => {
+        RunEnd::Interrupted | RunEnd::Released => {
             output::note(&format!(
                 "run {id} interrupted; continue with: agentctl resume {id}"
             ));

@@ -1,0 +1,177 @@
+//! `agentctl worker`: drive submitted runs from the runs table until stopped.
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_host::HostError;
+use agent_host::run::RunSpec;
+use agent_host::worker::{
+    Connected, Connector, WorkerConfig, WorkerEvent, WorkerObserver, run_worker,
+};
+use agent_journal::Journal;
+use agent_runtime::CancellationToken;
+use clap::Args;
+use futures::future::BoxFuture;
+
+use super::Endpoint;
+use crate::global::GlobalArgs;
+use crate::output;
+
+/// `agentctl worker`.
+#[derive(Debug, Args)]
+pub struct WorkerArgs {
+    /// Runs driven at once.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..=1024))]
+    pub concurrency: u64,
+    /// The name this worker claims runs under (default: host name and pid); unique per
+    /// worker.
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Seconds a claim lasts without renewal: how long a dead worker's runs wait before
+    /// another worker takes them over. Renewed every third of it.
+    #[arg(long, default_value_t = 15.0, value_name = "SECONDS")]
+    pub lease_ttl: f64,
+    /// Seconds between looks for claimable runs while there is room.
+    #[arg(long, default_value_t = 0.5, value_name = "SECONDS")]
+    pub poll: f64,
+    /// On SIGINT/SIGTERM: seconds to let running steps reach a boundary before the rest
+    /// are dropped; either way every run is released for another worker at once.
+    #[arg(long, default_value_t = 10.0, value_name = "SECONDS")]
+    pub grace: f64,
+    /// The model endpoint for every run (default: the one each run was submitted with).
+    #[command(flatten)]
+    pub endpoint: Endpoint,
+}
+
+struct CliConnector {
+    url: String,
+    endpoint: Endpoint,
+}
+
+impl Connector for CliConnector {
+    fn journal(&self) -> BoxFuture<'_, Result<Journal, HostError>> {
+        Box::pin(async move { Ok(Journal::open(&self.url).await?) })
+    }
+
+    fn client<'a>(&'a self, spec: &'a RunSpec) -> BoxFuture<'a, Result<Connected, HostError>> {
+        Box::pin(async move {
+            let (client, server) = self
+                .endpoint
+                .connect(spec.endpoint.as_deref())
+                .await
+                .map_err(|err| HostError::Invalid(format!("{err:#}")))?;
+            Ok(Connected {
+                client,
+                guard: server.map(|s| Box::new(s) as Box<dyn Send + Sync>),
+            })
+        })
+    }
+}
+
+struct Lines {
+    json: bool,
+}
+
+impl WorkerObserver for Lines {
+    fn event(&self, event: &WorkerEvent) {
+        let shown = if self.json {
+            serde_json::to_value(event).map(|v| output::json_line(&v))
+        } else {
+            Ok(output::line(&describe(event)))
+        };
+        if let Ok(Err(err)) | Err(err) = shown.map_err(anyhow::Error::from) {
+            tracing::warn!(%err, "cannot print a worker event");
+        }
+    }
+}
+
+fn describe(event: &WorkerEvent) -> String {
+    match event {
+        WorkerEvent::Claimed { run_id, epoch } => format!("claimed   {run_id} (epoch {epoch})"),
+        WorkerEvent::Ended {
+            run_id,
+            status,
+            detail,
+        } => match detail {
+            Some(d) => format!("{status:<9} {run_id}: {d}"),
+            None => format!("{status:<9} {run_id}"),
+        },
+        WorkerEvent::Lost { run_id, reason } => format!("lost      {run_id}: {reason}"),
+        WorkerEvent::JournalDown { attempt, error } => {
+            format!("journal   down (reopen attempt {attempt}): {error}")
+        }
+        WorkerEvent::JournalBack { runs } => format!("journal   back; taking back {runs} run(s)"),
+        WorkerEvent::Stopping { running } => {
+            format!("stopping  giving back {running} run(s) at their next step boundary")
+        }
+    }
+}
+
+fn seconds(flag: &str, value: f64) -> anyhow::Result<Duration> {
+    Duration::try_from_secs_f64(value)
+        .ok()
+        .filter(|d| !d.is_zero() || flag == "--grace")
+        .ok_or_else(|| {
+            output::UsageError(format!("{flag} must be a positive number of seconds")).into()
+        })
+}
+
+pub async fn worker(global: &GlobalArgs, args: WorkerArgs) -> anyhow::Result<ExitCode> {
+    let config = WorkerConfig {
+        name: args.name.clone().unwrap_or_else(|| {
+            let me = agent_host::run::Owner::current();
+            format!("{}:{}", me.host, me.pid)
+        }),
+        concurrency: usize::try_from(args.concurrency).unwrap_or(1),
+        lease_ttl: seconds("--lease-ttl", args.lease_ttl)?,
+        poll: seconds("--poll", args.poll)?,
+        grace: seconds("--grace", args.grace)?,
+    };
+    let url = global.database_url()?;
+    // Opened once here for a clear error on a wrong URL; the worker reopens it as needed.
+    crate::cmd::journal::open(global).await?.close().await;
+    let connector = Arc::new(CliConnector {
+        url,
+        endpoint: args.endpoint,
+    });
+    let stop = CancellationToken::new();
+    let signals = stop_on_signals(stop.clone())?;
+    output::note(&format!(
+        "worker {} driving up to {} run(s); SIGINT/SIGTERM stops it",
+        config.name, config.concurrency
+    ));
+    let observer = Arc::new(Lines { json: global.json });
+    let summary = run_worker(connector, config, observer, stop).await;
+    signals.abort();
+    let summary = summary?;
+    output::note(&format!(
+        "worker stopped: {} claimed, {} completed, {} ended otherwise, {} released, {} lost, {} journal reopen(s)",
+        summary.claimed,
+        summary.completed,
+        summary.ended_otherwise,
+        summary.released,
+        summary.lost,
+        summary.reopened
+    ));
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Fires `stop` on SIGINT or SIGTERM; a second signal exits at once.
+fn stop_on_signals(stop: CancellationToken) -> anyhow::Result<tokio::task::JoinHandle<()>> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    Ok(tokio::spawn(async move {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+        stop.cancel();
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+        std::process::exit(130);
+    }))
+}

@@ -1,0 +1,178 @@
+//! One claimed run, driven under its lease.
+
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use agent_journal::{Event, Journal, JournalError, Lease, LeaseStatus};
+use agent_runtime::{CancellationToken, RuntimeError};
+use serde_json::Value;
+
+use super::Connector;
+use crate::error::HostError;
+use crate::run::{self, BudgetChange, DriveOptions, Host, Observer, RunEnd, RunState};
+
+/// How a drive ended, for the worker loop.
+pub(super) enum Outcome {
+    /// The drive ended and the lease was released (`released`: given back unfinished).
+    Ended {
+        status: String,
+        detail: Option<String>,
+    },
+    /// Another worker holds the run now.
+    Lost(String),
+    /// The journal failed under the drive; the run is to be taken back after a reopen.
+    JournalFailed(String),
+}
+
+/// Keeps the run's summary for the lease's heartbeat.
+struct Summary(Mutex<Option<Value>>);
+
+impl Observer for Summary {
+    fn event(&self, state: &RunState, _: &Event) {
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = Some(run::table::summary(state));
+    }
+}
+
+impl Summary {
+    fn take(&self) -> Option<Value> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).take()
+    }
+}
+
+/// Drives the run of `lease` until it ends, is lost, or the journal fails.
+pub(super) async fn drive(
+    journal: Journal,
+    lease: Lease,
+    connector: Arc<dyn Connector>,
+    ttl: Duration,
+    stop: CancellationToken,
+) -> Outcome {
+    let id = super::run_id(&lease).to_string();
+    let fenced = journal.fenced(&lease);
+    let lost = CancellationToken::new();
+    let summary = Arc::new(Summary(Mutex::new(None)));
+    let keeper = tokio::spawn(keep(
+        journal.clone(),
+        lease.clone(),
+        ttl,
+        lost.clone(),
+        Arc::clone(&summary),
+    ));
+    let driven = async {
+        let state = run::load(&fenced, &id).await?;
+        let spec = state
+            .spec
+            .clone()
+            .ok_or_else(|| HostError::NotFound(id.clone()))?;
+        let connected = connector.client(&spec).await?;
+        let host = Host::new(fenced.clone(), connected.client);
+        let opts = DriveOptions {
+            observer: Arc::clone(&summary) as Arc<dyn Observer>,
+            decider: None,
+            wait: true,
+            stop,
+            ..DriveOptions::default()
+        };
+        let report = host.resume(&id, BudgetChange::default(), opts).await;
+        drop(connected.guard);
+        report
+    };
+    let result = tokio::select! {
+        result = driven => Some(result),
+        () = lost.cancelled() => None,
+    };
+    keeper.abort();
+    let result = match result {
+        None => return Outcome::Lost("its lease was claimed by another worker".into()),
+        Some(result) => result,
+    };
+    let (status, detail, lease_status) = match result {
+        Ok(report) => {
+            let (status, detail) = describe(&report.end);
+            let lease_status = if matches!(report.end, RunEnd::Released) {
+                LeaseStatus::Open
+            } else {
+                LeaseStatus::Closed
+            };
+            (status, detail, lease_status)
+        }
+        Err(err) => match journal_error(&err) {
+            Some(JournalError::Fenced { .. }) => return Outcome::Lost(err.to_string()),
+            Some(
+                JournalError::WriterFailed(_)
+                | JournalError::Database(_)
+                | JournalError::Sqlite(_)
+                | JournalError::Closed
+                | JournalError::Open { .. },
+            ) => return Outcome::JournalFailed(err.to_string()),
+            _ => match err {
+                HostError::Superseded(_) => return Outcome::Lost(err.to_string()),
+                HostError::Ended { status, .. } => (status.to_string(), None, LeaseStatus::Closed),
+                // The run cannot be driven here (its workspace is gone, say): closed, so
+                // no worker loops on it; `agentctl resume` can still take it.
+                other => (
+                    "error".to_string(),
+                    Some(other.to_string()),
+                    LeaseStatus::Closed,
+                ),
+            },
+        },
+    };
+    let info = match run::load(&journal, &id).await {
+        Ok(state) => run::table::summary(&state),
+        Err(_) => summary.take().unwrap_or(Value::Null),
+    };
+    match journal.release_lease(&lease, lease_status, &info).await {
+        Ok(()) => Outcome::Ended { status, detail },
+        Err(JournalError::Fenced { .. }) => {
+            Outcome::Lost("its lease was claimed by another worker before release".into())
+        }
+        Err(err) => {
+            tracing::warn!(run = %id, error = %err, "cannot release the run; its lease will expire");
+            Outcome::Ended { status, detail }
+        }
+    }
+}
+
+/// Renews the lease every third of `ttl`; fires `lost` when someone else claimed it.
+async fn keep(
+    journal: Journal,
+    lease: Lease,
+    ttl: Duration,
+    lost: CancellationToken,
+    summary: Arc<Summary>,
+) {
+    loop {
+        tokio::time::sleep(ttl / 3).await;
+        let info = summary.take();
+        match journal.renew_lease(&lease, ttl, info.as_ref()).await {
+            Ok(_) => {}
+            Err(JournalError::Fenced { .. }) => {
+                lost.cancel();
+                return;
+            }
+            // The database may be restarting: the lease holds until it expires, and a
+            // claim by someone else is seen at the next renewal or write.
+            Err(err) => tracing::warn!(run = %lease.name, error = %err, "cannot renew the lease"),
+        }
+    }
+}
+
+fn describe(end: &RunEnd) -> (String, Option<String>) {
+    match end {
+        RunEnd::Completed { .. } => ("completed".into(), None),
+        RunEnd::Paused { reason, detail } => ("paused".into(), Some(format!("{reason}: {detail}"))),
+        RunEnd::Interrupted => ("interrupted".into(), None),
+        RunEnd::Released => ("released".into(), None),
+        RunEnd::Failed { error } => ("failed".into(), Some(error.clone())),
+    }
+}
+
+/// The journal error under a host error, if it is one.
+fn journal_error(err: &HostError) -> Option<&JournalError> {
+    match err {
+        HostError::Journal(err) => Some(err),
+        HostError::Runtime(RuntimeError::Journal(err)) => Some(err),
+        _ => None,
+    }
+}

@@ -1,0 +1,347 @@
+//! Workers: processes that drive submitted runs, many of them over one journal.
+//!
+//! A run submitted with [`Host::submit`](crate::run::Host::submit) has an open lease
+//! `run:<id>` in the runs table. A worker claims it, drives it by the resume rules of
+//! [`Host::resume`](crate::run::Host::resume) and releases it when the drive ends.
+//!
+//! Invariants:
+//! - A worker writes to a run only through a journal handle fenced with its lease: once
+//!   another worker claimed the run (after this one's lease expired), every append of this
+//!   one is refused, and it drops the run at once (its drive future is dropped, which
+//!   cancels its running tools) without releasing anything.
+//! - The lease is renewed every third of its time-to-live while the drive runs.
+//! - Approvals are waited for, not paused on: a decision from any process (`agentctl
+//!   approve`) reaches the driving worker through the journal.
+//! - A journal failure (a database restart) ends the drives on that handle; the worker
+//!   reopens the journal with backoff, takes its runs back ([`Journal::reclaim_lease`]:
+//!   the epoch moves on, fencing whatever the old handle still had in flight) and resumes
+//!   them. Nothing acknowledged is lost; nothing unacknowledged is taken as done.
+//! - Stopping: no new claims; drives stop at their next step boundary and their leases are
+//!   released open (another worker takes them at once); after the grace period the rest
+//!   are dropped and released the same way.
+
+mod drive;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_journal::{Journal, Lease, LeaseStatus};
+use agent_responses::Client;
+use agent_runtime::CancellationToken;
+use futures::future::BoxFuture;
+use serde::Serialize;
+use tokio::task::JoinSet;
+
+use crate::error::HostError;
+use crate::run::RunSpec;
+use drive::Outcome;
+
+/// How a worker works.
+#[derive(Debug, Clone)]
+pub struct WorkerConfig {
+    /// The name it claims leases under (unique per worker process).
+    pub name: String,
+    /// Runs driven at once.
+    pub concurrency: usize,
+    /// How long a claim lasts without renewal.
+    pub lease_ttl: Duration,
+    /// How often it looks for claimable runs when it has room.
+    pub poll: Duration,
+    /// How long a stop waits for drives to reach a step boundary.
+    pub grace: Duration,
+}
+
+/// A model client for one run, and whatever must live while it is used (an in-process
+/// emulator, say).
+pub struct Connected {
+    /// The client.
+    pub client: Client,
+    /// Dropped when the drive ends.
+    pub guard: Option<Box<dyn Send + Sync>>,
+}
+
+impl std::fmt::Debug for Connected {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connected")
+            .field("client", &self.client)
+            .field("guard", &self.guard.is_some())
+            .finish()
+    }
+}
+
+/// Where a worker's journal and model clients come from.
+pub trait Connector: Send + Sync {
+    /// Opens the journal (again, after a failure).
+    fn journal(&self) -> BoxFuture<'_, Result<Journal, HostError>>;
+    /// A client for a run with `spec` (its recorded endpoint, or the worker's own).
+    fn client<'a>(&'a self, spec: &'a RunSpec) -> BoxFuture<'a, Result<Connected, HostError>>;
+}
+
+/// What a worker reports as it works.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum WorkerEvent {
+    /// It claimed a run.
+    Claimed {
+        /// The run id.
+        run_id: String,
+        /// The lease epoch of this claim.
+        epoch: i64,
+    },
+    /// A drive ended and the lease was released.
+    Ended {
+        /// The run id.
+        run_id: String,
+        /// `completed`, `paused`, `interrupted`, `failed`, or `released` (given back
+        /// unfinished on stop).
+        status: String,
+        /// A short detail (the pause reason, the error).
+        detail: Option<String>,
+    },
+    /// Another worker claimed the run: this one stopped at once and wrote nothing more.
+    Lost {
+        /// The run id.
+        run_id: String,
+        /// Why it knows.
+        reason: String,
+    },
+    /// The journal failed; the worker reopens it.
+    JournalDown {
+        /// Reopen attempt number (1 for the first).
+        attempt: u32,
+        /// The error.
+        error: String,
+    },
+    /// The journal was reopened; the worker takes its runs back.
+    JournalBack {
+        /// Runs it takes back.
+        runs: usize,
+    },
+    /// It stopped claiming and gives its runs back.
+    Stopping {
+        /// Runs being driven.
+        running: usize,
+    },
+}
+
+/// Sees a worker's events.
+pub trait WorkerObserver: Send + Sync {
+    /// One event.
+    fn event(&self, event: &WorkerEvent);
+}
+
+/// What a worker did, when it stopped.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct WorkerSummary {
+    /// Claims taken.
+    pub claimed: u64,
+    /// Drives that ended with the run completed.
+    pub completed: u64,
+    /// Drives that ended otherwise (paused, interrupted, failed).
+    pub ended_otherwise: u64,
+    /// Runs given back unfinished.
+    pub released: u64,
+    /// Runs lost to another worker.
+    pub lost: u64,
+    /// Journal reopenings.
+    pub reopened: u64,
+}
+
+/// The prefix of every run's lease name.
+const RUN_LEASES: &str = "run:";
+
+/// Drives claimable runs until `stop` fires, then gives back what it holds and returns.
+///
+/// Errors only when the journal cannot be opened at start; later failures are survived.
+pub async fn run_worker(
+    connector: Arc<dyn Connector>,
+    config: WorkerConfig,
+    observer: Arc<dyn WorkerObserver>,
+    stop: CancellationToken,
+) -> Result<WorkerSummary, HostError> {
+    let mut journal = connector.journal().await?;
+    let mut generation = 0u64;
+    let mut summary = WorkerSummary::default();
+    let drives_stop = CancellationToken::new();
+    let mut tasks: JoinSet<(Lease, u64, Outcome)> = JoinSet::new();
+    let mut held: HashMap<tokio::task::Id, Lease> = HashMap::new();
+    let mut retake: Vec<String> = Vec::new();
+    let mut grace_ends: Option<tokio::time::Instant> = None;
+    let spawn = |tasks: &mut JoinSet<(Lease, u64, Outcome)>,
+                 held: &mut HashMap<tokio::task::Id, Lease>,
+                 journal: &Journal,
+                 lease: Lease,
+                 generation: u64| {
+        let job = drive::drive(
+            journal.clone(),
+            lease.clone(),
+            Arc::clone(&connector),
+            config.lease_ttl,
+            drives_stop.clone(),
+        );
+        let lease_out = lease.clone();
+        let handle = tasks.spawn(async move { (lease_out, generation, job.await) });
+        held.insert(handle.id(), lease);
+    };
+    loop {
+        if grace_ends.is_none() {
+            while tasks.len() < config.concurrency {
+                let claimed = match retake.pop() {
+                    Some(name) => match journal
+                        .reclaim_lease(&name, &config.name, config.lease_ttl)
+                        .await
+                    {
+                        Ok(lease) => lease,
+                        Err(err) => {
+                            tracing::warn!(run = %name, error = %err, "cannot take a run back yet");
+                            retake.push(name);
+                            break;
+                        }
+                    },
+                    None => match journal
+                        .claim_lease(RUN_LEASES, &config.name, config.lease_ttl)
+                        .await
+                    {
+                        Ok(Some(lease)) => Some(lease),
+                        Ok(None) => break,
+                        Err(err) => {
+                            tracing::warn!(error = %err, "cannot claim runs now");
+                            break;
+                        }
+                    },
+                };
+                if let Some(lease) = claimed {
+                    summary.claimed += 1;
+                    observer.event(&WorkerEvent::Claimed {
+                        run_id: run_id(&lease).to_string(),
+                        epoch: lease.epoch,
+                    });
+                    spawn(&mut tasks, &mut held, &journal, lease, generation);
+                }
+            }
+        }
+        if grace_ends.is_some() && tasks.is_empty() {
+            break;
+        }
+        let grace_sleep = async {
+            match grace_ends {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            joined = tasks.join_next_with_id(), if !tasks.is_empty() => {
+                let Some(joined) = joined else { continue };
+                let (id, lease, task_generation, outcome) = match joined {
+                    Ok((id, (lease, g, outcome))) => (id, lease, g, outcome),
+                    Err(err) => {
+                        // A drive task panicked or was aborted: give its run back.
+                        if let Some(lease) = held.remove(&err.id()) {
+                            release_open(&journal, &lease).await;
+                        }
+                        continue;
+                    }
+                };
+                held.remove(&id);
+                match outcome {
+                    Outcome::Ended { status, detail } => {
+                        if status == "completed" {
+                            summary.completed += 1;
+                        } else if status == "released" {
+                            summary.released += 1;
+                        } else {
+                            summary.ended_otherwise += 1;
+                        }
+                        observer.event(&WorkerEvent::Ended {
+                            run_id: run_id(&lease).to_string(),
+                            status,
+                            detail,
+                        });
+                    }
+                    Outcome::Lost(reason) => {
+                        summary.lost += 1;
+                        observer.event(&WorkerEvent::Lost {
+                            run_id: run_id(&lease).to_string(),
+                            reason,
+                        });
+                    }
+                    Outcome::JournalFailed(error) => {
+                        retake.push(lease.name.clone());
+                        if task_generation == generation {
+                            match reopen(&*connector, &*observer, error, &stop).await {
+                                Some(fresh) => {
+                                    journal = fresh;
+                                    generation += 1;
+                                    summary.reopened += 1;
+                                    observer.event(&WorkerEvent::JournalBack {
+                                        runs: retake.len() + tasks.len(),
+                                    });
+                                }
+                                None => grace_ends = Some(tokio::time::Instant::now()),
+                            }
+                        }
+                    }
+                }
+            }
+            () = stop.cancelled(), if grace_ends.is_none() => {
+                observer.event(&WorkerEvent::Stopping { running: tasks.len() });
+                drives_stop.cancel();
+                grace_ends = Some(tokio::time::Instant::now() + config.grace);
+            }
+            () = grace_sleep => {
+                // Past the grace period: drop what still runs and give it back.
+                tasks.abort_all();
+                while tasks.join_next().await.is_some() {}
+                for lease in held.values() {
+                    release_open(&journal, lease).await;
+                    summary.released += 1;
+                }
+                held.clear();
+                break;
+            }
+            () = tokio::time::sleep(config.poll), if grace_ends.is_none() => {}
+        }
+    }
+    Ok(summary)
+}
+
+/// The run id of a run's lease.
+fn run_id(lease: &Lease) -> &str {
+    lease.name.strip_prefix(RUN_LEASES).unwrap_or(&lease.name)
+}
+
+async fn release_open(journal: &Journal, lease: &Lease) {
+    let info = serde_json::json!({"status": "running"});
+    if let Err(err) = journal.release_lease(lease, LeaseStatus::Open, &info).await {
+        tracing::warn!(run = %lease.name, error = %err, "cannot release the run; its lease will expire");
+    }
+}
+
+/// Reopens the journal with backoff until it opens or `stop` fires (then `None`).
+async fn reopen(
+    connector: &dyn Connector,
+    observer: &dyn WorkerObserver,
+    first_error: String,
+    stop: &CancellationToken,
+) -> Option<Journal> {
+    let mut delay = Duration::from_millis(200);
+    let mut error = first_error;
+    for attempt in 1u32.. {
+        tracing::warn!(attempt, %error, "journal failed; reopening");
+        observer.event(&WorkerEvent::JournalDown {
+            attempt,
+            error: error.clone(),
+        });
+        tokio::select! {
+            () = tokio::time::sleep(delay) => {}
+            () = stop.cancelled() => return None,
+        }
+        match connector.journal().await {
+            Ok(journal) => return Some(journal),
+            Err(err) => error = err.to_string(),
+        }
+        delay = (delay * 2).min(Duration::from_secs(5));
+    }
+    None
+}
