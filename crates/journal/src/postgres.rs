@@ -56,6 +56,12 @@ pub(crate) async fn open(
             .execute(&mut writer)
             .await?;
     }
+    // A writer process stopped mid-transaction (SIGSTOP, a VM pause) holds the journal's
+    // write lock; the server ends such a transaction so the other processes go on. Ours
+    // last microseconds between statements.
+    sqlx::query("SET idle_in_transaction_session_timeout = '30s'")
+        .execute(&mut writer)
+        .await?;
     migrate(&mut writer).await?;
     let reads = PgPoolOptions::new()
         .max_connections(options.read_connections.max(1))

@@ -1,0 +1,189 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests may unwrap
+//! The worker pool end to end: `agentctl submit` and `agentctl worker` processes over one
+//! journal (PostgreSQL, and SQLite where several processes of one machine share a file),
+//! the emulator over HTTP on 127.0.0.1, workers killed, stopped and terminated.
+
+#[path = "host/mod.rs"]
+mod host;
+
+#[path = "workers/mod.rs"]
+mod workers;
+
+use std::time::{Duration, Instant};
+
+use agent_runtime::CancellationToken;
+
+use host::{emulator, events};
+use workers::{Worker, check_run, claims, spawn_denier, start_worker, story, submit, wait_all_completed};
+
+/// A small deterministic generator (no dependency for one test's randomness).
+struct Lcg(u64);
+
+impl Lcg {
+    fn next(&mut self, below: u64) -> u64 {
+        self.0 = self.0.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+        (self.0 >> 33) % below
+    }
+}
+
+/// 3 workers, 30 submitted runs; a random worker is SIGKILLed every few hundred
+/// milliseconds and a new one started, until every run completed.
+async fn takeover_under_random_kills(db: &str) {
+    let server = emulator(&story("0.05")).await;
+    let dir = tempfile::tempdir().unwrap();
+    let runs = submit(db, &server, dir.path(), 30);
+    let ids: Vec<String> = runs.iter().map(|(id, _)| id.clone()).collect();
+    let stop_denier = CancellationToken::new();
+    let denier = spawn_denier(db.to_string(), ids.clone(), stop_denier.clone());
+    let mut all: Vec<Worker> = Vec::new();
+    let mut live: Vec<usize> = Vec::new();
+    for n in 0..3 {
+        all.push(start_worker(db, dir.path(), &format!("w{n}"), "1", &["--concurrency", "4"]));
+        live.push(n);
+    }
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64;
+    eprintln!("takeover seed {seed}");
+    let mut rng = Lcg(seed);
+    let mut kills = 0;
+    let chaos_until = Instant::now() + Duration::from_secs(45);
+    while Instant::now() < chaos_until {
+        tokio::time::sleep(Duration::from_millis(200 + rng.next(300))).await;
+        if wait_all_completed(db, &ids, Duration::ZERO).await.is_empty() {
+            break;
+        }
+        let victim = live.remove(rng.next(live.len() as u64) as usize);
+        all[victim].signal("KILL");
+        let _ = all[victim].child.wait();
+        kills += 1;
+        let n = all.len();
+        all.push(start_worker(db, dir.path(), &format!("w{n}"), "1", &["--concurrency", "4"]));
+        live.push(n);
+    }
+    let left = wait_all_completed(db, &ids, Duration::from_secs(120)).await;
+    stop_denier.cancel();
+    let denied = denier.await.unwrap();
+    for &n in &live {
+        all[n].signal("TERM");
+    }
+    for &n in &live {
+        let status = all[n].child.wait().unwrap();
+        assert!(status.success(), "worker w{n} exited with {status}");
+    }
+    assert!(left.is_empty(), "runs not completed: {left:?}");
+    assert!(kills > 0);
+    let claims = claims(&all);
+    for (id, ws) in &runs {
+        check_run(id, ws, &events(db, id).await, &claims);
+    }
+    eprintln!(
+        "takeover: {} workers started, {kills} killed, {} claims, {denied} indeterminate calls denied",
+        all.len(),
+        claims.len()
+    );
+}
+
+/// A worker stopped (SIGSTOP) past its lease loses the run to another; resumed (SIGCONT),
+/// its next write is refused and it drops the run.
+async fn zombie_is_fenced(db: &str) {
+    let server = emulator(&story("2")).await;
+    let dir = tempfile::tempdir().unwrap();
+    let runs = submit(db, &server, dir.path(), 1);
+    let (id, ws) = &runs[0];
+    let stop_denier = CancellationToken::new();
+    let denier = spawn_denier(db.to_string(), vec![id.clone()], stop_denier.clone());
+    let zombie = start_worker(db, dir.path(), "zombie", "1", &[]);
+    zombie.wait_for("claimed", Some(id), Duration::from_secs(20));
+    // Its first shell command is running (2 s): stop the worker past its lease.
+    std::thread::sleep(Duration::from_millis(300));
+    zombie.signal("STOP");
+    let heir = start_worker(db, dir.path(), "heir", "1", &[]);
+    let taken = heir.wait_for("claimed", Some(id), Duration::from_secs(20));
+    assert_eq!(taken["epoch"], 2);
+    let left = wait_all_completed(db, std::slice::from_ref(id), Duration::from_secs(60)).await;
+    assert!(left.is_empty(), "the heir did not complete the run");
+    let before = events(db, id).await.len();
+    zombie.signal("CONT");
+    let lost = zombie.wait_for("lost", Some(id), Duration::from_secs(20));
+    eprintln!("zombie: {lost}");
+    stop_denier.cancel();
+    denier.await.unwrap();
+    for w in [&zombie, &heir] {
+        w.signal("TERM");
+    }
+    let mut all = vec![zombie, heir];
+    for w in &mut all {
+        assert!(w.child.wait().unwrap().success(), "worker {} failed", w.name);
+    }
+    let events = events(db, id).await;
+    // Nothing the zombie did after the takeover reached the journal.
+    assert_eq!(events.len(), before, "the zombie wrote after the takeover");
+    let first_heir = events.iter().find(|e| e.epoch == Some(2)).unwrap().seq;
+    assert!(events.iter().all(|e| e.epoch != Some(1) || e.seq < first_heir));
+    check_run(id, ws, &events, &claims(&all));
+}
+
+/// SIGTERM: the worker gives the run back at its next step boundary and exits 0; another
+/// worker continues it at once, long before the lease would have expired.
+async fn sigterm_releases_the_run(db: &str) {
+    let server = emulator(&story("1")).await;
+    let dir = tempfile::tempdir().unwrap();
+    let runs = submit(db, &server, dir.path(), 1);
+    let (id, ws) = &runs[0];
+    let first = start_worker(db, dir.path(), "first", "120", &[]);
+    first.wait_for("claimed", Some(id), Duration::from_secs(20));
+    std::thread::sleep(Duration::from_millis(200));
+    first.signal("TERM");
+    let mut first = first;
+    let status = first.child.wait().unwrap();
+    assert!(status.success(), "the worker exited with {status}");
+    let ended = first.wait_for("ended", Some(id), Duration::ZERO);
+    assert_eq!(ended["status"], "released", "{ended}");
+    let started = Instant::now();
+    let second = start_worker(db, dir.path(), "second", "120", &[]);
+    let left = wait_all_completed(db, std::slice::from_ref(id), Duration::from_secs(60)).await;
+    assert!(left.is_empty());
+    // Far below the 120 s lease: the run was released, not left to expire.
+    assert!(started.elapsed() < Duration::from_secs(60));
+    second.signal("TERM");
+    let mut all = vec![first, second];
+    assert!(all[1].child.wait().unwrap().success());
+    let events = events(db, id).await;
+    // The first worker's shell call finished before it let go: nothing was cut off.
+    assert!(events.iter().all(|e| e.payload["reason"] != "indeterminate"));
+    check_run(id, ws, &events, &claims(&all));
+    all.clear();
+}
+
+fn sqlite_db(dir: &tempfile::TempDir) -> String {
+    format!("sqlite://{}", dir.path().join("journal.db").display())
+}
+
+macro_rules! on_both {
+    ($($case:ident),*) => {
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    let dir = tempfile::tempdir().unwrap();
+                    super::$case(&super::sqlite_db(&dir)).await;
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    let Some(pg) = agent_testkit::fresh_pg_database("workers").await else {
+                        return;
+                    };
+                    super::$case(pg.url()).await;
+                }
+            )*
+        }
+    };
+}
+
+on_both!(takeover_under_random_kills, zombie_is_fenced, sigterm_releases_the_run);
