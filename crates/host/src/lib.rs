@@ -44,6 +44,7 @@
 //!     approval: ApprovalMode::Auto,
 //!     endpoint: None,
 //!     compact_at: None,
+//!     transport: "http".into(),
 //! };
 //! let report = Host::new(journal, client).start(run, DriveOptions::default()).await?;
 //! assert!(matches!(report.end, RunEnd::Completed { .. }));

@@ -60,8 +60,19 @@ pub struct RunArgs {
     /// replaces the history from then on.
     #[arg(long, value_name = "TOKENS", value_parser = clap::value_parser!(u64).range(1..))]
     pub compact_at: Option<u64>,
+    /// How model calls travel: http (HTTP + SSE) or ws (the Responses WebSocket mode; a
+    /// steer that arrives while a response streams is sent to it at once). Recorded in the
+    /// run; `resume` uses the run's.
+    #[arg(long, value_enum, default_value_t = TransportArg::Http)]
+    pub transport: TransportArg,
     #[command(flatten)]
     pub drive: DriveArgs,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum TransportArg {
+    Http,
+    Ws,
 }
 
 /// Options of `run` and `resume` about how this process drives.
@@ -134,6 +145,11 @@ pub async fn run(global: &GlobalArgs, args: RunArgs) -> anyhow::Result<ExitCode>
         approval,
         endpoint: args.endpoint.recorded(),
         compact_at: args.compact_at,
+        transport: match args.transport {
+            TransportArg::Http => agent_host::run::kinds::TRANSPORT_HTTP,
+            TransportArg::Ws => agent_host::run::kinds::TRANSPORT_WS,
+        }
+        .into(),
     };
     let (opts, ctrl_c) = drive_options(global, &args.drive);
     let report = host.start(new, opts).await;
