@@ -20,3 +20,6 @@ mod lifecycle;
 
 #[path = "host/steer.rs"]
 mod steer;
+
+#[path = "host/steer_ws.rs"]
+mod steer_ws;
