@@ -63,6 +63,7 @@ pub mod codex;
 mod error;
 pub mod executor;
 pub mod run;
+pub mod run_history;
 pub mod steer_bridge;
 pub mod tools;
 
