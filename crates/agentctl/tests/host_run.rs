@@ -23,3 +23,6 @@ mod steer;
 
 #[path = "host/steer_ws.rs"]
 mod steer_ws;
+
+#[path = "host/search.rs"]
+mod search;
