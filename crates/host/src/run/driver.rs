@@ -255,7 +255,9 @@ impl Driver {
                 thread: &self.thread,
                 state: &self.state,
             };
-            model_ws::stream(&self.client, request, source, on_text).await
+            // Boxed: the session and its steering state would otherwise sit inline in
+            // every step's future.
+            Box::pin(model_ws::stream(&self.client, request, source, on_text)).await
         } else {
             (model::stream(&self.client, request, on_text).await, None)
         }
