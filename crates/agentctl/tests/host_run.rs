@@ -20,3 +20,9 @@ mod lifecycle;
 
 #[path = "host/steer.rs"]
 mod steer;
+
+#[path = "host/steer_ws.rs"]
+mod steer_ws;
+
+#[path = "host/search.rs"]
+mod search;

@@ -109,6 +109,7 @@ fn new_run(workspace: &std::path::Path, steps: u64, max_steps: u64) -> NewRun {
         approval: ApprovalMode::Auto,
         endpoint: None,
         compact_at: None,
+        transport: "http".into(),
     }
 }
 

@@ -44,6 +44,7 @@
 //!     approval: ApprovalMode::Auto,
 //!     endpoint: None,
 //!     compact_at: None,
+//!     transport: "http".into(),
 //! };
 //! let report = Host::new(journal, client).start(run, DriveOptions::default()).await?;
 //! assert!(matches!(report.end, RunEnd::Completed { .. }));
@@ -62,6 +63,7 @@ pub mod codex;
 mod error;
 pub mod executor;
 pub mod run;
+pub mod run_history;
 pub mod steer_bridge;
 pub mod tools;
 pub mod worker;

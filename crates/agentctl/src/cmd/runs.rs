@@ -44,6 +44,26 @@ pub enum RunsCmd {
         #[arg(long)]
         follow: bool,
     },
+    /// Find text in a run's history (`RUN TERM`) or in every run's (`--all TERM`): model
+    /// output and tool calls with their output, case-insensitive. The history is derived
+    /// from the journal and caught up before each search.
+    #[command(
+        override_usage = "agentctl runs search RUN TERM\n       agentctl runs search --all TERM"
+    )]
+    Search {
+        /// The run id, then the term (with --all: only the term).
+        #[arg(value_name = "RUN|TERM")]
+        first: String,
+        /// The term.
+        #[arg(value_name = "TERM")]
+        second: Option<String>,
+        /// Search every run, newest first.
+        #[arg(long)]
+        all: bool,
+        /// At most this many hits.
+        #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u64).range(1..=1000))]
+        limit: u64,
+    },
 }
 
 pub async fn run(global: &GlobalArgs, cmd: RunsCmd) -> anyhow::Result<ExitCode> {
@@ -53,6 +73,12 @@ pub async fn run(global: &GlobalArgs, cmd: RunsCmd) -> anyhow::Result<ExitCode> 
         RunsCmd::Show { run } => show(global, &journal, &run).await,
         RunsCmd::Events { run, follow } => events(&journal, &run, follow).await,
         RunsCmd::Wait { run, timeout } => wait(global, &journal, &run, timeout).await,
+        RunsCmd::Search {
+            first,
+            second,
+            all,
+            limit,
+        } => search(global, &journal, first, second, all, limit).await,
     };
     journal.close().await;
     result
@@ -297,6 +323,58 @@ async fn events(
         let Some(event) = next else { break };
         for line in conv.convert(&event?) {
             output::json_line(&line)?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn search(
+    global: &GlobalArgs,
+    journal: &agent_journal::Journal,
+    first: String,
+    second: Option<String>,
+    all: bool,
+    limit: u64,
+) -> anyhow::Result<ExitCode> {
+    let (run, term) = match (all, second) {
+        (true, None) => (None, first),
+        (false, Some(term)) => (Some(first), term),
+        (true, Some(_)) => {
+            return Err(output::UsageError(
+                "with --all, give only the term: agentctl runs search --all TERM".into(),
+            )
+            .into());
+        }
+        (false, None) => {
+            return Err(output::UsageError(
+                "give a run and a term (agentctl runs search RUN TERM), or --all TERM".into(),
+            )
+            .into());
+        }
+    };
+    if term.trim().is_empty() {
+        return Err(output::UsageError("the search term is empty".into()).into());
+    }
+    let store = super::history::open(global).await?;
+    let limit = usize::try_from(limit).unwrap_or(50);
+    let hits = agent_host::run_history::search(journal, &store, run.as_deref(), &term, limit).await;
+    store.close().await;
+    for hit in hits? {
+        if global.json {
+            let mut line = serde_json::to_value(&hit)?;
+            if let Some(obj) = line.as_object_mut() {
+                obj.insert("type".into(), json!("runs.search.hit"));
+            }
+            output::json_line(&line)?;
+        } else {
+            let what = match &hit.tool {
+                Some(tool) => format!("tool {tool}"),
+                None => hit.kind.to_string(),
+            };
+            output::line(&format!(
+                "{}  step {:>3}  {:<16} {}",
+                hit.run_id, hit.step, what, hit.snippet
+            ))?;
         }
     }
     Ok(ExitCode::SUCCESS)

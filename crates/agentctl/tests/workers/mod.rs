@@ -165,8 +165,15 @@ pub fn spawn_denier(
                         },
                         args_sha256: None,
                     };
-                    if run::decide(&journal, id, request).await.is_ok() {
-                        denied += 1;
+                    match run::decide(&journal, id, request).await {
+                        Ok(()) => denied += 1,
+                        Err(agent_host::HostError::Journal(_)) => {
+                            // Its writer failed with the database: open it again.
+                            if let Ok(fresh) = Journal::open(&db).await {
+                                journal = fresh;
+                            }
+                        }
+                        Err(_) => {}
                     }
                 }
             }

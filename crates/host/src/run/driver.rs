@@ -20,6 +20,7 @@ use serde_json::{Value, json};
 
 use super::kinds as k;
 use super::model::{self, Streamed};
+use super::model_ws;
 use super::owner::Owner;
 use super::state::{CallProgress, CallRecord, RunSpec, RunState, RunStatus};
 use super::{DriveOptions, RunEnd, RunReport};
@@ -245,6 +246,51 @@ impl Driver {
         .await
     }
 
+    /// Streams one attempt of a step over the run's transport; over WebSocket, steers
+    /// requested meanwhile are sent at once (see [`model_ws`]).
+    async fn stream(
+        &self,
+        request: &agent_responses::types::CreateResponse,
+        on_text: &(dyn Fn(&str) + Send + Sync),
+    ) -> (Streamed, Option<model_ws::Steered>) {
+        if self.spec.transport == k::TRANSPORT_WS {
+            let source = model_ws::SteerSource {
+                journal: &self.journal,
+                thread: &self.thread,
+                state: &self.state,
+            };
+            // Boxed: the session and its steering state would otherwise sit inline in
+            // every step's future.
+            Box::pin(model_ws::stream(&self.client, request, source, on_text)).await
+        } else {
+            (model::stream(&self.client, request, on_text).await, None)
+        }
+    }
+
+    /// `steer.applied` for each steer a successor response carries (applied at `step`, the
+    /// step whose output is the successor's), after moving the runtime's revision on as a
+    /// boundary steer does.
+    async fn steered_events(
+        &mut self,
+        step: u64,
+        steered: &model_ws::Steered,
+    ) -> Result<Vec<NewEvent>, HostError> {
+        let mut events = Vec::new();
+        for (id, text) in &steered.steers {
+            let revision = self.runtime.steer(&self.thread, &self.turn, text).await?;
+            events.push(
+                NewEvent::new(
+                    self.thread.clone(),
+                    k::STEER_APPLIED,
+                    json!({"id": id, "step": step, "revision": revision,
+                           "via": "response.steer", "response_id": steered.parent_response_id}),
+                )
+                .with_dedup_key(k::steer_end_key(id)),
+            );
+        }
+        Ok(events)
+    }
+
     /// Applies every pending steer before the next step: the runtime's revision moves on
     /// (results launched before it would come back stale) and `steer.applied` records the
     /// step whose request carries the steer. Returns whether any was applied.
@@ -396,10 +442,10 @@ impl Driver {
             let on_text = move |delta: &str| observer.text_delta(delta);
             let cancel = self.opts.cancel.clone();
             let streamed = tokio::select! {
-                streamed = model::stream(&self.client, &request, &on_text) => Some(streamed),
+                streamed = self.stream(&request, &on_text) => Some(streamed),
                 () = cancel.cancelled() => None,
             };
-            let Some(streamed) = streamed else {
+            let Some((streamed, steered)) = streamed else {
                 return self.interrupt().await.map(Some);
             };
             match streamed {
@@ -419,14 +465,23 @@ impl Driver {
                     if let Some(problem) = self.unusable_calls(&output) {
                         return self.fail(problem).await.map(Some);
                     }
-                    let recorded = self
-                        .record(
-                            k::MODEL_COMPLETED,
-                            json!({"step": step, "attempt": attempt, "response_id": response.id,
-                                   "status": response.status, "output": output, "usage": usage}),
-                            Some(k::model_done_key(step)),
-                        )
-                        .await;
+                    let mut completed = json!({"step": step, "attempt": attempt,
+                        "response_id": response.id, "status": response.status,
+                        "output": output, "usage": usage});
+                    let mut events = Vec::new();
+                    if let Some(steered) = steered {
+                        events = self.steered_events(step, &steered).await?;
+                        if let Some(obj) = completed.as_object_mut() {
+                            obj.insert("steered".into(), model_ws::steered_payload(&steered));
+                        }
+                    }
+                    events.push(
+                        NewEvent::new(self.thread.clone(), k::MODEL_COMPLETED, completed)
+                            .with_dedup_key(k::model_done_key(step)),
+                    );
+                    // One append: a steer applied mid-response and the step that carries it
+                    // are journaled together or not at all.
+                    let recorded = self.append(events).await;
                     match recorded {
                         Ok(()) => return Ok(None),
                         // Over the journal's payload limit: it can never be recorded, so

@@ -161,9 +161,20 @@ impl ExecJson {
                 "reason": s("reason"), "detail": s("detail")})],
             k::STEER_REQUESTED => vec![json!({"type": "steer.requested",
                 "run_id": self.run_id, "id": s("id"), "text": s("text")})],
-            k::STEER_APPLIED => vec![json!({"type": "steer.applied",
-                "run_id": self.run_id, "id": s("id"), "step": p.get("step"),
-                "revision": p.get("revision")})],
+            k::STEER_APPLIED => {
+                let mut line = json!({"type": "steer.applied",
+                    "run_id": self.run_id, "id": s("id"), "step": p.get("step"),
+                    "revision": p.get("revision")});
+                // Sent while a response streamed (`--transport ws`): which one it steered.
+                if let (Some(obj), Some(via)) = (line.as_object_mut(), p.get("via")) {
+                    obj.insert("via".into(), via.clone());
+                    obj.insert(
+                        "response_id".into(),
+                        p.get("response_id").cloned().unwrap_or_default(),
+                    );
+                }
+                vec![line]
+            }
             k::STEER_DROPPED => vec![json!({"type": "steer.dropped",
                 "run_id": self.run_id, "id": s("id"), "reason": s("reason")})],
             k::CONTEXT_COMPACTED => vec![json!({"type": "context.compacted",

@@ -16,6 +16,11 @@ pub const RUN_RESUMED: &str = "run.resumed";
 /// Before a model call: step, attempt, sha256 of the request body.
 pub const MODEL_REQUESTED: &str = "model.requested";
 /// A model response received in full: step, response id, output items verbatim, usage.
+/// A step steered while it streamed (`--transport ws`) also has `steered`:
+/// `{parent_response_id, parent_status, incomplete_reason ("steered"), parent_output,
+/// steer_ids}`; `response_id` and `output` are then the successor's, and each steer in
+/// `steer_ids` has its `steer.applied` (at this step, `via: "response.steer"`) in the same
+/// append.
 pub const MODEL_COMPLETED: &str = "model.completed";
 /// A model call failed after the retry policy: step, status, error type/code/message.
 pub const MODEL_FAILED: &str = "model.failed";
@@ -29,7 +34,8 @@ pub const TOOL_REFUSED: &str = "tool.refused";
 pub const INTERRUPT_REQUESTED: &str = "interrupt.requested";
 /// User input for the run, from any process: id, text.
 pub const STEER_REQUESTED: &str = "steer.requested";
-/// The driving host gave a steer to the model: id, step, revision.
+/// The driving host gave a steer to the model: id, step, revision; when it was sent while
+/// the step's response streamed, also `via: "response.steer"` and the steered `response_id`.
 pub const STEER_APPLIED: &str = "steer.applied";
 /// A steer that no host will apply (the run ended): id, reason.
 pub const STEER_DROPPED: &str = "steer.dropped";
@@ -43,6 +49,11 @@ pub const RUN_PAUSED: &str = "run.paused";
 pub const RUN_COMPLETED: &str = "run.completed";
 /// The run ended with an error.
 pub const RUN_FAILED: &str = "run.failed";
+
+/// `run.created.transport` of a run whose model calls use HTTP+SSE (the default).
+pub const TRANSPORT_HTTP: &str = "http";
+/// `run.created.transport` of a run whose model calls use the Responses WebSocket mode.
+pub const TRANSPORT_WS: &str = "ws";
 
 /// The journal thread of run `id`.
 pub fn thread_of(id: &str) -> String {

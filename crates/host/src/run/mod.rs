@@ -7,6 +7,7 @@ mod driver;
 pub mod exec_json;
 pub mod kinds;
 mod model;
+mod model_ws;
 mod owner;
 mod query;
 mod records;
@@ -123,6 +124,8 @@ pub struct NewRun {
     pub endpoint: Option<String>,
     /// See [`RunSpec::compact_at`].
     pub compact_at: Option<u64>,
+    /// [`kinds::TRANSPORT_HTTP`] or [`kinds::TRANSPORT_WS`] (see [`RunSpec::transport`]).
+    pub transport: String,
 }
 
 /// How a drive ended.
@@ -241,7 +244,7 @@ impl Host {
             tools: specs,
             approval: new.approval,
             budgets: new.budgets,
-            transport: "http".into(),
+            transport: new.transport,
             endpoint: new.endpoint,
             compact_at: new.compact_at,
             submitted,

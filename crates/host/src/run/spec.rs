@@ -25,7 +25,8 @@ pub struct RunSpec {
     /// The budgets the run started with.
     pub budgets: Budgets,
     #[serde(default = "http")]
-    /// `http` (HTTP + SSE).
+    /// `http` (HTTP + SSE) or `ws` (the Responses WebSocket mode: a steer that arrives
+    /// while a response streams is sent as `response.steer`); `resume` keeps it.
     pub transport: String,
     /// Where the model was reached: a base URL, `mock` (the built-in story) or
     /// `mock:PATH` (an emulator script); `resume` reuses it when given no endpoint.

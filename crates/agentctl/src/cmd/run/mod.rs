@@ -77,6 +77,17 @@ pub struct RunOptions {
     /// replaces the history from then on.
     #[arg(long, value_name = "TOKENS", value_parser = clap::value_parser!(u64).range(1..))]
     pub compact_at: Option<u64>,
+    /// How model calls travel: http (HTTP + SSE) or ws (the Responses WebSocket mode; a
+    /// steer that arrives while a response streams is sent to it at once). Recorded in the
+    /// run; `resume` uses the run's.
+    #[arg(long, value_enum, default_value_t = TransportArg::Http)]
+    pub transport: TransportArg,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum TransportArg {
+    Http,
+    Ws,
 }
 
 /// Options of `run` and `resume` about how this process drives.
@@ -189,6 +200,11 @@ fn new_run(args: RunOptions) -> anyhow::Result<(NewRun, Endpoint)> {
         approval,
         endpoint: args.endpoint.recorded(),
         compact_at: args.compact_at,
+        transport: match args.transport {
+            TransportArg::Http => agent_host::run::kinds::TRANSPORT_HTTP,
+            TransportArg::Ws => agent_host::run::kinds::TRANSPORT_WS,
+        }
+        .into(),
     };
     Ok((new, args.endpoint))
 }

@@ -9,7 +9,7 @@ use agent_host::run::RunSpec;
 use agent_host::worker::{
     Connected, Connector, WorkerConfig, WorkerEvent, WorkerObserver, run_worker,
 };
-use agent_journal::Journal;
+use agent_journal::{Journal, JournalOptions};
 use agent_runtime::CancellationToken;
 use clap::Args;
 use futures::future::BoxFuture;
@@ -47,11 +47,20 @@ pub struct WorkerArgs {
 struct CliConnector {
     url: String,
     endpoint: Endpoint,
+    /// Read connections: on PostgreSQL every live tail (one per driven run, more while it
+    /// waits for a decision) holds one for its LISTEN.
+    read_connections: u32,
 }
 
 impl Connector for CliConnector {
     fn journal(&self) -> BoxFuture<'_, Result<Journal, HostError>> {
-        Box::pin(async move { Ok(Journal::open(&self.url).await?) })
+        Box::pin(async move {
+            let options = JournalOptions {
+                read_connections: self.read_connections,
+                ..JournalOptions::default()
+            };
+            Ok(Journal::open_with(&self.url, options).await?)
+        })
     }
 
     fn client<'a>(&'a self, spec: &'a RunSpec) -> BoxFuture<'a, Result<Connected, HostError>> {
@@ -134,6 +143,7 @@ pub async fn worker(global: &GlobalArgs, args: WorkerArgs) -> anyhow::Result<Exi
     let connector = Arc::new(CliConnector {
         url,
         endpoint: args.endpoint,
+        read_connections: u32::try_from(config.concurrency * 3 + 4).unwrap_or(u32::MAX),
     });
     let stop = CancellationToken::new();
     let signals = stop_on_signals(stop.clone())?;

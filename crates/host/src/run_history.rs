@@ -1,0 +1,276 @@
+//! A run's history in `agent-context`, derived from its journal, for search.
+//!
+//! Invariants:
+//! - The journal is the source; the context thread `run:<id>` holds only units derived from
+//!   it and can be rebuilt from it at any time.
+//! - One unit per completed model step (`step:<n>`: the steers applied before it as user
+//!   messages, then its output items other than function calls) and one per finished tool
+//!   call (`call:<call_id>`: the model's `function_call` and its `function_call_output`). A
+//!   unit is derived only once its content is final (`model.completed`, a terminal call
+//!   event or a refusal), so re-deriving it gives the same unit; a step whose output is only
+//!   calls has no step unit.
+//! - Catch-up ([`catch_up`]) appends the units the context thread lacks; one already there
+//!   (`DuplicateUnit`) is skipped, so running it again, or in two processes at once, writes
+//!   nothing new. It runs at search time: a run's history is searchable as far as its
+//!   journal goes, whoever drove it and whether or not it crashed.
+//! - A unit the context store refuses (over its size limits) is skipped with a warning and
+//!   tried again at the next catch-up; the journal keeps the full text.
+
+use agent_context::{ContextError, ContextStore, Unit};
+use agent_journal::Journal;
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use crate::error::HostError;
+use crate::run::state::{CallProgress, RunState, SteerStatus};
+use crate::run::{self, kinds};
+
+/// Why a history search could not be done.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum HistoryError {
+    /// Reading the run from the journal failed.
+    #[error(transparent)]
+    Host(#[from] HostError),
+    /// The context store failed.
+    #[error(transparent)]
+    Context(#[from] ContextError),
+}
+
+/// A history unit derived from a run's journal.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HistoryUnit {
+    /// `step:<n>` or `call:<call_id>`.
+    pub id: String,
+    /// Responses API items, as the context store keeps them.
+    pub items: Vec<Value>,
+}
+
+/// The units of `state`, in history order (each step, then its finished calls).
+pub fn units_of(state: &RunState) -> Vec<HistoryUnit> {
+    let mut units = Vec::new();
+    for step in &state.steps {
+        let mut items: Vec<Value> = state
+            .steers
+            .iter()
+            .filter(|s| s.status == SteerStatus::Applied { step: step.step })
+            .map(|s| json!({"type": "message", "role": "user", "content": s.text}))
+            .collect();
+        items.extend(
+            step.output
+                .iter()
+                .filter(|i| i.get("type").and_then(Value::as_str) != Some("function_call"))
+                .cloned(),
+        );
+        if !items.is_empty() {
+            units.push(HistoryUnit {
+                id: format!("step:{}", step.step),
+                items,
+            });
+        }
+        for call in state.calls.iter().filter(|c| c.step == step.step) {
+            let CallProgress::Done(output) = &call.progress else {
+                continue;
+            };
+            let made = step.output.iter().find(|i| {
+                i.get("type").and_then(Value::as_str) == Some("function_call")
+                    && i.get("call_id").and_then(Value::as_str) == Some(call.call_id.as_str())
+            });
+            let Some(made) = made else { continue };
+            units.push(HistoryUnit {
+                id: format!("call:{}", call.call_id),
+                items: vec![
+                    made.clone(),
+                    json!({"type": "function_call_output", "call_id": call.call_id,
+                           "output": output.text}),
+                ],
+            });
+        }
+    }
+    units
+}
+
+/// Appends the units of `state` that its context thread lacks; returns how many were
+/// written (0 when caught up). See the module invariants.
+pub async fn catch_up(store: &ContextStore, state: &RunState) -> Result<usize, HistoryError> {
+    let thread = kinds::thread_of(&state.id);
+    let units = units_of(state);
+    let held = store
+        .threads()
+        .await?
+        .into_iter()
+        .find(|t| t.thread == thread)
+        .map_or(0, |t| t.units);
+    if held == units.len() as u64 {
+        return Ok(0);
+    }
+    let mut written = 0;
+    for unit in &units {
+        match store.append_unit(&thread, &unit.id, &unit.items).await {
+            Ok(_) => written += 1,
+            Err(ContextError::DuplicateUnit { .. }) => {}
+            Err(
+                err @ (ContextError::TooLarge { .. }
+                | ContextError::TooManyItems { .. }
+                | ContextError::NulChar { .. }
+                | ContextError::InvalidItem { .. }
+                | ContextError::UnpairedCalls { .. }
+                | ContextError::DuplicateCallId { .. }),
+            ) => {
+                tracing::warn!(run = %state.id, unit = %unit.id, error = %err, "history unit not stored; search will not find it");
+            }
+            Err(err) => return Err(err.into()),
+        }
+    }
+    Ok(written)
+}
+
+/// A unit of a run's history that holds the search term.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Hit {
+    /// The run.
+    pub run_id: String,
+    /// The step (of a call: the step that made it).
+    pub step: u64,
+    /// `model` (a step's output) or `tool` (a call with its output).
+    pub kind: &'static str,
+    /// The unit id (`step:<n>` or `call:<call_id>`).
+    pub unit: String,
+    /// The call's id, for a tool unit.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub call_id: Option<String>,
+    /// The call's tool, for a tool unit.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool: Option<String>,
+    /// The text around the first match, on one line.
+    pub snippet: String,
+}
+
+/// Searches the history of `run_id` (every run when `None`, newest first) for `term`,
+/// catching each run up first; at most `limit` hits in all.
+pub async fn search(
+    journal: &Journal,
+    store: &ContextStore,
+    run_id: Option<&str>,
+    term: &str,
+    limit: usize,
+) -> Result<Vec<Hit>, HistoryError> {
+    let runs = match run_id {
+        Some(id) => vec![run::load(journal, id).await?],
+        None => run::list(journal).await?,
+    };
+    let mut hits = Vec::new();
+    for state in runs {
+        if hits.len() >= limit {
+            break;
+        }
+        catch_up(store, &state).await?;
+        let found = store
+            .search(&kinds::thread_of(&state.id), term, limit - hits.len())
+            .await?;
+        hits.extend(found.iter().map(|unit| hit(&state, unit, term)));
+    }
+    Ok(hits)
+}
+
+fn hit(state: &RunState, unit: &Unit, term: &str) -> Hit {
+    let (kind, step, call) = match unit.unit.split_once(':') {
+        Some(("call", id)) => {
+            let call = state.call(id);
+            ("tool", call.map_or(0, |c| c.step), call)
+        }
+        Some((_, n)) => ("model", n.parse().unwrap_or(0), None),
+        None => ("model", 0, None),
+    };
+    Hit {
+        run_id: state.id.clone(),
+        step,
+        kind,
+        unit: unit.unit.clone(),
+        call_id: call.map(|c| c.call_id.clone()),
+        tool: call.map(|c| c.name.clone()),
+        snippet: snippet(&text_of(&unit.items), term),
+    }
+}
+
+/// The readable text of a unit's items: messages, reasoning summaries, calls and outputs.
+fn text_of(items: &[Value]) -> String {
+    let mut parts = Vec::new();
+    for item in items {
+        let field = |name: &str| item.get(name).and_then(Value::as_str).unwrap_or("");
+        match item.get("type").and_then(Value::as_str).unwrap_or("") {
+            "function_call" => parts.push(format!("{}({})", field("name"), field("arguments"))),
+            "function_call_output" => parts.push(format!("-> {}", field("output"))),
+            _ => collect_text(item, &mut parts),
+        }
+    }
+    parts.join(" ")
+}
+
+fn collect_text(value: &Value, out: &mut Vec<String>) {
+    match value {
+        Value::Object(map) => {
+            for (key, v) in map {
+                match (key.as_str(), v) {
+                    ("text" | "content", Value::String(s)) => out.push(s.clone()),
+                    (_, Value::Array(_) | Value::Object(_)) => collect_text(v, out),
+                    _ => {}
+                }
+            }
+        }
+        Value::Array(values) => values.iter().for_each(|v| collect_text(v, out)),
+        _ => {}
+    }
+}
+
+/// About 100 characters of `text` around the first case-insensitive match of `term`, on
+/// one line (the start of the text when the term matched only the unit's JSON).
+fn snippet(text: &str, term: &str) -> String {
+    const AROUND: usize = 50;
+    let chars: Vec<char> = text.chars().collect();
+    let folded: Vec<String> = chars
+        .iter()
+        .map(|c| agent_context::fold(&c.to_string()))
+        .collect();
+    let needle = agent_context::fold(term);
+    let at = (0..chars.len())
+        .find(|&i| {
+            let mut s = String::new();
+            for f in folded.iter().skip(i) {
+                if s.len() >= needle.len() {
+                    break;
+                }
+                s.push_str(f);
+            }
+            s.starts_with(&needle)
+        })
+        .unwrap_or(0);
+    let start = at.saturating_sub(AROUND);
+    let end = (at + needle.chars().count() + AROUND).min(chars.len());
+    let mut out: String = chars[start..end]
+        .iter()
+        .map(|c| if c.is_whitespace() { ' ' } else { *c })
+        .collect();
+    if start > 0 {
+        out.insert(0, '…');
+    }
+    if end < chars.len() {
+        out.push('…');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn snippet_centres_on_the_term_case_insensitively() {
+        let text = format!("{} Needle here {}", "a".repeat(80), "b".repeat(80));
+        let s = snippet(&text, "NEEDLE");
+        assert!(s.contains("Needle here"), "{s}");
+        assert!(s.starts_with('…') && s.ends_with('…'), "{s}");
+        assert_eq!(snippet("short", "zzz"), "short");
+        assert_eq!(snippet("", "x"), "");
+    }
+}
