@@ -25,13 +25,13 @@ use crate::process::{cargo, output, run as run_cmd};
 const SDK_VERSION: &str = "0.24.0";
 
 /// The emulator, killed on drop.
-struct Emulator {
+pub(super) struct Emulator {
     child: Child,
-    base_url: String,
+    pub(super) base_url: String,
 }
 
 impl Emulator {
-    fn start(agentctl: &Path, script: &Path) -> anyhow::Result<Emulator> {
+    pub(super) fn start(agentctl: &Path, script: &Path) -> anyhow::Result<Emulator> {
         let mut child = Command::new(agentctl)
             .args(["mock", "serve", "--addr", "127.0.0.1:0", "--script"])
             .arg(script)

@@ -12,6 +12,7 @@ mod host;
 mod journal;
 mod responses;
 mod runtime;
+mod workers;
 
 use std::path::PathBuf;
 
@@ -38,6 +39,7 @@ const AREAS: &[Area] = &[
     ("responses", responses::run),
     ("context", context::run),
     ("host", host::run),
+    ("workers", workers::run),
 ];
 
 pub fn run(args: &[String]) -> anyhow::Result<()> {

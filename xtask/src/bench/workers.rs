@@ -1,0 +1,290 @@
+//! `cargo xtask bench workers`: the worker pool (`agentctl submit` + `agentctl worker`,
+//! release) against `agentctl mock serve` with zero model latency: runs and model steps per
+//! second through 1, 2 and 4 worker processes, on a SQLite file and on PostgreSQL
+//! (`AGENTCTL_TEST_PG_URL`), and the takeover time after a worker is SIGKILLed.
+//!
+//! No target yet (issue 15); the section says where the time goes.
+
+use std::collections::HashSet;
+use std::fmt::Write as _;
+use std::io::BufRead as _;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use serde_json::Value;
+
+use super::host::Emulator;
+use super::{BenchCtx, Section, median};
+use crate::process::{cargo, run as run_cmd};
+
+/// Runs per measurement, each a 20-step tool loop then the answer (21 model steps).
+const RUNS: usize = 40;
+const STEPS_PER_RUN: usize = 21;
+/// Lease time-to-live of the takeover measurement, seconds.
+const TAKEOVER_TTL: f64 = 2.0;
+
+struct Worker {
+    child: Child,
+    lines: mpsc::Receiver<Value>,
+}
+
+impl Worker {
+    fn start(agentctl: &Path, db: &str, name: &str, ttl: f64) -> anyhow::Result<Worker> {
+        let mut child = Command::new(agentctl)
+            .args([
+                "--db",
+                db,
+                "--json",
+                "worker",
+                "--concurrency",
+                "8",
+                "--poll",
+                "0.05",
+            ])
+            .args(["--lease-ttl", &ttl.to_string(), "--name", name])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .context("cannot start a worker")?;
+        let out = child.stdout.take().context("worker stdout")?;
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(out).lines().map_while(Result::ok) {
+                if let Ok(v) = serde_json::from_str::<Value>(&line)
+                    && tx.send(v).is_err()
+                {
+                    return;
+                }
+            }
+        });
+        Ok(Worker { child, lines: rx })
+    }
+
+    fn signal(&self, sig: &str) {
+        let _ = Command::new("kill")
+            .args([&format!("-{sig}"), &self.child.id().to_string()])
+            .status();
+    }
+
+    fn stop(mut self) {
+        self.signal("TERM");
+        let _ = self.child.wait();
+    }
+}
+
+fn submit(
+    agentctl: &Path,
+    db: &str,
+    base: &str,
+    ws: &Path,
+    prompt: &str,
+) -> anyhow::Result<String> {
+    let out = Command::new(agentctl)
+        .args([
+            "--db",
+            db,
+            "submit",
+            "--base-url",
+            base,
+            "--approval",
+            "auto",
+        ])
+        .args(["--max-steps", "1000000", "--workspace"])
+        .arg(ws)
+        .arg(prompt)
+        .env("OPENAI_API_KEY", "sk-bench")
+        .stderr(Stdio::null())
+        .output()
+        .context("cannot run agentctl submit")?;
+    anyhow::ensure!(out.status.success(), "agentctl submit failed");
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+/// One pool measurement: seconds until every submitted run ended, and whether all completed.
+fn pool(
+    agentctl: &Path,
+    db: &str,
+    base: &str,
+    ws: &Path,
+    workers: usize,
+) -> anyhow::Result<(f64, bool)> {
+    let mut ids = HashSet::new();
+    for _ in 0..RUNS {
+        ids.insert(submit(agentctl, db, base, ws, "loop=20; go")?);
+    }
+    let started = Instant::now();
+    let pool: Vec<Worker> = (0..workers)
+        .map(|n| Worker::start(agentctl, db, &format!("bench-{n}"), 15.0))
+        .collect::<anyhow::Result<_>>()?;
+    let (mut ended, mut completed) = (0, 0);
+    let deadline = started + Duration::from_secs(300);
+    'wait: while ended < RUNS && Instant::now() < deadline {
+        for w in &pool {
+            while let Ok(line) = w.lines.try_recv() {
+                if line["type"] == "ended"
+                    && line["run_id"].as_str().is_some_and(|r| ids.contains(r))
+                {
+                    ended += 1;
+                    completed += usize::from(line["status"] == "completed");
+                    if ended == RUNS {
+                        break 'wait;
+                    }
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let secs = started.elapsed().as_secs_f64();
+    for w in pool {
+        w.stop();
+    }
+    Ok((secs, completed == RUNS))
+}
+
+/// Seconds from SIGKILL of the worker driving a run to another worker's claim.
+fn takeover(agentctl: &Path, db: &str, base: &str, ws: &Path) -> anyhow::Result<f64> {
+    let id = submit(agentctl, db, base, ws, "loop=long; go")?;
+    let first = Worker::start(agentctl, db, "bench-first", TAKEOVER_TTL)?;
+    let claimed = |w: &Worker, within: Duration| -> anyhow::Result<()> {
+        let deadline = Instant::now() + within;
+        while Instant::now() < deadline {
+            if let Ok(line) = w.lines.recv_timeout(Duration::from_millis(5))
+                && line["type"] == "claimed"
+                && line["run_id"] == id.as_str()
+            {
+                return Ok(());
+            }
+        }
+        anyhow::bail!("no claim of {id}")
+    };
+    claimed(&first, Duration::from_secs(30))?;
+    let second = Worker::start(agentctl, db, "bench-second", TAKEOVER_TTL)?;
+    std::thread::sleep(Duration::from_millis(700));
+    first.signal("KILL");
+    let killed = Instant::now();
+    let result = claimed(&second, Duration::from_secs(30)).map(|()| killed.elapsed().as_secs_f64());
+    // End the endless run so no later measurement's workers pick it up.
+    let _ = Command::new(agentctl)
+        .args(["--db", db, "interrupt", &id])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+    std::thread::sleep(Duration::from_millis(500));
+    second.stop();
+    let mut first = first;
+    let _ = first.child.wait();
+    result
+}
+
+pub fn run(ctx: &BenchCtx) -> anyhow::Result<Section> {
+    let runs = ctx.runs.max(1);
+    eprintln!("[workers 1/3] build (release): agentctl");
+    run_cmd(cargo().args(["build", "--release", "-j2", "-p", "agentctl"]))?;
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| ctx.root.join("target"));
+    let agentctl = target.join("release/agentctl");
+    let emulator = Emulator::start(
+        &agentctl,
+        &ctx.root.join("fixtures/responses/bench-host.json"),
+    )?;
+    let base = emulator.base_url.clone();
+    let scratch =
+        std::env::temp_dir().join(format!("agentctl-bench-workers-{}", std::process::id()));
+    let ws = scratch.join("workspace");
+    std::fs::create_dir_all(&ws)?;
+    let mut backends: Vec<(&str, Option<String>)> = vec![("SQLite (Full)", None)];
+    if let Some(url) = std::env::var("AGENTCTL_TEST_PG_URL")
+        .ok()
+        .filter(|v| !v.is_empty())
+    {
+        backends.push(("PostgreSQL", Some(url)));
+    }
+    let mut md = String::new();
+    let _ = writeln!(
+        md,
+        "## Worker pool (`agentctl submit` + `agentctl worker`)\n"
+    );
+    let _ = writeln!(
+        md,
+        "`cargo xtask bench workers`: {RUNS} submitted runs of the host bench's 20-step loop \
+         ({STEPS_PER_RUN} model steps each, `list_dir` as the tool, zero model latency, \
+         `fixtures/responses/bench-host.json` on one `agentctl mock serve`), driven by 1, 2 or 4 \
+         `agentctl worker --concurrency 8` processes (release) on one database; time from \
+         starting the workers until every run ended (submits excluded). Medians of {runs} runs. \
+         Takeover: a worker driving an endless run is SIGKILLed; the time until another \
+         (already running, polling every 50 ms) claims the run, with a {TAKEOVER_TTL} s lease \
+         renewed every third of it, so the lease alone accounts for 1.3-2.0 s of it.\n"
+    );
+    let _ = writeln!(
+        md,
+        "| database | workers | runs/s | model steps/s | all completed |\n|---|---:|---:|---:|---|"
+    );
+    let mut takeovers = Vec::new();
+    for (label, url) in &backends {
+        for workers in [1usize, 2, 4] {
+            eprintln!("[workers 2/3] {label}: {workers} worker(s), {runs} runs");
+            let mut secs = Vec::new();
+            let mut ok = true;
+            for rep in 0..runs {
+                let db = match url {
+                    Some(url) => url.clone(),
+                    None => format!(
+                        "sqlite://{}",
+                        scratch.join(format!("pool-{workers}-{rep}.db")).display()
+                    ),
+                };
+                match pool(&agentctl, &db, &base, &ws, workers) {
+                    Ok((s, all)) => {
+                        secs.push(s);
+                        ok &= all;
+                    }
+                    Err(err) => {
+                        eprintln!("xtask: bench workers: {err:#}");
+                        ok = false;
+                    }
+                }
+            }
+            let s = median(&mut secs);
+            let (rps, sps) = if s > 0.0 {
+                (RUNS as f64 / s, (RUNS * STEPS_PER_RUN) as f64 / s)
+            } else {
+                (0.0, 0.0)
+            };
+            let _ = writeln!(
+                md,
+                "| {label} | {workers} | {rps:.1} | {sps:.0} | {} |",
+                if ok { "yes" } else { "**no**" }
+            );
+        }
+        eprintln!("[workers 3/3] {label}: takeover after SIGKILL");
+        let mut t = Vec::new();
+        for rep in 0..runs {
+            let db = match url {
+                Some(url) => url.clone(),
+                None => format!(
+                    "sqlite://{}",
+                    scratch.join(format!("takeover-{rep}.db")).display()
+                ),
+            };
+            match takeover(&agentctl, &db, &base, &ws) {
+                Ok(s) => t.push(s),
+                Err(err) => eprintln!("xtask: bench workers: takeover: {err:#}"),
+            }
+        }
+        takeovers.push((label, median(&mut t), t.len()));
+    }
+    let _ = writeln!(
+        md,
+        "\n| database | takeover after SIGKILL, s (median) | measurements |\n|---|---:|---:|"
+    );
+    for (label, secs, n) in takeovers {
+        let _ = writeln!(md, "| {label} | {secs:.2} | {n} |");
+    }
+    drop(emulator);
+    let _ = std::fs::remove_dir_all(&scratch);
+    Ok(Section { markdown: md })
+}
