@@ -21,16 +21,24 @@ use workers::{check_run, claims, spawn_denier, start_worker, story, submit, wait
 /// `pg_ctlcluster VERSION CLUSTER restart` for the cluster on port 5432, if this machine
 /// manages PostgreSQL with Debian's cluster tools.
 fn restart_command() -> Option<Vec<String>> {
-    let out = std::process::Command::new("pg_lsclusters").arg("-h").output().ok()?;
+    let out = std::process::Command::new("pg_lsclusters")
+        .arg("-h")
+        .output()
+        .ok()?;
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    let line = text.lines().find(|l| l.split_whitespace().nth(2) == Some("5432"))?;
+    let line = text
+        .lines()
+        .find(|l| l.split_whitespace().nth(2) == Some("5432"))?;
     let mut fields = line.split_whitespace();
     let (version, cluster) = (fields.next()?, fields.next()?);
     Some(vec![version.into(), cluster.into(), "restart".into()])
 }
 
 fn restart_postgres(args: &[String]) {
-    let status = std::process::Command::new("pg_ctlcluster").args(args).status().unwrap();
+    let status = std::process::Command::new("pg_ctlcluster")
+        .args(args)
+        .status()
+        .unwrap();
     assert!(status.success(), "pg_ctlcluster {args:?} failed");
 }
 
@@ -67,8 +75,15 @@ async fn workers_survive_postgres_restarts() {
     eprintln!("completed {:?} after the second restart", started.elapsed());
     if std::env::var_os("DEBUG_WORKERS").is_some() {
         for w in &pool {
-            eprintln!("--- {}\n{}", w.name, std::fs::read_to_string(&w.log).unwrap());
-            eprintln!("{}", std::fs::read_to_string(w.log.with_extension("err")).unwrap());
+            eprintln!(
+                "--- {}\n{}",
+                w.name,
+                std::fs::read_to_string(&w.log).unwrap()
+            );
+            eprintln!(
+                "{}",
+                std::fs::read_to_string(w.log.with_extension("err")).unwrap()
+            );
         }
     }
     stop_denier.cancel();
@@ -84,12 +99,21 @@ async fn workers_survive_postgres_restarts() {
         w.signal("TERM");
     }
     for w in &mut pool {
-        assert!(w.child.wait().unwrap().success(), "worker {} failed", w.name);
+        assert!(
+            w.child.wait().unwrap().success(),
+            "worker {} failed",
+            w.name
+        );
     }
     assert!(left.is_empty(), "runs not completed: {left:?}");
     let reopened: usize = pool
         .iter()
-        .map(|w| w.lines().iter().filter(|l| l["type"] == "journal_back").count())
+        .map(|w| {
+            w.lines()
+                .iter()
+                .filter(|l| l["type"] == "journal_back")
+                .count()
+        })
         .sum();
     // Both restarts cut drives that were writing: each was seen and survived.
     assert!(reopened >= 2, "only {reopened} journal reopenings");
@@ -97,5 +121,7 @@ async fn workers_survive_postgres_restarts() {
     for (id, ws) in &runs {
         check_run(id, ws, &events(db, id).await, &claims);
     }
-    eprintln!("postgres restarts: {reopened} journal reopenings, {denied} indeterminate calls denied");
+    eprintln!(
+        "postgres restarts: {reopened} journal reopenings, {denied} indeterminate calls denied"
+    );
 }

@@ -14,14 +14,19 @@ use std::time::{Duration, Instant};
 use agent_runtime::CancellationToken;
 
 use host::{emulator, events};
-use workers::{Worker, check_run, claims, spawn_denier, start_worker, story, submit, wait_all_completed};
+use workers::{
+    Worker, check_run, claims, spawn_denier, start_worker, story, submit, wait_all_completed,
+};
 
 /// A small deterministic generator (no dependency for one test's randomness).
 struct Lcg(u64);
 
 impl Lcg {
     fn next(&mut self, below: u64) -> u64 {
-        self.0 = self.0.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+        self.0 = self
+            .0
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
         (self.0 >> 33) % below
     }
 }
@@ -38,7 +43,13 @@ async fn takeover_under_random_kills(db: &str) {
     let mut all: Vec<Worker> = Vec::new();
     let mut live: Vec<usize> = Vec::new();
     for n in 0..3 {
-        all.push(start_worker(db, dir.path(), &format!("w{n}"), "1", &["--concurrency", "4"]));
+        all.push(start_worker(
+            db,
+            dir.path(),
+            &format!("w{n}"),
+            "1",
+            &["--concurrency", "4"],
+        ));
         live.push(n);
     }
     let seed = std::time::SystemTime::now()
@@ -51,7 +62,10 @@ async fn takeover_under_random_kills(db: &str) {
     let chaos_until = Instant::now() + Duration::from_secs(45);
     while Instant::now() < chaos_until {
         tokio::time::sleep(Duration::from_millis(200 + rng.next(300))).await;
-        if wait_all_completed(db, &ids, Duration::ZERO).await.is_empty() {
+        if wait_all_completed(db, &ids, Duration::ZERO)
+            .await
+            .is_empty()
+        {
             break;
         }
         let victim = live.remove(rng.next(live.len() as u64) as usize);
@@ -59,7 +73,13 @@ async fn takeover_under_random_kills(db: &str) {
         let _ = all[victim].child.wait();
         kills += 1;
         let n = all.len();
-        all.push(start_worker(db, dir.path(), &format!("w{n}"), "1", &["--concurrency", "4"]));
+        all.push(start_worker(
+            db,
+            dir.path(),
+            &format!("w{n}"),
+            "1",
+            &["--concurrency", "4"],
+        ));
         live.push(n);
     }
     let left = wait_all_completed(db, &ids, Duration::from_secs(120)).await;
@@ -115,13 +135,21 @@ async fn zombie_is_fenced(db: &str) {
     }
     let mut all = vec![zombie, heir];
     for w in &mut all {
-        assert!(w.child.wait().unwrap().success(), "worker {} failed", w.name);
+        assert!(
+            w.child.wait().unwrap().success(),
+            "worker {} failed",
+            w.name
+        );
     }
     let events = events(db, id).await;
     // Nothing the zombie did after the takeover reached the journal.
     assert_eq!(events.len(), before, "the zombie wrote after the takeover");
     let first_heir = events.iter().find(|e| e.epoch == Some(2)).unwrap().seq;
-    assert!(events.iter().all(|e| e.epoch != Some(1) || e.seq < first_heir));
+    assert!(
+        events
+            .iter()
+            .all(|e| e.epoch != Some(1) || e.seq < first_heir)
+    );
     check_run(id, ws, &events, &claims(&all));
 }
 
@@ -152,7 +180,11 @@ async fn sigterm_releases_the_run(db: &str) {
     assert!(all[1].child.wait().unwrap().success());
     let events = events(db, id).await;
     // The first worker's shell call finished before it let go: nothing was cut off.
-    assert!(events.iter().all(|e| e.payload["reason"] != "indeterminate"));
+    assert!(
+        events
+            .iter()
+            .all(|e| e.payload["reason"] != "indeterminate")
+    );
     check_run(id, ws, &events, &claims(&all));
     all.clear();
 }
@@ -186,4 +218,154 @@ macro_rules! on_both {
     };
 }
 
-on_both!(takeover_under_random_kills, zombie_is_fenced, sigterm_releases_the_run);
+/// Approvals, steers and interrupts from other processes reach the worker driving a run.
+async fn requests_reach_the_worker(db: &str) {
+    use host::{agentctl, answer, call, last_request, out, script_by_outputs, text};
+    let script = script_by_outputs(&[
+        serde_json::json!([call(
+            "call_a",
+            "shell",
+            serde_json::json!({"command": "echo a >> call_a.txt"})
+        )]),
+        answer(workers::FINAL),
+    ]);
+    let server = emulator(&script).await;
+    let dir = tempfile::tempdir().unwrap();
+    let submit_asking = |ws: &std::path::Path| {
+        std::fs::create_dir_all(ws).unwrap();
+        let o = out(agentctl(db)
+            .args(["submit", "--base-url", &server.base_url(), "--workspace"])
+            .arg(ws)
+            .arg("do the task"));
+        assert!(o.status.success(), "{}", text(&o.stderr));
+        text(&o.stdout).trim().to_string()
+    };
+    let (ws1, ws2) = (dir.path().join("one"), dir.path().join("two"));
+    let first = submit_asking(&ws1);
+    let worker = start_worker(db, dir.path(), "w", "5", &[]);
+    let pending = |id: &str| {
+        let id = id.to_string();
+        async move {
+            let deadline = Instant::now() + Duration::from_secs(30);
+            loop {
+                let events = events(db, &id).await;
+                if events.iter().any(|e| &*e.kind == "approval.requested") {
+                    return;
+                }
+                assert!(Instant::now() < deadline, "no approval requested in {id}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+    pending(&first).await;
+    let o = out(agentctl(db).args(["steer", &first, "use the staging database"]));
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let o = out(agentctl(db).args(["approve", &first, "call_a"]));
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let o = out(agentctl(db).args(["runs", "wait", &first, "--timeout", "30"]));
+    assert!(
+        o.status.success(),
+        "{} {}",
+        text(&o.stdout),
+        text(&o.stderr)
+    );
+    assert_eq!(
+        std::fs::read_to_string(ws1.join("call_a.txt")).unwrap(),
+        "a\n"
+    );
+    let evs = events(db, &first).await;
+    assert_eq!(
+        evs.iter().filter(|e| &*e.kind == "steer.applied").count(),
+        1
+    );
+    assert!(
+        last_request(&server)
+            .to_string()
+            .contains("use the staging database")
+    );
+
+    let second = submit_asking(&ws2);
+    pending(&second).await;
+    let o = out(agentctl(db).args(["interrupt", &second]));
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let ended = worker.wait_for("ended", Some(&second), Duration::from_secs(30));
+    assert_eq!(ended["status"], "interrupted", "{ended}");
+    let o = out(agentctl(db).args(["runs", "wait", &second]));
+    assert_eq!(o.status.code(), Some(130));
+    // The runs table: the first completed, the second interrupted, neither claimable.
+    let o = out(agentctl(db).args(["--json", "runs", "list"]));
+    let rows: Vec<serde_json::Value> = text(&o.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let row = |id: &str| rows.iter().find(|r| r["run_id"] == id).unwrap().clone();
+    assert_eq!(row(&first)["status"], "completed");
+    assert_eq!(row(&second)["status"], "interrupted");
+    assert!(rows.iter().all(|r| r["claimable"] == false));
+    worker.signal("TERM");
+    let mut worker = worker;
+    assert!(worker.child.wait().unwrap().success());
+}
+
+/// The runs table is derived: dropped, it is rebuilt from the journal, and a submitted run
+/// whose offer was lost (a crash between `run.created` and the offer) is claimable again.
+async fn runs_table_is_rebuilt_from_the_journal(db: &str) {
+    use host::text;
+    let server = emulator(&story("0")).await;
+    let dir = tempfile::tempdir().unwrap();
+    let runs = submit(db, &server, dir.path(), 2);
+    let journal = agent_journal::Journal::open(db).await.unwrap();
+    drop_leases(db).await;
+    assert!(journal.leases("run:").await.unwrap().is_empty());
+    let o = host::out(host::agentctl(db).args(["--json", "runs", "list"]));
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let listed: Vec<serde_json::Value> = text(&o.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(listed.len(), 2);
+    assert!(
+        listed
+            .iter()
+            .all(|r| r["status"] == "queued" && r["claimable"] == true),
+        "{listed:?}"
+    );
+    assert_eq!(journal.leases("run:").await.unwrap().len(), 2);
+    journal.close().await;
+    let worker = start_worker(db, dir.path(), "w", "5", &[]);
+    let ids: Vec<String> = runs.iter().map(|(id, _)| id.clone()).collect();
+    assert!(
+        wait_all_completed(db, &ids, Duration::from_secs(60))
+            .await
+            .is_empty()
+    );
+    worker.signal("TERM");
+}
+
+/// Deletes every lease row, as a lost table would be.
+async fn drop_leases(db: &str) {
+    if db.starts_with("sqlite://") {
+        let path = db.trim_start_matches("sqlite://").to_string();
+        tokio::task::spawn_blocking(move || {
+            let conn = rusqlite::Connection::open(path).unwrap();
+            conn.execute("DELETE FROM journal_leases", []).unwrap();
+        })
+        .await
+        .unwrap();
+    } else {
+        use sqlx::Connection as _;
+        let mut conn = sqlx::PgConnection::connect(db).await.unwrap();
+        sqlx::query("DELETE FROM journal_leases")
+            .execute(&mut conn)
+            .await
+            .unwrap();
+    }
+}
+
+on_both!(
+    takeover_under_random_kills,
+    zombie_is_fenced,
+    sigterm_releases_the_run,
+    requests_reach_the_worker,
+    runs_table_is_rebuilt_from_the_journal
+);

@@ -47,7 +47,13 @@ pub fn submit(db: &str, server: &MockServer, root: &Path, n: usize) -> Vec<(Stri
             let ws = root.join(format!("ws{i:02}"));
             std::fs::create_dir_all(&ws).unwrap();
             let o = agentctl(db)
-                .args(["submit", "--base-url", &server.base_url(), "--approval", "auto"])
+                .args([
+                    "submit",
+                    "--base-url",
+                    &server.base_url(),
+                    "--approval",
+                    "auto",
+                ])
                 .arg("--workspace")
                 .arg(&ws)
                 .arg("do the task")
@@ -70,7 +76,16 @@ pub fn start_worker(db: &str, dir: &Path, name: &str, ttl: &str, extra: &[&str])
     let log = dir.join(format!("{name}.jsonl"));
     let err = dir.join(format!("{name}.err"));
     let child = agentctl(db)
-        .args(["--json", "worker", "--name", name, "--lease-ttl", ttl, "--poll", "0.1"])
+        .args([
+            "--json",
+            "worker",
+            "--name",
+            name,
+            "--lease-ttl",
+            ttl,
+            "--poll",
+            "0.1",
+        ])
         .args(extra)
         .stdout(std::fs::File::create(&log).unwrap())
         .stderr(std::fs::File::create(err).unwrap())
@@ -109,9 +124,11 @@ impl Worker {
     pub fn wait_for(&self, kind: &str, run: Option<&str>, within: Duration) -> Value {
         let deadline = Instant::now() + within;
         loop {
-            if let Some(line) = self.lines().into_iter().find(|l| {
-                l["type"] == kind && run.is_none_or(|r| l["run_id"] == r)
-            }) {
+            if let Some(line) = self
+                .lines()
+                .into_iter()
+                .find(|l| l["type"] == kind && run.is_none_or(|r| l["run_id"] == r))
+            {
                 return line;
             }
             assert!(
@@ -212,12 +229,18 @@ pub async fn wait_all_completed(db: &str, runs: &[String], within: Duration) -> 
 /// written by the worker that claimed that epoch.
 pub fn check_run(id: &str, ws: &Path, events: &[Event], claims: &HashMap<(String, i64), u32>) {
     crate::host::check_invariants(events);
-    let completed: Vec<&Event> = events.iter().filter(|e| &*e.kind == "run.completed").collect();
+    let completed: Vec<&Event> = events
+        .iter()
+        .filter(|e| &*e.kind == "run.completed")
+        .collect();
     assert_eq!(completed.len(), 1, "run {id}");
     assert_eq!(completed[0].payload["text"], FINAL, "run {id}");
     for call in ["call_a", "call_b", "call_c"] {
         let lines = std::fs::read_to_string(ws.join(format!("{call}.txt"))).unwrap_or_default();
-        assert!(lines.lines().count() <= 1, "run {id}: {call} ran twice: {lines:?}");
+        assert!(
+            lines.lines().count() <= 1,
+            "run {id}: {call} ran twice: {lines:?}"
+        );
     }
     // Requests from other processes (decisions, steers) are not fenced: epoch None.
     let epochs: Vec<i64> = events.iter().filter_map(|e| e.epoch).collect();
@@ -226,7 +249,9 @@ pub fn check_run(id: &str, ws: &Path, events: &[Event], claims: &HashMap<(String
         "run {id}: an older epoch wrote after a newer one: {epochs:?}"
     );
     for e in events.iter().filter(|e| &*e.kind == "run.resumed") {
-        let epoch = e.payload["epoch"].as_i64().expect("a worker's resume records its epoch");
+        let epoch = e.payload["epoch"]
+            .as_i64()
+            .expect("a worker's resume records its epoch");
         assert_eq!(e.epoch, Some(epoch), "run {id}");
         let pid = e.payload["owner"]["pid"].as_u64().unwrap() as u32;
         assert_eq!(

@@ -84,22 +84,21 @@ pub async fn runs_table(journal: &Journal) -> Result<Vec<RunRow>, HostError> {
                 continue;
             }
             let info = summary(&state);
-            let existing = rows.contains_key(&thread);
-            if existing {
-                journal.put_lease(&thread, None, &info).await?;
-            } else {
+            // An existing row keeps its status; a rebuilt one is open exactly when the run
+            // was submitted and can still run.
+            let rebuilt = (!rows.contains_key(&thread)).then(|| {
                 let open = state.spec.as_ref().is_some_and(|s| s.submitted)
                     && matches!(state.status, Some(RunStatus::Queued | RunStatus::Running));
-                let status = if open {
+                if open {
                     LeaseStatus::Open
                 } else {
                     LeaseStatus::Closed
-                };
-                journal.put_lease(&thread, Some(status), &info).await?;
-            }
+                }
+            });
+            journal.put_lease(&thread, rebuilt, &info).await?;
             let row = rows.entry(thread.clone()).or_insert_with(|| LeaseRow {
                 name: thread.clone(),
-                status: LeaseStatus::Closed,
+                status: rebuilt.unwrap_or(LeaseStatus::Closed),
                 holder: None,
                 epoch: 0,
                 expires_at: 0,

@@ -16,6 +16,7 @@
 //!   reopens the journal with backoff, takes its runs back ([`Journal::reclaim_lease`]:
 //!   the epoch moves on, fencing whatever the old handle still had in flight) and resumes
 //!   them. Nothing acknowledged is lost; nothing unacknowledged is taken as done.
+//! - At start the runs table is refreshed from the journal (a lost offer becomes claimable).
 //! - Stopping: no new claims; drives stop at their next step boundary and their leases are
 //!   released open (another worker takes them at once); after the grace period the rest
 //!   are dropped and released the same way.
@@ -161,6 +162,11 @@ pub async fn run_worker(
     stop: CancellationToken,
 ) -> Result<WorkerSummary, HostError> {
     let mut journal = connector.journal().await?;
+    // The runs table is derived from the journal: bring it up to date, so a run whose offer
+    // was lost (a crash inside `submit`, a dropped table) is claimable.
+    if let Err(err) = crate::run::table::runs_table(&journal).await {
+        tracing::warn!(error = %err, "cannot refresh the runs table");
+    }
     let mut generation = 0u64;
     let mut summary = WorkerSummary::default();
     let drives_stop = CancellationToken::new();
