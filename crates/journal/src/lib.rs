@@ -30,6 +30,7 @@ mod limits;
 mod memory;
 mod options;
 mod postgres;
+mod readable;
 mod sqlite;
 mod stream;
 mod writer;
