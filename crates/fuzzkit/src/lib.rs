@@ -13,7 +13,9 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError};
+use serde_json::Value;
 
 /// The proptest configuration of a target: `default_cases` under a plain `cargo test`, the
 /// `PROPTEST_CASES` count when a campaign sets it; no persistence files (failures are kept
@@ -124,5 +126,67 @@ pub fn nasty_json() -> Vec<String> {
         deep(100_000),
         deep_obj(200),
         "[".repeat(100_000),
+    ]
+}
+
+/// String content for JSON values: mostly printable unicode, sometimes NUL, a BOM, text
+/// that spells an escape (`\u0000`, `\ud800`), quotes and backslashes.
+pub fn json_string() -> impl Strategy<Value = String> {
+    prop_oneof![
+        4 => "\\PC{0,16}",
+        1 => prop::sample::select(vec![
+            "\\u0000", "\\\\u0000", "\0", "a\0b", "\u{feff}", "\u{fffd}", "😀", "\\", "\"",
+            "\\ud800", "\r\n", "\n",
+        ])
+        .prop_map(str::to_owned),
+    ]
+}
+
+/// Any JSON value, up to 6 levels deep: extreme integers, floats, [`json_string`]s. Floats
+/// are those serde_json reads back exactly: without its `float_roundtrip` feature it may
+/// read a float one ULP off, in every crate of the workspace alike, so round-trip
+/// properties would fail on serde_json rather than on the code under test.
+pub fn json_value() -> impl Strategy<Value = Value> {
+    let float = prop_oneof![
+        any::<f64>(), // NaN and infinities become null
+        prop::sample::select(vec![f64::MAX, f64::MIN_POSITIVE, -0.0, 1e300, 5e-324]),
+    ]
+    .prop_filter("reads back exactly through serde_json", |f| {
+        serde_json::from_str::<f64>(&Value::from(*f).to_string()).map_or(true, |back| back == *f)
+    });
+    let leaf = prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::from),
+        any::<i64>().prop_map(Value::from),
+        any::<u64>().prop_map(Value::from),
+        float.prop_map(Value::from),
+        json_string().prop_map(Value::from),
+    ];
+    leaf.prop_recursive(6, 64, 6, |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..6).prop_map(Value::from),
+            prop::collection::vec((json_string(), inner), 0..6)
+                .prop_map(|pairs| Value::Object(pairs.into_iter().collect())),
+        ]
+    })
+}
+
+/// JSON-ish text: a value's encoding (compact or pretty), token soup with lone surrogate
+/// escapes, NUL escapes and out-of-range numbers, or one of [`nasty_json`].
+pub fn json_text() -> impl Strategy<Value = String> {
+    prop_oneof![
+        3 => json_value().prop_map(|v| v.to_string()),
+        1 => json_value().prop_map(|v| serde_json::to_string_pretty(&v).unwrap()),
+        2 => prop::collection::vec(
+            prop::sample::select(vec![
+                "{", "}", "[", "]", ",", ":", "\"a\"", "\"type\"", "\"\\ud800\"",
+                "\"\\udfff\"", "\"\\ud83d\\ude00\"", "\"\\u0000\"", "\"\\\\u0000\"", "1e400",
+                "-1e400", "1e-400", "123456789012345678901234567890", "-0", "0.5", "null",
+                "true", " ", "\n",
+            ]),
+            1..24,
+        )
+        .prop_map(|t| t.concat()),
+        1 => prop::sample::select(nasty_json()),
     ]
 }

@@ -8,7 +8,7 @@
 //! 2. Value payloads: any JSON value (deep, unicode, NUL, text that spells `\u0000`,
 //!    extreme numbers) is refused with `InvalidInput` exactly when a string holds NUL, and
 //!    otherwise replays as the same event (thread, kind, payload, dedup key). Floats are
-//!    those serde_json reads back exactly (see `json_value`).
+//!    those serde_json reads back exactly (see `agent_fuzzkit::json_value`).
 //! 3. Text payloads (`Payload::raw`): any text that parses as a `RawValue`, and the corpus
 //!    `fixtures/fuzz/journal/*.json`, is refused with `InvalidInput` or replays as the
 //!    value the text means: an acknowledged event always replays.
@@ -18,7 +18,7 @@
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use agent_fuzzkit::{config, corpus, keep_if_failing, nasty_json, within};
+use agent_fuzzkit::{config, corpus, json_text, json_value, keep_if_failing, nasty_json, within};
 use agent_journal::{
     Journal, JournalError, MAX_DEDUP_KEY_BYTES, MAX_KIND_BYTES, MAX_THREAD_BYTES, MEMORY_URL,
     NewEvent, Payload,
@@ -131,66 +131,6 @@ fn name() -> impl Strategy<Value = String> {
         1 => (100usize..600).prop_map(|n| "é".repeat(n / 2)),
         1 => prop::sample::select(vec![MAX_KIND_BYTES, MAX_THREAD_BYTES, MAX_DEDUP_KEY_BYTES])
             .prop_flat_map(|n| (n - 1..=n + 1).prop_map(|n| "x".repeat(n))),
-    ]
-}
-
-fn text() -> impl Strategy<Value = String> {
-    prop_oneof![
-        4 => "\\PC{0,16}",
-        1 => prop::sample::select(vec![
-            "\\u0000", "\\\\u0000", "\0", "a\0b", "\u{feff}", "\u{fffd}", "😀", "\\", "\"",
-            "\\ud800",
-        ])
-        .prop_map(str::to_owned),
-    ]
-}
-
-fn json_value() -> impl Strategy<Value = Value> {
-    let leaf = prop_oneof![
-        Just(Value::Null),
-        any::<bool>().prop_map(Value::from),
-        any::<i64>().prop_map(Value::from),
-        any::<u64>().prop_map(Value::from),
-        // NaN and infinities become null. serde_json (without its `float_roundtrip`
-        // feature) may read a float back one ULP off, for every crate of the workspace
-        // alike; not the journal's to fix, so only floats that survive it are generated.
-        prop_oneof![
-            any::<f64>(),
-            prop::sample::select(vec![f64::MAX, f64::MIN_POSITIVE, -0.0, 1e300, 5e-324]),
-        ]
-        .prop_filter("reads back exactly through serde_json", |f| {
-            serde_json::from_str::<f64>(&Value::from(*f).to_string())
-                .map_or(true, |back| back == *f)
-        })
-        .prop_map(Value::from),
-        text().prop_map(Value::from),
-    ];
-    leaf.prop_recursive(6, 64, 6, |inner| {
-        prop_oneof![
-            prop::collection::vec(inner.clone(), 0..6).prop_map(Value::from),
-            prop::collection::vec((text(), inner), 0..6)
-                .prop_map(|pairs| Value::Object(pairs.into_iter().collect())),
-        ]
-    })
-}
-
-/// JSON-ish text: a value's encoding (compact or spaced, with escapes swapped in), nasty
-/// fixed texts, or token soup.
-fn json_text() -> impl Strategy<Value = String> {
-    prop_oneof![
-        3 => json_value().prop_map(|v| v.to_string()),
-        1 => json_value().prop_map(|v| serde_json::to_string_pretty(&v).unwrap()),
-        2 => prop::collection::vec(
-            prop::sample::select(vec![
-                "{", "}", "[", "]", ",", ":", "\"a\"", "\"\\ud800\"", "\"\\udfff\"",
-                "\"\\ud83d\\ude00\"", "\"\\u0000\"", "\"\\\\u0000\"", "1e400", "-1e400",
-                "1e-400", "123456789012345678901234567890", "-0", "0.5", "null", "true", " ",
-                "\n",
-            ]),
-            1..24,
-        )
-        .prop_map(|t| t.concat()),
-        1 => prop::sample::select(nasty_json()),
     ]
 }
 
