@@ -111,7 +111,10 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
             }
             "--list" => {
                 for t in TARGETS {
-                    println!("{:<10} {} --test {}  {}", t.name, t.package, t.test, t.about);
+                    println!(
+                        "{:<10} {} --test {}  {}",
+                        t.name, t.package, t.test, t.about
+                    );
                 }
                 return Ok(());
             }

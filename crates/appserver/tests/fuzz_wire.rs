@@ -36,7 +36,11 @@ const BOUND: Duration = Duration::from_secs(5);
 
 fn runtime() -> &'static tokio::runtime::Runtime {
     static RT: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
-    RT.get_or_init(|| tokio::runtime::Builder::new_current_thread().build().unwrap())
+    RT.get_or_init(|| {
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap()
+    })
 }
 
 /// A reader that hands out the given chunks, one per read (or less, if the caller's buffer
@@ -48,7 +52,10 @@ struct Chunked {
 
 impl Chunked {
     fn new(chunks: Vec<Vec<u8>>) -> Self {
-        Self { chunks: chunks.into(), given: 0 }
+        Self {
+            chunks: chunks.into(),
+            given: 0,
+        }
     }
 }
 
@@ -108,7 +115,11 @@ fn model(stream: &[u8], max_line: usize) -> Read {
             let err = ConnectionLost::LineTooLong { limit: max_line }.to_string();
             return (lines, Some(err));
         }
-        let line = if ended { raw.strip_suffix(b"\r").unwrap_or(raw) } else { raw };
+        let line = if ended {
+            raw.strip_suffix(b"\r").unwrap_or(raw)
+        } else {
+            raw
+        };
         lines.push(line.to_vec());
         rest = next;
     }
@@ -131,13 +142,26 @@ fn split(bytes: &[u8], cuts: &[usize]) -> Vec<Vec<u8>> {
 fn check_reader(stream: &[u8], cuts: &[usize], max_line: usize) -> Result<(), TestCaseError> {
     let start = Instant::now();
     let expected = model(stream, max_line);
-    prop_assert_eq!(&read_all(split(stream, cuts), max_line)?, &expected, "random cuts");
+    prop_assert_eq!(
+        &read_all(split(stream, cuts), max_line)?,
+        &expected,
+        "random cuts"
+    );
     if stream.len() <= 256 {
         for i in 0..=stream.len() {
-            prop_assert_eq!(&read_all(split(stream, &[i]), max_line)?, &expected, "split at {}", i);
+            prop_assert_eq!(
+                &read_all(split(stream, &[i]), max_line)?,
+                &expected,
+                "split at {}",
+                i
+            );
         }
         let bytes: Vec<usize> = (0..stream.len()).collect();
-        prop_assert_eq!(&read_all(split(stream, &bytes), max_line)?, &expected, "bytewise");
+        prop_assert_eq!(
+            &read_all(split(stream, &bytes), max_line)?,
+            &expected,
+            "bytewise"
+        );
     }
     within(start, BOUND, "reading")
 }
@@ -152,7 +176,12 @@ fn check_line(line: &[u8]) -> Result<(), TestCaseError> {
         Err(e @ (ConnectionLost::MalformedLine { .. } | ConnectionLost::NotJsonRpc { .. })) => {
             // An excerpt of at most 120 characters plus serde_json's short message.
             let text = e.to_string();
-            prop_assert!(text.len() <= 1024, "{} bytes of error for {} of line", text.len(), line.len());
+            prop_assert!(
+                text.len() <= 1024,
+                "{} bytes of error for {} of line",
+                text.len(),
+                line.len()
+            );
         }
         Err(e) => prop_assert!(false, "unexpected error kind: {e}"),
     }
@@ -172,21 +201,28 @@ fn check_round_trip(
 ) -> Result<(), TestCaseError> {
     let request = parse_line(strip(&request_line(id, method, params.clone())));
     let Ok(Incoming::Request(request)) = request else {
-        return Err(TestCaseError::fail(format!("request line read back as {request:?}")));
+        return Err(TestCaseError::fail(format!(
+            "request line read back as {request:?}"
+        )));
     };
     prop_assert_eq!(&request.id, &Value::from(id));
     prop_assert_eq!(&request.method, method);
     prop_assert_eq!(&request.params, params.as_ref().unwrap_or(&Value::Null));
     let note = parse_line(strip(&notification_line(method, params.clone())));
     let Ok(Incoming::Notification(note)) = note else {
-        return Err(TestCaseError::fail(format!("notification line read back as {note:?}")));
+        return Err(TestCaseError::fail(format!(
+            "notification line read back as {note:?}"
+        )));
     };
     prop_assert_eq!(&note.method, method);
     prop_assert_eq!(&note.params, params.as_ref().unwrap_or(&Value::Null));
     let line = reply_line(&reply_id, &reply);
     prop_assert_eq!(
         parse_line(strip(&line)).ok(),
-        Some(Incoming::Response { id: reply_id, outcome: reply })
+        Some(Incoming::Response {
+            id: reply_id,
+            outcome: reply
+        })
     );
     Ok(())
 }
@@ -196,8 +232,13 @@ fn check_round_trip(
 /// One line's content: a JSON-RPC message, JSON soup, or raw bytes.
 fn line() -> impl Strategy<Value = Vec<u8>> {
     let method = prop::sample::select(vec![
-        "turn/started", "turn/completed", "item/started", "item/completed",
-        "item/agentMessage/delta", "item/commandExecution/requestApproval", "x",
+        "turn/started",
+        "turn/completed",
+        "item/started",
+        "item/completed",
+        "item/agentMessage/delta",
+        "item/commandExecution/requestApproval",
+        "x",
     ]);
     prop_oneof![
         3 => (method, json_value(), prop::option::of(json_value())).prop_map(|(m, params, id)| {
@@ -223,8 +264,11 @@ fn line() -> impl Strategy<Value = Vec<u8>> {
 /// unterminated last line.
 fn stream() -> impl Strategy<Value = Vec<u8>> {
     let eol = prop::sample::select(vec![&b"\n"[..], b"\r\n", b"\n", b"\r"]);
-    (prop::collection::vec((line(), eol), 0..8), prop::option::weighted(0.3, line())).prop_map(
-        |(lines, tail)| {
+    (
+        prop::collection::vec((line(), eol), 0..8),
+        prop::option::weighted(0.3, line()),
+    )
+        .prop_map(|(lines, tail)| {
             let mut out = Vec::new();
             for (line, eol) in lines {
                 out.extend_from_slice(&line);
@@ -232,13 +276,20 @@ fn stream() -> impl Strategy<Value = Vec<u8>> {
             }
             out.extend(tail.unwrap_or_default());
             out
-        },
-    )
+        })
 }
 
 fn rpc_error() -> impl Strategy<Value = RpcError> {
-    (any::<i64>(), agent_fuzzkit::json_string(), prop::option::of(json_value()))
-        .prop_map(|(code, message, data)| RpcError { code, message, data })
+    (
+        any::<i64>(),
+        agent_fuzzkit::json_string(),
+        prop::option::of(json_value()),
+    )
+        .prop_map(|(code, message, data)| RpcError {
+            code,
+            message,
+            data,
+        })
 }
 
 proptest! {
@@ -310,14 +361,22 @@ fn a_16_mib_line_is_refused_early_or_read_whole() {
         let result = read_line(&mut reader, &mut buf, max).await;
         (reader.get_ref().given, result, buf.capacity())
     });
-    assert!(matches!(result, Err(ConnectionLost::LineTooLong { .. })), "{result:?}");
-    assert!(given <= max + 1 + 2 * 64 * 1024, "read {given} bytes to refuse it");
+    assert!(
+        matches!(result, Err(ConnectionLost::LineTooLong { .. })),
+        "{result:?}"
+    );
+    assert!(
+        given <= max + 1 + 2 * 64 * 1024,
+        "read {given} bytes to refuse it"
+    );
     assert!(held <= 4 * max, "held {held} bytes");
 
     // Under the default 64 MiB limit: read and parsed whole, then the next line.
     let (lines, end) = read_all(chunks, 64 << 20).unwrap();
     assert_eq!(end, None);
     assert_eq!(lines.len(), 2);
-    assert!(matches!(parse_line(&lines[0]), Ok(Incoming::Notification(ref n)) if n.method == "big"));
+    assert!(
+        matches!(parse_line(&lines[0]), Ok(Incoming::Notification(ref n)) if n.method == "big")
+    );
     assert!(start.elapsed() < Duration::from_secs(30));
 }

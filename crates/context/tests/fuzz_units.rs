@@ -28,12 +28,22 @@ const BOUND: Duration = Duration::from_secs(10);
 
 fn runtime() -> &'static tokio::runtime::Runtime {
     static RT: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
-    RT.get_or_init(|| tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap())
+    RT.get_or_init(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap()
+    })
 }
 
 fn store() -> &'static ContextStore {
     static STORE: OnceLock<ContextStore> = OnceLock::new();
-    STORE.get_or_init(|| runtime().block_on(ContextStore::open("sqlite::memory:")).unwrap())
+    STORE.get_or_init(|| {
+        runtime()
+            .block_on(ContextStore::open("sqlite::memory:"))
+            .unwrap()
+    })
 }
 
 /// A thread name of its own for each case.
@@ -53,14 +63,20 @@ fn acceptable(unit: &str, items: &[Value]) -> bool {
     }
     let (mut calls, mut outputs) = (BTreeSet::new(), BTreeSet::new());
     for item in items {
-        let Some(obj) = item.as_object() else { return false };
-        let Some(kind) = obj.get("type").and_then(Value::as_str) else { continue };
+        let Some(obj) = item.as_object() else {
+            return false;
+        };
+        let Some(kind) = obj.get("type").and_then(Value::as_str) else {
+            continue;
+        };
         let is_call = CALL_OUTPUT_TYPES.iter().any(|(c, _)| *c == kind);
         let is_output = CALL_OUTPUT_TYPES.iter().any(|(_, o)| *o == kind);
         if !is_call && !is_output {
             continue;
         }
-        let Some(id) = obj.get("call_id").and_then(Value::as_str) else { return false };
+        let Some(id) = obj.get("call_id").and_then(Value::as_str) else {
+            return false;
+        };
         if !(if is_call { &mut calls } else { &mut outputs }).insert(id.to_owned()) {
             return false;
         }
@@ -92,7 +108,10 @@ fn check_unit(unit: &str, items: &[Value], needle: Option<&str>) -> Result<(), T
             prop_assert_eq!(&window.recent_units[0].items, &items.to_vec());
             if let Some(found) = found {
                 let found = found.map_err(|e| TestCaseError::fail(format!("search: {e}")))?;
-                prop_assert!(found.iter().any(|u| u.unit == unit), "search for {needle:?} missed it");
+                prop_assert!(
+                    found.iter().any(|u| u.unit == unit),
+                    "search for {needle:?} missed it"
+                );
             }
         }
         Err(e) => {
@@ -107,8 +126,15 @@ fn check_unit(unit: &str, items: &[Value], needle: Option<&str>) -> Result<(), T
 
 fn item() -> impl Strategy<Value = Value> {
     let kind = prop::sample::select(vec![
-        "function_call", "function_call_output", "custom_tool_call", "custom_tool_call_output",
-        "computer_call_output", "local_shell_call", "message", "reasoning", "other",
+        "function_call",
+        "function_call_output",
+        "custom_tool_call",
+        "custom_tool_call_output",
+        "computer_call_output",
+        "local_shell_call",
+        "message",
+        "reasoning",
+        "other",
     ]);
     let call_id = prop_oneof![
         4 => prop::sample::select(vec!["c1", "c2", "c3"]).prop_map(Value::from),

@@ -46,7 +46,9 @@ fn fixture() -> &'static Fixture {
         std::fs::create_dir_all(&outside).unwrap();
         std::fs::write(root.join("sub/a.txt"), "a").unwrap();
         std::fs::write(outside.join("secret"), "s").unwrap();
-        let link = |target: &Path, name: &str| std::os::unix::fs::symlink(target, root.join(name)).unwrap();
+        let link = |target: &Path, name: &str| {
+            std::os::unix::fs::symlink(target, root.join(name)).unwrap()
+        };
         link(&outside, "out");
         link(&outside.join("secret"), "out-file");
         link(Path::new("../outside"), "rel-out");
@@ -56,7 +58,11 @@ fn fixture() -> &'static Fixture {
         link(Path::new("loop-a"), "loop-b");
         let workspace = Workspace::new(&root).unwrap();
         let (_, registry) = builtin(&workspace, ApprovalMode::Default);
-        Fixture { _dir: dir, workspace, registry }
+        Fixture {
+            _dir: dir,
+            workspace,
+            registry,
+        }
     })
 }
 
@@ -72,21 +78,31 @@ fn check_resolve(path: &str) -> Result<(), TestCaseError> {
             prop_assert!(refused.0.len() <= 2 * path.len() + 2 * root.as_os_str().len() + 512);
         }
         Ok(resolved) => {
-            prop_assert!(resolved.starts_with(root), "{path:?} -> {}", resolved.display());
+            prop_assert!(
+                resolved.starts_with(root),
+                "{path:?} -> {}",
+                resolved.display()
+            );
             // The part that exists, followed through symlinks, is inside too.
             let mut existing: &Path = &resolved;
             while std::fs::symlink_metadata(existing).is_err() {
                 existing = existing.parent().unwrap();
             }
             let real: PathBuf = existing.canonicalize().unwrap();
-            prop_assert!(real.starts_with(root), "{path:?} -> {} -> {}", resolved.display(), real.display());
+            prop_assert!(
+                real.starts_with(root),
+                "{path:?} -> {} -> {}",
+                resolved.display(),
+                real.display()
+            );
         }
     }
     Ok(())
 }
 
 fn non_negative(args: &Value, name: &str) -> bool {
-    args.get(name).is_none_or(|v| v.is_null() || v.as_u64().is_some())
+    args.get(name)
+        .is_none_or(|v| v.is_null() || v.as_u64().is_some())
 }
 
 fn optional_string(args: &Value, name: &str) -> bool {
@@ -103,7 +119,10 @@ fn check_arguments(text: &str) -> Result<(), TestCaseError> {
         let tool = registry.get(&name).unwrap();
         let verdict = tool.validate(&args);
         if let Err(reason) = &verdict {
-            prop_assert!(!reason.is_empty() && reason.len() <= 256, "{name}: {reason}");
+            prop_assert!(
+                !reason.is_empty() && reason.len() <= 256,
+                "{name}: {reason}"
+            );
             continue;
         }
         // Accepted: it must fit the tool's schema.
@@ -145,14 +164,24 @@ fn path() -> impl Strategy<Value = String> {
         prop::collection::vec(parts, 0..8),
     )
         .prop_map(move |(lead, parts)| {
-            let lead = if lead == "root" { format!("{root}/") } else { lead.to_owned() };
+            let lead = if lead == "root" {
+                format!("{root}/")
+            } else {
+                lead.to_owned()
+            };
             format!("{lead}{}", parts.join("/"))
         })
 }
 
 fn arguments() -> impl Strategy<Value = String> {
     let key = prop::sample::select(vec![
-        "command", "timeout_ms", "path", "offset", "limit", "content", "extra",
+        "command",
+        "timeout_ms",
+        "path",
+        "offset",
+        "limit",
+        "content",
+        "extra",
     ]);
     let value = prop_oneof![
         2 => json_value(),

@@ -108,10 +108,12 @@ fn check_text(text: &str) -> Result<(), TestCaseError> {
     within(start, BOUND, "append and replay")?;
     match appended {
         Ok(_) => {
-            let events = replayed
-                .map_err(|e| TestCaseError::fail(format!("acknowledged but not replayable: {e}")))?;
-            let meant: Value = serde_json::from_str(text)
-                .map_err(|e| TestCaseError::fail(format!("accepted a text that is no value: {e}")))?;
+            let events = replayed.map_err(|e| {
+                TestCaseError::fail(format!("acknowledged but not replayable: {e}"))
+            })?;
+            let meant: Value = serde_json::from_str(text).map_err(|e| {
+                TestCaseError::fail(format!("accepted a text that is no value: {e}"))
+            })?;
             prop_assert_eq!(&events[0].payload, &meant);
         }
         Err(JournalError::InvalidInput { .. }) => {}

@@ -26,7 +26,12 @@ const BOUND: Duration = Duration::from_secs(2);
 fn check_any(text: &str) -> Result<(), TestCaseError> {
     let start = Instant::now();
     let shown = redact_url(text);
-    prop_assert!(shown.len() <= 3 * text.len().max(1), "{} -> {}", text.len(), shown.len());
+    prop_assert!(
+        shown.len() <= 3 * text.len().max(1),
+        "{} -> {}",
+        text.len(),
+        shown.len()
+    );
     let found = passwords(text);
     for secret in &found {
         prop_assert!(!secret.is_empty());
@@ -40,7 +45,10 @@ fn check_any(text: &str) -> Result<(), TestCaseError> {
     // Every password found, when it occurs once, is gone.
     for secret in found {
         if text.matches(secret).count() == 1 && !secret.contains('*') {
-            prop_assert!(!shown.contains(secret), "{text:?} -> {shown:?} keeps {secret:?}");
+            prop_assert!(
+                !shown.contains(secret),
+                "{text:?} -> {shown:?} keeps {secret:?}"
+            );
         }
     }
     Ok(())
@@ -52,7 +60,10 @@ fn check_secret(url: &str, secret: &str) -> Result<(), TestCaseError> {
         return Ok(()); // not checkable: it also occurs where it is no secret
     }
     let shown = redact_url(url);
-    prop_assert!(!shown.contains(secret), "{url:?} -> {shown:?} keeps {secret:?}");
+    prop_assert!(
+        !shown.contains(secret),
+        "{url:?} -> {shown:?} keeps {secret:?}"
+    );
     // `redact_in` masks the passwords as `passwords` reads them; where the URL is
     // ambiguous that is a longer text than the generated one (masking too much in the
     // URL), so a bare quotation of the generated one is checked only when they agree.
@@ -89,20 +100,37 @@ fn secret(query: bool) -> impl Strategy<Value = String> {
             let s = parts.concat();
             if query { s.replace(['&', '#'], "") } else { s }
         })
-        .prop_filter("non-empty, no mask character", |s| !s.is_empty() && !s.contains('*'))
+        .prop_filter("non-empty, no mask character", |s| {
+            !s.is_empty() && !s.contains('*')
+        })
 }
 
 fn host() -> impl Strategy<Value = String> {
     prop::sample::select(vec![
-        "", "h", "db.internal", "db.internal:5432", "[::1]:5432", "10.0.0.1", "hôst", "h:",
+        "",
+        "h",
+        "db.internal",
+        "db.internal:5432",
+        "[::1]:5432",
+        "10.0.0.1",
+        "hôst",
+        "h:",
     ])
     .prop_map(str::to_owned)
 }
 
 fn rest() -> impl Strategy<Value = String> {
     prop::sample::select(vec![
-        "", "/", "/db", "/db?sslmode=require", "/db?host=/var/run/postgresql", "?x=1",
-        "/db?user=a@b", "#frag", "/d@b", "/db?options=-c%20a%3Db",
+        "",
+        "/",
+        "/db",
+        "/db?sslmode=require",
+        "/db?host=/var/run/postgresql",
+        "?x=1",
+        "/db?user=a@b",
+        "#frag",
+        "/d@b",
+        "/db?options=-c%20a%3Db",
     ])
     .prop_map(str::to_owned)
 }
@@ -168,6 +196,10 @@ fn the_socket_form_keeps_its_password_secret() {
         "postgres://user:secret@",
         "postgres://user:secret@?host=/tmp",
     ] {
-        assert!(!redact_url(url).contains("secret"), "{url} -> {}", redact_url(url));
+        assert!(
+            !redact_url(url).contains("secret"),
+            "{url} -> {}",
+            redact_url(url)
+        );
     }
 }

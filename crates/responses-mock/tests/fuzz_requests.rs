@@ -20,8 +20,8 @@ use std::time::{Duration, Instant};
 use agent_fuzzkit::{config, corpus, json_text, json_value, keep_if_failing, within};
 use agent_responses_mock::ws::WsOptions;
 use agent_responses_mock::{MockConfig, MockServer, Script};
-use fuzz_common::{check_answer, check_error_shape, client, runtime, send, still_serves};
 use futures::{SinkExt as _, StreamExt as _};
+use fuzz_common::{check_answer, check_error_shape, client, runtime, send, still_serves};
 use proptest::prelude::*;
 use serde_json::{Value, json};
 use tokio_tungstenite::tungstenite::Message;
@@ -35,7 +35,10 @@ fn server() -> &'static MockServer {
     static SERVER: OnceLock<MockServer> = OnceLock::new();
     SERVER.get_or_init(|| {
         let mut config = MockConfig::new(Script::default()).with_api_key(KEY);
-        config.ws = WsOptions { steer_window: None, ..WsOptions::default() };
+        config.ws = WsOptions {
+            steer_window: None,
+            ..WsOptions::default()
+        };
         runtime().block_on(MockServer::start(config)).unwrap()
     })
 }
@@ -80,7 +83,9 @@ fn check_ws(frame: &Message) -> Result<(), TestCaseError> {
     let addr = server().addr();
     let start = Instant::now();
     runtime().block_on(async {
-        let mut request = format!("ws://{addr}/v1/responses").into_client_request().unwrap();
+        let mut request = format!("ws://{addr}/v1/responses")
+            .into_client_request()
+            .unwrap();
         request
             .headers_mut()
             .insert("authorization", format!("Bearer {KEY}").parse().unwrap());
@@ -88,7 +93,8 @@ fn check_ws(frame: &Message) -> Result<(), TestCaseError> {
             .await
             .map_err(|e| TestCaseError::fail(format!("connect: {e}")))?;
         socket.send(frame.clone()).await.unwrap();
-        let probe = json!({"type": "response.create", "model": "m", "input": "probe-7f3a", "store": false});
+        let probe =
+            json!({"type": "response.create", "model": "m", "input": "probe-7f3a", "store": false});
         socket.send(Message::text(probe.to_string())).await.unwrap();
         let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
         loop {
@@ -109,7 +115,10 @@ fn check_ws(frame: &Message) -> Result<(), TestCaseError> {
             let kind = event["type"].as_str().unwrap_or_default().to_owned();
             prop_assert!(!kind.is_empty(), "event without a type: {event}");
             if kind == "error" {
-                prop_assert!(event["status"].is_u64(), "error event without status: {event}");
+                prop_assert!(
+                    event["status"].is_u64(),
+                    "error event without status: {event}"
+                );
                 check_error_shape(&event)?;
             }
             if kind == "response.completed" && event.to_string().contains("probe-7f3a") {
@@ -126,40 +135,69 @@ fn check_ws(frame: &Message) -> Result<(), TestCaseError> {
 
 fn item() -> impl Strategy<Value = Value> {
     let kind = prop::sample::select(vec![
-        "message", "function_call", "function_call_output", "custom_tool_call",
-        "custom_tool_call_output", "program", "program_output", "compaction", "reasoning",
-        "item_reference", "brand_new",
+        "message",
+        "function_call",
+        "function_call_output",
+        "custom_tool_call",
+        "custom_tool_call_output",
+        "program",
+        "program_output",
+        "compaction",
+        "reasoning",
+        "item_reference",
+        "brand_new",
     ]);
     let field = prop::sample::select(vec![
-        "role", "content", "call_id", "caller", "output", "name", "arguments", "async",
-        "fingerprint", "encrypted_content", "id", "status", "input",
+        "role",
+        "content",
+        "call_id",
+        "caller",
+        "output",
+        "name",
+        "arguments",
+        "async",
+        "fingerprint",
+        "encrypted_content",
+        "id",
+        "status",
+        "input",
     ]);
     let value = prop_oneof![
         2 => prop::sample::select(vec!["c1", "c2", "user", "assistant", "x"]).prop_map(Value::from),
         1 => json_value(),
         1 => Just(json!({"type": "program", "caller_id": "c1"})),
     ];
-    (prop::option::weighted(0.9, kind), prop::collection::vec((field, value), 0..5)).prop_map(
-        |(kind, fields)| {
+    (
+        prop::option::weighted(0.9, kind),
+        prop::collection::vec((field, value), 0..5),
+    )
+        .prop_map(|(kind, fields)| {
             let mut map: serde_json::Map<String, Value> =
                 fields.into_iter().map(|(k, v)| (k.to_owned(), v)).collect();
             if let Some(kind) = kind {
                 map.insert("type".into(), kind.into());
             }
             Value::Object(map)
-        },
-    )
+        })
 }
 
 fn request_body() -> impl Strategy<Value = Vec<u8>> {
     let shaped = (
-        prop_oneof![Just(json!("m")), Just(json!("")), Just(json!("  ")), json_value()],
+        prop_oneof![
+            Just(json!("m")),
+            Just(json!("")),
+            Just(json!("  ")),
+            json_value()
+        ],
         prop_oneof![
             json_value(),
             "\\PC{0,16}".prop_map(Value::from),
             prop::collection::vec(item(), 0..5).prop_map(Value::from)
         ],
-        prop::option::of(prop_oneof![any::<bool>().prop_map(Value::from), json_value()]),
+        prop::option::of(prop_oneof![
+            any::<bool>().prop_map(Value::from),
+            json_value()
+        ]),
         prop::option::of(prop_oneof![Just(json!("resp_nope")), json_value()]),
         prop::collection::vec(
             (
@@ -190,7 +228,9 @@ fn request_body() -> impl Strategy<Value = Vec<u8>> {
 }
 
 fn http_case() -> impl Strategy<Value = HttpCase> {
-    let method = prop::sample::select(vec!["POST", "POST", "POST", "GET", "DELETE", "PUT", "PATCH"]);
+    let method = prop::sample::select(vec![
+        "POST", "POST", "POST", "GET", "DELETE", "PUT", "PATCH",
+    ]);
     let path = prop_oneof![
         6 => Just("/responses".to_owned()),
         2 => Just("/responses/compact".to_owned()),
@@ -207,29 +247,42 @@ fn http_case() -> impl Strategy<Value = HttpCase> {
     ];
     let content_type = prop::option::weighted(
         0.8,
-        prop::sample::select(vec!["application/json", "text/plain", "application/json; charset=latin1", "multipart/form-data"])
-            .prop_map(str::to_owned),
+        prop::sample::select(vec![
+            "application/json",
+            "text/plain",
+            "application/json; charset=latin1",
+            "multipart/form-data",
+        ])
+        .prop_map(str::to_owned),
     );
-    (method, path, auth, content_type, request_body()).prop_map(|(method, path, auth, content_type, body)| HttpCase {
-        method: method.to_owned(),
-        path,
-        auth,
-        content_type,
-        body,
-    })
+    (method, path, auth, content_type, request_body()).prop_map(
+        |(method, path, auth, content_type, body)| HttpCase {
+            method: method.to_owned(),
+            path,
+            auth,
+            content_type,
+            body,
+        },
+    )
 }
 
 fn ws_frame() -> impl Strategy<Value = Message> {
-    let create = (prop::collection::vec(item(), 0..4), prop::option::of(json_value()), any::<bool>())
+    let create = (
+        prop::collection::vec(item(), 0..4),
+        prop::option::of(json_value()),
+        any::<bool>(),
+    )
         .prop_map(|(input, stream_id, store)| {
-            let mut frame = json!({"type": "response.create", "model": "m", "input": input, "store": store});
+            let mut frame =
+                json!({"type": "response.create", "model": "m", "input": input, "store": store});
             if let Some(id) = stream_id {
                 frame["stream_id"] = id;
             }
             frame.to_string()
         });
     let steer = (json_value(), json_value()).prop_map(|(previous, input)| {
-        json!({"type": "response.steer", "previous_response_id": previous, "input": input}).to_string()
+        json!({"type": "response.steer", "previous_response_id": previous, "input": input})
+            .to_string()
     });
     prop_oneof![
         3 => create.prop_map(Message::text),
@@ -266,7 +319,8 @@ fn corpus_replays() {
             };
             check_ws(&frame).unwrap_or_else(|e| panic!("{name}: {e}"));
         } else {
-            let case: HttpCase = serde_json::from_slice(&bytes).unwrap_or_else(|e| panic!("{name}: {e}"));
+            let case: HttpCase =
+                serde_json::from_slice(&bytes).unwrap_or_else(|e| panic!("{name}: {e}"));
             check_http(&case).unwrap_or_else(|e| panic!("{name}: {e}"));
         }
     }

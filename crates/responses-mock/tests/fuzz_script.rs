@@ -103,34 +103,63 @@ fn reply() -> impl Strategy<Value = Value> {
 
 fn rule() -> impl Strategy<Value = Value> {
     let when = (
-        maybe(prop::sample::select(vec!["responses", "compact", "any", "other"]).prop_map(Value::from)),
+        maybe(
+            prop::sample::select(vec!["responses", "compact", "any", "other"])
+                .prop_map(Value::from),
+        ),
         maybe("\\PC{0,6}".prop_map(Value::from)),
         maybe(any::<bool>().prop_map(Value::from)),
         maybe((0u64..4).prop_map(Value::from)),
     )
         .prop_map(|(endpoint, contains, stream, outputs)| {
             let mut w = json!({});
-            if let Some(v) = endpoint { w["endpoint"] = v; }
-            if let Some(v) = contains { w["last_user_contains"] = v; }
-            if let Some(v) = stream { w["stream"] = v; }
-            if let Some(v) = outputs { w["tool_outputs_below"] = v; }
+            if let Some(v) = endpoint {
+                w["endpoint"] = v;
+            }
+            if let Some(v) = contains {
+                w["last_user_contains"] = v;
+            }
+            if let Some(v) = stream {
+                w["stream"] = v;
+            }
+            if let Some(v) = outputs {
+                w["tool_outputs_below"] = v;
+            }
             w
         });
     let fault = prop::option::weighted(
         0.3,
-        (0u64..6, prop::sample::select(vec!["cut", "error_event", "stall", "gate", "boom"]), maybe(prop::sample::select(vec!["nested", "flat", "other"]).prop_map(Value::from)))
+        (
+            0u64..6,
+            prop::sample::select(vec!["cut", "error_event", "stall", "gate", "boom"]),
+            maybe(prop::sample::select(vec!["nested", "flat", "other"]).prop_map(Value::from)),
+        )
             .prop_map(|(after, kind, shape)| {
                 let mut f = json!({"after_events": after, "kind": kind});
-                if let Some(s) = shape { f["shape"] = s; }
+                if let Some(s) = shape {
+                    f["shape"] = s;
+                }
                 f
             }),
     );
-    (when, maybe((0u64..3).prop_map(Value::from)), reply(), fault, prop::option::weighted(0.05, ("[a-z]{1,6}", json_value())))
+    (
+        when,
+        maybe((0u64..3).prop_map(Value::from)),
+        reply(),
+        fault,
+        prop::option::weighted(0.05, ("[a-z]{1,6}", json_value())),
+    )
         .prop_map(|(when, times, reply, fault, extra)| {
             let mut r = json!({"name": "r", "when": when, "reply": reply});
-            if let Some(t) = times { r["times"] = t; }
-            if let Some(f) = fault { r["fault"] = f; }
-            if let Some((k, v)) = extra { r[k] = v; }
+            if let Some(t) = times {
+                r["times"] = t;
+            }
+            if let Some(f) = fault {
+                r["fault"] = f;
+            }
+            if let Some((k, v)) = extra {
+                r[k] = v;
+            }
             r
         })
 }

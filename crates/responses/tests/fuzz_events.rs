@@ -19,7 +19,9 @@
 
 use std::time::{Duration, Instant};
 
-use agent_fuzzkit::{config, corpus, corpus_dir, json_text, json_value, keep_if_failing, nasty_json, within};
+use agent_fuzzkit::{
+    config, corpus, corpus_dir, json_text, json_value, keep_if_failing, nasty_json, within,
+};
 use agent_responses::ApiError;
 use agent_responses::sse::{Decoded, SseFrame, decode_frame};
 use agent_responses::ws::{ClientEvent, ServerEvent};
@@ -35,24 +37,53 @@ fn check(text: &str) -> Result<(), TestCaseError> {
     let bound = 2 * text.len() + 64;
 
     // SSE data.
-    let frame = SseFrame { event: None, data: text.to_owned(), id: None };
+    let frame = SseFrame {
+        event: None,
+        data: text.to_owned(),
+        id: None,
+    };
     if let Ok(Decoded::Event(event)) = decode_frame(&frame) {
-        let _ = (event.sequence_number(), event.is_terminal(), event.type_name());
+        let _ = (
+            event.sequence_number(),
+            event.is_terminal(),
+            event.type_name(),
+        );
         let _ = agent_responses::sse::error_detail(&event);
         let back = serde_json::to_string(&event).unwrap();
-        prop_assert!(back.len() <= bound, "{} bytes from {}", back.len(), text.len());
-        prop_assert_eq!(Some(serde_json::from_str::<Value>(&back).unwrap()), original.clone());
+        prop_assert!(
+            back.len() <= bound,
+            "{} bytes from {}",
+            back.len(),
+            text.len()
+        );
+        prop_assert_eq!(
+            Some(serde_json::from_str::<Value>(&back).unwrap()),
+            original.clone()
+        );
     }
 
     // WebSocket server events.
     if let Ok(event) = ServerEvent::from_json(text) {
-        let _ = (event.type_name(), event.stream_id(), event.error_status(), event.lifecycle());
+        let _ = (
+            event.type_name(),
+            event.stream_id(),
+            event.error_status(),
+            event.lifecycle(),
+        );
         let back = event.to_json().unwrap();
-        prop_assert!(back.len() <= bound, "{} bytes from {}", back.len(), text.len());
+        prop_assert!(
+            back.len() <= bound,
+            "{} bytes from {}",
+            back.len(),
+            text.len()
+        );
         if let ServerEvent::Stream(_) = event {
             // Steering events are typed structs (absent optional fields come back as
             // `null`); stream events keep what they were sent verbatim.
-            prop_assert_eq!(Some(serde_json::from_str::<Value>(&back).unwrap()), original.clone());
+            prop_assert_eq!(
+                Some(serde_json::from_str::<Value>(&back).unwrap()),
+                original.clone()
+            );
         }
         prop_assert_eq!(ServerEvent::from_json(&back).ok(), Some(event));
     }
@@ -60,7 +91,12 @@ fn check(text: &str) -> Result<(), TestCaseError> {
     // Client frames (what the emulator reads).
     if let Ok(event) = ClientEvent::from_json(text) {
         let back = event.to_json().unwrap();
-        prop_assert!(back.len() <= bound, "{} bytes from {}", back.len(), text.len());
+        prop_assert!(
+            back.len() <= bound,
+            "{} bytes from {}",
+            back.len(),
+            text.len()
+        );
         prop_assert_eq!(ClientEvent::from_json(&back), Ok(event));
     }
 
@@ -114,14 +150,19 @@ fn field() -> impl Strategy<Value = String> {
 /// An event-shaped object: a known `type`, then known fields holding values of any type,
 /// sometimes objects that are themselves event-shaped (a response, an item).
 fn event_json() -> impl Strategy<Value = String> {
-    let inner = (event_type(), prop::collection::vec((field(), json_value()), 0..5)).prop_map(
-        |(kind, fields)| {
+    let inner = (
+        event_type(),
+        prop::collection::vec((field(), json_value()), 0..5),
+    )
+        .prop_map(|(kind, fields)| {
             let mut map: serde_json::Map<String, Value> = fields.into_iter().collect();
             map.insert("type".into(), Value::String(kind));
             Value::Object(map)
-        },
-    );
-    (event_type(), prop::collection::vec((field(), prop_oneof![json_value(), inner]), 0..8))
+        });
+    (
+        event_type(),
+        prop::collection::vec((field(), prop_oneof![json_value(), inner]), 0..8),
+    )
         .prop_map(|(kind, fields)| {
             let mut map = serde_json::Map::new();
             map.insert("type".into(), Value::String(kind));
@@ -154,7 +195,12 @@ fn corpus_replays() {
     let mut lines = 0;
     for entry in std::fs::read_dir(&sse).unwrap() {
         let path = entry.unwrap().path();
-        if !path.file_name().unwrap().to_string_lossy().starts_with("emulator-") {
+        if !path
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .starts_with("emulator-")
+        {
             continue;
         }
         for line in std::fs::read_to_string(&path).unwrap().lines() {

@@ -179,7 +179,10 @@ pub(crate) async fn upgrade(
         Ok(ws) => ws,
         Err(rejection) => {
             let mut failure = crate::validate::ApiFailure::invalid(
-                format!("Invalid WebSocket upgrade request: {}", rejection.body_text()),
+                format!(
+                    "Invalid WebSocket upgrade request: {}",
+                    rejection.body_text()
+                ),
                 None,
                 None,
             );

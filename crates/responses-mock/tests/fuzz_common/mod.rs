@@ -62,7 +62,11 @@ pub async fn send(request: reqwest::RequestBuilder) -> Result<Answer, TestCaseEr
         .await
         .map_err(|e| TestCaseError::fail(format!("body cut: {e}")))?
         .to_vec();
-    Ok(Answer { status, content_type, body })
+    Ok(Answer {
+        status,
+        content_type,
+        body,
+    })
 }
 
 /// The API's error shape: `{"error": {"message": str, "type": str, "param": str|null,
@@ -89,7 +93,10 @@ pub fn check_answer(answer: &Answer) -> Result<(), TestCaseError> {
         return Ok(());
     }
     if answer.status >= 400 {
-        prop_assert!(answer.content_type.starts_with("application/json"), "{answer:?}");
+        prop_assert!(
+            answer.content_type.starts_with("application/json"),
+            "{answer:?}"
+        );
         let value: Value = serde_json::from_slice(&answer.body)
             .map_err(|e| TestCaseError::fail(format!("error body is not JSON: {e}")))?;
         return check_error_shape(&value);
@@ -102,7 +109,10 @@ pub fn check_answer(answer: &Answer) -> Result<(), TestCaseError> {
             .and_then(|()| parser.finish(&mut frames))
             .map_err(|e| TestCaseError::fail(format!("stream does not parse: {e}")))?;
     } else {
-        prop_assert!(answer.content_type.starts_with("application/json"), "{answer:?}");
+        prop_assert!(
+            answer.content_type.starts_with("application/json"),
+            "{answer:?}"
+        );
         serde_json::from_slice::<Value>(&answer.body)
             .map_err(|e| TestCaseError::fail(format!("body is not JSON: {e}")))?;
     }
@@ -118,6 +128,9 @@ pub async fn still_serves(base: &str, key: &str) -> Result<(), TestCaseError> {
             .json(&json!({"model": "m", "input": "still there?"})),
     )
     .await?;
-    prop_assert!(answer.status < 500, "the server stopped serving well: {answer:?}");
+    prop_assert!(
+        answer.status < 500,
+        "the server stopped serving well: {answer:?}"
+    );
     Ok(())
 }
