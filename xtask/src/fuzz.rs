@@ -1,4 +1,5 @@
-//! `cargo xtask fuzz [TARGET...] [--time SECONDS]`: long campaigns of the property tests.
+//! `cargo xtask fuzz [TARGET...] [--time SECONDS] [--list]`: long campaigns of the property
+//! tests, one target per parser of outside input (all of them when none is named).
 //!
 //! Each target is an integration test of proptest properties whose case count reads
 //! `PROPTEST_CASES`. A campaign runs that test in rounds (each round is a new random seed)
@@ -22,13 +23,71 @@ struct Target {
     about: &'static str,
 }
 
-const TARGETS: &[Target] = &[Target {
-    name: "sse",
-    package: "agent-responses",
-    test: "sse_differential",
-    corpus: "sse",
-    about: "SseParser vs eventsource-stream, and under every chunking",
-}];
+const TARGETS: &[Target] = &[
+    Target {
+        name: "sse",
+        package: "agent-responses",
+        test: "sse_differential",
+        corpus: "sse",
+        about: "SseParser vs eventsource-stream, and under every chunking",
+    },
+    Target {
+        name: "events",
+        package: "agent-responses",
+        test: "fuzz_events",
+        corpus: "events",
+        about: "stream, WebSocket and client events, HTTP error bodies; round trips",
+    },
+    Target {
+        name: "appserver",
+        package: "agent-appserver",
+        test: "fuzz_wire",
+        corpus: "appserver",
+        about: "the app-server JSONL reader and line parser, under every chunking",
+    },
+    Target {
+        name: "requests",
+        package: "agent-responses-mock",
+        test: "fuzz_requests",
+        corpus: "requests",
+        about: "the emulator's HTTP and WebSocket request handling",
+    },
+    Target {
+        name: "script",
+        package: "agent-responses-mock",
+        test: "fuzz_script",
+        corpus: "script",
+        about: "emulator script loading, round trip, and serving what loads",
+    },
+    Target {
+        name: "journal",
+        package: "agent-journal",
+        test: "fuzz_journal",
+        corpus: "journal",
+        about: "event names and payloads; append then replay on memory:",
+    },
+    Target {
+        name: "units",
+        package: "agent-context",
+        test: "fuzz_units",
+        corpus: "units",
+        about: "context units: acceptance rule, window and search round trip",
+    },
+    Target {
+        name: "redact",
+        package: "agent-redact",
+        test: "fuzz_redact",
+        corpus: "redact",
+        about: "database URL redaction: the password never survives",
+    },
+    Target {
+        name: "tools",
+        package: "agent-host",
+        test: "fuzz_tools",
+        corpus: "tools",
+        about: "built-in tool arguments and workspace path confinement",
+    },
+];
 
 const DEFAULT_SECONDS: u64 = 600;
 /// Cases in the first round, before the speed is known.
@@ -49,6 +108,15 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
                 seconds = value
                     .parse()
                     .map_err(|_| anyhow::anyhow!("--time `{value}` is not a number of seconds"))?;
+            }
+            "--list" => {
+                for t in TARGETS {
+                    println!(
+                        "{:<10} {} --test {}  {}",
+                        t.name, t.package, t.test, t.about
+                    );
+                }
+                return Ok(());
             }
             name => names.push(name),
         }

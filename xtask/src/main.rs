@@ -16,12 +16,13 @@ mod process;
 
 use std::process::ExitCode;
 
-const USAGE: &str = "usage: cargo xtask <ci [--interop] | bench [AREA...] | interop [SUITE...] | fuzz [TARGET...] [--time SECONDS]>
+const USAGE: &str = "usage: cargo xtask <ci [--interop] | bench [AREA...] | interop [SUITE...] | fuzz [TARGET...] [--time SECONDS] [--list]>
 
   ci        cargo fmt --check, clippy -D warnings, all tests (then interop under CI=true)
   bench     run benchmarks side by side with the seed; areas: journal runtime context responses host
   interop   run third-party clients against our code; suites: openai-sdk codex
-  fuzz      run property tests with large case counts for SECONDS (default 600); targets: sse";
+  fuzz      run property tests with large case counts for SECONDS each (default 600); --list;
+            targets: sse events appserver requests script journal units redact tools";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();

@@ -410,7 +410,7 @@ where
 }
 
 /// Reads one line into `buf` without its line ending. `Ok(false)` at end of stream.
-async fn read_line<R: AsyncRead + Unpin>(
+pub async fn read_line<R: AsyncRead + Unpin>(
     reader: &mut BufReader<R>,
     buf: &mut Vec<u8>,
     max_line: usize,

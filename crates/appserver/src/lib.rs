@@ -38,3 +38,11 @@ pub use protocol::{
     TurnSteerParams, TurnSteerResponse, UserInput,
 };
 pub use wire::{Notification, RpcError, ServerRequest};
+
+/// The line reader and the line parser, reachable for the fuzz target
+/// (`tests/fuzz_wire.rs`) only; not part of the API.
+#[doc(hidden)]
+pub mod fuzzing {
+    pub use crate::client::read_line;
+    pub use crate::wire::{Incoming, notification_line, parse_line, reply_line, request_line};
+}

@@ -85,7 +85,10 @@ pub struct Payload(Repr);
 #[derive(Debug, Clone)]
 enum Repr {
     Value(serde_json::Value),
+    /// Made by `serde_json` from a `Serialize` type: reads back as a value.
     Text(String),
+    /// Handed over by the caller: JSON syntax, checked for replay on append.
+    Raw(String),
 }
 
 impl Payload {
@@ -102,21 +105,22 @@ impl Payload {
 
     /// JSON text the caller already holds (stored as given, whitespace included).
     pub fn raw(raw: Box<RawValue>) -> Payload {
-        Payload(Repr::Text(Box::<str>::from(raw).into_string()))
+        Payload(Repr::Raw(Box::<str>::from(raw).into_string()))
     }
 
-    /// The payload as JSON text.
+    /// The payload as JSON text; `Err` for raw text that would not replay as a value.
     pub(crate) fn into_json(self) -> Result<String, serde_json::Error> {
         match self.0 {
             Repr::Value(value) => serde_json::to_string(&value),
             Repr::Text(text) => Ok(text),
+            Repr::Raw(text) => crate::readable::check(&text).map(|()| text),
         }
     }
 
     fn to_value(&self) -> Option<serde_json::Value> {
         match &self.0 {
             Repr::Value(value) => Some(value.clone()),
-            Repr::Text(text) => serde_json::from_str(text).ok(),
+            Repr::Text(text) | Repr::Raw(text) => serde_json::from_str(text).ok(),
         }
     }
 }

@@ -34,6 +34,7 @@ mod limits;
 mod memory;
 mod options;
 mod postgres;
+mod readable;
 mod sqlite;
 mod stream;
 mod writer;

@@ -58,7 +58,7 @@ pub(crate) fn check_event(
             ),
         ));
     }
-    if payload.contains("\\u0000") {
+    if contains_nul_escape(&payload) {
         // PostgreSQL's jsonb cannot store NUL; refuse it on every backend alike.
         return Err(JournalError::invalid(
             "payload",
@@ -73,4 +73,32 @@ pub(crate) fn check_event(
         at,
         epoch,
     })
+}
+
+/// Whether JSON text holds the escape `\u0000` (NUL, the only way JSON can carry it). A
+/// `u0000` preceded by an even number of backslashes is text that spells it, not NUL
+/// (`"\\u0000"` is a backslash, then `u0000`).
+fn contains_nul_escape(json: &str) -> bool {
+    json.match_indices("u0000").any(|(at, _)| {
+        let slashes = json.as_bytes()[..at]
+            .iter()
+            .rev()
+            .take_while(|&&b| b == b'\\')
+            .count();
+        slashes % 2 == 1
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::contains_nul_escape;
+
+    #[test]
+    fn finds_nul_escapes_and_not_text_that_spells_one() {
+        assert!(contains_nul_escape(r#"{"a":"\u0000"}"#));
+        assert!(contains_nul_escape(r#"{"a":"\\\u0000"}"#));
+        assert!(contains_nul_escape(r#"{"\u0000":1}"#));
+        assert!(!contains_nul_escape(r#"{"a":"\\u0000"}"#));
+        assert!(!contains_nul_escape(r#"{"u0000":"x\\\\u0000"}"#));
+    }
 }

@@ -80,19 +80,35 @@ fn secret_ranges(url: &str) -> Vec<Range<usize>> {
         ranges.extend(query_secrets(url, 0));
         return ranges;
     };
-    let mut query_from = scheme_end;
     if let Some((password, at)) = userinfo_password(url, scheme_end) {
         ranges.push(password);
-        query_from = at;
+        ranges.extend(query_secrets(url, at));
     }
-    ranges.extend(query_secrets(url, query_from));
-    ranges
+    // Also the query as it reads when the userinfo ends earlier than guessed: in
+    // `u:pw@/db?password=@h` the `@h` may be a host or the end of a query password. Both
+    // readings are masked; overlapping ranges are merged.
+    ranges.extend(query_secrets(url, scheme_end));
+    merge(ranges)
+}
+
+/// `ranges` sorted and with overlapping ones joined, so they can be replaced back to front.
+fn merge(mut ranges: Vec<Range<usize>>) -> Vec<Range<usize>> {
+    ranges.sort_by_key(|r| (r.start, r.end));
+    let mut merged: Vec<Range<usize>> = Vec::with_capacity(ranges.len());
+    for range in ranges {
+        match merged.last_mut() {
+            Some(last) if range.start < last.end => last.end = last.end.max(range.end),
+            _ => merged.push(range),
+        }
+    }
+    merged
 }
 
 /// The password's range and the position of the `@` ending the userinfo, when the
 /// authority starting at `start` has a `user:password@`.
 ///
-/// The userinfo ends at the last `@` followed by something that looks like a host, not at
+/// The userinfo ends at the last `@` followed by something that looks like a host (or by
+/// no host: `@/db`, `@?host=`, `@` at the end), not at
 /// the first `/`, `?` or `#` as in a well-formed URL: a password typed unencoded may hold
 /// any of those (base64 passwords hold `/`). The cost is masking too much in the odd URL
 /// with a port and an `@` in its query (`postgres://h:5432/db?user=a@b`).
@@ -106,14 +122,16 @@ fn userinfo_password(url: &str, start: usize) -> Option<(Range<usize>, usize)> {
     let at = rest
         .rmatch_indices('@')
         .map(|(i, _)| i)
-        .find(|&i| i > colon && looks_like_host(rest.get(i + 1..).unwrap_or("")))?;
+        .find(|&i| i > colon && ends_userinfo(rest.get(i + 1..).unwrap_or("")))?;
     Some((start + colon + 1..start + at, start + at))
 }
 
-/// True when `after_at` starts with a non-empty host (and port) that is not a query value.
-fn looks_like_host(after_at: &str) -> bool {
+/// True when `after_at` starts with a host (and port) that is not a query value, or with
+/// no host at all (`user:pw@/db?host=/socket`, libpq's Unix-socket form, or a URL cut
+/// after the `@`): an `@` there can only end the userinfo.
+fn ends_userinfo(after_at: &str) -> bool {
     let host = after_at.split(['/', '?', '#']).next().unwrap_or_default();
-    !host.is_empty() && !host.contains(['=', '&', '@'])
+    !host.contains(['=', '&', '@'])
 }
 
 /// Ranges of the values of `password=` and `sslpassword=` in the query after `from`.
@@ -192,6 +210,11 @@ mod tests {
             ),
             ("postgres://u:p#w@h", "postgres://u:***@h"),
             ("postgres://u:@h/db", "postgres://u:@h/db"),
+            (
+                "postgres://u:secret@/db?host=/var/run/postgresql",
+                "postgres://u:***@/db?host=/var/run/postgresql",
+            ),
+            ("postgres://u:secret@", "postgres://u:***@"),
         ] {
             assert_eq!(redact_url(url), shown, "{url}");
         }

@@ -537,11 +537,21 @@ fn compact_inner(state: &AppState, headers: &HeaderMap, body: &[u8]) -> Result<V
 async fn retrieve(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
-    Path(id): Path<String>,
+    id: Result<Path<String>, axum::extract::rejection::PathRejection>,
 ) -> Response {
     if let Err(f) = check_auth(&headers, state.api_key.as_deref()) {
         return failure(&f);
     }
+    // An id that is not UTF-8 once decoded: the API's JSON error, not axum's plain text.
+    let id = match id {
+        Ok(Path(id)) => id,
+        Err(rejection) => {
+            return failure(&request_error(
+                rejection.status().as_u16(),
+                format!("Invalid URL: {}", rejection.body_text()),
+            ));
+        }
+    };
     state.record(&Method::GET, &format!("/v1/responses/{id}"), &headers, &[]);
     let stored = lock(&state.store).get(&id).map(|s| s.response.clone());
     match stored {

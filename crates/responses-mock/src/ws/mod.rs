@@ -27,6 +27,7 @@ use std::time::Duration;
 use agent_responses::types::{CreateResponse, Item};
 use axum::extract::State;
 use axum::extract::ws::WebSocketUpgrade;
+use axum::extract::ws::rejection::WebSocketUpgradeRejection;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::Value;
@@ -159,17 +160,36 @@ impl crate::MockServer {
 pub(crate) async fn upgrade(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
-    ws: WebSocketUpgrade,
+    ws: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> Response {
-    if let Err(failure) = check_auth(&headers, state.api_key.as_deref()) {
-        let status = StatusCode::from_u16(failure.status).unwrap_or(StatusCode::UNAUTHORIZED);
-        return (
+    let json_failure = |failure: crate::validate::ApiFailure| {
+        let status = StatusCode::from_u16(failure.status).unwrap_or(StatusCode::BAD_REQUEST);
+        (
             status,
             [("content-type", "application/json")],
             failure.body().to_string(),
         )
-            .into_response();
+            .into_response()
+    };
+    if let Err(failure) = check_auth(&headers, state.api_key.as_deref()) {
+        return json_failure(failure);
     }
+    // A GET that is not a WebSocket handshake: the API's JSON error, not axum's plain text.
+    let ws = match ws {
+        Ok(ws) => ws,
+        Err(rejection) => {
+            let mut failure = crate::validate::ApiFailure::invalid(
+                format!(
+                    "Invalid WebSocket upgrade request: {}",
+                    rejection.body_text()
+                ),
+                None,
+                None,
+            );
+            failure.status = rejection.status().as_u16();
+            return json_failure(failure);
+        }
+    };
     let index = state.ws.connections.fetch_add(1, Ordering::SeqCst);
     ws.max_message_size(MAX_MESSAGE_BYTES)
         .max_frame_size(MAX_MESSAGE_BYTES)
