@@ -30,7 +30,7 @@ pub use requests::{DecisionRequest, decide, request_interrupt, request_steer, st
 pub use state::{Budgets, CallRecord, Decision, RunSpec, RunState, RunStatus, Usage};
 
 use crate::error::HostError;
-use crate::tools::{self, ApprovalMode, Workspace};
+use crate::tools::{self, ApprovalMode, ToolConfig, Workspace, mcp};
 use driver::Driver;
 
 /// Sees a run as it is driven: every event of its thread, in order, and the model's text as
@@ -170,12 +170,24 @@ pub struct BudgetChange {
 pub struct Host {
     journal: Journal,
     client: Client,
+    tools: ToolConfig,
 }
 
 impl Host {
     /// A host writing to `journal` and calling the model through `client`.
     pub fn new(journal: Journal, client: Client) -> Host {
-        Host { journal, client }
+        Host {
+            journal,
+            client,
+            tools: ToolConfig::default(),
+        }
+    }
+
+    /// The MCP servers and tool policies its runs use: a new run offers every server's
+    /// tools; a resumed run needs each server it recorded to be declared here.
+    pub fn with_tools(mut self, tools: ToolConfig) -> Host {
+        self.tools = tools;
+        self
     }
 
     /// Starts a run and drives it.
@@ -188,7 +200,14 @@ impl Host {
             path: new.workspace.display().to_string(),
             reason: err.to_string(),
         })?;
-        let (specs, registry) = tools::builtin(&workspace, new.approval);
+        let (mut specs, mut registry) =
+            tools::builtin_with(&workspace, new.approval, &self.tools);
+        let found = mcp::discover(&self.tools, workspace.root(), new.approval).await?;
+        specs.extend(found.specs);
+        for tool in found.tools {
+            registry = registry.with_arc(tool);
+        }
+        let servers = found.servers;
         let id = uuid::Uuid::now_v7().to_string();
         let thread = kinds::thread_of(&id);
         let spec = RunSpec {
@@ -197,6 +216,7 @@ impl Host {
             instructions: new.instructions,
             workspace: workspace.root().display().to_string(),
             tools: specs,
+            mcp_servers: found.records,
             approval: new.approval,
             budgets: new.budgets,
             transport: "http".into(),
@@ -212,15 +232,23 @@ impl Host {
         }
         let runtime = Runtime::open(self.journal.clone(), runtime_options(registry));
         arm_crash_hook(&self.journal, &thread, 0, opts.crash_after_events);
-        self.journal
+        let created = self
+            .journal
             .append_expecting(
                 &thread,
                 None,
                 vec![NewEvent::new(thread.clone(), kinds::RUN_CREATED, payload)],
             )
-            .await?;
-        self.drive(runtime, thread, RunState::new(&id), spec, me, opts)
-            .await
+            .await;
+        let report = match created {
+            Ok(_) => {
+                self.drive(runtime, thread, RunState::new(&id), spec, me, opts)
+                    .await
+            }
+            Err(err) => Err(err.into()),
+        };
+        servers.shutdown().await;
+        report
     }
 
     /// Continues a run from its journal (see the resume rules in the crate docs).
@@ -233,7 +261,6 @@ impl Host {
         change: BudgetChange,
         opts: DriveOptions,
     ) -> Result<RunReport, HostError> {
-        let thread = kinds::thread_of(run_id);
         let state = load(&self.journal, run_id).await?;
         let spec = state
             .spec
@@ -258,7 +285,35 @@ impl Host {
                 reason: err.to_string(),
             }
         })?;
-        let (_, registry) = tools::builtin(&workspace, spec.approval);
+        let (_, mut registry) = tools::builtin(&workspace, spec.approval);
+        let (mcp_tools, servers) = mcp::reattach(
+            run_id,
+            &spec.mcp_servers,
+            &spec.tools,
+            &self.tools,
+            workspace.root(),
+        )?;
+        for tool in mcp_tools {
+            registry = registry.with_arc(tool);
+        }
+        let report = self
+            .resume_with(run_id, registry, state, spec, change, opts)
+            .await;
+        servers.shutdown().await;
+        report
+    }
+
+    async fn resume_with(
+        &self,
+        run_id: &str,
+        registry: agent_runtime::ToolRegistry,
+        state: RunState,
+        spec: RunSpec,
+        change: BudgetChange,
+        opts: DriveOptions,
+    ) -> Result<RunReport, HostError> {
+        let thread = kinds::thread_of(run_id);
+        let me = Owner::current();
         let runtime = Runtime::open(self.journal.clone(), runtime_options(registry));
         let mut budgets = state.budgets().unwrap_or(spec.budgets);
         if let Some(n) = change.max_steps {
