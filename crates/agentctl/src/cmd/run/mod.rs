@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use agent_host::HostError;
 use agent_host::run::{BudgetChange, Budgets, DriveOptions, Host, NewRun, RunEnd, RunReport};
-use agent_host::tools::ApprovalMode;
+use agent_host::tools::{ApprovalMode, ToolConfig};
 use anyhow::Context as _;
 use clap::{Args, ValueEnum};
 
@@ -67,6 +67,11 @@ pub struct RunArgs {
 /// Options of `run` and `resume` about how this process drives.
 #[derive(Debug, Args)]
 pub struct DriveArgs {
+    /// An MCP server over stdio, on top of those in agentctl.toml (workspace) and
+    /// ~/.config/agentctl/config.toml: NAME='COMMAND ARGS' (quotes group words). Its tools
+    /// are offered as NAME__TOOL. Repeatable; replaces a configured server of the same name.
+    #[arg(long = "mcp", value_name = "NAME='COMMAND ARGS'")]
+    pub mcp: Vec<String>,
     /// Off a terminal, wait for approvals decided from another process (`agentctl approve`)
     /// instead of pausing with exit status 3.
     #[arg(long)]
@@ -120,8 +125,9 @@ pub async fn run(global: &GlobalArgs, args: RunArgs) -> anyhow::Result<ExitCode>
         None => ApprovalMode::Default,
     };
     let journal = crate::cmd::journal::open(global).await?;
+    let tools = tool_config(&workspace, &args.drive)?;
     let (client, _mock) = args.endpoint.connect(None).await?;
-    let host = Host::new(journal.clone(), client);
+    let host = Host::new(journal.clone(), client).with_tools(tools);
     let new = NewRun {
         prompt,
         model: args.model,
@@ -139,21 +145,41 @@ pub async fn run(global: &GlobalArgs, args: RunArgs) -> anyhow::Result<ExitCode>
     let report = host.start(new, opts).await;
     ctrl_c.abort();
     journal.close().await;
-    let report = report.map_err(|err| match err {
-        HostError::Workspace { .. } => anyhow::Error::new(UsageError(err.to_string())),
+    finish(global, report.map_err(host_error)?)
+}
+
+/// Host errors that are the caller's to fix (exit 2), others as they are.
+fn host_error(err: HostError) -> anyhow::Error {
+    match err {
+        HostError::Workspace { .. } | HostError::Config(_) | HostError::McpServerMissing { .. } => {
+            anyhow::Error::new(UsageError(err.to_string()))
+        }
         other => anyhow::Error::new(other),
-    })?;
-    finish(global, report)
+    }
+}
+
+/// The tool configuration: ~/.config/agentctl/config.toml, then agentctl.toml of the
+/// workspace, then `--mcp`; a bad one is a usage error naming the file and key.
+fn tool_config(workspace: &std::path::Path, drive: &DriveArgs) -> anyhow::Result<ToolConfig> {
+    let usage = |err: agent_host::tools::ConfigError| anyhow::Error::new(UsageError(err.to_string()));
+    let user = ToolConfig::user_file(dirs::home_dir());
+    let mut config = ToolConfig::load(workspace, user.as_deref()).map_err(usage)?;
+    for spec in &drive.mcp {
+        config.add_cli_server(spec).map_err(usage)?;
+    }
+    Ok(config)
 }
 
 pub async fn resume(global: &GlobalArgs, args: ResumeArgs) -> anyhow::Result<ExitCode> {
     let journal = crate::cmd::journal::open(global).await?;
-    let recorded = agent_host::run::load(&journal, &args.run)
-        .await?
-        .spec
-        .and_then(|s| s.endpoint);
+    let spec = agent_host::run::load(&journal, &args.run).await?.spec;
+    let recorded = spec.as_ref().and_then(|s| s.endpoint.clone());
+    let tools = match &spec {
+        Some(spec) => tool_config(std::path::Path::new(&spec.workspace), &args.drive)?,
+        None => ToolConfig::default(),
+    };
     let (client, _mock) = args.endpoint.connect(recorded.as_deref()).await?;
-    let host = Host::new(journal.clone(), client);
+    let host = Host::new(journal.clone(), client).with_tools(tools);
     let change = BudgetChange {
         max_steps: args.max_steps,
         max_tokens: args.max_tokens,
@@ -162,7 +188,7 @@ pub async fn resume(global: &GlobalArgs, args: ResumeArgs) -> anyhow::Result<Exi
     let report = host.resume(&args.run, change, opts).await;
     ctrl_c.abort();
     journal.close().await;
-    finish(global, report?)
+    finish(global, report.map_err(host_error)?)
 }
 
 fn read_prompt(prompt: Option<String>) -> anyhow::Result<String> {
