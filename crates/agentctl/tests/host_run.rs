@@ -20,3 +20,6 @@ mod lifecycle;
 
 #[path = "host/steer.rs"]
 mod steer;
+
+#[path = "host/mcp.rs"]
+mod mcp;
