@@ -94,7 +94,15 @@ fn mcp_filesystem() -> anyhow::Result<()> {
         anyhow::bail!("interop/mcp: npm ci did not install {}", bin.display());
     }
     run(cargo()
-        .args(["test", "-j2", "-p", "agentctl", "--test", "mcp_interop", "--"])
+        .args([
+            "test",
+            "-j2",
+            "-p",
+            "agentctl",
+            "--test",
+            "mcp_interop",
+            "--",
+        ])
         .args(["--include-ignored", "--test-threads=1"])
         .env("MCP_FILESYSTEM_BIN", &bin))
 }

@@ -72,8 +72,17 @@ async fn filesystem_server_lists_and_reads() {
         .env_remove("OPENAI_BASE_URL")
         .env("OPENAI_API_KEY", MOCK_API_KEY)
         .env("HOME", home.path())
-        .args(["--db", &format!("sqlite://{}", db.path().join("i.db").display())])
-        .args(["--json", "run", "--base-url", &server.base_url(), "--workspace"])
+        .args([
+            "--db",
+            &format!("sqlite://{}", db.path().join("i.db").display()),
+        ])
+        .args([
+            "--json",
+            "run",
+            "--base-url",
+            &server.base_url(),
+            "--workspace",
+        ])
         .arg(&root)
         .args(["--mcp", &mcp, "list and read"])
         .stdin(std::process::Stdio::null())

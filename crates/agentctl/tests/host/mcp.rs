@@ -35,7 +35,10 @@ async fn assert_no_server_left(ws: &Path) {
             if stat.is_empty() || stat.contains(") Z ") {
                 break;
             }
-            assert!(Instant::now() < deadline, "MCP server {pid} outlived the run");
+            assert!(
+                Instant::now() < deadline,
+                "MCP server {pid} outlived the run"
+            );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
@@ -120,23 +123,38 @@ async fn mcp_tools_story(db: &str) {
         .arg("--json"));
     assert_eq!(done.status.code(), Some(0), "{}", text(&done.stderr));
     assert_eq!(show(db, &run)["status"], "completed");
-    assert_eq!(std::fs::read_to_string(ws.join("deleted.txt")).unwrap(), "x\n");
+    assert_eq!(
+        std::fs::read_to_string(ws.join("deleted.txt")).unwrap(),
+        "x\n"
+    );
 
     let events = events(db, &run).await;
     check_invariants(&events);
     let (kind, out_text) = output_of(&events, "call_lookup");
-    assert_eq!((kind, out_text.as_str()), ("tool.completed", "value of alpha: alpha-42"));
+    assert_eq!(
+        (kind, out_text.as_str()),
+        ("tool.completed", "value of alpha: alpha-42")
+    );
     let (kind, out_text) = output_of(&events, "call_fail");
     assert_eq!(kind, "tool.failed");
     assert!(out_text.contains("the item does not exist"), "{out_text}");
     let (kind, out_text) = output_of(&events, "call_rpc");
     assert_eq!(kind, "tool.failed");
-    assert!(out_text.contains("the backend is unavailable"), "{out_text}");
+    assert!(
+        out_text.contains("the backend is unavailable"),
+        "{out_text}"
+    );
     let (kind, out_text) = output_of(&events, "call_crash");
     assert_eq!(kind, "tool.failed");
-    assert!(out_text.contains("restarted for the next call"), "{out_text}");
+    assert!(
+        out_text.contains("restarted for the next call"),
+        "{out_text}"
+    );
     let (kind, out_text) = output_of(&events, "call_again");
-    assert_eq!((kind, out_text.as_str()), ("tool.completed", "value of beta: beta-42"));
+    assert_eq!(
+        (kind, out_text.as_str()),
+        ("tool.completed", "value of beta: beta-42")
+    );
     let (_, out_text) = output_of(&events, "call_env");
     assert_eq!(out_text, "OPENAI_API_KEY=absent SECRET_TOKEN=present");
     // The model saw every outcome verbatim.
@@ -144,7 +162,11 @@ async fn mcp_tools_story(db: &str) {
     assert!(last.contains("value of beta: beta-42"), "{last}");
     // Env values are never journaled.
     for e in &events {
-        assert!(!e.payload.to_string().contains("s3cret-value"), "{}", e.kind);
+        assert!(
+            !e.payload.to_string().contains("s3cret-value"),
+            "{}",
+            e.kind
+        );
     }
     // The crash needed a second start; every process is gone after the run.
     let starts = std::fs::read_to_string(ws.join("mcp-pids.log")).unwrap();
@@ -195,12 +217,17 @@ async fn mcp_resume_after_kill(db: &str) {
     let server = emulator(&fixture("host-mcp-kill.json")).await;
     let (_g, ws) = workspace();
     let home = tempfile::tempdir().unwrap();
-    let mut child = run_cmd(db, &server, &ws, &["--approval", "auto", "--mcp", &mcp_flag()])
-        .env("HOME", home.path())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = run_cmd(
+        db,
+        &server,
+        &ws,
+        &["--approval", "auto", "--mcp", &mcp_flag()],
+    )
+    .env("HOME", home.path())
+    .stdout(std::process::Stdio::null())
+    .stderr(std::process::Stdio::null())
+    .spawn()
+    .unwrap();
     let calls = || std::fs::read_to_string(ws.join("mcp-calls.log")).unwrap_or_default();
     let deadline = Instant::now() + Duration::from_secs(60);
     while !(calls().contains("start idem") && calls().contains("start write")) {
@@ -218,12 +245,15 @@ async fn mcp_resume_after_kill(db: &str) {
     assert_eq!(refused.status.code(), Some(2), "{}", text(&refused.stderr));
     let msg = text(&refused.stderr);
     assert!(
-        msg.contains("MCP server `t`") && msg.contains("--mcp t=") && msg.contains("[mcp_servers.t]"),
+        msg.contains("MCP server `t`")
+            && msg.contains("--mcp t=")
+            && msg.contains("[mcp_servers.t]"),
         "{msg}"
     );
 
     // With the server: the idempotent call runs again, the destructive one is indeterminate.
-    let paused = out(resume_cmd(db, &server, &run, &["--mcp", &mcp_flag()]).env("HOME", home.path()));
+    let paused =
+        out(resume_cmd(db, &server, &run, &["--mcp", &mcp_flag()]).env("HOME", home.path()));
     assert_eq!(paused.status.code(), Some(3), "{}", text(&paused.stderr));
     let shown = show(db, &run);
     let pending = shown["pending_approvals"].as_array().unwrap();
@@ -273,7 +303,10 @@ async fn mcp_config_errors_and_policies() {
     let bad = out(run_cmd(&db, &server, &ws, &[]).env("HOME", home.path()));
     assert_eq!(bad.status.code(), Some(2), "{}", text(&bad.stderr));
     let msg = text(&bad.stderr);
-    assert!(msg.contains("agentctl.toml") && msg.contains("mcp_servers.t.command"), "{msg}");
+    assert!(
+        msg.contains("agentctl.toml") && msg.contains("mcp_servers.t.command"),
+        "{msg}"
+    );
 
     // The user file is read too (and the workspace file wins per tool).
     std::fs::create_dir_all(home.path().join(".config/agentctl")).unwrap();
@@ -285,7 +318,11 @@ async fn mcp_config_errors_and_policies() {
     std::fs::write(ws.join("agentctl.toml"), "").unwrap();
     let bad = out(run_cmd(&db, &server, &ws, &[]).env("HOME", home.path()));
     assert_eq!(bad.status.code(), Some(2), "{}", text(&bad.stderr));
-    assert!(text(&bad.stderr).contains("config.toml: `tools.shell.approval`"), "{}", text(&bad.stderr));
+    assert!(
+        text(&bad.stderr).contains("config.toml: `tools.shell.approval`"),
+        "{}",
+        text(&bad.stderr)
+    );
 
     std::fs::write(
         home.path().join(".config/agentctl/config.toml"),
@@ -301,10 +338,19 @@ async fn mcp_config_errors_and_policies() {
         "[tools.shell]\napproval = \"deny\"\n[tools.t__lookup]\napproval = \"ask\"\n",
     )
     .unwrap();
-    let missing = out(run_cmd(&db, &server, &ws, &["--mcp", "gone=/nonexistent/mcp-server"])
-        .env("HOME", home.path()));
+    let missing = out(run_cmd(
+        &db,
+        &server,
+        &ws,
+        &["--mcp", "gone=/nonexistent/mcp-server"],
+    )
+    .env("HOME", home.path()));
     assert_eq!(missing.status.code(), Some(1), "{}", text(&missing.stderr));
-    assert!(text(&missing.stderr).contains("MCP server `gone`"), "{}", text(&missing.stderr));
+    assert!(
+        text(&missing.stderr).contains("MCP server `gone`"),
+        "{}",
+        text(&missing.stderr)
+    );
     let listed = out(agentctl(&db).args(["--json", "runs", "list"]));
     assert!(text(&listed.stdout).trim().is_empty(), "no run was created");
 
@@ -325,6 +371,9 @@ async fn mcp_config_errors_and_policies() {
     };
     assert_eq!(policy("shell"), "deny");
     assert_eq!(policy("t__lookup"), "ask");
-    assert_eq!(kinds_of(&events, "approval.requested")[0].payload["tool"], "t__lookup");
+    assert_eq!(
+        kinds_of(&events, "approval.requested")[0].payload["tool"],
+        "t__lookup"
+    );
     assert_no_server_left(&ws).await;
 }

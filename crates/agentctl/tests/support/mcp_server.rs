@@ -52,9 +52,7 @@ fn initialize() -> Value {
 }
 
 fn tools() -> Value {
-    let obj = |props: Value, required: Value| {
-        json!({"type": "object", "properties": props, "required": required})
-    };
+    let obj = |props: Value, required: Value| json!({"type": "object", "properties": props, "required": required});
     let wait = obj(
         json!({"tag": {"type": "string"}, "ms": {"type": "integer"}}),
         json!(["tag", "ms"]),
@@ -84,7 +82,12 @@ fn tools() -> Value {
 fn call(params: &Value) -> Result<Value, (i64, String)> {
     let name = params.get("name").and_then(Value::as_str).unwrap_or("");
     let args = params.get("arguments").cloned().unwrap_or(json!({}));
-    let arg = |n: &str| args.get(n).and_then(Value::as_str).unwrap_or("").to_string();
+    let arg = |n: &str| {
+        args.get(n)
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string()
+    };
     let text = |t: String| json!({"content": [{"type": "text", "text": t}]});
     match name {
         "lookup" => Ok(text(format!("value of {}: {}-42", arg("key"), arg("key")))),
@@ -92,8 +95,10 @@ fn call(params: &Value) -> Result<Value, (i64, String)> {
             append("deleted.txt", &arg("item"));
             Ok(text(format!("deleted {}", arg("item"))))
         }
-        "fail" => Ok(json!({"content": [{"type": "text", "text": "the item does not exist"}],
-                            "isError": true})),
+        "fail" => Ok(
+            json!({"content": [{"type": "text", "text": "the item does not exist"}],
+                            "isError": true}),
+        ),
         "rpc_error" => Err((-32000, "the backend is unavailable".into())),
         "crash" => {
             eprintln!("test server: crashing on purpose");

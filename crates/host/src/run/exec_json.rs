@@ -101,8 +101,8 @@ impl ExecJson {
                     self.learn_tools(&tools);
                 }
                 vec![
-                json!({"type": "thread.started", "thread_id": self.run_id}),
-                json!({"type": "turn.started"}),
+                    json!({"type": "thread.started", "thread_id": self.run_id}),
+                    json!({"type": "turn.started"}),
                 ]
             }
             k::RUN_RESUMED => vec![

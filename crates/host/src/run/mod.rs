@@ -200,8 +200,7 @@ impl Host {
             path: new.workspace.display().to_string(),
             reason: err.to_string(),
         })?;
-        let (mut specs, mut registry) =
-            tools::builtin_with(&workspace, new.approval, &self.tools);
+        let (mut specs, mut registry) = tools::builtin_with(&workspace, new.approval, &self.tools);
         let found = mcp::discover(&self.tools, workspace.root(), new.approval).await?;
         specs.extend(found.specs);
         for tool in found.tools {

@@ -78,10 +78,12 @@ pub enum ConfigError {
 impl ToolConfig {
     /// The configuration in `text`, read from `file` (named in errors).
     pub fn parse(text: &str, file: &str) -> Result<ToolConfig, ConfigError> {
-        let table: Table = text.parse().map_err(|err: toml::de::Error| ConfigError::Syntax {
-            file: file.into(),
-            reason: err.message().to_string(),
-        })?;
+        let table: Table = text
+            .parse()
+            .map_err(|err: toml::de::Error| ConfigError::Syntax {
+                file: file.into(),
+                reason: err.message().to_string(),
+            })?;
         let invalid = |key: String, reason: &str| ConfigError::Invalid {
             file: file.into(),
             key,
@@ -130,7 +132,11 @@ impl ToolConfig {
                     .keys()
                     .filter(|k| !matches!(k.as_str(), "command" | "args" | "env"))
                 {
-                    tracing::warn!(file, "`{}` is not used by agentctl; ignored", key(&format!(".{unknown}")));
+                    tracing::warn!(
+                        file,
+                        "`{}` is not used by agentctl; ignored",
+                        key(&format!(".{unknown}"))
+                    );
                 }
                 config.servers.insert(
                     name.clone(),
@@ -349,13 +355,31 @@ approval = "auto"
     #[test]
     fn errors_name_file_and_key() {
         let cases = [
-            ("[mcp_servers.fs]\nargs = []", "a.toml: `mcp_servers.fs.command`: is missing"),
-            ("[mcp_servers.fs]\ncommand = 3", "`mcp_servers.fs.command`: must be a string"),
-            ("[mcp_servers.fs]\ncommand = \"x\"\nargs = [1]", "`mcp_servers.fs.args`"),
-            ("[mcp_servers.fs]\ncommand = \"x\"\nenv = { A = 1 }", "`mcp_servers.fs.env.A`"),
+            (
+                "[mcp_servers.fs]\nargs = []",
+                "a.toml: `mcp_servers.fs.command`: is missing",
+            ),
+            (
+                "[mcp_servers.fs]\ncommand = 3",
+                "`mcp_servers.fs.command`: must be a string",
+            ),
+            (
+                "[mcp_servers.fs]\ncommand = \"x\"\nargs = [1]",
+                "`mcp_servers.fs.args`",
+            ),
+            (
+                "[mcp_servers.fs]\ncommand = \"x\"\nenv = { A = 1 }",
+                "`mcp_servers.fs.env.A`",
+            ),
             ("[mcp_servers.\"a b\"]\ncommand = \"x\"", "letters, digits"),
-            ("[tools.shell]\napproval = \"maybe\"", "`tools.shell.approval`: must be"),
-            ("[tools.\"fs.x\"]\n", "`tools.\"fs.x\".approval`: is missing"),
+            (
+                "[tools.shell]\napproval = \"maybe\"",
+                "`tools.shell.approval`: must be",
+            ),
+            (
+                "[tools.\"fs.x\"]\n",
+                "`tools.\"fs.x\".approval`: is missing",
+            ),
             ("mcp_servers = 1", "`mcp_servers`"),
             ("[mcp_servers", "a.toml: not valid TOML"),
         ];
@@ -372,7 +396,8 @@ approval = "auto"
             "user",
         )
         .unwrap();
-        c.add_cli_server("a=node 'my server.js' --flag \"x y\"").unwrap();
+        c.add_cli_server("a=node 'my server.js' --flag \"x y\"")
+            .unwrap();
         assert_eq!(c.servers["a"].command, "node");
         assert_eq!(c.servers["a"].args, ["my server.js", "--flag", "x y"]);
         assert_eq!(c.servers["b"].command, "b");

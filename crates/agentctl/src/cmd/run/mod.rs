@@ -161,7 +161,8 @@ fn host_error(err: HostError) -> anyhow::Error {
 /// The tool configuration: ~/.config/agentctl/config.toml, then agentctl.toml of the
 /// workspace, then `--mcp`; a bad one is a usage error naming the file and key.
 fn tool_config(workspace: &std::path::Path, drive: &DriveArgs) -> anyhow::Result<ToolConfig> {
-    let usage = |err: agent_host::tools::ConfigError| anyhow::Error::new(UsageError(err.to_string()));
+    let usage =
+        |err: agent_host::tools::ConfigError| anyhow::Error::new(UsageError(err.to_string()));
     let user = ToolConfig::user_file(dirs::home_dir());
     let mut config = ToolConfig::load(workspace, user.as_deref()).map_err(usage)?;
     for spec in &drive.mcp {

@@ -118,7 +118,9 @@ impl ServerHandle {
         for name in HIDDEN_ENV {
             cmd.env_remove(name);
         }
-        cmd.envs(&self.config.env).process_group(0).kill_on_drop(true);
+        cmd.envs(&self.config.env)
+            .process_group(0)
+            .kill_on_drop(true);
         let (transport, stderr) = TokioChildProcess::builder(cmd)
             .stderr(Stdio::piped())
             .spawn()

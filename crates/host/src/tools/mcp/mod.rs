@@ -116,12 +116,12 @@ pub(crate) async fn discover(
                 continue;
             }
             let hints = Hints::of(info.annotations.as_ref());
-            let own = config.policies.get(&name).copied().unwrap_or(hints.policy());
-            let mut description = info
-                .description
-                .as_deref()
-                .unwrap_or_default()
-                .to_string();
+            let own = config
+                .policies
+                .get(&name)
+                .copied()
+                .unwrap_or(hints.policy());
+            let mut description = info.description.as_deref().unwrap_or_default().to_string();
             if description.is_empty() {
                 description = format!("Tool `{}` of MCP server `{}`.", info.name, server.name);
             }

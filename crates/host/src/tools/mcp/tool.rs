@@ -76,9 +76,9 @@ impl Tool for McpTool {
                     "MCP server `{name}` failed during the call of `{remote}` ({reason}); its \
                      effect is unknown. The server is restarted for the next call."
                 ))),
-                Err(CallError::Cancelled) => Err(ToolFailure(
-                    "Cancelled: the run was interrupted".into(),
-                )),
+                Err(CallError::Cancelled) => {
+                    Err(ToolFailure("Cancelled: the run was interrupted".into()))
+                }
             }
         })
     }
@@ -115,7 +115,9 @@ fn cap(mut text: String) -> String {
     }
     let dropped = text.len() - cut;
     text.truncate(cut);
-    text.push_str(&format!("\n[... {dropped} bytes of the result truncated ...]"));
+    text.push_str(&format!(
+        "\n[... {dropped} bytes of the result truncated ...]"
+    ));
     text
 }
 
