@@ -6,7 +6,11 @@
 type Suite = (&'static str, fn() -> anyhow::Result<()>);
 
 /// Every interop suite, by name.
-const SUITES: &[Suite] = &[("codex", codex_cli), ("openai-sdk", openai_sdk)];
+const SUITES: &[Suite] = &[
+    ("codex", codex_cli),
+    ("openai-sdk", openai_sdk),
+    ("mcp", mcp_filesystem),
+];
 
 pub fn run(args: &[String]) -> anyhow::Result<()> {
     let selected: Vec<&Suite> = if args.is_empty() {
@@ -68,6 +72,39 @@ fn codex_cli() -> anyhow::Result<()> {
         ])
         .args(["--include-ignored", "--test-threads=1"])
         .env("CODEX_BIN", &codex_bin))
+}
+
+/// `mcp`: installs the pinned `@modelcontextprotocol/server-filesystem` into
+/// `interop/mcp/node_modules` (never globally), then runs
+/// `crates/agentctl/tests/mcp_interop.rs` with `--include-ignored` and `MCP_FILESYSTEM_BIN`
+/// set: a scripted run on the emulator lists a directory and reads a file through it.
+fn mcp_filesystem() -> anyhow::Result<()> {
+    use crate::process::{cargo, run, workspace_root};
+    let dir = workspace_root().join("interop").join("mcp");
+    let npm = if cfg!(windows) { "npm.cmd" } else { "npm" };
+    // `npm ci` installs exactly what package-lock.json pins.
+    run(std::process::Command::new(npm)
+        .args(["ci", "--no-audit", "--no-fund"])
+        .current_dir(&dir))?;
+    let bin = dir
+        .join("node_modules")
+        .join(".bin")
+        .join("mcp-server-filesystem");
+    if !bin.exists() {
+        anyhow::bail!("interop/mcp: npm ci did not install {}", bin.display());
+    }
+    run(cargo()
+        .args([
+            "test",
+            "-j2",
+            "-p",
+            "agentctl",
+            "--test",
+            "mcp_interop",
+            "--",
+        ])
+        .args(["--include-ignored", "--test-threads=1"])
+        .env("MCP_FILESYSTEM_BIN", &bin))
 }
 
 /// The `openai-sdk` suite's virtualenv: `interop/openai_sdk/.venv` (created on first use)

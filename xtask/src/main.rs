@@ -5,7 +5,8 @@
 //!   `CI=true` or `--interop` is given.
 //! - `bench [AREA...]`: release-mode benchmarks beside the seed's Python baselines, written
 //!   into `docs/benchmarks.md`.
-//! - `interop`: the official `openai` Python SDK and the real Codex CLI against our code.
+//! - `interop`: the official `openai` Python SDK, the real Codex CLI and the real MCP
+//!   filesystem server against our code.
 //! - `fuzz [TARGET...] [--time SECONDS]`: long property-test campaigns (default 600 s each).
 
 mod bench;
@@ -20,7 +21,7 @@ const USAGE: &str = "usage: cargo xtask <ci [--interop] | bench [AREA...] | inte
 
   ci        cargo fmt --check, clippy -D warnings, all tests (then interop under CI=true)
   bench     run benchmarks side by side with the seed; areas: journal runtime context responses host
-  interop   run third-party clients against our code; suites: openai-sdk codex
+  interop   run third-party clients against our code; suites: openai-sdk codex mcp
   fuzz      run property tests with large case counts for SECONDS each (default 600); --list;
             targets: sse events appserver requests script journal units redact tools";
 

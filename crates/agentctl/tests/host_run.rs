@@ -26,3 +26,6 @@ mod steer_ws;
 
 #[path = "host/search.rs"]
 mod search;
+
+#[path = "host/mcp.rs"]
+mod mcp;

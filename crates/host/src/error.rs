@@ -61,6 +61,33 @@ pub enum HostError {
         /// What is wrong with it.
         reason: String,
     },
+    /// The tool configuration (`agentctl.toml`, `--mcp`) cannot be used.
+    #[error(transparent)]
+    Config(#[from] crate::tools::ConfigError),
+    /// An MCP server of a new run could not be started or did not list its tools.
+    #[error("MCP server `{server}` (declared in {declared_in}): {reason}")]
+    McpStart {
+        /// Its name.
+        server: String,
+        /// Where it was declared.
+        declared_in: String,
+        /// What went wrong.
+        reason: String,
+    },
+    /// A resumed run needs an MCP server the configuration does not declare.
+    #[error(
+        "run {run} used MCP server `{server}` (`{command}`), which is not configured now; \
+         declare it in agentctl.toml of the workspace or ~/.config/agentctl/config.toml \
+         ([mcp_servers.{server}] command = ..., args = [...]) or with --mcp {server}='COMMAND ARGS'"
+    )]
+    McpServerMissing {
+        /// The run id.
+        run: String,
+        /// The server's name.
+        server: String,
+        /// How the run started it (command and args).
+        command: String,
+    },
     /// Invalid input from the caller.
     #[error("{0}")]
     Invalid(String),

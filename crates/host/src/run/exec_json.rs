@@ -2,7 +2,8 @@
 //!
 //! Shapes: `thread.started` (thread_id = run id), `turn.started`, `item.started` /
 //! `item.completed` with items `agent_message`, `reasoning`, `command_execution` (shell),
-//! `file_change` (write_file), `tool_call` (other tools; our own type), `error`; then
+//! `file_change` (write_file), `mcp_tool_call` (MCP tools), `tool_call` (other tools; our
+//! own type), `error`; then
 //! `turn.completed` with usage, `turn.failed`, `error`. Our own types, for what Codex has
 //! no shape for: `approval.requested`, `approval.decided`, `steer.requested`,
 //! `steer.applied`, `steer.dropped`, `run.paused`,
@@ -24,6 +25,8 @@ use super::kinds as k;
 pub struct ExecJson {
     run_id: String,
     calls: HashMap<String, (String, Value)>,
+    /// MCP tools by offered name: (server, tool), from `run.created`.
+    mcp: HashMap<String, (String, String)>,
     items: u64,
 }
 
@@ -41,6 +44,9 @@ impl ExecJson {
     /// their proper item types.
     pub fn resuming(state: &super::state::RunState) -> ExecJson {
         let mut conv = ExecJson::new(&state.id);
+        if let Some(spec) = &state.spec {
+            conv.learn_tools(&spec.tools);
+        }
         for call in &state.calls {
             let args = serde_json::from_str(&call.arguments).unwrap_or(Value::Null);
             conv.calls
@@ -60,6 +66,17 @@ impl ExecJson {
         conv
     }
 
+    fn learn_tools(&mut self, tools: &[crate::tools::ToolSpec]) {
+        for tool in tools {
+            if let Some(origin) = &tool.mcp {
+                self.mcp.insert(
+                    tool.name.clone(),
+                    (origin.server.clone(), origin.tool.clone()),
+                );
+            }
+        }
+    }
+
     fn next_item(&mut self) -> String {
         self.items += 1;
         format!("item_{}", self.items)
@@ -75,10 +92,19 @@ impl ExecJson {
                 .to_string()
         };
         match &*event.kind {
-            k::RUN_CREATED => vec![
-                json!({"type": "thread.started", "thread_id": self.run_id}),
-                json!({"type": "turn.started"}),
-            ],
+            k::RUN_CREATED => {
+                if let Some(tools) = p
+                    .get("tools")
+                    .cloned()
+                    .and_then(|t| serde_json::from_value::<Vec<crate::tools::ToolSpec>>(t).ok())
+                {
+                    self.learn_tools(&tools);
+                }
+                vec![
+                    json!({"type": "thread.started", "thread_id": self.run_id}),
+                    json!({"type": "turn.started"}),
+                ]
+            }
             k::RUN_RESUMED => vec![
                 json!({"type": "thread.started", "thread_id": self.run_id}),
                 json!({"type": "turn.started"}),
@@ -229,6 +255,19 @@ impl ExecJson {
             "write_file" => json!({"id": call_id, "type": "file_change",
                 "changes": [{"path": arg("path"), "kind": "update"}], "status": status,
                 "output": output}),
+            _ if self.mcp.contains_key(&name) => {
+                let (server, tool) = self.mcp.get(&name).cloned().unwrap_or_default();
+                let (result, error) = match (status, output) {
+                    ("completed", Some(text)) => (
+                        json!({"content": [{"type": "text", "text": text}], "structured_content": null}),
+                        Value::Null,
+                    ),
+                    (_, Some(text)) => (Value::Null, json!({"message": text})),
+                    (_, None) => (Value::Null, Value::Null),
+                };
+                json!({"id": call_id, "type": "mcp_tool_call", "server": server, "tool": tool,
+                    "arguments": args, "result": result, "error": error, "status": status})
+            }
             _ => json!({"id": call_id, "type": "tool_call", "name": name, "arguments": args,
                 "status": status, "output": output, "event": kind}),
         }

@@ -32,7 +32,7 @@ pub use requests::{DecisionRequest, decide, request_interrupt, request_steer, st
 pub use state::{Budgets, CallRecord, Decision, RunSpec, RunState, RunStatus, Usage};
 
 use crate::error::HostError;
-use crate::tools::{self, ApprovalMode, Workspace};
+use crate::tools::{self, ApprovalMode, ToolConfig, Workspace, mcp};
 use driver::Driver;
 
 /// Sees a run as it is driven: every event of its thread, in order, and the model's text as
@@ -181,12 +181,24 @@ pub struct BudgetChange {
 pub struct Host {
     journal: Journal,
     client: Client,
+    tools: ToolConfig,
 }
 
 impl Host {
     /// A host writing to `journal` and calling the model through `client`.
     pub fn new(journal: Journal, client: Client) -> Host {
-        Host { journal, client }
+        Host {
+            journal,
+            client,
+            tools: ToolConfig::default(),
+        }
+    }
+
+    /// The MCP servers and tool policies its runs use: a new run offers every server's
+    /// tools; a resumed run needs each server it recorded to be declared here.
+    pub fn with_tools(mut self, tools: ToolConfig) -> Host {
+        self.tools = tools;
+        self
     }
 
     /// Starts a run and drives it.
@@ -195,45 +207,65 @@ impl Host {
     /// Dropping the future stops driving where it stands; everything acknowledged is in the
     /// journal and `resume` continues from there (fire `opts.cancel` for a clean interrupt).
     pub async fn start(&self, new: NewRun, opts: DriveOptions) -> Result<RunReport, HostError> {
-        let (id, spec, registry) = self.create(new, false).await?;
+        let (id, spec, registry, servers) = self.create(new, false).await?;
         let thread = kinds::thread_of(&id);
         let runtime = Runtime::open(self.journal.clone(), runtime_options(registry));
         arm_crash_hook(&self.journal, &thread, 0, opts.crash_after_events);
-        self.drive(
-            runtime,
-            thread,
-            RunState::new(&id),
-            spec,
-            Owner::current(),
-            opts,
-        )
-        .await
+        let report = self
+            .drive(
+                runtime,
+                thread,
+                RunState::new(&id),
+                spec,
+                Owner::current(),
+                opts,
+            )
+            .await;
+        servers.shutdown().await;
+        report
     }
 
     /// Creates a run without driving it and offers it to workers (`agentctl worker`):
     /// its lease `run:<id>` is open, so the first free worker claims and drives it.
     /// Returns the run id.
     pub async fn submit(&self, new: NewRun) -> Result<String, HostError> {
-        let (id, _, _) = self.create(new, true).await?;
+        let (id, _, _, servers) = self.create(new, true).await?;
+        // Started only to list their tools; the driving worker starts its own.
+        servers.shutdown().await;
         // After `run.created`: a crash in between leaves a run the runs table's refresh
-        // offers (see [`crate::worker::refresh_runs_table`]).
+        // offers (see [`table::runs_table`]).
         self.journal
             .offer_lease(&kinds::thread_of(&id), &json!({"status": "queued"}))
             .await?;
         Ok(id)
     }
 
-    /// Appends `run.created` for `new`; returns the id, the spec and the tools.
+    /// Appends `run.created` for `new`, with the built-in tools and every configured MCP
+    /// server's (started to list them); returns the id, the spec, the tools and the servers.
     async fn create(
         &self,
         new: NewRun,
         submitted: bool,
-    ) -> Result<(String, RunSpec, agent_runtime::ToolRegistry), HostError> {
+    ) -> Result<
+        (
+            String,
+            RunSpec,
+            agent_runtime::ToolRegistry,
+            mcp::McpServers,
+        ),
+        HostError,
+    > {
         let workspace = Workspace::new(&new.workspace).map_err(|err| HostError::Workspace {
             path: new.workspace.display().to_string(),
             reason: err.to_string(),
         })?;
-        let (specs, registry) = tools::builtin(&workspace, new.approval);
+        let (mut specs, mut registry) = tools::builtin_with(&workspace, new.approval, &self.tools);
+        let found = mcp::discover(&self.tools, workspace.root(), new.approval).await?;
+        specs.extend(found.specs);
+        for tool in found.tools {
+            registry = registry.with_arc(tool);
+        }
+        let servers = found.servers;
         let id = uuid::Uuid::now_v7().to_string();
         let thread = kinds::thread_of(&id);
         let spec = RunSpec {
@@ -242,6 +274,7 @@ impl Host {
             instructions: new.instructions,
             workspace: workspace.root().display().to_string(),
             tools: specs,
+            mcp_servers: found.records,
             approval: new.approval,
             budgets: new.budgets,
             transport: new.transport,
@@ -257,14 +290,19 @@ impl Host {
                 obj.insert("owner".into(), json!(Owner::current()));
             }
         }
-        self.journal
+        let created = self
+            .journal
             .append_expecting(
                 &thread,
                 None,
                 vec![NewEvent::new(thread.clone(), kinds::RUN_CREATED, payload)],
             )
-            .await?;
-        Ok((id, spec, registry))
+            .await;
+        if let Err(err) = created {
+            servers.shutdown().await;
+            return Err(err.into());
+        }
+        Ok((id, spec, registry, servers))
     }
 
     /// Continues a run from its journal (see the resume rules in the crate docs).
@@ -274,6 +312,41 @@ impl Host {
     pub async fn resume(
         &self,
         run_id: &str,
+        change: BudgetChange,
+        opts: DriveOptions,
+    ) -> Result<RunReport, HostError> {
+        let spec = load(&self.journal, run_id)
+            .await?
+            .spec
+            .ok_or_else(|| HostError::NotFound(run_id.into()))?;
+        let workspace = Workspace::new(std::path::Path::new(&spec.workspace)).map_err(|err| {
+            HostError::Workspace {
+                path: spec.workspace.clone(),
+                reason: err.to_string(),
+            }
+        })?;
+        let (_, mut registry) = tools::builtin(&workspace, spec.approval);
+        // A server the run used that is not declared refuses the resume before it writes.
+        let (mcp_tools, servers) = mcp::reattach(
+            run_id,
+            &spec.mcp_servers,
+            &spec.tools,
+            &self.tools,
+            workspace.root(),
+        )?;
+        for tool in mcp_tools {
+            registry = registry.with_arc(tool);
+        }
+        let report = self.resume_with(run_id, registry, change, opts).await;
+        servers.shutdown().await;
+        report
+    }
+
+    /// Claims the run (`run.resumed`), adopts its open calls and drives it.
+    async fn resume_with(
+        &self,
+        run_id: &str,
+        registry: agent_runtime::ToolRegistry,
         change: BudgetChange,
         opts: DriveOptions,
     ) -> Result<RunReport, HostError> {
@@ -346,13 +419,6 @@ impl Host {
                 Err(err) => return Err(err.into()),
             }
         };
-        let workspace = Workspace::new(std::path::Path::new(&spec.workspace)).map_err(|err| {
-            HostError::Workspace {
-                path: spec.workspace.clone(),
-                reason: err.to_string(),
-            }
-        })?;
-        let (_, registry) = tools::builtin(&workspace, spec.approval);
         let runtime = Runtime::open(self.journal.clone(), runtime_options(registry));
         arm_crash_hook(&self.journal, &thread, resumed_at, opts.crash_after_events);
         runtime.adopt(&thread).await?;

@@ -4,6 +4,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::tools::mcp::McpServerRecord;
 use crate::tools::{ApprovalMode, ToolSpec};
 
 /// What `run.created` records.
@@ -20,6 +21,9 @@ pub struct RunSpec {
     pub workspace: String,
     /// The tools offered to the model, with the policy in force.
     pub tools: Vec<ToolSpec>,
+    /// The MCP servers the run's tools come from (`resume` needs each one configured).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mcp_servers: Vec<McpServerRecord>,
     /// The run-wide override of tool policies.
     pub approval: ApprovalMode,
     /// The budgets the run started with.

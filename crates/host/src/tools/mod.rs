@@ -1,10 +1,13 @@
-//! The built-in tools and their policies.
+//! The built-in tools, MCP tools and their policies.
 //!
 //! Each tool is an [`agent_runtime::Tool`], so every call is journaled and idempotent by
-//! the model's `call_id`. A tool's [`Policy`] says whether it runs, asks a human first, or
+//! the model's `call_id`. MCP servers and per-tool policy overrides come from
+//! [`ToolConfig`] (`agentctl.toml`). A tool's [`Policy`] says whether it runs, asks a human first, or
 //! is refused; the run's [`ApprovalMode`] can override it for every tool.
 
+mod config;
 mod files;
+pub mod mcp;
 mod shell;
 mod workspace;
 
@@ -13,6 +16,7 @@ use serde_json::{Map, Value, json};
 
 use agent_runtime::ToolRegistry;
 
+pub use config::{ConfigError, ServerConfig, ToolConfig, WORKSPACE_FILE};
 pub use files::{ListDir, ReadFile, WriteFile};
 pub use shell::{OUTPUT_CAP, Shell};
 pub use workspace::{PathRefused, Workspace};
@@ -71,17 +75,31 @@ pub struct ToolSpec {
     pub policy: Policy,
     /// Running it twice is harmless: a call cut off by a crash runs again on resume.
     pub retry_safe: bool,
+    /// For an MCP tool: its server and its name there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mcp: Option<mcp::McpOrigin>,
 }
 
 /// The built-in tools of `workspace`: their specs (under `mode`) and the runtime allowlist.
 pub fn builtin(workspace: &Workspace, mode: ApprovalMode) -> (Vec<ToolSpec>, ToolRegistry) {
+    builtin_with(workspace, mode, &ToolConfig::default())
+}
+
+/// As [`builtin`], with the policies of `config` replacing the tools' own.
+pub fn builtin_with(
+    workspace: &Workspace,
+    mode: ApprovalMode,
+    config: &ToolConfig,
+) -> (Vec<ToolSpec>, ToolRegistry) {
     let spec = |name: &str, description: &str, parameters: Value, own, side_effects, retry_safe| {
+        let own = config.policies.get(name).copied().unwrap_or(own);
         ToolSpec {
             name: name.into(),
             description: description.into(),
             parameters,
             policy: mode.apply(own, side_effects),
             retry_safe,
+            mcp: None,
         }
     };
     let specs = vec![

@@ -38,7 +38,7 @@ pub struct Shell {
 
 /// Variables the command never sees: the API key and the database URL (which may carry a
 /// password).
-const HIDDEN_ENV: [&str; 3] = ["OPENAI_API_KEY", "AGENTCTL_DB", "AGENTCTL_TEST_PG_URL"];
+pub(crate) const HIDDEN_ENV: [&str; 3] = ["OPENAI_API_KEY", "AGENTCTL_DB", "AGENTCTL_TEST_PG_URL"];
 
 /// Runs `$2` in bash with a watchdog in its process group that kills the whole group once
 /// process `$1` (this host) is gone, so a command outlives neither `kill -9` of the host

@@ -65,7 +65,7 @@ pub(super) async fn drive(
             .clone()
             .ok_or_else(|| HostError::NotFound(id.clone()))?;
         let connected = connector.client(&spec).await?;
-        let host = Host::new(fenced.clone(), connected.client);
+        let host = Host::new(fenced.clone(), connected.client).with_tools(connected.tools);
         let opts = DriveOptions {
             observer: Arc::clone(&summary) as Arc<dyn Observer>,
             decider: None,

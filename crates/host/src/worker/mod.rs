@@ -58,6 +58,9 @@ pub struct WorkerConfig {
 pub struct Connected {
     /// The client.
     pub client: Client,
+    /// The MCP servers and tool policies the run may need (see
+    /// [`Host::with_tools`](crate::run::Host::with_tools)).
+    pub tools: crate::tools::ToolConfig,
     /// Dropped when the drive ends.
     pub guard: Option<Box<dyn Send + Sync>>,
 }
@@ -75,7 +78,8 @@ impl std::fmt::Debug for Connected {
 pub trait Connector: Send + Sync {
     /// Opens the journal (again, after a failure).
     fn journal(&self) -> BoxFuture<'_, Result<Journal, HostError>>;
-    /// A client for a run with `spec` (its recorded endpoint, or the worker's own).
+    /// A client and the tool configuration for a run with `spec` (its recorded endpoint, or
+    /// the worker's own).
     fn client<'a>(&'a self, spec: &'a RunSpec) -> BoxFuture<'a, Result<Connected, HostError>>;
 }
 

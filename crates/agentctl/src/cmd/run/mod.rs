@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use agent_host::HostError;
 use agent_host::run::{BudgetChange, Budgets, DriveOptions, Host, NewRun, RunEnd, RunReport};
-use agent_host::tools::ApprovalMode;
+use agent_host::tools::{ApprovalMode, ToolConfig};
 use anyhow::Context as _;
 use clap::{Args, ValueEnum};
 
@@ -39,6 +39,10 @@ pub struct RunArgs {
 pub struct SubmitArgs {
     #[command(flatten)]
     pub run: RunOptions,
+    /// An MCP server over stdio, as for `run` (the worker that drives the run needs it
+    /// too: in the workspace's agentctl.toml, its user config, or its own --mcp).
+    #[arg(long = "mcp", value_name = "NAME='COMMAND ARGS'")]
+    pub mcp: Vec<String>,
 }
 
 /// What a new run is: its task, model, workspace, endpoint, budgets and policies.
@@ -93,6 +97,11 @@ pub enum TransportArg {
 /// Options of `run` and `resume` about how this process drives.
 #[derive(Debug, Args)]
 pub struct DriveArgs {
+    /// An MCP server over stdio, on top of those in agentctl.toml (workspace) and
+    /// ~/.config/agentctl/config.toml: NAME='COMMAND ARGS' (quotes group words). Its tools
+    /// are offered as NAME__TOOL. Repeatable; replaces a configured server of the same name.
+    #[arg(long = "mcp", value_name = "NAME='COMMAND ARGS'")]
+    pub mcp: Vec<String>,
     /// Off a terminal, wait for approvals decided from another process (`agentctl approve`)
     /// instead of pausing with exit status 3.
     #[arg(long)]
@@ -125,28 +134,33 @@ pub enum ApprovalArg {
 
 pub async fn run(global: &GlobalArgs, args: RunArgs) -> anyhow::Result<ExitCode> {
     let (new, endpoint) = new_run(args.run)?;
+    let tools = tool_config(&new.workspace, &args.drive.mcp)?;
     let journal = crate::cmd::journal::open(global).await?;
     let (client, _mock) = endpoint.connect(None).await?;
-    let host = Host::new(journal.clone(), client);
+    let host = Host::new(journal.clone(), client).with_tools(tools);
     let (opts, ctrl_c) = drive_options(global, &args.drive);
     let report = host.start(new, opts).await;
     ctrl_c.abort();
     journal.close().await;
-    finish(global, report.map_err(usage_if_workspace)?)
+    finish(global, report.map_err(host_error)?)
 }
 
 /// `agentctl submit`: creates the run for a worker to drive and prints its id.
 pub async fn submit(global: &GlobalArgs, args: SubmitArgs) -> anyhow::Result<ExitCode> {
     let (new, _) = new_run(args.run)?;
+    let tools = tool_config(&new.workspace, &args.mcp)?;
     let journal = crate::cmd::journal::open(global).await?;
     // No model call happens here: the client is never used.
     let client = agent_responses::Client::new(agent_responses::ClientConfig::new(
         "http://127.0.0.1:9",
         agent_responses::ApiKey::new("unused").context("placeholder key")?,
     ))?;
-    let id = Host::new(journal.clone(), client).submit(new).await;
+    let id = Host::new(journal.clone(), client)
+        .with_tools(tools)
+        .submit(new)
+        .await;
     journal.close().await;
-    let id = id.map_err(usage_if_workspace)?;
+    let id = id.map_err(host_error)?;
     if global.json {
         crate::output::json_line(&serde_json::json!({"type": "run.submitted", "run_id": id}))?;
     } else {
@@ -158,11 +172,30 @@ pub async fn submit(global: &GlobalArgs, args: SubmitArgs) -> anyhow::Result<Exi
     Ok(ExitCode::SUCCESS)
 }
 
-fn usage_if_workspace(err: HostError) -> anyhow::Error {
+/// Host errors that are the caller's to fix (exit 2), others as they are.
+fn host_error(err: HostError) -> anyhow::Error {
     match err {
-        HostError::Workspace { .. } => anyhow::Error::new(UsageError(err.to_string())),
+        HostError::Workspace { .. } | HostError::Config(_) | HostError::McpServerMissing { .. } => {
+            anyhow::Error::new(UsageError(err.to_string()))
+        }
         other => anyhow::Error::new(other),
     }
+}
+
+/// The tool configuration: ~/.config/agentctl/config.toml, then agentctl.toml of the
+/// workspace, then `--mcp`; a bad one is a usage error naming the file and key.
+pub(crate) fn tool_config(
+    workspace: &std::path::Path,
+    mcp: &[String],
+) -> anyhow::Result<ToolConfig> {
+    let usage =
+        |err: agent_host::tools::ConfigError| anyhow::Error::new(UsageError(err.to_string()));
+    let user = ToolConfig::user_file(dirs::home_dir());
+    let mut config = ToolConfig::load(workspace, user.as_deref()).map_err(usage)?;
+    for spec in mcp {
+        config.add_cli_server(spec).map_err(usage)?;
+    }
+    Ok(config)
 }
 
 /// The run `args` describe, and where its model calls go.
@@ -211,12 +244,14 @@ fn new_run(args: RunOptions) -> anyhow::Result<(NewRun, Endpoint)> {
 
 pub async fn resume(global: &GlobalArgs, args: ResumeArgs) -> anyhow::Result<ExitCode> {
     let journal = crate::cmd::journal::open(global).await?;
-    let recorded = agent_host::run::load(&journal, &args.run)
-        .await?
-        .spec
-        .and_then(|s| s.endpoint);
+    let spec = agent_host::run::load(&journal, &args.run).await?.spec;
+    let recorded = spec.as_ref().and_then(|s| s.endpoint.clone());
+    let tools = match &spec {
+        Some(spec) => tool_config(std::path::Path::new(&spec.workspace), &args.drive.mcp)?,
+        None => ToolConfig::default(),
+    };
     let (client, _mock) = args.endpoint.connect(recorded.as_deref()).await?;
-    let host = Host::new(journal.clone(), client);
+    let host = Host::new(journal.clone(), client).with_tools(tools);
     let change = BudgetChange {
         max_steps: args.max_steps,
         max_tokens: args.max_tokens,
@@ -225,7 +260,7 @@ pub async fn resume(global: &GlobalArgs, args: ResumeArgs) -> anyhow::Result<Exi
     let report = host.resume(&args.run, change, opts).await;
     ctrl_c.abort();
     journal.close().await;
-    finish(global, report?)
+    finish(global, report.map_err(host_error)?)
 }
 
 fn read_prompt(prompt: Option<String>) -> anyhow::Result<String> {

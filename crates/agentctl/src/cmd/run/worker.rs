@@ -42,11 +42,17 @@ pub struct WorkerArgs {
     /// The model endpoint for every run (default: the one each run was submitted with).
     #[command(flatten)]
     pub endpoint: Endpoint,
+    /// An MCP server over stdio, on top of those in each run's workspace agentctl.toml and
+    /// ~/.config/agentctl/config.toml: NAME='COMMAND ARGS'. A run that used a server this
+    /// worker cannot find ends with an error instead of being driven.
+    #[arg(long = "mcp", value_name = "NAME='COMMAND ARGS'")]
+    pub mcp: Vec<String>,
 }
 
 struct CliConnector {
     url: String,
     endpoint: Endpoint,
+    mcp: Vec<String>,
     /// Read connections: on PostgreSQL every live tail (one per driven run, more while it
     /// waits for a decision) holds one for its LISTEN.
     read_connections: u32,
@@ -70,8 +76,11 @@ impl Connector for CliConnector {
                 .connect(spec.endpoint.as_deref())
                 .await
                 .map_err(|err| HostError::Invalid(format!("{err:#}")))?;
+            let tools = super::tool_config(std::path::Path::new(&spec.workspace), &self.mcp)
+                .map_err(|err| HostError::Invalid(format!("{err:#}")))?;
             Ok(Connected {
                 client,
+                tools,
                 guard: server.map(|s| Box::new(s) as Box<dyn Send + Sync>),
             })
         })
@@ -143,6 +152,7 @@ pub async fn worker(global: &GlobalArgs, args: WorkerArgs) -> anyhow::Result<Exi
     let connector = Arc::new(CliConnector {
         url,
         endpoint: args.endpoint,
+        mcp: args.mcp,
         read_connections: u32::try_from(config.concurrency * 3 + 4).unwrap_or(u32::MAX),
     });
     let stop = CancellationToken::new();

@@ -1,0 +1,379 @@
+//! MCP tools in the host: annotations to policy, errors and crashes as tool failures, a
+//! restart after a crash, resume after a kill (retry-safe re-run, destructive
+//! indeterminate), resume refusing a missing server, no process outliving the run.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::host::*;
+
+const SERVER: &str = env!("CARGO_BIN_EXE_agentctl-test-mcp-server");
+
+fn fixture(name: &str) -> String {
+    std::fs::read_to_string(format!(
+        "{}/../../fixtures/responses/{name}",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .unwrap()
+}
+
+fn mcp_flag() -> String {
+    format!("t={SERVER}")
+}
+
+/// Every test server process started in `ws` has exited (within a few seconds).
+async fn assert_no_server_left(ws: &Path) {
+    let pids = std::fs::read_to_string(ws.join("mcp-pids.log")).unwrap_or_default();
+    assert!(!pids.trim().is_empty(), "no server was started");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    for pid in pids.lines() {
+        loop {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            // Gone, or a zombie waiting for its reaper.
+            if stat.is_empty() || stat.contains(") Z ") {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "MCP server {pid} outlived the run"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+fn output_of<'a>(events: &'a [agent_journal::Event], call: &str) -> (&'a str, String) {
+    let e = events
+        .iter()
+        .rev()
+        .find(|e| {
+            call_id_of(e) == call
+                && matches!(&*e.kind, "tool.completed" | "tool.failed" | "tool.refused")
+        })
+        .unwrap_or_else(|| panic!("no outcome for {call}"));
+    let v = e
+        .payload
+        .get("value")
+        .or(e.payload.get("error"))
+        .or(e.payload.get("message"))
+        .cloned()
+        .unwrap_or(Value::Null);
+    let text = match v {
+        Value::String(s) => s,
+        other => other.to_string(),
+    };
+    (&*e.kind, text)
+}
+
+async fn mcp_tools_story(db: &str) {
+    let server = emulator(&fixture("host-mcp.json")).await;
+    let (_g, ws) = workspace();
+    // The server comes from agentctl.toml (with a secret in its env); HOME has none.
+    std::fs::write(
+        ws.join("agentctl.toml"),
+        format!(
+            "[mcp_servers.t]\ncommand = {SERVER:?}\nenv = {{ SECRET_TOKEN = \"s3cret-value\" }}\n"
+        ),
+    )
+    .unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let paused = out(run_cmd(db, &server, &ws, &[]).env("HOME", home.path()));
+    assert_eq!(paused.status.code(), Some(3), "{}", text(&paused.stderr));
+    assert!(
+        !text(&paused.stdout).contains("test server"),
+        "server stderr reached stdout"
+    );
+    let run = only_run(db);
+    let evs = events(db, &run).await;
+    let created = &kinds_of(&evs, "run.created")[0].payload;
+    let servers = created["mcp_servers"].as_array().unwrap();
+    assert_eq!(servers.len(), 1, "{created}");
+    assert_eq!(servers[0]["name"], "t");
+    assert_eq!(servers[0]["env_keys"], serde_json::json!(["SECRET_TOKEN"]));
+    let tool = |name: &str| {
+        created["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["name"] == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("no tool {name}: {created}"))
+    };
+    assert_eq!(tool("t__lookup")["policy"], "auto");
+    assert_eq!(tool("t__lookup")["retry_safe"], true);
+    assert_eq!(tool("t__lookup")["mcp"]["tool"], "lookup");
+    assert_eq!(tool("t__delete_item")["policy"], "ask");
+    assert_eq!(tool("t__delete_item")["retry_safe"], false);
+    assert_eq!(tool("t__wait_idem")["retry_safe"], true);
+    assert_eq!(tool("t__wait_idem")["policy"], "ask");
+    assert_eq!(tool("shell")["policy"], "ask");
+    // The destructive tool asks; nothing was deleted.
+    let asked = kinds_of(&evs, "approval.requested");
+    assert_eq!(asked.len(), 1);
+    assert_eq!(asked[0].payload["tool"], "t__delete_item");
+    assert!(!ws.join("deleted.txt").exists());
+    assert_no_server_left(&ws).await;
+
+    let ok = out(agentctl(db).args(["approve", &run, "call_delete"]));
+    assert!(ok.status.success(), "{}", text(&ok.stderr));
+    let done = out(resume_cmd(db, &server, &run, &[])
+        .env("HOME", home.path())
+        .arg("--json"));
+    assert_eq!(done.status.code(), Some(0), "{}", text(&done.stderr));
+    assert_eq!(show(db, &run)["status"], "completed");
+    assert_eq!(
+        std::fs::read_to_string(ws.join("deleted.txt")).unwrap(),
+        "x\n"
+    );
+
+    let events = events(db, &run).await;
+    check_invariants(&events);
+    let (kind, out_text) = output_of(&events, "call_lookup");
+    assert_eq!(
+        (kind, out_text.as_str()),
+        ("tool.completed", "value of alpha: alpha-42")
+    );
+    let (kind, out_text) = output_of(&events, "call_fail");
+    assert_eq!(kind, "tool.failed");
+    assert!(out_text.contains("the item does not exist"), "{out_text}");
+    let (kind, out_text) = output_of(&events, "call_rpc");
+    assert_eq!(kind, "tool.failed");
+    assert!(
+        out_text.contains("the backend is unavailable"),
+        "{out_text}"
+    );
+    let (kind, out_text) = output_of(&events, "call_crash");
+    assert_eq!(kind, "tool.failed");
+    assert!(
+        out_text.contains("restarted for the next call"),
+        "{out_text}"
+    );
+    let (kind, out_text) = output_of(&events, "call_again");
+    assert_eq!(
+        (kind, out_text.as_str()),
+        ("tool.completed", "value of beta: beta-42")
+    );
+    let (_, out_text) = output_of(&events, "call_env");
+    assert_eq!(out_text, "OPENAI_API_KEY=absent SECRET_TOKEN=present");
+    // The model saw every outcome verbatim.
+    let last = last_request(&server).to_string();
+    assert!(last.contains("value of beta: beta-42"), "{last}");
+    // Env values are never journaled.
+    for e in &events {
+        assert!(
+            !e.payload.to_string().contains("s3cret-value"),
+            "{}",
+            e.kind
+        );
+    }
+    // The crash needed a second start; every process is gone after the run.
+    let starts = std::fs::read_to_string(ws.join("mcp-pids.log")).unwrap();
+    assert!(starts.lines().count() >= 3, "{starts}");
+    assert_no_server_left(&ws).await;
+
+    // --json: MCP calls are mcp_tool_call items.
+    let lines: Vec<Value> = text(&done.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let item = lines
+        .iter()
+        .find(|l| l["type"] == "item.completed" && l["item"]["id"] == "call_again")
+        .unwrap_or_else(|| panic!("{lines:?}"));
+    assert_eq!(item["item"]["type"], "mcp_tool_call");
+    assert_eq!(item["item"]["server"], "t");
+    assert_eq!(item["item"]["tool"], "lookup");
+    assert_eq!(item["item"]["status"], "completed");
+    assert_eq!(
+        item["item"]["result"]["content"][0]["text"],
+        "value of beta: beta-42"
+    );
+    let failed = lines
+        .iter()
+        .find(|l| l["type"] == "item.completed" && l["item"]["id"] == "call_crash")
+        .unwrap();
+    assert_eq!(failed["item"]["status"], "failed");
+    assert!(failed["item"]["error"]["message"].is_string());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_tools_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("mcp.db").display());
+    mcp_tools_story(&db).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_tools_postgres() {
+    let Some(pg) = agent_testkit::fresh_pg_database("host_mcp").await else {
+        return;
+    };
+    mcp_tools_story(pg.url()).await;
+}
+
+async fn mcp_resume_after_kill(db: &str) {
+    let server = emulator(&fixture("host-mcp-kill.json")).await;
+    let (_g, ws) = workspace();
+    let home = tempfile::tempdir().unwrap();
+    let mut child = run_cmd(
+        db,
+        &server,
+        &ws,
+        &["--approval", "auto", "--mcp", &mcp_flag()],
+    )
+    .env("HOME", home.path())
+    .stdout(std::process::Stdio::null())
+    .stderr(std::process::Stdio::null())
+    .spawn()
+    .unwrap();
+    let calls = || std::fs::read_to_string(ws.join("mcp-calls.log")).unwrap_or_default();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !(calls().contains("start idem") && calls().contains("start write")) {
+        assert!(Instant::now() < deadline, "the calls never started");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    // The server's stdin closed with the host: it ends too.
+    assert_no_server_left(&ws).await;
+    let run = only_run(db);
+
+    // A server the run needs is not configured: refused, naming it and how to declare it.
+    let refused = out(resume_cmd(db, &server, &run, &[]).env("HOME", home.path()));
+    assert_eq!(refused.status.code(), Some(2), "{}", text(&refused.stderr));
+    let msg = text(&refused.stderr);
+    assert!(
+        msg.contains("MCP server `t`")
+            && msg.contains("--mcp t=")
+            && msg.contains("[mcp_servers.t]"),
+        "{msg}"
+    );
+
+    // With the server: the idempotent call runs again, the destructive one is indeterminate.
+    let paused =
+        out(resume_cmd(db, &server, &run, &["--mcp", &mcp_flag()]).env("HOME", home.path()));
+    assert_eq!(paused.status.code(), Some(3), "{}", text(&paused.stderr));
+    let shown = show(db, &run);
+    let pending = shown["pending_approvals"].as_array().unwrap();
+    assert_eq!(pending.len(), 1, "{shown}");
+    assert_eq!(pending[0]["call_id"], "call_write");
+    assert_eq!(pending[0]["reason"], "indeterminate");
+    let events1 = events(db, &run).await;
+    assert_eq!(output_of(&events1, "call_idem").0, "tool.completed");
+    assert_eq!(calls().matches("start idem").count(), 2, "{}", calls());
+    assert_eq!(calls().matches("start write").count(), 1, "{}", calls());
+
+    let d = out(agentctl(db).args(["deny", &run, "call_write", "--reason", "kill test"]));
+    assert!(d.status.success(), "{}", text(&d.stderr));
+    let done = out(resume_cmd(db, &server, &run, &["--mcp", &mcp_flag()]).env("HOME", home.path()));
+    assert_eq!(done.status.code(), Some(0), "{}", text(&done.stderr));
+    assert_eq!(show(db, &run)["status"], "completed");
+    assert_eq!(calls().matches("start write").count(), 1, "{}", calls());
+    check_invariants(&events(db, &run).await);
+    assert_no_server_left(&ws).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_resume_after_kill_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("mcp-kill.db").display());
+    mcp_resume_after_kill(&db).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_resume_after_kill_postgres() {
+    let Some(pg) = agent_testkit::fresh_pg_database("host_mcp_kill").await else {
+        return;
+    };
+    mcp_resume_after_kill(pg.url()).await;
+}
+
+/// A bad configuration is a usage error naming the file and key; a server that cannot
+/// start fails the new run before it is created; `[tools.X]` sets built-in policies.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_config_errors_and_policies() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("cfg.db").display());
+    let server = emulator(&fixture("host-mcp.json")).await;
+    let home = tempfile::tempdir().unwrap();
+    let (_g, ws) = workspace();
+    std::fs::write(ws.join("agentctl.toml"), "[mcp_servers.t]\nargs = \"x\"\n").unwrap();
+    let bad = out(run_cmd(&db, &server, &ws, &[]).env("HOME", home.path()));
+    assert_eq!(bad.status.code(), Some(2), "{}", text(&bad.stderr));
+    let msg = text(&bad.stderr);
+    assert!(
+        msg.contains("agentctl.toml") && msg.contains("mcp_servers.t.command"),
+        "{msg}"
+    );
+
+    // The user file is read too (and the workspace file wins per tool).
+    std::fs::create_dir_all(home.path().join(".config/agentctl")).unwrap();
+    std::fs::write(
+        home.path().join(".config/agentctl/config.toml"),
+        "[tools.shell]\napproval = \"maybe\"\n",
+    )
+    .unwrap();
+    std::fs::write(ws.join("agentctl.toml"), "").unwrap();
+    let bad = out(run_cmd(&db, &server, &ws, &[]).env("HOME", home.path()));
+    assert_eq!(bad.status.code(), Some(2), "{}", text(&bad.stderr));
+    assert!(
+        text(&bad.stderr).contains("config.toml: `tools.shell.approval`"),
+        "{}",
+        text(&bad.stderr)
+    );
+
+    std::fs::write(
+        home.path().join(".config/agentctl/config.toml"),
+        "[tools.shell]\napproval = \"auto\"\n",
+    )
+    .unwrap();
+    let bad = out(run_cmd(&db, &server, &ws, &["--mcp", "no command"]).env("HOME", home.path()));
+    assert_eq!(bad.status.code(), Some(2), "{}", text(&bad.stderr));
+    assert!(text(&bad.stderr).contains("--mcp"), "{}", text(&bad.stderr));
+
+    std::fs::write(
+        ws.join("agentctl.toml"),
+        "[tools.shell]\napproval = \"deny\"\n[tools.t__lookup]\napproval = \"ask\"\n",
+    )
+    .unwrap();
+    let missing = out(run_cmd(
+        &db,
+        &server,
+        &ws,
+        &["--mcp", "gone=/nonexistent/mcp-server"],
+    )
+    .env("HOME", home.path()));
+    assert_eq!(missing.status.code(), Some(1), "{}", text(&missing.stderr));
+    assert!(
+        text(&missing.stderr).contains("MCP server `gone`"),
+        "{}",
+        text(&missing.stderr)
+    );
+    let listed = out(agentctl(&db).args(["--json", "runs", "list"]));
+    assert!(text(&listed.stdout).trim().is_empty(), "no run was created");
+
+    // Policies from the table: shell denied, the read-only lookup asks.
+    let paused = out(run_cmd(&db, &server, &ws, &["--mcp", &mcp_flag()]).env("HOME", home.path()));
+    assert_eq!(paused.status.code(), Some(3), "{}", text(&paused.stderr));
+    let run = only_run(&db);
+    let events = events(&db, &run).await;
+    let tools = &kinds_of(&events, "run.created")[0].payload["tools"];
+    let policy = |name: &str| {
+        tools
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["name"] == name)
+            .unwrap()["policy"]
+            .clone()
+    };
+    assert_eq!(policy("shell"), "deny");
+    assert_eq!(policy("t__lookup"), "ask");
+    assert_eq!(
+        kinds_of(&events, "approval.requested")[0].payload["tool"],
+        "t__lookup"
+    );
+    assert_no_server_left(&ws).await;
+}

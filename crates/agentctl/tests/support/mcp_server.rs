@@ -1,0 +1,154 @@
+//! A small MCP server over stdio for the host tests (hand-written newline-delimited
+//! JSON-RPC: rmcp's server side would pull schemars and macros into the build).
+//!
+//! It runs in the run's workspace (its cwd) and leaves traces there: `mcp-pids.log` (one
+//! pid per start, to check that no process outlives the run) and `mcp-calls.log` (`start
+//! TAG` / `end TAG` lines of the `wait_*` tools). It ends when its stdin closes.
+//!
+//! Tools: `lookup` (read-only), `delete_item` (destructive: appends to `deleted.txt`),
+//! `fail` (answers `isError`), `rpc_error` (answers a JSON-RPC error), `crash` (exits
+//! mid-call), `env_probe` (read-only: which secrets it sees), `wait_idem` (idempotent) and
+//! `wait_write` (destructive), both sleeping `ms` milliseconds.
+
+use std::io::{BufRead as _, Write as _};
+use std::sync::{Arc, Mutex};
+
+use serde_json::{Value, json};
+
+fn main() {
+    append("mcp-pids.log", &std::process::id().to_string());
+    let out = Arc::new(Mutex::new(std::io::stdout()));
+    for line in std::io::stdin().lock().lines() {
+        let Ok(line) = line else { break };
+        let Ok(msg) = serde_json::from_str::<Value>(&line) else {
+            eprintln!("test server: not JSON: {line}");
+            continue;
+        };
+        let Some(id) = msg.get("id").cloned() else {
+            continue; // a notification
+        };
+        let method = msg.get("method").and_then(Value::as_str).unwrap_or("");
+        let params = msg.get("params").cloned().unwrap_or(Value::Null);
+        let out = out.clone();
+        match method {
+            "initialize" => send(&out, &id, Ok(initialize())),
+            "tools/list" => send(&out, &id, Ok(json!({"tools": tools()}))),
+            "tools/call" => {
+                // Calls run concurrently, as a real server's would.
+                std::thread::spawn(move || {
+                    let answer = call(&params);
+                    send(&out, &id, answer);
+                });
+            }
+            "ping" => send(&out, &id, Ok(json!({}))),
+            _ => send(&out, &id, Err((-32601, format!("no method {method}")))),
+        }
+    }
+}
+
+fn initialize() -> Value {
+    json!({"protocolVersion": "2025-06-18", "capabilities": {"tools": {}},
+           "serverInfo": {"name": "agentctl-test-mcp-server", "version": "0.1.0"}})
+}
+
+fn tools() -> Value {
+    let obj = |props: Value, required: Value| json!({"type": "object", "properties": props, "required": required});
+    let wait = obj(
+        json!({"tag": {"type": "string"}, "ms": {"type": "integer"}}),
+        json!(["tag", "ms"]),
+    );
+    json!([
+        {"name": "lookup", "description": "Look a key up.",
+         "inputSchema": obj(json!({"key": {"type": "string"}}), json!(["key"])),
+         "annotations": {"readOnlyHint": true}},
+        {"name": "delete_item", "description": "Delete an item.",
+         "inputSchema": obj(json!({"item": {"type": "string"}}), json!(["item"])),
+         "annotations": {"destructiveHint": true}},
+        {"name": "fail", "description": "Always reports an error.",
+         "inputSchema": obj(json!({}), json!([])), "annotations": {"readOnlyHint": true}},
+        {"name": "rpc_error", "description": "Answers a JSON-RPC error.",
+         "inputSchema": obj(json!({}), json!([])), "annotations": {"readOnlyHint": true}},
+        {"name": "crash", "description": "Exits in the middle of the call.",
+         "inputSchema": obj(json!({}), json!([])), "annotations": {"readOnlyHint": true}},
+        {"name": "env_probe", "description": "Which secrets the server sees.",
+         "inputSchema": obj(json!({}), json!([])), "annotations": {"readOnlyHint": true}},
+        {"name": "wait_idem", "description": "Sleeps (idempotent).", "inputSchema": wait,
+         "annotations": {"idempotentHint": true, "destructiveHint": false}},
+        {"name": "wait_write", "description": "Sleeps (destructive).", "inputSchema": wait,
+         "annotations": {"destructiveHint": true}},
+    ])
+}
+
+fn call(params: &Value) -> Result<Value, (i64, String)> {
+    let name = params.get("name").and_then(Value::as_str).unwrap_or("");
+    let args = params.get("arguments").cloned().unwrap_or(json!({}));
+    let arg = |n: &str| {
+        args.get(n)
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string()
+    };
+    let text = |t: String| json!({"content": [{"type": "text", "text": t}]});
+    match name {
+        "lookup" => Ok(text(format!("value of {}: {}-42", arg("key"), arg("key")))),
+        "delete_item" => {
+            append("deleted.txt", &arg("item"));
+            Ok(text(format!("deleted {}", arg("item"))))
+        }
+        "fail" => Ok(
+            json!({"content": [{"type": "text", "text": "the item does not exist"}],
+                            "isError": true}),
+        ),
+        "rpc_error" => Err((-32000, "the backend is unavailable".into())),
+        "crash" => {
+            eprintln!("test server: crashing on purpose");
+            std::process::exit(3);
+        }
+        "env_probe" => {
+            let seen = |var: &str| {
+                if std::env::var_os(var).is_some() {
+                    "present"
+                } else {
+                    "absent"
+                }
+            };
+            Ok(text(format!(
+                "OPENAI_API_KEY={} SECRET_TOKEN={}",
+                seen("OPENAI_API_KEY"),
+                seen("SECRET_TOKEN")
+            )))
+        }
+        "wait_idem" | "wait_write" => {
+            let tag = arg("tag");
+            append("mcp-calls.log", &format!("start {tag}"));
+            let ms = args.get("ms").and_then(Value::as_u64).unwrap_or(0);
+            std::thread::sleep(std::time::Duration::from_millis(ms));
+            append("mcp-calls.log", &format!("end {tag}"));
+            Ok(text(format!("waited {tag}")))
+        }
+        other => Err((-32602, format!("no tool {other}"))),
+    }
+}
+
+fn send(out: &Mutex<std::io::Stdout>, id: &Value, answer: Result<Value, (i64, String)>) {
+    let msg = match answer {
+        Ok(result) => json!({"jsonrpc": "2.0", "id": id, "result": result}),
+        Err((code, message)) => {
+            json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}})
+        }
+    };
+    if let Ok(mut out) = out.lock() {
+        let _ = writeln!(out, "{msg}");
+        let _ = out.flush();
+    }
+}
+
+fn append(file: &str, line: &str) {
+    if let Ok(mut f) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(file)
+    {
+        let _ = writeln!(f, "{line}");
+    }
+}

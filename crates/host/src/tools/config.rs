@@ -1,0 +1,409 @@
+//! `agentctl.toml`: the MCP servers a run may use and per-tool policies.
+//!
+//! The shape is Codex's `config.toml` (`[mcp_servers.NAME] command, args, env`), plus
+//! `[tools."NAME"] approval = "auto|ask|deny"` for any tool (built-in or `SERVER__TOOL`).
+//!
+//! Invariants:
+//! - Parsing never panics; every error names the file (or `--mcp`) and the key.
+//! - Layers merge per entry: a later layer (the workspace file, then `--mcp`) replaces a
+//!   server or a tool policy of an earlier one (the user file) as a whole.
+//! - Keys this host does not know are ignored (a Codex config may carry many), but a known
+//!   key of the wrong type is an error.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use toml::{Table, Value};
+
+use super::Policy;
+
+/// The file looked for in the workspace directory.
+pub const WORKSPACE_FILE: &str = "agentctl.toml";
+
+/// How one MCP server is started.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerConfig {
+    /// Its name: the prefix of its tools (`NAME__TOOL`).
+    pub name: String,
+    /// The program.
+    pub command: String,
+    /// Its arguments.
+    pub args: Vec<String>,
+    /// Variables set for it (on top of this process's environment minus the API key).
+    pub env: BTreeMap<String, String>,
+    /// Where it was declared (a file, or `--mcp`), for messages.
+    pub source: String,
+}
+
+/// MCP servers and tool policies, merged from every layer.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ToolConfig {
+    /// The servers by name.
+    pub servers: BTreeMap<String, ServerConfig>,
+    /// Policies that replace a tool's own, by tool name.
+    pub policies: BTreeMap<String, Policy>,
+}
+
+/// A configuration that cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    /// The file exists but cannot be read.
+    #[error("{file}: cannot read it: {reason}")]
+    Read {
+        /// The file.
+        file: String,
+        /// Why.
+        reason: String,
+    },
+    /// The file is not TOML.
+    #[error("{file}: not valid TOML: {reason}")]
+    Syntax {
+        /// The file.
+        file: String,
+        /// The parser's message.
+        reason: String,
+    },
+    /// A key holds something this host cannot use.
+    #[error("{file}: `{key}`: {reason}")]
+    Invalid {
+        /// The file, or `--mcp`.
+        file: String,
+        /// The dotted key.
+        key: String,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+impl ToolConfig {
+    /// The configuration in `text`, read from `file` (named in errors).
+    pub fn parse(text: &str, file: &str) -> Result<ToolConfig, ConfigError> {
+        let table: Table = text
+            .parse()
+            .map_err(|err: toml::de::Error| ConfigError::Syntax {
+                file: file.into(),
+                reason: err.message().to_string(),
+            })?;
+        let invalid = |key: String, reason: &str| ConfigError::Invalid {
+            file: file.into(),
+            key,
+            reason: reason.into(),
+        };
+        let mut config = ToolConfig::default();
+        if let Some(servers) = table.get("mcp_servers") {
+            let servers = servers
+                .as_table()
+                .ok_or_else(|| invalid("mcp_servers".into(), "must be a table of servers"))?;
+            for (name, server) in servers {
+                let key = |k: &str| format!("mcp_servers.{name}{k}");
+                check_server_name(name).map_err(|reason| invalid(key(""), &reason))?;
+                let server = server
+                    .as_table()
+                    .ok_or_else(|| invalid(key(""), "must be a table"))?;
+                let command = match server.get("command") {
+                    Some(Value::String(c)) if !c.trim().is_empty() => c.clone(),
+                    Some(Value::String(_)) => return Err(invalid(key(".command"), "is empty")),
+                    Some(_) => return Err(invalid(key(".command"), "must be a string")),
+                    None => return Err(invalid(key(".command"), "is missing")),
+                };
+                let args = match server.get("args") {
+                    None => Vec::new(),
+                    Some(Value::Array(items)) => items
+                        .iter()
+                        .map(|a| a.as_str().map(str::to_string))
+                        .collect::<Option<Vec<_>>>()
+                        .ok_or_else(|| invalid(key(".args"), "must be an array of strings"))?,
+                    Some(_) => return Err(invalid(key(".args"), "must be an array of strings")),
+                };
+                let mut env = BTreeMap::new();
+                match server.get("env") {
+                    None => {}
+                    Some(Value::Table(vars)) => {
+                        for (var, value) in vars {
+                            let value = value.as_str().ok_or_else(|| {
+                                invalid(key(&format!(".env.{var}")), "must be a string")
+                            })?;
+                            env.insert(var.clone(), value.to_string());
+                        }
+                    }
+                    Some(_) => return Err(invalid(key(".env"), "must be a table of strings")),
+                }
+                for unknown in server
+                    .keys()
+                    .filter(|k| !matches!(k.as_str(), "command" | "args" | "env"))
+                {
+                    tracing::warn!(
+                        file,
+                        "`{}` is not used by agentctl; ignored",
+                        key(&format!(".{unknown}"))
+                    );
+                }
+                config.servers.insert(
+                    name.clone(),
+                    ServerConfig {
+                        name: name.clone(),
+                        command,
+                        args,
+                        env,
+                        source: file.into(),
+                    },
+                );
+            }
+        }
+        if let Some(tools) = table.get("tools") {
+            let tools = tools
+                .as_table()
+                .ok_or_else(|| invalid("tools".into(), "must be a table of tools"))?;
+            for (name, tool) in tools {
+                let key = format!("tools.{}.approval", quoted(name));
+                let approval = tool
+                    .as_table()
+                    .and_then(|t| t.get("approval"))
+                    .ok_or_else(|| invalid(key.clone(), "is missing (auto, ask or deny)"))?;
+                let policy = match approval.as_str() {
+                    Some("auto") => Policy::Auto,
+                    Some("ask") => Policy::Ask,
+                    Some("deny") => Policy::Deny,
+                    _ => return Err(invalid(key, "must be \"auto\", \"ask\" or \"deny\"")),
+                };
+                config.policies.insert(name.clone(), policy);
+            }
+        }
+        Ok(config)
+    }
+
+    /// The configuration in `path`; `None` when there is no such file.
+    pub fn read(path: &Path) -> Result<Option<ToolConfig>, ConfigError> {
+        let file = path.display().to_string();
+        match std::fs::read_to_string(path) {
+            Ok(text) => ToolConfig::parse(&text, &file).map(Some),
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(err) => Err(ConfigError::Read {
+                file,
+                reason: err.to_string(),
+            }),
+        }
+    }
+
+    /// The user file (if given) overlaid with `agentctl.toml` of `workspace`.
+    pub fn load(workspace: &Path, user_file: Option<&Path>) -> Result<ToolConfig, ConfigError> {
+        let mut config = ToolConfig::default();
+        if let Some(user) = user_file.map(ToolConfig::read).transpose()?.flatten() {
+            config.overlay(user);
+        }
+        if let Some(local) = ToolConfig::read(&workspace.join(WORKSPACE_FILE))? {
+            config.overlay(local);
+        }
+        Ok(config)
+    }
+
+    /// `~/.config/agentctl/config.toml`, when there is a home directory.
+    pub fn user_file(home: Option<PathBuf>) -> Option<PathBuf> {
+        home.map(|h| h.join(".config").join("agentctl").join("config.toml"))
+    }
+
+    /// Adds `other`'s servers and policies, replacing entries of the same name.
+    pub fn overlay(&mut self, other: ToolConfig) {
+        self.servers.extend(other.servers);
+        self.policies.extend(other.policies);
+    }
+
+    /// Adds a server from `--mcp NAME='COMMAND ARGS'` (words split on blanks; single or
+    /// double quotes keep blanks in a word), replacing one of the same name.
+    pub fn add_cli_server(&mut self, spec: &str) -> Result<(), ConfigError> {
+        let invalid = |key: &str, reason: &str| ConfigError::Invalid {
+            file: "--mcp".into(),
+            key: key.into(),
+            reason: reason.into(),
+        };
+        let (name, command) = spec
+            .split_once('=')
+            .ok_or_else(|| invalid(spec, "expected NAME='COMMAND ARGS'"))?;
+        let name = name.trim();
+        check_server_name(name).map_err(|reason| invalid(name, &reason))?;
+        let mut words = split_words(command).map_err(|reason| invalid(name, &reason))?;
+        if words.is_empty() {
+            return Err(invalid(name, "the command is empty"));
+        }
+        let command = words.remove(0);
+        self.servers.insert(
+            name.to_string(),
+            ServerConfig {
+                name: name.to_string(),
+                command,
+                args: words,
+                env: BTreeMap::new(),
+                source: "--mcp".into(),
+            },
+        );
+        Ok(())
+    }
+}
+
+/// A server name is the prefix of its tools' names: letters, digits, `-` and `_`, without
+/// `__` (the separator).
+fn check_server_name(name: &str) -> Result<(), String> {
+    if name.is_empty() {
+        return Err("the server name is empty".into());
+    }
+    if !name
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+    {
+        return Err("a server name may only hold letters, digits, `-` and `_`".into());
+    }
+    if name.contains("__") {
+        return Err("a server name may not contain `__` (it separates server and tool)".into());
+    }
+    if name.len() > 32 {
+        return Err("a server name is at most 32 characters".into());
+    }
+    Ok(())
+}
+
+fn quoted(name: &str) -> String {
+    if name
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+    {
+        name.to_string()
+    } else {
+        format!("{name:?}")
+    }
+}
+
+/// Blank-separated words; quotes group (no escapes inside single quotes, `\"` inside double).
+fn split_words(text: &str) -> Result<Vec<String>, String> {
+    let mut words = Vec::new();
+    let mut word = String::new();
+    let mut in_word = false;
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\'' => {
+                in_word = true;
+                loop {
+                    match chars.next() {
+                        Some('\'') => break,
+                        Some(c) => word.push(c),
+                        None => return Err("unterminated single quote".into()),
+                    }
+                }
+            }
+            '"' => {
+                in_word = true;
+                loop {
+                    match chars.next() {
+                        Some('"') => break,
+                        Some('\\') => match chars.next() {
+                            Some(c) => word.push(c),
+                            None => return Err("unterminated double quote".into()),
+                        },
+                        Some(c) => word.push(c),
+                        None => return Err("unterminated double quote".into()),
+                    }
+                }
+            }
+            c if c.is_whitespace() => {
+                if in_word {
+                    words.push(std::mem::take(&mut word));
+                    in_word = false;
+                }
+            }
+            c => {
+                in_word = true;
+                word.push(c);
+            }
+        }
+    }
+    if in_word {
+        words.push(word);
+    }
+    Ok(words)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn parses_servers_and_policies() {
+        let c = ToolConfig::parse(
+            r#"
+model = "ignored"
+[mcp_servers.fs]
+command = "npx"
+args = ["-y", "server"]
+env = { TOKEN = "x" }
+[tools."fs__write"]
+approval = "deny"
+[tools.shell]
+approval = "auto"
+"#,
+            "agentctl.toml",
+        )
+        .unwrap();
+        let fs = &c.servers["fs"];
+        assert_eq!(fs.command, "npx");
+        assert_eq!(fs.args, ["-y", "server"]);
+        assert_eq!(fs.env["TOKEN"], "x");
+        assert_eq!(c.policies["fs__write"], Policy::Deny);
+        assert_eq!(c.policies["shell"], Policy::Auto);
+    }
+
+    #[test]
+    fn errors_name_file_and_key() {
+        let cases = [
+            (
+                "[mcp_servers.fs]\nargs = []",
+                "a.toml: `mcp_servers.fs.command`: is missing",
+            ),
+            (
+                "[mcp_servers.fs]\ncommand = 3",
+                "`mcp_servers.fs.command`: must be a string",
+            ),
+            (
+                "[mcp_servers.fs]\ncommand = \"x\"\nargs = [1]",
+                "`mcp_servers.fs.args`",
+            ),
+            (
+                "[mcp_servers.fs]\ncommand = \"x\"\nenv = { A = 1 }",
+                "`mcp_servers.fs.env.A`",
+            ),
+            ("[mcp_servers.\"a b\"]\ncommand = \"x\"", "letters, digits"),
+            (
+                "[tools.shell]\napproval = \"maybe\"",
+                "`tools.shell.approval`: must be",
+            ),
+            (
+                "[tools.\"fs.x\"]\n",
+                "`tools.\"fs.x\".approval`: is missing",
+            ),
+            ("mcp_servers = 1", "`mcp_servers`"),
+            ("[mcp_servers", "a.toml: not valid TOML"),
+        ];
+        for (text, want) in cases {
+            let err = ToolConfig::parse(text, "a.toml").unwrap_err().to_string();
+            assert!(err.contains(want), "{text:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn cli_servers_and_layers() {
+        let mut c = ToolConfig::parse(
+            "[mcp_servers.a]\ncommand = \"old\"\n[mcp_servers.b]\ncommand = \"b\"",
+            "user",
+        )
+        .unwrap();
+        c.add_cli_server("a=node 'my server.js' --flag \"x y\"")
+            .unwrap();
+        assert_eq!(c.servers["a"].command, "node");
+        assert_eq!(c.servers["a"].args, ["my server.js", "--flag", "x y"]);
+        assert_eq!(c.servers["b"].command, "b");
+        assert!(c.add_cli_server("nocommand").is_err());
+        assert!(c.add_cli_server("x=").is_err());
+        assert!(c.add_cli_server("x='open").is_err());
+        assert!(c.add_cli_server("a__b=cmd").is_err());
+    }
+}

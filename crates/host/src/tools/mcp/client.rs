@@ -1,0 +1,237 @@
+//! One MCP server over stdio: started on demand, restarted after it broke, stopped with
+//! the run.
+//!
+//! Invariants:
+//! - At most one live process per server handle; a call that finds none starts one.
+//! - A transport failure (the process died, stdout closed, a malformed stream) drops the
+//!   connection it happened on, and only that one: the next call starts a fresh process.
+//!   An error the server answers (JSON-RPC error, `isError`) keeps the connection.
+//! - The process never sees `OPENAI_API_KEY` or the database URLs unless the server's own
+//!   `env` sets them; its stdin/stdout carry only the protocol; its stderr goes to the log
+//!   (target `agent_host::mcp`), never to this process's stdout.
+//! - It runs in a process group of its own (a terminal's Ctrl-C reaches only the host);
+//!   [`ServerHandle::shutdown`] closes its stdin, waits, then kills the whole group. After a
+//!   `kill -9` of the host, its stdin closes, which ends a conforming stdio server.
+
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rmcp::model::{CallToolRequestParams, CallToolResult, JsonObject, Tool as McpToolInfo};
+use rmcp::service::RunningService;
+use rmcp::transport::TokioChildProcess;
+use rmcp::{RoleClient, ServiceError, ServiceExt as _};
+use tokio::io::AsyncBufReadExt as _;
+use tokio::sync::Mutex;
+
+use super::super::ServerConfig;
+use super::super::shell::HIDDEN_ENV;
+use agent_runtime::CancellationToken;
+
+/// How long a server may take to start and answer `initialize`.
+const START_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a server may take to exit once its stdin is closed (then SIGTERM, then kill).
+const STOP_TIMEOUT: Duration = Duration::from_secs(5);
+
+type Connection = RunningService<RoleClient, ()>;
+
+/// A live process and the number of the start that made it.
+struct Live {
+    service: Connection,
+    pgid: Option<u32>,
+    generation: u64,
+}
+
+/// A cheap handle to one configured server (shared by its tools).
+pub(crate) struct ServerHandle {
+    config: ServerConfig,
+    cwd: std::path::PathBuf,
+    live: Mutex<Option<Live>>,
+    starts: std::sync::atomic::AtomicU64,
+}
+
+impl std::fmt::Debug for ServerHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerHandle")
+            .field("name", &self.config.name)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why a call did not produce a result; the text is what the model is told.
+#[derive(Debug)]
+pub(crate) enum CallError {
+    /// The server could not be started (or initialized).
+    Start(String),
+    /// The server answered with a protocol error; it stays up.
+    Answered(String),
+    /// The connection broke during the call; the server is restarted for the next one.
+    Broken(String),
+    /// The run was interrupted.
+    Cancelled,
+}
+
+impl ServerHandle {
+    /// A handle for `config`, whose processes run in `cwd`. Nothing is started yet.
+    pub(crate) fn new(config: ServerConfig, cwd: &std::path::Path) -> Arc<ServerHandle> {
+        Arc::new(ServerHandle {
+            config,
+            cwd: cwd.to_path_buf(),
+            live: Mutex::new(None),
+            starts: std::sync::atomic::AtomicU64::new(0),
+        })
+    }
+
+    /// The server's name.
+    pub(crate) fn name(&self) -> &str {
+        &self.config.name
+    }
+
+    /// The configuration it starts with.
+    pub(crate) fn config(&self) -> &ServerConfig {
+        &self.config
+    }
+
+    /// The live connection's peer, starting a process if there is none.
+    async fn peer(&self) -> Result<(rmcp::Peer<RoleClient>, u64), String> {
+        let mut live = self.live.lock().await;
+        if let Some(l) = live.as_ref().filter(|l| !l.service.is_closed()) {
+            return Ok((l.service.peer().clone(), l.generation));
+        }
+        if let Some(old) = live.take() {
+            stop(old).await;
+        }
+        let started = self.start().await?;
+        let peer = started.service.peer().clone();
+        let generation = started.generation;
+        *live = Some(started);
+        Ok((peer, generation))
+    }
+
+    async fn start(&self) -> Result<Live, String> {
+        let generation = self
+            .starts
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            + 1;
+        let mut cmd = tokio::process::Command::new(&self.config.command);
+        cmd.args(&self.config.args).current_dir(&self.cwd);
+        for name in HIDDEN_ENV {
+            cmd.env_remove(name);
+        }
+        cmd.envs(&self.config.env)
+            .process_group(0)
+            .kill_on_drop(true);
+        let (transport, stderr) = TokioChildProcess::builder(cmd)
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|err| format!("cannot start `{}`: {err}", self.config.command))?;
+        let pgid = transport.id();
+        if let Some(stderr) = stderr {
+            let name = self.config.name.clone();
+            tokio::spawn(async move {
+                let mut lines = tokio::io::BufReader::new(stderr).lines();
+                while let Ok(Some(line)) = lines.next_line().await {
+                    tracing::info!(target: "agent_host::mcp", server = %name, "{line}");
+                }
+            });
+        }
+        tracing::debug!(target: "agent_host::mcp", server = %self.config.name, generation, "started");
+        match tokio::time::timeout(START_TIMEOUT, ().serve(transport)).await {
+            Ok(Ok(service)) => Ok(Live {
+                service,
+                pgid,
+                generation,
+            }),
+            Ok(Err(err)) => {
+                kill_group(pgid);
+                Err(format!("it did not complete the MCP handshake: {err}"))
+            }
+            Err(_) => {
+                kill_group(pgid);
+                Err(format!(
+                    "it did not answer `initialize` within {} s",
+                    START_TIMEOUT.as_secs()
+                ))
+            }
+        }
+    }
+
+    /// Every tool the server offers (all pages).
+    pub(crate) async fn list_tools(&self) -> Result<Vec<McpToolInfo>, String> {
+        let (peer, generation) = self.peer().await?;
+        match peer.list_all_tools().await {
+            Ok(tools) => Ok(tools),
+            Err(err) => {
+                self.drop_connection(generation).await;
+                Err(format!("it did not list its tools: {err}"))
+            }
+        }
+    }
+
+    /// Calls `tool` with `args`; stops waiting when `cancel` fires.
+    pub(crate) async fn call(
+        &self,
+        tool: &str,
+        args: JsonObject,
+        cancel: &CancellationToken,
+    ) -> Result<CallToolResult, CallError> {
+        let (peer, generation) = tokio::select! {
+            peer = self.peer() => peer.map_err(CallError::Start)?,
+            () = cancel.cancelled() => return Err(CallError::Cancelled),
+        };
+        let params = CallToolRequestParams::new(tool.to_string()).with_arguments(args);
+        let answer = tokio::select! {
+            answer = peer.call_tool(params) => answer,
+            () = cancel.cancelled() => return Err(CallError::Cancelled),
+        };
+        match answer {
+            Ok(result) => Ok(result),
+            Err(ServiceError::McpError(err)) => Err(CallError::Answered(format!(
+                "{} (JSON-RPC error {})",
+                err.message, err.code.0
+            ))),
+            Err(err) => {
+                self.drop_connection(generation).await;
+                Err(CallError::Broken(err.to_string()))
+            }
+        }
+    }
+
+    /// Drops the connection of start `generation` if it is still the live one.
+    async fn drop_connection(&self, generation: u64) {
+        let mut live = self.live.lock().await;
+        if live.as_ref().is_some_and(|l| l.generation == generation)
+            && let Some(old) = live.take()
+        {
+            tracing::warn!(target: "agent_host::mcp", server = %self.config.name, "connection lost; the next call restarts it");
+            stop(old).await;
+        }
+    }
+
+    /// Stops the live process, if any (the run ended).
+    pub(crate) async fn shutdown(&self) {
+        if let Some(old) = self.live.lock().await.take() {
+            stop(old).await;
+        }
+    }
+}
+
+/// Closes the connection (stdin first: the stdio shutdown the spec describes), then kills
+/// what is left of the process group.
+async fn stop(mut live: Live) {
+    let _ = live.service.close_with_timeout(STOP_TIMEOUT).await;
+    kill_group(live.pgid);
+}
+
+fn kill_group(pgid: Option<u32>) {
+    if let Some(pgid) = pgid {
+        // No unsafe here (no libc): bash's `kill` builtin signals the whole group.
+        let _ = std::process::Command::new("bash")
+            .arg("-c")
+            .arg(format!("kill -KILL -- -{pgid} 2>/dev/null"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
+}

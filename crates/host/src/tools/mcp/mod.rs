@@ -1,0 +1,268 @@
+//! Tools from MCP servers over stdio (the official SDK, `rmcp`).
+//!
+//! Lifecycle: a new run starts every configured server at run start (it must list its
+//! tools, which `run.created` records); a resumed run takes its tools from `run.created`
+//! and starts a server at its first call. Either way every server is stopped when the
+//! drive ends ([`McpServers::shutdown`]); a server that broke is restarted by the next
+//! call.
+//!
+//! Invariants:
+//! - A tool is offered as `SERVER__TOOL` (characters outside `[A-Za-z0-9_-]` become `_`,
+//!   at most 64 characters); its spec keeps the server's own name ([`McpOrigin`]).
+//! - Policy from annotations: `readOnlyHint` -> `auto`, anything else -> `ask` (MCP's
+//!   default is destructive); `readOnlyHint` or `idempotentHint` -> retry-safe. A
+//!   `[tools."SERVER__TOOL"]` entry replaces the own policy; the run's approval mode
+//!   applies on top.
+//! - `run.created` records each server's name, command, args and env *keys* only.
+
+mod client;
+mod tool;
+
+use std::path::Path;
+use std::sync::Arc;
+
+use rmcp::model::ToolAnnotations;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use agent_runtime::Tool;
+
+use super::{ApprovalMode, Policy, ToolConfig, ToolSpec};
+use crate::error::HostError;
+use client::ServerHandle;
+use tool::McpTool;
+
+pub use tool::RESULT_CAP;
+
+/// Where an MCP tool comes from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct McpOrigin {
+    /// The server's configured name.
+    pub server: String,
+    /// The tool's name on the server.
+    pub tool: String,
+}
+
+/// A server as `run.created` records it (never the values of its environment).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct McpServerRecord {
+    /// Its configured name.
+    pub name: String,
+    /// The program.
+    pub command: String,
+    /// Its arguments.
+    pub args: Vec<String>,
+    /// The names of the variables its config sets.
+    pub env_keys: Vec<String>,
+}
+
+/// The servers of one drive; stop them with [`shutdown`](Self::shutdown).
+#[derive(Debug, Default)]
+pub struct McpServers {
+    handles: Vec<Arc<ServerHandle>>,
+}
+
+impl McpServers {
+    /// Stops every server process of this drive.
+    pub async fn shutdown(&self) {
+        futures::future::join_all(self.handles.iter().map(|h| h.shutdown())).await;
+    }
+}
+
+/// The tools of an MCP server, as a new run offers them.
+pub(crate) struct Discovered {
+    pub(crate) specs: Vec<ToolSpec>,
+    pub(crate) tools: Vec<Arc<dyn Tool>>,
+    pub(crate) records: Vec<McpServerRecord>,
+    pub(crate) servers: McpServers,
+}
+
+/// Starts every server of `config` in `cwd` and lists its tools (a new run).
+pub(crate) async fn discover(
+    config: &ToolConfig,
+    cwd: &Path,
+    mode: ApprovalMode,
+) -> Result<Discovered, HostError> {
+    let mut found = Discovered {
+        specs: Vec::new(),
+        tools: Vec::new(),
+        records: Vec::new(),
+        servers: McpServers::default(),
+    };
+    for server in config.servers.values() {
+        let handle = ServerHandle::new(server.clone(), cwd);
+        found.servers.handles.push(handle.clone());
+        let listed = match handle.list_tools().await {
+            Ok(listed) => listed,
+            Err(reason) => {
+                found.servers.shutdown().await;
+                return Err(HostError::McpStart {
+                    server: server.name.clone(),
+                    declared_in: server.source.clone(),
+                    reason,
+                });
+            }
+        };
+        found.records.push(McpServerRecord {
+            name: server.name.clone(),
+            command: server.command.clone(),
+            args: server.args.clone(),
+            env_keys: server.env.keys().cloned().collect(),
+        });
+        for info in listed {
+            let name = exposed_name(&server.name, &info.name);
+            if found.specs.iter().any(|s| s.name == name) {
+                tracing::warn!(target: "agent_host::mcp", server = %server.name, tool = %info.name, "a tool of the same name is offered already; skipped");
+                continue;
+            }
+            let hints = Hints::of(info.annotations.as_ref());
+            let own = config
+                .policies
+                .get(&name)
+                .copied()
+                .unwrap_or(hints.policy());
+            let mut description = info.description.as_deref().unwrap_or_default().to_string();
+            if description.is_empty() {
+                description = format!("Tool `{}` of MCP server `{}`.", info.name, server.name);
+            }
+            found.specs.push(ToolSpec {
+                name: name.clone(),
+                description,
+                parameters: Value::Object((*info.input_schema).clone()),
+                policy: mode.apply(own, !hints.read_only),
+                retry_safe: hints.retry_safe(),
+                mcp: Some(McpOrigin {
+                    server: server.name.clone(),
+                    tool: info.name.to_string(),
+                }),
+            });
+            found.tools.push(Arc::new(McpTool {
+                name,
+                remote: info.name.to_string(),
+                server: handle.clone(),
+                retry_safe: hints.retry_safe(),
+            }));
+        }
+    }
+    Ok(found)
+}
+
+/// The tools a run recorded, bound to the servers of `config` (a resumed run). Nothing is
+/// started; a server the run needs but `config` lacks is an error naming it.
+pub(crate) fn reattach(
+    run_id: &str,
+    records: &[McpServerRecord],
+    specs: &[ToolSpec],
+    config: &ToolConfig,
+    cwd: &Path,
+) -> Result<(Vec<Arc<dyn Tool>>, McpServers), HostError> {
+    let mut servers = McpServers::default();
+    let mut tools: Vec<Arc<dyn Tool>> = Vec::new();
+    for record in records {
+        let Some(server) = config.servers.get(&record.name) else {
+            return Err(HostError::McpServerMissing {
+                run: run_id.into(),
+                server: record.name.clone(),
+                command: std::iter::once(record.command.as_str())
+                    .chain(record.args.iter().map(String::as_str))
+                    .collect::<Vec<_>>()
+                    .join(" "),
+            });
+        };
+        let handle = ServerHandle::new(server.clone(), cwd);
+        servers.handles.push(handle.clone());
+        for spec in specs {
+            if let Some(origin) = spec.mcp.as_ref().filter(|o| o.server == record.name) {
+                tools.push(Arc::new(McpTool {
+                    name: spec.name.clone(),
+                    remote: origin.tool.clone(),
+                    server: handle.clone(),
+                    retry_safe: spec.retry_safe,
+                }));
+            }
+        }
+    }
+    if let Some(h) = servers.handles.first() {
+        tracing::debug!(target: "agent_host::mcp", first = %h.name(), command = %h.config().command, "servers bound for resume");
+    }
+    Ok((tools, servers))
+}
+
+/// `SERVER__TOOL`, restricted to what the Responses API accepts as a function name.
+fn exposed_name(server: &str, tool: &str) -> String {
+    let clean: String = tool
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    let mut name = format!("{server}__{clean}");
+    name.truncate(64);
+    name
+}
+
+/// A tool's MCP annotations as far as policy goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Hints {
+    read_only: bool,
+    idempotent: bool,
+}
+
+impl Hints {
+    fn of(annotations: Option<&ToolAnnotations>) -> Hints {
+        Hints {
+            read_only: annotations.and_then(|a| a.read_only_hint) == Some(true),
+            idempotent: annotations.and_then(|a| a.idempotent_hint) == Some(true),
+        }
+    }
+
+    /// Reads run; everything else (destructive, or no hint: MCP's default) asks.
+    fn policy(self) -> Policy {
+        if self.read_only {
+            Policy::Auto
+        } else {
+            Policy::Ask
+        }
+    }
+
+    fn retry_safe(self) -> bool {
+        self.read_only || self.idempotent
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn hints(v: Value) -> Hints {
+        let a: ToolAnnotations = serde_json::from_value(v).unwrap();
+        Hints::of(Some(&a))
+    }
+
+    #[test]
+    fn annotations_map_to_policy() {
+        let ro = hints(serde_json::json!({"readOnlyHint": true}));
+        assert_eq!((ro.policy(), ro.retry_safe()), (Policy::Auto, true));
+        let idem = hints(serde_json::json!({"idempotentHint": true, "destructiveHint": false}));
+        assert_eq!((idem.policy(), idem.retry_safe()), (Policy::Ask, true));
+        let destructive = hints(serde_json::json!({"destructiveHint": true}));
+        assert_eq!(
+            (destructive.policy(), destructive.retry_safe()),
+            (Policy::Ask, false)
+        );
+        let none = Hints::of(None);
+        assert_eq!((none.policy(), none.retry_safe()), (Policy::Ask, false));
+    }
+
+    #[test]
+    fn exposed_names_are_function_names() {
+        assert_eq!(exposed_name("fs", "read_file"), "fs__read_file");
+        assert_eq!(exposed_name("fs", "a.b/c"), "fs__a_b_c");
+        assert_eq!(exposed_name("fs", &"x".repeat(100)).len(), 64);
+    }
+}

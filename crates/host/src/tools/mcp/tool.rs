@@ -1,0 +1,155 @@
+//! One MCP tool as an [`agent_runtime::Tool`]: journaled and idempotent by `call_id` like
+//! the built-ins.
+//!
+//! Invariants:
+//! - Whatever the server does (fails to start, dies mid-call, answers an error or
+//!   `isError`), the call ends as a tool failure whose text says what happened; it never
+//!   panics and never fails the run.
+//! - The model sees the text content verbatim (blocks joined by newlines); other content
+//!   blocks and structured content as JSON; at most [`RESULT_CAP`] bytes, with a note.
+
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use rmcp::model::CallToolResult;
+use serde_json::Value;
+
+use agent_runtime::{Tool, ToolContext, ToolFailure};
+
+use super::client::{CallError, ServerHandle};
+
+/// Bytes of a result the model sees at most.
+pub const RESULT_CAP: usize = 256 * 1024;
+
+/// `SERVER__TOOL`: calls `tool` on `server`.
+#[derive(Debug, Clone)]
+pub(crate) struct McpTool {
+    /// The name the model calls it by.
+    pub(crate) name: String,
+    /// The tool's name on its server.
+    pub(crate) remote: String,
+    pub(crate) server: Arc<ServerHandle>,
+    pub(crate) retry_safe: bool,
+}
+
+impl Tool for McpTool {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn validate(&self, args: &Value) -> Result<(), String> {
+        match args {
+            Value::Object(_) => Ok(()),
+            _ => Err("arguments must be a JSON object".into()),
+        }
+    }
+
+    fn retry_safe(&self) -> bool {
+        self.retry_safe
+    }
+
+    fn call(
+        &self,
+        args: Value,
+        ctx: ToolContext,
+    ) -> BoxFuture<'static, Result<Value, ToolFailure>> {
+        let server = self.server.clone();
+        let remote = self.remote.clone();
+        Box::pin(async move {
+            let Value::Object(args) = args else {
+                return Err(ToolFailure("arguments must be a JSON object".into()));
+            };
+            let name = server.name().to_string();
+            match server.call(&remote, args, &ctx.cancel).await {
+                Ok(result) if result.is_error == Some(true) => Err(ToolFailure(format!(
+                    "MCP tool `{remote}` of server `{name}` reported an error:\n{}",
+                    result_text(&result)
+                ))),
+                Ok(result) => Ok(Value::String(result_text(&result))),
+                Err(CallError::Start(reason)) => Err(ToolFailure(format!(
+                    "MCP server `{name}` could not be started: {reason}. The call did not run."
+                ))),
+                Err(CallError::Answered(reason)) => Err(ToolFailure(format!(
+                    "MCP server `{name}` answered the call of `{remote}` with an error: {reason}"
+                ))),
+                Err(CallError::Broken(reason)) => Err(ToolFailure(format!(
+                    "MCP server `{name}` failed during the call of `{remote}` ({reason}); its \
+                     effect is unknown. The server is restarted for the next call."
+                ))),
+                Err(CallError::Cancelled) => {
+                    Err(ToolFailure("Cancelled: the run was interrupted".into()))
+                }
+            }
+        })
+    }
+}
+
+/// What the model sees of a result.
+pub(crate) fn result_text(result: &CallToolResult) -> String {
+    let mut parts: Vec<String> = result
+        .content
+        .iter()
+        .map(|block| {
+            let block = serde_json::to_value(block).unwrap_or(Value::Null);
+            match (block.get("type").and_then(Value::as_str), block.get("text")) {
+                (Some("text"), Some(Value::String(text))) => text.clone(),
+                _ => block.to_string(),
+            }
+        })
+        .collect();
+    if parts.is_empty()
+        && let Some(structured) = &result.structured_content
+    {
+        parts.push(structured.to_string());
+    }
+    cap(scrub(parts.join("\n")))
+}
+
+fn cap(mut text: String) -> String {
+    if text.len() <= RESULT_CAP {
+        return text;
+    }
+    let mut cut = RESULT_CAP;
+    while !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    let dropped = text.len() - cut;
+    text.truncate(cut);
+    text.push_str(&format!(
+        "\n[... {dropped} bytes of the result truncated ...]"
+    ));
+    text
+}
+
+/// The API key never reaches the model or the journal through a result (a server given the
+/// key explicitly could echo it).
+fn scrub(text: String) -> String {
+    match std::env::var("OPENAI_API_KEY") {
+        Ok(key) if key.len() >= 8 => text.replace(&key, "***"),
+        _ => text,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn text_blocks_verbatim_others_as_json() {
+        let result: CallToolResult = serde_json::from_value(serde_json::json!({
+            "content": [{"type": "text", "text": "a\nb"},
+                        {"type": "image", "data": "AA==", "mimeType": "image/png"}]}))
+        .unwrap();
+        let text = result_text(&result);
+        assert!(text.starts_with("a\nb\n{"), "{text}");
+        assert!(text.contains("image/png"));
+        let structured: CallToolResult = serde_json::from_value(
+            serde_json::json!({"content": [], "structuredContent": {"n": 1}}),
+        )
+        .unwrap();
+        assert_eq!(result_text(&structured), "{\"n\":1}");
+        let big = cap("é".repeat(RESULT_CAP));
+        assert!(big.len() < RESULT_CAP + 100 && big.contains("truncated"));
+    }
+}
