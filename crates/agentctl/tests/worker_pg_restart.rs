@@ -66,7 +66,7 @@ async fn workers_survive_postgres_restarts() {
         start_worker(db, dir.path(), "a", "3", &["--concurrency", "4"]),
         start_worker(db, dir.path(), "b", "3", &["--concurrency", "4"]),
     ];
-    for pause in [1500, 2500] {
+    for pause in [1500, 1000] {
         tokio::time::sleep(Duration::from_millis(pause)).await;
         restart_postgres(&restart);
     }

@@ -178,6 +178,15 @@ impl Journal {
         &self.inner.shown_url
     }
 
+    /// Whether the writer has latched failed (a commit failed: every later append fails
+    /// with [`JournalError::WriterFailed`]). A long-running process reopens the journal.
+    pub fn writer_failed(&self) -> bool {
+        self.inner
+            .counters
+            .failed
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// Commits and events written so far by this handle's writer.
     pub fn stats(&self) -> JournalStats {
         use std::sync::atomic::Ordering::Relaxed;

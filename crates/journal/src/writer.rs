@@ -75,6 +75,8 @@ pub(crate) enum Msg {
 pub(crate) struct Counters {
     pub commits: AtomicU64,
     pub events: AtomicU64,
+    /// Set once when the writer latches failed.
+    pub failed: std::sync::atomic::AtomicBool,
 }
 
 /// Requests collected for one transaction.
@@ -170,6 +172,7 @@ impl Settle {
         if self.failed.is_none() {
             tracing::error!(error = %message, "journal commit failed; writer is now failed");
             self.failed = Some(message.clone());
+            self.counters.failed.store(true, Ordering::Relaxed);
         }
         for ack in acks {
             let _ = ack.send(Err(JournalError::WriterFailed(message.clone())));

@@ -287,17 +287,81 @@ async fn kill_9_of_the_host_takes_its_shell_command_down() {
     assert!(!ws.join("finished").exists());
 }
 
+/// Two compactions in one run: read, compact, list, compact, answer. The frontier note
+/// names the step it was written before, which is what the script keys on.
+fn compaction_script() -> String {
+    json!({"rules": [
+        {"when": {"input_has_type": "compaction", "last_user_contains": "before step 3"},
+         "reply": {"items": answer("FINAL: from the compacted history")}},
+        {"when": {"input_has_type": "compaction", "last_user_contains": "before step 2", "tool_outputs": 0},
+         "reply": {"items": [call("c2", "list_dir", json!({}))]}},
+        {"when": {"tool_outputs": 0}, "reply": {"items": [call("c1", "read_file", json!({"path": "notes.txt"}))]}}
+    ]})
+    .to_string()
+}
+
+/// Every request after a compaction: the goal first, then the compaction output verbatim,
+/// then the frontier note, and nothing of the history it replaced.
+fn check_compacted_requests(
+    server: &agent_responses_mock::MockServer,
+    events: &[agent_journal::Event],
+) {
+    let compacted = kinds_of(events, "context.compacted");
+    assert_eq!(
+        compacted
+            .iter()
+            .map(|e| e.payload["step"].as_u64().unwrap())
+            .collect::<Vec<_>>(),
+        vec![2, 3]
+    );
+    let requests: Vec<Value> = server
+        .requests()
+        .into_iter()
+        .filter(|r| r.path.ends_with("/responses"))
+        .map(|r| r.body)
+        .collect();
+    for c in &compacted {
+        let step = c.payload["step"].as_u64().unwrap();
+        let output = c.payload["output"].as_array().unwrap();
+        let note = format!("compacted before step {step}");
+        let req = requests
+            .iter()
+            .find(|r| r.to_string().contains(&note))
+            .unwrap_or_else(|| panic!("no request after the compaction before step {step}"));
+        let input = req["input"].as_array().unwrap();
+        // A user message's text: a string, or the first text part.
+        let text_of = |item: &Value| {
+            item["content"]
+                .as_str()
+                .or_else(|| item["content"][0]["text"].as_str())
+                .unwrap_or_default()
+                .to_string()
+        };
+        assert_eq!(input[0]["role"], "user");
+        assert_eq!(text_of(&input[0]), "do the task", "the goal comes first");
+        assert_eq!(&input[1..=output.len()], output.as_slice());
+        let frontier = text_of(&input[output.len() + 1]);
+        assert!(frontier.contains(&note), "{frontier}");
+        assert!(
+            frontier.contains(&format!("{} model steps", step - 1)),
+            "{frontier}"
+        );
+        // The history it replaced is gone.
+        assert!(
+            !input
+                .iter()
+                .any(|i| i["type"] == "function_call" && i["call_id"] == "c1")
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn compaction_replaces_the_history_and_keeps_the_frontier() {
     let dir = tempfile::tempdir().unwrap();
     let db = format!("sqlite://{}", dir.path().join("cmp.db").display());
     let (_g, ws) = workspace();
     std::fs::write(ws.join("notes.txt"), "keep python stdlib only\n").unwrap();
-    let script = json!({"rules": [
-        {"when": {"input_has_type": "compaction"}, "reply": {"items": answer("FINAL: from the compacted history")}},
-        {"when": {"tool_outputs": 0}, "reply": {"items": [call("c1", "read_file", json!({"path": "notes.txt"}))]}}
-    ]});
-    let server = emulator(&script.to_string()).await;
+    let server = emulator(&compaction_script()).await;
     let o = out(&mut run_cmd(
         &db,
         &server,
@@ -322,8 +386,6 @@ async fn compaction_replaces_the_history_and_keeps_the_frontier() {
     );
     let events = events(&db, &run).await;
     check_invariants(&events);
-    let compacted = kinds_of(&events, "context.compacted");
-    assert_eq!(compacted.len(), 1);
     // The compact endpoint got the whole frontier: the call and its output.
     let compact_req = server
         .requests()
@@ -335,9 +397,32 @@ async fn compaction_replaces_the_history_and_keeps_the_frontier() {
         sent.iter()
             .any(|i| i["type"] == "function_call_output" && i["call_id"] == "c1")
     );
-    // The next request starts from the compaction output, verbatim, without the old call.
-    let last = last_request(&server);
-    let input = last["input"].as_array().unwrap();
-    assert_eq!(input, compacted[0].payload["output"].as_array().unwrap());
-    assert!(!input.iter().any(|i| i["type"] == "function_call"));
+    check_compacted_requests(&server, &events);
+
+    // Killed right before each compaction is journaled (as it calls the compact endpoint),
+    // then resumed: the same two compactions, once each, and the same answer.
+    let before: Vec<usize> = events
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| &*e.kind == "context.compacted")
+        .map(|(i, _)| i)
+        .collect();
+    for n in before {
+        let dir = tempfile::tempdir().unwrap();
+        let db = format!("sqlite://{}", dir.path().join("cmp.db").display());
+        let server = emulator(&compaction_script()).await;
+        let o = out(run_cmd(&db, &server, &ws, &["--compact-at", "1"])
+            .env("AGENTCTL_TEST_CRASH_AFTER_EVENTS", n.to_string()));
+        assert_ne!(o.status.code(), Some(0), "the crash hook did not fire");
+        let run = only_run(&db);
+        let o = out(&mut resume_cmd(&db, &server, &run, &[]));
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+        assert_eq!(
+            show(&db, &run)["final_text"],
+            "FINAL: from the compacted history"
+        );
+        let resumed = crate::host::events(&db, &run).await;
+        check_invariants(&resumed);
+        check_compacted_requests(&server, &resumed);
+    }
 }

@@ -4,7 +4,9 @@
 //! Invariant: the request is a pure function of the run state (instructions, the prompt,
 //! then every step's output items verbatim, each followed by the outputs of its calls in
 //! the order the model made them; a steer applied before step N is a user message just
-//! before step N's output), so a resumed run sends what the crashed one would have.
+//! before step N's output; after a compaction: the prompt, the compaction output, the
+//! host's frontier note, then the steps after it), so a resumed run sends what the crashed
+//! one would have.
 
 use agent_responses::types::{
     CreateResponse, FunctionCallOutput, FunctionTool, Input, Item, MessageItem, StreamEvent, Tool,
@@ -14,19 +16,47 @@ use serde_json::Value;
 
 use super::state::{CallProgress, RunSpec, RunState, SteerStatus};
 
+/// What the host tells the model after a compaction: where the run stands. A function of
+/// the compaction record and the calls made before it (a compaction happens at a step
+/// boundary, where every call has its result), so a resumed run writes the same note.
+pub(crate) fn frontier_note(state: &RunState, c: &super::state::CompactionRecord) -> String {
+    let steps = c.before_step.saturating_sub(1);
+    let calls = state
+        .calls
+        .iter()
+        .filter(|call| call.step < c.before_step)
+        .count();
+    let last_steer = state
+        .steers
+        .iter()
+        .filter(|s| c.covered_steers.contains(&s.id))
+        .last()
+        .map(|s| format!(" The user's latest steer: \"{}\".", s.text))
+        .unwrap_or_default();
+    format!(
+        "[agentctl frontier] The history above was compacted before step {}. Your task is the \
+         first user message above. Done so far: {steps} model steps and {calls} tool calls, \
+         each with its result; no call is pending.{last_steer}",
+        c.before_step
+    )
+}
+
 /// The request for the next step of `state`.
 pub(crate) fn build_request(state: &RunState, spec: &RunSpec) -> Result<CreateResponse, String> {
-    // After a compaction, the history before its step is its output, verbatim.
+    // After a compaction, the history before its step is its output, verbatim, between the
+    // goal (the prompt, never left to the compaction) and the host's frontier note.
     let (mut items, from_step, covered) = match &state.compaction {
-        Some(c) => (
-            c.output
-                .iter()
-                .map(|raw| serde_json::from_value::<Item>(raw.clone()))
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(|err| format!("unreadable compaction output: {err}"))?,
-            c.before_step,
-            c.covered_steers.as_slice(),
-        ),
+        Some(c) => {
+            let mut items = vec![Item::Message(MessageItem::user(spec.prompt.clone()))];
+            for raw in &c.output {
+                items.push(
+                    serde_json::from_value::<Item>(raw.clone())
+                        .map_err(|err| format!("unreadable compaction output: {err}"))?,
+                );
+            }
+            items.push(Item::Message(MessageItem::user(frontier_note(state, c))));
+            (items, c.before_step, c.covered_steers.as_slice())
+        }
         None => (
             vec![Item::Message(MessageItem::user(spec.prompt.clone()))],
             1,

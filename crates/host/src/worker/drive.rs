@@ -50,12 +50,16 @@ pub(super) async fn drive(
     let id = super::run_id(&lease).to_string();
     let fenced = journal.fenced(&lease);
     let lost = CancellationToken::new();
+    let broken = CancellationToken::new();
     let summary = Arc::new(Summary(Mutex::new(None)));
     let keeper = tokio::spawn(keep(
         journal.clone(),
         lease.clone(),
         ttl,
-        lost.clone(),
+        Signals {
+            lost: lost.clone(),
+            broken: broken.clone(),
+        },
         Arc::clone(&summary),
     ));
     let driven = async {
@@ -78,13 +82,16 @@ pub(super) async fn drive(
         report
     };
     let result = tokio::select! {
-        result = driven => Some(result),
-        () = lost.cancelled() => None,
+        result = driven => Ok(result),
+        () = lost.cancelled() => Err(Outcome::Lost("its lease was claimed by another worker".into())),
+        // A drive can wait on the journal for ever once its writer failed (a call whose
+        // end could not be journaled): drop it and take the run back on a fresh journal.
+        () = broken.cancelled() => Err(Outcome::JournalFailed("the journal's writer failed".into())),
     };
     keeper.abort();
     let result = match result {
-        None => return Outcome::Lost("its lease was claimed by another worker".into()),
-        Some(result) => result,
+        Err(outcome) => return outcome,
+        Ok(result) => result,
     };
     let (status, detail, lease_status) = match result {
         Ok(report) => {
@@ -134,21 +141,34 @@ pub(super) async fn drive(
     }
 }
 
-/// Renews the lease every third of `ttl`; fires `lost` when someone else claimed it.
+/// What the lease keeper tells the drive.
+struct Signals {
+    /// Someone else claimed the run.
+    lost: CancellationToken,
+    /// The journal's writer failed.
+    broken: CancellationToken,
+}
+
+/// Renews the lease every third of `ttl`; fires `lost` when someone else claimed it and
+/// `broken` when the journal's writer failed.
 async fn keep(
     journal: Journal,
     lease: Lease,
     ttl: Duration,
-    lost: CancellationToken,
+    signals: Signals,
     summary: Arc<Summary>,
 ) {
     loop {
         tokio::time::sleep(ttl / 3).await;
+        if journal.writer_failed() {
+            signals.broken.cancel();
+            return;
+        }
         let info = summary.take();
         match journal.renew_lease(&lease, ttl, info.as_ref()).await {
             Ok(_) => {}
             Err(JournalError::Fenced { .. }) => {
-                lost.cancel();
+                signals.lost.cancel();
                 return;
             }
             // The database may be restarting: the lease holds until it expires, and a
