@@ -29,8 +29,8 @@ pub(crate) fn frontier_note(state: &RunState, c: &super::state::CompactionRecord
     let last_steer = state
         .steers
         .iter()
-        .filter(|s| c.covered_steers.contains(&s.id))
-        .last()
+        .rev()
+        .find(|s| c.covered_steers.contains(&s.id))
         .map(|s| format!(" The user's latest steer: \"{}\".", s.text))
         .unwrap_or_default();
     format!(
