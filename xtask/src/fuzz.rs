@@ -87,6 +87,13 @@ const TARGETS: &[Target] = &[
         corpus: "tools",
         about: "built-in tool arguments and workspace path confinement",
     },
+    Target {
+        name: "mcp",
+        package: "agent-host",
+        test: "fuzz_mcp",
+        corpus: "mcp",
+        about: "MCP tool results and listings as the host reads them; agentctl.toml and --mcp",
+    },
 ];
 
 const DEFAULT_SECONDS: u64 = 600;

@@ -23,7 +23,7 @@ const USAGE: &str = "usage: cargo xtask <ci [--interop] | bench [AREA...] | inte
   bench     run benchmarks side by side with the seed; areas: journal runtime context responses host
   interop   run third-party clients against our code; suites: openai-sdk codex mcp
   fuzz      run property tests with large case counts for SECONDS each (default 600); --list;
-            targets: sse events appserver requests script journal units redact tools";
+            targets: sse events appserver requests script journal units redact tools mcp";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();

@@ -62,6 +62,8 @@
 pub mod codex;
 mod error;
 pub mod executor;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod run;
 pub mod run_history;
 pub mod steer_bridge;

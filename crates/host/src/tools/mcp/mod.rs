@@ -33,6 +33,7 @@ use client::ServerHandle;
 use tool::McpTool;
 
 pub use tool::RESULT_CAP;
+pub(crate) use tool::result_text;
 
 /// Where an MCP tool comes from.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -186,6 +187,18 @@ pub(crate) fn reattach(
         tracing::debug!(target: "agent_host::mcp", first = %h.name(), command = %h.config().command, "servers bound for resume");
     }
     Ok((tools, servers))
+}
+
+/// How a listed tool of `server` is offered before the config's policies: its exposed
+/// name, its own policy, whether it is retry-safe, and its input schema.
+pub(crate) fn offer(server: &str, info: &rmcp::model::Tool) -> (String, Policy, bool, Value) {
+    let hints = Hints::of(info.annotations.as_ref());
+    (
+        exposed_name(server, &info.name),
+        hints.policy(),
+        hints.retry_safe(),
+        Value::Object((*info.input_schema).clone()),
+    )
 }
 
 /// `SERVER__TOOL`, restricted to what the Responses API accepts as a function name.
