@@ -355,10 +355,33 @@ fn check_compacted_requests(
     }
 }
 
+/// A fresh database of the backend: its URL and what keeps it alive; `None` when the
+/// PostgreSQL suite is skipped.
+async fn fresh_db(postgres: bool) -> Option<(String, Box<dyn std::any::Any>)> {
+    if postgres {
+        let pg = agent_testkit::fresh_pg_database("host_compact").await?;
+        Some((pg.url().to_string(), Box::new(pg)))
+    } else {
+        let dir = tempfile::tempdir().unwrap();
+        let db = format!("sqlite://{}", dir.path().join("cmp.db").display());
+        Some((db, Box::new(dir)))
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn compaction_replaces_the_history_and_keeps_the_frontier() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = format!("sqlite://{}", dir.path().join("cmp.db").display());
+async fn compaction_replaces_the_history_and_keeps_the_frontier_sqlite() {
+    compaction_replaces_the_history_and_keeps_the_frontier(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compaction_replaces_the_history_and_keeps_the_frontier_postgres() {
+    compaction_replaces_the_history_and_keeps_the_frontier(true).await;
+}
+
+async fn compaction_replaces_the_history_and_keeps_the_frontier(postgres: bool) {
+    let Some((db, _keep)) = fresh_db(postgres).await else {
+        return;
+    };
     let (_g, ws) = workspace();
     std::fs::write(ws.join("notes.txt"), "keep python stdlib only\n").unwrap();
     let server = emulator(&compaction_script()).await;
@@ -408,8 +431,7 @@ async fn compaction_replaces_the_history_and_keeps_the_frontier() {
         .map(|(i, _)| i)
         .collect();
     for n in before {
-        let dir = tempfile::tempdir().unwrap();
-        let db = format!("sqlite://{}", dir.path().join("cmp.db").display());
+        let (db, _keep) = fresh_db(postgres).await.unwrap();
         let server = emulator(&compaction_script()).await;
         let o = out(run_cmd(&db, &server, &ws, &["--compact-at", "1"])
             .env("AGENTCTL_TEST_CRASH_AFTER_EVENTS", n.to_string()));
