@@ -45,6 +45,8 @@ impl Worker {
                 "0.05",
             ])
             .args(["--lease-ttl", &ttl.to_string(), "--name", name])
+            // The emulator's key: the worker reads it from the environment like any client.
+            .env("OPENAI_API_KEY", "sk-bench")
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
