@@ -302,7 +302,12 @@ pub async fn run_worker(
             () = grace_sleep => {
                 // Past the grace period: drop what still runs and give it back.
                 tasks.abort_all();
-                while tasks.join_next().await.is_some() {}
+                while let Some(joined) = tasks.join_next_with_id().await {
+                    // A drive that ended on its own released its lease already.
+                    if let Ok((id, _)) = joined {
+                        held.remove(&id);
+                    }
+                }
                 for lease in held.values() {
                     release_open(&journal, lease).await;
                     summary.released += 1;
