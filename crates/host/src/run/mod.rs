@@ -315,9 +315,10 @@ impl Host {
         change: BudgetChange,
         opts: DriveOptions,
     ) -> Result<RunReport, HostError> {
-        let spec = load(&self.journal, run_id)
-            .await?
+        let state = load(&self.journal, run_id).await?;
+        let spec = state
             .spec
+            .clone()
             .ok_or_else(|| HostError::NotFound(run_id.into()))?;
         let workspace = Workspace::new(std::path::Path::new(&spec.workspace)).map_err(|err| {
             HostError::Workspace {
@@ -337,7 +338,9 @@ impl Host {
         for tool in mcp_tools {
             registry = registry.with_arc(tool);
         }
-        let report = self.resume_with(run_id, registry, change, opts).await;
+        let report = self
+            .resume_with(run_id, state, registry, change, opts)
+            .await;
         servers.shutdown().await;
         report
     }
@@ -346,6 +349,7 @@ impl Host {
     async fn resume_with(
         &self,
         run_id: &str,
+        loaded: RunState,
         registry: agent_runtime::ToolRegistry,
         change: BudgetChange,
         opts: DriveOptions,
@@ -357,9 +361,14 @@ impl Host {
         // (steers, decisions) are folded and the claim retried.
         let leased = self.journal.fence_epoch().is_some();
         let mut attempts = 0;
+        // The fold `resume` made first; refolded only when a claim found the thread moved.
+        let mut loaded = Some(loaded);
         let (state, spec, resumed_at) = loop {
             attempts += 1;
-            let state = load(&self.journal, run_id).await?;
+            let state = match loaded.take() {
+                Some(state) => state,
+                None => load(&self.journal, run_id).await?,
+            };
             let spec = state
                 .spec
                 .clone()

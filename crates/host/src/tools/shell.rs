@@ -96,16 +96,21 @@ struct GroupGuard {
 impl GroupGuard {
     fn kill(&mut self) {
         if let Some(pgid) = self.pgid.take() {
-            // No unsafe here (no libc): bash's `kill` builtin signals the whole group.
-            let _ = std::process::Command::new("bash")
-                .arg("-c")
-                .arg(format!("kill -KILL -- -{pgid} 2>/dev/null"))
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status();
+            kill_group(pgid);
         }
     }
+}
+
+/// SIGKILLs process group `pgid` (a tool's child and everything it started). No unsafe here
+/// (no libc): bash's `kill` builtin signals the whole group.
+pub(crate) fn kill_group(pgid: u32) {
+    let _ = std::process::Command::new("bash")
+        .arg("-c")
+        .arg(format!("kill -KILL -- -{pgid} 2>/dev/null"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
 }
 
 impl Drop for GroupGuard {

@@ -225,13 +225,6 @@ async fn stop(mut live: Live) {
 
 fn kill_group(pgid: Option<u32>) {
     if let Some(pgid) = pgid {
-        // No unsafe here (no libc): bash's `kill` builtin signals the whole group.
-        let _ = std::process::Command::new("bash")
-            .arg("-c")
-            .arg(format!("kill -KILL -- -{pgid} 2>/dev/null"))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status();
+        crate::tools::shell::kill_group(pgid);
     }
 }
