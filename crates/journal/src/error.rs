@@ -7,19 +7,31 @@
 pub enum JournalError {
     /// The URL is not one the journal understands.
     #[error("invalid journal URL `{url}`: {reason}")]
-    InvalidUrl { url: String, reason: String },
+    InvalidUrl {
+        /// The URL, passwords masked.
+        url: String,
+        /// What is wrong with it.
+        reason: String,
+    },
 
     /// The database could not be opened or reached.
     #[error("cannot open journal at `{url}`: {source}")]
     Open {
+        /// The URL, passwords masked.
         url: String,
+        /// The driver's failure.
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
 
     /// An event or query argument is outside the documented limits.
     #[error("invalid {field}: {reason}")]
-    InvalidInput { field: &'static str, reason: String },
+    InvalidInput {
+        /// The field or argument refused.
+        field: &'static str,
+        /// Why.
+        reason: String,
+    },
 
     /// A query failed (PostgreSQL).
     #[error("journal database error: {0}")]
@@ -32,7 +44,9 @@ pub enum JournalError {
     /// A stored payload is not valid JSON (the database was changed outside the journal).
     #[error("event {seq} has a corrupt payload: {source}")]
     CorruptPayload {
+        /// The event whose payload does not parse.
         seq: i64,
+        /// The parser's error.
         #[source]
         source: serde_json::Error,
     },
@@ -48,8 +62,11 @@ pub enum JournalError {
         show_seq(*.actual)
     )]
     Conflict {
+        /// The thread of the request.
         thread: String,
+        /// The last seq the caller expected (`None`: no events).
         expected: Option<i64>,
+        /// The last seq found (`None`: no events).
         actual: Option<i64>,
     },
 
@@ -64,8 +81,11 @@ pub enum JournalError {
         show_seq(*.current)
     )]
     Fenced {
+        /// The lease's name.
         lease: String,
+        /// The epoch the holder has.
         epoch: i64,
+        /// The lease's epoch now (`None`: the lease is gone).
         current: Option<i64>,
     },
 
@@ -79,14 +99,24 @@ pub enum JournalError {
 
     /// The database was written by a newer build of the journal.
     #[error("journal schema version {found} is newer than this build supports ({supported})")]
-    SchemaTooNew { found: i64, supported: i64 },
+    SchemaTooNew {
+        /// The version recorded in the database.
+        found: i64,
+        /// The last version this build knows.
+        supported: i64,
+    },
 
     /// A schema step failed, typically because the database holds other tables of the
     /// same name; nothing of the step is kept.
     #[error(
         "cannot apply journal schema step {version}: {reason} (does another program use this database?)"
     )]
-    Migration { version: i64, reason: String },
+    Migration {
+        /// The step that failed.
+        version: i64,
+        /// The database's message.
+        reason: String,
+    },
 }
 
 /// A thread's last seq for messages: the number, or `none` for a thread without events.
@@ -99,6 +129,16 @@ impl JournalError {
         JournalError::InvalidInput {
             field,
             reason: reason.into(),
+        }
+    }
+}
+
+/// A database written by a newer build ([`agent_schema::pending_steps`]).
+impl From<agent_schema::SchemaTooNew> for JournalError {
+    fn from(err: agent_schema::SchemaTooNew) -> Self {
+        JournalError::SchemaTooNew {
+            found: err.found,
+            supported: err.supported,
         }
     }
 }

@@ -11,12 +11,18 @@ use crate::JournalError;
 /// append time in Unix milliseconds.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Event {
+    /// The event's position in the whole journal: unique, and increasing in commit order.
     pub seq: i64,
+    /// The thread the event belongs to.
+    ///
     /// Names are shared: a SQLite or `memory:` read hands every event of the thread the
     /// same `thread` and each kind one allocation, instead of two strings per event.
     pub thread: Arc<str>,
+    /// What happened (the caller's vocabulary).
     pub kind: Arc<str>,
+    /// The event's data, as appended.
     pub payload: serde_json::Value,
+    /// When it was appended, in Unix milliseconds.
     pub at: i64,
     /// The dedup key the event was appended with, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -31,8 +37,11 @@ pub struct Event {
 /// An event to append.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NewEvent {
+    /// The thread to append to (at most [`MAX_THREAD_BYTES`](crate::MAX_THREAD_BYTES)).
     pub thread: String,
+    /// What happened (at most [`MAX_KIND_BYTES`](crate::MAX_KIND_BYTES)).
     pub kind: String,
+    /// The event's data (at most [`MAX_PAYLOAD_BYTES`](crate::MAX_PAYLOAD_BYTES) as JSON).
     pub payload: Payload,
     /// Idempotency key within the thread: a second append with the same key writes nothing
     /// and returns the first event's seq.
@@ -40,6 +49,7 @@ pub struct NewEvent {
 }
 
 impl NewEvent {
+    /// An event of `kind` on `thread`, without a dedup key.
     pub fn new(
         thread: impl Into<String>,
         kind: impl Into<String>,
@@ -144,6 +154,7 @@ impl PartialEq for Payload {
 /// The acknowledgement of one append.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Appended {
+    /// The event's seq.
     pub seq: i64,
     /// True when the dedup key existed and nothing was written; `seq` is the first event's.
     pub deduplicated: bool,

@@ -3,23 +3,15 @@
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use sqlx::PgPool;
 use tokio::sync::{mpsc, oneshot, watch};
 
+use crate::backend::{self, ReadSide as _, Reads, Writer};
 use crate::error::JournalError;
 use crate::event::{Appended, Event, NewEvent};
 use crate::limits::{check_event, check_thread};
-use crate::memory::MemoryJournal;
 use crate::options::{Durability, JournalOptions};
 use crate::stream::{self, EventStream};
-use crate::writer::{self, Counters, Expected, Fence, Msg, Request, Settle};
-use crate::{postgres, sqlite};
-
-/// The URL of the in-process journal.
-pub const MEMORY_URL: &str = "memory:";
-
-/// Events fetched per query by [`Journal::replay_stream`] and [`Journal::tail`].
-pub(crate) const PAGE: i64 = 1000;
+use crate::writer::{Counters, Expected, Fence, Msg, Request};
 
 /// A cheap, cloneable handle to an open journal. All clones share one writer task.
 #[derive(Clone)]
@@ -47,37 +39,6 @@ pub struct JournalStats {
     pub commits: u64,
     /// Events written by those transactions (deduplicated appends excluded).
     pub events: u64,
-}
-
-/// Where appends go: a database's writer queue, or the in-memory journal directly.
-enum Writer {
-    Queue(mpsc::Sender<Msg>),
-    Memory(Arc<MemoryJournal>),
-}
-
-/// The read side of a backend.
-#[derive(Clone)]
-pub(crate) enum Reads {
-    Sqlite(sqlite::Reader),
-    Postgres(PgPool),
-    Memory(Arc<MemoryJournal>),
-}
-
-impl Reads {
-    pub(crate) async fn replay_page(
-        &self,
-        thread: &str,
-        after: i64,
-        limit: i64,
-    ) -> Result<Vec<Event>, JournalError> {
-        match self {
-            Reads::Sqlite(reader) => reader.replay_page(thread, after, limit).await,
-            Reads::Postgres(pool) => postgres::replay_page(pool, thread, after, limit).await,
-            Reads::Memory(memory) => {
-                memory.replay_page(thread, after, usize::try_from(limit).unwrap_or(0))
-            }
-        }
-    }
 }
 
 impl std::fmt::Debug for Journal {
@@ -109,51 +70,21 @@ impl Journal {
     /// except what opening already did to the database (its file created, its schema
     /// applied: each schema step is all-or-nothing).
     pub async fn open_with(url: &str, options: JournalOptions) -> Result<Journal, JournalError> {
-        let shown_url = redact_url(url);
-        let (tx, rx) = mpsc::channel(options.queue_capacity.max(1));
+        let shown_url = agent_redact::redact_url(url);
         let (committed_tx, committed_rx) = watch::channel(0);
         let counters = Arc::new(Counters::default());
-        let max_batch = options.batch_limit();
-        let (reads, writer, leases) = if url == MEMORY_URL {
-            let memory = Arc::new(MemoryJournal::new(committed_tx, Arc::clone(&counters)));
-            (
-                Reads::Memory(Arc::clone(&memory)),
-                Writer::Memory(Arc::clone(&memory)),
-                crate::lease::Backend::Memory(memory),
-            )
-        } else if url.starts_with("sqlite:") {
-            let location = sqlite::parse_url(url).map_err(|reason| JournalError::InvalidUrl {
-                url: shown_url.clone(),
-                reason,
-            })?;
-            let (opts, shown) = (options.clone(), shown_url.clone());
-            let opened =
-                tokio::task::spawn_blocking(move || sqlite::open(&location, &shown, &opts))
-                    .await
-                    .map_err(|_| JournalError::Closed)??;
-            let settle = Settle::new(committed_tx, Arc::clone(&counters));
-            let leases = crate::lease::Backend::Sqlite(Arc::clone(&opened.writer));
-            sqlite::spawn_writer(opened.writer, rx, settle, max_batch, options.linger).map_err(
-                |source| JournalError::Open {
-                    url: shown_url.clone(),
-                    source: Box::new(source),
-                },
-            )?;
-            (Reads::Sqlite(opened.reader), Writer::Queue(tx), leases)
-        } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-            let opened = postgres::open(url, &shown_url, &options).await?;
-            let settle = Settle::new(committed_tx, Arc::clone(&counters));
-            tokio::spawn(writer::run_async(opened.writer, rx, settle, max_batch));
-            let leases = crate::lease::Backend::Postgres(opened.reads.clone());
-            (Reads::Postgres(opened.reads), Writer::Queue(tx), leases)
-        } else {
-            return Err(JournalError::InvalidUrl {
-                url: shown_url,
-                reason: "expected sqlite://PATH, sqlite::memory:, postgres://USER:PASS@HOST/DB \
-                         or memory:"
-                    .into(),
-            });
-        };
+        let backend::Opened {
+            reads,
+            writer,
+            leases,
+        } = backend::open(
+            url,
+            &shown_url,
+            &options,
+            committed_tx,
+            Arc::clone(&counters),
+        )
+        .await?;
         Ok(Journal {
             fence: None,
             inner: Arc::new(Inner {
@@ -365,29 +296,7 @@ impl Journal {
     /// already running on the blocking pool finishes there and is thrown away).
     pub async fn replay(&self, thread: &str, after: i64) -> Result<Vec<Event>, JournalError> {
         check_thread(thread)?;
-        match &self.inner.reads {
-            Reads::Sqlite(reader) => reader.replay_all(thread, after).await,
-            Reads::Memory(memory) => memory.replay_page(thread, after, usize::MAX),
-            Reads::Postgres(_) => {
-                let mut events = Vec::new();
-                let mut last = after;
-                loop {
-                    let page = self
-                        .inner
-                        .reads
-                        .replay_page(thread, last, PAGE * 100)
-                        .await?;
-                    let full = page.len() as i64 == PAGE * 100;
-                    if let Some(event) = page.last() {
-                        last = event.seq;
-                    }
-                    events.extend(page);
-                    if !full {
-                        return Ok(events);
-                    }
-                }
-            }
-        }
+        self.inner.reads.replay_all(thread, after).await
     }
 
     /// Like [`replay`](Self::replay) but page by page, for threads too long to hold in
@@ -427,11 +336,7 @@ impl Journal {
         key: &str,
     ) -> Result<Option<Event>, JournalError> {
         check_thread(thread)?;
-        match &self.inner.reads {
-            Reads::Sqlite(reader) => reader.find_by_key(thread, key).await,
-            Reads::Postgres(pool) => postgres::find_by_key(pool, thread, key).await,
-            Reads::Memory(memory) => memory.find_by_key(thread, key),
-        }
+        self.inner.reads.find_by_key(thread, key).await
     }
 
     /// Every thread with at least one event, sorted.
@@ -441,11 +346,7 @@ impl Journal {
     /// Cancel safe: it only reads. Dropping the future discards the answer (a SQLite read
     /// already running on the blocking pool finishes there and is thrown away).
     pub async fn threads(&self) -> Result<Vec<String>, JournalError> {
-        match &self.inner.reads {
-            Reads::Sqlite(reader) => reader.threads().await,
-            Reads::Postgres(pool) => postgres::threads(pool).await,
-            Reads::Memory(memory) => memory.threads(),
-        }
+        self.inner.reads.threads().await
     }
 
     /// The highest seq of `thread`, or `None` if it has no events.
@@ -456,11 +357,7 @@ impl Journal {
     /// already running on the blocking pool finishes there and is thrown away).
     pub async fn last_seq(&self, thread: &str) -> Result<Option<i64>, JournalError> {
         check_thread(thread)?;
-        match &self.inner.reads {
-            Reads::Sqlite(reader) => reader.last_seq(thread).await,
-            Reads::Postgres(pool) => postgres::last_seq(pool, thread).await,
-            Reads::Memory(memory) => memory.last_seq(thread),
-        }
+        self.inner.reads.last_seq(thread).await
     }
 
     /// Commits everything queued so far, stops the writer and closes the connections.
@@ -480,11 +377,7 @@ impl Journal {
                 let _ = wait.await;
             }
         }
-        match &self.inner.reads {
-            Reads::Sqlite(reader) => reader.close(),
-            Reads::Postgres(pool) => pool.close().await,
-            Reads::Memory(memory) => memory.close(),
-        }
+        self.inner.reads.close().await;
     }
 }
 
@@ -493,36 +386,4 @@ pub(crate) fn now_ms() -> i64 {
         .duration_since(UNIX_EPOCH)
         .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
         .unwrap_or(0)
-}
-
-/// The URL with its passwords masked (one implementation for every crate: `agent-redact`).
-pub(crate) fn redact_url(url: &str) -> String {
-    agent_redact::redact_url(url)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::redact_url;
-
-    #[test]
-    fn redacts_passwords_only() {
-        assert_eq!(
-            redact_url("postgres://u:secret@h:5432/db?x=1"),
-            "postgres://u:***@h:5432/db?x=1"
-        );
-        assert_eq!(redact_url("postgres://u@h/db"), "postgres://u@h/db");
-        assert_eq!(redact_url("sqlite:///tmp/a.db"), "sqlite:///tmp/a.db");
-        assert_eq!(redact_url("sqlite::memory:"), "sqlite::memory:");
-        assert_eq!(
-            redact_url("postgres://h/db?user=u&password=s3cret&sslmode=require"),
-            "postgres://h/db?user=u&password=***&sslmode=require"
-        );
-        assert_eq!(
-            redact_url("postgres://u:pw@h/db?SSLPassword=k&password"),
-            "postgres://u:***@h/db?SSLPassword=***&password"
-        );
-        assert_eq!(redact_url("postgres://u:p?w@h/db"), "postgres://u:***@h/db");
-        // A password with a `/` in it, unencoded, is masked whole.
-        assert!(!redact_url("postgresql://u:SEC/RET/PW@h/db").contains("RET"));
-    }
 }

@@ -24,6 +24,38 @@
 //! - [`Journal::fenced`] appends are written only while their lease is at the handle's
 //!   epoch (see [`Lease`]): a holder that lost its lease cannot write after the new
 //!   holder claimed it.
+//!
+//! ```
+//! use agent_journal::{Journal, JournalError, MEMORY_URL, NewEvent};
+//! use serde_json::json;
+//!
+//! async fn demo() -> Result<(), JournalError> {
+//!     // `memory:` keeps the journal in this process; `sqlite://PATH` and
+//!     // `postgres://...` keep it on disk with the same API.
+//!     let journal = Journal::open(MEMORY_URL).await?;
+//!     let first = journal
+//!         .append(NewEvent::new("thread-1", "note", json!({"text": "hello"})).with_dedup_key("n1"))
+//!         .await?;
+//!     // The same dedup key again writes nothing and answers the first seq.
+//!     let again = journal
+//!         .append(NewEvent::new("thread-1", "note", json!({"text": "hello"})).with_dedup_key("n1"))
+//!         .await?;
+//!     assert_eq!((again.seq, again.deduplicated), (first.seq, true));
+//!     journal.append(NewEvent::new("thread-1", "note", json!({"text": "world"}))).await?;
+//!     let texts: Vec<_> = journal
+//!         .replay("thread-1", 0)
+//!         .await?
+//!         .into_iter()
+//!         .map(|event| event.payload["text"].clone())
+//!         .collect();
+//!     assert_eq!(texts, [json!("hello"), json!("world")]);
+//!     Ok(())
+//! }
+//!
+//! tokio::runtime::Runtime::new().unwrap().block_on(demo()).unwrap();
+//! ```
+
+#![warn(missing_docs, unreachable_pub, missing_debug_implementations)]
 
 mod backend;
 mod error;
@@ -31,17 +63,15 @@ mod event;
 mod journal;
 mod lease;
 mod limits;
-mod memory;
 mod options;
-mod postgres;
 mod readable;
-mod sqlite;
 mod stream;
 mod writer;
 
+pub use backend::MEMORY_URL;
 pub use error::JournalError;
 pub use event::{Appended, Event, NewEvent, Payload};
-pub use journal::{Journal, JournalStats, MEMORY_URL};
+pub use journal::{Journal, JournalStats};
 pub use lease::{Lease, LeaseRow, LeaseStatus};
 pub use limits::{MAX_DEDUP_KEY_BYTES, MAX_KIND_BYTES, MAX_PAYLOAD_BYTES, MAX_THREAD_BYTES};
 pub use options::{DEFAULT_LINGER, Durability, JournalOptions};

@@ -17,8 +17,10 @@ pub enum Durability {
 /// Options for [`Journal::open_with`](crate::Journal::open_with).
 #[derive(Debug, Clone)]
 pub struct JournalOptions {
+    /// When an append is acknowledged (default: [`Durability::Full`]).
     pub durability: Durability,
-    /// Most events written in one transaction by the group-commit writer.
+    /// Most events written in one transaction by the group-commit writer (default 1024;
+    /// clamped to `1..=4096`, which keeps a batch's binds under SQLite's limit).
     pub max_batch: usize,
     /// Capacity of the queue in front of the writer; appends wait (backpressure) when full.
     pub queue_capacity: usize,
@@ -39,9 +41,9 @@ pub struct JournalOptions {
 pub const DEFAULT_LINGER: Duration = Duration::from_micros(200);
 
 /// Default for [`JournalOptions::max_batch`]; bounded by SQLite's bind-variable limit.
-pub const DEFAULT_MAX_BATCH: usize = 1024;
+pub(crate) const DEFAULT_MAX_BATCH: usize = 1024;
 /// Upper clamp for [`JournalOptions::max_batch`] (6 binds per row stays under 32766).
-pub const MAX_MAX_BATCH: usize = 4096;
+pub(crate) const MAX_MAX_BATCH: usize = 4096;
 
 impl Default for JournalOptions {
     fn default() -> Self {
@@ -58,6 +60,7 @@ impl Default for JournalOptions {
 }
 
 impl JournalOptions {
+    /// These options with `durability`.
     pub fn durability(mut self, durability: Durability) -> Self {
         self.durability = durability;
         self

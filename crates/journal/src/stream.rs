@@ -8,10 +8,10 @@ use futures::Stream;
 use sqlx::postgres::PgListener;
 use tokio::sync::watch;
 
+use crate::backend::postgres::CHANNEL;
+use crate::backend::{PAGE, ReadSide as _, Reads};
 use crate::error::JournalError;
 use crate::event::Event;
-use crate::journal::{PAGE, Reads};
-use crate::postgres::CHANNEL;
 
 /// A stream of events; an `Err` item reports a failed read (tail keeps going after it).
 pub type EventStream = Pin<Box<dyn Stream<Item = Result<Event, JournalError>> + Send>>;
@@ -129,10 +129,10 @@ pub(crate) fn tail(
 }
 
 async fn connect_listener(reads: &Reads) -> Listener {
-    let Reads::Postgres(pool) = reads else {
+    let Reads::Postgres(reader) = reads else {
         return Listener::None;
     };
-    let mut listener = match PgListener::connect_with(pool).await {
+    let mut listener = match PgListener::connect_with(reader.pool()).await {
         Ok(listener) => listener,
         Err(err) => {
             tracing::warn!(%err, "journal tail: LISTEN connection failed; polling instead");

@@ -1,7 +1,8 @@
 //! The group-commit writer: one writer owns the write connection.
 //!
-//! SQLite's writer is a dedicated OS thread (`sqlite::write`), PostgreSQL's an async task
-//! ([`run_async`]); both collect batches with [`Batch`] and settle them with [`Settle`].
+//! SQLite's writer is a dedicated OS thread (`backend::sqlite::write`), PostgreSQL's an
+//! async task (`backend::postgres::write`); both collect batches with [`Batch`] and settle
+//! them with [`Settle`].
 //!
 //! Invariants:
 //! - Requests are committed in arrival order; a request's events are contiguous in `seq`
@@ -21,43 +22,42 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::error::JournalError;
 use crate::event::Appended;
-use crate::postgres;
 
 /// A validated event ready to insert (payload already encoded).
 #[derive(Debug, Clone)]
 pub(crate) struct Prepared {
-    pub thread: String,
-    pub kind: String,
-    pub payload: String,
-    pub dedup_key: Option<String>,
-    pub at: i64,
+    pub(crate) thread: String,
+    pub(crate) kind: String,
+    pub(crate) payload: String,
+    pub(crate) dedup_key: Option<String>,
+    pub(crate) at: i64,
     /// The epoch of the fence the request carries, stored with the event.
-    pub epoch: Option<i64>,
+    pub(crate) epoch: Option<i64>,
 }
 
 /// The condition of an optimistic-concurrency append: the highest seq of `thread` must
 /// still be `last` (`None`: the thread has no events) when the request is written.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Expected {
-    pub thread: String,
-    pub last: Option<i64>,
+    pub(crate) thread: String,
+    pub(crate) last: Option<i64>,
 }
 
 /// The condition of a fenced append: lease `lease` must still be at `epoch` (nobody claimed
 /// it since) when the request is written.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Fence {
-    pub lease: String,
-    pub epoch: i64,
+    pub(crate) lease: String,
+    pub(crate) epoch: i64,
 }
 
 /// One caller's append: its events, written together or not at all, and the conditions
 /// under which they may be written.
 #[derive(Debug)]
 pub(crate) struct Request {
-    pub events: Vec<Prepared>,
-    pub expected: Option<Expected>,
-    pub fence: Option<Fence>,
+    pub(crate) events: Vec<Prepared>,
+    pub(crate) expected: Option<Expected>,
+    pub(crate) fence: Option<Fence>,
 }
 
 /// What one request of a written batch gets: its acks, or why it alone was refused.
@@ -73,25 +73,25 @@ pub(crate) enum Msg {
 /// Counters kept by the writer, for benchmarks and monitoring.
 #[derive(Debug, Default)]
 pub(crate) struct Counters {
-    pub commits: AtomicU64,
-    pub events: AtomicU64,
+    pub(crate) commits: AtomicU64,
+    pub(crate) events: AtomicU64,
     /// Set once when the writer latches failed.
-    pub failed: std::sync::atomic::AtomicBool,
+    pub(crate) failed: std::sync::atomic::AtomicBool,
 }
 
 /// Requests collected for one transaction.
 #[derive(Default)]
 pub(crate) struct Batch {
-    pub requests: Vec<Request>,
+    pub(crate) requests: Vec<Request>,
     acks: Vec<Ack>,
     events: usize,
-    pub close: Option<oneshot::Sender<()>>,
+    pub(crate) close: Option<oneshot::Sender<()>>,
 }
 
 impl Batch {
     /// Takes `msg` into the batch; returns whether the batch may take more (false after
     /// `Close` or once `max_events` is reached).
-    pub fn take(&mut self, msg: Msg, max_events: usize) -> bool {
+    pub(crate) fn take(&mut self, msg: Msg, max_events: usize) -> bool {
         match msg {
             Msg::Write { request, ack } => {
                 self.events += request.events.len();
@@ -116,7 +116,7 @@ pub(crate) struct Settle {
 }
 
 impl Settle {
-    pub fn new(committed: watch::Sender<i64>, counters: Arc<Counters>) -> Self {
+    pub(crate) fn new(committed: watch::Sender<i64>, counters: Arc<Counters>) -> Self {
         Settle {
             failed: None,
             committed,
@@ -127,7 +127,7 @@ impl Settle {
     /// Splits a collected batch into the requests to write (`None` when there is nothing to
     /// write: an empty batch, or a latched writer, whose requests are failed here) and the
     /// `Close` it ended with, if any.
-    pub fn begin(&mut self, batch: Batch) -> (Option<Pending>, Option<oneshot::Sender<()>>) {
+    pub(crate) fn begin(&mut self, batch: Batch) -> (Option<Pending>, Option<oneshot::Sender<()>>) {
         let Batch {
             requests,
             acks,
@@ -148,7 +148,11 @@ impl Settle {
     /// per request when the transaction committed (a refused request, such as a
     /// [`JournalError::Conflict`], fails alone and latches nothing), or the error that
     /// failed the whole batch (which latches the writer).
-    pub fn finish<E: std::fmt::Display>(&mut self, acks: Vec<Ack>, result: Result<Vec<Answer>, E>) {
+    pub(crate) fn finish<E: std::fmt::Display>(
+        &mut self,
+        acks: Vec<Ack>,
+        result: Result<Vec<Answer>, E>,
+    ) {
         match result {
             Ok(results) => self.committed(acks, results),
             Err(err) => self.fail(acks, err.to_string()),
@@ -205,8 +209,8 @@ pub(crate) fn publish_commit(
 
 /// The requests of one batch that are to be written, with their acks.
 pub(crate) struct Pending {
-    pub requests: Vec<Request>,
-    pub acks: Vec<Ack>,
+    pub(crate) requests: Vec<Request>,
+    pub(crate) acks: Vec<Ack>,
 }
 
 /// Refuses requests that raced with `Close`, then confirms the close.
@@ -225,50 +229,4 @@ pub(crate) fn drain_after_close(rx: &mut mpsc::Receiver<Msg>, close: Option<ones
     if let Some(done) = close {
         let _ = done.send(());
     }
-}
-
-/// The PostgreSQL writer task. Runs until `Close` or until every handle is dropped.
-///
-/// Batching: after the first queued request, everything already queued is taken, and the
-/// task yields once whenever the queue runs dry, to let producers that were just
-/// acknowledged join this commit (up to `max_batch` events).
-pub(crate) async fn run_async(
-    mut conn: sqlx::PgConnection,
-    mut rx: mpsc::Receiver<Msg>,
-    mut settle: Settle,
-    max_batch: usize,
-) {
-    let mut close = None;
-    while close.is_none() {
-        let Some(first) = rx.recv().await else { break };
-        let mut batch = Batch::default();
-        let mut more = batch.take(first, max_batch);
-        while more {
-            let msg = match rx.try_recv() {
-                Ok(msg) => msg,
-                // Linger: producers woken by the previous commit's acks may be about to
-                // append. Yielding once lets them run; stop as soon as a yield brings
-                // nothing, so an idle writer adds no latency beyond one scheduler pass.
-                Err(_) => {
-                    tokio::task::yield_now().await;
-                    match rx.try_recv() {
-                        Ok(msg) => msg,
-                        Err(_) => break,
-                    }
-                }
-            };
-            more = batch.take(msg, max_batch);
-        }
-        let (pending, closing) = settle.begin(batch);
-        close = closing;
-        if let Some(Pending { requests, acks }) = pending {
-            let result = postgres::write_batch(&mut conn, &requests).await;
-            settle.finish(acks, result);
-        }
-    }
-    use sqlx::Connection as _;
-    if let Err(err) = conn.close().await {
-        tracing::warn!(%err, "closing the journal's write connection failed");
-    }
-    drain_after_close(&mut rx, close);
 }

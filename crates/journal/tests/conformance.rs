@@ -729,6 +729,40 @@ async fn unreachable_postgres_is_an_open_error_without_the_password() {
     assert!(!shown.contains("hunter2"), "password leaked: {shown}");
 }
 
+/// No error of the journal shows a database password, whether our URL check refuses the
+/// URL or a driver quotes it (userinfo, `password=` and `sslpassword=` alike), in its
+/// `Display`, its `Debug` or the message of any of its sources.
+#[tokio::test]
+async fn errors_never_show_a_password() {
+    let closed_port = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().port()
+    };
+    let urls = [
+        "mysql://u:SECRETPW@h/x".to_string(),
+        "mysql://h/x?password=SECRETPW".to_string(),
+        "sqlite:///tmp/never.db?password=SECRETPW".to_string(),
+        "sqlite://u:SECRETPW@x.db?mode=bogus".to_string(),
+        "postgres://u:SECRETPW@127.0.0.1:notaport/x".to_string(),
+        format!("postgres://u:SECRETPW@127.0.0.1:{closed_port}/x"),
+        format!("postgresql://u@127.0.0.1:{closed_port}/x?password=SECRETPW"),
+        format!("postgres://u:SECRETPW@127.0.0.1:{closed_port}/x?sslmode=bogus"),
+        format!(
+            "postgres://u:SECRETPW@127.0.0.1:{closed_port}/x?sslpassword=SECRETPW&sslmode=require"
+        ),
+    ];
+    for url in &urls {
+        let err = Journal::open(url).await.unwrap_err();
+        let mut shown = format!("{err} {err:?}");
+        let mut source = std::error::Error::source(&err);
+        while let Some(cause) = source {
+            shown.push_str(&format!(" {cause} {cause:?}"));
+            source = cause.source();
+        }
+        assert!(!shown.contains("SECRETPW"), "{url}: {shown}");
+    }
+}
+
 #[tokio::test]
 async fn sqlite_directory_that_cannot_exist_is_an_open_error() {
     let err = Journal::open("sqlite:///proc/definitely/not/here.db")

@@ -20,7 +20,7 @@
 //!   holder's (a renewal succeeds). Times are Unix milliseconds from PostgreSQL's clock on
 //!   PostgreSQL (one clock for every machine), from this machine's clock otherwise.
 
-mod memory;
+mod in_memory;
 mod postgres;
 mod sqlite;
 
@@ -31,10 +31,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sqlx::PgPool;
 
+use crate::backend::in_memory::InMemoryJournal;
 use crate::error::JournalError;
 use crate::journal::Journal;
 use crate::limits::check_thread;
-use crate::memory::MemoryJournal;
 
 /// A claim held on a lease.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -99,7 +99,7 @@ pub struct LeaseRow {
 pub(crate) enum Backend {
     Sqlite(Arc<Mutex<rusqlite::Connection>>),
     Postgres(PgPool),
-    Memory(Arc<MemoryJournal>),
+    Memory(Arc<InMemoryJournal>),
 }
 
 /// What a claim may take.
@@ -133,7 +133,7 @@ impl Journal {
         match &self.inner.leases {
             Backend::Sqlite(conn) => sqlite::offer(conn, name, &info).await,
             Backend::Postgres(pool) => postgres::offer(pool, name, &info).await,
-            Backend::Memory(memory) => memory::offer(memory, name, &info),
+            Backend::Memory(memory) => in_memory::offer(memory, name, &info),
         }
     }
 
@@ -151,7 +151,7 @@ impl Journal {
         match &self.inner.leases {
             Backend::Sqlite(conn) => sqlite::put(conn, name, status, &info).await,
             Backend::Postgres(pool) => postgres::put(pool, name, status, &info).await,
-            Backend::Memory(memory) => memory::put(memory, name, status, &info),
+            Backend::Memory(memory) => in_memory::put(memory, name, status, &info),
         }
     }
 
@@ -190,7 +190,7 @@ impl Journal {
         match &self.inner.leases {
             Backend::Sqlite(conn) => sqlite::claim(conn, claim, holder, ttl).await,
             Backend::Postgres(pool) => postgres::claim(pool, claim, holder, ttl).await,
-            Backend::Memory(memory) => memory::claim(memory, claim, holder, ttl),
+            Backend::Memory(memory) => in_memory::claim(memory, claim, holder, ttl),
         }
     }
 
@@ -207,7 +207,7 @@ impl Journal {
         let expires_at = match &self.inner.leases {
             Backend::Sqlite(conn) => sqlite::renew(conn, lease, ttl, info).await?,
             Backend::Postgres(pool) => postgres::renew(pool, lease, ttl, info).await?,
-            Backend::Memory(memory) => memory::renew(memory, lease, ttl, info)?,
+            Backend::Memory(memory) => in_memory::renew(memory, lease, ttl, info)?,
         };
         Ok(Lease {
             expires_at,
@@ -227,7 +227,7 @@ impl Journal {
         match &self.inner.leases {
             Backend::Sqlite(conn) => sqlite::release(conn, lease, status, &info).await,
             Backend::Postgres(pool) => postgres::release(pool, lease, status, &info).await,
-            Backend::Memory(memory) => memory::release(memory, lease, status, &info),
+            Backend::Memory(memory) => in_memory::release(memory, lease, status, &info),
         }
     }
 
@@ -236,7 +236,7 @@ impl Journal {
         match &self.inner.leases {
             Backend::Sqlite(conn) => sqlite::list(conn, prefix).await,
             Backend::Postgres(pool) => postgres::list(pool, prefix).await,
-            Backend::Memory(memory) => memory::list(memory, prefix),
+            Backend::Memory(memory) => in_memory::list(memory, prefix),
         }
     }
 }

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use rusqlite::{Connection, params};
 use tokio::sync::mpsc;
 
-use crate::backend;
+use crate::backend::batch;
 use crate::writer::{Answer, Batch, Msg, Pending, Request, Settle, drain_after_close};
 
 /// Starts the writer thread.
@@ -153,7 +153,7 @@ fn write_in_transaction(
         .prepare_cached("SELECT seq FROM journal_head WHERE id = 0")?
         .query_row([], |row| row.get(0))?;
     let mut existing = HashMap::new();
-    let pairs = backend::dedup_pairs(batch);
+    let pairs = batch::dedup_pairs(batch);
     if !pairs.is_empty() {
         let mut lookup = conn.prepare_cached(
             "SELECT seq FROM journal_events WHERE thread = ?1 AND dedup_key = ?2",
@@ -167,9 +167,9 @@ fn write_in_transaction(
     }
     // Heads of the threads that conditional requests name, and epochs of the leases fenced
     // requests name: final under the lock too (claims take the same lock).
-    let mut conditions = backend::Conditions::default();
+    let mut conditions = batch::Conditions::default();
     let heads = &mut conditions.heads;
-    let threads = backend::expected_threads(batch);
+    let threads = batch::expected_threads(batch);
     if !threads.is_empty() {
         let mut last =
             conn.prepare_cached("SELECT MAX(seq) FROM journal_events WHERE thread = ?1")?;
@@ -178,7 +178,7 @@ fn write_in_transaction(
             heads.insert(thread.to_string(), head);
         }
     }
-    let leases = backend::fenced_leases(batch);
+    let leases = batch::fenced_leases(batch);
     if !leases.is_empty() {
         let mut epoch = conn.prepare_cached("SELECT epoch FROM journal_leases WHERE name = ?1")?;
         for lease in leases {
@@ -190,7 +190,7 @@ fn write_in_transaction(
             conditions.epochs.insert(lease.to_string(), current);
         }
     }
-    let plan = backend::plan(batch, max_seq, existing, conditions);
+    let plan = batch::plan(batch, max_seq, existing, conditions);
     let mut insert = conn.prepare_cached(
         "INSERT INTO journal_events (seq, thread, kind, payload, at, dedup_key, epoch) \
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",

@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use rusqlite::{Connection, OpenFlags, OptionalExtension as _, Row, params};
 
+use crate::backend::ReadSide;
 use crate::error::JournalError;
 use crate::event::Event;
 
@@ -64,14 +65,6 @@ impl Reader {
         }
     }
 
-    /// Refuses later reads and drops idle connections.
-    pub(crate) fn close(&self) {
-        self.inner.closed.store(true, Ordering::SeqCst);
-        if let Source::Files { idle, .. } = &self.inner.source {
-            idle.lock().unwrap_or_else(PoisonError::into_inner).clear();
-        }
-    }
-
     /// Runs `read` with a connection on the blocking pool.
     async fn run<T, F>(&self, read: F) -> Result<T, JournalError>
     where
@@ -84,8 +77,36 @@ impl Reader {
             .map_err(|_| JournalError::Closed)?
     }
 
+    /// Up to `limit` events of `thread` with `after < seq <= upto`, in seq order.
+    async fn range(
+        &self,
+        thread: &str,
+        after: i64,
+        upto: i64,
+        limit: i64,
+    ) -> Result<Vec<Event>, JournalError> {
+        let thread = thread.to_string();
+        self.run(move |conn| {
+            // Served by the clustered primary key (thread, seq): O(events of the thread).
+            let mut stmt = conn.prepare_cached(
+                "SELECT seq, kind, payload, at, dedup_key, epoch FROM journal_events \
+                 WHERE thread = ?1 AND seq > ?2 AND seq <= ?3 ORDER BY seq LIMIT ?4",
+            )?;
+            let mut rows = stmt.query(params![thread, after, upto, limit])?;
+            let mut names = Names::new(&thread);
+            let mut events = Vec::new();
+            while let Some(row) = rows.next()? {
+                events.push(decode(row, &mut names)?);
+            }
+            Ok(events)
+        })
+        .await
+    }
+}
+
+impl ReadSide for Reader {
     /// Up to `limit` events of `thread` with `seq > after`, in seq order.
-    pub(crate) async fn replay_page(
+    async fn replay_page(
         &self,
         thread: &str,
         after: i64,
@@ -98,11 +119,7 @@ impl Reader {
     /// seq ranges in parallel (one per core): seqs are assigned in commit order, so every
     /// seq up to the highest one seen at the start is already committed and each range
     /// reads a complete, immutable slice.
-    pub(crate) async fn replay_all(
-        &self,
-        thread: &str,
-        after: i64,
-    ) -> Result<Vec<Event>, JournalError> {
+    async fn replay_all(&self, thread: &str, after: i64) -> Result<Vec<Event>, JournalError> {
         let owned = thread.to_string();
         let bounds = self
             .run(move |conn| {
@@ -147,37 +164,7 @@ impl Reader {
         Ok(events)
     }
 
-    /// Up to `limit` events of `thread` with `after < seq <= upto`, in seq order.
-    async fn range(
-        &self,
-        thread: &str,
-        after: i64,
-        upto: i64,
-        limit: i64,
-    ) -> Result<Vec<Event>, JournalError> {
-        let thread = thread.to_string();
-        self.run(move |conn| {
-            // Served by the clustered primary key (thread, seq): O(events of the thread).
-            let mut stmt = conn.prepare_cached(
-                "SELECT seq, kind, payload, at, dedup_key, epoch FROM journal_events \
-                 WHERE thread = ?1 AND seq > ?2 AND seq <= ?3 ORDER BY seq LIMIT ?4",
-            )?;
-            let mut rows = stmt.query(params![thread, after, upto, limit])?;
-            let mut names = Names::new(&thread);
-            let mut events = Vec::new();
-            while let Some(row) = rows.next()? {
-                events.push(decode(row, &mut names)?);
-            }
-            Ok(events)
-        })
-        .await
-    }
-
-    pub(crate) async fn find_by_key(
-        &self,
-        thread: &str,
-        key: &str,
-    ) -> Result<Option<Event>, JournalError> {
+    async fn find_by_key(&self, thread: &str, key: &str) -> Result<Option<Event>, JournalError> {
         let (thread, key) = (thread.to_string(), key.to_string());
         self.run(move |conn| {
             let mut stmt = conn.prepare_cached(
@@ -192,7 +179,7 @@ impl Reader {
         .await
     }
 
-    pub(crate) async fn threads(&self) -> Result<Vec<String>, JournalError> {
+    async fn threads(&self) -> Result<Vec<String>, JournalError> {
         self.run(|conn| {
             let mut stmt =
                 conn.prepare_cached("SELECT DISTINCT thread FROM journal_events ORDER BY thread")?;
@@ -204,7 +191,7 @@ impl Reader {
         .await
     }
 
-    pub(crate) async fn last_seq(&self, thread: &str) -> Result<Option<i64>, JournalError> {
+    async fn last_seq(&self, thread: &str) -> Result<Option<i64>, JournalError> {
         let thread = thread.to_string();
         self.run(move |conn| {
             let last = conn
@@ -214,6 +201,14 @@ impl Reader {
             Ok(last.flatten())
         })
         .await
+    }
+
+    /// Refuses later reads and drops idle connections.
+    async fn close(&self) {
+        self.inner.closed.store(true, Ordering::SeqCst);
+        if let Source::Files { idle, .. } = &self.inner.source {
+            idle.lock().unwrap_or_else(PoisonError::into_inner).clear();
+        }
     }
 }
 

@@ -15,13 +15,14 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use tokio::sync::watch;
 
+use crate::backend::ReadSide;
 use crate::error::JournalError;
 use crate::event::{Appended, Event};
 use crate::lease::LeaseRow;
 use crate::writer::{Counters, Expected, Fence, Prepared, publish_commit};
 
 /// One process-local journal; shared by every clone of its [`Journal`](crate::Journal).
-pub(crate) struct MemoryJournal {
+pub(crate) struct InMemoryJournal {
     state: Mutex<State>,
     committed: watch::Sender<i64>,
     counters: Arc<Counters>,
@@ -214,9 +215,9 @@ impl ThreadLog {
     }
 }
 
-impl MemoryJournal {
+impl InMemoryJournal {
     pub(crate) fn new(committed: watch::Sender<i64>, counters: Arc<Counters>) -> Self {
-        MemoryJournal {
+        InMemoryJournal {
             state: Mutex::new(State::default()),
             committed,
             counters,
@@ -306,7 +307,7 @@ impl MemoryJournal {
     }
 
     /// Up to `limit` events of `thread` with `seq > after`.
-    pub(crate) fn replay_page(
+    fn events_after(
         &self,
         thread: &str,
         after: i64,
@@ -324,12 +325,23 @@ impl MemoryJournal {
             None => Ok(Vec::new()),
         }
     }
+}
 
-    pub(crate) fn find_by_key(
+impl ReadSide for InMemoryJournal {
+    async fn replay_page(
         &self,
         thread: &str,
-        key: &str,
-    ) -> Result<Option<Event>, JournalError> {
+        after: i64,
+        limit: i64,
+    ) -> Result<Vec<Event>, JournalError> {
+        self.events_after(thread, after, usize::try_from(limit).unwrap_or(0))
+    }
+
+    async fn replay_all(&self, thread: &str, after: i64) -> Result<Vec<Event>, JournalError> {
+        self.events_after(thread, after, usize::MAX)
+    }
+
+    async fn find_by_key(&self, thread: &str, key: &str) -> Result<Option<Event>, JournalError> {
         let state = self.open_state()?;
         state
             .threads
@@ -339,11 +351,11 @@ impl MemoryJournal {
             .transpose()
     }
 
-    pub(crate) fn threads(&self) -> Result<Vec<String>, JournalError> {
+    async fn threads(&self) -> Result<Vec<String>, JournalError> {
         Ok(self.open_state()?.threads.keys().cloned().collect())
     }
 
-    pub(crate) fn last_seq(&self, thread: &str) -> Result<Option<i64>, JournalError> {
+    async fn last_seq(&self, thread: &str) -> Result<Option<i64>, JournalError> {
         let state = self.open_state()?;
         Ok(state
             .threads
@@ -353,7 +365,7 @@ impl MemoryJournal {
     }
 
     /// Refuses later appends and reads and frees the events.
-    pub(crate) fn close(&self) {
+    async fn close(&self) {
         let mut state = self.state();
         state.closed = true;
         state.threads.clear();
@@ -364,8 +376,8 @@ impl MemoryJournal {
 mod tests {
     use super::*;
 
-    fn journal() -> MemoryJournal {
-        MemoryJournal::new(watch::channel(0).0, Arc::new(Counters::default()))
+    fn journal() -> InMemoryJournal {
+        InMemoryJournal::new(watch::channel(0).0, Arc::new(Counters::default()))
     }
 
     fn event(n: usize, payload: String, key: Option<String>) -> Prepared {
@@ -379,8 +391,8 @@ mod tests {
         }
     }
 
-    #[test]
-    fn events_read_back_across_chunk_boundaries() {
+    #[tokio::test]
+    async fn events_read_back_across_chunk_boundaries() {
         let j = journal();
         // Enough events to fill chunks by count, with payloads of growing size, and a few
         // payloads larger than a chunk's text buffer.
@@ -402,7 +414,7 @@ mod tests {
         let log_chunks = j.state().threads["t"].chunks.len();
         assert!(log_chunks > 2, "{log_chunks} chunks");
         for after in [0, 1, 4095, 4096, 4097, 8191, 8200] {
-            let page = j.replay_page("t", after, 3).unwrap();
+            let page = j.replay_page("t", after, 3).await.unwrap();
             for (i, e) in page.iter().enumerate() {
                 let n = usize::try_from(after).unwrap() + i;
                 assert_eq!(e.seq, i64::try_from(n).unwrap() + 1);
@@ -414,7 +426,7 @@ mod tests {
                 assert_eq!(e.dedup_key.as_deref(), Some(format!("k{n}").as_str()));
             }
         }
-        let found = j.find_by_key("t", "k8199").unwrap().unwrap();
+        let found = j.find_by_key("t", "k8199").await.unwrap().unwrap();
         assert_eq!(found.seq, 8200);
         // A repeated key writes nothing and answers the first seq.
         let again = j
@@ -422,7 +434,7 @@ mod tests {
             .unwrap();
         assert_eq!((again.seq, again.deduplicated), (6, true));
         assert_eq!(
-            j.last_seq("t").unwrap(),
+            j.last_seq("t").await.unwrap(),
             Some(i64::try_from(expected.len()).unwrap())
         );
     }

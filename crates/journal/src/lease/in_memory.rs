@@ -1,12 +1,16 @@
 //! Leases of the `memory:` journal: rows in its state, under the same lock as its appends.
 
+use crate::backend::in_memory::InMemoryJournal;
 use crate::error::JournalError;
 use crate::journal::now_ms;
-use crate::memory::MemoryJournal;
 
 use super::{Claim, Lease, LeaseRow, LeaseStatus, fenced, parse_info};
 
-pub(super) fn offer(memory: &MemoryJournal, name: &str, info: &str) -> Result<bool, JournalError> {
+pub(super) fn offer(
+    memory: &InMemoryJournal,
+    name: &str,
+    info: &str,
+) -> Result<bool, JournalError> {
     memory.with_state(|state| {
         if state.leases.contains_key(name) {
             return false;
@@ -19,7 +23,7 @@ pub(super) fn offer(memory: &MemoryJournal, name: &str, info: &str) -> Result<bo
 }
 
 pub(super) fn put(
-    memory: &MemoryJournal,
+    memory: &InMemoryJournal,
     name: &str,
     status: Option<LeaseStatus>,
     info: &str,
@@ -50,7 +54,7 @@ fn fresh(name: &str, status: LeaseStatus, info: &str) -> LeaseRow {
 }
 
 pub(super) fn claim(
-    memory: &MemoryJournal,
+    memory: &InMemoryJournal,
     claim: Claim<'_>,
     holder: &str,
     ttl: i64,
@@ -85,7 +89,7 @@ pub(super) fn claim(
 }
 
 pub(super) fn renew(
-    memory: &MemoryJournal,
+    memory: &InMemoryJournal,
     lease: &Lease,
     ttl: i64,
     info: Option<String>,
@@ -105,7 +109,7 @@ pub(super) fn renew(
 }
 
 pub(super) fn release(
-    memory: &MemoryJournal,
+    memory: &InMemoryJournal,
     lease: &Lease,
     status: LeaseStatus,
     info: &str,
@@ -123,7 +127,7 @@ pub(super) fn release(
     })?
 }
 
-pub(super) fn list(memory: &MemoryJournal, prefix: &str) -> Result<Vec<LeaseRow>, JournalError> {
+pub(super) fn list(memory: &InMemoryJournal, prefix: &str) -> Result<Vec<LeaseRow>, JournalError> {
     memory.with_state(|state| {
         state
             .leases

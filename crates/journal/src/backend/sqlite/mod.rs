@@ -17,17 +17,22 @@ use std::sync::{Arc, Mutex};
 
 use rusqlite::{Connection, OpenFlags};
 
-use crate::backend::{Schema, pending_steps};
 use crate::error::JournalError;
 use crate::options::{Durability, JournalOptions};
 
 pub(crate) use read::Reader;
 pub(crate) use write::spawn_writer;
 
-const SCHEMA: &Schema = &[
-    (1, include_str!("../../migrations/sqlite/0001_events.sql")),
-    (2, include_str!("../../migrations/sqlite/0002_head.sql")),
-    (3, include_str!("../../migrations/sqlite/0003_leases.sql")),
+const SCHEMA: &agent_schema::Steps = &[
+    (
+        1,
+        include_str!("../../../migrations/sqlite/0001_events.sql"),
+    ),
+    (2, include_str!("../../../migrations/sqlite/0002_head.sql")),
+    (
+        3,
+        include_str!("../../../migrations/sqlite/0003_leases.sql"),
+    ),
 ];
 
 /// Where the database lives.
@@ -66,8 +71,8 @@ pub(crate) fn parse_url(url: &str) -> Result<Location, String> {
 
 /// An opened database: the connection the writer owns and the read side.
 pub(crate) struct Opened {
-    pub writer: Arc<Mutex<Connection>>,
-    pub reader: Reader,
+    pub(crate) writer: Arc<Mutex<Connection>>,
+    pub(crate) reader: Reader,
 }
 
 /// Opens (creating if missing) the database, applies the schema and prepares the readers.
@@ -134,7 +139,7 @@ fn migrate(conn: &Connection) -> Result<(), JournalError> {
             [],
             |row| row.get(0),
         )?;
-        for (version, sql) in pending_steps(SCHEMA, current)? {
+        for (version, sql) in agent_schema::pending_steps(SCHEMA, current)? {
             conn.execute_batch(sql)
                 .and_then(|()| {
                     conn.execute(

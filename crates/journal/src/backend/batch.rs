@@ -1,5 +1,5 @@
-//! What both database backends share: the schema steps still to apply, the pure part of a
-//! group commit (deduplication and seq assignment), and PostgreSQL's row decoding.
+//! What both database backends share: the pure part of a group commit (deduplication,
+//! conditions and seq assignment), and PostgreSQL's row decoding.
 //!
 //! Both backends write the same way: inside one transaction that holds the journal's write
 //! lock (SQLite `BEGIN IMMEDIATE`, PostgreSQL an advisory transaction lock), read the highest
@@ -16,29 +16,10 @@ use crate::error::JournalError;
 use crate::event::{Appended, Event};
 use crate::writer::{Answer, Prepared, Request};
 
-/// A schema: numbered steps of SQL, applied in order and recorded in `journal_schema`.
-pub(crate) type Schema = [(i64, &'static str)];
-
-/// The steps of `schema` a database at version `current` still needs; a database that a
-/// newer build wrote (a version past the last step) is refused.
-pub(crate) fn pending_steps(
-    schema: &'static Schema,
-    current: i64,
-) -> Result<impl Iterator<Item = &'static (i64, &'static str)>, JournalError> {
-    let supported = schema.last().map_or(0, |(v, _)| *v);
-    if current > supported {
-        return Err(JournalError::SchemaTooNew {
-            found: current,
-            supported,
-        });
-    }
-    Ok(schema.iter().filter(move |(v, _)| *v > current))
-}
-
 /// One row to insert.
 pub(crate) struct Row<'a> {
-    pub seq: i64,
-    pub event: &'a Prepared,
+    pub(crate) seq: i64,
+    pub(crate) event: &'a Prepared,
 }
 
 /// The conditions of a batch, read under the write lock: the last seq of every thread an
@@ -46,14 +27,14 @@ pub(crate) struct Row<'a> {
 /// [`Fence`](crate::writer::Fence) names (`None`: no such thread events / no such lease).
 #[derive(Default)]
 pub(crate) struct Conditions {
-    pub heads: HashMap<String, Option<i64>>,
-    pub epochs: HashMap<String, Option<i64>>,
+    pub(crate) heads: HashMap<String, Option<i64>>,
+    pub(crate) epochs: HashMap<String, Option<i64>>,
 }
 
 /// The outcome of planning one batch: rows to insert and one answer per request.
 pub(crate) struct Plan<'a> {
-    pub rows: Vec<Row<'a>>,
-    pub acks: Vec<Answer>,
+    pub(crate) rows: Vec<Row<'a>>,
+    pub(crate) acks: Vec<Answer>,
 }
 
 /// Assigns seqs after `max_seq` in request order. An event whose `(thread, key)` is in

@@ -1,0 +1,183 @@
+//! The journal's backends, one module each with the same layout: `sqlite/` (embedded, one
+//! file), `postgres/` (shared by processes and hosts) and `in_memory` (`memory:`, this
+//! process only), plus `batch`, the pure part of a group commit both databases share.
+//!
+//! Parity is held by the compiler: every read is a method of [`ReadSide`], which each
+//! backend implements and [`Reads`] dispatches with one exhaustive `match`, so a read added
+//! for one backend cannot be forgotten on another. Writes go through one group-commit
+//! queue ([`Writer::Queue`]) on both databases; `memory:` appends under its lock instead.
+
+pub(crate) mod batch;
+pub(crate) mod in_memory;
+pub(crate) mod postgres;
+pub(crate) mod sqlite;
+
+use std::sync::Arc;
+
+use tokio::sync::{mpsc, watch};
+
+use crate::error::JournalError;
+use crate::event::Event;
+use crate::lease;
+use crate::options::JournalOptions;
+use crate::writer::{Counters, Msg, Settle};
+
+use in_memory::InMemoryJournal;
+use postgres::PgReader;
+
+/// The URL of the in-process journal.
+pub const MEMORY_URL: &str = "memory:";
+
+/// Events fetched per query by `replay_stream` and `tail`.
+pub(crate) const PAGE: i64 = 1000;
+
+/// The reads every backend serves. Each sees committed events only.
+pub(crate) trait ReadSide {
+    /// Up to `limit` events of `thread` with `seq > after`, in seq order.
+    async fn replay_page(
+        &self,
+        thread: &str,
+        after: i64,
+        limit: i64,
+    ) -> Result<Vec<Event>, JournalError>;
+
+    /// Every event of `thread` with `seq > after`, in seq order.
+    async fn replay_all(&self, thread: &str, after: i64) -> Result<Vec<Event>, JournalError>;
+
+    /// The event of `thread` appended with dedup key `key`, if any.
+    async fn find_by_key(&self, thread: &str, key: &str) -> Result<Option<Event>, JournalError>;
+
+    /// Every thread with at least one event, sorted.
+    async fn threads(&self) -> Result<Vec<String>, JournalError>;
+
+    /// The highest seq of `thread`, or `None` if it has no events.
+    async fn last_seq(&self, thread: &str) -> Result<Option<i64>, JournalError>;
+
+    /// Refuses later reads and releases what the read side holds.
+    async fn close(&self);
+}
+
+/// The read side of whichever backend a journal opened; cheap to clone.
+#[derive(Clone)]
+pub(crate) enum Reads {
+    Sqlite(sqlite::Reader),
+    Postgres(PgReader),
+    Memory(Arc<InMemoryJournal>),
+}
+
+/// Calls the same [`ReadSide`] method on whichever backend `$reads` holds.
+macro_rules! on_backend {
+    ($reads:expr, $side:ident => $call:expr) => {
+        match $reads {
+            Reads::Sqlite($side) => $call,
+            Reads::Postgres($side) => $call,
+            Reads::Memory($side) => $call,
+        }
+    };
+}
+
+impl ReadSide for Reads {
+    async fn replay_page(
+        &self,
+        thread: &str,
+        after: i64,
+        limit: i64,
+    ) -> Result<Vec<Event>, JournalError> {
+        on_backend!(self, side => side.replay_page(thread, after, limit).await)
+    }
+
+    async fn replay_all(&self, thread: &str, after: i64) -> Result<Vec<Event>, JournalError> {
+        on_backend!(self, side => side.replay_all(thread, after).await)
+    }
+
+    async fn find_by_key(&self, thread: &str, key: &str) -> Result<Option<Event>, JournalError> {
+        on_backend!(self, side => side.find_by_key(thread, key).await)
+    }
+
+    async fn threads(&self) -> Result<Vec<String>, JournalError> {
+        on_backend!(self, side => side.threads().await)
+    }
+
+    async fn last_seq(&self, thread: &str) -> Result<Option<i64>, JournalError> {
+        on_backend!(self, side => side.last_seq(thread).await)
+    }
+
+    async fn close(&self) {
+        on_backend!(self, side => side.close().await)
+    }
+}
+
+/// Where appends go: a database's group-commit queue (its writer owns the write
+/// connection), or the in-memory journal directly.
+pub(crate) enum Writer {
+    Queue(mpsc::Sender<Msg>),
+    Memory(Arc<InMemoryJournal>),
+}
+
+/// A backend opened, its writer running.
+pub(crate) struct Opened {
+    pub(crate) reads: Reads,
+    pub(crate) writer: Writer,
+    pub(crate) leases: lease::Backend,
+}
+
+/// Opens the backend `url` names, applies its schema and starts its writer, which
+/// publishes each commit's highest seq on `committed` and counts into `counters`.
+/// `shown_url` is `url` with its passwords masked: the only form any error quotes.
+pub(crate) async fn open(
+    url: &str,
+    shown_url: &str,
+    options: &JournalOptions,
+    committed: watch::Sender<i64>,
+    counters: Arc<Counters>,
+) -> Result<Opened, JournalError> {
+    if url == MEMORY_URL {
+        let memory = Arc::new(InMemoryJournal::new(committed, counters));
+        return Ok(Opened {
+            reads: Reads::Memory(Arc::clone(&memory)),
+            writer: Writer::Memory(Arc::clone(&memory)),
+            leases: lease::Backend::Memory(memory),
+        });
+    }
+    let (tx, rx) = mpsc::channel(options.queue_capacity.max(1));
+    let max_batch = options.batch_limit();
+    let settle = Settle::new(committed, counters);
+    if url.starts_with("sqlite:") {
+        let location = sqlite::parse_url(url).map_err(|reason| JournalError::InvalidUrl {
+            url: shown_url.to_string(),
+            reason,
+        })?;
+        let (opts, shown) = (options.clone(), shown_url.to_string());
+        let opened = tokio::task::spawn_blocking(move || sqlite::open(&location, &shown, &opts))
+            .await
+            .map_err(|_| JournalError::Closed)??;
+        let leases = lease::Backend::Sqlite(Arc::clone(&opened.writer));
+        sqlite::spawn_writer(opened.writer, rx, settle, max_batch, options.linger).map_err(
+            |source| JournalError::Open {
+                url: shown_url.to_string(),
+                source: Box::new(source),
+            },
+        )?;
+        Ok(Opened {
+            reads: Reads::Sqlite(opened.reader),
+            writer: Writer::Queue(tx),
+            leases,
+        })
+    } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        let opened = postgres::open(url, shown_url, options).await?;
+        tokio::spawn(postgres::run_writer(opened.writer, rx, settle, max_batch));
+        let leases = lease::Backend::Postgres(opened.reader.pool().clone());
+        Ok(Opened {
+            reads: Reads::Postgres(opened.reader),
+            writer: Writer::Queue(tx),
+            leases,
+        })
+    } else {
+        Err(JournalError::InvalidUrl {
+            url: shown_url.to_string(),
+            reason: "expected sqlite://PATH, sqlite::memory:, postgres://USER:PASS@HOST/DB \
+                     or memory:"
+                .into(),
+        })
+    }
+}

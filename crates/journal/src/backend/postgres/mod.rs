@@ -1,0 +1,110 @@
+//! PostgreSQL backend: shared by processes and hosts.
+//!
+//! Writers from every process serialise on an advisory transaction lock, so commit order
+//! equals seq order across processes. Each commit notifies channel [`CHANNEL`] with the
+//! thread name; `tail` listens there to see other processes' appends.
+
+mod read;
+mod write;
+
+use std::str::FromStr as _;
+use std::time::Duration;
+
+use sqlx::Connection as _;
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgPoolOptions};
+
+use crate::error::JournalError;
+use crate::options::{Durability, JournalOptions};
+
+pub(crate) use read::PgReader;
+pub(crate) use write::run as run_writer;
+
+/// LISTEN/NOTIFY channel; the payload is the thread name.
+pub(crate) const CHANNEL: &str = "agent_journal";
+/// Advisory lock key held by every journal write transaction ("agentjnl" in ASCII).
+const WRITE_LOCK_KEY: i64 = 0x6167_656e_746a_6e6c;
+/// How long opening waits for the server.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+const SCHEMA: &agent_schema::Steps = &[
+    (
+        1,
+        include_str!("../../../migrations/postgres/0001_events.sql"),
+    ),
+    (
+        2,
+        include_str!("../../../migrations/postgres/0002_leases.sql"),
+    ),
+];
+
+/// An opened database: the connection the writer task will own, and the read side.
+pub(crate) struct Opened {
+    pub(crate) writer: PgConnection,
+    pub(crate) reader: PgReader,
+}
+
+pub(crate) async fn open(
+    url: &str,
+    shown_url: &str,
+    options: &JournalOptions,
+) -> Result<Opened, JournalError> {
+    let connect = PgConnectOptions::from_str(url).map_err(|e| JournalError::InvalidUrl {
+        url: shown_url.to_string(),
+        reason: agent_redact::redact_in(&e.to_string(), url),
+    })?;
+    let open_err = |source: sqlx::Error| JournalError::Open {
+        url: shown_url.to_string(),
+        source: Box::new(source),
+    };
+    let mut writer = tokio::time::timeout(CONNECT_TIMEOUT, PgConnection::connect_with(&connect))
+        .await
+        .map_err(|_| open_err(sqlx::Error::PoolTimedOut))?
+        .map_err(open_err)?;
+    if options.durability == Durability::Normal {
+        sqlx::query("SET synchronous_commit = off")
+            .execute(&mut writer)
+            .await?;
+    }
+    // A writer process stopped mid-transaction (SIGSTOP, a VM pause) holds the journal's
+    // write lock; the server ends such a transaction so the other processes go on. Ours
+    // last microseconds between statements.
+    sqlx::query("SET idle_in_transaction_session_timeout = '30s'")
+        .execute(&mut writer)
+        .await?;
+    migrate(&mut writer).await?;
+    let reads = PgPoolOptions::new()
+        .max_connections(options.read_connections.max(1))
+        .min_connections(0)
+        .acquire_timeout(CONNECT_TIMEOUT)
+        .connect_with(connect)
+        .await
+        .map_err(open_err)?;
+    Ok(Opened {
+        writer,
+        reader: PgReader::new(reads),
+    })
+}
+
+async fn migrate(conn: &mut PgConnection) -> Result<(), JournalError> {
+    let mut tx = conn.begin().await?;
+    // Serialise concurrent first opens of an empty database.
+    sqlx::query("SELECT pg_advisory_xact_lock($1)")
+        .bind(WRITE_LOCK_KEY)
+        .execute(&mut *tx)
+        .await?;
+    sqlx::query("CREATE TABLE IF NOT EXISTS journal_schema (version BIGINT PRIMARY KEY)")
+        .execute(&mut *tx)
+        .await?;
+    let current: i64 = sqlx::query_scalar("SELECT COALESCE(MAX(version), 0) FROM journal_schema")
+        .fetch_one(&mut *tx)
+        .await?;
+    for (version, sql) in agent_schema::pending_steps(SCHEMA, current)? {
+        sqlx::raw_sql(*sql).execute(&mut *tx).await?;
+        sqlx::query("INSERT INTO journal_schema (version) VALUES ($1)")
+            .bind(version)
+            .execute(&mut *tx)
+            .await?;
+    }
+    tx.commit().await?;
+    Ok(())
+}

@@ -1,0 +1,95 @@
+//! PostgreSQL reads, on the journal's read pool. Every read sees committed events only,
+//! and seqs are committed in order (the write lock), so a page never skips a seq that a
+//! later page would show.
+
+use sqlx::PgPool;
+
+use crate::backend::ReadSide;
+use crate::backend::batch::{decode, select_events};
+use crate::error::JournalError;
+use crate::event::Event;
+
+/// Rows per query of [`PgReader::replay_all`]: large pages, few round trips.
+const REPLAY_ALL_PAGE: i64 = 100 * crate::backend::PAGE;
+
+/// The read side of a PostgreSQL journal: its pool of read connections; cheap to clone.
+#[derive(Debug, Clone)]
+pub(crate) struct PgReader {
+    pool: PgPool,
+}
+
+impl PgReader {
+    pub(crate) fn new(pool: PgPool) -> Self {
+        PgReader { pool }
+    }
+
+    /// The pool, for the lease table and `tail`'s LISTEN connection.
+    pub(crate) fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+}
+
+impl ReadSide for PgReader {
+    async fn replay_page(
+        &self,
+        thread: &str,
+        after: i64,
+        limit: i64,
+    ) -> Result<Vec<Event>, JournalError> {
+        let sql = select_events!("WHERE thread = $1 AND seq > $2 ORDER BY seq LIMIT $3");
+        let rows = sqlx::query(sql)
+            .bind(thread)
+            .bind(after)
+            .bind(limit)
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter().map(decode).collect()
+    }
+
+    async fn replay_all(&self, thread: &str, after: i64) -> Result<Vec<Event>, JournalError> {
+        let mut events = Vec::new();
+        let mut last = after;
+        loop {
+            let page = self.replay_page(thread, last, REPLAY_ALL_PAGE).await?;
+            let full = page.len() as i64 == REPLAY_ALL_PAGE;
+            if let Some(event) = page.last() {
+                last = event.seq;
+            }
+            events.extend(page);
+            if !full {
+                return Ok(events);
+            }
+        }
+    }
+
+    async fn find_by_key(&self, thread: &str, key: &str) -> Result<Option<Event>, JournalError> {
+        let sql = select_events!("WHERE thread = $1 AND dedup_key = $2");
+        let row = sqlx::query(sql)
+            .bind(thread)
+            .bind(key)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.as_ref().map(decode).transpose()
+    }
+
+    async fn threads(&self) -> Result<Vec<String>, JournalError> {
+        Ok(
+            sqlx::query_scalar("SELECT DISTINCT thread FROM journal_events ORDER BY thread")
+                .fetch_all(&self.pool)
+                .await?,
+        )
+    }
+
+    async fn last_seq(&self, thread: &str) -> Result<Option<i64>, JournalError> {
+        Ok(
+            sqlx::query_scalar("SELECT MAX(seq) FROM journal_events WHERE thread = $1")
+                .bind(thread)
+                .fetch_one(&self.pool)
+                .await?,
+        )
+    }
+
+    async fn close(&self) {
+        self.pool.close().await;
+    }
+}
