@@ -1,14 +1,15 @@
 //! Benchmark driver for `cargo xtask bench context` (release build). Prints one JSON object
 //! per measurement on stdout. Usage: `bench_context [--sizes 100000,1000000] [--runs 5]`.
 //!
-//! The history layout follows the seed's `bench_store.py`: one "sparse" thread whose two
+//! The history layout follows the Python baseline's `bench_store.py` (see
+//! `docs/benchmarks.md`): one "sparse" thread whose two
 //! units are the oldest rows, then units round-robin over 10 "busy" threads (3 items,
 //! ~700 bytes: a message, a function_call and its output); busy-5's only "E42" is its first
 //! unit, so a rare-term search must find it among all the others.
 
 use std::time::Instant;
 
-use agent_context::{ContextOptions, ContextStore, Durability, NewEvidence, NewUnit};
+use agent_context::{ContextOptions, ContextStore, NewEvidence, NewUnit, StoreDurability};
 use serde_json::{Value, json};
 
 const WORDS: &[&str] = &[
@@ -163,7 +164,7 @@ async fn append_throughput(
         );
         let s = ContextStore::open_with(
             &url,
-            ContextOptions::default().durability(Durability::Normal),
+            ContextOptions::default().durability(StoreDurability::Normal),
         )
         .await?;
         normal.push(append_rate(&s, pool, 1.0).await?);
@@ -208,7 +209,7 @@ async fn history(
     let url = format!("sqlite://{}", dir.join("history.db").display());
     let s = ContextStore::open_with(
         &url,
-        ContextOptions::default().durability(Durability::Normal),
+        ContextOptions::default().durability(StoreDurability::Normal),
     )
     .await?;
     s.append_unit(

@@ -25,38 +25,60 @@ pub enum ContextError {
         describe_unpaired(calls_without_output, outputs_without_call)
     )]
     UnpairedCalls {
+        /// The unit's id.
         unit: String,
+        /// Call ids that have no output.
         calls_without_output: Vec<String>,
+        /// Call ids of outputs that have no call.
         outputs_without_call: Vec<String>,
     },
 
     /// The same `call_id` appears twice as a call (or twice as an output) in one unit.
     #[error("unit `{unit}`: call_id `{call_id}` appears more than once as {kind}")]
     DuplicateCallId {
+        /// The unit's id.
         unit: String,
+        /// The repeated call id.
         call_id: String,
+        /// What it repeats as (call or output).
         kind: String,
     },
 
     /// An item is not a JSON object, or a call/output item has no string `call_id`.
     #[error("unit `{unit}`: item {index} is invalid: {reason}")]
     InvalidItem {
+        /// The unit's id.
         unit: String,
+        /// The item's index in the unit.
         index: usize,
+        /// What is wrong with it.
         reason: &'static str,
     },
 
     /// A unit must hold at least one item.
     #[error("unit `{unit}` has no items")]
-    EmptyUnit { unit: String },
+    EmptyUnit {
+        /// The unit's id.
+        unit: String,
+    },
 
     /// A unit id is unique within its thread.
     #[error("unit `{unit}` already exists in thread `{thread}`")]
-    DuplicateUnit { thread: String, unit: String },
+    DuplicateUnit {
+        /// The thread.
+        thread: String,
+        /// The unit's id.
+        unit: String,
+    },
 
     /// `keep_units` is outside `1..=MAX_WINDOW_UNITS`.
     #[error("keep_units must be between 1 and {max}, got {got}")]
-    InvalidKeepUnits { got: usize, max: usize },
+    InvalidKeepUnits {
+        /// The value given.
+        got: usize,
+        /// The largest value allowed.
+        max: usize,
+    },
 
     /// The search term is empty.
     #[error("search term is empty")]
@@ -64,31 +86,48 @@ pub enum ContextError {
 
     /// The search limit is outside `1..=MAX_SEARCH_LIMIT`.
     #[error("search limit must be between 1 and {max}, got {got}")]
-    InvalidLimit { got: usize, max: usize },
+    InvalidLimit {
+        /// The value given.
+        got: usize,
+        /// The largest value allowed.
+        max: usize,
+    },
 
     /// A required text field is empty.
     #[error("{field} must not be empty")]
-    Empty { field: &'static str },
+    Empty {
+        /// The field.
+        field: &'static str,
+    },
 
     /// A field is larger than its documented limit (see [`crate::limits`]).
     #[error("{field} is {got} bytes, the limit is {max}")]
     TooLarge {
+        /// The field.
         field: &'static str,
+        /// The value given.
         got: usize,
+        /// The largest value allowed.
         max: usize,
     },
 
     /// A unit holds more items than [`crate::limits::MAX_ITEMS_PER_UNIT`].
     #[error("unit `{unit}` has {got} items, the limit is {max}")]
     TooManyItems {
+        /// The unit's id.
         unit: String,
+        /// The value given.
         got: usize,
+        /// The largest value allowed.
         max: usize,
     },
 
     /// A text field contains U+0000, which PostgreSQL cannot store.
     #[error("{field} contains a NUL character")]
-    NulChar { field: &'static str },
+    NulChar {
+        /// The field.
+        field: &'static str,
+    },
 
     /// `add_evidence` with a source that already exists; evidence is never overwritten.
     #[error(
@@ -106,7 +145,12 @@ pub enum ContextError {
     #[error(
         "observed time {observed} is not between 0 and a day from now ({now} is now, in Unix seconds)"
     )]
-    ObservedOutOfRange { observed: i64, now: i64 },
+    ObservedOutOfRange {
+        /// The observed time given (Unix seconds).
+        observed: i64,
+        /// This machine's clock (Unix seconds).
+        now: i64,
+    },
 
     /// `recall` with a negative `max_age`.
     #[error("max_age must not be negative, got {0}")]
@@ -122,7 +166,12 @@ pub enum ContextError {
 
     /// The database was written by a newer version of this crate.
     #[error("context schema version {found} is newer than this build supports ({supported})")]
-    SchemaTooNew { found: i64, supported: i64 },
+    SchemaTooNew {
+        /// The version recorded in the database.
+        found: i64,
+        /// The last version this build knows.
+        supported: i64,
+    },
 
     /// The schema could not be created, typically because the database holds other tables
     /// of the same name; nothing of it is kept.
@@ -277,6 +326,16 @@ impl From<rusqlite::Error> for ContextError {
             _ => DatabaseErrorKind::Other,
         };
         ContextError::Database(DatabaseError::new(kind, Driver::Sqlite(err)))
+    }
+}
+
+/// A database written by a newer build ([`agent_schema::pending_steps`]).
+impl From<agent_schema::SchemaTooNew> for ContextError {
+    fn from(err: agent_schema::SchemaTooNew) -> Self {
+        ContextError::SchemaTooNew {
+            found: err.found,
+            supported: err.supported,
+        }
     }
 }
 

@@ -27,20 +27,50 @@
 //! scan, O(log n + k), and a search first tests the thread's first few units directly (a
 //! common term is answered there), then walks the trigram index restricted to the rest of
 //! the thread's id range in order, stopping at `limit`. Writes are one transaction each on
-//! a writer thread; short reads run on the caller's thread (see `sqlite/worker.rs`).
+//! a writer thread; short reads run on the caller's thread (see `backend/sqlite/worker.rs`).
 //! Input limits are in [`limits`].
+//!
+//! ```
+//! use agent_context::{ContextError, ContextStore};
+//! use serde_json::json;
+//!
+//! async fn demo() -> Result<(), ContextError> {
+//!     // A private in-memory SQLite database; `sqlite://PATH` and `postgres://...` persist.
+//!     let store = ContextStore::open("sqlite::memory:").await?;
+//!     let ask = json!({"type": "message", "role": "user", "content": "Find the bug"});
+//!     store.append_unit("t", "u1", &[ask]).await?;
+//!     // A tool call is stored with its output, in one unit.
+//!     let call = json!({"type": "function_call", "call_id": "c1", "name": "grep", "arguments": "{}"});
+//!     let output = json!({"type": "function_call_output", "call_id": "c1", "output": "src/lib.rs:3"});
+//!     store.append_unit("t", "u2", &[call.clone(), output]).await?;
+//!     // A call without its output is refused.
+//!     assert!(matches!(
+//!         store.append_unit("t", "u3", &[call]).await,
+//!         Err(ContextError::UnpairedCalls { .. })
+//!     ));
+//!     let window = store.window("t", "fix the bug", 1).await?;
+//!     assert_eq!(window.recent_units[0].unit, "u2");
+//!     let hits = store.search("t", "BUG", 10).await?;
+//!     assert_eq!(hits.len(), 1);
+//!     assert_eq!(hits[0].unit, "u1");
+//!     Ok(())
+//! }
+//!
+//! tokio::runtime::Runtime::new().unwrap().block_on(demo()).unwrap();
+//! ```
 
+#![warn(missing_docs, unreachable_pub, missing_debug_implementations)]
+
+mod backend;
 mod error;
 pub mod limits;
 mod memory;
 mod options;
-mod postgres;
-mod sqlite;
 mod store;
 mod unit;
 
 pub use error::{ContextError, DatabaseError, DatabaseErrorKind, MAX_FUTURE_SKEW_SECS, Result};
 pub use memory::{Consolidation, Evidence, MemoryEntry, NewEvidence, Revocation};
-pub use options::{ContextOptions, Durability};
+pub use options::{ContextOptions, StoreDurability};
 pub use store::{BackendKind, ContextStore, ThreadInfo};
-pub use unit::{Appended, CALL_OUTPUT_TYPES, NewUnit, Unit, Window, fold};
+pub use unit::{CALL_OUTPUT_TYPES, NewUnit, Unit, UnitsAppended, Window, fold};

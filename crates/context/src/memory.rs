@@ -10,8 +10,11 @@ use crate::limits;
 pub struct NewEvidence {
     /// Unique id of the observation (e.g. the rollout that produced it); provenance.
     pub source: String,
+    /// The project the fact belongs to (memory is scoped per project).
     pub project: String,
+    /// The fact's name within the project.
     pub key: String,
+    /// The fact.
     pub value: String,
     /// When it was observed, in Unix seconds (the unit of `recall`'s `now`): from 0 (1970)
     /// to a day past this machine's clock ([`MAX_FUTURE_SKEW_SECS`]); other times are
@@ -26,23 +29,34 @@ pub struct NewEvidence {
 /// A stored evidence row.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Evidence {
+    /// Unique id of the observation; provenance.
     pub source: String,
+    /// The project the fact belongs to (memory is scoped per project).
     pub project: String,
+    /// The fact's name within the project.
     pub key: String,
+    /// The fact.
     pub value: String,
+    /// When it was observed, in Unix seconds.
     pub observed: i64,
+    /// Whether it was confirmed (only confirmed evidence becomes memory).
     pub confirmed: bool,
+    /// Whether it was revoked (revoked evidence never becomes memory).
     pub revoked: bool,
 }
 
 /// One remembered fact with its provenance.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct MemoryEntry {
+    /// The project the fact belongs to (memory is scoped per project).
     pub project: String,
+    /// The fact's name within the project.
     pub key: String,
+    /// The fact.
     pub value: String,
     /// The evidence source this value comes from.
     pub source: String,
+    /// When that evidence was observed, in Unix seconds.
     pub observed: i64,
     /// `now - observed > max_age`.
     pub needs_refresh: bool,
@@ -51,8 +65,11 @@ pub struct MemoryEntry {
 /// Result of [`revoke`](crate::ContextStore::revoke).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Revocation {
+    /// The revoked source.
     pub source: String,
+    /// Its project.
     pub project: String,
+    /// Its key (the pair recomputed at the next consolidation).
     pub key: String,
     /// False when the source was already revoked (revoking is idempotent).
     pub newly_revoked: bool,

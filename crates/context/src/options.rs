@@ -4,7 +4,7 @@ use std::time::Duration;
 
 /// When a write is acknowledged (SQLite; PostgreSQL always commits with its server setting).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Durability {
+pub enum StoreDurability {
     /// WAL with `synchronous=FULL`: an acknowledged append, evidence row or revocation
     /// survives power loss. A consolidation commits without waiting for the disk (memory is
     /// derived data: one lost to a power cut comes back as pending work, see
@@ -20,7 +20,8 @@ pub enum Durability {
 /// Options for [`ContextStore::open_with`](crate::ContextStore::open_with).
 #[derive(Debug, Clone)]
 pub struct ContextOptions {
-    pub durability: Durability,
+    /// When a write is acknowledged (SQLite; default [`StoreDurability::Full`]).
+    pub durability: StoreDurability,
     /// How long SQLite waits for a lock held by another process or connection.
     pub busy_timeout: Duration,
     /// Read connections (SQLite file) or pool size (PostgreSQL).
@@ -30,7 +31,7 @@ pub struct ContextOptions {
 impl Default for ContextOptions {
     fn default() -> Self {
         ContextOptions {
-            durability: Durability::Full,
+            durability: StoreDurability::Full,
             busy_timeout: Duration::from_secs(5),
             connections: 4,
         }
@@ -38,7 +39,8 @@ impl Default for ContextOptions {
 }
 
 impl ContextOptions {
-    pub fn durability(mut self, durability: Durability) -> Self {
+    /// These options with `durability`.
+    pub fn durability(mut self, durability: StoreDurability) -> Self {
         self.durability = durability;
         self
     }

@@ -3,37 +3,34 @@
 use serde::Serialize;
 use serde_json::Value;
 
+use crate::backend::{AnyBackend, MemoryStore as _, StoreBackend as _, UnitStore as _, on_backend};
 use crate::error::{ContextError, Result};
 use crate::limits;
 use crate::memory::{self, Consolidation, Evidence, MemoryEntry, NewEvidence, Revocation};
 use crate::options::ContextOptions;
-use crate::postgres::PgBackend;
-use crate::sqlite::SqliteBackend;
-use crate::unit::{self, Appended, NewUnit, Unit, Window};
+use crate::unit::{self, NewUnit, Unit, UnitsAppended, Window};
 
 /// A thread and how many units it holds.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ThreadInfo {
+    /// The thread's name.
     pub thread: String,
+    /// How many units it holds.
     pub units: u64,
 }
 
 /// A cheap, cloneable handle on a context store (connection pools inside).
 #[derive(Clone)]
 pub struct ContextStore {
-    backend: Backend,
-}
-
-#[derive(Clone)]
-enum Backend {
-    Sqlite(SqliteBackend),
-    Postgres(PgBackend),
+    backend: AnyBackend,
 }
 
 /// Which database a store runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub enum BackendKind {
+    /// SQLite (`sqlite:` URLs).
     Sqlite,
+    /// PostgreSQL (`postgres://` URLs).
     Postgres,
 }
 
@@ -56,46 +53,40 @@ impl ContextStore {
     ///
     /// Errors never show a password of `url` (userinfo or `password=`/`sslpassword=`).
     pub async fn open_with(url: &str, options: ContextOptions) -> Result<Self> {
-        let backend = if url.starts_with("sqlite:") {
-            SqliteBackend::open(url, &options)
-                .await
-                .map(Backend::Sqlite)
-        } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-            PgBackend::open(url, &options).await.map(Backend::Postgres)
-        } else {
-            Err(ContextError::UnsupportedUrl(agent_redact::redact_url(url)))
-        };
-        let backend = backend.map_err(|err| err.redacted_for(url))?;
+        let backend = AnyBackend::open(url, &options)
+            .await
+            .unwrap_or_else(|| Err(ContextError::UnsupportedUrl(agent_redact::redact_url(url))))
+            .map_err(|err| err.redacted_for(url))?;
         Ok(ContextStore { backend })
     }
 
+    /// Which database this store runs on.
     pub fn backend_kind(&self) -> BackendKind {
-        match &self.backend {
-            Backend::Sqlite(_) => BackendKind::Sqlite,
-            Backend::Postgres(_) => BackendKind::Postgres,
-        }
+        self.backend.kind()
     }
 
     /// Close the connections; later calls fail ([`ContextError::Closed`] on SQLite, a
     /// database error on PostgreSQL).
     pub async fn close(&self) {
-        match &self.backend {
-            Backend::Sqlite(b) => b.close().await,
-            Backend::Postgres(b) => b.close().await,
-        }
+        on_backend!(&self.backend, b => b.close().await)
     }
 
     /// Append one unit at the end of `thread`. Refused (nothing written) when its tool
     /// calls and outputs do not pair up by `call_id` (the error names the unpaired ids),
     /// when `unit` already exists in the thread, or when it breaks a [`limits`] rule.
-    pub async fn append_unit(&self, thread: &str, unit: &str, items: &[Value]) -> Result<Appended> {
+    pub async fn append_unit(
+        &self,
+        thread: &str,
+        unit: &str,
+        items: &[Value],
+    ) -> Result<UnitsAppended> {
         let prepared = unit::prepare(thread, unit, items)?;
         let position = self.append_prepared(thread, vec![prepared]).await?;
-        Ok(Appended { position })
+        Ok(UnitsAppended { position })
     }
 
     /// Append several units to `thread` in one transaction: all or none.
-    pub async fn append_units(&self, thread: &str, units: &[NewUnit]) -> Result<Appended> {
+    pub async fn append_units(&self, thread: &str, units: &[NewUnit]) -> Result<UnitsAppended> {
         if units.len() > limits::MAX_BATCH_UNITS {
             return Err(ContextError::TooLarge {
                 field: "batch unit count",
@@ -116,17 +107,14 @@ impl ContextStore {
         }
         if prepared.is_empty() {
             limits::name("thread", thread)?;
-            return Ok(Appended { position: 0 });
+            return Ok(UnitsAppended { position: 0 });
         }
         let position = self.append_prepared(thread, prepared).await?;
-        Ok(Appended { position })
+        Ok(UnitsAppended { position })
     }
 
     async fn append_prepared(&self, thread: &str, units: Vec<unit::Prepared>) -> Result<u64> {
-        match &self.backend {
-            Backend::Sqlite(b) => b.append(thread, units).await,
-            Backend::Postgres(b) => b.append(thread, &units).await,
-        }
+        on_backend!(&self.backend, b => b.append(thread, units).await)
     }
 
     /// The pinned goal plus the last `keep_units` units of `thread`, oldest first.
@@ -134,10 +122,7 @@ impl ContextStore {
     pub async fn window(&self, thread: &str, goal: &str, keep_units: usize) -> Result<Window> {
         limits::name("thread", thread)?;
         limits::keep_units(keep_units)?;
-        let units = match &self.backend {
-            Backend::Sqlite(b) => b.window(thread, keep_units).await?,
-            Backend::Postgres(b) => with_sizes(b.window(thread, keep_units).await?),
-        };
+        let units = on_backend!(&self.backend, b => b.window(thread, keep_units).await?);
         Ok(make_window(goal, units))
     }
 
@@ -161,16 +146,7 @@ impl ContextStore {
         let units = if budget == 0 {
             (Vec::new(), 0)
         } else {
-            match &self.backend {
-                Backend::Sqlite(b) => {
-                    b.window_budget(thread, budget, limits::MAX_WINDOW_UNITS)
-                        .await?
-                }
-                Backend::Postgres(b) => with_sizes(
-                    b.window_budget(thread, budget, limits::MAX_WINDOW_UNITS)
-                        .await?,
-                ),
-            }
+            on_backend!(&self.backend, b => b.window_budget(thread, budget, limits::MAX_WINDOW_UNITS).await?)
         };
         Ok(make_window(goal, units))
     }
@@ -179,7 +155,7 @@ impl ContextStore {
     /// order, at most `limit` (`1..=MAX_SEARCH_LIMIT`). Empty term is an error.
     ///
     /// Matching is a substring test on the folded (see [`fold`](crate::fold)) JSON text of the
-    /// unit, like the seed's `instr(lower(body), lower(term))`, CJK included. Terms of 3 or
+    /// unit, like SQL's `instr(lower(body), lower(term))`, CJK included. Terms of 3 or
     /// more characters use the trigram index (SQLite FTS5 `trigram`, PostgreSQL `pg_trgm`
     /// GIN); on SQLite the thread's first `4 x limit` units (at least 16, at most 256) are
     /// tested directly first, and a term that already gives `limit` hits there never
@@ -191,18 +167,12 @@ impl ContextStore {
         limits::name("thread", thread)?;
         limits::search(term, limit)?;
         let plan = unit::plan_term(term);
-        match &self.backend {
-            Backend::Sqlite(b) => b.search(thread, &plan, limit).await,
-            Backend::Postgres(b) => b.search(thread, &plan, limit).await,
-        }
+        on_backend!(&self.backend, b => b.search(thread, &plan, limit).await)
     }
 
     /// All threads with their unit counts, by name.
     pub async fn threads(&self) -> Result<Vec<ThreadInfo>> {
-        match &self.backend {
-            Backend::Sqlite(b) => b.threads().await,
-            Backend::Postgres(b) => b.threads().await,
-        }
+        on_backend!(&self.backend, b => b.threads().await)
     }
 
     /// Record evidence. Its source must be new ([`ContextError::DuplicateSource`] otherwise)
@@ -235,20 +205,14 @@ impl ContextStore {
         if evidence.is_empty() {
             return Ok(());
         }
-        match &self.backend {
-            Backend::Sqlite(b) => b.add_evidence(evidence).await,
-            Backend::Postgres(b) => b.add_evidence(evidence).await,
-        }
+        on_backend!(&self.backend, b => b.add_evidence(evidence).await)
     }
 
     /// Revoke a source: it never again counts for memory (after the next consolidation).
     /// Unknown source: [`ContextError::UnknownSource`]; revoking twice is harmless.
     pub async fn revoke(&self, source: &str) -> Result<Revocation> {
         limits::name("evidence source", source)?;
-        match &self.backend {
-            Backend::Sqlite(b) => b.revoke(source).await,
-            Backend::Postgres(b) => b.revoke(source).await,
-        }
+        on_backend!(&self.backend, b => b.revoke(source).await)
     }
 
     /// Bring memory up to date with the evidence: per (project, key), the confirmed,
@@ -260,23 +224,17 @@ impl ContextStore {
     /// consolidation are recomputed, each by one index lookup.
     ///
     /// On SQLite the commit does not wait for the disk even with
-    /// [`Durability::Full`](crate::Durability::Full): the
+    /// [`StoreDurability::Full`](crate::StoreDurability::Full): the
     /// dirty set is cleared in the same transaction, so a consolidation lost to a power cut
     /// leaves memory and [`pending`](Self::pending) as they were before it, and the next
     /// call redoes it.
     pub async fn consolidate(&self) -> Result<Consolidation> {
-        match &self.backend {
-            Backend::Sqlite(b) => b.consolidate().await,
-            Backend::Postgres(b) => b.consolidate().await,
-        }
+        on_backend!(&self.backend, b => b.consolidate().await)
     }
 
     /// How many (project, key) pairs changed since the last consolidation.
     pub async fn pending(&self) -> Result<u64> {
-        match &self.backend {
-            Backend::Sqlite(b) => b.pending().await,
-            Backend::Postgres(b) => b.pending().await,
-        }
+        on_backend!(&self.backend, b => b.pending().await)
     }
 
     /// The consolidated memory of `project` only, by key; `needs_refresh` is set when
@@ -284,10 +242,7 @@ impl ContextStore {
     pub async fn recall(&self, project: &str, now: i64, max_age: i64) -> Result<Vec<MemoryEntry>> {
         limits::name("project", project)?;
         memory::check_max_age(max_age)?;
-        match &self.backend {
-            Backend::Sqlite(b) => b.recall(project, now, max_age).await,
-            Backend::Postgres(b) => b.recall(project, now, max_age).await,
-        }
+        on_backend!(&self.backend, b => b.recall(project, now, max_age).await)
     }
 
     /// All evidence of `project` (optionally one key), revoked and unconfirmed included.
@@ -296,21 +251,8 @@ impl ContextStore {
         if let Some(key) = key {
             limits::name("key", key)?;
         }
-        match &self.backend {
-            Backend::Sqlite(b) => b.evidence(project, key).await,
-            Backend::Postgres(b) => b.evidence(project, key).await,
-        }
+        on_backend!(&self.backend, b => b.evidence(project, key).await)
     }
-}
-
-/// Units with their total size, measured by serialising them again (the SQLite backend
-/// reads the stored size instead: the stored JSON is that same serialisation).
-fn with_sizes(units: Vec<Unit>) -> (Vec<Unit>, u64) {
-    let bytes = units
-        .iter()
-        .map(|u| serde_json::to_string(&u.items).map_or(0, |s| s.len() as u64))
-        .sum();
-    (units, bytes)
 }
 
 fn make_window(goal: &str, (recent_units, units_bytes): (Vec<Unit>, u64)) -> Window {

@@ -20,7 +20,9 @@ pub const CALL_OUTPUT_TYPES: &[(&str, &str)] = &[
 /// A unit to append: an id unique within its thread and its Responses API items.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NewUnit {
+    /// The unit's id, unique within its thread.
     pub unit: String,
+    /// Its Responses API items; tool calls and outputs must pair up by `call_id`.
     pub items: Vec<Value>,
 }
 
@@ -39,7 +41,9 @@ pub struct Unit {
 /// Pinned goal plus the most recent units, oldest first; units are never split.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Window {
+    /// The goal, always kept whole.
     pub pinned_goal: String,
+    /// The most recent units, oldest first.
     pub recent_units: Vec<Unit>,
     /// Sum of the returned units' [`Unit`] sizes (bytes of their stored JSON).
     pub units_bytes: u64,
@@ -47,7 +51,7 @@ pub struct Window {
 
 /// Result of an append.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct Appended {
+pub struct UnitsAppended {
     /// Position of the (last) appended unit in its thread.
     pub position: u64,
 }

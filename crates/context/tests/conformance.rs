@@ -1,8 +1,9 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 //! One conformance suite, run against SQLite (a temp file, plus `sqlite::memory:` where it
 //! matters) and PostgreSQL (a fresh database per test; needs `AGENTCTL_TEST_PG_URL`).
-//! Includes the seed's two storage tests (`test_window_keeps_pairs_and_archive`,
-//! `test_memory_provenance_revocation_and_scope`) and a test for every error.
+//! Includes the two storage tests of the Python demo this crate grew from
+//! (`test_window_keeps_pairs_and_archive`, `test_memory_provenance_revocation_and_scope`)
+//! and a test for every error.
 
 #[macro_use]
 mod common;
@@ -36,7 +37,7 @@ fn units_of(w: &agent_context::Window) -> Vec<&str> {
     w.recent_units.iter().map(|u| u.unit.as_str()).collect()
 }
 
-/// The seed's `test_window_keeps_pairs_and_archive`.
+/// The Python demo's `test_window_keeps_pairs_and_archive`.
 async fn seed_window_keeps_pairs_and_archive(s: &ContextStore) {
     s.append_unit("a", "1", &[json!({"type": "message", "text": "E42"})])
         .await
@@ -70,7 +71,7 @@ async fn seed_window_keeps_pairs_and_archive(s: &ContextStore) {
     assert!(matches!(err, ContextError::UnpairedCalls { .. }), "{err}");
 }
 
-/// The seed's `test_memory_provenance_revocation_and_scope`.
+/// The Python demo's `test_memory_provenance_revocation_and_scope`.
 async fn seed_memory_provenance_revocation_and_scope(s: &ContextStore) {
     s.add_evidence(&ev("a", "p", "jdk", "8", 1, true))
         .await
@@ -533,7 +534,7 @@ async fn evidence_errors(s: &ContextStore) {
 }
 
 async fn memory_rules_and_incremental(s: &ContextStore) {
-    // Ties on `observed` are broken by the greatest source, as in the seed.
+    // Ties on `observed` are broken by the greatest source (the contract in lib.rs).
     s.add_evidence(&ev("r-a", "p", "k", "from-a", 5, true))
         .await
         .unwrap();

@@ -25,7 +25,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot};
 
 use super::url::Target;
 use crate::error::{ContextError, Result};
-use crate::options::{ContextOptions, Durability};
+use crate::options::{ContextOptions, StoreDurability};
 
 type Job = Box<dyn FnOnce(&mut Connection) + Send>;
 type Shared = Arc<Mutex<Option<Connection>>>;
@@ -301,8 +301,8 @@ fn open_writer(target: &Target, options: &ContextOptions) -> Result<Connection> 
                 None,
                 "synchronous",
                 match options.durability {
-                    Durability::Full => "FULL",
-                    Durability::Normal => "NORMAL",
+                    StoreDurability::Full => "FULL",
+                    StoreDurability::Normal => "NORMAL",
                 },
             )?;
             conn

@@ -1,0 +1,121 @@
+//! The store's backends, one directory each with the same layout: `sqlite/` and
+//! `postgres/`, each split by domain into `units` (history units, windows, search),
+//! `memory` (evidence and consolidated memory) and `schema` (the versioned migration).
+//!
+//! Parity is held by the compiler: each domain is a trait ([`UnitStore`],
+//! [`MemoryStore`]) that every backend implements whole, [`StoreBackend`] requires both,
+//! and [`on_backend!`] dispatches a call to whichever backend a store opened with one
+//! exhaustive `match`. A method added for one backend cannot be forgotten on the other.
+//! Arguments arrive already checked against [`crate::limits`].
+
+mod postgres;
+mod sqlite;
+
+use crate::error::Result;
+use crate::memory::{Consolidation, Evidence, MemoryEntry, NewEvidence, Revocation};
+use crate::options::ContextOptions;
+use crate::store::{BackendKind, ThreadInfo};
+use crate::unit::{Prepared, TermPlan, Unit};
+
+pub(crate) use postgres::PgBackend;
+pub(crate) use sqlite::SqliteBackend;
+
+/// History units: appends, windows, search.
+pub(crate) trait UnitStore {
+    /// Appends `units` at the end of `thread` in one transaction, all or none; returns the
+    /// position of the last one.
+    async fn append(&self, thread: &str, units: Vec<Prepared>) -> Result<u64>;
+
+    /// The newest `keep` units, oldest first, with the sum of their stored sizes.
+    async fn window(&self, thread: &str, keep: usize) -> Result<(Vec<Unit>, u64)>;
+
+    /// The newest units (at most `cap`) whose stored sizes fit `budget`, oldest first, with
+    /// the sum of their sizes. Stops at the first unit that does not fit.
+    async fn window_budget(
+        &self,
+        thread: &str,
+        budget: u64,
+        cap: usize,
+    ) -> Result<(Vec<Unit>, u64)>;
+
+    /// Units of `thread` matching `plan`, in thread order, at most `limit`.
+    async fn search(&self, thread: &str, plan: &TermPlan, limit: usize) -> Result<Vec<Unit>>;
+
+    /// Every thread with its unit count, by name.
+    async fn threads(&self) -> Result<Vec<ThreadInfo>>;
+}
+
+/// Evidence and the memory consolidated from it.
+pub(crate) trait MemoryStore {
+    /// Inserts evidence rows and marks their pairs dirty, in one transaction.
+    async fn add_evidence(&self, rows: &[NewEvidence]) -> Result<()>;
+
+    /// Marks a source revoked (idempotent) and its pair dirty.
+    async fn revoke(&self, source: &str) -> Result<Revocation>;
+
+    /// Recomputes memory for the dirty pairs and clears them, atomically.
+    async fn consolidate(&self) -> Result<Consolidation>;
+
+    /// How many pairs are dirty.
+    async fn pending(&self) -> Result<u64>;
+
+    /// One project's memory, by key, flagged against `max_age`.
+    async fn recall(&self, project: &str, now: i64, max_age: i64) -> Result<Vec<MemoryEntry>>;
+
+    /// One project's evidence (optionally one key), revoked and unconfirmed included.
+    async fn evidence(&self, project: &str, key: Option<&str>) -> Result<Vec<Evidence>>;
+}
+
+/// A whole backend: every domain, and closing.
+pub(crate) trait StoreBackend: UnitStore + MemoryStore {
+    /// Closes the connections; later calls fail.
+    async fn close(&self);
+}
+
+/// Whichever backend a store opened; cheap to clone (pools and handles inside).
+#[derive(Clone)]
+pub(crate) enum AnyBackend {
+    Sqlite(SqliteBackend),
+    Postgres(PgBackend),
+}
+
+/// Runs `$call` with `$b` bound to whichever backend `$backend` holds.
+macro_rules! on_backend {
+    ($backend:expr, $b:ident => $call:expr) => {
+        match $backend {
+            $crate::backend::AnyBackend::Sqlite($b) => $call,
+            $crate::backend::AnyBackend::Postgres($b) => $call,
+        }
+    };
+}
+pub(crate) use on_backend;
+
+impl AnyBackend {
+    /// Opens the backend `url` names (`sqlite:` or `postgres(ql)://`), applying its schema;
+    /// `None` for any other scheme. Errors may quote `url`: the caller redacts them.
+    pub(crate) async fn open(url: &str, options: &ContextOptions) -> Option<Result<Self>> {
+        if url.starts_with("sqlite:") {
+            Some(
+                SqliteBackend::open(url, options)
+                    .await
+                    .map(AnyBackend::Sqlite),
+            )
+        } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            Some(
+                PgBackend::open(url, options)
+                    .await
+                    .map(AnyBackend::Postgres),
+            )
+        } else {
+            None
+        }
+    }
+
+    /// Which database this is.
+    pub(crate) fn kind(&self) -> BackendKind {
+        match self {
+            AnyBackend::Sqlite(_) => BackendKind::Sqlite,
+            AnyBackend::Postgres(_) => BackendKind::Postgres,
+        }
+    }
+}

@@ -1,0 +1,74 @@
+//! PostgreSQL backend: one pool; per-thread positions come from a row lock on the thread
+//! (an upsert on `context_threads`), consolidation holds an EXCLUSIVE lock on the dirty set
+//! so concurrent evidence writes wait for it instead of racing it.
+//!
+//! One file per domain, mirroring the SQLite backend: `units`, `memory`, `schema`.
+
+mod memory;
+mod schema;
+mod units;
+
+use std::str::FromStr as _;
+use std::time::Duration;
+
+use sqlx::Connection as _;
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
+
+use crate::backend::StoreBackend;
+use crate::error::Result;
+use crate::options::ContextOptions;
+
+/// A PostgreSQL store: its connection pool.
+#[derive(Clone)]
+pub(crate) struct PgBackend {
+    pool: PgPool,
+}
+
+/// How long opening waits for the server.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+impl PgBackend {
+    pub(crate) async fn open(url: &str, options: &ContextOptions) -> Result<Self> {
+        let connect = PgConnectOptions::from_str(url)?;
+        // One direct connection first: a refused or failing connect is reported as itself at
+        // once, where the pool would retry it until its acquire timeout and then say only
+        // that it timed out.
+        tokio::time::timeout(CONNECT_TIMEOUT, PgConnection::connect_with(&connect))
+            .await
+            .map_err(|_| sqlx::Error::PoolTimedOut)??
+            .close()
+            .await?;
+        let pool = PgPoolOptions::new()
+            .max_connections(options.connections.max(2))
+            .acquire_timeout(CONNECT_TIMEOUT)
+            .connect_with(connect)
+            .await?;
+        let backend = PgBackend { pool };
+        schema::migrate(&backend.pool).await?;
+        Ok(backend)
+    }
+}
+
+impl StoreBackend for PgBackend {
+    async fn close(&self) {
+        self.pool.close().await;
+    }
+}
+
+/// `($k, ..., $k+width-1)` for row `row` of a multi-row VALUES list (`k = row * width + 1`).
+fn row_placeholders(row: usize, width: usize) -> String {
+    let first = row * width + 1;
+    let params: Vec<String> = (first..first + width).map(|n| format!("${n}")).collect();
+    format!("({})", params.join(", "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::row_placeholders;
+
+    #[test]
+    fn placeholders_number_rows_consecutively() {
+        assert_eq!(row_placeholders(0, 2), "($1, $2)");
+        assert_eq!(row_placeholders(2, 3), "($7, $8, $9)");
+    }
+}
