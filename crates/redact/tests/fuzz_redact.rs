@@ -9,7 +9,7 @@
 //!    the `@/db?host=/socket` form, or not): the password, where it occurs only once in
 //!    the URL, never survives `redact_url`, nor `redact_in` of a message quoting the URL
 //!    and the password.
-//! 3. The seed corpus (`fixtures/fuzz/redact/*.url`) passes 1, and 2 for every password
+//! 3. The stored fuzz corpus (`fixtures/fuzz/redact/*.url`) passes 1, and 2 for every password
 //!    `passwords` finds.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests may unwrap
