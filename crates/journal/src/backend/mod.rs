@@ -143,9 +143,10 @@ pub(crate) async fn open(
     let max_batch = options.batch_limit();
     let settle = Settle::new(committed, counters);
     if url.starts_with("sqlite:") {
+        // The reason may quote a parameter, a password among them.
         let location = sqlite::parse_url(url).map_err(|reason| JournalError::InvalidUrl {
             url: shown_url.to_string(),
-            reason,
+            reason: agent_redact::redact_in(&reason, url),
         })?;
         let (opts, shown) = (options.clone(), shown_url.to_string());
         let opened = tokio::task::spawn_blocking(move || sqlite::open(&location, &shown, &opts))
