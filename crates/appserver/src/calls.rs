@@ -15,9 +15,12 @@ use crate::wire::RpcError;
 
 /// How a call ended, as delivered to its waiter.
 #[derive(Debug)]
-pub enum Outcome {
+pub(crate) enum Outcome {
+    /// The server's result.
     Result(Value),
+    /// The server's error.
     Error(RpcError),
+    /// The connection ended first.
     Lost(ConnectionLost),
 }
 
@@ -29,7 +32,7 @@ struct State {
 
 /// Pending calls plus the latched reason the connection ended (if it did).
 #[derive(Debug, Default)]
-pub struct PendingCalls {
+pub(crate) struct PendingCalls {
     state: Mutex<State>,
 }
 
@@ -43,7 +46,7 @@ impl PendingCalls {
     }
 
     /// Registers call `id`; fails with the loss reason once the connection is gone.
-    pub fn register(&self, id: i64) -> Result<oneshot::Receiver<Outcome>, ConnectionLost> {
+    pub(crate) fn register(&self, id: i64) -> Result<oneshot::Receiver<Outcome>, ConnectionLost> {
         let mut state = self.lock();
         if let Some(reason) = &state.lost {
             return Err(reason.clone());
@@ -54,7 +57,7 @@ impl PendingCalls {
     }
 
     /// Delivers a response; false when nobody waits for `id` (late or unknown).
-    pub fn resolve(&self, id: i64, outcome: Outcome) -> bool {
+    pub(crate) fn resolve(&self, id: i64, outcome: Outcome) -> bool {
         let waiter = self.lock().waiting.remove(&id);
         match waiter {
             Some(tx) => {
@@ -67,12 +70,12 @@ impl PendingCalls {
     }
 
     /// Forgets call `id` (its caller stopped waiting).
-    pub fn forget(&self, id: i64) {
+    pub(crate) fn forget(&self, id: i64) {
         self.lock().waiting.remove(&id);
     }
 
     /// Latches `reason` (the first reason wins) and fails every waiter with it.
-    pub fn lose(&self, reason: ConnectionLost) {
+    pub(crate) fn lose(&self, reason: ConnectionLost) {
         let waiters: Vec<_> = {
             let mut state = self.lock();
             if state.lost.is_none() {
@@ -87,12 +90,12 @@ impl PendingCalls {
     }
 
     /// Why the connection ended, if it has.
-    pub fn lost(&self) -> Option<ConnectionLost> {
+    pub(crate) fn lost(&self) -> Option<ConnectionLost> {
         self.lock().lost.clone()
     }
 
     /// How many calls are waiting (for tests and diagnostics).
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.lock().waiting.len()
     }
 }

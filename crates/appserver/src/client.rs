@@ -32,7 +32,9 @@ pub enum ServerEvent {
     Notification(Notification),
     /// A server request, and the reply this client already sent for it.
     Request {
+        /// What the server asked.
         request: ServerRequest,
+        /// What the handler answered (already sent).
         reply: Result<Value, RpcError>,
     },
 }

@@ -1,5 +1,6 @@
 //! A `CODEX_HOME` that makes a local Responses endpoint Codex's model provider
-//! (reference `codex-app-server.md` §8, verified with Codex CLI 0.171).
+//! (`model_providers` in <https://github.com/openai/codex/blob/main/docs/config.md>,
+//! verified with Codex CLI 0.171).
 //!
 //! Invariants: the provider is a *custom* one (plain `POST {base_url}/responses` with SSE,
 //! no WebSocket attempt, local compaction); the model slug is not in Codex's bundled

@@ -50,6 +50,7 @@ pub enum AppServerError {
     Spawn {
         /// The program that was run.
         program: String,
+        /// Why it could not be started.
         #[source]
         source: std::io::Error,
     },
@@ -81,6 +82,7 @@ pub enum AppServerError {
     UnexpectedResult {
         /// The method called.
         method: String,
+        /// Why the result did not parse.
         #[source]
         source: serde_json::Error,
     },
@@ -89,6 +91,7 @@ pub enum AppServerError {
     Encode {
         /// The method called.
         method: String,
+        /// Why the parameters did not serialise.
         #[source]
         source: serde_json::Error,
     },

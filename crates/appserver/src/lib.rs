@@ -14,6 +14,29 @@
 //!   to the reader; [`AppServerClient::close`] is bounded even when nobody reads it.
 //! - Closing closes stdin, sends SIGTERM, waits a grace period, then kills.
 //! - A malformed, non-JSON-RPC or oversized line is a typed [`ConnectionLost`], never a panic.
+//!
+//! What the client answers when the server asks (the default policy declines approvals and
+//! refuses what it does not know, so no request is left waiting and nothing runs unasked):
+//!
+//! ```
+//! use agent_appserver::{
+//!     ApprovalDecision, ApprovalPolicy, COMMAND_APPROVAL, METHOD_NOT_FOUND, ServerRequest,
+//!     ServerRequestHandler,
+//! };
+//! use serde_json::json;
+//!
+//! let ask = |method: &str| ServerRequest { id: json!(0), method: method.into(), params: json!({}) };
+//! let policy = ApprovalPolicy::default();
+//! assert_eq!(policy.handle(&ask(COMMAND_APPROVAL)), Ok(json!({"decision": "decline"})));
+//! let refused = policy.handle(&ask("item/tool/requestUserInput")).unwrap_err();
+//! assert_eq!(refused.code, METHOD_NOT_FOUND);
+//!
+//! let trusting = ApprovalPolicy::uniform("accept".parse::<ApprovalDecision>()?);
+//! assert_eq!(trusting.handle(&ask(COMMAND_APPROVAL)), Ok(json!({"decision": "accept"})));
+//! # Ok::<(), agent_appserver::UnknownDecision>(())
+//! ```
+
+#![warn(missing_docs, unreachable_pub, missing_debug_implementations)]
 
 mod api;
 mod calls;

@@ -7,7 +7,9 @@ use std::time::Duration;
 /// The server program: `codex app-server --listen stdio://` by default, any command for tests.
 #[derive(Debug, Clone)]
 pub struct ServerCommand {
+    /// The program to run (a path, or a name looked up in `PATH`).
     pub program: OsString,
+    /// Its arguments.
     pub args: Vec<OsString>,
     /// Extra environment variables for the child (on top of the inherited environment).
     pub env: Vec<(OsString, OsString)>,

@@ -1,4 +1,5 @@
-//! Typed v2 messages for the thread/turn core (reference: `codex-app-server.md` §3-7).
+//! Typed v2 messages for the thread/turn core (the protocol of
+//! <https://github.com/openai/codex/tree/main/codex-rs/app-server>).
 //!
 //! Every type keeps the fields it does not name in `extra`, so nothing the server sends is
 //! lost and unknown fields never fail a parse. Casing follows the wire: camelCase params,
@@ -12,8 +13,11 @@ use crate::wire::Notification;
 /// `initialize` params' `clientInfo`; `name` becomes Codex's `originator`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ClientInfo {
+    /// Identifies the client to the server (Codex records it as the originator).
     pub name: String,
+    /// A display name, when different from `name`.
     pub title: Option<String>,
+    /// The client's version.
     pub version: String,
 }
 
@@ -21,14 +25,19 @@ pub struct ClientInfo {
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct InitializeResponse {
+    /// The server's user agent (Codex's name and version).
     #[serde(default)]
     pub user_agent: Option<String>,
+    /// The `CODEX_HOME` the server runs with.
     #[serde(default)]
     pub codex_home: Option<String>,
+    /// `unix` or `windows`.
     #[serde(default)]
     pub platform_family: Option<String>,
+    /// The server's operating system, e.g. `linux`.
     #[serde(default)]
     pub platform_os: Option<String>,
+    /// Fields not named here, kept and sent back verbatim.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
     /// Every key of the result object as received, sorted.
@@ -56,10 +65,13 @@ impl UserInput {
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ThreadStartParams {
+    /// The working directory for the thread's commands.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cwd: Option<String>,
+    /// The model slug; the server's configured default when unset.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
+    /// The `model_providers` entry to use (e.g. a local emulator).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub model_provider: Option<String>,
     /// `"untrusted"`, `"on-request"` or `"never"`.
@@ -68,6 +80,7 @@ pub struct ThreadStartParams {
     /// Kebab-case: `"read-only"`, `"workspace-write"`, `"danger-full-access"`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sandbox: Option<String>,
+    /// `true`: the thread is not persisted by the server.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ephemeral: Option<bool>,
     /// Any other params, sent as given.
@@ -78,7 +91,9 @@ pub struct ThreadStartParams {
 /// A thread as the server describes it.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct Thread {
+    /// The thread's id, named by every later turn call.
     pub id: String,
+    /// Fields not named here, kept and sent back verbatim.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
 }
@@ -87,11 +102,15 @@ pub struct Thread {
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ThreadStartResponse {
+    /// The thread just started.
     pub thread: Thread,
+    /// The model the server chose for the thread.
     #[serde(default)]
     pub model: Option<String>,
+    /// The provider the server chose for the thread.
     #[serde(default)]
     pub model_provider: Option<String>,
+    /// Fields not named here, kept and sent back verbatim.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
 }
@@ -100,8 +119,11 @@ pub struct ThreadStartResponse {
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct TurnStartParams {
+    /// The thread to run the turn on.
     pub thread_id: String,
+    /// What the user says.
     pub input: Vec<UserInput>,
+    /// Overrides the thread's working directory from this turn on.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cwd: Option<String>,
     /// `"untrusted"`, `"on-request"` or `"never"`; sticks for later turns.
@@ -110,6 +132,7 @@ pub struct TurnStartParams {
     /// Tagged object, camelCase: `{"type":"readOnly"}`, `{"type":"workspaceWrite",…}`, …
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sandbox_policy: Option<Value>,
+    /// Overrides the thread's model from this turn on.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
     /// Any other params, sent as given.
@@ -121,10 +144,15 @@ pub struct TurnStartParams {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub enum TurnStatus {
+    /// The turn is running.
     InProgress,
+    /// The turn finished normally.
     Completed,
+    /// The turn was interrupted (`turn/interrupt`).
     Interrupted,
+    /// The turn failed; `Turn::error` says why.
     Failed,
+    /// A status this client does not know.
     #[serde(other)]
     Unknown,
 }
@@ -145,13 +173,17 @@ impl TurnStatus {
 /// A turn: `{id, status, items, error, …}`.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct Turn {
+    /// The turn's id, named by `turn/steer` and `turn/interrupt`.
     pub id: String,
+    /// Where the turn is; final in `turn/completed`.
     pub status: TurnStatus,
+    /// The turn's items, kept as sent.
     #[serde(default)]
     pub items: Vec<Value>,
     /// `{message, codexErrorInfo, additionalDetails, …}` when the turn failed.
     #[serde(default)]
     pub error: Option<Value>,
+    /// Fields not named here, kept and sent back verbatim.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
 }
@@ -159,7 +191,9 @@ pub struct Turn {
 /// `turn/start` result.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct TurnStartResponse {
+    /// The turn just started.
     pub turn: Turn,
+    /// Fields not named here, kept and sent back verbatim.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
 }
@@ -168,8 +202,11 @@ pub struct TurnStartResponse {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct TurnSteerParams {
+    /// The thread of the turn to steer.
     pub thread_id: String,
+    /// The turn the steer is meant for; the server refuses it once another turn is active.
     pub expected_turn_id: String,
+    /// The input added to the running turn.
     pub input: Vec<UserInput>,
 }
 
@@ -177,7 +214,9 @@ pub struct TurnSteerParams {
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct TurnSteerResponse {
+    /// The turn that received the input.
     pub turn_id: String,
+    /// Fields not named here, kept and sent back verbatim.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
 }
@@ -186,7 +225,9 @@ pub struct TurnSteerResponse {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct TurnInterruptParams {
+    /// The thread of the turn to interrupt.
     pub thread_id: String,
+    /// The turn to interrupt.
     pub turn_id: String,
 }
 
@@ -196,6 +237,7 @@ pub struct ThreadItem {
     /// The item's `type`.
     #[serde(rename = "type")]
     pub kind: String,
+    /// The item's id, stable from `item/started` to `item/completed`.
     pub id: String,
     /// Agent message text.
     #[serde(default)]
@@ -206,6 +248,7 @@ pub struct ThreadItem {
     /// The command line of a command execution.
     #[serde(default)]
     pub command: Option<String>,
+    /// Fields not named here, kept and sent back verbatim.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
 }
@@ -214,26 +257,46 @@ pub struct ThreadItem {
 #[derive(Debug, Clone, PartialEq)]
 pub enum TurnNotification {
     /// `turn/started`.
-    TurnStarted { thread_id: String, turn: Turn },
+    TurnStarted {
+        /// The thread the notification is about.
+        thread_id: String,
+        /// The turn, as it started.
+        turn: Turn,
+    },
     /// `turn/completed`: the turn is over; `turn.status` says how.
-    TurnCompleted { thread_id: String, turn: Turn },
+    TurnCompleted {
+        /// The thread the notification is about.
+        thread_id: String,
+        /// The turn, final.
+        turn: Turn,
+    },
     /// `item/started`.
     ItemStarted {
+        /// The thread the notification is about.
         thread_id: String,
+        /// The turn the item belongs to.
         turn_id: String,
+        /// The item, as it started.
         item: ThreadItem,
     },
     /// `item/completed`.
     ItemCompleted {
+        /// The thread the notification is about.
         thread_id: String,
+        /// The turn the item belongs to.
         turn_id: String,
+        /// The item, final.
         item: ThreadItem,
     },
     /// `item/agentMessage/delta`.
     AgentMessageDelta {
+        /// The thread the notification is about.
         thread_id: String,
+        /// The turn the item belongs to.
         turn_id: String,
+        /// The agent message the text belongs to.
         item_id: String,
+        /// The new text; concatenated in order they give the message.
         delta: String,
     },
 }

@@ -33,19 +33,27 @@ pub struct ServerRequest {
 /// A JSON-RPC error object.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RpcError {
+    /// The JSON-RPC error code (`-32601` for a method nobody handles).
     pub code: i64,
+    /// What went wrong, for people.
     pub message: String,
+    /// Extra detail, as the peer sent it.
     pub data: Option<Value>,
 }
 
 /// One parsed line from the server.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Incoming {
+    /// The answer to one of this client's calls.
     Response {
+        /// The id of the call it answers.
         id: Value,
+        /// The call's result, or the server's error.
         outcome: Result<Value, RpcError>,
     },
+    /// The server asks this client something; it must be answered.
     Request(ServerRequest),
+    /// The server reports progress; no answer.
     Notification(Notification),
 }
 

@@ -11,9 +11,9 @@
 //! - The output is what the runtime recorded: a completed call's value (a JSON string value
 //!   is passed as the string itself, anything else as its JSON text); every other outcome
 //!   (failed, timeout, cancelled, interrupted) and every refusal (unknown tool, invalid
-//!   arguments, a turn that is not running) is a [`ToolFailure`], never an invented result.
+//!   arguments, a turn that is not running) is an [`ExecutorFailure`], never an invented result.
 
-use agent_responses::loops::{ToolExecutor, ToolFailure};
+use agent_responses::loops::{ExecutorFailure, ToolExecutor};
 use agent_runtime::{CallStatus, DeadlinePhase, Deadlines, Runtime, ToolResult};
 use serde_json::Value;
 
@@ -70,9 +70,9 @@ impl RuntimeExecutor {
         call_id: &str,
         name: &str,
         arguments: &str,
-    ) -> Result<ToolResult, ToolFailure> {
+    ) -> Result<ToolResult, ExecutorFailure> {
         let args: Value = serde_json::from_str(arguments)
-            .map_err(|err| ToolFailure::new(format!("invalid arguments: {err}")))?;
+            .map_err(|err| ExecutorFailure::new(format!("invalid arguments: {err}")))?;
         let launched = match self.deadlines {
             Some(deadlines) => {
                 self.runtime
@@ -85,11 +85,11 @@ impl RuntimeExecutor {
                     .await
             }
         };
-        let key = launched.map_err(|err| ToolFailure::new(err.to_string()))?;
+        let key = launched.map_err(|err| ExecutorFailure::new(err.to_string()))?;
         self.runtime
             .result(&self.thread, &self.turn, &key)
             .await
-            .map_err(|err| ToolFailure::new(err.to_string()))
+            .map_err(|err| ExecutorFailure::new(err.to_string()))
     }
 }
 
@@ -101,7 +101,7 @@ impl ToolExecutor for RuntimeExecutor {
         call_id: &str,
         name: &str,
         arguments: &str,
-    ) -> Result<String, ToolFailure> {
+    ) -> Result<String, ExecutorFailure> {
         let result = self.run(call_id, name, arguments).await?;
         if result.stale {
             tracing::info!(%call_id, revision = result.revision, "tool result predates a steer");
@@ -111,22 +111,22 @@ impl ToolExecutor for RuntimeExecutor {
 }
 
 /// The model-facing output of a runtime result (see the module docs).
-pub fn output_of(result: ToolResult) -> Result<String, ToolFailure> {
+pub fn output_of(result: ToolResult) -> Result<String, ExecutorFailure> {
     match result.status {
         CallStatus::Completed => Ok(match result.value {
             Some(Value::String(text)) => text,
             Some(value) => value.to_string(),
             None => Value::Null.to_string(),
         }),
-        CallStatus::Failed => Err(ToolFailure::new(
+        CallStatus::Failed => Err(ExecutorFailure::new(
             result.error.unwrap_or_else(|| "the tool failed".into()),
         )),
-        CallStatus::Timeout => Err(ToolFailure::new(match result.phase {
+        CallStatus::Timeout => Err(ExecutorFailure::new(match result.phase {
             Some(DeadlinePhase::Queue) => "timed out waiting to start; the tool did not run",
             Some(DeadlinePhase::Run) | None => "timed out while running",
         })),
-        CallStatus::Cancelled => Err(ToolFailure::new("cancelled")),
-        CallStatus::Interrupted => Err(ToolFailure::new(if result.started {
+        CallStatus::Cancelled => Err(ExecutorFailure::new("cancelled")),
+        CallStatus::Interrupted => Err(ExecutorFailure::new(if result.started {
             "interrupted: the process stopped while the tool ran; it is not run again"
         } else {
             "interrupted before the tool started"

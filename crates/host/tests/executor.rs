@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use agent_host::executor::RuntimeExecutor;
 use agent_journal::Journal;
-use agent_responses::loops::{ToolExecutor, ToolFailure};
+use agent_responses::loops::{ExecutorFailure, ToolExecutor};
 use agent_runtime::{Runtime, RuntimeOptions, Tool, ToolContext, ToolRegistry};
 use futures::future::BoxFuture;
 use serde_json::{Value, json};
@@ -126,7 +126,7 @@ async fn runs_once_per_call_id(journal: &Journal, runs: &Runs) -> (Runtime, Runt
 
     for _ in 0..2 {
         let failure = executor.call("call_3", "broken", "{}").await.unwrap_err();
-        assert_eq!(failure, ToolFailure::new("disk on fire"));
+        assert_eq!(failure, ExecutorFailure::new("disk on fire"));
     }
     assert_eq!(
         runs.broken.load(Ordering::SeqCst),
@@ -197,7 +197,7 @@ async fn answers_from_the_journal_after_a_restart(
         .unwrap();
     assert_eq!(replayed, first);
     let failure = executor.call("call_3", "broken", "{}").await.unwrap_err();
-    assert_eq!(failure, ToolFailure::new("disk on fire"));
+    assert_eq!(failure, ExecutorFailure::new("disk on fire"));
     assert_eq!(runs.count.load(Ordering::SeqCst), 2);
     assert_eq!(runs.broken.load(Ordering::SeqCst), 1);
     // The old turn was interrupted by the restart: a new call in it is refused, not run.

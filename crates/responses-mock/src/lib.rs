@@ -2,16 +2,27 @@
 //!
 //! HTTP JSON and SSE on 127.0.0.1, scripted by fixture files ([`script`]), validating
 //! requests with the API's error messages ([`validate`]). The official Python SDK accepts it
-//! (see `interop/openai_sdk`). Use it from tests:
+//! (see `interop/openai_sdk`). Use it from tests, with the crate's own client or any other:
 //!
-//! ```no_run
-//! # async fn demo() -> Result<(), agent_responses_mock::MockError> {
+//! ```
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use agent_responses::types::{CreateResponse, Input};
+//! use agent_responses::{ApiKey, Client, ClientConfig};
 //! use agent_responses_mock::{MockConfig, MockServer, Script};
+//!
+//! // An empty script echoes the conversation back.
 //! let server = MockServer::start(MockConfig::new(Script::default())).await?;
-//! let base = server.base_url(); // http://127.0.0.1:PORT/v1
+//! let key = ApiKey::new("sk-test").ok_or("empty key")?;
+//! let client = Client::new(ClientConfig::new(server.base_url(), key))?; // http://127.0.0.1:PORT/v1
+//! let response = client
+//!     .create(&CreateResponse::new("gpt-test", Input::Text("hello".into())))
+//!     .await?;
+//! assert_eq!(response.status.as_deref(), Some("completed"));
+//! assert_eq!(server.requests().len(), 1);
 //! # Ok(()) }
 //! ```
 
+#![warn(missing_docs, unreachable_pub, missing_debug_implementations)]
 // Handlers turn `ApiFailure` into an HTTP response at once; boxing it buys nothing.
 #![allow(clippy::result_large_err)]
 
@@ -47,6 +58,7 @@ pub fn builtin_fixture(mode: &str) -> Option<&'static str> {
 /// Emulator settings.
 #[derive(Debug, Clone, Default)]
 pub struct MockConfig {
+    /// The rules that answer requests; an empty script echoes the conversation.
     pub script: Script,
     /// The bearer key to require; `None` accepts any non-empty key (a missing one is 401).
     pub api_key: Option<String>,
@@ -57,6 +69,7 @@ pub struct MockConfig {
 }
 
 impl MockConfig {
+    /// Settings for `script` that accept any non-empty key.
     pub fn new(script: Script) -> Self {
         Self {
             script,
@@ -65,6 +78,7 @@ impl MockConfig {
             ws: ws::WsOptions::default(),
         }
     }
+    /// Requires exactly this bearer key (others get 401).
     pub fn with_api_key(mut self, key: impl Into<String>) -> Self {
         self.api_key = Some(key.into());
         self
@@ -80,13 +94,18 @@ impl MockConfig {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum MockError {
+    /// The address cannot be bound (in use, or not local).
     #[error("cannot bind {addr}: {source}")]
     Bind {
+        /// The address asked for.
         addr: String,
+        /// Why binding failed.
         source: std::io::Error,
     },
+    /// The script is invalid.
     #[error(transparent)]
     Script(#[from] ScriptError),
+    /// [`MockConfig::for_mode`] got a mode without a built-in fixture.
     #[error("no built-in fixture for mode `{0}` (direct, ptc, async, compact, run)")]
     UnknownMode(String),
 }
@@ -196,7 +215,14 @@ impl Drop for MockServer {
 #[derive(Clone)]
 pub struct GateHandle(Arc<router::AppState>);
 
+impl std::fmt::Debug for GateHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GateHandle").finish_non_exhaustive()
+    }
+}
+
 impl GateHandle {
+    /// Lets a stream waiting at gate `name` continue (before or after it waits).
     pub fn open(&self, name: &str) {
         self.0.gate(name).notify_one();
     }

@@ -8,7 +8,7 @@ use serde_json::{Map, Value, json};
 static COUNTER: AtomicU64 = AtomicU64::new(1);
 
 /// A fresh id with the API's prefix (`resp`, `msg`, `fc`, `rs`, `cmp`, `prog`, `req`, ...).
-pub fn new_id(prefix: &str) -> String {
+pub(crate) fn new_id(prefix: &str) -> String {
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
     let random = uuid::Uuid::new_v4().simple().to_string();
     format!("{prefix}_{n:04x}{}", &random[..20])
@@ -22,7 +22,7 @@ fn now() -> u64 {
 }
 
 /// Completes an output item the way the API shapes it: id, status, required fields.
-pub fn finish_item(item: &Value) -> Value {
+pub(crate) fn finish_item(item: &Value) -> Value {
     let Value::Object(map) = item else {
         return item.clone();
     };
@@ -85,12 +85,13 @@ pub fn finish_item(item: &Value) -> Value {
 }
 
 /// Rough token count: a quarter of the characters, at least 1.
-pub fn tokens(text: &str) -> u64 {
+pub(crate) fn tokens(text: &str) -> u64 {
     (text.chars().count() as u64 / 4).max(1)
 }
 
-/// A full response object (reference section 3) echoing the request.
-pub fn response_object(
+/// A full response object (<https://platform.openai.com/docs/api-reference/responses/object>)
+/// echoing the request.
+pub(crate) fn response_object(
     id: &str,
     request: &CreateResponse,
     status: &str,

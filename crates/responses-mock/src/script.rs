@@ -22,8 +22,10 @@ use serde_json::{Map, Value};
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Script {
+    /// What the script is for, for people.
     #[serde(default)]
     pub description: String,
+    /// The rules, tried in order; the first available match answers.
     #[serde(default)]
     pub rules: Vec<Rule>,
 }
@@ -32,19 +34,25 @@ pub struct Script {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ScriptError {
+    /// The script file cannot be read.
     #[error("cannot read script {path}: {source}")]
     Read {
+        /// The file, as given.
         path: String,
+        /// Why it cannot be read.
         source: std::io::Error,
     },
+    /// The text is not a valid script (unknown fields are refused).
     #[error("invalid script: {0}")]
     Parse(#[from] serde_json::Error),
 }
 
 impl Script {
+    /// Parses a script from JSON text.
     pub fn from_json_str(text: &str) -> Result<Self, ScriptError> {
         Ok(serde_json::from_str(text)?)
     }
+    /// Reads and parses a script file.
     pub fn load(path: &Path) -> Result<Self, ScriptError> {
         let text = std::fs::read_to_string(path).map_err(|source| ScriptError::Read {
             path: path.display().to_string(),
@@ -58,14 +66,18 @@ impl Script {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Rule {
+    /// A label for logs and failures.
     #[serde(default)]
     pub name: String,
+    /// The conditions a request must meet.
     #[serde(default)]
     pub when: Match,
     /// How many requests this rule may answer (unlimited when absent).
     #[serde(default)]
     pub times: Option<u32>,
+    /// What the rule answers.
     pub reply: Reply,
+    /// A stream fault to inject into the answer, if any.
     #[serde(default)]
     pub fault: Option<Fault>,
 }
@@ -74,9 +86,12 @@ pub struct Rule {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Endpoint {
+    /// `POST /v1/responses`.
     #[default]
     Responses,
+    /// `POST /v1/responses/compact`.
     Compact,
+    /// Either endpoint.
     Any,
 }
 
@@ -84,6 +99,7 @@ pub enum Endpoint {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Match {
+    /// The endpoint the request went to.
     #[serde(default)]
     pub endpoint: Endpoint,
     /// The last user message contains this text.
@@ -112,11 +128,16 @@ pub struct Match {
 #[serde(untagged)]
 pub enum Reply {
     /// An HTTP error.
-    Error { error: ErrorReply },
+    Error {
+        /// The status, headers and error body to send.
+        error: ErrorReply,
+    },
     /// A response with these output items (ids filled in when missing). Strings may use
     /// `{{last_user}}` and `{{outputs}}` (the tool outputs in the request, joined by `; `).
     Items {
+        /// The output items, as JSON; rendered per request.
         items: Vec<Value>,
+        /// The response's `status` (`completed` unless given).
         #[serde(default = "completed")]
         status: String,
         /// Characters per text/arguments delta when streamed.
@@ -124,7 +145,10 @@ pub enum Reply {
         delta_chars: Option<usize>,
     },
     /// The default conversation (echo).
-    Echo { echo: bool },
+    Echo {
+        /// Marks the variant in the script file; its value is not read.
+        echo: bool,
+    },
 }
 
 fn completed() -> String {
@@ -135,14 +159,20 @@ fn completed() -> String {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ErrorReply {
+    /// The HTTP status.
     pub status: u16,
+    /// Extra response headers (e.g. `retry-after`, `x-should-retry`).
     #[serde(default)]
     pub headers: Map<String, Value>,
+    /// The error body's `message`.
     pub message: String,
+    /// The error body's `type`; derived from the status when absent.
     #[serde(rename = "type", default)]
     pub kind: Option<String>,
+    /// The error body's `code`.
     #[serde(default)]
     pub code: Option<String>,
+    /// The error body's `param`.
     #[serde(default)]
     pub param: Option<String>,
 }
@@ -151,7 +181,9 @@ pub struct ErrorReply {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Fault {
+    /// How many events are sent before the fault.
     pub after_events: usize,
+    /// What goes wrong.
     pub kind: FaultKind,
     /// For `gate`: the name the test opens with `MockServer::open_gate`.
     #[serde(default)]
@@ -176,15 +208,22 @@ pub enum FaultKind {
 }
 
 /// What a rule sees of a request.
+#[derive(Debug)]
 pub struct RequestView<'a> {
+    /// The endpoint the request went to.
     pub endpoint: Endpoint,
+    /// The raw body, for `body_contains`.
     pub body_text: &'a str,
+    /// The whole conversation: the previous response's context plus this input.
     pub items: &'a [Item],
+    /// Whether `stream: true` was asked for.
     pub stream: bool,
+    /// Whether `previous_response_id` is set.
     pub previous_response: bool,
 }
 
 impl Match {
+    /// Whether every condition given holds for `req`.
     pub fn matches(&self, req: &RequestView<'_>) -> bool {
         let endpoint_ok = match self.endpoint {
             Endpoint::Any => true,

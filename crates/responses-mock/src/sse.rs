@@ -1,4 +1,4 @@
-//! The event sequence of a streamed response, in the order of reference section 6.3:
+//! The event sequence of a streamed response, in the API's order:
 //! `created`, `in_progress`, then per item `output_item.added` -> content/argument events ->
 //! `output_item.done`, then the terminal event carrying the final response with usage.
 //! `sequence_number` starts at 0 and increases by one.

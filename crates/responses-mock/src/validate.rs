@@ -1,4 +1,5 @@
-//! Request validation with the API's messages (reference section 10.1).
+//! Request validation with the API's messages and error body
+//! (<https://platform.openai.com/docs/guides/error-codes>).
 //!
 //! Invariants checked over the full context (the `previous_response_id` chain plus `input`):
 //! every output refers to an earlier call; every non-async call has an output; outputs of
@@ -13,15 +14,22 @@ use axum::http::HeaderMap;
 /// An API error as the emulator sends it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ApiFailure {
+    /// The HTTP status (for WebSocket mode: the `status` of the `error` event).
     pub status: u16,
+    /// The error body's `message`, worded as the API words it.
     pub message: String,
+    /// The error body's `type`, e.g. `invalid_request_error`.
     pub kind: String,
+    /// The error body's `code`, when the API sends one.
     pub code: Option<String>,
+    /// The error body's `param`: the request field at fault.
     pub param: Option<String>,
+    /// Extra response headers (lower-case names), e.g. `retry-after`.
     pub headers: Vec<(String, String)>,
 }
 
 impl ApiFailure {
+    /// A 400 `invalid_request_error`.
     pub fn invalid(message: impl Into<String>, param: Option<&str>, code: Option<&str>) -> Self {
         Self {
             status: 400,
@@ -33,6 +41,7 @@ impl ApiFailure {
         }
     }
 
+    /// The `{"error": {...}}` body.
     pub fn body(&self) -> serde_json::Value {
         serde_json::json!({"error": {"message": self.message, "type": self.kind, "param": self.param, "code": self.code}})
     }

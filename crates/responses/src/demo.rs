@@ -1,31 +1,42 @@
-//! The seed's demo (`live_api.py`): the fictional `scan` tool, its definitions per mode, and
+//! The demo: the fictional `scan` tool, its definitions per mode, and
 //! the prompts. Used by `agentctl api ...` and by the ported contract tests; compiled only
 //! with the `demo` cargo feature, so library users never see it.
 
 use serde_json::{Value, json};
 
-use crate::loops::{ToolExecutor, ToolFailure};
+use crate::loops::{ExecutorFailure, ToolExecutor};
 use crate::types::{FunctionTool, Tool};
 
+/// The model the demo asks for (any string works with the emulator).
 pub const MODEL: &str = "gpt-6-astra";
+/// The demo's system instructions: disclose tool failures, never invent results.
 pub const INSTRUCTIONS: &str =
     "数据全是教学 fixture。保留 source。工具失败必须披露，不可编造结果。";
+/// The prompt of the direct and PTC loops: sum fictional risk counts over two modules.
 pub const LOOP_PROMPT: &str = "查 api 和 ui 的虚构风险统计，计算 high 总数并注明来源。";
+/// The prompt of the async loop: explain something while the tool runs.
 pub const ASYNC_PROMPT: &str =
     "启动 api 模块查询，同时先解释什么是单元测试；结果到达后再解释风险统计。";
+/// The first prompt of the compaction run: constraints to keep.
 pub const COMPACT_PROMPT: &str = "项目约束：Python 标准库、只读分析、不要改文件。请复述。";
+/// The follow-up after compaction: the constraints must have survived it.
 pub const COMPACT_FOLLOW_UP: &str = "继续，列出必须遵守的三个约束。";
 
-/// The four seed modes.
+/// The four demo modes, one per kind of tool loop.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
+    /// Function tools, called by the model directly.
     Direct,
+    /// Programmatic tool calling: the model's program calls the tools.
     Ptc,
+    /// Async tools, dispatched while the response streams.
     Async,
+    /// Compaction of a conversation, then a follow-up.
     Compact,
 }
 
 impl Mode {
+    /// The mode's name on the command line.
     pub fn name(self) -> &'static str {
         match self {
             Mode::Direct => "direct",
@@ -72,10 +83,10 @@ pub fn output_schema() -> Value {
         "additionalProperties": false})
 }
 
-/// The seed's `scan`: fictional risk counts; only `{"module": "api"|"ui"}` is accepted.
-pub fn scan(arguments: &str) -> Result<Value, ToolFailure> {
+/// The demo `scan`: fictional risk counts; only `{"module": "api"|"ui"}` is accepted.
+pub fn scan(arguments: &str) -> Result<Value, ExecutorFailure> {
     let args: Value = serde_json::from_str(arguments)
-        .map_err(|e| ToolFailure::new(format!("invalid arguments: {e}")))?;
+        .map_err(|e| ExecutorFailure::new(format!("invalid arguments: {e}")))?;
     let module = match args.as_object() {
         Some(map) if map.len() == 1 => map.get("module").and_then(Value::as_str),
         _ => None,
@@ -83,7 +94,7 @@ pub fn scan(arguments: &str) -> Result<Value, ToolFailure> {
     match module {
         Some(module @ ("api" | "ui")) => Ok(json!({"ok": true, "module": module,
             "high": if module == "api" { 2 } else { 0 }, "source": "fictional-fixture-v1", "error": ""})),
-        _ => Err(ToolFailure::new("invalid module")),
+        _ => Err(ExecutorFailure::new("invalid module")),
     }
 }
 
@@ -97,14 +108,14 @@ impl ToolExecutor for ScanTool {
         _call_id: &str,
         name: &str,
         arguments: &str,
-    ) -> Result<String, ToolFailure> {
+    ) -> Result<String, ExecutorFailure> {
         if name != "scan" {
-            return Err(ToolFailure::new("unknown tool"));
+            return Err(ExecutorFailure::new("unknown tool"));
         }
         scan(arguments).map(|v| v.to_string())
     }
 
-    fn failure_output(&self, _name: &str, failure: &ToolFailure) -> String {
+    fn failure_output(&self, _name: &str, failure: &ExecutorFailure) -> String {
         json!({"ok": false, "module": "", "high": 0, "error": failure.message, "source": "local-dispatcher"}).to_string()
     }
 }

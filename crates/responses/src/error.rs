@@ -11,8 +11,11 @@ pub struct ApiError {
     pub status: Option<u16>,
     /// `error.type`, e.g. `invalid_request_error`.
     pub kind: Option<String>,
+    /// `error.code`, a machine-readable reason when the API gives one.
     pub code: Option<String>,
+    /// `error.param`, the request parameter at fault.
     pub param: Option<String>,
+    /// `error.message`, for people.
     pub message: String,
     /// The `x-request-id` response header.
     pub request_id: Option<String>,
@@ -73,34 +76,47 @@ impl ApiError {
 }
 
 /// Everything that can go wrong talking to the Responses API.
+/// Why a request through [`Client`](crate::Client) failed. Messages never contain the key.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ClientError {
     #[error("OPENAI_API_KEY is not set")]
+    /// No key in the environment (or an empty one).
     MissingApiKey,
     #[error("invalid base URL `{0}`")]
+    /// The base URL is not an `http(s)://` URL.
     InvalidBaseUrl(String),
     #[error("{0}")]
+    /// The API answered with an error status (after the retries the policy allows).
     Api(Box<ApiError>),
     #[error("cannot connect to the API: {0}")]
+    /// No connection to the API (retried first).
     Connect(String),
     #[error("request timed out: {0}")]
+    /// The request took longer than the configured timeout (retried first).
     Timeout(String),
     #[error("HTTP transport error: {0}")]
+    /// The connection failed mid-request.
     Transport(String),
     #[error("cannot decode the API's JSON: {0}")]
+    /// The API's JSON body does not match the wire types.
     Decode(String),
     #[error("malformed event stream: {0}")]
+    /// The event stream broke the SSE framing rules.
     Sse(#[from] SseError),
     #[error("no stream event for {0:?} (idle timeout)")]
+    /// No event arrived for this long; the stream is given up.
     StreamIdleTimeout(Duration),
     #[error(
         "the event stream ended before a terminal event (response.completed/failed/incomplete)"
     )]
+    /// The stream closed before its terminal event: the response's outcome is unknown.
     StreamEndedEarly,
     #[error("{0}")]
+    /// The stream carried an `error` event.
     StreamError(Box<ApiError>),
     #[error("a streamed request must go through create_stream, a plain one through create")]
+    /// The request's `stream` flag does not match the method it was given to.
     StreamFlagMismatch,
 }
 

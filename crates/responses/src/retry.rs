@@ -1,4 +1,6 @@
-//! The official SDK's retry policy (reference section 10.3), as pure functions.
+//! The official SDK's retry policy, as pure functions (the Python SDK's `_should_retry` and
+//! `_calculate_retry_timeout` in
+//! <https://github.com/openai/openai-python/blob/main/src/openai/_base_client.py>).
 //!
 //! Decision order: a `retry-after(-ms)` above [`MAX_RETRY_AFTER`] forbids retrying; then
 //! `x-should-retry: true|false` decides; then statuses 408, 409, 429 and >= 500 retry.
@@ -21,8 +23,11 @@ pub const MAX_RETRY_DELAY: Duration = Duration::from_secs(8);
 /// Backoff settings (the defaults are the SDK's; tests may shrink `initial`).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct RetryPolicy {
+    /// Retries after the first attempt (so `max_retries + 1` attempts).
     pub max_retries: u32,
+    /// Base delay of the first retry; doubles per retry, with up to 25% jitter.
     pub initial_delay: Duration,
+    /// Longest delay between retries.
     pub max_delay: Duration,
 }
 

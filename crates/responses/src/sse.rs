@@ -30,14 +30,19 @@ pub struct SseFrame {
     pub id: Option<String>,
 }
 
-/// Malformed SSE input.
+/// Malformed SSE input: a byte stream that breaks the framing rules.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum SseError {
     #[error("SSE line is not valid UTF-8")]
+    /// A line is not UTF-8 (the framing requires it).
     InvalidUtf8,
     #[error("SSE frame exceeds {limit} bytes")]
-    FrameTooLarge { limit: usize },
+    /// A line or a frame's data grew past the parser's bound.
+    FrameTooLarge {
+        /// The bound, in bytes.
+        limit: usize,
+    },
 }
 
 /// Incremental SSE parser: feed bytes with [`push`](Self::push), collect frames.

@@ -1,4 +1,4 @@
-//! Tool loops against the emulator over real HTTP, including the seed's five API contract tests.
+//! Tool loops against the emulator over real HTTP, including the five API contract tests.
 
 // Test helpers outside `#[test]` functions may unwrap and panic too.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use agent_responses::ClientError;
 use agent_responses::demo::{self, Mode, ScanTool};
-use agent_responses::loops::{self, LoopConfig, LoopError, ToolExecutor, ToolFailure};
+use agent_responses::loops::{self, ExecutorFailure, LoopConfig, LoopError, ToolExecutor};
 use agent_responses::sse::{Decoded, SseParser, decode_frame};
 use agent_responses::types::{
     Caller, FunctionCall, Input, Item, MessageItem, ProgramCaller, StreamEvent,
@@ -33,7 +33,7 @@ fn prompt() -> Vec<Item> {
     vec![Item::Message(MessageItem::user(demo::LOOP_PROMPT))]
 }
 
-/// Counts executions and delegates to the seed's scan tool.
+/// Counts executions and delegates to the demo `scan` tool.
 #[derive(Default)]
 struct Counting(AtomicUsize);
 
@@ -43,16 +43,16 @@ impl ToolExecutor for Counting {
         call_id: &str,
         name: &str,
         arguments: &str,
-    ) -> Result<String, ToolFailure> {
+    ) -> Result<String, ExecutorFailure> {
         self.0.fetch_add(1, Ordering::SeqCst);
         ScanTool.call(call_id, name, arguments).await
     }
-    fn failure_output(&self, name: &str, failure: &ToolFailure) -> String {
+    fn failure_output(&self, name: &str, failure: &ExecutorFailure) -> String {
         ScanTool.failure_output(name, failure)
     }
 }
 
-// ---- the seed's five contract tests (test_live_api.py) ----
+// ---- the five API contract tests ----
 
 #[tokio::test]
 async fn test_ptc_output_keeps_caller_and_error_shape() {
@@ -144,7 +144,7 @@ impl ToolExecutor for OpensGate {
         call_id: &str,
         name: &str,
         arguments: &str,
-    ) -> Result<String, ToolFailure> {
+    ) -> Result<String, ExecutorFailure> {
         self.1.lock().unwrap().push(call_id.to_owned());
         self.0.open("after-call");
         ScanTool.call(call_id, name, arguments).await

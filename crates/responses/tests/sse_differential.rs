@@ -3,7 +3,7 @@
 //!
 //! Properties, on random byte streams (SSE-shaped token soup and raw nasty bytes: CR/LF at
 //! chunk edges, lone CR, UTF-8 split across chunks, NUL, BOMs, comments, `retry:`, unknown
-//! fields, long lines) cut at random chunk boundaries, and on the seed corpus in
+//! fields, long lines) cut at random chunk boundaries, and on the fuzz corpus in
 //! `fixtures/fuzz/sse/` (real streams captured from the emulator plus hand-made cases):
 //!
 //! 1. Ours and `eventsource-stream` dispatch the same frames (data, event type, last event
@@ -361,7 +361,7 @@ proptest! {
     }
 }
 
-// ---- the seed corpus and the pinned differences ----
+// ---- the fuzz corpus and the pinned differences ----
 
 fn corpus() -> Vec<(String, Vec<u8>)> {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/fuzz/sse");
@@ -377,7 +377,7 @@ fn corpus() -> Vec<(String, Vec<u8>)> {
     files.sort();
     assert!(
         files.len() >= 5,
-        "seed corpus is missing in {}",
+        "fuzz corpus is missing in {}",
         dir.display()
     );
     files
@@ -445,7 +445,7 @@ fn eventsource_stream_drops_a_frame_ended_by_a_final_lone_cr() {
     assert_eq!(theirs(&[b"data: x\n\r\n"]).0, ours(&[b"data: x\n\r"]).0);
 }
 
-/// Regenerates the `emulator-*.sse` seed files from the emulator over real HTTP:
+/// Regenerates the `emulator-*.sse` corpus files from the emulator over real HTTP:
 /// `cargo test -p agent-responses --test sse_differential -- --ignored capture`.
 #[tokio::test]
 #[ignore = "writes fixtures/fuzz/sse/emulator-*.sse"]

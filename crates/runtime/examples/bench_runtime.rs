@@ -263,7 +263,7 @@ async fn main() -> anyhow::Result<()> {
     if !a.extras {
         return Ok(());
     }
-    // The seed's collapse case: 30k calls in one turn at concurrency 2, all launched at once.
+    // The collapse case of the baseline: 30k calls in one turn at concurrency 2, all launched at once.
     let journal = Journal::open("sqlite::memory:").await?;
     let run = calls(journal, 30_000, 2, 30_000).await?;
     println!(

@@ -1,6 +1,6 @@
 //! Fan-out: run several calls concurrently, wait for all to settle, validate every output
-//! against a declared shape, and report `complete` or `partial` (the seed's
-//! `orchestration_demo.mjs`).
+//! against a declared shape, and report `complete` or `partial`, never a
+//! partial result passed off as complete.
 //!
 //! Invariants: every input appears exactly once, either among the rows it contributed or
 //! in `failures` (a call that failed, or whose output broke the shape); one input's failure
@@ -15,35 +15,43 @@ use serde_json::{Value, json};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum FanOutStatus {
+    /// Every input produced valid rows.
     Complete,
+    /// At least one input failed; `failures` lists them and `findings` holds the rest.
     Partial,
 }
 
 /// One input that produced no valid output.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Failure {
+    /// The input that failed.
     pub input: String,
+    /// Why: the call's error or the first row that broke the shape.
     pub error: String,
 }
 
 /// The settled fan-out.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct FanOutReport {
+    /// `complete` only when `failures` is empty.
     pub status: FanOutStatus,
     /// Valid rows the `keep` predicate selected, in input order.
     pub findings: Vec<Value>,
+    /// The inputs without valid output, in input order.
     pub failures: Vec<Failure>,
 }
 
 /// A declared output shape: each call returns an array of rows; each row must pass `check`.
 pub trait Shape {
+    /// `Ok` when `row` has the shape; otherwise why not (reported as the input's failure).
     fn check(&self, row: &Value) -> Result<(), String>;
 }
 
-/// The seed's finding row: non-empty `file` and `evidence` strings, `severity` in an
+/// The demo's finding row: non-empty `file` and `evidence` strings, `severity` in an
 /// allowed set.
 #[derive(Debug, Clone)]
 pub struct FindingShape {
+    /// The allowed values of `severity`.
     pub severities: Vec<String>,
 }
 
@@ -120,7 +128,7 @@ where
     }
 }
 
-/// The seed's fixture dataset for the `scan` tool.
+/// The fixture dataset behind the demo `scan` tool: finding rows per module.
 pub fn demo_dataset() -> Value {
     json!({
         "api": [{"file": "api.py", "severity": "high", "evidence": "fixture:api:1"}],
@@ -128,7 +136,7 @@ pub fn demo_dataset() -> Value {
     })
 }
 
-/// The seed's `scan({module})`: the module's fixture rows, or `missing fixture: <module>`.
+/// The demo `scan({module})`: the module's fixture rows, or `missing fixture: <module>`.
 pub async fn demo_scan(module: String) -> Result<Value, String> {
     demo_dataset()
         .get(&module)

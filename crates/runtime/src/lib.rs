@@ -1,4 +1,4 @@
-//! `agent-runtime`: the turn runtime of the seed's `runtime_demo.py`, made durable.
+//! `agent-runtime`: durable agent turns with steering, journaled tool calls and recovery.
 //!
 //! A [`Runtime`] runs turns on threads over an [`agent_journal::Journal`]:
 //! - one running turn per thread; [`Runtime::steer`] bumps the revision, results launched
@@ -16,6 +16,31 @@
 //!
 //! Also here: [`fanout`] (run calls concurrently, validate each output, report complete or
 //! partial) and [`observe`] (an observe-act loop with an action budget).
+//!
+//! A turn with one tool call, on an in-process journal:
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use agent_journal::Journal;
+//! use agent_runtime::{CallStatus, Runtime, RuntimeOptions};
+//! use serde_json::json;
+//!
+//! let journal = Journal::open("memory:").await?;
+//! let runtime = Runtime::recover(journal, RuntimeOptions::default()).await?;
+//! let turn = runtime.start("thread-1").await?;
+//! // `tool.scheduled` is durable once `launch` returns; the same call_id is the same job.
+//! let key = runtime
+//!     .launch("thread-1", &turn, "call-1", "read_docs", json!({"delay": 0}))
+//!     .await?;
+//! let result = runtime.result("thread-1", &turn, &key).await?;
+//! assert_eq!(result.status, CallStatus::Completed);
+//! assert!(!result.stale);
+//! runtime.finish("thread-1", &turn).await?;
+//! runtime.close().await;
+//! # Ok(()) }
+//! ```
+
+#![warn(missing_docs, unreachable_pub, missing_debug_implementations)]
 
 mod error;
 pub mod events;
@@ -33,7 +58,7 @@ pub use error::RuntimeError;
 pub use options::{DEFAULT_RUN_DEADLINE, Deadlines, RuntimeOptions};
 pub use outcome::{CallStatus, DeadlinePhase, Outcome, ToolResult};
 pub use recover::{InterruptedCall, RecoveryReport};
-pub use runtime::{JobKey, Runtime, TurnStatus};
+pub use runtime::{JobKey, Runtime, RuntimeTurnStatus};
 pub use signature::signature;
 pub use tokio_util::sync::CancellationToken;
 pub use tool::{

@@ -1,4 +1,4 @@
-//! The observe-act loop (the seed's `gui_loop_demo.py`): observe the environment, stop
+//! The observe-act loop: observe the environment, stop
 //! when the goal holds, otherwise let the policy pick an action and apply it, within an
 //! action budget.
 //!
@@ -10,9 +10,12 @@ use serde::Serialize;
 
 /// Something that can be observed and acted on.
 pub trait Environment {
+    /// What the policy and the goal check see.
     type Observation: Clone + std::fmt::Debug;
+    /// What the policy can do.
     type Action: Clone + std::fmt::Debug;
 
+    /// The current state, read fresh (never the policy's belief).
     fn observe(&self) -> Self::Observation;
     /// Applies `action`; `Err` (with the reason) when it is not valid in the current state.
     fn act(&mut self, action: &Self::Action) -> Result<(), String>;
@@ -21,21 +24,32 @@ pub trait Environment {
 /// Why the loop failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum LoopError {
+    /// The policy chose an action the environment refused.
     #[error("action {action} at step {step} is not valid in the current state: {reason}")]
     InvalidAction {
+        /// How many actions had been applied before it.
         step: usize,
+        /// The refused action.
         action: String,
+        /// The environment's explanation.
         reason: String,
     },
+    /// The goal did not hold after `budget` actions.
     #[error("task not completed within the action budget of {budget}")]
-    BudgetExhausted { budget: usize },
+    BudgetExhausted {
+        /// The number of actions allowed.
+        budget: usize,
+    },
 }
 
 /// A successful run: the actions taken and the verified final observation.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct LoopReport<O, A> {
+    /// The actions applied, in order.
     pub actions: Vec<A>,
+    /// The observation in which the goal held.
     pub final_observation: O,
+    /// How many actions were applied (`actions.len()`).
     pub steps: usize,
 }
 
@@ -72,18 +86,22 @@ pub fn run_loop<E: Environment>(
     Err(LoopError::BudgetExhausted { budget })
 }
 
-/// The seed's fake app: a filter panel and a search query.
+/// The demo's fake app: a filter panel and a search query.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct FilterApp {
+    /// Whether the filter panel is open (typing needs it open).
     pub filters_open: bool,
+    /// The search query typed so far.
     pub query: String,
 }
 
-/// The seed's two actions.
+/// The demo's two actions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum FilterAction {
+    /// Opens the filter panel.
     OpenFilters,
+    /// Types "penguin" into the query (only with the panel open).
     TypePenguin,
 }
 
@@ -110,12 +128,12 @@ impl Environment for FilterApp {
     }
 }
 
-/// The seed's goal: filters open and the query is "penguin".
+/// The demo's goal: filters open and the query is "penguin".
 pub fn filter_goal(o: &FilterApp) -> bool {
     o.filters_open && o.query == "penguin"
 }
 
-/// The seed's policy: open the filters, then type.
+/// The demo's policy: open the filters, then type.
 pub fn filter_policy(o: &FilterApp) -> FilterAction {
     if o.filters_open {
         FilterAction::TypePenguin
@@ -124,7 +142,7 @@ pub fn filter_policy(o: &FilterApp) -> FilterAction {
     }
 }
 
-/// The seed's action budget.
+/// The demo's action budget: enough for its two actions, with room to spare.
 pub const DEMO_BUDGET: usize = 5;
 
 #[cfg(test)]

@@ -9,7 +9,9 @@ use crate::tool::ToolRegistry;
 /// are separate so that waiting under load never eats the tool's own time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Deadlines {
+    /// Longest wait for a run slot; past it the call times out without starting.
     pub queue: Option<Duration>,
+    /// Longest run once started; past it the tool is cancelled and the call times out.
     pub run: Option<Duration>,
 }
 
@@ -19,7 +21,7 @@ impl Deadlines {
         Deadlines::default()
     }
 
-    /// Only a run deadline (the seed's `timeout`, minus the queue time it wrongly included).
+    /// Only a run deadline: time spent waiting in the queue does not count against it.
     pub fn run(run: Duration) -> Self {
         Deadlines {
             queue: None,
@@ -27,18 +29,20 @@ impl Deadlines {
         }
     }
 
+    /// Adds a queue deadline.
     pub fn with_queue(mut self, queue: Duration) -> Self {
         self.queue = Some(queue);
         self
     }
 
+    /// Adds (or replaces) the run deadline.
     pub fn with_run(mut self, run: Duration) -> Self {
         self.run = Some(run);
         self
     }
 }
 
-/// Default run deadline (the seed's `timeout=1`).
+/// Default run deadline: one second of running per tool call.
 pub const DEFAULT_RUN_DEADLINE: Duration = Duration::from_secs(1);
 
 /// How a [`Runtime`](crate::Runtime) behaves.
@@ -46,7 +50,7 @@ pub const DEFAULT_RUN_DEADLINE: Duration = Duration::from_secs(1);
 pub struct RuntimeOptions {
     /// The allowlist.
     pub tools: ToolRegistry,
-    /// Tools running at once (the seed's `concurrency`).
+    /// Tools running at once; further calls wait in the queue.
     pub concurrency: usize,
     /// Admission control: calls queued plus running, runtime-wide. `launch` beyond it
     /// fails with [`RuntimeError::Overloaded`](crate::RuntimeError::Overloaded).
@@ -70,26 +74,31 @@ impl Default for RuntimeOptions {
 }
 
 impl RuntimeOptions {
+    /// Sets the allowlist.
     pub fn tools(mut self, tools: ToolRegistry) -> Self {
         self.tools = tools;
         self
     }
 
+    /// Sets how many tools run at once.
     pub fn concurrency(mut self, concurrency: usize) -> Self {
         self.concurrency = concurrency;
         self
     }
 
+    /// Sets the admission bound (calls queued plus running).
     pub fn max_in_flight(mut self, max_in_flight: usize) -> Self {
         self.max_in_flight = max_in_flight;
         self
     }
 
+    /// Sets how long a cancelled tool may take to stop on its own.
     pub fn cancel_grace(mut self, grace: Duration) -> Self {
         self.cancel_grace = grace;
         self
     }
 
+    /// Sets the default deadlines of `launch`.
     pub fn deadlines(mut self, deadlines: Deadlines) -> Self {
         self.deadlines = deadlines;
         self

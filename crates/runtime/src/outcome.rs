@@ -10,10 +10,15 @@ use crate::events;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum CallStatus {
+    /// The tool returned a value.
     Completed,
+    /// The tool reported a failure (or could not be started).
     Failed,
+    /// A deadline expired; `phase` says which.
     Timeout,
+    /// The turn was cancelled while the call was pending.
     Cancelled,
+    /// The process running the call died; recovery ended it without a re-run.
     Interrupted,
 }
 
@@ -55,15 +60,19 @@ pub enum DeadlinePhase {
 /// The settled outcome of one call, as journaled in its terminal event.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Outcome {
+    /// How the call ended.
     pub status: CallStatus,
     /// The turn revision the call was launched under.
     pub revision: u64,
     /// Whether the tool began running (false: it never started, safe to retry).
     pub started: bool,
+    /// The tool's value, for `completed`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub value: Option<Value>,
+    /// The failure message, for every status but `completed`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// Which deadline expired, for `timeout`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<DeadlinePhase>,
 }
@@ -181,14 +190,20 @@ impl Outcome {
 }
 
 /// What `result` answers: the outcome plus whether it predates the turn's current
-/// revision. Serialises like the seed's result (`ok`, `value`/`error`, `stale`, `call_id`).
+/// revision. Serialises as `ok`, `value`/`error`, `stale`, `call_id` (the shape
+/// `agentctl` prints).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ToolResult {
+    /// The call this result answers.
     pub call_id: String,
+    /// `true` exactly when `status` is `completed`.
     pub ok: bool,
+    /// How the call ended.
     pub status: CallStatus,
+    /// The tool's value, for `completed`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub value: Option<Value>,
+    /// The failure message, for every status but `completed`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
     /// Which deadline expired, for `status: timeout`.

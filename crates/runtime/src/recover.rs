@@ -25,18 +25,22 @@ use crate::error::RuntimeError;
 use crate::events;
 use crate::options::RuntimeOptions;
 use crate::outcome::Outcome;
-use crate::runtime::{Job, JobEntry, JobKey, Runtime, TurnState, TurnStatus};
+use crate::runtime::{Job, JobEntry, JobKey, Runtime, RuntimeTurnStatus, TurnState};
 use crate::settlement::Settlement;
 use crate::tool::Tool;
 
 /// What recovery (or adoption) found and did.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct RecoveryReport {
+    /// Threads whose events were read.
     pub threads: usize,
+    /// Journal events read.
     pub events: usize,
+    /// Turns found running and ended with `turn.interrupted`.
     pub turns_interrupted: usize,
     /// Equals `interrupted.len()`.
     pub calls_interrupted: usize,
+    /// Retry-safe calls started again instead of being interrupted.
     pub calls_retried: usize,
     /// The calls that got `tool.interrupted` here, in the order they were scheduled.
     pub interrupted: Vec<InterruptedCall>,
@@ -46,7 +50,9 @@ pub struct RecoveryReport {
 /// `tool.interrupted`.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct InterruptedCall {
+    /// The turn of the call.
     pub turn: String,
+    /// The call's id within its turn.
     pub call_id: String,
     /// The tool's name, as scheduled.
     pub name: String,
@@ -82,7 +88,7 @@ struct CallRecord {
 struct TurnRecord {
     id: String,
     revision: u64,
-    ended: Option<TurnStatus>,
+    ended: Option<RuntimeTurnStatus>,
 }
 
 /// A thread's journal folded into turns and calls.
@@ -137,9 +143,9 @@ impl ThreadFold {
             events::TURN_COMPLETED | events::TURN_CANCELLED | events::TURN_INTERRUPTED => {
                 let turn = str_field(event, "turn_id")?;
                 let status = match kind {
-                    events::TURN_COMPLETED => TurnStatus::Completed,
-                    events::TURN_CANCELLED => TurnStatus::Cancelled,
-                    _ => TurnStatus::Interrupted,
+                    events::TURN_COMPLETED => RuntimeTurnStatus::Completed,
+                    events::TURN_CANCELLED => RuntimeTurnStatus::Cancelled,
+                    _ => RuntimeTurnStatus::Interrupted,
                 };
                 if let Some(t) = self.last_turn.as_mut()
                     && t.id == turn
@@ -270,7 +276,10 @@ impl Runtime {
                     return Err(RuntimeError::Closed);
                 }
                 if let Some(t) = st.turns.get(&thread)
-                    && matches!(t.status, TurnStatus::Running | TurnStatus::Ending)
+                    && matches!(
+                        t.status,
+                        RuntimeTurnStatus::Running | RuntimeTurnStatus::Ending
+                    )
                 {
                     return Err(RuntimeError::TurnActive {
                         thread: thread.clone(),
@@ -348,7 +357,7 @@ impl Runtime {
                 TurnState {
                     id: last.id,
                     revision: last.revision,
-                    status: last.ended.unwrap_or(TurnStatus::Interrupted),
+                    status: last.ended.unwrap_or(RuntimeTurnStatus::Interrupted),
                     cancel: self.inner.root.child_token(),
                 },
             );

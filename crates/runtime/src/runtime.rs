@@ -37,20 +37,30 @@ pub(crate) use job::Job;
 /// Identifies one call: the owner (thread, turn) and the model's call id.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct JobKey {
+    /// The journal thread the call belongs to.
     pub thread: String,
+    /// The turn that launched it; only this turn may ask for its result.
     pub turn: String,
+    /// The caller's id for the call (a model's `call_id`), unique within the turn.
     pub call_id: String,
 }
 
-/// Where a turn is in its life.
+/// Where a runtime turn is in its life (the runtime's own bookkeeping; the Codex
+/// app-server's wire status is `agent_appserver::TurnStatus`). Only a `Running` turn accepts
+/// launches, steers and commits; every other status is final except `Ending`, which becomes
+/// `Completed` or `Cancelled` once its jobs are stopped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum TurnStatus {
+pub enum RuntimeTurnStatus {
+    /// Started and not yet ended: the one turn of its thread that can launch tool calls.
     Running,
     /// Being cancelled or finished: its jobs are being stopped.
     Ending,
+    /// Finished by [`Runtime::finish`]; its journal holds `turn.completed`.
     Completed,
+    /// Ended by [`Runtime::cancel`]; its jobs were cancelled.
     Cancelled,
+    /// Found running by recovery after a restart: the process that ran it is gone.
     Interrupted,
 }
 
@@ -59,7 +69,7 @@ pub enum TurnStatus {
 pub(crate) struct TurnState {
     pub(crate) id: String,
     pub(crate) revision: u64,
-    pub(crate) status: TurnStatus,
+    pub(crate) status: RuntimeTurnStatus,
     pub(crate) cancel: CancellationToken,
 }
 
@@ -189,12 +199,12 @@ impl Runtime {
         let st = self.inner.state();
         st.turns
             .get(thread)
-            .filter(|t| t.status == TurnStatus::Running)
+            .filter(|t| t.status == RuntimeTurnStatus::Running)
             .map(|t| t.id.clone())
     }
 
     /// The latest turn of `thread` known to this runtime: id, revision and status.
-    pub fn turn_status(&self, thread: &str) -> Option<(String, u64, TurnStatus)> {
+    pub fn turn_status(&self, thread: &str) -> Option<(String, u64, RuntimeTurnStatus)> {
         let st = self.inner.state();
         st.turns
             .get(thread)

@@ -1,4 +1,4 @@
-//! The [`Tool`] trait, the allowlist [`ToolRegistry`] and the seed's demo tools.
+//! The [`Tool`] trait, the allowlist [`ToolRegistry`] and the synthetic demo tools.
 
 use foldhash::HashMap;
 use std::sync::Arc;
@@ -23,14 +23,17 @@ pub struct ToolContext {
 }
 
 impl ToolContext {
+    /// The thread of the call.
     pub fn thread(&self) -> &str {
         &self.key.thread
     }
 
+    /// The turn of the call.
     pub fn turn(&self) -> &str {
         &self.key.turn
     }
 
+    /// The call's id within its turn.
     pub fn call_id(&self) -> &str {
         &self.key.call_id
     }
@@ -83,7 +86,7 @@ impl ToolRegistry {
         Self::default()
     }
 
-    /// The seed's tools: `read_docs`, `run_tests`, `fail`.
+    /// The synthetic demo tools: `read_docs`, `run_tests`, `fail`.
     pub fn demo() -> Self {
         Self::new()
             .with(DemoTool::ReadDocs)
@@ -118,16 +121,18 @@ impl ToolRegistry {
 
 /// Longest `delay` the demo tools accept, in seconds.
 pub const MAX_DEMO_DELAY_SECS: f64 = 2.0;
-/// `delay` when the argument is absent, in seconds (the seed's default).
+/// `delay` when the argument is absent, in seconds.
 pub const DEFAULT_DEMO_DELAY_SECS: f64 = 0.01;
 
-/// The seed's synthetic tools. Each waits `delay` seconds (a number, not a bool, within
+/// The synthetic demo tools. Each waits `delay` seconds (a number, not a bool, within
 /// 0..=2; default 0.01) and returns a fixture, or fails (`fail`). They honour cancellation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DemoTool {
     /// Read-only, so safe to retry.
     ReadDocs,
+    /// Pretends to run the tests.
     RunTests,
+    /// Always fails, to exercise the failure path.
     Fail,
 }
 

@@ -1,6 +1,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test and bench code
-//! The runtime's contracts, on SQLite and on PostgreSQL alike: the seed's six
-//! `RuntimeTests`, then recovery, idempotency across restarts, deadlines, admission
+//! The runtime's contracts, on SQLite and on PostgreSQL alike: the six original
+//! runtime contracts, then recovery, idempotency across restarts, deadlines, admission
 //! control, bounded cancellation and memory bounds.
 
 mod common;
@@ -9,8 +9,8 @@ mod support;
 use std::time::Duration;
 
 use agent_runtime::{
-    CallStatus, DeadlinePhase, Deadlines, Runtime, RuntimeError, RuntimeOptions, ToolRegistry,
-    TurnStatus,
+    CallStatus, DeadlinePhase, Deadlines, Runtime, RuntimeError, RuntimeOptions, RuntimeTurnStatus,
+    ToolRegistry,
 };
 use serde_json::json;
 
@@ -211,7 +211,7 @@ async fn seed_cancel_and_stale_turn(f: Fixture) {
 async fn seed_real_overlap_without_timing_threshold(f: Fixture) {
     let r = demo_runtime(&f).await;
     let t = r.start("a").await.unwrap();
-    // The seed launches synchronously; ours awaits a durable `tool.scheduled`, so both
+    // A synchronous launcher would start them one by one; ours awaits a durable `tool.scheduled`, so both
     // launches go out together (one group commit) and the delay leaves room for a slow
     // commit. `overlap_proven_by_a_barrier` proves overlap without any timing at all.
     let (a, b) = tokio::join!(
@@ -268,7 +268,7 @@ async fn start_refuses_while_running_and_finish_allows_the_next_turn(f: Fixture)
     // Other threads are independent.
     r.start("b").await.unwrap();
     r.finish("a", &t).await.unwrap();
-    assert_eq!(r.turn_status("a").unwrap().2, TurnStatus::Completed);
+    assert_eq!(r.turn_status("a").unwrap().2, RuntimeTurnStatus::Completed);
     let t2 = r.start("a").await.unwrap();
     assert_ne!(t, t2);
     let events = replay(&f.journal, "a").await;
@@ -591,7 +591,7 @@ async fn recovery_interrupts_turns_and_unfinished_calls_and_reruns_retry_safe_on
     assert_eq!(report.calls_retried, 1);
     assert_eq!(
         r2.turn_status("a").unwrap(),
-        (t.clone(), 1, TurnStatus::Interrupted)
+        (t.clone(), 1, RuntimeTurnStatus::Interrupted)
     );
     // The retry-safe call runs again and settles; its result is readable.
     lookup_h.wait_started(1).await;

@@ -8,7 +8,7 @@ mod support;
 use std::collections::HashMap;
 
 use agent_runtime::{
-    InterruptedCall, JobKey, Runtime, RuntimeError, RuntimeOptions, ToolRegistry, TurnStatus,
+    InterruptedCall, JobKey, Runtime, RuntimeError, RuntimeOptions, RuntimeTurnStatus, ToolRegistry,
 };
 use serde_json::json;
 
@@ -133,7 +133,7 @@ async fn adopt_settles_one_thread_and_leaves_the_others_alone(f: Fixture) {
     );
     assert_eq!(
         new.turn_status("a").unwrap(),
-        (ta.clone(), 1, TurnStatus::Interrupted)
+        (ta.clone(), 1, RuntimeTurnStatus::Interrupted)
     );
     let a = replay(&f.journal, "a").await;
     assert_one_terminal_each(&a);
@@ -171,7 +171,7 @@ async fn adopt_is_idempotent_refuses_a_driven_thread_and_knows_fresh_ones(f: Fix
         assert!(again.interrupted.is_empty());
         assert_eq!(
             r.turn_status("fresh").unwrap(),
-            (t.clone(), 0, TurnStatus::Completed)
+            (t.clone(), 0, RuntimeTurnStatus::Completed)
         );
     }
     assert_eq!(replay(&f.journal, "fresh").await.len(), before);

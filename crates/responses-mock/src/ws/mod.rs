@@ -1,4 +1,5 @@
-//! WebSocket mode at `GET /v1/responses` (reference section 8), deterministic.
+//! WebSocket mode at `GET /v1/responses` (<https://developers.openai.com/api/docs/guides/websocket-mode>),
+//! deterministic.
 //!
 //! Semantics (one connection = one [`session`]):
 //! - client frames are handled one at a time in arrival order, so requests on a `stream_id`
@@ -11,7 +12,7 @@
 //!   and completes; a steered function call completes, then `response.steer.pending` lists
 //!   the `required_input`; the client's `response.create` on the parent gets the queued
 //!   input prepended (the client must not resend it);
-//! - every `response.steer.failed` code of the reference is reachable (see `session.rs`);
+//! - every documented `response.steer.failed` code is reachable (see `session.rs`);
 //! - protocol errors are `{"type":"error","status":N,"error":{...}}` events;
 //! - `store: false` responses live in a connection-local cache only; stored ones are shared
 //!   by the server's WebSocket connections;
@@ -57,8 +58,11 @@ pub enum FaultAction {
 /// A connection fault on the `connection`-th WebSocket connection (0-based).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WsFault {
+    /// Which connection (0-based, in accept order).
     pub connection: usize,
+    /// When the fault strikes.
     pub point: FaultPoint,
+    /// How the connection ends.
     pub action: FaultAction,
 }
 
@@ -75,6 +79,7 @@ pub struct WsOptions {
     pub max_pending_steers: usize,
     /// Make every successor creation fail (`successor_creation_failed`).
     pub fail_successor_creation: bool,
+    /// A scripted connection fault, if any.
     pub fault: Option<WsFault>,
 }
 
@@ -127,7 +132,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl WsShared {
-    pub fn new(options: WsOptions) -> Self {
+    pub(crate) fn new(options: WsOptions) -> Self {
         Self {
             options,
             ..Self::default()

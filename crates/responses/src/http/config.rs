@@ -49,7 +49,9 @@ impl std::fmt::Display for ApiKey {
 pub struct ClientConfig {
     /// e.g. `https://api.openai.com/v1` (no trailing slash needed).
     pub base_url: String,
+    /// The bearer key; shown nowhere.
     pub api_key: ApiKey,
+    /// When and how long to wait before retrying.
     pub retry: RetryPolicy,
     /// TCP connect timeout (SDK: 5 s).
     pub connect_timeout: Duration,

@@ -10,10 +10,13 @@ use crate::types::{
 /// Every step of a compaction run.
 #[derive(Debug, Clone)]
 pub struct CompactOutcome {
+    /// The response to the first prompt.
     pub first: Response,
+    /// The compaction of that conversation.
     pub compacted: CompactedResponse,
     /// Exactly what the follow-up sent as `input`.
     pub follow_input: Vec<Item>,
+    /// The response to the follow-up, built on the compacted items only.
     pub follow: Response,
 }
 

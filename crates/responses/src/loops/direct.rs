@@ -11,14 +11,17 @@ use super::{LoopConfig, LoopError, ToolExecutor, output_for};
 use crate::http::Client;
 use crate::types::{CreateResponse, FunctionCall, FunctionCallOutput, Input, Item, Response};
 
-/// The seed's turn budget.
+/// Model turns a loop allows by default before it gives up.
 pub const MAX_MODEL_TURNS: usize = 12;
 
 /// The end of a direct loop.
 #[derive(Debug, Clone)]
 pub struct DirectOutcome {
+    /// The final response, with the model's answer.
     pub response: Response,
+    /// Everything sent and received, in order: the conversation to continue from.
     pub history: Vec<Item>,
+    /// Model requests made.
     pub turns: usize,
     /// Tool executions actually run (cached repeats are not counted).
     pub executions: usize,

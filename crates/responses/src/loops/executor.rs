@@ -4,14 +4,18 @@ use std::future::Future;
 
 use crate::types::{FunctionCall, FunctionCallOutput};
 
-/// A tool that could not produce a result. It is reported to the model as a failure.
+/// Why a [`ToolExecutor`] could not answer a call. The loops report it to the model as a
+/// failure ([`ToolExecutor::failure_output`]), never as an invented result. (A tool run by
+/// `agent-runtime` fails with that crate's own `ToolFailure`; an executor maps it here.)
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{message}")]
-pub struct ToolFailure {
+pub struct ExecutorFailure {
+    /// What went wrong, as the model will read it.
     pub message: String,
 }
 
-impl ToolFailure {
+impl ExecutorFailure {
+    /// A failure with this message.
     pub fn new(message: impl Into<String>) -> Self {
         Self {
             message: message.into(),
@@ -27,11 +31,11 @@ pub trait ToolExecutor: Send + Sync {
         call_id: &str,
         name: &str,
         arguments: &str,
-    ) -> impl Future<Output = Result<String, ToolFailure>> + Send;
+    ) -> impl Future<Output = Result<String, ExecutorFailure>> + Send;
 
     /// The output string that reports `failure` to the model (never an invented result).
     /// The default is `{"ok":false,"error":...}`; tools with an `output_schema` override it.
-    fn failure_output(&self, _name: &str, failure: &ToolFailure) -> String {
+    fn failure_output(&self, _name: &str, failure: &ExecutorFailure) -> String {
         serde_json::json!({"ok": false, "error": failure.message}).to_string()
     }
 }

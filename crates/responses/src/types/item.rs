@@ -6,16 +6,25 @@ use serde_json::{Map, Value};
 use super::tagged::{EmitsTag, Nullable, nullable, tagged_union};
 
 tagged_union! {
-    /// One conversation item (reference section 4). Unknown item types are kept whole.
+    /// One conversation item (an `input`/`output` element of the Responses API). Unknown item types are kept whole.
     pub enum Item untyped = "message" {
+        /// A message from the user, the developer or the assistant.
         Message(MessageItem) = "message",
+        /// The model asks the client to run a function tool.
         FunctionCall(FunctionCall) = "function_call",
+        /// The client's answer to a `function_call`.
         FunctionCallOutput(FunctionCallOutput) = "function_call_output",
+        /// The model's reasoning; replayed as is on the next request.
         Reasoning(Reasoning) = "reasoning",
+        /// Earlier conversation replaced by an opaque summary; sent back whole.
         Compaction(Compaction) = "compaction",
+        /// A program the model wrote (programmatic tool calling).
         Program(Program) = "program",
+        /// The result of a `program`.
         ProgramOutput(ProgramOutput) = "program_output",
+        /// The model asks the client to run a custom (free-text) tool.
         CustomToolCall(CustomToolCall) = "custom_tool_call",
+        /// The client's answer to a `custom_tool_call`.
         CustomToolCallOutput(CustomToolCallOutput) = "custom_tool_call_output",
     }
 }
@@ -23,10 +32,15 @@ tagged_union! {
 tagged_union! {
     /// A part of a message's content (`input_text`, `output_text`, `refusal`, ...).
     pub enum ContentPart {
+        /// Text the client sent.
         InputText(TextPart) = "input_text",
+        /// Text the model wrote.
         OutputText(TextPart) = "output_text",
+        /// The model declined to answer.
         Refusal(RefusalPart) = "refusal",
+        /// Reasoning text, when the model shows it.
         ReasoningText(TextPart) = "reasoning_text",
+        /// A summary of the model's reasoning.
         SummaryText(TextPart) = "summary_text",
     }
 }
@@ -34,7 +48,9 @@ tagged_union! {
 tagged_union! {
     /// Who made a tool call: the model directly, or a program (programmatic tool calling).
     pub enum Caller {
+        /// The model called the tool itself.
         Direct(Fields) = "direct",
+        /// A `program` item called the tool; its output resumes that program.
         Program(ProgramCaller) = "program",
     }
 }
@@ -42,6 +58,7 @@ tagged_union! {
 /// A struct with no typed fields: everything lives in `extra`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Fields {
+    /// Fields not named here, kept and sent back verbatim.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
 }
@@ -50,7 +67,9 @@ impl EmitsTag for Fields {}
 /// `{"type":"program","caller_id":...}`: the program item's `call_id`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ProgramCaller {
+    /// The `call_id` of the `program` item that made the call.
     pub caller_id: String,
+    /// Fields not named here, kept and sent back verbatim.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
 }
@@ -59,7 +78,9 @@ impl EmitsTag for ProgramCaller {}
 /// A text-bearing content part.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TextPart {
+    /// The text itself.
     pub text: String,
+    /// Fields not named here, kept and sent back verbatim.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
 }
@@ -87,7 +108,9 @@ impl TextPart {
 /// A refusal content part.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RefusalPart {
+    /// The model's explanation of why it declined.
     pub refusal: String,
+    /// Fields not named here, kept and sent back verbatim.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
 }
@@ -97,21 +120,29 @@ impl EmitsTag for RefusalPart {}
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(untagged)]
 pub enum MessageContent {
+    /// The short form: one string.
     Text(String),
+    /// A list of typed parts.
     Parts(Vec<ContentPart>),
 }
 
 /// A `message` item (input or output). `typed == false` marks the "easy" form without `type`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct MessageItem {
+    /// Whether the item carried `type: "message"`; an easy-form input message is sent back without it.
     #[serde(skip, default = "yes")]
     pub typed: bool,
+    /// The server's id; absent on messages the client writes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub id: Option<String>,
+    /// `user`, `developer`, `system` or `assistant`.
     pub role: String,
+    /// What the message says.
     pub content: MessageContent,
+    /// `in_progress`, `completed` or `incomplete` on output messages.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<String>,
+    /// Fields not named here, kept and sent back verbatim.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
 }
@@ -174,19 +205,26 @@ impl MessageItem {
 /// A `function_call` item. `caller` and `async` keep the difference between absent and null.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct FunctionCall {
+    /// The server's id for the item (distinct from `call_id`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub id: Option<String>,
+    /// Pairs a call with its output: the output names the same `call_id`.
     pub call_id: String,
+    /// The function to run, as declared in the request's `tools`.
     pub name: String,
+    /// The arguments as a JSON text, exactly as the model wrote them.
     pub arguments: String,
+    /// `in_progress` while arguments stream, then `completed`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<String>,
+    /// Who made the call; echoed on the output so a program can resume (absent and `null` kept apart).
     #[serde(
         default,
         deserialize_with = "nullable",
         skip_serializing_if = "Option::is_none"
     )]
     pub caller: Nullable<Caller>,
+    /// The wire `async` flag: the model goes on without waiting for this call's output (absent and `null` kept apart).
     #[serde(
         rename = "async",
         default,
@@ -194,6 +232,7 @@ pub struct FunctionCall {
         skip_serializing_if = "Option::is_none"
     )]
     pub is_async: Nullable<bool>,
+    /// Fields not named here, kept and sent back verbatim.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
 }
@@ -214,25 +253,33 @@ impl FunctionCall {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(untagged)]
 pub enum ToolOutput {
+    /// The short form: one string.
     Text(String),
+    /// A list of typed parts.
     Parts(Vec<ContentPart>),
 }
 
 /// A `function_call_output` item.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct FunctionCallOutput {
+    /// The server's id, once the output is part of a response.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub id: Option<String>,
+    /// Pairs a call with its output: the output names the same `call_id`.
     pub call_id: String,
+    /// What the tool returned, or the report of its failure.
     pub output: ToolOutput,
+    /// Set by the server on stored items.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<String>,
+    /// Who made the call; echoed on the output so a program can resume (absent and `null` kept apart).
     #[serde(
         default,
         deserialize_with = "nullable",
         skip_serializing_if = "Option::is_none"
     )]
     pub caller: Nullable<Caller>,
+    /// Fields not named here, kept and sent back verbatim.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
 }
@@ -280,16 +327,20 @@ impl FunctionCallOutput {
 /// A `reasoning` item; `encrypted_content` must be replayed untouched.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Reasoning {
+    /// The server's id for the item.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub id: Option<String>,
+    /// Summary parts, kept as sent.
     #[serde(default)]
     pub summary: Vec<Value>,
+    /// The opaque reasoning state; must be replayed untouched (absent and `null` kept apart).
     #[serde(
         default,
         deserialize_with = "nullable",
         skip_serializing_if = "Option::is_none"
     )]
     pub encrypted_content: Nullable<String>,
+    /// Fields not named here, kept and sent back verbatim.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
 }
@@ -298,9 +349,12 @@ impl EmitsTag for Reasoning {}
 /// A `compaction` item: opaque, must be sent back whole.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Compaction {
+    /// The server's id for the item.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub id: Option<String>,
+    /// The compacted conversation, opaque to the client.
     pub encrypted_content: String,
+    /// Fields not named here, kept and sent back verbatim.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
 }
@@ -309,11 +363,16 @@ impl EmitsTag for Compaction {}
 /// A `program` item (programmatic tool calling); `fingerprint` must round-trip.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Program {
+    /// The server's id for the item.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub id: Option<String>,
+    /// Pairs a call with its output: the output names the same `call_id`.
     pub call_id: String,
+    /// The program's source.
     pub code: String,
+    /// Binds the program to the server that issued it; sent back unchanged.
     pub fingerprint: String,
+    /// Fields not named here, kept and sent back verbatim.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
 }
@@ -322,12 +381,17 @@ impl EmitsTag for Program {}
 /// A `program_output` item: the program's result.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ProgramOutput {
+    /// The server's id for the item.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub id: Option<String>,
+    /// Pairs a call with its output: the output names the same `call_id`.
     pub call_id: String,
+    /// The program's result, as text.
     pub result: String,
+    /// `completed` or `incomplete`, when set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<String>,
+    /// Fields not named here, kept and sent back verbatim.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
 }
@@ -336,17 +400,23 @@ impl EmitsTag for ProgramOutput {}
 /// A `custom_tool_call` item (free-text `input`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CustomToolCall {
+    /// The server's id for the item.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub id: Option<String>,
+    /// Pairs a call with its output: the output names the same `call_id`.
     pub call_id: String,
+    /// The custom tool to run, as declared in the request's `tools`.
     pub name: String,
+    /// The free-text input the model wrote for the tool.
     pub input: String,
+    /// Who made the call; echoed on the output so a program can resume (absent and `null` kept apart).
     #[serde(
         default,
         deserialize_with = "nullable",
         skip_serializing_if = "Option::is_none"
     )]
     pub caller: Nullable<Caller>,
+    /// The wire `async` flag: the model goes on without waiting for this call's output (absent and `null` kept apart).
     #[serde(
         rename = "async",
         default,
@@ -354,6 +424,7 @@ pub struct CustomToolCall {
         skip_serializing_if = "Option::is_none"
     )]
     pub is_async: Nullable<bool>,
+    /// Fields not named here, kept and sent back verbatim.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
 }
@@ -362,16 +433,21 @@ impl EmitsTag for CustomToolCall {}
 /// A `custom_tool_call_output` item.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CustomToolCallOutput {
+    /// The server's id, once the output is part of a response.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub id: Option<String>,
+    /// Pairs a call with its output: the output names the same `call_id`.
     pub call_id: String,
+    /// What the tool returned, or the report of its failure.
     pub output: ToolOutput,
+    /// Who made the call; echoed on the output so a program can resume (absent and `null` kept apart).
     #[serde(
         default,
         deserialize_with = "nullable",
         skip_serializing_if = "Option::is_none"
     )]
     pub caller: Nullable<Caller>,
+    /// Fields not named here, kept and sent back verbatim.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
 }

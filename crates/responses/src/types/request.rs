@@ -11,7 +11,9 @@ use super::tool::Tool;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(untagged)]
 pub enum Input {
+    /// One user message, as a bare string.
     Text(String),
+    /// Any items: messages, tool outputs, replayed output items.
     Items(Vec<Item>),
 }
 
@@ -25,44 +27,53 @@ impl Input {
     }
 }
 
-/// `POST /v1/responses` body (reference section 2). Fields not typed here live in `extra`.
+/// `POST /v1/responses` body (<https://platform.openai.com/docs/api-reference/responses/create>). Fields not typed here live in `extra`.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct CreateResponse {
+    /// The model slug; required by the API.
     #[serde(default)]
     pub model: String,
+    /// The new input of this request (after `previous_response_id`'s conversation, if any).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub input: Option<Input>,
+    /// System-level instructions; not carried over by `previous_response_id`.
     #[serde(
         default,
         deserialize_with = "nullable",
         skip_serializing_if = "Option::is_none"
     )]
     pub instructions: Nullable<String>,
+    /// The tools the model may call.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tools: Option<Vec<Tool>>,
     /// `"none"`, `"auto"`, `"required"` or an object; kept as JSON.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_choice: Option<Value>,
+    /// The response this one continues; its conversation is prepended server-side.
     #[serde(
         default,
         deserialize_with = "nullable",
         skip_serializing_if = "Option::is_none"
     )]
     pub previous_response_id: Nullable<String>,
+    /// Whether the server keeps the response (needed for `previous_response_id` over HTTP).
     #[serde(
         default,
         deserialize_with = "nullable",
         skip_serializing_if = "Option::is_none"
     )]
     pub store: Nullable<bool>,
+    /// `true` for an SSE stream; use `Client::create_stream` for those.
     #[serde(
         default,
         deserialize_with = "nullable",
         skip_serializing_if = "Option::is_none"
     )]
     pub stream: Nullable<bool>,
+    /// Extra output to include, e.g. `reasoning.encrypted_content`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub include: Option<Vec<String>>,
+    /// Fields not named here, kept and sent back verbatim.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
 }
@@ -96,25 +107,31 @@ impl CreateResponse {
     }
 }
 
-/// `POST /v1/responses/compact` body (reference section 7.1).
+/// `POST /v1/responses/compact` body
+/// (<https://developers.openai.com/api/reference/resources/responses/methods/compact>).
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct CompactRequest {
+    /// The model slug; required by the API.
     #[serde(default)]
     pub model: String,
+    /// The conversation to compact (after `previous_response_id`'s, if any).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub input: Option<Input>,
+    /// The response whose conversation is compacted.
     #[serde(
         default,
         deserialize_with = "nullable",
         skip_serializing_if = "Option::is_none"
     )]
     pub previous_response_id: Nullable<String>,
+    /// Instructions for the compaction.
     #[serde(
         default,
         deserialize_with = "nullable",
         skip_serializing_if = "Option::is_none"
     )]
     pub instructions: Nullable<String>,
+    /// Fields not named here, kept and sent back verbatim.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
 }

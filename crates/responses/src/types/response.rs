@@ -1,4 +1,5 @@
-//! The `Response` object and the compaction result (reference sections 3 and 7).
+//! The `Response` object and the compaction result (<https://platform.openai.com/docs/api-reference/responses/object>,
+//! <https://developers.openai.com/api/reference/resources/responses/methods/compact>).
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -9,29 +10,36 @@ use super::tagged::{Nullable, nullable};
 /// A response. `error`, `incomplete_details` and `usage` keep the difference between null and absent.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Response {
+    /// The response's id; `previous_response_id` of a follow-up names it.
     pub id: String,
+    /// `completed`, `incomplete`, `failed`, `in_progress` or `queued`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<String>,
+    /// The items the model produced, in order.
     #[serde(default)]
     pub output: Vec<Item>,
+    /// Why the response failed, when `status` is `failed`.
     #[serde(
         default,
         deserialize_with = "nullable",
         skip_serializing_if = "Option::is_none"
     )]
     pub error: Nullable<ResponseError>,
+    /// Why the response stopped early, when `status` is `incomplete` (e.g. `{"reason":"steered"}`).
     #[serde(
         default,
         deserialize_with = "nullable",
         skip_serializing_if = "Option::is_none"
     )]
     pub incomplete_details: Nullable<Value>,
+    /// Tokens used; absent on responses still in progress.
     #[serde(
         default,
         deserialize_with = "nullable",
         skip_serializing_if = "Option::is_none"
     )]
     pub usage: Nullable<Usage>,
+    /// Fields not named here, kept and sent back verbatim.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
 }
@@ -45,7 +53,7 @@ impl Response {
     pub fn output_text(&self) -> String {
         self.message_lines().join("")
     }
-    /// One line per `output_text` part, and `REFUSAL: ...` per refusal, as the seed prints them.
+    /// One line per `output_text` part, and `REFUSAL: ...` per refusal, as `agentctl api` prints them.
     pub fn message_lines(&self) -> Vec<String> {
         let mut lines = Vec::new();
         for item in &self.output {
@@ -79,10 +87,13 @@ impl Response {
 /// `Response.error`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ResponseError {
+    /// A machine-readable reason, e.g. `server_error`.
     #[serde(default)]
     pub code: Option<String>,
+    /// What went wrong, for people.
     #[serde(default)]
     pub message: String,
+    /// Fields not named here, kept and sent back verbatim.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
 }
@@ -90,9 +101,13 @@ pub struct ResponseError {
 /// Token usage; details objects are kept in `extra`.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct Usage {
+    /// Tokens the model read (the whole context).
     pub input_tokens: u64,
+    /// Tokens the model wrote.
     pub output_tokens: u64,
+    /// `input_tokens + output_tokens`.
     pub total_tokens: u64,
+    /// Fields not named here, kept and sent back verbatim.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
 }
@@ -121,15 +136,19 @@ impl Usage {
 /// `POST /responses/compact` result (`object: "response.compaction"`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CompactedResponse {
+    /// The compaction's id.
     pub id: String,
+    /// The items that replace the compacted conversation; sent back whole as the next input.
     #[serde(default)]
     pub output: Vec<Item>,
+    /// Tokens the compaction used.
     #[serde(
         default,
         deserialize_with = "nullable",
         skip_serializing_if = "Option::is_none"
     )]
     pub usage: Nullable<Usage>,
+    /// Fields not named here, kept and sent back verbatim.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
 }

@@ -16,6 +16,7 @@ pub(crate) struct Tagged<'a, T: Serialize> {
 
 /// Whether a variant's struct writes its `type` tag; only "easy" input messages omit it.
 pub trait EmitsTag {
+    /// Whether serialising writes `type` (false only for a value read without one).
     fn emits_tag(&self) -> bool {
         true
     }
@@ -24,7 +25,7 @@ pub trait EmitsTag {
 }
 
 /// Deserialises a field that distinguishes "absent" (`None`) from `null` (`Some(None)`).
-pub fn nullable<'de, D, T>(d: D) -> Result<Option<Option<T>>, D::Error>
+pub(crate) fn nullable<'de, D, T>(d: D) -> Result<Option<Option<T>>, D::Error>
 where
     D: Deserializer<'de>,
     T: Deserialize<'de>,

@@ -1,4 +1,5 @@
-//! Tool definitions (reference section 5).
+//! Tool definitions: the `tools` array of a request
+//! (<https://platform.openai.com/docs/api-reference/responses/create>).
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -9,7 +10,9 @@ use super::tagged::{EmitsTag, Nullable, nullable, tagged_union};
 tagged_union! {
     /// A tool the model may call. Hosted and future tools are kept verbatim in `Other`.
     pub enum Tool {
+        /// A function the client runs, with JSON arguments.
         Function(FunctionTool) = "function",
+        /// A tool the client runs, with free-text input.
         Custom(CustomTool) = "custom",
         /// `{"type":"programmatic_tool_calling"}`: lets the model run programs that call tools.
         ProgrammaticToolCalling(Fields) = "programmatic_tool_calling",
@@ -19,19 +22,23 @@ tagged_union! {
 /// A function tool. `parameters` and `strict` are nullable-but-required on the wire.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct FunctionTool {
+    /// The name the model calls it by; unique among the request's tools.
     pub name: String,
+    /// What the tool does, for the model.
     #[serde(
         default,
         deserialize_with = "nullable",
         skip_serializing_if = "Option::is_none"
     )]
     pub description: Nullable<String>,
+    /// The JSON Schema of the arguments.
     #[serde(
         default,
         deserialize_with = "nullable",
         skip_serializing_if = "Option::is_none"
     )]
     pub parameters: Nullable<Value>,
+    /// Whether the model must follow `parameters` exactly.
     #[serde(
         default,
         deserialize_with = "nullable",
@@ -55,6 +62,7 @@ pub struct FunctionTool {
     /// Async tools let the model keep working before the output arrives.
     #[serde(rename = "async", default, skip_serializing_if = "Option::is_none")]
     pub is_async: Option<bool>,
+    /// Fields not named here, kept and sent back verbatim.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
 }
@@ -79,9 +87,12 @@ impl FunctionTool {
 /// A custom (free-text input) tool.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CustomTool {
+    /// The name the model calls it by; unique among the request's tools.
     pub name: String,
+    /// The wire `async` flag: the model goes on without waiting for this call's output (absent and `null` kept apart).
     #[serde(rename = "async", default, skip_serializing_if = "Option::is_none")]
     pub is_async: Option<bool>,
+    /// Fields not named here, kept and sent back verbatim.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
 }

@@ -36,17 +36,20 @@ type Socket = WebSocketStream<MaybeTlsStream<tokio::net::TcpStream>>;
 pub struct WsConfig {
     /// e.g. `https://api.openai.com/v1`; `http`→`ws`, `https`→`wss`, `/responses` appended.
     pub base_url: String,
+    /// The bearer key, sent on the upgrade request only.
     pub api_key: ApiKey,
-    /// Upgrade handshake limit (10 s, as the seed and SDK use).
+    /// Upgrade handshake limit (10 s, as the official Python SDK uses).
     pub handshake_timeout: Duration,
     /// Longest time a request may stay in flight (sent, not yet ended).
     pub request_timeout: Duration,
+    /// Whether and how a dropped connection is reopened.
     pub reconnect: ReconnectPolicy,
     /// Largest accepted server frame.
     pub max_frame_bytes: usize,
 }
 
 impl WsConfig {
+    /// Settings for `base_url` with the SDK's timeouts and no reconnecting.
     pub fn new(base_url: impl Into<String>, api_key: ApiKey) -> Self {
         Self {
             base_url: base_url.into().trim_end_matches('/').to_owned(),
@@ -90,17 +93,23 @@ pub fn websocket_url(base: &str) -> Result<String, WsError> {
 // Moved once per frame; boxing the large variant would buy nothing.
 #[allow(clippy::large_enum_variant)]
 pub enum SessionEvent {
+    /// A server event, as received.
     Server(ServerEvent),
     /// The connection ended. `in_flight` requests have an unknown outcome and are not
     /// replayed. With `reconnecting`, the session is reopening; otherwise it is closed.
     Disconnected {
+        /// The close code, when a close frame came.
         code: Option<u16>,
+        /// The close reason or the transport's error.
         reason: String,
+        /// Requests sent and not ended when the connection dropped.
         in_flight: usize,
+        /// Whether the session is reopening the connection.
         reconnecting: bool,
     },
     /// Reconnected after `attempt` tries; new requests may be sent.
     Reconnected {
+        /// Which attempt succeeded (1 for the first).
         attempt: u32,
     },
 }

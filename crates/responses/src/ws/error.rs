@@ -8,28 +8,54 @@ use std::time::Duration;
 #[non_exhaustive]
 pub enum WsError {
     #[error("OPENAI_API_KEY is not set")]
+    /// No key in the environment (or an empty one).
     MissingApiKey,
     #[error("invalid base URL `{0}` (expected http(s):// or ws(s)://)")]
+    /// The base URL cannot be turned into a `ws(s)://` URL.
     InvalidBaseUrl(String),
     #[error("WebSocket handshake did not finish within {0:?}")]
+    /// The upgrade took longer than [`WsConfig::handshake_timeout`](crate::ws::WsConfig::handshake_timeout).
     HandshakeTimeout(Duration),
     #[error("WebSocket handshake refused with HTTP {status}: {message}")]
-    HandshakeRefused { status: u16, message: String },
+    /// The server answered the upgrade with an HTTP error.
+    HandshakeRefused {
+        /// The HTTP status.
+        status: u16,
+        /// The error body's message.
+        message: String,
+    },
     #[error("cannot open the WebSocket: {0}")]
+    /// No connection to the server.
     Connect(String),
     #[error("the WebSocket session is closed{}", close_text(*.code, .reason))]
-    Closed { code: Option<u16>, reason: String },
+    /// The session is closed: by either side, or because its socket task ended.
+    Closed {
+        /// The close code, when a close frame came.
+        code: Option<u16>,
+        /// The close reason, possibly empty.
+        reason: String,
+    },
     #[error("cannot encode the client event: {0}")]
+    /// A client event could not be serialised.
     Encode(String),
     #[error("cannot decode a server frame: {error} (frame starts: {frame_start})")]
-    Decode { error: String, frame_start: String },
+    /// A server frame is not a valid event.
+    Decode {
+        /// What the parser said.
+        error: String,
+        /// The first characters of the frame, for the log.
+        frame_start: String,
+    },
     #[error(
         "no terminal event within {0:?} for a request in flight; its outcome (and any steering acceptance) is unknown"
     )]
+    /// A request in flight got no terminal event in time; its outcome is unknown.
     RequestTimeout(Duration),
     #[error("invalid steering input: {0}")]
+    /// Steering input the API would refuse (empty, or not user messages).
     InvalidSteer(String),
     #[error("invalid stream_id `{0}` (1-256 characters of A-Z a-z 0-9 _ . -)")]
+    /// A `stream_id` outside 1-256 characters of `[A-Za-z0-9_.-]`.
     InvalidStreamId(String),
 }
 

@@ -24,19 +24,19 @@ pub(crate) struct InFlight {
 }
 
 impl InFlight {
-    pub fn create_sent(&mut self, lane: Option<String>, deadline: Instant) {
+    pub(crate) fn create_sent(&mut self, lane: Option<String>, deadline: Instant) {
         self.pending.entry(lane).or_default().push_back(deadline);
     }
 
     /// How many requests have an unknown outcome if the connection drops now.
-    pub fn count(&self) -> usize {
+    pub(crate) fn count(&self) -> usize {
         self.pending.values().map(VecDeque::len).sum::<usize>()
             + self.active.len()
             + self.awaiting_successor.len()
     }
 
     /// The earliest deadline of anything in flight.
-    pub fn deadline(&self) -> Option<Instant> {
+    pub(crate) fn deadline(&self) -> Option<Instant> {
         self.pending
             .values()
             .flat_map(|q| q.iter().copied())
@@ -46,11 +46,16 @@ impl InFlight {
     }
 
     /// Everything in flight is now of unknown outcome (the connection dropped).
-    pub fn clear(&mut self) {
+    pub(crate) fn clear(&mut self) {
         *self = Self::default();
     }
 
-    pub fn observe(&mut self, event: &ServerEvent, now: Instant, timeout: std::time::Duration) {
+    pub(crate) fn observe(
+        &mut self,
+        event: &ServerEvent,
+        now: Instant,
+        timeout: std::time::Duration,
+    ) {
         let lane = event.stream_id().map(str::to_owned);
         match event {
             ServerEvent::Stream(StreamEvent::Created(e)) => {

@@ -1,4 +1,4 @@
-//! WebSocket mode (reference section 8): a session to `{base}/responses`, typed client and
+//! WebSocket mode (<https://developers.openai.com/api/docs/guides/websocket-mode>): a session to `{base}/responses`, typed client and
 //! server events, the steering state machine and the SDK's reconnect policy.
 //!
 //! - [`events`]: `response.create` / `response.steer`, every server event (unknown kept).

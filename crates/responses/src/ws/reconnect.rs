@@ -20,9 +20,13 @@ pub fn is_recoverable(code: u16) -> bool {
 /// `on_reconnecting`) means a closed connection stays closed.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ReconnectPolicy {
+    /// Whether a dropped connection is reopened at all.
     pub enabled: bool,
+    /// Reopen attempts per drop before giving up.
     pub max_retries: u32,
+    /// Wait before the first attempt; doubles per attempt.
     pub initial_delay: Duration,
+    /// Longest wait between attempts.
     pub max_delay: Duration,
 }
 

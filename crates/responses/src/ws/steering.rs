@@ -1,4 +1,6 @@
-//! The steering state machine (reference section 8.3), fed with session events.
+//! The steering state machine (server events in
+//! <https://developers.openai.com/api/reference/resources/responses/websocket-events>), fed
+//! with session events.
 //!
 //! Per steer: `Sent` → `Accepted` (queued, **not applied**) → `Committed` at the successor's
 //! `response.created` (the commit point). On the way the parent may end `incomplete` with
@@ -14,18 +16,19 @@
 //! superseded response's proposals must be refused at commit); [`SteerUpdate::Committed`]
 //! names the successor the new revision continues on.
 
+mod fill;
+
 use std::collections::{HashMap, VecDeque};
 
 use serde_json::Value;
 
 use super::connection::SessionEvent;
 use super::events::{
-    ApprovalStub, CallStub, RequiredInput, ResponseCreate, ServerEvent, SteerEvent, SteerFailCode,
-    SteerPending, SteerRequest,
+    RequiredInput, ServerEvent, SteerEvent, SteerFailCode, SteerPending, SteerRequest,
 };
-use crate::types::{
-    CreateResponse, CustomToolCallOutput, FunctionCallOutput, Input, Item, StreamEvent, ToolOutput,
-};
+use crate::types::StreamEvent;
+
+pub use fill::{FillError, fill_request, fill_required_input};
 
 /// Where one steer stands.
 #[derive(Debug, Clone, PartialEq)]
@@ -35,11 +38,20 @@ pub enum SteerState {
     /// The server owns the input; it is queued, not applied.
     Accepted,
     /// The parent stopped for client-owned input; waiting for the client's `response.create`.
-    Pending { required_input: Vec<RequiredInput> },
+    Pending {
+        /// The outputs the server waits for.
+        required_input: Vec<RequiredInput>,
+    },
     /// Applied: the successor exists.
-    Committed { successor: String },
+    Committed {
+        /// The successor response the steer was applied to.
+        successor: String,
+    },
+    /// `response.steer.failed`: the input was not taken.
     Failed {
+        /// Why it was refused.
         code: SteerFailCode,
+        /// The server's message.
         message: String,
     },
     /// The connection dropped (or the request timed out) before the commit point.
@@ -51,8 +63,11 @@ pub enum SteerState {
 pub struct TrackedSteer {
     /// The server's `steer.id` (after accepted; may stay `None` on failure).
     pub id: Option<String>,
+    /// The response the steer was sent to.
     pub parent: String,
+    /// What the client sent.
     pub request: SteerRequest,
+    /// Where the steer stands now.
     pub state: SteerState,
 }
 
@@ -62,35 +77,59 @@ pub struct TrackedSteer {
 #[allow(clippy::large_enum_variant)]
 pub enum SteerUpdate {
     /// Queued, not applied. Bump the turn's revision here.
-    Accepted { steer_id: String, parent: String },
+    Accepted {
+        /// The server's id for the steer.
+        steer_id: String,
+        /// The steered response.
+        parent: String,
+    },
     /// The parent ended `incomplete` with reason `steered`: expected, not an error.
-    ParentSteered { parent: String },
+    ParentSteered {
+        /// The steered response.
+        parent: String,
+    },
     /// The parent completed while a steer was queued; a successor or `pending` follows.
-    ParentCompleted { parent: String },
+    ParentCompleted {
+        /// The steered response.
+        parent: String,
+    },
     /// The parent stopped for client-owned input: fill `required_input` and create the
     /// continuation on `lane` (see [`fill_request`]).
     Pending {
+        /// The server's id for the steer.
         steer_id: String,
+        /// The response that stopped for input.
         parent: String,
+        /// The parent's lane, where the continuation must go.
         lane: Option<String>,
+        /// The event, with the `required_input` stubs.
         event: SteerPending,
     },
     /// The commit point: the successor's `response.created`.
     Committed {
+        /// Every steer applied by this successor, in send order.
         steer_ids: Vec<String>,
+        /// The steered response.
         parent: String,
+        /// The successor the new revision continues on.
         successor: String,
     },
     /// `response.steer.failed`.
     Failed {
+        /// The server's id for the steer, if it allocated one.
         steer_id: Option<String>,
+        /// The response the steer was sent to.
         parent: String,
+        /// Why it was refused.
         code: SteerFailCode,
+        /// The server's message.
         message: String,
     },
     /// The connection dropped before the commit point: accepted or not, applied or not, is unknown.
     OutcomeUnknown {
+        /// The server's id for the steer, if it was accepted before the drop.
         steer_id: Option<String>,
+        /// The response the steer was sent to.
         parent: String,
     },
 }
@@ -106,6 +145,7 @@ pub struct SteerTracker {
 }
 
 impl SteerTracker {
+    /// A tracker with no steers.
     pub fn new() -> Self {
         Self::default()
     }
@@ -320,99 +360,6 @@ pub fn is_steered_incomplete(event: &ServerEvent) -> bool {
     }
 }
 
-/// A required input the client has no saved result for, or cannot produce.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-#[non_exhaustive]
-pub enum FillError {
-    #[error("no saved tool result for call `{0}` (required by response.steer.pending)")]
-    MissingResult(String),
-    #[error("cannot answer required input of type `{0}` from saved tool results")]
-    Unsupported(String),
-}
-
-/// Answers `pending.required_input` from `saved` results (`call_id` → output text).
-///
-/// `function_call_output` and `custom_tool_call_output` stubs become output items; other call
-/// kinds become `{type, call_id, output}` items; approvals cannot come from tool results.
-pub fn fill_required_input(
-    pending: &SteerPending,
-    saved: &HashMap<String, String>,
-) -> Result<Vec<Item>, FillError> {
-    let lookup = |stub: &CallStub| {
-        saved
-            .get(&stub.call_id)
-            .cloned()
-            .ok_or_else(|| FillError::MissingResult(stub.call_id.clone()))
-    };
-    let mut items = Vec::new();
-    for stub in &pending.required_input {
-        let item = match stub {
-            RequiredInput::FunctionCallOutput(s) => {
-                Item::FunctionCallOutput(FunctionCallOutput::new(&s.call_id, lookup(s)?, None))
-            }
-            RequiredInput::CustomToolCallOutput(s) => {
-                Item::CustomToolCallOutput(CustomToolCallOutput {
-                    id: None,
-                    call_id: s.call_id.clone(),
-                    output: ToolOutput::Text(lookup(s)?),
-                    caller: None,
-                    extra: serde_json::Map::new(),
-                })
-            }
-            RequiredInput::ComputerCallOutput(s)
-            | RequiredInput::ShellCallOutput(s)
-            | RequiredInput::ApplyPatchCallOutput(s)
-            | RequiredInput::ToolSearchOutput(s) => {
-                let kind = stub.type_name().unwrap_or("output").to_owned();
-                Item::Other(
-                    serde_json::json!({"type": kind, "call_id": s.call_id, "output": lookup(s)?}),
-                )
-            }
-            RequiredInput::McpApprovalResponse(ApprovalStub {
-                approval_request_id,
-                ..
-            }) => {
-                return Err(FillError::Unsupported(format!(
-                    "mcp_approval_response ({approval_request_id})"
-                )));
-            }
-            RequiredInput::Other(v) => {
-                return Err(FillError::Unsupported(
-                    v.get("type")
-                        .and_then(Value::as_str)
-                        .unwrap_or("?")
-                        .to_owned(),
-                ));
-            }
-        };
-        items.push(item);
-    }
-    Ok(items)
-}
-
-/// The continuation after `response.steer.pending`: one `response.create` on the parent's
-/// lane with `previous_response_id = parent` and only the filled outputs as input (the
-/// accepted steering input is **not** resent; the server prepends it). `template` supplies
-/// model, tools and other settings.
-pub fn fill_request(
-    template: &CreateResponse,
-    parent: &str,
-    lane: Option<String>,
-    pending: &SteerPending,
-    saved: &HashMap<String, String>,
-) -> Result<ResponseCreate, FillError> {
-    let items = fill_required_input(pending, saved)?;
-    let mut request = template.clone();
-    request.input = Some(Input::Items(items));
-    request.previous_response_id = Some(Some(parent.to_owned()));
-    request.stream = None;
-    Ok(ResponseCreate {
-        request,
-        stream_id: lane,
-        generate: None,
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -518,31 +465,6 @@ mod tests {
                 steer_id: None,
                 parent: "r1".into()
             }]
-        );
-    }
-
-    #[test]
-    fn fill_uses_saved_results_and_no_steer_input() {
-        let pending: SteerPending = serde_json::from_str(
-            r#"{"steer":{"id":"s1","previous_response_id":"r1"},"reason":"waiting_for_required_input","required_input":[{"type":"function_call_output","call_id":"c1","name":"scan"}]}"#,
-        )
-        .unwrap();
-        let mut saved = HashMap::new();
-        assert_eq!(
-            fill_required_input(&pending, &saved),
-            Err(FillError::MissingResult("c1".into()))
-        );
-        saved.insert("c1".to_owned(), "ok".to_owned());
-        let template = CreateResponse::new("m", Input::Text("first".into()));
-        let create = fill_request(&template, "r1", Some("a".into()), &pending, &saved).unwrap();
-        let json: Value =
-            serde_json::from_str(&crate::ws::ClientEvent::Create(create).to_json().unwrap())
-                .unwrap();
-        assert_eq!(json["previous_response_id"], "r1");
-        assert_eq!(json["stream_id"], "a");
-        assert_eq!(
-            json["input"],
-            serde_json::json!([{"type":"function_call_output","call_id":"c1","output":"ok"}])
         );
     }
 }

@@ -11,7 +11,7 @@ use agent_journal::NewEvent;
 use serde_json::Value;
 
 use super::job::{Job, outcome_of};
-use super::{JobEntry, JobKey, Runtime, TurnStatus};
+use super::{JobEntry, JobKey, Runtime, RuntimeTurnStatus};
 use crate::error::RuntimeError;
 use crate::events;
 use crate::options::Deadlines;
@@ -93,7 +93,7 @@ impl Runtime {
                 };
             }
             let running = match st.turns.get(thread) {
-                Some(t) if t.id == turn && t.status == TurnStatus::Running => {
+                Some(t) if t.id == turn && t.status == RuntimeTurnStatus::Running => {
                     Some((t.revision, t.cancel.child_token()))
                 }
                 _ => None,
@@ -241,7 +241,7 @@ impl Runtime {
     }
 
     /// Appends an event to a thread of this runtime's journal (independent work the host
-    /// wants on record, like the seed's `independent.work`).
+    /// wants on record beside the turn's tool calls).
     ///
     /// # Cancel safety
     ///

@@ -12,7 +12,7 @@ use agent_journal::NewEvent;
 use serde_json::{Value, json};
 use tokio::task::AbortHandle;
 
-use super::{JobKey, Runtime, State, TurnState, TurnStatus};
+use super::{JobKey, Runtime, RuntimeTurnStatus, State, TurnState};
 use crate::error::RuntimeError;
 use crate::events;
 use crate::outcome::Outcome;
@@ -42,7 +42,10 @@ impl Runtime {
                 return Err(RuntimeError::Closed);
             }
             if let Some(t) = st.turns.get(thread)
-                && matches!(t.status, TurnStatus::Running | TurnStatus::Ending)
+                && matches!(
+                    t.status,
+                    RuntimeTurnStatus::Running | RuntimeTurnStatus::Ending
+                )
             {
                 return Err(RuntimeError::TurnActive {
                     thread: thread.to_string(),
@@ -65,7 +68,7 @@ impl Runtime {
             TurnState {
                 id: id.clone(),
                 revision: 0,
-                status: TurnStatus::Running,
+                status: RuntimeTurnStatus::Running,
                 cancel,
             },
         );
@@ -75,7 +78,7 @@ impl Runtime {
     /// Checks that `turn` is the running turn of `thread`; returns its revision.
     fn active(&self, st: &State, thread: &str, turn: &str) -> Result<u64, RuntimeError> {
         match st.turns.get(thread) {
-            Some(t) if t.id == turn && t.status == TurnStatus::Running => Ok(t.revision),
+            Some(t) if t.id == turn && t.status == RuntimeTurnStatus::Running => Ok(t.revision),
             _ => Err(RuntimeError::TurnNotActive {
                 thread: thread.to_string(),
                 turn: turn.to_string(),
@@ -169,8 +172,13 @@ impl Runtime {
     /// Runs to completion in a task of its own: dropping the future does not stop it (a
     /// turn left half-ended would refuse every later `start` on its thread).
     pub async fn cancel(&self, thread: &str, turn: &str) -> Result<(), RuntimeError> {
-        self.end(thread, turn, events::TURN_CANCELLED, TurnStatus::Cancelled)
-            .await
+        self.end(
+            thread,
+            turn,
+            events::TURN_CANCELLED,
+            RuntimeTurnStatus::Cancelled,
+        )
+        .await
     }
 
     /// Ends the running turn normally (`turn.completed`). Jobs still pending are cancelled
@@ -181,8 +189,13 @@ impl Runtime {
     /// As for [`cancel`](Self::cancel): it runs to completion whether or not the future is
     /// dropped.
     pub async fn finish(&self, thread: &str, turn: &str) -> Result<(), RuntimeError> {
-        self.end(thread, turn, events::TURN_COMPLETED, TurnStatus::Completed)
-            .await
+        self.end(
+            thread,
+            turn,
+            events::TURN_COMPLETED,
+            RuntimeTurnStatus::Completed,
+        )
+        .await
     }
 
     async fn end(
@@ -190,7 +203,7 @@ impl Runtime {
         thread: &str,
         turn: &str,
         kind: &'static str,
-        status: TurnStatus,
+        status: RuntimeTurnStatus,
     ) -> Result<(), RuntimeError> {
         let this = self.clone();
         let (thread, turn) = (thread.to_string(), turn.to_string());
@@ -203,7 +216,7 @@ impl Runtime {
         thread: &str,
         turn: &str,
         kind: &'static str,
-        status: TurnStatus,
+        status: RuntimeTurnStatus,
     ) -> Result<(), RuntimeError> {
         let lock = self.inner.thread_lock(thread);
         let _serial = lock.lock().await;
@@ -212,7 +225,7 @@ impl Runtime {
             self.active(&st, thread, turn)?;
             match st.turns.get_mut(thread) {
                 Some(t) => {
-                    t.status = TurnStatus::Ending;
+                    t.status = RuntimeTurnStatus::Ending;
                     (t.cancel.clone(), t.revision)
                 }
                 None => {

@@ -1,0 +1,183 @@
+//! `POST /v1/responses`: validate, pick the script's reply, store, then answer as JSON or
+//! stream it as SSE (with the script's faults).
+
+use std::sync::Arc;
+
+use agent_responses::types::{CreateResponse, Item, Usage};
+use axum::body::{Body, Bytes};
+use axum::http::{HeaderMap, Method, StatusCode};
+use axum::response::Response;
+use serde_json::Value;
+
+use super::replies::{base_headers, error_reply, parse_failure};
+use super::state::{AppState, Stored, lock};
+use crate::respond::{finish_item, new_id, response_object, tokens};
+use crate::script::{
+    Endpoint, Fault, FaultKind, Reply, RequestView, echo_items, input_items, render,
+};
+use crate::sse;
+use crate::validate::{ApiFailure, check_auth, check_context};
+
+/// What a valid `POST /v1/responses` gets: a JSON response, or one to stream as SSE.
+pub(super) enum Created {
+    Json(Value),
+    Stream {
+        response: Value,
+        fault: Option<Fault>,
+        delta_chars: usize,
+    },
+}
+
+pub(super) fn create_inner(
+    state: &AppState,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<Created, ApiFailure> {
+    check_auth(headers, state.api_key.as_deref())?;
+    state.record(&Method::POST, "/v1/responses", headers, body);
+    let request: CreateResponse = serde_json::from_slice(body).map_err(|e| parse_failure(&e))?;
+    if request.model.trim().is_empty() {
+        return Err(ApiFailure::invalid(
+            "Missing required parameter: 'model'.",
+            Some("model"),
+            Some("missing_required_parameter"),
+        ));
+    }
+    let mut context = state.context_of(request.previous_response_id())?;
+    context.extend(input_items(request.input.as_ref()));
+    check_context(&context, &lock(&state.issued))?;
+    let body_text = String::from_utf8_lossy(body);
+    let view = RequestView {
+        endpoint: Endpoint::Responses,
+        body_text: &body_text,
+        items: &context,
+        stream: request.is_stream(),
+        previous_response: request.previous_response_id().is_some(),
+    };
+    let (reply, fault) = state
+        .pick(&view)
+        .unwrap_or((Reply::Echo { echo: true }, None));
+    let (items, status, delta_chars) = match reply {
+        Reply::Error { error } => return Err(error_reply(&error)),
+        Reply::Items {
+            items,
+            status,
+            delta_chars,
+        } => (items, status, delta_chars),
+        Reply::Echo { .. } => (echo_items(&context), "completed".to_owned(), None),
+    };
+    let output: Vec<Value> = items
+        .iter()
+        .map(|item| finish_item(&render(item, &context)))
+        .collect();
+    let output_tokens = tokens(&Value::Array(output.clone()).to_string());
+    let usage = Usage::new(tokens(&body_text), output_tokens);
+    let id = new_id("resp");
+    let response = response_object(&id, &request, &status, output.clone(), Some(usage));
+    let output_items: Vec<Item> = output
+        .iter()
+        .filter_map(|v| serde_json::from_value(v.clone()).ok())
+        .collect();
+    {
+        let mut issued = lock(&state.issued);
+        for item in &output_items {
+            match item {
+                Item::Program(p) => {
+                    issued
+                        .programs
+                        .insert(p.call_id.clone(), p.fingerprint.clone());
+                }
+                Item::Compaction(c) => {
+                    issued.compactions.insert(c.encrypted_content.clone());
+                }
+                _ => {}
+            }
+        }
+    }
+    if request.store() {
+        context.extend(output_items);
+        lock(&state.store).insert(
+            id,
+            Stored {
+                response: response.clone(),
+                context,
+            },
+        );
+    }
+    if request.is_stream() {
+        // A script's own delta size is kept exactly; the default one grows for long texts.
+        let delta_chars =
+            delta_chars.unwrap_or_else(|| sse::default_delta_chars(&response, state.delta_chars));
+        Ok(Created::Stream {
+            response,
+            fault,
+            delta_chars,
+        })
+    } else {
+        Ok(Created::Json(response))
+    }
+}
+
+pub(super) fn stream_body(
+    state: &Arc<AppState>,
+    response: &Value,
+    fault: Option<Fault>,
+    delta_chars: usize,
+) -> Response {
+    let events = sse::events(response, delta_chars);
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(16);
+    let gate = fault
+        .as_ref()
+        .and_then(|f| f.gate.as_deref())
+        .map(|name| state.gate(name));
+    tokio::spawn(async move {
+        for (index, event) in events.iter().enumerate() {
+            if let Some(f) = &fault
+                && f.after_events == index
+            {
+                match f.kind {
+                    FaultKind::Cut => {
+                        // Half of the next frame, then the body ends: the client sees a
+                        // stream cut inside an event (an abort could drop buffered frames).
+                        let frame = sse::frame(event);
+                        let half = frame.len() / 2;
+                        let cut = (0..=half)
+                            .rev()
+                            .find(|i| frame.is_char_boundary(*i))
+                            .unwrap_or(0);
+                        let _ = tx
+                            .send(Ok(Bytes::copy_from_slice(&frame.as_bytes()[..cut])))
+                            .await;
+                        return;
+                    }
+                    FaultKind::Stall => {
+                        tx.closed().await;
+                        return;
+                    }
+                    FaultKind::Gate => {
+                        if let Some(gate) = &gate {
+                            gate.notified().await;
+                        }
+                    }
+                    FaultKind::ErrorEvent => {
+                        let nested = f.shape.as_deref() != Some("flat");
+                        let frame = sse::frame(&sse::error_event(index as u64, nested));
+                        let _ = tx.send(Ok(Bytes::from(frame))).await;
+                        return;
+                    }
+                }
+            }
+            if tx.send(Ok(Bytes::from(sse::frame(event)))).await.is_err() {
+                return;
+            }
+        }
+    });
+    base_headers(Response::builder())
+        .status(StatusCode::OK)
+        .header("content-type", "text/event-stream; charset=utf-8")
+        .header("cache-control", "no-cache")
+        .body(Body::from_stream(
+            tokio_stream::wrappers::ReceiverStream::new(rx),
+        ))
+        .unwrap_or_default()
+}

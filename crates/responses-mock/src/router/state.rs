@@ -1,0 +1,149 @@
+//! The emulator's shared state: the script and its rule counters, stored responses, issued
+//! opaque items, recorded requests and gates. Locks are held briefly and never across an
+//! await.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use agent_responses::types::Item;
+use axum::http::{HeaderMap, Method};
+use serde_json::Value;
+use tokio::sync::Notify;
+
+use crate::bounded::{Recent, RecentMap};
+use crate::script::{Fault, Reply, RequestView, Script};
+use crate::validate::{ApiFailure, Issued, previous_not_found};
+
+/// One request as the emulator received it (the bearer key is redacted).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecordedRequest {
+    /// `GET` or `POST`.
+    pub method: String,
+    /// The request path, e.g. `/v1/responses`.
+    pub path: String,
+    /// Every header in arrival order (names lower-case; credentials `<redacted>`).
+    pub headers: Vec<(String, String)>,
+    /// The body as JSON (`Value::Null` when it was not JSON).
+    pub body: Value,
+}
+
+impl RecordedRequest {
+    /// A header's value (names are lower-case).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// Request headers that carry credentials; recorded as `<redacted>`.
+const SECRET_HEADERS: &[&str] = &[
+    "authorization",
+    "proxy-authorization",
+    "x-api-key",
+    "api-key",
+    "cookie",
+];
+
+/// A stored response and the conversation it ends (what `previous_response_id` continues).
+pub(super) struct Stored {
+    pub(super) response: Value,
+    pub(super) context: Vec<Item>,
+}
+
+/// Shared emulator state.
+pub(crate) struct AppState {
+    pub api_key: Option<String>,
+    pub script: Script,
+    /// How often each script rule has answered (index = rule).
+    used: Mutex<Vec<u32>>,
+    /// `store: true` responses, the most recent first-in-first-out.
+    pub(super) store: Mutex<RecentMap<String, Stored>>,
+    /// Opaque items the emulator handed out, so forged ones can be refused.
+    pub(super) issued: Mutex<Issued>,
+    pub recorded: Mutex<Recent<RecordedRequest>>,
+    gates: Mutex<HashMap<String, Arc<Notify>>>,
+    /// WebSocket mode settings and state shared by its connections.
+    pub ws: crate::ws::WsShared,
+    /// Characters per streamed delta when a rule does not say.
+    pub delta_chars: usize,
+}
+
+/// Locks `m`, taking the data of a poisoned lock as it is (no handler panics while holding
+/// one, so the data is whole).
+pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl AppState {
+    pub(crate) fn new(script: Script, api_key: Option<String>) -> Self {
+        let rules = script.rules.len();
+        Self {
+            api_key,
+            script,
+            used: Mutex::new(vec![0; rules]),
+            store: Mutex::new(RecentMap::default()),
+            issued: Mutex::new(Issued::default()),
+            recorded: Mutex::new(Recent::default()),
+            gates: Mutex::new(HashMap::new()),
+            delta_chars: 8,
+            ws: crate::ws::WsShared::default(),
+        }
+    }
+
+    pub(crate) fn gate(&self, name: &str) -> Arc<Notify> {
+        Arc::clone(lock(&self.gates).entry(name.to_owned()).or_default())
+    }
+
+    /// Keeps a request for inspection (the most recent
+    /// [`MAX_RECORDED`](crate::bounded::MAX_RECORDED)); called once the request passed the
+    /// key check. Credentials in any of [`SECRET_HEADERS`] are redacted.
+    pub(super) fn record(&self, method: &Method, path: &str, headers: &HeaderMap, body: &[u8]) {
+        let headers = headers
+            .iter()
+            .map(|(k, v)| {
+                let value = if SECRET_HEADERS.contains(&k.as_str()) {
+                    "<redacted>".to_owned()
+                } else {
+                    String::from_utf8_lossy(v.as_bytes()).into_owned()
+                };
+                (k.as_str().to_owned(), value)
+            })
+            .collect();
+        let body = serde_json::from_slice(body).unwrap_or(Value::Null);
+        lock(&self.recorded).push(RecordedRequest {
+            method: method.to_string(),
+            path: path.to_owned(),
+            headers,
+            body,
+        });
+    }
+
+    /// The first rule that matches and is not used up; marks it used.
+    pub(super) fn pick(&self, view: &RequestView<'_>) -> Option<(Reply, Option<Fault>)> {
+        let mut used = lock(&self.used);
+        for (i, rule) in self.script.rules.iter().enumerate() {
+            let available = rule
+                .times
+                .is_none_or(|t| used.get(i).copied().unwrap_or(0) < t);
+            if available && rule.when.matches(view) {
+                if let Some(n) = used.get_mut(i) {
+                    *n += 1;
+                }
+                return Some((rule.reply.clone(), rule.fault.clone()));
+            }
+        }
+        None
+    }
+
+    pub(super) fn context_of(&self, previous: Option<&str>) -> Result<Vec<Item>, ApiFailure> {
+        match previous {
+            None => Ok(Vec::new()),
+            Some(id) => lock(&self.store)
+                .get(id)
+                .map(|s| s.context.clone())
+                .ok_or_else(|| previous_not_found(id)),
+        }
+    }
+}
