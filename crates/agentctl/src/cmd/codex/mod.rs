@@ -6,24 +6,25 @@
 //! from the turn's status. With `--mock`, the Responses emulator runs in-process and a
 //! temporary `CODEX_HOME` makes it Codex's model provider, so the turn runs offline.
 
-use std::ffi::OsString;
-use std::io::Write as _;
+mod render;
+
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use agent_appserver::{
-    AppServerClient, AppServerError, ApprovalDecision, ApprovalPolicy, ClientInfo, ClientOptions,
-    ConnectionLost, Events, ServerCommand, ServerEvent, StderrTarget, TurnStatus,
+    AppServerError, ApprovalDecision, ApprovalPolicy, ClientInfo, ConnectionLost, StderrTarget,
+    TurnStatus,
 };
-use agent_host::codex::{DriveError, MockProvider, TurnEvent, TurnRequest, drive_turn, reply_json};
-use agent_journal::Journal;
+use agent_host::codex::{
+    AppServerLaunch, CodexTurn, CodexTurnError, DriveError, TurnRequest, run_codex_turn,
+};
 use agent_responses_mock::Script;
 use anyhow::Context as _;
 use clap::{Args, Subcommand};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::global::GlobalArgs;
-use crate::output::{json_line, with_hint};
+use crate::output::with_hint;
 
 /// How to install the pinned Codex CLI.
 pub const INSTALL_HINT: &str = "install the Codex CLI with `npm install -g @openai/codex@0.171.0` \
@@ -106,28 +107,17 @@ pub fn client_info() -> ClientInfo {
     }
 }
 
-/// Starts `<codex_bin> app-server --listen stdio://` with extra environment variables.
-/// The server's stderr is shown only when `RUST_LOG` is set (Codex logs noisily there).
-pub fn spawn_codex(
-    codex_bin: &Path,
-    env: &[(OsString, OsString)],
-    cwd: Option<&Path>,
-    policy: ApprovalPolicy,
-) -> anyhow::Result<(AppServerClient, Events)> {
-    let mut command = ServerCommand::codex(codex_bin);
-    for (key, value) in env {
-        command = command.env(key, value);
+/// How to start `codex app-server` from `codex_bin`: its stderr is shown only when
+/// `RUST_LOG` is set (Codex logs noisily there).
+pub fn launch(codex_bin: &Path) -> AppServerLaunch {
+    AppServerLaunch {
+        stderr: if std::env::var_os("RUST_LOG").is_some() {
+            StderrTarget::Inherit
+        } else {
+            StderrTarget::Null
+        },
+        ..AppServerLaunch::new(codex_bin)
     }
-    if let Some(cwd) = cwd {
-        command = command.current_dir(cwd);
-    }
-    let stderr = if std::env::var_os("RUST_LOG").is_some() {
-        StderrTarget::Inherit
-    } else {
-        StderrTarget::Null
-    };
-    let command = command.stderr(stderr);
-    AppServerClient::spawn(&command, ClientOptions::default(), policy).map_err(explain)
 }
 
 /// Adds the right hint to an app-server error.
@@ -158,79 +148,57 @@ async fn run_turn(global: &GlobalArgs, args: &RunArgs) -> anyhow::Result<ExitCod
         Some(dir) => dir.clone(),
         None => std::env::current_dir().context("cannot read the current directory")?,
     };
-    let mock = if args.mock {
-        let script = match args.mock_script.as_deref() {
-            Some(path) => Script::load(path)
+    let mock_script = match (args.mock, args.mock_script.as_deref()) {
+        (false, _) => None,
+        (true, Some(path)) => Some(
+            Script::load(path)
                 .map_err(|err| with_hint(err, "see fixtures/codex/ for example scripts"))?,
-            None => Script::default(),
-        };
-        Some(MockProvider::start(script).await?)
-    } else {
-        None
+        ),
+        (true, None) => Some(Script::default()),
     };
-    let env = mock.as_ref().map(MockProvider::env).unwrap_or_default();
     let journal = if args.no_journal {
         None
     } else {
-        let url = global.database_url()?;
-        Some(
-            Journal::open(&url)
-                .await
-                .map_err(|err| with_hint(err, "check --db / AGENTCTL_DB, or pass --no-journal"))?,
-        )
+        Some(crate::db::open_journal(global).await?)
     };
-    let policy = ApprovalPolicy::uniform(args.approve);
-    let (client, mut events) = spawn_codex(&args.codex_bin, &env, Some(&cwd), policy)?;
-    let request = TurnRequest {
-        steer: args.steer.clone(),
-        interrupt_after: args.interrupt_after,
-        approval_policy: args.ask.clone(),
-        ..TurnRequest::new(client_info(), &args.prompt, cwd)
+    let turn = CodexTurn {
+        launch: AppServerLaunch {
+            cwd: Some(cwd.clone()),
+            ..launch(&args.codex_bin)
+        },
+        mock_script,
+        approvals: ApprovalPolicy::uniform(args.approve),
+        request: TurnRequest {
+            steer: args.steer.clone(),
+            interrupt_after: args.interrupt_after,
+            approval_policy: args.ask.clone(),
+            ..TurnRequest::new(client_info(), &args.prompt, cwd)
+        },
     };
-    let mut printer = Printer {
-        json: global.json,
-        mid_line: false,
-    };
+    let mut printer = render::Printer::new(global.json);
     let ctrl_c = || async {
         // An error installing the handler reads as a signal, as before: the turn is interrupted.
         let _ = tokio::signal::ctrl_c().await;
     };
-    let outcome = drive_turn(
-        &client,
-        &mut events,
-        &request,
-        journal.clone(),
-        ctrl_c,
-        |event| printer.show(event),
-    )
-    .await;
-    client.close().await;
-    if let Some(journal) = journal {
-        journal.close().await;
-    }
-    drop(mock);
-    let report = outcome.map_err(|err| match err {
-        DriveError::Setup(err) => explain(err),
-        DriveError::Stopped(err) => {
-            explain(err).context("codex app-server stopped before the turn completed")
-        }
-        DriveError::Journal(err) => anyhow::Error::new(err),
-        DriveError::Observer(err) => err,
-    })?;
+    let report = run_codex_turn(turn, journal, ctrl_c, |event| printer.show(event))
+        .await
+        .map_err(|err| match err {
+            CodexTurnError::Spawn(err) | CodexTurnError::Drive(DriveError::Setup(err)) => {
+                explain(err)
+            }
+            CodexTurnError::Drive(DriveError::Stopped(err)) => {
+                explain(err).context("codex app-server stopped before the turn completed")
+            }
+            CodexTurnError::Drive(DriveError::Journal(err)) => anyhow::Error::new(err),
+            CodexTurnError::Drive(DriveError::Observer(err)) => err,
+            CodexTurnError::Provider(err) => anyhow::Error::new(err),
+            other => anyhow::anyhow!("{other}"),
+        })?;
     let turn = &report.turn;
-    if global.json {
-        json_line(
-            &json!({"type": "turn", "threadId": report.thread_id, "turnId": turn.id, "status": turn.status.as_str(), "error": turn.error}),
-        )?;
-    }
+    render::turn_ended(global.json, &report)?;
     match turn.status {
         TurnStatus::Completed => Ok(ExitCode::SUCCESS),
-        TurnStatus::Interrupted => {
-            if !global.json {
-                eprintln!("agentctl: the turn was interrupted");
-            }
-            Ok(ExitCode::from(EXIT_INTERRUPTED))
-        }
+        TurnStatus::Interrupted => Ok(ExitCode::from(EXIT_INTERRUPTED)),
         TurnStatus::Failed | TurnStatus::InProgress | TurnStatus::Unknown => {
             let message = turn
                 .error
@@ -246,96 +214,6 @@ async fn run_turn(global: &GlobalArgs, args: &RunArgs) -> anyhow::Result<ExitCod
                 ),
                 "the events are in the journal: agentctl journal replay THREAD",
             ))
-        }
-    }
-}
-
-/// Shows the turn: the agent's text on stdout, the rest on stderr (or JSON lines).
-struct Printer {
-    json: bool,
-    /// The agent's text so far does not end with a newline.
-    mid_line: bool,
-}
-
-impl Printer {
-    fn show(&mut self, event: TurnEvent<'_>) -> anyhow::Result<()> {
-        match event {
-            TurnEvent::ThreadStarted {
-                thread_id,
-                model,
-                model_provider,
-            } => {
-                if self.json {
-                    json_line(
-                        &json!({"type": "thread", "threadId": thread_id, "model": model, "modelProvider": model_provider}),
-                    )?;
-                } else {
-                    eprintln!("agentctl: codex thread {thread_id}");
-                }
-            }
-            TurnEvent::Server(event) => self.server_event(event)?,
-            TurnEvent::AgentText(delta) if !self.json => {
-                self.text(delta)?;
-                self.mid_line = !delta.ends_with('\n');
-            }
-            TurnEvent::AgentMessageBoundary | TurnEvent::TurnCompleted(_)
-                if self.mid_line && !self.json =>
-            {
-                self.text("\n")?;
-                self.mid_line = false;
-            }
-            // The turn may have finished first; the turn's own end decides the outcome.
-            TurnEvent::SteerFailed(err) => eprintln!("agentctl: steer failed: {err}"),
-            TurnEvent::InterruptFailed(err) => eprintln!("agentctl: interrupt failed: {err}"),
-            TurnEvent::InterruptSignalled => {
-                eprintln!("agentctl: interrupting the turn (Ctrl-C)");
-            }
-            // Nothing from Codex for a while (it retries an unreachable model by itself).
-            TurnEvent::Quiet(after) => eprintln!(
-                "agentctl: no event from Codex for {} s; still waiting (Ctrl-C interrupts the turn)",
-                after.as_secs()
-            ),
-            TurnEvent::AgentText(_)
-            | TurnEvent::AgentMessageBoundary
-            | TurnEvent::TurnCompleted(_)
-            | TurnEvent::SteerAccepted { .. }
-            | TurnEvent::InterruptAccepted => {}
-        }
-        Ok(())
-    }
-
-    fn text(&mut self, text: &str) -> anyhow::Result<()> {
-        let mut out = std::io::stdout().lock();
-        out.write_all(text.as_bytes())?;
-        out.flush()?;
-        Ok(())
-    }
-
-    fn server_event(&mut self, event: &ServerEvent) -> anyhow::Result<()> {
-        match event {
-            ServerEvent::Notification(note) if self.json => json_line(&json!({
-                "type": "notification", "method": note.method, "params": note.params,
-            })),
-            ServerEvent::Request { request, reply } => {
-                let reply = reply_json(reply);
-                if self.json {
-                    json_line(
-                        &json!({"type": "serverRequest", "method": request.method, "params": request.params, "reply": reply}),
-                    )
-                } else {
-                    let what = request
-                        .params
-                        .get("command")
-                        .and_then(Value::as_str)
-                        .unwrap_or(&request.method);
-                    eprintln!(
-                        "agentctl: {} asked: {what} -> answered {reply}",
-                        request.method
-                    );
-                    Ok(())
-                }
-            }
-            ServerEvent::Notification(_) => Ok(()),
         }
     }
 }
