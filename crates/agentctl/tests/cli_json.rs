@@ -257,8 +257,8 @@ fn runs_and_decisions_print_typed_lines() {
     assert_eq!(types(&denied), ["approval.decided"]);
     let steer = lines_of(d, &db, &["steer", &id, "be brief"], 0);
     assert_eq!(types(&steer), ["steer.requested"]);
-    let interrupt = lines_of(d, &db, &["interrupt", &id], 0);
-    assert_eq!(types(&interrupt), ["interrupt.requested"]);
+    // `interrupt` needs a run a host is driving (a paused one is refused, exit 1); its
+    // `interrupt.requested` line is covered by the host lifecycle tests.
 }
 
 #[test]
