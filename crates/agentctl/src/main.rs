@@ -4,7 +4,11 @@
 //! and diagnostics go to stderr, and every failure is one line of error plus a hint with a
 //! non-zero exit status. No domain logic lives here.
 
+// Everything printed goes through `output` (which allows it), so stdout stays parseable.
+#![deny(clippy::print_stdout, clippy::print_stderr)]
+
 mod cmd;
+mod db;
 mod global;
 mod output;
 

@@ -1,7 +1,18 @@
-//! Printing results and errors.
+//! Printing results and errors: the only module that writes to stdout or stderr.
+//!
+//! Invariants: stdout carries results only; with `--json` each result is one JSON object on
+//! one line whose first key is a string `type` naming its shape (`docs/cli-json.md`), with
+//! snake_case keys of our own (payloads relayed verbatim, such as Codex notifications or
+//! Responses API items, keep their own keys). Progress, notes and errors go to stderr.
+
+// The crate root denies printing everywhere else; this module is where it happens.
+#![allow(clippy::print_stdout, clippy::print_stderr)]
 
 use std::io::Write as _;
 use std::process::ExitCode;
+
+use serde::Serialize;
+use serde_json::{Map, Value};
 
 /// Print one JSON value as a single line on stdout.
 pub fn json_line(value: &serde_json::Value) -> anyhow::Result<()> {
@@ -10,6 +21,31 @@ pub fn json_line(value: &serde_json::Value) -> anyhow::Result<()> {
     out.write_all(b"\n")?;
     out.flush()?;
     Ok(())
+}
+
+/// `value` as a JSON object whose first key is `"type": kind`. An object keeps its keys (a
+/// `type` of its own is replaced); anything else is put under `value`.
+pub fn typed(kind: &str, value: impl Serialize) -> anyhow::Result<Value> {
+    let mut object = Map::new();
+    object.insert("type".into(), Value::from(kind));
+    match serde_json::to_value(value)? {
+        Value::Object(fields) => {
+            for (key, field) in fields {
+                if key != "type" {
+                    object.insert(key, field);
+                }
+            }
+        }
+        other => {
+            object.insert("value".into(), other);
+        }
+    }
+    Ok(Value::Object(object))
+}
+
+/// Print `value` as one JSON line of shape `kind` (see [`typed`]).
+pub fn typed_line(kind: &str, value: impl Serialize) -> anyhow::Result<()> {
+    json_line(&typed(kind, value)?)
 }
 
 /// Print a line of text on stdout.

@@ -1,4 +1,4 @@
-//! `agentctl api <mode> --mock` runs each seed story offline and prints what the seed prints;
+//! `agentctl api <mode> --mock` runs each mode's story offline and prints the model's answer;
 //! without a key and without `--mock` it fails with a hint.
 
 // Test helpers outside `#[test]` functions may unwrap and panic too.

@@ -1,4 +1,4 @@
-//! `agentctl api steer`: the seed's WebSocket steering story, end to end as a child process.
+//! `agentctl api steer`: the WebSocket steering story, end to end as a child process.
 
 // Test helpers outside `#[test]` functions may unwrap too.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]

@@ -12,11 +12,11 @@ use std::process::Command;
 use std::time::Duration;
 
 use agent_appserver::{
-    AppServerClient, ApprovalPolicy, COMMAND_APPROVAL, ClientInfo, ClientOptions, Events,
-    ServerCommand, ServerEvent, StderrTarget, ThreadStartParams, Turn, TurnNotification,
-    TurnStartParams, TurnStatus, UserInput, codex_home,
+    AppServerClient, ApprovalPolicy, COMMAND_APPROVAL, ClientInfo, Events, ServerEvent,
+    StderrTarget, ThreadStartParams, Turn, TurnNotification, TurnStartParams, TurnStatus,
+    UserInput, codex_home,
 };
-use agent_host::codex::MockProvider;
+use agent_host::codex::{AppServerLaunch, MockProvider};
 use agent_responses_mock::Script;
 use serde_json::Value;
 
@@ -82,6 +82,37 @@ fn a_missing_codex_binary_gets_the_install_hint() {
     }
 }
 
+/// Every line of a `--json` stdout: a JSON object with a string `type` and no camelCase key
+/// of ours (the Codex messages relayed under `params` and `reply` keep Codex's keys).
+fn typed_lines(what: &str, stdout: &str) -> Vec<Value> {
+    fn ours_snake_case(what: &str, value: &Value) {
+        if let Value::Object(object) = value {
+            for (key, field) in object {
+                assert!(
+                    !key.chars().any(|c| c.is_ascii_uppercase()),
+                    "{what}: camelCase key `{key}`"
+                );
+                if key != "params" && key != "reply" {
+                    ours_snake_case(what, field);
+                }
+            }
+        }
+    }
+    stdout
+        .lines()
+        .map(|line| {
+            let value: Value = serde_json::from_str(line)
+                .unwrap_or_else(|err| panic!("{what}: not JSON ({err}): {line}"));
+            assert!(
+                value["type"].is_string(),
+                "{what}: no string `type`: {line}"
+            );
+            ours_snake_case(what, &value);
+            value
+        })
+        .collect()
+}
+
 /// The emulator as Codex's model provider (the library's setup, as `codex run --mock`
 /// uses it) and a working directory.
 struct Setup {
@@ -104,22 +135,16 @@ impl Setup {
         Setup { provider, cwd }
     }
 
-    fn command(&self) -> ServerCommand {
-        self.provider
-            .apply(ServerCommand::codex(codex_bin()))
-            .current_dir(self.cwd.path())
-            .stderr(StderrTarget::File(
-                self.provider.home().join("app-server.stderr"),
-            ))
-    }
-
     async fn client(&self) -> (AppServerClient, Events) {
-        let (client, events) = AppServerClient::spawn(
-            &self.command(),
-            ClientOptions::default(),
-            ApprovalPolicy::default(),
-        )
-        .unwrap();
+        // The library's launch, as `codex run` uses it, with the server's stderr kept.
+        let launch = AppServerLaunch {
+            cwd: Some(self.cwd.path().to_path_buf()),
+            stderr: StderrTarget::File(self.provider.home().join("app-server.stderr")),
+            ..AppServerLaunch::new(codex_bin())
+        };
+        let (client, events) = launch
+            .spawn(Some(&self.provider), ApprovalPolicy::default())
+            .unwrap();
         client
             .initialize(ClientInfo {
                 name: "agentctl_interop".into(),
@@ -216,7 +241,11 @@ fn probe_prints_the_initialize_keys() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let lines = typed_lines("probe codex", &stdout);
+    assert_eq!(lines.len(), 1, "{stdout}");
+    let report = &lines[0];
+    assert_eq!(report["type"], "probe.codex");
     assert_eq!(report["ok"], Value::Bool(true));
     let keys: Vec<&str> = report["keys"]
         .as_array()
@@ -228,7 +257,7 @@ fn probe_prints_the_initialize_keys() {
         assert!(keys.contains(&key), "{keys:?}");
     }
     assert!(
-        report["userAgent"]
+        report["user_agent"]
             .as_str()
             .unwrap()
             .starts_with("agentctl/")
@@ -473,4 +502,41 @@ fn codex_run_mock_interrupt_exits_130() {
         );
         assert!(!stderr.contains("interrupt failed"), "{stderr}");
     }
+}
+
+#[test]
+#[ignore = "needs the real Codex CLI: cargo xtask interop codex"]
+fn codex_run_mock_json_prints_typed_snake_case_lines() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let db = format!("sqlite://{}", dir.path().join("journal.db").display());
+    let out = Command::new(env!("CARGO_BIN_EXE_agentctl"))
+        .args([
+            "--json",
+            "--db",
+            &db,
+            "codex",
+            "run",
+            "--mock",
+            "--mock-script",
+        ])
+        .arg(fixture("exec-declined.json"))
+        .arg("--codex-bin")
+        .arg(codex_bin())
+        .arg("--cwd")
+        .arg(dir.path())
+        .arg("create the marker file")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let lines = typed_lines("codex run", &stdout);
+    let kinds: Vec<&str> = lines.iter().filter_map(|l| l["type"].as_str()).collect();
+    assert_eq!(kinds.first(), Some(&"codex.thread"), "{stdout}");
+    assert_eq!(kinds.last(), Some(&"codex.turn"), "{stdout}");
+    assert!(kinds.contains(&"codex.notification"), "{stdout}");
+    assert!(kinds.contains(&"codex.server_request"), "{stdout}");
+    let turn = lines.last().unwrap();
+    assert_eq!(turn["status"], "completed");
+    assert_eq!(turn["thread_id"], lines[0]["thread_id"]);
 }

@@ -46,7 +46,10 @@ async fn threads_and_replay_print_json_lines() {
         .collect();
     assert_eq!(
         threads,
-        vec![json!({"thread": "t1"}), json!({"thread": "t2"})]
+        vec![
+            json!({"type": "thread", "thread": "t1"}),
+            json!({"type": "thread", "thread": "t2"})
+        ]
     );
 
     let out = agentctl(&url)

@@ -18,7 +18,8 @@
 //! Also here, what else composes several crates: [`codex`] (a whole Codex turn over
 //! `codex app-server`, journaled), [`steer_bridge`] (WebSocket steering as runtime
 //! revisions) and [`executor::RuntimeExecutor`] (the Responses loops' tools through the
-//! runtime).
+//! runtime). For front ends: [`follow`] (a journal thread, live), [`run_wait`] (until a run
+//! stops) and [`signals`] (stopping long-running work on SIGINT/SIGTERM).
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -62,10 +63,13 @@
 pub mod codex;
 mod error;
 pub mod executor;
+pub mod follow;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod run;
 pub mod run_history;
+pub mod run_wait;
+pub mod signals;
 pub mod steer_bridge;
 pub mod tools;
 pub mod worker;

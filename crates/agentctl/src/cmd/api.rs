@@ -1,10 +1,9 @@
-//! `agentctl api direct|ptc|async|compact|steer`: the seed's `live_api.py` stories.
+//! `agentctl api direct|ptc|async|compact|steer`: one story per Responses API mode.
 //!
 //! Against the live API (key from OPENAI_API_KEY only, base from --base-url or
 //! OPENAI_BASE_URL) or, with `--mock`, against the built-in emulator running in-process with
 //! the mode's fixture (`fixtures/responses/<mode>.json`): no key, no network.
 
-use std::io::Write as _;
 use std::sync::Arc;
 
 use agent_responses::demo::{self, Mode, ScanTool};
@@ -17,9 +16,9 @@ use clap::{Args, Subcommand};
 use serde_json::json;
 
 use crate::global::GlobalArgs;
-use crate::output::{json_line, line, with_hint};
+use crate::output::{self, line, typed_line, with_hint};
 
-/// The Responses API modes of the seed.
+/// The Responses API modes, one story each.
 #[derive(Debug, Subcommand)]
 pub enum ApiCmd {
     /// Direct tool loop: the model calls `scan`, we answer every call, it reports the high total.
@@ -48,7 +47,7 @@ pub struct ApiArgs {
     pub model: String,
 }
 
-/// Runs one mode; prints what the seed prints (or JSON lines with `--json`).
+/// Runs one mode; prints the model's final text (or JSON lines with `--json`).
 pub async fn run(global: &GlobalArgs, cmd: ApiCmd) -> anyhow::Result<std::process::ExitCode> {
     let (mode, args) = match cmd {
         ApiCmd::Direct(args) => (Mode::Direct, args),
@@ -70,8 +69,9 @@ pub async fn run(global: &GlobalArgs, cmd: ApiCmd) -> anyhow::Result<std::proces
                 .await
                 .map_err(explain)?;
             if global.json {
-                json_line(
-                    &json!({"mode": mode.name(), "response_id": outcome.response.id,
+                typed_line(
+                    "api.result",
+                    json!({"mode": mode.name(), "response_id": outcome.response.id,
                     "turns": outcome.turns, "tool_executions": outcome.executions,
                     "text": outcome.response.output_text()}),
                 )?;
@@ -90,12 +90,11 @@ pub async fn run(global: &GlobalArgs, cmd: ApiCmd) -> anyhow::Result<std::proces
                 Arc::new(ScanTool),
                 |event| {
                     if let StreamEvent::OutputTextDelta(delta) = event {
+                        // A closed stdout is the reader's choice; the story goes on.
                         if json {
-                            let _ = json_line(&json!({"delta": delta.delta}));
+                            let _ = typed_line("api.delta", json!({"delta": delta.delta}));
                         } else {
-                            let mut out = std::io::stdout().lock();
-                            let _ = out.write_all(delta.delta.as_bytes());
-                            let _ = out.flush();
+                            let _ = output::stream(&delta.delta);
                         }
                     }
                 },
@@ -108,8 +107,9 @@ pub async fn run(global: &GlobalArgs, cmd: ApiCmd) -> anyhow::Result<std::proces
                     .iter()
                     .map(|o| json!({"call_id": o.call_id, "output": o.text()}))
                     .collect();
-                json_line(
-                    &json!({"mode": "async", "response_id": outcome.first.id, "tool_results": outputs,
+                typed_line(
+                    "api.result",
+                    json!({"mode": "async", "response_id": outcome.first.id, "tool_results": outputs,
                     "follow_up_id": outcome.follow.id, "text": outcome.follow.output_text()}),
                 )?;
             } else {
@@ -125,8 +125,9 @@ pub async fn run(global: &GlobalArgs, cmd: ApiCmd) -> anyhow::Result<std::proces
                 .await
                 .map_err(explain)?;
             if global.json {
-                json_line(
-                    &json!({"mode": "compact", "compacted_items": outcome.compacted.output.len(),
+                typed_line(
+                    "api.result",
+                    json!({"mode": "compact", "compacted_items": outcome.compacted.output.len(),
                     "response_id": outcome.follow.id, "text": outcome.follow.output_text()}),
                 )?;
             } else {

@@ -1,4 +1,4 @@
-//! `agentctl api steer`: the seed's `ws_steer.mjs` story over WebSocket mode.
+//! `agentctl api steer`: the WebSocket steering story (README.md, "Responses API").
 //!
 //! Create the planning request, steer it with the two-day constraint as soon as the
 //! response exists, print the successor's final text. Every unexpected event (a failed
@@ -19,11 +19,11 @@ use clap::Args;
 use serde_json::json;
 
 use crate::global::GlobalArgs;
-use crate::output::{json_line, line, with_hint};
+use crate::output::{line, typed_line, with_hint};
 
-/// The seed's planning prompt.
+/// The story's planning prompt (Chinese, so the CJK path is exercised end to end).
 pub const PROMPT: &str = "为面试练习设计一个任务管理工具，列出功能和交付计划。";
-/// The seed's steering input.
+/// The story's steering input: a constraint that changes the plan.
 pub const STEER: &str = "新增约束：一个人两天完成，只保留最小功能。";
 
 /// Create a response over WebSocket, steer it once it exists, print the successor's answer.
@@ -75,8 +75,9 @@ pub async fn run(global: &GlobalArgs, args: SteerArgs) -> anyhow::Result<std::pr
     }
     let answer = outcome.map_err(explain)?;
     if json {
-        json_line(
-            &json!({"event": "completed", "response_id": answer.response_id, "text": answer.lines.join("\n")}),
+        typed_line(
+            "completed",
+            json!({"event": "completed", "response_id": answer.response_id, "text": answer.lines.join("\n")}),
         )?;
     } else {
         for text in answer.lines {
@@ -120,13 +121,7 @@ async fn connect(args: &SteerArgs) -> anyhow::Result<(WsConfig, Option<MockServe
 
 /// `--runtime`: a durable runtime turn on --db whose revision follows the steer.
 async fn open_bridge(global: &GlobalArgs) -> anyhow::Result<RevisionBridge> {
-    let url = global.database_url()?;
-    let journal = agent_journal::Journal::open(&url).await.map_err(|err| {
-        with_hint(
-            err,
-            "check --db / AGENTCTL_DB (sqlite://PATH, sqlite::memory: or postgres://...)",
-        )
-    })?;
+    let journal = crate::db::open_journal(global).await?;
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos())
@@ -136,29 +131,35 @@ async fn open_bridge(global: &GlobalArgs) -> anyhow::Result<RevisionBridge> {
 
 fn show(json: bool, progress: SteerProgress<'_>) -> anyhow::Result<()> {
     match progress {
-        SteerProgress::Accepted { steer_id, parent } if json => {
-            json_line(&json!({"event": "steer.accepted", "steer_id": steer_id, "parent": parent}))
-        }
+        SteerProgress::Accepted { steer_id, parent } if json => typed_line(
+            "steer.accepted",
+            json!({"event": "steer.accepted", "steer_id": steer_id, "parent": parent}),
+        ),
         SteerProgress::Accepted { steer_id, .. } => {
             line(&format!("queued, not yet applied {steer_id}"))
         }
-        SteerProgress::RevisionBumped { revision } if json => {
-            json_line(&json!({"event": "runtime.revision", "revision": revision}))
-        }
+        SteerProgress::RevisionBumped { revision } if json => typed_line(
+            "runtime.revision",
+            json!({"event": "runtime.revision", "revision": revision}),
+        ),
         SteerProgress::RevisionBumped { revision } => {
             line(&format!("runtime turn revision bumped to {revision}"))
         }
-        SteerProgress::Committed { successor } if json => {
-            json_line(&json!({"event": "steer.committed", "successor": successor}))
-        }
+        SteerProgress::Committed { successor } if json => typed_line(
+            "steer.committed",
+            json!({"event": "steer.committed", "successor": successor}),
+        ),
         SteerProgress::Committed { successor } => {
             line(&format!("steering committed to successor {successor}"))
         }
         SteerProgress::RuntimeCommitted {
             stale_refused,
             revision,
-        } if json => json_line(&json!({"event": "runtime.commit",
-            "stale_refused": stale_refused.to_string(), "revision": revision})),
+        } if json => typed_line(
+            "runtime.commit",
+            json!({"event": "runtime.commit",
+                   "stale_refused": stale_refused.to_string(), "revision": revision}),
+        ),
         SteerProgress::RuntimeCommitted {
             stale_refused,
             revision,

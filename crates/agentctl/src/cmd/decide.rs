@@ -73,7 +73,7 @@ pub async fn decide(
     approve: bool,
     always: bool,
 ) -> anyhow::Result<ExitCode> {
-    let journal = super::journal::open(global).await?;
+    let journal = crate::db::open_journal(global).await?;
     let request = DecisionRequest {
         call_id: args.call_id.clone(),
         decision: Decision {
@@ -98,7 +98,7 @@ pub async fn decide(
 }
 
 pub async fn steer(global: &GlobalArgs, args: SteerArgs) -> anyhow::Result<ExitCode> {
-    let journal = super::journal::open(global).await?;
+    let journal = crate::db::open_journal(global).await?;
     let result = async {
         let id = run::request_steer(&journal, &args.run, &args.text, args.id.clone()).await?;
         let outcome = run::steer_outcome(&journal, &args.run, &id, args.wait).await?;
@@ -134,7 +134,7 @@ pub async fn steer(global: &GlobalArgs, args: SteerArgs) -> anyhow::Result<ExitC
 }
 
 pub async fn interrupt(global: &GlobalArgs, args: InterruptArgs) -> anyhow::Result<ExitCode> {
-    let journal = super::journal::open(global).await?;
+    let journal = crate::db::open_journal(global).await?;
     let result = run::request_interrupt(&journal, &args.run, &who()).await;
     journal.close().await;
     let seq = result?;

@@ -2,13 +2,13 @@
 
 use std::io::Read as _;
 
-use agent_context::{ContextStore, Unit};
+use agent_context::Unit;
 use anyhow::Context as _;
 use clap::Subcommand;
 use serde_json::{Value, json};
 
 use crate::global::GlobalArgs;
-use crate::output::{json_line, line, with_hint};
+use crate::output::{line, typed_line, with_hint};
 
 /// History kept in whole units (a tool call always with its output).
 #[derive(Debug, Subcommand)]
@@ -62,7 +62,7 @@ pub enum HistoryCmd {
 }
 
 pub async fn run(global: &GlobalArgs, cmd: HistoryCmd) -> anyhow::Result<std::process::ExitCode> {
-    let store = open(global).await?;
+    let store = crate::db::open_context(global).await?;
     match cmd {
         HistoryCmd::Search {
             thread,
@@ -72,8 +72,9 @@ pub async fn run(global: &GlobalArgs, cmd: HistoryCmd) -> anyhow::Result<std::pr
             let hits = store.search(&thread, &term, limit).await?;
             if global.json {
                 for unit in &hits {
-                    json_line(
-                        &json!({"thread": thread, "unit": unit.unit, "position": unit.position, "items": unit.items}),
+                    typed_line(
+                        "history.hit",
+                        json!({"thread": thread, "unit": unit.unit, "position": unit.position, "items": unit.items}),
                     )?;
                 }
             } else if hits.is_empty() {
@@ -100,7 +101,7 @@ pub async fn run(global: &GlobalArgs, cmd: HistoryCmd) -> anyhow::Result<std::pr
                 None => store.window(&thread, &goal, keep).await?,
             };
             if global.json {
-                json_line(&serde_json::to_value(&window)?)?;
+                typed_line("history.window", &window)?;
             } else {
                 line(&format!("goal: {}", window.pinned_goal))?;
                 for unit in &window.recent_units {
@@ -147,7 +148,10 @@ pub async fn run(global: &GlobalArgs, cmd: HistoryCmd) -> anyhow::Result<std::pr
                     with_hint(err, hint)
                 })?;
             if global.json {
-                json_line(&json!({"thread": thread, "unit": unit, "position": appended.position}))?;
+                typed_line(
+                    "history.appended",
+                    json!({"thread": thread, "unit": unit, "position": appended.position}),
+                )?;
             } else {
                 line(&format!(
                     "appended {unit} to {thread} at position {}",
@@ -159,7 +163,7 @@ pub async fn run(global: &GlobalArgs, cmd: HistoryCmd) -> anyhow::Result<std::pr
             let threads = store.threads().await?;
             for t in &threads {
                 if global.json {
-                    json_line(&serde_json::to_value(t)?)?;
+                    typed_line("history.thread", t)?;
                 } else {
                     line(&format!("{}\t{} units", t.thread, t.units))?;
                 }
@@ -168,16 +172,6 @@ pub async fn run(global: &GlobalArgs, cmd: HistoryCmd) -> anyhow::Result<std::pr
     }
     store.close().await;
     Ok(std::process::ExitCode::SUCCESS)
-}
-
-pub async fn open(global: &GlobalArgs) -> anyhow::Result<ContextStore> {
-    let url = global.database_url()?;
-    ContextStore::open(&url).await.map_err(|err| {
-        with_hint(
-            err,
-            "check --db / AGENTCTL_DB (sqlite://PATH, sqlite::memory: or postgres://...)",
-        )
-    })
 }
 
 /// One line describing a unit's items: message text, tool calls with their outputs.

@@ -2,10 +2,11 @@
 
 use std::process::ExitCode;
 
-use agent_journal::{Event, Journal, JournalError};
-use anyhow::Context as _;
+use agent_host::follow::follow_thread;
+use agent_host::signals::until_ctrl_c;
+use agent_journal::Event;
 use clap::Subcommand;
-use futures::StreamExt as _;
+use futures::{Stream, StreamExt as _};
 
 use crate::global::GlobalArgs;
 use crate::output;
@@ -35,58 +36,52 @@ pub enum JournalCmd {
 }
 
 pub async fn run(global: &GlobalArgs, cmd: JournalCmd) -> anyhow::Result<ExitCode> {
-    let journal = open(global).await?;
-    match cmd {
-        JournalCmd::Threads => {
-            for thread in journal.threads().await? {
-                if global.json {
-                    output::json_line(&serde_json::json!({ "thread": thread }))?;
-                } else {
-                    output::line(&thread)?;
-                }
-            }
-        }
+    let journal = crate::db::open_journal(global).await?;
+    let result = match cmd {
+        JournalCmd::Threads => threads(&journal, global.json).await,
         JournalCmd::Replay { thread, after } => {
-            let mut events = journal.replay_stream(&thread, after);
-            while let Some(event) = events.next().await {
-                print_event(&event?, global.json)?;
-            }
+            print_events(journal.replay_stream(&thread, after), global.json).await
         }
-        JournalCmd::Tail { thread, after } => {
-            let mut events = journal.tail(&thread, after);
-            loop {
-                tokio::select! {
-                    next = events.next() => match next {
-                        Some(Ok(event)) => print_event(&event, global.json)?,
-                        // A refused request (an invalid thread) will not get better.
-                        Some(Err(err @ JournalError::InvalidInput { .. })) => return Err(err.into()),
-                        // The stream retries a failed read itself.
-                        Some(Err(err)) => tracing::warn!(%err, "journal tail: read failed; retrying"),
-                        None => break,
-                    },
-                    _ = tokio::signal::ctrl_c() => break,
-                }
-            }
+        // Ctrl-C ends the follow; what was printed stands.
+        JournalCmd::Tail { thread, after } => until_ctrl_c(print_events(
+            follow_thread(&journal, &thread, after),
+            global.json,
+        ))
+        .await
+        .map_err(anyhow::Error::from)
+        .and_then(|printed| printed.unwrap_or(Ok(()))),
+    };
+    journal.close().await;
+    result.map(|()| ExitCode::SUCCESS)
+}
+
+async fn threads(journal: &agent_journal::Journal, json: bool) -> anyhow::Result<()> {
+    for thread in journal.threads().await? {
+        if json {
+            output::typed_line("thread", serde_json::json!({ "thread": thread }))?;
+        } else {
+            output::line(&thread)?;
         }
     }
-    journal.close().await;
-    Ok(ExitCode::SUCCESS)
+    Ok(())
 }
 
-/// Opens the journal named by `--db`, with a hint when that fails.
-pub async fn open(global: &GlobalArgs) -> anyhow::Result<Journal> {
-    let url = global.database_url()?;
-    Journal::open(&url).await.map_err(|err| {
-        output::with_hint(
-            err,
-            "check --db / AGENTCTL_DB (sqlite://PATH, sqlite::memory:, postgres://USER:PASS@HOST/DB)",
-        )
-    })
+/// Prints every event of `events` until it ends or fails.
+async fn print_events(
+    events: impl Stream<Item = Result<Event, agent_journal::JournalError>>,
+    json: bool,
+) -> anyhow::Result<()> {
+    let mut events = std::pin::pin!(events);
+    while let Some(event) = events.next().await {
+        print_event(&event?, json)?;
+    }
+    Ok(())
 }
 
+/// `{"type":"event", seq, thread, kind, payload, at, ...}`, or one aligned line.
 fn print_event(event: &Event, json: bool) -> anyhow::Result<()> {
     if json {
-        output::json_line(&serde_json::to_value(event).context("cannot encode an event")?)
+        output::typed_line("event", event)
     } else {
         output::line(&format!(
             "{:>8}  {}  {:<22} {}",

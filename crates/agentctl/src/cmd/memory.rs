@@ -4,9 +4,8 @@ use agent_context::{ContextError, ContextStore, MemoryEntry, NewEvidence};
 use clap::Subcommand;
 use serde_json::json;
 
-use crate::cmd::history::open;
 use crate::global::GlobalArgs;
-use crate::output::{json_line, line, with_hint};
+use crate::output::{line, typed_line, with_hint};
 
 /// 30 days, in seconds.
 const DEFAULT_MAX_AGE: i64 = 30 * 24 * 3600;
@@ -74,7 +73,7 @@ pub enum MemoryCmd {
 }
 
 pub async fn run(global: &GlobalArgs, cmd: MemoryCmd) -> anyhow::Result<std::process::ExitCode> {
-    let store = open(global).await?;
+    let store = crate::db::open_context(global).await?;
     match cmd {
         MemoryCmd::Recall {
             project,
@@ -86,7 +85,7 @@ pub async fn run(global: &GlobalArgs, cmd: MemoryCmd) -> anyhow::Result<std::pro
             let pending = store.pending().await?;
             if global.json {
                 for entry in &entries {
-                    json_line(&serde_json::to_value(entry)?)?;
+                    typed_line("memory.entry", entry)?;
                 }
             } else {
                 if entries.is_empty() {
@@ -136,7 +135,10 @@ pub async fn run(global: &GlobalArgs, cmd: MemoryCmd) -> anyhow::Result<std::pro
                 })?;
             let consolidated = consolidate_unless(&store, no_consolidate).await?;
             if global.json {
-                json_line(&json!({"added": evidence, "consolidation": consolidated}))?;
+                typed_line(
+                    "memory.added",
+                    json!({"added": evidence, "consolidation": consolidated}),
+                )?;
             } else {
                 line(&format!(
                     "added {} ({}/{} = {}){}",
@@ -174,8 +176,9 @@ pub async fn run(global: &GlobalArgs, cmd: MemoryCmd) -> anyhow::Result<std::pro
                 None
             };
             if global.json {
-                json_line(
-                    &json!({"revoked": revoked, "consolidation": consolidated, "now": now_remembered}),
+                typed_line(
+                    "memory.revoked",
+                    json!({"revoked": revoked, "consolidation": consolidated, "now": now_remembered}),
                 )?;
             } else {
                 let state = if revoked.newly_revoked {
@@ -204,7 +207,7 @@ pub async fn run(global: &GlobalArgs, cmd: MemoryCmd) -> anyhow::Result<std::pro
         MemoryCmd::Consolidate => {
             let c = store.consolidate().await?;
             if global.json {
-                json_line(&serde_json::to_value(c)?)?;
+                typed_line("memory.consolidated", c)?;
             } else {
                 line(&format!(
                     "recomputed {} key(s), {} remembered",
@@ -216,7 +219,7 @@ pub async fn run(global: &GlobalArgs, cmd: MemoryCmd) -> anyhow::Result<std::pro
             let rows = store.evidence(&project, key.as_deref()).await?;
             for e in &rows {
                 if global.json {
-                    json_line(&serde_json::to_value(e)?)?;
+                    typed_line("memory.evidence", e)?;
                 } else {
                     let mut flags = Vec::new();
                     if !e.confirmed {

@@ -8,7 +8,7 @@ use clap::{Args, Subcommand};
 use serde_json::json;
 
 use crate::global::GlobalArgs;
-use crate::output::{json_line, line};
+use crate::output::{line, typed_line};
 
 /// The local Responses API emulator.
 #[derive(Debug, Subcommand)]
@@ -56,14 +56,16 @@ pub async fn run(global: &GlobalArgs, cmd: MockCmd) -> anyhow::Result<std::proce
         .await
         .context("cannot start the emulator")?;
     if global.json {
-        json_line(&json!({"base_url": server.base_url(), "addr": server.addr().to_string()}))?;
+        typed_line(
+            "mock.listening",
+            json!({"base_url": server.base_url(), "addr": server.addr().to_string()}),
+        )?;
     } else {
         line(&server.base_url())?;
     }
     tracing::info!(addr = %server.addr(), "emulator listening");
-    tokio::select! {
-        () = server.wait() => {}
-        signal = tokio::signal::ctrl_c() => { signal.context("cannot wait for Ctrl-C")?; }
-    }
+    agent_host::signals::until_ctrl_c(server.wait())
+        .await
+        .context("cannot wait for Ctrl-C")?;
     Ok(std::process::ExitCode::SUCCESS)
 }

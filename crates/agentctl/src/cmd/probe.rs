@@ -1,4 +1,4 @@
-//! `agentctl probe codex`: the seed's probe. Starts `codex app-server`, does the handshake
+//! `agentctl probe codex`: the app-server probe. Starts `codex app-server`, does the handshake
 //! (`initialize`, then `initialized`), prints the keys of the result and stops the server.
 //! It creates no thread and sends no model request.
 
@@ -9,9 +9,9 @@ use agent_appserver::ApprovalPolicy;
 use clap::{Args, Subcommand};
 use serde_json::json;
 
-use crate::cmd::codex::{client_info, spawn_codex};
+use crate::cmd::codex::{client_info, explain, launch};
 use crate::global::GlobalArgs;
-use crate::output::{json_line, line};
+use crate::output::{line, typed_line};
 
 /// Check that an external agent server starts and speaks our protocol.
 #[derive(Debug, Subcommand)]
@@ -37,19 +37,24 @@ pub async fn run(global: &GlobalArgs, cmd: ProbeCmd) -> anyhow::Result<ExitCode>
 }
 
 async fn probe_codex(global: &GlobalArgs, args: &CodexProbeArgs) -> anyhow::Result<ExitCode> {
-    let (client, _events) = spawn_codex(&args.codex_bin, &[], None, ApprovalPolicy::default())?;
+    let (client, _events) = launch(&args.codex_bin)
+        .spawn(None, ApprovalPolicy::default())
+        .map_err(explain)?;
     let result = client.initialize(client_info()).await;
     client.close().await;
-    let init = result.map_err(crate::cmd::codex::explain)?;
+    let init = result.map_err(explain)?;
     if global.json {
-        json_line(&json!({
-            "ok": true,
-            "keys": init.keys,
-            "userAgent": init.user_agent,
-            "codexHome": init.codex_home,
-            "platformFamily": init.platform_family,
-            "platformOs": init.platform_os,
-        }))?;
+        typed_line(
+            "probe.codex",
+            json!({
+                "ok": true,
+                "keys": init.keys,
+                "user_agent": init.user_agent,
+                "codex_home": init.codex_home,
+                "platform_family": init.platform_family,
+                "platform_os": init.platform_os,
+            }),
+        )?;
     } else {
         line(&format!(
             "initialize succeeded; returned keys: {}",

@@ -3,8 +3,10 @@
 use std::process::ExitCode;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use agent_host::follow::follow_thread;
 use agent_host::run::exec_json::ExecJson;
 use agent_host::run::{self, RunState, kinds};
+use agent_host::signals::until_ctrl_c;
 use clap::Subcommand;
 use futures::StreamExt as _;
 use serde_json::{Value, json};
@@ -67,7 +69,7 @@ pub enum RunsCmd {
 }
 
 pub async fn run(global: &GlobalArgs, cmd: RunsCmd) -> anyhow::Result<ExitCode> {
-    let journal = super::journal::open(global).await?;
+    let journal = crate::db::open_journal(global).await?;
     let result = match cmd {
         RunsCmd::List { status } => list(global, &journal, status).await,
         RunsCmd::Show { run } => show(global, &journal, &run).await,
@@ -158,7 +160,7 @@ async fn list(
     Ok(ExitCode::SUCCESS)
 }
 
-/// Follows the run's thread until its fold says it stopped.
+/// Waits (in the library) until the run stops; prints it and exits as `run` would.
 async fn wait(
     global: &GlobalArgs,
     journal: &agent_journal::Journal,
@@ -166,64 +168,49 @@ async fn wait(
     timeout: Option<f64>,
 ) -> anyhow::Result<ExitCode> {
     use agent_host::run::RunStatus;
-    let deadline = match timeout {
-        Some(secs) => Some(
-            tokio::time::Instant::now()
-                + std::time::Duration::try_from_secs_f64(secs).map_err(|_| {
-                    output::UsageError("--timeout must be a non-negative number of seconds".into())
-                })?,
-        ),
-        None => None,
+    use agent_host::run_wait::{WaitEnd, wait_until_stopped};
+    let timeout = timeout
+        .map(|secs| {
+            std::time::Duration::try_from_secs_f64(secs).map_err(|_| {
+                output::UsageError("--timeout must be a non-negative number of seconds".into())
+            })
+        })
+        .transpose()?;
+    let Some(end) = until_ctrl_c(wait_until_stopped(journal, id, timeout)).await? else {
+        return Ok(ExitCode::from(130));
     };
-    let mut state = run::load(journal, id).await?;
-    let mut stream = journal.tail(&kinds::thread_of(id), state.last_seq);
-    loop {
-        let code = match state.status {
-            Some(RunStatus::Completed) => Some(ExitCode::SUCCESS),
-            Some(RunStatus::Failed) => Some(ExitCode::FAILURE),
-            Some(RunStatus::Paused) => Some(ExitCode::from(super::run::EXIT_PAUSED)),
-            Some(RunStatus::Interrupted) => Some(ExitCode::from(super::run::EXIT_INTERRUPTED)),
-            _ => None,
-        };
-        if let Some(code) = code {
-            let line = summary(&state);
-            if global.json {
-                output::json_line(&line)?;
-            } else {
-                output::line(&format!(
-                    "{}  {}{}",
-                    state.id,
-                    line["status"].as_str().unwrap_or(""),
-                    state
-                        .final_text
-                        .as_deref()
-                        .or(state.status_detail.as_deref())
-                        .map(|t| format!(": {t}"))
-                        .unwrap_or_default()
-                ))?;
-            }
-            return Ok(code);
+    let state = match end? {
+        WaitEnd::Stopped(state) => state,
+        WaitEnd::TimedOut(state) => {
+            output::note(&format!(
+                "run {id} is still {} after the timeout",
+                run::shown_status(&state).as_str()
+            ));
+            return Ok(ExitCode::from(124));
         }
-        let sleep = async {
-            match deadline {
-                Some(at) => tokio::time::sleep_until(at).await,
-                None => std::future::pending().await,
-            }
-        };
-        tokio::select! {
-            next = stream.next() => match next {
-                Some(Ok(event)) => state.apply(&event),
-                // The stream retries a failed read itself.
-                Some(Err(err)) => tracing::warn!(%err, "runs wait: read failed; retrying"),
-                None => anyhow::bail!("the journal closed while waiting for run {id}"),
-            },
-            () = sleep => {
-                output::note(&format!("run {id} is still {} after the timeout", run::shown_status(&state).as_str()));
-                return Ok(ExitCode::from(124));
-            }
-            _ = tokio::signal::ctrl_c() => return Ok(ExitCode::from(130)),
-        }
+    };
+    let line = summary(&state);
+    if global.json {
+        output::json_line(&line)?;
+    } else {
+        output::line(&format!(
+            "{}  {}{}",
+            state.id,
+            line["status"].as_str().unwrap_or(""),
+            state
+                .final_text
+                .as_deref()
+                .or(state.status_detail.as_deref())
+                .map(|t| format!(": {t}"))
+                .unwrap_or_default()
+        ))?;
     }
+    Ok(match state.status {
+        Some(RunStatus::Completed) => ExitCode::SUCCESS,
+        Some(RunStatus::Paused) => ExitCode::from(super::run::EXIT_PAUSED),
+        Some(RunStatus::Interrupted) => ExitCode::from(super::run::EXIT_INTERRUPTED),
+        _ => ExitCode::FAILURE,
+    })
 }
 
 fn age(secs: i64) -> String {
@@ -309,22 +296,23 @@ async fn events(
 ) -> anyhow::Result<ExitCode> {
     run::load(journal, id).await?;
     let thread = kinds::thread_of(id);
-    let mut conv = ExecJson::new(id);
-    let mut stream = if follow {
-        journal.tail(&thread, 0)
+    let events = if follow {
+        follow_thread(journal, &thread, 0).boxed()
     } else {
         journal.replay_stream(&thread, 0)
     };
-    loop {
-        let next = tokio::select! {
-            next = stream.next() => next,
-            _ = tokio::signal::ctrl_c() => break,
-        };
-        let Some(event) = next else { break };
-        for line in conv.convert(&event?) {
-            output::json_line(&line)?;
+    let print = async {
+        let mut events = events;
+        let mut conv = ExecJson::new(id);
+        while let Some(event) = events.next().await {
+            for line in conv.convert(&event?) {
+                output::json_line(&line)?;
+            }
         }
-    }
+        anyhow::Ok(())
+    };
+    // Ctrl-C ends the listing; what was printed stands.
+    until_ctrl_c(print).await?.unwrap_or(Ok(()))?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -355,7 +343,7 @@ async fn search(
     if term.trim().is_empty() {
         return Err(output::UsageError("the search term is empty".into()).into());
     }
-    let store = super::history::open(global).await?;
+    let store = crate::db::open_context(global).await?;
     let limit = usize::try_from(limit).unwrap_or(50);
     let hits = agent_host::run_history::search(journal, &store, run.as_deref(), &term, limit).await;
     store.close().await;

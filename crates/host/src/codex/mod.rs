@@ -7,6 +7,8 @@
 //!   batches on a task of its own, dropping nothing.
 //! - [`mock_provider`]: [`MockProvider`] runs the Responses emulator in-process and writes a
 //!   temporary `CODEX_HOME` that makes it Codex's model provider.
+//! - [`session`]: [`run_codex_turn`] puts the three together for one whole turn, from
+//!   starting `codex app-server` to closing it.
 //!
 //! Invariant shared by all three: the journal is written only through the recorder, and
 //! only events Codex actually sent (plus the replies we sent to its requests) are recorded.
@@ -14,6 +16,7 @@
 pub mod driver;
 pub mod mock_provider;
 pub mod recorder;
+pub mod session;
 
 pub use driver::{
     DEFAULT_QUIET_NOTICE, DriveError, TurnEvent, TurnReport, TurnRequest, drive_turn,
@@ -21,3 +24,4 @@ pub use driver::{
 };
 pub use mock_provider::{MockProvider, MockProviderError};
 pub use recorder::{Recorder, RecorderError, journal_entry, reply_json};
+pub use session::{AppServerLaunch, CodexTurn, CodexTurnError, run_codex_turn};

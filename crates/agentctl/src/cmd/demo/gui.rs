@@ -1,10 +1,10 @@
-//! `agentctl demo gui`: the seed's `gui_loop_demo.py` on agent-runtime's observe-act loop:
+//! `agentctl demo gui`: the observe-act story on agent-runtime's observe-act loop:
 //! open the filters, type "penguin", verify the app's final state, within 5 actions.
 
 use agent_runtime::observe::{DEMO_BUDGET, FilterApp, filter_goal, filter_policy, run_loop};
 
 use crate::global::GlobalArgs;
-use crate::output::{json_line, line, with_hint};
+use crate::output::{line, typed_line, with_hint};
 
 pub async fn run(global: &GlobalArgs) -> anyhow::Result<std::process::ExitCode> {
     let mut app = FilterApp::default();
@@ -15,12 +15,15 @@ pub async fn run(global: &GlobalArgs) -> anyhow::Result<std::process::ExitCode> 
         )
     })?;
     if global.json {
-        json_line(&serde_json::json!({
-            "verified": true,
-            "budget": DEMO_BUDGET,
-            "actions": report.actions,
-            "final_state": report.final_observation,
-        }))?;
+        typed_line(
+            "demo.gui",
+            serde_json::json!({
+                "verified": true,
+                "budget": DEMO_BUDGET,
+                "actions": report.actions,
+                "final_state": report.final_observation,
+            }),
+        )?;
     } else {
         for (i, action) in report.actions.iter().enumerate() {
             line(&format!(

@@ -1,4 +1,4 @@
-//! `agentctl demo memory`: the seed's context-and-memory story on agent-context.
+//! `agentctl demo memory`: the context-and-memory story on agent-context.
 
 use agent_context::{ContextStore, MemoryEntry, NewEvidence, Unit, Window};
 use serde::Serialize;
@@ -7,9 +7,9 @@ use serde_json::json;
 use crate::cmd::history::summarize;
 use crate::cmd::memory::describe;
 use crate::global::GlobalArgs;
-use crate::output::{json_line, line};
+use crate::output::{line, typed_line};
 
-/// The seed's `now` and `max_age` (abstract time units).
+/// The story's `now` and `max_age` (abstract time units, small so the ages are readable).
 const NOW: i64 = 50;
 const MAX_AGE: i64 = 30;
 
@@ -21,12 +21,12 @@ pub async fn run(global: &GlobalArgs) -> anyhow::Result<std::process::ExitCode> 
         None => ("sqlite::memory:".to_string(), String::new()),
         Some(_) => (global.database_url()?, format!("demo-{}-", run_id())),
     };
-    let store = ContextStore::open(&url).await?;
+    let store = crate::db::open_context_at(&url).await?;
     let result = story(&store, &prefix).await;
     store.close().await;
     let report = result?;
     if global.json {
-        json_line(&serde_json::to_value(&report)?)?;
+        typed_line("demo.memory", &report)?;
     } else {
         print_human(&report, &prefix)?;
     }
@@ -79,7 +79,7 @@ async fn story(store: &ContextStore, prefix: &str) -> anyhow::Result<Report> {
             &[json!({"type": "message", "text": "当前目标：只读诊断"})],
         )
         .await?;
-    // An unpaired call is refused (the seed's guard), naming the id.
+    // An unpaired call is refused (the history-unit contract), naming the id.
     let refused_unpaired = store
         .append_unit(
             &thread,

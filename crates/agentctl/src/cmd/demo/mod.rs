@@ -1,4 +1,4 @@
-//! `agentctl demo ...`: the seed's demo stories, run on the Rust crates.
+//! `agentctl demo ...`: runnable stories of what the crates guarantee (README.md lists them).
 //! Each demo lives in its own module; add a variant and a match arm for a new one.
 
 pub mod gui;

@@ -1,11 +1,11 @@
-//! `agentctl demo orchestrate`: the seed's `orchestration_demo.mjs` on agent-runtime's
+//! `agentctl demo orchestrate`: the orchestration story on agent-runtime's
 //! fan-out: scan three modules concurrently, validate every output row, report partial.
 
 use agent_runtime::fanout::{FindingShape, demo_scan, fan_out};
 use serde_json::Value;
 
 use crate::global::GlobalArgs;
-use crate::output::{json_line, line};
+use crate::output::{line, typed_line};
 
 pub async fn run(global: &GlobalArgs) -> anyhow::Result<std::process::ExitCode> {
     let inputs: Vec<String> = ["api", "ui", "unknown"].map(String::from).to_vec();
@@ -13,7 +13,7 @@ pub async fn run(global: &GlobalArgs) -> anyhow::Result<std::process::ExitCode> 
     let report = fan_out(&inputs, demo_scan, &FindingShape::default(), high).await;
     let value = serde_json::to_value(&report)?;
     if global.json {
-        json_line(&value)?;
+        typed_line("demo.orchestrate", &value)?;
     } else {
         line(&serde_json::to_string_pretty(&value)?)?;
     }

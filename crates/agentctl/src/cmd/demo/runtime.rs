@@ -1,4 +1,4 @@
-//! `agentctl demo runtime`: the seed's `runtime_demo.py` story on agent-runtime, against the
+//! `agentctl demo runtime`: the turn-runtime story (README.md, "Runtime") on agent-runtime, against the
 //! configured journal (default: the embedded SQLite file).
 //!
 //! Each run is its own turn on thread `demo`; a turn left running by a killed run is marked
@@ -12,7 +12,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use crate::global::GlobalArgs;
-use crate::output::{json_line, line, with_hint};
+use crate::output::{line, typed_line};
 
 const THREAD: &str = "demo";
 
@@ -32,18 +32,12 @@ struct Report {
 }
 
 pub async fn run(global: &GlobalArgs) -> anyhow::Result<std::process::ExitCode> {
-    let url = global.database_url()?;
-    let journal = Journal::open(&url).await.map_err(|err| {
-        with_hint(
-            err,
-            "check --db / AGENTCTL_DB (sqlite://PATH, sqlite::memory: or postgres://...)",
-        )
-    })?;
+    let journal = crate::db::open_journal(global).await?;
     let outcome = story(&journal).await;
     journal.close().await;
     let report = outcome?;
     if global.json {
-        json_line(&serde_json::to_value(&report)?)?;
+        typed_line("demo.runtime", &report)?;
     } else {
         print_human(&report)?;
     }

@@ -135,7 +135,7 @@ pub enum ApprovalArg {
 pub async fn run(global: &GlobalArgs, args: RunArgs) -> anyhow::Result<ExitCode> {
     let (new, endpoint) = new_run(args.run)?;
     let tools = tool_config(&new.workspace, &args.drive.mcp)?;
-    let journal = crate::cmd::journal::open(global).await?;
+    let journal = crate::db::open_journal(global).await?;
     let (client, _mock) = endpoint.connect(None).await?;
     let host = Host::new(journal.clone(), client).with_tools(tools);
     let (opts, ctrl_c) = drive_options(global, &args.drive);
@@ -149,7 +149,7 @@ pub async fn run(global: &GlobalArgs, args: RunArgs) -> anyhow::Result<ExitCode>
 pub async fn submit(global: &GlobalArgs, args: SubmitArgs) -> anyhow::Result<ExitCode> {
     let (new, _) = new_run(args.run)?;
     let tools = tool_config(&new.workspace, &args.mcp)?;
-    let journal = crate::cmd::journal::open(global).await?;
+    let journal = crate::db::open_journal(global).await?;
     // No model call happens here: the client is never used.
     let client = agent_responses::Client::new(agent_responses::ClientConfig::new(
         "http://127.0.0.1:9",
@@ -243,7 +243,7 @@ fn new_run(args: RunOptions) -> anyhow::Result<(NewRun, Endpoint)> {
 }
 
 pub async fn resume(global: &GlobalArgs, args: ResumeArgs) -> anyhow::Result<ExitCode> {
-    let journal = crate::cmd::journal::open(global).await?;
+    let journal = crate::db::open_journal(global).await?;
     let spec = agent_host::run::load(&journal, &args.run).await?.spec;
     let recorded = spec.as_ref().and_then(|s| s.endpoint.clone());
     let tools = match &spec {

@@ -148,7 +148,7 @@ pub async fn worker(global: &GlobalArgs, args: WorkerArgs) -> anyhow::Result<Exi
     };
     let url = global.database_url()?;
     // Opened once here for a clear error on a wrong URL; the worker reopens it as needed.
-    crate::cmd::journal::open(global).await?.close().await;
+    crate::db::open_journal(global).await?.close().await;
     let connector = Arc::new(CliConnector {
         url,
         endpoint: args.endpoint,
@@ -156,7 +156,12 @@ pub async fn worker(global: &GlobalArgs, args: WorkerArgs) -> anyhow::Result<Exi
         read_connections: u32::try_from(config.concurrency * 3 + 4).unwrap_or(u32::MAX),
     });
     let stop = CancellationToken::new();
-    let signals = stop_on_signals(stop.clone())?;
+    let second_signal = agent_host::signals::stop_on_signals(stop.clone())?;
+    // The first signal stops the worker gracefully; a second one exits at once.
+    let signals = tokio::spawn(async move {
+        second_signal.await;
+        std::process::exit(130);
+    });
     output::note(&format!(
         "worker {} driving up to {} run(s); SIGINT/SIGTERM stops it",
         config.name, config.concurrency
@@ -175,23 +180,4 @@ pub async fn worker(global: &GlobalArgs, args: WorkerArgs) -> anyhow::Result<Exi
         summary.reopened
     ));
     Ok(ExitCode::SUCCESS)
-}
-
-/// Fires `stop` on SIGINT or SIGTERM; a second signal exits at once.
-fn stop_on_signals(stop: CancellationToken) -> anyhow::Result<tokio::task::JoinHandle<()>> {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut term = signal(SignalKind::terminate())?;
-    let mut int = signal(SignalKind::interrupt())?;
-    Ok(tokio::spawn(async move {
-        tokio::select! {
-            _ = term.recv() => {}
-            _ = int.recv() => {}
-        }
-        stop.cancel();
-        tokio::select! {
-            _ = term.recv() => {}
-            _ = int.recv() => {}
-        }
-        std::process::exit(130);
-    }))
 }

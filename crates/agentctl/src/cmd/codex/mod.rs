@@ -1,0 +1,219 @@
+//! `agentctl codex run`: one whole Codex turn through `codex app-server`.
+//!
+//! The agent's text streams to stdout; approval requests are answered by `--approve`;
+//! every notification and every answered server request is journaled (thread = the Codex
+//! thread id, kind = `codex:<method>` or `codex-request:<method>`); the exit status comes
+//! from the turn's status. With `--mock`, the Responses emulator runs in-process and a
+//! temporary `CODEX_HOME` makes it Codex's model provider, so the turn runs offline.
+
+mod render;
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use agent_appserver::{
+    AppServerError, ApprovalDecision, ApprovalPolicy, ClientInfo, ConnectionLost, StderrTarget,
+    TurnStatus,
+};
+use agent_host::codex::{
+    AppServerLaunch, CodexTurn, CodexTurnError, DriveError, TurnRequest, run_codex_turn,
+};
+use agent_responses_mock::Script;
+use anyhow::Context as _;
+use clap::{Args, Subcommand};
+use serde_json::Value;
+
+use crate::global::GlobalArgs;
+use crate::output::with_hint;
+
+/// How to install the pinned Codex CLI.
+pub const INSTALL_HINT: &str = "install the Codex CLI with `npm install -g @openai/codex@0.171.0` \
+     (or `cargo xtask interop codex` for a local copy under interop/codex), \
+     then pass --codex-bin PATH or set CODEX_BIN";
+
+/// Exit status of a turn that ended as `interrupted`.
+pub const EXIT_INTERRUPTED: u8 = 130;
+
+/// Drive the Codex CLI through its app-server protocol.
+#[derive(Debug, Subcommand)]
+pub enum CodexCmd {
+    /// Run one whole turn: start `codex app-server`, start a thread, send PROMPT, stream
+    /// the agent's text to stdout, answer approval requests with --approve (decline by
+    /// default), journal every notification under the Codex thread id, and exit with the
+    /// turn's status: 0 completed, 1 failed, 130 interrupted.
+    Run(RunArgs),
+}
+
+/// Options of `agentctl codex run`.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// What to ask Codex.
+    pub prompt: String,
+
+    /// The Codex CLI binary to run (`codex` on PATH by default).
+    #[arg(long, env = "CODEX_BIN", value_name = "PATH", default_value = "codex")]
+    pub codex_bin: PathBuf,
+
+    /// Use the built-in Responses emulator as Codex's model provider (offline, no key):
+    /// it runs in-process and a temporary CODEX_HOME points Codex at it.
+    #[arg(long)]
+    pub mock: bool,
+
+    /// With --mock: the emulator script (a fixture file) to answer with.
+    #[arg(long, value_name = "FILE", requires = "mock")]
+    pub mock_script: Option<PathBuf>,
+
+    /// Steer the running turn with TEXT as soon as the agent starts answering.
+    #[arg(long, value_name = "TEXT")]
+    pub steer: Option<String>,
+
+    /// Interrupt the turn after N agent-message deltas (0: as soon as Codex reports the
+    /// turn started).
+    #[arg(long, value_name = "N")]
+    pub interrupt_after: Option<u64>,
+
+    /// How to answer Codex's approval requests (commands and file changes):
+    /// decline, accept, accept-for-session or cancel.
+    #[arg(long, value_name = "POLICY", default_value = "decline")]
+    pub approve: ApprovalDecision,
+
+    /// When Codex asks for approval: untrusted (before running anything not known safe),
+    /// on-request (when the model asks) or never.
+    #[arg(long, value_name = "WHEN", default_value = "untrusted",
+          value_parser = ["untrusted", "on-request", "never"])]
+    pub ask: String,
+
+    /// Working directory of the thread (default: the current directory).
+    #[arg(long, value_name = "DIR")]
+    pub cwd: Option<PathBuf>,
+
+    /// Do not journal the turn's notifications.
+    #[arg(long)]
+    pub no_journal: bool,
+}
+
+pub async fn run(global: &GlobalArgs, cmd: CodexCmd) -> anyhow::Result<ExitCode> {
+    match cmd {
+        CodexCmd::Run(args) => run_turn(global, &args).await,
+    }
+}
+
+/// Our `clientInfo`; `name` becomes Codex's `originator`.
+pub fn client_info() -> ClientInfo {
+    ClientInfo {
+        name: "agentctl".into(),
+        title: Some("agentctl".into()),
+        version: env!("CARGO_PKG_VERSION").into(),
+    }
+}
+
+/// How to start `codex app-server` from `codex_bin`: its stderr is shown only when
+/// `RUST_LOG` is set (Codex logs noisily there).
+pub fn launch(codex_bin: &Path) -> AppServerLaunch {
+    AppServerLaunch {
+        stderr: if std::env::var_os("RUST_LOG").is_some() {
+            StderrTarget::Inherit
+        } else {
+            StderrTarget::Null
+        },
+        ..AppServerLaunch::new(codex_bin)
+    }
+}
+
+/// Adds the right hint to an app-server error.
+pub fn explain(err: AppServerError) -> anyhow::Error {
+    let hint = match &err {
+        err if err.is_not_found() => INSTALL_HINT.to_owned(),
+        AppServerError::Spawn { .. } => {
+            format!("check that the binary is executable; {INSTALL_HINT}")
+        }
+        AppServerError::ConnectionLost(ConnectionLost::EndOfStream) => {
+            "codex app-server exited; run with RUST_LOG=debug to see its stderr".into()
+        }
+        AppServerError::Timeout { .. } => {
+            "codex app-server did not answer; run with RUST_LOG=debug to see its stderr".into()
+        }
+        _ => "run with RUST_LOG=debug to see the server's stderr".into(),
+    };
+    with_hint(err, hint)
+}
+
+async fn run_turn(global: &GlobalArgs, args: &RunArgs) -> anyhow::Result<ExitCode> {
+    let cwd = match &args.cwd {
+        // Checked here: a bad working directory would otherwise surface as a failure to
+        // start the Codex binary.
+        Some(dir) if !dir.is_dir() => {
+            anyhow::bail!("--cwd `{}` is not a directory", dir.display())
+        }
+        Some(dir) => dir.clone(),
+        None => std::env::current_dir().context("cannot read the current directory")?,
+    };
+    let mock_script = match (args.mock, args.mock_script.as_deref()) {
+        (false, _) => None,
+        (true, Some(path)) => Some(
+            Script::load(path)
+                .map_err(|err| with_hint(err, "see fixtures/codex/ for example scripts"))?,
+        ),
+        (true, None) => Some(Script::default()),
+    };
+    let journal = if args.no_journal {
+        None
+    } else {
+        Some(crate::db::open_journal(global).await?)
+    };
+    let turn = CodexTurn {
+        launch: AppServerLaunch {
+            cwd: Some(cwd.clone()),
+            ..launch(&args.codex_bin)
+        },
+        mock_script,
+        approvals: ApprovalPolicy::uniform(args.approve),
+        request: TurnRequest {
+            steer: args.steer.clone(),
+            interrupt_after: args.interrupt_after,
+            approval_policy: args.ask.clone(),
+            ..TurnRequest::new(client_info(), &args.prompt, cwd)
+        },
+    };
+    let mut printer = render::Printer::new(global.json);
+    let ctrl_c = || async {
+        // An error installing the handler reads as a signal, as before: the turn is interrupted.
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    let report = run_codex_turn(turn, journal, ctrl_c, |event| printer.show(event))
+        .await
+        .map_err(|err| match err {
+            CodexTurnError::Spawn(err) | CodexTurnError::Drive(DriveError::Setup(err)) => {
+                explain(err)
+            }
+            CodexTurnError::Drive(DriveError::Stopped(err)) => {
+                explain(err).context("codex app-server stopped before the turn completed")
+            }
+            CodexTurnError::Drive(DriveError::Journal(err)) => anyhow::Error::new(err),
+            CodexTurnError::Drive(DriveError::Observer(err)) => err,
+            CodexTurnError::Provider(err) => anyhow::Error::new(err),
+            other => anyhow::anyhow!("{other}"),
+        })?;
+    let turn = &report.turn;
+    render::turn_ended(global.json, &report)?;
+    match turn.status {
+        TurnStatus::Completed => Ok(ExitCode::SUCCESS),
+        TurnStatus::Interrupted => Ok(ExitCode::from(EXIT_INTERRUPTED)),
+        TurnStatus::Failed | TurnStatus::InProgress | TurnStatus::Unknown => {
+            let message = turn
+                .error
+                .as_ref()
+                .and_then(|e| e.get("message"))
+                .and_then(Value::as_str)
+                .unwrap_or("no error message")
+                .to_owned();
+            Err(with_hint(
+                anyhow::anyhow!(
+                    "the Codex turn ended as {}: {message}",
+                    turn.status.as_str()
+                ),
+                "the events are in the journal: agentctl journal replay THREAD",
+            ))
+        }
+    }
+}

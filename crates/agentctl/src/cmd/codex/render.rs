@@ -1,0 +1,127 @@
+//! How a Codex turn looks: the agent's text on stdout and the rest on stderr, or JSON lines
+//! (`docs/cli-json.md`: `codex.thread`, `codex.notification`, `codex.server_request`,
+//! `codex.turn`).
+
+use agent_appserver::ServerEvent;
+use agent_host::codex::{TurnEvent, TurnReport, reply_json};
+use serde_json::{Value, json};
+
+use crate::output::{self, typed_line};
+
+/// Prints the end of the turn: its JSON line, or a note when it was interrupted.
+pub fn turn_ended(json: bool, report: &TurnReport) -> anyhow::Result<()> {
+    let turn = &report.turn;
+    if json {
+        typed_line(
+            "codex.turn",
+            json!({"thread_id": report.thread_id, "turn_id": turn.id,
+                   "status": turn.status.as_str(), "error": turn.error}),
+        )
+    } else {
+        if turn.status == agent_appserver::TurnStatus::Interrupted {
+            output::note("agentctl: the turn was interrupted");
+        }
+        Ok(())
+    }
+}
+
+/// Shows the turn: the agent's text on stdout, the rest on stderr (or JSON lines).
+pub struct Printer {
+    json: bool,
+    /// The agent's text so far does not end with a newline.
+    mid_line: bool,
+}
+
+impl Printer {
+    /// A printer for human text, or JSON lines.
+    pub fn new(json: bool) -> Self {
+        Printer {
+            json,
+            mid_line: false,
+        }
+    }
+
+    /// Shows one step of the turn.
+    pub fn show(&mut self, event: TurnEvent<'_>) -> anyhow::Result<()> {
+        match event {
+            TurnEvent::ThreadStarted {
+                thread_id,
+                model,
+                model_provider,
+            } => {
+                if self.json {
+                    typed_line(
+                        "codex.thread",
+                        json!({"thread_id": thread_id, "model": model, "model_provider": model_provider}),
+                    )?;
+                } else {
+                    output::note(&format!("agentctl: codex thread {thread_id}"));
+                }
+            }
+            TurnEvent::Server(event) => self.server_event(event)?,
+            TurnEvent::AgentText(delta) if !self.json => {
+                self.text(delta)?;
+                self.mid_line = !delta.ends_with('\n');
+            }
+            TurnEvent::AgentMessageBoundary | TurnEvent::TurnCompleted(_)
+                if self.mid_line && !self.json =>
+            {
+                self.text("\n")?;
+                self.mid_line = false;
+            }
+            // The turn may have finished first; the turn's own end decides the outcome.
+            TurnEvent::SteerFailed(err) => output::note(&format!("agentctl: steer failed: {err}")),
+            TurnEvent::InterruptFailed(err) => {
+                output::note(&format!("agentctl: interrupt failed: {err}"));
+            }
+            TurnEvent::InterruptSignalled => {
+                output::note("agentctl: interrupting the turn (Ctrl-C)");
+            }
+            // Nothing from Codex for a while (it retries an unreachable model by itself).
+            TurnEvent::Quiet(after) => output::note(&format!(
+                "agentctl: no event from Codex for {} s; still waiting (Ctrl-C interrupts the turn)",
+                after.as_secs()
+            )),
+            TurnEvent::AgentText(_)
+            | TurnEvent::AgentMessageBoundary
+            | TurnEvent::TurnCompleted(_)
+            | TurnEvent::SteerAccepted { .. }
+            | TurnEvent::InterruptAccepted => {}
+        }
+        Ok(())
+    }
+
+    fn text(&mut self, text: &str) -> anyhow::Result<()> {
+        Ok(output::stream(text)?)
+    }
+
+    fn server_event(&mut self, event: &ServerEvent) -> anyhow::Result<()> {
+        match event {
+            ServerEvent::Notification(note) if self.json => typed_line(
+                "codex.notification",
+                json!({"method": note.method, "params": note.params}),
+            ),
+            ServerEvent::Request { request, reply } => {
+                let reply = reply_json(reply);
+                if self.json {
+                    typed_line(
+                        "codex.server_request",
+                        json!({"method": request.method, "params": request.params, "reply": reply}),
+                    )
+                } else {
+                    let what = request
+                        .params
+                        .get("command")
+                        .and_then(Value::as_str)
+                        .unwrap_or(&request.method);
+                    output::note(&format!(
+                        "agentctl: {} asked: {what} -> answered {reply}",
+                        request.method
+                    ));
+                    Ok(())
+                }
+            }
+            ServerEvent::Notification(_) => Ok(()),
+        }
+    }
+}

@@ -1,0 +1,140 @@
+//! One whole Codex session for a caller such as `agentctl codex run`: the offline model
+//! provider when asked for, `codex app-server` started, one turn driven and journaled, and
+//! everything stopped again.
+//!
+//! Invariants: the app-server child and the emulator live exactly as long as
+//! [`run_codex_turn`]; the child is closed (terminated, then killed after its grace period)
+//! before the journal is closed, so every event it sent is journaled first.
+
+use std::future::Future;
+use std::path::PathBuf;
+
+use agent_appserver::{
+    AppServerClient, AppServerError, ApprovalPolicy, ClientOptions, Events, ServerCommand,
+    StderrTarget,
+};
+use agent_journal::Journal;
+use agent_responses_mock::Script;
+
+use super::driver::{DriveError, TurnEvent, TurnReport, TurnRequest, drive_turn};
+use super::mock_provider::{MockProvider, MockProviderError};
+
+/// How to start `codex app-server`.
+#[derive(Debug, Clone)]
+pub struct AppServerLaunch {
+    /// The Codex CLI binary.
+    pub codex_bin: PathBuf,
+    /// The server's working directory (default: ours).
+    pub cwd: Option<PathBuf>,
+    /// Where the server's stderr goes (Codex logs noisily there).
+    pub stderr: StderrTarget,
+}
+
+impl AppServerLaunch {
+    /// `codex_bin` in our working directory, its stderr discarded.
+    pub fn new(codex_bin: impl Into<PathBuf>) -> Self {
+        AppServerLaunch {
+            codex_bin: codex_bin.into(),
+            cwd: None,
+            stderr: StderrTarget::Null,
+        }
+    }
+
+    /// Starts `<codex_bin> app-server --listen stdio://`, through `provider` when given
+    /// (its `CODEX_HOME` and key), answering server requests with `policy`.
+    pub fn spawn(
+        &self,
+        provider: Option<&MockProvider>,
+        policy: ApprovalPolicy,
+    ) -> Result<(AppServerClient, Events), AppServerError> {
+        let mut command = ServerCommand::codex(&self.codex_bin);
+        if let Some(provider) = provider {
+            command = provider.apply(command);
+        }
+        if let Some(cwd) = &self.cwd {
+            command = command.current_dir(cwd);
+        }
+        AppServerClient::spawn(
+            &command.stderr(self.stderr.clone()),
+            ClientOptions::default(),
+            policy,
+        )
+    }
+}
+
+/// One Codex turn to run from start to end.
+#[derive(Debug, Clone)]
+pub struct CodexTurn {
+    /// How to start the server; its working directory is the turn's.
+    pub launch: AppServerLaunch,
+    /// Run offline: the emulator with this script is Codex's model provider.
+    pub mock_script: Option<Script>,
+    /// How Codex's approval requests are answered.
+    pub approvals: ApprovalPolicy,
+    /// The turn itself.
+    pub request: TurnRequest,
+}
+
+/// Why a Codex session could not run its turn to the end. `E` is the observer's error.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CodexTurnError<E> {
+    /// The offline model provider could not be set up.
+    #[error(transparent)]
+    Provider(#[from] MockProviderError),
+    /// `codex app-server` could not be started.
+    #[error(transparent)]
+    Spawn(AppServerError),
+    /// The turn could not be driven to its end.
+    #[error("{0}")]
+    Drive(DriveError<E>),
+}
+
+/// Runs `turn`: starts the provider (if any) and the server, drives the turn with
+/// [`drive_turn`] (journaled into `journal` when given; `interrupt_signal` and `observe` as
+/// there), then closes the server, the journal and the provider, in that order.
+///
+/// # Cancel safety
+/// Not resumable: dropping the future abandons the turn. The child is killed when its
+/// client is dropped, the emulator stops and the temporary home is deleted; events already
+/// handed to the recorder are still journaled by its task.
+pub async fn run_codex_turn<S, F, O, E>(
+    turn: CodexTurn,
+    journal: Option<Journal>,
+    interrupt_signal: S,
+    observe: O,
+) -> Result<TurnReport, CodexTurnError<E>>
+where
+    S: FnMut() -> F,
+    F: Future<Output = ()>,
+    O: FnMut(TurnEvent<'_>) -> Result<(), E>,
+{
+    let provider = match turn.mock_script {
+        Some(script) => Some(MockProvider::start(script).await?),
+        None => None,
+    };
+    let (client, mut events) = match turn.launch.spawn(provider.as_ref(), turn.approvals) {
+        Ok(spawned) => spawned,
+        Err(err) => {
+            if let Some(journal) = journal {
+                journal.close().await;
+            }
+            return Err(CodexTurnError::Spawn(err));
+        }
+    };
+    let outcome = drive_turn(
+        &client,
+        &mut events,
+        &turn.request,
+        journal.clone(),
+        interrupt_signal,
+        observe,
+    )
+    .await;
+    client.close().await;
+    if let Some(journal) = journal {
+        journal.close().await;
+    }
+    drop(provider);
+    outcome.map_err(CodexTurnError::Drive)
+}
