@@ -106,7 +106,8 @@ fn main() -> std::process::ExitCode {
 async fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
     match cli.command {
         Command::Run(args) => cmd::run::run(&cli.global, args).await,
-        Command::Resume(args) => cmd::run::resume(&cli.global, args).await,
+        // Boxed: a resume future carries the run's whole fold.
+        Command::Resume(args) => Box::pin(cmd::run::resume(&cli.global, args)).await,
         Command::Submit(args) => cmd::run::submit(&cli.global, args).await,
         Command::Worker(args) => cmd::run::worker::worker(&cli.global, args).await,
         Command::Approve(args) => {

@@ -14,7 +14,10 @@
 //! - `resume`: drive a run of the open-ended loop until its step budget (`--steps N`)
 //!   pauses it, then `--repeat R` times: resume it with one more step and time from the
 //!   `Host::resume` call to the `model.requested` event of the new step (the request is
-//!   built and about to be sent).
+//!   built and about to be sent). The run compacts its history whenever a request passed
+//!   `--compact-at` input tokens (default 4000; the fixture's compaction is one opaque item),
+//!   as a run of thousands of steps must to stay inside a context window, so building it
+//!   costs O(steps), not O(steps^2).
 //!
 //! - `ceiling`: the emulator alone: `--runs C` clients each sending, for `--repeat S`
 //!   seconds, the streamed request of step `--steps K + 1` of the 200-step loop (K tool
@@ -49,6 +52,7 @@ struct Args {
     runs: usize,
     repeat: usize,
     durability: Durability,
+    compact_at: u64,
 }
 
 fn args() -> Args {
@@ -61,6 +65,7 @@ fn args() -> Args {
         runs: 1,
         repeat: 3,
         durability: Durability::Full,
+        compact_at: 4000,
     };
     let argv: Vec<String> = std::env::args().skip(1).collect();
     let mut i = 0;
@@ -74,6 +79,7 @@ fn args() -> Args {
             "--steps" => a.steps = v.parse().expect("--steps"),
             "--runs" => a.runs = v.parse().expect("--runs"),
             "--repeat" => a.repeat = v.parse().expect("--repeat"),
+            "--compact-at" => a.compact_at = v.parse().expect("--compact-at"),
             "--durability" => {
                 a.durability = match v.as_str() {
                     "full" => Durability::Full,
@@ -96,7 +102,12 @@ fn loop_prompt(steps: u64) -> String {
     }
 }
 
-fn new_run(workspace: &std::path::Path, steps: u64, max_steps: u64) -> NewRun {
+fn new_run(
+    workspace: &std::path::Path,
+    steps: u64,
+    max_steps: u64,
+    compact_at: Option<u64>,
+) -> NewRun {
     NewRun {
         prompt: loop_prompt(steps),
         model: "gpt-5.1".into(),
@@ -108,7 +119,7 @@ fn new_run(workspace: &std::path::Path, steps: u64, max_steps: u64) -> NewRun {
         },
         approval: ApprovalMode::Auto,
         endpoint: None,
-        compact_at: None,
+        compact_at,
         transport: "http".into(),
     }
 }
@@ -170,7 +181,7 @@ async fn main() {
                 let t = Instant::now();
                 let report = host
                     .start(
-                        new_run(workspace.path(), a.steps, a.steps + 10),
+                        new_run(workspace.path(), a.steps, a.steps + 10, None),
                         DriveOptions::default(),
                     )
                     .await
@@ -190,7 +201,7 @@ async fn main() {
             let mut tasks = tokio::task::JoinSet::new();
             for _ in 0..a.runs {
                 let host = host.clone();
-                let run = new_run(workspace.path(), a.steps, a.steps + 10);
+                let run = new_run(workspace.path(), a.steps, a.steps + 10, None);
                 tasks.spawn(async move { host.start(run, DriveOptions::default()).await });
             }
             let (mut steps, mut ok) = (0u64, 0usize);
@@ -215,7 +226,7 @@ async fn main() {
             let t = Instant::now();
             let report = host
                 .start(
-                    new_run(workspace.path(), u64::MAX, a.steps),
+                    new_run(workspace.path(), u64::MAX, a.steps, Some(a.compact_at)),
                     DriveOptions::default(),
                 )
                 .await

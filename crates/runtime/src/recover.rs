@@ -265,6 +265,24 @@ impl Runtime {
     /// thread is then adopted, or failed to be, as if the caller had waited); the report is
     /// lost. Adopting again is harmless.
     pub async fn adopt(&self, thread: &str) -> Result<RecoveryReport, RuntimeError> {
+        self.adopt_from(thread, Vec::new()).await
+    }
+
+    /// [`adopt`](Self::adopt), given the events of `thread` the caller already read:
+    /// `prefix` must be the thread's events from its first one on, in seq order (what
+    /// `journal.replay(thread, 0)` returned at some point); only the events after its last
+    /// one are read. A caller that just folded the thread itself (a host resuming a long
+    /// run) so reads it once instead of twice. If the thread moved meanwhile and the
+    /// terminal append conflicts, the retry reads the whole thread again.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`adopt`](Self::adopt).
+    pub async fn adopt_from(
+        &self,
+        thread: &str,
+        prefix: Vec<Event>,
+    ) -> Result<RecoveryReport, RuntimeError> {
         let this = self.clone();
         let thread = thread.to_string();
         self.detached(async move {
@@ -296,7 +314,7 @@ impl Runtime {
                 }
             }
             let mut report = RecoveryReport::default();
-            this.recover_thread(&thread, RetrySafe::Interrupt, &mut report)
+            this.recover_thread(&thread, RetrySafe::Interrupt, prefix, &mut report)
                 .await?;
             Ok(report)
         })
@@ -306,7 +324,7 @@ impl Runtime {
     async fn recover_all(&self) -> Result<RecoveryReport, RuntimeError> {
         let mut report = RecoveryReport::default();
         for thread in self.inner.journal.threads().await? {
-            self.recover_thread(&thread, RetrySafe::Rerun, &mut report)
+            self.recover_thread(&thread, RetrySafe::Rerun, Vec::new(), &mut report)
                 .await?;
         }
         Ok(report)
@@ -319,15 +337,26 @@ impl Runtime {
         &self,
         thread: &str,
         retry_safe: RetrySafe,
+        prefix: Vec<Event>,
         report: &mut RecoveryReport,
     ) -> Result<(), RuntimeError> {
         let journal = &self.inner.journal;
         report.threads += 1;
         let mut attempt = 0;
+        let mut prefix = Some(prefix).filter(|p| !p.is_empty());
         let (fold, retry, found) = loop {
             attempt += 1;
             let mut fold = ThreadFold::default();
-            let events = journal.replay(thread, 0).await?;
+            // The caller's prefix is used on the first attempt only: after a conflict the
+            // thread is read whole again.
+            let events = match prefix.take() {
+                Some(mut events) => {
+                    let after = events.last().map_or(0, |e| e.seq);
+                    events.extend(journal.replay(thread, after).await?);
+                    events
+                }
+                None => journal.replay(thread, 0).await?,
+            };
             let last = events.last().map(|e| e.seq);
             let mut found = RecoveryReport {
                 events: events.len(),

@@ -27,7 +27,7 @@ use serde::Serialize;
 use serde_json::json;
 
 pub use owner::Owner;
-pub use query::{list, load, shown_status};
+pub use query::{LoadedRun, list, load, load_for_resume, shown_status};
 pub use requests::{DecisionRequest, decide, request_interrupt, request_steer, steer_outcome};
 pub use state::{Budgets, CallRecord, Decision, RunSpec, RunState, RunStatus, Usage};
 
@@ -315,7 +315,24 @@ impl Host {
         change: BudgetChange,
         opts: DriveOptions,
     ) -> Result<RunReport, HostError> {
-        let state = load(&self.journal, run_id).await?;
+        let loaded = load_for_resume(&self.journal, run_id).await?;
+        self.resume_loaded(run_id, loaded, change, opts).await
+    }
+
+    /// [`resume`](Self::resume) from a fold the caller already made with
+    /// [`load_for_resume`] on this host's journal (to read the run's spec first, say): the
+    /// run's thread is not read again unless another process wrote to it meanwhile.
+    ///
+    /// # Cancel safety
+    /// As [`start`](Self::start).
+    pub async fn resume_loaded(
+        &self,
+        run_id: &str,
+        loaded: LoadedRun,
+        change: BudgetChange,
+        opts: DriveOptions,
+    ) -> Result<RunReport, HostError> {
+        let LoadedRun { state, events } = loaded;
         let spec = state
             .spec
             .clone()
@@ -339,7 +356,7 @@ impl Host {
             registry = registry.with_arc(tool);
         }
         let report = self
-            .resume_with(run_id, state, registry, change, opts)
+            .resume_with(run_id, (state, events), registry, change, opts)
             .await;
         servers.shutdown().await;
         report
@@ -349,7 +366,7 @@ impl Host {
     async fn resume_with(
         &self,
         run_id: &str,
-        loaded: RunState,
+        loaded: (RunState, Vec<agent_journal::Event>),
         registry: agent_runtime::ToolRegistry,
         change: BudgetChange,
         opts: DriveOptions,
@@ -361,13 +378,19 @@ impl Host {
         // (steers, decisions) are folded and the claim retried.
         let leased = self.journal.fence_epoch().is_some();
         let mut attempts = 0;
-        // The fold `resume` made first; refolded only when a claim found the thread moved.
-        let mut loaded = Some(loaded);
+        // The fold `resume` made first and the events it was made from (handed on to the
+        // runtime's adoption); refolded only when a claim found the thread moved.
+        let (first, mut events) = loaded;
+        let mut loaded = Some(first);
         let (state, spec, resumed_at) = loop {
             attempts += 1;
             let state = match loaded.take() {
                 Some(state) => state,
-                None => load(&self.journal, run_id).await?,
+                None => {
+                    let again = load_for_resume(&self.journal, run_id).await?;
+                    events = again.events;
+                    again.state
+                }
             };
             let spec = state
                 .spec
@@ -430,7 +453,8 @@ impl Host {
         };
         let runtime = Runtime::open(self.journal.clone(), runtime_options(registry));
         arm_crash_hook(&self.journal, &thread, resumed_at, opts.crash_after_events);
-        runtime.adopt(&thread).await?;
+        // Adoption reads only what was appended after `events` (our claim, at least).
+        runtime.adopt_from(&thread, events).await?;
         self.drive(runtime, thread, state, spec, me, opts).await
     }
 

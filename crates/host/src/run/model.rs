@@ -12,6 +12,7 @@ use agent_responses::types::{
     CreateResponse, FunctionCallOutput, FunctionTool, Input, Item, MessageItem, StreamEvent, Tool,
 };
 use agent_responses::{Client, ClientError};
+use serde::Deserialize as _;
 use serde_json::Value;
 
 use super::state::{CallProgress, RunSpec, RunState, SteerStatus};
@@ -50,7 +51,7 @@ pub(crate) fn build_request(state: &RunState, spec: &RunSpec) -> Result<CreateRe
             let mut items = vec![Item::Message(MessageItem::user(spec.prompt.clone()))];
             for raw in &c.output {
                 items.push(
-                    serde_json::from_value::<Item>(raw.clone())
+                    Item::deserialize(raw)
                         .map_err(|err| format!("unreadable compaction output: {err}"))?,
                 );
             }
@@ -76,7 +77,8 @@ pub(crate) fn build_request(state: &RunState, spec: &RunSpec) -> Result<CreateRe
     for step in state.steps.iter().filter(|s| s.step >= from_step) {
         items.extend(steers_before(step.step));
         for raw in &step.output {
-            let item: Item = serde_json::from_value(raw.clone())
+            // Read from the folded value in place: no copy of the history per step.
+            let item = Item::deserialize(raw)
                 .map_err(|err| format!("step {}: unreadable output item: {err}", step.step))?;
             items.push(item);
         }

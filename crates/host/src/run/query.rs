@@ -1,6 +1,6 @@
 //! Reading runs: every reader folds the journal with the same [`RunState::apply`].
 
-use agent_journal::Journal;
+use agent_journal::{Event, Journal};
 
 use super::kinds;
 use super::state::{RunState, RunStatus};
@@ -8,11 +8,30 @@ use crate::error::HostError;
 
 /// The run `run_id` as folded from its journal.
 pub async fn load(journal: &Journal, run_id: &str) -> Result<RunState, HostError> {
+    Ok(load_for_resume(journal, run_id).await?.state)
+}
+
+/// A run folded from its journal, with the events it was folded from, for
+/// [`Host::resume_loaded`](super::Host::resume_loaded): resuming reads the thread once,
+/// however many parts of the host need it (its fold, the runtime's adoption).
+#[derive(Debug)]
+pub struct LoadedRun {
+    /// The folded run.
+    pub state: RunState,
+    /// Every event of the run's thread up to `state.last_seq`, in seq order.
+    pub(crate) events: Vec<Event>,
+}
+
+/// The run `run_id` and its events, read once (see [`LoadedRun`]).
+pub async fn load_for_resume(journal: &Journal, run_id: &str) -> Result<LoadedRun, HostError> {
     let events = journal.replay(&kinds::thread_of(run_id), 0).await?;
     if events.is_empty() {
         return Err(HostError::NotFound(run_id.into()));
     }
-    Ok(RunState::from_events(run_id, &events))
+    Ok(LoadedRun {
+        state: RunState::from_events(run_id, &events),
+        events,
+    })
 }
 
 /// Every run of the journal, newest first.

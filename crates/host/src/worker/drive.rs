@@ -63,8 +63,9 @@ pub(super) async fn drive(
         Arc::clone(&summary),
     ));
     let driven = async {
-        let state = run::load(&fenced, &id).await?;
-        let spec = state
+        let loaded = run::load_for_resume(&fenced, &id).await?;
+        let spec = loaded
+            .state
             .spec
             .clone()
             .ok_or_else(|| HostError::NotFound(id.clone()))?;
@@ -77,7 +78,9 @@ pub(super) async fn drive(
             stop,
             ..DriveOptions::default()
         };
-        let report = host.resume(&id, BudgetChange::default(), opts).await;
+        let report = host
+            .resume_loaded(&id, loaded, BudgetChange::default(), opts)
+            .await;
         drop(connected.guard);
         report
     };

@@ -183,13 +183,14 @@ pub async fn run_worker(
                  journal: &Journal,
                  lease: Lease,
                  generation: u64| {
-        let job = drive::drive(
+        // Boxed: a drive holds a whole run's fold; the task stays pointer-sized.
+        let job = Box::pin(drive::drive(
             journal.clone(),
             lease.clone(),
             Arc::clone(&connector),
             config.lease_ttl,
             drives_stop.clone(),
-        );
+        ));
         let lease_out = lease.clone();
         let handle = tasks.spawn(async move { (lease_out, generation, job.await) });
         held.insert(handle.id(), lease);

@@ -244,7 +244,9 @@ fn new_run(args: RunOptions) -> anyhow::Result<(NewRun, Endpoint)> {
 
 pub async fn resume(global: &GlobalArgs, args: ResumeArgs) -> anyhow::Result<ExitCode> {
     let journal = crate::db::open_journal(global).await?;
-    let spec = agent_host::run::load(&journal, &args.run).await?.spec;
+    // Read once: the spec picks the endpoint and tools, the same fold is then resumed.
+    let loaded = agent_host::run::load_for_resume(&journal, &args.run).await?;
+    let spec = loaded.state.spec.clone();
     let recorded = spec.as_ref().and_then(|s| s.endpoint.clone());
     let tools = match &spec {
         Some(spec) => tool_config(std::path::Path::new(&spec.workspace), &args.drive.mcp)?,
@@ -257,7 +259,7 @@ pub async fn resume(global: &GlobalArgs, args: ResumeArgs) -> anyhow::Result<Exi
         max_tokens: args.max_tokens,
     };
     let (opts, ctrl_c) = drive_options(global, &args.drive);
-    let report = host.resume(&args.run, change, opts).await;
+    let report = host.resume_loaded(&args.run, loaded, change, opts).await;
     ctrl_c.abort();
     journal.close().await;
     finish(global, report.map_err(host_error)?)
