@@ -69,7 +69,7 @@ mod stream;
 mod writer;
 
 pub use backend::MEMORY_URL;
-pub use error::JournalError;
+pub use error::{DatabaseError, DatabaseErrorKind, JournalError};
 pub use event::{Appended, Event, NewEvent, Payload};
 pub use journal::{Journal, JournalStats};
 pub use lease::{Lease, LeaseRow, LeaseStatus};

@@ -90,6 +90,7 @@ async fn calls(
     window: usize,
 ) -> anyhow::Result<Run> {
     let options = RuntimeOptions::default()
+        .tools(agent_runtime::demo::registry())
         .concurrency(concurrency)
         .max_in_flight(window.max(1))
         .deadlines(Deadlines::run(agent_runtime::DEFAULT_RUN_DEADLINE));

@@ -4,6 +4,7 @@ use agent_journal::JournalError;
 
 /// Everything a runtime operation can refuse or fail with.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum RuntimeError {
     /// `start` while the thread already has a running turn.
     #[error("thread `{thread}` already has an active turn ({turn})")]

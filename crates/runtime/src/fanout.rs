@@ -9,7 +9,7 @@
 use std::future::Future;
 
 use serde::Serialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 /// Whether every input succeeded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -128,25 +128,11 @@ where
     }
 }
 
-/// The fixture dataset behind the demo `scan` tool: finding rows per module.
-pub fn demo_dataset() -> Value {
-    json!({
-        "api": [{"file": "api.py", "severity": "high", "evidence": "fixture:api:1"}],
-        "ui": [{"file": "ui.ts", "severity": "low", "evidence": "fixture:ui:1"}],
-    })
-}
-
-/// The demo `scan({module})`: the module's fixture rows, or `missing fixture: <module>`.
-pub async fn demo_scan(module: String) -> Result<Value, String> {
-    demo_dataset()
-        .get(&module)
-        .cloned()
-        .ok_or_else(|| format!("missing fixture: {module}"))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::demo::demo_scan;
+    use serde_json::json;
 
     fn high(row: &Value) -> bool {
         row.get("severity").and_then(Value::as_str) == Some("high")

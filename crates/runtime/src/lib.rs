@@ -15,18 +15,35 @@
 //!   takes threads over one by one with [`Runtime::adopt`].
 //!
 //! Also here: [`fanout`] (run calls concurrently, validate each output, report complete or
-//! partial) and [`observe`] (an observe-act loop with an action budget).
+//! partial) and [`observe`] (an observe-act loop with an action budget). The synthetic tools
+//! of `agentctl demo` live in `demo`, behind the `demo` feature.
 //!
 //! A turn with one tool call, on an in-process journal:
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! use agent_journal::Journal;
-//! use agent_runtime::{CallStatus, Runtime, RuntimeOptions};
-//! use serde_json::json;
+//! use agent_runtime::{
+//!     CallStatus, Runtime, RuntimeOptions, Tool, ToolContext, ToolFailure, ToolRegistry,
+//! };
+//! use futures::future::BoxFuture;
+//! use serde_json::{Value, json};
+//!
+//! struct ReadDocs;
+//! impl Tool for ReadDocs {
+//!     fn name(&self) -> &str { "read_docs" }
+//!     fn validate(&self, args: &Value) -> Result<(), String> {
+//!         args.is_object().then_some(()).ok_or_else(|| "arguments must be an object".into())
+//!     }
+//!     fn call(&self, _: Value, _: ToolContext) -> BoxFuture<'static, Result<Value, ToolFailure>> {
+//!         Box::pin(async { Ok(json!({"docs": "..."})) })
+//!     }
+//!     fn retry_safe(&self) -> bool { true }
+//! }
 //!
 //! let journal = Journal::open("memory:").await?;
-//! let runtime = Runtime::recover(journal, RuntimeOptions::default()).await?;
+//! let options = RuntimeOptions::default().tools(ToolRegistry::new().with(ReadDocs));
+//! let runtime = Runtime::recover(journal, options).await?;
 //! let turn = runtime.start("thread-1").await?;
 //! // `tool.scheduled` is durable once `launch` returns; the same call_id is the same job.
 //! let key = runtime
@@ -42,6 +59,8 @@
 
 #![warn(missing_docs, unreachable_pub, missing_debug_implementations)]
 
+#[cfg(feature = "demo")]
+pub mod demo;
 mod error;
 pub mod events;
 pub mod fanout;
@@ -61,7 +80,4 @@ pub use recover::{InterruptedCall, RecoveryReport};
 pub use runtime::{JobKey, Runtime, RuntimeTurnStatus};
 pub use signature::signature;
 pub use tokio_util::sync::CancellationToken;
-pub use tool::{
-    DEFAULT_DEMO_DELAY_SECS, DemoTool, MAX_DEMO_DELAY_SECS, Tool, ToolContext, ToolFailure,
-    ToolRegistry,
-};
+pub use tool::{Tool, ToolContext, ToolFailure, ToolRegistry};

@@ -23,6 +23,7 @@ pub trait Environment {
 
 /// Why the loop failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum LoopError {
     /// The policy chose an action the environment refused.
     #[error("action {action} at step {step} is not valid in the current state: {reason}")]

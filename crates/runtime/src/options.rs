@@ -48,7 +48,7 @@ pub const DEFAULT_RUN_DEADLINE: Duration = Duration::from_secs(1);
 /// How a [`Runtime`](crate::Runtime) behaves.
 #[derive(Debug, Clone)]
 pub struct RuntimeOptions {
-    /// The allowlist.
+    /// The allowlist (default: empty, so no call is accepted until tools are added).
     pub tools: ToolRegistry,
     /// Tools running at once; further calls wait in the queue.
     pub concurrency: usize,
@@ -64,7 +64,7 @@ pub struct RuntimeOptions {
 impl Default for RuntimeOptions {
     fn default() -> Self {
         RuntimeOptions {
-            tools: ToolRegistry::demo(),
+            tools: ToolRegistry::new(),
             concurrency: 2,
             max_in_flight: 65_536,
             cancel_grace: Duration::from_millis(200),

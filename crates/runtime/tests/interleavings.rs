@@ -148,7 +148,11 @@ async fn run_case(ops: Vec<Op>) -> Result<(), String> {
     let journal = Journal::open("sqlite::memory:")
         .await
         .map_err(|e| e.to_string())?;
-    let options = || RuntimeOptions::default().concurrency(2);
+    let options = || {
+        RuntimeOptions::default()
+            .tools(agent_runtime::demo::registry())
+            .concurrency(2)
+    };
     let mut rt = Runtime::recover(journal.clone(), options())
         .await
         .map_err(|e| e.to_string())?;

@@ -66,9 +66,12 @@ on_every_backend!(
 );
 
 async fn demo_runtime(f: &Fixture) -> Runtime {
-    Runtime::recover(f.journal.clone(), RuntimeOptions::default())
-        .await
-        .unwrap()
+    Runtime::recover(
+        f.journal.clone(),
+        RuntimeOptions::default().tools(agent_runtime::demo::registry()),
+    )
+    .await
+    .unwrap()
 }
 
 async fn seed_steering_fences_stale_commit(f: Fixture) {
@@ -334,8 +337,9 @@ async fn queue_and_run_deadlines_are_reported_separately(f: Fixture) {
     let r = Runtime::recover(
         f.journal.clone(),
         RuntimeOptions::default()
+            .tools(agent_runtime::demo::registry())
             .concurrency(1)
-            .tools(ToolRegistry::demo().with(gate)),
+            .tools(agent_runtime::demo::registry().with(gate)),
     )
     .await
     .unwrap();
@@ -400,6 +404,7 @@ async fn admission_control_refuses_with_a_typed_error(f: Fixture) {
     let r = Runtime::recover(
         f.journal.clone(),
         RuntimeOptions::default()
+            .tools(agent_runtime::demo::registry())
             .max_in_flight(2)
             .tools(ToolRegistry::new().with(gate)),
     )
@@ -438,8 +443,9 @@ async fn deadlines_and_grace_too_long_for_an_instant_mean_no_limit(f: Fixture) {
     let r = Runtime::recover(
         f.journal.clone(),
         RuntimeOptions::default()
+            .tools(agent_runtime::demo::registry())
             .cancel_grace(Duration::MAX)
-            .tools(ToolRegistry::demo()),
+            .tools(agent_runtime::demo::registry()),
     )
     .await
     .unwrap();
@@ -470,8 +476,9 @@ async fn cancel_is_bounded_for_a_tool_that_ignores_cancellation(f: Fixture) {
     let r = Runtime::recover(
         f.journal.clone(),
         RuntimeOptions::default()
+            .tools(agent_runtime::demo::registry())
             .cancel_grace(Duration::from_millis(50))
-            .tools(ToolRegistry::demo().with(stubborn)),
+            .tools(agent_runtime::demo::registry().with(stubborn)),
     )
     .await
     .unwrap();
@@ -561,6 +568,7 @@ async fn recovery_interrupts_turns_and_unfinished_calls_and_reruns_retry_safe_on
         .with(effect.clone())
         .with(lookup.clone());
     let opts = RuntimeOptions::default()
+        .tools(agent_runtime::demo::registry())
         .concurrency(2)
         .deadlines(Deadlines::none())
         .tools(tools);
@@ -629,9 +637,12 @@ async fn recovery_interrupts_turns_and_unfinished_calls_and_reruns_retry_safe_on
     assert_ne!(t, t2);
     // Recovering once more changes nothing.
     r2.close().await;
-    let r3 = Runtime::recover(journal.clone(), RuntimeOptions::default())
-        .await
-        .unwrap();
+    let r3 = Runtime::recover(
+        journal.clone(),
+        RuntimeOptions::default().tools(agent_runtime::demo::registry()),
+    )
+    .await
+    .unwrap();
     let again = r3.recovery_report();
     assert_eq!(again.calls_interrupted + again.calls_retried, 0);
     assert_eq!(again.turns_interrupted, 1, "the new, still running turn t2");
@@ -695,6 +706,7 @@ async fn close_settles_every_pending_call(f: Fixture) {
     let r = Runtime::recover(
         f.journal.clone(),
         RuntimeOptions::default()
+            .tools(agent_runtime::demo::registry())
             .concurrency(1)
             .tools(ToolRegistry::new().with(gate)),
     )

@@ -85,6 +85,7 @@ async fn adopt_settles_one_thread_and_leaves_the_others_alone(f: Fixture) {
     let (effect, mut effect_h) = GateTool::new("effect", false, true);
     let (lookup, mut lookup_h) = GateTool::new("lookup", true, true);
     let opts = RuntimeOptions::default()
+        .tools(agent_runtime::demo::registry())
         .concurrency(2)
         .deadlines(agent_runtime::Deadlines::none())
         .tools(ToolRegistry::new().with(effect).with(lookup));
@@ -153,7 +154,10 @@ async fn adopt_settles_one_thread_and_leaves_the_others_alone(f: Fixture) {
 }
 
 async fn adopt_is_idempotent_refuses_a_driven_thread_and_knows_fresh_ones(f: Fixture) {
-    let r = Runtime::open(f.journal.clone(), RuntimeOptions::default());
+    let r = Runtime::open(
+        f.journal.clone(),
+        RuntimeOptions::default().tools(agent_runtime::demo::registry()),
+    );
     // A thread without events: nothing to do, nothing loaded.
     let fresh = r.adopt("fresh").await.unwrap();
     assert_eq!((fresh.threads, fresh.events), (1, 0));
@@ -181,10 +185,16 @@ async fn adopt_is_idempotent_refuses_a_driven_thread_and_knows_fresh_ones(f: Fix
 }
 
 async fn open_knows_no_thread_until_it_adopts_one(f: Fixture) {
-    let first = Runtime::open(f.journal.clone(), RuntimeOptions::default());
+    let first = Runtime::open(
+        f.journal.clone(),
+        RuntimeOptions::default().tools(agent_runtime::demo::registry()),
+    );
     let t = first.start("x").await.unwrap();
     first.crash();
-    let second = Runtime::open(f.journal.clone(), RuntimeOptions::default());
+    let second = Runtime::open(
+        f.journal.clone(),
+        RuntimeOptions::default().tools(agent_runtime::demo::registry()),
+    );
     assert!(second.turn_status("x").is_none());
     assert_eq!(second.recovery_report(), Default::default());
     // Nothing was written on open: the old turn is still open in the journal.
@@ -279,6 +289,7 @@ async fn dropped_launches_free_their_admission_slots(f: Fixture) {
     let r = Runtime::open(
         f.journal.clone(),
         RuntimeOptions::default()
+            .tools(agent_runtime::demo::registry())
             .max_in_flight(2)
             .tools(ToolRegistry::new().with(gate)),
     );

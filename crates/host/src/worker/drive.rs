@@ -111,7 +111,6 @@ pub(super) async fn drive(
             Some(
                 JournalError::WriterFailed(_)
                 | JournalError::Database(_)
-                | JournalError::Sqlite(_)
                 | JournalError::Closed
                 | JournalError::Open { .. },
             ) => return Outcome::JournalFailed(err.to_string()),

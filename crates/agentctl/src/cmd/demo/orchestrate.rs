@@ -1,7 +1,8 @@
 //! `agentctl demo orchestrate`: the orchestration story on agent-runtime's
 //! fan-out: scan three modules concurrently, validate every output row, report partial.
 
-use agent_runtime::fanout::{FindingShape, demo_scan, fan_out};
+use agent_runtime::demo::demo_scan;
+use agent_runtime::fanout::{FindingShape, fan_out};
 use serde_json::Value;
 
 use crate::global::GlobalArgs;

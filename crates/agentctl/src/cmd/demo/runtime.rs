@@ -46,7 +46,11 @@ pub async fn run(global: &GlobalArgs) -> anyhow::Result<std::process::ExitCode> 
 
 async fn story(journal: &Journal) -> anyhow::Result<Report> {
     let started = Instant::now();
-    let runtime = Runtime::recover(journal.clone(), RuntimeOptions::default()).await?;
+    let runtime = Runtime::recover(
+        journal.clone(),
+        RuntimeOptions::default().tools(agent_runtime::demo::registry()),
+    )
+    .await?;
     let result = turn(&runtime, journal, started).await;
     runtime.close().await;
     result
