@@ -185,7 +185,7 @@ impl MockServer {
         self.state
             .recorded
             .lock()
-            .map(|r| r.to_vec())
+            .map(|r| r.iter().map(|r| r.to_recorded()).collect())
             .unwrap_or_default()
     }
 

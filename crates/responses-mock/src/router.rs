@@ -121,6 +121,7 @@ async fn recorded_requests(State(state): State<Arc<AppState>>, headers: HeaderMa
     let list: Vec<Value> = lock(&state.recorded)
         .iter()
         .map(|r| {
+            let r = r.to_recorded();
             let headers: serde_json::Map<String, Value> = r
                 .headers
                 .iter()
