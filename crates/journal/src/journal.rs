@@ -3,9 +3,10 @@
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{mpsc, oneshot};
 
 use crate::backend::{self, ReadSide as _, Reads, Writer};
+use crate::commits::Commits;
 use crate::error::JournalError;
 use crate::event::{Appended, Event, NewEvent};
 use crate::limits::{check_event, check_thread};
@@ -26,7 +27,7 @@ pub(crate) struct Inner {
     /// The lease table's side of the backend.
     pub(crate) leases: crate::lease::Backend,
     writer: Writer,
-    committed: watch::Receiver<i64>,
+    commits: Arc<Commits>,
     options: JournalOptions,
     shown_url: String,
     counters: Arc<Counters>,
@@ -71,7 +72,7 @@ impl Journal {
     /// applied: each schema step is all-or-nothing).
     pub async fn open_with(url: &str, options: JournalOptions) -> Result<Journal, JournalError> {
         let shown_url = agent_redact::redact_url(url);
-        let (committed_tx, committed_rx) = watch::channel(0);
+        let commits = Arc::new(Commits::default());
         let counters = Arc::new(Counters::default());
         let backend::Opened {
             reads,
@@ -81,7 +82,7 @@ impl Journal {
             url,
             &shown_url,
             &options,
-            committed_tx,
+            Arc::clone(&commits),
             Arc::clone(&counters),
         )
         .await?;
@@ -91,7 +92,7 @@ impl Journal {
                 reads,
                 leases,
                 writer,
-                committed: committed_rx,
+                commits,
                 options,
                 shown_url,
                 counters,
@@ -319,7 +320,7 @@ impl Journal {
             self.inner.reads.clone(),
             thread.to_string(),
             after,
-            self.inner.committed.clone(),
+            self.inner.commits.subscribe(thread),
             self.inner.options.tail_poll,
         )
     }

@@ -58,6 +58,7 @@
 #![warn(missing_docs, unreachable_pub, missing_debug_implementations)]
 
 mod backend;
+mod commits;
 mod error;
 mod event;
 mod journal;

@@ -69,7 +69,8 @@ enum Listener {
     /// PostgreSQL: not connected yet.
     Pending,
     Connected(Box<PgListener>),
-    /// SQLite, or the PostgreSQL listener failed: rely on in-process wakeups and polling.
+    /// SQLite, or the PostgreSQL listener failed: rely on in-process wakeups (this thread's
+    /// commits only, [`crate::commits`]) and polling.
     None,
 }
 

@@ -18,8 +18,9 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{mpsc, oneshot};
 
+use crate::commits::Commits;
 use crate::error::JournalError;
 use crate::event::Appended;
 
@@ -107,19 +108,19 @@ impl Batch {
     }
 }
 
-/// What a writer keeps between batches: the failure latch, the committed watermark and
-/// the counters.
+/// What a writer keeps between batches: the failure latch, the tails to wake and the
+/// counters.
 pub(crate) struct Settle {
     failed: Option<String>,
-    committed: watch::Sender<i64>,
+    commits: Arc<Commits>,
     counters: Arc<Counters>,
 }
 
 impl Settle {
-    pub(crate) fn new(committed: watch::Sender<i64>, counters: Arc<Counters>) -> Self {
+    pub(crate) fn new(commits: Arc<Commits>, counters: Arc<Counters>) -> Self {
         Settle {
             failed: None,
-            committed,
+            commits,
             counters,
         }
     }
@@ -150,21 +151,33 @@ impl Settle {
     /// failed the whole batch (which latches the writer).
     pub(crate) fn finish<E: std::fmt::Display>(
         &mut self,
+        requests: &[Request],
         acks: Vec<Ack>,
         result: Result<Vec<Answer>, E>,
     ) {
         match result {
-            Ok(results) => self.committed(acks, results),
+            Ok(results) => self.committed(requests, acks, results),
             Err(err) => self.fail(acks, err.to_string()),
         }
     }
 
-    /// Acknowledges every request of a committed batch, after publishing its highest seq.
-    fn committed(&mut self, acks: Vec<Ack>, results: Vec<Answer>) {
+    /// Acknowledges every request of a committed batch, after waking the tails of the
+    /// threads it wrote.
+    fn committed(&mut self, requests: &[Request], acks: Vec<Ack>, results: Vec<Answer>) {
         let appended = || results.iter().filter_map(|r| r.as_ref().ok()).flatten();
         let written = appended().filter(|a| !a.deduplicated).count();
-        let max = appended().map(|a| a.seq).max();
-        publish_commit(&self.committed, &self.counters, written as u64, max);
+        count_commit(&self.counters, written as u64);
+        if written > 0 {
+            let max = appended().map(|a| a.seq).max().unwrap_or(0);
+            self.commits.publish(
+                requests
+                    .iter()
+                    .zip(&results)
+                    .filter(|(_, answer)| answer.is_ok())
+                    .flat_map(|(request, _)| &request.events)
+                    .map(|event| (event.thread.as_str(), max)),
+            );
+        }
         for (ack, result) in acks.into_iter().zip(results) {
             // A caller that stopped waiting still had its events committed.
             let _ = ack.send(result);
@@ -184,27 +197,10 @@ impl Settle {
     }
 }
 
-/// Counts one commit of `written` events and, when `max` is past the committed watermark,
-/// advances it (waking in-process tails).
-pub(crate) fn publish_commit(
-    committed: &watch::Sender<i64>,
-    counters: &Counters,
-    written: u64,
-    max: Option<i64>,
-) {
+/// Counts one commit of `written` events.
+pub(crate) fn count_commit(counters: &Counters, written: u64) {
     counters.commits.fetch_add(1, Ordering::Relaxed);
     counters.events.fetch_add(written, Ordering::Relaxed);
-    if let Some(max) = max {
-        committed.send_if_modified(|current| {
-            let changed = max > *current;
-            *current = (*current).max(max);
-            // Only tails wait for changes, each on its own clone of the journal's one
-            // receiver. Without any, the value is updated without waking anyone (a wake
-            // costs a lock per notification shard). A tail created later reads the store
-            // after cloning, so it cannot miss this commit.
-            changed && committed.receiver_count() > 1
-        });
-    }
 }
 
 /// The requests of one batch that are to be written, with their acks.

@@ -923,3 +923,50 @@ async fn postgres_tail_sees_other_writers_through_listen_notify() {
     }
     appends.await.unwrap();
 }
+
+/// Polling off: only this process's commits can wake a tail, and a commit must wake the
+/// tails of every thread it wrote (a batch spanning threads included).
+async fn commits_wake_the_tails_of_the_threads_they_write(j: Journal) {
+    let mut tails: Vec<_> = ["a", "b", "c"].iter().map(|t| j.tail(t, 0)).collect();
+    // Let every tail read once and find nothing, so each is waiting for a wake.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    j.append(ev("a", "e", 0)).await.unwrap();
+    j.append_batch(vec![ev("b", "e", 1), ev("c", "e", 2), ev("noise", "e", 3)])
+        .await
+        .unwrap();
+    for (tail, n) in tails.iter_mut().zip(0..) {
+        let e = tokio::time::timeout(Duration::from_secs(30), tail.next())
+            .await
+            .expect("a commit did not wake its thread's tail")
+            .unwrap()
+            .unwrap();
+        assert_eq!(e.payload["n"], n);
+    }
+}
+
+fn polling_off() -> JournalOptions {
+    JournalOptions {
+        tail_poll: Duration::from_secs(3600),
+        ..Default::default()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_commits_wake_the_tails_of_the_threads_they_write() {
+    let f = support::sqlite(polling_off()).await;
+    commits_wake_the_tails_of_the_threads_they_write(f.journal.clone()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_commits_wake_the_tails_of_the_threads_they_write() {
+    let j = Journal::open_with("memory:", polling_off()).await.unwrap();
+    commits_wake_the_tails_of_the_threads_they_write(j).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_commits_wake_the_tails_of_the_threads_they_write() {
+    let Some(f) = support::postgres(polling_off()).await else {
+        return;
+    };
+    commits_wake_the_tails_of_the_threads_they_write(f.journal.clone()).await;
+}

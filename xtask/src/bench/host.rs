@@ -144,6 +144,9 @@ pub fn run(ctx: &BenchCtx) -> anyhow::Result<Section> {
         "agentctl",
         "-p",
         "agent-host",
+        // Naming an example selects only that target: the binary must be named too.
+        "--bin",
+        "agentctl",
         "--example",
         "bench_host",
     ]))?;

@@ -13,18 +13,17 @@ use std::collections::BTreeMap;
 use foldhash::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use tokio::sync::watch;
-
 use crate::backend::ReadSide;
+use crate::commits::Commits;
 use crate::error::JournalError;
 use crate::event::{Appended, Event};
 use crate::lease::LeaseRow;
-use crate::writer::{Counters, Expected, Fence, Prepared, publish_commit};
+use crate::writer::{Counters, Expected, Fence, Prepared, count_commit};
 
 /// One process-local journal; shared by every clone of its [`Journal`](crate::Journal).
 pub(crate) struct InMemoryJournal {
     state: Mutex<State>,
-    committed: watch::Sender<i64>,
+    commits: Arc<Commits>,
     counters: Arc<Counters>,
 }
 
@@ -216,10 +215,10 @@ impl ThreadLog {
 }
 
 impl InMemoryJournal {
-    pub(crate) fn new(committed: watch::Sender<i64>, counters: Arc<Counters>) -> Self {
+    pub(crate) fn new(commits: Arc<Commits>, counters: Arc<Counters>) -> Self {
         InMemoryJournal {
             state: Mutex::new(State::default()),
-            committed,
+            commits,
             counters,
         }
     }
@@ -243,7 +242,8 @@ impl InMemoryJournal {
         events: Vec<Prepared>,
         fence: Option<&Fence>,
     ) -> Result<Vec<Appended>, JournalError> {
-        self.write(|state| {
+        let touched = self.touched(&events);
+        self.write(&touched, |state| {
             state.check_fence(fence)?;
             Ok(events.into_iter().map(|event| state.push(event)).collect())
         })?
@@ -259,7 +259,8 @@ impl InMemoryJournal {
         events: Vec<Prepared>,
         fence: Option<&Fence>,
     ) -> Result<Vec<Appended>, JournalError> {
-        self.write(|state| {
+        let touched = self.touched(&events);
+        self.write(&touched, |state| {
             state.check_fence(fence)?;
             let actual = state
                 .threads
@@ -279,7 +280,23 @@ impl InMemoryJournal {
 
     /// Appends one validated event (the common case, without the batch's vectors).
     pub(crate) fn append_one(&self, event: Prepared) -> Result<Appended, JournalError> {
-        self.write(|state| state.push(event))
+        let touched = self.touched(std::slice::from_ref(&event));
+        self.write(&touched, |state| state.push(event))
+    }
+
+    /// The threads `events` write, when some tail may wait on them (else none: nothing to
+    /// wake, nothing to collect).
+    fn touched(&self, events: &[Prepared]) -> Vec<String> {
+        if !self.commits.any() {
+            return Vec::new();
+        }
+        let mut threads: Vec<String> = Vec::new();
+        for event in events {
+            if !threads.contains(&event.thread) {
+                threads.push(event.thread.clone());
+            }
+        }
+        threads
     }
 
     /// Runs `f` on the state under the lock (lease operations: they write no events).
@@ -289,20 +306,23 @@ impl InMemoryJournal {
     }
 
     /// Runs `push` under the lock as one commit, then, with the lock released, counts the
-    /// commit and advances the watermark if anything was written.
-    fn write<R>(&self, push: impl FnOnce(&mut State) -> R) -> Result<R, JournalError> {
+    /// commit and, if anything was written, wakes the tails of the `touched` threads.
+    fn write<R>(
+        &self,
+        touched: &[String],
+        push: impl FnOnce(&mut State) -> R,
+    ) -> Result<R, JournalError> {
         let mut state = self.open_state()?;
         let first = state.last_seq;
         let acks = push(&mut state);
         let last = state.last_seq;
         drop(state);
         let written = last - first;
-        publish_commit(
-            &self.committed,
-            &self.counters,
-            u64::try_from(written).unwrap_or(0),
-            (written > 0).then_some(last),
-        );
+        count_commit(&self.counters, u64::try_from(written).unwrap_or(0));
+        if written > 0 {
+            self.commits
+                .publish(touched.iter().map(|thread| (thread.as_str(), last)));
+        }
         Ok(acks)
     }
 
@@ -377,7 +397,7 @@ mod tests {
     use super::*;
 
     fn journal() -> InMemoryJournal {
-        InMemoryJournal::new(watch::channel(0).0, Arc::new(Counters::default()))
+        InMemoryJournal::new(Arc::default(), Arc::new(Counters::default()))
     }
 
     fn event(n: usize, payload: String, key: Option<String>) -> Prepared {

@@ -14,8 +14,9 @@ pub(crate) mod sqlite;
 
 use std::sync::Arc;
 
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
 
+use crate::commits::Commits;
 use crate::error::JournalError;
 use crate::event::Event;
 use crate::lease;
@@ -122,17 +123,17 @@ pub(crate) struct Opened {
 }
 
 /// Opens the backend `url` names, applies its schema and starts its writer, which
-/// publishes each commit's highest seq on `committed` and counts into `counters`.
+/// wakes the tails of the threads each commit wrote (`commits`) and counts into `counters`.
 /// `shown_url` is `url` with its passwords masked: the only form any error quotes.
 pub(crate) async fn open(
     url: &str,
     shown_url: &str,
     options: &JournalOptions,
-    committed: watch::Sender<i64>,
+    commits: Arc<Commits>,
     counters: Arc<Counters>,
 ) -> Result<Opened, JournalError> {
     if url == MEMORY_URL {
-        let memory = Arc::new(InMemoryJournal::new(committed, counters));
+        let memory = Arc::new(InMemoryJournal::new(commits, counters));
         return Ok(Opened {
             reads: Reads::Memory(Arc::clone(&memory)),
             writer: Writer::Memory(Arc::clone(&memory)),
@@ -141,7 +142,7 @@ pub(crate) async fn open(
     }
     let (tx, rx) = mpsc::channel(options.queue_capacity.max(1));
     let max_batch = options.batch_limit();
-    let settle = Settle::new(committed, counters);
+    let settle = Settle::new(commits, counters);
     if url.starts_with("sqlite:") {
         // The reason may quote a parameter, a password among them.
         let location = sqlite::parse_url(url).map_err(|reason| JournalError::InvalidUrl {

@@ -49,7 +49,7 @@ pub(crate) async fn run(
         close = closing;
         if let Some(Pending { requests, acks }) = pending {
             let result = write_batch(&mut conn, &requests).await;
-            settle.finish(acks, result);
+            settle.finish(&requests, acks, result);
         }
     }
     if let Err(err) = conn.close().await {

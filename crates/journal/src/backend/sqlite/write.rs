@@ -69,7 +69,7 @@ fn run(
             // Nothing panics while holding the lock; if something did, the connection is
             // still usable: `write_batch` first rolls back any transaction left open.
             let conn = conn.lock().unwrap_or_else(PoisonError::into_inner);
-            settle.finish(acks, write_batch(&conn, &requests));
+            settle.finish(&requests, acks, write_batch(&conn, &requests));
         }
         last_commit = started.elapsed();
     }
