@@ -29,7 +29,8 @@ pub struct JournalOptions {
     /// How often `tail` re-reads when no in-process notification arrives (appends made by
     /// another process on SQLite; a lost LISTEN connection on PostgreSQL).
     pub tail_poll: Duration,
-    /// Read connections in the pool.
+    /// Read connections in the pool, and so the most reads that run at once; further reads
+    /// wait for a free connection.
     pub read_connections: u32,
     /// SQLite: the longest a commit waits for producers acknowledged by the previous commit
     /// to append again (group commit), also never more than half the previous commit's

@@ -1,9 +1,15 @@
 //! Reads on tokio's blocking pool.
 //!
-//! A file journal keeps a few idle read-only connections (WAL lets them read while the
-//! writer commits; each read sees a committed snapshot). An in-memory journal reads
-//! through the writer's connection. After [`Reader::close`] every read fails with
+//! A file journal keeps a few read-only connections (WAL lets them read while the writer
+//! commits; each read sees a committed snapshot). An in-memory journal reads through the
+//! writer's connection. After [`Reader::close`] every read fails with
 //! [`JournalError::Closed`].
+//!
+//! Invariant: at most as many reads run at once as there are connections (one for an
+//! in-memory journal); the others wait for a permit before they take a blocking thread.
+//! So a connection is never opened past the pool's size (opening one re-reads the schema
+//! and re-prepares every statement), and a hundred concurrent readers cost a hundred
+//! waiting futures, not a hundred blocking threads.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -11,6 +17,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use rusqlite::{Connection, OpenFlags, OptionalExtension as _, Row, params};
+use tokio::sync::Semaphore;
 
 use crate::backend::ReadSide;
 use crate::error::JournalError;
@@ -30,6 +37,8 @@ pub(crate) struct Reader {
 struct Inner {
     source: Source,
     closed: AtomicBool,
+    /// One per connection: the reads that may run at once.
+    permits: Arc<Semaphore>,
 }
 
 enum Source {
@@ -37,18 +46,18 @@ enum Source {
         path: PathBuf,
         busy_timeout: Duration,
         idle: Mutex<Vec<Connection>>,
-        keep_idle: usize,
+        connections: usize,
     },
     Shared(Arc<Mutex<Connection>>),
 }
 
 impl Reader {
-    pub(crate) fn files(path: PathBuf, busy_timeout: Duration, keep_idle: usize) -> Self {
+    pub(crate) fn files(path: PathBuf, busy_timeout: Duration, connections: usize) -> Self {
         Reader::new(Source::Files {
             path,
             busy_timeout,
             idle: Mutex::new(Vec::new()),
-            keep_idle,
+            connections,
         })
     }
 
@@ -57,24 +66,41 @@ impl Reader {
     }
 
     fn new(source: Source) -> Self {
+        let connections = match &source {
+            Source::Files { connections, .. } => (*connections).max(1),
+            Source::Shared(_) => 1,
+        };
         Reader {
             inner: Arc::new(Inner {
                 source,
                 closed: AtomicBool::new(false),
+                permits: Arc::new(Semaphore::new(connections)),
             }),
         }
     }
 
-    /// Runs `read` with a connection on the blocking pool.
+    /// Runs `read` with a connection on the blocking pool, once a connection is free.
+    ///
+    /// # Cancel safety
+    /// Dropped while waiting for a permit: nothing was read. Dropped later: the read still
+    /// finishes on its blocking thread and then returns its permit and connection.
     async fn run<T, F>(&self, read: F) -> Result<T, JournalError>
     where
         T: Send + 'static,
         F: FnOnce(&Connection) -> Result<T, JournalError> + Send + 'static,
     {
-        let inner = Arc::clone(&self.inner);
-        tokio::task::spawn_blocking(move || inner.with_connection(read))
+        let permit = Arc::clone(&self.inner.permits)
+            .acquire_owned()
             .await
-            .map_err(|_| JournalError::Closed)?
+            .map_err(|_| JournalError::Closed)?;
+        let inner = Arc::clone(&self.inner);
+        tokio::task::spawn_blocking(move || {
+            let result = inner.with_connection(read);
+            drop(permit);
+            result
+        })
+        .await
+        .map_err(|_| JournalError::Closed)?
     }
 
     /// Up to `limit` events of `thread` with `after < seq <= upto`, in seq order.
@@ -226,7 +252,7 @@ impl Inner {
                 path,
                 busy_timeout,
                 idle,
-                keep_idle,
+                connections,
             } => {
                 let reused = idle.lock().unwrap_or_else(PoisonError::into_inner).pop();
                 let conn = match reused {
@@ -235,7 +261,7 @@ impl Inner {
                 };
                 let result = read(&conn);
                 let mut idle = idle.lock().unwrap_or_else(PoisonError::into_inner);
-                if idle.len() < *keep_idle && !self.closed.load(Ordering::SeqCst) {
+                if idle.len() < *connections && !self.closed.load(Ordering::SeqCst) {
                     idle.push(conn);
                 }
                 result
