@@ -6,9 +6,13 @@
 //! O(N) empty reads per commit, which on SQLite and PostgreSQL dominated a host driving
 //! a hundred runs.)
 //!
+//! The same wakes come from other processes on PostgreSQL: its shared LISTEN connection
+//! (`backend/postgres/listen.rs`) publishes each notified thread here.
+//!
 //! Invariants:
 //! - A tail subscribes before its first read, so a commit of its thread that lands after
-//!   that read changes its receiver: no commit is missed.
+//!   that read changes its receiver (each publish bumps the thread's generation): no
+//!   commit is missed.
 //! - Only threads with a live tail have an entry; entries whose tails are gone are dropped
 //!   on the thread's next commit or by the sweep in [`Commits::subscribe`], so the map stays
 //!   bounded by the live tails, not by the threads ever written.
@@ -32,7 +36,8 @@ pub(crate) struct Commits {
 
 #[derive(Default)]
 struct Threads {
-    by_name: HashMap<String, watch::Sender<i64>>,
+    /// Per thread, a generation bumped by every publish that names it.
+    by_name: HashMap<String, watch::Sender<u64>>,
     sweep_at: usize,
 }
 
@@ -43,7 +48,7 @@ impl Commits {
     }
 
     /// A receiver that changes when this process commits events of `thread`.
-    pub(crate) fn subscribe(&self, thread: &str) -> watch::Receiver<i64> {
+    pub(crate) fn subscribe(&self, thread: &str) -> watch::Receiver<u64> {
         let mut threads = self.threads();
         if threads.by_name.len() >= threads.sweep_at.max(FIRST_SWEEP) {
             threads.by_name.retain(|_, tx| tx.receiver_count() > 0);
@@ -66,14 +71,14 @@ impl Commits {
         self.entries.load(Ordering::Acquire) > 0
     }
 
-    /// Wakes the tails of every thread in `written`, each seen at `seq` or later.
-    pub(crate) fn publish<'a>(&self, written: impl IntoIterator<Item = (&'a str, i64)>) {
+    /// Wakes the tails of every thread in `written` (a thread may be named twice).
+    pub(crate) fn publish<'a>(&self, written: impl IntoIterator<Item = &'a str>) {
         if !self.any() {
             return;
         }
         let mut threads = self.threads();
         let mut gone = Vec::new();
-        for (thread, seq) in written {
+        for thread in written {
             let Some(tx) = threads.by_name.get(thread) else {
                 continue;
             };
@@ -81,11 +86,7 @@ impl Commits {
                 gone.push(thread);
                 continue;
             }
-            tx.send_if_modified(|current| {
-                let changed = seq > *current;
-                *current = (*current).max(seq);
-                changed
-            });
+            tx.send_modify(|generation| *generation = generation.wrapping_add(1));
         }
         for thread in gone {
             threads.by_name.remove(thread);
@@ -103,14 +104,13 @@ mod tests {
         let commits = Commits::default();
         let mut a = commits.subscribe("a");
         let b = commits.subscribe("b");
-        commits.publish([("a", 5)]);
+        commits.publish(["a"]);
         assert!(a.has_changed().unwrap());
         assert!(!b.has_changed().unwrap());
         a.borrow_and_update();
-        commits.publish([("a", 4)]);
-        assert!(!a.has_changed().unwrap(), "an older seq does not wake");
-        commits.publish([("b", 6), ("c", 7)]);
+        commits.publish(["b", "c", "b"]);
         assert!(b.has_changed().unwrap());
+        assert!(!a.has_changed().unwrap());
     }
 
     #[test]
@@ -118,7 +118,7 @@ mod tests {
         let commits = Commits::default();
         drop(commits.subscribe("a"));
         assert!(commits.any());
-        commits.publish([("a", 1)]);
+        commits.publish(["a"]);
         assert!(
             !commits.any(),
             "a commit drops the entry of a thread without tails"

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::backend::{self, ReadSide as _, Reads, Writer};
 use crate::commits::Commits;
@@ -28,9 +28,19 @@ pub(crate) struct Inner {
     pub(crate) leases: crate::lease::Backend,
     writer: Writer,
     commits: Arc<Commits>,
+    /// PostgreSQL: the shared LISTEN task, started by the first tail.
+    listen: std::sync::OnceLock<Listen>,
     options: JournalOptions,
     shown_url: String,
     counters: Arc<Counters>,
+}
+
+/// The shared LISTEN task of a PostgreSQL journal. Dropping it (with the journal) stops
+/// the task, as [`Journal::close`] does.
+struct Listen {
+    stop: watch::Sender<bool>,
+    /// True while LISTEN is active.
+    connected: watch::Receiver<bool>,
 }
 
 /// Totals since this journal was opened (this process's writer only).
@@ -93,6 +103,7 @@ impl Journal {
                 leases,
                 writer,
                 commits,
+                listen: std::sync::OnceLock::new(),
                 options,
                 shown_url,
                 counters,
@@ -316,11 +327,15 @@ impl Journal {
         if let Err(err) = check_thread(thread) {
             return stream::failed(err);
         }
+        let listening = self.listen_for_other_processes();
         stream::tail(
             self.inner.reads.clone(),
             thread.to_string(),
             after,
-            self.inner.commits.subscribe(thread),
+            stream::Wakes {
+                committed: self.inner.commits.subscribe(thread),
+                listening,
+            },
             self.inner.options.tail_poll,
         )
     }
@@ -361,6 +376,30 @@ impl Journal {
         self.inner.reads.last_seq(thread).await
     }
 
+    /// PostgreSQL: starts this journal's one LISTEN task if it is not running, so other
+    /// processes' commits wake tails. Outside a tokio runtime nothing starts, and tails
+    /// see other processes' commits by polling only.
+    /// Returns whether LISTEN is active now and later (`None`: not PostgreSQL).
+    fn listen_for_other_processes(&self) -> Option<watch::Receiver<bool>> {
+        let Reads::Postgres(reader) = &self.inner.reads else {
+            return None;
+        };
+        let listen = self.inner.listen.get_or_init(|| {
+            let (stop, stopped) = watch::channel(false);
+            let (up, connected) = watch::channel(false);
+            if tokio::runtime::Handle::try_current().is_ok() {
+                backend::postgres::spawn_listener(
+                    reader.pool().clone(),
+                    Arc::downgrade(&self.inner.commits),
+                    stopped,
+                    up,
+                );
+            }
+            Listen { stop, connected }
+        });
+        Some(listen.connected.clone())
+    }
+
     /// Commits everything queued so far, stops the writer and closes the connections.
     /// Later appends on any clone fail with [`JournalError::Closed`].
     ///
@@ -379,6 +418,9 @@ impl Journal {
             }
         }
         self.inner.reads.close().await;
+        if let Some(listen) = self.inner.listen.get() {
+            let _ = listen.stop.send(true);
+        }
     }
 }
 

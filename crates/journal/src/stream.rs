@@ -5,10 +5,8 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use futures::Stream;
-use sqlx::postgres::PgListener;
 use tokio::sync::watch;
 
-use crate::backend::postgres::CHANNEL;
 use crate::backend::{PAGE, ReadSide as _, Reads};
 use crate::error::JournalError;
 use crate::event::Event;
@@ -59,19 +57,23 @@ struct TailState {
     thread: String,
     last: i64,
     buffer: VecDeque<Event>,
-    committed: watch::Receiver<i64>,
-    listener: Listener,
+    /// Changes when this thread is written by this process, or (PostgreSQL) notified by
+    /// another one ([`crate::commits`]).
+    committed: watch::Receiver<u64>,
+    /// PostgreSQL, until the first read: whether the journal's LISTEN is active.
+    listening: Option<watch::Receiver<bool>>,
     poll: Duration,
     wait_first: bool,
 }
 
-enum Listener {
-    /// PostgreSQL: not connected yet.
-    Pending,
-    Connected(Box<PgListener>),
-    /// SQLite, or the PostgreSQL listener failed: rely on in-process wakeups (this thread's
-    /// commits only, [`crate::commits`]) and polling.
-    None,
+/// The longest a new tail waits for the journal's LISTEN to be active.
+const LISTEN_WAIT: Duration = Duration::from_secs(5);
+
+/// What wakes a tail: its thread's commits and notifications, and (PostgreSQL) whether
+/// notifications can arrive yet.
+pub(crate) struct Wakes {
+    pub(crate) committed: watch::Receiver<u64>,
+    pub(crate) listening: Option<watch::Receiver<bool>>,
 }
 
 /// A stream that yields `err` and ends (a request refused before reading anything).
@@ -83,20 +85,16 @@ pub(crate) fn tail(
     reads: Reads,
     thread: String,
     after: i64,
-    committed: watch::Receiver<i64>,
+    wakes: Wakes,
     poll: Duration,
 ) -> EventStream {
-    let listener = match reads {
-        Reads::Postgres(_) => Listener::Pending,
-        Reads::Sqlite(_) | Reads::Memory(_) => Listener::None,
-    };
     let state = TailState {
         reads,
         thread,
         last: after,
         buffer: VecDeque::new(),
-        committed,
-        listener,
+        committed: wakes.committed,
+        listening: wakes.listening,
         poll,
         wait_first: false,
     };
@@ -106,8 +104,11 @@ pub(crate) fn tail(
                 s.last = event.seq;
                 return Some((Ok(event), s));
             }
-            if let Listener::Pending = s.listener {
-                s.listener = connect_listener(&s.reads).await;
+            if let Some(mut listening) = s.listening.take() {
+                // Before the first read, so another process's commit after it is notified;
+                // bounded, since a tail also polls when LISTEN cannot connect.
+                let bound = s.poll.min(LISTEN_WAIT);
+                let _ = tokio::time::timeout(bound, listening.wait_for(|up| *up)).await;
             }
             if s.wait_first {
                 wait_for_change(&mut s).await;
@@ -129,76 +130,17 @@ pub(crate) fn tail(
     }))
 }
 
-async fn connect_listener(reads: &Reads) -> Listener {
-    let Reads::Postgres(reader) = reads else {
-        return Listener::None;
-    };
-    let mut listener = match PgListener::connect_with(reader.pool()).await {
-        Ok(listener) => listener,
-        Err(err) => {
-            tracing::warn!(%err, "journal tail: LISTEN connection failed; polling instead");
-            return Listener::None;
-        }
-    };
-    match listener.listen(CHANNEL).await {
-        Ok(()) => Listener::Connected(Box::new(listener)),
-        Err(err) => {
-            tracing::warn!(%err, "journal tail: LISTEN failed; polling instead");
-            Listener::None
-        }
-    }
-}
-
-/// Waits until this process commits, another process notifies for our thread, or the
-/// poll interval passes.
+/// Waits until this thread is committed or notified, or the poll interval passes.
 async fn wait_for_change(s: &mut TailState) {
-    let TailState {
-        listener,
-        thread,
-        committed,
-        poll,
-        ..
-    } = s;
-    let poll = tokio::time::sleep(*poll);
+    let poll = tokio::time::sleep(s.poll);
     tokio::pin!(poll);
-    loop {
-        let notified = async {
-            match &mut *listener {
-                Listener::Connected(l) => match l.recv().await {
-                    Ok(note) => Some(note.payload() == thread.as_str()),
-                    Err(err) => {
-                        tracing::warn!(%err, "journal tail: LISTEN connection lost; polling");
-                        None
-                    }
-                },
-                Listener::Pending | Listener::None => std::future::pending().await,
+    tokio::select! {
+        changed = s.committed.changed() => {
+            if changed.is_err() {
+                // The journal is gone; keep polling for other processes' appends.
+                (&mut poll).await;
             }
-        };
-        let outcome = tokio::select! {
-            changed = committed.changed() => {
-                if changed.is_err() {
-                    // The writer is gone; keep polling for other processes' appends.
-                    (&mut poll).await;
-                }
-                Wake::Now
-            }
-            note = notified => match note {
-                Some(true) => Wake::Now,
-                Some(false) => Wake::NotOurs,
-                None => Wake::ListenerLost,
-            },
-            () = &mut poll => Wake::Now,
-        };
-        match outcome {
-            Wake::Now => return,
-            Wake::NotOurs => {}
-            Wake::ListenerLost => *listener = Listener::None,
         }
+        () = &mut poll => {}
     }
-}
-
-enum Wake {
-    Now,
-    NotOurs,
-    ListenerLost,
 }

@@ -168,14 +168,13 @@ impl Settle {
         let written = appended().filter(|a| !a.deduplicated).count();
         count_commit(&self.counters, written as u64);
         if written > 0 {
-            let max = appended().map(|a| a.seq).max().unwrap_or(0);
             self.commits.publish(
                 requests
                     .iter()
                     .zip(&results)
                     .filter(|(_, answer)| answer.is_ok())
                     .flat_map(|(request, _)| &request.events)
-                    .map(|event| (event.thread.as_str(), max)),
+                    .map(|event| event.thread.as_str()),
             );
         }
         for (ack, result) in acks.into_iter().zip(results) {

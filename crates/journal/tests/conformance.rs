@@ -970,3 +970,53 @@ async fn postgres_commits_wake_the_tails_of_the_threads_they_write() {
     };
     commits_wake_the_tails_of_the_threads_they_write(f.journal.clone()).await;
 }
+
+/// LISTEN connections open on the test's database now.
+async fn listen_connections(url: &str) -> i64 {
+    use sqlx::Connection as _;
+    let mut conn = sqlx::PgConnection::connect(url).await.unwrap();
+    let n: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM pg_stat_activity \
+         WHERE datname = current_database() AND query ILIKE 'LISTEN%'",
+    )
+    .fetch_one(&mut conn)
+    .await
+    .unwrap();
+    conn.close().await.unwrap();
+    n
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_tails_share_one_listen_connection_that_stops_with_the_journal() {
+    let Some(f) = support::postgres(Default::default()).await else {
+        return;
+    };
+    let watcher = Journal::open_with(&f.url, polling_off()).await.unwrap();
+    let mut tails: Vec<_> = (0..10).map(|i| watcher.tail(&format!("t{i}"), 0)).collect();
+    let mut listening = 0;
+    for _ in 0..100 {
+        listening = listen_connections(&f.url).await;
+        if listening > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(listening, 1, "ten tails, one LISTEN connection");
+    // Another handle's commit reaches the right tail through the shared connection.
+    f.journal.append(ev("t3", "e", 3)).await.unwrap();
+    let e = tokio::time::timeout(Duration::from_secs(30), tails[3].next())
+        .await
+        .expect("the shared LISTEN did not wake the tail")
+        .unwrap()
+        .unwrap();
+    assert_eq!(e.payload["n"], 3);
+    watcher.close().await;
+    for _ in 0..100 {
+        listening = listen_connections(&f.url).await;
+        if listening == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(listening, 0, "closing the journal stops its LISTEN task");
+}

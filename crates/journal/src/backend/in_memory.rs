@@ -320,8 +320,7 @@ impl InMemoryJournal {
         let written = last - first;
         count_commit(&self.counters, u64::try_from(written).unwrap_or(0));
         if written > 0 {
-            self.commits
-                .publish(touched.iter().map(|thread| (thread.as_str(), last)));
+            self.commits.publish(touched.iter().map(String::as_str));
         }
         Ok(acks)
     }

@@ -4,6 +4,7 @@
 //! equals seq order across processes. Each commit notifies channel [`CHANNEL`] with the
 //! thread name; `tail` listens there to see other processes' appends.
 
+mod listen;
 mod read;
 mod write;
 
@@ -16,6 +17,7 @@ use sqlx::postgres::{PgConnectOptions, PgConnection, PgPoolOptions};
 use crate::error::JournalError;
 use crate::options::{Durability, JournalOptions};
 
+pub(crate) use listen::spawn as spawn_listener;
 pub(crate) use read::PgReader;
 pub(crate) use write::run as run_writer;
 

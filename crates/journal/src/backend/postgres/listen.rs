@@ -1,0 +1,84 @@
+//! One LISTEN connection per opened journal, shared by all its tails.
+//!
+//! Commits of other processes arrive as notifications on [`CHANNEL`] (payload: the
+//! thread); each wakes that thread's tails through [`Commits`], as a commit of this
+//! process does. (A connection per tail put a process tailing a few hundred runs past
+//! PostgreSQL's default `max_connections`.)
+//!
+//! Invariants:
+//! - At most one LISTEN connection per opened journal, however many tails it serves.
+//! - A lost connection is reopened with a growing pause (up to 5 s); a notification sent
+//!   in between is missed, which the tails' polling (`tail_poll`) covers.
+//! - `connected` is true exactly while LISTEN is active; a new tail waits for it (within
+//!   its poll interval) before its first read, so a commit after that read is notified.
+//! - The task ends when the journal is closed or dropped (its stop sender goes away).
+
+use std::sync::Weak;
+use std::time::Duration;
+
+use sqlx::PgPool;
+use sqlx::postgres::PgListener;
+use tokio::sync::watch;
+
+use super::CHANNEL;
+use crate::commits::Commits;
+
+const FIRST_PAUSE: Duration = Duration::from_millis(100);
+const MAX_PAUSE: Duration = Duration::from_secs(5);
+
+/// Starts the listener task; it stops when `stop` changes or its sender is dropped.
+pub(crate) fn spawn(
+    pool: PgPool,
+    commits: Weak<Commits>,
+    mut stop: watch::Receiver<bool>,
+    connected: watch::Sender<bool>,
+) {
+    tokio::spawn(async move {
+        let mut pause = FIRST_PAUSE;
+        loop {
+            let attempt = tokio::select! {
+                _ = stop.changed() => return,
+                attempt = connect(&pool) => attempt,
+            };
+            match attempt {
+                Ok(mut listener) => {
+                    pause = FIRST_PAUSE;
+                    connected.send_replace(true);
+                    loop {
+                        let note = tokio::select! {
+                            _ = stop.changed() => return,
+                            note = listener.recv() => note,
+                        };
+                        match note {
+                            Ok(note) => {
+                                let Some(commits) = commits.upgrade() else {
+                                    return;
+                                };
+                                commits.publish([note.payload()]);
+                            }
+                            Err(err) => {
+                                connected.send_replace(false);
+                                tracing::warn!(%err, "journal LISTEN connection lost; tails poll until it is back");
+                                break;
+                            }
+                        }
+                    }
+                }
+                Err(err) => {
+                    tracing::warn!(%err, "journal LISTEN failed; tails poll until it connects");
+                }
+            }
+            tokio::select! {
+                _ = stop.changed() => return,
+                () = tokio::time::sleep(pause) => {}
+            }
+            pause = (pause * 2).min(MAX_PAUSE);
+        }
+    });
+}
+
+async fn connect(pool: &PgPool) -> Result<PgListener, sqlx::Error> {
+    let mut listener = PgListener::connect_with(pool).await?;
+    listener.listen(CHANNEL).await?;
+    Ok(listener)
+}
