@@ -1,9 +1,11 @@
-//! The one error type of this crate, and the opaque [`DatabaseError`] that keeps the
-//! database drivers' types out of it.
+//! The one error type of this crate; a driver's failure is the opaque [`DatabaseError`]
+//! (shared with the journal through `agent-schema`), so the drivers' types stay out of it.
 //!
 //! Invariant: no message of this module holds a database password. URLs are stored already
 //! redacted ([`agent_redact`]), and a driver error raised while opening a store is redacted
 //! against the URL it was opened with ([`ContextError::redacted_for`]).
+
+pub use agent_schema::{DatabaseError, DatabaseErrorKind};
 
 /// Everything that can go wrong; bad input always maps to a specific variant.
 ///
@@ -212,104 +214,11 @@ fn describe_unpaired(calls: &[String], outputs: &[String]) -> String {
 /// How far ahead of this machine's clock an observation may be: a day of clock skew.
 pub const MAX_FUTURE_SKEW_SECS: i64 = 24 * 3600;
 
-/// A failure of the database driver: its message (passwords masked) and a coarse
-/// [`kind`](Self::kind). The driver's own error type stays private, so upgrading a driver
-/// does not change this crate's API.
-pub struct DatabaseError {
-    kind: DatabaseErrorKind,
-    /// The driver's message with its causes, one line, passwords masked.
-    message: String,
-    /// Kept for this crate's own decisions (unique violations, interrupted reads).
-    driver: Driver,
-}
-
-/// What kind of database failure a [`DatabaseError`] is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum DatabaseErrorKind {
-    /// The server or file could not be reached or opened, or the connection was lost.
-    Unavailable,
-    /// A lock or a connection was not obtained in time (busy database, full pool).
-    Timeout,
-    /// The URL's options were rejected by the driver.
-    Configuration,
-    /// Anything else the database reported (constraint, I/O error, corrupt file, ...).
-    Other,
-}
-
-enum Driver {
-    Postgres(sqlx::Error),
-    Sqlite(rusqlite::Error),
-}
-
-impl DatabaseError {
-    /// What kind of failure this is.
-    pub fn kind(&self) -> DatabaseErrorKind {
-        self.kind
-    }
-
-    fn new(kind: DatabaseErrorKind, driver: Driver) -> Self {
-        let message = match &driver {
-            Driver::Postgres(err) => one_line(err),
-            Driver::Sqlite(err) => one_line(err),
-        };
-        DatabaseError {
-            kind,
-            message,
-            driver,
-        }
-    }
-}
-
-/// The error and its causes on one line (a cause already quoted by its parent is skipped).
-fn one_line(err: &dyn std::error::Error) -> String {
-    let mut message = err.to_string();
-    let mut cause = err.source();
-    while let Some(err) = cause {
-        let text = err.to_string();
-        if !message.contains(&text) {
-            message.push_str(": ");
-            message.push_str(&text);
-        }
-        cause = err.source();
-    }
-    message
-}
-
-impl std::fmt::Display for DatabaseError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.message)
-    }
-}
-
-/// Kind and message only: a driver's `Debug` may quote the URL it was given.
-impl std::fmt::Debug for DatabaseError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("DatabaseError")
-            .field("kind", &self.kind)
-            .field("message", &self.message)
-            .finish()
-    }
-}
-
-/// No source: the message already holds the driver's causes, redacted, and the driver's
-/// error type is not part of this crate's API.
-impl std::error::Error for DatabaseError {}
-
 /// For `?` inside this crate; hidden because the driver's type is not part of the API.
 #[doc(hidden)]
 impl From<sqlx::Error> for ContextError {
     fn from(err: sqlx::Error) -> Self {
-        use sqlx::Error as E;
-        let kind = match &err {
-            E::Io(_) | E::Tls(_) | E::PoolClosed | E::WorkerCrashed => {
-                DatabaseErrorKind::Unavailable
-            }
-            E::PoolTimedOut => DatabaseErrorKind::Timeout,
-            E::Configuration(_) => DatabaseErrorKind::Configuration,
-            _ => DatabaseErrorKind::Other,
-        };
-        ContextError::Database(DatabaseError::new(kind, Driver::Postgres(err)))
+        ContextError::Database(DatabaseError::from_sqlx(&err))
     }
 }
 
@@ -317,15 +226,7 @@ impl From<sqlx::Error> for ContextError {
 #[doc(hidden)]
 impl From<rusqlite::Error> for ContextError {
     fn from(err: rusqlite::Error) -> Self {
-        use rusqlite::ErrorCode as C;
-        let kind = match err.sqlite_error_code() {
-            Some(C::DatabaseBusy | C::DatabaseLocked) => DatabaseErrorKind::Timeout,
-            Some(C::CannotOpen | C::NotADatabase | C::PermissionDenied) => {
-                DatabaseErrorKind::Unavailable
-            }
-            _ => DatabaseErrorKind::Other,
-        };
-        ContextError::Database(DatabaseError::new(kind, Driver::Sqlite(err)))
+        ContextError::Database(DatabaseError::from_rusqlite(&err))
     }
 }
 
@@ -344,9 +245,8 @@ impl ContextError {
     /// errors raised while opening `url`, whose driver messages may quote the URL.
     pub(crate) fn redacted_for(self, url: &str) -> Self {
         match self {
-            ContextError::Database(mut err) => {
-                err.message = agent_redact::redact_in(&err.message, url);
-                ContextError::Database(err)
+            ContextError::Database(err) => {
+                ContextError::Database(err.map_message(|m| agent_redact::redact_in(m, url)))
             }
             ContextError::Migration(message) => {
                 ContextError::Migration(agent_redact::redact_in(&message, url))
@@ -355,13 +255,10 @@ impl ContextError {
         }
     }
 
-    /// The SQLite failure behind this error, if it is one.
-    pub(crate) fn sqlite_failure(&self) -> Option<&rusqlite::Error> {
+    /// The kind of database failure behind this error, if it is one.
+    pub(crate) fn database_kind(&self) -> Option<DatabaseErrorKind> {
         match self {
-            ContextError::Database(DatabaseError {
-                driver: Driver::Sqlite(err),
-                ..
-            }) => Some(err),
+            ContextError::Database(err) => Some(err.kind()),
             _ => None,
         }
     }

@@ -1,5 +1,7 @@
-//! Typed journal errors, and the opaque [`DatabaseError`] that keeps the database drivers'
-//! types out of them.
+//! Typed journal errors; a driver's failure is the opaque [`DatabaseError`] (shared with
+//! the context store through `agent-schema`), so the drivers' types stay out of them.
+
+pub use agent_schema::{DatabaseError, DatabaseErrorKind};
 
 /// Everything that can go wrong with a journal operation.
 ///
@@ -144,81 +146,11 @@ impl From<agent_schema::SchemaTooNew> for JournalError {
     }
 }
 
-/// A failure of the database driver: its message with its causes on one line and a coarse
-/// [`kind`](Self::kind). The driver's own error type stays private, so upgrading a driver
-/// does not change this crate's API.
-#[derive(Debug)]
-pub struct DatabaseError {
-    kind: DatabaseErrorKind,
-    message: String,
-}
-
-/// What kind of database failure a [`DatabaseError`] is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum DatabaseErrorKind {
-    /// The server or file could not be reached or opened, or the connection was lost.
-    Unavailable,
-    /// A lock or a connection was not obtained in time (busy database, full pool).
-    Timeout,
-    /// The URL's options were rejected by the driver.
-    Configuration,
-    /// Anything else the database reported (constraint, I/O error, corrupt file, ...).
-    Other,
-}
-
-impl DatabaseError {
-    /// What kind of failure this is.
-    pub fn kind(&self) -> DatabaseErrorKind {
-        self.kind
-    }
-
-    fn new(kind: DatabaseErrorKind, err: &dyn std::error::Error) -> Self {
-        DatabaseError {
-            kind,
-            message: one_line(err),
-        }
-    }
-}
-
-/// The error and its causes on one line (a cause already quoted by its parent is skipped).
-fn one_line(err: &dyn std::error::Error) -> String {
-    let mut message = err.to_string();
-    let mut cause = err.source();
-    while let Some(err) = cause {
-        let text = err.to_string();
-        if !message.contains(&text) {
-            message.push_str(": ");
-            message.push_str(&text);
-        }
-        cause = err.source();
-    }
-    message
-}
-
-impl std::fmt::Display for DatabaseError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.message)
-    }
-}
-
-/// No source: the message already holds the driver's causes.
-impl std::error::Error for DatabaseError {}
-
 /// For `?` inside this crate; hidden because the driver's type is not part of the API.
 #[doc(hidden)]
 impl From<sqlx::Error> for JournalError {
     fn from(err: sqlx::Error) -> Self {
-        use sqlx::Error as E;
-        let kind = match &err {
-            E::Io(_) | E::Tls(_) | E::PoolClosed | E::WorkerCrashed => {
-                DatabaseErrorKind::Unavailable
-            }
-            E::PoolTimedOut => DatabaseErrorKind::Timeout,
-            E::Configuration(_) => DatabaseErrorKind::Configuration,
-            _ => DatabaseErrorKind::Other,
-        };
-        JournalError::Database(DatabaseError::new(kind, &err))
+        JournalError::Database(DatabaseError::from_sqlx(&err))
     }
 }
 
@@ -226,38 +158,6 @@ impl From<sqlx::Error> for JournalError {
 #[doc(hidden)]
 impl From<rusqlite::Error> for JournalError {
     fn from(err: rusqlite::Error) -> Self {
-        use rusqlite::ErrorCode as C;
-        let kind = match err.sqlite_error_code() {
-            Some(C::DatabaseBusy | C::DatabaseLocked) => DatabaseErrorKind::Timeout,
-            Some(C::CannotOpen | C::NotADatabase | C::PermissionDenied) => {
-                DatabaseErrorKind::Unavailable
-            }
-            _ => DatabaseErrorKind::Other,
-        };
-        JournalError::Database(DatabaseError::new(kind, &err))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn driver_errors_become_an_opaque_kind_and_message() {
-        let busy = rusqlite::Error::SqliteFailure(
-            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_BUSY),
-            Some("database is locked".into()),
-        );
-        let JournalError::Database(err) = JournalError::from(busy) else {
-            panic!("a driver error maps to Database");
-        };
-        assert_eq!(err.kind(), DatabaseErrorKind::Timeout);
-        assert!(err.to_string().contains("database is locked"), "{err}");
-
-        let JournalError::Database(err) = JournalError::from(sqlx::Error::PoolClosed) else {
-            panic!("a driver error maps to Database");
-        };
-        assert_eq!(err.kind(), DatabaseErrorKind::Unavailable);
-        assert!(std::error::Error::source(&err).is_none());
+        JournalError::Database(DatabaseError::from_rusqlite(&err))
     }
 }

@@ -17,10 +17,17 @@
 //! assert_eq!((too_new.found, too_new.supported), (3, 2));
 //! ```
 //!
-//! No dependencies and no sibling crates: the journal and the context store both use it
-//! without knowing each other.
+//! Also shared: [`DatabaseError`], the opaque form in which both crates report a database
+//! driver's failure, so the drivers' types stay out of their APIs.
+//!
+//! No sibling crates: the journal and the context store both use it without knowing each
+//! other. The drivers are dependencies only to classify their errors.
 
 #![warn(missing_docs, unreachable_pub, missing_debug_implementations)]
+
+mod database_error;
+
+pub use database_error::{DatabaseError, DatabaseErrorKind};
 
 /// A schema: numbered steps of SQL, in ascending version order.
 pub type Steps = [(i64, &'static str)];

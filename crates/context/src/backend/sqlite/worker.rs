@@ -20,11 +20,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
-use rusqlite::{Connection, ErrorCode, OpenFlags};
+use rusqlite::{Connection, OpenFlags};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot};
 
 use super::url::Target;
-use crate::error::{ContextError, Result};
+use crate::error::{ContextError, DatabaseErrorKind, Result};
 use crate::options::{ContextOptions, StoreDurability};
 
 type Job = Box<dyn FnOnce(&mut Connection) + Send>;
@@ -262,15 +262,14 @@ where
     if let Some(timeout) = busy_timeout {
         let _ = conn.busy_timeout(timeout);
     }
-    let code = match &result {
-        Err(err) => err
-            .sqlite_failure()
-            .and_then(rusqlite::Error::sqlite_error_code),
+    let kind = match &result {
+        Err(err) => err.database_kind(),
         Ok(_) => None,
     };
-    match code {
-        Some(ErrorCode::OperationInterrupted) => None,
-        Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) if busy_timeout.is_some() => None,
+    match kind {
+        Some(DatabaseErrorKind::Interrupted) => None,
+        // SQLite's busy and locked: the writer holds the lock.
+        Some(DatabaseErrorKind::Timeout) if busy_timeout.is_some() => None,
         _ => Some(result),
     }
 }
