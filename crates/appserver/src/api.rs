@@ -14,6 +14,11 @@ use crate::protocol::{
 impl AppServerClient {
     /// The handshake: `initialize`, then the `initialized` notification. Any other request
     /// before this gets `-32600 "Not initialized"` from the server.
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`call`](Self::call) and [`notify`](Self::notify): a dropped future may leave
+    /// `initialize` sent (and answered by the server) without the `initialized` notification.
     pub async fn initialize(
         &self,
         client_info: ClientInfo,
@@ -37,6 +42,11 @@ impl AppServerClient {
     }
 
     /// `thread/start`.
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`call`](Self::call): a dropped future may leave a thread started on the
+    /// server whose id the caller never learns.
     pub async fn thread_start(
         &self,
         params: &ThreadStartParams,
@@ -46,6 +56,11 @@ impl AppServerClient {
 
     /// `turn/start`: returns as soon as the turn is accepted (`status: inProgress`); the
     /// turn's progress arrives as notifications, ending with `turn/completed`.
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`call`](Self::call): a dropped future may leave the turn started and running;
+    /// its response is lost, but its notifications still arrive on [`Events`](crate::Events).
     pub async fn turn_start(
         &self,
         params: &TurnStartParams,
@@ -54,6 +69,11 @@ impl AppServerClient {
     }
 
     /// `turn/steer`: adds input to the running turn, only if it is still `expected_turn_id`.
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`call`](Self::call): a dropped future may leave the input added to the turn,
+    /// and the caller does not learn whether it was.
     pub async fn turn_steer(
         &self,
         thread_id: &str,
@@ -69,6 +89,11 @@ impl AppServerClient {
     }
 
     /// `turn/interrupt`: the turn then ends with `turn/completed` and status `interrupted`.
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`call`](Self::call): a dropped future may leave the interrupt delivered; if so,
+    /// the turn's `turn/completed` still arrives on [`Events`](crate::Events).
     pub async fn turn_interrupt(
         &self,
         thread_id: &str,

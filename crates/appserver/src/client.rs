@@ -51,6 +51,10 @@ pub struct Events {
 
 impl Events {
     /// The next event; `None` once the connection has ended and every event was received.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: a dropped future loses no event; the next call returns it.
     pub async fn recv(&mut self) -> Option<ServerEvent> {
         self.rx.recv().await
     }
@@ -87,6 +91,18 @@ struct Inner {
     close_request: mpsc::Sender<Duration>,
     exit: watch::Receiver<Option<CloseOutcome>>,
     pid: Option<u32>,
+}
+
+/// Removes a call's pending entry when the call's future ends, however it ends.
+struct ForgetOnDrop<'a> {
+    calls: &'a PendingCalls,
+    id: i64,
+}
+
+impl Drop for ForgetOnDrop<'_> {
+    fn drop(&mut self) {
+        self.calls.forget(self.id);
+    }
 }
 
 impl AppServerClient {
@@ -223,6 +239,10 @@ impl AppServerClient {
     }
 
     /// Calls `method` with the default timeout.
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`call_with_timeout`](Self::call_with_timeout).
     pub async fn call(&self, method: &str, params: Option<Value>) -> Result<Value, AppServerError> {
         self.call_with_timeout(method, params, self.inner.options.call_timeout)
             .await
@@ -230,6 +250,13 @@ impl AppServerClient {
 
     /// Calls `method` and waits at most `timeout` for its response. Always resolves: with
     /// the result, the server's error, [`AppServerError::Timeout`], or the connection loss.
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe. Dropping the future does not withdraw the request: once queued for
+    /// the writer (normally at the first poll) it is still written and the server acts on it.
+    /// The call's pending entry goes with the future, so a late answer is dropped as unknown
+    /// and [`pending_calls`](Self::pending_calls) does not count it.
     pub async fn call_with_timeout(
         &self,
         method: &str,
@@ -238,6 +265,11 @@ impl AppServerClient {
     ) -> Result<Value, AppServerError> {
         let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
         let waiter = self.inner.calls.register(id)?;
+        // Answered, timed out or dropped: the entry goes (a no-op once answered).
+        let _entry = ForgetOnDrop {
+            calls: &self.inner.calls,
+            id,
+        };
         let line = wire::request_line(id, method, params);
         let exchange = async {
             if self.inner.outgoing.send(line).await.is_err() {
@@ -253,7 +285,6 @@ impl AppServerClient {
         let outcome = match tokio::time::timeout(timeout, exchange).await {
             Ok(outcome) => outcome,
             Err(_) => {
-                self.inner.calls.forget(id);
                 return Err(AppServerError::Timeout {
                     method: method.to_owned(),
                     after: timeout,
@@ -273,6 +304,11 @@ impl AppServerClient {
     }
 
     /// Sends a notification (no response expected).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: the notification is queued for the writer only as the future completes,
+    /// so a dropped future sends nothing.
     pub async fn notify(&self, method: &str, params: Option<Value>) -> Result<(), AppServerError> {
         if let Some(reason) = self.inner.calls.lost() {
             return Err(reason.into());
@@ -292,6 +328,12 @@ impl AppServerClient {
     /// Stops the server: fails pending calls, closes its stdin, sends SIGTERM, waits the
     /// grace period, then kills it. Bounded even when the event queue is full and unread.
     /// Calling it again returns the same outcome.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future does not stop the shutdown: its first poll fails the pending calls
+    /// and asks the supervisor task to stop the server, which it then does on its own. Only
+    /// the wait is given up; a later `close` returns the outcome.
     pub async fn close(&self) -> CloseOutcome {
         self.inner.calls.lose(ConnectionLost::ClosedByClient);
         self.inner.shutdown.send_replace(true);
@@ -412,6 +454,11 @@ where
 }
 
 /// Reads one line into `buf` without its line ending. `Ok(false)` at end of stream.
+///
+/// # Cancel safety
+///
+/// Not cancel safe: the bytes of a partly read line are consumed from `reader` and left in
+/// `buf`, and the next call clears `buf` first, so that line's beginning is lost.
 pub async fn read_line<R: AsyncRead + Unpin>(
     reader: &mut BufReader<R>,
     buf: &mut Vec<u8>,

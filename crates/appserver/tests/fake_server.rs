@@ -367,6 +367,25 @@ async fn a_call_that_is_never_answered_times_out_and_leaves_no_waiter() {
 }
 
 #[tokio::test]
+async fn a_dropped_call_leaves_no_waiter() {
+    let (client, _events) = start(ClientOptions::default(), ApprovalPolicy::default()).await;
+    // Dropped unpolled, and dropped while waiting for an answer that never comes.
+    drop(client.call("fake/ignore", None));
+    for _ in 0..3 {
+        let call = client.call("fake/ignore", None);
+        let waited = tokio::time::timeout(Duration::from_millis(50), call).await;
+        assert!(waited.is_err(), "fake/ignore is never answered");
+    }
+    assert_eq!(client.pending_calls(), 0);
+    let echoed = client
+        .call("fake/echo", Some(json!({"b": 2})))
+        .await
+        .unwrap();
+    assert_eq!(echoed, json!({"b": 2}));
+    client.close().await;
+}
+
+#[tokio::test]
 async fn the_default_timeout_applies_to_every_call() {
     let options = ClientOptions {
         call_timeout: Duration::from_millis(100),

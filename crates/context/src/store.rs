@@ -45,6 +45,10 @@ impl std::fmt::Debug for ContextStore {
 impl ContextStore {
     /// Open (and create or migrate) a store: `sqlite://PATH`, `sqlite:PATH`,
     /// `sqlite::memory:` or `postgres://...` / `postgresql://...`.
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`open_with`](Self::open_with).
     pub async fn open(url: &str) -> Result<Self> {
         Self::open_with(url, ContextOptions::default()).await
     }
@@ -52,6 +56,14 @@ impl ContextStore {
     /// [`open`](Self::open) with options.
     ///
     /// Errors never show a password of `url` (userinfo or `password=`/`sslpassword=`).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future leaves nothing running or open once the step under way ends: on
+    /// SQLite the writer thread finishes opening the file (creating it if asked) or the
+    /// schema migration already handed to it, then stops and closes its connection; on
+    /// PostgreSQL the connections are closed. The migration is one transaction either way:
+    /// committed whole or not at all.
     pub async fn open_with(url: &str, options: ContextOptions) -> Result<Self> {
         let backend = AnyBackend::open(url, &options)
             .await
@@ -67,6 +79,14 @@ impl ContextStore {
 
     /// Close the connections; later calls fail ([`ContextError::Closed`] on SQLite, a
     /// database error on PostgreSQL).
+    ///
+    /// # Cancel safety
+    ///
+    /// The store is closed at the first poll (later calls fail); dropping the future does
+    /// not undo that, it only stops the waiting. On SQLite the writer thread still runs the
+    /// jobs queued before and stops, but the write connection then stays open until the
+    /// last handle on the store is dropped (or `close` is called again); on PostgreSQL the
+    /// connections not yet closed go at the latest when the last handle is dropped.
     pub async fn close(&self) {
         on_backend!(&self.backend, b => b.close().await)
     }
@@ -74,6 +94,11 @@ impl ContextStore {
     /// Append one unit at the end of `thread`. Refused (nothing written) when its tool
     /// calls and outputs do not pair up by `call_id` (the error names the unpaired ids),
     /// when `unit` already exists in the thread, or when it breaks a [`limits`] rule.
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`append_units`](Self::append_units): a dropped append writes the unit or
+    /// not, and the caller does not learn which.
     pub async fn append_unit(
         &self,
         thread: &str,
@@ -86,6 +111,15 @@ impl ContextStore {
     }
 
     /// Append several units to `thread` in one transaction: all or none.
+    ///
+    /// # Cancel safety
+    ///
+    /// A dropped append writes all of the units or none, and the caller does not learn
+    /// which ([`window`](Self::window) tells; a retry is refused as a duplicate unit if the
+    /// first got through). On SQLite the transaction goes to the writer thread at the first
+    /// poll and then commits or fails whether or not the future is still there; on
+    /// PostgreSQL it is rolled back, unless dropped while its COMMIT is in flight, when it
+    /// may have committed.
     pub async fn append_units(&self, thread: &str, units: &[NewUnit]) -> Result<UnitsAppended> {
         if units.len() > limits::MAX_BATCH_UNITS {
             return Err(ContextError::TooLarge {
@@ -119,6 +153,12 @@ impl ContextStore {
 
     /// The pinned goal plus the last `keep_units` units of `thread`, oldest first.
     /// `keep_units` must be in `1..=MAX_WINDOW_UNITS`. An unknown thread has no units.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads. Dropping the future discards the answer; a read already
+    /// running (on the blocking pool, the writer thread or the database server) finishes
+    /// there, unseen.
     pub async fn window(&self, thread: &str, goal: &str, keep_units: usize) -> Result<Window> {
         limits::name("thread", thread)?;
         limits::keep_units(keep_units)?;
@@ -134,6 +174,10 @@ impl ContextStore {
     /// newest first while the running total stays within the budget, never split, and the
     /// first one that does not fit ends the window (the window stays a contiguous suffix).
     /// At most `MAX_WINDOW_UNITS` units are returned.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads. As for [`window`](Self::window).
     pub async fn window_budget(
         &self,
         thread: &str,
@@ -163,6 +207,10 @@ impl ContextStore {
     /// near). Shorter terms, which no trigram index can serve, are answered by scanning only
     /// this thread's units through the thread's key range, stopping at `limit` hits, so
     /// they cost O(units of the thread), never O(store).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads. As for [`window`](Self::window).
     pub async fn search(&self, thread: &str, term: &str, limit: usize) -> Result<Vec<Unit>> {
         limits::name("thread", thread)?;
         limits::search(term, limit)?;
@@ -171,6 +219,10 @@ impl ContextStore {
     }
 
     /// All threads with their unit counts, by name.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads. As for [`window`](Self::window).
     pub async fn threads(&self) -> Result<Vec<ThreadInfo>> {
         on_backend!(&self.backend, b => b.threads().await)
     }
@@ -179,6 +231,10 @@ impl ContextStore {
     /// and its `observed` time between 1970 and a day from now
     /// ([`ContextError::ObservedOutOfRange`] otherwise). It affects memory at the next
     /// [`consolidate`](Self::consolidate).
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`add_evidence_batch`](Self::add_evidence_batch).
     pub async fn add_evidence(&self, evidence: &NewEvidence) -> Result<()> {
         self.add_evidence_batch(std::slice::from_ref(evidence))
             .await
@@ -186,6 +242,12 @@ impl ContextStore {
 
     /// Record several pieces of evidence in one transaction: all or none (at most
     /// `MAX_BATCH_UNITS` rows). A source that exists, or repeats in the batch, is refused.
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`append_units`](Self::append_units): a dropped call records the whole batch
+    /// or nothing, and the caller does not learn which ([`evidence`](Self::evidence) tells;
+    /// a retry is refused with [`ContextError::DuplicateSource`] if the first got through).
     pub async fn add_evidence_batch(&self, evidence: &[NewEvidence]) -> Result<()> {
         if evidence.len() > limits::MAX_BATCH_UNITS {
             return Err(ContextError::TooLarge {
@@ -210,6 +272,11 @@ impl ContextStore {
 
     /// Revoke a source: it never again counts for memory (after the next consolidation).
     /// Unknown source: [`ContextError::UnknownSource`]; revoking twice is harmless.
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`append_units`](Self::append_units): a dropped call revokes the source or
+    /// not, and the caller does not learn which; revoking again is harmless and settles it.
     pub async fn revoke(&self, source: &str) -> Result<Revocation> {
         limits::name("evidence source", source)?;
         on_backend!(&self.backend, b => b.revoke(source).await)
@@ -228,17 +295,33 @@ impl ContextStore {
     /// dirty set is cleared in the same transaction, so a consolidation lost to a power cut
     /// leaves memory and [`pending`](Self::pending) as they were before it, and the next
     /// call redoes it.
+    ///
+    /// # Cancel safety
+    ///
+    /// A dropped consolidation is done whole or not at all (if not, its pairs stay
+    /// [`pending`](Self::pending) for the next call). On SQLite it goes to the writer thread
+    /// at the first poll and then commits (or fails) whether or not the future is still
+    /// there; on PostgreSQL it is rolled back, its lock on the dirty set going with it,
+    /// unless dropped while its COMMIT is in flight, when it may have committed.
     pub async fn consolidate(&self) -> Result<Consolidation> {
         on_backend!(&self.backend, b => b.consolidate().await)
     }
 
     /// How many (project, key) pairs changed since the last consolidation.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads. As for [`window`](Self::window).
     pub async fn pending(&self) -> Result<u64> {
         on_backend!(&self.backend, b => b.pending().await)
     }
 
     /// The consolidated memory of `project` only, by key; `needs_refresh` is set when
     /// `now - observed > max_age` (`max_age >= 0`).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads. As for [`window`](Self::window).
     pub async fn recall(&self, project: &str, now: i64, max_age: i64) -> Result<Vec<MemoryEntry>> {
         limits::name("project", project)?;
         memory::check_max_age(max_age)?;
@@ -246,6 +329,10 @@ impl ContextStore {
     }
 
     /// All evidence of `project` (optionally one key), revoked and unconfirmed included.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads. As for [`window`](Self::window).
     pub async fn evidence(&self, project: &str, key: Option<&str>) -> Result<Vec<Evidence>> {
         limits::name("project", project)?;
         if let Some(key) = key {

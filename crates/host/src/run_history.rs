@@ -92,6 +92,10 @@ pub fn units_of(state: &RunState) -> Vec<HistoryUnit> {
 
 /// Appends the units of `state` that its context thread lacks; returns how many were
 /// written (0 when caught up). See the module invariants.
+///
+/// # Cancel safety
+/// Units are appended one by one, each atomically: dropped midway, the units written stay
+/// and the next call appends the rest (a unit already held is skipped).
 pub async fn catch_up(store: &ContextStore, state: &RunState) -> Result<usize, HistoryError> {
     let thread = kinds::thread_of(&state.id);
     let units = units_of(state);
@@ -148,6 +152,9 @@ pub struct Hit {
 
 /// Searches the history of `run_id` (every run when `None`, newest first) for `term`,
 /// catching each run up first; at most `limit` hits in all.
+///
+/// # Cancel safety
+/// As [`catch_up`]: units written before the drop stay; the search itself only reads.
 pub async fn search(
     journal: &Journal,
     store: &ContextStore,

@@ -127,11 +127,21 @@ impl std::fmt::Debug for MockServer {
 
 impl MockServer {
     /// Starts on 127.0.0.1 with an ephemeral port.
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`bind`](Self::bind); the address is a literal, so the first poll completes it.
     pub async fn start(config: MockConfig) -> Result<Self, MockError> {
         Self::bind("127.0.0.1:0", config).await
     }
 
     /// Starts on `addr` (e.g. `127.0.0.1:8080`).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: the only wait is resolving `addr` (none for a literal address); the socket
+    /// is bound and the server task spawned after it, so a dropped future leaves nothing bound
+    /// or running.
     pub async fn bind(addr: &str, config: MockConfig) -> Result<Self, MockError> {
         let listener = tokio::net::TcpListener::bind(addr)
             .await
@@ -200,6 +210,13 @@ impl MockServer {
     }
 
     /// Runs until the server task ends (for `agentctl mock serve`).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future (even unpolled) drops the server, as dropping [`MockServer`] does:
+    /// its task is aborted and no new connection is accepted, but connections already
+    /// accepted have tasks of their own: an SSE stream being sent, or a WebSocket session,
+    /// runs on.
     pub async fn wait(mut self) {
         let _ = (&mut self.task).await;
     }

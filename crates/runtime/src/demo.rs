@@ -110,6 +110,10 @@ pub fn demo_dataset() -> Value {
 }
 
 /// The demo `scan({module})` of `agentctl demo orchestrate`: the module's fixture rows, or `missing fixture: <module>`.
+///
+/// # Cancel safety
+///
+/// Cancel safe: it reads a fixture and completes within its first poll.
 pub async fn demo_scan(module: String) -> Result<Value, String> {
     demo_dataset()
         .get(&module)

@@ -86,6 +86,12 @@ impl Shape for FindingShape {
 
 /// Runs `call` for every input concurrently, waits for all of them, validates each output
 /// with `shape` and keeps the rows `keep` selects.
+///
+/// # Cancel safety
+///
+/// The calls run inside this future, not in tasks of their own: dropping it drops every
+/// call not yet settled (what each leaves behind is up to `call`'s own cancel safety) and
+/// discards the outputs already in. Nothing else is left running.
 pub async fn fan_out<F, Fut>(
     inputs: &[String],
     call: F,

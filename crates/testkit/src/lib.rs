@@ -47,6 +47,12 @@ impl PgDatabase {
 }
 
 /// Creates `<prefix>_<uuid>` on the test server, or `None` when the suite is skipped.
+///
+/// # Cancel safety
+///
+/// Not cancel safe: a future dropped once `CREATE DATABASE` has been sent can leave the
+/// database created on the server with no [`PgDatabase`] guard to drop it (it must then be
+/// dropped by hand); dropped earlier, it leaves nothing (the admin connection just closes).
 pub async fn fresh_pg_database(prefix: &str) -> Option<PgDatabase> {
     let admin_url = pg_base_url()?;
     let name = format!("{prefix}_{}", uuid::Uuid::new_v4().simple());

@@ -228,6 +228,12 @@ impl Host {
     /// Creates a run without driving it and offers it to workers (`agentctl worker`):
     /// its lease `run:<id>` is open, so the first free worker claims and drives it.
     /// Returns the run id.
+    ///
+    /// # Cancel safety
+    /// Dropped before `run.created` is taken, nothing is submitted (MCP servers started to
+    /// list tools are killed as their handles drop). Dropped after it but before the lease
+    /// is offered, the run exists unoffered; the next [`table::runs_table`] refresh offers
+    /// it, as after a crash.
     pub async fn submit(&self, new: NewRun) -> Result<String, HostError> {
         let (id, _, _, servers) = self.create(new, true).await?;
         // Started only to list their tools; the driving worker starts its own.

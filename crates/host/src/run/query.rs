@@ -7,6 +7,9 @@ use super::state::{RunState, RunStatus};
 use crate::error::HostError;
 
 /// The run `run_id` as folded from its journal.
+///
+/// # Cancel safety
+/// Read-only: a dropped future leaves nothing behind.
 pub async fn load(journal: &Journal, run_id: &str) -> Result<RunState, HostError> {
     Ok(load_for_resume(journal, run_id).await?.state)
 }
@@ -23,6 +26,9 @@ pub struct LoadedRun {
 }
 
 /// The run `run_id` and its events, read once (see [`LoadedRun`]).
+///
+/// # Cancel safety
+/// Read-only: a dropped future leaves nothing behind.
 pub async fn load_for_resume(journal: &Journal, run_id: &str) -> Result<LoadedRun, HostError> {
     let events = journal.replay(&kinds::thread_of(run_id), 0).await?;
     if events.is_empty() {
@@ -35,6 +41,9 @@ pub async fn load_for_resume(journal: &Journal, run_id: &str) -> Result<LoadedRu
 }
 
 /// Every run of the journal, newest first.
+///
+/// # Cancel safety
+/// Read-only: a dropped future leaves nothing behind.
 pub async fn list(journal: &Journal) -> Result<Vec<RunState>, HostError> {
     let mut runs = Vec::new();
     for thread in journal.threads().await? {

@@ -23,6 +23,11 @@ pub struct DecisionRequest {
 
 /// Records a decision on the pending approval of `call_id`. The first decision of a round
 /// wins; a second one is [`HostError::AlreadyDecided`].
+///
+/// # Cancel safety
+/// One append, keyed by the call and approval round: dropped before the journal took it,
+/// nothing is decided; after, the decision may be recorded without the caller learning it,
+/// and deciding again answers [`HostError::AlreadyDecided`] with the recorded decision.
 pub async fn decide(
     journal: &Journal,
     run_id: &str,
@@ -105,6 +110,11 @@ fn already(call_id: &str, d: &Decision) -> HostError {
 /// Requests a steer: user input the driving host gives the model at its next step
 /// boundary (or the next `resume` does, when no host runs). `id` makes a retried request one
 /// steer. A run that has ended gets `steer.dropped` at once. Returns the steer's id.
+///
+/// # Cancel safety
+/// Dropped after `steer.requested` was taken but before the ended-run check, a steer on a
+/// run that had ended stays pending without its `steer.dropped`; requesting again with the
+/// same `id` writes no second steer and completes the check.
 pub async fn request_steer(
     journal: &Journal,
     run_id: &str,
@@ -151,6 +161,9 @@ pub async fn request_steer(
 
 /// How a steer ended: `Ok(step)` applied before that step, `Err(reason)` dropped. Waits
 /// for the outcome when `wait`; `None` when it is still pending and `wait` is false.
+///
+/// # Cancel safety
+/// Read-only: a dropped future leaves nothing behind.
 pub async fn steer_outcome(
     journal: &Journal,
     run_id: &str,
@@ -181,6 +194,10 @@ pub async fn steer_outcome(
 }
 
 /// Asks the driving host (wherever it runs) to interrupt the run.
+///
+/// # Cancel safety
+/// One append: dropped before the journal took it, nothing is requested; after, the
+/// interrupt may be recorded (and acted on) without the caller learning its seq.
 pub async fn request_interrupt(
     journal: &Journal,
     run_id: &str,

@@ -61,6 +61,10 @@ pub(crate) fn summary(state: &RunState) -> Value {
 }
 
 /// Brings the table up to date with the journal and returns every run, newest first.
+///
+/// # Cancel safety
+/// Each run's row is written on its own: dropped midway, some rows are refreshed and the
+/// rest are refreshed by the next call. Rows only follow the journal, so none is wrong.
 pub async fn runs_table(journal: &Journal) -> Result<Vec<RunRow>, HostError> {
     let mut rows: HashMap<String, LeaseRow> = journal
         .leases("run:")

@@ -159,6 +159,12 @@ const RUN_LEASES: &str = "run:";
 /// Drives claimable runs until `stop` fires, then gives back what it holds and returns.
 ///
 /// Errors only when the journal cannot be opened at start; later failures are survived.
+///
+/// # Cancel safety
+/// Not for dropping: fire `stop` and await the return, which hands runs back at a step
+/// boundary. Dropped, every drive is aborted where it stands and its lease stays held until
+/// it expires; another worker then claims the run and resumes it (a run is resumable from
+/// any point, as after `kill -9`).
 pub async fn run_worker(
     connector: Arc<dyn Connector>,
     config: WorkerConfig,

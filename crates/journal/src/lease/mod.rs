@@ -127,6 +127,14 @@ fn check_name(name: &str) -> Result<(), JournalError> {
 impl Journal {
     /// Creates the open, unclaimed lease `name` with `info` unless it exists; returns
     /// whether it was created.
+    ///
+    /// # Cancel safety
+    ///
+    /// A dropped offer creates the lease or not, and the caller does not learn which
+    /// ([`leases`](Self::leases) tells; offering again is harmless). On SQLite the
+    /// transaction starts on the blocking pool at the first poll and runs to its end there
+    /// whether or not the future is still there; on PostgreSQL the statement, once sent,
+    /// runs and commits on the server. On `memory:` it completes within the first poll.
     pub async fn offer_lease(&self, name: &str, info: &Value) -> Result<bool, JournalError> {
         check_name(name)?;
         let info = info.to_string();
@@ -140,6 +148,11 @@ impl Journal {
     /// Sets the info of lease `name`, and its status when given, creating it unclaimed if
     /// missing (closed when no status is given); its holder and epoch are kept (an index
     /// rebuilt from elsewhere uses this).
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`offer_lease`](Self::offer_lease): a dropped put is applied whole or not at
+    /// all, and the caller does not learn which; putting again is harmless.
     pub async fn put_lease(
         &self,
         name: &str,
@@ -157,6 +170,14 @@ impl Journal {
 
     /// Claims the oldest open lease whose name starts with `prefix` and that is free or
     /// expired, for `holder`, until `ttl` from now. `None`: nothing to claim.
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe: as for [`offer_lease`](Self::offer_lease), a claim under way goes on
+    /// without the caller, so a dropped future can leave a lease claimed for `holder` at an
+    /// epoch nobody was told. It stays taken until `ttl` runs out; [`leases`](Self::leases)
+    /// shows it under `holder`, and [`reclaim_lease`](Self::reclaim_lease) by the same
+    /// holder takes it back at once, with a new epoch.
     pub async fn claim_lease(
         &self,
         prefix: &str,
@@ -169,6 +190,12 @@ impl Journal {
     /// Claims the open lease `name` if it is free, expired, or held by `holder` already
     /// (a holder taking its own leases back after reopening the journal); the epoch moves
     /// on either way, which fences the holder's older handles too.
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe, as for [`claim_lease`](Self::claim_lease): a dropped reclaim may
+    /// have taken the lease and moved its epoch on (fencing `holder`'s older handles)
+    /// without the caller learning the new epoch; reclaiming again takes it back.
     pub async fn reclaim_lease(
         &self,
         name: &str,
@@ -196,6 +223,12 @@ impl Journal {
 
     /// Extends `lease` to `ttl` from now, and replaces its info when given. Fails with
     /// [`JournalError::Fenced`] if someone claimed it since.
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`offer_lease`](Self::offer_lease): a dropped renewal is applied or not, and
+    /// the caller does not learn which. A renewal never moves the epoch, so `lease` stays
+    /// valid either way (only its `expires_at` may be stale): renewing again settles it.
     pub async fn renew_lease(
         &self,
         lease: &Lease,
@@ -217,6 +250,13 @@ impl Journal {
 
     /// Gives `lease` up: no holder, the given status and info. Fails with
     /// [`JournalError::Fenced`] (changing nothing) if someone claimed it since.
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`offer_lease`](Self::offer_lease): a dropped release is applied or not, and
+    /// the caller does not learn which. A release keeps the epoch, so releasing again with
+    /// the same `lease` settles it (it fails with [`JournalError::Fenced`] only if someone
+    /// claimed the lease in between).
     pub async fn release_lease(
         &self,
         lease: &Lease,
@@ -232,6 +272,11 @@ impl Journal {
     }
 
     /// The leases whose name starts with `prefix`, by name.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads. Dropping the future discards the answer; a read already
+    /// running (on the blocking pool or the database server) finishes there, unseen.
     pub async fn leases(&self, prefix: &str) -> Result<Vec<LeaseRow>, JournalError> {
         match &self.inner.leases {
             Backend::Sqlite(conn) => sqlite::list(conn, prefix).await,

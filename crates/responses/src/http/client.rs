@@ -54,6 +54,12 @@ impl Client {
     }
 
     /// `POST {base}/responses` without streaming.
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe: dropping the future abandons the attempt in progress and any retries,
+    /// but an attempt may already have reached the server, so a response may have been
+    /// created (and billed) whose result is lost. Nothing is cancelled on the server.
     pub async fn create(&self, request: &CreateResponse) -> Result<Response, ClientError> {
         if request.is_stream() {
             return Err(ClientError::StreamFlagMismatch);
@@ -62,6 +68,12 @@ impl Client {
     }
 
     /// `POST {base}/responses` with `stream: true`; events arrive through [`EventStream`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`create`](Self::create): an attempt may already have started a response on
+    /// the server, which dropping the future neither cancels nor retries; its events are
+    /// lost with the connection.
     pub async fn create_stream(
         &self,
         request: &CreateResponse,
@@ -74,6 +86,11 @@ impl Client {
     }
 
     /// `POST {base}/responses/compact`.
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`create`](Self::create): an attempt may already have reached the server (the
+    /// compaction run and billed) and its result is lost; nothing is retried.
     pub async fn compact(
         &self,
         request: &CompactRequest,
@@ -82,6 +99,11 @@ impl Client {
     }
 
     /// `GET {base}/responses/{id}`.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads. Dropping the future abandons the request in progress and
+    /// any retries; nothing changes on the server.
     pub async fn retrieve(&self, response_id: &str) -> Result<Response, ClientError> {
         let url = self.url(&format!("responses/{response_id}"));
         let mut retries_taken = 0;

@@ -58,6 +58,12 @@ impl EventStream {
     }
 
     /// The next event; `None` after the terminal event.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: a chunk is parsed as soon as it is read, so a dropped future loses no
+    /// event; parsed events stay queued and a partial SSE frame stays in the parser for the
+    /// next call. The idle timeout restarts with each call.
     pub async fn next(&mut self) -> Option<Result<StreamEvent, ClientError>> {
         if self.finished {
             return None;
@@ -108,6 +114,11 @@ impl EventStream {
     }
 
     /// Reads to the end and returns the terminal response (completed, failed or incomplete).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future drops the stream and its connection: the events read so far and
+    /// the rest of the stream are lost. Nothing is sent to cancel the response on the server.
     pub async fn final_response(mut self) -> Result<Response, ClientError> {
         while let Some(event) = self.next().await {
             match event? {

@@ -21,6 +21,13 @@ pub struct AsyncOutcome {
 }
 
 /// Runs the async flow; `on_event` sees every stream event (e.g. to print text deltas).
+///
+/// # Cancel safety
+///
+/// Not cancel safe. Tool calls already dispatched run in tasks of their own, which dropping
+/// the future (or an early error return) detaches, not stops: they run to the end and their
+/// outputs are discarded. Responses already created (and billed), or being created by the
+/// request in progress, are lost to the caller.
 pub async fn run_async<E, F>(
     client: &Client,
     config: &LoopConfig,

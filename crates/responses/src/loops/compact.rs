@@ -21,6 +21,12 @@ pub struct CompactOutcome {
 }
 
 /// Runs first turn, compaction and follow-up.
+///
+/// # Cancel safety
+///
+/// Not cancel safe: dropping the future loses whatever of the first response, the
+/// compaction and the follow-up was already made (and billed); the request in progress
+/// may still complete on the server, as for [`Client::create`].
 pub async fn run_compact(
     client: &Client,
     config: &LoopConfig,

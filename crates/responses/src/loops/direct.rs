@@ -28,6 +28,13 @@ pub struct DirectOutcome {
 }
 
 /// Runs the loop until a response has a message and no calls.
+///
+/// # Cancel safety
+///
+/// Not cancel safe: dropping the future loses the history, with the responses already
+/// created (and billed) and the tool outputs already computed; a request in progress may
+/// still create a response on the server. A tool call in progress is dropped as in
+/// [`output_for`].
 pub async fn run_direct<E: ToolExecutor>(
     client: &Client,
     config: &LoopConfig,

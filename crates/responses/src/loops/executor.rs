@@ -41,6 +41,12 @@ pub trait ToolExecutor: Send + Sync {
 }
 
 /// Runs `call` and builds its `function_call_output`, echoing the call's `caller`.
+///
+/// # Cancel safety
+///
+/// As cancel safe as the executor's [`call`](ToolExecutor::call): dropping the future drops
+/// that call's future, and what that does to a tool already started (stopped, left running,
+/// side effects done) is up to the executor. No output is produced.
 pub async fn output_for<E: ToolExecutor + ?Sized>(
     executor: &E,
     call: &FunctionCall,

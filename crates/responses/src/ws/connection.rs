@@ -153,6 +153,12 @@ impl std::fmt::Debug for ActorEvent {
 
 impl WsSession {
     /// Opens the session (handshake limited by `handshake_timeout`).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: the session task is spawned only once the handshake has finished, so a
+    /// future dropped before then leaves nothing running; the connection being opened is
+    /// dropped without a close frame.
     pub async fn connect(config: WsConfig) -> Result<Self, WsError> {
         let socket = open(&config).await?;
         let (commands, command_rx) = mpsc::channel(64);
@@ -169,6 +175,13 @@ impl WsSession {
     }
 
     /// Sends `response.create`. The request's deadline starts now.
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`send`](Self::send): once queued, the frame goes out (and may create a
+    /// response) even if the future is dropped. But the request is recorded as in flight
+    /// only once the write is acknowledged, so a dropped future leaves it untracked (no
+    /// deadline, not in [`in_flight`](Self::in_flight)) until its `response.created` arrives.
     pub async fn create(&mut self, create: ResponseCreate) -> Result<(), WsError> {
         if let Some(lane) = &create.stream_id
             && !valid_stream_id(lane)
@@ -183,6 +196,12 @@ impl WsSession {
     }
 
     /// Sends `response.steer` for the active response `previous_response_id`.
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`send`](Self::send): once queued, the steer is sent even if the future is
+    /// dropped; only the returned [`SteerRequest`] is lost (the steer's events still arrive
+    /// through [`next_event`](Self::next_event)).
     pub async fn steer(
         &mut self,
         previous_response_id: &str,
@@ -203,6 +222,12 @@ impl WsSession {
     }
 
     /// Sends any client event as is (no validation).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future does not withdraw the event. Dropped while waiting for room in
+    /// the session task's queue (64 frames), nothing is sent; once queued (normally at the
+    /// first poll) the session task still writes the whole frame, and the result is lost.
     pub async fn send(&mut self, event: &ClientEvent) -> Result<(), WsError> {
         if let Some((code, reason)) = &self.closed {
             return Err(WsError::Closed {
@@ -233,6 +258,12 @@ impl WsSession {
     }
 
     /// The next event; `Ok(None)` once the session is closed and drained.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only waits on the session task's queue, so a dropped future loses no
+    /// event and the next call returns it. Deadlines are fixed instants: dropping the
+    /// future and calling again does not extend them.
     pub async fn next_event(&mut self) -> Result<Option<SessionEvent>, WsError> {
         let received = match self.inflight.deadline() {
             Some(deadline) => match tokio::time::timeout_at(deadline, self.events.recv()).await {
@@ -279,6 +310,12 @@ impl WsSession {
     }
 
     /// Closes the socket with a normal close (1000) and ends the session task.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future (even unpolled) drops the session, which closes it too: the
+    /// session task still closes the connection and ends on its own. Only the wait for it is
+    /// given up, and events not yet received are discarded.
     pub async fn close(self) {
         let Self {
             commands,

@@ -65,6 +65,11 @@ pub struct McpServers {
 
 impl McpServers {
     /// Stops every server process of this drive.
+    ///
+    /// # Cancel safety
+    /// A server whose stop was under way is killed when its connection is dropped (its own
+    /// process only: processes it started may outlive it); a server not reached yet is
+    /// stopped by a later call.
     pub async fn shutdown(&self) {
         futures::future::join_all(self.handles.iter().map(|h| h.shutdown())).await;
     }
