@@ -22,10 +22,11 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use self::reply::{first_function_tool, last_user_text, message_json, reply_text, tool_outputs};
+use self::reply::{first_function_tool, last_user_text, message_json, reply_text};
 use super::{Entry, FaultAction, FaultPoint};
 use crate::respond::{finish_item, new_id, response_object};
 use crate::router::AppState;
+use crate::script::tool_outputs;
 use crate::validate::{ApiFailure, Issued, check_context, previous_not_found};
 
 /// Why serving stopped.

@@ -16,17 +16,6 @@ pub(super) fn last_user_text(items: &[Item]) -> String {
         .unwrap_or_default()
 }
 
-/// The outputs of every tool call answered in `items`, in order.
-pub(super) fn tool_outputs(items: &[Item]) -> Vec<String> {
-    items
-        .iter()
-        .filter_map(|item| match item {
-            Item::FunctionCallOutput(o) => Some(o.text()),
-            _ => None,
-        })
-        .collect()
-}
-
 /// The first function tool the request offers: the one a fresh response calls.
 pub(super) fn first_function_tool(request: &CreateResponse) -> Option<String> {
     let tools = serde_json::to_value(request.tools.as_ref()?).ok()?;
@@ -51,7 +40,7 @@ pub(super) fn reply_text(context: &[Item], steer: Option<&str>) -> String {
             _ => None,
         })
         .unwrap_or_default();
-    let outputs = tool_outputs(context);
+    let outputs = crate::script::tool_outputs(context);
     let mut text = String::new();
     if let Some(steer) = steer {
         text.push_str(&format!("Revised answer (steering applied: {steer}). "));
