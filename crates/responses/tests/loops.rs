@@ -197,6 +197,67 @@ async fn test_async_dispatch_before_stream_finishes() {
     );
 }
 
+/// Never finishes; says when it started and when its future was dropped.
+struct Hangs {
+    started: Arc<tokio::sync::Notify>,
+    dropped: Arc<AtomicUsize>,
+}
+
+struct CountsDrop(Arc<AtomicUsize>);
+
+impl Drop for CountsDrop {
+    fn drop(&mut self) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+impl ToolExecutor for Hangs {
+    async fn call(&self, _: &str, _: &str, _: &str) -> Result<String, ExecutorFailure> {
+        let _dropped = CountsDrop(Arc::clone(&self.dropped));
+        self.started.notify_one();
+        std::future::pending().await
+    }
+}
+
+#[tokio::test]
+async fn dropping_an_async_run_stops_its_dispatched_calls() {
+    let mut mock = MockConfig::for_mode("async")
+        .unwrap()
+        .with_api_key(MOCK_API_KEY);
+    // The stream waits after the call's output_item.done, for a gate nobody opens.
+    mock.script.rules[0].fault = Some(
+        serde_json::from_value(json!({"after_events": 7, "kind": "gate", "gate": "never"}))
+            .unwrap(),
+    );
+    let (_server, client) = start_with(mock).await;
+    let started = Arc::new(tokio::sync::Notify::new());
+    let dropped = Arc::new(AtomicUsize::new(0));
+    let executor = Arc::new(Hangs {
+        started: Arc::clone(&started),
+        dropped: Arc::clone(&dropped),
+    });
+    let config = config(Mode::Async);
+    let run = loops::run_async(
+        &client,
+        &config,
+        Input::Text(demo::ASYNC_PROMPT.into()),
+        executor,
+        |_| {},
+    );
+    tokio::select! {
+        _ = run => panic!("the run cannot finish: its stream waits at a closed gate"),
+        () = started.notified() => {}
+    }
+    // The run's future is dropped; its dispatched call must stop, not run on detached.
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while dropped.load(Ordering::SeqCst) == 0 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("the dispatched call kept running after the run was dropped");
+}
+
 // ---- direct / PTC loop ----
 
 #[tokio::test]

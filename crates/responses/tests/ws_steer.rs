@@ -779,3 +779,35 @@ async fn requests_on_one_lane_are_fifo_and_protocol_errors_are_events() {
     assert_eq!(reply["status"], 400);
     assert_eq!(reply["error"]["param"], "stream");
 }
+
+#[tokio::test]
+async fn a_create_dropped_once_queued_is_still_in_flight_and_answered() {
+    let server = server(no_hold()).await;
+    let mut session = connect(&server).await;
+    {
+        let create = session.create(plan(Some("lane")));
+        futures::pin_mut!(create);
+        // The first poll queues the frame; the future is then dropped, its result unread.
+        let _ = futures::poll!(&mut create);
+    }
+    assert_eq!(
+        session.in_flight(),
+        1,
+        "a queued create is tracked though its future is gone"
+    );
+    loop {
+        if let ServerEvent::Stream(StreamEvent::Completed(_)) = next_server(&mut session).await {
+            break;
+        }
+    }
+    assert_eq!(session.in_flight(), 0);
+    // A later create on the same lane gets its own answer.
+    session.create(plan(Some("lane"))).await.unwrap();
+    assert_eq!(session.in_flight(), 1);
+    loop {
+        if let ServerEvent::Stream(StreamEvent::Completed(_)) = next_server(&mut session).await {
+            break;
+        }
+    }
+    assert_eq!(session.in_flight(), 0);
+}

@@ -20,14 +20,26 @@ pub struct AsyncOutcome {
     pub follow: Response,
 }
 
+/// The dispatched calls' tasks, aborted when the run ends early or its future is dropped
+/// (aborting a finished task does nothing).
+struct Jobs(Vec<tokio::task::JoinHandle<FunctionCallOutput>>);
+
+impl Drop for Jobs {
+    fn drop(&mut self) {
+        for job in &self.0 {
+            job.abort();
+        }
+    }
+}
+
 /// Runs the async flow; `on_event` sees every stream event (e.g. to print text deltas).
 ///
 /// # Cancel safety
 ///
 /// Not cancel safe. Tool calls already dispatched run in tasks of their own, which dropping
-/// the future (or an early error return) detaches, not stops: they run to the end and their
-/// outputs are discarded. Responses already created (and billed), or being created by the
-/// request in progress, are lost to the caller.
+/// the future (or an early error return) aborts at their next await: what a call did before
+/// that stays done. Responses already created (and billed), or being created by the request
+/// in progress, are lost to the caller.
 pub async fn run_async<E, F>(
     client: &Client,
     config: &LoopConfig,
@@ -44,7 +56,7 @@ where
     request.instructions = config.instructions.clone().map(Some);
     let mut stream = client.create_stream(&request).await?;
     let mut seen = HashSet::new();
-    let mut jobs = Vec::new();
+    let mut jobs = Jobs(Vec::new());
     let mut last = None;
     while let Some(event) = stream.next().await {
         let event = event?;
@@ -63,7 +75,7 @@ where
                         });
                     }
                     let executor = Arc::clone(&executor);
-                    jobs.push(tokio::spawn(async move {
+                    jobs.0.push(tokio::spawn(async move {
                         output_for(executor.as_ref(), &call).await
                     }));
                 }
@@ -83,11 +95,11 @@ where
         }
     }
     let first = match last {
-        Some(first) if !jobs.is_empty() => first,
+        Some(first) if !jobs.0.is_empty() => first,
         _ => return Err(LoopError::NothingObserved),
     };
-    let mut outputs = Vec::with_capacity(jobs.len());
-    for job in jobs {
+    let mut outputs = Vec::with_capacity(jobs.0.len());
+    for job in &mut jobs.0 {
         outputs.push(job.await.map_err(|e| LoopError::ToolTask(e.to_string()))?);
     }
     let mut follow = CreateResponse::new(

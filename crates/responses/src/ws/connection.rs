@@ -178,10 +178,10 @@ impl WsSession {
     ///
     /// # Cancel safety
     ///
-    /// As for [`send`](Self::send): once queued, the frame goes out (and may create a
-    /// response) even if the future is dropped. But the request is recorded as in flight
-    /// only once the write is acknowledged, so a dropped future leaves it untracked (no
-    /// deadline, not in [`in_flight`](Self::in_flight)) until its `response.created` arrives.
+    /// Dropped while waiting for room in the session task's queue, nothing is sent or
+    /// recorded. Once queued, the request is in flight (with its deadline, counted by
+    /// [`in_flight`](Self::in_flight)) and the frame goes out even if the future is dropped,
+    /// so its `response.created` or `error` answers this request, not a later one.
     pub async fn create(&mut self, create: ResponseCreate) -> Result<(), WsError> {
         if let Some(lane) = &create.stream_id
             && !valid_stream_id(lane)
@@ -189,10 +189,17 @@ impl WsSession {
             return Err(WsError::InvalidStreamId(lane.clone()));
         }
         let lane = create.stream_id.clone();
-        self.send(&ClientEvent::Create(create)).await?;
-        self.inflight
-            .create_sent(lane, deadline_after(Instant::now(), self.request_timeout));
-        Ok(())
+        let written = self.enqueue(&ClientEvent::Create(create)).await?;
+        self.inflight.create_sent(
+            lane.clone(),
+            deadline_after(Instant::now(), self.request_timeout),
+        );
+        let result = written.await;
+        if result.is_err() {
+            // Not written: nothing will answer it.
+            self.inflight.create_unsent(&lane);
+        }
+        result
     }
 
     /// Sends `response.steer` for the active response `previous_response_id`.
@@ -229,6 +236,15 @@ impl WsSession {
     /// the session task's queue (64 frames), nothing is sent; once queued (normally at the
     /// first poll) the session task still writes the whole frame, and the result is lost.
     pub async fn send(&mut self, event: &ClientEvent) -> Result<(), WsError> {
+        self.enqueue(event).await?.await
+    }
+
+    /// Queues `event` for the session task; the returned future says whether it was
+    /// written. Dropped before it returns, nothing was queued (a bounded channel's send).
+    async fn enqueue(
+        &mut self,
+        event: &ClientEvent,
+    ) -> Result<impl Future<Output = Result<(), WsError>> + use<>, WsError> {
         if let Some((code, reason)) = &self.closed {
             return Err(WsError::Closed {
                 code: *code,
@@ -246,10 +262,12 @@ impl WsSession {
                 code: None,
                 reason: "session task ended".into(),
             })?;
-        done.await.map_err(|_| WsError::Closed {
-            code: None,
-            reason: "session task ended".into(),
-        })?
+        Ok(async move {
+            done.await.map_err(|_| WsError::Closed {
+                code: None,
+                reason: "session task ended".into(),
+            })?
+        })
     }
 
     /// How many requests are in flight (their outcome would be unknown if the socket dropped).

@@ -28,6 +28,16 @@ impl InFlight {
         self.pending.entry(lane).or_default().push_back(deadline);
     }
 
+    /// Takes back the last `create_sent` of `lane`: its frame was not written.
+    pub(crate) fn create_unsent(&mut self, lane: &Option<String>) {
+        if let Some(queue) = self.pending.get_mut(lane) {
+            queue.pop_back();
+            if queue.is_empty() {
+                self.pending.remove(lane);
+            }
+        }
+    }
+
     /// How many requests have an unknown outcome if the connection drops now.
     pub(crate) fn count(&self) -> usize {
         self.pending.values().map(VecDeque::len).sum::<usize>()
