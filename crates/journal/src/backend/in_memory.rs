@@ -290,13 +290,8 @@ impl InMemoryJournal {
         if !self.commits.any() {
             return Vec::new();
         }
-        let mut threads: Vec<String> = Vec::new();
-        for event in events {
-            if !threads.contains(&event.thread) {
-                threads.push(event.thread.clone());
-            }
-        }
-        threads
+        // Repeats are fine: a publish that names a thread twice wakes it once.
+        events.iter().map(|event| event.thread.clone()).collect()
     }
 
     /// Runs `f` on the state under the lock (lease operations: they write no events).
