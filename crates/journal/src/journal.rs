@@ -355,6 +355,23 @@ impl Journal {
         self.inner.reads.find_by_key(thread, key).await
     }
 
+    /// The newest event of `thread` of kind `kind`, if any: where a reader that keeps
+    /// checkpoints in its thread starts (then [`replay`](Self::replay) after its seq).
+    /// Walks the thread from its end, so it costs the events after the match.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads. Dropping the future discards the answer (a SQLite read
+    /// already running on the blocking pool finishes there and is thrown away).
+    pub async fn last_of_kind(
+        &self,
+        thread: &str,
+        kind: &str,
+    ) -> Result<Option<Event>, JournalError> {
+        check_thread(thread)?;
+        self.inner.reads.last_of_kind(thread, kind).await
+    }
+
     /// Every thread with at least one event, sorted.
     ///
     /// # Cancel safety

@@ -74,6 +74,7 @@ conformance!(
         replay_stream_pages_through_long_threads,
         tail_yields_existing_then_new_events,
         threads_and_last_seq,
+        last_of_kind_finds_the_newest_event_of_a_kind_in_its_thread,
         close_refuses_later_appends,
         unicode_and_nested_payloads_round_trip,
         encoded_payloads_read_back_as_values,
@@ -188,6 +189,37 @@ async fn dedup_key_returns_first_seq_and_writes_nothing(f: Fixture) {
     assert_eq!(found.seq, acks[0].seq);
     assert_eq!(found.dedup_key.as_deref(), Some("call-2"));
     assert!(j.find_by_dedup_key("t", "missing").await.unwrap().is_none());
+}
+
+async fn last_of_kind_finds_the_newest_event_of_a_kind_in_its_thread(f: Fixture) {
+    let j = &f.journal;
+    assert!(j.last_of_kind("t", "mark").await.unwrap().is_none());
+    // Across chunks of the in-memory log and pages of the databases: 2,500 events.
+    let mut marks = Vec::new();
+    for n in 0..2500 {
+        let kind = if n % 700 == 3 { "mark" } else { "step" };
+        let seq = j.append(ev("t", kind, n)).await.unwrap().seq;
+        if kind == "mark" {
+            marks.push((seq, n));
+        }
+        // Another thread's newer marks are not this thread's.
+        if n % 900 == 0 {
+            j.append(ev("u", "mark", -n)).await.unwrap();
+        }
+    }
+    let (seq, n) = *marks.last().unwrap();
+    let found = j.last_of_kind("t", "mark").await.unwrap().unwrap();
+    assert_eq!((found.seq, found.payload["n"].as_i64().unwrap()), (seq, n));
+    assert_eq!(&*found.thread, "t");
+    assert_eq!(&*found.kind, "mark");
+    let last_step = j.last_of_kind("t", "step").await.unwrap().unwrap();
+    assert_eq!(last_step.payload["n"].as_i64().unwrap(), 2499);
+    assert!(j.last_of_kind("t", "none").await.unwrap().is_none());
+    assert!(j.last_of_kind("nobody", "mark").await.unwrap().is_none());
+    assert_eq!(
+        j.last_of_kind("u", "mark").await.unwrap().unwrap().payload["n"],
+        json!(-1800)
+    );
 }
 
 async fn concurrent_appends_are_group_committed_in_ack_order(f: Fixture) {

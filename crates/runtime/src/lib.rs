@@ -59,6 +59,7 @@
 
 #![warn(missing_docs, unreachable_pub, missing_debug_implementations)]
 
+mod checkpoint;
 #[cfg(feature = "demo")]
 pub mod demo;
 mod error;
@@ -73,6 +74,7 @@ mod settlement;
 mod signature;
 mod tool;
 
+pub use checkpoint::{CheckpointTurn, ThreadCheckpoint};
 pub use error::RuntimeError;
 pub use options::{DEFAULT_RUN_DEADLINE, Deadlines, RuntimeOptions};
 pub use outcome::{CallStatus, DeadlinePhase, Outcome, ToolResult};

@@ -21,6 +21,7 @@ use std::sync::Arc;
 use agent_journal::{Event, Journal, JournalError, NewEvent};
 use serde_json::{Value, json};
 
+use crate::checkpoint::ThreadCheckpoint;
 use crate::error::RuntimeError;
 use crate::events;
 use crate::options::RuntimeOptions;
@@ -114,7 +115,29 @@ fn str_field<'a>(event: &'a Event, field: &str) -> Result<&'a str, RuntimeError>
         })
 }
 
+/// Where a thread's fold starts: its first event, or a checkpoint taken at `seq`.
+#[derive(Debug, Default)]
+struct Start {
+    checkpoint: Option<ThreadCheckpoint>,
+    seq: i64,
+}
+
 impl ThreadFold {
+    /// An empty fold, or the fold `checkpoint` stands for (no calls: none was unfinished).
+    fn starting_at(checkpoint: Option<&ThreadCheckpoint>) -> ThreadFold {
+        let last_turn = checkpoint
+            .and_then(|c| c.turn.as_ref())
+            .map(|t| TurnRecord {
+                id: t.id.clone(),
+                revision: t.revision,
+                ended: t.ended,
+            });
+        ThreadFold {
+            last_turn,
+            ..ThreadFold::default()
+        }
+    }
+
     fn apply(&mut self, event: &Event) -> Result<(), RuntimeError> {
         let kind: &str = &event.kind;
         match kind {
@@ -288,44 +311,94 @@ impl Runtime {
         self.detached(async move {
             let lock = this.inner.thread_lock(&thread);
             let _serial = lock.lock().await;
-            {
-                let st = this.inner.state();
-                if st.closed {
-                    return Err(RuntimeError::Closed);
-                }
-                if let Some(t) = st.turns.get(&thread)
-                    && matches!(
-                        t.status,
-                        RuntimeTurnStatus::Running | RuntimeTurnStatus::Ending
-                    )
-                {
-                    return Err(RuntimeError::TurnActive {
-                        thread: thread.clone(),
-                        turn: t.id.clone(),
-                    });
-                }
-                // A call of the thread still running here (re-run by `recover`) is not
-                // unfinished work of a stopped driver.
-                if let Some(key) = st.jobs.keys().find(|k| k.thread == thread) {
-                    return Err(RuntimeError::TurnActive {
-                        thread: thread.clone(),
-                        turn: key.turn.clone(),
-                    });
-                }
-            }
+            this.refuse_adopting_a_busy_thread(&thread)?;
             let mut report = RecoveryReport::default();
-            this.recover_thread(&thread, RetrySafe::Interrupt, prefix, &mut report)
+            this.recover_thread(
+                &thread,
+                RetrySafe::Interrupt,
+                Start::default(),
+                prefix,
+                &mut report,
+            )
+            .await?;
+            Ok(report)
+        })
+        .await
+    }
+
+    /// [`adopt`](Self::adopt), starting from `checkpoint`, which the caller took (with
+    /// [`checkpoint`](Self::checkpoint)) when the thread's last event was `seq`: only the
+    /// events after `seq` are folded. `after` are the first of those, as the caller read
+    /// them (the rest are read here). A long thread is so adopted in the time its events
+    /// since the checkpoint take, not its whole history; the outcome is the same as
+    /// [`adopt`](Self::adopt)'s whenever the checkpoint's invariant held.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`adopt`](Self::adopt).
+    pub async fn adopt_after(
+        &self,
+        thread: &str,
+        checkpoint: ThreadCheckpoint,
+        seq: i64,
+        after: Vec<Event>,
+    ) -> Result<RecoveryReport, RuntimeError> {
+        let this = self.clone();
+        let thread = thread.to_string();
+        self.detached(async move {
+            let lock = this.inner.thread_lock(&thread);
+            let _serial = lock.lock().await;
+            this.refuse_adopting_a_busy_thread(&thread)?;
+            let mut report = RecoveryReport::default();
+            let start = Start {
+                checkpoint: Some(checkpoint),
+                seq,
+            };
+            this.recover_thread(&thread, RetrySafe::Interrupt, start, after, &mut report)
                 .await?;
             Ok(report)
         })
         .await
     }
 
+    /// Adoption is refused while this runtime drives a turn of `thread` or runs one of
+    /// its calls (re-run by `recover`): that is not unfinished work of a stopped driver.
+    fn refuse_adopting_a_busy_thread(&self, thread: &str) -> Result<(), RuntimeError> {
+        let st = self.inner.state();
+        if st.closed {
+            return Err(RuntimeError::Closed);
+        }
+        if let Some(t) = st.turns.get(thread)
+            && matches!(
+                t.status,
+                RuntimeTurnStatus::Running | RuntimeTurnStatus::Ending
+            )
+        {
+            return Err(RuntimeError::TurnActive {
+                thread: thread.to_string(),
+                turn: t.id.clone(),
+            });
+        }
+        if let Some(key) = st.jobs.keys().find(|k| k.thread == thread) {
+            return Err(RuntimeError::TurnActive {
+                thread: thread.to_string(),
+                turn: key.turn.clone(),
+            });
+        }
+        Ok(())
+    }
+
     async fn recover_all(&self) -> Result<RecoveryReport, RuntimeError> {
         let mut report = RecoveryReport::default();
         for thread in self.inner.journal.threads().await? {
-            self.recover_thread(&thread, RetrySafe::Rerun, Vec::new(), &mut report)
-                .await?;
+            self.recover_thread(
+                &thread,
+                RetrySafe::Rerun,
+                Start::default(),
+                Vec::new(),
+                &mut report,
+            )
+            .await?;
         }
         Ok(report)
     }
@@ -333,29 +406,31 @@ impl Runtime {
     /// Folds `thread`, journals the terminal events its unfinished work needs (expecting
     /// the last seq folded; folding again on a conflict), loads its latest turn and, with
     /// [`RetrySafe::Rerun`], runs retry-safe calls again.
+    /// `known` are the first events after `start`, as the caller read them.
     async fn recover_thread(
         &self,
         thread: &str,
         retry_safe: RetrySafe,
-        prefix: Vec<Event>,
+        start: Start,
+        known: Vec<Event>,
         report: &mut RecoveryReport,
     ) -> Result<(), RuntimeError> {
         let journal = &self.inner.journal;
         report.threads += 1;
         let mut attempt = 0;
-        let mut prefix = Some(prefix).filter(|p| !p.is_empty());
+        let mut known = Some(known).filter(|p| !p.is_empty());
         let (fold, retry, found) = loop {
             attempt += 1;
-            let mut fold = ThreadFold::default();
-            // The caller's prefix is used on the first attempt only: after a conflict the
-            // thread is read whole again.
-            let events = match prefix.take() {
+            let mut fold = ThreadFold::starting_at(start.checkpoint.as_ref());
+            // The caller's events are used on the first attempt only: after a conflict the
+            // thread is read again from the start.
+            let events = match known.take() {
                 Some(mut events) => {
-                    let after = events.last().map_or(0, |e| e.seq);
+                    let after = events.last().map_or(start.seq, |e| e.seq);
                     events.extend(journal.replay(thread, after).await?);
                     events
                 }
-                None => journal.replay(thread, 0).await?,
+                None => journal.replay(thread, start.seq).await?,
             };
             let last = events.last().map(|e| e.seq);
             let mut found = RecoveryReport {

@@ -49,7 +49,7 @@ pub struct JobKey {
 /// app-server's wire status is `agent_appserver::TurnStatus`). Only a `Running` turn accepts
 /// launches, steers and commits; every other status is final except `Ending`, which becomes
 /// `Completed` or `Cancelled` once its jobs are stopped.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RuntimeTurnStatus {
     /// Started and not yet ended: the one turn of its thread that can launch tool calls.

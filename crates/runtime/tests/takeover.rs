@@ -55,6 +55,7 @@ on_every_backend!(
     adopt_is_idempotent_refuses_a_driven_thread_and_knows_fresh_ones,
     open_knows_no_thread_until_it_adopts_one,
     adopt_refuses_a_thread_whose_calls_run_here,
+    adopt_after_a_checkpoint_folds_only_the_events_after_it,
     dropped_launches_leave_no_entry_and_every_call_one_terminal,
     dropped_launches_free_their_admission_slots,
     dropped_results_leave_the_call_running,
@@ -150,6 +151,101 @@ async fn adopt_settles_one_thread_and_leaves_the_others_alone(f: Fixture) {
     assert_ne!(t2, ta);
     effect_h.open();
     lookup_h.open();
+    new.close().await;
+}
+
+async fn adopt_after_a_checkpoint_folds_only_the_events_after_it(f: Fixture) {
+    let (effect, mut effect_h) = GateTool::new("effect", false, true);
+    let (quick, quick_h) = GateTool::new("quick", false, true);
+    quick_h.open();
+    let (slow, mut slow_h) = GateTool::new("slow", false, true);
+    let opts = RuntimeOptions::default()
+        .concurrency(2)
+        .deadlines(agent_runtime::Deadlines::none())
+        .tools(ToolRegistry::new().with(effect).with(quick).with(slow));
+    let old = Runtime::open(f.journal.clone(), opts.clone());
+    let ta = old.start("a").await.unwrap();
+    let done = old
+        .launch("a", &ta, "done", "quick", json!({}))
+        .await
+        .unwrap();
+    old.launch("a", &ta, "running", "effect", json!({}))
+        .await
+        .unwrap();
+    effect_h.wait_started(1).await;
+    assert_eq!(old.checkpoint("a"), None, "a call of the thread runs here");
+    // An event no fold can read: adopting from the first event fails on it, so an adoption
+    // that succeeds did not fold it.
+    f.journal
+        .append(agent_journal::NewEvent::new(
+            "a",
+            "tool.scheduled",
+            json!({"turn_id": ta}),
+        ))
+        .await
+        .unwrap();
+    effect_h.open();
+    let running = JobKey {
+        thread: "a".into(),
+        turn: ta.clone(),
+        call_id: "running".into(),
+    };
+    old.result("a", &ta, &running).await.unwrap();
+    old.result("a", &ta, &done).await.unwrap();
+    old.steer("a", &ta, "more").await.unwrap();
+    let checkpoint = old.checkpoint("a").unwrap();
+    assert_eq!(
+        checkpoint.turn,
+        Some(agent_runtime::CheckpointTurn {
+            id: ta.clone(),
+            revision: 1,
+            ended: None,
+        })
+    );
+    let seq = f.journal.last_seq("a").await.unwrap().unwrap();
+    // After the checkpoint: one call left unstarted, one steer, then the crash.
+    old.launch("a", &ta, "late", "slow", json!({}))
+        .await
+        .unwrap();
+    slow_h.wait_started(1).await;
+    old.steer("a", &ta, "again").await.unwrap();
+    old.crash();
+
+    let fresh = Runtime::open(f.journal.clone(), opts.clone());
+    let whole = fresh.adopt("a").await.unwrap_err();
+    assert!(
+        matches!(whole, RuntimeError::CorruptEvent { .. }),
+        "{whole:?}"
+    );
+    let new = Runtime::open(f.journal.clone(), opts);
+    let after = f.journal.replay("a", seq).await.unwrap();
+    let (first, rest) = after.split_at(1);
+    let report = new
+        .adopt_after("a", checkpoint, seq, first.to_vec())
+        .await
+        .unwrap();
+    assert_eq!(report.turns_interrupted, 1);
+    assert_eq!(
+        report.events,
+        1 + rest.len(),
+        "only the events after the checkpoint"
+    );
+    assert_eq!(
+        report.interrupted,
+        vec![InterruptedCall {
+            turn: ta.clone(),
+            call_id: "late".into(),
+            name: "slow".into(),
+            started: true,
+        }]
+    );
+    assert_eq!(
+        new.turn_status("a").unwrap(),
+        (ta.clone(), 2, RuntimeTurnStatus::Interrupted)
+    );
+    assert_eq!(count(&replay(&f.journal, "a").await, "turn.interrupted"), 1);
+    let t2 = new.start("a").await.unwrap();
+    assert_ne!(t2, ta);
     new.close().await;
 }
 

@@ -365,6 +365,20 @@ impl ReadSide for InMemoryJournal {
             .transpose()
     }
 
+    async fn last_of_kind(&self, thread: &str, kind: &str) -> Result<Option<Event>, JournalError> {
+        let state = self.open_state()?;
+        let Some(log) = state.threads.get(thread) else {
+            return Ok(None);
+        };
+        log.chunks
+            .iter()
+            .rev()
+            .flat_map(|chunk| chunk.events.iter().rev().map(move |e| (chunk, e)))
+            .find(|(_, e)| &*e.kind == kind)
+            .map(|(chunk, stored)| chunk.event(stored, &Arc::from(thread)))
+            .transpose()
+    }
+
     async fn threads(&self) -> Result<Vec<String>, JournalError> {
         Ok(self.open_state()?.threads.keys().cloned().collect())
     }

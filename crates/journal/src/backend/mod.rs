@@ -48,6 +48,9 @@ pub(crate) trait ReadSide {
     /// The event of `thread` appended with dedup key `key`, if any.
     async fn find_by_key(&self, thread: &str, key: &str) -> Result<Option<Event>, JournalError>;
 
+    /// The event of `thread` of kind `kind` with the highest seq, if any.
+    async fn last_of_kind(&self, thread: &str, kind: &str) -> Result<Option<Event>, JournalError>;
+
     /// Every thread with at least one event, sorted.
     async fn threads(&self) -> Result<Vec<String>, JournalError>;
 
@@ -93,6 +96,10 @@ impl ReadSide for Reads {
 
     async fn find_by_key(&self, thread: &str, key: &str) -> Result<Option<Event>, JournalError> {
         on_backend!(self, side => side.find_by_key(thread, key).await)
+    }
+
+    async fn last_of_kind(&self, thread: &str, kind: &str) -> Result<Option<Event>, JournalError> {
+        on_backend!(self, side => side.last_of_kind(thread, kind).await)
     }
 
     async fn threads(&self) -> Result<Vec<String>, JournalError> {

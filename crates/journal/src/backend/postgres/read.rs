@@ -72,6 +72,17 @@ impl ReadSide for PgReader {
         row.as_ref().map(decode).transpose()
     }
 
+    async fn last_of_kind(&self, thread: &str, kind: &str) -> Result<Option<Event>, JournalError> {
+        // The (thread, seq) key walked backwards: stops at the newest match.
+        let sql = select_events!("WHERE thread = $1 AND kind = $2 ORDER BY seq DESC LIMIT 1");
+        let row = sqlx::query(sql)
+            .bind(thread)
+            .bind(kind)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.as_ref().map(decode).transpose()
+    }
+
     async fn threads(&self) -> Result<Vec<String>, JournalError> {
         Ok(
             sqlx::query_scalar("SELECT DISTINCT thread FROM journal_events ORDER BY thread")

@@ -205,6 +205,22 @@ impl ReadSide for Reader {
         .await
     }
 
+    async fn last_of_kind(&self, thread: &str, kind: &str) -> Result<Option<Event>, JournalError> {
+        let (thread, kind) = (thread.to_string(), kind.to_string());
+        self.run(move |conn| {
+            // The (thread, seq) key walked backwards: stops at the newest match.
+            let mut stmt = conn.prepare_cached(
+                "SELECT seq, kind, payload, at, dedup_key, epoch FROM journal_events \
+                 WHERE thread = ?1 AND kind = ?2 ORDER BY seq DESC LIMIT 1",
+            )?;
+            let mut rows = stmt.query(params![thread, kind])?;
+            rows.next()?
+                .map(|row| decode(row, &mut Names::new(&thread)))
+                .transpose()
+        })
+        .await
+    }
+
     async fn threads(&self) -> Result<Vec<String>, JournalError> {
         self.run(|conn| {
             let mut stmt =
