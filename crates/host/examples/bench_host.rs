@@ -141,7 +141,7 @@ fn rss_kib() -> (u64, u64) {
 /// Model steps of a finished run, and whether it ended with the scripted answer.
 fn outcome(end: &RunEnd, state: &RunState) -> (u64, bool) {
     let ok = matches!(end, RunEnd::Completed { text } if text.contains(FINAL_ANSWER));
-    (state.steps.len() as u64, ok)
+    (state.step_count(), ok)
 }
 
 /// Notes when the first `model.requested` past a sequence number is folded.
@@ -234,7 +234,7 @@ async fn main() {
             let build_secs = t.elapsed().as_secs_f64();
             let paused = matches!(report.end, RunEnd::Paused { .. });
             let run_id = report.run_id.clone();
-            let mut budget = report.state.steps.len() as u64;
+            let mut budget = report.state.step_count();
             println!(
                 "{}",
                 json!({"bench": "resume_build", "label": a.label, "steps": budget, "paused": paused,

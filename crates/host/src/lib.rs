@@ -49,7 +49,7 @@
 //! };
 //! let report = Host::new(journal, client).start(run, DriveOptions::default()).await?;
 //! assert!(matches!(report.end, RunEnd::Completed { .. }));
-//! assert_eq!(report.state.steps.len(), 5);
+//! assert_eq!(report.state.step_count(), 5);
 //! assert!(workspace.path().join("SUMMARY.md").exists());
 //! # Ok(()) }
 //! ```

@@ -95,7 +95,7 @@ fn summary(state: &RunState) -> Value {
         "type": "run",
         "run_id": state.id,
         "status": run::shown_status(state).as_str(),
-        "steps": state.steps.len(),
+        "steps": state.step_count(),
         "tokens": state.usage.total_tokens,
         "age_seconds": (now - state.created_at).max(0) / 1000,
         "title": state.title(),
@@ -267,7 +267,7 @@ async fn show(
             .unwrap_or_default()
     ))?;
     output::line(&format!("prompt    {}", state.title()))?;
-    output::line(&format!("steps     {}", state.steps.len()))?;
+    output::line(&format!("steps     {}", state.step_count()))?;
     output::line(&format!(
         "usage     {} input ({} cached), {} output ({} reasoning), {} total",
         u.input_tokens, u.cached_tokens, u.output_tokens, u.reasoning_tokens, u.total_tokens

@@ -342,9 +342,19 @@ fn check_compacted_requests(
         assert_eq!(&input[1..=output.len()], output.as_slice());
         let frontier = text_of(&input[output.len() + 1]);
         assert!(frontier.contains(&note), "{frontier}");
+        // One call per step before it, each with its result (counted from the checkpoint
+        // when the request was built by a resumed host).
         assert!(
-            frontier.contains(&format!("{} model steps", step - 1)),
+            frontier.contains(&format!(
+                "{} model steps and {} tool calls",
+                step - 1,
+                step - 1
+            )),
             "{frontier}"
+        );
+        assert!(
+            c.payload["checkpoint"].is_object(),
+            "every compaction here is at a boundary with all calls answered"
         );
         // The history it replaced is gone.
         assert!(
@@ -423,12 +433,13 @@ async fn compaction_replaces_the_history_and_keeps_the_frontier(postgres: bool) 
     check_compacted_requests(&server, &events);
 
     // Killed right before each compaction is journaled (as it calls the compact endpoint),
-    // then resumed: the same two compactions, once each, and the same answer.
+    // right after it (the resume starts from its checkpoint) and after the request that
+    // follows it, then resumed: the same two compactions, once each, and the same answer.
     let before: Vec<usize> = events
         .iter()
         .enumerate()
         .filter(|(_, e)| &*e.kind == "context.compacted")
-        .map(|(i, _)| i)
+        .flat_map(|(i, _)| [i, i + 1, i + 2])
         .collect();
     for n in before {
         let (db, _keep) = fresh_db(postgres).await.unwrap();

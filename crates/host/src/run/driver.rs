@@ -18,6 +18,7 @@ use agent_responses::Client;
 use agent_runtime::{Runtime, RuntimeError};
 use serde_json::{Value, json};
 
+use super::checkpoint;
 use super::kinds as k;
 use super::model::{self, Streamed};
 use super::model_ws;
@@ -152,7 +153,7 @@ impl Driver {
                 }
                 continue;
             }
-            let next_step = self.state.steps.len() as u64 + 1;
+            let next_step = self.state.step_count() + 1;
             let steer_unsent = self
                 .state
                 .steers
@@ -169,7 +170,7 @@ impl Driver {
                 let usage = self.state.usage;
                 self.record(
                     k::RUN_COMPLETED,
-                    json!({"text": text, "usage": usage, "steps": self.state.steps.len()}),
+                    json!({"text": text, "usage": usage, "steps": self.state.step_count()}),
                     Some("run-end".into()),
                 )
                 .await?;
@@ -196,7 +197,7 @@ impl Driver {
         let Some(limit) = self.spec.compact_at else {
             return Ok(());
         };
-        let next = self.state.steps.len() as u64 + 1;
+        let next = self.state.step_count() + 1;
         let last_input = self.state.steps.last().map_or(0, |s| s.usage.input_tokens);
         let done_here = self
             .state
@@ -237,13 +238,31 @@ impl Driver {
             .filter(|s| matches!(s.status, super::state::SteerStatus::Applied { .. }))
             .map(|s| s.id.clone())
             .collect();
-        self.record(
-            k::CONTEXT_COMPACTED,
-            json!({"step": next, "items_replaced": replaced, "response_id": compacted.id,
-                   "output": output, "covered_steers": covered}),
-            Some(k::compacted_key(next)),
-        )
-        .await
+        let payload = json!({"step": next, "items_replaced": replaced, "response_id": compacted.id,
+                   "output": output, "covered_steers": covered});
+        // The checkpoint is the fold this event is appended on: rebuilt after a conflict.
+        loop {
+            let mut payload = payload.clone();
+            let runtime = self.runtime.checkpoint(&self.thread);
+            if let (Some(checkpoint), Some(obj)) = (
+                checkpoint::take(&self.state, next, runtime),
+                payload.as_object_mut(),
+            ) {
+                obj.insert("checkpoint".into(), checkpoint);
+            }
+            let event = NewEvent::new(self.thread.clone(), k::CONTEXT_COMPACTED, payload)
+                .with_dedup_key(k::compacted_key(next));
+            let expected = (self.state.last_seq > 0).then_some(self.state.last_seq);
+            match self
+                .journal
+                .append_expecting(&self.thread, expected, vec![event])
+                .await
+            {
+                Ok(_) => return self.sync().await,
+                Err(JournalError::Conflict { .. }) => self.sync().await?,
+                Err(err) => return Err(err.into()),
+            }
+        }
     }
 
     /// Streams one attempt of a step over the run's transport; over WebSocket, steers
@@ -300,7 +319,7 @@ impl Driver {
             .pending_steers()
             .map(|s| (s.id.clone(), s.text.clone()))
             .collect();
-        let step = self.state.steps.len() as u64 + 1;
+        let step = self.state.step_count() + 1;
         for (id, text) in &pending {
             let revision = self.runtime.steer(&self.thread, &self.turn, text).await?;
             self.record(
@@ -375,7 +394,7 @@ impl Driver {
         let Some(budgets) = self.state.budgets() else {
             return Ok(None);
         };
-        let steps = self.state.steps.len() as u64;
+        let steps = self.state.step_count();
         if steps >= budgets.max_steps {
             let detail = format!(
                 "{steps} of {} steps used; resume with a higher --max-steps",
@@ -426,7 +445,7 @@ impl Driver {
     /// One model call: `model.requested`, the stream, then `model.completed` or, once the
     /// attempts are used up, `model.failed` and a pause.
     async fn model_step(&mut self) -> Result<Option<RunEnd>, HostError> {
-        let step = self.state.steps.len() as u64 + 1;
+        let step = self.state.step_count() + 1;
         let request = model::build_request(&self.state, &self.spec).map_err(HostError::Invalid)?;
         let body = serde_json::to_vec(&request).map_err(|e| HostError::Invalid(e.to_string()))?;
         let sha = k::sha256_hex(&body);

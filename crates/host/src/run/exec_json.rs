@@ -40,8 +40,9 @@ impl ExecJson {
     }
 
     /// A converter that continues after the events `state` was folded from (a resumed run
-    /// printed live): it knows every call already made, so later events of those calls get
-    /// their proper item types.
+    /// printed live): it knows every call already made (since the latest checkpoint: every
+    /// call before one is answered), so later events of those calls get their proper item
+    /// types, and its item ids go on from the run's count.
     pub fn resuming(state: &super::state::RunState) -> ExecJson {
         let mut conv = ExecJson::new(&state.id);
         if let Some(spec) = &state.spec {
@@ -52,17 +53,18 @@ impl ExecJson {
             conv.calls
                 .insert(call.call_id.clone(), (call.name.clone(), args));
         }
-        conv.items = state
-            .steps
-            .iter()
-            .flat_map(|s| &s.output)
-            .filter(|i| {
-                matches!(
-                    i.get("type").and_then(Value::as_str),
-                    Some("message" | "reasoning")
-                )
-            })
-            .count() as u64;
+        conv.items = state.elided.messages
+            + state
+                .steps
+                .iter()
+                .flat_map(|s| &s.output)
+                .filter(|i| {
+                    matches!(
+                        i.get("type").and_then(Value::as_str),
+                        Some("message" | "reasoning")
+                    )
+                })
+                .count() as u64;
         conv
     }
 

@@ -3,6 +3,7 @@
 //! A run is the journal thread `run:<id>` (the id is a UUIDv7: time-sortable). See
 //! [`kinds`] for its events and [`state::RunState`] for the fold that every reader uses.
 
+mod checkpoint;
 mod driver;
 pub mod exec_json;
 pub mod kinds;
@@ -215,7 +216,7 @@ impl Host {
             .drive(
                 runtime,
                 thread,
-                RunState::new(&id),
+                RunState::for_driving(&id),
                 spec,
                 Owner::current(),
                 opts,
@@ -338,8 +339,8 @@ impl Host {
         change: BudgetChange,
         opts: DriveOptions,
     ) -> Result<RunReport, HostError> {
-        let LoadedRun { state, events } = loaded;
-        let spec = state
+        let spec = loaded
+            .state
             .spec
             .clone()
             .ok_or_else(|| HostError::NotFound(run_id.into()))?;
@@ -362,7 +363,7 @@ impl Host {
             registry = registry.with_arc(tool);
         }
         let report = self
-            .resume_with(run_id, (state, events), registry, change, opts)
+            .resume_with(run_id, loaded, registry, change, opts)
             .await;
         servers.shutdown().await;
         report
@@ -372,7 +373,7 @@ impl Host {
     async fn resume_with(
         &self,
         run_id: &str,
-        loaded: (RunState, Vec<agent_journal::Event>),
+        loaded: LoadedRun,
         registry: agent_runtime::ToolRegistry,
         change: BudgetChange,
         opts: DriveOptions,
@@ -386,7 +387,11 @@ impl Host {
         let mut attempts = 0;
         // The fold `resume` made first and the events it was made from (handed on to the
         // runtime's adoption); refolded only when a claim found the thread moved.
-        let (first, mut events) = loaded;
+        let LoadedRun {
+            state: first,
+            mut events,
+            mut start,
+        } = loaded;
         let mut loaded = Some(first);
         let (state, spec, resumed_at) = loop {
             attempts += 1;
@@ -395,6 +400,7 @@ impl Host {
                 None => {
                     let again = load_for_resume(&self.journal, run_id).await?;
                     events = again.events;
+                    start = again.start;
                     again.state
                 }
             };
@@ -459,8 +465,18 @@ impl Host {
         };
         let runtime = Runtime::open(self.journal.clone(), runtime_options(registry));
         arm_crash_hook(&self.journal, &thread, resumed_at, opts.crash_after_events);
-        // Adoption reads only what was appended after `events` (our claim, at least).
-        runtime.adopt_from(&thread, events).await?;
+        // Adoption reads only what was appended after `events` (our claim, at least), and
+        // nothing before the checkpoint the fold started from.
+        match start {
+            Some((checkpoint, seq)) => {
+                runtime
+                    .adopt_after(&thread, checkpoint, seq, events)
+                    .await?;
+            }
+            None => {
+                runtime.adopt_from(&thread, events).await?;
+            }
+        }
         self.drive(runtime, thread, state, spec, me, opts).await
     }
 

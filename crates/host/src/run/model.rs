@@ -22,11 +22,12 @@ use super::state::{CallProgress, RunSpec, RunState, SteerStatus};
 /// boundary, where every call has its result), so a resumed run writes the same note.
 pub(crate) fn frontier_note(state: &RunState, c: &super::state::CompactionRecord) -> String {
     let steps = c.before_step.saturating_sub(1);
-    let calls = state
-        .calls
-        .iter()
-        .filter(|call| call.step < c.before_step)
-        .count();
+    let calls = state.elided.calls
+        + state
+            .calls
+            .iter()
+            .filter(|call| call.step < c.before_step)
+            .count() as u64;
     let last_steer = state
         .steers
         .iter()
@@ -95,7 +96,7 @@ pub(crate) fn build_request(state: &RunState, spec: &RunSpec) -> Result<CreateRe
             }
         }
     }
-    items.extend(steers_before(state.steps.len() as u64 + 1));
+    items.extend(steers_before(state.step_count() + 1));
     let tools = spec
         .tools
         .iter()

@@ -1,42 +1,68 @@
 //! Reading runs: every reader folds the journal with the same [`RunState::apply`].
 
 use agent_journal::{Event, Journal};
+use agent_runtime::ThreadCheckpoint;
 
 use super::kinds;
 use super::state::{RunState, RunStatus};
 use crate::error::HostError;
 
-/// The run `run_id` as folded from its journal.
+/// The run `run_id` as folded from its journal, its whole history held.
 ///
 /// # Cancel safety
 /// Read-only: a dropped future leaves nothing behind.
 pub async fn load(journal: &Journal, run_id: &str) -> Result<RunState, HostError> {
-    Ok(load_for_resume(journal, run_id).await?.state)
-}
-
-/// A run folded from its journal, with the events it was folded from, for
-/// [`Host::resume_loaded`](super::Host::resume_loaded): resuming reads the thread once,
-/// however many parts of the host need it (its fold, the runtime's adoption).
-#[derive(Debug)]
-pub struct LoadedRun {
-    /// The folded run.
-    pub state: RunState,
-    /// Every event of the run's thread up to `state.last_seq`, in seq order.
-    pub(crate) events: Vec<Event>,
-}
-
-/// The run `run_id` and its events, read once (see [`LoadedRun`]).
-///
-/// # Cancel safety
-/// Read-only: a dropped future leaves nothing behind.
-pub async fn load_for_resume(journal: &Journal, run_id: &str) -> Result<LoadedRun, HostError> {
     let events = journal.replay(&kinds::thread_of(run_id), 0).await?;
     if events.is_empty() {
         return Err(HostError::NotFound(run_id.into()));
     }
+    Ok(RunState::from_events(run_id, &events))
+}
+
+/// A run as a host that drives it folds it (since its latest checkpoint), for
+/// [`Host::resume_loaded`](super::Host::resume_loaded): resuming reads the thread once,
+/// from its latest checkpoint on, however many parts of the host need it (its fold, the
+/// runtime's adoption).
+#[derive(Debug)]
+pub struct LoadedRun {
+    /// The folded run.
+    pub state: RunState,
+    /// The events of the run's thread the fold read after `start`, in seq order.
+    pub(crate) events: Vec<Event>,
+    /// The checkpoint the fold started from (the runtime's part, and its event's seq);
+    /// `None`: the thread's first event.
+    pub(crate) start: Option<(ThreadCheckpoint, i64)>,
+}
+
+/// The run `run_id` from its latest checkpoint on (see [`LoadedRun`]); from its first event
+/// when it has none or none this version reads.
+///
+/// # Cancel safety
+/// Read-only: a dropped future leaves nothing behind.
+pub async fn load_for_resume(journal: &Journal, run_id: &str) -> Result<LoadedRun, HostError> {
+    let thread = kinds::thread_of(run_id);
+    let checkpoint = journal
+        .last_of_kind(&thread, kinds::CONTEXT_COMPACTED)
+        .await?;
+    let (mut state, start) = match checkpoint
+        .as_ref()
+        .and_then(|event| Some((RunState::from_checkpoint(run_id, event)?, event.seq)))
+    {
+        Some(((state, runtime), seq)) => (state, Some((runtime, seq))),
+        None => (RunState::for_driving(run_id), None),
+    };
+    let after = start.as_ref().map_or(0, |(_, seq)| *seq);
+    let events = journal.replay(&thread, after).await?;
+    if events.is_empty() && start.is_none() {
+        return Err(HostError::NotFound(run_id.into()));
+    }
+    for event in &events {
+        state.apply(event);
+    }
     Ok(LoadedRun {
-        state: RunState::from_events(run_id, &events),
+        state,
         events,
+        start,
     })
 }
 

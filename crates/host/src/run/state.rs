@@ -4,11 +4,19 @@
 //! resume alike, so the two cannot drift. It never fails on an event it does not know (other
 //! hosts or newer versions may write more kinds); a known kind with a malformed payload is
 //! skipped with a warning rather than making the run unreadable.
+//!
+//! A driving host's fold ([`RunState::for_driving`]) holds the run since its latest
+//! checkpoint (a `context.compacted` event that carries one, see `checkpoint`): at each one
+//! it drops the steps and calls before it, keeping their counts in [`Elided`]. A resume
+//! starts from that checkpoint and reaches the same fold, so a live driver and a resumed
+//! one act on the same state without the resume reading the run's whole history. A reader
+//! that shows the history folds with [`RunState::new`] and keeps everything.
 
 use std::collections::HashMap;
 
 use agent_journal::Event;
 use agent_runtime::events as rt;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::kinds as k;
@@ -18,8 +26,13 @@ pub use super::records::{
 };
 pub use super::spec::{Budgets, RunSpec, RunStatus, Usage};
 
-/// The whole run, as folded from its events.
-#[derive(Debug, Clone, Default)]
+/// The whole run, as folded from its events (since its latest checkpoint, for a driving
+/// host's fold).
+///
+/// A call id is known to [`call`](Self::call) from its step on, since the latest
+/// checkpoint when the fold is a driving host's: a model that reuses a call id from before
+/// a compaction is not caught.
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct RunState {
     /// The run id (or the steer id).
     pub id: String,
@@ -58,6 +71,22 @@ pub struct RunState {
     pub steers: Vec<SteerRecord>,
     /// The latest compaction of the history, if any.
     pub compaction: Option<CompactionRecord>,
+    /// What the fold dropped at checkpoints (all zero unless it is a driving host's).
+    pub elided: Elided,
+    /// Whether checkpoints trim this fold (a driving host's).
+    window: bool,
+}
+
+/// Steps and calls a driving host's fold no longer holds: all of them before its latest
+/// checkpoint, every call answered. Kept as counts, which is all the next request needs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Elided {
+    /// Model steps.
+    pub steps: u64,
+    /// Function calls.
+    pub calls: u64,
+    /// `message` and `reasoning` output items (the `codex exec --json` item count).
+    pub messages: u64,
 }
 
 /// The history before `before_step`, replaced by the compact endpoint's output.
@@ -72,7 +101,7 @@ pub struct CompactionRecord {
 }
 
 /// A steer: user input for a run, from any process.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SteerRecord {
     /// The run id (or the steer id).
     pub id: String,
@@ -83,7 +112,8 @@ pub struct SteerRecord {
 }
 
 /// Where a steer is.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum SteerStatus {
     /// Not yet seen by a host.
     Pending,
@@ -106,6 +136,20 @@ impl RunState {
             id: id.to_string(),
             ..RunState::default()
         }
+    }
+
+    /// An empty fold for the host that drives run `id`: each checkpoint trims it (see the
+    /// module docs).
+    pub fn for_driving(id: &str) -> RunState {
+        RunState {
+            window: true,
+            ..RunState::new(id)
+        }
+    }
+
+    /// The number of model steps the run has completed (held or elided).
+    pub fn step_count(&self) -> u64 {
+        self.elided.steps + self.steps.len() as u64
     }
 
     /// Folds all of `events` in.
@@ -244,6 +288,9 @@ impl RunState {
                         output: output.clone(),
                         covered_steers: strings("covered_steers"),
                     });
+                    if self.window && p.get("checkpoint").is_some_and(Value::is_object) {
+                        self.trim(step);
+                    }
                 }
             }
             k::STEER_REQUESTED => {
@@ -413,6 +460,37 @@ impl RunState {
                 approval: None,
             },
         };
+    }
+
+    /// Drops every step and call before `before_step` (a checkpoint is written only when
+    /// all of them are answered), counting them in `elided`.
+    fn trim(&mut self, before_step: u64) {
+        let messages = self
+            .steps
+            .iter()
+            .filter(|s| s.step < before_step)
+            .flat_map(|s| &s.output)
+            .filter(|i| {
+                matches!(
+                    i.get("type").and_then(Value::as_str),
+                    Some("message" | "reasoning")
+                )
+            })
+            .count() as u64;
+        let steps = self.steps.len();
+        self.steps.retain(|s| s.step >= before_step);
+        let calls = self.calls.len();
+        self.calls.retain(|c| c.step >= before_step);
+        self.elided.steps += (steps - self.steps.len()) as u64;
+        self.elided.calls += (calls - self.calls.len()) as u64;
+        self.elided.messages += messages;
+        self.index = self
+            .calls
+            .iter()
+            .enumerate()
+            .map(|(i, c)| (c.call_id.clone(), i))
+            .collect();
+        self.attempts.retain(|&step, _| step >= before_step);
     }
 
     fn stop(&mut self, status: RunStatus, p: &Value) {

@@ -52,7 +52,7 @@ pub(crate) fn summary(state: &RunState) -> Value {
     json!({
         "status": state.status.map(RunStatus::as_str),
         "driver": state.driver,
-        "steps": state.steps.len(),
+        "steps": state.step_count(),
         "tokens": state.usage.total_tokens,
         "created_at": state.created_at,
         "title": state.title(),

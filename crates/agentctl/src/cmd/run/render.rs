@@ -172,7 +172,7 @@ pub fn finish(json: bool, report: &RunReport) -> anyhow::Result<()> {
             }
             output::note(&format!(
                 "run {id} completed in {} steps ({} tokens)",
-                report.state.steps.len(),
+                report.state.step_count(),
                 report.state.usage.total_tokens
             ));
         }
