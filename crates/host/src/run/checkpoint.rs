@@ -63,24 +63,12 @@ pub(crate) fn take(
     {
         return None;
     }
-    let mut trimmed = state.clone();
-    trimmed.steps.retain(|s| s.step < before_step);
-    let messages = trimmed
-        .steps
-        .iter()
-        .flat_map(|s| &s.output)
-        .filter(|i| {
-            matches!(
-                i.get("type").and_then(Value::as_str),
-                Some("message" | "reasoning")
-            )
-        })
-        .count() as u64;
+    let before = state.steps.iter().filter(|s| s.step < before_step);
     let elided = Elided {
-        steps: state.elided.steps + trimmed.steps.len() as u64,
+        steps: state.elided.steps + before.clone().count() as u64,
         calls: state.elided.calls
             + state.calls.iter().filter(|c| c.step < before_step).count() as u64,
-        messages: state.elided.messages + messages,
+        messages: state.elided.messages + before.map(|s| s.message_items()).sum::<u64>(),
     };
     let mut attempts: Vec<(u64, u32)> = state
         .attempts

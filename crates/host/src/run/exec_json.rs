@@ -57,14 +57,8 @@ impl ExecJson {
             + state
                 .steps
                 .iter()
-                .flat_map(|s| &s.output)
-                .filter(|i| {
-                    matches!(
-                        i.get("type").and_then(Value::as_str),
-                        Some("message" | "reasoning")
-                    )
-                })
-                .count() as u64;
+                .map(super::state::StepRecord::message_items)
+                .sum::<u64>();
         conv
     }
 

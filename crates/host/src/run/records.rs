@@ -18,6 +18,21 @@ pub struct StepRecord {
     pub usage: Usage,
 }
 
+impl StepRecord {
+    /// Its `message` and `reasoning` output items (what `codex exec --json` numbers).
+    pub fn message_items(&self) -> u64 {
+        self.output
+            .iter()
+            .filter(|i| {
+                matches!(
+                    i.get("type").and_then(Value::as_str),
+                    Some("message" | "reasoning")
+                )
+            })
+            .count() as u64
+    }
+}
+
 /// What the model is told a call came to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CallOutput {

@@ -465,18 +465,12 @@ impl RunState {
     /// Drops every step and call before `before_step` (a checkpoint is written only when
     /// all of them are answered), counting them in `elided`.
     fn trim(&mut self, before_step: u64) {
-        let messages = self
+        let messages: u64 = self
             .steps
             .iter()
             .filter(|s| s.step < before_step)
-            .flat_map(|s| &s.output)
-            .filter(|i| {
-                matches!(
-                    i.get("type").and_then(Value::as_str),
-                    Some("message" | "reasoning")
-                )
-            })
-            .count() as u64;
+            .map(StepRecord::message_items)
+            .sum();
         let steps = self.steps.len();
         self.steps.retain(|s| s.step >= before_step);
         let calls = self.calls.len();
