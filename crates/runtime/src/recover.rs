@@ -306,24 +306,7 @@ impl Runtime {
         thread: &str,
         prefix: Vec<Event>,
     ) -> Result<RecoveryReport, RuntimeError> {
-        let this = self.clone();
-        let thread = thread.to_string();
-        self.detached(async move {
-            let lock = this.inner.thread_lock(&thread);
-            let _serial = lock.lock().await;
-            this.refuse_adopting_a_busy_thread(&thread)?;
-            let mut report = RecoveryReport::default();
-            this.recover_thread(
-                &thread,
-                RetrySafe::Interrupt,
-                Start::default(),
-                prefix,
-                &mut report,
-            )
-            .await?;
-            Ok(report)
-        })
-        .await
+        self.adopt_starting(thread, Start::default(), prefix).await
     }
 
     /// [`adopt`](Self::adopt), starting from `checkpoint`, which the caller took (with
@@ -343,6 +326,20 @@ impl Runtime {
         seq: i64,
         after: Vec<Event>,
     ) -> Result<RecoveryReport, RuntimeError> {
+        let start = Start {
+            checkpoint: Some(checkpoint),
+            seq,
+        };
+        self.adopt_starting(thread, start, after).await
+    }
+
+    /// Adopts `thread` from `start`, in a task of its own, serialized with its turns.
+    async fn adopt_starting(
+        &self,
+        thread: &str,
+        start: Start,
+        known: Vec<Event>,
+    ) -> Result<RecoveryReport, RuntimeError> {
         let this = self.clone();
         let thread = thread.to_string();
         self.detached(async move {
@@ -350,11 +347,7 @@ impl Runtime {
             let _serial = lock.lock().await;
             this.refuse_adopting_a_busy_thread(&thread)?;
             let mut report = RecoveryReport::default();
-            let start = Start {
-                checkpoint: Some(checkpoint),
-                seq,
-            };
-            this.recover_thread(&thread, RetrySafe::Interrupt, start, after, &mut report)
+            this.recover_thread(&thread, RetrySafe::Interrupt, start, known, &mut report)
                 .await?;
             Ok(report)
         })
@@ -365,20 +358,7 @@ impl Runtime {
     /// its calls (re-run by `recover`): that is not unfinished work of a stopped driver.
     fn refuse_adopting_a_busy_thread(&self, thread: &str) -> Result<(), RuntimeError> {
         let st = self.inner.state();
-        if st.closed {
-            return Err(RuntimeError::Closed);
-        }
-        if let Some(t) = st.turns.get(thread)
-            && matches!(
-                t.status,
-                RuntimeTurnStatus::Running | RuntimeTurnStatus::Ending
-            )
-        {
-            return Err(RuntimeError::TurnActive {
-                thread: thread.to_string(),
-                turn: t.id.clone(),
-            });
-        }
+        st.refuse_an_active_turn(thread)?;
         if let Some(key) = st.jobs.keys().find(|k| k.thread == thread) {
             return Err(RuntimeError::TurnActive {
                 thread: thread.to_string(),

@@ -88,6 +88,29 @@ pub(crate) struct State {
     pub(crate) closed: bool,
 }
 
+impl State {
+    /// Refuses a closed runtime, or a thread whose latest turn is running or ending here.
+    pub(crate) fn refuse_an_active_turn(&self, thread: &str) -> Result<(), RuntimeError> {
+        if self.closed {
+            return Err(RuntimeError::Closed);
+        }
+        match self.turns.get(thread) {
+            Some(t)
+                if matches!(
+                    t.status,
+                    RuntimeTurnStatus::Running | RuntimeTurnStatus::Ending
+                ) =>
+            {
+                Err(RuntimeError::TurnActive {
+                    thread: thread.to_string(),
+                    turn: t.id.clone(),
+                })
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
 pub(crate) struct Inner {
     pub(crate) journal: Journal,
     pub(crate) options: RuntimeOptions,

@@ -36,23 +36,7 @@ impl Runtime {
     async fn start_here(&self, thread: &str) -> Result<String, RuntimeError> {
         let lock = self.inner.thread_lock(thread);
         let _serial = lock.lock().await;
-        {
-            let st = self.inner.state();
-            if st.closed {
-                return Err(RuntimeError::Closed);
-            }
-            if let Some(t) = st.turns.get(thread)
-                && matches!(
-                    t.status,
-                    RuntimeTurnStatus::Running | RuntimeTurnStatus::Ending
-                )
-            {
-                return Err(RuntimeError::TurnActive {
-                    thread: thread.to_string(),
-                    turn: t.id.clone(),
-                });
-            }
-        }
+        self.inner.state().refuse_an_active_turn(thread)?;
         let id = uuid::Uuid::now_v7().simple().to_string();
         self.inner
             .journal
