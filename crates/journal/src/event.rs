@@ -127,7 +127,9 @@ impl Payload {
         }
     }
 
-    fn to_value(&self) -> Option<serde_json::Value> {
+    /// The payload as the value a read of the event returns; `None` for text that does not
+    /// parse (an append refuses it).
+    pub fn to_value(&self) -> Option<serde_json::Value> {
         match &self.0 {
             Repr::Value(value) => Some(value.clone()),
             Repr::Text(text) | Repr::Raw(text) => serde_json::from_str(text).ok(),
@@ -158,4 +160,7 @@ pub struct Appended {
     pub seq: i64,
     /// True when the dedup key existed and nothing was written; `seq` is the first event's.
     pub deduplicated: bool,
+    /// The event's `at` as written, in Unix milliseconds. When `deduplicated`, the time of
+    /// this attempt (the stored event keeps its own).
+    pub at: i64,
 }

@@ -2,18 +2,22 @@
 //!
 //! Invariants:
 //! - The journal is the only source of truth: the driver acts on [`RunState`] folded from
-//!   the thread, and re-reads the thread (`sync`) after each of its own writes and after the
-//!   runtime's, so decisions and requests from other processes are seen at step boundaries.
+//!   the thread. It re-reads the thread (`sync`) after the runtime's writes and whenever its
+//!   own append conflicts (someone wrote first), so decisions and requests from other
+//!   processes are folded before the host writes anything after them.
 //! - The host's own events are appended with the journal's expected-version append: a
 //!   conflict means someone else wrote; the driver folds what they wrote and retries, unless
 //!   another host took the run over (then it stops writing: [`HostError::Superseded`]).
+//!   A success proves nothing came between, so the driver folds its own events from the
+//!   acknowledgement, as a read would return them, without reading them back; a
+//!   deduplicated one (already written, maybe otherwise) is read back instead.
 //! - A step with `model.completed` is never requested again; a call with a terminal event
 //!   never runs again; a call cut off after it started runs again only if its tool is
 //!   retry-safe or a human approves (reason `indeterminate`).
 
 use std::sync::Arc;
 
-use agent_journal::{Journal, JournalError, NewEvent};
+use agent_journal::{Appended, Event, Journal, JournalError, NewEvent};
 use agent_responses::Client;
 use agent_runtime::{Runtime, RuntimeError};
 use serde_json::{Value, json};
@@ -73,11 +77,45 @@ impl Driver {
                 .append_expecting(&self.thread, expected, events.clone())
                 .await
             {
-                Ok(_) => return self.sync().await,
+                Ok(acks) => match self.written(&events, &acks) {
+                    Some(written) => {
+                        for event in &written {
+                            self.state.apply(event);
+                            self.opts.observer.event(&self.state, event);
+                        }
+                        return Ok(());
+                    }
+                    None => return self.sync().await,
+                },
                 Err(JournalError::Conflict { .. }) => self.sync().await?,
                 Err(err) => return Err(err.into()),
             }
         }
+    }
+
+    /// `events` as the journal now holds them, when every one was written by this append
+    /// (none deduplicated): exactly what a read after `state.last_seq` would return.
+    fn written(&self, events: &[NewEvent], acks: &[Appended]) -> Option<Vec<Event>> {
+        if acks.len() != events.len() || acks.iter().any(|a| a.deduplicated) {
+            return None;
+        }
+        let thread: Arc<str> = Arc::from(self.thread.as_str());
+        let epoch = self.journal.fence_epoch();
+        events
+            .iter()
+            .zip(acks)
+            .map(|(event, ack)| {
+                Some(Event {
+                    seq: ack.seq,
+                    thread: Arc::clone(&thread),
+                    kind: Arc::from(event.kind.as_str()),
+                    payload: event.payload.to_value()?,
+                    at: ack.at,
+                    dedup_key: event.dedup_key.clone(),
+                    epoch,
+                })
+            })
+            .collect()
     }
 
     async fn record(

@@ -30,7 +30,9 @@ use serde_json::json;
 pub use owner::Owner;
 pub use query::{LoadedRun, list, load, load_for_resume, shown_status};
 pub use requests::{DecisionRequest, decide, request_interrupt, request_steer, steer_outcome};
-pub use state::{Budgets, CallRecord, Decision, RunSpec, RunState, RunStatus, Usage};
+pub use state::{
+    Budgets, CallRecord, Decision, RunSpec, RunState, RunStatus, SteerRecord, SteerStatus, Usage,
+};
 
 use crate::error::HostError;
 use crate::tools::{self, ApprovalMode, ToolConfig, Workspace, mcp};

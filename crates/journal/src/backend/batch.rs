@@ -89,6 +89,7 @@ pub(crate) fn plan<'a>(
                     request_acks.push(Appended {
                         seq,
                         deduplicated: true,
+                        at: event.at,
                     });
                     continue;
                 }
@@ -102,6 +103,7 @@ pub(crate) fn plan<'a>(
             request_acks.push(Appended {
                 seq: next,
                 deduplicated: false,
+                at: event.at,
             });
         }
         acks.push(Ok(request_acks));
@@ -260,15 +262,18 @@ mod tests {
             &vec![
                 Appended {
                     seq: 11,
-                    deduplicated: true
+                    deduplicated: true,
+                    at: 0,
                 },
                 Appended {
                     seq: 13,
-                    deduplicated: false
+                    deduplicated: false,
+                    at: 0,
                 },
                 Appended {
                     seq: 3,
-                    deduplicated: true
+                    deduplicated: true,
+                    at: 0,
                 },
             ]
         );

@@ -68,6 +68,7 @@ impl State {
                     return Appended {
                         seq,
                         deduplicated: true,
+                        at: event.at,
                     };
                 }
                 let key: Arc<str> = key.into();
@@ -89,6 +90,7 @@ impl State {
         Appended {
             seq: next,
             deduplicated: false,
+            at: event.at,
         }
     }
 }
