@@ -28,6 +28,10 @@ const PARALLEL_REPLAY_SPAN: i64 = 20_000;
 /// Most parallel pieces of one replay.
 const MAX_REPLAY_PARTS: usize = 4;
 
+/// Up to `?4` events of thread `?1` with `?2 < seq <= ?3`, in seq order.
+const RANGE_SQL: &str = "SELECT seq, kind, payload, at, dedup_key, epoch FROM journal_events \
+     WHERE thread = ?1 AND seq > ?2 AND seq <= ?3 ORDER BY seq LIMIT ?4";
+
 /// The read side of a SQLite journal; cheap to clone.
 #[derive(Clone)]
 pub(crate) struct Reader {
@@ -114,10 +118,7 @@ impl Reader {
         let thread = thread.to_string();
         self.run(move |conn| {
             // Served by the clustered primary key (thread, seq): O(events of the thread).
-            let mut stmt = conn.prepare_cached(
-                "SELECT seq, kind, payload, at, dedup_key, epoch FROM journal_events \
-                 WHERE thread = ?1 AND seq > ?2 AND seq <= ?3 ORDER BY seq LIMIT ?4",
-            )?;
+            let mut stmt = conn.prepare_cached(RANGE_SQL)?;
             let mut rows = stmt.query(params![thread, after, upto, limit])?;
             let mut names = Names::new(&thread);
             let mut events = Vec::new();
@@ -292,6 +293,7 @@ fn open_read_only(path: &PathBuf, busy_timeout: Duration) -> Result<Connection, 
         OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
     )?;
     conn.busy_timeout(busy_timeout)?;
+    super::stable_plans(&conn)?;
     Ok(conn)
 }
 
@@ -359,5 +361,36 @@ mod tests {
         assert_eq!(names.kinds.len(), Names::MAX_KINDS);
         assert!(Arc::ptr_eq(&a, &names.kind("a")));
         assert_eq!(&*names.kind("k31"), "k31");
+    }
+
+    /// Times the cached range read was compiled again over `limits.len()` reads.
+    fn reprepares(conn: &Connection, limits: &[i64]) -> i32 {
+        let mut stmt = conn.prepare_cached(RANGE_SQL).unwrap();
+        for &limit in limits {
+            let mut rows = stmt.query(params!["t", 0, 100, limit]).unwrap();
+            while rows.next().unwrap().is_some() {}
+        }
+        stmt.get_status(rusqlite::StatementStatus::RePrepare)
+    }
+
+    #[test]
+    fn a_cached_read_is_not_compiled_again_for_new_bound_values() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("j.db");
+        // Creates the schema.
+        drop(
+            super::super::open(
+                &super::super::Location::File(path.clone()),
+                "sqlite:j.db",
+                &crate::JournalOptions::default(),
+            )
+            .unwrap(),
+        );
+        let limits = [10, 20, 30, 40];
+        // Without the guarantee the planner reads `LIMIT ?4`, so each binding expires it.
+        let plain = Connection::open(&path).unwrap();
+        assert!(reprepares(&plain, &limits) >= 3);
+        let reader = open_read_only(&path, Duration::from_secs(1)).unwrap();
+        assert_eq!(reprepares(&reader, &limits), 0);
     }
 }
