@@ -56,16 +56,21 @@ impl Driver {
             .journal
             .replay(&self.thread, self.state.last_seq)
             .await?;
-        for event in &events {
-            self.state.apply(event);
-            self.opts.observer.event(&self.state, event);
-        }
+        self.fold(&events);
         if self.state.status == Some(RunStatus::Running)
             && self.state.driver.as_ref().is_some_and(|d| *d != self.me)
         {
             return Err(HostError::Superseded(self.state.id.clone()));
         }
         Ok(())
+    }
+
+    /// Folds events that follow `state.last_seq`; tells the observer.
+    fn fold(&mut self, events: &[Event]) {
+        for event in events {
+            self.state.apply(event);
+            self.opts.observer.event(&self.state, event);
+        }
     }
 
     /// Appends the host's own events, only on top of what this driver has seen.
@@ -79,10 +84,7 @@ impl Driver {
             {
                 Ok(acks) => match self.written(&events, &acks) {
                     Some(written) => {
-                        for event in &written {
-                            self.state.apply(event);
-                            self.opts.observer.event(&self.state, event);
-                        }
+                        self.fold(&written);
                         return Ok(());
                     }
                     None => return self.sync().await,
