@@ -9,6 +9,11 @@
 //! The same wakes come from other processes on PostgreSQL: its shared LISTEN connection
 //! (`backend/postgres/listen.rs`) publishes each notified thread here.
 //!
+//! A tail of one kind ([`Commits::subscribe_kind`]) is woken only by commits that write
+//! that kind to its thread, and by every notification from another process (which names
+//! the thread, not the kinds). A run's interrupt watch is one: it waits on the run's
+//! thread, which its own host writes five times per step, for a kind no host writes.
+//!
 //! Invariants:
 //! - A tail subscribes before its first read, so a commit of its thread that lands after
 //!   that read changes its receiver (each publish bumps the thread's generation): no
@@ -36,10 +41,38 @@ pub(crate) struct Commits {
 
 #[derive(Default)]
 struct Threads {
-    /// Per thread, a generation bumped by every publish that names it.
-    by_name: HashMap<String, watch::Sender<u64>>,
+    by_name: HashMap<String, Subscribers>,
     sweep_at: usize,
 }
+
+/// The wakes of one thread: each a generation bumped by every publish that concerns it.
+struct Subscribers {
+    /// Tails of every event.
+    all: watch::Sender<u64>,
+    /// Tails of one kind, by kind.
+    kinds: Vec<(String, watch::Sender<u64>)>,
+}
+
+impl Subscribers {
+    fn new() -> Self {
+        Subscribers {
+            all: watch::channel(0).0,
+            kinds: Vec::new(),
+        }
+    }
+
+    fn live(&self) -> bool {
+        self.all.receiver_count() > 0 || self.kinds.iter().any(|(_, tx)| tx.receiver_count() > 0)
+    }
+}
+
+fn bump(tx: &watch::Sender<u64>) {
+    tx.send_modify(|generation| *generation = generation.wrapping_add(1));
+}
+
+/// One written event as a publish names it: its thread, and its kind when known (a
+/// notification from another process names only the thread).
+pub(crate) type Written<'a> = (&'a str, Option<&'a str>);
 
 impl Commits {
     fn threads(&self) -> MutexGuard<'_, Threads> {
@@ -47,18 +80,37 @@ impl Commits {
         self.threads.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// The entry of `thread`, made if needed, after sweeping entries without tails when the
+    /// map has grown.
+    fn entry<'t>(threads: &'t mut Threads, thread: &str) -> &'t mut Subscribers {
+        if threads.by_name.len() >= threads.sweep_at.max(FIRST_SWEEP) {
+            threads.by_name.retain(|_, subs| subs.live());
+            threads.sweep_at = threads.by_name.len() * 2;
+        }
+        threads
+            .by_name
+            .entry(thread.to_owned())
+            .or_insert_with(Subscribers::new)
+    }
+
     /// A receiver that changes when this process commits events of `thread`.
     pub(crate) fn subscribe(&self, thread: &str) -> watch::Receiver<u64> {
         let mut threads = self.threads();
-        if threads.by_name.len() >= threads.sweep_at.max(FIRST_SWEEP) {
-            threads.by_name.retain(|_, tx| tx.receiver_count() > 0);
-            threads.sweep_at = threads.by_name.len() * 2;
-        }
-        let rx = match threads.by_name.get(thread) {
-            Some(tx) => tx.subscribe(),
+        let rx = Self::entry(&mut threads, thread).all.subscribe();
+        self.entries.store(threads.by_name.len(), Ordering::Release);
+        rx
+    }
+
+    /// A receiver that changes when this process commits an event of `kind` to `thread`, or
+    /// another process's commit of `thread` is notified.
+    pub(crate) fn subscribe_kind(&self, thread: &str, kind: &str) -> watch::Receiver<u64> {
+        let mut threads = self.threads();
+        let subs = Self::entry(&mut threads, thread);
+        let rx = match subs.kinds.iter().find(|(k, _)| k == kind) {
+            Some((_, tx)) => tx.subscribe(),
             None => {
                 let (tx, rx) = watch::channel(0);
-                threads.by_name.insert(thread.to_owned(), tx);
+                subs.kinds.push((kind.to_owned(), tx));
                 rx
             }
         };
@@ -71,22 +123,30 @@ impl Commits {
         self.entries.load(Ordering::Acquire) > 0
     }
 
-    /// Wakes the tails of every thread in `written` (a thread may be named twice).
-    pub(crate) fn publish<'a>(&self, written: impl IntoIterator<Item = &'a str>) {
+    /// Wakes the tails that `written` concerns (a thread may be named twice).
+    pub(crate) fn publish<'a>(&self, written: impl IntoIterator<Item = Written<'a>>) {
         if !self.any() {
             return;
         }
         let mut threads = self.threads();
         let mut gone = Vec::new();
-        for thread in written {
-            let Some(tx) = threads.by_name.get(thread) else {
+        for (thread, kind) in written {
+            let Some(subs) = threads.by_name.get_mut(thread) else {
                 continue;
             };
-            if tx.receiver_count() == 0 {
+            if !subs.live() {
                 gone.push(thread);
                 continue;
             }
-            tx.send_modify(|generation| *generation = generation.wrapping_add(1));
+            if subs.all.receiver_count() > 0 {
+                bump(&subs.all);
+            }
+            subs.kinds.retain(|(_, tx)| tx.receiver_count() > 0);
+            for (k, tx) in &subs.kinds {
+                if kind.is_none_or(|kind| kind == k) {
+                    bump(tx);
+                }
+            }
         }
         for thread in gone {
             threads.by_name.remove(thread);
@@ -104,11 +164,11 @@ mod tests {
         let commits = Commits::default();
         let mut a = commits.subscribe("a");
         let b = commits.subscribe("b");
-        commits.publish(["a"]);
+        commits.publish([("a", None)]);
         assert!(a.has_changed().unwrap());
         assert!(!b.has_changed().unwrap());
         a.borrow_and_update();
-        commits.publish(["b", "c", "b"]);
+        commits.publish([("b", None), ("c", None), ("b", None)]);
         assert!(b.has_changed().unwrap());
         assert!(!a.has_changed().unwrap());
     }
@@ -118,7 +178,7 @@ mod tests {
         let commits = Commits::default();
         drop(commits.subscribe("a"));
         assert!(commits.any());
-        commits.publish(["a"]);
+        commits.publish([("a", None)]);
         assert!(
             !commits.any(),
             "a commit drops the entry of a thread without tails"
@@ -126,8 +186,37 @@ mod tests {
         for i in 0..(FIRST_SWEEP * 3) {
             drop(commits.subscribe(&format!("t{i}")));
         }
-        let kept = commits.subscribe("live");
+        let kept = commits.subscribe_kind("live", "k");
         assert!(commits.threads().by_name.len() < FIRST_SWEEP + 2);
         drop(kept);
+    }
+
+    #[test]
+    fn a_kind_tail_wakes_only_for_its_kind_or_an_unknown_one() {
+        let commits = Commits::default();
+        let mut all = commits.subscribe("a");
+        let mut kind = commits.subscribe_kind("a", "interrupt.requested");
+        commits.publish([("a", Some("model.requested")), ("a", Some("tool.started"))]);
+        assert!(all.has_changed().unwrap());
+        assert!(!kind.has_changed().unwrap(), "other kinds do not wake it");
+        all.borrow_and_update();
+        commits.publish([("a", Some("interrupt.requested"))]);
+        assert!(kind.has_changed().unwrap());
+        assert!(all.has_changed().unwrap());
+        kind.borrow_and_update();
+        commits.publish([("b", Some("interrupt.requested"))]);
+        assert!(
+            !kind.has_changed().unwrap(),
+            "another thread's commit does not wake it"
+        );
+        commits.publish([("a", None)]);
+        assert!(
+            kind.has_changed().unwrap(),
+            "a notification without kinds wakes it"
+        );
+        drop(all);
+        drop(kind);
+        commits.publish([("a", None)]);
+        assert!(!commits.any(), "the entry goes with its last tail");
     }
 }

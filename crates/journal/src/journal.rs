@@ -327,13 +327,37 @@ impl Journal {
         if let Err(err) = check_thread(thread) {
             return stream::failed(err);
         }
+        let committed = self.inner.commits.subscribe(thread);
+        self.tail_with(thread, None, after, committed)
+    }
+
+    /// As [`tail`](Self::tail), yielding only the events of `kind`. This process's commits
+    /// wake it only when they write `kind` to `thread`, so a watch for a rare kind on a busy
+    /// thread costs a read per poll interval (or per notification from another process on
+    /// PostgreSQL), not one per commit. The other events are still read (and passed over).
+    pub fn tail_kind(&self, thread: &str, kind: &str, after: i64) -> EventStream {
+        if let Err(err) = check_thread(thread) {
+            return stream::failed(err);
+        }
+        let committed = self.inner.commits.subscribe_kind(thread, kind);
+        self.tail_with(thread, Some(kind.to_owned()), after, committed)
+    }
+
+    fn tail_with(
+        &self,
+        thread: &str,
+        kind: Option<String>,
+        after: i64,
+        committed: watch::Receiver<u64>,
+    ) -> EventStream {
         let listening = self.listen_for_other_processes();
         stream::tail(
             self.inner.reads.clone(),
             thread.to_string(),
+            kind,
             after,
             stream::Wakes {
-                committed: self.inner.commits.subscribe(thread),
+                committed,
                 listening,
             },
             self.inner.options.tail_poll,

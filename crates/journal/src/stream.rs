@@ -55,6 +55,8 @@ pub(crate) fn replay(reads: Reads, thread: String, after: i64) -> EventStream {
 struct TailState {
     reads: Reads,
     thread: String,
+    /// Only events of this kind are yielded (the others are read and passed over).
+    kind: Option<String>,
     last: i64,
     buffer: VecDeque<Event>,
     /// Changes when this thread is written by this process, or (PostgreSQL) notified by
@@ -69,8 +71,8 @@ struct TailState {
 /// The longest a new tail waits for the journal's LISTEN to be active.
 const LISTEN_WAIT: Duration = Duration::from_secs(5);
 
-/// What wakes a tail: its thread's commits and notifications, and (PostgreSQL) whether
-/// notifications can arrive yet.
+/// What wakes a tail: its thread's commits (of its kind, for a tail of one kind) and
+/// notifications, and (PostgreSQL) whether notifications can arrive yet.
 pub(crate) struct Wakes {
     pub(crate) committed: watch::Receiver<u64>,
     pub(crate) listening: Option<watch::Receiver<bool>>,
@@ -81,9 +83,16 @@ pub(crate) fn failed(err: JournalError) -> EventStream {
     Box::pin(futures::stream::once(async move { Err(err) }))
 }
 
+/// Events of `thread` after `after` (of `kind` only, when given), then new ones as `wakes`
+/// and the poll interval find them.
+///
+/// Invariant: a read that returns a short page has seen every event of the thread up to
+/// its snapshot, and the commit watermark was marked before it, so the tail can wait: a
+/// later commit changes the watermark (or the poll finds it).
 pub(crate) fn tail(
     reads: Reads,
     thread: String,
+    kind: Option<String>,
     after: i64,
     wakes: Wakes,
     poll: Duration,
@@ -91,6 +100,7 @@ pub(crate) fn tail(
     let state = TailState {
         reads,
         thread,
+        kind,
         last: after,
         buffer: VecDeque::new(),
         committed: wakes.committed,
@@ -100,8 +110,8 @@ pub(crate) fn tail(
     };
     Box::pin(futures::stream::unfold(state, |mut s| async move {
         loop {
+            // `last` is where the reads got to (it moved when the buffered page was read).
             if let Some(event) = s.buffer.pop_front() {
-                s.last = event.seq;
                 return Some((Ok(event), s));
             }
             if let Some(mut listening) = s.listening.take() {
@@ -118,8 +128,16 @@ pub(crate) fn tail(
             s.committed.borrow_and_update();
             match s.reads.replay_page(&s.thread, s.last, PAGE).await {
                 Ok(page) => {
-                    s.wait_first = page.is_empty();
-                    s.buffer.extend(page);
+                    s.wait_first = (page.len() as i64) < PAGE;
+                    if let Some(event) = page.last() {
+                        s.last = event.seq;
+                    }
+                    match &s.kind {
+                        Some(kind) => s
+                            .buffer
+                            .extend(page.into_iter().filter(|e| *e.kind == **kind)),
+                        None => s.buffer.extend(page),
+                    }
                 }
                 Err(err) => {
                     s.wait_first = true;

@@ -174,7 +174,7 @@ impl Settle {
                     .zip(&results)
                     .filter(|(_, answer)| answer.is_ok())
                     .flat_map(|(request, _)| &request.events)
-                    .map(|event| event.thread.as_str()),
+                    .map(|event| (event.thread.as_str(), Some(event.kind.as_str()))),
             );
         }
         for (ack, result) in acks.into_iter().zip(results) {

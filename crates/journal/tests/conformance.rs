@@ -1009,6 +1009,87 @@ async fn postgres_commits_wake_the_tails_of_the_threads_they_write() {
     commits_wake_the_tails_of_the_threads_they_write(f.journal.clone()).await;
 }
 
+/// Polling off: a tail of one kind yields only that kind, across pages and from the middle
+/// of a batch, each event once, and a commit writing the kind wakes it.
+async fn a_kind_tail_yields_only_its_kind_and_its_commits_wake_it(j: Journal) {
+    j.append_batch(vec![ev("w", "e", 0), ev("w", "stop", 1), ev("w", "e", 2)])
+        .await
+        .unwrap();
+    let mut tail = j.tail_kind("w", "stop", 0);
+    let mut next = async || {
+        tokio::time::timeout(Duration::from_secs(30), tail.next())
+            .await
+            .expect("a commit of the tail's kind did not wake it")
+            .unwrap()
+            .unwrap()
+    };
+    let first = next().await;
+    assert_eq!(
+        (&*first.kind, first.payload["n"].as_i64()),
+        ("stop", Some(1))
+    );
+    // More than a page of other kinds, then the kind in the middle of a batch.
+    for chunk in 0..3 {
+        let batch = (0..500)
+            .map(|i| ev("w", "e", 10 + chunk * 500 + i))
+            .collect();
+        j.append_batch(batch).await.unwrap();
+    }
+    j.append_batch(vec![ev("w", "e", 3), ev("w", "stop", 4), ev("w", "e", 5)])
+        .await
+        .unwrap();
+    j.append(ev("w", "stop", 6)).await.unwrap();
+    for n in [4, 6] {
+        let e = next().await;
+        assert_eq!((&*e.kind, e.payload["n"].as_i64()), ("stop", Some(n)));
+    }
+    j.append(ev("w", "e", 7)).await.unwrap();
+    let quiet = tokio::time::timeout(Duration::from_millis(200), tail.next()).await;
+    assert!(
+        quiet.is_err(),
+        "yielded another kind or a repeat: {quiet:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_a_kind_tail_yields_only_its_kind_and_its_commits_wake_it() {
+    let f = support::sqlite(polling_off()).await;
+    a_kind_tail_yields_only_its_kind_and_its_commits_wake_it(f.journal.clone()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_a_kind_tail_yields_only_its_kind_and_its_commits_wake_it() {
+    let j = Journal::open_with("memory:", polling_off()).await.unwrap();
+    a_kind_tail_yields_only_its_kind_and_its_commits_wake_it(j).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_kind_tail_yields_only_its_kind_and_its_commits_wake_it() {
+    let Some(f) = support::postgres(polling_off()).await else {
+        return;
+    };
+    a_kind_tail_yields_only_its_kind_and_its_commits_wake_it(f.journal.clone()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_a_kind_tail_sees_another_handles_append_by_polling() {
+    let f = support::sqlite(Default::default()).await;
+    let options = JournalOptions {
+        tail_poll: Duration::from_millis(20),
+        ..Default::default()
+    };
+    let watcher = Journal::open_with(&f.url, options).await.unwrap();
+    let mut tail = watcher.tail_kind("x", "stop", 0);
+    f.journal.append(ev("x", "e", 0)).await.unwrap();
+    f.journal.append(ev("x", "stop", 1)).await.unwrap();
+    let e = tokio::time::timeout(Duration::from_secs(30), tail.next())
+        .await
+        .expect("tail stalled")
+        .unwrap()
+        .unwrap();
+    assert_eq!(e.payload["n"], 1);
+}
+
 /// LISTEN connections open on the test's database now.
 async fn listen_connections(url: &str) -> i64 {
     use sqlx::Connection as _;

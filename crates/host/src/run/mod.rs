@@ -552,7 +552,8 @@ fn watch_interrupts(
     after: i64,
     cancel: CancellationToken,
 ) -> tokio::task::JoinHandle<()> {
-    let mut tail = journal.tail(thread, after);
+    // Of one kind: the host's own appends (five a step) do not wake it.
+    let mut tail = journal.tail_kind(thread, kinds::INTERRUPT_REQUESTED, after);
     tokio::spawn(async move {
         use futures::StreamExt as _;
         while let Some(Ok(event)) = tail.next().await {

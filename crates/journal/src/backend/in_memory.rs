@@ -286,14 +286,17 @@ impl InMemoryJournal {
         self.write(&touched, |state| state.push(event))
     }
 
-    /// The threads `events` write, when some tail may wait on them (else none: nothing to
-    /// wake, nothing to collect).
-    fn touched(&self, events: &[Prepared]) -> Vec<String> {
+    /// The threads and kinds `events` write, when some tail may wait on them (else none:
+    /// nothing to wake, nothing to collect).
+    fn touched(&self, events: &[Prepared]) -> Vec<(String, String)> {
         if !self.commits.any() {
             return Vec::new();
         }
         // Repeats are fine: a publish that names a thread twice wakes it once.
-        events.iter().map(|event| event.thread.clone()).collect()
+        events
+            .iter()
+            .map(|event| (event.thread.clone(), event.kind.clone()))
+            .collect()
     }
 
     /// Runs `f` on the state under the lock (lease operations: they write no events).
@@ -306,7 +309,7 @@ impl InMemoryJournal {
     /// commit and, if anything was written, wakes the tails of the `touched` threads.
     fn write<R>(
         &self,
-        touched: &[String],
+        touched: &[(String, String)],
         push: impl FnOnce(&mut State) -> R,
     ) -> Result<R, JournalError> {
         let mut state = self.open_state()?;
@@ -317,7 +320,11 @@ impl InMemoryJournal {
         let written = last - first;
         count_commit(&self.counters, u64::try_from(written).unwrap_or(0));
         if written > 0 {
-            self.commits.publish(touched.iter().map(String::as_str));
+            self.commits.publish(
+                touched
+                    .iter()
+                    .map(|(thread, kind)| (thread.as_str(), Some(kind.as_str()))),
+            );
         }
         Ok(acks)
     }

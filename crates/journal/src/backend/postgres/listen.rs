@@ -54,7 +54,7 @@ pub(crate) fn spawn(
                                 let Some(commits) = commits.upgrade() else {
                                     return;
                                 };
-                                commits.publish([note.payload()]);
+                                commits.publish([(note.payload(), None)]);
                             }
                             Err(err) => {
                                 connected.send_replace(false);
