@@ -220,6 +220,61 @@ async fn stream_follows_the_section_6_3_order() {
     assert!(created.response.usage.clone().flatten().is_none());
 }
 
+#[tokio::test]
+async fn a_filtered_stream_decodes_only_the_kept_events_and_still_ends_as_before() {
+    let (_server, client) = start(json!({"rules": [{"when": {"stream": true}, "reply": {"items": [
+        {"type": "function_call", "call_id": "call_1", "name": "scan", "arguments": "{}"},
+        {"type": "message", "content": [{"type": "output_text", "text": "Hi there, this is long enough to split."}]}
+    ]}}]})).await;
+    let stream = client.create_stream(&hello()).await.unwrap();
+    let mut stream = stream.only(|kind| kind == "response.output_text.delta");
+    let mut events = Vec::new();
+    while let Some(event) = stream.next().await {
+        events.push(event.unwrap());
+    }
+    let names: Vec<&str> = events.iter().map(|e| e.type_name().unwrap()).collect();
+    let (last, deltas) = names.split_last().unwrap();
+    assert_eq!(*last, "response.completed");
+    assert!(deltas.len() > 1, "{names:?}");
+    assert!(
+        deltas.iter().all(|n| *n == "response.output_text.delta"),
+        "{names:?}"
+    );
+    let text: String = events
+        .iter()
+        .filter_map(|e| match e {
+            StreamEvent::OutputTextDelta(d) => Some(d.delta.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(text, "Hi there, this is long enough to split.");
+    let Some(StreamEvent::Completed(done)) = events.last() else {
+        panic!("last event {names:?}")
+    };
+    assert_eq!(done.response.output.len(), 2);
+
+    // An error event is never filtered out: it still ends the stream as an error.
+    let script: Script = serde_json::from_value(json!({"rules": [{"when": {"stream": true},
+        "reply": {"items": [{"type": "message", "content": [{"type": "output_text", "text": "one two"}]}]},
+        "fault": {"after_events": 3, "kind": "error_event"}}]}))
+    .unwrap();
+    let server = MockServer::start(MockConfig::new(script).with_api_key(MOCK_API_KEY))
+        .await
+        .unwrap();
+    let client = client_for(&server.base_url(), MOCK_API_KEY);
+    let mut stream = client
+        .create_stream(&hello())
+        .await
+        .unwrap()
+        .only(|_| false);
+    let first = stream.next().await.unwrap();
+    assert!(
+        matches!(first, Err(ClientError::StreamError(_))),
+        "{first:?}"
+    );
+    assert!(stream.next().await.is_none());
+}
+
 async fn stream_error(fault: serde_json::Value, idle: Option<Duration>) -> ClientError {
     let script: Script = serde_json::from_value(json!({"rules": [{"when": {"stream": true},
         "reply": {"items": [{"type": "message", "content": [{"type": "output_text", "text": "one two three four five six"}]}]},

@@ -37,6 +37,14 @@ const MAX_ATTEMPTS: u32 = 3;
 
 mod calls;
 
+/// A step's request as its transport sends it.
+enum Outgoing {
+    /// HTTP: the encoded body (with `stream: true`).
+    Http(bytes::Bytes),
+    /// WebSocket: the request, which the session sends as a `response.create`.
+    Ws(Box<agent_responses::types::CreateResponse>),
+}
+
 pub(crate) struct Driver {
     pub(crate) journal: Journal,
     pub(crate) client: Client,
@@ -309,20 +317,24 @@ impl Driver {
     /// requested meanwhile are sent at once (see [`model_ws`]).
     async fn stream(
         &self,
-        request: &agent_responses::types::CreateResponse,
+        request: &Outgoing,
         on_text: &(dyn Fn(&str) + Send + Sync),
     ) -> (Streamed, Option<model_ws::Steered>) {
-        if self.spec.transport == k::TRANSPORT_WS {
-            let source = model_ws::SteerSource {
-                journal: &self.journal,
-                thread: &self.thread,
-                state: &self.state,
-            };
-            // Boxed: the session and its steering state would otherwise sit inline in
-            // every step's future.
-            Box::pin(model_ws::stream(&self.client, request, source, on_text)).await
-        } else {
-            (model::stream(&self.client, request, on_text).await, None)
+        match request {
+            Outgoing::Ws(request) => {
+                let source = model_ws::SteerSource {
+                    journal: &self.journal,
+                    thread: &self.thread,
+                    state: &self.state,
+                };
+                // Boxed: the session and its steering state would otherwise sit inline in
+                // every step's future.
+                Box::pin(model_ws::stream(&self.client, request, source, on_text)).await
+            }
+            Outgoing::Http(body) => (
+                model::stream(&self.client, body.clone(), on_text).await,
+                None,
+            ),
         }
     }
 
@@ -486,9 +498,18 @@ impl Driver {
     /// attempts are used up, `model.failed` and a pause.
     async fn model_step(&mut self) -> Result<Option<RunEnd>, HostError> {
         let step = self.state.step_count() + 1;
-        let request = model::build_request(&self.state, &self.spec).map_err(HostError::Invalid)?;
+        let mut request =
+            model::build_request(&self.state, &self.spec).map_err(HostError::Invalid)?;
+        request.stream = Some(Some(true));
+        // Encoded once: the recorded hash is of the bytes every attempt sends over HTTP,
+        // and only those bytes are held while the step streams.
         let body = serde_json::to_vec(&request).map_err(|e| HostError::Invalid(e.to_string()))?;
         let sha = k::sha256_hex(&body);
+        let request = if self.spec.transport == k::TRANSPORT_WS {
+            Outgoing::Ws(Box::new(request))
+        } else {
+            Outgoing::Http(bytes::Bytes::from(body))
+        };
         loop {
             let attempt = self.state.attempts.get(&step).copied().unwrap_or(0) + 1;
             self.record(

@@ -122,14 +122,17 @@ pub(crate) enum Streamed {
     Failed(ClientError),
 }
 
-/// Streams `request`, handing text deltas to `on_text`.
+/// Streams `body` (a [`CreateResponse`] encoded with `stream: true`), handing text deltas
+/// to `on_text`.
 pub(crate) async fn stream(
     client: &Client,
-    request: &CreateResponse,
+    body: bytes::Bytes,
     on_text: &(dyn Fn(&str) + Send + Sync),
 ) -> Streamed {
-    let mut events = match client.create_stream(request).await {
-        Ok(events) => events,
+    // The text deltas and the final response are all a step uses: the other events (two of
+    // them carrying the whole response) are not decoded.
+    let mut events = match client.create_stream_encoded(body).await {
+        Ok(events) => events.only(|kind| kind == "response.output_text.delta"),
         Err(err) => return Streamed::Failed(err),
     };
     while let Some(event) = events.next().await {

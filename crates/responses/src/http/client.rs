@@ -78,10 +78,28 @@ impl Client {
         &self,
         request: &CreateResponse,
     ) -> Result<EventStream, ClientError> {
-        let mut request = request.clone();
-        request.stream = Some(Some(true));
-        let body = encode(&request)?;
-        let response = self.send("responses", body).await?;
+        let body = if request.stream == Some(Some(true)) {
+            encode(request)?
+        } else {
+            let mut request = request.clone();
+            request.stream = Some(Some(true));
+            encode(&request)?
+        };
+        self.create_stream_encoded(body).await
+    }
+
+    /// As [`create_stream`](Self::create_stream), for a request the caller has already
+    /// encoded (JSON with `"stream": true`): these exact bytes are sent, on every attempt,
+    /// so a caller that records a hash of its request records a hash of what was sent.
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`create_stream`](Self::create_stream).
+    pub async fn create_stream_encoded(
+        &self,
+        body: impl Into<Bytes>,
+    ) -> Result<EventStream, ClientError> {
+        let response = self.send("responses", body.into()).await?;
         Ok(EventStream::new(response, self.config.stream_idle_timeout))
     }
 

@@ -24,6 +24,8 @@ pub struct EventStream {
     idle_timeout: Duration,
     request_id: Option<String>,
     finished: bool,
+    /// Non-terminal event types to decode (`None`: all of them).
+    keep: Option<fn(&str) -> bool>,
 }
 
 impl std::fmt::Debug for EventStream {
@@ -49,6 +51,37 @@ impl EventStream {
             idle_timeout,
             request_id,
             finished: false,
+            keep: None,
+        }
+    }
+
+    /// Yields only the events whose `type` `keep` accepts, plus the terminal ones
+    /// (`completed`, `failed`, `incomplete`) and `error`, which end the stream as before. The
+    /// others are not decoded: a caller that needs the text deltas and the final response
+    /// skips decoding the two lifecycle events that carry the whole response and every
+    /// per-item event.
+    pub fn only(mut self, keep: fn(&str) -> bool) -> Self {
+        self.keep = Some(keep);
+        self
+    }
+
+    /// Whether `frame` is to be decoded: kept by the filter, ends the stream, or cannot be
+    /// read as an event with a `type` (so decoding reports it).
+    fn wanted(&self, frame: &SseFrame) -> bool {
+        #[derive(serde::Deserialize)]
+        struct Peek<'a> {
+            #[serde(rename = "type", borrow)]
+            kind: std::borrow::Cow<'a, str>,
+        }
+        let Some(keep) = self.keep else {
+            return true;
+        };
+        if frame.data.starts_with("[DONE]") {
+            return true;
+        }
+        match serde_json::from_str::<Peek<'_>>(&frame.data) {
+            Ok(peek) => StreamEvent::is_terminal_type(&peek.kind) || keep(&peek.kind),
+            Err(_) => true,
         }
     }
 
@@ -80,6 +113,9 @@ impl EventStream {
     async fn next_inner(&mut self) -> Result<StreamEvent, ClientError> {
         loop {
             if let Some(frame) = self.frames.pop_front() {
+                if !self.wanted(&frame) {
+                    continue;
+                }
                 match decode_frame(&frame).map_err(|e| ClientError::Decode(e.to_string()))? {
                     Decoded::Done => return Err(ClientError::StreamEndedEarly),
                     Decoded::Event(StreamEvent::Error(event)) => {

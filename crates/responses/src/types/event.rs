@@ -287,6 +287,14 @@ impl StreamEvent {
         }
     }
 
+    /// Whether an event of wire type `kind` ends the stream (as [`is_terminal`](Self::is_terminal)).
+    pub fn is_terminal_type(kind: &str) -> bool {
+        matches!(
+            kind,
+            "response.completed" | "response.failed" | "response.incomplete" | "error"
+        )
+    }
+
     /// Whether this event ends the stream (`completed`, `failed`, `incomplete`, `error`).
     pub fn is_terminal(&self) -> bool {
         matches!(
