@@ -125,17 +125,23 @@ pub(super) fn stream_body(
     delta_chars: usize,
 ) -> Response {
     let events = sse::events(response, delta_chars);
+    let Some(fault) = fault else {
+        // Nothing to interleave: every event is ready, so the stream goes out as one body
+        // (one write for the server, one read for the client), as a server with no
+        // generation latency between events would send it. Clients still see a valid SSE
+        // stream and decode it event by event.
+        let mut body = String::new();
+        for event in &events {
+            body.push_str(&sse::frame(event));
+        }
+        return sse_response(Body::from(body));
+    };
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(16);
-    let gate = fault
-        .as_ref()
-        .and_then(|f| f.gate.as_deref())
-        .map(|name| state.gate(name));
+    let gate = fault.gate.as_deref().map(|name| state.gate(name));
     tokio::spawn(async move {
         for (index, event) in events.iter().enumerate() {
-            if let Some(f) = &fault
-                && f.after_events == index
-            {
-                match f.kind {
+            if fault.after_events == index {
+                match fault.kind {
                     FaultKind::Cut => {
                         // Half of the next frame, then the body ends: the client sees a
                         // stream cut inside an event (an abort could drop buffered frames).
@@ -160,7 +166,7 @@ pub(super) fn stream_body(
                         }
                     }
                     FaultKind::ErrorEvent => {
-                        let nested = f.shape.as_deref() != Some("flat");
+                        let nested = fault.shape.as_deref() != Some("flat");
                         let frame = sse::frame(&sse::error_event(index as u64, nested));
                         let _ = tx.send(Ok(Bytes::from(frame))).await;
                         return;
@@ -172,12 +178,16 @@ pub(super) fn stream_body(
             }
         }
     });
+    sse_response(Body::from_stream(
+        tokio_stream::wrappers::ReceiverStream::new(rx),
+    ))
+}
+
+fn sse_response(body: Body) -> Response {
     base_headers(Response::builder())
         .status(StatusCode::OK)
         .header("content-type", "text/event-stream; charset=utf-8")
         .header("cache-control", "no-cache")
-        .body(Body::from_stream(
-            tokio_stream::wrappers::ReceiverStream::new(rx),
-        ))
+        .body(body)
         .unwrap_or_default()
 }
