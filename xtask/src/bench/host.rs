@@ -339,8 +339,10 @@ fn render(
          the context holds fewer tool outputs than the loop's length the model calls `list_dir`, \
          then it answers `BENCH-DONE`; a row counts only if every run ended with that answer. \
          Steps are model requests (a 200-step loop is 201: 200 tool calls, then the answer). Both \
-         sides send the whole history every step (stateless). Medians of {runs} runs unless \
-         stated; 2 cores shared with other builds, so absolute figures are noisy, ratios less so.\n"
+         sides send the whole history every step (stateless). The emulator writes each \
+         zero-latency stream as one body (every event is ready at once); both clients still \
+         parse it event by event. Medians of {runs} runs unless stated; 2 cores shared with \
+         other builds, so absolute figures are noisy, ratios less so.\n"
     );
 
     // Emulator ceiling.

@@ -1,23 +1,29 @@
-//! Reads on tokio's blocking pool.
+//! Reads on the journal's own reader threads.
 //!
 //! A file journal keeps a few read-only connections (WAL lets them read while the writer
-//! commits; each read sees a committed snapshot). An in-memory journal reads through the
-//! writer's connection. After [`Reader::close`] every read fails with
+//! commits; each read sees a committed snapshot), and as many threads, started with the
+//! journal, that take reads from one queue. An in-memory journal reads through the writer's
+//! connection, on one thread. After [`Reader::close`] every read fails with
 //! [`JournalError::Closed`].
 //!
-//! Invariant: at most as many reads run at once as there are connections (one for an
-//! in-memory journal); the others wait for a permit before they take a blocking thread.
-//! So a connection is never opened past the pool's size (opening one re-reads the schema
-//! and re-prepares every statement), and a hundred concurrent readers cost a hundred
-//! waiting futures, not a hundred blocking threads.
+//! Invariants:
+//! - At most as many reads run at once as there are connections (one for an in-memory
+//!   journal); the others wait in the queue. So a connection is never opened past the
+//!   pool's size (opening one re-reads the schema and re-prepares every statement), and a
+//!   hundred concurrent readers cost a hundred queued closures on a fixed set of threads.
+//!   (Reads on tokio's blocking pool, bounded by a semaphore, still grew the pool to some
+//!   twenty threads under a hundred runs: a permit came free just before its thread went
+//!   idle, so the next read often started a new thread.)
+//! - The threads end when the last handle to the reader is dropped.
 
+use std::panic::AssertUnwindSafe;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError, mpsc};
 use std::time::Duration;
 
 use rusqlite::{Connection, OpenFlags, OptionalExtension as _, Row, params};
-use tokio::sync::Semaphore;
+use tokio::sync::oneshot;
 
 use crate::backend::ReadSide;
 use crate::error::JournalError;
@@ -41,9 +47,12 @@ pub(crate) struct Reader {
 struct Inner {
     source: Source,
     closed: AtomicBool,
-    /// One per connection: the reads that may run at once.
-    permits: Arc<Semaphore>,
+    /// The reader threads' queue.
+    jobs: mpsc::Sender<Job>,
 }
+
+/// A read, as the reader threads run it.
+type Job = Box<dyn FnOnce() + Send>;
 
 enum Source {
     Files {
@@ -56,55 +65,67 @@ enum Source {
 }
 
 impl Reader {
-    pub(crate) fn files(path: PathBuf, busy_timeout: Duration, connections: usize) -> Self {
-        Reader::new(Source::Files {
-            path,
-            busy_timeout,
-            idle: Mutex::new(Vec::new()),
+    pub(crate) fn files(
+        path: PathBuf,
+        busy_timeout: Duration,
+        connections: usize,
+    ) -> std::io::Result<Self> {
+        let connections = connections.max(1);
+        Reader::new(
+            Source::Files {
+                path,
+                busy_timeout,
+                idle: Mutex::new(Vec::new()),
+                connections,
+            },
             connections,
-        })
+        )
     }
 
-    pub(crate) fn shared(conn: Arc<Mutex<Connection>>) -> Self {
-        Reader::new(Source::Shared(conn))
+    pub(crate) fn shared(conn: Arc<Mutex<Connection>>) -> std::io::Result<Self> {
+        Reader::new(Source::Shared(conn), 1)
     }
 
-    fn new(source: Source) -> Self {
-        let connections = match &source {
-            Source::Files { connections, .. } => (*connections).max(1),
-            Source::Shared(_) => 1,
-        };
-        Reader {
+    fn new(source: Source, threads: usize) -> std::io::Result<Self> {
+        let (tx, rx) = mpsc::channel::<Job>();
+        let queue = Arc::new(Mutex::new(rx));
+        for _ in 0..threads {
+            let queue = Arc::clone(&queue);
+            std::thread::Builder::new()
+                .name("agent-journal-reader".into())
+                .spawn(move || serve(&queue))?;
+        }
+        Ok(Reader {
             inner: Arc::new(Inner {
                 source,
                 closed: AtomicBool::new(false),
-                permits: Arc::new(Semaphore::new(connections)),
+                jobs: tx,
             }),
-        }
+        })
     }
 
-    /// Runs `read` with a connection on the blocking pool, once a connection is free.
+    /// Runs `read` with a connection on a reader thread, once one is free.
     ///
     /// # Cancel safety
-    /// Dropped while waiting for a permit: nothing was read. Dropped later: the read still
-    /// finishes on its blocking thread and then returns its permit and connection.
+    /// Dropped before a thread takes the read: it is skipped. Dropped later: the read still
+    /// finishes on its thread, which then returns its connection; the result is dropped.
     async fn run<T, F>(&self, read: F) -> Result<T, JournalError>
     where
         T: Send + 'static,
         F: FnOnce(&Connection) -> Result<T, JournalError> + Send + 'static,
     {
-        let permit = Arc::clone(&self.inner.permits)
-            .acquire_owned()
-            .await
-            .map_err(|_| JournalError::Closed)?;
+        let (tx, rx) = oneshot::channel();
         let inner = Arc::clone(&self.inner);
-        tokio::task::spawn_blocking(move || {
-            let result = inner.with_connection(read);
-            drop(permit);
-            result
-        })
-        .await
-        .map_err(|_| JournalError::Closed)?
+        let job: Job = Box::new(move || {
+            if !tx.is_closed() {
+                let _ = tx.send(inner.with_connection(read));
+            }
+        });
+        self.inner
+            .jobs
+            .send(job)
+            .map_err(|_| JournalError::Closed)?;
+        rx.await.map_err(|_| JournalError::Closed)?
     }
 
     /// Up to `limit` events of `thread` with `after < seq <= upto`, in seq order.
@@ -283,6 +304,20 @@ impl Inner {
                 }
                 result
             }
+        }
+    }
+}
+
+/// A reader thread: runs reads until every sender is gone. A read that panics loses only
+/// its own answer (its caller sees [`JournalError::Closed`]), not the thread.
+fn serve(queue: &Mutex<mpsc::Receiver<Job>>) {
+    loop {
+        let job = queue.lock().unwrap_or_else(PoisonError::into_inner).recv();
+        match job {
+            Ok(job) => {
+                let _ = std::panic::catch_unwind(AssertUnwindSafe(job));
+            }
+            Err(mpsc::RecvError) => return,
         }
     }
 }
