@@ -168,6 +168,17 @@ async fn wrong_or_missing_key_is_401_and_the_key_never_leaks() {
     assert!(none.is_none());
 }
 
+/// The text of a stream's `output_text` deltas, in order.
+fn delta_text(events: &[StreamEvent]) -> String {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            StreamEvent::OutputTextDelta(d) => Some(d.delta.as_str()),
+            _ => None,
+        })
+        .collect()
+}
+
 #[tokio::test]
 async fn stream_follows_the_section_6_3_order() {
     let (_server, client) = start(json!({"rules": [{"when": {"stream": true}, "reply": {"items": [
@@ -200,14 +211,10 @@ async fn stream_follows_the_section_6_3_order() {
             "response.function_call_arguments.delta"
         ]
     );
-    let text: String = events
-        .iter()
-        .filter_map(|e| match e {
-            StreamEvent::OutputTextDelta(d) => Some(d.delta.clone()),
-            _ => None,
-        })
-        .collect();
-    assert_eq!(text, "Hi there, this is long enough to split.");
+    assert_eq!(
+        delta_text(&events),
+        "Hi there, this is long enough to split."
+    );
     let Some(StreamEvent::Completed(done)) = events.last() else {
         panic!("last event {names:?}")
     };
@@ -240,14 +247,10 @@ async fn a_filtered_stream_decodes_only_the_kept_events_and_still_ends_as_before
         deltas.iter().all(|n| *n == "response.output_text.delta"),
         "{names:?}"
     );
-    let text: String = events
-        .iter()
-        .filter_map(|e| match e {
-            StreamEvent::OutputTextDelta(d) => Some(d.delta.clone()),
-            _ => None,
-        })
-        .collect();
-    assert_eq!(text, "Hi there, this is long enough to split.");
+    assert_eq!(
+        delta_text(&events),
+        "Hi there, this is long enough to split."
+    );
     let Some(StreamEvent::Completed(done)) = events.last() else {
         panic!("last event {names:?}")
     };
