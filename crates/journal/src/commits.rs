@@ -9,7 +9,7 @@
 //! The same wakes come from other processes on PostgreSQL: its shared LISTEN connection
 //! (`backend/postgres/listen.rs`) publishes each notified thread here.
 //!
-//! A tail of one kind ([`Commits::subscribe_kind`]) is woken only by commits that write
+//! A tail of one kind ([`Commits::subscribe`] with a kind) is woken only by commits that write
 //! that kind to its thread, and by every notification from another process (which names
 //! the thread, not the kinds). A run's interrupt watch is one: it waits on the run's
 //! thread, which its own host writes five times per step, for a kind no host writes.
@@ -41,33 +41,17 @@ pub(crate) struct Commits {
 
 #[derive(Default)]
 struct Threads {
-    by_name: HashMap<String, Subscribers>,
+    /// Per thread, its tails' wakes (few per thread).
+    by_name: HashMap<String, Vec<Wake>>,
     sweep_at: usize,
 }
 
-/// The wakes of one thread: each a generation bumped by every publish that concerns it.
-struct Subscribers {
-    /// Tails of every event.
-    all: watch::Sender<u64>,
-    /// Tails of one kind, by kind.
-    kinds: Vec<(String, watch::Sender<u64>)>,
-}
+/// A generation per filter (`None`: every event, else one kind), bumped by every publish
+/// the filter lets through.
+type Wake = (Option<String>, watch::Sender<u64>);
 
-impl Subscribers {
-    fn new() -> Self {
-        Subscribers {
-            all: watch::channel(0).0,
-            kinds: Vec::new(),
-        }
-    }
-
-    fn live(&self) -> bool {
-        self.all.receiver_count() > 0 || self.kinds.iter().any(|(_, tx)| tx.receiver_count() > 0)
-    }
-}
-
-fn bump(tx: &watch::Sender<u64>) {
-    tx.send_modify(|generation| *generation = generation.wrapping_add(1));
+fn live(wakes: &[Wake]) -> bool {
+    wakes.iter().any(|(_, tx)| tx.receiver_count() > 0)
 }
 
 /// One written event as a publish names it: its thread, and its kind when known (a
@@ -80,37 +64,22 @@ impl Commits {
         self.threads.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The entry of `thread`, made if needed, after sweeping entries without tails when the
-    /// map has grown.
-    fn entry<'t>(threads: &'t mut Threads, thread: &str) -> &'t mut Subscribers {
+    /// A receiver that changes when this process commits events of `thread` (of `kind`
+    /// only, when given), or, for every filter, when another process's commit of `thread`
+    /// is notified.
+    pub(crate) fn subscribe(&self, thread: &str, kind: Option<&str>) -> watch::Receiver<u64> {
+        let mut threads = self.threads();
         if threads.by_name.len() >= threads.sweep_at.max(FIRST_SWEEP) {
-            threads.by_name.retain(|_, subs| subs.live());
+            threads.by_name.retain(|_, wakes| live(wakes));
             threads.sweep_at = threads.by_name.len() * 2;
         }
-        threads
-            .by_name
-            .entry(thread.to_owned())
-            .or_insert_with(Subscribers::new)
-    }
-
-    /// A receiver that changes when this process commits events of `thread`.
-    pub(crate) fn subscribe(&self, thread: &str) -> watch::Receiver<u64> {
-        let mut threads = self.threads();
-        let rx = Self::entry(&mut threads, thread).all.subscribe();
-        self.entries.store(threads.by_name.len(), Ordering::Release);
-        rx
-    }
-
-    /// A receiver that changes when this process commits an event of `kind` to `thread`, or
-    /// another process's commit of `thread` is notified.
-    pub(crate) fn subscribe_kind(&self, thread: &str, kind: &str) -> watch::Receiver<u64> {
-        let mut threads = self.threads();
-        let subs = Self::entry(&mut threads, thread);
-        let rx = match subs.kinds.iter().find(|(k, _)| k == kind) {
+        let wakes = threads.by_name.entry(thread.to_owned()).or_default();
+        wakes.retain(|(_, tx)| tx.receiver_count() > 0);
+        let rx = match wakes.iter().find(|(filter, _)| filter.as_deref() == kind) {
             Some((_, tx)) => tx.subscribe(),
             None => {
                 let (tx, rx) = watch::channel(0);
-                subs.kinds.push((kind.to_owned(), tx));
+                wakes.push((kind.map(str::to_owned), tx));
                 rx
             }
         };
@@ -131,20 +100,16 @@ impl Commits {
         let mut threads = self.threads();
         let mut gone = Vec::new();
         for (thread, kind) in written {
-            let Some(subs) = threads.by_name.get_mut(thread) else {
+            let Some(wakes) = threads.by_name.get(thread) else {
                 continue;
             };
-            if !subs.live() {
+            if !live(wakes) {
                 gone.push(thread);
                 continue;
             }
-            if subs.all.receiver_count() > 0 {
-                bump(&subs.all);
-            }
-            subs.kinds.retain(|(_, tx)| tx.receiver_count() > 0);
-            for (k, tx) in &subs.kinds {
-                if kind.is_none_or(|kind| kind == k) {
-                    bump(tx);
+            for (filter, tx) in wakes {
+                if filter.is_none() || kind.is_none() || filter.as_deref() == kind {
+                    tx.send_modify(|generation| *generation = generation.wrapping_add(1));
                 }
             }
         }
@@ -162,8 +127,8 @@ mod tests {
     #[test]
     fn a_commit_wakes_only_its_threads_tails() {
         let commits = Commits::default();
-        let mut a = commits.subscribe("a");
-        let b = commits.subscribe("b");
+        let mut a = commits.subscribe("a", None);
+        let b = commits.subscribe("b", None);
         commits.publish([("a", None)]);
         assert!(a.has_changed().unwrap());
         assert!(!b.has_changed().unwrap());
@@ -176,7 +141,7 @@ mod tests {
     #[test]
     fn entries_of_dropped_tails_go_away() {
         let commits = Commits::default();
-        drop(commits.subscribe("a"));
+        drop(commits.subscribe("a", None));
         assert!(commits.any());
         commits.publish([("a", None)]);
         assert!(
@@ -184,9 +149,9 @@ mod tests {
             "a commit drops the entry of a thread without tails"
         );
         for i in 0..(FIRST_SWEEP * 3) {
-            drop(commits.subscribe(&format!("t{i}")));
+            drop(commits.subscribe(&format!("t{i}"), None));
         }
-        let kept = commits.subscribe_kind("live", "k");
+        let kept = commits.subscribe("live", Some("k"));
         assert!(commits.threads().by_name.len() < FIRST_SWEEP + 2);
         drop(kept);
     }
@@ -194,8 +159,8 @@ mod tests {
     #[test]
     fn a_kind_tail_wakes_only_for_its_kind_or_an_unknown_one() {
         let commits = Commits::default();
-        let mut all = commits.subscribe("a");
-        let mut kind = commits.subscribe_kind("a", "interrupt.requested");
+        let mut all = commits.subscribe("a", None);
+        let mut kind = commits.subscribe("a", Some("interrupt.requested"));
         commits.publish([("a", Some("model.requested")), ("a", Some("tool.started"))]);
         assert!(all.has_changed().unwrap());
         assert!(!kind.has_changed().unwrap(), "other kinds do not wake it");

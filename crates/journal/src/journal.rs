@@ -327,8 +327,7 @@ impl Journal {
         if let Err(err) = check_thread(thread) {
             return stream::failed(err);
         }
-        let committed = self.inner.commits.subscribe(thread);
-        self.tail_with(thread, None, after, committed)
+        self.tail_with(thread, None, after)
     }
 
     /// As [`tail`](Self::tail), yielding only the events of `kind`. This process's commits
@@ -339,22 +338,16 @@ impl Journal {
         if let Err(err) = check_thread(thread) {
             return stream::failed(err);
         }
-        let committed = self.inner.commits.subscribe_kind(thread, kind);
-        self.tail_with(thread, Some(kind.to_owned()), after, committed)
+        self.tail_with(thread, Some(kind), after)
     }
 
-    fn tail_with(
-        &self,
-        thread: &str,
-        kind: Option<String>,
-        after: i64,
-        committed: watch::Receiver<u64>,
-    ) -> EventStream {
+    fn tail_with(&self, thread: &str, kind: Option<&str>, after: i64) -> EventStream {
+        let committed = self.inner.commits.subscribe(thread, kind);
         let listening = self.listen_for_other_processes();
         stream::tail(
             self.inner.reads.clone(),
             thread.to_string(),
-            kind,
+            kind.map(str::to_owned),
             after,
             stream::Wakes {
                 committed,

@@ -76,9 +76,7 @@ impl EventStream {
         let Some(keep) = self.keep else {
             return true;
         };
-        if frame.data.starts_with("[DONE]") {
-            return true;
-        }
+        // `[DONE]` is not JSON: it is decoded (and ends the stream) like any unreadable frame.
         match serde_json::from_str::<Peek<'_>>(&frame.data) {
             Ok(peek) => StreamEvent::is_terminal_type(&peek.kind) || keep(&peek.kind),
             Err(_) => true,

@@ -297,12 +297,6 @@ impl StreamEvent {
 
     /// Whether this event ends the stream (`completed`, `failed`, `incomplete`, `error`).
     pub fn is_terminal(&self) -> bool {
-        matches!(
-            self,
-            StreamEvent::Completed(_)
-                | StreamEvent::Failed(_)
-                | StreamEvent::Incomplete(_)
-                | StreamEvent::Error(_)
-        )
+        self.type_name().is_some_and(Self::is_terminal_type)
     }
 }

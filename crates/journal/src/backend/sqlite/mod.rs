@@ -125,7 +125,7 @@ pub(crate) fn open(
         Location::File(path) => Reader::files(
             path.clone(),
             options.busy_timeout,
-            options.read_connections.max(1) as usize,
+            options.read_connections as usize,
         ),
     }
     .map_err(|err| JournalError::Open {
