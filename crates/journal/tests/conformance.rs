@@ -72,6 +72,7 @@ conformance!(
         concurrent_appends_are_group_committed_in_ack_order,
         bad_input_is_refused_and_writes_nothing,
         replay_stream_pages_through_long_threads,
+        replay_is_whole_on_either_side_of_a_page,
         tail_yields_existing_then_new_events,
         threads_and_last_seq,
         last_of_kind_finds_the_newest_event_of_a_kind_in_its_thread,
@@ -339,6 +340,33 @@ async fn replay_stream_pages_through_long_threads(f: Fixture) {
         .await;
     assert_eq!(rest.len(), 1500);
     assert_eq!(rest[0].seq, replayed[2000].seq);
+}
+
+/// A replay reads a first page, then the rest: every count around a page comes back whole
+/// and in order, with another thread's events in between.
+async fn replay_is_whole_on_either_side_of_a_page(f: Fixture) {
+    let j = &f.journal;
+    for total in [255, 256, 257, 512, 513] {
+        let thread = format!("p{total}");
+        let mut written = 0;
+        while written < total {
+            let upto = (written + 64).min(total);
+            j.append_batch((written..upto).map(|n| ev(&thread, "e", n)).collect())
+                .await
+                .unwrap();
+            j.append(ev("noise", "e", written)).await.unwrap();
+            written = upto;
+        }
+        let replayed = j.replay(&thread, 0).await.unwrap();
+        let ns: Vec<i64> = replayed
+            .iter()
+            .map(|e| e.payload["n"].as_i64().unwrap())
+            .collect();
+        assert_eq!(ns, (0..total).collect::<Vec<i64>>(), "{total} events");
+        assert!(replayed.windows(2).all(|w| w[0].seq < w[1].seq));
+        let after = replayed[100].seq;
+        assert_eq!(j.replay(&thread, after).await.unwrap(), replayed[101..]);
+    }
 }
 
 async fn tail_yields_existing_then_new_events(f: Fixture) {

@@ -33,6 +33,8 @@ use crate::event::Event;
 const PARALLEL_REPLAY_SPAN: i64 = 20_000;
 /// Most parallel pieces of one replay.
 const MAX_REPLAY_PARTS: usize = 4;
+/// Events a replay reads before it probes how far the thread goes.
+const FIRST_REPLAY_PAGE: i64 = 256;
 
 /// Up to `?4` events of thread `?1` with `?2 < seq <= ?3`, in seq order.
 const RANGE_SQL: &str = "SELECT seq, kind, payload, at, dedup_key, epoch FROM journal_events \
@@ -163,52 +165,22 @@ impl ReadSide for Reader {
         self.range(thread, after, i64::MAX, limit).await
     }
 
-    /// Every event of `thread` after `after`, as of one moment. A long thread is read as
-    /// seq ranges in parallel (one per core): seqs are assigned in commit order, so every
-    /// seq up to the highest one seen at the start is already committed and each range
-    /// reads a complete, immutable slice.
+    /// Every event of `thread` after `after`: a prefix of the thread as committed.
     async fn replay_all(&self, thread: &str, after: i64) -> Result<Vec<Event>, JournalError> {
-        let owned = thread.to_string();
-        let bounds = self
-            .run(move |conn| {
-                let bounds = conn
-                    .prepare_cached(
-                        // Two subqueries: each is one probe of the (thread, seq) key,
-                        // where MIN and MAX in one SELECT would scan the thread.
-                        "SELECT (SELECT MIN(seq) FROM journal_events WHERE thread = ?1 AND seq > ?2), \
-                                (SELECT MAX(seq) FROM journal_events WHERE thread = ?1 AND seq > ?2)",
-                    )?
-                    .query_row(params![owned, after], |row| {
-                        Ok((row.get::<_, Option<i64>>(0)?, row.get::<_, Option<i64>>(1)?))
-                    })?;
-                Ok(bounds)
-            })
+        // Most replays catch up on a few events (a driver after its own step): one read.
+        // A full first page means a long catch-up (a resume): the rest is probed and may
+        // be read in parallel. Each read is a committed snapshot and commits append to a
+        // thread in seq order, so the rest, read later, extends the first page.
+        let mut events = self
+            .range(thread, after, i64::MAX, FIRST_REPLAY_PAGE)
             .await?;
-        let (Some(first), Some(last)) = bounds else {
-            return Ok(Vec::new());
+        let Some(last) = events.last().map(|e| e.seq) else {
+            return Ok(events);
         };
-        let parts = match self.inner.source {
-            Source::Shared(_) => 1,
-            Source::Files { .. } if last - first < PARALLEL_REPLAY_SPAN => 1,
-            Source::Files { .. } => {
-                std::thread::available_parallelism().map_or(1, |n| n.get().min(MAX_REPLAY_PARTS))
-            }
-        };
-        let span = (last - first) / parts as i64 + 1;
-        let ranges = (0..parts as i64).map(|i| {
-            let from = first - 1 + i * span;
-            (from, (from + span).min(last))
-        });
-        let reads = ranges.map(|(from, to)| self.range(thread, from, to, i64::MAX));
-        let mut events = Vec::new();
-        for part in futures::future::join_all(reads).await {
-            let part = part?;
-            if events.is_empty() {
-                events = part;
-            } else {
-                events.extend(part);
-            }
+        if events.len() < FIRST_REPLAY_PAGE as usize {
+            return Ok(events);
         }
+        events.extend(self.replay_rest(thread, last).await?);
         Ok(events)
     }
 
@@ -273,6 +245,57 @@ impl ReadSide for Reader {
         if let Source::Files { idle, .. } = &self.inner.source {
             idle.lock().unwrap_or_else(PoisonError::into_inner).clear();
         }
+    }
+}
+
+impl Reader {
+    /// Every event of `thread` after `after`, as of one moment. A long thread is read as
+    /// seq ranges in parallel (one per core): seqs are assigned in commit order, so every
+    /// seq up to the highest one seen at the start is already committed and each range
+    /// reads a complete, immutable slice.
+    async fn replay_rest(&self, thread: &str, after: i64) -> Result<Vec<Event>, JournalError> {
+        let owned = thread.to_string();
+        let bounds = self
+            .run(move |conn| {
+                let bounds = conn
+                    .prepare_cached(
+                        // Two subqueries: each is one probe of the (thread, seq) key,
+                        // where MIN and MAX in one SELECT would scan the thread.
+                        "SELECT (SELECT MIN(seq) FROM journal_events WHERE thread = ?1 AND seq > ?2), \
+                                (SELECT MAX(seq) FROM journal_events WHERE thread = ?1 AND seq > ?2)",
+                    )?
+                    .query_row(params![owned, after], |row| {
+                        Ok((row.get::<_, Option<i64>>(0)?, row.get::<_, Option<i64>>(1)?))
+                    })?;
+                Ok(bounds)
+            })
+            .await?;
+        let (Some(first), Some(last)) = bounds else {
+            return Ok(Vec::new());
+        };
+        let parts = match self.inner.source {
+            Source::Shared(_) => 1,
+            Source::Files { .. } if last - first < PARALLEL_REPLAY_SPAN => 1,
+            Source::Files { .. } => {
+                std::thread::available_parallelism().map_or(1, |n| n.get().min(MAX_REPLAY_PARTS))
+            }
+        };
+        let span = (last - first) / parts as i64 + 1;
+        let ranges = (0..parts as i64).map(|i| {
+            let from = first - 1 + i * span;
+            (from, (from + span).min(last))
+        });
+        let reads = ranges.map(|(from, to)| self.range(thread, from, to, i64::MAX));
+        let mut events = Vec::new();
+        for part in futures::future::join_all(reads).await {
+            let part = part?;
+            if events.is_empty() {
+                events = part;
+            } else {
+                events.extend(part);
+            }
+        }
+        Ok(events)
     }
 }
 
