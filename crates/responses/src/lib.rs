@@ -45,4 +45,4 @@ pub mod types;
 pub mod ws;
 
 pub use error::{ApiError, ClientError};
-pub use http::{ApiKey, Client, ClientConfig, EventStream};
+pub use http::{ApiKey, Client, ClientConfig, EventStream, RawEvent};

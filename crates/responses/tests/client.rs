@@ -278,6 +278,59 @@ async fn a_filtered_stream_decodes_only_the_kept_events_and_still_ends_as_before
     assert!(stream.next().await.is_none());
 }
 
+#[tokio::test]
+async fn raw_events_are_the_typed_events_undecoded_and_end_the_same_way() {
+    let script = json!({"rules": [{"when": {"stream": true}, "reply": {"items": [
+        {"type": "function_call", "call_id": "call_1", "name": "scan", "arguments": "{}"},
+        {"type": "message", "content": [{"type": "output_text", "text": "Hi there, this is long enough to split."}]}
+    ]}}]});
+    let (_server, client) = start(script).await;
+    let mut typed = Vec::new();
+    let mut stream = client.create_stream(&hello()).await.unwrap();
+    while let Some(event) = stream.next().await {
+        typed.push(event.unwrap());
+    }
+    let mut raw = Vec::new();
+    let mut stream = client.create_stream(&hello()).await.unwrap();
+    while let Some(event) = stream.next_raw().await {
+        raw.push(event.unwrap());
+    }
+    assert!(
+        stream.next_raw().await.is_none(),
+        "ended after the terminal event"
+    );
+    assert_eq!(raw.len(), typed.len());
+    for (raw, typed) in raw.iter().zip(&typed) {
+        assert_eq!(Some(raw.kind()), typed.type_name());
+        // Ids and times are minted per response: compare the shape, not the values.
+        let (r, t) = (raw.decode().unwrap(), typed);
+        assert_eq!(r.type_name(), t.type_name());
+        assert_eq!(r.sequence_number(), t.sequence_number());
+    }
+    assert_eq!(raw.last().unwrap().kind(), "response.completed");
+
+    // Filtered, an error event still ends the stream as an error, not as a raw event.
+    let script: Script = serde_json::from_value(json!({"rules": [{"when": {"stream": true},
+        "reply": {"items": [{"type": "message", "content": [{"type": "output_text", "text": "one two"}]}]},
+        "fault": {"after_events": 3, "kind": "error_event"}}]}))
+    .unwrap();
+    let server = MockServer::start(MockConfig::new(script).with_api_key(MOCK_API_KEY))
+        .await
+        .unwrap();
+    let client = client_for(&server.base_url(), MOCK_API_KEY);
+    let mut stream = client
+        .create_stream(&hello())
+        .await
+        .unwrap()
+        .only(|_| false);
+    let first = stream.next_raw().await.unwrap();
+    assert!(
+        matches!(first, Err(ClientError::StreamError(_))),
+        "{first:?}"
+    );
+    assert!(stream.next_raw().await.is_none());
+}
+
 async fn stream_error(fault: serde_json::Value, idle: Option<Duration>) -> ClientError {
     let script: Script = serde_json::from_value(json!({"rules": [{"when": {"stream": true},
         "reply": {"items": [{"type": "message", "content": [{"type": "output_text", "text": "one two three four five six"}]}]},

@@ -6,4 +6,4 @@ mod stream;
 
 pub use client::Client;
 pub use config::{ApiKey, ClientConfig, DEFAULT_BASE_URL};
-pub use stream::EventStream;
+pub use stream::{EventStream, RawEvent};

@@ -15,6 +15,46 @@ use crate::error::{ApiError, ClientError};
 use crate::sse::{Decoded, SseFrame, SseParser, decode_frame};
 use crate::types::{Response, StreamEvent};
 
+/// One event of a stream, not decoded (see [`EventStream::next_raw`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RawEvent {
+    kind: String,
+    data: String,
+}
+
+impl RawEvent {
+    /// The event's `type` (empty when it has none).
+    pub fn kind(&self) -> &str {
+        &self.kind
+    }
+    /// The event's JSON, as the frame carried it.
+    pub fn data(&self) -> &str {
+        &self.data
+    }
+    /// The typed event.
+    pub fn decode(&self) -> Result<StreamEvent, ClientError> {
+        serde_json::from_str(&self.data).map_err(|e| ClientError::Decode(e.to_string()))
+    }
+}
+
+/// The `type` of an event's JSON, without decoding the rest when it comes first (as the
+/// API writes it); `None` when the frame is not an object with a string `type`.
+fn peek_type(data: &str) -> Option<std::borrow::Cow<'_, str>> {
+    #[derive(serde::Deserialize)]
+    struct Peek<'a> {
+        #[serde(rename = "type", borrow)]
+        kind: std::borrow::Cow<'a, str>,
+    }
+    // A string without `\\` is its own text: `"type"` first needs no parse of the rest.
+    if let Some(rest) = data.strip_prefix("{\"type\":\"")
+        && let Some(end) = rest.find(['"', '\\'])
+        && rest.as_bytes().get(end) == Some(&b'"')
+    {
+        return Some(std::borrow::Cow::Borrowed(&rest[..end]));
+    }
+    serde_json::from_str::<Peek<'_>>(data).ok().map(|p| p.kind)
+}
+
 /// A streamed response's events.
 pub struct EventStream {
     body: BoxStream<'static, Result<bytes::Bytes, reqwest::Error>>,
@@ -68,18 +108,13 @@ impl EventStream {
     /// Whether `frame` is to be decoded: kept by the filter, ends the stream, or cannot be
     /// read as an event with a `type` (so decoding reports it).
     fn wanted(&self, frame: &SseFrame) -> bool {
-        #[derive(serde::Deserialize)]
-        struct Peek<'a> {
-            #[serde(rename = "type", borrow)]
-            kind: std::borrow::Cow<'a, str>,
-        }
         let Some(keep) = self.keep else {
             return true;
         };
         // `[DONE]` is not JSON: it is decoded (and ends the stream) like any unreadable frame.
-        match serde_json::from_str::<Peek<'_>>(&frame.data) {
-            Ok(peek) => StreamEvent::is_terminal_type(&peek.kind) || keep(&peek.kind),
-            Err(_) => true,
+        match peek_type(&frame.data) {
+            Some(kind) => StreamEvent::is_terminal_type(&kind) || keep(&kind),
+            None => true,
         }
     }
 
@@ -108,27 +143,71 @@ impl EventStream {
         Some(result)
     }
 
+    /// The next event as its frame carries it, not decoded: for a caller that reads only
+    /// a few fields of the events it wants. Ends like [`EventStream::next`]: `None` after
+    /// the terminal event; an `error` event, `[DONE]` or an unreadable frame is the same
+    /// `Err` (and ends the stream). An event without a `type` has an empty kind.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`EventStream::next`].
+    pub async fn next_raw(&mut self) -> Option<Result<RawEvent, ClientError>> {
+        if self.finished {
+            return None;
+        }
+        let result = match self.next_frame().await {
+            Ok(frame) => match peek_type(&frame.data) {
+                Some(kind) if kind != "error" => Ok(RawEvent {
+                    kind: kind.into_owned(),
+                    data: frame.data,
+                }),
+                _ => self.decode(&frame).map(|_| RawEvent {
+                    kind: String::new(),
+                    data: frame.data,
+                }),
+            },
+            Err(err) => Err(err),
+        };
+        match &result {
+            Ok(event) if StreamEvent::is_terminal_type(&event.kind) => self.finished = true,
+            Ok(_) => {}
+            Err(_) => self.finished = true,
+        }
+        Some(result)
+    }
+
     async fn next_inner(&mut self) -> Result<StreamEvent, ClientError> {
+        let frame = self.next_frame().await?;
+        self.decode(&frame)
+    }
+
+    /// `frame`'s event; an `error` event or `[DONE]` is the error that ends the stream.
+    fn decode(&self, frame: &SseFrame) -> Result<StreamEvent, ClientError> {
+        match decode_frame(frame).map_err(|e| ClientError::Decode(e.to_string()))? {
+            Decoded::Done => Err(ClientError::StreamEndedEarly),
+            Decoded::Event(StreamEvent::Error(event)) => {
+                let d = event.detail();
+                Err(ClientError::StreamError(Box::new(ApiError {
+                    status: None,
+                    kind: d.kind,
+                    code: d.code,
+                    param: d.param,
+                    message: d.message,
+                    request_id: self.request_id.clone(),
+                })))
+            }
+            Decoded::Event(event) => Ok(event),
+        }
+    }
+
+    /// The next frame the filter wants, reading the body as needed.
+    async fn next_frame(&mut self) -> Result<SseFrame, ClientError> {
         loop {
             if let Some(frame) = self.frames.pop_front() {
-                if !self.wanted(&frame) {
-                    continue;
+                if self.wanted(&frame) {
+                    return Ok(frame);
                 }
-                match decode_frame(&frame).map_err(|e| ClientError::Decode(e.to_string()))? {
-                    Decoded::Done => return Err(ClientError::StreamEndedEarly),
-                    Decoded::Event(StreamEvent::Error(event)) => {
-                        let d = event.detail();
-                        return Err(ClientError::StreamError(Box::new(ApiError {
-                            status: None,
-                            kind: d.kind,
-                            code: d.code,
-                            param: d.param,
-                            message: d.message,
-                            request_id: self.request_id.clone(),
-                        })));
-                    }
-                    Decoded::Event(event) => return Ok(event),
-                }
+                continue;
             }
             match tokio::time::timeout(self.idle_timeout, self.body.next()).await {
                 Err(_) => return Err(ClientError::StreamIdleTimeout(self.idle_timeout)),
@@ -163,5 +242,28 @@ impl EventStream {
             }
         }
         Err(ClientError::StreamEndedEarly)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::peek_type;
+
+    #[test]
+    fn peek_reads_the_type_wherever_it_is_and_only_a_string_one() {
+        assert_eq!(peek_type(r#"{"type":"a.b","x":1}"#).as_deref(), Some("a.b"));
+        assert_eq!(
+            peek_type(r#"{"x":{"type":"no"},"type":"a"}"#).as_deref(),
+            Some("a")
+        );
+        // An escape in the first position falls back to a full parse, which unescapes.
+        assert_eq!(peek_type(r#"{"type":"a\"b"}"#).as_deref(), Some("a\"b"));
+        assert_eq!(
+            peek_type(r#"{"type": "spaced"}"#).as_deref(),
+            Some("spaced")
+        );
+        assert_eq!(peek_type(r#"{"type":5}"#), None);
+        assert_eq!(peek_type("[DONE]"), None);
+        assert_eq!(peek_type(r#"{"x":1}"#), None);
     }
 }
