@@ -536,9 +536,12 @@ fn arm_crash_hook(journal: &Journal, thread: &str, after: i64, n: Option<usize>)
         while let Some(Ok(_)) = tail.next().await {
             seen += 1;
             if seen >= n {
-                let _ = std::process::Command::new("kill")
-                    .args(["-KILL", &std::process::id().to_string()])
-                    .status();
+                // The syscall, not a spawned `kill`: the process must die before the
+                // run goes much further (a spawned one once landed after the run ended).
+                let _ = rustix::process::kill_process(
+                    rustix::process::getpid(),
+                    rustix::process::Signal::KILL,
+                );
             }
         }
     });
