@@ -498,14 +498,14 @@ impl Driver {
     /// attempts are used up, `model.failed` and a pause.
     async fn model_step(&mut self) -> Result<Option<RunEnd>, HostError> {
         let step = self.state.step_count() + 1;
-        let mut request =
-            model::build_request(&self.state, &self.spec).map_err(HostError::Invalid)?;
-        request.stream = Some(Some(true));
         // Encoded once: the recorded hash is of the bytes every attempt sends over HTTP,
         // and only those bytes are held while the step streams.
-        let body = serde_json::to_vec(&request).map_err(|e| HostError::Invalid(e.to_string()))?;
+        let body =
+            model::request_body(&self.state, &self.spec, true).map_err(HostError::Invalid)?;
         let sha = k::sha256_hex(&body);
         let request = if self.spec.transport == k::TRANSPORT_WS {
+            let request = serde_json::from_slice(&body)
+                .map_err(|e| HostError::Invalid(format!("unreadable request: {e}")))?;
             Outgoing::Ws(Box::new(request))
         } else {
             Outgoing::Http(bytes::Bytes::from(body))
@@ -530,24 +530,23 @@ impl Driver {
             };
             match streamed {
                 Streamed::Response(response) if response.status.as_deref() != Some("failed") => {
-                    let output: Vec<Value> = response
-                        .output
-                        .iter()
-                        .map(serde_json::to_value)
-                        .collect::<Result<_, _>>()
-                        .map_err(|e| HostError::Invalid(e.to_string()))?;
-                    let usage = response
-                        .usage
-                        .as_ref()
-                        .and_then(|u| u.as_ref())
-                        .and_then(|u| serde_json::to_value(u).ok())
-                        .unwrap_or(Value::Null);
+                    let model::Final {
+                        id,
+                        status,
+                        output,
+                        usage,
+                        ..
+                    } = *response;
+                    let usage = usage.unwrap_or(Value::Null);
                     if let Some(problem) = self.unusable_calls(&output) {
                         return self.fail(problem).await.map(Some);
                     }
                     let mut completed = json!({"step": step, "attempt": attempt,
-                        "response_id": response.id, "status": response.status,
-                        "output": output, "usage": usage});
+                        "response_id": id, "status": status, "usage": usage});
+                    // Moved in: `json!` would copy the output (it serialises a reference).
+                    if let Some(obj) = completed.as_object_mut() {
+                        obj.insert("output".into(), Value::Array(output));
+                    }
                     let mut events = Vec::new();
                     if let Some(steered) = steered {
                         events = self.steered_events(step, &steered).await?;
@@ -578,13 +577,12 @@ impl Driver {
                     }
                 }
                 Streamed::Response(response) => {
-                    let error = response
-                        .error()
-                        .map(|e| serde_json::to_value(e).unwrap_or(Value::Null));
-                    let message = response
-                        .error()
-                        .map(|e| e.message.clone())
-                        .unwrap_or_else(|| "the response failed".into());
+                    let error = response.error().cloned();
+                    let message = match &error {
+                        Some(e) => e.get("message").and_then(Value::as_str).unwrap_or_default(),
+                        None => "the response failed",
+                    }
+                    .to_string();
                     self.record(
                         k::MODEL_FAILED,
                         json!({"step": step, "attempt": attempt, "status": null, "message": message,

@@ -8,11 +8,8 @@
 //! host's frontier note, then the steps after it), so a resumed run sends what the crashed
 //! one would have.
 
-use agent_responses::types::{
-    CreateResponse, FunctionCallOutput, FunctionTool, Input, Item, MessageItem, StreamEvent, Tool,
-};
+use agent_responses::types::{CreateResponse, Item, MessageItem, StreamEvent};
 use agent_responses::{Client, ClientError};
-use serde::Deserialize as _;
 use serde_json::Value;
 
 use super::state::{CallProgress, RunSpec, RunState, SteerStatus};
@@ -43,83 +40,173 @@ pub(crate) fn frontier_note(state: &RunState, c: &super::state::CompactionRecord
     )
 }
 
-/// The request for the next step of `state`.
+/// The request for the next step of `state`, as [`request_body`] encodes it.
 pub(crate) fn build_request(state: &RunState, spec: &RunSpec) -> Result<CreateResponse, String> {
-    // After a compaction, the history before its step is its output, verbatim, between the
-    // goal (the prompt, never left to the compaction) and the host's frontier note.
-    let (mut items, from_step, covered) = match &state.compaction {
-        Some(c) => {
-            let mut items = vec![Item::Message(MessageItem::user(spec.prompt.clone()))];
-            for raw in &c.output {
-                items.push(
-                    Item::deserialize(raw)
-                        .map_err(|err| format!("unreadable compaction output: {err}"))?,
-                );
-            }
-            items.push(Item::Message(MessageItem::user(frontier_note(state, c))));
-            (items, c.before_step, c.covered_steers.as_slice())
-        }
-        None => (
-            vec![Item::Message(MessageItem::user(spec.prompt.clone()))],
-            1,
-            &[][..],
-        ),
+    let body = request_body(state, spec, false)?;
+    serde_json::from_slice(&body).map_err(|err| format!("unreadable request: {err}"))
+}
+
+/// The encoded request for the next step of `state` (with `"stream": true` when `stream`).
+///
+/// Written from the run state by reference: the output items go out as the journal holds
+/// them, not through typed items and copies of the history at every step.
+pub(crate) fn request_body(
+    state: &RunState,
+    spec: &RunSpec,
+    stream: bool,
+) -> Result<Vec<u8>, String> {
+    let body = Body {
+        model: &spec.model,
+        input: History { state, spec },
+        instructions: spec.instructions.as_deref(),
+        tools: spec.tools.iter().map(FunctionToolRef::of).collect(),
+        stream: stream.then_some(true),
     };
-    let steers_before = |step: u64| {
-        state
-            .steers
-            .iter()
-            .filter(move |s| s.status == SteerStatus::Applied { step } && !covered.contains(&s.id))
-            .map(|s| Item::Message(MessageItem::user(s.text.clone())))
-    };
-    // Calls are kept in the order they were made, so each step's calls are one run of
-    // them: walk both lists together (linear in the history, not steps x calls).
-    let mut calls = state.calls.iter().peekable();
-    for step in state.steps.iter().filter(|s| s.step >= from_step) {
-        items.extend(steers_before(step.step));
-        for raw in &step.output {
-            // Read from the folded value in place: no copy of the history per step.
-            let item = Item::deserialize(raw)
-                .map_err(|err| format!("step {}: unreadable output item: {err}", step.step))?;
-            items.push(item);
-        }
-        while calls.peek().is_some_and(|c| c.step < step.step) {
-            calls.next();
-        }
-        while let Some(call) = calls.next_if(|c| c.step == step.step) {
-            if let CallProgress::Done(output) = &call.progress {
-                items.push(Item::FunctionCallOutput(FunctionCallOutput::new(
-                    call.call_id.clone(),
-                    output.text.clone(),
-                    None,
-                )));
-            }
+    serde_json::to_vec(&body).map_err(|err| format!("cannot encode the request: {err}"))
+}
+
+#[derive(serde::Serialize)]
+struct Body<'a> {
+    model: &'a str,
+    input: History<'a>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    instructions: Option<&'a str>,
+    tools: Vec<FunctionToolRef<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stream: Option<bool>,
+}
+
+/// A run's tool as [`agent_responses::types::FunctionTool::new`] writes it: a strict function tool.
+#[derive(serde::Serialize)]
+struct FunctionToolRef<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    name: &'a str,
+    description: &'a str,
+    parameters: &'a Value,
+    strict: bool,
+}
+
+impl<'a> FunctionToolRef<'a> {
+    fn of(tool: &'a crate::tools::ToolSpec) -> Self {
+        Self {
+            kind: "function",
+            name: &tool.name,
+            description: &tool.description,
+            parameters: &tool.parameters,
+            strict: true,
         }
     }
-    items.extend(steers_before(state.step_count() + 1));
-    let tools = spec
-        .tools
-        .iter()
-        .map(|t| {
-            Tool::Function(FunctionTool::new(
-                t.name.clone(),
-                t.description.clone(),
-                t.parameters.clone(),
-            ))
-        })
-        .collect();
-    let mut request = CreateResponse::new(spec.model.clone(), Input::Items(items));
-    request.instructions = spec.instructions.clone().map(Some);
-    request.tools = Some(tools);
-    Ok(request)
+}
+
+/// The input items of the next step (see the module's invariant for their order).
+struct History<'a> {
+    state: &'a RunState,
+    spec: &'a RunSpec,
+}
+
+impl serde::Serialize for History<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeSeq as _;
+        let (state, spec) = (self.state, self.spec);
+        let user = |text: &str| Item::Message(MessageItem::user(text));
+        let mut seq = s.serialize_seq(None)?;
+        // The goal (the prompt) is never left to a compaction; the history before the
+        // compaction's step is its output, verbatim, then the host's frontier note.
+        seq.serialize_element(&user(&spec.prompt))?;
+        let (from_step, covered) = match &state.compaction {
+            Some(c) => {
+                for raw in &c.output {
+                    seq.serialize_element(raw)?;
+                }
+                seq.serialize_element(&user(&frontier_note(state, c)))?;
+                (c.before_step, c.covered_steers.as_slice())
+            }
+            None => (1, &[][..]),
+        };
+        let steers_before = |step: u64| {
+            state.steers.iter().filter(move |s| {
+                s.status == SteerStatus::Applied { step } && !covered.contains(&s.id)
+            })
+        };
+        // Calls are kept in the order they were made, so each step's calls are one run of
+        // them: walk both lists together (linear in the history, not steps x calls).
+        let mut calls = state.calls.iter().peekable();
+        for step in state.steps.iter().filter(|s| s.step >= from_step) {
+            for steer in steers_before(step.step) {
+                seq.serialize_element(&user(&steer.text))?;
+            }
+            for raw in &step.output {
+                seq.serialize_element(raw)?;
+            }
+            while calls.peek().is_some_and(|c| c.step < step.step) {
+                calls.next();
+            }
+            while let Some(call) = calls.next_if(|c| c.step == step.step) {
+                if let CallProgress::Done(output) = &call.progress {
+                    seq.serialize_element(&FunctionCallOutputRef {
+                        kind: "function_call_output",
+                        call_id: &call.call_id,
+                        output: &output.text,
+                    })?;
+                }
+            }
+        }
+        for steer in steers_before(state.step_count() + 1) {
+            seq.serialize_element(&user(&steer.text))?;
+        }
+        seq.end()
+    }
+}
+
+/// A call's output as [`agent_responses::types::FunctionCallOutput::new`] writes it (text, no status).
+#[derive(serde::Serialize)]
+struct FunctionCallOutputRef<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    call_id: &'a str,
+    output: &'a str,
 }
 
 /// What a streamed call came to.
 pub(crate) enum Streamed {
-    /// The response in full (completed or incomplete): its output is the step's.
-    Response(Box<agent_responses::types::Response>),
+    /// The response in full (completed, incomplete or failed): its output is the step's.
+    Response(Box<Final>),
     /// The API said no (after the client's retries), or the stream broke.
     Failed(ClientError),
+}
+
+/// What a step records of a finished response, read straight from the terminal event:
+/// the output items stay JSON values, as the journal stores them and later requests send
+/// them (a typed [`agent_responses::types::Response`] and back cost a sixth of the
+/// host's CPU with a hundred runs).
+#[derive(Debug, serde::Deserialize)]
+pub(crate) struct Final {
+    pub(crate) id: String,
+    #[serde(default)]
+    pub(crate) status: Option<String>,
+    #[serde(default)]
+    pub(crate) output: Vec<Value>,
+    #[serde(default)]
+    pub(crate) usage: Option<Value>,
+    #[serde(default)]
+    pub(crate) error: Option<Value>,
+}
+
+impl Final {
+    /// The same fields of a typed response (the WebSocket transport's).
+    pub(crate) fn from_response(
+        response: &agent_responses::types::Response,
+    ) -> Result<Self, ClientError> {
+        serde_json::to_value(response)
+            .and_then(serde_json::from_value)
+            .map_err(|e| ClientError::Decode(e.to_string()))
+    }
+
+    /// The response's `error` object, when it has one.
+    pub(crate) fn error(&self) -> Option<&Value> {
+        self.error.as_ref().filter(|e| e.is_object())
+    }
 }
 
 /// Streams `body` (a [`CreateResponse`] encoded with `stream: true`), handing text deltas
@@ -129,24 +216,40 @@ pub(crate) async fn stream(
     body: bytes::Bytes,
     on_text: &(dyn Fn(&str) + Send + Sync),
 ) -> Streamed {
+    #[derive(serde::Deserialize)]
+    struct Delta<'a> {
+        #[serde(borrow)]
+        delta: std::borrow::Cow<'a, str>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Terminal {
+        response: Final,
+    }
+    const TEXT_DELTA: &str = "response.output_text.delta";
     // The text deltas and the final response are all a step uses: the other events (two of
     // them carrying the whole response) are not decoded.
     let mut events = match client.create_stream_encoded(body).await {
-        Ok(events) => events.only(|kind| kind == "response.output_text.delta"),
+        Ok(events) => events.only(|kind| kind == TEXT_DELTA),
         Err(err) => return Streamed::Failed(err),
     };
-    while let Some(event) = events.next().await {
-        match event {
-            Ok(StreamEvent::OutputTextDelta(delta)) => on_text(&delta.delta),
-            Ok(
-                StreamEvent::Completed(done)
-                | StreamEvent::Incomplete(done)
-                | StreamEvent::Failed(done),
-            ) => {
-                return Streamed::Response(Box::new(done.response));
-            }
-            Ok(_) => {}
+    let decode_err = |e: serde_json::Error| Streamed::Failed(ClientError::Decode(e.to_string()));
+    while let Some(event) = events.next_raw().await {
+        let event = match event {
+            Ok(event) => event,
             Err(err) => return Streamed::Failed(err),
+        };
+        match event.kind() {
+            TEXT_DELTA => match serde_json::from_str::<Delta<'_>>(event.data()) {
+                Ok(delta) => on_text(&delta.delta),
+                Err(err) => return decode_err(err),
+            },
+            kind if StreamEvent::is_terminal_type(kind) => {
+                return match serde_json::from_str::<Terminal>(event.data()) {
+                    Ok(done) => Streamed::Response(Box::new(done.response)),
+                    Err(err) => decode_err(err),
+                };
+            }
+            _ => {}
         }
     }
     Streamed::Failed(ClientError::StreamEndedEarly)
@@ -202,3 +305,7 @@ pub(crate) fn output_text(output: &[Value]) -> String {
     }
     text
 }
+
+#[cfg(test)]
+#[path = "model_tests.rs"]
+mod tests;

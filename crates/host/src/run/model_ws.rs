@@ -242,7 +242,7 @@ impl WsStep {
                 | SteerUpdate::OutcomeUnknown { parent, .. } => {
                     let open = self.open_on(&parent);
                     if let Some(done) = self.completed_parent.take_if(|r| r.id == parent && !open) {
-                        return Some(Streamed::Response(Box::new(done)));
+                        return Some(final_of(&done));
                     }
                     if self.steered_parent_is(&parent) && !open && self.committed.is_empty() {
                         return Some(Streamed::Failed(ClientError::Transport(format!(
@@ -307,7 +307,7 @@ impl WsStep {
                     self.completed_parent = Some(e.response.clone());
                     return None;
                 }
-                Some(Streamed::Response(Box::new(e.response.clone())))
+                Some(final_of(&e.response))
             }
             StreamEvent::Error(e) => {
                 let d = e.detail();
@@ -372,6 +372,14 @@ pub(crate) fn steered_payload(steered: &Steered) -> Value {
         "parent_output": steered.parent_output,
         "steer_ids": steered.steers.iter().map(|(id, _)| id).collect::<Vec<_>>(),
     })
+}
+
+/// What the step records of a finished response.
+fn final_of(response: &Response) -> Streamed {
+    match super::model::Final::from_response(response) {
+        Ok(done) => Streamed::Response(Box::new(done)),
+        Err(err) => Streamed::Failed(err),
+    }
 }
 
 fn incomplete_reason(response: &Response) -> Option<String> {

@@ -1,0 +1,132 @@
+use std::sync::Arc;
+
+use agent_journal::Event;
+use agent_responses::types::{FunctionCallOutput, FunctionTool, Tool};
+use agent_runtime::events as rt;
+use serde_json::{Value, json};
+
+use super::*;
+use crate::run::kinds as k;
+use crate::tools::{Policy, ToolSpec};
+
+fn ev(seq: i64, kind: &str, payload: Value) -> Event {
+    Event {
+        seq,
+        thread: Arc::from("run:r"),
+        kind: Arc::from(kind),
+        payload,
+        at: 1000 + seq,
+        dedup_key: None,
+        epoch: None,
+    }
+}
+
+/// Two steps, each a call and its result; a steer applied before step 2 and one before
+/// step 3; instructions and one tool.
+fn two_steps() -> (RunState, RunSpec) {
+    let call = |step: u64| {
+        json!({"type": "function_call", "id": format!("fc{step}"), "call_id": format!("c{step}"),
+               "name": "list_dir", "arguments": "{\"path\":\".\"}", "status": "completed"})
+    };
+    let mut seq = 0;
+    let mut next = |kind: &str, payload: Value| {
+        seq += 1;
+        ev(seq, kind, payload)
+    };
+    let mut events = vec![next(
+        k::RUN_CREATED,
+        json!({"prompt": "do it", "model": "m", "instructions": "be brief", "workspace": "/w",
+               "tools": [], "approval": "default", "budgets": {"max_steps": 50},
+               "owner": {"host": "h", "pid": 1}}),
+    )];
+    for step in 1..=2u64 {
+        if step == 2 {
+            events.push(next(
+                k::STEER_REQUESTED,
+                json!({"id": "s1", "text": "use tabs"}),
+            ));
+            events.push(next(k::STEER_APPLIED, json!({"id": "s1", "step": 2})));
+        }
+        let (c, fc) = (format!("c{step}"), call(step));
+        events.push(next(
+            k::MODEL_REQUESTED,
+            json!({"step": step, "attempt": 1}),
+        ));
+        events.push(next(
+            k::MODEL_COMPLETED,
+            json!({"step": step, "response_id": format!("resp{step}"), "output": [fc]}),
+        ));
+        events.push(next(
+            rt::TOOL_SCHEDULED,
+            json!({"turn_id": "t1", "call_id": c}),
+        ));
+        events.push(next(
+            rt::TOOL_COMPLETED,
+            json!({"turn_id": "t1", "call_id": c, "value": format!("out of {c}")}),
+        ));
+    }
+    events.push(next(
+        k::STEER_REQUESTED,
+        json!({"id": "s2", "text": "wrap up"}),
+    ));
+    events.push(next(k::STEER_APPLIED, json!({"id": "s2", "step": 3})));
+    let state = RunState::from_events("r", &events);
+    let mut spec = state.spec.clone().expect("the run's spec");
+    spec.tools.push(ToolSpec {
+        name: "list_dir".into(),
+        description: "List a directory.".into(),
+        parameters: json!({"type": "object", "properties": {"path": {"type": "string"}}}),
+        policy: Policy::Auto,
+        retry_safe: true,
+        mcp: None,
+    });
+    (state, spec)
+}
+
+#[test]
+fn the_body_sends_the_history_in_order_with_the_typed_shapes_of_its_parts() {
+    let (state, spec) = two_steps();
+    let body: Value = serde_json::from_slice(&request_body(&state, &spec, true).unwrap()).unwrap();
+    let output = |c: &str| {
+        serde_json::to_value(Item::FunctionCallOutput(FunctionCallOutput::new(
+            c,
+            format!("out of {c}"),
+            None,
+        )))
+        .unwrap()
+    };
+    let user = |text: &str| serde_json::to_value(Item::Message(MessageItem::user(text))).unwrap();
+    let fc = |step: u64| state.steps[step as usize - 1].output[0].clone();
+    assert_eq!(
+        body["input"],
+        json!([
+            user("do it"),
+            fc(1),
+            output("c1"),
+            user("use tabs"),
+            fc(2),
+            output("c2"),
+            user("wrap up")
+        ])
+    );
+    let tool = Tool::Function(FunctionTool::new(
+        "list_dir",
+        "List a directory.",
+        spec.tools[0].parameters.clone(),
+    ));
+    assert_eq!(body["tools"], json!([serde_json::to_value(tool).unwrap()]));
+    assert_eq!(body["model"], "m");
+    assert_eq!(body["instructions"], "be brief");
+    assert_eq!(body["stream"], true);
+    assert_eq!(body.as_object().unwrap().len(), 5, "{body}");
+}
+
+#[test]
+fn the_typed_request_is_the_body_without_stream() {
+    let (state, spec) = two_steps();
+    let typed = serde_json::to_value(build_request(&state, &spec).unwrap()).unwrap();
+    let mut body: Value =
+        serde_json::from_slice(&request_body(&state, &spec, true).unwrap()).unwrap();
+    body.as_object_mut().unwrap().remove("stream");
+    assert_eq!(typed, body);
+}
