@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 
 use super::*;
 use crate::run::kinds as k;
-use crate::run::model::build_request;
+use crate::run::step_request::build_request;
 
 fn ev(seq: i64, kind: &str, payload: Value) -> Event {
     Event {

@@ -28,6 +28,7 @@ use super::model::{self, Streamed};
 use super::model_ws;
 use super::owner::Owner;
 use super::state::{CallProgress, CallRecord, RunSpec, RunState, RunStatus};
+use super::step_request;
 use super::{DriveOptions, RunEnd, RunReport};
 use crate::error::HostError;
 
@@ -255,7 +256,8 @@ impl Driver {
         if last_input < limit || done_here {
             return Ok(());
         }
-        let request = model::build_request(&self.state, &self.spec).map_err(HostError::Invalid)?;
+        let request =
+            step_request::build_request(&self.state, &self.spec).map_err(HostError::Invalid)?;
         let replaced = match &request.input {
             Some(agent_responses::types::Input::Items(items)) => items.len(),
             _ => 0,
@@ -500,8 +502,8 @@ impl Driver {
         let step = self.state.step_count() + 1;
         // Encoded once: the recorded hash is of the bytes every attempt sends over HTTP,
         // and only those bytes are held while the step streams.
-        let body =
-            model::request_body(&self.state, &self.spec, true).map_err(HostError::Invalid)?;
+        let body = step_request::request_body(&self.state, &self.spec, true)
+            .map_err(HostError::Invalid)?;
         let sha = k::sha256_hex(&body);
         let request = if self.spec.transport == k::TRANSPORT_WS {
             let request = serde_json::from_slice(&body)

@@ -15,6 +15,7 @@ mod records;
 mod requests;
 mod spec;
 pub mod state;
+mod step_request;
 pub mod table;
 
 use std::path::PathBuf;

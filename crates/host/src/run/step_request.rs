@@ -1,0 +1,171 @@
+//! The request of a step, written from the run state.
+//!
+//! Invariant: the request is a pure function of the run state (instructions, the prompt,
+//! then every step's output items verbatim, each followed by the outputs of its calls in
+//! the order the model made them; a steer applied before step N is a user message just
+//! before step N's output; after a compaction: the prompt, the compaction output, the
+//! host's frontier note, then the steps after it), so a resumed run sends what the crashed
+//! one would have.
+
+use agent_responses::types::{CreateResponse, Item, MessageItem};
+use serde_json::Value;
+
+use super::state::{CallProgress, CompactionRecord, RunSpec, RunState, SteerStatus};
+
+/// What the host tells the model after a compaction: where the run stands. A function of
+/// the compaction record and the calls made before it (a compaction happens at a step
+/// boundary, where every call has its result), so a resumed run writes the same note.
+fn frontier_note(state: &RunState, c: &CompactionRecord) -> String {
+    let steps = c.before_step.saturating_sub(1);
+    let calls = state.elided.calls
+        + state
+            .calls
+            .iter()
+            .filter(|call| call.step < c.before_step)
+            .count() as u64;
+    let last_steer = state
+        .steers
+        .iter()
+        .rev()
+        .find(|s| c.covered_steers.contains(&s.id))
+        .map(|s| format!(" The user's latest steer: \"{}\".", s.text))
+        .unwrap_or_default();
+    format!(
+        "[agentctl frontier] The history above was compacted before step {}. Your task is the \
+         first user message above. Done so far: {steps} model steps and {calls} tool calls, \
+         each with its result; no call is pending.{last_steer}",
+        c.before_step
+    )
+}
+
+/// The request for the next step of `state`, as [`request_body`] encodes it.
+pub(crate) fn build_request(state: &RunState, spec: &RunSpec) -> Result<CreateResponse, String> {
+    let body = request_body(state, spec, false)?;
+    serde_json::from_slice(&body).map_err(|err| format!("unreadable request: {err}"))
+}
+
+/// The encoded request for the next step of `state` (with `"stream": true` when `stream`).
+///
+/// Written from the run state by reference: the output items go out as the journal holds
+/// them, not through typed items and copies of the history at every step.
+pub(crate) fn request_body(
+    state: &RunState,
+    spec: &RunSpec,
+    stream: bool,
+) -> Result<Vec<u8>, String> {
+    let body = Body {
+        model: &spec.model,
+        input: History { state, spec },
+        instructions: spec.instructions.as_deref(),
+        tools: spec.tools.iter().map(FunctionToolRef::of).collect(),
+        stream: stream.then_some(true),
+    };
+    serde_json::to_vec(&body).map_err(|err| format!("cannot encode the request: {err}"))
+}
+
+#[derive(serde::Serialize)]
+struct Body<'a> {
+    model: &'a str,
+    input: History<'a>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    instructions: Option<&'a str>,
+    tools: Vec<FunctionToolRef<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stream: Option<bool>,
+}
+
+/// A run's tool as [`agent_responses::types::FunctionTool::new`] writes it: a strict function tool.
+#[derive(serde::Serialize)]
+struct FunctionToolRef<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    name: &'a str,
+    description: &'a str,
+    parameters: &'a Value,
+    strict: bool,
+}
+
+impl<'a> FunctionToolRef<'a> {
+    fn of(tool: &'a crate::tools::ToolSpec) -> Self {
+        Self {
+            kind: "function",
+            name: &tool.name,
+            description: &tool.description,
+            parameters: &tool.parameters,
+            strict: true,
+        }
+    }
+}
+
+/// The input items of the next step (see the module's invariant for their order).
+struct History<'a> {
+    state: &'a RunState,
+    spec: &'a RunSpec,
+}
+
+impl serde::Serialize for History<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeSeq as _;
+        let (state, spec) = (self.state, self.spec);
+        let user = |text: &str| Item::Message(MessageItem::user(text));
+        let mut seq = s.serialize_seq(None)?;
+        // The goal (the prompt) is never left to a compaction; the history before the
+        // compaction's step is its output, verbatim, then the host's frontier note.
+        seq.serialize_element(&user(&spec.prompt))?;
+        let (from_step, covered) = match &state.compaction {
+            Some(c) => {
+                for raw in &c.output {
+                    seq.serialize_element(raw)?;
+                }
+                seq.serialize_element(&user(&frontier_note(state, c)))?;
+                (c.before_step, c.covered_steers.as_slice())
+            }
+            None => (1, &[][..]),
+        };
+        let steers_before = |step: u64| {
+            state.steers.iter().filter(move |s| {
+                s.status == SteerStatus::Applied { step } && !covered.contains(&s.id)
+            })
+        };
+        // Calls are kept in the order they were made, so each step's calls are one run of
+        // them: walk both lists together (linear in the history, not steps x calls).
+        let mut calls = state.calls.iter().peekable();
+        for step in state.steps.iter().filter(|s| s.step >= from_step) {
+            for steer in steers_before(step.step) {
+                seq.serialize_element(&user(&steer.text))?;
+            }
+            for raw in &step.output {
+                seq.serialize_element(raw)?;
+            }
+            while calls.peek().is_some_and(|c| c.step < step.step) {
+                calls.next();
+            }
+            while let Some(call) = calls.next_if(|c| c.step == step.step) {
+                if let CallProgress::Done(output) = &call.progress {
+                    seq.serialize_element(&FunctionCallOutputRef {
+                        kind: "function_call_output",
+                        call_id: &call.call_id,
+                        output: &output.text,
+                    })?;
+                }
+            }
+        }
+        for steer in steers_before(state.step_count() + 1) {
+            seq.serialize_element(&user(&steer.text))?;
+        }
+        seq.end()
+    }
+}
+
+/// A call's output as [`agent_responses::types::FunctionCallOutput::new`] writes it (text, no status).
+#[derive(serde::Serialize)]
+struct FunctionCallOutputRef<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    call_id: &'a str,
+    output: &'a str,
+}
+
+#[cfg(test)]
+#[path = "step_request_tests.rs"]
+mod tests;
