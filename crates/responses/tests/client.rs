@@ -8,7 +8,7 @@ mod common;
 use std::time::Duration;
 
 use agent_responses::types::{CompactRequest, CreateResponse, Input, StreamEvent};
-use agent_responses::{ApiKey, Client, ClientConfig, ClientError};
+use agent_responses::{ApiKey, Client, ClientConfig, ClientError, EventStream};
 use agent_responses_mock::{MOCK_API_KEY, MockConfig, MockServer, Script};
 use common::{client_for, start, start_with};
 use serde_json::json;
@@ -257,19 +257,7 @@ async fn a_filtered_stream_decodes_only_the_kept_events_and_still_ends_as_before
     assert_eq!(done.response.output.len(), 2);
 
     // An error event is never filtered out: it still ends the stream as an error.
-    let script: Script = serde_json::from_value(json!({"rules": [{"when": {"stream": true},
-        "reply": {"items": [{"type": "message", "content": [{"type": "output_text", "text": "one two"}]}]},
-        "fault": {"after_events": 3, "kind": "error_event"}}]}))
-    .unwrap();
-    let server = MockServer::start(MockConfig::new(script).with_api_key(MOCK_API_KEY))
-        .await
-        .unwrap();
-    let client = client_for(&server.base_url(), MOCK_API_KEY);
-    let mut stream = client
-        .create_stream(&hello())
-        .await
-        .unwrap()
-        .only(|_| false);
+    let (_server, mut stream) = error_event_stream_keeping_nothing().await;
     let first = stream.next().await.unwrap();
     assert!(
         matches!(first, Err(ClientError::StreamError(_))),
@@ -310,6 +298,17 @@ async fn raw_events_are_the_typed_events_undecoded_and_end_the_same_way() {
     assert_eq!(raw.last().unwrap().kind(), "response.completed");
 
     // Filtered, an error event still ends the stream as an error, not as a raw event.
+    let (_server, mut stream) = error_event_stream_keeping_nothing().await;
+    let first = stream.next_raw().await.unwrap();
+    assert!(
+        matches!(first, Err(ClientError::StreamError(_))),
+        "{first:?}"
+    );
+    assert!(stream.next_raw().await.is_none());
+}
+
+/// A stream whose fourth event is an `error` event, filtered to keep no other event.
+async fn error_event_stream_keeping_nothing() -> (MockServer, EventStream) {
     let script: Script = serde_json::from_value(json!({"rules": [{"when": {"stream": true},
         "reply": {"items": [{"type": "message", "content": [{"type": "output_text", "text": "one two"}]}]},
         "fault": {"after_events": 3, "kind": "error_event"}}]}))
@@ -318,17 +317,12 @@ async fn raw_events_are_the_typed_events_undecoded_and_end_the_same_way() {
         .await
         .unwrap();
     let client = client_for(&server.base_url(), MOCK_API_KEY);
-    let mut stream = client
+    let stream = client
         .create_stream(&hello())
         .await
         .unwrap()
         .only(|_| false);
-    let first = stream.next_raw().await.unwrap();
-    assert!(
-        matches!(first, Err(ClientError::StreamError(_))),
-        "{first:?}"
-    );
-    assert!(stream.next_raw().await.is_none());
+    (server, stream)
 }
 
 async fn stream_error(fault: serde_json::Value, idle: Option<Duration>) -> ClientError {

@@ -1,5 +1,3 @@
-use std::sync::Arc;
-
 use agent_journal::Event;
 use agent_runtime::events as rt;
 use agent_runtime::{CheckpointTurn, ThreadCheckpoint};
@@ -8,18 +6,7 @@ use serde_json::{Value, json};
 use super::*;
 use crate::run::kinds as k;
 use crate::run::step_request::build_request;
-
-fn ev(seq: i64, kind: &str, payload: Value) -> Event {
-    Event {
-        seq,
-        thread: Arc::from("run:r"),
-        kind: Arc::from(kind),
-        payload,
-        at: 1000 + seq,
-        dedup_key: None,
-        epoch: None,
-    }
-}
+use crate::run::test_events::ev;
 
 fn runtime() -> ThreadCheckpoint {
     ThreadCheckpoint {

@@ -17,6 +17,8 @@ mod spec;
 pub mod state;
 mod step_request;
 pub mod table;
+#[cfg(test)]
+mod test_events;
 
 use std::path::PathBuf;
 use std::sync::Arc;

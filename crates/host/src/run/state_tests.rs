@@ -1,21 +1,8 @@
-use std::sync::Arc;
-
 use agent_journal::Event;
 use serde_json::{Value, json};
 
 use super::*;
-
-fn ev(seq: i64, kind: &str, payload: Value) -> Event {
-    Event {
-        seq,
-        thread: Arc::from("run:r"),
-        kind: Arc::from(kind),
-        payload,
-        at: seq,
-        dedup_key: None,
-        epoch: None,
-    }
-}
+use crate::run::test_events::ev;
 
 fn created() -> Value {
     json!({"prompt": "p\nsecond line", "model": "m", "workspace": "/w", "tools": [],

@@ -1,25 +1,11 @@
-use std::sync::Arc;
-
-use agent_journal::Event;
 use agent_responses::types::{FunctionCallOutput, FunctionTool, Tool};
 use agent_runtime::events as rt;
 use serde_json::{Value, json};
 
 use super::*;
 use crate::run::kinds as k;
+use crate::run::test_events::ev;
 use crate::tools::{Policy, ToolSpec};
-
-fn ev(seq: i64, kind: &str, payload: Value) -> Event {
-    Event {
-        seq,
-        thread: Arc::from("run:r"),
-        kind: Arc::from(kind),
-        payload,
-        at: 1000 + seq,
-        dedup_key: None,
-        epoch: None,
-    }
-}
 
 /// Two steps, each a call and its result; a steer applied before step 2 and one before
 /// step 3; instructions and one tool.
