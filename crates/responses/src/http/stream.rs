@@ -45,7 +45,8 @@ fn peek_type(data: &str) -> Option<std::borrow::Cow<'_, str>> {
         #[serde(rename = "type", borrow)]
         kind: std::borrow::Cow<'a, str>,
     }
-    // A string without `\\` is its own text: `"type"` first needs no parse of the rest.
+    // A JSON string without a backslash is its own text: with `"type"` first, the rest
+    // of the event need not be parsed.
     if let Some(rest) = data.strip_prefix("{\"type\":\"")
         && let Some(end) = rest.find(['"', '\\'])
         && rest.as_bytes().get(end) == Some(&b'"')
