@@ -191,6 +191,33 @@ async fn a_model_error_pauses_the_run_and_resume_retries_the_step() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreadable_output_item_is_not_recorded_and_the_run_pauses() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("u.db").display());
+    let (_g, ws) = workspace();
+    // A function call whose arguments are not a string: recorded, it would be sent back
+    // (and refused) at every later step.
+    let script = json!({"rules": [
+        {"when": {"tool_outputs": 0}, "times": 1, "reply": {"items": [
+            {"type": "function_call", "call_id": "c1", "name": "list_dir", "arguments": 5}]}},
+        {"when": {"tool_outputs": 0}, "reply": {"items": [call("c1", "list_dir", json!({}))]}},
+        {"when": {"tool_outputs": 1}, "reply": {"items": answer("FINAL: after the bad item")}}
+    ]});
+    let server = emulator(&script.to_string()).await;
+    let o = out(&mut run_cmd(&db, &server, &ws, &[]));
+    assert_eq!(o.status.code(), Some(3), "{}", text(&o.stderr));
+    let run = only_run(&db);
+    assert_eq!(show(&db, &run)["detail"], "model_error");
+    let paused = events(&db, &run).await;
+    assert!(kinds_of(&paused, "model.completed").is_empty());
+    assert_eq!(kinds_of(&paused, "model.failed").len(), 1);
+    let o = out(&mut resume_cmd(&db, &server, &run, &[]));
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert_eq!(show(&db, &run)["final_text"], "FINAL: after the bad item");
+    check_invariants(&events(&db, &run).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn interrupt_from_another_process_cancels_the_running_tool() {
     let dir = tempfile::tempdir().unwrap();
     let db = format!("sqlite://{}", dir.path().join("x.db").display());

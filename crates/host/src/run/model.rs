@@ -40,6 +40,17 @@ impl Final {
             .map_err(|e| ClientError::Decode(e.to_string()))
     }
 
+    /// Whether each output item reads as the typed item it claims to be. An item that
+    /// does not would be journaled and sent back at every later step, to be refused each
+    /// time; refused here, the attempt fails as undecodable and nothing is recorded.
+    fn check_items(&self) -> Result<(), serde_json::Error> {
+        use serde::Deserialize as _;
+        for item in &self.output {
+            agent_responses::types::Item::deserialize(item)?;
+        }
+        Ok(())
+    }
+
     /// The response's `error` object, when it has one.
     pub(crate) fn error(&self) -> Option<&Value> {
         self.error.as_ref().filter(|e| e.is_object())
@@ -82,7 +93,10 @@ pub(crate) async fn stream(
             },
             kind if StreamEvent::is_terminal_type(kind) => {
                 return match serde_json::from_str::<Terminal>(event.data()) {
-                    Ok(done) => Streamed::Response(Box::new(done.response)),
+                    Ok(done) => match done.response.check_items() {
+                        Ok(()) => Streamed::Response(Box::new(done.response)),
+                        Err(err) => decode_err(err),
+                    },
                     Err(err) => decode_err(err),
                 };
             }
