@@ -106,19 +106,6 @@ impl EventStream {
         self
     }
 
-    /// Whether `frame` is to be decoded: kept by the filter, ends the stream, or cannot be
-    /// read as an event with a `type` (so decoding reports it).
-    fn wanted(&self, frame: &SseFrame) -> bool {
-        let Some(keep) = self.keep else {
-            return true;
-        };
-        // `[DONE]` is not JSON: it is decoded (and ends the stream) like any unreadable frame.
-        match peek_type(&frame.data) {
-            Some(kind) => StreamEvent::is_terminal_type(&kind) || keep(&kind),
-            None => true,
-        }
-    }
-
     /// The `x-request-id` of the streaming response.
     pub fn request_id(&self) -> Option<&str> {
         self.request_id.as_deref()
@@ -156,17 +143,15 @@ impl EventStream {
         if self.finished {
             return None;
         }
-        let result = match self.next_frame().await {
-            Ok(frame) => match peek_type(&frame.data) {
-                Some(kind) if kind != "error" => Ok(RawEvent {
-                    kind: kind.into_owned(),
-                    data: frame.data,
-                }),
-                _ => self.decode(&frame).map(|_| RawEvent {
-                    kind: String::new(),
-                    data: frame.data,
-                }),
-            },
+        let result = match self.next_frame(true).await {
+            Ok((frame, Some(kind))) if kind != "error" => Ok(RawEvent {
+                kind,
+                data: frame.data,
+            }),
+            Ok((frame, _)) => self.decode(&frame).map(|_| RawEvent {
+                kind: String::new(),
+                data: frame.data,
+            }),
             Err(err) => Err(err),
         };
         match &result {
@@ -178,7 +163,7 @@ impl EventStream {
     }
 
     async fn next_inner(&mut self) -> Result<StreamEvent, ClientError> {
-        let frame = self.next_frame().await?;
+        let (frame, _) = self.next_frame(false).await?;
         self.decode(&frame)
     }
 
@@ -201,28 +186,51 @@ impl EventStream {
         }
     }
 
-    /// The next frame the filter wants, reading the body as needed.
-    async fn next_frame(&mut self) -> Result<SseFrame, ClientError> {
+    /// The next frame the filter wants, reading the body as needed, with its `type` when
+    /// it has one and it was read: by the filter, or because `with_kind` asks for it.
+    async fn next_frame(
+        &mut self,
+        with_kind: bool,
+    ) -> Result<(SseFrame, Option<String>), ClientError> {
         loop {
-            if let Some(frame) = self.frames.pop_front() {
-                if self.wanted(&frame) {
-                    return Ok(frame);
-                }
+            let Some(frame) = self.frames.pop_front() else {
+                self.read_chunk().await?;
                 continue;
+            };
+            if self.keep.is_none() && !with_kind {
+                return Ok((frame, None));
             }
-            match tokio::time::timeout(self.idle_timeout, self.body.next()).await {
-                Err(_) => return Err(ClientError::StreamIdleTimeout(self.idle_timeout)),
-                Ok(Some(Ok(chunk))) => {
-                    self.parser.push(&chunk, &mut self.scratch)?;
-                    self.frames.extend(self.scratch.drain(..));
+            let kind = peek_type(&frame.data);
+            // A frame without a readable `type` (`[DONE]` is not JSON) is decoded, and ends
+            // the stream, like any unreadable frame.
+            let wanted = match (self.keep, &kind) {
+                (Some(keep), Some(kind)) => StreamEvent::is_terminal_type(kind) || keep(kind),
+                _ => true,
+            };
+            if wanted {
+                let kind = kind.map(std::borrow::Cow::into_owned);
+                return Ok((frame, kind));
+            }
+        }
+    }
+
+    /// Parses the next chunk of the body into frames; the body's end with no frame left
+    /// is [`ClientError::StreamEndedEarly`].
+    async fn read_chunk(&mut self) -> Result<(), ClientError> {
+        match tokio::time::timeout(self.idle_timeout, self.body.next()).await {
+            Err(_) => Err(ClientError::StreamIdleTimeout(self.idle_timeout)),
+            Ok(Some(Ok(chunk))) => {
+                self.parser.push(&chunk, &mut self.scratch)?;
+                self.frames.extend(self.scratch.drain(..));
+                Ok(())
+            }
+            Ok(Some(Err(_))) | Ok(None) => {
+                self.parser.finish(&mut self.scratch)?;
+                self.frames.extend(self.scratch.drain(..));
+                if self.frames.is_empty() {
+                    return Err(ClientError::StreamEndedEarly);
                 }
-                Ok(Some(Err(_))) | Ok(None) => {
-                    self.parser.finish(&mut self.scratch)?;
-                    self.frames.extend(self.scratch.drain(..));
-                    if self.frames.is_empty() {
-                        return Err(ClientError::StreamEndedEarly);
-                    }
-                }
+                Ok(())
             }
         }
     }
