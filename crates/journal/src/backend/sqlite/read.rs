@@ -130,6 +130,55 @@ impl Reader {
         rx.await.map_err(|_| JournalError::Closed)?
     }
 
+    /// Every event of `thread` after `after`, as of one moment. A long thread is read as
+    /// seq ranges in parallel (one per core): seqs are assigned in commit order, so every
+    /// seq up to the highest one seen at the start is already committed and each range
+    /// reads a complete, immutable slice.
+    async fn replay_rest(&self, thread: &str, after: i64) -> Result<Vec<Event>, JournalError> {
+        let owned = thread.to_string();
+        let bounds = self
+            .run(move |conn| {
+                let bounds = conn
+                    .prepare_cached(
+                        // Two subqueries: each is one probe of the (thread, seq) key,
+                        // where MIN and MAX in one SELECT would scan the thread.
+                        "SELECT (SELECT MIN(seq) FROM journal_events WHERE thread = ?1 AND seq > ?2), \
+                                (SELECT MAX(seq) FROM journal_events WHERE thread = ?1 AND seq > ?2)",
+                    )?
+                    .query_row(params![owned, after], |row| {
+                        Ok((row.get::<_, Option<i64>>(0)?, row.get::<_, Option<i64>>(1)?))
+                    })?;
+                Ok(bounds)
+            })
+            .await?;
+        let (Some(first), Some(last)) = bounds else {
+            return Ok(Vec::new());
+        };
+        let parts = match self.inner.source {
+            Source::Shared(_) => 1,
+            Source::Files { .. } if last - first < PARALLEL_REPLAY_SPAN => 1,
+            Source::Files { .. } => {
+                std::thread::available_parallelism().map_or(1, |n| n.get().min(MAX_REPLAY_PARTS))
+            }
+        };
+        let span = (last - first) / parts as i64 + 1;
+        let ranges = (0..parts as i64).map(|i| {
+            let from = first - 1 + i * span;
+            (from, (from + span).min(last))
+        });
+        let reads = ranges.map(|(from, to)| self.range(thread, from, to, i64::MAX));
+        let mut events = Vec::new();
+        for part in futures::future::join_all(reads).await {
+            let part = part?;
+            if events.is_empty() {
+                events = part;
+            } else {
+                events.extend(part);
+            }
+        }
+        Ok(events)
+    }
+
     /// Up to `limit` events of `thread` with `after < seq <= upto`, in seq order.
     async fn range(
         &self,
@@ -245,57 +294,6 @@ impl ReadSide for Reader {
         if let Source::Files { idle, .. } = &self.inner.source {
             idle.lock().unwrap_or_else(PoisonError::into_inner).clear();
         }
-    }
-}
-
-impl Reader {
-    /// Every event of `thread` after `after`, as of one moment. A long thread is read as
-    /// seq ranges in parallel (one per core): seqs are assigned in commit order, so every
-    /// seq up to the highest one seen at the start is already committed and each range
-    /// reads a complete, immutable slice.
-    async fn replay_rest(&self, thread: &str, after: i64) -> Result<Vec<Event>, JournalError> {
-        let owned = thread.to_string();
-        let bounds = self
-            .run(move |conn| {
-                let bounds = conn
-                    .prepare_cached(
-                        // Two subqueries: each is one probe of the (thread, seq) key,
-                        // where MIN and MAX in one SELECT would scan the thread.
-                        "SELECT (SELECT MIN(seq) FROM journal_events WHERE thread = ?1 AND seq > ?2), \
-                                (SELECT MAX(seq) FROM journal_events WHERE thread = ?1 AND seq > ?2)",
-                    )?
-                    .query_row(params![owned, after], |row| {
-                        Ok((row.get::<_, Option<i64>>(0)?, row.get::<_, Option<i64>>(1)?))
-                    })?;
-                Ok(bounds)
-            })
-            .await?;
-        let (Some(first), Some(last)) = bounds else {
-            return Ok(Vec::new());
-        };
-        let parts = match self.inner.source {
-            Source::Shared(_) => 1,
-            Source::Files { .. } if last - first < PARALLEL_REPLAY_SPAN => 1,
-            Source::Files { .. } => {
-                std::thread::available_parallelism().map_or(1, |n| n.get().min(MAX_REPLAY_PARTS))
-            }
-        };
-        let span = (last - first) / parts as i64 + 1;
-        let ranges = (0..parts as i64).map(|i| {
-            let from = first - 1 + i * span;
-            (from, (from + span).min(last))
-        });
-        let reads = ranges.map(|(from, to)| self.range(thread, from, to, i64::MAX));
-        let mut events = Vec::new();
-        for part in futures::future::join_all(reads).await {
-            let part = part?;
-            if events.is_empty() {
-                events = part;
-            } else {
-                events.extend(part);
-            }
-        }
-        Ok(events)
     }
 }
 
