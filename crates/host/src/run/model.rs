@@ -92,11 +92,10 @@ pub(crate) async fn stream(
                 Err(err) => return decode_err(err),
             },
             kind if StreamEvent::is_terminal_type(kind) => {
-                return match serde_json::from_str::<Terminal>(event.data()) {
-                    Ok(done) => match done.response.check_items() {
-                        Ok(()) => Streamed::Response(Box::new(done.response)),
-                        Err(err) => decode_err(err),
-                    },
+                let done = serde_json::from_str::<Terminal>(event.data())
+                    .and_then(|done| done.response.check_items().map(|()| done.response));
+                return match done {
+                    Ok(done) => Streamed::Response(Box::new(done)),
                     Err(err) => decode_err(err),
                 };
             }
