@@ -494,3 +494,58 @@ async fn compact_returns_user_messages_and_one_compaction_item() {
         "The encrypted content for item cmp_x could not be verified."
     );
 }
+
+fn h2_client(base: &str) -> Client {
+    let mut config = ClientConfig::new(base, ApiKey::new(MOCK_API_KEY).expect("key"));
+    config.http2_prior_knowledge = true;
+    Client::new(config).expect("client")
+}
+
+#[tokio::test]
+async fn http2_prior_knowledge_opens_with_the_http2_preface() {
+    use tokio::io::AsyncReadExt as _;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}/v1", listener.local_addr().unwrap());
+    let request = tokio::spawn(async move { h2_client(&base).create(&hello()).await });
+    let (mut socket, _) = listener.accept().await.unwrap();
+    let mut preface = [0u8; 24];
+    socket.read_exact(&mut preface).await.unwrap();
+    assert_eq!(&preface, b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n");
+    // Off by default: the same request opens with an HTTP/1.1 request line.
+    let base = format!("http://{}/v1", listener.local_addr().unwrap());
+    let plain = tokio::spawn(async move { client_for(&base, MOCK_API_KEY).create(&hello()).await });
+    let (mut socket, _) = listener.accept().await.unwrap();
+    let mut line = [0u8; 17];
+    socket.read_exact(&mut line).await.unwrap();
+    assert_eq!(&line, b"POST /v1/response");
+    request.abort();
+    plain.abort();
+}
+
+#[tokio::test]
+async fn concurrent_streams_over_http2_each_end_with_their_own_answer() {
+    let (server, _) = start(json!({"rules": []})).await;
+    let client = h2_client(&server.base_url());
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..20 {
+        let client = client.clone();
+        tasks.spawn(async move {
+            let request = CreateResponse::new("gpt-test", Input::Text(format!("n{i}")));
+            let response = client
+                .create_stream(&request)
+                .await
+                .unwrap()
+                .final_response()
+                .await
+                .unwrap();
+            (i, response.output_text())
+        });
+    }
+    let mut answers = Vec::new();
+    while let Some(joined) = tasks.join_next().await {
+        let (i, text) = joined.unwrap();
+        assert_eq!(text, format!("Echo: n{i}"));
+        answers.push(i);
+    }
+    assert_eq!(answers.len(), 20);
+}

@@ -36,12 +36,14 @@ impl Client {
         if !matches!(parsed.scheme(), "http" | "https") {
             return Err(ClientError::InvalidBaseUrl(config.base_url.clone()));
         }
-        let http = reqwest::Client::builder()
+        let mut builder = reqwest::Client::builder()
             .connect_timeout(config.connect_timeout)
             .read_timeout(config.read_timeout)
-            .user_agent(config.user_agent.clone())
-            .build()
-            .map_err(|e| ClientError::from_reqwest(&e))?;
+            .user_agent(config.user_agent.clone());
+        if config.http2_prior_knowledge {
+            builder = builder.http2_prior_knowledge();
+        }
+        let http = builder.build().map_err(|e| ClientError::from_reqwest(&e))?;
         Ok(Self {
             http,
             config: Arc::new(config),

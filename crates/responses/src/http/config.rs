@@ -61,6 +61,12 @@ pub struct ClientConfig {
     pub stream_idle_timeout: Duration,
     /// Sent as `User-Agent`.
     pub user_agent: String,
+    /// Speak HTTP/2 from the first byte on a plain `http://` base URL (h2c), for a server
+    /// known to accept it (`agentctl mock serve` does). Off by default: over `https://`,
+    /// HTTP/2 is negotiated anyway (TLS ALPN, as with the public API), and a plain HTTP
+    /// server may speak only HTTP/1.1. With HTTP/2, concurrent requests share one
+    /// connection instead of holding one each.
+    pub http2_prior_knowledge: bool,
 }
 
 impl ClientConfig {
@@ -74,6 +80,7 @@ impl ClientConfig {
             read_timeout: Duration::from_secs(600),
             stream_idle_timeout: Duration::from_secs(600),
             user_agent: concat!("agentctl-responses/", env!("CARGO_PKG_VERSION")).to_owned(),
+            http2_prior_knowledge: false,
         }
     }
 
