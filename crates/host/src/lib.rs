@@ -66,6 +66,7 @@ pub mod executor;
 pub mod follow;
 #[doc(hidden)]
 pub mod fuzzing;
+mod raw_json;
 pub mod run;
 pub mod run_history;
 pub mod run_wait;
@@ -75,3 +76,4 @@ pub mod tools;
 pub mod worker;
 
 pub use error::HostError;
+pub use raw_json::RawJson;

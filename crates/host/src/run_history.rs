@@ -56,11 +56,12 @@ pub fn units_of(state: &RunState) -> Vec<HistoryUnit> {
             .filter(|s| s.status == SteerStatus::Applied { step: step.step })
             .map(|s| json!({"type": "message", "role": "user", "content": s.text}))
             .collect();
+        // Items came from parsed JSON, so each reads back (see `RawJson::to_value`).
         items.extend(
             step.output
                 .iter()
-                .filter(|i| i.get("type").and_then(Value::as_str) != Some("function_call"))
-                .cloned(),
+                .filter(|i| i.item_type().as_deref() != Some("function_call"))
+                .filter_map(|i| i.to_value().ok()),
         );
         if !items.is_empty() {
             units.push(HistoryUnit {
@@ -73,14 +74,16 @@ pub fn units_of(state: &RunState) -> Vec<HistoryUnit> {
                 continue;
             };
             let made = step.output.iter().find(|i| {
-                i.get("type").and_then(Value::as_str) == Some("function_call")
-                    && i.get("call_id").and_then(Value::as_str) == Some(call.call_id.as_str())
+                i.item_type().as_deref() == Some("function_call")
+                    && i.str_field("call_id").as_deref() == Some(call.call_id.as_str())
             });
-            let Some(made) = made else { continue };
+            let Some(made) = made.and_then(|i| i.to_value().ok()) else {
+                continue;
+            };
             units.push(HistoryUnit {
                 id: format!("call:{}", call.call_id),
                 items: vec![
-                    made.clone(),
+                    made,
                     json!({"type": "function_call_output", "call_id": call.call_id,
                            "output": output.text}),
                 ],

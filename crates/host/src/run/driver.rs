@@ -213,9 +213,15 @@ impl Driver {
                 && !step
                     .output
                     .iter()
-                    .any(|i| i.get("type").and_then(Value::as_str) == Some("function_call"))
+                    .any(|i| i.item_type().as_deref() == Some("function_call"))
             {
-                let text = model::output_text(&step.output);
+                // An item too deeply nested to read back holds no message text.
+                let items: Vec<Value> = step
+                    .output
+                    .iter()
+                    .filter_map(|i| i.to_value().ok())
+                    .collect();
+                let text = model::output_text(&items);
                 let usage = self.state.usage;
                 self.record(
                     k::RUN_COMPLETED,

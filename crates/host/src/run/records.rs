@@ -1,9 +1,9 @@
 //! The records the fold keeps per step, call and approval.
 
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 
 use super::spec::Usage;
+use crate::RawJson;
 
 /// One completed model step.
 #[derive(Debug, Clone, PartialEq)]
@@ -13,7 +13,7 @@ pub struct StepRecord {
     /// The response's id.
     pub response_id: String,
     /// Output items, verbatim.
-    pub output: Vec<Value>,
+    pub output: Vec<RawJson>,
     /// Tokens of this step.
     pub usage: Usage,
 }
@@ -23,12 +23,7 @@ impl StepRecord {
     pub fn message_items(&self) -> u64 {
         self.output
             .iter()
-            .filter(|i| {
-                matches!(
-                    i.get("type").and_then(Value::as_str),
-                    Some("message" | "reasoning")
-                )
-            })
+            .filter(|i| matches!(i.item_type().as_deref(), Some("message" | "reasoning")))
             .count() as u64
     }
 }

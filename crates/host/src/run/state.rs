@@ -25,6 +25,7 @@ pub use super::records::{
     ApprovalRecord, CallOutput, CallProgress, CallRecord, Decision, StepRecord,
 };
 pub use super::spec::{Budgets, RunSpec, RunStatus, Usage};
+use crate::RawJson;
 
 /// The whole run, as folded from its events (since its latest checkpoint, for a driving
 /// host's fold).
@@ -349,13 +350,14 @@ impl RunState {
         if self.steps.iter().any(|s| s.step == step) {
             return;
         }
-        let output: Vec<Value> = p
+        let items = p
             .get("output")
             .and_then(Value::as_array)
-            .cloned()
+            .map(Vec::as_slice)
             .unwrap_or_default();
+        let output: Vec<RawJson> = items.iter().map(RawJson::from_value).collect();
         let usage = p.get("usage").map(Usage::from_api).unwrap_or_default();
-        for item in &output {
+        for item in items {
             if item.get("type").and_then(Value::as_str) != Some("function_call") {
                 continue;
             }

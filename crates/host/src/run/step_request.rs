@@ -8,9 +8,9 @@
 //! one would have.
 
 use agent_responses::types::{CreateResponse, Item, MessageItem};
-use serde_json::Value;
 
 use super::state::{CallProgress, CompactionRecord, RunSpec, RunState, SteerStatus};
+use crate::RawJson;
 
 /// What the host tells the model after a compaction: where the run stands. A function of
 /// the compaction record and the calls made before it (a compaction happens at a step
@@ -81,7 +81,7 @@ struct FunctionToolRef<'a> {
     kind: &'static str,
     name: &'a str,
     description: &'a str,
-    parameters: &'a Value,
+    parameters: &'a RawJson,
     strict: bool,
 }
 

@@ -61,7 +61,9 @@ fn two_steps() -> (RunState, RunSpec) {
     spec.tools.push(ToolSpec {
         name: "list_dir".into(),
         description: "List a directory.".into(),
-        parameters: json!({"type": "object", "properties": {"path": {"type": "string"}}}),
+        parameters: crate::RawJson::from_value(
+            &json!({"type": "object", "properties": {"path": {"type": "string"}}}),
+        ),
         policy: Policy::Auto,
         retry_safe: true,
         mcp: None,
@@ -82,7 +84,7 @@ fn the_body_sends_the_history_in_order_with_the_typed_shapes_of_its_parts() {
         .unwrap()
     };
     let user = |text: &str| serde_json::to_value(Item::Message(MessageItem::user(text))).unwrap();
-    let fc = |step: u64| state.steps[step as usize - 1].output[0].clone();
+    let fc = |step: u64| state.steps[step as usize - 1].output[0].to_value().unwrap();
     assert_eq!(
         body["input"],
         json!([
@@ -98,7 +100,7 @@ fn the_body_sends_the_history_in_order_with_the_typed_shapes_of_its_parts() {
     let tool = Tool::Function(FunctionTool::new(
         "list_dir",
         "List a directory.",
-        spec.tools[0].parameters.clone(),
+        spec.tools[0].parameters.to_value().unwrap(),
     ));
     assert_eq!(body["tools"], json!([serde_json::to_value(tool).unwrap()]));
     assert_eq!(body["model"], "m");

@@ -16,6 +16,8 @@ use serde_json::{Map, Value, json};
 
 use agent_runtime::ToolRegistry;
 
+use crate::RawJson;
+
 pub use config::{ConfigError, ServerConfig, ToolConfig, WORKSPACE_FILE};
 pub use files::{ListDir, ReadFile, WriteFile};
 pub use shell::{OUTPUT_CAP, Shell};
@@ -70,7 +72,7 @@ pub struct ToolSpec {
     /// What the model is told it does.
     pub description: String,
     /// JSON Schema of the arguments.
-    pub parameters: Value,
+    pub parameters: RawJson,
     /// The policy in force for this run (after the run's approval mode).
     pub policy: Policy,
     /// Running it twice is harmless: a call cut off by a crash runs again on resume.
@@ -96,7 +98,7 @@ pub fn builtin_with(
         ToolSpec {
             name: name.into(),
             description: description.into(),
-            parameters,
+            parameters: RawJson::from_value(&parameters),
             policy: mode.apply(own, side_effects),
             retry_safe,
             mcp: None,

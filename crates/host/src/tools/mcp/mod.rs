@@ -28,6 +28,7 @@ use serde_json::Value;
 use agent_runtime::Tool;
 
 use super::{ApprovalMode, Policy, ToolConfig, ToolSpec};
+use crate::RawJson;
 use crate::error::HostError;
 use client::ServerHandle;
 use tool::McpTool;
@@ -134,7 +135,7 @@ pub(crate) async fn discover(
             found.specs.push(ToolSpec {
                 name: name.clone(),
                 description,
-                parameters: Value::Object((*info.input_schema).clone()),
+                parameters: RawJson::from_value(&Value::Object((*info.input_schema).clone())),
                 policy: mode.apply(own, !hints.read_only),
                 retry_safe: hints.retry_safe(),
                 mcp: Some(McpOrigin {

@@ -1,0 +1,179 @@
+//! JSON the host keeps to pass on, not to read: a run's output items (sent back in every
+//! later request) and its tools' schemas.
+//!
+//! Kept as its text, not as a [`Value`] tree: a `function_call` item is ~150 bytes of text
+//! against ~1 KiB as a tree (a map per object, an allocation per key and string), and a run
+//! keeps every item of its history for as long as it is driven. Written into a request, the
+//! text goes out verbatim, so the bytes sent are those recorded.
+
+use std::borrow::Cow;
+use std::fmt;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde_json::Value;
+use serde_json::value::RawValue;
+
+/// A JSON value held as its (compact) text; always valid JSON.
+#[derive(Clone)]
+pub struct RawJson(Box<RawValue>);
+
+impl RawJson {
+    /// The compact text of `value`.
+    pub fn from_value(value: &Value) -> RawJson {
+        // Cannot fail: a `Value`'s keys are strings and its numbers finite. `null` stands
+        // in rather than a panic.
+        serde_json::value::to_raw_value(value)
+            .map(RawJson)
+            .unwrap_or_else(|_| RawJson(RawValue::NULL.to_owned()))
+    }
+
+    /// The JSON text.
+    pub fn get(&self) -> &str {
+        self.0.get()
+    }
+
+    /// The value as a tree, for a reader that walks it.
+    ///
+    /// Fails only past serde_json's nesting limit (128 levels), which a tree built in
+    /// memory can exceed although its text cannot be parsed back.
+    pub fn to_value(&self) -> Result<Value, serde_json::Error> {
+        serde_json::from_str(self.get())
+    }
+
+    /// The string field `name` of an object (`None` for anything else), read without
+    /// building the tree.
+    pub fn str_field(&self, name: &str) -> Option<Cow<'_, str>> {
+        let mut de = serde_json::Deserializer::from_str(self.get());
+        serde::de::DeserializeSeed::deserialize(FieldSeed { name }, &mut de)
+            .ok()
+            .flatten()
+    }
+
+    /// An item's `type`.
+    pub fn item_type(&self) -> Option<Cow<'_, str>> {
+        self.str_field("type")
+    }
+}
+
+impl fmt::Debug for RawJson {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.get())
+    }
+}
+
+/// Equal when the texts are: values built the same way (one serializer, keys in their
+/// order) compare as their trees would.
+impl PartialEq for RawJson {
+    fn eq(&self, other: &RawJson) -> bool {
+        self.get() == other.get()
+    }
+}
+
+impl Serialize for RawJson {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.0.serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for RawJson {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<RawJson, D::Error> {
+        Box::<RawValue>::deserialize(d).map(RawJson)
+    }
+}
+
+/// Reads one string field of an object and skips the rest.
+struct FieldSeed<'n> {
+    name: &'n str,
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for FieldSeed<'_> {
+    type Value = Option<Cow<'de, str>>;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for FieldSeed<'_> {
+    type Value = Option<Cow<'de, str>>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut found = None;
+        while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+            if found.is_none() && key == self.name {
+                // A field of another type is no string field, but the object still reads.
+                found = match map.next_value::<Value>()? {
+                    Value::String(s) => Some(Cow::Owned(s)),
+                    _ => None,
+                };
+            } else {
+                map.next_value::<serde::de::IgnoredAny>()?;
+            }
+        }
+        Ok(found)
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+        Ok(None)
+    }
+
+    fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_unit<E>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn the_text_is_the_compact_serialization_and_reads_back_as_the_value() {
+        let item = json!({"type": "function_call", "call_id": "c\"1", "arguments": "{\"a\":1}",
+                          "nested": {"type": "inner"}, "n": [1, 2]});
+        let raw = RawJson::from_value(&item);
+        assert_eq!(raw.get(), serde_json::to_string(&item).unwrap());
+        assert_eq!(raw.to_value().unwrap(), item);
+        assert_eq!(serde_json::to_string(&raw).unwrap(), raw.get());
+        let back: RawJson = serde_json::from_value(item.clone()).unwrap();
+        assert_eq!(back, raw);
+    }
+
+    #[test]
+    fn a_string_field_is_read_at_the_top_level_only() {
+        let raw = RawJson::from_value(&json!({"nested": {"type": "inner"}, "n": 1,
+                                              "type": "function_call", "call_id": "c\\1"}));
+        assert_eq!(raw.item_type().as_deref(), Some("function_call"));
+        assert_eq!(raw.str_field("call_id").as_deref(), Some("c\\1"));
+        assert_eq!(raw.str_field("n"), None);
+        assert_eq!(raw.str_field("missing"), None);
+        for other in [
+            json!([{"type": "x"}]),
+            json!("type"),
+            json!(null),
+            json!(1.5),
+        ] {
+            assert_eq!(RawJson::from_value(&other).item_type(), None);
+        }
+    }
+}
