@@ -51,11 +51,14 @@ pub(crate) struct Driver {
     pub(crate) client: Client,
     pub(crate) runtime: Runtime,
     pub(crate) thread: String,
+    /// This process's runtime turn (empty until it is started, before the first step).
     pub(crate) turn: String,
     pub(crate) state: RunState,
     pub(crate) spec: RunSpec,
     pub(crate) me: Owner,
     pub(crate) opts: DriveOptions,
+    /// Events folded since this drive began (what the crash test hook counts).
+    pub(crate) folded: usize,
 }
 
 impl Driver {
@@ -80,10 +83,20 @@ impl Driver {
             self.state.apply(event);
             self.opts.observer.event(&self.state, event);
         }
+        self.folded += events.len();
     }
 
     /// Appends the host's own events, only on top of what this driver has seen.
     pub(crate) async fn append(&mut self, events: Vec<NewEvent>) -> Result<(), HostError> {
+        // The crash test hook: nothing of ours is written past its `n`-th event, even when
+        // its tail has not caught up yet.
+        if self
+            .opts
+            .crash_after_events
+            .is_some_and(|n| self.folded >= n)
+        {
+            super::kill_self();
+        }
         loop {
             let expected = (self.state.last_seq > 0).then_some(self.state.last_seq);
             match self
@@ -143,7 +156,7 @@ impl Driver {
     }
 
     /// Drives the run until it completes, pauses, fails or is interrupted.
-    pub(crate) async fn drive(mut self) -> Result<RunReport, HostError> {
+    pub(crate) async fn drive(mut self: Box<Self>) -> Result<RunReport, HostError> {
         let end = self.steps().await;
         let end = match end {
             Ok(end) => end,

@@ -213,7 +213,9 @@ impl Host {
     /// Dropping the future stops driving where it stands; everything acknowledged is in the
     /// journal and `resume` continues from there (fire `opts.cancel` for a clean interrupt).
     pub async fn start(&self, new: NewRun, opts: DriveOptions) -> Result<RunReport, HostError> {
-        let (id, spec, registry, servers) = self.create(new, false).await?;
+        // Boxed: listing MCP servers' tools is a large future, and an inline one would size
+        // this future, which lives as long as the run, to it.
+        let (id, spec, registry, servers) = Box::pin(self.create(new, false)).await?;
         let thread = kinds::thread_of(&id);
         let runtime = Runtime::open(self.journal.clone(), runtime_options(registry));
         arm_crash_hook(&self.journal, &thread, 0, opts.crash_after_events);
@@ -383,6 +385,28 @@ impl Host {
         change: BudgetChange,
         opts: DriveOptions,
     ) -> Result<RunReport, HostError> {
+        // Boxed: the claim's future (folds, the claim, the adoption) is large, and inline it
+        // would size this one, which lives as long as the run.
+        let claim = self.claim(run_id, loaded, registry, change, opts.crash_after_events);
+        let Claimed {
+            runtime,
+            thread,
+            state,
+            spec,
+            me,
+        } = Box::pin(claim).await?;
+        self.drive(runtime, thread, state, spec, me, opts).await
+    }
+
+    /// Claims the run (`run.resumed`) and adopts its open calls into a runtime.
+    async fn claim(
+        &self,
+        run_id: &str,
+        loaded: LoadedRun,
+        registry: agent_runtime::ToolRegistry,
+        change: BudgetChange,
+        crash_after_events: Option<usize>,
+    ) -> Result<Claimed, HostError> {
         let thread = kinds::thread_of(run_id);
         let me = Owner::current();
         // A handle fenced by a lease (a worker's) holds the run by that lease: the driver
@@ -469,7 +493,7 @@ impl Host {
             }
         };
         let runtime = Runtime::open(self.journal.clone(), runtime_options(registry));
-        arm_crash_hook(&self.journal, &thread, resumed_at, opts.crash_after_events);
+        arm_crash_hook(&self.journal, &thread, resumed_at, crash_after_events);
         // Adoption reads only what was appended after `events` (our claim, at least), and
         // nothing before the checkpoint the fold started from.
         match start {
@@ -482,11 +506,21 @@ impl Host {
                 runtime.adopt_from(&thread, events).await?;
             }
         }
-        self.drive(runtime, thread, state, spec, me, opts).await
+        Ok(Claimed {
+            runtime,
+            thread,
+            state,
+            spec,
+            me,
+        })
     }
 
     /// Starts this process's runtime turn on the run and drives it to its end.
-    async fn drive(
+    ///
+    /// Not an `async fn`, and the driver is boxed: a future keeps its arguments for its
+    /// whole life, beside what they move into, and a run's future lives as long as the run
+    /// (with many runs at once, each copy of the state is a copy per run).
+    fn drive(
         &self,
         runtime: Runtime,
         thread: String,
@@ -494,30 +528,45 @@ impl Host {
         spec: RunSpec,
         me: Owner,
         opts: DriveOptions,
-    ) -> Result<RunReport, HostError> {
-        let turn = runtime.start(&thread).await?;
-        let mut driver = Driver {
+    ) -> impl Future<Output = Result<RunReport, HostError>> + use<> {
+        let driver = Box::new(Driver {
             journal: self.journal.clone(),
             client: self.client.clone(),
             runtime,
             thread,
-            turn,
+            turn: String::new(),
             state,
             spec,
             me,
             opts,
-        };
-        driver.sync().await?;
-        let watch = watch_interrupts(
-            &self.journal,
-            &driver.thread,
-            driver.state.last_seq,
-            driver.opts.cancel.clone(),
-        );
-        let report = driver.drive().await;
-        watch.abort();
-        report
+            folded: 0,
+        });
+        drive_boxed(driver)
     }
+}
+
+/// A run claimed by this process, its open calls adopted: what driving it starts from.
+struct Claimed {
+    runtime: Runtime,
+    thread: String,
+    state: RunState,
+    spec: RunSpec,
+    me: Owner,
+}
+
+/// [`Host::drive`] from the runtime turn's start.
+async fn drive_boxed(mut driver: Box<Driver>) -> Result<RunReport, HostError> {
+    driver.turn = driver.runtime.start(&driver.thread).await?;
+    driver.sync().await?;
+    let watch = watch_interrupts(
+        &driver.journal,
+        &driver.thread,
+        driver.state.last_seq,
+        driver.opts.cancel.clone(),
+    );
+    let report = driver.drive().await;
+    watch.abort();
+    report
 }
 
 fn runtime_options(registry: agent_runtime::ToolRegistry) -> RuntimeOptions {
@@ -530,6 +579,9 @@ fn runtime_options(registry: agent_runtime::ToolRegistry) -> RuntimeOptions {
 
 /// The test hook of [`DriveOptions::crash_after_events`]: a task that follows the thread and
 /// SIGKILLs this process right after the `n`-th event past `after` is committed.
+///
+/// A tail can lag (PostgreSQL's is woken by `NOTIFY`), so the driver also checks before
+/// each of its appends (see `Driver::append`): whichever sees the `n`-th event first kills.
 fn arm_crash_hook(journal: &Journal, thread: &str, after: i64, n: Option<usize>) {
     let Some(n) = n else { return };
     let mut tail = journal.tail(thread, after);
@@ -539,15 +591,17 @@ fn arm_crash_hook(journal: &Journal, thread: &str, after: i64, n: Option<usize>)
         while let Some(Ok(_)) = tail.next().await {
             seen += 1;
             if seen >= n {
-                // The syscall, not a spawned `kill`: the process must die before the
-                // run goes much further (a spawned one once landed after the run ended).
-                let _ = rustix::process::kill_process(
-                    rustix::process::getpid(),
-                    rustix::process::Signal::KILL,
-                );
+                kill_self();
             }
         }
     });
+}
+
+/// SIGKILLs this process (the crash test hook). The syscall, not a spawned `kill`: the
+/// process must die before the run goes further (a spawned one once landed after the run
+/// ended).
+pub(crate) fn kill_self() {
+    let _ = rustix::process::kill_process(rustix::process::getpid(), rustix::process::Signal::KILL);
 }
 
 /// Fires `cancel` when another process appends `interrupt.requested` to the thread, so a
