@@ -24,7 +24,9 @@
 //!   outputs in the context), one after another; requests per second and mean latency.
 //!
 //! Common options: `--base-url URL` (the emulator, `.../v1`), `--journal URL` (`memory:`,
-//! `sqlite:///path`, `postgres://...`), `--durability full|normal` (default full), `--label NAME` (echoed in every line).
+//! `sqlite:///path`, `postgres://...`), `--durability full|normal` (default full), `--http 1|2`
+//! (default 1; 2 is HTTP/2 from the first byte, as TLS ALPN gives against the public API),
+//! `--label NAME` (echoed in every line).
 
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -53,6 +55,7 @@ struct Args {
     repeat: usize,
     durability: Durability,
     compact_at: u64,
+    http2: bool,
 }
 
 fn args() -> Args {
@@ -66,6 +69,7 @@ fn args() -> Args {
         repeat: 3,
         durability: Durability::Full,
         compact_at: 4000,
+        http2: false,
     };
     let argv: Vec<String> = std::env::args().skip(1).collect();
     let mut i = 0;
@@ -80,6 +84,13 @@ fn args() -> Args {
             "--runs" => a.runs = v.parse().expect("--runs"),
             "--repeat" => a.repeat = v.parse().expect("--repeat"),
             "--compact-at" => a.compact_at = v.parse().expect("--compact-at"),
+            "--http" => {
+                a.http2 = match v.as_str() {
+                    "1" => false,
+                    "2" => true,
+                    other => panic!("--http 1|2, not {other}"),
+                }
+            }
             "--durability" => {
                 a.durability = match v.as_str() {
                     "full" => Durability::Full,
@@ -161,6 +172,14 @@ impl Observer for FirstRequest {
     }
 }
 
+/// The Responses client: HTTP/1.1, or HTTP/2 from the first byte with `--http 2` (what
+/// TLS ALPN gives against the public API; the emulator speaks it in plain text).
+fn responses_client(a: &Args) -> Client {
+    let mut config = ClientConfig::new(a.base_url.clone(), ApiKey::new("sk-bench").expect("key"));
+    config.http2_prior_knowledge = a.http2;
+    Client::new(config).expect("client")
+}
+
 async fn open_journal(url: &str, durability: Durability) -> Journal {
     Journal::open_with(url, JournalOptions::default().durability(durability))
         .await
@@ -170,8 +189,7 @@ async fn open_journal(url: &str, durability: Durability) -> Journal {
 #[tokio::main]
 async fn main() {
     let a = args();
-    let key = ApiKey::new("sk-bench").expect("key");
-    let client = Client::new(ClientConfig::new(a.base_url.clone(), key)).expect("client");
+    let client = responses_client(&a);
     let journal = open_journal(&a.journal, a.durability).await;
     let host = Host::new(journal.clone(), client);
     let workspace = tempfile::tempdir().expect("workspace");
@@ -243,11 +261,7 @@ async fn main() {
             for i in 0..a.repeat {
                 // A fresh host and journal handle, as `agentctl resume` in a new process has.
                 let journal = open_journal(&a.journal, a.durability).await;
-                let client = Client::new(ClientConfig::new(
-                    a.base_url.clone(),
-                    ApiKey::new("sk-bench").expect("key"),
-                ))
-                .expect("client");
+                let client = responses_client(&a);
                 let host = Host::new(journal.clone(), client);
                 let before = agent_host::run::load(&journal, &run_id)
                     .await
@@ -313,11 +327,7 @@ async fn ceiling(a: &Args) {
     }
     let items: Vec<Item> = serde_json::from_value(json!(items)).expect("items");
     let request = CreateResponse::new("gpt-5.1", Input::Items(items));
-    let client = Client::new(ClientConfig::new(
-        a.base_url.clone(),
-        ApiKey::new("sk-bench").expect("key"),
-    ))
-    .expect("client");
+    let client = responses_client(a);
     let seconds = a.repeat as f64;
     let t = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
