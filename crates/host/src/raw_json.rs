@@ -7,6 +7,7 @@
 //! text goes out verbatim, so the bytes sent are those recorded.
 
 use std::borrow::Cow;
+use std::collections::BTreeMap;
 use std::fmt;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
@@ -41,16 +42,15 @@ impl RawJson {
     }
 
     /// The string field `name` of an object (`None` for anything else), read without
-    /// building the tree.
-    pub fn str_field(&self, name: &str) -> Option<Cow<'_, str>> {
-        let mut de = serde_json::Deserializer::from_str(self.get());
-        serde::de::DeserializeSeed::deserialize(FieldSeed { name }, &mut de)
-            .ok()
-            .flatten()
+    /// building the tree: the object's fields are borrowed as text, only the one asked for
+    /// is parsed.
+    pub fn str_field(&self, name: &str) -> Option<String> {
+        let fields: BTreeMap<Cow<'_, str>, &RawValue> = serde_json::from_str(self.get()).ok()?;
+        serde_json::from_str(fields.get(name)?.get()).ok()
     }
 
     /// An item's `type`.
-    pub fn item_type(&self) -> Option<Cow<'_, str>> {
+    pub fn item_type(&self) -> Option<String> {
         self.str_field("type")
     }
 }
@@ -78,67 +78,6 @@ impl Serialize for RawJson {
 impl<'de> Deserialize<'de> for RawJson {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<RawJson, D::Error> {
         Box::<RawValue>::deserialize(d).map(RawJson)
-    }
-}
-
-/// Reads one string field of an object and skips the rest.
-struct FieldSeed<'n> {
-    name: &'n str,
-}
-
-impl<'de> serde::de::DeserializeSeed<'de> for FieldSeed<'_> {
-    type Value = Option<Cow<'de, str>>;
-
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
-        d.deserialize_any(self)
-    }
-}
-
-impl<'de> serde::de::Visitor<'de> for FieldSeed<'_> {
-    type Value = Option<Cow<'de, str>>;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("any JSON value")
-    }
-
-    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-        let mut found = None;
-        while let Some(key) = map.next_key::<Cow<'de, str>>()? {
-            if found.is_none() && key == self.name {
-                // A field of another type is no string field, but the object still reads.
-                found = match map.next_value::<Value>()? {
-                    Value::String(s) => Some(Cow::Owned(s)),
-                    _ => None,
-                };
-            } else {
-                map.next_value::<serde::de::IgnoredAny>()?;
-            }
-        }
-        Ok(found)
-    }
-
-    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
-        while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
-        Ok(None)
-    }
-
-    fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
-        Ok(None)
-    }
-    fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
-        Ok(None)
-    }
-    fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
-        Ok(None)
-    }
-    fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
-        Ok(None)
-    }
-    fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
-        Ok(None)
-    }
-    fn visit_unit<E>(self) -> Result<Self::Value, E> {
-        Ok(None)
     }
 }
 

@@ -10,7 +10,7 @@ use std::time::Duration;
 use agent_responses::types::{CompactRequest, CreateResponse, Input, StreamEvent};
 use agent_responses::{ApiKey, Client, ClientConfig, ClientError, EventStream};
 use agent_responses_mock::{MOCK_API_KEY, MockConfig, MockServer, Script};
-use common::{client_for, start, start_with};
+use common::{client_for, config_for, start, start_with};
 use serde_json::json;
 
 fn hello() -> CreateResponse {
@@ -496,7 +496,7 @@ async fn compact_returns_user_messages_and_one_compaction_item() {
 }
 
 fn h2_client(base: &str) -> Client {
-    let mut config = ClientConfig::new(base, ApiKey::new(MOCK_API_KEY).expect("key"));
+    let mut config = config_for(base, MOCK_API_KEY);
     config.http2_prior_knowledge = true;
     Client::new(config).expect("client")
 }
@@ -506,14 +506,15 @@ async fn http2_prior_knowledge_opens_with_the_http2_preface() {
     use tokio::io::AsyncReadExt as _;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}/v1", listener.local_addr().unwrap());
-    let request = tokio::spawn(async move { h2_client(&base).create(&hello()).await });
+    let h2 = h2_client(&base);
+    let request = tokio::spawn(async move { h2.create(&hello()).await });
     let (mut socket, _) = listener.accept().await.unwrap();
     let mut preface = [0u8; 24];
     socket.read_exact(&mut preface).await.unwrap();
     assert_eq!(&preface, b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n");
     // Off by default: the same request opens with an HTTP/1.1 request line.
-    let base = format!("http://{}/v1", listener.local_addr().unwrap());
-    let plain = tokio::spawn(async move { client_for(&base, MOCK_API_KEY).create(&hello()).await });
+    let plain = client_for(&base, MOCK_API_KEY);
+    let plain = tokio::spawn(async move { plain.create(&hello()).await });
     let (mut socket, _) = listener.accept().await.unwrap();
     let mut line = [0u8; 17];
     socket.read_exact(&mut line).await.unwrap();

@@ -19,9 +19,14 @@ pub async fn start_with(config: MockConfig) -> (MockServer, Client) {
 }
 
 pub fn client_for(base: &str, key: &str) -> Client {
+    Client::new(config_for(base, key)).expect("client")
+}
+
+/// The config [`client_for`] uses: the SDK defaults with fast backoff.
+pub fn config_for(base: &str, key: &str) -> ClientConfig {
     let mut config = ClientConfig::new(base, ApiKey::new(key).expect("key"));
     config.retry.initial_delay = Duration::from_millis(1);
-    Client::new(config).expect("client")
+    config
 }
 
 /// The bodies of the recorded `POST /v1/responses` requests.
