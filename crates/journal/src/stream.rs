@@ -126,18 +126,11 @@ pub(crate) fn tail(
             // Mark the current commit as seen before reading, so a commit that lands after
             // the read wakes the next wait.
             s.committed.borrow_and_update();
-            match s.reads.replay_page(&s.thread, s.last, PAGE).await {
-                Ok(page) => {
+            match read_page(&s).await {
+                Ok((page, seen)) => {
                     s.wait_first = (page.len() as i64) < PAGE;
-                    if let Some(event) = page.last() {
-                        s.last = event.seq;
-                    }
-                    match &s.kind {
-                        Some(kind) => s
-                            .buffer
-                            .extend(page.into_iter().filter(|e| *e.kind == **kind)),
-                        None => s.buffer.extend(page),
-                    }
+                    s.last = seen;
+                    s.buffer.extend(page);
                 }
                 Err(err) => {
                     s.wait_first = true;
@@ -146,6 +139,25 @@ pub(crate) fn tail(
             }
         }
     }))
+}
+
+/// The tail's next page after `s.last` and the seq the read saw up to. A tail of one kind
+/// reads only that kind: the others are skipped by the database, not decoded here.
+async fn read_page(s: &TailState) -> Result<(Vec<Event>, i64), JournalError> {
+    match &s.kind {
+        Some(kind) => {
+            let page = s
+                .reads
+                .replay_kind_page(&s.thread, kind, s.last, PAGE)
+                .await?;
+            Ok((page.events, page.seen))
+        }
+        None => {
+            let page = s.reads.replay_page(&s.thread, s.last, PAGE).await?;
+            let seen = page.last().map_or(s.last, |e| e.seq);
+            Ok((page, seen))
+        }
+    }
 }
 
 /// Waits until this thread is committed or notified, or the poll interval passes.

@@ -1099,6 +1099,56 @@ async fn postgres_a_kind_tail_yields_only_its_kind_and_its_commits_wake_it() {
     a_kind_tail_yields_only_its_kind_and_its_commits_wake_it(f.journal.clone()).await;
 }
 
+/// A tail of one kind reads more than a page of its kind (a full page means more may
+/// follow: it reads on at once), interleaved with other kinds, each once and in order.
+async fn a_kind_tail_reads_pages_of_its_kind_in_order(j: Journal) {
+    let total = 2_500;
+    let batch: Vec<_> = (0..total)
+        .flat_map(|i| [ev("k", "e", -1), ev("k", "stop", i)])
+        .collect();
+    j.append_batch(batch).await.unwrap();
+    let mut tail = j.tail_kind("k", "stop", 0);
+    for want in 0..total {
+        let e = tokio::time::timeout(Duration::from_secs(30), tail.next())
+            .await
+            .expect("tail stalled")
+            .unwrap()
+            .unwrap();
+        assert_eq!((&*e.kind, e.payload["n"].as_i64()), ("stop", Some(want)));
+    }
+    j.append_batch(vec![ev("k", "e", -1), ev("k", "stop", total)])
+        .await
+        .unwrap();
+    let e = tokio::time::timeout(Duration::from_secs(30), tail.next())
+        .await
+        .expect("a commit of the kind after the backlog did not wake the tail")
+        .unwrap()
+        .unwrap();
+    assert_eq!(e.payload["n"].as_i64(), Some(total));
+    let quiet = tokio::time::timeout(Duration::from_millis(200), tail.next()).await;
+    assert!(quiet.is_err(), "yielded a repeat: {quiet:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_a_kind_tail_reads_pages_of_its_kind_in_order() {
+    let f = support::sqlite(polling_off()).await;
+    a_kind_tail_reads_pages_of_its_kind_in_order(f.journal.clone()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_a_kind_tail_reads_pages_of_its_kind_in_order() {
+    let j = Journal::open_with("memory:", polling_off()).await.unwrap();
+    a_kind_tail_reads_pages_of_its_kind_in_order(j).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_kind_tail_reads_pages_of_its_kind_in_order() {
+    let Some(f) = support::postgres(polling_off()).await else {
+        return;
+    };
+    a_kind_tail_reads_pages_of_its_kind_in_order(f.journal.clone()).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_a_kind_tail_sees_another_handles_append_by_polling() {
     let f = support::sqlite(Default::default()).await;

@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use foldhash::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use crate::backend::ReadSide;
+use crate::backend::{KindPage, ReadSide};
 use crate::commits::Commits;
 use crate::error::JournalError;
 use crate::event::{Appended, Event};
@@ -358,6 +358,32 @@ impl ReadSide for InMemoryJournal {
         limit: i64,
     ) -> Result<Vec<Event>, JournalError> {
         self.events_after(thread, after, usize::try_from(limit).unwrap_or(0))
+    }
+
+    async fn replay_kind_page(
+        &self,
+        thread: &str,
+        kind: &str,
+        after: i64,
+        limit: i64,
+    ) -> Result<KindPage, JournalError> {
+        let state = self.open_state()?;
+        let Some(log) = state.threads.get(thread) else {
+            return Ok(KindPage::new(Vec::new(), after, None, limit));
+        };
+        let name = Arc::from(thread);
+        let events = log
+            .after(after)
+            .filter(|(_, e)| &*e.kind == kind)
+            .take(usize::try_from(limit).unwrap_or(0))
+            .map(|(chunk, stored)| chunk.event(stored, &name))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(KindPage::new(
+            events,
+            after,
+            log.last().map(|e| e.seq),
+            limit,
+        ))
     }
 
     async fn replay_all(&self, thread: &str, after: i64) -> Result<Vec<Event>, JournalError> {

@@ -42,6 +42,17 @@ pub(crate) trait ReadSide {
         limit: i64,
     ) -> Result<Vec<Event>, JournalError>;
 
+    /// Up to `limit` events of `kind` in `thread` with `seq > after`, in seq order, and
+    /// how far the read saw: every event of the thread up to [`KindPage::seen`] was either
+    /// returned or of another kind. Other kinds are skipped in the read, not decoded.
+    async fn replay_kind_page(
+        &self,
+        thread: &str,
+        kind: &str,
+        after: i64,
+        limit: i64,
+    ) -> Result<KindPage, JournalError>;
+
     /// Every event of `thread` with `seq > after`, in seq order.
     async fn replay_all(&self, thread: &str, after: i64) -> Result<Vec<Event>, JournalError>;
 
@@ -59,6 +70,28 @@ pub(crate) trait ReadSide {
 
     /// Refuses later reads and releases what the read side holds.
     async fn close(&self);
+}
+
+/// A page of one kind's events ([`ReadSide::replay_kind_page`]).
+#[derive(Debug)]
+pub(crate) struct KindPage {
+    pub(crate) events: Vec<Event>,
+    /// The seq the read saw up to: the last event returned when the page is full (more
+    /// may follow), else the thread's last committed seq (or `after`, if higher).
+    pub(crate) seen: i64,
+}
+
+impl KindPage {
+    /// The page for `events` of a read bounded by `top` (the thread's last seq when the
+    /// read began; seqs commit in order, so nothing at or below it is still to come).
+    pub(crate) fn new(events: Vec<Event>, after: i64, top: Option<i64>, limit: i64) -> Self {
+        let full = events.len() as i64 >= limit;
+        let seen = match events.last() {
+            Some(last) if full => last.seq,
+            _ => top.unwrap_or(after).max(after),
+        };
+        KindPage { events, seen }
+    }
 }
 
 /// The read side of whichever backend a journal opened; cheap to clone.
@@ -88,6 +121,16 @@ impl ReadSide for Reads {
         limit: i64,
     ) -> Result<Vec<Event>, JournalError> {
         on_backend!(self, side => side.replay_page(thread, after, limit).await)
+    }
+
+    async fn replay_kind_page(
+        &self,
+        thread: &str,
+        kind: &str,
+        after: i64,
+        limit: i64,
+    ) -> Result<KindPage, JournalError> {
+        on_backend!(self, side => side.replay_kind_page(thread, kind, after, limit).await)
     }
 
     async fn replay_all(&self, thread: &str, after: i64) -> Result<Vec<Event>, JournalError> {

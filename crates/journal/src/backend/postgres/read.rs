@@ -4,8 +4,8 @@
 
 use sqlx::PgPool;
 
-use crate::backend::ReadSide;
 use crate::backend::batch::{decode, select_events};
+use crate::backend::{KindPage, ReadSide};
 use crate::error::JournalError;
 use crate::event::Event;
 
@@ -44,6 +44,34 @@ impl ReadSide for PgReader {
             .fetch_all(&self.pool)
             .await?;
         rows.iter().map(decode).collect()
+    }
+
+    async fn replay_kind_page(
+        &self,
+        thread: &str,
+        kind: &str,
+        after: i64,
+        limit: i64,
+    ) -> Result<KindPage, JournalError> {
+        // The top first: commits are in seq order (the journal's write lock), so the events
+        // read next, bounded by it, are all there were up to it.
+        let top = self.last_seq(thread).await?;
+        let Some(top) = top else {
+            return Ok(KindPage::new(Vec::new(), after, None, limit));
+        };
+        let sql = select_events!(
+            "WHERE thread = $1 AND seq > $2 AND seq <= $3 AND kind = $4 ORDER BY seq LIMIT $5"
+        );
+        let rows = sqlx::query(sql)
+            .bind(thread)
+            .bind(after)
+            .bind(top)
+            .bind(kind)
+            .bind(limit)
+            .fetch_all(&self.pool)
+            .await?;
+        let events = rows.iter().map(decode).collect::<Result<Vec<_>, _>>()?;
+        Ok(KindPage::new(events, after, Some(top), limit))
     }
 
     async fn replay_all(&self, thread: &str, after: i64) -> Result<Vec<Event>, JournalError> {

@@ -25,7 +25,7 @@ use std::time::Duration;
 use rusqlite::{Connection, OpenFlags, OptionalExtension as _, Row, params};
 use tokio::sync::oneshot;
 
-use crate::backend::ReadSide;
+use crate::backend::{KindPage, ReadSide};
 use crate::error::JournalError;
 use crate::event::Event;
 
@@ -39,6 +39,10 @@ const FIRST_REPLAY_PAGE: i64 = 256;
 /// Up to `?4` events of thread `?1` with `?2 < seq <= ?3`, in seq order.
 const RANGE_SQL: &str = "SELECT seq, kind, payload, at, dedup_key, epoch FROM journal_events \
      WHERE thread = ?1 AND seq > ?2 AND seq <= ?3 ORDER BY seq LIMIT ?4";
+
+/// Up to `?5` events of thread `?1` and kind `?4` with `?2 < seq <= ?3`, in seq order.
+const KIND_RANGE_SQL: &str = "SELECT seq, kind, payload, at, dedup_key, epoch FROM journal_events \
+     WHERE thread = ?1 AND seq > ?2 AND seq <= ?3 AND kind = ?4 ORDER BY seq LIMIT ?5";
 
 /// The read side of a SQLite journal; cheap to clone.
 #[derive(Clone)]
@@ -212,6 +216,35 @@ impl ReadSide for Reader {
         limit: i64,
     ) -> Result<Vec<Event>, JournalError> {
         self.range(thread, after, i64::MAX, limit).await
+    }
+
+    async fn replay_kind_page(
+        &self,
+        thread: &str,
+        kind: &str,
+        after: i64,
+        limit: i64,
+    ) -> Result<KindPage, JournalError> {
+        let (thread, kind) = (thread.to_string(), kind.to_string());
+        self.run(move |conn| {
+            // The top first: the events read next are bounded by it, so what `seen` claims
+            // was read even if a commit lands in between.
+            let top = conn
+                .prepare_cached("SELECT MAX(seq) FROM journal_events WHERE thread = ?1")?
+                .query_row([&thread], |row| row.get::<_, Option<i64>>(0))?;
+            let mut events = Vec::new();
+            if let Some(top) = top {
+                // The (thread, seq) key walked forward; other kinds are skipped unread.
+                let mut stmt = conn.prepare_cached(KIND_RANGE_SQL)?;
+                let mut rows = stmt.query(params![thread, after, top, kind, limit])?;
+                let mut names = Names::new(&thread);
+                while let Some(row) = rows.next()? {
+                    events.push(decode(row, &mut names)?);
+                }
+            }
+            Ok(KindPage::new(events, after, top, limit))
+        })
+        .await
     }
 
     /// Every event of `thread` after `after`: a prefix of the thread as committed.
