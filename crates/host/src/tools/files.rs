@@ -32,10 +32,8 @@ fn required_path(args: &Value, name: &str) -> Result<String, String> {
 }
 
 /// Refuses anything but a regular file (a FIFO or a device would block or never end).
-async fn regular_file(real: &std::path::Path, path: &str) -> Result<(), ToolFailure> {
-    let meta = tokio::fs::metadata(real)
-        .await
-        .map_err(|err| ToolFailure(format!("{path}: {err}")))?;
+fn regular_file(real: &std::path::Path, path: &str) -> Result<(), ToolFailure> {
+    let meta = std::fs::metadata(real).map_err(|err| ToolFailure(format!("{path}: {err}")))?;
     if meta.is_file() {
         Ok(())
     } else if meta.is_dir() {
@@ -43,6 +41,19 @@ async fn regular_file(real: &std::path::Path, path: &str) -> Result<(), ToolFail
     } else {
         Err(ToolFailure(format!("{path} is not a regular file")))
     }
+}
+
+/// Runs a call's file-system work in one piece on the blocking pool: the path's resolution
+/// (which follows symlinks) and the I/O after it. The async workers never wait on the disk,
+/// and a call is one hop to the pool, not one per system call (each hop in flight can start
+/// a pool thread). Like any blocking work, it finishes even if the call is cancelled.
+async fn on_blocking_pool<F>(work: F) -> Result<Value, ToolFailure>
+where
+    F: FnOnce() -> Result<Value, ToolFailure> + Send + 'static,
+{
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|err| ToolFailure(format!("the file operation did not finish: {err}")))?
 }
 
 /// `read_file {path, offset?, limit?}`: lines `offset..offset+limit` (1-based offset).
@@ -72,7 +83,7 @@ impl Tool for ReadFile {
         _ctx: ToolContext,
     ) -> BoxFuture<'static, Result<Value, ToolFailure>> {
         let workspace = self.workspace.clone();
-        Box::pin(async move {
+        Box::pin(on_blocking_pool(move || {
             let path = required_path(&args, "path").map_err(ToolFailure)?;
             let obj = object(&args).map_err(ToolFailure)?;
             let offset = arg_u64(obj, "offset")
@@ -83,10 +94,9 @@ impl Tool for ReadFile {
                 .map_err(ToolFailure)?
                 .unwrap_or(MAX_READ_LINES);
             let real = workspace.resolve(&path).map_err(|e| ToolFailure(e.0))?;
-            regular_file(&real, &path).await?;
-            let bytes = tokio::fs::read(&real)
-                .await
-                .map_err(|err| ToolFailure(format!("{path}: {err}")))?;
+            regular_file(&real, &path)?;
+            let bytes =
+                std::fs::read(&real).map_err(|err| ToolFailure(format!("{path}: {err}")))?;
             let text = String::from_utf8_lossy(&bytes);
             let total = text.lines().count();
             let mut out = String::new();
@@ -110,7 +120,7 @@ impl Tool for ReadFile {
                 ));
             }
             Ok(json!(out))
-        })
+        }))
     }
 
     fn retry_safe(&self) -> bool {
@@ -147,7 +157,7 @@ impl Tool for WriteFile {
         _ctx: ToolContext,
     ) -> BoxFuture<'static, Result<Value, ToolFailure>> {
         let workspace = self.workspace.clone();
-        Box::pin(async move {
+        Box::pin(on_blocking_pool(move || {
             let path = required_path(&args, "path").map_err(ToolFailure)?;
             let content = object(&args)
                 .and_then(|o| arg_str(o, "content"))
@@ -156,25 +166,20 @@ impl Tool for WriteFile {
                 .to_string();
             let real = workspace.resolve(&path).map_err(|e| ToolFailure(e.0))?;
             if let Some(parent) = real.parent() {
-                tokio::fs::create_dir_all(parent)
-                    .await
+                std::fs::create_dir_all(parent)
                     .map_err(|err| ToolFailure(format!("{path}: {err}")))?;
             }
             // Re-checked after creating directories: nothing created may lead outside.
             let real = workspace.resolve(&path).map_err(|e| ToolFailure(e.0))?;
-            if tokio::fs::symlink_metadata(&real)
-                .await
-                .is_ok_and(|m| !m.is_file())
-            {
+            if std::fs::symlink_metadata(&real).is_ok_and(|m| !m.is_file()) {
                 return Err(ToolFailure(format!(
                     "{path} exists and is not a regular file"
                 )));
             }
-            tokio::fs::write(&real, content.as_bytes())
-                .await
+            std::fs::write(&real, content.as_bytes())
                 .map_err(|err| ToolFailure(format!("{path}: {err}")))?;
             Ok(json!(format!("wrote {} bytes to {path}", content.len())))
-        })
+        }))
     }
 
     fn retry_safe(&self) -> bool {
@@ -204,7 +209,7 @@ impl Tool for ListDir {
         _ctx: ToolContext,
     ) -> BoxFuture<'static, Result<Value, ToolFailure>> {
         let workspace = self.workspace.clone();
-        Box::pin(async move {
+        Box::pin(on_blocking_pool(move || {
             let path = object(&args)
                 .and_then(|o| arg_str(o, "path"))
                 .map_err(ToolFailure)?
@@ -212,22 +217,18 @@ impl Tool for ListDir {
                 .unwrap_or(".")
                 .to_string();
             let real = workspace.resolve(&path).map_err(|e| ToolFailure(e.0))?;
-            let mut dir = tokio::fs::read_dir(&real)
-                .await
-                .map_err(|err| ToolFailure(format!("{path}: {err}")))?;
+            let dir =
+                std::fs::read_dir(&real).map_err(|err| ToolFailure(format!("{path}: {err}")))?;
             let mut names = Vec::new();
             let mut more = false;
-            while let Some(entry) = dir
-                .next_entry()
-                .await
-                .map_err(|err| ToolFailure(format!("{path}: {err}")))?
-            {
+            for entry in dir {
+                let entry = entry.map_err(|err| ToolFailure(format!("{path}: {err}")))?;
                 if names.len() == MAX_ENTRIES {
                     more = true;
                     break;
                 }
                 let mut name = entry.file_name().to_string_lossy().into_owned();
-                if entry.file_type().await.is_ok_and(|t| t.is_dir()) {
+                if entry.file_type().is_ok_and(|t| t.is_dir()) {
                     name.push('/');
                 }
                 names.push(name);
@@ -238,7 +239,7 @@ impl Tool for ListDir {
                 out.push_str(&format!("\n[first {MAX_ENTRIES} entries only]"));
             }
             Ok(json!(out))
-        })
+        }))
     }
 
     fn retry_safe(&self) -> bool {
