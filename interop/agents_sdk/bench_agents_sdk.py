@@ -19,7 +19,7 @@ import sys
 import tempfile
 import time
 
-from openai import AsyncOpenAI
+from openai import AsyncOpenAI, Timeout
 from agents import (
     Agent,
     OpenAIResponsesModel,
@@ -91,7 +91,11 @@ async def single(steps: int, repeat: int, session_kind: str) -> None:
 
 
 async def concurrent(steps: int, runs: int) -> None:
-    client = AsyncOpenAI(base_url=os.environ["OPENAI_BASE_URL"], max_retries=0)
+    # The client's default connect timeout (5 s) is shorter than the wait of a connection
+    # opened while a thousand coroutines hold the event loop: most runs would end in
+    # `APITimeoutError` before their first step. The whole-request timeout stays the default.
+    timeout = Timeout(timeout=600.0, connect=600.0)
+    client = AsyncOpenAI(base_url=os.environ["OPENAI_BASE_URL"], max_retries=0, timeout=timeout)
     agent = make_agent(client)
     rss_before = vm_rss_kib()
     t = time.perf_counter()
