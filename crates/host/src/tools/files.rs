@@ -1,8 +1,8 @@
 //! `read_file`, `write_file` and `list_dir`, confined to the workspace.
 //!
 //! Invariants: every path goes through [`Workspace::resolve`] before any I/O; reads are
-//! bounded ([`MAX_READ_LINES`] lines, [`MAX_READ_BYTES`] bytes per call; the model pages
-//! with `offset`/`limit`); a write replaces the whole file, creating parent directories
+//! bounded ([`MAX_READ_LINES`] lines, [`MAX_READ_BYTES`] bytes per call, and in memory
+//! whatever the file's size; the model pages with `offset`/`limit`); a write replaces the whole file, creating parent directories
 //! inside the workspace, so writing the same content twice is harmless (retry-safe).
 
 use futures::future::BoxFuture;
@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 
 use agent_runtime::{Tool, ToolContext, ToolFailure};
 
+use super::read_window::read_window;
 use super::{Workspace, arg_str, arg_u64, object};
 
 /// Lines returned by one `read_file` when the model gives no `limit`.
@@ -95,27 +96,21 @@ impl Tool for ReadFile {
                 .unwrap_or(MAX_READ_LINES);
             let real = workspace.resolve(&path).map_err(|e| ToolFailure(e.0))?;
             regular_file(&real, &path)?;
-            let bytes =
-                std::fs::read(&real).map_err(|err| ToolFailure(format!("{path}: {err}")))?;
-            let text = String::from_utf8_lossy(&bytes);
-            let total = text.lines().count();
-            let mut out = String::new();
-            let mut shown = 0u64;
-            for line in text
-                .lines()
-                .skip(usize::try_from(offset - 1).unwrap_or(usize::MAX))
-            {
-                if shown == limit || out.len() + line.len() > MAX_READ_BYTES {
-                    break;
-                }
-                out.push_str(line);
-                out.push('\n');
-                shown += 1;
-            }
-            let last = offset - 1 + shown;
-            if last < total as u64 {
+            let file =
+                std::fs::File::open(&real).map_err(|err| ToolFailure(format!("{path}: {err}")))?;
+            let window = read_window(
+                std::io::BufReader::with_capacity(64 * 1024, file),
+                offset,
+                limit,
+                MAX_READ_BYTES,
+            )
+            .map_err(|err| ToolFailure(format!("{path}: {err}")))?;
+            let mut out = window.text;
+            let last = offset - 1 + window.shown;
+            if last < window.total {
                 out.push_str(&format!(
-                    "[lines {offset}-{last} of {total}; read on with offset {}]\n",
+                    "[lines {offset}-{last} of {}; read on with offset {}]\n",
+                    window.total,
                     last + 1
                 ));
             }

@@ -8,6 +8,7 @@
 mod config;
 mod files;
 pub mod mcp;
+mod read_window;
 mod shell;
 mod workspace;
 
