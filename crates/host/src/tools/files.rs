@@ -2,8 +2,9 @@
 //!
 //! Invariants: every path goes through [`Workspace::resolve`] before any I/O; reads are
 //! bounded ([`MAX_READ_LINES`] lines, [`MAX_READ_BYTES`] bytes per call, and in memory
-//! whatever the file's size; the model pages with `offset`/`limit`); a write replaces the whole file, creating parent directories
-//! inside the workspace, so writing the same content twice is harmless (retry-safe).
+//! whatever the file's size; the model pages with `offset`/`limit`); a write replaces the
+//! whole file, creating parent directories inside the workspace, so writing the same
+//! content twice is harmless (retry-safe).
 
 use futures::future::BoxFuture;
 use serde_json::{Value, json};

@@ -203,16 +203,29 @@ impl Reader {
         self.run(move |conn| {
             // Served by the clustered primary key (thread, seq): O(events of the thread).
             let mut stmt = conn.prepare_cached(RANGE_SQL)?;
-            let mut rows = stmt.query(params![thread, after, upto, limit])?;
-            let mut names = Names::new(&thread);
-            let mut events = Vec::new();
-            while let Some(row) = rows.next()? {
-                events.push(decode(row, &mut names)?);
-            }
-            Ok(events)
+            events(&thread, stmt.query(params![thread, after, upto, limit])?)
         })
         .await
     }
+}
+
+/// The events `rows` (of `thread`) hold, decoded.
+fn events(thread: &str, mut rows: rusqlite::Rows<'_>) -> Result<Vec<Event>, JournalError> {
+    let mut names = Names::new(thread);
+    let mut events = Vec::new();
+    while let Some(row) = rows.next()? {
+        events.push(decode(row, &mut names)?);
+    }
+    Ok(events)
+}
+
+/// The highest seq of `thread`, or `None` if it has no events.
+fn top_seq(conn: &Connection, thread: &str) -> Result<Option<i64>, JournalError> {
+    let top = conn
+        .prepare_cached("SELECT MAX(seq) FROM journal_events WHERE thread = ?1")?
+        .query_row([thread], |row| row.get::<_, Option<i64>>(0))
+        .optional()?;
+    Ok(top.flatten())
 }
 
 impl ReadSide for Reader {
@@ -237,20 +250,19 @@ impl ReadSide for Reader {
         self.run(move |conn| {
             // The top first: the events read next are bounded by it, so what `seen` claims
             // was read even if a commit lands in between.
-            let top = conn
-                .prepare_cached("SELECT MAX(seq) FROM journal_events WHERE thread = ?1")?
-                .query_row([&thread], |row| row.get::<_, Option<i64>>(0))?;
-            let mut events = Vec::new();
-            if let Some(top) = top {
+            let top = top_seq(conn, &thread)?;
+            let page = match top {
                 // The (thread, seq) key walked forward; other kinds are skipped unread.
-                let mut stmt = conn.prepare_cached(KIND_RANGE_SQL)?;
-                let mut rows = stmt.query(params![thread, after, top, kind, limit])?;
-                let mut names = Names::new(&thread);
-                while let Some(row) = rows.next()? {
-                    events.push(decode(row, &mut names)?);
+                Some(top) => {
+                    let mut stmt = conn.prepare_cached(KIND_RANGE_SQL)?;
+                    events(
+                        &thread,
+                        stmt.query(params![thread, after, top, kind, limit])?,
+                    )?
                 }
-            }
-            Ok(KindPage::new(events, after, top, limit))
+                None => Vec::new(),
+            };
+            Ok(KindPage::new(page, after, top, limit))
         })
         .await
     }
@@ -319,14 +331,7 @@ impl ReadSide for Reader {
 
     async fn last_seq(&self, thread: &str) -> Result<Option<i64>, JournalError> {
         let thread = thread.to_string();
-        self.run(move |conn| {
-            let last = conn
-                .prepare_cached("SELECT MAX(seq) FROM journal_events WHERE thread = ?1")?
-                .query_row([thread], |row| row.get::<_, Option<i64>>(0))
-                .optional()?;
-            Ok(last.flatten())
-        })
-        .await
+        self.run(move |conn| top_seq(conn, &thread)).await
     }
 
     /// Refuses later reads and drops idle connections.
