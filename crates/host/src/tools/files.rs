@@ -11,6 +11,7 @@ use serde_json::{Value, json};
 
 use agent_runtime::{Tool, ToolContext, ToolFailure};
 
+use super::file_threads::run_on_file_thread;
 use super::read_window::read_window;
 use super::{Workspace, arg_str, arg_u64, object};
 
@@ -45,17 +46,17 @@ fn regular_file(real: &std::path::Path, path: &str) -> Result<(), ToolFailure> {
     }
 }
 
-/// Runs a call's file-system work in one piece on the blocking pool: the path's resolution
+/// Runs a call's file-system work in one piece on a file thread: the path's resolution
 /// (which follows symlinks) and the I/O after it. The async workers never wait on the disk,
-/// and a call is one hop to the pool, not one per system call (each hop in flight can start
-/// a pool thread). Like any blocking work, it finishes even if the call is cancelled.
-async fn on_blocking_pool<F>(work: F) -> Result<Value, ToolFailure>
+/// and a call is one hop, not one per system call. It finishes even if the call is
+/// cancelled.
+async fn on_file_thread<F>(work: F) -> Result<Value, ToolFailure>
 where
     F: FnOnce() -> Result<Value, ToolFailure> + Send + 'static,
 {
-    tokio::task::spawn_blocking(work)
+    run_on_file_thread(work)
         .await
-        .map_err(|err| ToolFailure(format!("the file operation did not finish: {err}")))?
+        .map_err(|err| ToolFailure(err.to_string()))?
 }
 
 /// `read_file {path, offset?, limit?}`: lines `offset..offset+limit` (1-based offset).
@@ -85,7 +86,7 @@ impl Tool for ReadFile {
         _ctx: ToolContext,
     ) -> BoxFuture<'static, Result<Value, ToolFailure>> {
         let workspace = self.workspace.clone();
-        Box::pin(on_blocking_pool(move || {
+        Box::pin(on_file_thread(move || {
             let path = required_path(&args, "path").map_err(ToolFailure)?;
             let obj = object(&args).map_err(ToolFailure)?;
             let offset = arg_u64(obj, "offset")
@@ -153,7 +154,7 @@ impl Tool for WriteFile {
         _ctx: ToolContext,
     ) -> BoxFuture<'static, Result<Value, ToolFailure>> {
         let workspace = self.workspace.clone();
-        Box::pin(on_blocking_pool(move || {
+        Box::pin(on_file_thread(move || {
             let path = required_path(&args, "path").map_err(ToolFailure)?;
             let content = object(&args)
                 .and_then(|o| arg_str(o, "content"))
@@ -205,7 +206,7 @@ impl Tool for ListDir {
         _ctx: ToolContext,
     ) -> BoxFuture<'static, Result<Value, ToolFailure>> {
         let workspace = self.workspace.clone();
-        Box::pin(on_blocking_pool(move || {
+        Box::pin(on_file_thread(move || {
             let path = object(&args)
                 .and_then(|o| arg_str(o, "path"))
                 .map_err(ToolFailure)?

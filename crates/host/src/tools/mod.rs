@@ -6,6 +6,7 @@
 //! is refused; the run's [`ApprovalMode`] can override it for every tool.
 
 mod config;
+mod file_threads;
 mod files;
 pub mod mcp;
 mod read_window;
