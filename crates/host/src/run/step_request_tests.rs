@@ -118,3 +118,13 @@ fn the_typed_request_is_the_body_without_stream() {
     body.as_object_mut().unwrap().remove("stream");
     assert_eq!(typed, body);
 }
+
+#[test]
+fn the_body_is_held_in_a_buffer_of_its_exact_size() {
+    let (state, spec) = two_steps();
+    for stream in [false, true] {
+        let body = request_body(&state, &spec, stream).unwrap();
+        assert_eq!(body.capacity(), body.len());
+        assert!(serde_json::from_slice::<Value>(&body).is_ok());
+    }
+}
