@@ -61,8 +61,7 @@ pub(crate) fn request_body(
         stream: stream.then_some(true),
     };
     // Sized exactly by a counting pass: a run holds its body for as long as the step
-    // streams, and a buffer grown by doubling was on average a third unused (1.3x the
-    // bytes across a thousand runs in flight).
+    // streams, and a buffer grown by doubling holds up to twice its bytes.
     let mut counted = ByteCount(0);
     serde_json::to_writer(&mut counted, &body).map_err(encode_err)?;
     let mut out = Vec::with_capacity(counted.0);

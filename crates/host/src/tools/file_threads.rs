@@ -6,6 +6,11 @@
 //! - An operation whose caller has gone (a cancelled call) still runs to its end; its result
 //!   is dropped, as with any blocking work.
 //! - A panic in an operation fails that call alone; its thread goes on with the queue.
+//! - An operation that never returns (a hung network mount) holds its thread for good. With
+//!   every thread held, later file calls wait in the queue until their run is interrupted;
+//!   tokio's pool would have started more threads instead. The file tools refuse what is
+//!   known to block (a FIFO or a device is not read or written), so this takes a disk that
+//!   stops answering.
 //!
 //! Why not tokio's blocking pool: under a thousand concurrent runs calling `list_dir`, it
 //! grew to some forty threads (a finished call's next one often came before its thread was
