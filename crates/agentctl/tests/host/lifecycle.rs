@@ -486,3 +486,53 @@ async fn compaction_replaces_the_history_and_keeps_the_frontier(postgres: bool) 
         check_compacted_requests(&server, &resumed);
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cut_stream_is_asked_again_with_the_bytes_its_hash_recorded() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("c.db").display());
+    let (_g, ws) = workspace();
+    // Step 1's first stream is cut inside its third event: the host asks again in the
+    // same process (attempt 2), encoding the request anew.
+    let script = json!({"rules": [
+        {"when": {"tool_outputs": 0}, "times": 1,
+         "reply": {"items": [call("c1", "list_dir", json!({}))]},
+         "fault": {"after_events": 2, "kind": "cut"}},
+        {"when": {"tool_outputs": 0}, "reply": {"items": [call("c1", "list_dir", json!({}))]}},
+        {"when": {"tool_outputs": 1}, "reply": {"items": answer("FINAL: after the cut")}}
+    ]});
+    let server = emulator(&script.to_string()).await;
+    let o = out(&mut run_cmd(&db, &server, &ws, &[]));
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let run = only_run(&db);
+    let events = events(&db, &run).await;
+    check_invariants(&events);
+    let requested: Vec<(u64, u64, String)> = kinds_of(&events, "model.requested")
+        .iter()
+        .map(|e| {
+            let p = &e.payload;
+            let sha = p["request_sha256"].as_str().unwrap().to_string();
+            (
+                p["step"].as_u64().unwrap(),
+                p["attempt"].as_u64().unwrap(),
+                sha,
+            )
+        })
+        .collect();
+    let steps: Vec<(u64, u64)> = requested.iter().map(|(s, a, _)| (*s, *a)).collect();
+    assert_eq!(steps, vec![(1, 1), (1, 2), (2, 1)]);
+    assert_eq!(
+        requested[0].2, requested[1].2,
+        "both attempts send one request"
+    );
+    // What the server received, re-encoded (compact, keys in arrival order), hashes to
+    // what each attempt recorded.
+    let received: Vec<String> = server
+        .requests()
+        .iter()
+        .filter(|r| r.path.ends_with("/responses"))
+        .map(|r| agent_host::run::kinds::sha256_hex(&serde_json::to_vec(&r.body).unwrap()))
+        .collect();
+    let recorded: Vec<String> = requested.into_iter().map(|(_, _, sha)| sha).collect();
+    assert_eq!(received, recorded);
+}

@@ -338,7 +338,7 @@ impl Driver {
     /// requested meanwhile are sent at once (see [`model_ws`]).
     async fn stream(
         &self,
-        request: &Outgoing,
+        request: Outgoing,
         on_text: &(dyn Fn(&str) + Send + Sync),
     ) -> (Streamed, Option<model_ws::Steered>) {
         match request {
@@ -350,12 +350,9 @@ impl Driver {
                 };
                 // Boxed: the session and its steering state would otherwise sit inline in
                 // every step's future.
-                Box::pin(model_ws::stream(&self.client, request, source, on_text)).await
+                Box::pin(model_ws::stream(&self.client, &request, source, on_text)).await
             }
-            Outgoing::Http(body) => (
-                model::stream(&self.client, body.clone(), on_text).await,
-                None,
-            ),
+            Outgoing::Http(body) => (model::stream(&self.client, body, on_text).await, None),
         }
     }
 
@@ -515,35 +512,60 @@ impl Driver {
         Ok(RunEnd::Interrupted)
     }
 
+    /// Records the next `model.requested` attempt of `step`; returns its number.
+    async fn request_attempt(
+        &mut self,
+        step: u64,
+        digest: &step_request::BodyDigest,
+    ) -> Result<u32, HostError> {
+        let attempt = self.state.attempts.get(&step).copied().unwrap_or(0) + 1;
+        self.record(
+            k::MODEL_REQUESTED,
+            json!({"step": step, "attempt": attempt, "model": self.spec.model,
+                   "request_sha256": digest.sha256}),
+            Some(k::model_key(step, attempt)),
+        )
+        .await?;
+        Ok(attempt)
+    }
+
+    /// The bytes of the request whose `digest` was recorded. The request is a function of
+    /// what only this driver writes (steps, call results, applied steers, compactions), so
+    /// what it folded since cannot change it; the check keeps the recorded hash honest.
+    fn outgoing(&self, digest: &step_request::BodyDigest) -> Result<Outgoing, HostError> {
+        let body = step_request::encode_sized(&self.state, &self.spec, true, digest.len)
+            .map_err(HostError::Invalid)?;
+        if body.len() != digest.len || k::sha256_hex(&body) != digest.sha256 {
+            return Err(HostError::Invalid(
+                "the run's request changed while it was being recorded".into(),
+            ));
+        }
+        if self.spec.transport == k::TRANSPORT_WS {
+            let request = serde_json::from_slice(&body)
+                .map_err(|e| HostError::Invalid(format!("unreadable request: {e}")))?;
+            Ok(Outgoing::Ws(Box::new(request)))
+        } else {
+            Ok(Outgoing::Http(bytes::Bytes::from(body)))
+        }
+    }
+
     /// One model call: `model.requested`, the stream, then `model.completed` or, once the
     /// attempts are used up, `model.failed` and a pause.
     async fn model_step(&mut self) -> Result<Option<RunEnd>, HostError> {
         let step = self.state.step_count() + 1;
-        // Encoded once: the recorded hash is of the bytes every attempt sends over HTTP,
-        // and only those bytes are held while the step streams.
-        let body = step_request::request_body(&self.state, &self.spec, true)
+        // The hash is taken in a pass that keeps nothing; each attempt encodes the bytes
+        // once it is recorded and lets go of them once they are sent. A run waiting on the
+        // journal or on the model holds no copy of its history.
+        let digest = step_request::request_digest(&self.state, &self.spec, true)
             .map_err(HostError::Invalid)?;
-        let sha = k::sha256_hex(&body);
-        let request = if self.spec.transport == k::TRANSPORT_WS {
-            let request = serde_json::from_slice(&body)
-                .map_err(|e| HostError::Invalid(format!("unreadable request: {e}")))?;
-            Outgoing::Ws(Box::new(request))
-        } else {
-            Outgoing::Http(bytes::Bytes::from(body))
-        };
+        let mut attempt = self.request_attempt(step, &digest).await?;
         loop {
-            let attempt = self.state.attempts.get(&step).copied().unwrap_or(0) + 1;
-            self.record(
-                k::MODEL_REQUESTED,
-                json!({"step": step, "attempt": attempt, "model": self.spec.model, "request_sha256": sha}),
-                Some(k::model_key(step, attempt)),
-            )
-            .await?;
+            let request = self.outgoing(&digest)?;
             let observer = Arc::clone(&self.opts.observer);
             let on_text = move |delta: &str| observer.text_delta(delta);
             let cancel = self.opts.cancel.clone();
             let streamed = tokio::select! {
-                streamed = self.stream(&request, &on_text) => Some(streamed),
+                streamed = self.stream(request, &on_text) => Some(streamed),
                 () = cancel.cancelled() => None,
             };
             let Some((streamed, steered)) = streamed else {
@@ -621,6 +643,7 @@ impl Driver {
                     }
                     if model::retryable(&err) && attempt < MAX_ATTEMPTS {
                         tracing::warn!(step, attempt, error = %err, "model call failed; trying again");
+                        attempt = self.request_attempt(step, &digest).await?;
                         continue;
                     }
                     self.record(k::MODEL_FAILED, fields, None).await?;

@@ -53,20 +53,58 @@ pub(crate) fn request_body(
     spec: &RunSpec,
     stream: bool,
 ) -> Result<Vec<u8>, String> {
-    let body = Body {
+    let mut counted = ByteCount(0);
+    serde_json::to_writer(&mut counted, &body(state, spec, stream)).map_err(encode_err)?;
+    encode_sized(state, spec, stream, counted.0)
+}
+
+/// The sha256 and length of what [`request_body`] encodes, from a pass that keeps none of
+/// it: a run records its request's hash before it needs the bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct BodyDigest {
+    /// Lowercase hex.
+    pub(crate) sha256: String,
+    /// Bytes.
+    pub(crate) len: usize,
+}
+
+/// The [`BodyDigest`] of the next step's request.
+pub(crate) fn request_digest(
+    state: &RunState,
+    spec: &RunSpec,
+    stream: bool,
+) -> Result<BodyDigest, String> {
+    use sha2::Digest as _;
+    let mut hashed = HashCount(sha2::Sha256::new(), 0);
+    serde_json::to_writer(&mut hashed, &body(state, spec, stream)).map_err(encode_err)?;
+    Ok(BodyDigest {
+        sha256: super::kinds::hex(&hashed.0.finalize()),
+        len: hashed.1,
+    })
+}
+
+/// The request encoded into a buffer of `len` bytes, its size from a counting pass: a run
+/// holds its body for as long as the step streams, and a buffer grown by doubling holds up
+/// to twice its bytes.
+pub(crate) fn encode_sized(
+    state: &RunState,
+    spec: &RunSpec,
+    stream: bool,
+    len: usize,
+) -> Result<Vec<u8>, String> {
+    let mut out = Vec::with_capacity(len);
+    serde_json::to_writer(&mut out, &body(state, spec, stream)).map_err(encode_err)?;
+    Ok(out)
+}
+
+fn body<'a>(state: &'a RunState, spec: &'a RunSpec, stream: bool) -> Body<'a> {
+    Body {
         model: &spec.model,
         input: History { state, spec },
         instructions: spec.instructions.as_deref(),
         tools: spec.tools.iter().map(FunctionToolRef::of).collect(),
         stream: stream.then_some(true),
-    };
-    // Sized exactly by a counting pass: a run holds its body for as long as the step
-    // streams, and a buffer grown by doubling holds up to twice its bytes.
-    let mut counted = ByteCount(0);
-    serde_json::to_writer(&mut counted, &body).map_err(encode_err)?;
-    let mut out = Vec::with_capacity(counted.0);
-    serde_json::to_writer(&mut out, &body).map_err(encode_err)?;
-    Ok(out)
+    }
 }
 
 fn encode_err(err: serde_json::Error) -> String {
@@ -79,6 +117,21 @@ struct ByteCount(usize);
 impl std::io::Write for ByteCount {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         self.0 += buf.len();
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// A writer that keeps only the hash and the count of the bytes written to it.
+struct HashCount(sha2::Sha256, usize);
+
+impl std::io::Write for HashCount {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        sha2::Digest::update(&mut self.0, buf);
+        self.1 += buf.len();
         Ok(buf.len())
     }
 

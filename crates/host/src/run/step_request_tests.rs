@@ -128,3 +128,32 @@ fn the_body_is_held_in_a_buffer_of_its_exact_size() {
         assert!(serde_json::from_slice::<Value>(&body).is_ok());
     }
 }
+
+#[test]
+fn the_digest_is_of_the_bytes_the_body_encodes() {
+    let (state, spec) = two_steps();
+    for stream in [false, true] {
+        let body = request_body(&state, &spec, stream).unwrap();
+        let digest = request_digest(&state, &spec, stream).unwrap();
+        assert_eq!(digest.len, body.len());
+        assert_eq!(digest.sha256, k::sha256_hex(&body));
+        assert_eq!(digest.sha256.len(), 64);
+        let sized = encode_sized(&state, &spec, stream, digest.len).unwrap();
+        assert_eq!((sized.len(), sized.capacity()), (body.len(), body.len()));
+    }
+    // A different history is a different digest.
+    let (mut later, _) = two_steps();
+    later.steps.pop();
+    assert_ne!(
+        request_digest(&later, &spec, true).unwrap(),
+        request_digest(&state, &spec, true).unwrap()
+    );
+}
+
+#[test]
+fn hashes_are_lowercase_hex_sha256() {
+    assert_eq!(
+        k::sha256_hex(b"abc"),
+        "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+    );
+}
