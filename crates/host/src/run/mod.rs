@@ -3,6 +3,7 @@
 //! A run is the journal thread `run:<id>` (the id is a UUIDv7: time-sortable). See
 //! [`kinds`] for its events and [`state::RunState`] for the fold that every reader uses.
 
+mod call_index;
 mod checkpoint;
 mod driver;
 pub mod exec_json;

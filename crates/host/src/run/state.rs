@@ -19,6 +19,7 @@ use agent_runtime::events as rt;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::call_index::CallIndex;
 use super::kinds as k;
 use super::owner::Owner;
 pub use super::records::{
@@ -49,7 +50,7 @@ pub struct RunState {
     pub attempts: HashMap<u64, u32>,
     /// Calls in the order the model made them.
     pub calls: Vec<CallRecord>,
-    index: HashMap<String, usize>,
+    index: CallIndex,
     /// Tokens of all steps.
     pub usage: Usage,
     /// Tools approved for the rest of the run ("approve always").
@@ -170,7 +171,9 @@ impl RunState {
 
     /// The call with `call_id`.
     pub fn call(&self, call_id: &str) -> Option<&CallRecord> {
-        self.index.get(call_id).map(|&i| &self.calls[i])
+        self.index
+            .find(&self.calls, call_id)
+            .and_then(|i| self.calls.get(i))
     }
 
     /// Calls whose approval awaits a decision.
@@ -362,26 +365,32 @@ impl RunState {
                 continue;
             }
             let call_id = str_of(item, "call_id");
-            if call_id.is_empty() || self.index.contains_key(&call_id) {
+            if call_id.is_empty() || self.index.find(&self.calls, &call_id).is_some() {
                 continue;
             }
-            self.index.insert(call_id.clone(), self.calls.len());
-            self.calls.push(CallRecord {
-                call_id,
-                name: str_of(item, "name"),
-                arguments: str_of(item, "arguments"),
-                step,
-                progress: CallProgress::New,
-                approvals: Vec::new(),
-            });
+            self.index.insert(&call_id, self.calls.len());
+            push_lean(
+                &mut self.calls,
+                CallRecord {
+                    call_id,
+                    name: str_of(item, "name"),
+                    arguments: str_of(item, "arguments"),
+                    step,
+                    progress: CallProgress::New,
+                    approvals: Vec::new(),
+                },
+            );
         }
         self.usage.add(&usage);
-        self.steps.push(StepRecord {
-            step,
-            response_id: str_of(p, "response_id"),
-            output,
-            usage,
-        });
+        push_lean(
+            &mut self.steps,
+            StepRecord {
+                step,
+                response_id: str_of(p, "response_id"),
+                output,
+                usage,
+            },
+        );
     }
 
     fn apply_decided(&mut self, p: &Value) {
@@ -480,12 +489,7 @@ impl RunState {
         self.elided.steps += (steps - self.steps.len()) as u64;
         self.elided.calls += (calls - self.calls.len()) as u64;
         self.elided.messages += messages;
-        self.index = self
-            .calls
-            .iter()
-            .enumerate()
-            .map(|(i, c)| (c.call_id.clone(), i))
-            .collect();
+        self.index = CallIndex::of(&self.calls);
         self.attempts.retain(|&step, _| step >= before_step);
     }
 
@@ -501,7 +505,7 @@ impl RunState {
 
     fn call_mut(&mut self, p: &Value) -> Option<&mut CallRecord> {
         let call_id = p.get("call_id")?.as_str()?;
-        let i = *self.index.get(call_id)?;
+        let i = self.index.find(&self.calls, call_id)?;
         self.calls.get_mut(i)
     }
 }
@@ -510,6 +514,15 @@ fn owner(p: &Value) -> Option<Owner> {
     p.get("owner")
         .cloned()
         .and_then(|o| serde_json::from_value(o).ok())
+}
+
+/// Pushes `item`, growing a full `v` by about a quarter rather than doubling it: a fold
+/// holds its lists for the run's life, and a doubled one can be half unused.
+fn push_lean<T>(v: &mut Vec<T>, item: T) {
+    if v.len() == v.capacity() {
+        v.reserve_exact(v.len() / 4 + 4);
+    }
+    v.push(item);
 }
 
 fn str_of(v: &Value, name: &str) -> String {

@@ -184,3 +184,32 @@ fn approve_always_and_stop_events() {
     s.apply(&ev(9, k::APPROVAL_DECIDED, json!("garbage")));
     assert_eq!(s.last_seq, 9);
 }
+
+#[test]
+fn a_long_fold_keeps_its_lists_near_their_length_and_finds_every_call() {
+    let mut events = vec![ev(1, k::RUN_CREATED, created())];
+    for step in 1..=200u64 {
+        events.push(completed_with_call(
+            step as i64 + 1,
+            step,
+            &format!("c{step}"),
+        ));
+    }
+    let s = RunState::from_events("r", &events);
+    assert_eq!((s.steps.len(), s.calls.len()), (200, 200));
+    for list in [s.steps.capacity(), s.calls.capacity()] {
+        // Doubling would hold 256.
+        assert!(list <= 200 + 200 / 4 + 4, "capacity {list}");
+    }
+    for step in 1..=200u64 {
+        assert_eq!(s.call(&format!("c{step}")).unwrap().step, step);
+    }
+    assert!(s.call("c0").is_none());
+    // A call id the model repeats in a later step is still the first call.
+    let mut again = s.clone();
+    again.apply(&completed_with_call(300, 201, "c7"));
+    assert_eq!(
+        (again.calls.len(), again.call("c7").unwrap().step),
+        (200, 7)
+    );
+}
