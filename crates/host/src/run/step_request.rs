@@ -83,9 +83,9 @@ pub(crate) fn request_digest(
     })
 }
 
-/// The request encoded into a buffer of `len` bytes, its size from a counting pass: a run
-/// holds its body for as long as the step streams, and a buffer grown by doubling holds up
-/// to twice its bytes.
+/// The request encoded into a buffer of `len` bytes (from [`request_digest`] or a counting
+/// pass): a buffer grown by doubling holds up to twice its bytes, and at a thousand runs
+/// hundreds of bodies are being sent at once.
 pub(crate) fn encode_sized(
     state: &RunState,
     spec: &RunSpec,
