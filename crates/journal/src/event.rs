@@ -46,6 +46,8 @@ pub struct NewEvent {
     /// Idempotency key within the thread: a second append with the same key writes nothing
     /// and returns the first event's seq.
     pub dedup_key: Option<String>,
+    /// See [`NewEvent::relaxed`].
+    relaxed: bool,
 }
 
 impl NewEvent {
@@ -60,6 +62,7 @@ impl NewEvent {
             kind: kind.into(),
             payload: payload.into(),
             dedup_key: None,
+            relaxed: false,
         }
     }
 
@@ -80,6 +83,23 @@ impl NewEvent {
     pub fn with_dedup_key(mut self, key: impl Into<String>) -> Self {
         self.dedup_key = Some(key.into());
         self
+    }
+
+    /// Marks the event as one whose acknowledgement need not wait for the disk: the append
+    /// is committed (readable, ordered, and kept if the process is killed) when it is
+    /// acknowledged, and durable against power loss once any later durable commit of the
+    /// journal is (a commit makes everything committed before it durable). For an event
+    /// that only a later durable event acts on, such as a call's intent before the durable
+    /// start that precedes its effect. An append is relaxed only when all its events are;
+    /// under [`Durability::Normal`](crate::Durability::Normal) every append already is.
+    pub fn relaxed(mut self) -> Self {
+        self.relaxed = true;
+        self
+    }
+
+    /// Whether [`relaxed`](Self::relaxed) was called.
+    pub fn is_relaxed(&self) -> bool {
+        self.relaxed
     }
 }
 

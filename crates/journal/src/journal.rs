@@ -48,6 +48,9 @@ struct Listen {
 pub struct JournalStats {
     /// Transactions committed by the group-commit writer.
     pub commits: u64,
+    /// Those of them that held relaxed appends only ([`NewEvent::relaxed`]): under
+    /// [`Durability::Full`] they did not wait for the disk.
+    pub relaxed_commits: u64,
     /// Events written by those transactions (deduplicated appends excluded).
     pub events: u64,
 }
@@ -135,6 +138,7 @@ impl Journal {
         use std::sync::atomic::Ordering::Relaxed;
         JournalStats {
             commits: self.inner.counters.commits.load(Relaxed),
+            relaxed_commits: self.inner.counters.relaxed_commits.load(Relaxed),
             events: self.inner.counters.events.load(Relaxed),
         }
     }

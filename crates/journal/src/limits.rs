@@ -40,6 +40,7 @@ pub(crate) fn check_event(
     at: i64,
     epoch: Option<i64>,
 ) -> Result<Prepared, JournalError> {
+    let relaxed = event.is_relaxed();
     check_thread(&event.thread)?;
     check_name("kind", &event.kind, MAX_KIND_BYTES)?;
     if let Some(key) = &event.dedup_key {
@@ -70,6 +71,7 @@ pub(crate) fn check_event(
         kind: event.kind,
         payload,
         dedup_key: event.dedup_key,
+        relaxed,
         at,
         epoch,
     })

@@ -34,6 +34,8 @@ pub(crate) struct Prepared {
     pub(crate) at: i64,
     /// The epoch of the fence the request carries, stored with the event.
     pub(crate) epoch: Option<i64>,
+    /// [`crate::NewEvent::relaxed`].
+    pub(crate) relaxed: bool,
 }
 
 /// The condition of an optimistic-concurrency append: the highest seq of `thread` must
@@ -61,6 +63,18 @@ pub(crate) struct Request {
     pub(crate) fence: Option<Fence>,
 }
 
+impl Request {
+    /// Whether every event of the request is relaxed ([`crate::NewEvent::relaxed`]).
+    pub(crate) fn relaxed(&self) -> bool {
+        self.events.iter().all(|e| e.relaxed)
+    }
+}
+
+/// Whether a batch may commit without waiting for the disk: every request in it is relaxed.
+pub(crate) fn relaxed_batch(requests: &[Request]) -> bool {
+    requests.iter().all(Request::relaxed)
+}
+
 /// What one request of a written batch gets: its acks, or why it alone was refused.
 pub(crate) type Answer = Result<Vec<Appended>, JournalError>;
 
@@ -75,6 +89,8 @@ pub(crate) enum Msg {
 #[derive(Debug, Default)]
 pub(crate) struct Counters {
     pub(crate) commits: AtomicU64,
+    /// Commits of relaxed appends only ([`relaxed_batch`]).
+    pub(crate) relaxed_commits: AtomicU64,
     pub(crate) events: AtomicU64,
     /// Set once when the writer latches failed.
     pub(crate) failed: std::sync::atomic::AtomicBool,
@@ -167,6 +183,11 @@ impl Settle {
         let appended = || results.iter().filter_map(|r| r.as_ref().ok()).flatten();
         let written = appended().filter(|a| !a.deduplicated).count();
         count_commit(&self.counters, written as u64);
+        if relaxed_batch(requests) {
+            self.counters
+                .relaxed_commits
+                .fetch_add(1, Ordering::Relaxed);
+        }
         if written > 0 {
             self.commits.publish(
                 requests

@@ -86,7 +86,7 @@ conformance!(
         conflicts_in_a_group_commit_leave_the_other_appends_written,
         dropped_appends_and_replays_leave_the_journal_consistent,
     ],
-    durable: [reopen_keeps_every_event],
+    durable: [reopen_keeps_every_event, relaxed_appends_commit_in_order_and_are_counted],
 );
 
 fn ev(thread: &str, kind: &str, n: i64) -> NewEvent {
@@ -694,6 +694,39 @@ async fn threads_and_last_seq(f: Fixture) {
     assert_eq!(j.threads().await.unwrap(), vec!["a", "b"]);
     assert_eq!(j.last_seq("a").await.unwrap(), Some(last_a));
     assert_eq!(j.last_seq("b").await.unwrap(), Some(last_b));
+}
+
+async fn relaxed_appends_commit_in_order_and_are_counted(f: Fixture) {
+    let j = &f.journal;
+    let before = j.stats();
+    let first = j.append(ev("x", "relaxed", 0).relaxed()).await.unwrap();
+    assert!(ev("x", "relaxed", 0).relaxed().is_relaxed());
+    // Readable at once, from the read side.
+    assert_eq!(kinds_of(&j.replay("x", 0).await.unwrap()), ["relaxed"]);
+    let second = j.append(ev("x", "durable", 1)).await.unwrap();
+    let mixed = j
+        .append_batch(vec![ev("x", "relaxed", 2).relaxed(), ev("x", "durable", 3)])
+        .await
+        .unwrap();
+    let last = j
+        .append_expecting(
+            "x",
+            Some(mixed[1].seq),
+            vec![ev("x", "relaxed", 4).relaxed()],
+        )
+        .await
+        .unwrap();
+    assert!(first.seq < second.seq && second.seq < mixed[0].seq && mixed[1].seq < last[0].seq);
+    let after = j.stats();
+    assert_eq!(after.commits - before.commits, 4);
+    // The two appends of relaxed events only; a batch with a durable event is durable.
+    assert_eq!(after.relaxed_commits - before.relaxed_commits, 2);
+    j.close().await;
+    let reopened = Journal::open(&f.url).await.unwrap();
+    assert_eq!(
+        kinds_of(&reopened.replay("x", 0).await.unwrap()),
+        ["relaxed", "durable", "relaxed", "durable", "relaxed"]
+    );
 }
 
 async fn reopen_keeps_every_event(f: Fixture) {

@@ -7,7 +7,12 @@
 //! - tool calls ([`Runtime::launch`]) go through an allowlist ([`ToolRegistry`]) with
 //!   argument validation, are idempotent on `(thread, turn, call_id)` with a canonical
 //!   signature (also across restarts), are journaled before they run (`tool.scheduled`)
-//!   and get exactly one terminal event each;
+//!   and get exactly one terminal event each. Those two are relaxed appends
+//!   ([`agent_journal::NewEvent::relaxed`]): committed (and kept if the process is killed)
+//!   when acknowledged, durable against power loss with the journal's next durable commit.
+//!   A call's `tool.started` is durable before its effect (alongside it for a retry-safe
+//!   tool), and a caller that acts outside the process on a result appends a durable event
+//!   first;
 //! - queue and run deadlines are separate ([`Deadlines`]); admission control bounds the
 //!   calls in flight; finished jobs leave memory;
 //! - [`Runtime::recover`] rebuilds everything from the journal after a crash; a process
@@ -45,7 +50,7 @@
 //! let options = RuntimeOptions::default().tools(ToolRegistry::new().with(ReadDocs));
 //! let runtime = Runtime::recover(journal, options).await?;
 //! let turn = runtime.start("thread-1").await?;
-//! // `tool.scheduled` is durable once `launch` returns; the same call_id is the same job.
+//! // `tool.scheduled` is committed once `launch` returns; the same call_id is the same job.
 //! let key = runtime
 //!     .launch("thread-1", &turn, "call-1", "read_docs", json!({"delay": 0}))
 //!     .await?;

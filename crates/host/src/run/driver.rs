@@ -597,9 +597,14 @@ impl Driver {
                             obj.insert("steered".into(), model_ws::steered_payload(&steered));
                         }
                     }
+                    // Relaxed: no call's effect and no request follows it before the next
+                    // durable event (a call's start, the next request, the run's end), whose
+                    // commit makes it durable too. A steer applied with it keeps the append
+                    // durable.
                     events.push(
                         NewEvent::new(self.thread.clone(), k::MODEL_COMPLETED, completed)
-                            .with_dedup_key(k::model_done_key(step)),
+                            .with_dedup_key(k::model_done_key(step))
+                            .relaxed(),
                     );
                     // One append: a steer applied mid-response and the step that carries it
                     // are journaled together or not at all.

@@ -206,6 +206,7 @@ mod tests {
             dedup_key: key.map(Into::into),
             at: 0,
             epoch: None,
+            relaxed: false,
         }
     }
 

@@ -451,6 +451,7 @@ mod tests {
             dedup_key: key,
             at: i64::try_from(n).unwrap(),
             epoch: None,
+            relaxed: false,
         }
     }
 

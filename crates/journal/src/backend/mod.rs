@@ -204,7 +204,8 @@ pub(crate) async fn open(
             .await
             .map_err(|_| JournalError::Closed)??;
         let leases = lease::Backend::Sqlite(Arc::clone(&opened.writer));
-        sqlite::spawn_writer(opened.writer, rx, settle, max_batch, options.linger).map_err(
+        let full = options.durability == crate::options::Durability::Full;
+        sqlite::spawn_writer(opened.writer, rx, settle, max_batch, options.linger, full).map_err(
             |source| JournalError::Open {
                 url: shown_url.to_string(),
                 source: Box::new(source),

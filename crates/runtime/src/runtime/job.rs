@@ -43,7 +43,9 @@ pub(crate) struct Job {
 }
 
 impl Job {
-    /// The call's `tool.scheduled` event, keyed so that it is written once.
+    /// The call's `tool.scheduled` event, keyed so that it is written once. Relaxed: only
+    /// `tool.started` must be durable before the effect, and its commit makes this one
+    /// durable too.
     pub(super) fn scheduled_event(&self, signature: &str) -> Result<NewEvent, JournalError> {
         NewEvent::encoded(
             self.key.thread.as_str(),
@@ -57,7 +59,11 @@ impl Job {
                 revision: self.revision,
             },
         )
-        .map(|event| event.with_dedup_key(events::scheduled_key(&self.key.turn, &self.key.call_id)))
+        .map(|event| {
+            event
+                .with_dedup_key(events::scheduled_key(&self.key.turn, &self.key.call_id))
+                .relaxed()
+        })
     }
 
     /// Starts the job's task.
@@ -72,7 +78,13 @@ impl Job {
         // The tool runs once: it takes the arguments instead of a copy.
         let args = std::mem::take(&mut self.args);
         let mut outcome = self.execute(args).await;
-        let event = outcome.terminal_event(&self.key.thread, &self.key.turn, &self.key.call_id);
+        // Relaxed: the outcome reaches no one outside this process before the caller's next
+        // durable event (a request carrying the result, the run's end), whose commit makes
+        // this one durable too. Lost to a power failure, the call reads as interrupted, as
+        // when the process dies before this append.
+        let event = outcome
+            .terminal_event(&self.key.thread, &self.key.turn, &self.key.call_id)
+            .map(NewEvent::relaxed);
         match self.inner.job_append(event).await {
             Ok(appended) if appended.deduplicated => {
                 // Someone (a forced cancellation) wrote the terminal first: that one counts.

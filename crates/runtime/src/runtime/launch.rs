@@ -278,7 +278,7 @@ pub(crate) struct PendingLaunch {
 }
 
 impl PendingLaunch {
-    /// Makes `tool.scheduled` durable, then spawns the job, or settles it from the journal
+    /// Journals `tool.scheduled` (relaxed, see `Job::scheduled_event`), then spawns the job, or settles it from the journal
     /// when the call was recorded before (a finished call evicted from memory, or a call
     /// of an earlier process).
     async fn schedule(&mut self) -> Result<(), RuntimeError> {

@@ -11,7 +11,9 @@ use tokio::sync::mpsc;
 
 use super::{CHANNEL, WRITE_LOCK_KEY};
 use crate::backend::batch::{self, PAIRS_PER_LOOKUP, ROWS_PER_STATEMENT};
-use crate::writer::{Answer, Batch, Msg, Pending, Request, Settle, drain_after_close};
+use crate::writer::{
+    Answer, Batch, Msg, Pending, Request, Settle, drain_after_close, relaxed_batch,
+};
 
 /// The PostgreSQL writer task. Runs until `Close` or until every handle is dropped.
 ///
@@ -63,6 +65,13 @@ async fn write_batch(
     batch: &[Request],
 ) -> Result<Vec<Answer>, sqlx::Error> {
     let mut tx = conn.begin().await?;
+    if relaxed_batch(batch) {
+        // Acknowledged once committed, before the WAL is flushed: a later synchronous
+        // commit waits for the flush up to its own record, which covers this one.
+        sqlx::query("SET LOCAL synchronous_commit = off")
+            .execute(&mut *tx)
+            .await?;
+    }
     sqlx::query("SELECT pg_advisory_xact_lock($1)")
         .bind(WRITE_LOCK_KEY)
         .execute(&mut *tx)

@@ -14,7 +14,9 @@ use rusqlite::{Connection, params};
 use tokio::sync::mpsc;
 
 use crate::backend::batch;
-use crate::writer::{Answer, Batch, Msg, Pending, Request, Settle, drain_after_close};
+use crate::writer::{
+    Answer, Batch, Msg, Pending, Request, Settle, drain_after_close, relaxed_batch,
+};
 
 /// Starts the writer thread.
 pub(crate) fn spawn_writer(
@@ -23,10 +25,11 @@ pub(crate) fn spawn_writer(
     settle: Settle,
     max_batch: usize,
     linger: Duration,
+    full: bool,
 ) -> std::io::Result<()> {
     std::thread::Builder::new()
         .name("agent-journal-writer".into())
-        .spawn(move || run(&conn, rx, settle, max_batch, linger))
+        .spawn(move || run(&conn, rx, settle, max_batch, linger, full))
         .map(drop)
 }
 
@@ -40,12 +43,16 @@ pub(crate) fn spawn_writer(
 /// under `Full`), while cheap commits (in memory, `Normal`) barely wait. A lone producer
 /// never waits (it is the whole previous batch), and after a linger that ran out the
 /// expectation drops to what came.
+///
+/// `full`: the journal is [`Durability::Full`](crate::Durability::Full), so a batch of
+/// relaxed appends only is committed with [`write_relaxed`].
 fn run(
     conn: &Mutex<Connection>,
     mut rx: mpsc::Receiver<Msg>,
     mut settle: Settle,
     max_batch: usize,
     linger: Duration,
+    full: bool,
 ) {
     let mut close = None;
     let mut expected = 0usize;
@@ -69,7 +76,12 @@ fn run(
             // Nothing panics while holding the lock; if something did, the connection is
             // still usable: `write_batch` first rolls back any transaction left open.
             let conn = conn.lock().unwrap_or_else(PoisonError::into_inner);
-            settle.finish(&requests, acks, write_batch(&conn, &requests));
+            let written = if full && relaxed_batch(&requests) {
+                write_relaxed(&conn, &requests)
+            } else {
+                write_batch(&conn, &requests)
+            };
+            settle.finish(&requests, acks, written);
         }
         last_commit = started.elapsed();
     }
@@ -134,6 +146,21 @@ pub(crate) fn write_batch(
             Err(err)
         }
     }
+}
+
+/// Commits `batch` under `synchronous = NORMAL`, so the commit does not wait for the disk
+/// (WAL frames are written in commit order, and the next `FULL` commit's sync covers them),
+/// then sets the connection back to `FULL` for every later commit, the leases' included.
+/// Should that fail, the error fails the batch and latches the writer: nothing is committed
+/// afterwards with less durability than the journal promises.
+pub(crate) fn write_relaxed(
+    conn: &Connection,
+    batch: &[Request],
+) -> Result<Vec<Answer>, rusqlite::Error> {
+    conn.execute_batch("PRAGMA synchronous = NORMAL")?;
+    let written = write_batch(conn, batch);
+    conn.execute_batch("PRAGMA synchronous = FULL")?;
+    written
 }
 
 fn rollback(conn: &Connection) {
@@ -211,4 +238,56 @@ fn write_in_transaction(
             .execute([last.seq])?;
     }
     Ok(plan.acks)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::sqlite::{Location, open};
+    use crate::writer::Prepared;
+
+    fn request(relaxed: bool) -> Request {
+        Request {
+            events: vec![Prepared {
+                thread: "t".into(),
+                kind: "k".into(),
+                payload: "{}".into(),
+                dedup_key: None,
+                at: 0,
+                epoch: None,
+                relaxed,
+            }],
+            expected: None,
+            fence: None,
+        }
+    }
+
+    fn synchronous(conn: &Connection) -> i64 {
+        conn.query_row("PRAGMA synchronous", [], |row| row.get(0))
+            .unwrap()
+    }
+
+    #[test]
+    fn a_relaxed_write_commits_and_leaves_the_connection_at_full() {
+        let dir = tempfile::tempdir().unwrap();
+        let location = Location::File(dir.path().join("j.db"));
+        let opened = open(&location, "sqlite://j.db", &Default::default()).unwrap();
+        let conn = opened.writer.lock().unwrap();
+        assert_eq!(synchronous(&conn), 2, "a Full journal opens at FULL");
+        let answers = write_relaxed(&conn, &[request(true)]).unwrap();
+        assert_eq!(answers[0].as_ref().unwrap()[0].seq, 1);
+        // Every later commit, a lease's included, is at FULL again.
+        assert_eq!(synchronous(&conn), 2);
+        // A failed write restores it as well.
+        conn.execute_batch("DROP TABLE journal_events").unwrap();
+        assert!(write_relaxed(&conn, &[request(true)]).is_err());
+        assert_eq!(synchronous(&conn), 2);
+    }
+
+    #[test]
+    fn a_batch_is_relaxed_only_when_every_request_is() {
+        assert!(relaxed_batch(&[request(true), request(true)]));
+        assert!(!relaxed_batch(&[request(true), request(false)]));
+        assert!(!relaxed_batch(&[request(false)]));
+    }
 }
