@@ -123,10 +123,7 @@ fn collect(
 }
 
 /// Commits one batch; rolls back and returns the error if any statement fails.
-pub(crate) fn write_batch(
-    conn: &Connection,
-    batch: &[Request],
-) -> Result<Vec<Answer>, rusqlite::Error> {
+fn write_batch(conn: &Connection, batch: &[Request]) -> Result<Vec<Answer>, rusqlite::Error> {
     // A transaction left open by an interrupted earlier write is abandoned, never reused.
     rollback(conn);
     conn.prepare_cached("BEGIN IMMEDIATE")?.execute([])?;
@@ -153,10 +150,7 @@ pub(crate) fn write_batch(
 /// then sets the connection back to `FULL` for every later commit, the leases' included.
 /// Should that fail, the error fails the batch and latches the writer: nothing is committed
 /// afterwards with less durability than the journal promises.
-pub(crate) fn write_relaxed(
-    conn: &Connection,
-    batch: &[Request],
-) -> Result<Vec<Answer>, rusqlite::Error> {
+fn write_relaxed(conn: &Connection, batch: &[Request]) -> Result<Vec<Answer>, rusqlite::Error> {
     conn.execute_batch("PRAGMA synchronous = NORMAL")?;
     let written = write_batch(conn, batch);
     conn.execute_batch("PRAGMA synchronous = FULL")?;
