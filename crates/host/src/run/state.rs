@@ -46,7 +46,9 @@ pub struct RunState {
     pub status_detail: Option<String>,
     /// Completed model steps, in order.
     pub steps: Vec<StepRecord>,
-    /// `model.requested` attempts per step.
+    /// `model.requested` attempts per step not yet completed. A step's entry goes when
+    /// its `model.completed` is folded: only the step being asked reads it, and a run
+    /// would otherwise keep one per step it ever took.
     pub attempts: HashMap<u64, u32>,
     /// Calls in the order the model made them.
     pub calls: Vec<CallRecord>,
@@ -353,6 +355,7 @@ impl RunState {
         if self.steps.iter().any(|s| s.step == step) {
             return;
         }
+        self.attempts.remove(&step);
         let items = p
             .get("output")
             .and_then(Value::as_array)

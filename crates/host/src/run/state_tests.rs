@@ -40,7 +40,7 @@ fn fold_tracks_steps_usage_and_call_lifecycle() {
     let mut s = RunState::from_events("r", &events);
     assert_eq!(s.title(), "p");
     assert_eq!(s.status, Some(RunStatus::Running));
-    assert_eq!(s.attempts[&1], 1);
+    assert!(s.attempts.is_empty(), "step 1 completed: {:?}", s.attempts);
     assert_eq!(s.usage.total_tokens, 15);
     assert_eq!(s.usage.cached_tokens, 4);
     assert_eq!(s.usage.reasoning_tokens, 2);
@@ -212,4 +212,25 @@ fn a_long_fold_keeps_its_lists_near_their_length_and_finds_every_call() {
         (again.calls.len(), again.call("c7").unwrap().step),
         (200, 7)
     );
+}
+
+#[test]
+fn attempts_are_kept_until_their_step_completes() {
+    let mut s = RunState::from_events(
+        "r",
+        &[
+            ev(1, k::RUN_CREATED, created()),
+            ev(2, k::MODEL_REQUESTED, json!({"step": 1, "attempt": 1})),
+            ev(3, k::MODEL_REQUESTED, json!({"step": 1, "attempt": 2})),
+        ],
+    );
+    assert_eq!(s.attempts.get(&1), Some(&2));
+    s.apply(&completed_with_call(4, 1, "c1"));
+    assert_eq!(s.attempts.get(&1), None);
+    s.apply(&ev(5, k::MODEL_REQUESTED, json!({"step": 2, "attempt": 1})));
+    assert_eq!(s.attempts.len(), 1);
+    assert_eq!(s.attempts.get(&2), Some(&1));
+    // A completion folded twice does not drop the next step's count.
+    s.apply(&completed_with_call(6, 1, "c1"));
+    assert_eq!(s.attempts.get(&2), Some(&1));
 }

@@ -24,6 +24,15 @@ use crate::options::{Durability, JournalOptions};
 pub(crate) use read::Reader;
 pub(crate) use write::spawn_writer;
 
+/// The page cache of the write connection, KiB (SQLite's default is 2,000).
+///
+/// An append touches the right edge of the events table and, per index, the leaf of its
+/// thread: with a hundred runs appending at once the default cache filled and stayed full,
+/// ~2 MiB of a 28 MiB process. A page it no longer holds is read again from the OS's page
+/// cache, not the disk; with a thousand runs the threads' leaves outgrow either size, and
+/// appends were as fast with this one.
+const WRITE_CACHE_KIB: u32 = 512;
+
 const SCHEMA: &agent_schema::Steps = &[
     (
         1,
@@ -112,7 +121,7 @@ pub(crate) fn open(
         Location::Memory => "",
     };
     conn.execute_batch(&format!(
-        "{journal_mode} PRAGMA synchronous = {synchronous};"
+        "{journal_mode} PRAGMA synchronous = {synchronous}; PRAGMA cache_size = -{WRITE_CACHE_KIB};"
     ))
     .map_err(open_err)?;
     migrate(&conn).map_err(|source| JournalError::Open {
@@ -233,5 +242,24 @@ mod tests {
             .query_row("PRAGMA wal_autocheckpoint", [], |row| row.get(0))
             .unwrap();
         assert_eq!((mode.as_str(), pages), ("wal", 8000));
+    }
+
+    #[test]
+    fn the_write_connection_keeps_a_small_page_cache() {
+        let dir = tempfile::tempdir().unwrap();
+        let location = Location::File(dir.path().join("j.db"));
+        let opened = open(&location, "sqlite://j.db", &JournalOptions::default()).unwrap();
+        let cache: i64 = opened
+            .writer
+            .lock()
+            .unwrap()
+            .query_row("PRAGMA cache_size", [], |row| row.get(0))
+            .unwrap();
+        assert_eq!(cache, -i64::from(WRITE_CACHE_KIB));
+        let default: i64 = Connection::open_in_memory()
+            .unwrap()
+            .query_row("PRAGMA cache_size", [], |row| row.get(0))
+            .unwrap();
+        assert_ne!(cache, default);
     }
 }

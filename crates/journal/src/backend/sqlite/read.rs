@@ -41,7 +41,7 @@ const FIRST_REPLAY_PAGE: i64 = 256;
 /// Reads are mostly tails and catch-ups of recent events spread over many threads' ranges,
 /// so a connection's cache filled to its bound and stayed there: with four connections and
 /// a thousand concurrent runs, ~9 MiB of the process's peak. A page read again comes from
-/// the OS's page cache (no disk), and the write connection keeps the default.
+/// the OS's page cache (no disk). The write connection has its own bound (`WRITE_CACHE_KIB`).
 const READ_CACHE_KIB: u32 = 256;
 
 /// Up to `?4` events of thread `?1` with `?2 < seq <= ?3`, in seq order.
