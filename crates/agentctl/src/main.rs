@@ -16,10 +16,12 @@ use clap::{Parser, Subcommand};
 
 use crate::global::GlobalArgs;
 
-/// Journals and replays allocate many small values freed on other threads; mimalloc keeps
+/// Journals and replays allocate many small values freed on other threads; jemalloc keeps
 /// that cheap where glibc's per-thread arenas trim and re-fault memory on every long replay.
+/// Its options are built in (`.cargo/config.toml`): one arena per CPU, and freed pages
+/// returned to the OS within a second, which is what bounds many concurrent runs' memory.
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 /// Run agent turns durably against the OpenAI Responses API and the Codex app-server.
 #[derive(Debug, Parser)]

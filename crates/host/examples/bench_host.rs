@@ -41,7 +41,7 @@ use serde_json::json;
 
 /// The same allocator as the `agentctl` binary.
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 const FINAL_ANSWER: &str = "BENCH-DONE";
 

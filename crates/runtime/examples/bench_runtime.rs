@@ -22,7 +22,7 @@ use serde_json::json;
 
 /// The same allocator as the `agentctl` binary.
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 /// Calls in the untimed warm-up run of each journal configuration.
 const WARM_UP_CALLS: usize = 10_000;

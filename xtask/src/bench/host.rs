@@ -580,23 +580,29 @@ fn render(
         fmt(sdk_sqlite, 1),
         fmtx(single_ratio)
     );
+    // Memory per run is checked two ways. The issue's own figure for the SDK (1.33 MiB per
+    // run at 100 runs) is its whole process's peak over the runs; the stricter one leaves
+    // out each process's footprint before the runs start, which for the SDK holds its
+    // imported code and for ours not the code a binary pages in on first use.
+    let both = |steps: Option<f64>, mem: Option<f64>| {
+        steps
+            .zip(mem)
+            .map(|(s, m)| if s >= 50.0 && m <= 0.2 { 1.0 } else { 0.0 })
+    };
     for t in conc_targets {
         let _ = writeln!(
             md,
             "- {} concurrent runs, 50x the SDK's steps/s with at most 1/5 of its memory per run \
              (ours SQLite `Full`, {}): {}; steps/s {}, memory per run {} (the whole process's \
-             peak per run, how the issue took the SDK's 1.33 MiB: {}).",
+             peak over the runs, how the issue took the SDK's 1.33 MiB). Memory above each \
+             process's start per run: {} ({}).",
             t.runs,
             t.transport,
-            verdict(
-                t.steps
-                    .zip(t.memory)
-                    .map(|(s, m)| if s >= 50.0 && m <= 0.2 { 1.0 } else { 0.0 }),
-                |ok| ok > 0.0
-            ),
+            verdict(both(t.steps, t.whole), |ok| ok > 0.0),
             fmtx(t.steps),
+            fmtx(t.whole),
             fmtx(t.memory),
-            fmtx(t.whole)
+            verdict(t.memory, |m| m <= 0.2),
         );
     }
     let _ = writeln!(
