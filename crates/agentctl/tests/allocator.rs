@@ -20,7 +20,6 @@ fn the_binary_runs_on_jemalloc_with_the_built_in_options() {
     assert!(output.status.success(), "{output:?}");
     let stats = String::from_utf8_lossy(&output.stderr);
     for option in [
-        "config.malloc_conf: \"",
         "opt.percpu_arena: \"percpu\"",
         "opt.dirty_decay_ms: 1000",
         "opt.muzzy_decay_ms: 0",
