@@ -56,6 +56,8 @@ struct Args {
     durability: Durability,
     compact_at: u64,
     http2: bool,
+    /// `ClientConfig::max_idle_connections`, when given.
+    max_idle: Option<usize>,
 }
 
 fn args() -> Args {
@@ -70,6 +72,7 @@ fn args() -> Args {
         durability: Durability::Full,
         compact_at: 4000,
         http2: false,
+        max_idle: None,
     };
     let argv: Vec<String> = std::env::args().skip(1).collect();
     let mut i = 0;
@@ -84,6 +87,7 @@ fn args() -> Args {
             "--runs" => a.runs = v.parse().expect("--runs"),
             "--repeat" => a.repeat = v.parse().expect("--repeat"),
             "--compact-at" => a.compact_at = v.parse().expect("--compact-at"),
+            "--max-idle" => a.max_idle = Some(v.parse().expect("--max-idle")),
             "--http" => {
                 a.http2 = match v.as_str() {
                     "1" => false,
@@ -177,6 +181,9 @@ impl Observer for FirstRequest {
 fn responses_client(a: &Args) -> Client {
     let mut config = ClientConfig::new(a.base_url.clone(), ApiKey::new("sk-bench").expect("key"));
     config.http2_prior_knowledge = a.http2;
+    if let Some(n) = a.max_idle {
+        config.max_idle_connections = n;
+    }
     Client::new(config).expect("client")
 }
 

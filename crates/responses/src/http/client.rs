@@ -39,6 +39,7 @@ impl Client {
         let mut builder = reqwest::Client::builder()
             .connect_timeout(config.connect_timeout)
             .read_timeout(config.read_timeout)
+            .pool_max_idle_per_host(config.max_idle_connections)
             .user_agent(config.user_agent.clone());
         if config.http2_prior_knowledge {
             builder = builder.http2_prior_knowledge();

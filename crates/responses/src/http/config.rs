@@ -67,6 +67,11 @@ pub struct ClientConfig {
     /// server may speak only HTTP/1.1. With HTTP/2, concurrent requests share one
     /// connection instead of holding one each.
     pub http2_prior_knowledge: bool,
+    /// Idle keep-alive connections kept per host (SDK: 100). Over HTTP/1.1 each request
+    /// in flight holds a connection of its own, and hyper keeps ~30 KB of buffers and
+    /// state per connection: a host that once had 1,000 runs in flight would otherwise
+    /// keep 1,000 sockets open between steps. Over HTTP/2 the requests share one.
+    pub max_idle_connections: usize,
 }
 
 impl ClientConfig {
@@ -81,6 +86,7 @@ impl ClientConfig {
             stream_idle_timeout: Duration::from_secs(600),
             user_agent: concat!("agentctl-responses/", env!("CARGO_PKG_VERSION")).to_owned(),
             http2_prior_knowledge: false,
+            max_idle_connections: 100,
         }
     }
 
