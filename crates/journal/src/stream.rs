@@ -126,7 +126,9 @@ pub(crate) fn tail(
             // Mark the current commit as seen before reading, so a commit that lands after
             // the read wakes the next wait.
             s.committed.borrow_and_update();
-            match read_page(&s).await {
+            // Boxed: a read's future is most of this stream's size, and a tail spends its
+            // life waiting, not reading (a run's interrupt watch is one per run).
+            match Box::pin(read_page(&s)).await {
                 Ok((page, seen)) => {
                     s.wait_first = (page.len() as i64) < PAGE;
                     s.last = seen;

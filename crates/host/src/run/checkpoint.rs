@@ -55,7 +55,7 @@ pub(crate) fn take(
     runtime: Option<ThreadCheckpoint>,
 ) -> Option<Value> {
     let runtime = runtime?;
-    let spec = state.spec.clone()?;
+    let spec = RunSpec::clone(state.spec.as_deref()?);
     if state
         .calls
         .iter()
@@ -118,7 +118,7 @@ impl RunState {
             }
         };
         let mut state = RunState::for_driving(id);
-        state.spec = Some(checkpoint.spec);
+        state.spec = Some(std::sync::Arc::new(checkpoint.spec));
         state.status = checkpoint.status;
         state.status_detail = checkpoint.status_detail;
         state.driver = checkpoint.driver;

@@ -54,7 +54,8 @@ pub(crate) struct Driver {
     /// This process's runtime turn (empty until it is started, before the first step).
     pub(crate) turn: String,
     pub(crate) state: RunState,
-    pub(crate) spec: RunSpec,
+    /// The fold's own spec (`state.spec`), shared.
+    pub(crate) spec: Arc<RunSpec>,
     pub(crate) me: Owner,
     pub(crate) opts: DriveOptions,
     /// Events folded since this drive began (what the crash test hook counts).

@@ -220,15 +220,13 @@ impl Host {
         let thread = kinds::thread_of(&id);
         let runtime = Runtime::open(self.journal.clone(), runtime_options(registry));
         arm_crash_hook(&self.journal, &thread, 0, opts.crash_after_events);
+        // The fold starts with the spec it is about to read back from `run.created`, so
+        // it keeps this one (equal) and the driver shares it.
+        let spec = Arc::new(spec);
+        let mut state = RunState::for_driving(&id);
+        state.spec = Some(Arc::clone(&spec));
         let report = self
-            .drive(
-                runtime,
-                thread,
-                RunState::for_driving(&id),
-                spec,
-                Owner::current(),
-                opts,
-            )
+            .drive(runtime, thread, state, spec, Owner::current(), opts)
             .await;
         servers.shutdown().await;
         report
@@ -526,7 +524,7 @@ impl Host {
         runtime: Runtime,
         thread: String,
         state: RunState,
-        spec: RunSpec,
+        spec: Arc<RunSpec>,
         me: Owner,
         opts: DriveOptions,
     ) -> impl Future<Output = Result<RunReport, HostError>> + use<> {
@@ -551,7 +549,7 @@ struct Claimed {
     runtime: Runtime,
     thread: String,
     state: RunState,
-    spec: RunSpec,
+    spec: Arc<RunSpec>,
     me: Owner,
 }
 

@@ -13,6 +13,7 @@
 //! that shows the history folds with [`RunState::new`] and keeps everything.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use agent_journal::Event;
 use agent_runtime::events as rt;
@@ -38,8 +39,10 @@ use crate::RawJson;
 pub struct RunState {
     /// The run id (or the steer id).
     pub id: String,
-    /// What `run.created` recorded.
-    pub spec: Option<RunSpec>,
+    /// What `run.created` recorded. Shared: a driving host's driver holds the same one,
+    /// and folding `run.created` into a state that already holds an equal spec keeps it
+    /// (one copy of the tools' schemas a run, not two).
+    pub spec: Option<Arc<RunSpec>>,
     /// The recorded status (see `shown_status` for a crashed driver).
     pub status: Option<RunStatus>,
     /// Why it paused, failed or was interrupted, as last recorded.
@@ -215,7 +218,9 @@ impl RunState {
                     } else {
                         RunStatus::Running
                     });
-                    self.spec = Some(spec);
+                    if self.spec.as_deref() != Some(&spec) {
+                        self.spec = Some(Arc::new(spec));
+                    }
                     self.driver = owner(p);
                 }
                 Err(err) => tracing::warn!(seq = event.seq, %err, "unreadable run.created"),

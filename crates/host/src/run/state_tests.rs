@@ -234,3 +234,38 @@ fn attempts_are_kept_until_their_step_completes() {
     s.apply(&completed_with_call(6, 1, "c1"));
     assert_eq!(s.attempts.get(&2), Some(&1));
 }
+
+#[test]
+fn a_fold_keeps_the_spec_it_already_holds_when_run_created_records_the_same() {
+    let spec: RunSpec = serde_json::from_value(created()).unwrap();
+    let held = Arc::new(spec.clone());
+    let mut s = RunState::for_driving("r");
+    s.spec = Some(Arc::clone(&held));
+    s.apply(&ev(1, k::RUN_CREATED, created()));
+    assert!(
+        Arc::ptr_eq(s.spec.as_ref().unwrap(), &held),
+        "one copy, shared"
+    );
+    assert_eq!(s.status, Some(RunStatus::Running));
+    // A different spec replaces it.
+    let mut other = created();
+    other["model"] = json!("m2");
+    s.apply(&ev(2, k::RUN_CREATED, other));
+    assert_eq!(s.spec.as_ref().unwrap().model, "m2");
+    assert!(!Arc::ptr_eq(s.spec.as_ref().unwrap(), &held));
+}
+
+#[test]
+fn a_spec_with_the_builtin_tools_reads_back_equal_from_run_created() {
+    // What `Host::start` relies on to share its spec with the fold: the spec it writes
+    // into `run.created` is folded back equal.
+    let dir = tempfile::tempdir().unwrap();
+    let workspace = crate::tools::Workspace::new(dir.path()).unwrap();
+    let (tools, _) = crate::tools::builtin(&workspace, crate::tools::ApprovalMode::Default);
+    let mut spec: RunSpec = serde_json::from_value(created()).unwrap();
+    spec.tools = tools;
+    let written = serde_json::to_value(&spec).unwrap();
+    let read: RunSpec = serde_json::from_value(written).unwrap();
+    assert_eq!(read, spec);
+    assert_eq!(read.tools.len(), 4);
+}

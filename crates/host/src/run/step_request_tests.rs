@@ -57,7 +57,7 @@ fn two_steps() -> (RunState, RunSpec) {
     ));
     events.push(next(k::STEER_APPLIED, json!({"id": "s2", "step": 3})));
     let state = RunState::from_events("r", &events);
-    let mut spec = state.spec.clone().expect("the run's spec");
+    let mut spec = RunSpec::clone(state.spec.as_deref().expect("the run's spec"));
     spec.tools.push(ToolSpec {
         name: "list_dir".into(),
         description: "List a directory.".into(),
