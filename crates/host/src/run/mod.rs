@@ -213,23 +213,33 @@ impl Host {
     /// # Cancel safety
     /// Dropping the future stops driving where it stands; everything acknowledged is in the
     /// journal and `resume` continues from there (fire `opts.cancel` for a clean interrupt).
-    pub async fn start(&self, new: NewRun, opts: DriveOptions) -> Result<RunReport, HostError> {
-        // Boxed: listing MCP servers' tools is a large future, and an inline one would size
-        // this future, which lives as long as the run, to it.
-        let (id, spec, registry, servers) = Box::pin(self.create(new, false)).await?;
-        let thread = kinds::thread_of(&id);
-        let runtime = Runtime::open(self.journal.clone(), runtime_options(registry));
-        arm_crash_hook(&self.journal, &thread, 0, opts.crash_after_events);
-        // The fold starts with the spec it is about to read back from `run.created`, so
-        // it keeps this one (equal) and the driver shares it.
-        let spec = Arc::new(spec);
-        let mut state = RunState::for_driving(&id);
-        state.spec = Some(Arc::clone(&spec));
-        let report = self
-            .drive(runtime, thread, state, spec, Owner::current(), opts)
-            .await;
-        servers.shutdown().await;
-        report
+    pub fn start(
+        &self,
+        new: NewRun,
+        opts: DriveOptions,
+    ) -> impl Future<Output = Result<RunReport, HostError>> + '_ {
+        // Boxed, and before the run's future: listing MCP servers' tools is a large future,
+        // and an argument of an `async fn` is kept in its future for as long as the run.
+        let create = Box::pin(self.create(new, false));
+        async move {
+            let (id, spec, registry, servers) = create.await?;
+            let thread = kinds::thread_of(&id);
+            let runtime = Runtime::open(self.journal.clone(), runtime_options(registry));
+            arm_crash_hook(&self.journal, &thread, 0, opts.crash_after_events);
+            let spec = Arc::new(spec);
+            let report = self
+                .drive(
+                    runtime,
+                    thread,
+                    seeded_fold(&id, &spec),
+                    spec,
+                    Owner::current(),
+                    opts,
+                )
+                .await;
+            servers.shutdown().await;
+            report
+        }
     }
 
     /// Creates a run without driving it and offers it to workers (`agentctl worker`):
@@ -338,17 +348,51 @@ impl Host {
     ///
     /// # Cancel safety
     /// As [`start`](Self::start).
-    pub async fn resume_loaded(
-        &self,
-        run_id: &str,
+    pub fn resume_loaded<'a>(
+        &'a self,
+        run_id: &'a str,
         loaded: LoadedRun,
         change: BudgetChange,
         opts: DriveOptions,
-    ) -> Result<RunReport, HostError> {
+    ) -> impl Future<Output = Result<RunReport, HostError>> + 'a {
+        // The fold moves into the claim's future, boxed here: an argument of an `async fn`
+        // (and a local it was moved out of) is kept in its future for as long as the run.
+        let claim = self
+            .resume_tools(run_id, &loaded)
+            .map(|(registry, servers)| {
+                let crash_after = opts.crash_after_events;
+                let claim = self.claim(run_id, loaded, registry, change, crash_after);
+                (Box::pin(claim), servers)
+            });
+        async move {
+            let (claim, servers) = claim?;
+            let report = match claim.await {
+                Ok(Claimed {
+                    runtime,
+                    thread,
+                    state,
+                    spec,
+                    me,
+                }) => self.drive(runtime, thread, state, spec, me, opts).await,
+                Err(err) => Err(err),
+            };
+            servers.shutdown().await;
+            report
+        }
+    }
+
+    /// The tools a resumed run had: the built-in ones of its workspace and its MCP
+    /// servers' (started again). A server the run used that is not declared refuses the
+    /// resume before it writes.
+    fn resume_tools(
+        &self,
+        run_id: &str,
+        loaded: &LoadedRun,
+    ) -> Result<(agent_runtime::ToolRegistry, mcp::McpServers), HostError> {
         let spec = loaded
             .state
             .spec
-            .clone()
+            .as_deref()
             .ok_or_else(|| HostError::NotFound(run_id.into()))?;
         let workspace = Workspace::new(std::path::Path::new(&spec.workspace)).map_err(|err| {
             HostError::Workspace {
@@ -357,7 +401,6 @@ impl Host {
             }
         })?;
         let (_, mut registry) = tools::builtin(&workspace, spec.approval);
-        // A server the run used that is not declared refuses the resume before it writes.
         let (mcp_tools, servers) = mcp::reattach(
             run_id,
             &spec.mcp_servers,
@@ -368,33 +411,7 @@ impl Host {
         for tool in mcp_tools {
             registry = registry.with_arc(tool);
         }
-        let report = self
-            .resume_with(run_id, loaded, registry, change, opts)
-            .await;
-        servers.shutdown().await;
-        report
-    }
-
-    /// Claims the run (`run.resumed`), adopts its open calls and drives it.
-    async fn resume_with(
-        &self,
-        run_id: &str,
-        loaded: LoadedRun,
-        registry: agent_runtime::ToolRegistry,
-        change: BudgetChange,
-        opts: DriveOptions,
-    ) -> Result<RunReport, HostError> {
-        // Boxed: the claim's future (folds, the claim, the adoption) is large, and inline it
-        // would size this one, which lives as long as the run.
-        let claim = self.claim(run_id, loaded, registry, change, opts.crash_after_events);
-        let Claimed {
-            runtime,
-            thread,
-            state,
-            spec,
-            me,
-        } = Box::pin(claim).await?;
-        self.drive(runtime, thread, state, spec, me, opts).await
+        Ok((registry, servers))
     }
 
     /// Claims the run (`run.resumed`) and adopts its open calls into a runtime.
@@ -542,6 +559,15 @@ impl Host {
         });
         drive_boxed(driver)
     }
+}
+
+/// A driving host's fold of the run `id` that already holds `spec`: the spec `run.created`
+/// recorded, which it is about to read back, so it keeps this one (equal) and shares it with
+/// the driver.
+fn seeded_fold(id: &str, spec: &Arc<RunSpec>) -> RunState {
+    let mut state = RunState::for_driving(id);
+    state.spec = Some(Arc::clone(spec));
+    state
 }
 
 /// A run claimed by this process, its open calls adopted: what driving it starts from.
