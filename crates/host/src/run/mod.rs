@@ -224,19 +224,10 @@ impl Host {
         async move {
             let (id, spec, registry, servers) = create.await?;
             let thread = kinds::thread_of(&id);
-            let runtime = Runtime::open(self.journal.clone(), runtime_options(registry));
             arm_crash_hook(&self.journal, &thread, 0, opts.crash_after_events);
-            let spec = Arc::new(spec);
-            let report = self
-                .drive(
-                    runtime,
-                    thread,
-                    seeded_fold(&id, &spec),
-                    spec,
-                    Owner::current(),
-                    opts,
-                )
-                .await;
+            let runtime = Runtime::open(self.journal.clone(), runtime_options(registry));
+            let created = Claimed::created(&id, thread, Arc::new(spec), runtime);
+            let report = self.drive(created, opts).await;
             servers.shutdown().await;
             report
         }
@@ -367,13 +358,7 @@ impl Host {
         async move {
             let (claim, servers) = claim?;
             let report = match claim.await {
-                Ok(Claimed {
-                    runtime,
-                    thread,
-                    state,
-                    spec,
-                    me,
-                }) => self.drive(runtime, thread, state, spec, me, opts).await,
+                Ok(claimed) => self.drive(claimed, opts).await,
                 Err(err) => Err(err),
             };
             servers.shutdown().await;
@@ -538,13 +523,16 @@ impl Host {
     /// (with many runs at once, each copy of the state is a copy per run).
     fn drive(
         &self,
-        runtime: Runtime,
-        thread: String,
-        state: RunState,
-        spec: Arc<RunSpec>,
-        me: Owner,
+        claimed: Claimed,
         opts: DriveOptions,
     ) -> impl Future<Output = Result<RunReport, HostError>> + use<> {
+        let Claimed {
+            runtime,
+            thread,
+            state,
+            spec,
+            me,
+        } = claimed;
         let driver = Box::new(Driver {
             journal: self.journal.clone(),
             client: self.client.clone(),
@@ -561,15 +549,6 @@ impl Host {
     }
 }
 
-/// A driving host's fold of the run `id` that already holds `spec`: the spec `run.created`
-/// recorded, which it is about to read back, so it keeps this one (equal) and shares it with
-/// the driver.
-fn seeded_fold(id: &str, spec: &Arc<RunSpec>) -> RunState {
-    let mut state = RunState::for_driving(id);
-    state.spec = Some(Arc::clone(spec));
-    state
-}
-
 /// A run claimed by this process, its open calls adopted: what driving it starts from.
 struct Claimed {
     runtime: Runtime,
@@ -577,6 +556,23 @@ struct Claimed {
     state: RunState,
     spec: Arc<RunSpec>,
     me: Owner,
+}
+
+impl Claimed {
+    /// A run this process has just created with `spec`. Its fold starts out holding
+    /// `spec`, which it is about to read back from `run.created`, so it keeps this one
+    /// (equal) and shares it with the driver.
+    fn created(id: &str, thread: String, spec: Arc<RunSpec>, runtime: Runtime) -> Claimed {
+        let mut state = RunState::for_driving(id);
+        state.spec = Some(Arc::clone(&spec));
+        Claimed {
+            runtime,
+            thread,
+            state,
+            spec,
+            me: Owner::current(),
+        }
+    }
 }
 
 /// [`Host::drive`] from the runtime turn's start.
