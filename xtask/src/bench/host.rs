@@ -328,7 +328,7 @@ fn ratio(a: Option<f64>, b: Option<f64>) -> Option<f64> {
     }
 }
 
-fn verdict(value: Option<f64>, met: impl Fn(f64) -> bool) -> &'static str {
+fn verdict<T: Copy>(value: Option<T>, met: impl Fn(T) -> bool) -> &'static str {
     match value {
         None => "**not measured**",
         Some(v) if met(v) => "met",
@@ -584,11 +584,6 @@ fn render(
     // run at 100 runs) is its whole process's peak over the runs; the stricter one leaves
     // out each process's footprint before the runs start, which for the SDK holds its
     // imported code and for ours not the code a binary pages in on first use.
-    let both = |steps: Option<f64>, mem: Option<f64>| {
-        steps
-            .zip(mem)
-            .map(|(s, m)| if s >= 50.0 && m <= 0.2 { 1.0 } else { 0.0 })
-    };
     for t in conc_targets {
         let _ = writeln!(
             md,
@@ -598,7 +593,7 @@ fn render(
              process's start per run: {} ({}).",
             t.runs,
             t.transport,
-            verdict(both(t.steps, t.whole), |ok| ok > 0.0),
+            verdict(t.steps.zip(t.whole), |(s, m)| s >= 50.0 && m <= 0.2),
             fmtx(t.steps),
             fmtx(t.whole),
             fmtx(t.memory),

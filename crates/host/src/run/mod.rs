@@ -351,8 +351,7 @@ impl Host {
         let claim = self
             .resume_tools(run_id, &loaded)
             .map(|(registry, servers)| {
-                let crash_after = opts.crash_after_events;
-                let claim = self.claim(run_id, loaded, registry, change, crash_after);
+                let claim = self.claim(run_id, loaded, registry, change, opts.crash_after_events);
                 (Box::pin(claim), servers)
             });
         async move {
