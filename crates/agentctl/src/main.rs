@@ -9,6 +9,7 @@
 
 mod cmd;
 mod db;
+mod exit;
 mod global;
 mod output;
 

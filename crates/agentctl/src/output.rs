@@ -15,7 +15,7 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 
 /// Print one JSON value as a single line on stdout.
-pub fn json_line(value: &serde_json::Value) -> anyhow::Result<()> {
+pub fn json_line<T: Serialize + ?Sized>(value: &T) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
     serde_json::to_writer(&mut out, value)?;
     out.write_all(b"\n")?;
@@ -177,8 +177,8 @@ pub fn report_error_masking(err: &anyhow::Error, db: Option<&str>) -> ExitCode {
         .chain()
         .any(|e| e.downcast_ref::<UsageError>().is_some())
     {
-        ExitCode::from(2)
+        crate::exit::Exit::Usage.into()
     } else {
-        ExitCode::FAILURE
+        crate::exit::Exit::Failed.into()
     }
 }

@@ -258,6 +258,15 @@ async fn requests_reach_the_worker(db: &str) {
         }
     };
     pending(&first).await;
+    // A run a worker holds while it waits for a decision: one word everywhere.
+    let o = out(agentctl(db).args(["--json", "runs", "show", &first]));
+    let shown: serde_json::Value = serde_json::from_str(text(&o.stdout).trim()).unwrap();
+    assert_eq!(shown["status"], "waiting", "{shown}");
+    assert_eq!(shown["pending_approvals"][0]["call_id"], "call_a");
+    let o = out(agentctl(db).args(["--json", "runs", "list", "--status", "waiting"]));
+    let row: serde_json::Value = serde_json::from_str(text(&o.stdout).trim()).unwrap();
+    assert_eq!(row["run_id"], first.as_str());
+    assert_eq!(row["pending_approvals"], 1);
     let o = out(agentctl(db).args(["steer", &first, "use the staging database"]));
     assert!(o.status.success(), "{}", text(&o.stderr));
     let o = out(agentctl(db).args(["approve", &first, "call_a"]));

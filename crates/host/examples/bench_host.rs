@@ -123,20 +123,13 @@ fn new_run(
     max_steps: u64,
     compact_at: Option<u64>,
 ) -> NewRun {
-    NewRun {
-        prompt: loop_prompt(steps),
-        model: "gpt-5.1".into(),
-        instructions: None,
-        workspace: workspace.to_path_buf(),
-        budgets: Budgets {
+    NewRun::new(loop_prompt(steps), workspace)
+        .budgets(Budgets {
             max_steps,
             max_tokens: None,
-        },
-        approval: ApprovalMode::Auto,
-        endpoint: None,
-        compact_at,
-        transport: "http".into(),
-    }
+        })
+        .approval(ApprovalMode::Auto)
+        .compact_at(compact_at)
 }
 
 /// Peak and current resident set of this process, KiB (`/proc/self/status`).

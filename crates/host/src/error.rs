@@ -17,7 +17,7 @@ pub enum HostError {
         /// The run id.
         run: String,
         /// `completed` or `failed`.
-        status: &'static str,
+        status: crate::run::RunStatus,
     },
     /// Another live process drives the run.
     #[error("run {run} is being driven by {owner}; only one process may drive a run")]
@@ -88,13 +88,49 @@ pub enum HostError {
         /// How the run started it (command and args).
         command: String,
     },
-    /// Invalid input from the caller.
-    #[error("{0}")]
-    Invalid(String),
+    /// The run's model endpoint cannot be set up (no key, a bad URL, the emulator did not
+    /// start).
+    #[error("cannot reach the model: {0}")]
+    Connect(String),
+    /// A resumed run recorded a base URL with a password (journaled masked), and none was
+    /// given again.
+    #[error(
+        "the run was started with a base URL that carried a password (journaled masked); give it again with --base-url"
+    )]
+    EndpointMasked,
+    /// A steer with no text.
+    #[error("the steer text is empty")]
+    EmptySteer,
+    /// An interrupt for a run no host drives.
+    #[error("run {run} is {status}: no host is driving it, so there is nothing to interrupt")]
+    NotDriven {
+        /// The run id.
+        run: String,
+        /// The status it shows.
+        status: crate::run::RunStatus,
+    },
+    /// The run's next model request cannot be built from its journal (an output item or a
+    /// tool schema that cannot be encoded).
+    #[error("the run's next request cannot be built: {0}")]
+    Request(String),
+    /// An event could not be encoded for the journal.
+    #[error("an event cannot be encoded: {0}")]
+    Encode(#[source] serde_json::Error),
+    /// The journal holds something a host never writes, or the host broke one of its own
+    /// invariants: a bug, reported rather than acted on.
+    #[error("internal error: {0}")]
+    Internal(String),
     #[error(transparent)]
     /// The journal failed (the run's state is as far as it was acknowledged).
     Journal(#[from] JournalError),
     #[error(transparent)]
     /// The runtime refused or failed an operation.
     Runtime(#[from] RuntimeError),
+}
+
+impl HostError {
+    /// [`HostError::Encode`], for `map_err`.
+    pub(crate) fn encode(err: serde_json::Error) -> HostError {
+        HostError::Encode(err)
+    }
 }

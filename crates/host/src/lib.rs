@@ -36,17 +36,9 @@
 //! let workspace = tempfile::tempdir()?;
 //! std::fs::write(workspace.path().join("README.md"), "hello\n")?;
 //!
-//! let run = NewRun {
-//!     prompt: "look around".into(),
-//!     model: "gpt-5.1".into(),
-//!     instructions: None,
-//!     workspace: workspace.path().to_path_buf(),
-//!     budgets: Budgets { max_steps: 10, max_tokens: None },
-//!     approval: ApprovalMode::Auto,
-//!     endpoint: None,
-//!     compact_at: None,
-//!     transport: "http".into(),
-//! };
+//! let run = NewRun::new("look around", workspace.path())
+//!     .budgets(Budgets { max_steps: 10, max_tokens: None })
+//!     .approval(ApprovalMode::Auto);
 //! let report = Host::new(journal, client).start(run, DriveOptions::default()).await?;
 //! assert!(matches!(report.end, RunEnd::Completed { .. }));
 //! assert_eq!(report.state.step_count(), 5);

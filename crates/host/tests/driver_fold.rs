@@ -74,20 +74,15 @@ async fn drive_and_compare(url: &str) {
         observer: recorder.clone(),
         ..DriveOptions::default()
     };
-    let run = NewRun {
-        prompt: "loop=20; call list_dir until told otherwise".into(),
-        model: "gpt-5.1".into(),
-        instructions: None,
-        workspace: workspace.path().to_path_buf(),
-        budgets: Budgets {
-            max_steps: 40,
-            max_tokens: None,
-        },
-        approval: ApprovalMode::Auto,
-        endpoint: None,
-        compact_at: None,
-        transport: kinds::TRANSPORT_HTTP.into(),
-    };
+    let run = NewRun::new(
+        "loop=20; call list_dir until told otherwise",
+        workspace.path(),
+    )
+    .budgets(Budgets {
+        max_steps: 40,
+        max_tokens: None,
+    })
+    .approval(ApprovalMode::Auto);
     let report = Host::new(journal.clone(), client)
         .start(run, opts)
         .await

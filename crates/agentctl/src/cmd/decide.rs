@@ -80,7 +80,7 @@ pub async fn decide(
             approve,
             reason: args.reason,
             by: Some(who()),
-            scope: always.then(|| "run".to_string()),
+            scope: always.then_some(agent_host::run::events::DecisionScope::Run),
         },
         args_sha256: args.sha256,
     };

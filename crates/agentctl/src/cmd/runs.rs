@@ -5,12 +5,15 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use agent_host::follow::follow_thread;
 use agent_host::run::exec_json::ExecJson;
-use agent_host::run::{self, RunState, kinds};
+use agent_host::run::table::status_with_lease;
+use agent_host::run::view::{RunSummary, RunView, now_ms};
+use agent_host::run::{self, RunStatus, kinds};
 use agent_host::signals::until_ctrl_c;
 use clap::Subcommand;
 use futures::StreamExt as _;
-use serde_json::{Value, json};
+use serde_json::json;
 
+use crate::exit::Exit;
 use crate::global::GlobalArgs;
 use crate::output;
 
@@ -19,8 +22,8 @@ pub enum RunsCmd {
     /// Every run, newest first: id, status, steps, tokens, age, first line of the prompt,
     /// and the worker driving it. Reads the runs table, refreshed from the journal first.
     List {
-        /// Only runs with this status (queued, running, paused, interrupted, completed,
-        /// failed).
+        /// Only runs with this status (queued, running, waiting: a call waits for your
+        /// decision, paused, interrupted, completed, failed).
         #[arg(long)]
         status: Option<String>,
     },
@@ -86,50 +89,27 @@ pub async fn run(global: &GlobalArgs, cmd: RunsCmd) -> anyhow::Result<ExitCode> 
     result
 }
 
-fn summary(state: &RunState) -> Value {
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0);
-    json!({
-        "type": "run",
-        "run_id": state.id,
-        "status": run::shown_status(state).as_str(),
-        "steps": state.step_count(),
-        "tokens": state.usage.total_tokens,
-        "age_seconds": (now - state.created_at).max(0) / 1000,
-        "title": state.title(),
-    })
-}
-
 async fn list(
     global: &GlobalArgs,
     journal: &agent_journal::Journal,
     status: Option<String>,
 ) -> anyhow::Result<ExitCode> {
-    const STATUSES: [&str; 6] = [
-        "queued",
-        "running",
-        "paused",
-        "interrupted",
-        "completed",
-        "failed",
-    ];
-    if let Some(s) = &status
-        && !STATUSES.contains(&s.as_str())
-    {
-        return Err(output::UsageError(format!(
-            "unknown --status {s}; one of: {}",
-            STATUSES.join(", ")
-        ))
-        .into());
-    }
+    let status = match status {
+        Some(word) => Some(RunStatus::parse(&word).ok_or_else(|| {
+            let all: Vec<&str> = RunStatus::ALL.iter().map(|s| s.as_str()).collect();
+            output::UsageError(format!(
+                "unknown --status {word}; one of: {}",
+                all.join(", ")
+            ))
+        })?),
+        None => None,
+    };
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis() as i64)
         .unwrap_or(0);
     for row in run::table::runs_table(journal).await? {
-        if status.as_deref().is_some_and(|s| row.status != s) {
+        if status.is_some_and(|s| row.status != s) {
             continue;
         }
         let age_seconds = (now - row.created_at).max(0) / 1000;
@@ -167,7 +147,6 @@ async fn wait(
     id: &str,
     timeout: Option<f64>,
 ) -> anyhow::Result<ExitCode> {
-    use agent_host::run::RunStatus;
     use agent_host::run_wait::{WaitEnd, wait_until_stopped};
     let timeout = timeout
         .map(|secs| {
@@ -177,26 +156,24 @@ async fn wait(
         })
         .transpose()?;
     let Some(end) = until_ctrl_c(wait_until_stopped(journal, id, timeout)).await? else {
-        return Ok(ExitCode::from(130));
+        return Ok(Exit::Interrupted.into());
     };
     let state = match end? {
         WaitEnd::Stopped(state) => state,
         WaitEnd::TimedOut(state) => {
-            output::note(&format!(
-                "run {id} is still {} after the timeout",
-                run::shown_status(&state).as_str()
-            ));
-            return Ok(ExitCode::from(124));
+            let status = status_with_lease(journal, &state).await?;
+            output::note(&format!("run {id} is still {status} after the timeout"));
+            return Ok(Exit::TimedOut.into());
         }
     };
-    let line = summary(&state);
+    let status = status_with_lease(journal, &state).await?;
+    let line = RunSummary::of(&state, status, now_ms());
     if global.json {
         output::json_line(&line)?;
     } else {
         output::line(&format!(
-            "{}  {}{}",
+            "{}  {status}{}",
             state.id,
-            line["status"].as_str().unwrap_or(""),
             state
                 .final_text
                 .as_deref()
@@ -205,12 +182,7 @@ async fn wait(
                 .unwrap_or_default()
         ))?;
     }
-    Ok(match state.status {
-        Some(RunStatus::Completed) => ExitCode::SUCCESS,
-        Some(RunStatus::Paused) => ExitCode::from(super::run::EXIT_PAUSED),
-        Some(RunStatus::Interrupted) => ExitCode::from(super::run::EXIT_INTERRUPTED),
-        _ => ExitCode::FAILURE,
-    })
+    Ok(Exit::of_status(status).into())
 }
 
 fn age(secs: i64) -> String {
@@ -228,59 +200,35 @@ async fn show(
     id: &str,
 ) -> anyhow::Result<ExitCode> {
     let state = run::load(journal, id).await?;
-    let pending: Vec<Value> = state
-        .pending_approvals()
-        .filter_map(|c| {
-            let a = c.pending_approval()?;
-            Some(
-                json!({"call_id": c.call_id, "tool": c.name, "arguments": c.arguments,
-                "reason": a.reason, "args_sha256": a.args_sha256}),
-            )
-        })
-        .collect();
-    let mut value = summary(&state);
-    if let Some(obj) = value.as_object_mut() {
-        obj.insert("type".into(), json!("run.show"));
-        obj.insert("usage".into(), serde_json::to_value(state.usage)?);
-        obj.insert("detail".into(), json!(state.status_detail));
-        obj.insert("pending_approvals".into(), json!(pending));
-        obj.insert("final_text".into(), json!(state.final_text));
-        obj.insert("model".into(), json!(state.spec.as_ref().map(|s| &s.model)));
-        obj.insert(
-            "workspace".into(),
-            json!(state.spec.as_ref().map(|s| &s.workspace)),
-        );
-    }
+    let status = status_with_lease(journal, &state).await?;
+    let view = RunView::of(&state, status, now_ms());
     if global.json {
-        output::json_line(&value)?;
+        output::json_line(&view)?;
         return Ok(ExitCode::SUCCESS);
     }
     let u = state.usage;
     output::line(&format!("run       {}", state.id))?;
     output::line(&format!(
-        "status    {}{}",
-        value["status"].as_str().unwrap_or(""),
+        "status    {status}{}",
         state
             .status_detail
             .as_deref()
             .map(|d| format!(" ({d})"))
             .unwrap_or_default()
     ))?;
-    output::line(&format!("prompt    {}", state.title()))?;
+    output::line(&format!(
+        "prompt    {}",
+        state.spec.as_ref().map_or("", |s| s.prompt.as_str())
+    ))?;
     output::line(&format!("steps     {}", state.step_count()))?;
     output::line(&format!(
         "usage     {} input ({} cached), {} output ({} reasoning), {} total",
         u.input_tokens, u.cached_tokens, u.output_tokens, u.reasoning_tokens, u.total_tokens
     ))?;
-    for p in &pending {
+    for p in &view.pending_approvals {
         output::line(&format!(
             "pending   {} {} ({}): agentctl approve {} {} --sha256 {}",
-            p["call_id"].as_str().unwrap_or(""),
-            p["tool"].as_str().unwrap_or(""),
-            p["reason"].as_str().unwrap_or(""),
-            state.id,
-            p["call_id"].as_str().unwrap_or(""),
-            p["args_sha256"].as_str().unwrap_or("")
+            p.call_id, p.tool, p.reason, state.id, p.call_id, p.args_sha256
         ))?;
     }
     if let Some(text) = &state.final_text {

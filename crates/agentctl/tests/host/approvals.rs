@@ -108,7 +108,10 @@ async fn approvals_across_processes(db: &str) {
         .nth(1)
         .unwrap()
         .to_string();
-    assert_eq!(show(db, &run2)["status"], "paused");
+    // Paused for a decision: `waiting`, with the call it waits on (one status model).
+    let shown = show(db, &run2);
+    assert_eq!(shown["status"], "waiting");
+    assert_eq!(shown["pending_approvals"].as_array().unwrap().len(), 1);
     assert!(
         !ws2.join("ran.txt").exists(),
         "nothing runs before approval"

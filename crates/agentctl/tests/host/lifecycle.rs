@@ -531,7 +531,7 @@ async fn a_cut_stream_is_asked_again_with_the_bytes_its_hash_recorded() {
         .requests()
         .iter()
         .filter(|r| r.path.ends_with("/responses"))
-        .map(|r| agent_host::run::kinds::sha256_hex(&serde_json::to_vec(&r.body).unwrap()))
+        .map(|r| agent_host::run::digest::sha256_hex(&serde_json::to_vec(&r.body).unwrap()))
         .collect();
     let recorded: Vec<String> = requested.into_iter().map(|(_, _, sha)| sha).collect();
     assert_eq!(received, recorded);

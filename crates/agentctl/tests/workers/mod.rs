@@ -166,8 +166,9 @@ pub fn spawn_denier(
                 let pending: Vec<String> = state
                     .pending_approvals()
                     .filter(|c| {
-                        c.pending_approval()
-                            .is_some_and(|p| p.reason == "indeterminate")
+                        c.pending_approval().is_some_and(|p| {
+                            p.reason == agent_host::run::ApprovalReason::Indeterminate
+                        })
                     })
                     .map(|c| c.call_id.clone())
                     .collect();

@@ -20,14 +20,17 @@ use std::sync::Arc;
 use agent_journal::{Appended, Event, Journal, JournalError, NewEvent};
 use agent_responses::Client;
 use agent_runtime::{Runtime, RuntimeError};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::checkpoint;
-use super::kinds as k;
+use super::events::{
+    ContextCompacted, HostEvent, ModelCompleted, ModelFailed, ModelRequested, PauseReason,
+    RunCompleted, RunFailed, RunInterrupted, RunPaused, SteerApplied, SteerDropped, SteerVia,
+};
 use super::model::{self, Streamed};
 use super::model_ws;
 use super::owner::Owner;
-use super::state::{CallProgress, CallRecord, RunSpec, RunState, RunStatus};
+use super::state::{CallProgress, CallRecord, RunSpec, RunState, RunStatus, Transport};
 use super::step_request;
 use super::{DriveOptions, RunEnd, RunReport};
 use crate::error::HostError;
@@ -89,15 +92,7 @@ impl Driver {
 
     /// Appends the host's own events, only on top of what this driver has seen.
     pub(crate) async fn append(&mut self, events: Vec<NewEvent>) -> Result<(), HostError> {
-        // The crash test hook: nothing of ours is written past its `n`-th event, even when
-        // its tail has not caught up yet.
-        if self
-            .opts
-            .crash_after_events
-            .is_some_and(|n| self.folded >= n)
-        {
-            super::kill_self();
-        }
+        self.opts.crash_hook().before_append(self.folded);
         loop {
             let expected = (self.state.last_seq > 0).then_some(self.state.last_seq);
             match self
@@ -143,16 +138,9 @@ impl Driver {
             .collect()
     }
 
-    async fn record(
-        &mut self,
-        kind: &str,
-        payload: Value,
-        key: Option<String>,
-    ) -> Result<(), HostError> {
-        let mut event = NewEvent::new(self.thread.clone(), kind, payload);
-        if let Some(key) = key {
-            event = event.with_dedup_key(key);
-        }
+    /// Appends one of the host's own events.
+    async fn record(&mut self, event: &impl HostEvent) -> Result<(), HostError> {
+        let event = event.to_event(&self.thread).map_err(HostError::encode)?;
         self.append(vec![event]).await
     }
 
@@ -237,11 +225,11 @@ impl Driver {
                     .collect();
                 let text = model::output_text(&items);
                 let usage = self.state.usage;
-                self.record(
-                    k::RUN_COMPLETED,
-                    json!({"text": text, "usage": usage, "steps": self.state.step_count()}),
-                    Some("run-end".into()),
-                )
+                self.record(&RunCompleted {
+                    text: text.clone(),
+                    usage,
+                    steps: self.state.step_count(),
+                })
                 .await?;
                 self.drop_pending_steers("the run completed before the steer could be applied")
                     .await?;
@@ -277,7 +265,7 @@ impl Driver {
             return Ok(());
         }
         let request =
-            step_request::build_request(&self.state, &self.spec).map_err(HostError::Invalid)?;
+            step_request::build_request(&self.state, &self.spec).map_err(HostError::Request)?;
         let replaced = match &request.input {
             Some(agent_responses::types::Input::Items(items)) => items.len(),
             _ => 0,
@@ -300,7 +288,7 @@ impl Driver {
             .iter()
             .map(serde_json::to_value)
             .collect::<Result<_, _>>()
-            .map_err(|e| HostError::Invalid(e.to_string()))?;
+            .map_err(HostError::encode)?;
         let covered: Vec<String> = self
             .state
             .steers
@@ -308,20 +296,22 @@ impl Driver {
             .filter(|s| matches!(s.status, super::state::SteerStatus::Applied { .. }))
             .map(|s| s.id.clone())
             .collect();
-        let payload = json!({"step": next, "items_replaced": replaced, "response_id": compacted.id,
-                   "output": output, "covered_steers": covered});
+        let mut compacted = ContextCompacted {
+            step: next,
+            items_replaced: replaced as u64,
+            response_id: compacted.id,
+            output,
+            covered_steers: covered,
+            checkpoint: None,
+            carries_checkpoint: false,
+        };
         // The checkpoint is the fold this event is appended on: rebuilt after a conflict.
         loop {
-            let mut payload = payload.clone();
             let runtime = self.runtime.checkpoint(&self.thread);
-            if let (Some(checkpoint), Some(obj)) = (
-                checkpoint::take(&self.state, next, runtime),
-                payload.as_object_mut(),
-            ) {
-                obj.insert("checkpoint".into(), checkpoint);
-            }
-            let event = NewEvent::new(self.thread.clone(), k::CONTEXT_COMPACTED, payload)
-                .with_dedup_key(k::compacted_key(next));
+            compacted.checkpoint = checkpoint::take(&self.state, next, runtime);
+            let event = compacted
+                .to_event(&self.thread)
+                .map_err(HostError::encode)?;
             let expected = (self.state.last_seq > 0).then_some(self.state.last_seq);
             match self
                 .journal
@@ -368,15 +358,14 @@ impl Driver {
         let mut events = Vec::new();
         for (id, text) in &steered.steers {
             let revision = self.runtime.steer(&self.thread, &self.turn, text).await?;
-            events.push(
-                NewEvent::new(
-                    self.thread.clone(),
-                    k::STEER_APPLIED,
-                    json!({"id": id, "step": step, "revision": revision,
-                           "via": "response.steer", "response_id": steered.parent_response_id}),
-                )
-                .with_dedup_key(k::steer_end_key(id)),
-            );
+            let applied = SteerApplied {
+                id: id.clone(),
+                step,
+                revision,
+                via: Some(SteerVia::ResponseSteer),
+                response_id: Some(steered.parent_response_id.clone()),
+            };
+            events.push(applied.to_event(&self.thread).map_err(HostError::encode)?);
         }
         Ok(events)
     }
@@ -393,11 +382,13 @@ impl Driver {
         let step = self.state.step_count() + 1;
         for (id, text) in &pending {
             let revision = self.runtime.steer(&self.thread, &self.turn, text).await?;
-            self.record(
-                k::STEER_APPLIED,
-                json!({"id": id, "step": step, "revision": revision}),
-                Some(k::steer_end_key(id)),
-            )
+            self.record(&SteerApplied {
+                id: id.clone(),
+                step,
+                revision,
+                via: None,
+                response_id: None,
+            })
             .await?;
         }
         Ok(!pending.is_empty())
@@ -407,11 +398,10 @@ impl Driver {
     async fn drop_pending_steers(&mut self, reason: &str) -> Result<(), HostError> {
         let pending: Vec<String> = self.state.pending_steers().map(|s| s.id.clone()).collect();
         for id in pending {
-            self.record(
-                k::STEER_DROPPED,
-                json!({"id": id, "reason": reason}),
-                Some(k::steer_end_key(&id)),
-            )
+            self.record(&SteerDropped {
+                id,
+                reason: reason.to_string(),
+            })
             .await?;
         }
         Ok(())
@@ -438,26 +428,21 @@ impl Driver {
 
     /// Ends the run as failed (`run.failed`): nothing more can be done for it.
     async fn fail(&mut self, error: String) -> Result<RunEnd, HostError> {
-        self.record(
-            k::RUN_FAILED,
-            json!({"error": error, "usage": self.state.usage}),
-            Some("run-end".into()),
-        )
+        self.record(&RunFailed {
+            error: error.clone(),
+            usage: self.state.usage,
+        })
         .await?;
         self.drop_pending_steers("the run failed").await?;
         Ok(RunEnd::Failed { error })
     }
 
-    async fn pause(&mut self, reason: &str, detail: String) -> Result<RunEnd, HostError> {
-        self.record(
-            k::RUN_PAUSED,
-            json!({"reason": reason, "detail": detail}),
-            None,
-        )
-        .await?;
+    async fn pause(&mut self, reason: PauseReason, detail: String) -> Result<RunEnd, HostError> {
+        let paused = RunPaused { reason, detail };
+        self.record(&paused).await?;
         Ok(RunEnd::Paused {
-            reason: reason.to_string(),
-            detail,
+            reason: paused.reason,
+            detail: paused.detail,
         })
     }
 
@@ -471,7 +456,7 @@ impl Driver {
                 "{steps} of {} steps used; resume with a higher --max-steps",
                 budgets.max_steps
             );
-            return self.pause("max_steps", detail).await.map(Some);
+            return self.pause(PauseReason::MaxSteps, detail).await.map(Some);
         }
         if let Some(max) = budgets.max_tokens
             && self.state.usage.total_tokens >= max
@@ -480,7 +465,7 @@ impl Driver {
                 "{} of {max} tokens used; resume with a higher --max-tokens",
                 self.state.usage.total_tokens
             );
-            return self.pause("max_tokens", detail).await.map(Some);
+            return self.pause(PauseReason::MaxTokens, detail).await.map(Some);
         }
         Ok(None)
     }
@@ -508,8 +493,7 @@ impl Driver {
             Err(err) => return Err(err.into()),
         }
         self.sync().await?;
-        self.record(k::RUN_INTERRUPTED, json!({"cancelled": running}), None)
-            .await?;
+        self.record(&RunInterrupted { cancelled: running }).await?;
         Ok(RunEnd::Interrupted)
     }
 
@@ -520,12 +504,12 @@ impl Driver {
         digest: &step_request::BodyDigest,
     ) -> Result<u32, HostError> {
         let attempt = self.state.attempts.get(&step).copied().unwrap_or(0) + 1;
-        self.record(
-            k::MODEL_REQUESTED,
-            json!({"step": step, "attempt": attempt, "model": self.spec.model,
-                   "request_sha256": digest.sha256}),
-            Some(k::model_key(step, attempt)),
-        )
+        self.record(&ModelRequested {
+            step,
+            attempt,
+            model: self.spec.model.clone(),
+            request_sha256: digest.sha256.clone(),
+        })
         .await?;
         Ok(attempt)
     }
@@ -535,18 +519,19 @@ impl Driver {
     /// what it folded since cannot change it; the check keeps the recorded hash honest.
     fn outgoing(&self, digest: &step_request::BodyDigest) -> Result<Outgoing, HostError> {
         let body = step_request::encode_sized(&self.state, &self.spec, true, digest.len)
-            .map_err(HostError::Invalid)?;
-        if body.len() != digest.len || k::sha256_hex(&body) != digest.sha256 {
-            return Err(HostError::Invalid(
+            .map_err(HostError::Request)?;
+        if body.len() != digest.len || super::digest::sha256_hex(&body) != digest.sha256 {
+            return Err(HostError::Internal(
                 "the run's request changed while it was being recorded".into(),
             ));
         }
-        if self.spec.transport == k::TRANSPORT_WS {
-            let request = serde_json::from_slice(&body)
-                .map_err(|e| HostError::Invalid(format!("unreadable request: {e}")))?;
-            Ok(Outgoing::Ws(Box::new(request)))
-        } else {
-            Ok(Outgoing::Http(bytes::Bytes::from(body)))
+        match self.spec.transport {
+            Transport::Ws => {
+                let request = serde_json::from_slice(&body)
+                    .map_err(|e| HostError::Request(format!("unreadable request: {e}")))?;
+                Ok(Outgoing::Ws(Box::new(request)))
+            }
+            Transport::Http => Ok(Outgoing::Http(bytes::Bytes::from(body))),
         }
     }
 
@@ -558,7 +543,7 @@ impl Driver {
         // once it is recorded and lets go of them once they are sent. A run waiting on the
         // journal or on the model holds no copy of its history.
         let digest = step_request::request_digest(&self.state, &self.spec, true)
-            .map_err(HostError::Invalid)?;
+            .map_err(HostError::Request)?;
         let mut attempt = self.request_attempt(step, &digest).await?;
         loop {
             let request = self.outgoing(&digest)?;
@@ -585,26 +570,27 @@ impl Driver {
                     if let Some(problem) = self.unusable_calls(&output) {
                         return self.fail(problem).await.map(Some);
                     }
-                    let mut completed = json!({"step": step, "attempt": attempt,
-                        "response_id": id, "status": status, "usage": usage});
-                    // Moved in: `json!` would copy the output (it serialises a reference).
-                    if let Some(obj) = completed.as_object_mut() {
-                        obj.insert("output".into(), Value::Array(output));
-                    }
                     let mut events = Vec::new();
-                    if let Some(steered) = steered {
-                        events = self.steered_events(step, &steered).await?;
-                        if let Some(obj) = completed.as_object_mut() {
-                            obj.insert("steered".into(), model_ws::steered_payload(&steered));
-                        }
+                    if let Some(steered) = &steered {
+                        events = self.steered_events(step, steered).await?;
                     }
+                    let completed = ModelCompleted {
+                        step,
+                        attempt,
+                        response_id: id.into(),
+                        status: status.map(Into::into),
+                        usage: &usage,
+                        output: &output,
+                        steered: steered.as_ref().map(model_ws::steered_payload),
+                    };
                     // Relaxed: no call's effect and no request follows it before the next
                     // durable event (a call's start, the next request, the run's end), whose
                     // commit makes it durable too. A steer applied with it keeps the append
                     // durable.
                     events.push(
-                        NewEvent::new(self.thread.clone(), k::MODEL_COMPLETED, completed)
-                            .with_dedup_key(k::model_done_key(step))
+                        completed
+                            .to_event(&self.thread)
+                            .map_err(HostError::encode)?
                             .relaxed(),
                     );
                     // One append: a steer applied mid-response and the step that carries it
@@ -632,28 +618,31 @@ impl Driver {
                         None => "the response failed",
                     }
                     .to_string();
-                    self.record(
-                        k::MODEL_FAILED,
-                        json!({"step": step, "attempt": attempt, "status": null, "message": message,
-                               "error": error, "retryable": false}),
-                        None,
-                    )
+                    self.record(&ModelFailed {
+                        step,
+                        attempt,
+                        status: None,
+                        error_type: None,
+                        code: None,
+                        message: message.clone(),
+                        error,
+                        retryable: false,
+                    })
                     .await?;
-                    return self.pause("model_error", message).await.map(Some);
+                    return self.pause(PauseReason::ModelError, message).await.map(Some);
                 }
                 Streamed::Failed(err) => {
-                    let mut fields = model::failure_fields(&err);
-                    if let Some(obj) = fields.as_object_mut() {
-                        obj.insert("step".into(), json!(step));
-                        obj.insert("attempt".into(), json!(attempt));
-                    }
+                    let failed = model::failure(step, attempt, &err);
                     if model::retryable(&err) && attempt < MAX_ATTEMPTS {
                         tracing::warn!(step, attempt, error = %err, "model call failed; trying again");
                         attempt = self.request_attempt(step, &digest).await?;
                         continue;
                     }
-                    self.record(k::MODEL_FAILED, fields, None).await?;
-                    return self.pause("model_error", err.to_string()).await.map(Some);
+                    self.record(&failed).await?;
+                    return self
+                        .pause(PauseReason::ModelError, err.to_string())
+                        .await
+                        .map(Some);
                 }
             }
         }

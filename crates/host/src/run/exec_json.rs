@@ -15,10 +15,302 @@
 use std::collections::HashMap;
 
 use agent_journal::Event;
-use agent_runtime::events as rt;
-use serde_json::{Value, json};
+use serde::Serialize;
+use serde_json::Value;
 
-use super::kinds as k;
+use super::events::{
+    ApprovalReason, ModelCompleted, RunEvent, SteerVia, ToolEnded, ToolOutcome, Verdict, text_of,
+};
+use super::spec::Usage;
+
+/// One line of `--json` output: the shapes of `codex exec --json`, then our own types.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "type")]
+pub enum ExecLine {
+    /// The run began or was taken up (`thread_id` = run id).
+    #[serde(rename = "thread.started")]
+    ThreadStarted {
+        /// The run id.
+        thread_id: String,
+    },
+    /// A drive of the run began.
+    #[serde(rename = "turn.started")]
+    TurnStarted,
+    /// An item began (a tool call).
+    #[serde(rename = "item.started")]
+    ItemStarted {
+        /// The item.
+        item: ExecItem,
+    },
+    /// An item ended (a message, reasoning, a tool call's result, a refusal).
+    #[serde(rename = "item.completed")]
+    ItemCompleted {
+        /// The item.
+        item: ExecItem,
+    },
+    /// The run completed, with its usage.
+    #[serde(rename = "turn.completed")]
+    TurnCompleted {
+        /// Tokens of the whole run.
+        usage: ExecUsage,
+    },
+    /// The run failed.
+    #[serde(rename = "turn.failed")]
+    TurnFailed {
+        /// Why.
+        error: ExecError,
+    },
+    /// A model call failed.
+    #[serde(rename = "error")]
+    Error {
+        /// What went wrong.
+        message: String,
+    },
+    /// A call waits for a human decision.
+    #[serde(rename = "approval.requested")]
+    ApprovalRequested {
+        /// The run id.
+        run_id: String,
+        /// The call.
+        call_id: String,
+        /// Its tool.
+        tool: String,
+        /// Its arguments (JSON text), exactly what will run.
+        arguments: String,
+        /// Their sha256.
+        args_sha256: String,
+        /// Why a human is asked.
+        reason: ApprovalReason,
+    },
+    /// A decision was recorded.
+    #[serde(rename = "approval.decided")]
+    ApprovalDecided {
+        /// The run id.
+        run_id: String,
+        /// The call.
+        call_id: String,
+        /// `approve` or `deny`.
+        decision: Verdict,
+        /// Who decided.
+        by: Option<String>,
+        /// Why.
+        reason: Option<String>,
+    },
+    /// The run paused.
+    #[serde(rename = "run.paused")]
+    RunPaused {
+        /// The run id.
+        run_id: String,
+        /// Why.
+        reason: super::events::PauseReason,
+        /// What exactly.
+        detail: String,
+    },
+    /// A steer was requested.
+    #[serde(rename = "steer.requested")]
+    SteerRequested {
+        /// The run id.
+        run_id: String,
+        /// The steer's id.
+        id: String,
+        /// Its text.
+        text: String,
+    },
+    /// A steer was given to the model.
+    #[serde(rename = "steer.applied")]
+    SteerApplied {
+        /// The run id.
+        run_id: String,
+        /// The steer's id.
+        id: String,
+        /// The step whose request carried it.
+        step: u64,
+        /// The runtime revision after it.
+        revision: u64,
+        /// Sent into a streaming response (`--transport ws`).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        via: Option<SteerVia>,
+        /// The response it steered, with `via`.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        response_id: Option<String>,
+    },
+    /// A steer no host will apply.
+    #[serde(rename = "steer.dropped")]
+    SteerDropped {
+        /// The run id.
+        run_id: String,
+        /// The steer's id.
+        id: String,
+        /// Why.
+        reason: String,
+    },
+    /// The history was compacted.
+    #[serde(rename = "context.compacted")]
+    ContextCompacted {
+        /// The run id.
+        run_id: String,
+        /// The first step after it.
+        step: u64,
+        /// How many input items it replaced.
+        items_replaced: u64,
+    },
+    /// Another process asked for an interrupt.
+    #[serde(rename = "interrupt.requested")]
+    InterruptRequested {
+        /// The run id.
+        run_id: String,
+    },
+    /// The run stopped on an interrupt.
+    #[serde(rename = "run.interrupted")]
+    RunInterrupted {
+        /// The run id.
+        run_id: String,
+        /// The calls that were cancelled.
+        cancelled: Vec<String>,
+    },
+}
+
+/// The usage of `turn.completed`, in `codex exec --json`'s names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct ExecUsage {
+    /// Input tokens.
+    pub input_tokens: u64,
+    /// Input tokens served from the cache.
+    pub cached_input_tokens: u64,
+    /// Output tokens.
+    pub output_tokens: u64,
+    /// Output tokens spent on reasoning.
+    pub reasoning_output_tokens: u64,
+}
+
+impl From<Usage> for ExecUsage {
+    fn from(u: Usage) -> ExecUsage {
+        ExecUsage {
+            input_tokens: u.input_tokens,
+            cached_input_tokens: u.cached_tokens,
+            output_tokens: u.output_tokens,
+            reasoning_output_tokens: u.reasoning_tokens,
+        }
+    }
+}
+
+/// The error of `turn.failed`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ExecError {
+    /// What went wrong.
+    pub message: String,
+}
+
+/// An item of `item.started` / `item.completed`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ExecItem {
+    /// Text from the model.
+    AgentMessage {
+        /// `item_N`.
+        id: String,
+        /// The text.
+        text: String,
+    },
+    /// A reasoning summary.
+    Reasoning {
+        /// `item_N`.
+        id: String,
+        /// The summary's text.
+        text: String,
+    },
+    /// A `shell` call.
+    CommandExecution {
+        /// The call id.
+        id: String,
+        /// The command.
+        command: String,
+        /// Its output as the model reads it.
+        aggregated_output: String,
+        /// Its exit code, once known.
+        exit_code: Option<i64>,
+        /// `in_progress`, `completed`, `failed` or `interrupted`.
+        status: &'static str,
+    },
+    /// A `write_file` call.
+    FileChange {
+        /// The call id.
+        id: String,
+        /// The files changed.
+        changes: Vec<FileChangeEntry>,
+        /// Its status.
+        status: &'static str,
+        /// What the tool said.
+        output: Option<String>,
+    },
+    /// A call of an MCP server's tool.
+    McpToolCall {
+        /// The call id.
+        id: String,
+        /// The server.
+        server: String,
+        /// The server's name for the tool.
+        tool: String,
+        /// The arguments.
+        arguments: Value,
+        /// A completed call's result.
+        result: Option<McpResult>,
+        /// A failed call's error.
+        error: Option<ExecError>,
+        /// Its status.
+        status: &'static str,
+    },
+    /// A call of another tool (our own type).
+    ToolCall {
+        /// The call id.
+        id: String,
+        /// The tool.
+        name: String,
+        /// The arguments.
+        arguments: Value,
+        /// Its status.
+        status: &'static str,
+        /// What it returned or reported.
+        output: Option<String>,
+        /// The runtime event that ended it.
+        event: Option<&'static str>,
+    },
+    /// A refused call.
+    Error {
+        /// The call id.
+        id: String,
+        /// Why it was refused.
+        message: String,
+    },
+}
+
+/// A file of a `file_change` item.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FileChangeEntry {
+    /// The path written.
+    pub path: String,
+    /// `update`.
+    pub kind: &'static str,
+}
+
+/// The result of an `mcp_tool_call` item.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct McpResult {
+    /// Its content blocks.
+    pub content: Vec<McpText>,
+    /// Structured content (not kept: always `null`).
+    pub structured_content: Option<Value>,
+}
+
+/// A text block of an MCP result.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct McpText {
+    /// `text`.
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    /// The text.
+    pub text: String,
+}
 
 /// Converts events to exec JSON lines, remembering what it needs across events.
 #[derive(Debug, Default)]
@@ -79,153 +371,177 @@ impl ExecJson {
     }
 
     /// The lines for `event` (often none).
-    pub fn convert(&mut self, event: &Event) -> Vec<Value> {
-        let p = &event.payload;
-        let s = |name: &str| {
-            p.get(name)
-                .and_then(Value::as_str)
-                .unwrap_or("")
-                .to_string()
-        };
-        match &*event.kind {
-            k::RUN_CREATED => {
-                if let Some(tools) = p
-                    .get("tools")
-                    .cloned()
-                    .and_then(|t| serde_json::from_value::<Vec<crate::tools::ToolSpec>>(t).ok())
-                {
-                    self.learn_tools(&tools);
-                }
-                vec![
-                    json!({"type": "thread.started", "thread_id": self.run_id}),
-                    json!({"type": "turn.started"}),
-                ]
+    pub fn convert(&mut self, event: &Event) -> Vec<ExecLine> {
+        match RunEvent::parse(&event.kind, &event.payload) {
+            Ok(Some(parsed)) => self.lines(parsed),
+            Ok(None) => Vec::new(),
+            Err(err) => {
+                tracing::warn!(seq = event.seq, kind = %event.kind, %err, "unreadable run event not shown");
+                Vec::new()
             }
-            k::RUN_RESUMED => vec![
-                json!({"type": "thread.started", "thread_id": self.run_id}),
-                json!({"type": "turn.started"}),
-            ],
-            k::MODEL_COMPLETED => {
-                let mut lines = Vec::new();
-                for item in p
-                    .get("output")
-                    .and_then(Value::as_array)
-                    .into_iter()
-                    .flatten()
-                {
-                    match item.get("type").and_then(Value::as_str) {
-                        Some("message") => {
-                            let text = super::model::output_text(std::slice::from_ref(item));
-                            let id = self.next_item();
-                            lines.push(json!({"type": "item.completed",
-                                "item": {"id": id, "type": "agent_message", "text": text}}));
-                        }
-                        Some("reasoning") => {
-                            let text: Vec<&str> = item
-                                .get("summary")
-                                .and_then(Value::as_array)
-                                .into_iter()
-                                .flatten()
-                                .filter_map(|s| s.get("text").and_then(Value::as_str))
-                                .collect();
-                            let id = self.next_item();
-                            lines.push(json!({"type": "item.completed",
-                                "item": {"id": id, "type": "reasoning", "text": text.join("\n")}}));
-                        }
-                        Some("function_call") => {
-                            let call_id = item.get("call_id").and_then(Value::as_str).unwrap_or("");
-                            let name = item.get("name").and_then(Value::as_str).unwrap_or("");
-                            let args = item
-                                .get("arguments")
-                                .and_then(Value::as_str)
-                                .and_then(|a| serde_json::from_str(a).ok())
-                                .unwrap_or(Value::Null);
-                            self.calls
-                                .insert(call_id.to_string(), (name.to_string(), args));
-                        }
-                        _ => {}
+        }
+    }
+
+    fn lines(&mut self, event: RunEvent<'_>) -> Vec<ExecLine> {
+        let run_id = || self.run_id.clone();
+        match event {
+            RunEvent::Created(created) => {
+                self.learn_tools(&created.spec.tools);
+                self.started()
+            }
+            RunEvent::Resumed(_) => self.started(),
+            RunEvent::ModelCompleted(completed) => self.model_items(&completed),
+            RunEvent::ModelFailed(failed) => vec![ExecLine::Error {
+                message: failed.message,
+            }],
+            RunEvent::ToolScheduled(scheduled) => vec![ExecLine::ItemStarted {
+                item: self.item(&scheduled.call_id, "in_progress", None, None),
+            }],
+            RunEvent::ToolEnded(ended) => {
+                let item = self.ended_item(ended);
+                vec![ExecLine::ItemCompleted { item }]
+            }
+            RunEvent::ToolRefused(refused) => vec![ExecLine::ItemCompleted {
+                item: ExecItem::Error {
+                    id: refused.call_id,
+                    message: refused.message,
+                },
+            }],
+            RunEvent::ApprovalRequested(r) => vec![ExecLine::ApprovalRequested {
+                run_id: run_id(),
+                call_id: r.call_id,
+                tool: r.tool,
+                arguments: r.arguments,
+                args_sha256: r.args_sha256,
+                reason: r.reason,
+            }],
+            RunEvent::ApprovalDecided(d) => vec![ExecLine::ApprovalDecided {
+                run_id: run_id(),
+                call_id: d.call_id,
+                decision: Verdict::of(d.decision.approve),
+                by: d.decision.by,
+                reason: d.decision.reason,
+            }],
+            RunEvent::Paused(p) => vec![ExecLine::RunPaused {
+                run_id: run_id(),
+                reason: p.reason,
+                detail: p.detail,
+            }],
+            RunEvent::SteerRequested(st) => vec![ExecLine::SteerRequested {
+                run_id: run_id(),
+                id: st.id,
+                text: st.text,
+            }],
+            RunEvent::SteerApplied(st) => vec![ExecLine::SteerApplied {
+                run_id: run_id(),
+                id: st.id,
+                step: st.step,
+                revision: st.revision,
+                // Sent while a response streamed (`--transport ws`): which one it steered.
+                response_id: st.via.map(|_| st.response_id.unwrap_or_default()),
+                via: st.via,
+            }],
+            RunEvent::SteerDropped(st) => vec![ExecLine::SteerDropped {
+                run_id: run_id(),
+                id: st.id,
+                reason: st.reason,
+            }],
+            RunEvent::ContextCompacted(c) => vec![ExecLine::ContextCompacted {
+                run_id: run_id(),
+                step: c.step,
+                items_replaced: c.items_replaced,
+            }],
+            RunEvent::InterruptRequested(_) => {
+                vec![ExecLine::InterruptRequested { run_id: run_id() }]
+            }
+            RunEvent::Interrupted(i) => vec![ExecLine::RunInterrupted {
+                run_id: run_id(),
+                cancelled: i.cancelled,
+            }],
+            RunEvent::Completed(c) => vec![ExecLine::TurnCompleted {
+                usage: c.usage.into(),
+            }],
+            RunEvent::Failed(f) => vec![ExecLine::TurnFailed {
+                error: ExecError { message: f.error },
+            }],
+            RunEvent::ModelRequested(_) | RunEvent::ToolStarted(_) => Vec::new(),
+        }
+    }
+
+    fn started(&self) -> Vec<ExecLine> {
+        vec![
+            ExecLine::ThreadStarted {
+                thread_id: self.run_id.clone(),
+            },
+            ExecLine::TurnStarted,
+        ]
+    }
+
+    /// The message and reasoning items of a step; its function calls are remembered for
+    /// the items of their results.
+    fn model_items(&mut self, completed: &ModelCompleted<'_>) -> Vec<ExecLine> {
+        let mut lines = Vec::new();
+        for item in completed.output {
+            match item.get("type").and_then(Value::as_str) {
+                Some("message") => {
+                    let text = super::model::output_text(std::slice::from_ref(item));
+                    let id = self.next_item();
+                    lines.push(ExecLine::ItemCompleted {
+                        item: ExecItem::AgentMessage { id, text },
+                    });
+                }
+                Some("reasoning") => {
+                    let text: Vec<&str> = item
+                        .get("summary")
+                        .and_then(Value::as_array)
+                        .into_iter()
+                        .flatten()
+                        .filter_map(|s| s.get("text").and_then(Value::as_str))
+                        .collect();
+                    let id = self.next_item();
+                    lines.push(ExecLine::ItemCompleted {
+                        item: ExecItem::Reasoning {
+                            id,
+                            text: text.join("\n"),
+                        },
+                    });
+                }
+                _ => {
+                    if let Some(call) = super::events::FunctionCall::of(item) {
+                        let args = serde_json::from_str(call.arguments).unwrap_or(Value::Null);
+                        self.calls
+                            .insert(call.call_id.to_string(), (call.name.to_string(), args));
                     }
                 }
-                lines
             }
-            k::MODEL_FAILED => vec![json!({"type": "error", "message": s("message")})],
-            rt::TOOL_SCHEDULED => {
-                let call_id = s("call_id");
-                vec![
-                    json!({"type": "item.started", "item": self.item(&call_id, "in_progress", None, None)}),
-                ]
-            }
-            kind if rt::TOOL_TERMINALS.contains(&kind) => {
-                let call_id = s("call_id");
-                let (status, output) = match kind {
-                    rt::TOOL_COMPLETED => ("completed", p.get("value").map(text_of)),
-                    rt::TOOL_INTERRUPTED => ("interrupted", None),
-                    _ => (
-                        "failed",
-                        p.get("error").map(text_of).or(Some(kind.to_string())),
-                    ),
-                };
-                vec![
-                    json!({"type": "item.completed", "item": self.item(&call_id, status, output, Some(kind))}),
-                ]
-            }
-            k::TOOL_REFUSED => vec![json!({"type": "item.completed",
-                "item": {"id": s("call_id"), "type": "error", "message": s("message")}})],
-            k::APPROVAL_REQUESTED => {
-                vec![json!({"type": "approval.requested", "run_id": self.run_id,
-                "call_id": s("call_id"), "tool": s("tool"), "arguments": s("arguments"),
-                "args_sha256": s("args_sha256"), "reason": s("reason")})]
-            }
-            k::APPROVAL_DECIDED => vec![json!({"type": "approval.decided", "run_id": self.run_id,
-                "call_id": s("call_id"), "decision": s("decision"), "by": p.get("by"),
-                "reason": p.get("reason")})],
-            k::RUN_PAUSED => vec![json!({"type": "run.paused", "run_id": self.run_id,
-                "reason": s("reason"), "detail": s("detail")})],
-            k::STEER_REQUESTED => vec![json!({"type": "steer.requested",
-                "run_id": self.run_id, "id": s("id"), "text": s("text")})],
-            k::STEER_APPLIED => {
-                let mut line = json!({"type": "steer.applied",
-                    "run_id": self.run_id, "id": s("id"), "step": p.get("step"),
-                    "revision": p.get("revision")});
-                // Sent while a response streamed (`--transport ws`): which one it steered.
-                if let (Some(obj), Some(via)) = (line.as_object_mut(), p.get("via")) {
-                    obj.insert("via".into(), via.clone());
-                    obj.insert(
-                        "response_id".into(),
-                        p.get("response_id").cloned().unwrap_or_default(),
-                    );
-                }
-                vec![line]
-            }
-            k::STEER_DROPPED => vec![json!({"type": "steer.dropped",
-                "run_id": self.run_id, "id": s("id"), "reason": s("reason")})],
-            k::CONTEXT_COMPACTED => vec![json!({"type": "context.compacted",
-                "run_id": self.run_id, "step": p.get("step"),
-                "items_replaced": p.get("items_replaced")})],
-            k::INTERRUPT_REQUESTED => {
-                vec![json!({"type": "interrupt.requested", "run_id": self.run_id})]
-            }
-            k::RUN_INTERRUPTED => vec![json!({"type": "run.interrupted", "run_id": self.run_id,
-                "cancelled": p.get("cancelled")})],
-            k::RUN_COMPLETED => {
-                let u = p.get("usage").cloned().unwrap_or(Value::Null);
-                let n = |name: &str| u.get(name).and_then(Value::as_u64).unwrap_or(0);
-                vec![json!({"type": "turn.completed", "usage": {
-                    "input_tokens": n("input_tokens"), "cached_input_tokens": n("cached_tokens"),
-                    "output_tokens": n("output_tokens"), "reasoning_output_tokens": n("reasoning_tokens")}})]
-            }
-            k::RUN_FAILED => vec![json!({"type": "turn.failed", "error": {"message": s("error")}})],
-            _ => Vec::new(),
         }
+        lines
+    }
+
+    fn ended_item(&self, ended: ToolEnded) -> ExecItem {
+        let kind = ended.outcome.kind();
+        let (status, output) = match ended.outcome {
+            ToolOutcome::Completed => ("completed", ended.value.as_ref().map(text_of)),
+            ToolOutcome::Interrupted => ("interrupted", None),
+            _ => (
+                "failed",
+                ended
+                    .error
+                    .as_ref()
+                    .map(text_of)
+                    .or_else(|| Some(kind.to_string())),
+            ),
+        };
+        self.item(&ended.call_id, status, output, Some(kind))
     }
 
     fn item(
         &self,
         call_id: &str,
-        status: &str,
+        status: &'static str,
         output: Option<String>,
-        kind: Option<&str>,
-    ) -> Value {
+        kind: Option<&'static str>,
+    ) -> ExecItem {
         let (name, args) = self
             .calls
             .get(call_id)
@@ -237,6 +553,7 @@ impl ExecJson {
                 .unwrap_or("")
                 .to_string()
         };
+        let id = call_id.to_string();
         match name.as_str() {
             "shell" => {
                 let out = output.unwrap_or_default();
@@ -245,34 +562,54 @@ impl ExecJson {
                     .next()
                     .and_then(|l| l.strip_prefix("Exit code: "))
                     .and_then(|c| c.trim().parse::<i64>().ok());
-                json!({"id": call_id, "type": "command_execution", "command": arg("command"),
-                    "aggregated_output": out, "exit_code": exit_code, "status": status})
+                ExecItem::CommandExecution {
+                    id,
+                    command: arg("command"),
+                    aggregated_output: out,
+                    exit_code,
+                    status,
+                }
             }
-            "write_file" => json!({"id": call_id, "type": "file_change",
-                "changes": [{"path": arg("path"), "kind": "update"}], "status": status,
-                "output": output}),
+            "write_file" => ExecItem::FileChange {
+                id,
+                changes: vec![FileChangeEntry {
+                    path: arg("path"),
+                    kind: "update",
+                }],
+                status,
+                output,
+            },
             _ if self.mcp.contains_key(&name) => {
                 let (server, tool) = self.mcp.get(&name).cloned().unwrap_or_default();
                 let (result, error) = match (status, output) {
                     ("completed", Some(text)) => (
-                        json!({"content": [{"type": "text", "text": text}], "structured_content": null}),
-                        Value::Null,
+                        Some(McpResult {
+                            content: vec![McpText { kind: "text", text }],
+                            structured_content: None,
+                        }),
+                        None,
                     ),
-                    (_, Some(text)) => (Value::Null, json!({"message": text})),
-                    (_, None) => (Value::Null, Value::Null),
+                    (_, Some(text)) => (None, Some(ExecError { message: text })),
+                    (_, None) => (None, None),
                 };
-                json!({"id": call_id, "type": "mcp_tool_call", "server": server, "tool": tool,
-                    "arguments": args, "result": result, "error": error, "status": status})
+                ExecItem::McpToolCall {
+                    id,
+                    server,
+                    tool,
+                    arguments: args,
+                    result,
+                    error,
+                    status,
+                }
             }
-            _ => json!({"id": call_id, "type": "tool_call", "name": name, "arguments": args,
-                "status": status, "output": output, "event": kind}),
+            _ => ExecItem::ToolCall {
+                id,
+                name,
+                arguments: args,
+                status,
+                output,
+                event: kind,
+            },
         }
-    }
-}
-
-fn text_of(v: &Value) -> String {
-    match v {
-        Value::String(s) => s.clone(),
-        other => other.to_string(),
     }
 }

@@ -7,7 +7,12 @@
 //! - `steer:<id>` / `steer-end:<id>`: a steer is requested once and ends once (applied
 //!   or dropped);
 //! - `model:<step>:<attempt>` / `model-done:<step>`: one request record per attempt and one
-//!   completion per step.
+//!   completion per step;
+//! - `refused:<call>`: a call is refused once;
+//! - `compacted:<step>`: one compaction before a step;
+//! - [`RUN_END_KEY`](super::events::RUN_END_KEY): a run ends once (completed or failed).
+//!
+//! Which event carries which key is said once, by its payload type (see [`super::events`]).
 
 /// First event of a run: its spec (prompt, model, tools and policies, budgets, workspace) and driver.
 pub const RUN_CREATED: &str = "run.created";
@@ -50,11 +55,6 @@ pub const RUN_COMPLETED: &str = "run.completed";
 /// The run ended with an error.
 pub const RUN_FAILED: &str = "run.failed";
 
-/// `run.created.transport` of a run whose model calls use HTTP+SSE (the default).
-pub const TRANSPORT_HTTP: &str = "http";
-/// `run.created.transport` of a run whose model calls use the Responses WebSocket mode.
-pub const TRANSPORT_WS: &str = "ws";
-
 /// The journal thread of run `id`.
 pub fn thread_of(id: &str) -> String {
     format!("run:{id}")
@@ -87,20 +87,4 @@ pub(crate) fn model_key(step: u64, attempt: u32) -> String {
 
 pub(crate) fn model_done_key(step: u64) -> String {
     format!("model-done:{step}")
-}
-
-/// The sha256 of `bytes`, as lowercase hex.
-pub fn sha256_hex(bytes: &[u8]) -> String {
-    use sha2::Digest as _;
-    hex(&sha2::Sha256::digest(bytes))
-}
-
-/// `bytes` as lowercase hex.
-pub(crate) fn hex(bytes: &[u8]) -> String {
-    use std::fmt::Write as _;
-    let mut out = String::with_capacity(bytes.len() * 2);
-    for byte in bytes {
-        let _ = write!(out, "{byte:02x}");
-    }
-    out
 }

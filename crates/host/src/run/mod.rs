@@ -5,7 +5,10 @@
 
 mod call_index;
 mod checkpoint;
+pub mod digest;
 mod driver;
+pub mod endpoint;
+pub mod events;
 pub mod exec_json;
 pub mod kinds;
 mod model;
@@ -16,31 +19,37 @@ mod records;
 mod requests;
 mod spec;
 pub mod state;
+mod status;
 mod step_request;
 pub mod table;
 #[cfg(test)]
 mod test_events;
+pub mod test_hooks;
+pub mod view;
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use agent_journal::{Event, Journal, NewEvent};
+use agent_journal::{Event, Journal};
 use agent_responses::Client;
 use agent_runtime::{CancellationToken, Deadlines, Runtime, RuntimeOptions};
 use futures::future::BoxFuture;
 use serde::Serialize;
-use serde_json::json;
 
+pub use endpoint::Endpoint;
+pub use events::{ApprovalReason, PauseReason};
 pub use owner::Owner;
 pub use query::{LoadedRun, list, load, load_for_resume, shown_status};
 pub use requests::{DecisionRequest, decide, request_interrupt, request_steer, steer_outcome};
 pub use state::{
-    Budgets, CallRecord, Decision, RunSpec, RunState, RunStatus, SteerRecord, SteerStatus, Usage,
+    Budgets, CallRecord, Decision, RunSpec, RunState, RunStatus, SteerRecord, SteerStatus,
+    Transport, Usage,
 };
 
 use crate::error::HostError;
 use crate::tools::{self, ApprovalMode, ToolConfig, Workspace, mcp};
 use driver::Driver;
+use events::{HostEvent as _, RunCreated, RunResumed};
 
 /// Sees a run as it is driven: every event of its thread, in order, and the model's text as
 /// it streams.
@@ -62,12 +71,12 @@ impl Observer for Silent {
 /// Decides approvals inline (a person at a terminal). `None`: no decision now (the run
 /// pauses for one).
 pub trait Decider: Send + Sync {
-    /// Decide on `call` of run `run_id`; `reason` is `policy` or `indeterminate`.
+    /// Decide on `call` of run `run_id`, which asks for `reason`.
     fn decide<'a>(
         &'a self,
         run_id: &'a str,
         call: &'a CallRecord,
-        reason: &'a str,
+        reason: ApprovalReason,
     ) -> BoxFuture<'a, Option<Decision>>;
 }
 
@@ -85,9 +94,35 @@ pub struct DriveOptions {
     /// Fired to give the run back: the drive stops at the next step boundary (no call
     /// running) with [`RunEnd::Released`], leaving the run for another process to resume.
     pub stop: CancellationToken,
-    /// Test hook: the process kills itself (SIGKILL) once it has seen this many new events
-    /// of the run's thread.
+    /// Test hook (the `test-hooks` feature): the process kills itself (SIGKILL) once it
+    /// has seen this many new events of the run's thread.
+    #[cfg(feature = "test-hooks")]
     pub crash_after_events: Option<usize>,
+}
+
+impl DriveOptions {
+    /// These options with the test hooks a test asked for in the environment (with the
+    /// `test-hooks` feature; without it, unchanged: a released binary reads no test
+    /// variable).
+    pub fn with_env_test_hooks(self) -> DriveOptions {
+        #[cfg(feature = "test-hooks")]
+        {
+            let mut opts = self;
+            opts.crash_after_events = test_hooks::CrashHook::from_env();
+            opts
+        }
+        #[cfg(not(feature = "test-hooks"))]
+        self
+    }
+
+    pub(crate) fn crash_hook(&self) -> test_hooks::CrashHook {
+        #[cfg(feature = "test-hooks")]
+        {
+            test_hooks::CrashHook(self.crash_after_events)
+        }
+        #[cfg(not(feature = "test-hooks"))]
+        test_hooks::CrashHook::default()
+    }
 }
 
 impl Default for DriveOptions {
@@ -98,6 +133,7 @@ impl Default for DriveOptions {
             wait: false,
             cancel: CancellationToken::new(),
             stop: CancellationToken::new(),
+            #[cfg(feature = "test-hooks")]
             crash_after_events: None,
         }
     }
@@ -112,27 +148,107 @@ impl std::fmt::Debug for DriveOptions {
     }
 }
 
-/// A run to start.
+/// A run to start: a prompt and a workspace, and the rest as the builder sets it.
+///
+/// ```
+/// use agent_host::run::{Budgets, NewRun, Transport};
+/// let run = NewRun::new("fix the failing test", "/tmp")
+///     .model("gpt-5.1")
+///     .budgets(Budgets { max_steps: 10, max_tokens: None })
+///     .transport(Transport::Ws);
+/// assert_eq!(run.prompt_text(), "fix the failing test");
+/// ```
 #[derive(Debug, Clone)]
 pub struct NewRun {
-    /// The user's task.
-    pub prompt: String,
+    prompt: String,
+    model: String,
+    instructions: Option<String>,
+    workspace: PathBuf,
+    budgets: Budgets,
+    approval: ApprovalMode,
+    endpoint: Option<Endpoint>,
+    compact_at: Option<u64>,
+    transport: Transport,
+}
+
+impl NewRun {
+    /// The model a run asks when none is set.
+    pub const DEFAULT_MODEL: &str = "gpt-5.1";
+    /// The step budget of a run when none is set.
+    pub const DEFAULT_MAX_STEPS: u64 = 50;
+
+    /// A run of `prompt` in `workspace` (the directory its built-in tools may touch), on
+    /// [`DEFAULT_MODEL`](Self::DEFAULT_MODEL) with [`DEFAULT_MAX_STEPS`](Self::DEFAULT_MAX_STEPS)
+    /// steps, the default policies, over HTTP to the default endpoint.
+    pub fn new(prompt: impl Into<String>, workspace: impl Into<PathBuf>) -> NewRun {
+        NewRun {
+            prompt: prompt.into(),
+            model: Self::DEFAULT_MODEL.into(),
+            instructions: None,
+            workspace: workspace.into(),
+            budgets: Budgets {
+                max_steps: Self::DEFAULT_MAX_STEPS,
+                max_tokens: None,
+            },
+            approval: ApprovalMode::Default,
+            endpoint: None,
+            compact_at: None,
+            transport: Transport::Http,
+        }
+    }
+
     /// The Responses API model.
-    pub model: String,
-    /// System instructions, if any.
-    pub instructions: Option<String>,
-    /// The directory the built-in tools may touch.
-    pub workspace: PathBuf,
+    pub fn model(mut self, model: impl Into<String>) -> NewRun {
+        self.model = model.into();
+        self
+    }
+
+    /// System instructions.
+    pub fn instructions(mut self, instructions: Option<String>) -> NewRun {
+        self.instructions = instructions;
+        self
+    }
+
     /// Limits that pause the run.
-    pub budgets: Budgets,
+    pub fn budgets(mut self, budgets: Budgets) -> NewRun {
+        self.budgets = budgets;
+        self
+    }
+
     /// The run-wide override of tool policies.
-    pub approval: ApprovalMode,
-    /// Recorded in `run.created` (see [`RunSpec::endpoint`]); never a key.
-    pub endpoint: Option<String>,
-    /// See [`RunSpec::compact_at`].
-    pub compact_at: Option<u64>,
-    /// [`kinds::TRANSPORT_HTTP`] or [`kinds::TRANSPORT_WS`] (see [`RunSpec::transport`]).
-    pub transport: String,
+    pub fn approval(mut self, approval: ApprovalMode) -> NewRun {
+        self.approval = approval;
+        self
+    }
+
+    /// Where the model is reached, recorded in `run.created` (see [`Endpoint::recorded`])
+    /// for `resume`; the host's client must already point there.
+    pub fn endpoint(mut self, endpoint: Option<Endpoint>) -> NewRun {
+        self.endpoint = endpoint.map(|e| e.recorded());
+        self
+    }
+
+    /// Compact the history before a step once a request used this many input tokens.
+    pub fn compact_at(mut self, tokens: Option<u64>) -> NewRun {
+        self.compact_at = tokens;
+        self
+    }
+
+    /// How model calls travel.
+    pub fn transport(mut self, transport: Transport) -> NewRun {
+        self.transport = transport;
+        self
+    }
+
+    /// The prompt.
+    pub fn prompt_text(&self) -> &str {
+        &self.prompt
+    }
+
+    /// The workspace directory.
+    pub fn workspace_dir(&self) -> &std::path::Path {
+        &self.workspace
+    }
 }
 
 /// How a drive ended.
@@ -146,8 +262,8 @@ pub enum RunEnd {
     },
     /// The run waits: for a decision, a higher budget, or a retry after a model error.
     Paused {
-        /// `approval`, `max_steps`, `max_tokens` or `model_error`.
-        reason: String,
+        /// Why.
+        reason: PauseReason,
         /// What exactly, for a person.
         detail: String,
     },
@@ -224,7 +340,7 @@ impl Host {
         async move {
             let (id, spec, registry, servers) = create.await?;
             let thread = kinds::thread_of(&id);
-            arm_crash_hook(&self.journal, &thread, 0, opts.crash_after_events);
+            opts.crash_hook().arm(&self.journal, &thread, 0);
             let runtime = Runtime::open(self.journal.clone(), runtime_options(registry));
             let created = Claimed::created(&id, thread, Arc::new(spec), runtime);
             let report = self.drive(created, opts).await;
@@ -249,7 +365,7 @@ impl Host {
         // After `run.created`: a crash in between leaves a run the runs table's refresh
         // offers (see [`table::runs_table`]).
         self.journal
-            .offer_lease(&kinds::thread_of(&id), &json!({"status": "queued"}))
+            .offer_lease(&kinds::thread_of(&id), &table::RowInfo::queued())
             .await?;
         Ok(id)
     }
@@ -296,26 +412,28 @@ impl Host {
             compact_at: new.compact_at,
             submitted,
         };
-        let mut payload =
-            serde_json::to_value(&spec).map_err(|e| HostError::Invalid(e.to_string()))?;
-        if let Some(obj) = payload.as_object_mut() {
-            obj.insert("run_id".into(), json!(id));
-            if !submitted {
-                obj.insert("owner".into(), json!(Owner::current()));
+        let created = RunCreated {
+            spec,
+            run_id: id.clone(),
+            owner: (!submitted).then(Owner::current),
+        };
+        let created = match created.to_event(&thread) {
+            Ok(event) => {
+                let appended = self
+                    .journal
+                    .append_expecting(&thread, None, vec![event])
+                    .await;
+                appended.map(|_| created.spec).map_err(HostError::from)
             }
-        }
-        let created = self
-            .journal
-            .append_expecting(
-                &thread,
-                None,
-                vec![NewEvent::new(thread.clone(), kinds::RUN_CREATED, payload)],
-            )
-            .await;
-        if let Err(err) = created {
-            servers.shutdown().await;
-            return Err(err.into());
-        }
+            Err(err) => Err(HostError::Encode(err)),
+        };
+        let spec = match created {
+            Ok(spec) => spec,
+            Err(err) => {
+                servers.shutdown().await;
+                return Err(err);
+            }
+        };
         Ok((id, spec, registry, servers))
     }
 
@@ -351,7 +469,7 @@ impl Host {
         let claim = self
             .resume_tools(run_id, &loaded)
             .map(|(registry, servers)| {
-                let claim = self.claim(run_id, loaded, registry, change, opts.crash_after_events);
+                let claim = self.claim(run_id, loaded, registry, change, opts.crash_hook());
                 (Box::pin(claim), servers)
             });
         async move {
@@ -405,7 +523,7 @@ impl Host {
         loaded: LoadedRun,
         registry: agent_runtime::ToolRegistry,
         change: BudgetChange,
-        crash_after_events: Option<usize>,
+        crash: test_hooks::CrashHook,
     ) -> Result<Claimed, HostError> {
         let thread = kinds::thread_of(run_id);
         let me = Owner::current();
@@ -440,7 +558,7 @@ impl Host {
             if let Some(status) = state.status.filter(|s| s.is_final()) {
                 return Err(HostError::Ended {
                     run: run_id.into(),
-                    status: status.as_str(),
+                    status,
                 });
             }
             if !leased
@@ -460,17 +578,18 @@ impl Host {
             }
             let resumed_at = state.last_seq;
             // Claim first (expected version: nobody else wrote since we looked), then adopt.
+            let resumed = RunResumed {
+                owner: Some(me.clone()),
+                budgets: Some(budgets),
+                after_seq: resumed_at,
+                epoch: self.journal.fence_epoch(),
+            };
             let claimed = self
                 .journal
                 .append_expecting(
                     &thread,
                     Some(resumed_at),
-                    vec![NewEvent::new(
-                        thread.clone(),
-                        kinds::RUN_RESUMED,
-                        json!({"owner": me, "budgets": budgets, "after_seq": resumed_at,
-                               "epoch": self.journal.fence_epoch()}),
-                    )],
+                    vec![resumed.to_event(&thread).map_err(HostError::encode)?],
                 )
                 .await;
             match claimed {
@@ -493,7 +612,7 @@ impl Host {
             }
         };
         let runtime = Runtime::open(self.journal.clone(), runtime_options(registry));
-        arm_crash_hook(&self.journal, &thread, resumed_at, crash_after_events);
+        crash.arm(&self.journal, &thread, resumed_at);
         // Adoption reads only what was appended after `events` (our claim, at least), and
         // nothing before the checkpoint the fold started from.
         match start {
@@ -595,33 +714,6 @@ fn runtime_options(registry: agent_runtime::ToolRegistry) -> RuntimeOptions {
         .concurrency(8)
         .deadlines(Deadlines::none())
         .cancel_grace(std::time::Duration::from_secs(2))
-}
-
-/// The test hook of [`DriveOptions::crash_after_events`]: a task that follows the thread and
-/// SIGKILLs this process right after the `n`-th event past `after` is committed.
-///
-/// A tail can lag (PostgreSQL's is woken by `NOTIFY`), so the driver also checks before
-/// each of its appends (see `Driver::append`): whichever sees the `n`-th event first kills.
-fn arm_crash_hook(journal: &Journal, thread: &str, after: i64, n: Option<usize>) {
-    let Some(n) = n else { return };
-    let mut tail = journal.tail(thread, after);
-    tokio::spawn(async move {
-        use futures::StreamExt as _;
-        let mut seen = 0;
-        while let Some(Ok(_)) = tail.next().await {
-            seen += 1;
-            if seen >= n {
-                kill_self();
-            }
-        }
-    });
-}
-
-/// SIGKILLs this process (the crash test hook). The syscall, not a spawned `kill`: the
-/// process must die before the run goes further (a spawned one once landed after the run
-/// ended).
-pub(crate) fn kill_self() {
-    let _ = rustix::process::kill_process(rustix::process::getpid(), rustix::process::Signal::KILL);
 }
 
 /// Fires `cancel` when another process appends `interrupt.requested` to the thread, so a

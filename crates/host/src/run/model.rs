@@ -5,6 +5,8 @@ use agent_responses::types::StreamEvent;
 use agent_responses::{Client, ClientError};
 use serde_json::Value;
 
+use super::events::ModelFailed;
+
 /// What a streamed call came to.
 pub(crate) enum Streamed {
     /// The response in full (completed, incomplete or failed): its output is the step's.
@@ -121,15 +123,18 @@ pub(crate) fn retryable(err: &ClientError) -> bool {
 }
 
 /// The `model.failed` payload fields of an error (the key never appears in them).
-pub(crate) fn failure_fields(err: &ClientError) -> Value {
+pub(crate) fn failure(step: u64, attempt: u32, err: &ClientError) -> ModelFailed {
     let api = err.api();
-    serde_json::json!({
-        "status": api.and_then(|a| a.status),
-        "error_type": api.and_then(|a| a.kind.clone()),
-        "code": api.and_then(|a| a.code.clone()),
-        "message": err.to_string(),
-        "retryable": retryable(err),
-    })
+    ModelFailed {
+        step,
+        attempt,
+        status: api.and_then(|a| a.status),
+        error_type: api.and_then(|a| a.kind.clone()),
+        code: api.and_then(|a| a.code.clone()),
+        message: err.to_string(),
+        error: None,
+        retryable: retryable(err),
+    }
 }
 
 /// The text of a step's assistant messages.

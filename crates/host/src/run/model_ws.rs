@@ -27,8 +27,10 @@ use agent_responses::ws::{
 };
 use agent_responses::{ApiError, Client, ClientError};
 use futures::StreamExt as _;
+use serde::Deserialize as _;
 use serde_json::Value;
 
+use super::events::{self, SteerRequested};
 use super::kinds as k;
 use super::model::Streamed;
 use super::state::RunState;
@@ -183,14 +185,10 @@ impl WsStep {
 
     /// A `steer.requested` payload seen on the thread.
     fn requested(&mut self, payload: &Value) {
-        let field = |name: &str| {
-            payload
-                .get(name)
-                .and_then(Value::as_str)
-                .unwrap_or("")
-                .to_string()
-        };
-        self.queue(field("id"), field("text"));
+        match SteerRequested::deserialize(payload) {
+            Ok(steer) => self.queue(steer.id, steer.text),
+            Err(err) => tracing::warn!(%err, "unreadable steer.requested skipped"),
+        }
     }
 
     /// Sends the queued steers when a response is active.
@@ -364,14 +362,14 @@ impl WsStep {
 }
 
 /// The `steered` field of a steered step's `model.completed`.
-pub(crate) fn steered_payload(steered: &Steered) -> Value {
-    serde_json::json!({
-        "parent_response_id": steered.parent_response_id,
-        "parent_status": steered.parent_status,
-        "incomplete_reason": steered.incomplete_reason,
-        "parent_output": steered.parent_output,
-        "steer_ids": steered.steers.iter().map(|(id, _)| id).collect::<Vec<_>>(),
-    })
+pub(crate) fn steered_payload(steered: &Steered) -> events::Steered {
+    events::Steered {
+        parent_response_id: steered.parent_response_id.clone(),
+        parent_status: steered.parent_status.clone(),
+        incomplete_reason: steered.incomplete_reason.clone(),
+        parent_output: steered.parent_output.clone(),
+        steer_ids: steered.steers.iter().map(|(id, _)| id.clone()).collect(),
+    }
 }
 
 /// What the step records of a finished response.

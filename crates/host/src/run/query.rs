@@ -85,14 +85,9 @@ pub async fn list(journal: &Journal) -> Result<Vec<RunState>, HostError> {
     Ok(runs)
 }
 
-/// The status a reader should show: a run recorded as running whose driver is gone (a
-/// crash) shows as interrupted.
+/// The status a reader should show, from the journal alone (see [`RunState::status`]);
+/// [`table::status_with_lease`](super::table::status_with_lease) adds what the run's lease
+/// says.
 pub fn shown_status(state: &RunState) -> RunStatus {
-    match state.status {
-        Some(RunStatus::Running) if state.driver.as_ref().is_none_or(|d| !d.is_alive()) => {
-            RunStatus::Interrupted
-        }
-        Some(status) => status,
-        None => RunStatus::Failed,
-    }
+    state.status()
 }

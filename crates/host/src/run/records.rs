@@ -1,7 +1,7 @@
 //! The records the fold keeps per step, call and approval.
 
-use serde::{Deserialize, Serialize};
-
+use super::events::ApprovalReason;
+pub use super::events::Decision;
 use super::spec::Usage;
 use crate::RawJson;
 
@@ -66,28 +66,12 @@ pub enum CallProgress {
 pub struct ApprovalRecord {
     /// The round: 0 for the first request of a call, then counting up.
     pub round: u32,
-    /// `policy` or `indeterminate`.
-    pub reason: String,
+    /// Why a human is asked.
+    pub reason: ApprovalReason,
     /// The sha256 of the arguments the request showed.
     pub args_sha256: String,
     /// The first decision, once made.
     pub decision: Option<Decision>,
-}
-
-/// A human's decision.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Decision {
-    /// Approve (run it) or deny.
-    pub approve: bool,
-    #[serde(default)]
-    /// Why; a denial's reason is told to the model.
-    pub reason: Option<String>,
-    #[serde(default)]
-    /// Who decided (`user@host`).
-    pub by: Option<String>,
-    /// `run`: approve this tool for the rest of the run.
-    #[serde(default)]
-    pub scope: Option<String>,
 }
 
 /// One model tool call.

@@ -2,9 +2,12 @@
 //! journal appends (with dedup keys where "the first one wins"); the driving host folds
 //! them in at its next step boundary, or the next `resume` does.
 
-use agent_journal::{Journal, NewEvent};
-use serde_json::json;
+use agent_journal::Journal;
+use serde::Deserialize as _;
 
+use super::events::{
+    ApprovalDecided, HostEvent as _, InterruptRequested, SteerDropped, SteerRequested,
+};
 use super::kinds;
 use super::query::load;
 use super::state::{self, Decision, RunState, RunStatus};
@@ -57,8 +60,9 @@ pub async fn decide(
             request.call_id
         )));
     }
+    // Hex is compared as a number is: `AB` and `ab` name the same hash.
     if let Some(given) = &request.args_sha256
-        && *given != pending.args_sha256
+        && !given.eq_ignore_ascii_case(&pending.args_sha256)
     {
         return Err(HostError::ArgsMismatch {
             call_id: request.call_id.clone(),
@@ -67,33 +71,23 @@ pub async fn decide(
         });
     }
     let thread = kinds::thread_of(run_id);
-    let mut payload =
-        serde_json::to_value(&request.decision).map_err(|e| HostError::Invalid(e.to_string()))?;
-    if let Some(obj) = payload.as_object_mut() {
-        obj.insert("call_id".into(), json!(request.call_id));
-        obj.insert("round".into(), json!(pending.round));
-        obj.insert("args_sha256".into(), json!(pending.args_sha256));
-        obj.insert(
-            "decision".into(),
-            json!(if request.decision.approve {
-                "approve"
-            } else {
-                "deny"
-            }),
-        );
-    }
-    let key = kinds::approval_key(&request.call_id, pending.round);
+    let decided = ApprovalDecided::new(
+        &request.call_id,
+        pending.round,
+        &pending.args_sha256,
+        request.decision,
+    );
+    let key = decided.dedup_key();
     let appended = journal
-        .append(
-            NewEvent::new(thread.clone(), kinds::APPROVAL_DECIDED, payload)
-                .with_dedup_key(key.clone()),
-        )
+        .append(decided.to_event(&thread).map_err(HostError::encode)?)
         .await?;
-    if appended.deduplicated {
+    if appended.deduplicated
+        && let Some(key) = key
+    {
         let first = journal.find_by_dedup_key(&thread, &key).await?;
         let decision = first
-            .and_then(|e| serde_json::from_value::<Decision>(e.payload).ok())
-            .unwrap_or(request.decision);
+            .and_then(|e| ApprovalDecided::deserialize(&e.payload).ok())
+            .map_or(decided.decision, |first| first.decision);
         return Err(already(&request.call_id, &decision));
     }
     Ok(())
@@ -122,20 +116,17 @@ pub async fn request_steer(
     id: Option<String>,
 ) -> Result<String, HostError> {
     if text.trim().is_empty() {
-        return Err(HostError::Invalid("the steer text is empty".into()));
+        return Err(HostError::EmptySteer);
     }
     load(journal, run_id).await?;
     let id = id.unwrap_or_else(|| format!("steer_{}", uuid::Uuid::now_v7().simple()));
     let thread = kinds::thread_of(run_id);
+    let requested = SteerRequested {
+        id: id.clone(),
+        text: text.to_string(),
+    };
     journal
-        .append(
-            NewEvent::new(
-                thread.clone(),
-                kinds::STEER_REQUESTED,
-                json!({"id": id, "text": text}),
-            )
-            .with_dedup_key(kinds::steer_key(&id)),
-        )
+        .append(requested.to_event(&thread).map_err(HostError::encode)?)
         .await?;
     // Appended after the run ended (or as it ended): nobody will apply it.
     let state = load(journal, run_id).await?;
@@ -145,15 +136,12 @@ pub async fn request_steer(
             .iter()
             .any(|s| s.id == id && s.status == state::SteerStatus::Pending)
     {
+        let dropped = SteerDropped {
+            id: id.clone(),
+            reason: format!("the run had already {status}"),
+        };
         journal
-            .append(
-                NewEvent::new(
-                    thread,
-                    kinds::STEER_DROPPED,
-                    json!({"id": id, "reason": format!("the run had already {}", status.as_str())}),
-                )
-                .with_dedup_key(kinds::steer_end_key(&id)),
-            )
+            .append(dropped.to_event(&thread).map_err(HostError::encode)?)
             .await?;
     }
     Ok(id)
@@ -206,17 +194,18 @@ pub async fn request_interrupt(
     let state = load(journal, run_id).await?;
     let shown = super::query::shown_status(&state);
     if shown != RunStatus::Running {
-        return Err(HostError::Invalid(format!(
-            "run {run_id} is {}: no host is driving it, so there is nothing to interrupt",
-            shown.as_str()
-        )));
+        return Err(HostError::NotDriven {
+            run: run_id.to_string(),
+            status: shown,
+        });
     }
+    let requested = InterruptRequested { by: by.to_string() };
     let appended = journal
-        .append(NewEvent::new(
-            kinds::thread_of(run_id),
-            kinds::INTERRUPT_REQUESTED,
-            json!({"by": by}),
-        ))
+        .append(
+            requested
+                .to_event(&kinds::thread_of(run_id))
+                .map_err(HostError::encode)?,
+        )
         .await?;
     Ok(appended.seq)
 }

@@ -28,14 +28,13 @@ pub struct RunSpec {
     pub approval: ApprovalMode,
     /// The budgets the run started with.
     pub budgets: Budgets,
-    #[serde(default = "http")]
-    /// `http` (HTTP + SSE) or `ws` (the Responses WebSocket mode: a steer that arrives
-    /// while a response streams is sent as `response.steer`); `resume` keeps it.
-    pub transport: String,
-    /// Where the model was reached: a base URL, `mock` (the built-in story) or
-    /// `mock:PATH` (an emulator script); `resume` reuses it when given no endpoint.
+    /// How model calls travel; `resume` keeps it.
     #[serde(default)]
-    pub endpoint: Option<String>,
+    pub transport: Transport,
+    /// Where the model was reached (never a key); `resume` reuses it when given no
+    /// endpoint.
+    #[serde(default)]
+    pub endpoint: Option<super::endpoint::Endpoint>,
     /// Compact the history (`POST /responses/compact`) before a step when the previous
     /// step's request used at least this many input tokens; `None`: never.
     #[serde(default)]
@@ -46,8 +45,32 @@ pub struct RunSpec {
     pub submitted: bool,
 }
 
-fn http() -> String {
-    "http".into()
+/// How a run's model calls travel (`run.created.transport`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Transport {
+    /// HTTP + SSE (the default).
+    #[default]
+    Http,
+    /// The Responses WebSocket mode: a steer that arrives while a response streams is
+    /// sent into it as `response.steer`.
+    Ws,
+}
+
+impl Transport {
+    /// The word recorded and shown.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Transport::Http => "http",
+            Transport::Ws => "ws",
+        }
+    }
+}
+
+impl std::fmt::Display for Transport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// Limits that pause a run when reached.
@@ -110,6 +133,10 @@ pub enum RunStatus {
     Queued,
     /// A host drives it (or did, until it crashed).
     Running,
+    /// One or more calls wait for a human decision (`approve` / `deny`), whether a host
+    /// waits with the run or the run paused for them. Never recorded: a reader derives it
+    /// (see `RunState::status`).
+    Waiting,
     /// Waiting for a decision, a higher budget or a retry.
     Paused,
     /// Stopped by an interrupt.
@@ -126,15 +153,38 @@ impl RunStatus {
         matches!(self, RunStatus::Completed | RunStatus::Failed)
     }
 
+    /// Every status, in the order a run can reach them.
+    pub const ALL: [RunStatus; 7] = [
+        RunStatus::Queued,
+        RunStatus::Running,
+        RunStatus::Waiting,
+        RunStatus::Paused,
+        RunStatus::Interrupted,
+        RunStatus::Completed,
+        RunStatus::Failed,
+    ];
+
+    /// The status named `word` (as [`as_str`](Self::as_str) spells it).
+    pub fn parse(word: &str) -> Option<RunStatus> {
+        RunStatus::ALL.into_iter().find(|s| s.as_str() == word)
+    }
+
     /// The name used in output and `--status`.
     pub fn as_str(self) -> &'static str {
         match self {
             RunStatus::Queued => "queued",
             RunStatus::Running => "running",
+            RunStatus::Waiting => "waiting",
             RunStatus::Paused => "paused",
             RunStatus::Interrupted => "interrupted",
             RunStatus::Completed => "completed",
             RunStatus::Failed => "failed",
         }
+    }
+}
+
+impl std::fmt::Display for RunStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
     }
 }

@@ -16,18 +16,23 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use agent_journal::Event;
-use agent_runtime::events as rt;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::call_index::CallIndex;
-use super::kinds as k;
+use super::events::{
+    ApprovalDecided, ApprovalReason, ContextCompacted, DecisionScope, ModelCompleted, RunCreated,
+    RunEvent, ToolEnded, ToolOutcome,
+};
 use super::owner::Owner;
 pub use super::records::{
     ApprovalRecord, CallOutput, CallProgress, CallRecord, Decision, StepRecord,
 };
-pub use super::spec::{Budgets, RunSpec, RunStatus, Usage};
+pub use super::spec::{Budgets, RunSpec, RunStatus, Transport, Usage};
 use crate::RawJson;
+
+/// The most characters of a prompt's first line a run's title keeps.
+pub const TITLE_CHARS: usize = 120;
 
 /// The whole run, as folded from its events (since its latest checkpoint, for a driving
 /// host's fold).
@@ -154,6 +159,18 @@ impl RunState {
         }
     }
 
+    /// The run's status from its journal alone, in the one status model (see `status`):
+    /// `waiting` while a call waits for a human decision, `interrupted` for a run recorded
+    /// running whose driver is gone.
+    pub fn status(&self) -> RunStatus {
+        super::status::shown(
+            self.status,
+            self.pending_approvals().count(),
+            || self.driver.as_ref().is_some_and(Owner::is_alive),
+            None,
+        )
+    }
+
     /// The number of model steps the run has completed (held or elided).
     pub fn step_count(&self) -> u64 {
         self.elided.steps + self.steps.len() as u64
@@ -193,196 +210,189 @@ impl RunState {
             .filter(|s| s.status == SteerStatus::Pending)
     }
 
-    /// The first line of the prompt.
+    /// The first line of the prompt, at most [`TITLE_CHARS`] characters (longer ones end
+    /// in `...`): what a list shows; the whole prompt is in the spec.
     pub fn title(&self) -> String {
-        self.spec
+        let line = self
+            .spec
             .as_ref()
             .and_then(|s| s.prompt.lines().next())
-            .unwrap_or("")
-            .to_string()
+            .unwrap_or("");
+        match line.char_indices().nth(TITLE_CHARS) {
+            Some((cut, _)) => format!("{}...", &line[..cut]),
+            None => line.to_string(),
+        }
     }
 
-    /// Folds one event in. Events of kinds it does not know are ignored.
+    /// Folds one event in. Events of kinds it does not know are ignored; a known kind
+    /// with a malformed payload is skipped with a warning.
     pub fn apply(&mut self, event: &Event) {
         self.last_seq = self.last_seq.max(event.seq);
         if self.created_at == 0 {
             self.created_at = event.at;
         }
         self.updated_at = event.at;
-        let p = &event.payload;
-        match &*event.kind {
-            k::RUN_CREATED => match serde_json::from_value::<RunSpec>(p.clone()) {
-                Ok(spec) => {
-                    self.status = Some(if spec.submitted {
-                        RunStatus::Queued
-                    } else {
-                        RunStatus::Running
-                    });
-                    if self.spec.as_deref() != Some(&spec) {
-                        self.spec = Some(Arc::new(spec));
-                    }
-                    self.driver = owner(p);
+        match RunEvent::parse(&event.kind, &event.payload) {
+            Ok(Some(parsed)) => self.fold(event.seq, parsed),
+            Ok(None) => {}
+            Err(err) => {
+                tracing::warn!(seq = event.seq, kind = %event.kind, %err, "unreadable run event skipped");
+            }
+        }
+    }
+
+    fn fold(&mut self, seq: i64, event: RunEvent<'_>) {
+        match event {
+            RunEvent::Created(created) => {
+                let RunCreated { spec, owner, .. } = *created;
+                self.status = Some(if spec.submitted {
+                    RunStatus::Queued
+                } else {
+                    RunStatus::Running
+                });
+                if self.spec.as_deref() != Some(&spec) {
+                    self.spec = Some(Arc::new(spec));
                 }
-                Err(err) => tracing::warn!(seq = event.seq, %err, "unreadable run.created"),
-            },
-            k::RUN_RESUMED => {
+                self.driver = owner;
+            }
+            RunEvent::Resumed(resumed) => {
                 self.status = Some(RunStatus::Running);
                 self.status_detail = None;
-                self.driver = owner(p);
-                if let Some(b) = p.get("budgets").cloned()
-                    && let Ok(b) = serde_json::from_value(b)
-                {
-                    self.budgets = Some(b);
+                self.driver = resumed.owner;
+                if let Some(budgets) = resumed.budgets {
+                    self.budgets = Some(budgets);
                 }
                 self.interrupt_requested = None;
             }
-            k::MODEL_REQUESTED => {
-                if let Some(step) = p.get("step").and_then(Value::as_u64) {
-                    let attempts = self.attempts.entry(step).or_default();
-                    *attempts = (*attempts).max(u32_of(p, "attempt"));
-                }
+            RunEvent::ModelRequested(requested) => {
+                let attempts = self.attempts.entry(requested.step).or_default();
+                *attempts = (*attempts).max(requested.attempt);
             }
-            k::MODEL_COMPLETED => self.apply_completed(p),
-            k::TOOL_REFUSED => {
-                if let Some(call) = self.call_mut(p) {
+            RunEvent::ModelCompleted(completed) => self.apply_completed(&completed),
+            RunEvent::ToolRefused(refused) => {
+                if let Some(call) = self.call_mut(&refused.call_id) {
                     call.progress = CallProgress::Done(CallOutput {
                         ok: false,
-                        text: str_of(p, "message"),
+                        text: refused.message,
                     });
                 }
             }
-            k::APPROVAL_REQUESTED => {
-                let round = u32_of(p, "round");
-                let reason = str_of(p, "reason");
-                if let Some(call) = self.call_mut(p)
+            RunEvent::ApprovalRequested(requested) => {
+                let round = requested.round;
+                let reason = requested.reason;
+                if let Some(call) = self.call_mut(&requested.call_id)
                     && !call.approvals.iter().any(|a| a.round == round)
                 {
                     if let CallProgress::Interrupted { approval, .. } = &mut call.progress
-                        && reason == "indeterminate"
+                        && reason == ApprovalReason::Indeterminate
                     {
                         *approval = Some(round);
                     }
                     call.approvals.push(ApprovalRecord {
                         round,
                         reason,
-                        args_sha256: str_of(p, "args_sha256"),
+                        args_sha256: requested.args_sha256,
                         decision: None,
                     });
                 }
             }
-            k::APPROVAL_DECIDED => self.apply_decided(p),
-            k::RUN_PAUSED => self.stop(RunStatus::Paused, p),
-            k::RUN_INTERRUPTED => self.stop(RunStatus::Interrupted, p),
-            k::RUN_FAILED => self.stop(RunStatus::Failed, p),
-            k::RUN_COMPLETED => {
-                self.final_text = p.get("text").and_then(Value::as_str).map(str::to_string);
-                self.stop(RunStatus::Completed, p);
+            RunEvent::ApprovalDecided(decided) => self.apply_decided(decided),
+            RunEvent::Paused(paused) => {
+                self.stop(RunStatus::Paused, Some(paused.reason.as_str().to_string()));
             }
-            k::INTERRUPT_REQUESTED => self.interrupt_requested = Some(event.seq),
-            k::CONTEXT_COMPACTED => {
-                let strings = |name: &str| -> Vec<String> {
-                    p.get(name)
-                        .and_then(Value::as_array)
-                        .map(|a| {
-                            a.iter()
-                                .filter_map(|v| v.as_str().map(str::to_string))
-                                .collect()
-                        })
-                        .unwrap_or_default()
-                };
-                if let (Some(step), Some(output)) = (
-                    p.get("step").and_then(Value::as_u64),
-                    p.get("output").and_then(Value::as_array),
-                ) {
-                    self.compaction = Some(CompactionRecord {
-                        before_step: step,
-                        output: output.clone(),
-                        covered_steers: strings("covered_steers"),
-                    });
-                    if self.window && p.get("checkpoint").is_some_and(Value::is_object) {
-                        self.trim(step);
-                    }
+            RunEvent::Interrupted(_) => self.stop(RunStatus::Interrupted, None),
+            RunEvent::Failed(failed) => self.stop(RunStatus::Failed, Some(failed.error)),
+            RunEvent::Completed(completed) => {
+                self.final_text = Some(completed.text);
+                self.stop(RunStatus::Completed, None);
+            }
+            RunEvent::InterruptRequested(_) => self.interrupt_requested = Some(seq),
+            RunEvent::ContextCompacted(compacted) => {
+                let ContextCompacted {
+                    step,
+                    output,
+                    covered_steers,
+                    carries_checkpoint,
+                    ..
+                } = *compacted;
+                self.compaction = Some(CompactionRecord {
+                    before_step: step,
+                    output,
+                    covered_steers,
+                });
+                if self.window && carries_checkpoint {
+                    self.trim(step);
                 }
             }
-            k::STEER_REQUESTED => {
-                let id = str_of(p, "id");
-                if !id.is_empty() && !self.steers.iter().any(|s| s.id == id) {
+            RunEvent::SteerRequested(requested) => {
+                if !requested.id.is_empty() && !self.steers.iter().any(|s| s.id == requested.id) {
                     self.steers.push(SteerRecord {
-                        id,
-                        text: str_of(p, "text"),
+                        id: requested.id,
+                        text: requested.text,
                         status: SteerStatus::Pending,
                     });
                 }
             }
-            k::STEER_APPLIED | k::STEER_DROPPED => {
-                let id = str_of(p, "id");
-                if let Some(steer) = self
-                    .steers
-                    .iter_mut()
-                    .find(|s| s.id == id && s.status == SteerStatus::Pending)
-                {
-                    steer.status = if &*event.kind == k::STEER_APPLIED {
-                        SteerStatus::Applied {
-                            step: p.get("step").and_then(Value::as_u64).unwrap_or(0),
-                        }
-                    } else {
-                        SteerStatus::Dropped {
-                            reason: str_of(p, "reason"),
-                        }
-                    };
-                }
+            RunEvent::SteerApplied(applied) => {
+                self.end_steer(&applied.id, SteerStatus::Applied { step: applied.step });
             }
-            rt::TOOL_SCHEDULED => {
-                let turn = str_of(p, "turn_id");
-                if let Some(call) = self.call_mut(p) {
+            RunEvent::SteerDropped(dropped) => {
+                self.end_steer(
+                    &dropped.id,
+                    SteerStatus::Dropped {
+                        reason: dropped.reason,
+                    },
+                );
+            }
+            RunEvent::ToolScheduled(scheduled) => {
+                if let Some(call) = self.call_mut(&scheduled.call_id) {
                     call.progress = CallProgress::Scheduled {
-                        turn,
+                        turn: scheduled.turn_id,
                         started: false,
                     };
                 }
             }
-            rt::TOOL_STARTED => {
-                if let Some(call) = self.call_mut(p)
+            RunEvent::ToolStarted(started) => {
+                if let Some(call) = self.call_mut(&started.call_id)
                     && let CallProgress::Scheduled { started, .. } = &mut call.progress
                 {
                     *started = true;
                 }
             }
-            kind if rt::TOOL_TERMINALS.contains(&kind) => self.apply_terminal(kind, p),
-            _ => {}
+            RunEvent::ToolEnded(ended) => self.apply_terminal(ended),
+            RunEvent::ModelFailed(_) => {}
         }
     }
 
-    fn apply_completed(&mut self, p: &Value) {
-        let Some(step) = p.get("step").and_then(Value::as_u64) else {
-            return;
-        };
+    fn end_steer(&mut self, id: &str, status: SteerStatus) {
+        if let Some(steer) = self
+            .steers
+            .iter_mut()
+            .find(|s| s.id == id && s.status == SteerStatus::Pending)
+        {
+            steer.status = status;
+        }
+    }
+
+    fn apply_completed(&mut self, completed: &ModelCompleted<'_>) {
+        let step = completed.step;
         if self.steps.iter().any(|s| s.step == step) {
             return;
         }
         self.attempts.remove(&step);
-        let items = p
-            .get("output")
-            .and_then(Value::as_array)
-            .map(Vec::as_slice)
-            .unwrap_or_default();
-        let output: Vec<RawJson> = items.iter().map(RawJson::from_value).collect();
-        let usage = p.get("usage").map(Usage::from_api).unwrap_or_default();
-        for item in items {
-            if item.get("type").and_then(Value::as_str) != Some("function_call") {
+        let output: Vec<RawJson> = completed.output.iter().map(RawJson::from_value).collect();
+        let usage = Usage::from_api(completed.usage);
+        for call in completed.function_calls() {
+            if call.call_id.is_empty() || self.index.find(&self.calls, call.call_id).is_some() {
                 continue;
             }
-            let call_id = str_of(item, "call_id");
-            if call_id.is_empty() || self.index.find(&self.calls, &call_id).is_some() {
-                continue;
-            }
-            self.index.insert(&call_id, self.calls.len());
+            self.index.insert(call.call_id, self.calls.len());
             push_lean(
                 &mut self.calls,
                 CallRecord {
-                    call_id,
-                    name: str_of(item, "name"),
-                    arguments: str_of(item, "arguments"),
+                    call_id: call.call_id.to_string(),
+                    name: call.name.to_string(),
+                    arguments: call.arguments.to_string(),
                     step,
                     progress: CallProgress::New,
                     approvals: Vec::new(),
@@ -394,24 +404,26 @@ impl RunState {
             &mut self.steps,
             StepRecord {
                 step,
-                response_id: str_of(p, "response_id"),
+                response_id: completed.response_id.to_string(),
                 output,
                 usage,
             },
         );
     }
 
-    fn apply_decided(&mut self, p: &Value) {
-        let round = u32_of(p, "round");
-        let Ok(decision) = serde_json::from_value::<Decision>(p.clone()) else {
-            return;
-        };
+    fn apply_decided(&mut self, decided: ApprovalDecided) {
+        let ApprovalDecided {
+            decision,
+            call_id,
+            round,
+            ..
+        } = decided;
         let mut approved_tool = None;
-        if let Some(call) = self.call_mut(p)
+        if let Some(call) = self.call_mut(&call_id)
             && let Some(approval) = call.approvals.iter_mut().find(|a| a.round == round)
             && approval.decision.is_none()
         {
-            if decision.approve && decision.scope.as_deref() == Some("run") {
+            if decision.approve && decision.scope == Some(DecisionScope::Run) {
                 approved_tool = Some(call.name.clone());
             }
             let undecided = matches!(
@@ -419,19 +431,15 @@ impl RunState {
                 CallProgress::New | CallProgress::Interrupted { .. }
             );
             if !decision.approve && undecided {
-                let why = decision
-                    .reason
-                    .clone()
-                    .unwrap_or_else(|| "no reason given".into());
-                let by = decision.by.clone().unwrap_or_else(|| "a user".into());
+                let why = decision.reason.as_deref().unwrap_or("no reason given");
+                let by = decision.by.as_deref().unwrap_or("a user");
                 call.progress = CallProgress::Done(CallOutput {
                     ok: false,
-                    text: if approval.reason == "indeterminate" {
-                        format!(
+                    text: match approval.reason {
+                        ApprovalReason::Indeterminate => format!(
                             "The call was interrupted by a crash with unknown effect (it may or may not have run); {by} chose not to run it again: {why}"
-                        )
-                    } else {
-                        format!("Denied by {by}: {why}")
+                        ),
+                        ApprovalReason::Policy => format!("Denied by {by}: {why}"),
                     },
                 });
             }
@@ -444,40 +452,25 @@ impl RunState {
         }
     }
 
-    fn apply_terminal(&mut self, kind: &str, p: &Value) {
-        let Some(call) = self.call_mut(p) else { return };
-        let started = p.get("started").and_then(Value::as_bool).unwrap_or(false);
-        let error = || {
-            p.get("error")
-                .and_then(Value::as_str)
-                .unwrap_or("")
-                .to_string()
+    fn apply_terminal(&mut self, ended: ToolEnded) {
+        let Some(call) = self.call_mut(&ended.call_id) else {
+            return;
         };
-        call.progress = match kind {
-            rt::TOOL_COMPLETED => CallProgress::Done(CallOutput {
-                ok: true,
-                text: match p.get("value") {
-                    Some(Value::String(s)) => s.clone(),
-                    Some(other) => other.to_string(),
-                    None => String::new(),
-                },
-            }),
-            rt::TOOL_FAILED => CallProgress::Done(CallOutput {
-                ok: false,
-                text: error(),
-            }),
-            rt::TOOL_TIMEOUT => CallProgress::Done(CallOutput {
-                ok: false,
-                text: "The call timed out.".into(),
-            }),
-            rt::TOOL_CANCELLED => CallProgress::Done(CallOutput {
-                ok: false,
-                text: "The call was cancelled: the run was interrupted.".into(),
-            }),
-            _ => CallProgress::Interrupted {
-                started,
+        call.progress = match ended.outcome {
+            ToolOutcome::Interrupted => CallProgress::Interrupted {
+                started: ended.started,
                 approval: None,
             },
+            ToolOutcome::Completed => CallProgress::Done(CallOutput {
+                ok: true,
+                text: ended.into_model_text(),
+            }),
+            ToolOutcome::Failed | ToolOutcome::Timeout | ToolOutcome::Cancelled => {
+                CallProgress::Done(CallOutput {
+                    ok: false,
+                    text: ended.into_model_text(),
+                })
+            }
         };
     }
 
@@ -501,27 +494,16 @@ impl RunState {
         self.attempts.retain(|&step, _| step >= before_step);
     }
 
-    fn stop(&mut self, status: RunStatus, p: &Value) {
+    fn stop(&mut self, status: RunStatus, detail: Option<String>) {
         self.status = Some(status);
-        self.status_detail = p
-            .get("reason")
-            .or_else(|| p.get("error"))
-            .and_then(Value::as_str)
-            .map(str::to_string);
+        self.status_detail = detail;
         self.driver = None;
     }
 
-    fn call_mut(&mut self, p: &Value) -> Option<&mut CallRecord> {
-        let call_id = p.get("call_id")?.as_str()?;
+    fn call_mut(&mut self, call_id: &str) -> Option<&mut CallRecord> {
         let i = self.index.find(&self.calls, call_id)?;
         self.calls.get_mut(i)
     }
-}
-
-fn owner(p: &Value) -> Option<Owner> {
-    p.get("owner")
-        .cloned()
-        .and_then(|o| serde_json::from_value(o).ok())
 }
 
 /// Pushes `item`, growing a full `v` by about a quarter rather than doubling it: a fold
@@ -531,20 +513,6 @@ fn push_lean<T>(v: &mut Vec<T>, item: T) {
         v.reserve_exact(v.len() / 4 + 4);
     }
     v.push(item);
-}
-
-fn str_of(v: &Value, name: &str) -> String {
-    v.get(name)
-        .and_then(Value::as_str)
-        .unwrap_or("")
-        .to_string()
-}
-
-fn u32_of(v: &Value, name: &str) -> u32 {
-    v.get(name)
-        .and_then(Value::as_u64)
-        .and_then(|n| u32::try_from(n).ok())
-        .unwrap_or(0)
 }
 
 #[cfg(test)]

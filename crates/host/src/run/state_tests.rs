@@ -2,7 +2,9 @@ use agent_journal::Event;
 use serde_json::{Value, json};
 
 use super::*;
+use crate::run::kinds as k;
 use crate::run::test_events::ev;
+use agent_runtime::events as rt;
 
 fn created() -> Value {
     json!({"prompt": "p\nsecond line", "model": "m", "workspace": "/w", "tools": [],
@@ -268,4 +270,17 @@ fn a_spec_with_the_builtin_tools_reads_back_equal_from_run_created() {
     let read: RunSpec = serde_json::from_value(written).unwrap();
     assert_eq!(read, spec);
     assert_eq!(read.tools.len(), 4);
+}
+
+#[test]
+fn a_title_is_the_prompts_first_line_shortened() {
+    let long = "é".repeat(TITLE_CHARS + 50);
+    let mut spec = created();
+    spec["prompt"] = json!(format!("{long}\nsecond line"));
+    let s = RunState::from_events("r", &[ev(1, k::RUN_CREATED, spec)]);
+    let title = s.title();
+    assert_eq!(title.chars().count(), TITLE_CHARS + 3);
+    assert!(title.ends_with("..."));
+    let s = RunState::from_events("r", &[ev(1, k::RUN_CREATED, created())]);
+    assert_eq!(s.title(), "p");
 }

@@ -78,7 +78,7 @@ pub(crate) fn request_digest(
     let mut hashed = HashCount(sha2::Sha256::new(), 0);
     serde_json::to_writer(&mut hashed, &body(state, spec, stream)).map_err(encode_err)?;
     Ok(BodyDigest {
-        sha256: super::kinds::hex(&hashed.0.finalize()),
+        sha256: super::digest::hex(&hashed.0.finalize()),
         len: hashed.1,
     })
 }

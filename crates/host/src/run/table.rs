@@ -14,12 +14,14 @@
 use std::collections::HashMap;
 
 use agent_journal::{Journal, LeaseRow, LeaseStatus};
-use serde::Serialize;
-use serde_json::{Value, json};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 use super::owner::Owner;
 use super::query::load;
 use super::state::{RunState, RunStatus};
+use super::status::{LeaseView, shown};
+use super::view::now_ms;
 use crate::error::HostError;
 
 /// One run as the table shows it.
@@ -27,15 +29,17 @@ use crate::error::HostError;
 pub struct RunRow {
     /// The run id.
     pub run_id: String,
-    /// The status to show (a run whose driver died shows as interrupted).
-    pub status: String,
+    /// The status to show (see the status model in `status`).
+    pub status: RunStatus,
+    /// Calls waiting for a human decision.
+    pub pending_approvals: usize,
     /// Model steps recorded.
     pub steps: u64,
     /// Tokens used (input + output).
     pub tokens: u64,
     /// When the run was created (Unix ms).
     pub created_at: i64,
-    /// The first line of the prompt.
+    /// The first line of the prompt, shortened (see [`RunState::title`]).
     pub title: String,
     /// The worker holding the run's lease, if any and not expired.
     pub worker: Option<String>,
@@ -47,17 +51,59 @@ pub struct RunRow {
     pub claimable: bool,
 }
 
+/// The summary a run's lease row keeps (its `info`), folded from the journal.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub(crate) struct RowInfo {
+    /// The status the journal recorded.
+    #[serde(default)]
+    pub(crate) status: Option<RunStatus>,
+    /// The host driving it, as recorded.
+    #[serde(default)]
+    pub(crate) driver: Option<Owner>,
+    #[serde(default)]
+    pub(crate) steps: u64,
+    #[serde(default)]
+    pub(crate) tokens: u64,
+    #[serde(default)]
+    pub(crate) created_at: i64,
+    #[serde(default)]
+    pub(crate) title: String,
+    /// The seq it was folded at; a row behind its thread is folded again.
+    #[serde(default)]
+    pub(crate) last_seq: i64,
+    /// Calls waiting for a decision; `None` in a row written before it was kept (folded
+    /// again).
+    #[serde(default)]
+    pub(crate) pending_approvals: Option<usize>,
+}
+
+impl RowInfo {
+    /// The summary of a run just submitted, before any fold.
+    pub(crate) fn queued() -> Value {
+        encode(&RowInfo {
+            status: Some(RunStatus::Queued),
+            ..RowInfo::default()
+        })
+    }
+}
+
 /// The summary a row keeps of `state`.
 pub(crate) fn summary(state: &RunState) -> Value {
-    json!({
-        "status": state.status.map(RunStatus::as_str),
-        "driver": state.driver,
-        "steps": state.step_count(),
-        "tokens": state.usage.total_tokens,
-        "created_at": state.created_at,
-        "title": state.title(),
-        "last_seq": state.last_seq,
+    encode(&RowInfo {
+        status: state.status,
+        driver: state.driver.clone(),
+        steps: state.step_count(),
+        tokens: state.usage.total_tokens,
+        created_at: state.created_at,
+        title: state.title(),
+        last_seq: state.last_seq,
+        pending_approvals: Some(state.pending_approvals().count()),
     })
+}
+
+fn encode(info: &RowInfo) -> Value {
+    // Cannot fail: plain fields, string keys.
+    serde_json::to_value(info).unwrap_or(Value::Null)
 }
 
 /// Brings the table up to date with the journal and returns every run, newest first.
@@ -79,9 +125,10 @@ pub async fn runs_table(journal: &Journal) -> Result<Vec<RunRow>, HostError> {
             continue;
         };
         let last = journal.last_seq(&thread).await?.unwrap_or(0);
-        let fresh = rows
-            .get(&thread)
-            .is_some_and(|row| row.info.get("last_seq").and_then(Value::as_i64) == Some(last));
+        let fresh = rows.get(&thread).is_some_and(|row| {
+            let info = RowInfo::deserialize(&row.info).unwrap_or_default();
+            info.last_seq == last && info.pending_approvals.is_some()
+        });
         if !fresh {
             let state = load(journal, id).await?;
             if state.spec.is_none() {
@@ -120,43 +167,24 @@ pub async fn runs_table(journal: &Journal) -> Result<Vec<RunRow>, HostError> {
 }
 
 fn row_of(id: &str, row: &LeaseRow, now: i64) -> RunRow {
-    let info = &row.info;
+    let info = RowInfo::deserialize(&row.info).unwrap_or_default();
     let held = row.holder.is_some() && row.expires_at > now;
-    let folded = info
-        .get("status")
-        .and_then(Value::as_str)
-        .unwrap_or("failed");
-    let status = match folded {
-        _ if held => "running",
-        "running" => {
-            // Liveness is asked now, not when the row was folded.
-            let alive = info
-                .get("driver")
-                .cloned()
-                .and_then(|d| serde_json::from_value::<Owner>(d).ok())
-                .is_some_and(|d| d.is_alive());
-            match (alive, row.status) {
-                (true, _) => "running",
-                // Its worker died; the next free worker takes it over.
-                (false, LeaseStatus::Open) => "queued",
-                (false, LeaseStatus::Closed) => "interrupted",
-            }
-        }
-        other => other,
-    }
-    .to_string();
-    let n = |key: &str| info.get(key).and_then(Value::as_u64).unwrap_or(0);
+    let pending = info.pending_approvals.unwrap_or(0);
+    // Liveness is asked now, not when the row was folded.
+    let status = shown(
+        info.status,
+        pending,
+        || info.driver.as_ref().is_some_and(Owner::is_alive),
+        Some(lease_view(row, now)),
+    );
     RunRow {
         run_id: id.to_string(),
         status,
-        steps: n("steps"),
-        tokens: n("tokens"),
-        created_at: info.get("created_at").and_then(Value::as_i64).unwrap_or(0),
-        title: info
-            .get("title")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_string(),
+        pending_approvals: pending,
+        steps: info.steps,
+        tokens: info.tokens,
+        created_at: info.created_at,
+        title: info.title,
         worker: row.holder.clone().filter(|_| held),
         epoch: row.epoch,
         lease_expires_at: held.then_some(row.expires_at),
@@ -164,9 +192,34 @@ fn row_of(id: &str, row: &LeaseRow, now: i64) -> RunRow {
     }
 }
 
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-        .unwrap_or(0)
+/// What the status model needs of a lease row at `now`.
+pub(crate) fn lease_view(row: &LeaseRow, now: i64) -> LeaseView {
+    LeaseView {
+        held: row.holder.is_some() && row.expires_at > now,
+        open: row.status == LeaseStatus::Open,
+    }
+}
+
+/// The status of `state` with its lease row, as the runs table shows it: the word
+/// `runs show` and `runs list` agree on.
+///
+/// # Cancel safety
+/// Read-only: a dropped future leaves nothing behind.
+pub async fn status_with_lease(
+    journal: &Journal,
+    state: &RunState,
+) -> Result<RunStatus, HostError> {
+    let thread = super::kinds::thread_of(&state.id);
+    let lease = journal
+        .leases(&thread)
+        .await?
+        .into_iter()
+        .find(|row| row.name == thread)
+        .map(|row| lease_view(&row, now_ms()));
+    Ok(shown(
+        state.status,
+        state.pending_approvals().count(),
+        || state.driver.as_ref().is_some_and(Owner::is_alive),
+        lease,
+    ))
 }

@@ -31,9 +31,6 @@ pub const INSTALL_HINT: &str = "install the Codex CLI with `npm install -g @open
      (or `cargo xtask interop codex` for a local copy under interop/codex), \
      then pass --codex-bin PATH or set CODEX_BIN";
 
-/// Exit status of a turn that ended as `interrupted`.
-pub const EXIT_INTERRUPTED: u8 = 130;
-
 /// Drive the Codex CLI through its app-server protocol.
 #[derive(Debug, Subcommand)]
 pub enum CodexCmd {
@@ -198,7 +195,7 @@ async fn run_turn(global: &GlobalArgs, args: &RunArgs) -> anyhow::Result<ExitCod
     render::turn_ended(global.json, &report)?;
     match turn.status {
         TurnStatus::Completed => Ok(ExitCode::SUCCESS),
-        TurnStatus::Interrupted => Ok(ExitCode::from(EXIT_INTERRUPTED)),
+        TurnStatus::Interrupted => Ok(crate::exit::Exit::Interrupted.into()),
         TurnStatus::Failed | TurnStatus::InProgress | TurnStatus::Unknown => {
             let message = turn
                 .error

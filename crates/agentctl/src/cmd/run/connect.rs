@@ -1,8 +1,9 @@
 //! Where a run's model calls go: the live API (key from the environment only), a base URL,
 //! or the emulator in-process (`--mock`).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
+use agent_host::run::Endpoint as RunEndpoint;
 use agent_responses::{ApiKey, Client, ClientConfig, ClientError};
 use agent_responses_mock::{MOCK_API_KEY, MockConfig, MockServer, Script};
 use anyhow::Context as _;
@@ -27,18 +28,12 @@ pub struct Endpoint {
 }
 
 impl Endpoint {
-    /// What `run.created` records about the endpoint (never a key).
-    pub fn recorded(&self) -> Option<String> {
-        match (&self.mock, &self.mock_script, &self.base_url) {
-            (true, Some(path), _) => Some(format!(
-                "mock:{}",
-                path.canonicalize()
-                    .unwrap_or_else(|_| path.clone())
-                    .display()
-            )),
-            (true, None, _) => Some("mock".into()),
-            // Credentials in a URL are never journaled; such a run needs --base-url on resume.
-            (false, _, Some(url)) => Some(agent_redact::redact_url(url)),
+    /// The endpoint these options name, if any.
+    pub fn given(&self) -> Option<RunEndpoint> {
+        match (self.mock, &self.mock_script, &self.base_url) {
+            (true, Some(path), _) => Some(RunEndpoint::MockScript(path.clone())),
+            (true, None, _) => Some(RunEndpoint::Mock),
+            (false, _, Some(url)) => Some(RunEndpoint::Url(url.clone())),
             (false, _, None) => None,
         }
     }
@@ -47,38 +42,15 @@ impl Endpoint {
     /// started with). The emulator, if any, runs until the returned server is dropped.
     pub async fn connect(
         &self,
-        recorded: Option<&str>,
+        recorded: Option<&RunEndpoint>,
     ) -> anyhow::Result<(Client, Option<MockServer>)> {
-        let explicit = self.mock || self.base_url.is_some();
-        let (mock, script, base_url) = if explicit {
-            (self.mock, self.mock_script.clone(), self.base_url.clone())
-        } else {
-            match recorded {
-                Some("mock") => (true, None, None),
-                Some(r) if r.starts_with("mock:") => (true, Some(PathBuf::from(&r[5..])), None),
-                Some(url) if url.contains(agent_redact::MASK) => anyhow::bail!(
-                    "the run was started with a base URL that carried a password (journaled masked); give it again with --base-url"
-                ),
-                // The endpoint the run was started with: its history goes nowhere else.
-                Some(url) => (false, None, Some(url.to_string())),
-                None => (false, None, None),
-            }
+        let endpoint = RunEndpoint::for_resume(self.given(), recorded)?;
+        let base_url = match endpoint {
+            Some(RunEndpoint::Mock) => return start_mock(None).await,
+            Some(RunEndpoint::MockScript(path)) => return start_mock(Some(&path)).await,
+            Some(RunEndpoint::Url(url)) => Some(url),
+            None => None,
         };
-        if mock {
-            let script = match &script {
-                Some(path) => Script::load(path)?,
-                None => Script::from_json_str(
-                    agent_responses_mock::builtin_fixture("run")
-                        .context("the built-in run story")?,
-                )?,
-            };
-            let server = MockServer::start(MockConfig::new(script).with_api_key(MOCK_API_KEY))
-                .await
-                .context("cannot start the emulator")?;
-            let key = ApiKey::new(MOCK_API_KEY).context("mock key")?;
-            let client = Client::new(ClientConfig::new(server.base_url(), key))?;
-            return Ok((client, Some(server)));
-        }
         let config = ClientConfig::from_env(base_url.as_deref()).map_err(|err| match err {
             ClientError::MissingApiKey => with_hint(
                 err,
@@ -88,6 +60,23 @@ impl Endpoint {
         })?;
         Ok((Client::new(config)?, None))
     }
+}
+
+/// The emulator in this process, playing `script` (the built-in run story without one),
+/// and a client for it.
+async fn start_mock(script: Option<&Path>) -> anyhow::Result<(Client, Option<MockServer>)> {
+    let script = match script {
+        Some(path) => Script::load(path)?,
+        None => Script::from_json_str(
+            agent_responses_mock::builtin_fixture("run").context("the built-in run story")?,
+        )?,
+    };
+    let server = MockServer::start(MockConfig::new(script).with_api_key(MOCK_API_KEY))
+        .await
+        .context("cannot start the emulator")?;
+    let key = ApiKey::new(MOCK_API_KEY).context("mock key")?;
+    let client = Client::new(ClientConfig::new(server.base_url(), key))?;
+    Ok((client, Some(server)))
 }
 
 /// A fresh workspace for the built-in story, under the data directory, with a README to read.

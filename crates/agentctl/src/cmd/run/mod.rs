@@ -10,20 +10,16 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use agent_host::HostError;
-use agent_host::run::{BudgetChange, Budgets, DriveOptions, Host, NewRun, RunEnd, RunReport};
+use agent_host::run::{BudgetChange, Budgets, DriveOptions, Host, NewRun, RunReport};
 use agent_host::tools::{ApprovalMode, ToolConfig};
 use anyhow::Context as _;
 use clap::{Args, ValueEnum};
 
+use crate::exit::Exit;
 use crate::global::GlobalArgs;
 use crate::output::UsageError;
 
 pub use connect::Endpoint;
-
-/// Exit status of a run that paused (budget, or waiting for a decision).
-pub const EXIT_PAUSED: u8 = 3;
-/// Exit status of an interrupted run.
-pub const EXIT_INTERRUPTED: u8 = 130;
 
 /// `agentctl run`.
 #[derive(Debug, Args)]
@@ -51,7 +47,7 @@ pub struct RunOptions {
     /// What the agent should do (read from stdin when absent and stdin is not a terminal).
     pub prompt: Option<String>,
     /// The model.
-    #[arg(long, default_value = "gpt-5.1")]
+    #[arg(long, default_value = NewRun::DEFAULT_MODEL)]
     pub model: String,
     /// System instructions for the model.
     #[arg(long, conflicts_with = "instructions_file")]
@@ -66,7 +62,7 @@ pub struct RunOptions {
     #[command(flatten)]
     pub endpoint: Endpoint,
     /// Model steps before the run pauses.
-    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, default_value_t = NewRun::DEFAULT_MAX_STEPS, value_parser = clap::value_parser!(u64).range(1..))]
     pub max_steps: u64,
     /// Total tokens (input + output, all steps) before the run pauses.
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
@@ -134,7 +130,7 @@ pub enum ApprovalArg {
 
 pub async fn run(global: &GlobalArgs, args: RunArgs) -> anyhow::Result<ExitCode> {
     let (new, endpoint) = new_run(args.run)?;
-    let tools = tool_config(&new.workspace, &args.drive.mcp)?;
+    let tools = tool_config(new.workspace_dir(), &args.drive.mcp)?;
     let journal = crate::db::open_journal(global).await?;
     let (client, _mock) = endpoint.connect(None).await?;
     let host = Host::new(journal.clone(), client).with_tools(tools);
@@ -148,7 +144,7 @@ pub async fn run(global: &GlobalArgs, args: RunArgs) -> anyhow::Result<ExitCode>
 /// `agentctl submit`: creates the run for a worker to drive and prints its id.
 pub async fn submit(global: &GlobalArgs, args: SubmitArgs) -> anyhow::Result<ExitCode> {
     let (new, _) = new_run(args.run)?;
-    let tools = tool_config(&new.workspace, &args.mcp)?;
+    let tools = tool_config(new.workspace_dir(), &args.mcp)?;
     let journal = crate::db::open_journal(global).await?;
     // No model call happens here: the client is never used.
     let client = agent_responses::Client::new(agent_responses::ClientConfig::new(
@@ -188,12 +184,18 @@ pub(crate) fn tool_config(
     workspace: &std::path::Path,
     mcp: &[String],
 ) -> anyhow::Result<ToolConfig> {
-    let usage =
-        |err: agent_host::tools::ConfigError| anyhow::Error::new(UsageError(err.to_string()));
+    load_tool_config(workspace, mcp).map_err(|err| UsageError(err.to_string()).into())
+}
+
+/// The tool configuration of `workspace` (its `agentctl.toml`, the user's file) and `--mcp`.
+pub(crate) fn load_tool_config(
+    workspace: &std::path::Path,
+    mcp: &[String],
+) -> Result<ToolConfig, agent_host::tools::ConfigError> {
     let user = ToolConfig::user_file(dirs::home_dir());
-    let mut config = ToolConfig::load(workspace, user.as_deref()).map_err(usage)?;
+    let mut config = ToolConfig::load(workspace, user.as_deref())?;
     for spec in mcp {
-        config.add_cli_server(spec).map_err(usage)?;
+        config.add_cli_server(spec)?;
     }
     Ok(config)
 }
@@ -221,24 +223,20 @@ fn new_run(args: RunOptions) -> anyhow::Result<(NewRun, Endpoint)> {
         None if builtin_story => ApprovalMode::Auto,
         None => ApprovalMode::Default,
     };
-    let new = NewRun {
-        prompt,
-        model: args.model,
-        instructions,
-        workspace,
-        budgets: Budgets {
+    let new = NewRun::new(prompt, workspace)
+        .model(args.model)
+        .instructions(instructions)
+        .budgets(Budgets {
             max_steps: args.max_steps,
             max_tokens: args.max_tokens,
-        },
-        approval,
-        endpoint: args.endpoint.recorded(),
-        compact_at: args.compact_at,
-        transport: match args.transport {
-            TransportArg::Http => agent_host::run::kinds::TRANSPORT_HTTP,
-            TransportArg::Ws => agent_host::run::kinds::TRANSPORT_WS,
-        }
-        .into(),
-    };
+        })
+        .approval(approval)
+        .endpoint(args.endpoint.given())
+        .compact_at(args.compact_at)
+        .transport(match args.transport {
+            TransportArg::Http => agent_host::run::Transport::Http,
+            TransportArg::Ws => agent_host::run::Transport::Ws,
+        });
     Ok((new, args.endpoint))
 }
 
@@ -252,7 +250,7 @@ pub async fn resume(global: &GlobalArgs, args: ResumeArgs) -> anyhow::Result<Exi
         Some(spec) => tool_config(std::path::Path::new(&spec.workspace), &args.drive.mcp)?,
         None => ToolConfig::default(),
     };
-    let (client, _mock) = args.endpoint.connect(recorded.as_deref()).await?;
+    let (client, _mock) = args.endpoint.connect(recorded.as_ref()).await?;
     let host = Host::new(journal.clone(), client).with_tools(tools);
     let change = BudgetChange {
         max_steps: args.max_steps,
@@ -294,7 +292,7 @@ fn drive_options(
         if tokio::signal::ctrl_c().await.is_ok() {
             token.cancel();
             if tokio::signal::ctrl_c().await.is_ok() {
-                std::process::exit(i32::from(EXIT_INTERRUPTED));
+                std::process::exit(i32::from(Exit::Interrupted.code()));
             }
         }
     });
@@ -305,20 +303,14 @@ fn drive_options(
         wait: drive.wait,
         cancel,
         stop: agent_runtime::CancellationToken::new(),
-        crash_after_events: std::env::var("AGENTCTL_TEST_CRASH_AFTER_EVENTS")
-            .ok()
-            .and_then(|v| v.parse().ok()),
-    };
+        ..DriveOptions::default()
+    }
+    .with_env_test_hooks();
     (opts, ctrl_c)
 }
 
 /// Prints how the run ended and maps it to the exit status.
 fn finish(global: &GlobalArgs, report: RunReport) -> anyhow::Result<ExitCode> {
     render::finish(global.json, &report)?;
-    Ok(match report.end {
-        RunEnd::Completed { .. } => ExitCode::SUCCESS,
-        RunEnd::Paused { .. } => ExitCode::from(EXIT_PAUSED),
-        RunEnd::Interrupted | RunEnd::Released => ExitCode::from(EXIT_INTERRUPTED),
-        RunEnd::Failed { .. } => ExitCode::FAILURE,
-    })
+    Ok(Exit::of_end(&report.end).into())
 }

@@ -3,13 +3,12 @@
 
 use std::sync::{Arc, Mutex};
 
+use agent_host::run::events::RunEvent;
 use agent_host::run::exec_json::ExecJson;
 use agent_host::run::kinds as k;
 use agent_host::run::{CallRecord, Decider, Decision, Observer, RunEnd, RunReport, RunState};
 use agent_journal::Event;
-use agent_runtime::events as rt;
 use futures::future::BoxFuture;
-use serde_json::Value;
 
 use crate::output;
 
@@ -79,24 +78,19 @@ fn first_line(text: &str, max: usize) -> String {
 
 impl Observer for Human {
     fn event(&self, state: &RunState, event: &Event) {
-        let p = &event.payload;
-        let s = |n: &str| p.get(n).and_then(Value::as_str).unwrap_or("").to_string();
-        let call = || state.call(&s("call_id"));
-        match &*event.kind {
-            k::RUN_CREATED => {
+        let Ok(Some(parsed)) = RunEvent::parse(&event.kind, &event.payload) else {
+            return;
+        };
+        match parsed {
+            RunEvent::Created(created) => {
                 output::note(&format!(
                     "run {} started (workspace {})",
-                    state.id,
-                    state
-                        .spec
-                        .as_ref()
-                        .map(|s| s.workspace.as_str())
-                        .unwrap_or("?")
+                    state.id, created.spec.workspace
                 ));
             }
-            k::RUN_RESUMED => output::note(&format!("run {} resumed", state.id)),
-            rt::TOOL_SCHEDULED => {
-                if let Some(call) = call() {
+            RunEvent::Resumed(_) => output::note(&format!("run {} resumed", state.id)),
+            RunEvent::ToolScheduled(scheduled) => {
+                if let Some(call) = state.call(&scheduled.call_id) {
                     self.say(&format!(
                         "-> {} {}",
                         call.name,
@@ -104,9 +98,9 @@ impl Observer for Human {
                     ));
                 }
             }
-            kind if rt::TOOL_TERMINALS.contains(&kind) => {
-                if let Some(call) = call() {
-                    let status = kind.trim_start_matches("tool.");
+            RunEvent::ToolEnded(ended) => {
+                if let Some(call) = state.call(&ended.call_id) {
+                    let status = ended.outcome.kind().trim_start_matches("tool.");
                     let detail = match &call.progress {
                         agent_host::run::state::CallProgress::Done(out) => {
                             first_line(&out.text, 100)
@@ -116,37 +110,47 @@ impl Observer for Human {
                     self.say(&format!("   {} {status}: {detail}", call.name));
                 }
             }
-            k::TOOL_REFUSED => self.say(&format!("   {} refused: {}", s("tool"), s("message"))),
-            k::APPROVAL_REQUESTED => self.say(&format!(
+            RunEvent::ToolRefused(refused) => {
+                self.say(&format!("   {} refused: {}", refused.tool, refused.message));
+            }
+            RunEvent::ApprovalRequested(requested) => self.say(&format!(
                 "?? {} {} needs approval ({})",
-                s("tool"),
-                first_line(&s("arguments"), 100),
-                s("reason")
+                requested.tool,
+                first_line(&requested.arguments, 100),
+                requested.reason
             )),
-            k::APPROVAL_DECIDED => self.say(&format!(
+            RunEvent::ApprovalDecided(decided) => self.say(&format!(
                 "   {} {} by {}",
-                s("call_id"),
-                if p.get("approve").and_then(Value::as_bool) == Some(true) {
+                decided.call_id,
+                if decided.decision.approve {
                     "approved"
                 } else {
                     "denied"
                 },
-                p.get("by").and_then(Value::as_str).unwrap_or("someone")
+                decided.decision.by.as_deref().unwrap_or("someone")
             )),
-            k::STEER_APPLIED => {
-                let id = s("id");
+            RunEvent::SteerApplied(applied) => {
                 let text = state
                     .steers
                     .iter()
-                    .find(|st| st.id == id)
-                    .map(|st| st.text.clone());
+                    .find(|st| st.id == applied.id)
+                    .map(|st| st.text.as_str())
+                    .unwrap_or_default();
                 self.say(&format!(
-                    "~~ steer {id} applied: {}",
-                    first_line(&text.unwrap_or_default(), 100)
+                    "~~ steer {} applied: {}",
+                    applied.id,
+                    first_line(text, 100)
                 ));
             }
-            k::STEER_DROPPED => self.say(&format!("~~ steer {} dropped: {}", s("id"), s("reason"))),
-            k::MODEL_FAILED => self.say(&format!("!! model call failed: {}", s("message"))),
+            RunEvent::SteerDropped(dropped) => {
+                self.say(&format!(
+                    "~~ steer {} dropped: {}",
+                    dropped.id, dropped.reason
+                ));
+            }
+            RunEvent::ModelFailed(failed) => {
+                self.say(&format!("!! model call failed: {}", failed.message));
+            }
             _ => {}
         }
     }
@@ -213,13 +217,13 @@ impl Decider for TerminalDecider {
         &'a self,
         run_id: &'a str,
         call: &'a CallRecord,
-        reason: &'a str,
+        reason: agent_host::run::ApprovalReason,
     ) -> BoxFuture<'a, Option<Decision>> {
         let question = format!(
             "run {run_id}: {} wants to run\n  {}\n{}approve? [y]es / [n]o / [a]lways for {} in this run: ",
             call.name,
             call.arguments,
-            if reason == "indeterminate" {
+            if reason == agent_host::run::ApprovalReason::Indeterminate {
                 "(it was cut off by a crash and may or may not have run) "
             } else {
                 ""
@@ -249,7 +253,7 @@ impl Decider for TerminalDecider {
             let by = Some(super::super::decide::who());
             let (approve, scope) = match answer.as_str() {
                 "y" | "yes" => (true, None),
-                "a" | "always" => (true, Some("run".to_string())),
+                "a" | "always" => (true, Some(agent_host::run::events::DecisionScope::Run)),
                 _ => (false, None),
             };
             Some(Decision {

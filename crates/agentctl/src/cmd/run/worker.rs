@@ -73,11 +73,10 @@ impl Connector for CliConnector {
         Box::pin(async move {
             let (client, server) = self
                 .endpoint
-                .connect(spec.endpoint.as_deref())
+                .connect(spec.endpoint.as_ref())
                 .await
-                .map_err(|err| HostError::Invalid(format!("{err:#}")))?;
-            let tools = super::tool_config(std::path::Path::new(&spec.workspace), &self.mcp)
-                .map_err(|err| HostError::Invalid(format!("{err:#}")))?;
+                .map_err(|err| HostError::Connect(format!("{err:#}")))?;
+            let tools = super::load_tool_config(std::path::Path::new(&spec.workspace), &self.mcp)?;
             Ok(Connected {
                 client,
                 tools,

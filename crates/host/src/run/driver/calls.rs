@@ -7,11 +7,15 @@
 
 use agent_runtime::{Deadlines, RuntimeError};
 use futures::StreamExt as _;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::Driver;
 use crate::error::HostError;
 use crate::run::RunEnd;
+use crate::run::digest::sha256_hex;
+use crate::run::events::{
+    ApprovalDecided, ApprovalReason, ApprovalRequested, DecisionScope, PauseReason, ToolRefused,
+};
 use crate::run::kinds as k;
 use crate::run::state::{CallProgress, CallRecord, Decision};
 use crate::tools::{Policy, ToolSpec};
@@ -20,7 +24,7 @@ use crate::tools::{Policy, ToolSpec};
 pub(super) enum Next {
     Launch,
     Await,
-    Ask { reason: &'static str, round: u32 },
+    Ask { reason: ApprovalReason, round: u32 },
     Wait,
     Refuse(String),
     Done,
@@ -52,7 +56,7 @@ impl Driver {
                     .map(|a| a.decision.as_ref().map(|d| d.approve));
                 match decision {
                     None => Next::Ask {
-                        reason: "indeterminate",
+                        reason: ApprovalReason::Indeterminate,
                         round,
                     },
                     Some(None) => Next::Wait,
@@ -84,7 +88,7 @@ impl Driver {
                     )),
                     Policy::Ask => match last {
                         None => Next::Ask {
-                            reason: "policy",
+                            reason: ApprovalReason::Policy,
                             round: 0,
                         },
                         Some(a) => match &a.decision {
@@ -110,7 +114,7 @@ impl Driver {
             match self.next_for(call) {
                 Next::Done => {}
                 Next::Stuck(turn) => {
-                    return Err(HostError::Invalid(format!(
+                    return Err(HostError::Internal(format!(
                         "call {} is scheduled under turn {turn}, which no host drives",
                         call.call_id
                     )));
@@ -124,7 +128,7 @@ impl Driver {
                             approve: true,
                             reason: Some("the tool was approved for the rest of the run".into()),
                             by: Some("approve --always".into()),
-                            scope: Some("run".into()),
+                            scope: Some(DecisionScope::Run),
                         };
                         self.decide(call, open.round, &open.args_sha256, decision)
                             .await?;
@@ -137,13 +141,14 @@ impl Driver {
                 }
                 Next::Refuse(message) => self.refuse(call, message).await?,
                 Next::Ask { reason, round } => {
-                    self.record(
-                        k::APPROVAL_REQUESTED,
-                        json!({"call_id": call.call_id, "tool": call.name, "arguments": call.arguments,
-                               "args_sha256": k::sha256_hex(call.arguments.as_bytes()),
-                               "reason": reason, "round": round}),
-                        Some(k::approval_request_key(&call.call_id, round)),
-                    )
+                    self.record(&ApprovalRequested {
+                        call_id: call.call_id.clone(),
+                        tool: call.name.clone(),
+                        arguments: call.arguments.clone(),
+                        args_sha256: sha256_hex(call.arguments.as_bytes()),
+                        reason,
+                        round,
+                    })
                     .await?;
                     waiting.push(call.call_id.clone());
                 }
@@ -202,7 +207,7 @@ impl Driver {
                 };
                 let cancel = self.opts.cancel.clone();
                 let decision = tokio::select! {
-                    d = decider.decide(&self.state.id, call, &pending.reason) => Some(d),
+                    d = decider.decide(&self.state.id, call, pending.reason) => Some(d),
                     () = cancel.cancelled() => None,
                 };
                 let Some(decision) = decision else {
@@ -217,7 +222,7 @@ impl Driver {
                     // than ask again in a loop.
                     None => {
                         let detail = format!("{} ({})", call.call_id, call.name);
-                        return self.pause("approval", detail).await.map(Some);
+                        return self.pause(PauseReason::Approval, detail).await.map(Some);
                     }
                 }
             }
@@ -231,7 +236,7 @@ impl Driver {
             .map(|c| format!("{} ({})", c.call_id, c.name))
             .collect::<Vec<_>>()
             .join(", ");
-        self.pause("approval", detail).await.map(Some)
+        self.pause(PauseReason::Approval, detail).await.map(Some)
     }
 
     async fn decide(
@@ -241,23 +246,8 @@ impl Driver {
         sha: &str,
         decision: Decision,
     ) -> Result<(), HostError> {
-        let mut payload =
-            serde_json::to_value(&decision).map_err(|e| HostError::Invalid(e.to_string()))?;
-        if let Some(obj) = payload.as_object_mut() {
-            obj.insert("call_id".into(), json!(call.call_id));
-            obj.insert("round".into(), json!(round));
-            obj.insert("args_sha256".into(), json!(sha));
-            obj.insert(
-                "decision".into(),
-                json!(if decision.approve { "approve" } else { "deny" }),
-            );
-        }
-        self.record(
-            k::APPROVAL_DECIDED,
-            payload,
-            Some(k::approval_key(&call.call_id, round)),
-        )
-        .await
+        self.record(&ApprovalDecided::new(&call.call_id, round, sha, decision))
+            .await
     }
 
     /// Waits until another process decides (or interrupts).
@@ -287,11 +277,11 @@ impl Driver {
     }
 
     async fn refuse(&mut self, call: &CallRecord, message: String) -> Result<(), HostError> {
-        self.record(
-            k::TOOL_REFUSED,
-            json!({"call_id": call.call_id, "tool": call.name, "message": message}),
-            Some(format!("refused:{}", call.call_id)),
-        )
+        self.record(&ToolRefused {
+            call_id: call.call_id.clone(),
+            tool: call.name.clone(),
+            message,
+        })
         .await
     }
 
