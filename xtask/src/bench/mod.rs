@@ -12,6 +12,7 @@ mod host;
 mod journal;
 mod responses;
 mod runtime;
+mod verdict;
 mod workers;
 
 use std::path::PathBuf;
