@@ -1008,6 +1008,73 @@ mod tests {
         assert!(target(&md, RESUME).contains("**not measured**"), "{md}");
     }
 
+    /// Drivers whose "bench binary" is a shell script: it prints its arguments as a JSON
+    /// line, or fails when the first argument after the base URL is `--fail`.
+    #[cfg(unix)]
+    fn fake_drivers(dir: &Path, pg: Option<&str>) -> Drivers {
+        use std::os::unix::fs::PermissionsExt as _;
+        let bin = dir.join("bench_host");
+        std::fs::write(
+            &bin,
+            "#!/bin/sh\n[ \"$3\" = --fail ] && exit 3\nprintf '{\"args\": \"%s\"}\\n' \"$*\"\n",
+        )
+        .unwrap();
+        std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+        Drivers {
+            bin,
+            python: dir.join("no-python"),
+            sdk_script: dir.join("no-script.py"),
+            base: "http://127.0.0.1:9/v1".into(),
+            scratch: dir.to_path_buf(),
+            pg: pg.map(str::to_owned),
+        }
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn each_row_runs_on_a_journal_of_its_own_and_a_failed_driver_leaves_a_failed_line() {
+        let dir = std::env::temp_dir().join(format!("xtask-host-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("row_a.db"), "left by an earlier run").unwrap();
+        let d = fake_drivers(&dir, None);
+        let key = json!({"bench": "single", "label": "sqlite_full"});
+        let lines = d.ours_on(key.clone(), Backend::Sqlite, "row_a", &["--mode", "single"]);
+        let journal = format!("--journal sqlite://{}", dir.join("row_a.db").display());
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        assert!(
+            lines[0]["args"].as_str().unwrap().ends_with(&journal),
+            "{lines:?}"
+        );
+        assert!(!dir.join("row_a.db").exists(), "the row's file is new");
+
+        let failed_run = d.ours(key.clone(), &["--fail"]);
+        assert_eq!(failed_run.len(), 1);
+        assert_eq!(failed_run[0]["ok"], false);
+        assert_eq!(failed_run[0]["label"], "sqlite_full");
+        assert!(!row_ok(&failed_run.iter().collect::<Vec<_>>(), None));
+
+        let no_server = d.ours_on(key, Backend::Postgres, "row_b", &["--mode", "single"]);
+        assert_eq!(no_server[0]["ok"], false, "{no_server:?}");
+        let sdk = d.sdk(json!({"bench": "single", "label": "sdk_none"}), &["single"]);
+        assert_eq!(sdk[0]["ok"], false, "{sdk:?}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_password_in_the_server_url_is_masked_in_a_failed_line() {
+        let dir = std::env::temp_dir().join(format!("xtask-host-mask-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let url = "postgres://bench:s3cret@127.0.0.1:5432/postgres";
+        let mut d = fake_drivers(&dir, Some(url));
+        d.bin = dir.join("no-such-binary");
+        let lines = d.ours(json!({"bench": "single"}), &["--journal", url]);
+        let error = lines[0]["error"].as_str().unwrap();
+        assert!(error.contains("bench:***@127.0.0.1"), "{error}");
+        assert!(!error.contains("s3cret"), "{error}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     #[test]
     fn memory_per_run_needs_every_raw_field() {
         let line = json!({"vm_hwm_kib": 3072.0, "rss_before_kib": 1024.0, "runs": 4});
