@@ -9,6 +9,8 @@
 //!   filesystem server against our code.
 //! - `fuzz [TARGET...] [--time SECONDS]`: long property-test campaigns (default 600 s each).
 
+#[cfg(test)]
+mod arch_doc;
 mod bench;
 mod ci;
 mod fuzz;

@@ -42,7 +42,13 @@ pub fn run_cmd(cmd: &mut Command) -> anyhow::Result<()> {
 
 /// Runs `cmd` and returns its stdout; stderr is inherited so progress stays visible.
 pub fn output(cmd: &mut Command) -> anyhow::Result<String> {
-    let shown = format!("{cmd:?}");
+    output_shown(cmd, |shown| shown.to_owned())
+}
+
+/// [`output`], with the command line passed through `show` wherever it is printed or
+/// quoted in an error (to mask a password in a database URL among its arguments).
+pub fn output_shown(cmd: &mut Command, show: impl Fn(&str) -> String) -> anyhow::Result<String> {
+    let shown = show(&format!("{cmd:?}"));
     eprintln!("xtask: $ {shown}");
     let out = cmd
         .stderr(std::process::Stdio::inherit())

@@ -9,6 +9,7 @@ use serde_json::Value;
 
 use super::baseline::{BaselineDir, parse_lines};
 use super::chart::{Series, line_chart};
+use super::verdict::Verdict;
 use super::{BenchCtx, Section, median};
 use crate::process::{cargo, output, run_cmd};
 
@@ -301,7 +302,7 @@ struct Targets {
 }
 
 fn targets(t: &Targets) -> String {
-    let verdict = |met: bool| if met { "met" } else { "**not met**" };
+    let verdict = Verdict::measured;
     format!(
         "\nTargets of issue 2, checked against this run (64 producers each awaiting its \
          acknowledgement, `Full`):\n\n\

@@ -10,8 +10,10 @@ mod context;
 mod doc;
 mod host;
 mod journal;
+mod pg;
 mod responses;
 mod runtime;
+mod verdict;
 mod workers;
 
 use std::path::PathBuf;

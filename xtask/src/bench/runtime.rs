@@ -13,6 +13,7 @@ use anyhow::Context as _;
 use serde_json::Value;
 
 use super::baseline::{BaselineDir, parse_lines};
+use super::verdict::Verdict;
 use super::{BenchCtx, Section};
 use crate::process::{cargo, output, run as run_cmd};
 
@@ -103,6 +104,12 @@ fn seed_calls(seed: &[Value], journal: &str, timeout: &Value, n: u64, c: u64) ->
         .and_then(|l| l["median"].as_f64())
 }
 
+/// Whether a `calls` cell's runs ended as scripted: every one of its `n` calls completed
+/// (`ok` is the median over the cell's runs, which is all the driver prints).
+fn cell_ok(cell: &Value) -> bool {
+    cell["n"].as_f64().is_some() && cell["ok"].as_f64() == cell["n"].as_f64()
+}
+
 /// The issue's in-memory target (at least 100k calls/s), checked against this run's cells.
 fn in_memory_target(ours: &[Value]) -> String {
     const TARGET: f64 = 100_000.0;
@@ -112,25 +119,28 @@ fn in_memory_target(ours: &[Value]) -> String {
             .to_string(),
     ];
     for (journal, label) in [("process", "`memory:`"), ("memory", "`sqlite::memory:`")] {
-        let cells: Vec<f64> = ours
+        let cells: Vec<&Value> = ours
             .iter()
             .filter(|l| l["bench"] == "calls" && l["journal"] == journal)
+            .collect();
+        let rates: Vec<f64> = cells
+            .iter()
             .filter_map(|l| l["calls_per_s"].as_f64())
             .collect();
-        if cells.is_empty() {
+        if rates.is_empty() {
             continue;
         }
-        let met = cells.iter().filter(|&&v| v >= TARGET).count();
-        let slowest = cells.iter().copied().fold(f64::INFINITY, f64::min);
-        let verdict = if met == cells.len() {
-            "met"
-        } else {
-            "**not met**"
-        };
+        let met = rates.iter().filter(|&&v| v >= TARGET).count();
+        let slowest = rates.iter().copied().fold(f64::INFINITY, f64::min);
+        let verdict = Verdict::of(
+            cells.iter().all(|c| cell_ok(c)),
+            Some(met == rates.len()),
+            |all| all,
+        );
         lines.push(format!(
             "- {label}: {verdict}; at or above 100,000 in {met} of {} cells (slowest cell \
              {slowest:.0} calls/s).",
-            cells.len()
+            rates.len()
         ));
     }
     lines.join("\n") + "\n"
@@ -289,4 +299,38 @@ fn render(ours: &[Value], seed: &[Value], runs: usize) -> String {
         demo.map_or("n/a".into(), |d| format!("{d:.3}")),
     );
     md
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cells(text: &str) -> Vec<Value> {
+        parse_lines(text).unwrap_or_default()
+    }
+
+    #[test]
+    fn a_cell_with_unfinished_calls_is_not_met_however_fast() {
+        let md = in_memory_target(&cells(
+            r#"{"bench":"calls","journal":"process","n":1000,"concurrency":2,"calls_per_s":500000.0,"ok":1000.0}
+{"bench":"calls","journal":"process","n":1000,"concurrency":16,"calls_per_s":900000.0,"ok":990.0}
+{"bench":"calls","journal":"memory","n":1000,"concurrency":2,"calls_per_s":200000.0,"ok":1000.0}"#,
+        ));
+        assert!(
+            md.contains("- `memory:`: **not met** (not every run ended as scripted); at or above 100,000 in 2 of 2"),
+            "{md}"
+        );
+        assert!(md.contains("- `sqlite::memory:`: met;"), "{md}");
+    }
+
+    #[test]
+    fn a_slow_cell_is_not_met() {
+        let md = in_memory_target(&cells(
+            r#"{"bench":"calls","journal":"process","n":1000,"concurrency":2,"calls_per_s":50000.0,"ok":1000.0}"#,
+        ));
+        assert!(
+            md.contains("- `memory:`: **not met**; at or above 100,000 in 0 of 1"),
+            "{md}"
+        );
+    }
 }

@@ -1,7 +1,9 @@
 //! `cargo xtask bench workers`: the worker pool (`agentctl submit` + `agentctl worker`,
 //! release) against `agentctl mock serve` with zero model latency: runs and model steps per
 //! second through 1, 2 and 4 worker processes, on a SQLite file and on PostgreSQL
-//! (`AGENTCTL_TEST_PG_URL`), and the takeover time after a worker is SIGKILLed.
+//! (`AGENTCTL_TEST_PG_URL`), and the takeover time after a worker is SIGKILLed. Every
+//! measurement has a database of its own (a new SQLite file, or a PostgreSQL database
+//! created for it and dropped after it), so none finds the runs of another.
 //!
 //! No target yet (issue 15); the section says where the time goes.
 
@@ -17,6 +19,7 @@ use anyhow::Context as _;
 use serde_json::Value;
 
 use super::host::Emulator;
+use super::pg::PgDatabase;
 use super::{BenchCtx, Section, median};
 use crate::process::{cargo, run as run_cmd};
 
@@ -40,6 +43,33 @@ Raising it means fewer commits per step (one per step boundary instead of per ev
 `--durability normal`, not more workers. Takeover is the lease: with a 2 s lease renewed every \
 0.67 s the heir can claim 1.3-2.0 s after the kill plus at most one poll (50 ms), and the \
 medians (1.97-2.00 s) sit at the top of that window: the claim follows the expiry at once.";
+
+/// One measurement's database: a new SQLite file in `scratch`, or, with `pg` (the server's
+/// URL), a new PostgreSQL database dropped with this value, so no measurement finds the runs
+/// of another.
+enum RowDatabase {
+    Sqlite(String),
+    Postgres(PgDatabase),
+}
+
+impl RowDatabase {
+    fn url(&self) -> &str {
+        match self {
+            RowDatabase::Sqlite(url) => url,
+            RowDatabase::Postgres(db) => db.url(),
+        }
+    }
+}
+
+fn row_database(pg: Option<&str>, scratch: &Path, tag: &str) -> anyhow::Result<RowDatabase> {
+    Ok(match pg {
+        Some(admin) => RowDatabase::Postgres(PgDatabase::create(admin, &format!("workers_{tag}"))?),
+        None => RowDatabase::Sqlite(format!(
+            "sqlite://{}",
+            scratch.join(format!("{tag}.db")).display()
+        )),
+    })
+}
 
 struct Worker {
     child: Child,
@@ -247,14 +277,10 @@ pub fn run(ctx: &BenchCtx) -> anyhow::Result<Section> {
             let mut secs = Vec::new();
             let mut ok = true;
             for rep in 0..runs {
-                let db = match url {
-                    Some(url) => url.clone(),
-                    None => format!(
-                        "sqlite://{}",
-                        scratch.join(format!("pool-{workers}-{rep}.db")).display()
-                    ),
-                };
-                match pool(&agentctl, &db, &base, &ws, workers) {
+                let measured =
+                    row_database(url.as_deref(), &scratch, &format!("pool_{workers}_{rep}"))
+                        .and_then(|db| pool(&agentctl, db.url(), &base, &ws, workers));
+                match measured {
                     Ok((s, all)) => {
                         secs.push(s);
                         ok &= all;
@@ -280,14 +306,9 @@ pub fn run(ctx: &BenchCtx) -> anyhow::Result<Section> {
         eprintln!("[workers 3/3] {label}: takeover after SIGKILL");
         let mut t = Vec::new();
         for rep in 0..runs {
-            let db = match url {
-                Some(url) => url.clone(),
-                None => format!(
-                    "sqlite://{}",
-                    scratch.join(format!("takeover-{rep}.db")).display()
-                ),
-            };
-            match takeover(&agentctl, &db, &base, &ws) {
+            let measured = row_database(url.as_deref(), &scratch, &format!("takeover_{rep}"))
+                .and_then(|db| takeover(&agentctl, db.url(), &base, &ws));
+            match measured {
                 Ok(s) => t.push(s),
                 Err(err) => eprintln!("xtask: bench workers: takeover: {err:#}"),
             }
