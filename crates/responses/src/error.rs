@@ -229,3 +229,39 @@ pub(crate) fn error_chain(err: &dyn std::error::Error) -> String {
     }
     text
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn api(status: Option<u16>, kind: Option<&str>) -> ApiError {
+        ApiError {
+            status,
+            kind: kind.map(str::to_owned),
+            code: None,
+            param: None,
+            message: "m".into(),
+            request_id: None,
+        }
+    }
+
+    /// An `error` event inside a stream has no status: its type decides.
+    #[test]
+    fn a_stream_error_event_is_retryable_unless_the_request_is_invalid() {
+        assert_eq!(api(None, Some("server_error")).retry(), Retry::Backoff);
+        assert_eq!(api(None, None).retry(), Retry::Backoff);
+        assert_eq!(
+            api(None, Some("invalid_request_error")).retry(),
+            Retry::Never
+        );
+        // A status, when the event carries one (WebSocket mode), decides first.
+        assert_eq!(
+            api(Some(429), Some("invalid_request_error")).retry(),
+            Retry::Backoff
+        );
+        assert_eq!(api(Some(400), Some("server_error")).retry(), Retry::Never);
+        let stream = ClientError::StreamError(Box::new(api(None, Some("server_error"))));
+        assert!(stream.is_retryable());
+        assert!(ClientError::BodyLost("eof".into()).is_retryable());
+    }
+}
