@@ -96,6 +96,17 @@ pub enum JournalError {
     #[error("journal writer failed: {0}")]
     WriterFailed(String),
 
+    /// The journal was opened read-only ([`Access::ReadOnly`], or
+    /// [`Access::ReadOnlyWhenUnwritable`] on a database it cannot write): it refuses appends.
+    ///
+    /// [`Access::ReadOnly`]: crate::Access::ReadOnly
+    /// [`Access::ReadOnlyWhenUnwritable`]: crate::Access::ReadOnlyWhenUnwritable
+    #[error("journal at `{url}` is open read-only: nothing can be appended")]
+    ReadOnly {
+        /// The URL, passwords masked.
+        url: String,
+    },
+
     /// The journal was closed.
     #[error("journal is closed")]
     Closed,

@@ -10,7 +10,7 @@ use crate::commits::Commits;
 use crate::error::JournalError;
 use crate::event::{Appended, Event, NewEvent};
 use crate::limits::{check_event, check_thread};
-use crate::options::{Durability, JournalOptions};
+use crate::options::{Access, Durability, JournalOptions};
 use crate::stream::{self, EventStream};
 use crate::writer::{Counters, Expected, Fence, Msg, Request};
 
@@ -114,6 +114,45 @@ impl Journal {
         })
     }
 
+    /// Opens the journal at `url` read-only ([`Access::ReadOnly`]): for inspecting a journal
+    /// that this process cannot or must not write (an archived file of mode 444 in a
+    /// directory of mode 555, a read-only mount). Nothing is written to the database, no
+    /// schema step is applied, and appends fail with [`JournalError::ReadOnly`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: opening read-only changes nothing, and a dropped future leaves nothing
+    /// open or running.
+    pub async fn open_read_only(url: &str) -> Result<Journal, JournalError> {
+        Journal::open_with(url, JournalOptions::default().access(Access::ReadOnly)).await
+    }
+
+    /// Opens the journal at `url` for a command that only reads
+    /// ([`Access::ReadOnlyWhenUnwritable`]): read-write when it can be written (a missing
+    /// database is created, as by [`open`](Self::open)), read-only when opening it for
+    /// writing fails because it cannot be written. [`is_read_only`](Self::is_read_only)
+    /// says which.
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`open_with`](Self::open_with).
+    pub async fn open_for_reading(url: &str) -> Result<Journal, JournalError> {
+        let options = JournalOptions::default().access(Access::ReadOnlyWhenUnwritable);
+        Journal::open_with(url, options).await
+    }
+
+    /// Whether this journal was opened read-only (appends fail with
+    /// [`JournalError::ReadOnly`]).
+    pub fn is_read_only(&self) -> bool {
+        matches!(self.inner.writer, Writer::ReadOnly)
+    }
+
+    fn read_only(&self) -> JournalError {
+        JournalError::ReadOnly {
+            url: self.inner.shown_url.clone(),
+        }
+    }
+
     /// The durability level appends are acknowledged at.
     pub fn durability(&self) -> Durability {
         self.inner.options.durability
@@ -181,6 +220,7 @@ impl Journal {
         let queue = match &self.inner.writer {
             Writer::Queue(queue) => queue,
             Writer::Memory(memory) => return memory.append(prepared, self.fence.as_deref()),
+            Writer::ReadOnly => return Err(self.read_only()),
         };
         self.send(
             queue,
@@ -258,6 +298,7 @@ impl Journal {
             Writer::Memory(memory) => {
                 memory.append_expecting(expected, prepared, self.fence.as_deref())
             }
+            Writer::ReadOnly => Err(self.read_only()),
         }
     }
 

@@ -75,5 +75,5 @@ pub use event::{Appended, Event, NewEvent, Payload};
 pub use journal::{Journal, JournalStats};
 pub use lease::{Lease, LeaseRow, LeaseStatus};
 pub use limits::{MAX_DEDUP_KEY_BYTES, MAX_KIND_BYTES, MAX_PAYLOAD_BYTES, MAX_THREAD_BYTES};
-pub use options::{DEFAULT_LINGER, Durability, JournalOptions};
+pub use options::{Access, DEFAULT_LINGER, Durability, JournalOptions};
 pub use stream::EventStream;

@@ -14,6 +14,29 @@ pub enum Durability {
     Normal,
 }
 
+/// Whether a journal may write, and what opening does when it cannot.
+///
+/// Read-only opening is for inspecting a journal (listing, showing, replaying): it writes
+/// nothing to the database, applies no schema step (a database whose schema is older or
+/// newer than this build's is refused), and every append fails with
+/// [`JournalError::ReadOnly`](crate::JournalError::ReadOnly).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Access {
+    /// Read and write, creating the database and applying the schema as needed.
+    #[default]
+    ReadWrite,
+    /// Read only. A SQLite file is opened `mode=ro`; where SQLite cannot read it that way
+    /// (a WAL database in a directory it may not write, so no `-shm` file can be made) and
+    /// no `-wal` file holds commits, it is opened `immutable=1`. PostgreSQL sessions are
+    /// `default_transaction_read_only`. `memory:` and `sqlite::memory:` cannot be opened
+    /// read-only (there is nothing to read).
+    ReadOnly,
+    /// [`ReadWrite`](Access::ReadWrite) when the database can be written; when opening it
+    /// for writing fails because it cannot be written (a read-only file or directory, a
+    /// read-only file system), [`ReadOnly`](Access::ReadOnly). For commands that only read.
+    ReadOnlyWhenUnwritable,
+}
+
 /// Options for [`Journal::open_with`](crate::Journal::open_with).
 #[derive(Debug, Clone)]
 pub struct JournalOptions {
@@ -36,6 +59,8 @@ pub struct JournalOptions {
     /// to append again (group commit), also never more than half the previous commit's
     /// duration; zero commits whatever is queued at once.
     pub linger: Duration,
+    /// Whether the journal may write (default: [`Access::ReadWrite`]).
+    pub access: Access,
 }
 
 /// Default for [`JournalOptions::linger`]: short next to an fsync.
@@ -56,6 +81,7 @@ impl Default for JournalOptions {
             tail_poll: Duration::from_millis(250),
             read_connections: 4,
             linger: DEFAULT_LINGER,
+            access: Access::ReadWrite,
         }
     }
 }
@@ -64,6 +90,12 @@ impl JournalOptions {
     /// These options with `durability`.
     pub fn durability(mut self, durability: Durability) -> Self {
         self.durability = durability;
+        self
+    }
+
+    /// These options with `access`.
+    pub fn access(mut self, access: Access) -> Self {
+        self.access = access;
         self
     }
 

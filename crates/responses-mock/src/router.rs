@@ -19,6 +19,7 @@ use axum::routing::{get, post};
 use serde_json::{Value, json};
 
 use self::create::Created;
+pub(crate) use self::replies::error_reply;
 use self::replies::{ApiBody, failure, json_response, request_error};
 pub(crate) use self::state::AppState;
 pub use self::state::RecordedRequest;

@@ -11,6 +11,9 @@
 //! ```
 //! Rules are tried in order; the first whose `when` matches and whose `times` is not used up
 //! answers. No match: the default reply (echo the last user input, or acknowledge tool output).
+//! The WebSocket mode plays the same rules the same way (its requests are streamed, so
+//! `"stream": true` matches them); a rule's `hold_for_steer_ms` holds its reply there for a
+//! `response.steer`.
 
 use std::path::Path;
 
@@ -77,9 +80,15 @@ pub struct Rule {
     pub times: Option<u32>,
     /// What the rule answers.
     pub reply: Reply,
-    /// A stream fault to inject into the answer, if any.
+    /// A stream fault to inject into the answer, if any (over HTTP SSE and WebSocket alike).
     #[serde(default)]
     pub fault: Option<Fault>,
+    /// WebSocket mode only: hold the reply at its steering acceptance point (right after a
+    /// function call's `output_item.added`, or after the first text delta) for up to this
+    /// many milliseconds, waiting for a `response.steer` naming it. Absent: the reply is
+    /// never held. Ignored over HTTP.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hold_for_steer_ms: Option<u64>,
 }
 
 /// Which endpoint a rule is for.

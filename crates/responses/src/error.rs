@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use crate::retry::Retry;
 use crate::sse::SseError;
 
 /// An error returned by the API (HTTP status >= 400, or an `error` stream event).
@@ -45,6 +46,20 @@ impl std::fmt::Display for ApiError {
 }
 
 impl ApiError {
+    /// Whether the same request may succeed later: statuses 408, 409, 429 and 5xx
+    /// ([`Retry::Backoff`]) as in the SDK's policy; every other status (400, 401, 403, 404,
+    /// 422, ...) is [`Retry::Never`]. An `error` event inside a stream has no status: it is
+    /// retryable unless its type says the request is invalid (`invalid_request_error`).
+    pub fn retry(&self) -> Retry {
+        match self.status {
+            Some(408 | 409 | 429) => Retry::Backoff,
+            Some(status) if status >= 500 => Retry::Backoff,
+            Some(_) => Retry::Never,
+            None if self.kind.as_deref() == Some("invalid_request_error") => Retry::Never,
+            None => Retry::Backoff,
+        }
+    }
+
     /// Builds the error from a status and an error body (`{"error": {...}}`), as the SDK does.
     pub fn from_body(status: u16, body: &[u8], request_id: Option<String>) -> Self {
         let parsed: Option<serde_json::Value> = serde_json::from_slice(body).ok();
@@ -118,6 +133,13 @@ pub enum ClientError {
     #[error("a streamed request must go through create_stream, a plain one through create")]
     /// The request's `stream` flag does not match the method it was given to.
     StreamFlagMismatch,
+    #[error(
+        "the API accepted the request but its answer was lost while reading it: {0} (the response may exist and be billed)"
+    )]
+    /// The API answered 2xx and the connection failed while its body was read. The request
+    /// reached the API, so it is not sent again by the client: a retry is a new request,
+    /// which the caller may choose to make ([`Retry::Backoff`], as for a cut stream).
+    BodyLost(String),
 }
 
 impl ClientError {
@@ -134,8 +156,43 @@ impl ClientError {
             | ClientError::Sse(_)
             | ClientError::StreamIdleTimeout(_)
             | ClientError::StreamEndedEarly
-            | ClientError::StreamFlagMismatch => None,
+            | ClientError::StreamFlagMismatch
+            | ClientError::BodyLost(_) => None,
         }
+    }
+
+    /// Whether the same request may succeed if sent again (the SDK's classification, made
+    /// available to callers that retry whole calls, such as a step that re-requests after
+    /// a cut stream):
+    /// - [`Retry::Never`]: the API's 400, 401, 403, 404, 422 and other non-retryable
+    ///   statuses (the API's message is in [`api`](Self::api)), an `error` stream event of
+    ///   type `invalid_request_error`, a missing key, a bad base URL, an answer that does not
+    ///   decode, a stream flag on the wrong method;
+    /// - [`Retry::Backoff`]: 408, 409, 429, 5xx, other `error` stream events, a failed or
+    ///   timed-out connection, a cut stream (ended early, idle, malformed), a lost body.
+    ///
+    /// Wait [`RetryPolicy::delay`](crate::retry::RetryPolicy::delay) before each retry, or
+    /// use [`RetryPolicy::backoff`](crate::retry::RetryPolicy::backoff), which does both.
+    pub fn retry(&self) -> Retry {
+        match self {
+            ClientError::Api(e) | ClientError::StreamError(e) => e.retry(),
+            ClientError::Connect(_)
+            | ClientError::Timeout(_)
+            | ClientError::Transport(_)
+            | ClientError::Sse(_)
+            | ClientError::StreamIdleTimeout(_)
+            | ClientError::StreamEndedEarly
+            | ClientError::BodyLost(_) => Retry::Backoff,
+            ClientError::MissingApiKey
+            | ClientError::InvalidBaseUrl(_)
+            | ClientError::Decode(_)
+            | ClientError::StreamFlagMismatch => Retry::Never,
+        }
+    }
+
+    /// `self.retry() == Retry::Backoff`.
+    pub fn is_retryable(&self) -> bool {
+        self.retry() == Retry::Backoff
     }
 
     pub(crate) fn from_reqwest(err: &reqwest::Error) -> Self {
@@ -159,7 +216,7 @@ impl ClientError {
     }
 }
 
-fn error_chain(err: &dyn std::error::Error) -> String {
+pub(crate) fn error_chain(err: &dyn std::error::Error) -> String {
     let mut text = err.to_string();
     let mut source = err.source();
     while let Some(cause) = source {
@@ -171,4 +228,40 @@ fn error_chain(err: &dyn std::error::Error) -> String {
         source = cause.source();
     }
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn api(status: Option<u16>, kind: Option<&str>) -> ApiError {
+        ApiError {
+            status,
+            kind: kind.map(str::to_owned),
+            code: None,
+            param: None,
+            message: "m".into(),
+            request_id: None,
+        }
+    }
+
+    /// An `error` event inside a stream has no status: its type decides.
+    #[test]
+    fn a_stream_error_event_is_retryable_unless_the_request_is_invalid() {
+        assert_eq!(api(None, Some("server_error")).retry(), Retry::Backoff);
+        assert_eq!(api(None, None).retry(), Retry::Backoff);
+        assert_eq!(
+            api(None, Some("invalid_request_error")).retry(),
+            Retry::Never
+        );
+        // A status, when the event carries one (WebSocket mode), decides first.
+        assert_eq!(
+            api(Some(429), Some("invalid_request_error")).retry(),
+            Retry::Backoff
+        );
+        assert_eq!(api(Some(400), Some("server_error")).retry(), Retry::Never);
+        let stream = ClientError::StreamError(Box::new(api(None, Some("server_error"))));
+        assert!(stream.is_retryable());
+        assert!(ClientError::BodyLost("eof".into()).is_retryable());
+    }
 }

@@ -11,6 +11,20 @@ use std::time::{Duration, SystemTime};
 
 use reqwest::header::HeaderMap;
 
+use crate::error::ClientError;
+
+/// Whether a failed request may succeed if it is sent again ([`ClientError::retry`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Retry {
+    /// No: the API refused the request itself (400, 401, 403, 404, 422, ...: its message
+    /// says why), or this client cannot make it (no key, a bad base URL, an answer that
+    /// does not decode). The same request gets the same answer; something must change first.
+    Never,
+    /// Yes, after a wait ([`RetryPolicy::delay`]): the API was busy or failed (408, 409,
+    /// 429, 5xx), the connection failed or timed out, or the stream was cut before its end.
+    Backoff,
+}
+
 /// The SDK's default: 2 retries, 3 attempts in all.
 pub const DEFAULT_MAX_RETRIES: u32 = 2;
 /// `MAX_RETRY_AFTER_DELAY`: server delays above this are not waited for.
@@ -37,6 +51,38 @@ impl Default for RetryPolicy {
             max_retries: DEFAULT_MAX_RETRIES,
             initial_delay: INITIAL_RETRY_DELAY,
             max_delay: MAX_RETRY_DELAY,
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// How long to wait before retry number `retries_taken + 1` (`retries_taken` counts the
+    /// retries already made, so 0 before the first), whatever failed: a status, a broken
+    /// connection or a cut stream all wait the same. `retry_after` is the delay the API asked
+    /// for (`retry-after-ms` / `retry-after`, see [`server_delay`]): used exactly when
+    /// `0 < d <= 120 s`. Otherwise `min(initial * 2^retries_taken, max)` less up to 25%
+    /// jitter: with the defaults 0.375-0.5 s, then 0.75-1 s, ..., at most 6-8 s.
+    pub fn delay(&self, retries_taken: u32, retry_after: Option<Duration>) -> Duration {
+        delay_from(self, retries_taken, retry_after, jitter_unit())
+    }
+
+    /// The wait before retrying after `err` when `retries_taken` retries were made already;
+    /// `None` when `err` is not worth retrying ([`Retry::Never`]) or the policy's
+    /// `max_retries` are used up. The one call a retry loop needs:
+    ///
+    /// ```
+    /// # use agent_responses::{ClientError, retry::RetryPolicy};
+    /// let policy = RetryPolicy::default();
+    /// let cut = ClientError::StreamEndedEarly;
+    /// assert!(policy.backoff(&cut, 0).is_some_and(|d| d.as_millis() >= 375));
+    /// assert_eq!(policy.backoff(&cut, policy.max_retries), None);
+    /// assert_eq!(policy.backoff(&ClientError::MissingApiKey, 0), None);
+    /// ```
+    pub fn backoff(&self, err: &ClientError, retries_taken: u32) -> Option<Duration> {
+        match err.retry() {
+            Retry::Never => None,
+            Retry::Backoff if retries_taken >= self.max_retries => None,
+            Retry::Backoff => Some(self.delay(retries_taken, None)),
         }
     }
 }
@@ -91,7 +137,17 @@ pub fn retry_delay(
     headers: Option<&HeaderMap>,
     unit: f64,
 ) -> Duration {
-    if let Some(d) = headers.and_then(server_delay)
+    delay_from(policy, retries_taken, headers.and_then(server_delay), unit)
+}
+
+/// [`RetryPolicy::delay`] with the jitter draw `unit` in [0, 1) given.
+pub fn delay_from(
+    policy: &RetryPolicy,
+    retries_taken: u32,
+    retry_after: Option<Duration>,
+    unit: f64,
+) -> Duration {
+    if let Some(d) = retry_after
         && d > Duration::ZERO
         && d <= MAX_RETRY_AFTER
     {
@@ -202,6 +258,19 @@ mod tests {
             retry_delay(&p, 0, Some(&headers(&[("retry-after", "0")])), 0.0),
             Duration::from_millis(500)
         );
+        // The same policy through `RetryPolicy::delay`, for any retryable failure.
+        let ask = |after| delay_from(&p, 0, Some(Duration::from_millis(after)), 0.0);
+        assert_eq!(ask(250), Duration::from_millis(250));
+        assert_eq!(ask(0), Duration::from_millis(500));
+        assert_eq!(ask(120_001), Duration::from_millis(500));
+        for retries in 0..6 {
+            let d = p.delay(retries, None);
+            let base = (0.5 * 2f64.powi(retries as i32)).min(8.0);
+            assert!(
+                d.as_secs_f64() >= base * 0.75 && d.as_secs_f64() <= base,
+                "{retries}: {d:?}"
+            );
+        }
         let date = parse_http_date("Sun, 06 Nov 1994 08:49:37 GMT").unwrap();
         assert_eq!(
             date.duration_since(SystemTime::UNIX_EPOCH)

@@ -7,6 +7,7 @@ mod common;
 
 use std::time::Duration;
 
+use agent_responses::retry::RetryPolicy;
 use agent_responses::types::{CompactRequest, CreateResponse, Input, StreamEvent};
 use agent_responses::{ApiKey, Client, ClientConfig, ClientError, EventStream};
 use agent_responses_mock::{MOCK_API_KEY, MockConfig, MockServer, Script};
@@ -549,4 +550,148 @@ async fn concurrent_streams_over_http2_each_end_with_their_own_answer() {
         answers.push(i);
     }
     assert_eq!(answers.len(), 20);
+}
+
+/// Issue 37, item 6: statuses a retry cannot fix are `Retry::Never`, sent once, with the
+/// API's message; the SDK's retryable statuses are `Retry::Backoff`, after the client's own
+/// retries.
+#[tokio::test]
+async fn errors_a_retry_cannot_fix_are_never_retried_and_keep_the_api_message() {
+    use agent_responses::retry::Retry;
+    for status in [400, 401, 403, 404, 422] {
+        let (server, client) = start(json!({"rules": [error_rule(status, json!({}), None)]})).await;
+        let err = client.create(&hello()).await.unwrap_err();
+        assert_eq!(err.retry(), Retry::Never, "{status}");
+        assert!(!err.is_retryable());
+        let api = err.api().unwrap();
+        assert_eq!(
+            (api.status, api.message.as_str()),
+            (Some(status), format!("scripted {status}").as_str())
+        );
+        assert_eq!(server.requests().len(), 1, "{status} was sent again");
+        assert_eq!(RetryPolicy::default().backoff(&err, 0), None);
+    }
+    for status in [408, 409, 429, 500, 502, 503] {
+        let (server, client) = start(json!({"rules": [error_rule(status, json!({}), None)]})).await;
+        let err = client.create(&hello()).await.unwrap_err();
+        assert_eq!(err.retry(), Retry::Backoff, "{status}");
+        assert!(err.is_retryable());
+        assert_eq!(server.requests().len(), 3, "{status}");
+    }
+    for err in [
+        ClientError::MissingApiKey,
+        ClientError::InvalidBaseUrl("ftp://x".into()),
+        ClientError::Decode("bad".into()),
+    ] {
+        assert_eq!(err.retry(), Retry::Never, "{err}");
+    }
+}
+
+/// Issue 37, item 7: a cut stream is retryable and waits the same backoff as a 5xx: the
+/// policy's delay for it is never zero (0.375-0.5 s before the first retry, doubling), and
+/// a `retry-after` the API sent is used as given.
+#[tokio::test]
+async fn a_cut_stream_is_retryable_and_waits_the_same_backoff_as_a_5xx() {
+    use agent_responses::retry::Retry;
+    let cut = stream_error(json!({"after_events": 3, "kind": "cut"}), None).await;
+    assert!(matches!(cut, ClientError::StreamEndedEarly), "{cut:?}");
+    assert_eq!(cut.retry(), Retry::Backoff);
+    let (_server, client) = start(json!({"rules": [error_rule(500, json!({}), None)]})).await;
+    let server_error = client.create(&hello()).await.unwrap_err();
+    let policy = RetryPolicy::default();
+    for retries in 0..policy.max_retries {
+        let base = Duration::from_millis(500) * 2u32.pow(retries);
+        for err in [&cut, &server_error] {
+            let delay = policy.backoff(err, retries).unwrap();
+            assert!(
+                delay >= base * 3 / 4 && delay <= base,
+                "{err}: retry {retries} waits {delay:?}"
+            );
+        }
+    }
+    assert_eq!(policy.backoff(&cut, policy.max_retries), None);
+    assert_eq!(
+        policy.delay(0, Some(Duration::from_secs(3))),
+        Duration::from_secs(3)
+    );
+    // A wait the API asks for above two minutes is not waited for: the backoff instead.
+    assert!(policy.delay(0, Some(Duration::from_secs(121))) <= Duration::from_millis(500));
+}
+
+/// Issue 32: a 2xx whose body is cut is not POSTed again (the first may be billed): one
+/// request, and a typed error that says the answer was lost. The server sends the headers
+/// and half the body, then closes.
+#[tokio::test]
+async fn a_2xx_body_lost_while_reading_is_not_posted_again() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let requests = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&requests);
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut socket, _)) = listener.accept().await else {
+                return;
+            };
+            let counted = Arc::clone(&counted);
+            tokio::spawn(async move {
+                // Read the whole request (headers, then Content-Length bytes of body).
+                let mut seen = Vec::new();
+                let mut buf = [0u8; 4096];
+                let body_start = loop {
+                    let n = socket.read(&mut buf).await.unwrap_or(0);
+                    if n == 0 {
+                        return;
+                    }
+                    seen.extend_from_slice(&buf[..n]);
+                    if let Some(at) = seen.windows(4).position(|w| w == b"\r\n\r\n") {
+                        break at + 4;
+                    }
+                };
+                let head = String::from_utf8_lossy(&seen[..body_start]).to_lowercase();
+                let length: usize = head
+                    .lines()
+                    .find_map(|l| l.strip_prefix("content-length:"))
+                    .and_then(|v| v.trim().parse().ok())
+                    .unwrap_or(0);
+                while seen.len() < body_start + length {
+                    let n = socket.read(&mut buf).await.unwrap_or(0);
+                    if n == 0 {
+                        return;
+                    }
+                    seen.extend_from_slice(&buf[..n]);
+                }
+                counted.fetch_add(1, Ordering::SeqCst);
+                let _ = socket
+                    .write_all(
+                        b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 400\r\n\r\n{\"id\":\"resp_1\",\"object\":\"resp",
+                    )
+                    .await;
+                let _ = socket.shutdown().await;
+            });
+        }
+    });
+    let client = client_for(&format!("http://{addr}/v1"), MOCK_API_KEY);
+    let err = client.create(&hello()).await.unwrap_err();
+    assert!(matches!(err, ClientError::BodyLost(_)), "{err:?}");
+    assert_eq!(
+        requests.load(Ordering::SeqCst),
+        1,
+        "the request was sent again"
+    );
+    let err = client
+        .compact(
+            &serde_json::from_value::<CompactRequest>(json!({"model": "m", "input": "hi"}))
+                .unwrap(),
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ClientError::BodyLost(_)), "{err:?}");
+    assert_eq!(
+        requests.load(Ordering::SeqCst),
+        2,
+        "the compaction was sent again"
+    );
 }

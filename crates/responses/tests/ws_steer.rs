@@ -811,3 +811,248 @@ async fn a_create_dropped_once_queued_is_still_in_flight_and_answered() {
     }
     assert_eq!(session.in_flight(), 0);
 }
+
+/// Issue 37, item 15: the WebSocket mode plays scripts as HTTP does.
+mod scripted {
+    use futures::{SinkExt as _, StreamExt as _};
+    use serde_json::{Value, json};
+    use tokio_tungstenite::tungstenite::Message;
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest as _;
+
+    use agent_responses_mock::{MOCK_API_KEY, MockConfig, MockServer, Script};
+
+    type Socket = tokio_tungstenite::WebSocketStream<
+        tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>,
+    >;
+
+    async fn emulator(script: Value) -> MockServer {
+        let script: Script = serde_json::from_value(script).unwrap();
+        MockServer::start(MockConfig::new(script).with_api_key(MOCK_API_KEY))
+            .await
+            .unwrap()
+    }
+
+    /// A raw WebSocket to the emulator's `GET /v1/responses`.
+    async fn socket(server: &MockServer) -> Socket {
+        let mut request = format!("ws://{}/v1/responses", server.addr())
+            .into_client_request()
+            .unwrap();
+        request.headers_mut().insert(
+            "authorization",
+            format!("Bearer {MOCK_API_KEY}").parse().unwrap(),
+        );
+        tokio_tungstenite::connect_async(request).await.unwrap().0
+    }
+
+    async fn send(ws: &mut Socket, event: Value) {
+        ws.send(Message::text(event.to_string())).await.unwrap();
+    }
+
+    /// The next event, or `None` when the connection ended (closed or dropped).
+    async fn next(ws: &mut Socket) -> Option<Value> {
+        loop {
+            match ws.next().await {
+                Some(Ok(Message::Text(text))) => return Some(serde_json::from_str(&text).unwrap()),
+                Some(Ok(Message::Ping(_) | Message::Pong(_))) => continue,
+                _ => return None,
+            }
+        }
+    }
+
+    /// Events up to and including the first whose type ends with one of `ends`.
+    async fn until(ws: &mut Socket, ends: &[&str]) -> Vec<Value> {
+        let mut events = Vec::new();
+        loop {
+            let event = next(ws).await.expect("the connection ended");
+            let kind = event["type"].as_str().unwrap_or_default().to_owned();
+            events.push(event);
+            if ends.contains(&kind.as_str()) {
+                return events;
+            }
+        }
+    }
+
+    const TERMINAL: &[&str] = &[
+        "response.completed",
+        "response.incomplete",
+        "response.failed",
+        "error",
+    ];
+
+    fn tools() -> Value {
+        json!([
+            {"type": "function", "name": "shell", "parameters": {"type": "object", "properties": {"command": {"type": "string"}}}},
+            {"type": "function", "name": "list_dir", "parameters": {"type": "object", "properties": {"path": {"type": "string"}}}},
+            {"type": "function", "name": "read_file", "parameters": {"type": "object", "properties": {"path": {"type": "string"}}}}
+        ])
+    }
+
+    fn create(input: Value, previous: Option<&str>) -> Value {
+        let mut create = json!({"type": "response.create", "model": "gpt-test", "input": input, "tools": tools()});
+        if let Some(previous) = previous {
+            create["previous_response_id"] = json!(previous);
+        }
+        create
+    }
+
+    /// The final response of a stream's events.
+    fn final_response(events: &[Value]) -> &Value {
+        &events.last().unwrap()["response"]
+    }
+
+    /// The output items without what is generated per response (ids, and the opaque
+    /// reasoning content made from them), for comparing transports.
+    fn shapes(response: &Value) -> Vec<Value> {
+        response["output"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|item| {
+                let mut item = item.clone();
+                if let Some(map) = item.as_object_mut() {
+                    map.remove("id");
+                    map.remove("encrypted_content");
+                }
+                item
+            })
+            .collect()
+    }
+
+    /// The built-in `run` story over WebSocket: each step is the rule's reply (not "the
+    /// first tool offered, with a `query`"), the same as over HTTP, and no reply waits for a
+    /// steer: a steer sent once a reply started is refused as already completed.
+    #[tokio::test]
+    async fn the_websocket_mode_plays_a_script_step_by_step_as_http_does() {
+        let story = agent_responses_mock::builtin_fixture("run").unwrap();
+        let script: Value = serde_json::from_str(story).unwrap();
+        let ws_server = emulator(script.clone()).await;
+        let mut ws = socket(&ws_server).await;
+        send(&mut ws, create(json!("look around"), None)).await;
+        let first = until(&mut ws, TERMINAL).await;
+        let response = final_response(&first);
+        assert_eq!(response["status"], "completed", "{first:?}");
+        let call = &response["output"][1];
+        assert_eq!(
+            (&call["type"], &call["name"], &call["arguments"]),
+            (
+                &json!("function_call"),
+                &json!("list_dir"),
+                &json!("{\"path\":\".\"}")
+            ),
+            "{response}"
+        );
+        let id = response["id"].as_str().unwrap().to_owned();
+        // Not held: the reply went out whole before this steer was read.
+        send(
+            &mut ws,
+            json!({"type": "response.steer", "previous_response_id": id, "input": "also count files"}),
+        )
+        .await;
+        let refused = until(
+            &mut ws,
+            &["response.steer.failed", "response.steer.accepted"],
+        )
+        .await;
+        assert_eq!(
+            refused.last().unwrap()["error"]["code"],
+            "response_already_completed",
+            "{refused:?}"
+        );
+        let output = json!([{"type": "function_call_output", "call_id": "call_list", "output": "README.md"}]);
+        send(&mut ws, create(output, Some(&id))).await;
+        let second = until(&mut ws, TERMINAL).await;
+        let ws_step2 = shapes(final_response(&second));
+        assert_eq!(ws_step2[0]["name"], "read_file", "{ws_step2:?}");
+
+        // The same two requests over HTTP get the same items.
+        let http_server = emulator(script).await;
+        let client = reqwest::Client::new();
+        let post = |body: Value| {
+            client
+                .post(format!("{}/responses", http_server.base_url()))
+                .bearer_auth(MOCK_API_KEY)
+                .json(&body)
+                .send()
+        };
+        let mut body = json!({"model": "gpt-test", "input": "look around", "tools": tools()});
+        let http1: Value = post(body.clone()).await.unwrap().json().await.unwrap();
+        assert_eq!(shapes(&http1), shapes(response));
+        body["input"] = json!([{"type": "function_call_output", "call_id": "call_list", "output": "README.md"}]);
+        body["previous_response_id"] = http1["id"].clone();
+        let http2: Value = post(body).await.unwrap().json().await.unwrap();
+        assert_eq!(shapes(&http2), ws_step2);
+    }
+
+    /// A script's error reply is an `error` event with its status and message; its `cut`
+    /// fault drops the connection mid-response (no close frame), as a cut body over HTTP.
+    #[tokio::test]
+    async fn scripted_errors_and_cuts_reach_a_websocket_client() {
+        let server = emulator(json!({"rules": [
+            {"when": {"last_user_contains": "refuse"}, "reply": {"error": {"status": 429, "message": "slow down", "headers": {"retry-after": "1"}}}},
+            {"when": {"last_user_contains": "cut"}, "reply": {"items": [{"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "one two three four five six seven"}]}]},
+             "fault": {"after_events": 4, "kind": "cut"}}
+        ]}))
+        .await;
+        let mut ws = socket(&server).await;
+        send(&mut ws, create(json!("refuse this"), None)).await;
+        let error = next(&mut ws).await.unwrap();
+        assert_eq!(
+            (&error["type"], &error["status"], &error["error"]["message"]),
+            (&json!("error"), &json!(429), &json!("slow down")),
+            "{error}"
+        );
+        send(&mut ws, create(json!("cut this"), None)).await;
+        let mut seen = 0;
+        loop {
+            match ws.next().await {
+                Some(Ok(Message::Text(text))) => {
+                    let event: Value = serde_json::from_str(&text).unwrap();
+                    assert!(
+                        !TERMINAL.contains(&event["type"].as_str().unwrap()),
+                        "{event}"
+                    );
+                    seen += 1;
+                }
+                Some(Ok(Message::Close(frame))) => panic!("a close frame: {frame:?}"),
+                Some(Ok(_)) => {}
+                Some(Err(_)) | None => break,
+            }
+        }
+        assert_eq!(seen, 4, "events before the cut");
+    }
+
+    /// Holding a reply for a steer is the rule's option: held, a steer sent after the reply
+    /// started is accepted at its acceptance point.
+    #[tokio::test]
+    async fn a_rule_can_hold_its_reply_for_a_steer() {
+        let server = emulator(json!({"rules": [
+            {"when": {"has_tool_outputs": false}, "hold_for_steer_ms": 600000,
+             "reply": {"items": [{"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "a long plan for {{last_user}}"}]}]}}
+        ]}))
+        .await;
+        let mut ws = socket(&server).await;
+        send(&mut ws, create(json!("plan it"), None)).await;
+        let started = until(&mut ws, &["response.output_text.delta"]).await;
+        let id = started[0]["response"]["id"].as_str().unwrap().to_owned();
+        send(
+            &mut ws,
+            json!({"type": "response.steer", "previous_response_id": id, "input": "two days only"}),
+        )
+        .await;
+        let steered = until(
+            &mut ws,
+            &["response.steer.accepted", "response.steer.failed"],
+        )
+        .await;
+        assert_eq!(
+            steered.last().unwrap()["type"],
+            "response.steer.accepted",
+            "{steered:?}"
+        );
+        let rest = until(&mut ws, &["response.completed"]).await;
+        assert!(
+            rest.iter().any(|e| e["type"] == "response.incomplete"),
+            "the held parent ends incomplete (steered): {rest:?}"
+        );
+    }
+}

@@ -20,7 +20,7 @@ use crate::commits::Commits;
 use crate::error::JournalError;
 use crate::event::Event;
 use crate::lease;
-use crate::options::JournalOptions;
+use crate::options::{Access, JournalOptions};
 use crate::writer::{Counters, Msg, Settle};
 
 use in_memory::InMemoryJournal;
@@ -163,6 +163,8 @@ impl ReadSide for Reads {
 pub(crate) enum Writer {
     Queue(mpsc::Sender<Msg>),
     Memory(Arc<InMemoryJournal>),
+    /// Opened read-only: no writer runs, appends are refused.
+    ReadOnly,
 }
 
 /// A backend opened, its writer running.
@@ -170,6 +172,20 @@ pub(crate) struct Opened {
     pub(crate) reads: Reads,
     pub(crate) writer: Writer,
     pub(crate) leases: lease::Backend,
+}
+
+/// A SQLite database as opened: for writing, or read-only.
+enum Side {
+    Writable(sqlite::Opened),
+    ReadOnly(sqlite::ReadOnly),
+}
+
+/// `memory:` and `sqlite::memory:` hold nothing to read before they are written.
+fn no_read_only_memory(shown_url: &str) -> JournalError {
+    JournalError::InvalidUrl {
+        url: shown_url.to_string(),
+        reason: "an in-memory journal cannot be opened read-only (it starts empty)".into(),
+    }
 }
 
 /// Opens the backend `url` names, applies its schema and starts its writer, which
@@ -183,6 +199,9 @@ pub(crate) async fn open(
     counters: Arc<Counters>,
 ) -> Result<Opened, JournalError> {
     if url == MEMORY_URL {
+        if options.access == Access::ReadOnly {
+            return Err(no_read_only_memory(shown_url));
+        }
         let memory = Arc::new(InMemoryJournal::new(commits, counters));
         return Ok(Opened {
             reads: Reads::Memory(Arc::clone(&memory)),
@@ -199,10 +218,43 @@ pub(crate) async fn open(
             url: shown_url.to_string(),
             reason: agent_redact::redact_in(&reason, url),
         })?;
+        let read_only = match (options.access, &location) {
+            (Access::ReadOnly, sqlite::Location::Memory) => {
+                return Err(no_read_only_memory(shown_url));
+            }
+            (Access::ReadOnly, sqlite::Location::File(_)) => true,
+            (Access::ReadWrite | Access::ReadOnlyWhenUnwritable, _) => false,
+        };
+        let fallback = options.access == Access::ReadOnlyWhenUnwritable;
         let (opts, shown) = (options.clone(), shown_url.to_string());
-        let opened = tokio::task::spawn_blocking(move || sqlite::open(&location, &shown, &opts))
-            .await
-            .map_err(|_| JournalError::Closed)??;
+        let opened = tokio::task::spawn_blocking(move || {
+            if read_only {
+                return sqlite::open_read_only(&location, &shown, &opts).map(Side::ReadOnly);
+            }
+            match sqlite::open(&location, &shown, &opts) {
+                Ok(opened) => Ok(Side::Writable(opened)),
+                Err(err) if fallback && sqlite::cannot_write(&err) => {
+                    tracing::debug!(url = %shown, %err, "cannot write the journal; opening it read-only");
+                    // The read-write error says more when reading fails too.
+                    sqlite::open_read_only(&location, &shown, &opts)
+                        .map(Side::ReadOnly)
+                        .map_err(|_| err)
+                }
+                Err(err) => Err(err),
+            }
+        })
+        .await
+        .map_err(|_| JournalError::Closed)??;
+        let opened = match opened {
+            Side::Writable(opened) => opened,
+            Side::ReadOnly(read_only) => {
+                return Ok(Opened {
+                    reads: Reads::Sqlite(read_only.reader),
+                    writer: Writer::ReadOnly,
+                    leases: lease::Backend::Sqlite(read_only.leases),
+                });
+            }
+        };
         let leases = lease::Backend::Sqlite(Arc::clone(&opened.writer));
         let full = options.durability == crate::options::Durability::Full;
         sqlite::spawn_writer(opened.writer, rx, settle, max_batch, options.linger, full).map_err(
@@ -217,12 +269,21 @@ pub(crate) async fn open(
             leases,
         })
     } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-        let opened = postgres::open(url, shown_url, options).await?;
-        tokio::spawn(postgres::run_writer(opened.writer, rx, settle, max_batch));
+        // A server is written to or not by its roles, not by file modes: only an explicit
+        // read-only opening is read-only there.
+        let read_only = options.access == Access::ReadOnly;
+        let opened = postgres::open(url, shown_url, options, read_only).await?;
         let leases = lease::Backend::Postgres(opened.reader.pool().clone());
+        let writer = match opened.writer {
+            Some(writer) => {
+                tokio::spawn(postgres::run_writer(writer, rx, settle, max_batch));
+                Writer::Queue(tx)
+            }
+            None => Writer::ReadOnly,
+        };
         Ok(Opened {
             reads: Reads::Postgres(opened.reader),
-            writer: Writer::Queue(tx),
+            writer,
             leases,
         })
     } else {

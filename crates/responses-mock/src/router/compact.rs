@@ -41,7 +41,7 @@ pub(super) fn compact_inner(
         stream: false,
         previous_response: previous.is_some(),
     };
-    let scripted = state.pick(&view);
+    let scripted = state.pick(&view).map(|rule| (rule.reply, rule.fault));
     let output: Vec<Value> = match scripted {
         Some((Reply::Error { error }, _)) => return Err(error_reply(&error)),
         Some((Reply::Items { items, .. }, _)) => items

@@ -16,7 +16,7 @@ use crate::script::{
     Endpoint, Fault, FaultKind, Reply, RequestView, echo_items, input_items, render,
 };
 use crate::sse;
-use crate::validate::{ApiFailure, check_auth, check_context};
+use crate::validate::{ApiFailure, check_auth};
 
 /// What a valid `POST /v1/responses` gets: a JSON response, or one to stream as SSE.
 pub(super) enum Created {
@@ -45,7 +45,7 @@ pub(super) fn create_inner(
     }
     let mut context = state.context_of(request.previous_response_id())?;
     context.extend(input_items(request.input.as_ref()));
-    check_context(&context, &lock(&state.issued))?;
+    state.check(&context)?;
     let body_text = String::from_utf8_lossy(body);
     let view = RequestView {
         endpoint: Endpoint::Responses,
@@ -56,6 +56,7 @@ pub(super) fn create_inner(
     };
     let (reply, fault) = state
         .pick(&view)
+        .map(|rule| (rule.reply, rule.fault))
         .unwrap_or((Reply::Echo { echo: true }, None));
     let (items, status, delta_chars) = match reply {
         Reply::Error { error } => return Err(error_reply(&error)),
@@ -78,22 +79,7 @@ pub(super) fn create_inner(
         .iter()
         .filter_map(|v| serde_json::from_value(v.clone()).ok())
         .collect();
-    {
-        let mut issued = lock(&state.issued);
-        for item in &output_items {
-            match item {
-                Item::Program(p) => {
-                    issued
-                        .programs
-                        .insert(p.call_id.clone(), p.fingerprint.clone());
-                }
-                Item::Compaction(c) => {
-                    issued.compactions.insert(c.encrypted_content.clone());
-                }
-                _ => {}
-            }
-        }
-    }
+    state.remember_issued(&output_items);
     if request.store() {
         context.extend(output_items);
         lock(&state.store).insert(

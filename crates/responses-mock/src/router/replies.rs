@@ -40,7 +40,7 @@ pub(super) fn failure(f: &ApiFailure) -> Response {
     response
 }
 
-pub(super) fn error_reply(e: &crate::script::ErrorReply) -> ApiFailure {
+pub(crate) fn error_reply(e: &crate::script::ErrorReply) -> ApiFailure {
     ApiFailure {
         status: e.status,
         message: e.message.clone(),

@@ -11,7 +11,7 @@ use serde_json::Value;
 use tokio::sync::Notify;
 
 use crate::bounded::{Recent, RecentMap};
-use crate::script::{Fault, Reply, RequestView, Script};
+use crate::script::{RequestView, Rule, Script};
 use crate::validate::{ApiFailure, Issued, previous_not_found};
 
 /// One request as the emulator received it (the bearer key is redacted).
@@ -141,8 +141,9 @@ impl AppState {
         });
     }
 
-    /// The first rule that matches and is not used up; marks it used.
-    pub(super) fn pick(&self, view: &RequestView<'_>) -> Option<(Reply, Option<Fault>)> {
+    /// The first rule that matches and is not used up; marks it used. Used by HTTP and
+    /// WebSocket requests alike, which share the rules' counters.
+    pub(crate) fn pick(&self, view: &RequestView<'_>) -> Option<Rule> {
         let mut used = lock(&self.used);
         for (i, rule) in self.script.rules.iter().enumerate() {
             let available = rule
@@ -152,10 +153,35 @@ impl AppState {
                 if let Some(n) = used.get_mut(i) {
                     *n += 1;
                 }
-                return Some((rule.reply.clone(), rule.fault.clone()));
+                return Some(rule.clone());
             }
         }
         None
+    }
+
+    /// Checks `context` as the API does, opaque items against what this emulator issued
+    /// (over HTTP or WebSocket).
+    pub(crate) fn check(&self, context: &[Item]) -> Result<(), ApiFailure> {
+        crate::validate::check_context(context, &lock(&self.issued))
+    }
+
+    /// Remembers the opaque items of `output` (program fingerprints, compaction contents),
+    /// so that they are accepted when they come back whole and refused when forged.
+    pub(crate) fn remember_issued(&self, output: &[Item]) {
+        let mut issued = lock(&self.issued);
+        for item in output {
+            match item {
+                Item::Program(p) => {
+                    issued
+                        .programs
+                        .insert(p.call_id.clone(), p.fingerprint.clone());
+                }
+                Item::Compaction(c) => {
+                    issued.compactions.insert(c.encrypted_content.clone());
+                }
+                _ => {}
+            }
+        }
     }
 
     pub(super) fn context_of(&self, previous: Option<&str>) -> Result<Vec<Item>, ApiFailure> {

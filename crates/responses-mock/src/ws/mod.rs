@@ -4,9 +4,17 @@
 //! Semantics (one connection = one [`session`]):
 //! - client frames are handled one at a time in arrival order, so requests on a `stream_id`
 //!   are FIFO; events echo `stream_id`; `sequence_number` increases over the connection;
-//! - steering acceptance point: a fresh response (not a successor or continuation) holds
-//!   after its first text delta, or after a function call's `output_item.added`, for up to
-//!   [`WsOptions::steer_window`] waiting for a `response.steer` naming it;
+//! - what a `response.create` gets: with a script that has rules, exactly what the same
+//!   request gets over HTTP with `stream: true` (the same rules, counters, rendering, error
+//!   replies and stream faults; a `cut` drops the connection mid-response, a `stall` sends
+//!   nothing more); with an empty script, the steering conversation: a fresh request that
+//!   offers function tools gets a call of the first one, any other a text that names the
+//!   request, the tool results and the steers applied;
+//! - steering acceptance point: a response held for steering waits after its first text
+//!   delta, or after a function call's `output_item.added`, for a `response.steer` naming
+//!   it. Holding is an option, never a default: a scripted reply is held for its rule's
+//!   `hold_for_steer_ms`; a fresh response of the steering conversation (not a successor or
+//!   continuation) for [`WsOptions::steer_window`] (default: not held);
 //! - a steered text response ends `incomplete` (`reason: steered`) at that boundary, then a
 //!   successor (`previous_response_id` = parent) is created with the queued input prepended
 //!   and completes; a steered function call completes, then `response.steer.pending` lists
@@ -69,7 +77,9 @@ pub struct WsFault {
 /// WebSocket endpoint settings.
 #[derive(Debug, Clone, PartialEq)]
 pub struct WsOptions {
-    /// How long a fresh response waits at its acceptance point for a steer; `None` never waits.
+    /// How long a fresh response of the steering conversation (an empty script) waits at
+    /// its acceptance point for a steer; `None` (the default) never waits. Scripted replies
+    /// are held by their rule's `hold_for_steer_ms` instead.
     pub steer_window: Option<Duration>,
     /// Connection lifetime (the API's is 60 minutes).
     pub connection_lifetime: Duration,
@@ -86,7 +96,7 @@ pub struct WsOptions {
 impl Default for WsOptions {
     fn default() -> Self {
         Self {
-            steer_window: Some(Duration::from_secs(5)),
+            steer_window: None,
             connection_lifetime: Duration::from_secs(60 * 60),
             max_streams: 16,
             max_pending_steers: 4,

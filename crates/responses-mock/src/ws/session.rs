@@ -25,9 +25,9 @@ use tokio::time::Instant;
 use self::reply::{first_function_tool, last_user_text, message_json, reply_text};
 use super::{Entry, FaultAction, FaultPoint};
 use crate::respond::{finish_item, new_id, response_object};
-use crate::router::AppState;
-use crate::script::tool_outputs;
-use crate::validate::{ApiFailure, Issued, check_context, previous_not_found};
+use crate::router::{AppState, error_reply};
+use crate::script::{Endpoint, Fault, Reply, RequestView, echo_items, render, tool_outputs};
+use crate::validate::{ApiFailure, previous_not_found};
 
 /// Why serving stopped.
 enum Stop {
@@ -56,7 +56,14 @@ struct Job {
     context: Vec<Item>,
     output: Vec<Value>,
     lane: Option<String>,
-    hold: bool,
+    /// The response's final `status` (`completed`, `incomplete`, `failed`).
+    status: String,
+    /// How long the response waits at its acceptance point for a steer (`None`: never).
+    hold: Option<Duration>,
+    /// A scripted stream fault.
+    fault: Option<Fault>,
+    /// Characters per delta, when the script says.
+    delta_chars: Option<usize>,
 }
 
 struct Session {
@@ -199,7 +206,7 @@ impl Session {
                 );
                 self.send_error(&failure, None).await
             }
-            Ok(ClientEvent::Create(create)) => self.create(create).await,
+            Ok(ClientEvent::Create(create)) => self.create(create, frame).await,
             Ok(ClientEvent::Steer(steer)) => self.steer_idle(steer).await,
         }
     }
@@ -268,7 +275,8 @@ impl Session {
         self.cache.insert(id.to_owned(), entry);
     }
 
-    async fn create(&mut self, create: ResponseCreate) -> Served {
+    /// A `response.create` (`frame` is its text, what a rule's `body_contains` reads).
+    async fn create(&mut self, create: ResponseCreate, frame: &str) -> Served {
         self.creates += 1;
         if self.creates == 1
             && let Some(action) = self.fault(FaultPoint::OnFirstCreate)
@@ -307,7 +315,7 @@ impl Session {
             .unwrap_or_default();
         context.extend(queued_input.iter().cloned());
         context.extend(input.iter().cloned());
-        if let Err(failure) = check_context(&context, &Issued::default()) {
+        if let Err(failure) = self.state.check(&context) {
             return self.send_error(&failure, lane.as_deref()).await;
         }
         if create.generate == Some(false) {
@@ -343,6 +351,9 @@ impl Session {
             self.keep(&id, entry);
             return Ok(());
         }
+        if !self.state.script.rules.is_empty() {
+            return self.create_scripted(request, context, lane, frame).await;
+        }
         let steer_text = if queued_input.is_empty() {
             None
         } else {
@@ -362,7 +373,80 @@ impl Session {
                 steer_text.as_deref(),
             )))],
         };
-        let hold = !continuation;
-        self.respond(request, context, output, lane, hold).await
+        let hold = if continuation {
+            None
+        } else {
+            self.options().steer_window
+        };
+        self.respond(Job {
+            request,
+            context,
+            output,
+            lane,
+            status: "completed".into(),
+            hold,
+            fault: None,
+            delta_chars: None,
+        })
+        .await
+    }
+
+    /// Answers a `response.create` from the script, as HTTP answers the same request with
+    /// `stream: true`: the first matching rule that is not used up (shared counters), its
+    /// items rendered, its error as an `error` event, its fault in the stream; no match
+    /// echoes. The reply is held for a steer only if its rule says so.
+    async fn create_scripted(
+        &mut self,
+        request: CreateResponse,
+        context: Vec<Item>,
+        lane: Option<String>,
+        frame: &str,
+    ) -> Served {
+        let view = RequestView {
+            endpoint: Endpoint::Responses,
+            body_text: frame,
+            items: &context,
+            stream: true,
+            previous_response: request.previous_response_id().is_some(),
+        };
+        let (reply, fault, hold) = match self.state.pick(&view) {
+            Some(rule) => (
+                rule.reply,
+                rule.fault,
+                rule.hold_for_steer_ms.map(Duration::from_millis),
+            ),
+            None => (Reply::Echo { echo: true }, None, None),
+        };
+        let (items, status, delta_chars) = match reply {
+            Reply::Error { error } => {
+                return self.send_error(&error_reply(&error), lane.as_deref()).await;
+            }
+            Reply::Items {
+                items,
+                status,
+                delta_chars,
+            } => (items, status, delta_chars),
+            Reply::Echo { .. } => (echo_items(&context), "completed".to_owned(), None),
+        };
+        let output: Vec<Value> = items
+            .iter()
+            .map(|item| finish_item(&render(item, &context)))
+            .collect();
+        let issued: Vec<Item> = output
+            .iter()
+            .filter_map(|v| serde_json::from_value(v.clone()).ok())
+            .collect();
+        self.state.remember_issued(&issued);
+        self.respond(Job {
+            request,
+            context,
+            output,
+            lane,
+            status,
+            hold,
+            fault,
+            delta_chars,
+        })
+        .await
     }
 }

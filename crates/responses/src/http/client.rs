@@ -158,14 +158,15 @@ impl Client {
         loop {
             let attempt = self.attempt(path, body.clone(), retries_taken).await;
             match self.settle(attempt, retries_taken).await? {
-                Settled::Done(response) => match response.bytes().await {
-                    Ok(bytes) => return decode(&bytes),
-                    Err(err) => {
-                        let err = ClientError::from_reqwest(&err);
-                        self.backoff_or_fail(err, retries_taken, None).await?;
-                        retries_taken += 1;
-                    }
-                },
+                // The API took the request (2xx): sending it again could create (and bill)
+                // a second response, so a body that cannot be read is the caller's to judge.
+                Settled::Done(response) => {
+                    let bytes = response
+                        .bytes()
+                        .await
+                        .map_err(|err| ClientError::BodyLost(crate::error::error_chain(&err)))?;
+                    return decode(&bytes);
+                }
                 Settled::Retry => retries_taken += 1,
             }
         }

@@ -39,18 +39,23 @@ const SCHEMA: &agent_schema::Steps = &[
     ),
 ];
 
-/// An opened database: the connection the writer task will own, and the read side.
+/// An opened database: the connection the writer task will own (none when read-only), and
+/// the read side.
 pub(crate) struct Opened {
-    pub(crate) writer: PgConnection,
+    pub(crate) writer: Option<PgConnection>,
     pub(crate) reader: PgReader,
 }
 
+/// Connects, applies the schema and opens the read pool; `read_only`: every session is
+/// `default_transaction_read_only`, no schema step is applied (a schema that is not this
+/// build's is refused) and no writer connection is made.
 pub(crate) async fn open(
     url: &str,
     shown_url: &str,
     options: &JournalOptions,
+    read_only: bool,
 ) -> Result<Opened, JournalError> {
-    let connect = PgConnectOptions::from_str(url).map_err(|e| JournalError::InvalidUrl {
+    let mut connect = PgConnectOptions::from_str(url).map_err(|e| JournalError::InvalidUrl {
         url: shown_url.to_string(),
         reason: agent_redact::redact_in(&e.to_string(), url),
     })?;
@@ -58,6 +63,36 @@ pub(crate) async fn open(
         url: shown_url.to_string(),
         source: Box::new(source),
     };
+    if read_only {
+        connect = connect.options([("default_transaction_read_only", "on")]);
+        let reads = pool(options, connect).await.map_err(open_err)?;
+        let version: Option<i64> = sqlx::query_scalar("SELECT MAX(version) FROM journal_schema")
+            .fetch_one(&reads)
+            .await
+            .map_err(open_err)?;
+        let version = version.unwrap_or(0);
+        let supported = SCHEMA.last().map_or(0, |(v, _)| *v);
+        if version > supported {
+            return Err(JournalError::SchemaTooNew {
+                found: version,
+                supported,
+            });
+        }
+        if version < supported {
+            return Err(JournalError::Open {
+                url: shown_url.to_string(),
+                source: format!(
+                    "its journal schema is version {version}, this build reads version {supported}, \
+                     and a read-only journal applies no schema step (open it once read-write)"
+                )
+                .into(),
+            });
+        }
+        return Ok(Opened {
+            writer: None,
+            reader: PgReader::new(reads),
+        });
+    }
     let mut writer = tokio::time::timeout(CONNECT_TIMEOUT, PgConnection::connect_with(&connect))
         .await
         .map_err(|_| open_err(sqlx::Error::PoolTimedOut))?
@@ -74,17 +109,24 @@ pub(crate) async fn open(
         .execute(&mut writer)
         .await?;
     migrate(&mut writer).await?;
-    let reads = PgPoolOptions::new()
+    let reads = pool(options, connect).await.map_err(open_err)?;
+    Ok(Opened {
+        writer: Some(writer),
+        reader: PgReader::new(reads),
+    })
+}
+
+/// The pool reads (and lease operations) use.
+async fn pool(
+    options: &JournalOptions,
+    connect: PgConnectOptions,
+) -> Result<sqlx::PgPool, sqlx::Error> {
+    PgPoolOptions::new()
         .max_connections(options.read_connections.max(1))
         .min_connections(0)
         .acquire_timeout(CONNECT_TIMEOUT)
         .connect_with(connect)
         .await
-        .map_err(open_err)?;
-    Ok(Opened {
-        writer,
-        reader: PgReader::new(reads),
-    })
 }
 
 async fn migrate(conn: &mut PgConnection) -> Result<(), JournalError> {

@@ -108,31 +108,19 @@ pub(crate) fn open(
     .map_err(open_err)?;
     conn.busy_timeout(options.busy_timeout).map_err(open_err)?;
     stable_plans(&conn).map_err(open_err)?;
-    let synchronous = match options.durability {
-        Durability::Full => "FULL",
-        Durability::Normal => "NORMAL",
-    };
-    // A checkpoint every 8,000 WAL pages (~32 MB) instead of SQLite's 1,000: runs append
-    // to many threads at once, so each commit dirties a leaf page per thread, and the same
-    // hot pages were copied back to the database (and re-read from the WAL) every few
-    // dozen commits. The WAL file stays at the size it reached; it is reused, not grown.
-    let journal_mode = match location {
-        Location::File(_) => "PRAGMA journal_mode = WAL; PRAGMA wal_autocheckpoint = 8000;",
-        Location::Memory => "",
-    };
-    conn.execute_batch(&format!(
-        "{journal_mode} PRAGMA synchronous = {synchronous}; PRAGMA cache_size = -{WRITE_CACHE_KIB};"
-    ))
-    .map_err(open_err)?;
-    migrate(&conn).map_err(|source| JournalError::Open {
-        url: shown_url.to_string(),
-        source: Box::new(source),
+    // Another process opening the same new file at the same moment may hold the lock that
+    // switching to WAL needs; SQLite then fails at once without calling the busy handler.
+    // The setup is idempotent (the schema steps are one transaction), so it is tried
+    // again until `busy_timeout` has passed: opening waits for the lock instead of failing.
+    retry_while_busy(options.busy_timeout, || {
+        setup(&conn, location, options, shown_url)
     })?;
     let writer = Arc::new(Mutex::new(conn));
     let reader = match location {
         Location::Memory => Reader::shared(Arc::clone(&writer)),
         Location::File(path) => Reader::files(
             path.clone(),
+            None,
             options.busy_timeout,
             options.read_connections as usize,
         ),
@@ -142,6 +130,226 @@ pub(crate) fn open(
         source: Box::new(err),
     })?;
     Ok(Opened { writer, reader })
+}
+
+/// The connection settings and the schema of a database opened for writing.
+fn setup(
+    conn: &Connection,
+    location: &Location,
+    options: &JournalOptions,
+    shown_url: &str,
+) -> Result<(), JournalError> {
+    let open_err = |source: rusqlite::Error| JournalError::Open {
+        url: shown_url.to_string(),
+        source: Box::new(source),
+    };
+    let synchronous = match options.durability {
+        Durability::Full => "FULL",
+        Durability::Normal => "NORMAL",
+    };
+    if let Location::File(_) = location {
+        // Only a new file is switched to WAL (which takes an exclusive lock); the mode is
+        // kept in the file, so later opens find it set.
+        let mode: String = conn
+            .query_row("PRAGMA journal_mode", [], |row| row.get(0))
+            .map_err(open_err)?;
+        if !mode.eq_ignore_ascii_case("wal") {
+            conn.query_row("PRAGMA journal_mode = WAL", [], |row| {
+                row.get::<_, String>(0)
+            })
+            .map_err(open_err)?;
+        }
+        // A checkpoint every 8,000 WAL pages (~32 MB) instead of SQLite's 1,000: runs append
+        // to many threads at once, so each commit dirties a leaf page per thread, and the
+        // same hot pages were copied back to the database (and re-read from the WAL) every
+        // few dozen commits. The WAL file stays at the size it reached; it is reused, not
+        // grown.
+        conn.execute_batch("PRAGMA wal_autocheckpoint = 8000;")
+            .map_err(open_err)?;
+    }
+    conn.execute_batch(&format!(
+        "PRAGMA synchronous = {synchronous}; PRAGMA cache_size = -{WRITE_CACHE_KIB};"
+    ))
+    .map_err(open_err)?;
+    // Kept inside `Open` as before, so every failure to open says which journal.
+    migrate(conn, shown_url).map_err(|err| match err {
+        open @ JournalError::Open { .. } => open,
+        other => JournalError::Open {
+            url: shown_url.to_string(),
+            source: Box::new(other),
+        },
+    })
+}
+
+/// Runs `step` again while it fails because another connection holds a lock SQLite did not
+/// wait for (`SQLITE_BUSY`, `SQLITE_LOCKED`), pausing 1 ms, then twice as long each time up
+/// to 50 ms, until `patience` has passed; then its last error is returned.
+fn retry_while_busy<T>(
+    patience: std::time::Duration,
+    mut step: impl FnMut() -> Result<T, JournalError>,
+) -> Result<T, JournalError> {
+    use std::time::{Duration, Instant};
+    let deadline = Instant::now() + patience;
+    let mut pause = Duration::from_millis(1);
+    loop {
+        match step() {
+            Err(err) if is_busy(&err) => {
+                let now = Instant::now();
+                if now >= deadline {
+                    return Err(err);
+                }
+                tracing::debug!(%err, ?pause, "the journal's database is locked; opening waits");
+                std::thread::sleep(pause.min(deadline - now));
+                pause = (pause * 2).min(Duration::from_millis(50));
+            }
+            other => return other,
+        }
+    }
+}
+
+/// Whether opening failed on a lock held by another connection.
+fn is_busy(err: &JournalError) -> bool {
+    use rusqlite::ErrorCode as C;
+    let JournalError::Open { source, .. } = err else {
+        return false;
+    };
+    source
+        .downcast_ref::<rusqlite::Error>()
+        .and_then(rusqlite::Error::sqlite_error_code)
+        .is_some_and(|code| matches!(code, C::DatabaseBusy | C::DatabaseLocked))
+}
+
+/// A database opened read-only: the read side, and a read-only connection for the lease
+/// table (its reads answer; its writes fail, as the database is read-only).
+pub(crate) struct ReadOnly {
+    pub(crate) reader: Reader,
+    pub(crate) leases: Arc<Mutex<Connection>>,
+}
+
+/// Opens an existing database file read-only: no file is created, nothing is written, no
+/// schema step applied (a database whose schema is not this build's is refused). Tries
+/// `mode=ro` (sees commits of writers running elsewhere), then, when the file's `-wal`
+/// holds no commits, `immutable=1`: SQLite reads a WAL database `mode=ro` only where it
+/// can make its `-shm` file, which an archived journal's directory (mode 555) refuses.
+/// Blocking: call from a blocking context.
+pub(crate) fn open_read_only(
+    location: &Location,
+    shown_url: &str,
+    options: &JournalOptions,
+) -> Result<ReadOnly, JournalError> {
+    let Location::File(path) = location else {
+        return Err(JournalError::InvalidUrl {
+            url: shown_url.to_string(),
+            reason: "an in-memory journal cannot be opened read-only (it starts empty)".into(),
+        });
+    };
+    let open_err = |source: Box<dyn std::error::Error + Send + Sync>| JournalError::Open {
+        url: shown_url.to_string(),
+        source,
+    };
+    let mut uris = vec![file_uri(path, "mode=ro")];
+    if wal_holds_nothing(path) {
+        uris.push(file_uri(path, "immutable=1"));
+    }
+    let mut failure = None;
+    for uri in uris {
+        let conn = match read::open_uri(&uri, options.busy_timeout) {
+            Ok(conn) => conn,
+            Err(err) => {
+                failure = Some(err);
+                continue;
+            }
+        };
+        let version = match schema_version(&conn) {
+            Ok(version) => version,
+            Err(err) => {
+                failure = Some(JournalError::from(err));
+                continue;
+            }
+        };
+        let supported = SCHEMA.last().map_or(0, |(v, _)| *v);
+        if version > supported {
+            return Err(JournalError::SchemaTooNew {
+                found: version,
+                supported,
+            });
+        }
+        if version < supported {
+            return Err(open_err(
+                format!(
+                    "its journal schema is version {version}, this build reads version {supported}, \
+                     and a read-only journal applies no schema step (open it once read-write)"
+                )
+                .into(),
+            ));
+        }
+        let reader = Reader::files(
+            path.clone(),
+            Some(uri),
+            options.busy_timeout,
+            options.read_connections as usize,
+        )
+        .map_err(|err| open_err(Box::new(err)))?;
+        return Ok(ReadOnly {
+            reader,
+            leases: Arc::new(Mutex::new(conn)),
+        });
+    }
+    Err(match failure {
+        Some(JournalError::Database(err)) => open_err(Box::new(err)),
+        Some(other) => other,
+        None => open_err("no way to read it".into()),
+    })
+}
+
+/// The schema version recorded in the database (an error when it has no journal schema).
+fn schema_version(conn: &Connection) -> rusqlite::Result<i64> {
+    conn.query_row(
+        "SELECT COALESCE(MAX(version), 0) FROM journal_schema",
+        [],
+        |row| row.get(0),
+    )
+}
+
+/// Whether the database at `path` has no `-wal` file with commits in it (none, or empty):
+/// then the main file holds every commit and `immutable=1` reads all of them.
+fn wal_holds_nothing(path: &std::path::Path) -> bool {
+    let mut wal = path.as_os_str().to_owned();
+    wal.push("-wal");
+    match std::fs::metadata(std::path::Path::new(&wal)) {
+        Ok(meta) => meta.len() == 0,
+        Err(err) => err.kind() == std::io::ErrorKind::NotFound,
+    }
+}
+
+/// The `file:` URI of `path` with `query` (`%`, `?` and `#` escaped, as SQLite's URI
+/// rules ask).
+fn file_uri(path: &std::path::Path, query: &str) -> String {
+    let mut uri = String::from("file:");
+    for c in path.to_string_lossy().chars() {
+        match c {
+            '%' => uri.push_str("%25"),
+            '?' => uri.push_str("%3f"),
+            '#' => uri.push_str("%23"),
+            c => uri.push(c),
+        }
+    }
+    uri.push('?');
+    uri.push_str(query);
+    uri
+}
+
+/// Whether `err`, from opening a database for writing, says it cannot be written (a
+/// read-only file, directory or file system), so that reading it may still work.
+pub(crate) fn cannot_write(err: &JournalError) -> bool {
+    use rusqlite::ErrorCode as C;
+    let JournalError::Open { source, .. } = err else {
+        return false;
+    };
+    source
+        .downcast_ref::<rusqlite::Error>()
+        .and_then(rusqlite::Error::sqlite_error_code)
+        .is_some_and(|code| matches!(code, C::ReadOnly | C::CannotOpen | C::PermissionDenied))
 }
 
 /// Turns on SQLite's query planner stability guarantee: plans do not depend on bound values.
@@ -156,21 +364,23 @@ pub(super) fn stable_plans(conn: &Connection) -> rusqlite::Result<()> {
 }
 
 /// Applies the embedded schema steps not yet recorded in `journal_schema`, all in one
-/// transaction: a step that fails leaves the database as it was.
-fn migrate(conn: &Connection) -> Result<(), JournalError> {
+/// transaction: a step that fails leaves the database as it was. A failure of SQLite
+/// itself (a lock, a read-only file) is [`JournalError::Open`] with SQLite's error.
+fn migrate(conn: &Connection, shown_url: &str) -> Result<(), JournalError> {
+    let sql = |source: rusqlite::Error| JournalError::Open {
+        url: shown_url.to_string(),
+        source: Box::new(source),
+    };
     // The write lock first, so two processes opening a new file apply each step once.
-    conn.execute_batch("BEGIN IMMEDIATE")?;
+    conn.execute_batch("BEGIN IMMEDIATE").map_err(sql)?;
     let applied = (|| {
         conn.execute_batch(
             "CREATE TABLE IF NOT EXISTS journal_schema (version INTEGER PRIMARY KEY)",
-        )?;
-        let current: i64 = conn.query_row(
-            "SELECT COALESCE(MAX(version), 0) FROM journal_schema",
-            [],
-            |row| row.get(0),
-        )?;
-        for (version, sql) in agent_schema::pending_steps(SCHEMA, current)? {
-            conn.execute_batch(sql)
+        )
+        .map_err(sql)?;
+        let current = schema_version(conn).map_err(sql)?;
+        for (version, step) in agent_schema::pending_steps(SCHEMA, current)? {
+            conn.execute_batch(step)
                 .and_then(|()| {
                     conn.execute(
                         "INSERT INTO journal_schema (version) VALUES (?1)",
@@ -185,7 +395,7 @@ fn migrate(conn: &Connection) -> Result<(), JournalError> {
         Ok(())
     })();
     match applied {
-        Ok(()) => Ok(conn.execute_batch("COMMIT")?),
+        Ok(()) => conn.execute_batch("COMMIT").map_err(sql),
         Err(err) => {
             let _ = conn.execute_batch("ROLLBACK");
             Err(err)
@@ -227,6 +437,37 @@ mod tests {
         assert!(parse_url("sqlite:").is_err());
         assert!(parse_url("sqlite://a.db?mode=ro").is_err());
         assert!(parse_url("postgres://x").is_err());
+    }
+
+    /// Issue 37, item 14: which failures of a read-write open make a read-only command fall
+    /// back to reading (the decision, without needing a file root cannot write).
+    #[test]
+    fn only_a_database_that_cannot_be_written_falls_back_to_reading() {
+        let open = |code: i32| JournalError::Open {
+            url: "sqlite://j.db".into(),
+            source: Box::new(rusqlite::Error::SqliteFailure(
+                rusqlite::ffi::Error::new(code),
+                None,
+            )),
+        };
+        for code in [
+            rusqlite::ffi::SQLITE_READONLY,
+            rusqlite::ffi::SQLITE_CANTOPEN,
+            rusqlite::ffi::SQLITE_PERM,
+        ] {
+            assert!(cannot_write(&open(code)), "{code}");
+        }
+        for code in [
+            rusqlite::ffi::SQLITE_BUSY,
+            rusqlite::ffi::SQLITE_NOTADB,
+            rusqlite::ffi::SQLITE_CORRUPT,
+        ] {
+            assert!(!cannot_write(&open(code)), "{code}");
+        }
+        assert!(!cannot_write(&JournalError::SchemaTooNew {
+            found: 9,
+            supported: 3
+        }));
     }
 
     #[test]

@@ -71,6 +71,9 @@ type Job = Box<dyn FnOnce() + Send>;
 enum Source {
     Files {
         path: PathBuf,
+        /// Set when the journal is open read-only: the `file:` URI each connection opens
+        /// (`mode=ro` or `immutable=1`) instead of `path`.
+        uri: Option<String>,
         busy_timeout: Duration,
         idle: Mutex<Vec<Connection>>,
         connections: usize,
@@ -81,6 +84,7 @@ enum Source {
 impl Reader {
     pub(crate) fn files(
         path: PathBuf,
+        uri: Option<String>,
         busy_timeout: Duration,
         connections: usize,
     ) -> std::io::Result<Self> {
@@ -88,6 +92,7 @@ impl Reader {
         Reader::new(
             Source::Files {
                 path,
+                uri,
                 busy_timeout,
                 idle: Mutex::new(Vec::new()),
                 connections,
@@ -355,14 +360,16 @@ impl Inner {
             Source::Shared(conn) => read(&conn.lock().unwrap_or_else(PoisonError::into_inner)),
             Source::Files {
                 path,
+                uri,
                 busy_timeout,
                 idle,
                 connections,
             } => {
                 let reused = idle.lock().unwrap_or_else(PoisonError::into_inner).pop();
-                let conn = match reused {
-                    Some(conn) => conn,
-                    None => open_read_only(path, *busy_timeout)?,
+                let conn = match (reused, uri) {
+                    (Some(conn), _) => conn,
+                    (None, None) => open_read_only(path, *busy_timeout)?,
+                    (None, Some(uri)) => open_uri(uri, *busy_timeout)?,
                 };
                 let result = read(&conn);
                 let mut idle = idle.lock().unwrap_or_else(PoisonError::into_inner);
@@ -393,6 +400,20 @@ fn open_read_only(path: &PathBuf, busy_timeout: Duration) -> Result<Connection, 
     let conn = Connection::open_with_flags(
         path,
         OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )?;
+    conn.busy_timeout(busy_timeout)?;
+    super::stable_plans(&conn)?;
+    conn.execute_batch(&format!("PRAGMA cache_size = -{READ_CACHE_KIB};"))?;
+    Ok(conn)
+}
+
+/// A read connection to the `file:` URI `uri` (a journal opened read-only).
+pub(super) fn open_uri(uri: &str, busy_timeout: Duration) -> Result<Connection, JournalError> {
+    let conn = Connection::open_with_flags(
+        uri,
+        OpenFlags::SQLITE_OPEN_READ_ONLY
+            | OpenFlags::SQLITE_OPEN_URI
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX,
     )?;
     conn.busy_timeout(busy_timeout)?;
     super::stable_plans(&conn)?;

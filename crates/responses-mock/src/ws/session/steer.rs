@@ -25,17 +25,15 @@ fn steering_supported(request: &CreateResponse) -> bool {
 }
 
 impl Session {
-    /// Waits at an acceptance point for a steer naming `active`. Steers for other responses
-    /// are answered as usual; a refused steer for `active` or any other frame ends the wait
-    /// (a frame that is not a steer is handled after this response).
+    /// Waits at an acceptance point, up to `window`, for a steer naming `active`. Steers
+    /// for other responses are answered as usual; a refused steer for `active` or any other
+    /// frame ends the wait (a frame that is not a steer is handled after this response).
     pub(super) async fn wait_for_steer(
         &mut self,
         active: &str,
         request: &CreateResponse,
+        window: std::time::Duration,
     ) -> Served<Option<SteerRequest>> {
-        let Some(window) = self.options().steer_window else {
-            return Ok(None);
-        };
         // tokio's sleep turns a window too long for an `Instant` into "never".
         let deadline = tokio::time::sleep(window).deadline();
         loop {

@@ -149,6 +149,9 @@ pub(super) fn successor(
         context: successor_context,
         output,
         lane,
-        hold: false,
+        status: "completed".into(),
+        hold: None,
+        fault: None,
+        delta_chars: None,
     }
 }

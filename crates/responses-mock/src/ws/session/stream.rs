@@ -8,34 +8,24 @@ use serde_json::Value;
 
 use super::reply::with_output;
 use super::steered::{self, SteeredParent, acceptance_point, accepted_event, is_function_call};
-use super::{Job, Served, Session};
+use super::{Job, Served, Session, Stop};
 use crate::respond::{new_id, response_object, tokens};
+use crate::script::{Fault, FaultKind};
+use crate::validate::ApiFailure;
 use crate::ws::{Entry, FaultPoint};
+use std::time::Duration;
 
 impl Session {
     /// Streams a response and then any automatic successor it gets.
-    pub(super) async fn respond(
-        &mut self,
-        request: CreateResponse,
-        context: Vec<Item>,
-        output: Vec<Value>,
-        lane: Option<String>,
-        hold: bool,
-    ) -> Served {
-        let mut next = Some(Job {
-            request,
-            context,
-            output,
-            lane,
-            hold,
-        });
+    pub(super) async fn respond(&mut self, job: Job) -> Served {
+        let mut next = Some(job);
         while let Some(job) = next.take() {
             next = self.respond_once(job).await?;
         }
         Ok(())
     }
 
-    /// Streams one response; at its acceptance point (when `hold`) it may be steered.
+    /// Streams one response; at its acceptance point (when held) it may be steered.
     /// Returns the automatic successor to stream next, if any.
     async fn respond_once(&mut self, job: Job) -> Served<Option<Job>> {
         let Job {
@@ -43,36 +33,47 @@ impl Session {
             context,
             output,
             lane,
+            status,
             hold,
+            fault,
+            delta_chars,
         } = job;
         let id = new_id("resp");
         let usage = Usage::new(
             tokens(&serde_json::to_string(&context).unwrap_or_default()),
             tokens(&Value::Array(output.clone()).to_string()),
         );
-        let response = response_object(
-            &id,
-            &request,
-            "completed",
-            output.clone(),
-            Some(usage.clone()),
-        );
-        let delta_chars = crate::sse::default_delta_chars(&response, self.state.delta_chars);
+        let response = response_object(&id, &request, &status, output.clone(), Some(usage.clone()));
+        // A script's own delta size is kept exactly; the default one grows for long texts.
+        let delta_chars = delta_chars
+            .unwrap_or_else(|| crate::sse::default_delta_chars(&response, self.state.delta_chars));
         let events = crate::sse::events(&response, delta_chars);
         let is_call = is_function_call(&output);
-        let hold_after = match (hold, self.options().steer_window) {
-            (true, Some(_)) => acceptance_point(&events, is_call),
-            _ => None,
-        };
-        let accepted = self
-            .stream_until_steered(&id, &request, &events, lane.as_deref(), hold_after, is_call)
+        let hold = hold.and_then(|window| Some((acceptance_point(&events, is_call)?, window)));
+        let streamed = self
+            .stream_until_steered(
+                &id,
+                &request,
+                &events,
+                lane.as_deref(),
+                Plan {
+                    hold,
+                    fault: fault.as_ref(),
+                    is_call,
+                },
+            )
             .await?;
+        let accepted = match streamed {
+            Streamed::Ended(accepted) => accepted,
+            // A scripted `error` event ended it: nothing to keep.
+            Streamed::Failed => return Ok(None),
+        };
         let Some((steer_id, steer)) = accepted else {
             let full = with_output(context, &output);
             let entry = Entry {
                 request,
                 context: full,
-                status: "completed".into(),
+                status,
                 queued: Vec::new(),
                 required: Vec::new(),
                 generated: true,
@@ -132,27 +133,64 @@ impl Session {
         )))
     }
 
-    /// Sends `events` in order, waiting for a steer after event `hold_after`. Returns the
-    /// accepted steer and its id, if one came. A steered text response stops at the
-    /// acceptance point (its ending is built by the caller); a steered tool call streams on.
+    /// Sends `events` in order, applying the plan's fault before event `after_events`
+    /// and waiting for a steer after the event the plan holds at. Returns the accepted
+    /// steer and its id, if one came. A steered text response stops at the acceptance point
+    /// (its ending is built by the caller); a steered tool call streams on.
     async fn stream_until_steered(
         &mut self,
         id: &str,
         request: &CreateResponse,
         events: &[Value],
         lane: Option<&str>,
-        hold_after: Option<usize>,
-        is_call: bool,
-    ) -> Served<Option<(String, SteerRequest)>> {
+        plan: Plan<'_>,
+    ) -> Served<Streamed> {
+        let Plan {
+            hold,
+            fault,
+            is_call,
+        } = plan;
         let mut accepted: Option<(String, SteerRequest)> = None;
         for (index, event) in events.iter().enumerate() {
             let terminal = index + 1 == events.len();
             if terminal && accepted.is_some() && !is_call {
                 break;
             }
+            if let Some(fault) = fault.filter(|f| f.after_events == index) {
+                match fault.kind {
+                    // The connection breaks mid-response (no close frame): what a cut
+                    // body is over HTTP.
+                    FaultKind::Cut => return Err(Stop::Drop),
+                    FaultKind::Stall => {
+                        // Nothing more until the client goes; its frames wait unanswered.
+                        while let Some(frame) = self.frames.recv().await {
+                            self.backlog.push_back(frame);
+                        }
+                        return Err(Stop::Gone);
+                    }
+                    FaultKind::Gate => {
+                        if let Some(name) = fault.gate.as_deref() {
+                            self.state.gate(name).notified().await;
+                        }
+                    }
+                    FaultKind::ErrorEvent => {
+                        let failure = ApiFailure {
+                            status: 500,
+                            message: "The emulator was scripted to fail this stream.".into(),
+                            kind: "server_error".into(),
+                            code: Some("server_error".into()),
+                            param: None,
+                            headers: Vec::new(),
+                        };
+                        self.send_error(&failure, lane).await?;
+                        return Ok(Streamed::Failed);
+                    }
+                }
+            }
             self.send(event.clone(), lane).await?;
-            if hold_after == Some(index)
-                && let Some(steer) = self.wait_for_steer(id, request).await?
+            if let Some((at, window)) = hold
+                && at == index
+                && let Some(steer) = self.wait_for_steer(id, request, window).await?
             {
                 let steer_id = new_id("steer");
                 self.send(accepted_event(&steer_id, id), lane).await?;
@@ -165,6 +203,22 @@ impl Session {
                 }
             }
         }
-        Ok(accepted)
+        Ok(Streamed::Ended(accepted))
     }
+}
+
+/// How one response is streamed: where it waits for a steer and for how long (the event
+/// index and the window), its scripted fault, and whether it is a tool call.
+struct Plan<'a> {
+    hold: Option<(usize, Duration)>,
+    fault: Option<&'a Fault>,
+    is_call: bool,
+}
+
+/// How streaming one response ended.
+enum Streamed {
+    /// Every event was sent (or, steered, up to the acceptance point); the steer accepted.
+    Ended(Option<(String, SteerRequest)>),
+    /// A scripted `error` event ended the response.
+    Failed,
 }
