@@ -9,6 +9,10 @@ mod common;
 
 #[path = "all/conformance.rs"]
 mod conformance;
+#[path = "all/crash.rs"]
+mod crash;
+#[path = "all/deferred_index.rs"]
+mod deferred_index;
 #[path = "all/fuzz_units.rs"]
 mod fuzz_units;
 #[path = "all/schema.rs"]
