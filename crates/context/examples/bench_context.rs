@@ -1,5 +1,7 @@
 //! Benchmark driver for `cargo xtask bench context` (release build). Prints one JSON object
 //! per measurement on stdout. Usage: `bench_context [--sizes 100000,1000000] [--runs 5]`.
+//! `bench_context --pg postgres://...` instead measures only the PostgreSQL write path
+//! (ad hoc: the xtask does not run it; give it an empty database).
 //!
 //! The history layout follows the Python baseline's `bench_store.py` (see
 //! `docs/benchmarks.md`): one "sparse" thread whose two
@@ -114,6 +116,9 @@ async fn main() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
     let pool: Vec<Vec<Value>> = (0..2000).map(|i| unit(i, &mut rng)).collect();
+    if let Some(url) = arg("--pg") {
+        return postgres_write_path(&url, &pool).await;
+    }
 
     append_throughput(dir.path(), &pool, runs).await?;
     history(dir.path(), &pool, &sizes, runs).await?;
@@ -485,6 +490,56 @@ async fn fill_blocks(
             }
         }
         filled += block;
+    }
+    Ok(())
+}
+
+/// PostgreSQL: 20,000 units appended in batches of 100 to 10 threads, deferred (default
+/// bound, and no bound) vs indexed at once (`index_tail_bytes(0)`), and how long the
+/// background fold then takes; plus single appends for 2 s each way.
+async fn postgres_write_path(url: &str, pool: &[Vec<Value>]) -> anyhow::Result<()> {
+    for (name, bound) in [
+        ("deferred", DEFAULT_INDEX_TAIL_BYTES),
+        ("unbounded_tail", u64::MAX),
+        ("index_at_once", 0),
+    ] {
+        let s =
+            ContextStore::open_with(url, ContextOptions::default().index_tail_bytes(bound)).await?;
+        let prefix = format!("pg-{name}");
+        let n = 20_000usize;
+        let t = Instant::now();
+        let mut i = 0;
+        while i < n {
+            let units: Vec<NewUnit> = (i..i + 100)
+                .map(|k| NewUnit {
+                    unit: format!("u{k}"),
+                    items: pool[k % pool.len()].clone(),
+                })
+                .collect();
+            s.append_units(&format!("{prefix}-{}", (i / 100) % 10), &units)
+                .await?;
+            i += 100;
+        }
+        let fill_s = t.elapsed().as_secs_f64();
+        let backlog = s.index_backlog().await?;
+        let indexed_s = wait_indexed(&s).await?;
+        let t = Instant::now();
+        let mut k = 0usize;
+        while t.elapsed().as_secs_f64() < 2.0 {
+            s.append_unit(
+                &format!("{prefix}-single-{}", k % 10),
+                &format!("u{k}"),
+                &pool[k % pool.len()],
+            )
+            .await?;
+            k += 1;
+        }
+        let single = k as f64 / t.elapsed().as_secs_f64();
+        emit(json!({
+            "bench": "pg_write_path", "mode": name, "units": n, "fill_s": fill_s,
+            "backlog": backlog, "indexed_s_after_fill": indexed_s, "append_unit_per_s": single,
+        }));
+        s.close().await;
     }
     Ok(())
 }
