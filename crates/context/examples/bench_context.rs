@@ -1,5 +1,7 @@
 //! Benchmark driver for `cargo xtask bench context` (release build). Prints one JSON object
 //! per measurement on stdout. Usage: `bench_context [--sizes 100000,1000000] [--runs 5]`.
+//! `bench_context --pg postgres://...` instead measures only the PostgreSQL write path
+//! (ad hoc: the xtask does not run it; give it an empty database).
 //!
 //! The history layout follows the Python baseline's `bench_store.py` (see
 //! `docs/benchmarks.md`): one "sparse" thread whose two
@@ -9,7 +11,9 @@
 
 use std::time::Instant;
 
-use agent_context::{ContextOptions, ContextStore, NewEvidence, NewUnit, StoreDurability};
+use agent_context::{
+    ContextOptions, ContextStore, DEFAULT_INDEX_TAIL_BYTES, NewEvidence, NewUnit, StoreDurability,
+};
 use serde_json::{Value, json};
 
 const WORDS: &[&str] = &[
@@ -112,9 +116,33 @@ async fn main() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
     let pool: Vec<Vec<Value>> = (0..2000).map(|i| unit(i, &mut rng)).collect();
+    if let Some(url) = arg("--pg") {
+        return postgres_write_path(&url, &pool).await;
+    }
 
     append_throughput(dir.path(), &pool, runs).await?;
     history(dir.path(), &pool, &sizes, runs).await?;
+    if let Some(&first) = sizes.first() {
+        fill_unbounded(dir.path(), &pool, first, runs).await?;
+    }
+    catch_up_then_search(
+        dir.path(),
+        &pool,
+        1000,
+        100,
+        DEFAULT_INDEX_TAIL_BYTES,
+        "catch_up_search",
+    )
+    .await?;
+    catch_up_then_search(
+        dir.path(),
+        &pool,
+        1000,
+        100,
+        0,
+        "catch_up_search_index_at_once",
+    )
+    .await?;
     consolidation(dir.path(), runs).await?;
     Ok(())
 }
@@ -147,9 +175,19 @@ async fn append_throughput(
     runs: usize,
 ) -> anyhow::Result<()> {
     let (mut mem, mut full, mut normal, mut batch) = (vec![], vec![], vec![], vec![]);
+    let mut mem_unbounded = vec![];
     for run in 0..runs {
         let s = ContextStore::open("sqlite::memory:").await?;
         mem.push(append_rate(&s, pool, 1.0).await?);
+        s.close().await;
+        // No tail bound: the index is left wholly to the background fold (which a
+        // back-to-back appender never lets run): the write path alone.
+        let s = ContextStore::open_with(
+            "sqlite::memory:",
+            ContextOptions::default().index_tail_bytes(u64::MAX),
+        )
+        .await?;
+        mem_unbounded.push(append_rate(&s, pool, 1.0).await?);
         s.close().await;
         let url = format!(
             "sqlite://{}",
@@ -192,6 +230,9 @@ async fn append_throughput(
         s.close().await;
     }
     emit(json!({"bench": "append_unit_memory", "median": median(mem), "unit": "units/s"}));
+    emit(
+        json!({"bench": "append_unit_memory_unbounded_tail", "median": median(mem_unbounded), "unit": "units/s"}),
+    );
     emit(json!({"bench": "append_unit_file_full", "median": median(full), "unit": "units/s"}));
     emit(json!({"bench": "append_unit_file_normal", "median": median(normal), "unit": "units/s"}));
     emit(
@@ -227,33 +268,14 @@ async fn history(
     let mut filled = 0usize;
     for &n in sizes {
         let t = Instant::now();
-        // Fill in blocks of 1000 (100 per busy thread per transaction), same round-robin layout.
-        while filled < n {
-            let block = (n - filled).min(1000);
-            let mut per_thread: Vec<Vec<NewUnit>> = vec![Vec::new(); 10];
-            for i in filled..filled + block {
-                let items = if i == 5 {
-                    vec![json!({"type": "message", "text": "E42 early hit"})]
-                } else {
-                    pool[i % pool.len()].clone()
-                };
-                let name = if i == 5 {
-                    "hit".to_string()
-                } else {
-                    format!("u{i}")
-                };
-                per_thread[i % 10].push(NewUnit { unit: name, items });
-            }
-            for (k, units) in per_thread.iter().enumerate() {
-                if !units.is_empty() {
-                    s.append_units(&format!("busy-{k}"), units).await?;
-                }
-            }
-            filled += block;
-        }
+        fill_blocks(&s, pool, filled, n).await?;
+        filled = n;
+        let fill_s = t.elapsed().as_secs_f64();
+        let backlog = s.index_backlog().await?;
         emit(
-            json!({"bench": "fill", "units": n, "seconds": t.elapsed().as_secs_f64(), "db_bytes": db_bytes(&dir.join("history.db"))}),
+            json!({"bench": "fill", "units": n, "seconds": fill_s, "db_bytes": db_bytes(&dir.join("history.db")), "backlog": backlog}),
         );
+        // The reads below run while the background fold works through `backlog`.
         let reps = runs * 20;
         let cases: &[(&str, &str, &str, usize)] = &[
             ("search_rare_1match", "busy-5", "E42", 5),
@@ -281,7 +303,97 @@ async fn history(
             .await?;
             emit(json!({"bench": name, "units": n, "p50_ms": ms}));
         }
+        let backlog_after = s.index_backlog().await?;
+        wait_indexed(&s).await?;
+        let indexed_s = t.elapsed().as_secs_f64() - fill_s;
+        emit(json!({
+            "bench": "fold_during_reads", "units": n, "backlog_before": backlog,
+            "backlog_after": backlog_after, "indexed_s_after_fill": indexed_s,
+        }));
     }
+    s.close().await;
+    Ok(())
+}
+
+/// Seconds until the background fold has indexed every unit (polled; the wait is the
+/// measurement, not a synchronisation).
+async fn wait_indexed(s: &ContextStore) -> anyhow::Result<f64> {
+    let t = Instant::now();
+    while s.index_backlog().await? > 0 {
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    Ok(t.elapsed().as_secs_f64())
+}
+
+/// Fill to `n` units with no tail bound (the index left wholly to the background fold),
+/// then a rare-term search while the fold runs, and the time until it is done.
+async fn fill_unbounded(
+    dir: &std::path::Path,
+    pool: &[Vec<Value>],
+    n: usize,
+    runs: usize,
+) -> anyhow::Result<()> {
+    let url = format!("sqlite://{}", dir.join("unbounded.db").display());
+    let s = ContextStore::open_with(
+        &url,
+        ContextOptions::default()
+            .durability(StoreDurability::Normal)
+            .index_tail_bytes(u64::MAX),
+    )
+    .await?;
+    let t = Instant::now();
+    fill_blocks(&s, pool, 0, n).await?;
+    let fill_s = t.elapsed().as_secs_f64();
+    let backlog = s.index_backlog().await?;
+    let miss_ms = latency(runs * 4, || async {
+        Ok(s.search("busy-5", "no-such-term", 5).await?.len())
+    })
+    .await?;
+    let indexed_s = wait_indexed(&s).await?;
+    emit(json!({
+        "bench": "fill_unbounded_tail", "units": n, "seconds": fill_s, "backlog": backlog,
+        "search_miss_during_fold_p50_ms": miss_ms, "indexed_s_after_fill": indexed_s,
+    }));
+    s.close().await;
+    Ok(())
+}
+
+/// A proxy of `runs search --all`'s first search, inside this crate: `threads` threads of
+/// `units` units each appended as a catch-up (one `append_units` per thread, on a durable
+/// file), then one search per thread. With `index_tail_bytes(0)` every append indexes at
+/// once, as before the deferred index.
+async fn catch_up_then_search(
+    dir: &std::path::Path,
+    pool: &[Vec<Value>],
+    threads: usize,
+    units: usize,
+    tail_bytes: u64,
+    name: &str,
+) -> anyhow::Result<()> {
+    let url = format!("sqlite://{}", dir.join(format!("{name}.db")).display());
+    let s = ContextStore::open_with(&url, ContextOptions::default().index_tail_bytes(tail_bytes))
+        .await?;
+    let t = Instant::now();
+    for th in 0..threads {
+        let batch: Vec<NewUnit> = (0..units)
+            .map(|k| NewUnit {
+                unit: format!("u{k}"),
+                items: pool[(th * units + k) % pool.len()].clone(),
+            })
+            .collect();
+        s.append_units(&format!("run-{th}"), &batch).await?;
+    }
+    let mut hits = 0;
+    for th in 0..threads {
+        hits += s
+            .search(&format!("run-{th}"), "no-such-term", 20)
+            .await?
+            .len();
+    }
+    emit(json!({
+        "bench": name, "threads": threads, "units_per_thread": units,
+        "seconds": t.elapsed().as_secs_f64(), "hits": hits,
+    }));
     s.close().await;
     Ok(())
 }
@@ -342,6 +454,91 @@ async fn consolidation(dir: &std::path::Path, runs: usize) -> anyhow::Result<()>
             "memory_rows": full.written,
             "first_full_s": full_s,
             "one_change_p50_ms": median(one),
+        }));
+        s.close().await;
+    }
+    Ok(())
+}
+
+/// Units `from..to` of the history layout, in blocks of 1000 (100 per busy thread per
+/// transaction), round robin.
+async fn fill_blocks(
+    s: &ContextStore,
+    pool: &[Vec<Value>],
+    from: usize,
+    to: usize,
+) -> anyhow::Result<()> {
+    let mut filled = from;
+    while filled < to {
+        let block = (to - filled).min(1000);
+        let mut per_thread: Vec<Vec<NewUnit>> = vec![Vec::new(); 10];
+        for i in filled..filled + block {
+            let items = if i == 5 {
+                vec![json!({"type": "message", "text": "E42 early hit"})]
+            } else {
+                pool[i % pool.len()].clone()
+            };
+            let name = if i == 5 {
+                "hit".to_string()
+            } else {
+                format!("u{i}")
+            };
+            per_thread[i % 10].push(NewUnit { unit: name, items });
+        }
+        for (k, units) in per_thread.iter().enumerate() {
+            if !units.is_empty() {
+                s.append_units(&format!("busy-{k}"), units).await?;
+            }
+        }
+        filled += block;
+    }
+    Ok(())
+}
+
+/// PostgreSQL: 20,000 units appended in batches of 100 to 10 threads, deferred (default
+/// bound, and no bound) vs indexed at once (`index_tail_bytes(0)`), and how long the
+/// background fold then takes; plus single appends for 2 s each way.
+async fn postgres_write_path(url: &str, pool: &[Vec<Value>]) -> anyhow::Result<()> {
+    for (name, bound) in [
+        ("deferred", DEFAULT_INDEX_TAIL_BYTES),
+        ("unbounded_tail", u64::MAX),
+        ("index_at_once", 0),
+    ] {
+        let s =
+            ContextStore::open_with(url, ContextOptions::default().index_tail_bytes(bound)).await?;
+        let prefix = format!("pg-{name}");
+        let n = 20_000usize;
+        let t = Instant::now();
+        let mut i = 0;
+        while i < n {
+            let units: Vec<NewUnit> = (i..i + 100)
+                .map(|k| NewUnit {
+                    unit: format!("u{k}"),
+                    items: pool[k % pool.len()].clone(),
+                })
+                .collect();
+            s.append_units(&format!("{prefix}-{}", (i / 100) % 10), &units)
+                .await?;
+            i += 100;
+        }
+        let fill_s = t.elapsed().as_secs_f64();
+        let backlog = s.index_backlog().await?;
+        let indexed_s = wait_indexed(&s).await?;
+        let t = Instant::now();
+        let mut k = 0usize;
+        while t.elapsed().as_secs_f64() < 2.0 {
+            s.append_unit(
+                &format!("{prefix}-single-{}", k % 10),
+                &format!("u{k}"),
+                &pool[k % pool.len()],
+            )
+            .await?;
+            k += 1;
+        }
+        let single = k as f64 / t.elapsed().as_secs_f64();
+        emit(json!({
+            "bench": "pg_write_path", "mode": name, "units": n, "fill_s": fill_s,
+            "backlog": backlog, "indexed_s_after_fill": indexed_s, "append_unit_per_s": single,
         }));
         s.close().await;
     }

@@ -6,7 +6,7 @@
 //! PostgreSQL (`postgres://...`). Every table is prefixed `context_`; the schema version
 //! lives in `context_schema`.
 //!
-//! Contracts (each is a test in `tests/conformance.rs`, run on both backends):
+//! Contracts (each is a test in `tests/all/`, run on both backends):
 //! - A unit keeps each tool call with its output: a unit whose calls and outputs do not
 //!   pair up by `call_id` is refused, naming the unpaired ids. Unit ids are unique per thread.
 //! - `window` = pinned goal + the last k units, in order, never splitting a unit;
@@ -14,6 +14,13 @@
 //! - `search` is a case-insensitive substring search within one thread, in thread order,
 //!   CJK included, served by a trigram index (SQLite FTS5 `trigram`; PostgreSQL `pg_trgm`
 //!   GIN). Terms under 3 characters fall back to a scan bounded to the thread.
+//! - The index is deferred, never the results: a unit acknowledged by `append_unit(s)` is
+//!   found by the next `search` and shown by the next `window`. Appends write the units
+//!   only; a fold moves each thread's oldest un-indexed units into the index in batches
+//!   (in the background when the store is idle, or in the append when the thread's
+//!   un-indexed tail outgrows [`ContextOptions::index_tail_bytes`]), and a search scans
+//!   that tail after the index. A fold is one transaction with the thread's watermark, so
+//!   a crash loses and duplicates nothing (`tests/all/crash.rs` kills a process mid-fold).
 //! - Memory: per (project, key), the confirmed, unrevoked evidence with the latest
 //!   `observed` (ties: greatest source) wins, source kept as provenance. `consolidate` is
 //!   atomic and recomputes only the pairs whose evidence changed since the last run.
@@ -26,7 +33,8 @@
 //! Costs (SQLite): a unit id packs (thread, position), so a window is a primary-key range
 //! scan, O(log n + k), and a search first tests the thread's first few units directly (a
 //! common term is answered there), then walks the trigram index restricted to the rest of
-//! the thread's id range in order, stopping at `limit`. Writes are one transaction each on
+//! the thread's id range in order, stopping at `limit`, then scans the un-indexed tail
+//! (bounded per thread in bytes, see above). Writes are one transaction each on
 //! a writer thread; short reads run on the caller's thread (see `backend/sqlite/worker.rs`).
 //! Input limits are in [`limits`].
 //!
@@ -71,6 +79,6 @@ mod unit;
 
 pub use error::{ContextError, DatabaseError, DatabaseErrorKind, MAX_FUTURE_SKEW_SECS, Result};
 pub use memory::{Consolidation, Evidence, MemoryEntry, NewEvidence, Revocation};
-pub use options::{ContextOptions, StoreDurability};
+pub use options::{ContextOptions, DEFAULT_INDEX_TAIL_BYTES, StoreDurability};
 pub use store::{BackendKind, ContextStore, ThreadInfo};
 pub use unit::{CALL_OUTPUT_TYPES, NewUnit, Unit, UnitsAppended, Window, fold};

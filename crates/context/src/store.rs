@@ -206,7 +206,10 @@ impl ContextStore {
     /// touches the index (a common term's posting lists are long; its first hits are
     /// near). Shorter terms, which no trigram index can serve, are answered by scanning only
     /// this thread's units through the thread's key range, stopping at `limit` hits, so
-    /// they cost O(units of the thread), never O(store).
+    /// they cost O(units of the thread), never O(store). Units the index does not hold
+    /// yet (see [`index_backlog`](Self::index_backlog)) are scanned after it, so every
+    /// acknowledged unit is found; that scan is bounded by
+    /// [`ContextOptions::index_tail_bytes`] per thread.
     ///
     /// # Cancel safety
     ///
@@ -225,6 +228,46 @@ impl ContextStore {
     /// Cancel safe: it only reads. As for [`window`](Self::window).
     pub async fn threads(&self) -> Result<Vec<ThreadInfo>> {
         on_backend!(&self.backend, b => b.threads().await)
+    }
+
+    /// How many units, over all threads, are not in the trigram index yet.
+    ///
+    /// Appends do not index: a fold brings units into the index later, in batches, when
+    /// the store is idle (or at once for a thread whose un-indexed tail outgrew
+    /// [`ContextOptions::index_tail_bytes`]). Until then a search scans them, so they are
+    /// found all the same: this number is about cost, never about results. On SQLite the
+    /// fold runs on the writer thread of the process that appended; on PostgreSQL on a task
+    /// of that store. A tail left by a process that stopped is folded by the next store
+    /// opened on the database (or by the next append over the bound).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads. As for [`window`](Self::window).
+    pub async fn index_backlog(&self) -> Result<u64> {
+        on_backend!(&self.backend, b => b.index_backlog().await)
+    }
+
+    /// Test seam (feature `test-hooks`, not for products): stops (`true`) or resumes the
+    /// background fold of the index. Appends over the tail bound still fold.
+    ///
+    /// # Cancel safety
+    ///
+    /// The flag is set at the first poll.
+    #[cfg(feature = "test-hooks")]
+    pub async fn pause_index_fold(&self, paused: bool) -> Result<()> {
+        on_backend!(&self.backend, b => b.pause_fold(paused).await)
+    }
+
+    /// Test seam (feature `test-hooks`, not for products): one fold transaction of at most
+    /// `max_units` units of one thread, paused or not; returns how many it indexed (0:
+    /// nothing left).
+    ///
+    /// # Cancel safety
+    ///
+    /// The fold is done whole or not at all.
+    #[cfg(feature = "test-hooks")]
+    pub async fn fold_index_step(&self, max_units: u64) -> Result<u64> {
+        on_backend!(&self.backend, b => b.fold_step(max_units.max(1)).await)
     }
 
     /// Record evidence. Its source must be new ([`ContextError::DuplicateSource`] otherwise)

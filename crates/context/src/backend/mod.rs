@@ -43,6 +43,18 @@ pub(crate) trait UnitStore {
 
     /// Every thread with its unit count, by name.
     async fn threads(&self) -> Result<Vec<ThreadInfo>>;
+
+    /// How many units (all threads) are not in the trigram index yet.
+    async fn index_backlog(&self) -> Result<u64>;
+
+    /// Test seam: stops (`true`) or resumes the background fold of the index.
+    #[cfg(feature = "test-hooks")]
+    async fn pause_fold(&self, paused: bool) -> Result<()>;
+
+    /// Test seam: one fold transaction of at most `max_units` units of one thread; returns
+    /// how many it indexed (0: nothing left).
+    #[cfg(feature = "test-hooks")]
+    async fn fold_step(&self, max_units: u64) -> Result<u64>;
 }
 
 /// Evidence and the memory consolidated from it.

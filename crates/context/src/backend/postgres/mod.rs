@@ -4,11 +4,13 @@
 //!
 //! One file per domain, mirroring the SQLite backend: `units`, `memory`, `schema`.
 
+mod index;
 mod memory;
 mod schema;
 mod units;
 
 use std::str::FromStr as _;
+use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::Connection as _;
@@ -18,10 +20,13 @@ use crate::backend::StoreBackend;
 use crate::error::Result;
 use crate::options::ContextOptions;
 
-/// A PostgreSQL store: its connection pool.
+/// A PostgreSQL store: its connection pool and its index fold task.
 #[derive(Clone)]
 pub(crate) struct PgBackend {
     pool: PgPool,
+    fold: Arc<index::Folder>,
+    /// [`ContextOptions::index_tail_bytes`].
+    tail_bound: i64,
 }
 
 /// How long opening waits for the server.
@@ -43,9 +48,12 @@ impl PgBackend {
             .acquire_timeout(CONNECT_TIMEOUT)
             .connect_with(connect)
             .await?;
-        let backend = PgBackend { pool };
-        schema::migrate(&backend.pool).await?;
-        Ok(backend)
+        schema::migrate(&pool).await?;
+        Ok(PgBackend {
+            fold: Arc::new(index::Folder::start(pool.clone())),
+            pool,
+            tail_bound: i64::try_from(options.index_tail_bytes).unwrap_or(i64::MAX),
+        })
     }
 }
 

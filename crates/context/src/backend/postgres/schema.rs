@@ -6,10 +6,16 @@ use sqlx::PgPool;
 
 use crate::error::Result;
 
-const SCHEMA: &agent_schema::Steps = &[(
-    1,
-    include_str!("../../../migrations/postgres/0001_context.sql"),
-)];
+const SCHEMA: &agent_schema::Steps = &[
+    (
+        1,
+        include_str!("../../../migrations/postgres/0001_context.sql"),
+    ),
+    (
+        2,
+        include_str!("../../../migrations/postgres/0002_deferred_index.sql"),
+    ),
+];
 /// Advisory lock key serialising schema migrations of this crate.
 const MIGRATION_LOCK: i64 = 0x0c0e_7e47;
 

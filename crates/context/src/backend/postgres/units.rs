@@ -1,10 +1,10 @@
-//! History units on PostgreSQL: `(thread_id, seq)` keys, a `pg_trgm` GIN index on the
-//! folded text for search.
+//! History units on PostgreSQL: `(thread_id, seq)` keys; search through the deferred
+//! `pg_trgm` index of [`super::index`] plus a scan of the units not folded yet.
 
 use sqlx::Row as _;
 use sqlx::postgres::PgRow;
 
-use super::{PgBackend, row_placeholders};
+use super::{PgBackend, index, row_placeholders};
 use crate::backend::UnitStore;
 use crate::error::{ContextError, Result, is_unique_violation};
 use crate::store::ThreadInfo;
@@ -15,21 +15,32 @@ const INSERT_CHUNK: usize = 1000;
 
 impl UnitStore for PgBackend {
     /// Append `units` to `thread` in one transaction: one upsert reserves the positions
-    /// (and row-locks the thread, serialising its appenders), multi-row inserts write them.
+    /// (and row-locks the thread, serialising its appenders and folders) and adds their
+    /// sizes to the thread's un-indexed tail, multi-row inserts write them. The index is not
+    /// touched unless the tail is now above the store's bound: then the whole tail is folded
+    /// in this same transaction.
     async fn append(&self, thread: &str, units: Vec<Prepared>) -> Result<u64> {
         let count = i64::try_from(units.len()).unwrap_or(i64::MAX);
+        let bytes: i64 = units
+            .iter()
+            .map(|u| i64::try_from(u.body.len()).unwrap_or(i64::MAX))
+            .fold(0, i64::saturating_add);
         let mut tx = self.pool.begin().await?;
         let row = sqlx::query(
-            "INSERT INTO context_threads (thread, last_seq) VALUES ($1, $2) \
-             ON CONFLICT (thread) DO UPDATE SET last_seq = context_threads.last_seq + $2 \
-             RETURNING id, last_seq",
+            "INSERT INTO context_threads (thread, last_seq, tail_bytes) VALUES ($1, $2, $3) \
+             ON CONFLICT (thread) DO UPDATE SET last_seq = context_threads.last_seq + $2, \
+             tail_bytes = context_threads.tail_bytes + $3 \
+             RETURNING id, last_seq, indexed_seq, tail_bytes",
         )
         .bind(thread)
         .bind(count)
+        .bind(bytes)
         .fetch_one(&mut *tx)
         .await?;
         let thread_id: i64 = row.try_get(0)?;
         let last: i64 = row.try_get(1)?;
+        let indexed: i64 = row.try_get(2)?;
+        let tail: i64 = row.try_get(3)?;
         let first = last - count + 1;
         for (chunk_no, chunk) in units.chunks(INSERT_CHUNK).enumerate() {
             let mut sql = String::from(
@@ -61,7 +72,14 @@ impl UnitStore for PgBackend {
                 Err(err) => return Err(err.into()),
             }
         }
+        let over_bound = tail > self.tail_bound;
+        if over_bound {
+            index::fold_range(&mut tx, thread_id, indexed, last, tail).await?;
+        }
         tx.commit().await?;
+        if !over_bound {
+            self.fold.appended();
+        }
         Ok(u64::try_from(last).unwrap_or_default())
     }
 
@@ -106,15 +124,27 @@ impl UnitStore for PgBackend {
     async fn search(&self, thread: &str, plan: &TermPlan, limit: usize) -> Result<Vec<Unit>> {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         let rows = match plan {
+            // One statement, so one snapshot: the index below the watermark, then a scan of
+            // the tail above it.
             TermPlan::Indexed(term) => {
                 sqlx::query(
-                    "SELECT u.seq, u.unit, u.body FROM context_units u \
-                     JOIN context_threads t ON t.id = u.thread_id \
-                     WHERE t.thread = $1 AND u.folded LIKE $2 \
-                     ORDER BY u.seq LIMIT $3",
+                    "WITH t AS (SELECT id, indexed_seq FROM context_threads WHERE thread = $1) \
+                     SELECT seq, unit, body FROM ( \
+                       (SELECT u.seq, u.unit, u.body FROM t \
+                        JOIN context_units_trgm i ON i.thread_id = t.id \
+                        JOIN context_units u ON u.thread_id = i.thread_id AND u.seq = i.seq \
+                        WHERE i.seq <= t.indexed_seq AND i.folded LIKE $2 \
+                        ORDER BY i.seq LIMIT $4) \
+                       UNION ALL \
+                       (SELECT u.seq, u.unit, u.body FROM t \
+                        JOIN context_units u ON u.thread_id = t.id \
+                        WHERE u.seq > t.indexed_seq AND strpos(u.folded, $3) > 0 \
+                        ORDER BY u.seq LIMIT $4)) hits \
+                     ORDER BY seq LIMIT $4",
                 )
                 .bind(thread)
                 .bind(format!("%{}%", escape_like(term)))
+                .bind(term)
                 .bind(limit)
                 .fetch_all(&self.pool)
                 .await?
@@ -148,6 +178,22 @@ impl UnitStore for PgBackend {
                 })
             })
             .collect()
+    }
+
+    async fn index_backlog(&self) -> Result<u64> {
+        index::backlog(&self.pool).await
+    }
+
+    #[cfg(feature = "test-hooks")]
+    async fn pause_fold(&self, paused: bool) -> Result<()> {
+        self.fold.set_paused(paused);
+        Ok(())
+    }
+
+    #[cfg(feature = "test-hooks")]
+    async fn fold_step(&self, max_units: u64) -> Result<u64> {
+        let max_units = i64::try_from(max_units).unwrap_or(i64::MAX);
+        index::fold_batch(&self.pool, i64::MAX, max_units).await
     }
 }
 

@@ -4,6 +4,7 @@
 use rusqlite::{Connection, OptionalExtension as _, TransactionBehavior, params};
 
 use super::SqliteBackend;
+use super::relaxed::with_relaxed_sync;
 use crate::backend::MemoryStore;
 use crate::error::{ContextError, Result, is_sqlite_unique_violation};
 use crate::memory::{Consolidation, Evidence, MemoryEntry, NewEvidence, Revocation, needs_refresh};
@@ -98,26 +99,13 @@ impl MemoryStore for SqliteBackend {
             .await
     }
 
-    /// One transaction whose commit does not wait for the disk (`synchronous=NORMAL` for
-    /// this commit only, whatever the store's durability): memory is derived data, and the
-    /// dirty set is cleared in the same transaction, so a consolidation lost to a power cut
-    /// comes back whole as pending work. The WAL is sequential, so the next durable commit
-    /// makes it durable too. This turns the cost of a one-change consolidation from one
-    /// fsync (0.25 to 4 ms measured on this machine) into CPU time.
+    /// One transaction whose commit does not wait for the disk (see
+    /// [`with_relaxed_sync`]): memory is derived data, and the dirty set is cleared in the
+    /// same transaction, so a consolidation lost to a power cut comes back whole as pending
+    /// work. This turns the cost of a one-change consolidation from one fsync into CPU time.
     async fn consolidate(&self) -> Result<Consolidation> {
         self.db
-            .write(|conn| {
-                let synchronous: i64 = conn.query_row("PRAGMA synchronous", [], |r| r.get(0))?;
-                let relax = synchronous > SYNCHRONOUS_NORMAL;
-                if relax {
-                    conn.pragma_update(None, "synchronous", SYNCHRONOUS_NORMAL)?;
-                }
-                let result = consolidate_tx(conn);
-                if relax {
-                    conn.pragma_update(None, "synchronous", synchronous)?;
-                }
-                result
-            })
+            .write(|conn| with_relaxed_sync(conn, consolidate_tx))
             .await
     }
 
@@ -182,9 +170,6 @@ impl MemoryStore for SqliteBackend {
             .await
     }
 }
-
-/// `PRAGMA synchronous` value of NORMAL.
-const SYNCHRONOUS_NORMAL: i64 = 1;
 
 fn consolidate_tx(conn: &mut Connection) -> Result<Consolidation> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;

@@ -7,7 +7,9 @@
 //! windows, search), `memory` (evidence and consolidated memory), `schema` (the versioned
 //! migration).
 
+mod index;
 mod memory;
+mod relaxed;
 mod schema;
 mod units;
 mod url;
@@ -20,26 +22,42 @@ use crate::backend::StoreBackend;
 use crate::error::Result;
 use crate::options::ContextOptions;
 
+use index::{FoldSignal, Folder};
 use worker::Db;
 
 /// thread name -> thread id; ids are never reused or changed, so entries stay valid.
 type ThreadIds = Arc<Mutex<HashMap<String, i64>>>;
 
-/// A SQLite store: the writer thread and read pool, and the thread ids seen so far.
+/// A SQLite store: the writer thread and read pool, the thread ids seen so far, and the
+/// background fold's signal.
 #[derive(Clone)]
 pub(crate) struct SqliteBackend {
     db: Arc<Db>,
     threads: ThreadIds,
+    fold: Arc<FoldSignal>,
+    /// [`ContextOptions::index_tail_bytes`].
+    tail_bound: u64,
 }
 
 impl SqliteBackend {
     pub(crate) async fn open(url: &str, options: &ContextOptions) -> Result<Self> {
         let target = url::parse(url)?;
-        let db = Db::open(&target, options).await?;
+        let read_only = matches!(
+            target,
+            url::Target::File {
+                read_only: true,
+                ..
+            }
+        );
+        // A file may hold a tail left by a process that stopped before folding it.
+        let fold = FoldSignal::new(!read_only);
+        let db = Db::open(&target, options, Box::new(Folder::new(fold.clone()))).await?;
         db.write(schema::migrate).await?;
         Ok(SqliteBackend {
             db,
             threads: Arc::new(Mutex::new(HashMap::new())),
+            fold,
+            tail_bound: options.index_tail_bytes,
         })
     }
 }

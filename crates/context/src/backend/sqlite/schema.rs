@@ -6,10 +6,16 @@ use rusqlite::{Connection, TransactionBehavior, params};
 
 use crate::error::{ContextError, Result};
 
-const SCHEMA: &agent_schema::Steps = &[(
-    1,
-    include_str!("../../../migrations/sqlite/0001_context.sql"),
-)];
+const SCHEMA: &agent_schema::Steps = &[
+    (
+        1,
+        include_str!("../../../migrations/sqlite/0001_context.sql"),
+    ),
+    (
+        2,
+        include_str!("../../../migrations/sqlite/0002_deferred_index.sql"),
+    ),
+];
 
 /// Applies the steps not yet recorded, in one immediate transaction (several processes may
 /// open the same file at once): a step that fails leaves the database as it was.

@@ -1,16 +1,18 @@
 //! History units on SQLite: a unit id packs (thread id, position), so a thread's units are
-//! one primary-key range and a window is a range scan.
+//! one primary-key range and a window is a range scan. Appends do not touch the trigram
+//! index; [`super::index`] folds units into it later, and a search covers the units not
+//! folded yet by scanning them.
 
 use rusqlite::{Connection, OptionalExtension as _, Row, TransactionBehavior, params};
 
-use super::{SqliteBackend, ThreadIds};
+use super::{SqliteBackend, ThreadIds, index};
 use crate::backend::UnitStore;
 use crate::error::{ContextError, Result, is_sqlite_unique_violation};
 use crate::store::ThreadInfo;
 use crate::unit::{Prepared, TermPlan, Unit, decode};
 
 /// Positions live in the low 32 bits of a unit id, the thread id in the high bits.
-const SEQ_BITS: u32 = 32;
+pub(super) const SEQ_BITS: u32 = 32;
 const MAX_SEQ: i64 = (1 << SEQ_BITS) - 1;
 const MAX_THREAD_ID: i64 = (1 << 31) - 1;
 
@@ -24,22 +26,33 @@ const SEARCH_PREFIX_MIN: i64 = 16;
 const SEARCH_PREFIX_MAX: i64 = 256;
 
 impl UnitStore for SqliteBackend {
-    /// Append `units` to `thread` in one transaction: one upsert reserves the positions,
-    /// then one multi-row INSERT per chunk (a trigger feeds the FTS index).
+    /// Append `units` to `thread` in one transaction: one upsert reserves the positions
+    /// and adds their sizes to the thread's un-indexed tail, then one multi-row INSERT per
+    /// chunk writes them. The trigram index is not touched, unless the tail is now above
+    /// the store's bound: then the whole tail is folded in this same transaction (the
+    /// write path pays for the index only for threads that outgrow the bound).
     async fn append(&self, thread: &str, units: Vec<Prepared>) -> Result<u64> {
         let thread = thread.to_string();
         let threads = self.threads.clone();
+        let fold = self.fold.clone();
+        let tail_bound = self.tail_bound;
         self.db
             .write(move |conn| {
                 let count = i64::try_from(units.len()).unwrap_or(i64::MAX);
+                let bytes: u64 = units.iter().map(|u| u.body.len() as u64).sum();
                 let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-                let (thread_id, last): (i64, i64) = tx
+                let (thread_id, last, indexed, tail): (i64, i64, i64, i64) = tx
                     .prepare_cached(
-                        "INSERT INTO context_threads (thread, last_seq) VALUES (?1, ?2) \
-                         ON CONFLICT (thread) DO UPDATE SET last_seq = last_seq + ?2 \
-                         RETURNING id, last_seq",
+                        "INSERT INTO context_threads (thread, last_seq, tail_bytes) \
+                         VALUES (?1, ?2, ?3) \
+                         ON CONFLICT (thread) DO UPDATE SET last_seq = last_seq + ?2, \
+                         tail_bytes = tail_bytes + ?3 \
+                         RETURNING id, last_seq, indexed_seq, tail_bytes",
                     )?
-                    .query_row(params![thread, count], |r| Ok((r.get(0)?, r.get(1)?)))?;
+                    .query_row(
+                        params![thread, count, i64::try_from(bytes).unwrap_or(i64::MAX)],
+                        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+                    )?;
                 if thread_id > MAX_THREAD_ID {
                     return Err(ContextError::TooManyThreads);
                 }
@@ -57,7 +70,15 @@ impl UnitStore for SqliteBackend {
                         Err(err) => return Err(err.into()),
                     }
                 }
+                let tail = u64::try_from(tail).unwrap_or_default();
+                let over_bound = tail > tail_bound;
+                if over_bound {
+                    index::fold_range(&tx, thread_id, indexed, last, tail)?;
+                }
                 tx.commit()?;
+                if !over_bound {
+                    fold.set_pending();
+                }
                 if let Ok(mut map) = threads.lock() {
                     map.entry(thread).or_insert(thread_id);
                 }
@@ -111,10 +132,14 @@ impl UnitStore for SqliteBackend {
 
     /// Indexed terms: first a direct test of the thread's first few units (see
     /// [`SEARCH_PREFIX_PER_HIT`]), then (when that gave fewer than `limit` hits) the
-    /// trigram index over the positions after them. Short terms: a scan of the thread's id
-    /// range that stops at `limit` hits. Every path tests the same thing,
-    /// `instr(folded, term) > 0`, which is what the trigram index answers for a phrase of 3
-    /// or more characters.
+    /// trigram index over the folded positions after them, then a scan of the units not
+    /// folded yet (the tail, at most the store's bound in bytes unless a fold is paused or
+    /// failing). Short terms: a scan of the thread's id range that stops at `limit` hits.
+    /// Every path tests the same thing, `instr(folded, term) > 0`, which is what the
+    /// trigram index answers for a phrase of 3 or more characters; the three ranges follow
+    /// each other, so hits come in thread order. The watermark is read once and only grows
+    /// (see [`super::index`]): a fold committing during the search moves units from the
+    /// tail into the index, and both still hold them.
     async fn search(&self, thread: &str, plan: &TermPlan, limit: usize) -> Result<Vec<Unit>> {
         let thread = thread.to_string();
         let threads = self.threads.clone();
@@ -136,34 +161,41 @@ impl UnitStore for SqliteBackend {
                 } else {
                     hi
                 };
-                let mut scan = conn.prepare_cached(
-                    "SELECT id, unit, body FROM context_units \
-                     WHERE id > ?1 AND id < ?2 AND instr(folded, ?3) > 0 \
-                     ORDER BY id",
-                )?;
-                let mut units = collect_units(scan.query(params![lo, scan_end, term])?, limit)?;
+                let mut units = scan(conn, lo, scan_end, &term, limit)?;
                 if !indexed || units.len() >= limit {
                     return Ok(units);
                 }
-                let last: i64 = conn
-                    .prepare_cached("SELECT last_seq FROM context_threads WHERE id = ?1")?
-                    .query_row(params![lo >> SEQ_BITS], |r| r.get(0))?;
+                let (last, folded): (i64, i64) = conn
+                    .prepare_cached(
+                        "SELECT last_seq, indexed_seq FROM context_threads WHERE id = ?1",
+                    )?
+                    .query_row(params![lo >> SEQ_BITS], |r| Ok((r.get(0)?, r.get(1)?)))?;
                 if lo + last < scan_end {
                     return Ok(units);
                 }
-                let phrase = format!("\"{}\"", term.replace('"', "\"\""));
-                // The index walks its matches in rowid order, lazily: reading stops at `limit`.
-                let mut index = conn.prepare_cached(
-                    "SELECT u.id, u.unit, u.body \
-                     FROM context_units_fts f CROSS JOIN context_units u ON u.id = f.rowid \
-                     WHERE context_units_fts MATCH ?1 AND f.rowid >= ?2 AND f.rowid < ?3 \
-                     ORDER BY f.rowid",
-                )?;
-                let rest = limit - units.len();
-                units.extend(collect_units(
-                    index.query(params![phrase, scan_end, hi])?,
-                    rest,
-                )?);
+                // Index: positions [scan_end, folded]; tail: positions after both.
+                let index_end = lo + folded + 1;
+                if index_end > scan_end {
+                    let phrase = format!("\"{}\"", term.replace('"', "\"\""));
+                    // The index walks its matches in rowid order, lazily: reading stops at
+                    // `limit`.
+                    let mut index = conn.prepare_cached(
+                        "SELECT u.id, u.unit, u.body \
+                         FROM context_units_fts f CROSS JOIN context_units u ON u.id = f.rowid \
+                         WHERE context_units_fts MATCH ?1 AND f.rowid >= ?2 AND f.rowid < ?3 \
+                         ORDER BY f.rowid",
+                    )?;
+                    let rest = limit - units.len();
+                    units.extend(collect_units(
+                        index.query(params![phrase, scan_end, index_end])?,
+                        rest,
+                    )?);
+                }
+                if units.len() < limit {
+                    let tail_from = index_end.max(scan_end) - 1;
+                    let rest = limit - units.len();
+                    units.extend(scan(conn, tail_from, hi, &term, rest)?);
+                }
                 Ok(units)
             })
             .await
@@ -185,13 +217,39 @@ impl UnitStore for SqliteBackend {
             })
             .await
     }
+
+    async fn index_backlog(&self) -> Result<u64> {
+        self.db.read(index::backlog).await
+    }
+
+    #[cfg(feature = "test-hooks")]
+    async fn pause_fold(&self, paused: bool) -> Result<()> {
+        self.fold.set_paused(paused);
+        self.db.wake().await
+    }
+
+    #[cfg(feature = "test-hooks")]
+    async fn fold_step(&self, max_units: u64) -> Result<u64> {
+        self.db
+            .write(move |conn| index::fold_batch(conn, u64::MAX, max_units))
+            .await
+    }
+}
+
+/// Units of ids in `(from, to)` whose folded text contains `term`, in order, at most `max`.
+fn scan(conn: &Connection, from: i64, to: i64, term: &str, max: usize) -> Result<Vec<Unit>> {
+    let mut scan = conn.prepare_cached(
+        "SELECT id, unit, body FROM context_units \
+         WHERE id > ?1 AND id < ?2 AND instr(folded, ?3) > 0 \
+         ORDER BY id",
+    )?;
+    collect_units(scan.query(params![from, to, term])?, max)
 }
 
 /// Units per multi-row INSERT (5 binds each, under SQLite's 32766 bind limit).
 ///
-/// One statement per chunk, not one per unit: every statement inside a transaction opens a
-/// savepoint, and FTS5 writes its pending index data out as a new segment at each
-/// savepoint, so per-unit statements would cost one index segment (and its merges) per unit.
+/// One statement per chunk, not one per unit: fewer statements to step, and (when the
+/// append folds) FTS5 writes its pending index data out as a new segment per statement.
 const INSERT_CHUNK: usize = 500;
 
 /// Insert `units` at positions `first..` of the thread, in one statement.

@@ -14,9 +14,13 @@
 //! - A `:memory:` database exists only inside its one connection: the writer's connection
 //!   sits behind a mutex that reads take when it is free; otherwise (a write running, or
 //!   the budget exceeded) the read is queued on the writer thread.
+//! - Idle work ([`IdleWork`], the background index fold): when it wants to run, the writer
+//!   thread runs one step of it each time no job has arrived for its delay, so jobs sent
+//!   back to back never wait for it; a job arriving during a step waits for that step only.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::RecvTimeoutError;
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
@@ -28,6 +32,16 @@ use crate::error::{ContextError, DatabaseErrorKind, Result};
 use crate::options::{ContextOptions, StoreDurability};
 
 type Job = Box<dyn FnOnce(&mut Connection) + Send>;
+
+/// Work the writer thread does when it has no job, one bounded step at a time.
+pub(crate) trait IdleWork: Send {
+    /// Whether there is work to do now.
+    fn wanted(&self) -> bool;
+    /// How long the writer must have been without a job before a step runs.
+    fn delay(&self) -> Duration;
+    /// One step; keeps [`wanted`](Self::wanted) up to date.
+    fn step(&mut self, conn: &mut Connection);
+}
 type Shared = Arc<Mutex<Option<Connection>>>;
 
 /// Statements kept prepared per connection (the backend uses about twenty).
@@ -56,8 +70,13 @@ struct ReadPool {
 }
 
 impl Db {
-    /// Open the write connection and start the writer thread.
-    pub(crate) async fn open(target: &Target, options: &ContextOptions) -> Result<Arc<Db>> {
+    /// Open the write connection and start the writer thread, which runs `idle` when it has
+    /// no job.
+    pub(crate) async fn open(
+        target: &Target,
+        options: &ContextOptions,
+        mut idle: Box<dyn IdleWork>,
+    ) -> Result<Arc<Db>> {
         let (opened_tx, opened_rx) = oneshot::channel();
         let (exit_tx, exit_rx) = oneshot::channel();
         let (jobs_tx, jobs_rx) = mpsc::channel::<Job>();
@@ -80,13 +99,29 @@ impl Db {
                         return;
                     }
                 }
-                while let Ok(job) = jobs_rx.recv() {
+                loop {
+                    let job = if idle.wanted() {
+                        match jobs_rx.recv_timeout(idle.delay()) {
+                            Ok(job) => Some(job),
+                            Err(RecvTimeoutError::Timeout) => None,
+                            Err(RecvTimeoutError::Disconnected) => break,
+                        }
+                    } else {
+                        match jobs_rx.recv() {
+                            Ok(job) => Some(job),
+                            Err(_) => break,
+                        }
+                    };
                     let Ok(mut slot) = thread_writer.lock() else {
                         break;
                     };
                     // A job for a closed store is dropped: its caller sees `Closed`.
-                    if let Some(conn) = slot.as_mut() {
-                        job(conn);
+                    let Some(conn) = slot.as_mut() else {
+                        continue;
+                    };
+                    match job {
+                        Some(job) => job(conn),
+                        None => idle.step(conn),
                     }
                 }
                 let _ = exit_tx.send(());
@@ -129,6 +164,12 @@ impl Db {
             sender.send(job).map_err(|_| ContextError::Closed)?;
         }
         reply_rx.await.map_err(|_| ContextError::Closed)?
+    }
+
+    /// Wake the writer thread so that it looks at its idle work again.
+    #[cfg(feature = "test-hooks")]
+    pub(crate) async fn wake(&self) -> Result<()> {
+        self.write(|_| Ok(())).await
     }
 
     /// Run the read `job` (see the module docs for where). It may run twice: once cut short

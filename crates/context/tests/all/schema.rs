@@ -1,4 +1,3 @@
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests may unwrap
 //! A SQLite file whose tables clash with the context schema: a one-line typed error, and
 //! nothing of the schema left behind.
 

@@ -11,8 +11,6 @@
 //!    piece of its text (any case) finds it.
 //! 3. `fold` does not amplify: its output is at most 3 times its input.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests may unwrap
-
 use std::collections::BTreeSet;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -1,12 +1,8 @@
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 //! One conformance suite, run against SQLite (a temp file, plus `sqlite::memory:` where it
 //! matters) and PostgreSQL (a fresh database per test; needs `AGENTCTL_TEST_PG_URL`).
 //! Includes the two storage tests of the Python demo this crate grew from
 //! (`test_window_keeps_pairs_and_archive`, `test_memory_provenance_revocation_and_scope`)
 //! and a test for every error.
-
-#[macro_use]
-mod common;
 
 use agent_context::{ContextError, ContextStore, NewEvidence, NewUnit, limits};
 use serde_json::{Value, json};

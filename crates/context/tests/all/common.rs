@@ -1,7 +1,6 @@
 //! Backends for the conformance suite (test code: unwrap and panic are fine here).
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use agent_context::ContextStore;
+use agent_context::{ContextOptions, ContextStore};
 
 pub struct Sqlite {
     pub store: ContextStore,
@@ -9,10 +8,15 @@ pub struct Sqlite {
 }
 
 pub async fn sqlite() -> Sqlite {
+    sqlite_with(ContextOptions::default()).await
+}
+
+/// A store on a fresh SQLite file, opened with `options`.
+pub async fn sqlite_with(options: ContextOptions) -> Sqlite {
     let dir = tempfile::tempdir().unwrap();
     let url = format!("sqlite://{}", dir.path().join("context.db").display());
     Sqlite {
-        store: ContextStore::open(&url).await.unwrap(),
+        store: ContextStore::open_with(&url, options).await.unwrap(),
         _dir: dir,
     }
 }
@@ -25,9 +29,14 @@ pub struct Pg {
 /// A store on a fresh PostgreSQL database, or `None` (with the SKIPPED line) when
 /// `AGENTCTL_TEST_PG_URL` is unset outside CI.
 pub async fn pg() -> Option<Pg> {
+    pg_with(ContextOptions::default()).await
+}
+
+/// [`pg`] opened with `options`.
+pub async fn pg_with(options: ContextOptions) -> Option<Pg> {
     let db = agent_testkit::fresh_pg_database("ctx_test").await?;
     Some(Pg {
-        store: ContextStore::open(db.url()).await.unwrap(),
+        store: ContextStore::open_with(db.url(), options).await.unwrap(),
         db,
     })
 }

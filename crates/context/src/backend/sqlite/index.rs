@@ -1,0 +1,187 @@
+//! The deferred trigram index on SQLite.
+//!
+//! An append writes `context_units` only. The FTS5 trigram index (`context_units_fts`)
+//! is brought up to date by a *fold*: one transaction that copies a thread's oldest
+//! un-indexed units into the index and advances the thread's `indexed_seq` watermark.
+//!
+//! Invariants (schema v2, `migrations/sqlite/0002_deferred_index.sql`):
+//! - a thread's units with position `<= indexed_seq` are in the index exactly once, the
+//!   others not at all: a fold inserts a range and moves the watermark past it in the same
+//!   transaction, so a crash (even `kill -9`) keeps both or neither;
+//! - `indexed_seq` only grows, so a reader that read it once may query the index below it
+//!   and scan the base table above it in later statements without missing a unit;
+//! - `tail_bytes` = the sum of the stored sizes of the units above the watermark.
+//!
+//! Who folds: the writer thread when it has been idle for [`IDLE_DELAY`] (batches of
+//! [`FOLD_BATCH_BYTES`], see [`Folder`]), and an append that leaves its thread's tail above
+//! the store's bound (the whole tail, in the append's own transaction).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use rusqlite::{Connection, OptionalExtension as _, TransactionBehavior, params};
+
+use super::relaxed::with_relaxed_sync;
+use super::units::SEQ_BITS;
+use super::worker::IdleWork;
+use crate::error::Result;
+
+/// How long the writer thread waits with no job before it folds: a caller appending back
+/// to back never waits for a background fold.
+pub(super) const IDLE_DELAY: Duration = Duration::from_millis(5);
+
+/// Stored bytes one background fold transaction takes (at least one unit): about 180
+/// units of 700 bytes, tens of milliseconds, the longest a write queued behind it waits.
+pub(super) const FOLD_BATCH_BYTES: u64 = 128 << 10;
+
+/// Whether background fold work is waiting, and whether folding is paused (a test seam).
+#[derive(Debug, Default)]
+pub(super) struct FoldSignal {
+    pending: AtomicBool,
+    paused: AtomicBool,
+}
+
+impl FoldSignal {
+    /// A signal with work pending (a store just opened may hold a tail left by a process
+    /// that stopped before folding it).
+    pub(super) fn new(pending: bool) -> Arc<Self> {
+        Arc::new(FoldSignal {
+            pending: AtomicBool::new(pending),
+            paused: AtomicBool::new(false),
+        })
+    }
+
+    /// Marks background work waiting (called on the writer thread by an append).
+    pub(super) fn set_pending(&self) {
+        self.pending.store(true, Ordering::Release);
+    }
+
+    /// Whether the writer thread should fold when idle.
+    pub(super) fn should_fold(&self) -> bool {
+        self.pending.load(Ordering::Acquire) && !self.paused.load(Ordering::Acquire)
+    }
+
+    /// Stops or resumes background folds (appends over the bound still fold).
+    #[cfg(feature = "test-hooks")]
+    pub(super) fn set_paused(&self, paused: bool) {
+        self.paused.store(paused, Ordering::Release);
+    }
+}
+
+/// The writer thread's idle work: one background fold batch per step.
+pub(super) struct Folder {
+    signal: Arc<FoldSignal>,
+}
+
+impl Folder {
+    pub(super) fn new(signal: Arc<FoldSignal>) -> Self {
+        Folder { signal }
+    }
+}
+
+impl IdleWork for Folder {
+    fn wanted(&self) -> bool {
+        self.signal.should_fold()
+    }
+
+    fn delay(&self) -> Duration {
+        IDLE_DELAY
+    }
+
+    /// Folds one batch; clears the pending flag once nothing is left, or on an error, which
+    /// is logged: the next append sets the flag again, so a failing fold is retried then,
+    /// not in a loop.
+    fn step(&mut self, conn: &mut Connection) {
+        match fold_batch(conn, FOLD_BATCH_BYTES, u64::MAX) {
+            Ok(0) => self.signal.pending.store(false, Ordering::Release),
+            Ok(_) => {}
+            Err(err) => {
+                tracing::warn!(error = %err, "context index: background fold failed");
+                self.signal.pending.store(false, Ordering::Release);
+            }
+        }
+    }
+}
+
+/// One fold transaction over the first thread with un-indexed units: its oldest units, up
+/// to `max_bytes` of stored size (at least one unit) and `max_units`. Returns how many
+/// units it indexed (0: nothing to do). Commits without waiting for the disk: the index is
+/// derived data, and a lost fold leaves the watermark where it was.
+pub(super) fn fold_batch(conn: &mut Connection, max_bytes: u64, max_units: u64) -> Result<u64> {
+    with_relaxed_sync(conn, |conn| {
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let pending: Option<(i64, i64, i64)> = tx
+            .prepare_cached(
+                "SELECT id, indexed_seq, last_seq FROM context_threads \
+                 WHERE indexed_seq < last_seq LIMIT 1",
+            )?
+            .query_row([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .optional()?;
+        let Some((thread_id, indexed, last)) = pending else {
+            return Ok(0);
+        };
+        let lo = thread_id << SEQ_BITS;
+        let (mut upto, mut bytes, mut units) = (indexed, 0u64, 0u64);
+        {
+            let mut sizes = tx.prepare_cached(
+                "SELECT id, size FROM context_units WHERE id > ?1 AND id <= ?2 ORDER BY id",
+            )?;
+            let mut rows = sizes.query(params![lo + indexed, lo + last])?;
+            while units < max_units
+                && bytes < max_bytes
+                && let Some(row) = rows.next()?
+            {
+                let id: i64 = row.get(0)?;
+                let size: i64 = row.get(1)?;
+                upto = id - lo;
+                bytes = bytes.saturating_add(u64::try_from(size).unwrap_or_default());
+                units += 1;
+            }
+        }
+        if upto > indexed {
+            fold_range(&tx, thread_id, indexed, upto, bytes)?;
+        }
+        tx.commit()?;
+        Ok(units)
+    })
+}
+
+/// Within the caller's transaction: indexes positions `(indexed, upto]` of thread
+/// `thread_id` (whose watermark must be `indexed`), moves the watermark to `upto` and takes
+/// `bytes` (their stored size) off the thread's tail.
+pub(super) fn fold_range(
+    conn: &Connection,
+    thread_id: i64,
+    indexed: i64,
+    upto: i64,
+    bytes: u64,
+) -> rusqlite::Result<()> {
+    let lo = thread_id << SEQ_BITS;
+    conn.prepare_cached(
+        "INSERT INTO context_units_fts (rowid, folded) \
+         SELECT id, folded FROM context_units WHERE id > ?1 AND id <= ?2",
+    )?
+    .execute(params![lo + indexed, lo + upto])?;
+    conn.prepare_cached(
+        "UPDATE context_threads SET indexed_seq = ?2, tail_bytes = max(tail_bytes - ?3, 0) \
+         WHERE id = ?1",
+    )?
+    .execute(params![
+        thread_id,
+        upto,
+        i64::try_from(bytes).unwrap_or(i64::MAX)
+    ])?;
+    Ok(())
+}
+
+/// How many units of all threads are not in the index yet.
+pub(super) fn backlog(conn: &Connection) -> Result<u64> {
+    let n: i64 = conn
+        .prepare_cached(
+            "SELECT COALESCE(sum(last_seq - indexed_seq), 0) FROM context_threads \
+             WHERE indexed_seq < last_seq",
+        )?
+        .query_row([], |r| r.get(0))?;
+    Ok(u64::try_from(n).unwrap_or_default())
+}

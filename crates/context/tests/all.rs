@@ -1,0 +1,19 @@
+//! The one integration-test binary of `agent-context`: each module is a suite that used to
+//! be a binary of its own. PostgreSQL suites need `AGENTCTL_TEST_PG_URL` (skipped without
+//! it, failing under `CI=true`).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
+
+#[macro_use]
+#[path = "all/common.rs"]
+mod common;
+
+#[path = "all/conformance.rs"]
+mod conformance;
+#[path = "all/crash.rs"]
+mod crash;
+#[path = "all/deferred_index.rs"]
+mod deferred_index;
+#[path = "all/fuzz_units.rs"]
+mod fuzz_units;
+#[path = "all/schema.rs"]
+mod schema;

@@ -1,0 +1,312 @@
+//! The deferred trigram index (issue 38), on both backends: a unit acknowledged by an
+//! append is found by the next search and shown by the next window at every point of the
+//! fold (the background fold is paused through the `test-hooks` seam and stepped by hand),
+//! appends over the tail bound fold on the write path, the background fold catches up, and
+//! databases written by schema v1 open, upgrade in place and keep every unit searchable.
+
+use agent_context::{ContextOptions, ContextStore};
+use serde_json::{Value, json};
+
+/// A unit whose text holds a token found nowhere else, and a term every unit shares.
+fn unit(i: usize) -> Vec<Value> {
+    vec![json!({"type": "message", "text": format!("Needle step tok-{i}-Z 旧登录")})]
+}
+
+fn positions(units: &[agent_context::Unit]) -> Vec<u64> {
+    units.iter().map(|u| u.position).collect()
+}
+
+/// Every appended unit so far (`1..=n`) is found by its own token (once), by the shared
+/// term (in order, each once, whatever the limit) and by a CJK term, and is in the window.
+async fn all_found(s: &ContextStore, n: usize, at: &str) {
+    for i in 1..=n {
+        let hits = s.search("t", &format!("TOK-{i}-z"), 10).await.unwrap();
+        assert_eq!(positions(&hits), [i as u64], "{at}: unit {i} by its token");
+    }
+    let all: Vec<u64> = (1..=n as u64).collect();
+    let hits = s.search("t", "needle step", 1000).await.unwrap();
+    assert_eq!(positions(&hits), all, "{at}: shared term");
+    let hits = s.search("t", "旧登录", 1000).await.unwrap();
+    assert_eq!(positions(&hits), all, "{at}: CJK term");
+    for limit in [1, 3, 7] {
+        let hits = s.search("t", "needle", limit).await.unwrap();
+        assert_eq!(
+            positions(&hits),
+            all[..limit.min(n)],
+            "{at}: shared term, limit {limit}"
+        );
+    }
+    let window = s.window("t", "goal", 10_000).await.unwrap();
+    assert_eq!(positions(&window.recent_units), all, "{at}: window");
+    assert!(
+        s.search("t", "tok-0-z", 10).await.unwrap().is_empty(),
+        "{at}"
+    );
+}
+
+/// More units than a search tests directly (its prefix is 16 to 256 units), so that the
+/// prefix, the index and the tail all take part.
+const UNITS: usize = 60;
+
+async fn found_at_every_point_of_the_fold(s: &ContextStore) {
+    s.pause_index_fold(true).await.unwrap();
+    for i in 1..=UNITS {
+        s.append_unit("t", &format!("u{i}"), &unit(i))
+            .await
+            .unwrap();
+        // Another thread's units never show up in this one's results.
+        s.append_unit("other", &format!("u{i}"), &unit(i))
+            .await
+            .unwrap();
+    }
+    assert_eq!(s.index_backlog().await.unwrap(), 2 * UNITS as u64);
+    all_found(s, UNITS, "nothing folded").await;
+    let (mut n, mut steps) = (UNITS, 0);
+    loop {
+        let folded = s.fold_index_step(7).await.unwrap();
+        if folded == 0 {
+            break;
+        }
+        steps += 1;
+        all_found(s, n, &format!("after fold step {steps}")).await;
+        // An append between two steps of a fold is found at once too.
+        if steps % 3 == 0 {
+            n += 1;
+            s.append_unit("t", &format!("u{n}"), &unit(n))
+                .await
+                .unwrap();
+            all_found(s, n, &format!("append after fold step {steps}")).await;
+        }
+    }
+    assert!(steps >= 2 * UNITS / 7, "{steps} steps");
+    assert_eq!(s.index_backlog().await.unwrap(), 0);
+    all_found(s, n, "all folded").await;
+    s.pause_index_fold(false).await.unwrap();
+}
+
+async fn appends_over_the_bound_fold_at_once(s: &ContextStore) {
+    s.pause_index_fold(true).await.unwrap();
+    s.append_unit("t", "u1", &unit(1)).await.unwrap();
+    assert_eq!(
+        s.index_backlog().await.unwrap(),
+        0,
+        "bound 0: indexed at once"
+    );
+    all_found(s, 1, "bound 0").await;
+}
+
+async fn tail_above_the_bound_is_folded_whole(s: &ContextStore) {
+    s.pause_index_fold(true).await.unwrap();
+    // Each unit's JSON is about 60 bytes; the bound is 1000.
+    let mut n = 0;
+    while s.index_backlog().await.unwrap() as usize == n {
+        n += 1;
+        s.append_unit("t", &format!("u{n}"), &unit(n))
+            .await
+            .unwrap();
+        assert!(n < 100, "the tail never crossed its bound");
+    }
+    assert_eq!(s.index_backlog().await.unwrap(), 0);
+    assert!(n > 5, "folded after {n} units");
+    all_found(s, n, "after the bound").await;
+}
+
+async fn background_fold_catches_up(s: &ContextStore) {
+    let batch: Vec<agent_context::NewUnit> = (1..=UNITS)
+        .map(|i| agent_context::NewUnit {
+            unit: format!("u{i}"),
+            items: unit(i),
+        })
+        .collect();
+    s.append_units("t", &batch).await.unwrap();
+    all_found(s, UNITS, "just appended").await;
+    // Waits for the fold task (an event, not a timing): each check is a cheap read.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while s.index_backlog().await.unwrap() > 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the background fold never caught up"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    all_found(s, UNITS, "folded in the background").await;
+}
+
+mod sqlite {
+    use super::*;
+    use crate::common;
+
+    #[tokio::test]
+    async fn found_at_every_point_of_the_fold() {
+        let db = common::sqlite().await;
+        super::found_at_every_point_of_the_fold(&db.store).await;
+    }
+
+    #[tokio::test]
+    async fn found_at_every_point_of_the_fold_in_memory() {
+        let store = ContextStore::open("sqlite::memory:").await.unwrap();
+        super::found_at_every_point_of_the_fold(&store).await;
+    }
+
+    #[tokio::test]
+    async fn appends_over_the_bound_fold_at_once() {
+        let db = common::sqlite_with(ContextOptions::default().index_tail_bytes(0)).await;
+        super::appends_over_the_bound_fold_at_once(&db.store).await;
+    }
+
+    #[tokio::test]
+    async fn tail_above_the_bound_is_folded_whole() {
+        let db = common::sqlite_with(ContextOptions::default().index_tail_bytes(1000)).await;
+        super::tail_above_the_bound_is_folded_whole(&db.store).await;
+    }
+
+    #[tokio::test]
+    async fn background_fold_catches_up() {
+        let db = common::sqlite().await;
+        super::background_fold_catches_up(&db.store).await;
+    }
+
+    /// A file written by schema v1 (the trigger indexed every insert) opens, is migrated
+    /// to v2 in place, and every old unit is found (through the index: nothing is left to
+    /// fold) beside new ones.
+    #[tokio::test]
+    async fn v1_database_upgrades_in_place() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("v1.db");
+        {
+            let conn = rusqlite::Connection::open(&path).unwrap();
+            conn.execute_batch(include_str!("../../migrations/sqlite/0001_context.sql"))
+                .unwrap();
+            conn.execute_batch(
+                "CREATE TABLE context_schema (version INTEGER NOT NULL);
+                 INSERT INTO context_schema (version) VALUES (1);
+                 INSERT INTO context_threads (id, thread, last_seq) VALUES (1, 't', 3);",
+            )
+            .unwrap();
+            for i in 1..=3i64 {
+                let body = serde_json::to_string(&unit(i as usize)).unwrap();
+                conn.execute(
+                    "INSERT INTO context_units (id, unit, size, body, folded) \
+                     VALUES (?1, ?2, ?3, ?4, ?5)",
+                    rusqlite::params![
+                        (1i64 << 32) | i,
+                        format!("u{i}"),
+                        body.len() as i64,
+                        body,
+                        agent_context::fold(&body)
+                    ],
+                )
+                .unwrap();
+            }
+        }
+        let url = format!("sqlite://{}", path.display());
+        let store = ContextStore::open(&url).await.unwrap();
+        store.pause_index_fold(true).await.unwrap();
+        assert_eq!(store.index_backlog().await.unwrap(), 0);
+        all_found(&store, 3, "upgraded").await;
+        store.append_unit("t", "u4", &unit(4)).await.unwrap();
+        all_found(&store, 4, "upgraded, then appended").await;
+        store.close().await;
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        let version: i64 = conn
+            .query_row("SELECT max(version) FROM context_schema", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(version, 2);
+        // The three v1 units are in the index (once each), the new one is not yet.
+        let in_index: i64 = conn
+            .query_row(
+                "SELECT count(*) FROM context_units_fts WHERE context_units_fts MATCH 'needle'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(in_index, 3);
+    }
+}
+
+mod postgres {
+    use super::*;
+    use crate::common;
+
+    #[tokio::test]
+    async fn found_at_every_point_of_the_fold() {
+        let Some(db) = common::pg().await else { return };
+        super::found_at_every_point_of_the_fold(&db.store).await;
+        db.drop_database().await;
+    }
+
+    #[tokio::test]
+    async fn appends_over_the_bound_fold_at_once() {
+        let Some(db) = common::pg_with(ContextOptions::default().index_tail_bytes(0)).await else {
+            return;
+        };
+        super::appends_over_the_bound_fold_at_once(&db.store).await;
+        db.drop_database().await;
+    }
+
+    #[tokio::test]
+    async fn tail_above_the_bound_is_folded_whole() {
+        let Some(db) = common::pg_with(ContextOptions::default().index_tail_bytes(1000)).await
+        else {
+            return;
+        };
+        super::tail_above_the_bound_is_folded_whole(&db.store).await;
+        db.drop_database().await;
+    }
+
+    #[tokio::test]
+    async fn background_fold_catches_up() {
+        let Some(db) = common::pg().await else { return };
+        super::background_fold_catches_up(&db.store).await;
+        db.drop_database().await;
+    }
+
+    /// A database written by schema v1 (a GIN index on `context_units`) is migrated to v2
+    /// in place: its units are copied into the index table once, and found.
+    #[tokio::test]
+    async fn v1_database_upgrades_in_place() {
+        let Some(db) = agent_testkit::fresh_pg_database("ctx_test").await else {
+            return;
+        };
+        {
+            use sqlx::Connection as _;
+            let mut conn = sqlx::PgConnection::connect(db.url()).await.unwrap();
+            sqlx::raw_sql(include_str!("../../migrations/postgres/0001_context.sql"))
+                .execute(&mut conn)
+                .await
+                .unwrap();
+            sqlx::raw_sql(
+                "CREATE TABLE context_schema (version BIGINT NOT NULL);
+                 INSERT INTO context_schema (version) VALUES (1);
+                 INSERT INTO context_threads (id, thread, last_seq) VALUES (1, 't', 3);",
+            )
+            .execute(&mut conn)
+            .await
+            .unwrap();
+            for i in 1..=3i64 {
+                let body = serde_json::to_string(&unit(i as usize)).unwrap();
+                sqlx::query(
+                    "INSERT INTO context_units (thread_id, seq, unit, size, body, folded) \
+                     VALUES (1, $1, $2, $3, $4, $5)",
+                )
+                .bind(i)
+                .bind(format!("u{i}"))
+                .bind(body.len() as i64)
+                .bind(&body)
+                .bind(agent_context::fold(&body))
+                .execute(&mut conn)
+                .await
+                .unwrap();
+            }
+            conn.close().await.unwrap();
+        }
+        let store = ContextStore::open(db.url()).await.unwrap();
+        store.pause_index_fold(true).await.unwrap();
+        assert_eq!(store.index_backlog().await.unwrap(), 0);
+        all_found(&store, 3, "upgraded").await;
+        store.append_unit("t", "u4", &unit(4)).await.unwrap();
+        assert_eq!(store.index_backlog().await.unwrap(), 1);
+        all_found(&store, 4, "upgraded, then appended").await;
+        store.close().await;
+    }
+}
