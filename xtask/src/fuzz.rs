@@ -17,7 +17,10 @@ use crate::process::{cargo, run_cmd, workspace_root};
 struct Target {
     name: &'static str,
     package: &'static str,
+    /// The integration-test binary.
     test: &'static str,
+    /// The test-name filter within it (`module::`), or `""` for all of it.
+    filter: &'static str,
     /// Its corpus folder under `fixtures/fuzz/`.
     corpus: &'static str,
     about: &'static str,
@@ -28,6 +31,7 @@ const TARGETS: &[Target] = &[
         name: "sse",
         package: "agent-responses",
         test: "sse_differential",
+        filter: "",
         corpus: "sse",
         about: "SseParser vs eventsource-stream, and under every chunking",
     },
@@ -35,6 +39,7 @@ const TARGETS: &[Target] = &[
         name: "events",
         package: "agent-responses",
         test: "fuzz_events",
+        filter: "",
         corpus: "events",
         about: "stream, WebSocket and client events, HTTP error bodies; round trips",
     },
@@ -42,6 +47,7 @@ const TARGETS: &[Target] = &[
         name: "appserver",
         package: "agent-appserver",
         test: "fuzz_wire",
+        filter: "",
         corpus: "appserver",
         about: "the app-server JSONL reader and line parser, under every chunking",
     },
@@ -49,6 +55,7 @@ const TARGETS: &[Target] = &[
         name: "requests",
         package: "agent-responses-mock",
         test: "fuzz_requests",
+        filter: "",
         corpus: "requests",
         about: "the emulator's HTTP and WebSocket request handling",
     },
@@ -56,6 +63,7 @@ const TARGETS: &[Target] = &[
         name: "script",
         package: "agent-responses-mock",
         test: "fuzz_script",
+        filter: "",
         corpus: "script",
         about: "emulator script loading, round trip, and serving what loads",
     },
@@ -63,13 +71,15 @@ const TARGETS: &[Target] = &[
         name: "journal",
         package: "agent-journal",
         test: "fuzz_journal",
+        filter: "",
         corpus: "journal",
         about: "event names and payloads; append then replay on memory:",
     },
     Target {
         name: "units",
         package: "agent-context",
-        test: "fuzz_units",
+        test: "all",
+        filter: "fuzz_units::",
         corpus: "units",
         about: "context units: acceptance rule, window and search round trip",
     },
@@ -77,6 +87,7 @@ const TARGETS: &[Target] = &[
         name: "redact",
         package: "agent-redact",
         test: "fuzz_redact",
+        filter: "",
         corpus: "redact",
         about: "database URL redaction: the password never survives",
     },
@@ -84,6 +95,7 @@ const TARGETS: &[Target] = &[
         name: "tools",
         package: "agent-host",
         test: "fuzz_tools",
+        filter: "",
         corpus: "tools",
         about: "built-in tool arguments and workspace path confinement",
     },
@@ -91,6 +103,7 @@ const TARGETS: &[Target] = &[
         name: "mcp",
         package: "agent-host",
         test: "fuzz_mcp",
+        filter: "",
         corpus: "mcp",
         about: "MCP tool results and listings as the host reads them; agentctl.toml and --mcp",
     },
@@ -181,7 +194,9 @@ fn campaign(target: &Target, budget: Duration) -> anyhow::Result<String> {
         );
         let result = run_cmd(
             test()
-                .args(["--", "--test-threads=2"])
+                .arg("--")
+                .args((!target.filter.is_empty()).then_some(target.filter))
+                .arg("--test-threads=2")
                 .env("PROPTEST_CASES", next.to_string())
                 .env("FUZZ_SAVE_DIR", &save_dir),
         );

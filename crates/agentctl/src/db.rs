@@ -21,6 +21,15 @@ pub async fn open_journal(global: &GlobalArgs) -> anyhow::Result<Journal> {
         .map_err(|err| with_hint(err, DB_HINT))
 }
 
+/// The journal named by `--db`, for a command that only reads it: opened read-only when it
+/// cannot be written (an archived file, a read-only mount), so it can still be inspected.
+pub async fn open_journal_for_reading(global: &GlobalArgs) -> anyhow::Result<Journal> {
+    let url = global.database_url()?;
+    Journal::open_for_reading(&url)
+        .await
+        .map_err(|err| with_hint(err, DB_HINT))
+}
+
 /// The context store (history and memory) named by `--db`.
 pub async fn open_context(global: &GlobalArgs) -> anyhow::Result<ContextStore> {
     let url = global.database_url()?;

@@ -3,7 +3,7 @@
 
 use std::process::ExitCode;
 
-use agent_host::run::{RunEnd, RunStatus};
+use agent_host::run::{PauseReason, RunEnd, RunStatus};
 
 /// How a command ended, as its exit status.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,6 +50,12 @@ impl Exit {
     pub fn of_end(end: &RunEnd) -> Exit {
         match end {
             RunEnd::Completed { .. } => Exit::Ok,
+            // The API refused the request itself: the step failed, though `resume` may ask
+            // again once something changed.
+            RunEnd::Paused {
+                reason: PauseReason::ModelRejected,
+                ..
+            } => Exit::Failed,
             RunEnd::Paused { .. } => Exit::Paused,
             RunEnd::Interrupted | RunEnd::Released => Exit::Interrupted,
             RunEnd::Failed { .. } => Exit::Failed,

@@ -6,7 +6,7 @@ use anyhow::Context as _;
 use clap::Args;
 
 /// Options that apply to every subcommand.
-#[derive(Debug, Clone, Args)]
+#[derive(Debug, Clone, Default, Args)]
 pub struct GlobalArgs {
     /// Database URL: `sqlite://PATH`, `sqlite::memory:`, `postgres://...`, or a plain file
     /// path; `memory:` keeps the journal in this process only (journal and runtime commands;
@@ -33,6 +33,19 @@ impl GlobalArgs {
     ///
     /// A bare path is taken as a SQLite file. The default file's folder is created here so
     /// that the first run on a fresh machine works.
+    /// How a command printed for the user starts: `agentctl`, with `--db` when this
+    /// process was given one (a password in it masked), so that pasting the command reaches
+    /// the same database.
+    pub fn command(&self) -> String {
+        match &self.db {
+            None => "agentctl".to_string(),
+            Some(db) => format!(
+                "agentctl --db {}",
+                shell_word(&agent_redact::redact_url(db))
+            ),
+        }
+    }
+
     pub fn database_url(&self) -> anyhow::Result<String> {
         match &self.db {
             Some(url) if url.contains(':') && !looks_like_windows_path(url) => Ok(url.clone()),
@@ -61,4 +74,39 @@ pub fn default_db_path() -> anyhow::Result<PathBuf> {
         .or_else(|| dirs::home_dir().map(|home| home.join(".local/share")))
         .context("cannot find a data directory for the default database; pass --db URL")?;
     Ok(base.join("agentctl").join("agentctl.db"))
+}
+
+/// `word` as one shell word: as it is when it has only characters no shell reads, else in
+/// single quotes.
+fn shell_word(word: &str) -> String {
+    let plain = !word.is_empty()
+        && word
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "/:._-@=+,".contains(c));
+    if plain {
+        word.to_string()
+    } else {
+        format!("'{}'", word.replace('\'', "'\\''"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn printed_commands_carry_the_database_quoted_and_masked() {
+        let with = |db: Option<&str>| GlobalArgs {
+            db: db.map(str::to_string),
+            ..GlobalArgs::default()
+        };
+        assert_eq!(with(None).command(), "agentctl");
+        assert_eq!(
+            with(Some("sqlite:///tmp/x y.db")).command(),
+            "agentctl --db 'sqlite:///tmp/x y.db'"
+        );
+        let pg = with(Some("postgres://ana:secret@db/agents")).command();
+        assert!(!pg.contains("secret"), "{pg}");
+        assert_eq!(pg, "agentctl --db 'postgres://ana:***@db/agents'");
+    }
 }

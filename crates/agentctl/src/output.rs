@@ -173,10 +173,12 @@ pub fn report_error_masking(err: &anyhow::Error, db: Option<&str>) -> ExitCode {
     };
     eprintln!("error: {message}");
     eprintln!("hint: {hint}");
-    if err
-        .chain()
-        .any(|e| e.downcast_ref::<UsageError>().is_some())
-    {
+    let usage = |e: &(dyn std::error::Error + 'static)| {
+        e.downcast_ref::<UsageError>().is_some()
+            || e.downcast_ref::<agent_host::HostError>()
+                .is_some_and(agent_host::HostError::is_usage)
+    };
+    if err.chain().any(usage) {
         crate::exit::Exit::Usage.into()
     } else {
         crate::exit::Exit::Failed.into()

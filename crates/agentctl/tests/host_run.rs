@@ -29,3 +29,6 @@ mod search;
 
 #[path = "host/mcp.rs"]
 mod mcp;
+
+#[path = "host/fixture_journal.rs"]
+mod fixture_journal;

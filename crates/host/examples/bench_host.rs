@@ -167,6 +167,9 @@ impl Observer for FirstRequest {
             }
         }
     }
+    fn shows_progress(&self) -> bool {
+        false
+    }
 }
 
 /// The Responses client: HTTP/1.1, or HTTP/2 from the first byte with `--http 2` (what

@@ -98,6 +98,20 @@ pub enum HostError {
         "the run was started with a base URL that carried a password (journaled masked); give it again with --base-url"
     )]
     EndpointMasked,
+    /// `resume` with a budget below what the run already used.
+    #[error(
+        "run {run} has used {used} {what}; a budget of {given} leaves no room (give more than {used})"
+    )]
+    BudgetBelowUsed {
+        /// The run id.
+        run: String,
+        /// `steps` or `tokens`.
+        what: &'static str,
+        /// What it used.
+        used: u64,
+        /// The budget given.
+        given: u64,
+    },
     /// A steer with no text.
     #[error("the steer text is empty")]
     EmptySteer,
@@ -129,6 +143,22 @@ pub enum HostError {
 }
 
 impl HostError {
+    /// Whether the caller asked for something this run cannot do as asked (a usage
+    /// error: `agentctl` exits 2), rather than something failing on the way.
+    pub fn is_usage(&self) -> bool {
+        matches!(
+            self,
+            HostError::Ended { .. }
+                | HostError::BudgetBelowUsed { .. }
+                | HostError::EmptySteer
+                | HostError::NotDriven { .. }
+                | HostError::Workspace { .. }
+                | HostError::Config(_)
+                | HostError::EndpointMasked
+                | HostError::ArgsMismatch { .. }
+        )
+    }
+
     /// [`HostError::Encode`], for `map_err`.
     pub(crate) fn encode(err: serde_json::Error) -> HostError {
         HostError::Encode(err)

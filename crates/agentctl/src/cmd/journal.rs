@@ -36,7 +36,7 @@ pub enum JournalCmd {
 }
 
 pub async fn run(global: &GlobalArgs, cmd: JournalCmd) -> anyhow::Result<ExitCode> {
-    let journal = crate::db::open_journal(global).await?;
+    let journal = crate::db::open_journal_for_reading(global).await?;
     let result = match cmd {
         JournalCmd::Threads => threads(&journal, global.json).await,
         JournalCmd::Replay { thread, after } => {

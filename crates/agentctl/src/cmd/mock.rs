@@ -42,6 +42,11 @@ pub struct ServeArgs {
         value_parser = clap::builder::NonEmptyStringValueParser::new()
     )]
     pub require_key: Option<String>,
+    /// Without a script: how long a fresh WebSocket response of the echo conversation
+    /// waits for a `response.steer` before it completes (0: it does not wait). A script's
+    /// rules hold a reply with `hold_for_steer_ms` instead.
+    #[arg(long, value_name = "MS", default_value_t = 5000)]
+    pub steer_window_ms: u64,
 }
 
 pub async fn run(global: &GlobalArgs, cmd: MockCmd) -> anyhow::Result<std::process::ExitCode> {
@@ -49,7 +54,12 @@ pub async fn run(global: &GlobalArgs, cmd: MockCmd) -> anyhow::Result<std::proce
     let mut config = match (&args.script, &args.fixture) {
         (Some(path), _) => MockConfig::new(Script::load(path)?),
         (None, Some(mode)) => MockConfig::for_mode(mode)?,
-        (None, None) => MockConfig::new(Script::default()),
+        (None, None) => {
+            let mut config = MockConfig::new(Script::default());
+            config.ws.steer_window = (args.steer_window_ms > 0)
+                .then(|| std::time::Duration::from_millis(args.steer_window_ms));
+            config
+        }
     };
     config.api_key = args.require_key.clone();
     let server = MockServer::bind(&args.addr, config)

@@ -72,7 +72,7 @@ pub enum RunsCmd {
 }
 
 pub async fn run(global: &GlobalArgs, cmd: RunsCmd) -> anyhow::Result<ExitCode> {
-    let journal = crate::db::open_journal(global).await?;
+    let journal = crate::db::open_journal_for_reading(global).await?;
     let result = match cmd {
         RunsCmd::List { status } => list(global, &journal, status).await,
         RunsCmd::Show { run } => show(global, &journal, &run).await,
@@ -227,8 +227,14 @@ async fn show(
     ))?;
     for p in &view.pending_approvals {
         output::line(&format!(
-            "pending   {} {} ({}): agentctl approve {} {} --sha256 {}",
-            p.call_id, p.tool, p.reason, state.id, p.call_id, p.args_sha256
+            "pending   {} {} ({}): {} approve {} {} --sha256 {}",
+            p.call_id,
+            p.tool,
+            p.reason,
+            global.command(),
+            state.id,
+            p.call_id,
+            p.args_sha256
         ))?;
     }
     if let Some(text) = &state.final_text {

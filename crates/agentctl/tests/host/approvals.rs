@@ -98,7 +98,7 @@ async fn approvals_across_processes(db: &str) {
     let paused = out(&mut run_cmd(db, &server, &ws2, &[]));
     assert_eq!(paused.status.code(), Some(3), "{}", text(&paused.stderr));
     assert!(
-        text(&paused.stderr).contains("agentctl approve"),
+        text(&paused.stderr).contains(" approve "),
         "{}",
         text(&paused.stderr)
     );
@@ -222,5 +222,54 @@ async fn approve_always_decides_the_siblings_and_no_later_decision_rewrites_a_ca
     assert!(
         c2["output"].as_str().unwrap().starts_with("Exit code: 0"),
         "{c2}"
+    );
+}
+
+/// The commands a paused run prints work when pasted: they carry the `--db` the run used.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn printed_commands_work_when_pasted() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("pasted db.db").display());
+    let (_g, ws) = workspace();
+    let script = script_by_outputs(&[
+        serde_json::json!([call(
+            "call_p",
+            "shell",
+            serde_json::json!({"command": "echo pasted > pasted.txt"})
+        )]),
+        answer("FINAL: pasted"),
+    ]);
+    let server = emulator(&script).await;
+    let paused = out(&mut run_cmd(&db, &server, &ws, &[]));
+    assert_eq!(paused.status.code(), Some(3), "{}", text(&paused.stderr));
+    let printed = text(&paused.stderr);
+    let command = |verb: &str| {
+        printed
+            .lines()
+            .map(str::trim)
+            .map(|l| l.strip_prefix("continue with: ").unwrap_or(l))
+            .find(|l| l.starts_with("agentctl ") && l.contains(verb))
+            .unwrap_or_else(|| panic!("no `{verb}` command in {printed}"))
+            .to_string()
+    };
+    let paste = |line: String| {
+        // As a user would: in a shell, from another directory, with no AGENTCTL_DB.
+        let bin = env!("CARGO_BIN_EXE_agentctl");
+        let o = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(line.replacen("agentctl", &format!("'{bin}'"), 1))
+            .current_dir(dir.path())
+            .env_remove("AGENTCTL_DB")
+            .env("OPENAI_API_KEY", agent_responses_mock::MOCK_API_KEY)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{line}: {}", text(&o.stderr));
+    };
+    paste(command(" approve "));
+    paste(command(" resume "));
+    assert_eq!(
+        std::fs::read_to_string(ws.join("pasted.txt")).unwrap(),
+        "pasted\n"
     );
 }

@@ -99,7 +99,11 @@ async fn budget_pause_then_resume_with_more() {
     check_invariants(&events);
     assert_eq!(kinds_of(&events, "model.completed").len(), 3);
     let done = out(&mut resume_cmd(&db, &server, &run, &[]));
-    assert_eq!(done.status.code(), Some(1));
+    assert_eq!(
+        done.status.code(),
+        Some(2),
+        "resuming a completed run is a usage error"
+    );
     assert!(
         text(&done.stderr).contains("is completed"),
         "{}",
@@ -109,22 +113,29 @@ async fn budget_pause_then_resume_with_more() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ctrl_c_cancels_the_tool_then_resume_finishes() {
+    signal_cancels_the_tool_then_resume_finishes("-INT").await;
+}
+
+/// A supervisor's SIGTERM (systemd, Kubernetes, a CI runner) is an interrupt, not a crash:
+/// the running call is cancelled and journaled, so `resume` does not ask about it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_cancels_the_tool_as_ctrl_c_does() {
+    signal_cancels_the_tool_then_resume_finishes("-TERM").await;
+}
+
+async fn signal_cancels_the_tool_then_resume_finishes(signal: &str) {
     let dir = tempfile::tempdir().unwrap();
     let db = format!("sqlite://{}", dir.path().join("i.db").display());
     let (_g, ws) = workspace();
     let server = emulator(&long_shell_script()).await;
     let child = spawn_long_shell(&db, &server, &ws, &["--approval", "auto"]).await;
     std::process::Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
+        .args([signal, &child.id().to_string()])
         .status()
         .unwrap();
     let o = child.wait_with_output().unwrap();
-    assert_eq!(o.status.code(), Some(130), "{}", text(&o.stderr));
-    assert!(
-        text(&o.stderr).contains("agentctl resume"),
-        "{}",
-        text(&o.stderr)
-    );
+    assert_eq!(o.status.code(), Some(130), "{signal}: {}", text(&o.stderr));
+    assert!(text(&o.stderr).contains(" resume "), "{}", text(&o.stderr));
     assert!(!ws.join("finished").exists());
     let run = only_run(&db);
     let events = events(&db, &run).await;
@@ -149,7 +160,8 @@ async fn a_model_error_pauses_the_run_and_resume_retries_the_step() {
     let dir = tempfile::tempdir().unwrap();
     let db = format!("sqlite://{}", dir.path().join("m.db").display());
     let (_g, ws) = workspace();
-    // The first request is refused (400: not retried by the client); later ones answer.
+    // The first request is refused (400: not retried, by the client or the host); later
+    // ones answer.
     let script = json!({"rules": [
         {"when": {"tool_outputs": 0}, "times": 1,
          "reply": {"error": {"status": 400, "message": "Invalid 'input': scripted refusal", "type": "invalid_request_error", "code": "scripted"}}},
@@ -158,7 +170,8 @@ async fn a_model_error_pauses_the_run_and_resume_retries_the_step() {
     ]});
     let server = emulator(&script.to_string()).await;
     let o = out(&mut run_cmd(&db, &server, &ws, &[]));
-    assert_eq!(o.status.code(), Some(3), "{}", text(&o.stderr));
+    // A refusal no retry can fix fails the step: exit 1 with the API's message.
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
     assert!(
         text(&o.stderr).contains("scripted refusal"),
         "{}",
@@ -167,7 +180,13 @@ async fn a_model_error_pauses_the_run_and_resume_retries_the_step() {
     let run = only_run(&db);
     let shown = show(&db, &run);
     assert_eq!(shown["status"], "paused");
-    assert_eq!(shown["detail"], "model_error");
+    assert_eq!(shown["detail"], "model_rejected");
+    let requests = server
+        .requests()
+        .iter()
+        .filter(|r| r.path.ends_with("/responses"))
+        .count();
+    assert_eq!(requests, 1, "a 400 is sent once");
     let failed = events(&db, &run).await;
     let failure = kinds_of(&failed, "model.failed");
     assert_eq!(failure.len(), 1);
@@ -535,4 +554,256 @@ async fn a_cut_stream_is_asked_again_with_the_bytes_its_hash_recorded() {
         .collect();
     let recorded: Vec<String> = requested.into_iter().map(|(_, _, sha)| sha).collect();
     assert_eq!(received, recorded);
+}
+
+/// With stdout piped, a call's start line is printed when the call starts, not when it
+/// ends: the command here waits for a file the test writes only once it read that line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_start_line_is_printed_as_the_call_starts_when_stdout_is_piped() {
+    use std::io::BufRead as _;
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("p.db").display());
+    let (_g, ws) = workspace();
+    let script = script_by_outputs(&[
+        json!([call(
+            "c_wait",
+            "shell",
+            json!({"command": "while [ ! -f go ]; do sleep 0.05; done; echo gone"})
+        )]),
+        answer("FINAL: went"),
+    ]);
+    let server = emulator(&script).await;
+    let mut child = run_cmd(&db, &server, &ws, &["--approval", "auto"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines() {
+            if tx.send(line.unwrap()).is_err() {
+                return;
+            }
+        }
+    });
+    let started = loop {
+        match rx.recv_timeout(std::time::Duration::from_secs(30)) {
+            Ok(line) if line.starts_with("-> shell") => break Some(line),
+            Ok(_) => {}
+            Err(_) => break None,
+        }
+    };
+    if started.is_none() {
+        let _ = child.kill();
+        panic!("no start line while the call ran");
+    }
+    std::fs::write(ws.join("go"), "").unwrap();
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(0));
+    let rest: Vec<String> = rx.iter().collect();
+    assert!(
+        rest.iter().any(|l| l.contains("shell completed")),
+        "{rest:?}"
+    );
+}
+
+/// Inputs a command cannot act on are usage errors (exit 2) that say what is wrong: a
+/// budget at or below what the run used, a workspace that is a file; an upper-case hash
+/// names the same arguments as a lower-case one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn budgets_workspaces_and_hashes_are_checked_as_a_user_means_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("b.db").display());
+    let (_g, ws) = workspace();
+    let script = script_by_outputs(&[
+        json!([call("c1", "list_dir", json!({}))]),
+        json!([call("c2", "list_dir", json!({}))]),
+        json!([call("c3", "shell", json!({"command": "echo hi"}))]),
+        answer("FINAL: budgets"),
+    ]);
+    let server = emulator(&script).await;
+    let o = out(&mut run_cmd(&db, &server, &ws, &["--max-steps", "2"]));
+    assert_eq!(o.status.code(), Some(3), "{}", text(&o.stderr));
+    let run = only_run(&db);
+    let o = out(&mut resume_cmd(&db, &server, &run, &["--max-steps", "1"]));
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains("has used 2 steps"),
+        "{}",
+        text(&o.stderr)
+    );
+    // Nothing was claimed by the refused resume.
+    assert!(kinds_of(&events(&db, &run).await, "run.resumed").is_empty());
+    let o = out(&mut resume_cmd(&db, &server, &run, &["--max-steps", "10"]));
+    assert_eq!(o.status.code(), Some(3), "{}", text(&o.stderr));
+    let pending = show(&db, &run)["pending_approvals"][0].clone();
+    let upper = pending["args_sha256"]
+        .as_str()
+        .unwrap()
+        .to_ascii_uppercase();
+    let o = out(agentctl(&db).args(["approve", &run, "c3", "--sha256", &upper]));
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let o = out(&mut resume_cmd(&db, &server, &run, &[]));
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let o = out(&mut resume_cmd(&db, &server, &run, &[]));
+    assert_eq!(
+        o.status.code(),
+        Some(2),
+        "resuming a completed run: {}",
+        text(&o.stderr)
+    );
+
+    let file = dir.path().join("afile");
+    std::fs::write(&file, "").unwrap();
+    let o = out(agentctl(&db)
+        .args(["run", "--base-url", &server.base_url(), "--workspace"])
+        .arg(&file)
+        .arg("do it"));
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains("is not a directory"),
+        "{}",
+        text(&o.stderr)
+    );
+}
+
+/// A final answer the model was cut off in (`status: incomplete`) does not end the run as
+/// completed: it fails, saying why, in `runs show` and `--json`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_incomplete_final_answer_fails_the_run_saying_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("inc.db").display());
+    let (_g, ws) = workspace();
+    let script =
+        json!({"rules": [{"reply": {"status": "incomplete", "items": answer("FINAL: cut sh")}}]});
+    let server = emulator(&script.to_string()).await;
+    let o = out(&mut run_cmd(&db, &server, &ws, &["--json"]));
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
+    let lines: Vec<Value> = text(&o.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let last = lines.last().unwrap();
+    assert_eq!(last["type"], "turn.failed", "{lines:?}");
+    assert!(
+        last["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("incomplete (max_output_tokens)"),
+        "{last}"
+    );
+    let run = only_run(&db);
+    let shown = show(&db, &run);
+    assert_eq!(shown["status"], "failed");
+    assert!(
+        shown["detail"].as_str().unwrap().contains("incomplete"),
+        "{shown}"
+    );
+    let completed = kinds_of(&events(&db, &run).await, "model.completed")
+        .first()
+        .map(|e| e.payload.clone())
+        .unwrap();
+    assert_eq!(completed["incomplete_reason"], "max_output_tokens");
+}
+
+/// Input a run cannot start from is a usage error (exit 2) whose message names the input.
+#[test]
+fn bad_input_is_a_usage_error_that_names_it() {
+    use std::io::Write as _;
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("u.db").display());
+    let ws = dir.path().join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    let bad_json = dir.path().join("bad-script.json");
+    std::fs::write(&bad_json, "{not json").unwrap();
+    let missing = dir.path().join("missing.json");
+    let usage = |args: &[&str], stdin: Option<&[u8]>, named: &str| {
+        let mut cmd = agentctl(&db);
+        cmd.arg("run").arg("--workspace").arg(&ws).args(args);
+        let o = match stdin {
+            None => out(&mut cmd),
+            Some(bytes) => {
+                let mut child = cmd
+                    .stdin(Stdio::piped())
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .unwrap();
+                child.stdin.take().unwrap().write_all(bytes).unwrap();
+                child.wait_with_output().unwrap()
+            }
+        };
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(named), "{args:?} should name {named}: {err}");
+    };
+    let missing_s = missing.display().to_string();
+    let bad_s = bad_json.display().to_string();
+    let dir_s = dir.path().display().to_string();
+    usage(
+        &["--mock", "--mock-script", &missing_s, "x"],
+        None,
+        &missing_s,
+    );
+    usage(&["--mock", "--mock-script", &dir_s, "x"], None, &dir_s);
+    usage(&["--mock", "--mock-script", &bad_s, "x"], None, &bad_s);
+    usage(
+        &["--mock", "--instructions-file", &missing_s, "x"],
+        None,
+        &missing_s,
+    );
+    usage(&["--base-url", "notaurl", "x"], None, "notaurl");
+    usage(&["--base-url", "ftp://h/v1", "x"], None, "ftp://h/v1");
+    usage(&["--mock", "--model", "", "x"], None, "--model");
+    usage(&["--mock"], Some(b"look\0around"), "NUL");
+    usage(&["--mock"], Some(b"look \xff around"), "UTF-8");
+    let big = vec![b'a'; 5_000_000];
+    usage(&["--mock"], Some(&big), "prompt");
+    // No key in the environment, and no emulator.
+    let mut cmd = agentctl(&db);
+    cmd.env_remove("OPENAI_API_KEY")
+        .args(["run", "--base-url", "http://127.0.0.1:9/v1", "--workspace"])
+        .arg(&ws)
+        .arg("x");
+    let o = out(&mut cmd);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains("OPENAI_API_KEY"),
+        "{}",
+        text(&o.stderr)
+    );
+}
+
+/// A reply too large to journal fails the run, but what it cost is journaled and counted,
+/// and the run says the text it showed was not recorded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reply_too_large_to_journal_still_records_its_usage() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("big.db").display());
+    let (_g, ws) = workspace();
+    let huge = "x".repeat(5_000_000);
+    let script = json!({"rules": [{"reply": {"delta_chars": 1_000_000,
+        "items": answer(&huge)}}]});
+    let server = emulator(&script.to_string()).await;
+    let o = out(&mut run_cmd(&db, &server, &ws, &[]));
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains("was not recorded"),
+        "{}",
+        text(&o.stderr)
+    );
+    let run = only_run(&db);
+    let shown = show(&db, &run);
+    assert_eq!(shown["status"], "failed");
+    assert!(shown["tokens"].as_u64().unwrap() > 0, "{shown}");
+    let failed = kinds_of(&events(&db, &run).await, "model.failed")
+        .first()
+        .map(|e| e.payload.clone())
+        .unwrap();
+    assert_eq!(failed["code"], "response_too_large_to_journal");
+    assert!(
+        failed["usage"]["output_tokens"].as_u64().unwrap() > 0,
+        "{failed}"
+    );
 }

@@ -86,7 +86,11 @@ async fn steer_is_never_lost(db: &str) {
     assert_eq!(line["type"], "steer.dropped");
     assert!(line["reason"].as_str().unwrap().contains("completed"));
     let empty = out(agentctl(db).args(["steer", &run, "  "]));
-    assert_eq!(empty.status.code(), Some(1));
+    assert_eq!(
+        empty.status.code(),
+        Some(2),
+        "an empty steer is a usage error"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -19,6 +19,7 @@ use std::sync::Arc;
 
 use agent_journal::{Appended, Event, Journal, JournalError, NewEvent};
 use agent_responses::Client;
+use agent_responses::retry::{Retry, RetryPolicy};
 use agent_runtime::{Runtime, RuntimeError};
 use serde_json::Value;
 
@@ -34,6 +35,9 @@ use super::state::{CallProgress, CallRecord, RunSpec, RunState, RunStatus, Trans
 use super::step_request;
 use super::{DriveOptions, RunEnd, RunReport};
 use crate::error::HostError;
+
+/// `model.failed.code` of a response too large for the journal.
+const TOO_LARGE_CODE: &str = "response_too_large_to_journal";
 
 /// Attempts of one step's model call when the stream breaks (the client retries HTTP errors
 /// itself before a stream starts).
@@ -224,6 +228,16 @@ impl Driver {
                     .filter_map(|i| i.to_value().ok())
                     .collect();
                 let text = model::output_text(&items);
+                // An answer the model was cut off in (`max_output_tokens`, a content
+                // filter) is not a completed run: it fails, saying why, its text kept in
+                // the journal's step.
+                if let Some(reason) = step.incomplete.clone() {
+                    return self
+                        .fail(format!(
+                            "the model's final answer is incomplete ({reason}); raise the model's output limit or steer it to a shorter answer"
+                        ))
+                        .await;
+                }
                 let usage = self.state.usage;
                 self.record(&RunCompleted {
                     text: text.clone(),
@@ -559,6 +573,7 @@ impl Driver {
             };
             match streamed {
                 Streamed::Response(response) if response.status.as_deref() != Some("failed") => {
+                    let incomplete_reason = response.incomplete_reason();
                     let model::Final {
                         id,
                         status,
@@ -582,6 +597,7 @@ impl Driver {
                         usage: &usage,
                         output: &output,
                         steered: steered.as_ref().map(model_ws::steered_payload),
+                        incomplete_reason: incomplete_reason.map(Into::into),
                     };
                     // Relaxed: no call's effect and no request follows it before the next
                     // durable event (a call's start, the next request, the run's end), whose
@@ -600,13 +616,25 @@ impl Driver {
                         Ok(()) => return Ok(None),
                         // Over the journal's payload limit: it can never be recorded, so
                         // asking again would pay for it again and again.
+                        // What the step cost is journaled all the same (`model.failed` with
+                        // its usage), so the tokens paid for are counted.
                         Err(HostError::Journal(JournalError::InvalidInput { reason, .. })) => {
-                            return self
-                                .fail(format!(
-                                    "the model's response cannot be journaled: {reason}"
-                                ))
-                                .await
-                                .map(Some);
+                            let message = format!(
+                                "the model's response cannot be journaled: {reason}; the text shown above was not recorded"
+                            );
+                            self.record(&ModelFailed {
+                                step,
+                                attempt,
+                                status: None,
+                                error_type: None,
+                                code: Some(TOO_LARGE_CODE.into()),
+                                message: message.clone(),
+                                error: None,
+                                retryable: false,
+                                usage: Some(usage),
+                            })
+                            .await?;
+                            return self.fail(message).await.map(Some);
                         }
                         Err(err) => return Err(err),
                     }
@@ -627,18 +655,43 @@ impl Driver {
                         message: message.clone(),
                         error,
                         retryable: false,
+                        usage: response.usage.clone(),
                     })
                     .await?;
                     return self.pause(PauseReason::ModelError, message).await.map(Some);
                 }
                 Streamed::Failed(err) => {
                     let failed = model::failure(step, attempt, &err);
-                    if model::retryable(&err) && attempt < MAX_ATTEMPTS {
-                        tracing::warn!(step, attempt, error = %err, "model call failed; trying again");
+                    // Every retry waits the client's backoff, whatever failed (a status, a
+                    // broken connection, a cut stream); an error no retry can fix is not
+                    // retried at all.
+                    let policy = RetryPolicy {
+                        max_retries: MAX_ATTEMPTS - 1,
+                        ..self.client.config().retry
+                    };
+                    if let Some(wait) = policy.backoff(&err, attempt - 1) {
+                        tracing::warn!(step, attempt, error = %err, ?wait, "model call failed; trying again");
+                        let cancel = self.opts.cancel.clone();
+                        tokio::select! {
+                            () = tokio::time::sleep(wait) => {}
+                            () = cancel.cancelled() => return self.interrupt().await.map(Some),
+                        }
                         attempt = self.request_attempt(step, &digest).await?;
                         continue;
                     }
                     self.record(&failed).await?;
+                    // The API answered with a status that refuses the request itself: the
+                    // step failed (an answer it could not decode pauses as before).
+                    let refused = err
+                        .api()
+                        .filter(|api| api.status.is_some() && api.retry() == Retry::Never);
+                    if let Some(api) = refused {
+                        let message = api.message.clone();
+                        return self
+                            .pause(PauseReason::ModelRejected, message)
+                            .await
+                            .map(Some);
+                    }
                     return self
                         .pause(PauseReason::ModelError, err.to_string())
                         .await

@@ -201,28 +201,33 @@ pub struct ExecError {
     pub message: String,
 }
 
-/// An item of `item.started` / `item.completed`.
+/// An item of `item.started` / `item.completed`: its id, then its type and fields (the
+/// order `codex exec --json` writes them in).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ExecItem {
+    /// `item_N` for messages and reasoning, the call id for calls.
+    pub id: String,
+    /// Its type and fields.
+    #[serde(flatten)]
+    pub details: ItemDetails,
+}
+
+/// What an item is.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
-pub enum ExecItem {
+pub enum ItemDetails {
     /// Text from the model.
     AgentMessage {
-        /// `item_N`.
-        id: String,
         /// The text.
         text: String,
     },
     /// A reasoning summary.
     Reasoning {
-        /// `item_N`.
-        id: String,
         /// The summary's text.
         text: String,
     },
     /// A `shell` call.
     CommandExecution {
-        /// The call id.
-        id: String,
         /// The command.
         command: String,
         /// Its output as the model reads it.
@@ -234,8 +239,6 @@ pub enum ExecItem {
     },
     /// A `write_file` call.
     FileChange {
-        /// The call id.
-        id: String,
         /// The files changed.
         changes: Vec<FileChangeEntry>,
         /// Its status.
@@ -245,8 +248,6 @@ pub enum ExecItem {
     },
     /// A call of an MCP server's tool.
     McpToolCall {
-        /// The call id.
-        id: String,
         /// The server.
         server: String,
         /// The server's name for the tool.
@@ -262,8 +263,6 @@ pub enum ExecItem {
     },
     /// A call of another tool (our own type).
     ToolCall {
-        /// The call id.
-        id: String,
         /// The tool.
         name: String,
         /// The arguments.
@@ -277,8 +276,6 @@ pub enum ExecItem {
     },
     /// A refused call.
     Error {
-        /// The call id.
-        id: String,
         /// Why it was refused.
         message: String,
     },
@@ -402,9 +399,11 @@ impl ExecJson {
                 vec![ExecLine::ItemCompleted { item }]
             }
             RunEvent::ToolRefused(refused) => vec![ExecLine::ItemCompleted {
-                item: ExecItem::Error {
+                item: ExecItem {
                     id: refused.call_id,
-                    message: refused.message,
+                    details: ItemDetails::Error {
+                        message: refused.message,
+                    },
                 },
             }],
             RunEvent::ApprovalRequested(r) => vec![ExecLine::ApprovalRequested {
@@ -487,7 +486,10 @@ impl ExecJson {
                     let text = super::model::output_text(std::slice::from_ref(item));
                     let id = self.next_item();
                     lines.push(ExecLine::ItemCompleted {
-                        item: ExecItem::AgentMessage { id, text },
+                        item: ExecItem {
+                            id,
+                            details: ItemDetails::AgentMessage { text },
+                        },
                     });
                 }
                 Some("reasoning") => {
@@ -500,9 +502,11 @@ impl ExecJson {
                         .collect();
                     let id = self.next_item();
                     lines.push(ExecLine::ItemCompleted {
-                        item: ExecItem::Reasoning {
+                        item: ExecItem {
                             id,
-                            text: text.join("\n"),
+                            details: ItemDetails::Reasoning {
+                                text: text.join("\n"),
+                            },
                         },
                     });
                 }
@@ -553,8 +557,7 @@ impl ExecJson {
                 .unwrap_or("")
                 .to_string()
         };
-        let id = call_id.to_string();
-        match name.as_str() {
+        let details = match name.as_str() {
             "shell" => {
                 let out = output.unwrap_or_default();
                 let exit_code = out
@@ -562,16 +565,14 @@ impl ExecJson {
                     .next()
                     .and_then(|l| l.strip_prefix("Exit code: "))
                     .and_then(|c| c.trim().parse::<i64>().ok());
-                ExecItem::CommandExecution {
-                    id,
+                ItemDetails::CommandExecution {
                     command: arg("command"),
                     aggregated_output: out,
                     exit_code,
                     status,
                 }
             }
-            "write_file" => ExecItem::FileChange {
-                id,
+            "write_file" => ItemDetails::FileChange {
                 changes: vec![FileChangeEntry {
                     path: arg("path"),
                     kind: "update",
@@ -592,8 +593,7 @@ impl ExecJson {
                     (_, Some(text)) => (None, Some(ExecError { message: text })),
                     (_, None) => (None, None),
                 };
-                ExecItem::McpToolCall {
-                    id,
+                ItemDetails::McpToolCall {
                     server,
                     tool,
                     arguments: args,
@@ -602,14 +602,17 @@ impl ExecJson {
                     status,
                 }
             }
-            _ => ExecItem::ToolCall {
-                id,
+            _ => ItemDetails::ToolCall {
                 name,
                 arguments: args,
                 status,
                 output,
                 event: kind,
             },
+        };
+        ExecItem {
+            id: call_id.to_string(),
+            details,
         }
     }
 }

@@ -58,6 +58,12 @@ pub trait Observer: Send + Sync {
     fn event(&self, state: &RunState, event: &Event);
     /// A piece of the model's text arrived.
     fn text_delta(&self, _delta: &str) {}
+    /// Whether it shows progress as it happens: then the driver reads the journal when a
+    /// call starts, so the observer sees its `tool.scheduled` before the call ends (an
+    /// observer that only collects events need not pay for that read).
+    fn shows_progress(&self) -> bool {
+        true
+    }
 }
 
 /// An observer that shows nothing.
@@ -66,6 +72,9 @@ pub struct Silent;
 
 impl Observer for Silent {
     fn event(&self, _: &RunState, _: &Event) {}
+    fn shows_progress(&self) -> bool {
+        false
+    }
 }
 
 /// Decides approvals inline (a person at a terminal). `None`: no decision now (the run
@@ -571,9 +580,11 @@ impl Host {
             }
             let mut budgets = state.budgets().unwrap_or(spec.budgets);
             if let Some(n) = change.max_steps {
+                check_budget(run_id, "steps", state.step_count(), n)?;
                 budgets.max_steps = n;
             }
             if let Some(n) = change.max_tokens {
+                check_budget(run_id, "tokens", state.usage.total_tokens, n)?;
                 budgets.max_tokens = Some(n);
             }
             let resumed_at = state.last_seq;
@@ -714,6 +725,20 @@ fn runtime_options(registry: agent_runtime::ToolRegistry) -> RuntimeOptions {
         .concurrency(8)
         .deadlines(Deadlines::none())
         .cancel_grace(std::time::Duration::from_secs(2))
+}
+
+/// A budget given to `resume` must leave room: one at or below what the run used would
+/// pause it again at once.
+fn check_budget(run: &str, what: &'static str, used: u64, given: u64) -> Result<(), HostError> {
+    if given <= used {
+        return Err(HostError::BudgetBelowUsed {
+            run: run.to_string(),
+            what,
+            used,
+            given,
+        });
+    }
+    Ok(())
 }
 
 /// Fires `cancel` when another process appends `interrupt.requested` to the thread, so a

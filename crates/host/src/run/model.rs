@@ -30,6 +30,8 @@ pub(crate) struct Final {
     pub(crate) usage: Option<Value>,
     #[serde(default)]
     pub(crate) error: Option<Value>,
+    #[serde(default)]
+    pub(crate) incomplete_details: Option<Value>,
 }
 
 impl Final {
@@ -54,6 +56,22 @@ impl Final {
     }
 
     /// The response's `error` object, when it has one.
+    /// Why an `incomplete` response stopped short (`max_output_tokens`, ...); `None` for
+    /// any other status.
+    pub(crate) fn incomplete_reason(&self) -> Option<String> {
+        if self.status.as_deref() != Some("incomplete") {
+            return None;
+        }
+        Some(
+            self.incomplete_details
+                .as_ref()
+                .and_then(|d| d.get("reason"))
+                .and_then(Value::as_str)
+                .unwrap_or("unknown")
+                .to_string(),
+        )
+    }
+
     pub(crate) fn error(&self) -> Option<&Value> {
         self.error.as_ref().filter(|e| e.is_object())
     }
@@ -108,19 +126,6 @@ pub(crate) async fn stream(
 }
 
 /// Whether another attempt may succeed where this one failed.
-pub(crate) fn retryable(err: &ClientError) -> bool {
-    match err {
-        ClientError::StreamEndedEarly
-        | ClientError::StreamIdleTimeout(_)
-        | ClientError::Transport(_)
-        | ClientError::Connect(_)
-        | ClientError::Timeout(_) => true,
-        ClientError::Api(api) | ClientError::StreamError(api) => api
-            .status
-            .is_none_or(|s| s == 408 || s == 409 || s == 429 || s >= 500),
-        _ => false,
-    }
-}
 
 /// The `model.failed` payload fields of an error (the key never appears in them).
 pub(crate) fn failure(step: u64, attempt: u32, err: &ClientError) -> ModelFailed {
@@ -133,7 +138,8 @@ pub(crate) fn failure(step: u64, attempt: u32, err: &ClientError) -> ModelFailed
         code: api.and_then(|a| a.code.clone()),
         message: err.to_string(),
         error: None,
-        retryable: retryable(err),
+        retryable: err.is_retryable(),
+        usage: None,
     }
 }
 

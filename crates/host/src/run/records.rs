@@ -16,6 +16,8 @@ pub struct StepRecord {
     pub output: Vec<RawJson>,
     /// Tokens of this step.
     pub usage: Usage,
+    /// Why the response stopped short, when it was `incomplete`.
+    pub incomplete: Option<String>,
 }
 
 impl StepRecord {

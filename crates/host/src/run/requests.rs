@@ -193,7 +193,14 @@ pub async fn request_interrupt(
 ) -> Result<i64, HostError> {
     let state = load(journal, run_id).await?;
     let shown = super::query::shown_status(&state);
-    if shown != RunStatus::Running {
+    // A run waiting for a decision may still have a host waiting with it.
+    let driven = shown == RunStatus::Running
+        || (shown == RunStatus::Waiting
+            && state
+                .driver
+                .as_ref()
+                .is_some_and(super::owner::Owner::is_alive));
+    if !driven {
         return Err(HostError::NotDriven {
             run: run_id.to_string(),
             status: shown,

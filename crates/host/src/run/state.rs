@@ -360,7 +360,12 @@ impl RunState {
                 }
             }
             RunEvent::ToolEnded(ended) => self.apply_terminal(ended),
-            RunEvent::ModelFailed(_) => {}
+            // A response that was paid for but not kept (too large to journal) still counts.
+            RunEvent::ModelFailed(failed) => {
+                if let Some(usage) = &failed.usage {
+                    self.usage.add(&Usage::from_api(usage));
+                }
+            }
         }
     }
 
@@ -407,6 +412,7 @@ impl RunState {
                 response_id: completed.response_id.to_string(),
                 output,
                 usage,
+                incomplete: completed.incomplete_reason.as_deref().map(str::to_string),
             },
         );
     }

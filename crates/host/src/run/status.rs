@@ -3,7 +3,8 @@
 //! recorded, the approvals it holds open, and (where a reader has it) the run's lease.
 //!
 //! Invariants:
-//! - A run that ended shows how it ended, whatever else holds.
+//! - A run that ended shows how it ended, and one a user interrupted shows `interrupted`,
+//!   whatever else holds.
 //! - A run with a call waiting for a human decision shows `waiting`, whoever drives it (a
 //!   host waiting with it, a worker, or nobody since it paused): one word a script can act
 //!   on.
@@ -32,7 +33,8 @@ pub(crate) fn shown(
     let Some(recorded) = recorded else {
         return RunStatus::Failed;
     };
-    if recorded.is_final() {
+    // Ended, or stopped by a user: nothing acts on a decision until `resume`.
+    if recorded.is_final() || recorded == RunStatus::Interrupted {
         return recorded;
     }
     if pending_approvals > 0 {
@@ -75,6 +77,7 @@ mod tests {
         assert_eq!(shown(Some(Running), 1, alive, None), Waiting);
         assert_eq!(shown(Some(Running), 1, dead, HELD), Waiting);
         assert_eq!(shown(Some(Paused), 2, dead, None), Waiting);
+        assert_eq!(shown(Some(Interrupted), 1, dead, None), Interrupted);
         // Its driver died: interrupted, or queued again for a worker.
         assert_eq!(shown(Some(Running), 0, dead, None), Interrupted);
         assert_eq!(shown(Some(Running), 0, dead, OPEN), Queued);

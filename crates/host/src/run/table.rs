@@ -146,7 +146,10 @@ pub async fn runs_table(journal: &Journal) -> Result<Vec<RunRow>, HostError> {
                     LeaseStatus::Closed
                 }
             });
-            journal.put_lease(&thread, rebuilt, &info).await?;
+            // A journal opened read-only (an archive) is shown as it is, its table unwritten.
+            if !journal.is_read_only() {
+                journal.put_lease(&thread, rebuilt, &info).await?;
+            }
             let row = rows.entry(thread.clone()).or_insert_with(|| LeaseRow {
                 name: thread.clone(),
                 status: rebuilt.unwrap_or(LeaseStatus::Closed),

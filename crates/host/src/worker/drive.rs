@@ -31,6 +31,9 @@ impl Observer for Summary {
     fn event(&self, state: &RunState, _: &Event) {
         *self.0.lock().unwrap_or_else(PoisonError::into_inner) = Some(run::table::summary(state));
     }
+    fn shows_progress(&self) -> bool {
+        false
+    }
 }
 
 impl Summary {

@@ -9,7 +9,7 @@ use agent_responses_mock::{MOCK_API_KEY, MockConfig, MockServer, Script};
 use anyhow::Context as _;
 use clap::Args;
 
-use crate::output::with_hint;
+use crate::output::{UsageError, with_hint};
 
 /// The model endpoint options of `run` and `resume`.
 #[derive(Debug, Clone, Args)]
@@ -51,14 +51,23 @@ impl Endpoint {
             Some(RunEndpoint::Url(url)) => Some(url),
             None => None,
         };
-        let config = ClientConfig::from_env(base_url.as_deref()).map_err(|err| match err {
-            ClientError::MissingApiKey => with_hint(
-                err,
-                "set OPENAI_API_KEY in your environment (never in a file or on the command line), or add --mock to run offline against the built-in emulator",
-            ),
-            other => anyhow::Error::new(other),
-        })?;
-        Ok((Client::new(config)?, None))
+        let config = ClientConfig::from_env(base_url.as_deref()).map_err(setup_error)?;
+        Ok((Client::new(config).map_err(setup_error)?, None))
+    }
+}
+
+/// A client that cannot be set up from what the user gave is a usage error, with a hint.
+fn setup_error(err: ClientError) -> anyhow::Error {
+    match err {
+        ClientError::MissingApiKey => with_hint(
+            UsageError(err.to_string()),
+            "set OPENAI_API_KEY in your environment (never in a file or on the command line), or add --mock to run offline against the built-in emulator",
+        ),
+        ClientError::InvalidBaseUrl(_) => with_hint(
+            UsageError(err.to_string()),
+            "give --base-url as http(s)://HOST[:PORT]/v1 (or set OPENAI_BASE_URL)",
+        ),
+        other => anyhow::Error::new(other),
     }
 }
 
@@ -66,7 +75,8 @@ impl Endpoint {
 /// and a client for it.
 async fn start_mock(script: Option<&Path>) -> anyhow::Result<(Client, Option<MockServer>)> {
     let script = match script {
-        Some(path) => Script::load(path)?,
+        Some(path) => Script::load(path)
+            .map_err(|err| UsageError(format!("--mock-script {}: {err}", path.display())))?,
         None => Script::from_json_str(
             agent_responses_mock::builtin_fixture("run").context("the built-in run story")?,
         )?,

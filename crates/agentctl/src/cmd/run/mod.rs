@@ -47,7 +47,8 @@ pub struct RunOptions {
     /// What the agent should do (read from stdin when absent and stdin is not a terminal).
     pub prompt: Option<String>,
     /// The model.
-    #[arg(long, default_value = NewRun::DEFAULT_MODEL)]
+    #[arg(long, default_value = NewRun::DEFAULT_MODEL,
+          value_parser = clap::builder::NonEmptyStringValueParser::new())]
     pub model: String,
     /// System instructions for the model.
     #[arg(long, conflicts_with = "instructions_file")]
@@ -204,10 +205,12 @@ pub(crate) fn load_tool_config(
 fn new_run(args: RunOptions) -> anyhow::Result<(NewRun, Endpoint)> {
     let prompt = read_prompt(args.prompt)?;
     let instructions = match &args.instructions_file {
-        Some(path) => Some(
-            std::fs::read_to_string(path)
-                .with_context(|| format!("cannot read --instructions-file {}", path.display()))?,
-        ),
+        Some(path) => Some(std::fs::read_to_string(path).map_err(|err| {
+            UsageError(format!(
+                "cannot read --instructions-file {}: {err}",
+                path.display()
+            ))
+        })?),
         None => args.instructions,
     };
     let builtin_story = args.endpoint.mock && args.endpoint.mock_script.is_none();
@@ -216,6 +219,13 @@ fn new_run(args: RunOptions) -> anyhow::Result<(NewRun, Endpoint)> {
         None if builtin_story => connect::demo_workspace()?,
         None => std::env::current_dir().context("cannot read the current directory")?,
     };
+    if workspace.exists() && !workspace.is_dir() {
+        return Err(UsageError(format!(
+            "the workspace {} is not a directory",
+            workspace.display()
+        ))
+        .into());
+    }
     let approval = match args.approval {
         Some(ApprovalArg::Ask) => ApprovalMode::Ask,
         Some(ApprovalArg::Auto) => ApprovalMode::Auto,
@@ -266,34 +276,75 @@ pub async fn resume(global: &GlobalArgs, args: ResumeArgs) -> anyhow::Result<Exi
 fn read_prompt(prompt: Option<String>) -> anyhow::Result<String> {
     let prompt = match prompt {
         Some(p) => p,
-        None if !std::io::stdin().is_terminal() => std::io::read_to_string(std::io::stdin())
-            .context("cannot read the prompt from stdin")?,
+        None if !std::io::stdin().is_terminal() => {
+            let mut bytes = Vec::new();
+            std::io::Read::read_to_end(&mut std::io::stdin(), &mut bytes)
+                .context("cannot read the prompt from stdin")?;
+            String::from_utf8(bytes)
+                .map_err(|_| UsageError("the prompt on stdin is not UTF-8 text".into()))?
+        }
         None => {
             return Err(
                 UsageError("give the prompt as an argument, or pipe it on stdin".into()).into(),
             );
         }
     };
-    if prompt.trim().is_empty() {
-        return Err(UsageError("the prompt is empty".into()).into());
-    }
+    check_prompt(&prompt)?;
     Ok(prompt)
 }
 
+/// A prompt a run can record: some text, no NUL, and small enough for its `run.created`
+/// event to fit the journal's event limit beside the tools' schemas.
+fn check_prompt(prompt: &str) -> Result<(), UsageError> {
+    /// Room left in `run.created` for the spec's other fields (the tools' schemas).
+    const SPEC_ROOM: usize = 256 * 1024;
+    let limit = agent_journal::MAX_PAYLOAD_BYTES - SPEC_ROOM;
+    if prompt.trim().is_empty() {
+        return Err(UsageError("the prompt is empty".into()));
+    }
+    if prompt.contains('\0') {
+        return Err(UsageError("the prompt contains a NUL character".into()));
+    }
+    if prompt.len() > limit {
+        return Err(UsageError(format!(
+            "the prompt is {} bytes; a prompt must be at most {} bytes ({} MiB), since a run's first event records it whole",
+            prompt.len(),
+            limit,
+            limit / (1024 * 1024)
+        )));
+    }
+    Ok(())
+}
+
 /// Options for driving from this process: the renderer, inline approvals on a terminal,
-/// Ctrl-C as interrupt (a second one exits at once), and the test crash hook.
+/// Ctrl-C or SIGTERM as interrupt (a second one exits at once), and the test crash hook.
 fn drive_options(
     global: &GlobalArgs,
     drive: &DriveArgs,
 ) -> (DriveOptions, tokio::task::JoinHandle<()>) {
     let cancel = agent_runtime::CancellationToken::new();
     let token = cancel.clone();
+    // Ctrl-C and a supervisor's SIGTERM alike: the first interrupts the run (running calls
+    // are cancelled and journaled), a second exits at once.
     let ctrl_c = tokio::spawn(async move {
-        if tokio::signal::ctrl_c().await.is_ok() {
-            token.cancel();
-            if tokio::signal::ctrl_c().await.is_ok() {
+        let Ok(mut term) =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        else {
+            return;
+        };
+        for _ in 0..2 {
+            tokio::select! {
+                signal = tokio::signal::ctrl_c() => {
+                    if signal.is_err() {
+                        return;
+                    }
+                }
+                _ = term.recv() => {}
+            }
+            if token.is_cancelled() {
                 std::process::exit(i32::from(Exit::Interrupted.code()));
             }
+            token.cancel();
         }
     });
     let interactive = std::io::stdin().is_terminal() && std::io::stderr().is_terminal();
@@ -311,6 +362,6 @@ fn drive_options(
 
 /// Prints how the run ended and maps it to the exit status.
 fn finish(global: &GlobalArgs, report: RunReport) -> anyhow::Result<ExitCode> {
-    render::finish(global.json, &report)?;
+    render::finish(global.json, &global.command(), &report)?;
     Ok(Exit::of_end(&report.end).into())
 }

@@ -167,7 +167,7 @@ impl Observer for Human {
 
 /// Prints the end of a drive: on stdout the final text (human; the JSON lines already said
 /// it), on stderr the run id and what to do next.
-pub fn finish(json: bool, report: &RunReport) -> anyhow::Result<()> {
+pub fn finish(json: bool, agentctl: &str, report: &RunReport) -> anyhow::Result<()> {
     let id = &report.run_id;
     match &report.end {
         RunEnd::Completed { .. } => {
@@ -185,7 +185,7 @@ pub fn finish(json: bool, report: &RunReport) -> anyhow::Result<()> {
             for call in report.state.pending_approvals() {
                 if let Some(pending) = call.pending_approval() {
                     output::note(&format!(
-                        "  {} {} wants: {}\n    agentctl approve {id} {} --sha256 {}\n    agentctl deny {id} {} --reason TEXT",
+                        "  {} {} wants: {}\n    {agentctl} approve {id} {} --sha256 {}\n    {agentctl} deny {id} {} --reason TEXT",
                         call.call_id,
                         call.name,
                         first_line(&call.arguments, 200),
@@ -195,14 +195,14 @@ pub fn finish(json: bool, report: &RunReport) -> anyhow::Result<()> {
                     ));
                 }
             }
-            output::note(&format!("continue with: agentctl resume {id}"));
+            output::note(&format!("continue with: {agentctl} resume {id}"));
         }
         RunEnd::Failed { error } => {
             output::note(&format!("run {id} failed: {error}"));
         }
         RunEnd::Interrupted | RunEnd::Released => {
             output::note(&format!(
-                "run {id} interrupted; continue with: agentctl resume {id}"
+                "run {id} interrupted; continue with: {agentctl} resume {id}"
             ));
         }
     }

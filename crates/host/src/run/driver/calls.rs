@@ -155,6 +155,11 @@ impl Driver {
                 Next::Wait => waiting.push(call.call_id.clone()),
             }
         }
+        // The calls' `tool.scheduled` is durable once launched: an observer that shows
+        // progress sees each call start now, not when it ends.
+        if !launched.is_empty() && self.opts.observer.shows_progress() {
+            self.sync().await?;
+        }
         if !launched.is_empty() {
             let runtime = self.runtime.clone();
             let (thread, turn) = (self.thread.clone(), self.turn.clone());

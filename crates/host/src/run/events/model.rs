@@ -53,6 +53,10 @@ pub struct ModelCompleted<'a> {
     /// How the step was steered while it streamed (`--transport ws`), if it was.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub steered: Option<Steered>,
+    /// Why the response stopped short, when its status is `incomplete`
+    /// (`max_output_tokens`, `content_filter`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub incomplete_reason: Option<Cow<'a, str>>,
 }
 
 impl HostEvent for ModelCompleted<'_> {
@@ -74,6 +78,8 @@ struct CompletedHead<'a> {
     status: Option<Cow<'a, str>>,
     #[serde(default)]
     steered: Option<Steered>,
+    #[serde(default, borrow)]
+    incomplete_reason: Option<Cow<'a, str>>,
 }
 
 impl<'a> ModelCompleted<'a> {
@@ -96,6 +102,7 @@ impl<'a> ModelCompleted<'a> {
             usage: payload.get("usage").unwrap_or(&NULL),
             output,
             steered: head.steered,
+            incomplete_reason: head.incomplete_reason,
         })
     }
 
@@ -179,6 +186,10 @@ pub struct ModelFailed {
     /// Whether the retry policy counted it as worth retrying.
     #[serde(default)]
     pub retryable: bool,
+    /// What the failed response cost (its `usage`, verbatim), when it answered at all: a
+    /// response too large to journal is paid for, and counted in the run's usage.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Value>,
 }
 
 impl HostEvent for ModelFailed {

@@ -18,6 +18,11 @@ pub enum PauseReason {
     MaxTokens,
     /// The model call failed after its retries; `resume` asks again.
     ModelError,
+    /// The API refused the request itself (400, 401, 403, 404, 422: its message says why);
+    /// the same request would get the same answer, so it is not retried. A run that stops
+    /// here has failed its step (`agentctl` exits 1); `resume` asks again once something
+    /// changed.
+    ModelRejected,
 }
 
 impl PauseReason {
@@ -28,6 +33,7 @@ impl PauseReason {
             PauseReason::MaxSteps => "max_steps",
             PauseReason::MaxTokens => "max_tokens",
             PauseReason::ModelError => "model_error",
+            PauseReason::ModelRejected => "model_rejected",
         }
     }
 }

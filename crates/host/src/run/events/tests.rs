@@ -152,6 +152,7 @@ fn payloads_keep_the_shapes_journaled_before() {
         usage: &api_usage,
         output: &output,
         steered: None,
+        incomplete_reason: None,
     };
     assert_eq!(
         text(&completed),
