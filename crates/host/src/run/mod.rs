@@ -345,9 +345,9 @@ impl Host {
     ) -> impl Future<Output = Result<RunReport, HostError>> + '_ {
         // Boxed, and before the run's future: listing MCP servers' tools is a large future,
         // and an argument of an `async fn` is kept in its future for as long as the run.
-        let create = Box::pin(self.create(new, false));
+        let creating = Box::pin(create(&self.journal, &self.tools, new, false));
         async move {
-            let (id, spec, registry, servers) = create.await?;
+            let (id, spec, registry, servers) = creating.await?;
             let thread = kinds::thread_of(&id);
             opts.crash_hook().arm(&self.journal, &thread, 0);
             let runtime = Runtime::open(self.journal.clone(), runtime_options(registry));
@@ -368,82 +368,7 @@ impl Host {
     /// is offered, the run exists unoffered; the next [`table::runs_table`] refresh offers
     /// it, as after a crash.
     pub async fn submit(&self, new: NewRun) -> Result<String, HostError> {
-        let (id, _, _, servers) = self.create(new, true).await?;
-        // Started only to list their tools; the driving worker starts its own.
-        servers.shutdown().await;
-        // After `run.created`: a crash in between leaves a run the runs table's refresh
-        // offers (see [`table::runs_table`]).
-        self.journal
-            .offer_lease(&kinds::thread_of(&id), &table::RowInfo::queued())
-            .await?;
-        Ok(id)
-    }
-
-    /// Appends `run.created` for `new`, with the built-in tools and every configured MCP
-    /// server's (started to list them); returns the id, the spec, the tools and the servers.
-    async fn create(
-        &self,
-        new: NewRun,
-        submitted: bool,
-    ) -> Result<
-        (
-            String,
-            RunSpec,
-            agent_runtime::ToolRegistry,
-            mcp::McpServers,
-        ),
-        HostError,
-    > {
-        let workspace = Workspace::new(&new.workspace).map_err(|err| HostError::Workspace {
-            path: new.workspace.display().to_string(),
-            reason: err.to_string(),
-        })?;
-        let (mut specs, mut registry) = tools::builtin_with(&workspace, new.approval, &self.tools);
-        let found = mcp::discover(&self.tools, workspace.root(), new.approval).await?;
-        specs.extend(found.specs);
-        for tool in found.tools {
-            registry = registry.with_arc(tool);
-        }
-        let servers = found.servers;
-        let id = uuid::Uuid::now_v7().to_string();
-        let thread = kinds::thread_of(&id);
-        let spec = RunSpec {
-            prompt: new.prompt,
-            model: new.model,
-            instructions: new.instructions,
-            workspace: workspace.root().display().to_string(),
-            tools: specs,
-            mcp_servers: found.records,
-            approval: new.approval,
-            budgets: new.budgets,
-            transport: new.transport,
-            endpoint: new.endpoint,
-            compact_at: new.compact_at,
-            submitted,
-        };
-        let created = RunCreated {
-            spec,
-            run_id: id.clone(),
-            owner: (!submitted).then(Owner::current),
-        };
-        let created = match created.to_event(&thread) {
-            Ok(event) => {
-                let appended = self
-                    .journal
-                    .append_expecting(&thread, None, vec![event])
-                    .await;
-                appended.map(|_| created.spec).map_err(HostError::from)
-            }
-            Err(err) => Err(HostError::Encode(err)),
-        };
-        let spec = match created {
-            Ok(spec) => spec,
-            Err(err) => {
-                servers.shutdown().await;
-                return Err(err);
-            }
-        };
-        Ok((id, spec, registry, servers))
+        submit(&self.journal, &self.tools, new).await
     }
 
     /// Continues a run from its journal (see the resume rules in the crate docs).
@@ -676,6 +601,93 @@ impl Host {
         });
         drive_boxed(driver)
     }
+}
+
+/// [`Host::submit`] without a host: submitting needs the journal and the tool
+/// configuration (to record the tools the run offers), not a model client, since a worker's
+/// client makes every model call.
+///
+/// # Cancel safety
+/// As [`Host::submit`].
+pub async fn submit(
+    journal: &Journal,
+    tool_config: &ToolConfig,
+    new: NewRun,
+) -> Result<String, HostError> {
+    let (id, _, _, servers) = create(journal, tool_config, new, true).await?;
+    // Started only to list their tools; the driving worker starts its own.
+    servers.shutdown().await;
+    // After `run.created`: a crash in between leaves a run the runs table's refresh offers
+    // (see [`table::runs_table`]).
+    journal
+        .offer_lease(&kinds::thread_of(&id), &table::RowInfo::queued())
+        .await?;
+    Ok(id)
+}
+
+/// Appends `run.created` for `new`, with the built-in tools and every configured MCP
+/// server's (started to list them); returns the id, the spec, the tools and the servers.
+async fn create(
+    journal: &Journal,
+    tool_config: &ToolConfig,
+    new: NewRun,
+    submitted: bool,
+) -> Result<
+    (
+        String,
+        RunSpec,
+        agent_runtime::ToolRegistry,
+        mcp::McpServers,
+    ),
+    HostError,
+> {
+    let workspace = Workspace::new(&new.workspace).map_err(|err| HostError::Workspace {
+        path: new.workspace.display().to_string(),
+        reason: err.to_string(),
+    })?;
+    let (mut specs, mut registry) = tools::builtin_with(&workspace, new.approval, tool_config);
+    let found = mcp::discover(tool_config, workspace.root(), new.approval).await?;
+    specs.extend(found.specs);
+    for tool in found.tools {
+        registry = registry.with_arc(tool);
+    }
+    let servers = found.servers;
+    let id = uuid::Uuid::now_v7().to_string();
+    let thread = kinds::thread_of(&id);
+    let spec = RunSpec {
+        prompt: new.prompt,
+        model: new.model,
+        instructions: new.instructions,
+        workspace: workspace.root().display().to_string(),
+        tools: specs,
+        mcp_servers: found.records,
+        approval: new.approval,
+        budgets: new.budgets,
+        transport: new.transport,
+        endpoint: new.endpoint,
+        compact_at: new.compact_at,
+        submitted,
+    };
+    let created = RunCreated {
+        spec,
+        run_id: id.clone(),
+        owner: (!submitted).then(Owner::current),
+    };
+    let created = match created.to_event(&thread) {
+        Ok(event) => {
+            let appended = journal.append_expecting(&thread, None, vec![event]).await;
+            appended.map(|_| created.spec).map_err(HostError::from)
+        }
+        Err(err) => Err(HostError::Encode(err)),
+    };
+    let spec = match created {
+        Ok(spec) => spec,
+        Err(err) => {
+            servers.shutdown().await;
+            return Err(err);
+        }
+    };
+    Ok((id, spec, registry, servers))
 }
 
 /// A run claimed by this process, its open calls adopted: what driving it starts from.

@@ -125,8 +125,6 @@ pub(crate) async fn stream(
     Streamed::Failed(ClientError::StreamEndedEarly)
 }
 
-/// Whether another attempt may succeed where this one failed.
-
 /// The `model.failed` payload fields of an error (the key never appears in them).
 pub(crate) fn failure(step: u64, attempt: u32, err: &ClientError) -> ModelFailed {
     let api = err.api();

@@ -147,15 +147,7 @@ pub async fn submit(global: &GlobalArgs, args: SubmitArgs) -> anyhow::Result<Exi
     let (new, _) = new_run(args.run)?;
     let tools = tool_config(new.workspace_dir(), &args.mcp)?;
     let journal = crate::db::open_journal(global).await?;
-    // No model call happens here: the client is never used.
-    let client = agent_responses::Client::new(agent_responses::ClientConfig::new(
-        "http://127.0.0.1:9",
-        agent_responses::ApiKey::new("unused").context("placeholder key")?,
-    ))?;
-    let id = Host::new(journal.clone(), client)
-        .with_tools(tools)
-        .submit(new)
-        .await;
+    let id = agent_host::run::submit(&journal, &tools, new).await;
     journal.close().await;
     let id = id.map_err(host_error)?;
     if global.json {
