@@ -210,9 +210,15 @@ fn unarchive(dir: &tempfile::TempDir) {
 /// whoever runs it.
 #[tokio::test]
 async fn an_archived_sqlite_journal_opens_read_only_for_a_user_who_cannot_write_it() {
+    use std::os::unix::fs::PermissionsExt as _;
     use std::os::unix::process::CommandExt as _;
     let (dir, _, url) = archived_journal().await;
-    let mut child = std::process::Command::new(std::env::current_exe().unwrap());
+    // A copy of this test binary that `nobody` can reach, wherever the checkout lives.
+    let bin_dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(bin_dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let bin = bin_dir.path().join("schema-test");
+    std::fs::copy(std::env::current_exe().unwrap(), &bin).unwrap();
+    let mut child = std::process::Command::new(&bin);
     child
         .args([
             "--ignored",

@@ -2,6 +2,7 @@
 //! `make.sh` with the agentctl of commit f0efe80) reads, shows and resumes as it did.
 
 use std::path::{Path, PathBuf};
+use std::process::Stdio;
 
 use serde_json::Value;
 
@@ -132,9 +133,18 @@ fn an_archived_journal_is_read_by_a_user_who_cannot_write_it() {
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o555)).unwrap();
     std::fs::set_permissions(top.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let url = format!("sqlite://{}", db.display());
+    // A copy of the binary `nobody` can reach, wherever the checkout lives.
+    let bin = top.path().join("agentctl");
+    std::fs::copy(env!("CARGO_BIN_EXE_agentctl"), &bin).unwrap();
     let as_nobody = |args: &[&str]| {
-        let mut cmd = agentctl(&url);
-        cmd.args(args).env("HOME", top.path()).uid(65534).gid(65534);
+        let mut cmd = std::process::Command::new(&bin);
+        cmd.env_remove("AGENTCTL_DB")
+            .args(["--db", &url])
+            .args(args)
+            .env("HOME", top.path())
+            .stdin(Stdio::null())
+            .uid(65534)
+            .gid(65534);
         out(&mut cmd)
     };
     let o = as_nobody(&["--json", "runs", "list"]);
