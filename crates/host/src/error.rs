@@ -154,13 +154,9 @@ impl HostError {
                 | HostError::NotDriven { .. }
                 | HostError::Workspace { .. }
                 | HostError::Config(_)
+                | HostError::McpServerMissing { .. }
                 | HostError::EndpointMasked
                 | HostError::ArgsMismatch { .. }
         )
-    }
-
-    /// [`HostError::Encode`], for `map_err`.
-    pub(crate) fn encode(err: serde_json::Error) -> HostError {
-        HostError::Encode(err)
     }
 }

@@ -164,6 +164,41 @@ fn completed() -> String {
     "completed".into()
 }
 
+/// A reply rendered for one request: what HTTP and WebSocket both send for it.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Rendered {
+    /// The output items, rendered against the request's context and finished (ids filled).
+    pub(crate) output: Vec<Value>,
+    /// The response's `status`.
+    pub(crate) status: String,
+    /// Characters per delta when streamed, if the rule set it.
+    pub(crate) delta_chars: Option<usize>,
+}
+
+impl Reply {
+    /// This reply for a request whose context is `context`; a scripted error as `Err`.
+    pub(crate) fn render_for(self, context: &[Item]) -> Result<Rendered, ErrorReply> {
+        let (items, status, delta_chars) = match self {
+            Reply::Error { error } => return Err(error),
+            Reply::Items {
+                items,
+                status,
+                delta_chars,
+            } => (items, status, delta_chars),
+            Reply::Echo { .. } => (echo_items(context), completed(), None),
+        };
+        let output = items
+            .iter()
+            .map(|item| crate::respond::finish_item(&render(item, context)))
+            .collect();
+        Ok(Rendered {
+            output,
+            status,
+            delta_chars,
+        })
+    }
+}
+
 /// An HTTP error reply: status, extra headers and the `{"error": {...}}` body fields.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -1,7 +1,6 @@
 //! `agentctl runs list|show|events`: what the journal says about runs.
 
 use std::process::ExitCode;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use agent_host::follow::follow_thread;
 use agent_host::run::exec_json::ExecJson;
@@ -104,10 +103,7 @@ async fn list(
         })?),
         None => None,
     };
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0);
+    let now = now_ms();
     for row in run::table::runs_table(journal).await? {
         if status.is_some_and(|s| row.status != s) {
             continue;

@@ -144,7 +144,7 @@ impl Driver {
 
     /// Appends one of the host's own events.
     async fn record(&mut self, event: &impl HostEvent) -> Result<(), HostError> {
-        let event = event.to_event(&self.thread).map_err(HostError::encode)?;
+        let event = event.to_event(&self.thread).map_err(HostError::Encode)?;
         self.append(vec![event]).await
     }
 
@@ -302,7 +302,7 @@ impl Driver {
             .iter()
             .map(serde_json::to_value)
             .collect::<Result<_, _>>()
-            .map_err(HostError::encode)?;
+            .map_err(HostError::Encode)?;
         let covered: Vec<String> = self
             .state
             .steers
@@ -325,7 +325,7 @@ impl Driver {
             compacted.checkpoint = checkpoint::take(&self.state, next, runtime);
             let event = compacted
                 .to_event(&self.thread)
-                .map_err(HostError::encode)?;
+                .map_err(HostError::Encode)?;
             let expected = (self.state.last_seq > 0).then_some(self.state.last_seq);
             match self
                 .journal
@@ -379,7 +379,7 @@ impl Driver {
                 via: Some(SteerVia::ResponseSteer),
                 response_id: Some(steered.parent_response_id.clone()),
             };
-            events.push(applied.to_event(&self.thread).map_err(HostError::encode)?);
+            events.push(applied.to_event(&self.thread).map_err(HostError::Encode)?);
         }
         Ok(events)
     }
@@ -606,7 +606,7 @@ impl Driver {
                     events.push(
                         completed
                             .to_event(&self.thread)
-                            .map_err(HostError::encode)?
+                            .map_err(HostError::Encode)?
                             .relaxed(),
                     );
                     // One append: a steer applied mid-response and the step that carries it

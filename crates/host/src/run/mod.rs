@@ -39,7 +39,7 @@ use serde::Serialize;
 pub use endpoint::Endpoint;
 pub use events::{ApprovalReason, PauseReason};
 pub use owner::Owner;
-pub use query::{LoadedRun, list, load, load_for_resume, shown_status};
+pub use query::{LoadedRun, list, load, load_for_resume};
 pub use requests::{DecisionRequest, decide, request_interrupt, request_steer, steer_outcome};
 pub use state::{
     Budgets, CallRecord, Decision, RunSpec, RunState, RunStatus, SteerRecord, SteerStatus,
@@ -525,7 +525,7 @@ impl Host {
                 .append_expecting(
                     &thread,
                     Some(resumed_at),
-                    vec![resumed.to_event(&thread).map_err(HostError::encode)?],
+                    vec![resumed.to_event(&thread).map_err(HostError::Encode)?],
                 )
                 .await;
             match claimed {

@@ -4,7 +4,7 @@ use agent_journal::{Event, Journal};
 use agent_runtime::ThreadCheckpoint;
 
 use super::kinds;
-use super::state::{RunState, RunStatus};
+use super::state::RunState;
 use crate::error::HostError;
 
 /// The run `run_id` as folded from its journal, its whole history held.
@@ -83,11 +83,4 @@ pub async fn list(journal: &Journal) -> Result<Vec<RunState>, HostError> {
     }
     runs.sort_by(|a, b| b.id.cmp(&a.id));
     Ok(runs)
-}
-
-/// The status a reader should show, from the journal alone (see [`RunState::status`]);
-/// [`table::status_with_lease`](super::table::status_with_lease) adds what the run's lease
-/// says.
-pub fn shown_status(state: &RunState) -> RunStatus {
-    state.status()
 }

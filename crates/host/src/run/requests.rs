@@ -79,7 +79,7 @@ pub async fn decide(
     );
     let key = decided.dedup_key();
     let appended = journal
-        .append(decided.to_event(&thread).map_err(HostError::encode)?)
+        .append(decided.to_event(&thread).map_err(HostError::Encode)?)
         .await?;
     if appended.deduplicated
         && let Some(key) = key
@@ -126,7 +126,7 @@ pub async fn request_steer(
         text: text.to_string(),
     };
     journal
-        .append(requested.to_event(&thread).map_err(HostError::encode)?)
+        .append(requested.to_event(&thread).map_err(HostError::Encode)?)
         .await?;
     // Appended after the run ended (or as it ended): nobody will apply it.
     let state = load(journal, run_id).await?;
@@ -141,7 +141,7 @@ pub async fn request_steer(
             reason: format!("the run had already {status}"),
         };
         journal
-            .append(dropped.to_event(&thread).map_err(HostError::encode)?)
+            .append(dropped.to_event(&thread).map_err(HostError::Encode)?)
             .await?;
     }
     Ok(id)
@@ -192,7 +192,7 @@ pub async fn request_interrupt(
     by: &str,
 ) -> Result<i64, HostError> {
     let state = load(journal, run_id).await?;
-    let shown = super::query::shown_status(&state);
+    let shown = state.status();
     // A run waiting for a decision may still have a host waiting with it.
     let driven = shown == RunStatus::Running
         || (shown == RunStatus::Waiting
@@ -211,7 +211,7 @@ pub async fn request_interrupt(
         .append(
             requested
                 .to_event(&kinds::thread_of(run_id))
-                .map_err(HostError::encode)?,
+                .map_err(HostError::Encode)?,
         )
         .await?;
     Ok(appended.seq)

@@ -48,7 +48,7 @@ pub struct RunState {
     /// and folding `run.created` into a state that already holds an equal spec keeps it
     /// (one copy of the tools' schemas a run, not two).
     pub spec: Option<Arc<RunSpec>>,
-    /// The recorded status (see `shown_status` for a crashed driver).
+    /// The recorded status (see [`RunState::status`] for the one readers show).
     pub status: Option<RunStatus>,
     /// Why it paused, failed or was interrupted, as last recorded.
     pub status_detail: Option<String>,

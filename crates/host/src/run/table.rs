@@ -171,14 +171,15 @@ pub async fn runs_table(journal: &Journal) -> Result<Vec<RunRow>, HostError> {
 
 fn row_of(id: &str, row: &LeaseRow, now: i64) -> RunRow {
     let info = RowInfo::deserialize(&row.info).unwrap_or_default();
-    let held = row.holder.is_some() && row.expires_at > now;
+    let lease = lease_view(row, now);
+    let held = lease.held;
     let pending = info.pending_approvals.unwrap_or(0);
     // Liveness is asked now, not when the row was folded.
     let status = shown(
         info.status,
         pending,
         || info.driver.as_ref().is_some_and(Owner::is_alive),
-        Some(lease_view(row, now)),
+        Some(lease),
     );
     RunRow {
         run_id: id.to_string(),

@@ -11,10 +11,8 @@ use serde_json::Value;
 
 use super::replies::{base_headers, error_reply, parse_failure};
 use super::state::{AppState, Stored, lock};
-use crate::respond::{finish_item, new_id, response_object, tokens};
-use crate::script::{
-    Endpoint, Fault, FaultKind, Reply, RequestView, echo_items, input_items, render,
-};
+use crate::respond::{new_id, response_object, tokens};
+use crate::script::{Endpoint, Fault, FaultKind, Rendered, Reply, RequestView, input_items};
 use crate::sse;
 use crate::validate::{ApiFailure, check_auth};
 
@@ -58,19 +56,13 @@ pub(super) fn create_inner(
         .pick(&view)
         .map(|rule| (rule.reply, rule.fault))
         .unwrap_or((Reply::Echo { echo: true }, None));
-    let (items, status, delta_chars) = match reply {
-        Reply::Error { error } => return Err(error_reply(&error)),
-        Reply::Items {
-            items,
-            status,
-            delta_chars,
-        } => (items, status, delta_chars),
-        Reply::Echo { .. } => (echo_items(&context), "completed".to_owned(), None),
-    };
-    let output: Vec<Value> = items
-        .iter()
-        .map(|item| finish_item(&render(item, &context)))
-        .collect();
+    let Rendered {
+        output,
+        status,
+        delta_chars,
+    } = reply
+        .render_for(&context)
+        .map_err(|error| error_reply(&error))?;
     let output_tokens = tokens(&Value::Array(output.clone()).to_string());
     let usage = Usage::new(tokens(&body_text), output_tokens);
     let id = new_id("resp");

@@ -26,7 +26,7 @@ use self::reply::{first_function_tool, last_user_text, message_json, reply_text}
 use super::{Entry, FaultAction, FaultPoint};
 use crate::respond::{finish_item, new_id, response_object};
 use crate::router::{AppState, error_reply};
-use crate::script::{Endpoint, Fault, Reply, RequestView, echo_items, render, tool_outputs};
+use crate::script::{Endpoint, Fault, Rendered, Reply, RequestView, tool_outputs};
 use crate::validate::{ApiFailure, previous_not_found};
 
 /// Why serving stopped.
@@ -417,21 +417,14 @@ impl Session {
             ),
             None => (Reply::Echo { echo: true }, None, None),
         };
-        let (items, status, delta_chars) = match reply {
-            Reply::Error { error } => {
-                return self.send_error(&error_reply(&error), lane.as_deref()).await;
-            }
-            Reply::Items {
-                items,
-                status,
-                delta_chars,
-            } => (items, status, delta_chars),
-            Reply::Echo { .. } => (echo_items(&context), "completed".to_owned(), None),
+        let Rendered {
+            output,
+            status,
+            delta_chars,
+        } = match reply.render_for(&context) {
+            Ok(rendered) => rendered,
+            Err(error) => return self.send_error(&error_reply(&error), lane.as_deref()).await,
         };
-        let output: Vec<Value> = items
-            .iter()
-            .map(|item| finish_item(&render(item, &context)))
-            .collect();
         let issued: Vec<Item> = output
             .iter()
             .filter_map(|v| serde_json::from_value(v.clone()).ok())

@@ -9,7 +9,6 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use agent_host::HostError;
 use agent_host::run::{BudgetChange, Budgets, DriveOptions, Host, NewRun, RunReport};
 use agent_host::tools::{ApprovalMode, ToolConfig};
 use anyhow::Context as _;
@@ -139,7 +138,7 @@ pub async fn run(global: &GlobalArgs, args: RunArgs) -> anyhow::Result<ExitCode>
     let report = host.start(new, opts).await;
     ctrl_c.abort();
     journal.close().await;
-    finish(global, report.map_err(host_error)?)
+    finish(global, report?)
 }
 
 /// `agentctl submit`: creates the run for a worker to drive and prints its id.
@@ -149,7 +148,7 @@ pub async fn submit(global: &GlobalArgs, args: SubmitArgs) -> anyhow::Result<Exi
     let journal = crate::db::open_journal(global).await?;
     let id = agent_host::run::submit(&journal, &tools, new).await;
     journal.close().await;
-    let id = id.map_err(host_error)?;
+    let id = id?;
     if global.json {
         crate::output::json_line(&serde_json::json!({"type": "run.submitted", "run_id": id}))?;
     } else {
@@ -159,16 +158,6 @@ pub async fn submit(global: &GlobalArgs, args: SubmitArgs) -> anyhow::Result<Exi
         ));
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// Host errors that are the caller's to fix (exit 2), others as they are.
-fn host_error(err: HostError) -> anyhow::Error {
-    match err {
-        HostError::Workspace { .. } | HostError::Config(_) | HostError::McpServerMissing { .. } => {
-            anyhow::Error::new(UsageError(err.to_string()))
-        }
-        other => anyhow::Error::new(other),
-    }
 }
 
 /// The tool configuration: ~/.config/agentctl/config.toml, then agentctl.toml of the
@@ -262,7 +251,7 @@ pub async fn resume(global: &GlobalArgs, args: ResumeArgs) -> anyhow::Result<Exi
     let report = host.resume_loaded(&args.run, loaded, change, opts).await;
     ctrl_c.abort();
     journal.close().await;
-    finish(global, report.map_err(host_error)?)
+    finish(global, report?)
 }
 
 fn read_prompt(prompt: Option<String>) -> anyhow::Result<String> {
