@@ -191,6 +191,13 @@ async fn archived_journal() -> (tempfile::TempDir, std::path::PathBuf, String) {
     }
     journal.close().await;
     drop(journal);
+    // The last connection to close checkpoints the WAL into the file and removes it; that
+    // can land after `close` returns. An archive is a file no one still writes: wait for it.
+    let wal = path.with_extension("db-wal");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while wal.exists() && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o444)).unwrap();
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o555)).unwrap();
     (dir, path, url)
