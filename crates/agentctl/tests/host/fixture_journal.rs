@@ -8,8 +8,8 @@ use serde_json::Value;
 
 use super::host::{agentctl, emulator, out, show, text};
 
-const COMPLETED: &str = "01a23df1-877d-775e-8faa-03d1a8d6c0af";
-const PAUSED: &str = "01a23df1-87bd-7734-a57c-01421e4add93";
+const COMPLETED: &str = "01a23f1b-78c7-7733-b224-d50ee820e20e";
+const PAUSED: &str = "01a23f1b-7914-726f-9bf1-96a566c18a42";
 /// The workspace the fixture's runs recorded (make.sh made it and removed it).
 const WORKSPACE: &str = "/tmp/agentctl-fixture-v1-ws";
 
