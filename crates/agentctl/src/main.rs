@@ -81,9 +81,19 @@ enum Command {
     /// The local Responses API emulator: `mock serve [--addr] [--script FILE]`.
     #[command(subcommand)]
     Mock(cmd::mock::MockCmd),
+    /// Run one command under the sandbox a run's `shell` uses, to see what it allows:
+    /// `agentctl sandbox [--mode M] [--network] -- CMD ARGS...`. Exit status: the
+    /// command's; 125 when the sandbox could not be applied (nothing ran).
+    Sandbox(cmd::sandbox::SandboxArgs),
 }
 
 fn main() -> std::process::ExitCode {
+    // A sandboxed command's entry point: before anything else, and while this process is
+    // still single-threaded (a user namespace cannot be entered otherwise).
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if args.get(1).is_some_and(|a| a == agent_sandbox::ENTRY) {
+        return cmd::sandbox::entry(&args[2..]);
+    }
     let cli = Cli::parse();
     init_tracing();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
@@ -128,6 +138,7 @@ async fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
         Command::Codex(cmd) => cmd::codex::run(&cli.global, cmd).await,
         Command::Api(cmd) => cmd::api::run(&cli.global, cmd).await,
         Command::Mock(cmd) => cmd::mock::run(&cli.global, cmd).await,
+        Command::Sandbox(args) => cmd::sandbox::sandbox(args),
     }
 }
 

@@ -32,3 +32,6 @@ mod mcp;
 
 #[path = "host/fixture_journal.rs"]
 mod fixture_journal;
+
+#[path = "host/sandbox.rs"]
+mod sandbox;

@@ -12,3 +12,4 @@ pub mod mock;
 pub mod probe;
 pub mod run;
 pub mod runs;
+pub mod sandbox;

@@ -1,0 +1,101 @@
+//! `agentctl sandbox`: one command under the policy a run's `shell` would use, to try by
+//! hand; and the hidden entry point every sandboxed command starts through.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use agent_sandbox::{Mode, Policy};
+use anyhow::Context as _;
+
+/// The entry point's own failures (as `env` and `timeout` report theirs): the sandbox could
+/// not be applied, so nothing ran.
+pub const EXIT_NOT_SANDBOXED: u8 = 125;
+/// The program could not be executed.
+pub const EXIT_CANNOT_EXEC: u8 = 127;
+
+#[derive(Debug, clap::Args)]
+pub struct SandboxArgs {
+    /// read-only: writes only in a private temp dir; workspace-write: also in the workspace
+    /// (but its .git and agentctl.toml) and --writable-root.
+    #[arg(long, default_value = "workspace-write", value_parser = parse_mode)]
+    pub mode: Mode,
+    /// Allow the network (TCP and every socket family); off by default.
+    #[arg(long)]
+    pub network: bool,
+    /// The workspace: the command's working directory (default: the current one).
+    #[arg(long)]
+    pub workspace: Option<PathBuf>,
+    /// Another directory the command may write (repeatable).
+    #[arg(long = "writable-root", value_name = "DIR")]
+    pub writable_roots: Vec<PathBuf>,
+    /// Another path the command may not read (repeatable; added to the default list of
+    /// credential stores).
+    #[arg(long = "deny-read", value_name = "PATH")]
+    pub deny_read: Vec<PathBuf>,
+    /// The command and its arguments (after `--`).
+    #[arg(required = true, last = true, value_name = "CMD")]
+    pub command: Vec<OsString>,
+}
+
+fn parse_mode(s: &str) -> Result<Mode, String> {
+    s.parse()
+}
+
+/// Runs the command as a child through the entry point and exits with its status.
+pub fn sandbox(args: SandboxArgs) -> anyhow::Result<ExitCode> {
+    let workspace = match args.workspace {
+        Some(dir) => dir,
+        None => std::env::current_dir().context("cannot read the current directory")?,
+    };
+    let workspace = std::fs::canonicalize(&workspace)
+        .with_context(|| format!("workspace {} does not exist", workspace.display()))?;
+    let Some((program, rest)) = args.command.split_first() else {
+        anyhow::bail!("no command given (put it after `--`)");
+    };
+    let status = if args.mode.is_sandboxed() {
+        let tmp = tempfile::tempdir().context("cannot create the command's temp dir")?;
+        let mut policy = Policy::new(args.mode, &workspace, dirs::home_dir().as_deref());
+        policy.network = args.network;
+        policy.writable_roots = args.writable_roots;
+        policy.deny_read.extend(args.deny_read);
+        policy.tmpdir = Some(tmp.path().to_path_buf());
+        let exe = std::env::current_exe().context("cannot find the agentctl binary")?;
+        std::process::Command::new(exe)
+            .args(agent_sandbox::entry_args(&policy, program, rest)?)
+            .env("TMPDIR", tmp.path())
+            .current_dir(&workspace)
+            .status()
+    } else {
+        std::process::Command::new(program)
+            .args(rest)
+            .current_dir(&workspace)
+            .status()
+    }
+    .context("cannot start the command")?;
+    Ok(ExitCode::from(exit_byte(status)))
+}
+
+fn exit_byte(status: std::process::ExitStatus) -> u8 {
+    use std::os::unix::process::ExitStatusExt as _;
+    match (status.code(), status.signal()) {
+        (Some(code), _) => u8::try_from(code).unwrap_or(1),
+        (None, Some(signal)) => u8::try_from(128 + signal).unwrap_or(1),
+        (None, None) => 1,
+    }
+}
+
+/// The hidden entry point (`agentctl __sandbox-exec POLICY -- PROGRAM ARGS`): restricts this
+/// process and execs the program; returns only when that failed.
+pub fn entry(args: &[OsString]) -> ExitCode {
+    match agent_sandbox::exec_sandboxed(args) {
+        Ok(never) => match never {},
+        Err(err) => {
+            crate::output::report_plain_error(&format!("agentctl sandbox: {err}"));
+            ExitCode::from(match err {
+                agent_sandbox::SandboxError::Exec { .. } => EXIT_CANNOT_EXEC,
+                _ => EXIT_NOT_SANDBOXED,
+            })
+        }
+    }
+}

@@ -1,0 +1,240 @@
+//! The escape suite: each command tries one way out of the sandbox, on this kernel, and the
+//! outcome is checked on disk and on the wire, not from the command's own word. The test
+//! process stands for the host (a process outside the sandbox, of the same user: root in CI).
+
+use std::io::Read as _;
+use std::net::{TcpListener, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use super::host::text;
+
+/// A workspace with a `.git` and an `agentctl.toml`, a home holding a planted key and a
+/// state dir, and a directory outside both.
+struct Scene {
+    _dir: tempfile::TempDir,
+    ws: PathBuf,
+    home: PathBuf,
+    outside: PathBuf,
+}
+
+fn scene() -> Scene {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    let ws = root.join("ws");
+    let home = root.join("home");
+    let outside = root.join("outside");
+    for d in [
+        &ws.join(".git/hooks"),
+        &home.join(".ssh"),
+        &home.join(".local/share/agentctl"),
+        &outside,
+    ] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    std::fs::write(ws.join(".git/config"), "[core]\n").unwrap();
+    std::fs::write(ws.join("agentctl.toml"), "").unwrap();
+    std::fs::write(ws.join("README.md"), "workspace\n").unwrap();
+    std::fs::write(home.join(".ssh/id_test"), "PRIVATE KEY\n").unwrap();
+    std::fs::write(home.join(".local/share/agentctl/agentctl.db"), "STATE\n").unwrap();
+    std::fs::write(outside.join("file"), "outside\n").unwrap();
+    Scene {
+        _dir: dir,
+        ws,
+        home,
+        outside,
+    }
+}
+
+impl Scene {
+    /// `agentctl sandbox [extra] -- bash -c SCRIPT` in the workspace, with this scene's home.
+    fn run(&self, extra: &[&str], script: &str) -> Output {
+        Command::new(env!("CARGO_BIN_EXE_agentctl"))
+            .env("HOME", &self.home)
+            .env("OUTSIDE", &self.outside)
+            .env("HOST_PID", std::process::id().to_string())
+            .arg("sandbox")
+            .arg("--workspace")
+            .arg(&self.ws)
+            .args(extra)
+            .args(["--", "bash", "-c", script])
+            .output()
+            .unwrap()
+    }
+
+    fn refused(&self, extra: &[&str], script: &str) -> String {
+        let o = self.run(extra, script);
+        assert!(
+            !o.status.success(),
+            "`{script}` was allowed: {}",
+            text(&o.stdout)
+        );
+        text(&o.stderr)
+    }
+}
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_default()
+}
+
+#[test]
+fn writes_outside_the_workspace_are_refused_on_disk() {
+    let s = scene();
+    std::os::unix::fs::symlink(&s.outside, s.ws.join("link")).unwrap();
+    let home_file = s.home.join("planted");
+    for script in [
+        "echo x > \"$HOME/planted\"",
+        "echo x > \"$OUTSIDE/new\"",
+        "echo x >> \"$OUTSIDE/file\"",
+        "echo x > /etc/agentctl-escape",
+        "echo x > ../outside/new",
+        "echo x > link/new",
+        "ln \"$OUTSIDE/file\" hard && echo x >> hard",
+        "echo y > moved && mv moved \"$OUTSIDE/moved\"",
+        "mkdir \"$OUTSIDE/d\"",
+    ] {
+        let err = s.refused(&[], script);
+        assert!(
+            err.contains("denied") || err.contains("not permitted") || err.contains("cross-device"),
+            "{script}: {err}"
+        );
+    }
+    assert!(!home_file.exists());
+    assert!(!Path::new("/etc/agentctl-escape").exists());
+    let mut left: Vec<String> = std::fs::read_dir(&s.outside)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    left.sort();
+    assert_eq!(left, ["file"], "something was written outside");
+    assert_eq!(read(&s.outside.join("file")), "outside\n");
+    // What `mv` could not move stayed in the workspace.
+    assert_eq!(read(&s.ws.join("moved")), "y\n");
+}
+
+#[test]
+fn git_and_the_workspace_config_stay_read_only() {
+    let s = scene();
+    for script in [
+        "echo '[x]' >> .git/config",
+        "echo 'curl evil' > .git/hooks/pre-commit",
+        "rm .git/config",
+        "echo 'sandbox = \"off\"' > agentctl.toml",
+    ] {
+        let err = s.refused(&[], script);
+        assert!(err.contains("Read-only file system"), "{script}: {err}");
+    }
+    assert_eq!(read(&s.ws.join(".git/config")), "[core]\n");
+    assert!(!s.ws.join(".git/hooks/pre-commit").exists());
+    assert_eq!(read(&s.ws.join("agentctl.toml")), "");
+}
+
+#[test]
+fn credential_stores_and_the_host_process_are_out_of_reach() {
+    let s = scene();
+    for script in [
+        "cat \"$HOME/.ssh/id_test\"",
+        "cat \"$HOME/.local/share/agentctl/agentctl.db\"",
+        "cat /proc/$HOST_PID/environ",
+        "head -c 16 /proc/$HOST_PID/mem",
+        "kill -9 $HOST_PID",
+        "python3 -c 'import ctypes,os,sys; r=ctypes.CDLL(None,use_errno=True).ptrace(16,int(os.environ[\"HOST_PID\"]),0,0); sys.exit(0 if r==0 else 1)'",
+    ] {
+        let o = s.run(&[], script);
+        assert!(!o.status.success(), "`{script}` was allowed");
+        assert!(!text(&o.stdout).contains("PRIVATE KEY") && !text(&o.stdout).contains("STATE"));
+    }
+    // This process, the one they tried to kill and trace, is still here and untraced.
+    let status = read(Path::new("/proc/self/status"));
+    assert!(status.contains("TracerPid:\t0"), "{status}");
+}
+
+#[test]
+fn the_network_is_off_unless_asked_for() {
+    let s = scene();
+    let tcp = TcpListener::bind("127.0.0.1:0").unwrap();
+    tcp.set_nonblocking(true).unwrap();
+    let port = tcp.local_addr().unwrap().port();
+    let udp = UdpSocket::bind("127.0.0.1:0").unwrap();
+    udp.set_nonblocking(true).unwrap();
+    let uport = udp.local_addr().unwrap().port();
+    for script in [
+        format!("exec 3<>/dev/tcp/127.0.0.1/{port}"),
+        format!("echo hi > /dev/udp/127.0.0.1/{uport}"),
+        "python3 -c 'import socket; socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)'".into(),
+        "python3 -c 'import socket; socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0)'".into(),
+        "python3 -c 'import socket; socket.socket(socket.AF_INET6, socket.SOCK_STREAM)'".into(),
+    ] {
+        s.refused(&[], &script);
+    }
+    assert!(tcp.accept().is_err(), "the listener saw a connection");
+    let mut buf = [0u8; 16];
+    assert!(udp.recv_from(&mut buf).is_err(), "a datagram arrived");
+    // Local (AF_UNIX) sockets still work: a pipeline through a socketpair.
+    let o = s.run(&[], "python3 -c 'import socket; a,b=socket.socketpair(); a.send(b\"ok\"); print(b.recv(2).decode())'");
+    assert_eq!(text(&o.stdout).trim(), "ok", "{}", text(&o.stderr));
+
+    let o = s.run(
+        &["--network"],
+        &format!("exec 3<>/dev/tcp/127.0.0.1/{port} && echo hi >&3"),
+    );
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let (mut conn, _) = tcp
+        .accept()
+        .expect("with --network the listener sees the connection");
+    conn.set_nonblocking(false).unwrap();
+    let mut got = String::new();
+    conn.read_to_string(&mut got).unwrap();
+    assert_eq!(got, "hi\n");
+}
+
+#[test]
+fn ordinary_work_still_runs() {
+    let s = scene();
+    let script = "set -e
+        printf 'int main(void){return 7;}' > prog.c
+        if command -v cc >/dev/null; then cc prog.c -o prog; ./prog || test $? -eq 7; fi
+        echo tmp > \"$TMPDIR/t\" && cat \"$TMPDIR/t\"
+        ls /usr/bin >/dev/null
+        echo piped | tr a-z A-Z
+        ( cd sub 2>/dev/null || mkdir sub; echo nested > sub/n )
+        sleep 0.1 & wait
+        cat README.md > /dev/null
+        git --version >/dev/null 2>&1 || true
+        echo done";
+    let o = s.run(&[], script);
+    assert!(
+        o.status.success(),
+        "{}\n{}",
+        text(&o.stdout),
+        text(&o.stderr)
+    );
+    assert_eq!(text(&o.stdout), "tmp\nPIPED\ndone\n");
+    assert_eq!(read(&s.ws.join("sub/n")), "nested\n");
+}
+
+#[test]
+fn read_only_mode_writes_nothing_but_its_temp_dir() {
+    let s = scene();
+    let err = s.refused(&["--mode", "read-only"], "echo x > new.txt");
+    assert!(err.contains("denied"), "{err}");
+    assert!(!s.ws.join("new.txt").exists());
+    let o = s.run(
+        &["--mode", "read-only"],
+        "cat README.md && echo t > \"$TMPDIR/t\" && cat \"$TMPDIR/t\"",
+    );
+    assert_eq!(text(&o.stdout), "workspace\nt\n", "{}", text(&o.stderr));
+}
+
+#[test]
+fn the_entry_point_refuses_a_bad_policy_and_runs_nothing() {
+    let s = scene();
+    let o = Command::new(env!("CARGO_BIN_EXE_agentctl"))
+        .args(["__sandbox-exec", "{\"mode\":\"nope\"}", "--", "touch"])
+        .arg(s.ws.join("ran"))
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(125), "{}", text(&o.stderr));
+    assert!(text(&o.stderr).contains("bad sandbox policy"));
+    assert!(!s.ws.join("ran").exists());
+}

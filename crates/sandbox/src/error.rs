@@ -1,0 +1,23 @@
+use std::path::PathBuf;
+
+/// Why a command could not be sandboxed. Each one means the command did not run.
+#[derive(Debug, thiserror::Error)]
+pub enum SandboxError {
+    /// The kernel (or the container) cannot give the mode asked for.
+    #[error(
+        "this system cannot sandbox commands ({0}); use `--sandbox off` to run them unsandboxed, asking before each"
+    )]
+    Unsupported(String),
+    /// The policy handed to the entry point is not one this build wrote.
+    #[error("bad sandbox policy: {0}")]
+    BadPolicy(String),
+    /// A path of the policy could not be opened to build a rule.
+    #[error("cannot use {path:?} in the sandbox policy: {reason}")]
+    Path { path: PathBuf, reason: String },
+    /// A restriction step failed after others were applied; the command is not run.
+    #[error("cannot apply the sandbox ({step}): {reason}")]
+    Apply { step: &'static str, reason: String },
+    /// `exec` of the program failed.
+    #[error("cannot run {program:?}: {reason}")]
+    Exec { program: String, reason: String },
+}

@@ -1,0 +1,31 @@
+//! The OS sandbox of the commands a model runs.
+//!
+//! A sandboxed command is started as `<agentctl> __sandbox-exec POLICY_JSON -- PROGRAM ARGS`
+//! ([`entry_args`]): that entry point ([`exec_sandboxed`]) restricts its own process and then
+//! execs the program, which inherits every restriction and cannot lift any of them.
+//!
+//! What a restricted process gets (see [`Policy`] for the inputs):
+//! - files (Landlock): reads everywhere except [`Policy::deny_read`]; writes only in the
+//!   workspace (`workspace-write`), its private temp dir, the writable roots and a few
+//!   devices; inside the workspace, `.git` and `agentctl.toml` are bind-mounted read-only in
+//!   a private mount namespace, so a write there fails even where Landlock allows it;
+//! - network (unless [`Policy::network`]): no TCP bind or connect (Landlock) and no socket of
+//!   any family but `AF_UNIX` (seccomp), so UDP, raw and netlink sockets are refused too;
+//! - other processes: no signals to processes outside the sandbox and no ptrace of them
+//!   (Landlock), so neither `/proc/<pid>/environ` nor `/proc/<pid>/mem` of the host;
+//! - `no_new_privs`, an empty capability bounding set and no capabilities, so all of the
+//!   above holds for root.
+//!
+//! Only Linux can give this; elsewhere every sandboxed mode is [`SandboxError::Unsupported`].
+
+mod entry;
+mod error;
+#[cfg(target_os = "linux")]
+mod linux;
+mod policy;
+mod read_rules;
+
+pub use entry::{ENTRY, entry_args, exec_sandboxed};
+pub use error::SandboxError;
+pub use policy::{Mode, Policy, default_deny_read};
+pub use read_rules::readable_roots;

@@ -1,0 +1,98 @@
+//! Files, TCP and signals (Landlock). Rights are asked for up to ABI 6 on a best-effort
+//! basis: a kernel without some of them enforces the rest (the socket filter still stops
+//! every network use), but one without Landlock at all refuses the whole sandbox.
+
+use std::path::{Path, PathBuf};
+
+use landlock::{
+    ABI, Access, AccessFs, AccessNet, BitFlags, PathBeneath, PathFd, Ruleset, RulesetAttr,
+    RulesetCreatedAttr, RulesetStatus, Scope,
+};
+
+use super::Resolved;
+use crate::{Policy, SandboxError, readable_roots};
+
+/// The newest ABI whose rights this build asks for and was tested with.
+const ABI_TESTED: ABI = ABI::V6;
+
+/// Devices every command may write (and read).
+const DEVICES: [&str; 5] = [
+    "/dev/null",
+    "/dev/zero",
+    "/dev/full",
+    "/dev/random",
+    "/dev/urandom",
+];
+
+pub(crate) fn apply(policy: &Policy, resolved: &Resolved) -> Result<(), SandboxError> {
+    let err = |reason: String| SandboxError::Apply {
+        step: "landlock",
+        reason,
+    };
+    let all_fs = AccessFs::from_all(ABI_TESTED);
+    let mut ruleset = Ruleset::default()
+        .handle_access(all_fs)
+        .map_err(|e| err(e.to_string()))?
+        .scope(Scope::from_all(ABI_TESTED))
+        .map_err(|e| err(e.to_string()))?;
+    if !policy.network {
+        ruleset = ruleset
+            .handle_access(AccessNet::from_all(ABI_TESTED))
+            .map_err(|e| err(e.to_string()))?;
+    }
+    let mut created = ruleset.create().map_err(|e| err(e.to_string()))?;
+    let read = AccessFs::from_read(ABI_TESTED);
+    let roots = readable_roots(Path::new("/"), &resolved.deny_read, &children);
+    for root in &roots {
+        created = created
+            .add_rule(beneath(root, read)?)
+            .map_err(|e| err(e.to_string()))?;
+    }
+    for dir in &resolved.writable {
+        created = created
+            .add_rule(beneath(dir, all_fs)?)
+            .map_err(|e| err(e.to_string()))?;
+    }
+    for device in DEVICES {
+        if Path::new(device).exists() {
+            created = created
+                .add_rule(beneath(Path::new(device), all_fs)?)
+                .map_err(|e| err(e.to_string()))?;
+        }
+    }
+    let _ = &resolved.workspace;
+    let status = created.restrict_self().map_err(|e| err(e.to_string()))?;
+    if status.ruleset == RulesetStatus::NotEnforced {
+        return Err(SandboxError::Unsupported(
+            "Landlock is not enabled in this kernel".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// A rule for `path`, its rights cut to what applies to a file when it is not a directory.
+fn beneath(path: &Path, access: BitFlags<AccessFs>) -> Result<PathBeneath<PathFd>, SandboxError> {
+    let access = if path.is_dir() {
+        access
+    } else {
+        access & AccessFs::from_file(ABI_TESTED)
+    };
+    let fd = PathFd::new(path).map_err(|e| SandboxError::Path {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    })?;
+    Ok(PathBeneath::new(fd, access))
+}
+
+/// A directory's entries but symlinks: a symlink's target is reached, and ruled, by its own
+/// path, and a rule through the link would open the target (a hidden one too).
+fn children(dir: &Path) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(Result::ok)
+        .filter(|e| e.file_type().map(|t| !t.is_symlink()).unwrap_or(false))
+        .map(|e| e.path())
+        .collect()
+}

@@ -1,0 +1,75 @@
+//! Applying a [`Policy`] to the calling process (Linux).
+
+mod landlock_rules;
+mod mounts;
+mod privileges;
+mod seccomp;
+
+use std::path::{Path, PathBuf};
+
+use crate::{Mode, Policy, SandboxError};
+
+/// Restricts this process, and so every program it execs, to `policy`. Nothing is run on
+/// failure; a failure after some steps leaves the process partly restricted, and the caller
+/// exits.
+pub(crate) fn restrict_self(policy: &Policy) -> Result<(), SandboxError> {
+    let resolved = Resolved::of(policy)?;
+    if policy.mode == Mode::WorkspaceWrite && !resolved.protected.is_empty() {
+        mounts::read_only_binds(&resolved.protected)?;
+    }
+    landlock_rules::apply(policy, &resolved)?;
+    if !policy.network {
+        seccomp::deny_sockets()?;
+    }
+    privileges::drop_all()
+}
+
+/// The policy's paths as the kernel will see them: canonical, existing ones only.
+pub(crate) struct Resolved {
+    pub workspace: PathBuf,
+    pub writable: Vec<PathBuf>,
+    pub deny_read: Vec<PathBuf>,
+    pub protected: Vec<PathBuf>,
+}
+
+impl Resolved {
+    fn of(policy: &Policy) -> Result<Resolved, SandboxError> {
+        let workspace = canonical(&policy.workspace).ok_or_else(|| SandboxError::Path {
+            path: policy.workspace.clone(),
+            reason: "the workspace does not exist".into(),
+        })?;
+        let mut writable: Vec<PathBuf> =
+            policy.tmpdir.iter().filter_map(|p| canonical(p)).collect();
+        if policy.mode == Mode::WorkspaceWrite {
+            writable.push(workspace.clone());
+            writable.extend(policy.writable_roots.iter().filter_map(|p| canonical(p)));
+        }
+        let deny_read = policy
+            .deny_read
+            .iter()
+            .filter_map(|p| canonical(p))
+            .collect();
+        let protected = policy
+            .protected()
+            .iter()
+            .filter_map(|p| canonical(p))
+            .collect();
+        Ok(Resolved {
+            workspace,
+            writable,
+            deny_read,
+            protected,
+        })
+    }
+}
+
+fn canonical(path: &Path) -> Option<PathBuf> {
+    std::fs::canonicalize(path).ok()
+}
+
+pub(crate) fn apply_err(step: &'static str) -> impl Fn(std::io::Error) -> SandboxError {
+    move |err| SandboxError::Apply {
+        step,
+        reason: err.to_string(),
+    }
+}

@@ -1,0 +1,138 @@
+//! What a sandboxed command may touch.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+/// The sandbox mode of a run (`--sandbox`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Mode {
+    /// Reads as in `workspace-write`; no write anywhere but the private temp dir.
+    ReadOnly,
+    /// Writes in the workspace (but `.git` and `agentctl.toml`), the temp dir and the
+    /// writable roots.
+    WorkspaceWrite,
+    /// No sandbox: the command runs with the user's rights.
+    Off,
+}
+
+impl Mode {
+    /// Every mode, in the order `--help` lists them.
+    pub const ALL: [Mode; 3] = [Mode::ReadOnly, Mode::WorkspaceWrite, Mode::Off];
+
+    /// The name used on the command line, in `agentctl.toml` and in events.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::ReadOnly => "read-only",
+            Mode::WorkspaceWrite => "workspace-write",
+            Mode::Off => "off",
+        }
+    }
+
+    /// Whether commands under this mode are confined.
+    pub fn is_sandboxed(self) -> bool {
+        self != Mode::Off
+    }
+}
+
+impl fmt::Display for Mode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Mode {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Mode::ALL
+            .into_iter()
+            .find(|m| m.as_str() == s)
+            .ok_or_else(|| {
+                format!("unknown sandbox mode `{s}` (expected read-only, workspace-write or off)")
+            })
+    }
+}
+
+/// The restrictions of one sandboxed command. Paths are absolute; those that do not exist
+/// when the command starts are skipped (nothing there to allow or to hide).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Policy {
+    /// The mode; [`Mode::Off`] is never handed to the entry point.
+    pub mode: Mode,
+    /// The workspace: the command's working directory, writable under `workspace-write`.
+    pub workspace: PathBuf,
+    /// Whether the command may use the network (TCP and every socket family).
+    #[serde(default)]
+    pub network: bool,
+    /// More directories writable under `workspace-write`.
+    #[serde(default)]
+    pub writable_roots: Vec<PathBuf>,
+    /// Paths nothing in the sandbox can read (credential stores, the state dir).
+    #[serde(default)]
+    pub deny_read: Vec<PathBuf>,
+    /// The command's private temp dir (`TMPDIR`), writable in every sandboxed mode.
+    #[serde(default)]
+    pub tmpdir: Option<PathBuf>,
+}
+
+impl Policy {
+    /// A policy of `mode` for `workspace` with the default deny list of `home` and no
+    /// network.
+    pub fn new(mode: Mode, workspace: impl Into<PathBuf>, home: Option<&Path>) -> Policy {
+        Policy {
+            mode,
+            workspace: workspace.into(),
+            network: false,
+            writable_roots: Vec::new(),
+            deny_read: home.map(default_deny_read).unwrap_or_default(),
+            tmpdir: None,
+        }
+    }
+
+    /// Paths inside the workspace that stay read-only under `workspace-write`.
+    pub fn protected(&self) -> Vec<PathBuf> {
+        [".git", "agentctl.toml"]
+            .iter()
+            .map(|name| self.workspace.join(name))
+            .collect()
+    }
+}
+
+/// The credential stores of `home` and agentctl's own state dir: what a prompt-injected
+/// command would go after first.
+pub fn default_deny_read(home: &Path) -> Vec<PathBuf> {
+    [
+        ".ssh",
+        ".aws",
+        ".gnupg",
+        ".config/gcloud",
+        ".docker/config.json",
+        ".netrc",
+        ".git-credentials",
+        ".kube",
+        ".local/share/agentctl",
+        ".config/agentctl",
+    ]
+    .iter()
+    .map(|rel| home.join(rel))
+    .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn modes_round_trip_through_their_names() {
+        for mode in Mode::ALL {
+            assert_eq!(mode.as_str().parse::<Mode>(), Ok(mode));
+            let json = serde_json::to_string(&mode).unwrap_or_default();
+            assert_eq!(json, format!("\"{mode}\""));
+        }
+        assert!("danger".parse::<Mode>().is_err());
+    }
+}
