@@ -234,7 +234,14 @@ async fn requests_reach_the_worker(db: &str) {
     let submit_asking = |ws: &std::path::Path| {
         std::fs::create_dir_all(ws).unwrap();
         let o = out(agentctl(db)
-            .args(["submit", "--base-url", &server.base_url(), "--workspace"])
+            .args([
+                "submit",
+                "--sandbox",
+                "off",
+                "--base-url",
+                &server.base_url(),
+                "--workspace",
+            ])
             .arg(ws)
             .arg("do the task"));
         assert!(o.status.success(), "{}", text(&o.stderr));

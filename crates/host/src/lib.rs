@@ -63,6 +63,7 @@ mod raw_json;
 pub mod run;
 pub mod run_history;
 pub mod run_wait;
+pub mod sandbox;
 pub mod signals;
 pub mod steer_bridge;
 pub mod tools;

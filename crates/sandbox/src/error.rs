@@ -8,6 +8,9 @@ pub enum SandboxError {
         "this system cannot sandbox commands ({0}); use `--sandbox off` to run them unsandboxed, asking before each"
     )]
     Unsupported(String),
+    /// A probe (a `true` run through the entry point) failed, saying this.
+    #[error("commands cannot be sandboxed here: {0}")]
+    Probe(String),
     /// The policy handed to the entry point is not one this build wrote.
     #[error("bad sandbox policy: {0}")]
     BadPolicy(String),

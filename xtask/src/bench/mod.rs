@@ -13,6 +13,7 @@ mod journal;
 mod pg;
 mod responses;
 mod runtime;
+mod sandbox;
 mod verdict;
 mod workers;
 
@@ -42,6 +43,7 @@ const AREAS: &[Area] = &[
     ("context", context::run),
     ("host", host::run),
     ("workers", workers::run),
+    ("sandbox", sandbox::run),
 ];
 
 pub fn run(args: &[String]) -> anyhow::Result<()> {

@@ -49,7 +49,7 @@ async fn approvals_across_processes(db: &str) {
 
     // 1. A run waits (--wait); another process approves; the call runs once.
     let (_g, ws) = workspace();
-    let child = run_cmd(db, &server, &ws, &["--wait"])
+    let child = run_cmd(db, &server, &ws, &["--wait", "--sandbox", "off"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -95,7 +95,7 @@ async fn approvals_across_processes(db: &str) {
 
     // 2. Paused without --wait (exit 3), approved while no host runs, then resumed.
     let (_g2, ws2) = workspace();
-    let paused = out(&mut run_cmd(db, &server, &ws2, &[]));
+    let paused = out(&mut run_cmd(db, &server, &ws2, &["--sandbox", "off"]));
     assert_eq!(paused.status.code(), Some(3), "{}", text(&paused.stderr));
     assert!(
         text(&paused.stderr).contains(" approve "),
@@ -189,7 +189,7 @@ async fn approve_always_decides_the_siblings_and_no_later_decision_rewrites_a_ca
         answer("FINAL: both"),
     ]))
     .await;
-    let paused = out(&mut run_cmd(&db, &server, &ws, &[]));
+    let paused = out(&mut run_cmd(&db, &server, &ws, &["--sandbox", "off"]));
     assert_eq!(paused.status.code(), Some(3), "{}", text(&paused.stderr));
     let run = only_run(&db);
     let ok = out(agentctl(&db).args(["approve", &run, "c1", "--always"]));
@@ -240,7 +240,7 @@ async fn printed_commands_work_when_pasted() {
         answer("FINAL: pasted"),
     ]);
     let server = emulator(&script).await;
-    let paused = out(&mut run_cmd(&db, &server, &ws, &[]));
+    let paused = out(&mut run_cmd(&db, &server, &ws, &["--sandbox", "off"]));
     assert_eq!(paused.status.code(), Some(3), "{}", text(&paused.stderr));
     let printed = text(&paused.stderr);
     let command = |verb: &str| {

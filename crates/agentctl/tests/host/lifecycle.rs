@@ -623,7 +623,12 @@ async fn budgets_workspaces_and_hashes_are_checked_as_a_user_means_them() {
         answer("FINAL: budgets"),
     ]);
     let server = emulator(&script).await;
-    let o = out(&mut run_cmd(&db, &server, &ws, &["--max-steps", "2"]));
+    let o = out(&mut run_cmd(
+        &db,
+        &server,
+        &ws,
+        &["--max-steps", "2", "--sandbox", "off"],
+    ));
     assert_eq!(o.status.code(), Some(3), "{}", text(&o.stderr));
     let run = only_run(&db);
     let o = out(&mut resume_cmd(&db, &server, &run, &["--max-steps", "1"]));

@@ -108,7 +108,8 @@ async fn mcp_tools_story(db: &str) {
     assert_eq!(tool("t__delete_item")["retry_safe"], false);
     assert_eq!(tool("t__wait_idem")["retry_safe"], true);
     assert_eq!(tool("t__wait_idem")["policy"], "ask");
-    assert_eq!(tool("shell")["policy"], "ask");
+    // Sandboxed (the default), shell runs without asking.
+    assert_eq!(tool("shell")["policy"], "auto");
     // The destructive tool asks; nothing was deleted.
     let asked = kinds_of(&evs, "approval.requested");
     assert_eq!(asked.len(), 1);

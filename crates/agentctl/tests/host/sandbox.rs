@@ -238,3 +238,211 @@ fn the_entry_point_refuses_a_bad_policy_and_runs_nothing() {
     assert!(text(&o.stderr).contains("bad sandbox policy"));
     assert!(!s.ws.join("ran").exists());
 }
+
+// ---- Runs: the sandbox as the host applies it to the model's `shell` calls. ----
+
+mod runs {
+    use serde_json::{Value, json};
+
+    use crate::host::*;
+
+    fn shell(id: &str, command: &str) -> Value {
+        call(id, "shell", json!({"command": command}))
+    }
+
+    fn escalate(id: &str, command: &str) -> Value {
+        call(
+            id,
+            "shell",
+            json!({"command": command, "sandbox_permissions": "require_escalated",
+                   "justification": "write the report where the user asked"}),
+        )
+    }
+
+    fn db_in(dir: &std::path::Path) -> String {
+        format!("sqlite://{}", dir.join("j.db").display())
+    }
+
+    fn exec_items(db: &str, run: &str) -> Vec<Value> {
+        let o = out(agentctl(db).args(["--json", "runs", "events", run]));
+        text(&o.stdout)
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|l| l["item"]["type"] == "command_execution" && l["type"] == "item.completed")
+            .collect()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn commands_run_sandboxed_without_asking_and_the_mode_is_recorded() {
+        let (_d, ws) = workspace();
+        let outside = tempfile::tempdir().unwrap();
+        let target = outside.path().join("escaped");
+        let server = emulator(&script_by_outputs(&[
+            json!([shell(
+                "c1",
+                &format!("echo in > in.txt; echo out > {}", target.display())
+            )]),
+            answer("FINAL: done"),
+        ]))
+        .await;
+        let db = db_in(outside.path());
+        let o = out(&mut run_cmd(&db, &server, &ws, &[]));
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+        assert!(!target.exists(), "the command wrote outside the workspace");
+        assert_eq!(std::fs::read_to_string(ws.join("in.txt")).unwrap(), "in\n");
+        let run = only_run(&db);
+        let view = show(&db, &run);
+        assert_eq!(view["sandbox"]["mode"], "workspace-write");
+        assert_eq!(view["sandbox"]["network"], false);
+        let items = exec_items(&db, &run);
+        assert_eq!(items.len(), 1);
+        assert_eq!(items[0]["item"]["sandbox"], "workspace-write");
+        let output = items[0]["item"]["aggregated_output"].as_str().unwrap();
+        assert!(
+            output.contains("Sandbox: workspace-write (network off)"),
+            "{output}"
+        );
+        assert!(output.contains("Permission denied"), "{output}");
+        let events = events(&db, &run).await;
+        assert!(kinds_of(&events, "approval.requested").is_empty());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_escalation_always_asks_and_runs_outside_once_when_approved() {
+        let (_d, ws) = workspace();
+        let outside = tempfile::tempdir().unwrap();
+        let target = outside.path().join("report.txt");
+        let server = emulator(&script_by_outputs(&[
+            json!([escalate(
+                "c1",
+                &format!("echo report >> {}", target.display())
+            )]),
+            answer("FINAL: done"),
+        ]))
+        .await;
+        let db = db_in(outside.path());
+        // `--approval auto` does not cover leaving the sandbox.
+        let o = out(&mut run_cmd(&db, &server, &ws, &["--approval", "auto"]));
+        assert_eq!(o.status.code(), Some(3), "{}", text(&o.stderr));
+        assert!(!target.exists());
+        let run = only_run(&db);
+        let view = show(&db, &run);
+        let pending = &view["pending_approvals"][0];
+        assert_eq!(pending["reason"], "escalation");
+        assert!(
+            pending["arguments"]
+                .as_str()
+                .unwrap()
+                .contains("where the user asked")
+        );
+        let ok = out(agentctl(&db).args(["approve", &run, "c1"]));
+        assert!(ok.status.success(), "{}", text(&ok.stderr));
+        let o = out(&mut resume_cmd(&db, &server, &run, &[]));
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+        assert_eq!(
+            std::fs::read_to_string(&target).unwrap(),
+            "report\n",
+            "ran once, outside"
+        );
+        assert_eq!(exec_items(&db, &run)[0]["item"]["sandbox"], "escalated");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_denied_escalation_tells_the_model_and_the_resumed_run_stays_sandboxed() {
+        let (_d, ws) = workspace();
+        let outside = tempfile::tempdir().unwrap();
+        let first = outside.path().join("first");
+        let second = outside.path().join("second");
+        let server = emulator(&script_by_outputs(&[
+            json!([escalate("c1", &format!("echo x > {}", first.display()))]),
+            json!([shell("c2", &format!("echo x > {}", second.display()))]),
+            answer("FINAL: done"),
+        ]))
+        .await;
+        let db = db_in(outside.path());
+        let o = out(&mut run_cmd(&db, &server, &ws, &[]));
+        assert_eq!(o.status.code(), Some(3), "{}", text(&o.stderr));
+        let run = only_run(&db);
+        let no = out(agentctl(&db).args(["deny", &run, "c1", "--reason", "not outside"]));
+        assert!(no.status.success(), "{}", text(&no.stderr));
+        let o = out(&mut resume_cmd(&db, &server, &run, &[]));
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+        assert!(
+            !first.exists() && !second.exists(),
+            "something was written outside"
+        );
+        // The model was told, and the next request carried it.
+        let told = server.requests().iter().any(|r| {
+            r.body.to_string().contains("Denied by") && r.body.to_string().contains("not outside")
+        });
+        assert!(told, "the model was not told of the denial");
+        assert_eq!(show(&db, &run)["sandbox"]["mode"], "workspace-write");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn approval_deny_refuses_an_escalation() {
+        let (_d, ws) = workspace();
+        let outside = tempfile::tempdir().unwrap();
+        let target = outside.path().join("x");
+        let server = emulator(&script_by_outputs(&[
+            json!([escalate("c1", &format!("echo x > {}", target.display()))]),
+            answer("FINAL: done"),
+        ]))
+        .await;
+        let db = db_in(outside.path());
+        let o = out(&mut run_cmd(&db, &server, &ws, &["--approval", "deny"]));
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+        assert!(!target.exists());
+        let run = only_run(&db);
+        let events = events(&db, &run).await;
+        assert!(kinds_of(&events, "approval.requested").is_empty());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_system_without_the_sandbox_refuses_an_explicit_mode_and_falls_back_from_the_default()
+    {
+        let (_d, ws) = workspace();
+        let outside = tempfile::tempdir().unwrap();
+        let server = emulator(&script_by_outputs(&[
+            json!([shell("c1", "echo ran > ran.txt")]),
+            answer("FINAL: done"),
+        ]))
+        .await;
+        let db = db_in(outside.path());
+        let mut explicit = run_cmd(&db, &server, &ws, &["--sandbox", "workspace-write"]);
+        let o = out(explicit.env("AGENTCTL_TEST_SANDBOX_UNSUPPORTED", "1"));
+        assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+        assert!(
+            text(&o.stderr).contains("--sandbox off"),
+            "{}",
+            text(&o.stderr)
+        );
+        assert!(!ws.join("ran.txt").exists());
+        let listed = out(agentctl(&db).args(["--json", "runs", "list"]));
+        assert_eq!(text(&listed.stdout).trim(), "", "a run was created");
+
+        let mut default = run_cmd(&db, &server, &ws, &[]);
+        let o = out(default.env("AGENTCTL_TEST_SANDBOX_UNSUPPORTED", "1"));
+        assert_eq!(
+            o.status.code(),
+            Some(3),
+            "the command must ask: {}",
+            text(&o.stderr)
+        );
+        assert!(
+            text(&o.stderr).contains("unsandboxed"),
+            "{}",
+            text(&o.stderr)
+        );
+        assert!(!ws.join("ran.txt").exists());
+        let view = show(&db, &only_run(&db));
+        assert_eq!(view["sandbox"]["mode"], "off");
+        assert!(
+            view["sandbox"]["fallback"]
+                .as_str()
+                .unwrap()
+                .contains("test")
+        );
+        assert_eq!(view["pending_approvals"][0]["reason"], "policy");
+    }
+}

@@ -20,7 +20,7 @@ async fn steer_is_never_lost(db: &str) {
     let server = emulator(&script()).await;
     let (_g, ws) = workspace();
     // Paused for approval, no host runs: the steer waits in the journal.
-    let paused = out(&mut run_cmd(db, &server, &ws, &[]));
+    let paused = out(&mut run_cmd(db, &server, &ws, &["--sandbox", "off"]));
     assert_eq!(paused.status.code(), Some(3), "{}", text(&paused.stderr));
     let run = only_run(db);
     let steer = |extra: &[&str]| {

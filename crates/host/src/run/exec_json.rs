@@ -236,6 +236,10 @@ pub enum ItemDetails {
         exit_code: Option<i64>,
         /// `in_progress`, `completed`, `failed` or `interrupted`.
         status: &'static str,
+        /// The sandbox it ran under (`read-only`, `workspace-write`), or `escalated` for
+        /// an approved run outside it; absent when the run is not sandboxed.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        sandbox: Option<&'static str>,
     },
     /// A `write_file` call.
     FileChange {
@@ -317,6 +321,8 @@ pub struct ExecJson {
     /// MCP tools by offered name: (server, tool), from `run.created`.
     mcp: HashMap<String, (String, String)>,
     items: u64,
+    /// The run's sandbox mode, from `run.created`.
+    sandbox: Option<crate::sandbox::Mode>,
 }
 
 impl ExecJson {
@@ -336,6 +342,7 @@ impl ExecJson {
         let mut conv = ExecJson::new(&state.id);
         if let Some(spec) = &state.spec {
             conv.learn_tools(&spec.tools);
+            conv.sandbox = Some(spec.sandbox.mode);
         }
         for call in &state.calls {
             let args = serde_json::from_str(&call.arguments).unwrap_or(Value::Null);
@@ -384,6 +391,7 @@ impl ExecJson {
         match event {
             RunEvent::Created(created) => {
                 self.learn_tools(&created.spec.tools);
+                self.sandbox = Some(created.spec.sandbox.mode);
                 self.started()
             }
             RunEvent::Resumed(_) => self.started(),
@@ -565,11 +573,22 @@ impl ExecJson {
                     .next()
                     .and_then(|l| l.strip_prefix("Exit code: "))
                     .and_then(|c| c.trim().parse::<i64>().ok());
+                let sandbox = match self.sandbox {
+                    Some(mode) if mode.is_sandboxed() => {
+                        Some(if arg("sandbox_permissions") == crate::tools::ESCALATE {
+                            "escalated"
+                        } else {
+                            mode.as_str()
+                        })
+                    }
+                    _ => None,
+                };
                 ItemDetails::CommandExecution {
                     command: arg("command"),
                     aggregated_output: out,
                     exit_code,
                     status,
+                    sandbox,
                 }
             }
             "write_file" => ItemDetails::FileChange {

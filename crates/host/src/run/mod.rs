@@ -178,6 +178,7 @@ pub struct NewRun {
     endpoint: Option<Endpoint>,
     compact_at: Option<u64>,
     transport: Transport,
+    sandbox: crate::sandbox::SandboxSpec,
 }
 
 impl NewRun {
@@ -203,7 +204,15 @@ impl NewRun {
             endpoint: None,
             compact_at: None,
             transport: Transport::Http,
+            sandbox: crate::sandbox::SandboxSpec::default(),
         }
+    }
+
+    /// The sandbox of the run's commands (default: `off`, every command asking; the CLI
+    /// defaults to `workspace-write`).
+    pub fn sandbox(mut self, sandbox: crate::sandbox::SandboxSpec) -> NewRun {
+        self.sandbox = sandbox;
+        self
     }
 
     /// The Responses API model.
@@ -436,7 +445,12 @@ impl Host {
                 reason: err.to_string(),
             }
         })?;
-        let (_, mut registry) = tools::builtin(&workspace, spec.approval);
+        let (_, mut registry) = tools::builtin_with(
+            &workspace,
+            spec.approval,
+            &ToolConfig::default(),
+            &spec.sandbox,
+        );
         let (mcp_tools, servers) = mcp::reattach(
             run_id,
             &spec.mcp_servers,
@@ -645,7 +659,8 @@ async fn create(
         path: new.workspace.display().to_string(),
         reason: err.to_string(),
     })?;
-    let (mut specs, mut registry) = tools::builtin_with(&workspace, new.approval, tool_config);
+    let (mut specs, mut registry) =
+        tools::builtin_with(&workspace, new.approval, tool_config, &new.sandbox);
     let found = mcp::discover(tool_config, workspace.root(), new.approval).await?;
     specs.extend(found.specs);
     for tool in found.tools {
@@ -662,6 +677,7 @@ async fn create(
         tools: specs,
         mcp_servers: found.records,
         approval: new.approval,
+        sandbox: new.sandbox,
         budgets: new.budgets,
         transport: new.transport,
         endpoint: new.endpoint,

@@ -26,6 +26,10 @@ pub struct RunSpec {
     pub mcp_servers: Vec<McpServerRecord>,
     /// The run-wide override of tool policies.
     pub approval: ApprovalMode,
+    /// The sandbox of its commands; `resume` keeps it. Absent in runs recorded before
+    /// sandboxes: those ran `off`.
+    #[serde(default)]
+    pub sandbox: crate::sandbox::SandboxSpec,
     /// The budgets the run started with.
     pub budgets: Budgets,
     /// How model calls travel; `resume` keeps it.

@@ -446,6 +446,9 @@ impl RunState {
                             "The call was interrupted by a crash with unknown effect (it may or may not have run); {by} chose not to run it again: {why}"
                         ),
                         ApprovalReason::Policy => format!("Denied by {by}: {why}"),
+                        ApprovalReason::Escalation => format!(
+                            "Denied by {by}: {why}. The command did not run; without `sandbox_permissions` it runs inside the sandbox."
+                        ),
                     },
                 });
             }

@@ -60,6 +60,8 @@ pub struct RunView {
     pub model: Option<String>,
     /// The workspace.
     pub workspace: Option<String>,
+    /// The sandbox of its commands (`off` for runs recorded before sandboxes).
+    pub sandbox: Option<crate::sandbox::SandboxSpec>,
 }
 
 impl RunSummary {
@@ -90,6 +92,7 @@ impl RunView {
             final_text: state.final_text.clone(),
             model: state.spec.as_ref().map(|s| s.model.clone()),
             workspace: state.spec.as_ref().map(|s| s.workspace.clone()),
+            sandbox: state.spec.as_ref().map(|s| s.sandbox.clone()),
         }
     }
 }

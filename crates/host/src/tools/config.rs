@@ -42,6 +42,74 @@ pub struct ToolConfig {
     pub servers: BTreeMap<String, ServerConfig>,
     /// Policies that replace a tool's own, by tool name.
     pub policies: BTreeMap<String, Policy>,
+    /// `[sandbox]`: what a later layer sets replaces an earlier one's.
+    pub sandbox: SandboxConfig,
+}
+
+/// `[sandbox] mode, network, writable_roots, deny_read`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SandboxConfig {
+    /// `mode = "read-only" | "workspace-write" | "off"`.
+    pub mode: Option<agent_sandbox::Mode>,
+    /// `network = true | false`.
+    pub network: Option<bool>,
+    /// `writable_roots = ["/abs/dir", ...]`.
+    pub writable_roots: Option<Vec<PathBuf>>,
+    /// `deny_read = ["/abs/path", ...]` (on top of the default credential stores).
+    pub deny_read: Option<Vec<PathBuf>>,
+}
+
+impl SandboxConfig {
+    fn parse(
+        value: &Value,
+        invalid: &dyn Fn(String, &str) -> ConfigError,
+    ) -> Result<SandboxConfig, ConfigError> {
+        let table = value
+            .as_table()
+            .ok_or_else(|| invalid("sandbox".into(), "must be a table"))?;
+        let mut out = SandboxConfig::default();
+        if let Some(mode) = table.get("mode") {
+            let mode = mode.as_str().and_then(|m| m.parse().ok()).ok_or_else(|| {
+                invalid(
+                    "sandbox.mode".into(),
+                    "must be \"read-only\", \"workspace-write\" or \"off\"",
+                )
+            })?;
+            out.mode = Some(mode);
+        }
+        if let Some(network) = table.get("network") {
+            let network = network
+                .as_bool()
+                .ok_or_else(|| invalid("sandbox.network".into(), "must be true or false"))?;
+            out.network = Some(network);
+        }
+        let paths = |key: &str| -> Result<Option<Vec<PathBuf>>, ConfigError> {
+            let Some(list) = table.get(key) else {
+                return Ok(None);
+            };
+            let bad = || invalid(format!("sandbox.{key}"), "must be a list of absolute paths");
+            let list = list.as_array().ok_or_else(bad)?;
+            list.iter()
+                .map(|v| {
+                    v.as_str()
+                        .map(PathBuf::from)
+                        .filter(|p| p.is_absolute())
+                        .ok_or_else(bad)
+                })
+                .collect::<Result<Vec<_>, _>>()
+                .map(Some)
+        };
+        out.writable_roots = paths("writable_roots")?;
+        out.deny_read = paths("deny_read")?;
+        Ok(out)
+    }
+
+    fn overlay(&mut self, other: SandboxConfig) {
+        self.mode = other.mode.or(self.mode);
+        self.network = other.network.or(self.network);
+        self.writable_roots = other.writable_roots.or(self.writable_roots.take());
+        self.deny_read = other.deny_read.or(self.deny_read.take());
+    }
 }
 
 /// A configuration that cannot be used.
@@ -150,6 +218,9 @@ impl ToolConfig {
                 );
             }
         }
+        if let Some(sandbox) = table.get("sandbox") {
+            config.sandbox = SandboxConfig::parse(sandbox, &invalid)?;
+        }
         if let Some(tools) = table.get("tools") {
             let tools = tools
                 .as_table()
@@ -206,6 +277,7 @@ impl ToolConfig {
     pub fn overlay(&mut self, other: ToolConfig) {
         self.servers.extend(other.servers);
         self.policies.extend(other.policies);
+        self.sandbox.overlay(other.sandbox);
     }
 
     /// Adds a server from `--mcp NAME='COMMAND ARGS'` (words split on blanks; single or
@@ -386,6 +458,32 @@ approval = "auto"
         for (text, want) in cases {
             let err = ToolConfig::parse(text, "a.toml").unwrap_err().to_string();
             assert!(err.contains(want), "{text:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn sandbox_section_parses_and_layers() {
+        let user = ToolConfig::parse(
+            "[sandbox]\nmode = \"read-only\"\nnetwork = true\ndeny_read = [\"/srv/keys\"]",
+            "u.toml",
+        )
+        .unwrap();
+        let mut c = user.clone();
+        c.overlay(ToolConfig::parse("[sandbox]\nmode = \"workspace-write\"", "w.toml").unwrap());
+        assert_eq!(c.sandbox.mode, Some(agent_sandbox::Mode::WorkspaceWrite));
+        assert_eq!(c.sandbox.network, Some(true));
+        assert_eq!(c.sandbox.deny_read, Some(vec![PathBuf::from("/srv/keys")]));
+        for (text, key) in [
+            ("[sandbox]\nmode = \"danger\"", "`sandbox.mode`"),
+            ("[sandbox]\nnetwork = \"yes\"", "`sandbox.network`"),
+            (
+                "[sandbox]\nwritable_roots = [\"rel\"]",
+                "`sandbox.writable_roots`",
+            ),
+            ("sandbox = 1", "`sandbox`"),
+        ] {
+            let err = ToolConfig::parse(text, "a.toml").unwrap_err().to_string();
+            assert!(err.contains(key), "{text}: {err}");
         }
     }
 

@@ -19,10 +19,11 @@ use serde_json::{Map, Value, json};
 use agent_runtime::ToolRegistry;
 
 use crate::RawJson;
+use crate::sandbox::{Mode as SandboxMode, SandboxSpec};
 
-pub use config::{ConfigError, ServerConfig, ToolConfig, WORKSPACE_FILE};
+pub use config::{ConfigError, SandboxConfig, ServerConfig, ToolConfig, WORKSPACE_FILE};
 pub use files::{ListDir, ReadFile, WriteFile};
-pub use shell::{OUTPUT_CAP, Shell};
+pub use shell::{ESCALATE, OUTPUT_CAP, Shell, asks_escalation};
 pub use workspace::{PathRefused, Workspace};
 
 /// What happens when the model calls a tool.
@@ -84,17 +85,32 @@ pub struct ToolSpec {
     pub mcp: Option<mcp::McpOrigin>,
 }
 
-/// The built-in tools of `workspace`: their specs (under `mode`) and the runtime allowlist.
+/// The built-in tools of `workspace`, unsandboxed: their specs (under `mode`) and the
+/// runtime allowlist.
 pub fn builtin(workspace: &Workspace, mode: ApprovalMode) -> (Vec<ToolSpec>, ToolRegistry) {
-    builtin_with(workspace, mode, &ToolConfig::default())
+    builtin_with(
+        workspace,
+        mode,
+        &ToolConfig::default(),
+        &SandboxSpec::default(),
+    )
 }
 
-/// As [`builtin`], with the policies of `config` replacing the tools' own.
+/// As [`builtin`], with the policies of `config` replacing the tools' own, and `shell`
+/// confined by `sandbox`. The sandbox sets the tools' own policies, as in Codex: sandboxed,
+/// `shell` runs without asking (and `write_file` too under `workspace-write`, while
+/// `read-only` refuses it); under `off` both ask.
 pub fn builtin_with(
     workspace: &Workspace,
     mode: ApprovalMode,
     config: &ToolConfig,
+    sandbox: &SandboxSpec,
 ) -> (Vec<ToolSpec>, ToolRegistry) {
+    let (shell_own, write_own) = match sandbox.mode {
+        SandboxMode::Off => (Policy::Ask, Policy::Ask),
+        SandboxMode::WorkspaceWrite => (Policy::Auto, Policy::Auto),
+        SandboxMode::ReadOnly => (Policy::Auto, Policy::Deny),
+    };
     let spec = |name: &str, description: &str, parameters: Value, own, side_effects, retry_safe| {
         let own = config.policies.get(name).copied().unwrap_or(own);
         ToolSpec {
@@ -111,11 +127,8 @@ pub fn builtin_with(
             "shell",
             "Run a bash command in the workspace directory. Returns the exit code and the \
              combined stdout/stderr (long output keeps its head and tail).",
-            json!({"type": "object", "properties": {
-                "command": {"type": "string", "description": "bash command line"},
-                "timeout_ms": {"type": "integer", "description": "kill it after this many ms (default 60000)"}},
-                "required": ["command"], "additionalProperties": false}),
-            Policy::Ask,
+            shell_parameters(sandbox.mode.is_sandboxed()),
+            shell_own,
             true,
             false,
         ),
@@ -137,7 +150,7 @@ pub fn builtin_with(
             json!({"type": "object", "properties": {
                 "path": {"type": "string"}, "content": {"type": "string"}},
                 "required": ["path", "content"], "additionalProperties": false}),
-            Policy::Ask,
+            write_own,
             true,
             true,
         ),
@@ -154,6 +167,7 @@ pub fn builtin_with(
     let registry = ToolRegistry::new()
         .with(Shell {
             workspace: workspace.clone(),
+            sandbox: sandbox.mode.is_sandboxed().then(|| sandbox.clone()),
         })
         .with(ReadFile {
             workspace: workspace.clone(),
@@ -165,6 +179,22 @@ pub fn builtin_with(
             workspace: workspace.clone(),
         });
     (specs, registry)
+}
+
+/// The shell tool's arguments; sandboxed, it also offers to ask for an escalation.
+fn shell_parameters(sandboxed: bool) -> Value {
+    let mut properties = json!({
+        "command": {"type": "string", "description": "bash command line"},
+        "timeout_ms": {"type": "integer", "description": "kill it after this many ms (default 60000)"}});
+    if sandboxed && let Some(props) = properties.as_object_mut() {
+        props.insert("sandbox_permissions".into(), json!({"type": "string",
+            "enum": ["use_default", "require_escalated"],
+            "description": "require_escalated: run outside the sandbox (no network and writes only in the workspace inside it); a human must approve"}));
+        props.insert("justification".into(), json!({"type": "string",
+            "description": "with require_escalated: one line saying why, shown to the human who decides"}));
+    }
+    json!({"type": "object", "properties": properties,
+        "required": ["command"], "additionalProperties": false})
 }
 
 pub(crate) fn object(args: &Value) -> Result<&Map<String, Value>, String> {

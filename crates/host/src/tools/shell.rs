@@ -11,6 +11,11 @@
 //! - At most [`OUTPUT_CAP`] bytes of output reach the model: the head and the tail, with a
 //!   note of how much was left out between them.
 //! - A non-zero exit and a timeout are failures whose text carries the output so far.
+//! - Under a sandboxed mode the command starts through the sandbox's entry point (the
+//!   watchdog stays outside it, so it can still see the host), with a private `TMPDIR`
+//!   removed after the call; its output's first lines say the mode. A call with
+//!   `sandbox_permissions: "require_escalated"` runs unsandboxed: the driver lets it
+//!   start only after a human approved it.
 
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -22,6 +27,7 @@ use tokio::io::AsyncReadExt as _;
 use agent_runtime::{Tool, ToolContext, ToolFailure};
 
 use super::{Workspace, arg_str, arg_u64, object};
+use crate::sandbox::SandboxSpec;
 
 /// Bytes of output kept: half from the start, half from the end.
 pub const OUTPUT_CAP: usize = 32 * 1024;
@@ -34,6 +40,20 @@ pub(crate) const MAX_TIMEOUT_MS: u64 = 3_600_000;
 #[derive(Debug, Clone)]
 pub struct Shell {
     pub(crate) workspace: Workspace,
+    /// The run's sandbox; `None` under `off`.
+    pub(crate) sandbox: Option<SandboxSpec>,
+}
+
+/// The value of `sandbox_permissions` that asks to run outside the sandbox.
+pub const ESCALATE: &str = "require_escalated";
+
+/// Whether a call of tool `name` with `arguments` (JSON text) asks to leave the sandbox.
+pub fn asks_escalation(name: &str, arguments: &str) -> bool {
+    name == "shell"
+        && serde_json::from_str::<Value>(arguments)
+            .ok()
+            .and_then(|v| v.get("sandbox_permissions").cloned())
+            .is_some_and(|v| v == ESCALATE)
 }
 
 /// Variables the command never sees: the API key and the database URL (which may carry a
@@ -45,6 +65,11 @@ pub(crate) const HIDDEN_ENV: [&str; 3] = ["OPENAI_API_KEY", "AGENTCTL_DB", "AGEN
 /// nor its normal end. The watchdog holds none of the command's pipes.
 const WRAPPER: &str = "( while kill -0 \"$1\" 2>/dev/null; do sleep 1; done; kill -KILL 0 ) \
     </dev/null >/dev/null 2>&1 & exec bash -c \"$2\"";
+
+/// [`WRAPPER`], with the command started through the sandbox's entry point `$3` under the
+/// policy `$4`; the watchdog stays outside the sandbox.
+const SANDBOXED_WRAPPER: &str = "( while kill -0 \"$1\" 2>/dev/null; do sleep 1; done; kill -KILL 0 ) \
+    </dev/null >/dev/null 2>&1 & exec \"$3\" __sandbox-exec \"$4\" -- bash -c \"$2\"";
 
 /// How long output is still read after the command exited (a background job that keeps
 /// the pipes open is killed with the group after this).
@@ -66,6 +91,23 @@ impl Tool for Shell {
         {
             return Err(format!("`timeout_ms` must be within 1..={MAX_TIMEOUT_MS}"));
         }
+        match arg_str(obj, "sandbox_permissions")? {
+            None | Some("use_default") => {}
+            Some(ESCALATE) => {
+                let why = arg_str(obj, "justification")?.unwrap_or("");
+                if why.trim().is_empty() {
+                    return Err(
+                        "`sandbox_permissions: \"require_escalated\"` needs a one-line `justification`"
+                            .into(),
+                    );
+                }
+            }
+            Some(other) => {
+                return Err(format!(
+                    "`sandbox_permissions` must be \"use_default\" or \"{ESCALATE}\", not {other:?}"
+                ));
+            }
+        }
         Ok(())
     }
 
@@ -75,6 +117,7 @@ impl Tool for Shell {
         ctx: ToolContext,
     ) -> BoxFuture<'static, Result<Value, ToolFailure>> {
         let root = self.workspace.root().to_path_buf();
+        let sandbox = self.sandbox.clone();
         Box::pin(async move {
             let obj = object(&args).map_err(ToolFailure)?;
             let command = arg_str(obj, "command").map_err(ToolFailure)?.unwrap_or("");
@@ -83,7 +126,26 @@ impl Tool for Shell {
                     .map_err(ToolFailure)?
                     .unwrap_or(DEFAULT_TIMEOUT_MS),
             );
-            Box::pin(run(command, &root, timeout, &ctx)).await
+            let escalated =
+                arg_str(obj, "sandbox_permissions").map_err(ToolFailure)? == Some(ESCALATE);
+            let confined = match (&sandbox, escalated) {
+                (Some(spec), false) => Some(Confined::new(spec, &root)?),
+                _ => None,
+            };
+            let note = match (&sandbox, &confined) {
+                (_, Some(c)) => Some(format!("Sandbox: {}", c.label)),
+                (Some(_), None) => Some("Sandbox: none (escalation approved)".to_string()),
+                (None, None) => None,
+            };
+            Box::pin(run(
+                command,
+                &root,
+                timeout,
+                &ctx,
+                confined.as_ref(),
+                note.as_deref(),
+            ))
+            .await
         })
     }
 }
@@ -119,20 +181,67 @@ impl Drop for GroupGuard {
     }
 }
 
+/// What a sandboxed call runs under: the entry point, the policy, its private temp dir.
+struct Confined {
+    launcher: std::path::PathBuf,
+    policy_json: String,
+    tmp: tempfile::TempDir,
+    label: String,
+}
+
+impl Confined {
+    fn new(spec: &SandboxSpec, root: &std::path::Path) -> Result<Confined, ToolFailure> {
+        let fail = |what: &str, err: &dyn std::fmt::Display| {
+            ToolFailure(format!(
+                "cannot sandbox the command ({what}: {err}); it did not run"
+            ))
+        };
+        let tmp = tempfile::Builder::new()
+            .prefix("agentctl-shell-")
+            .tempdir()
+            .map_err(|e| fail("temp dir", &e))?;
+        let policy = spec.policy(root, Some(tmp.path()));
+        let policy_json = serde_json::to_string(&policy).map_err(|e| fail("policy", &e))?;
+        let launcher = crate::sandbox::launcher().map_err(|e| fail("launcher", &e))?;
+        let network = if spec.network {
+            "network on"
+        } else {
+            "network off"
+        };
+        Ok(Confined {
+            launcher,
+            policy_json,
+            tmp,
+            label: format!("{} ({network})", spec.mode),
+        })
+    }
+}
+
 async fn run(
     command: &str,
     root: &std::path::Path,
     timeout: Duration,
     ctx: &ToolContext,
+    confined: Option<&Confined>,
+    note: Option<&str>,
 ) -> Result<Value, ToolFailure> {
     let started = Instant::now();
     let mut cmd = tokio::process::Command::new("bash");
     cmd.arg("-c")
-        .arg(WRAPPER)
+        .arg(if confined.is_some() {
+            SANDBOXED_WRAPPER
+        } else {
+            WRAPPER
+        })
         .arg("agentctl-shell")
         .arg(std::process::id().to_string())
         .arg(command)
         .current_dir(root);
+    if let Some(c) = confined {
+        cmd.arg(&c.launcher)
+            .arg(&c.policy_json)
+            .env("TMPDIR", c.tmp.path());
+    }
     for name in HIDDEN_ENV {
         cmd.env_remove(name);
     }
@@ -190,9 +299,10 @@ async fn run(
     };
     guard.kill();
     let wall = started.elapsed().as_secs_f64();
+    let note = note.map(|n| format!("\n{n}")).unwrap_or_default();
     let text = |head: &str| {
         format!(
-            "{head}\nWall time: {wall:.3} seconds\nOutput:\n{}",
+            "{head}{note}\nWall time: {wall:.3} seconds\nOutput:\n{}",
             scrub(output.text())
         )
     };

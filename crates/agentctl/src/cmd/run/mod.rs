@@ -10,6 +10,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use agent_host::run::{BudgetChange, Budgets, DriveOptions, Host, NewRun, RunReport};
+use agent_host::sandbox::{Mode as SandboxMode, SandboxSpec};
 use agent_host::tools::{ApprovalMode, ToolConfig};
 use anyhow::Context as _;
 use clap::{Args, ValueEnum};
@@ -82,6 +83,17 @@ pub struct RunOptions {
     /// run; `resume` uses the run's.
     #[arg(long, value_enum, default_value_t = TransportArg::Http)]
     pub transport: TransportArg,
+    /// The OS sandbox of the model's shell commands: workspace-write (default: writes only
+    /// in the workspace, but .git and agentctl.toml; no network; credential stores hidden),
+    /// read-only, or off (every command asks first). Sandboxed, commands run without asking;
+    /// a command that asks to leave the sandbox always asks. Also `[sandbox] mode` in
+    /// agentctl.toml. Recorded in the run; `resume` keeps it.
+    #[arg(long, value_name = "MODE", value_parser = parse_sandbox_mode)]
+    pub sandbox: Option<SandboxMode>,
+}
+
+fn parse_sandbox_mode(s: &str) -> Result<SandboxMode, String> {
+    s.parse()
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -129,8 +141,10 @@ pub enum ApprovalArg {
 }
 
 pub async fn run(global: &GlobalArgs, args: RunArgs) -> anyhow::Result<ExitCode> {
+    let sandbox = args.run.sandbox;
     let (new, endpoint) = new_run(args.run)?;
     let tools = tool_config(new.workspace_dir(), &args.drive.mcp)?;
+    let new = with_sandbox(new, sandbox, &tools)?;
     let journal = crate::db::open_journal(global).await?;
     let (client, _mock) = endpoint.connect(None).await?;
     let host = Host::new(journal.clone(), client).with_tools(tools);
@@ -143,8 +157,10 @@ pub async fn run(global: &GlobalArgs, args: RunArgs) -> anyhow::Result<ExitCode>
 
 /// `agentctl submit`: creates the run for a worker to drive and prints its id.
 pub async fn submit(global: &GlobalArgs, args: SubmitArgs) -> anyhow::Result<ExitCode> {
+    let sandbox = args.run.sandbox;
     let (new, _) = new_run(args.run)?;
     let tools = tool_config(new.workspace_dir(), &args.mcp)?;
+    let new = with_sandbox(new, sandbox, &tools)?;
     let journal = crate::db::open_journal(global).await?;
     let id = agent_host::run::submit(&journal, &tools, new).await;
     journal.close().await;
@@ -158,6 +174,41 @@ pub async fn submit(global: &GlobalArgs, args: SubmitArgs) -> anyhow::Result<Exi
         ));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `new` with its sandbox: `--sandbox`, else `[sandbox] mode`, else `workspace-write`;
+/// probed here. A mode asked for that this system cannot give is a usage error (nothing
+/// runs); the default one falls back to `off`, where every command asks, and says so.
+fn with_sandbox(
+    new: NewRun,
+    flag: Option<SandboxMode>,
+    tools: &ToolConfig,
+) -> anyhow::Result<NewRun> {
+    let explicit = flag.or(tools.sandbox.mode);
+    let mode = explicit.unwrap_or(SandboxMode::WorkspaceWrite);
+    let mut spec = SandboxSpec::of(mode);
+    spec.network = tools.sandbox.network.unwrap_or(false);
+    spec.writable_roots = tools.sandbox.writable_roots.clone().unwrap_or_default();
+    spec.deny_read = tools.sandbox.deny_read.clone().unwrap_or_default();
+    // A missing workspace is the host's error to report, not the sandbox's.
+    if !new.workspace_dir().is_dir() {
+        return Ok(new.sandbox(spec));
+    }
+    match agent_host::sandbox::probe(&spec, new.workspace_dir()) {
+        Ok(()) => Ok(new.sandbox(spec)),
+        Err(err) if explicit.is_some() => Err(UsageError(format!(
+            "sandbox mode {mode}: {err}; use `--sandbox off` to run commands unsandboxed, each asking first"
+        ))
+        .into()),
+        Err(err) => {
+            crate::output::note(&format!(
+                "warning: {err}; commands run unsandboxed and each asks first (`--sandbox off` says so explicitly)"
+            ));
+            let mut off = SandboxSpec::of(SandboxMode::Off);
+            off.fallback = Some(err.to_string());
+            Ok(new.sandbox(off))
+        }
+    }
 }
 
 /// The tool configuration: ~/.config/agentctl/config.toml, then agentctl.toml of the

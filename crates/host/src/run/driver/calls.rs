@@ -18,7 +18,7 @@ use crate::run::events::{
 };
 use crate::run::kinds as k;
 use crate::run::state::{CallProgress, CallRecord, Decision};
-use crate::tools::{Policy, ToolSpec};
+use crate::tools::{ApprovalMode, Policy, ToolSpec};
 
 /// What to do with one call now.
 pub(super) enum Next {
@@ -77,6 +77,30 @@ impl Driver {
                             .join(", ")
                     ));
                 };
+                // Leaving the sandbox always asks a human (never "approve --always", never
+                // `--approval auto`), and `--approval deny` refuses it.
+                if self.spec.sandbox.mode.is_sandboxed()
+                    && crate::tools::asks_escalation(&call.name, &call.arguments)
+                {
+                    if self.spec.approval == ApprovalMode::Deny {
+                        return Next::Refuse(
+                            "Refused: the run's policy (--approval deny) does not allow commands \
+                             outside the sandbox; run it sandboxed or not at all."
+                                .into(),
+                        );
+                    }
+                    return match last {
+                        None => Next::Ask {
+                            reason: ApprovalReason::Escalation,
+                            round: 0,
+                        },
+                        Some(a) => match &a.decision {
+                            None => Next::Wait,
+                            Some(d) if d.approve => Next::Launch,
+                            Some(_) => Next::Done,
+                        },
+                    };
+                }
                 if self.state.approved_tools.contains(&call.name) {
                     return Next::Launch;
                 }

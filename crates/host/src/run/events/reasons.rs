@@ -52,6 +52,8 @@ pub enum ApprovalReason {
     Policy,
     /// The call was cut off after it started: its effect may or may not have happened.
     Indeterminate,
+    /// A `shell` call asks to run outside the run's sandbox (its `justification` says why).
+    Escalation,
 }
 
 impl ApprovalReason {
@@ -60,6 +62,7 @@ impl ApprovalReason {
         match self {
             ApprovalReason::Policy => "policy",
             ApprovalReason::Indeterminate => "indeterminate",
+            ApprovalReason::Escalation => "escalation",
         }
     }
 }
