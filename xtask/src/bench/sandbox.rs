@@ -60,7 +60,8 @@ pub fn run(ctx: &BenchCtx) -> anyhow::Result<Section> {
     }
     let _ = std::fs::remove_dir_all(&ws);
     let markdown = format!(
-        "`cargo xtask bench sandbox`: the release `agentctl sandbox --mode M -- CMD`, {CALLS} \
+        "## Sandbox: the time a sandboxed command adds (issue 33)\n\n\
+         `cargo xtask bench sandbox`: the release `agentctl sandbox --mode M -- CMD`, {CALLS} \
          calls per mode and command in each of {} runs, the modes interleaved; medians of the \
          runs' per-call means. *Added* is what a sandboxed call pays over an unsandboxed one \
          (the entry point's exec, the mount namespace, Landlock rules, the seccomp filter).\n\n\
