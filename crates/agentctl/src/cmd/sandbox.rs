@@ -5,7 +5,7 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use agent_sandbox::{Mode, Policy};
+use agent_host::sandbox::{Mode, SandboxSpec};
 use anyhow::Context as _;
 
 /// The entry point's own failures (as `env` and `timeout` report theirs): the sandbox could
@@ -55,13 +55,12 @@ pub fn sandbox(args: SandboxArgs) -> anyhow::Result<ExitCode> {
     };
     let status = if args.mode.is_sandboxed() {
         let tmp = tempfile::tempdir().context("cannot create the command's temp dir")?;
-        let mut policy = Policy::new(args.mode, &workspace, dirs::home_dir().as_deref());
-        policy.network = args.network;
-        policy.writable_roots = args.writable_roots;
-        policy.deny_read.extend(args.deny_read);
-        policy.tmpdir = Some(tmp.path().to_path_buf());
-        let exe = std::env::current_exe().context("cannot find the agentctl binary")?;
-        std::process::Command::new(exe)
+        let mut spec = SandboxSpec::of(args.mode);
+        spec.network = args.network;
+        spec.writable_roots = args.writable_roots;
+        spec.deny_read = args.deny_read;
+        let policy = spec.policy(&workspace, Some(tmp.path()));
+        std::process::Command::new(agent_host::sandbox::launcher()?)
             .args(agent_sandbox::entry_args(&policy, program, rest)?)
             .env("TMPDIR", tmp.path())
             .current_dir(&workspace)

@@ -17,6 +17,7 @@ use crate::run::events::{
     ApprovalDecided, ApprovalReason, ApprovalRequested, DecisionScope, PauseReason, ToolRefused,
 };
 use crate::run::kinds as k;
+use crate::run::records::ApprovalRecord;
 use crate::run::state::{CallProgress, CallRecord, Decision};
 use crate::tools::{ApprovalMode, Policy, ToolSpec};
 
@@ -29,6 +30,18 @@ pub(super) enum Next {
     Refuse(String),
     Done,
     Stuck(String),
+}
+
+/// A new call that needs a human (for `reason`): asked once, then as its decision says.
+fn asked(reason: ApprovalReason, last: Option<&ApprovalRecord>) -> Next {
+    match last {
+        None => Next::Ask { reason, round: 0 },
+        Some(a) => match &a.decision {
+            None => Next::Wait,
+            Some(d) if d.approve => Next::Launch,
+            Some(_) => Next::Done,
+        },
+    }
 }
 
 impl Driver {
@@ -89,17 +102,7 @@ impl Driver {
                                 .into(),
                         );
                     }
-                    return match last {
-                        None => Next::Ask {
-                            reason: ApprovalReason::Escalation,
-                            round: 0,
-                        },
-                        Some(a) => match &a.decision {
-                            None => Next::Wait,
-                            Some(d) if d.approve => Next::Launch,
-                            Some(_) => Next::Done,
-                        },
-                    };
+                    return asked(ApprovalReason::Escalation, last);
                 }
                 if self.state.approved_tools.contains(&call.name) {
                     return Next::Launch;
@@ -110,17 +113,7 @@ impl Driver {
                         "Refused: the run's policy does not allow `{}` calls.",
                         call.name
                     )),
-                    Policy::Ask => match last {
-                        None => Next::Ask {
-                            reason: ApprovalReason::Policy,
-                            round: 0,
-                        },
-                        Some(a) => match &a.decision {
-                            None => Next::Wait,
-                            Some(d) if d.approve => Next::Launch,
-                            Some(_) => Next::Done,
-                        },
-                    },
+                    Policy::Ask => asked(ApprovalReason::Policy, last),
                 }
             }
         }
