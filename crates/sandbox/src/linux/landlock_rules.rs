@@ -44,9 +44,14 @@ pub(crate) fn apply(policy: &Policy, resolved: &Resolved) -> Result<(), SandboxE
     let read = AccessFs::from_read(ABI_TESTED);
     let roots = readable_roots(Path::new("/"), &resolved.deny_read, &children);
     for root in &roots {
-        created = created
-            .add_rule(beneath(root, read)?)
-            .map_err(|e| err(e.to_string()))?;
+        let rule = match beneath(root, read) {
+            Ok(rule) => rule,
+            // Listed, then removed (another process's temp file) before it was opened:
+            // nothing is left there to allow.
+            Err(_) if std::fs::symlink_metadata(root).is_err() => continue,
+            Err(e) => return Err(e),
+        };
+        created = created.add_rule(rule).map_err(|e| err(e.to_string()))?;
     }
     for dir in &resolved.writable {
         created = created
@@ -60,7 +65,6 @@ pub(crate) fn apply(policy: &Policy, resolved: &Resolved) -> Result<(), SandboxE
                 .map_err(|e| err(e.to_string()))?;
         }
     }
-    let _ = &resolved.workspace;
     let status = created.restrict_self().map_err(|e| err(e.to_string()))?;
     if status.ruleset == RulesetStatus::NotEnforced {
         return Err(SandboxError::Unsupported(

@@ -26,7 +26,6 @@ pub(crate) fn restrict_self(policy: &Policy) -> Result<(), SandboxError> {
 
 /// The policy's paths as the kernel will see them: canonical, existing ones only.
 pub(crate) struct Resolved {
-    pub workspace: PathBuf,
     pub writable: Vec<PathBuf>,
     pub deny_read: Vec<PathBuf>,
     pub protected: Vec<PathBuf>,
@@ -55,7 +54,6 @@ impl Resolved {
             .filter_map(|p| canonical(p))
             .collect();
         Ok(Resolved {
-            workspace,
             writable,
             deny_read,
             protected,
