@@ -184,9 +184,3 @@ pub fn report_error_masking(err: &anyhow::Error, db: Option<&str>) -> ExitCode {
         crate::exit::Exit::Failed.into()
     }
 }
-
-/// One line on stderr, for a failure that happens before any command runs (the sandbox
-/// entry point), where the usual hint does not apply.
-pub fn report_plain_error(message: &str) {
-    eprintln!("error: {message}");
-}

@@ -378,7 +378,66 @@ async fn drop_leases(db: &str) {
     }
 }
 
+/// A worker's `--sandbox` is a floor: a run submitted with `--sandbox off` is tightened to
+/// it (journaled with the claim), so its command runs without asking and cannot write
+/// outside the workspace; a worker asked for a mode this system cannot give does not start.
+async fn a_worker_tightens_a_weaker_run_to_its_floor(db: &str) {
+    use host::{agentctl, answer, call, out, script_by_outputs, text};
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let escaped = dir.path().join("escaped");
+    let server = emulator(&script_by_outputs(&[
+        serde_json::json!([call(
+            "c1",
+            "shell",
+            serde_json::json!({"command": format!("echo in > in.txt; echo x > {}", escaped.display())})
+        )]),
+        answer(workers::FINAL),
+    ]))
+    .await;
+    let o = out(agentctl(db)
+        .args([
+            "submit",
+            "--sandbox",
+            "off",
+            "--base-url",
+            &server.base_url(),
+            "--workspace",
+        ])
+        .arg(&ws)
+        .arg("do the task"));
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let id = text(&o.stdout).trim().to_string();
+
+    let refused = out(agentctl(db)
+        .args(["worker", "--sandbox", "read-only"])
+        .env("AGENTCTL_TEST_SANDBOX_UNSUPPORTED", "1"));
+    assert_eq!(refused.status.code(), Some(2), "{}", text(&refused.stderr));
+
+    let worker = start_worker(db, dir.path(), "w", "5", &["--sandbox", "workspace-write"]);
+    let left = wait_all_completed(db, std::slice::from_ref(&id), Duration::from_secs(30)).await;
+    assert!(left.is_empty(), "not completed: {left:?}");
+    assert_eq!(std::fs::read_to_string(ws.join("in.txt")).unwrap(), "in\n");
+    assert!(!escaped.exists(), "the command wrote outside the workspace");
+    let evs = events(db, &id).await;
+    assert!(evs.iter().all(|e| &*e.kind != "approval.requested"));
+    let changed: Vec<_> = evs
+        .iter()
+        .filter(|e| &*e.kind == "run.sandbox_changed")
+        .collect();
+    assert_eq!(changed.len(), 1);
+    assert_eq!(changed[0].payload["from"], "off");
+    assert_eq!(changed[0].payload["sandbox"]["mode"], "workspace-write");
+    assert_eq!(changed[0].payload["cause"], "worker_floor");
+    assert_eq!(changed[0].payload["policies"]["shell"], "auto");
+    worker.signal("TERM");
+    let mut worker = worker;
+    assert!(worker.child.wait().unwrap().success());
+}
+
 on_both!(
+    a_worker_tightens_a_weaker_run_to_its_floor,
     takeover_under_random_kills,
     zombie_is_fenced,
     sigterm_releases_the_run,

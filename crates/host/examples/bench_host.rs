@@ -32,7 +32,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use agent_host::run::{
-    BudgetChange, Budgets, DriveOptions, Host, NewRun, Observer, RunEnd, RunState,
+    Budgets, DriveOptions, Host, NewRun, Observer, ResumeChange, RunEnd, RunState,
 };
 use agent_host::tools::ApprovalMode;
 use agent_journal::{Durability, Event, Journal, JournalOptions};
@@ -283,9 +283,9 @@ async fn main() {
                 let report = host
                     .resume(
                         &run_id,
-                        BudgetChange {
+                        ResumeChange {
                             max_steps: Some(budget),
-                            max_tokens: None,
+                            ..ResumeChange::default()
                         },
                         opts,
                     )

@@ -78,10 +78,15 @@ fn state_dir() -> Option<PathBuf> {
         .map(|d| d.join("agentctl"))
 }
 
-/// The binary that serves as the sandbox's entry point: this process's own (`agentctl`).
+/// The binary that serves as the sandbox's entry point: `agentctl-sandbox` beside this
+/// process's binary when it is there (it starts in a fraction of `agentctl`'s time), else
+/// this process's own binary (`agentctl`, whose `main` dispatches the entry first).
 pub fn launcher() -> Result<PathBuf, SandboxError> {
-    std::env::current_exe()
-        .map_err(|err| SandboxError::Unsupported(format!("cannot find the agentctl binary: {err}")))
+    let exe = std::env::current_exe().map_err(|err| {
+        SandboxError::Unsupported(format!("cannot find the agentctl binary: {err}"))
+    })?;
+    let small = exe.with_file_name(agent_sandbox::ENTRY_BINARY);
+    Ok(if small.is_file() { small } else { exe })
 }
 
 /// Whether commands can run under `spec` in `workspace` here: one `true` through the entry
@@ -117,4 +122,76 @@ pub fn probe(spec: &SandboxSpec, workspace: &Path) -> Result<(), SandboxError> {
             .unwrap_or("the probe failed")
             .to_string(),
     ))
+}
+
+/// Why a resumed run's sandbox changed (`run.sandbox_changed`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SandboxCause {
+    /// `resume --sandbox MODE`: a person asked for it.
+    Flag,
+    /// The driving worker's `--sandbox` is stricter than the run's mode.
+    WorkerFloor,
+    /// The system cannot give the run's mode: it falls back to `off`, where every command
+    /// asks.
+    Unsupported,
+}
+
+/// A resumed run's new sandbox and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SandboxChange {
+    /// The sandbox from now on.
+    pub sandbox: SandboxSpec,
+    /// Why.
+    pub cause: SandboxCause,
+}
+
+/// The sandbox a resumed run is driven under, when it is not the one recorded: `asked` (an
+/// explicit `--sandbox`) replaces the recorded mode; otherwise a `floor` stricter than it
+/// (a worker's `--sandbox`) tightens it. The mode is probed in `workspace`: when the system
+/// cannot give it, an asked mode is an error (nothing runs) and any other falls back to
+/// `off` with the reason, so the run is never driven unsandboxed without asking.
+///
+/// A run that fell back earlier stays `off` unless a mode is asked for: a resume on another
+/// machine does not silently change how its commands are approved.
+pub fn for_resume(
+    recorded: &SandboxSpec,
+    asked: Option<Mode>,
+    floor: Option<Mode>,
+    workspace: &Path,
+) -> Result<Option<SandboxChange>, SandboxError> {
+    let (mode, cause) = match (asked, floor) {
+        (Some(mode), _) => (mode, SandboxCause::Flag),
+        (None, Some(floor)) if floor.is_stricter_than(recorded.mode) => {
+            (floor, SandboxCause::WorkerFloor)
+        }
+        _ => (recorded.mode, SandboxCause::Unsupported),
+    };
+    let mut wanted = recorded.clone();
+    if mode != recorded.mode {
+        wanted.mode = mode;
+        wanted.fallback = None;
+    }
+    // A missing workspace is the host's error to report, not the sandbox's.
+    if mode.is_sandboxed()
+        && workspace.is_dir()
+        && let Err(err) = probe(&wanted, workspace)
+    {
+        if asked.is_some() {
+            return Err(err);
+        }
+        let mut off = SandboxSpec {
+            mode: Mode::Off,
+            ..wanted
+        };
+        off.fallback = Some(err.to_string());
+        return Ok(Some(SandboxChange {
+            sandbox: off,
+            cause: SandboxCause::Unsupported,
+        }));
+    }
+    Ok((wanted != *recorded).then_some(SandboxChange {
+        sandbox: wanted,
+        cause,
+    }))
 }

@@ -9,6 +9,16 @@ use crate::{Policy, SandboxError};
 /// other parsing.
 pub const ENTRY: &str = "__sandbox-exec";
 
+/// The small binary that serves as the entry point when it sits beside `agentctl`: it links
+/// nothing but this crate, so it starts faster than the whole `agentctl`.
+pub const ENTRY_BINARY: &str = "agentctl-sandbox";
+
+/// The entry point's own failures (as `env` and `timeout` report theirs): the sandbox could
+/// not be applied, so nothing ran.
+pub const EXIT_NOT_SANDBOXED: u8 = 125;
+/// The program could not be executed.
+pub const EXIT_CANNOT_EXEC: u8 = 127;
+
 /// The arguments (after the binary) that run `program args` under `policy`.
 pub fn entry_args(
     policy: &Policy,
@@ -25,6 +35,22 @@ pub fn entry_args(
     ];
     out.extend(args.iter().cloned());
     Ok(out)
+}
+
+/// The entry point of a binary: restricts this process and execs the program, or reports why
+/// not on stderr and returns the exit status to end with ([`EXIT_NOT_SANDBOXED`] or
+/// [`EXIT_CANNOT_EXEC`]); nothing ran then.
+pub fn entry_main(args: &[OsString]) -> u8 {
+    match exec_sandboxed(args) {
+        Ok(never) => match never {},
+        Err(err) => {
+            eprintln!("error: agentctl sandbox: {err}");
+            match err {
+                SandboxError::Exec { .. } => EXIT_CANNOT_EXEC,
+                _ => EXIT_NOT_SANDBOXED,
+            }
+        }
+    }
 }
 
 /// Restricts this process as `args` (what follows [`ENTRY`]) say, then execs the program.

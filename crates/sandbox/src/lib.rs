@@ -1,7 +1,8 @@
 //! The OS sandbox of the commands a model runs.
 //!
-//! A sandboxed command is started as `<agentctl> __sandbox-exec POLICY_JSON -- PROGRAM ARGS`
-//! ([`entry_args`]): that entry point ([`exec_sandboxed`]) restricts its own process and then
+//! A sandboxed command is started as `<launcher> __sandbox-exec POLICY_JSON -- PROGRAM ARGS`
+//! ([`entry_args`]), the launcher being the small `agentctl-sandbox` binary or `agentctl`
+//! itself: that entry point ([`exec_sandboxed`]) restricts its own process and then
 //! execs the program, which inherits every restriction and cannot lift any of them.
 //!
 //! What a restricted process gets (see [`Policy`] for the inputs):
@@ -25,7 +26,10 @@ mod linux;
 mod policy;
 mod read_rules;
 
-pub use entry::{ENTRY, entry_args, exec_sandboxed};
+pub use entry::{
+    ENTRY, ENTRY_BINARY, EXIT_CANNOT_EXEC, EXIT_NOT_SANDBOXED, entry_args, entry_main,
+    exec_sandboxed,
+};
 pub use error::SandboxError;
 pub use policy::{Mode, Policy, default_deny_read};
 pub use read_rules::readable_roots;

@@ -36,6 +36,19 @@ impl Mode {
     pub fn is_sandboxed(self) -> bool {
         self != Mode::Off
     }
+
+    /// Whether this mode confines more than `other` (`read-only` > `workspace-write` >
+    /// `off`).
+    pub fn is_stricter_than(self, other: Mode) -> bool {
+        fn rank(mode: Mode) -> u8 {
+            match mode {
+                Mode::Off => 0,
+                Mode::WorkspaceWrite => 1,
+                Mode::ReadOnly => 2,
+            }
+        }
+        rank(self) > rank(other)
+    }
 }
 
 impl fmt::Display for Mode {

@@ -18,7 +18,7 @@ use crate::process::{cargo, run_cmd};
 const CALLS: usize = 100;
 
 pub fn run(ctx: &BenchCtx) -> anyhow::Result<Section> {
-    eprintln!("[sandbox 1/2] build (release): agentctl");
+    eprintln!("[sandbox 1/2] build (release): agentctl, agentctl-sandbox");
     run_cmd(cargo().args([
         "build",
         "--release",
@@ -27,6 +27,8 @@ pub fn run(ctx: &BenchCtx) -> anyhow::Result<Section> {
         "agentctl",
         "--bin",
         "agentctl",
+        "--bin",
+        "agentctl-sandbox",
     ]))?;
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map(std::path::PathBuf::from)

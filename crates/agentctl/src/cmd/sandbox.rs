@@ -8,12 +8,6 @@ use std::process::ExitCode;
 use agent_host::sandbox::{Mode, SandboxSpec};
 use anyhow::Context as _;
 
-/// The entry point's own failures (as `env` and `timeout` report theirs): the sandbox could
-/// not be applied, so nothing ran.
-pub const EXIT_NOT_SANDBOXED: u8 = 125;
-/// The program could not be executed.
-pub const EXIT_CANNOT_EXEC: u8 = 127;
-
 #[derive(Debug, clap::Args)]
 pub struct SandboxArgs {
     /// read-only: writes only in a private temp dir; workspace-write: also in the workspace
@@ -87,14 +81,5 @@ fn exit_byte(status: std::process::ExitStatus) -> u8 {
 /// The hidden entry point (`agentctl __sandbox-exec POLICY -- PROGRAM ARGS`): restricts this
 /// process and execs the program; returns only when that failed.
 pub fn entry(args: &[OsString]) -> ExitCode {
-    match agent_sandbox::exec_sandboxed(args) {
-        Ok(never) => match never {},
-        Err(err) => {
-            crate::output::report_plain_error(&format!("agentctl sandbox: {err}"));
-            ExitCode::from(match err {
-                agent_sandbox::SandboxError::Exec { .. } => EXIT_CANNOT_EXEC,
-                _ => EXIT_NOT_SANDBOXED,
-            })
-        }
-    }
+    ExitCode::from(agent_sandbox::entry_main(args))
 }

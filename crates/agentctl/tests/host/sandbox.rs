@@ -239,6 +239,51 @@ fn the_entry_point_refuses_a_bad_policy_and_runs_nothing() {
     assert!(!s.ws.join("ran").exists());
 }
 
+/// Both entry points restrict the same way: the small `agentctl-sandbox` (used when it sits
+/// beside `agentctl`) and `agentctl __sandbox-exec` (used when it does not); the small one
+/// refuses to be run for anything else.
+#[test]
+fn both_entry_points_confine_and_the_small_one_runs_nothing_else() {
+    let s = scene();
+    let policy = serde_json::json!({
+        "mode": "workspace-write", "workspace": s.ws, "network": false,
+        "writable_roots": [], "deny_read": [], "tmpdir": null
+    })
+    .to_string();
+    for binary in [
+        env!("CARGO_BIN_EXE_agentctl"),
+        env!("CARGO_BIN_EXE_agentctl-sandbox"),
+    ] {
+        let script = format!(
+            "echo in > {}/in; echo out > {}/out-$$",
+            s.ws.display(),
+            s.outside.display()
+        );
+        let o = Command::new(binary)
+            .args(["__sandbox-exec", &policy, "--", "bash", "-c", &script])
+            .current_dir(&s.ws)
+            .output()
+            .unwrap();
+        assert!(!o.status.success(), "{binary}: the write outside succeeded");
+        assert!(
+            text(&o.stderr).contains("Permission denied"),
+            "{}",
+            text(&o.stderr)
+        );
+        assert_eq!(read(&s.ws.join("in")), "in\n", "{binary}");
+        std::fs::remove_file(s.ws.join("in")).unwrap();
+    }
+    let listed = std::fs::read_dir(&s.outside).unwrap().count();
+    assert_eq!(listed, 1, "only the planted file is outside");
+    let o = Command::new(env!("CARGO_BIN_EXE_agentctl-sandbox"))
+        .args(["touch"])
+        .arg(s.ws.join("ran"))
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+    assert!(!s.ws.join("ran").exists());
+}
+
 // ---- Runs: the sandbox as the host applies it to the model's `shell` calls. ----
 
 mod runs {
@@ -259,10 +304,6 @@ mod runs {
         )
     }
 
-    fn db_in(dir: &std::path::Path) -> String {
-        format!("sqlite://{}", dir.join("j.db").display())
-    }
-
     fn exec_items(db: &str, run: &str) -> Vec<Value> {
         let o = out(agentctl(db).args(["--json", "runs", "events", run]));
         text(&o.stdout)
@@ -272,8 +313,7 @@ mod runs {
             .collect()
     }
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn commands_run_sandboxed_without_asking_and_the_mode_is_recorded() {
+    async fn commands_run_sandboxed_without_asking_and_the_mode_is_recorded(db: &str) {
         let (_d, ws) = workspace();
         let outside = tempfile::tempdir().unwrap();
         let target = outside.path().join("escaped");
@@ -285,16 +325,15 @@ mod runs {
             answer("FINAL: done"),
         ]))
         .await;
-        let db = db_in(outside.path());
-        let o = out(&mut run_cmd(&db, &server, &ws, &[]));
+        let o = out(&mut run_cmd(db, &server, &ws, &[]));
         assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
         assert!(!target.exists(), "the command wrote outside the workspace");
         assert_eq!(std::fs::read_to_string(ws.join("in.txt")).unwrap(), "in\n");
-        let run = only_run(&db);
-        let view = show(&db, &run);
+        let run = only_run(db);
+        let view = show(db, &run);
         assert_eq!(view["sandbox"]["mode"], "workspace-write");
         assert_eq!(view["sandbox"]["network"], false);
-        let items = exec_items(&db, &run);
+        let items = exec_items(db, &run);
         assert_eq!(items.len(), 1);
         assert_eq!(items[0]["item"]["sandbox"], "workspace-write");
         let output = items[0]["item"]["aggregated_output"].as_str().unwrap();
@@ -303,12 +342,11 @@ mod runs {
             "{output}"
         );
         assert!(output.contains("Permission denied"), "{output}");
-        let events = events(&db, &run).await;
+        let events = events(db, &run).await;
         assert!(kinds_of(&events, "approval.requested").is_empty());
     }
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn an_escalation_always_asks_and_runs_outside_once_when_approved() {
+    async fn an_escalation_always_asks_and_runs_outside_once_when_approved(db: &str) {
         let (_d, ws) = workspace();
         let outside = tempfile::tempdir().unwrap();
         let target = outside.path().join("report.txt");
@@ -320,13 +358,12 @@ mod runs {
             answer("FINAL: done"),
         ]))
         .await;
-        let db = db_in(outside.path());
         // `--approval auto` does not cover leaving the sandbox.
-        let o = out(&mut run_cmd(&db, &server, &ws, &["--approval", "auto"]));
+        let o = out(&mut run_cmd(db, &server, &ws, &["--approval", "auto"]));
         assert_eq!(o.status.code(), Some(3), "{}", text(&o.stderr));
         assert!(!target.exists());
-        let run = only_run(&db);
-        let view = show(&db, &run);
+        let run = only_run(db);
+        let view = show(db, &run);
         let pending = &view["pending_approvals"][0];
         assert_eq!(pending["reason"], "escalation");
         assert!(
@@ -335,20 +372,19 @@ mod runs {
                 .unwrap()
                 .contains("where the user asked")
         );
-        let ok = out(agentctl(&db).args(["approve", &run, "c1"]));
+        let ok = out(agentctl(db).args(["approve", &run, "c1"]));
         assert!(ok.status.success(), "{}", text(&ok.stderr));
-        let o = out(&mut resume_cmd(&db, &server, &run, &[]));
+        let o = out(&mut resume_cmd(db, &server, &run, &[]));
         assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
         assert_eq!(
             std::fs::read_to_string(&target).unwrap(),
             "report\n",
             "ran once, outside"
         );
-        assert_eq!(exec_items(&db, &run)[0]["item"]["sandbox"], "escalated");
+        assert_eq!(exec_items(db, &run)[0]["item"]["sandbox"], "escalated");
     }
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_denied_escalation_tells_the_model_and_the_resumed_run_stays_sandboxed() {
+    async fn a_denied_escalation_tells_the_model_and_the_resumed_run_stays_sandboxed(db: &str) {
         let (_d, ws) = workspace();
         let outside = tempfile::tempdir().unwrap();
         let first = outside.path().join("first");
@@ -359,13 +395,12 @@ mod runs {
             answer("FINAL: done"),
         ]))
         .await;
-        let db = db_in(outside.path());
-        let o = out(&mut run_cmd(&db, &server, &ws, &[]));
+        let o = out(&mut run_cmd(db, &server, &ws, &[]));
         assert_eq!(o.status.code(), Some(3), "{}", text(&o.stderr));
-        let run = only_run(&db);
-        let no = out(agentctl(&db).args(["deny", &run, "c1", "--reason", "not outside"]));
+        let run = only_run(db);
+        let no = out(agentctl(db).args(["deny", &run, "c1", "--reason", "not outside"]));
         assert!(no.status.success(), "{}", text(&no.stderr));
-        let o = out(&mut resume_cmd(&db, &server, &run, &[]));
+        let o = out(&mut resume_cmd(db, &server, &run, &[]));
         assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
         assert!(
             !first.exists() && !second.exists(),
@@ -376,11 +411,10 @@ mod runs {
             r.body.to_string().contains("Denied by") && r.body.to_string().contains("not outside")
         });
         assert!(told, "the model was not told of the denial");
-        assert_eq!(show(&db, &run)["sandbox"]["mode"], "workspace-write");
+        assert_eq!(show(db, &run)["sandbox"]["mode"], "workspace-write");
     }
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn approval_deny_refuses_an_escalation() {
+    async fn approval_deny_refuses_an_escalation(db: &str) {
         let (_d, ws) = workspace();
         let outside = tempfile::tempdir().unwrap();
         let target = outside.path().join("x");
@@ -389,27 +423,24 @@ mod runs {
             answer("FINAL: done"),
         ]))
         .await;
-        let db = db_in(outside.path());
-        let o = out(&mut run_cmd(&db, &server, &ws, &["--approval", "deny"]));
+        let o = out(&mut run_cmd(db, &server, &ws, &["--approval", "deny"]));
         assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
         assert!(!target.exists());
-        let run = only_run(&db);
-        let events = events(&db, &run).await;
+        let run = only_run(db);
+        let events = events(db, &run).await;
         assert!(kinds_of(&events, "approval.requested").is_empty());
     }
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_system_without_the_sandbox_refuses_an_explicit_mode_and_falls_back_from_the_default()
-    {
+    async fn a_system_without_the_sandbox_refuses_an_explicit_mode_and_falls_back_from_the_default(
+        db: &str,
+    ) {
         let (_d, ws) = workspace();
-        let outside = tempfile::tempdir().unwrap();
         let server = emulator(&script_by_outputs(&[
             json!([shell("c1", "echo ran > ran.txt")]),
             answer("FINAL: done"),
         ]))
         .await;
-        let db = db_in(outside.path());
-        let mut explicit = run_cmd(&db, &server, &ws, &["--sandbox", "workspace-write"]);
+        let mut explicit = run_cmd(db, &server, &ws, &["--sandbox", "workspace-write"]);
         let o = out(explicit.env("AGENTCTL_TEST_SANDBOX_UNSUPPORTED", "1"));
         assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
         assert!(
@@ -418,10 +449,10 @@ mod runs {
             text(&o.stderr)
         );
         assert!(!ws.join("ran.txt").exists());
-        let listed = out(agentctl(&db).args(["--json", "runs", "list"]));
+        let listed = out(agentctl(db).args(["--json", "runs", "list"]));
         assert_eq!(text(&listed.stdout).trim(), "", "a run was created");
 
-        let mut default = run_cmd(&db, &server, &ws, &[]);
+        let mut default = run_cmd(db, &server, &ws, &[]);
         let o = out(default.env("AGENTCTL_TEST_SANDBOX_UNSUPPORTED", "1"));
         assert_eq!(
             o.status.code(),
@@ -435,7 +466,7 @@ mod runs {
             text(&o.stderr)
         );
         assert!(!ws.join("ran.txt").exists());
-        let view = show(&db, &only_run(&db));
+        let view = show(db, &only_run(db));
         assert_eq!(view["sandbox"]["mode"], "off");
         assert!(
             view["sandbox"]["fallback"]
@@ -445,4 +476,253 @@ mod runs {
         );
         assert_eq!(view["pending_approvals"][0]["reason"], "policy");
     }
+
+    /// The sandbox of every run's event `run.sandbox_changed`, in order.
+    async fn sandbox_changes(db: &str, run: &str) -> Vec<Value> {
+        let events = events(db, run).await;
+        kinds_of(&events, "run.sandbox_changed")
+            .into_iter()
+            .map(|e| e.payload.clone())
+            .collect()
+    }
+
+    /// A run killed (SIGKILL) right after it asked to leave the sandbox, then decided and
+    /// resumed: the approved command runs outside once, and the next one is sandboxed again.
+    async fn a_kill_between_the_request_and_the_decision_keeps_the_mode(db: &str) {
+        let (_d, ws) = workspace();
+        let outside = tempfile::tempdir().unwrap();
+        let (report, escaped) = (
+            outside.path().join("report.txt"),
+            outside.path().join("escaped"),
+        );
+        let script = script_by_outputs(&[
+            json!([escalate(
+                "c1",
+                &format!("echo report >> {}", report.display())
+            )]),
+            json!([shell(
+                "c2",
+                &format!("echo in > in.txt; echo x > {}", escaped.display())
+            )]),
+            answer("FINAL: done"),
+        ]);
+        // How many events the run has once it asked: counted on a scratch journal.
+        let scratch = tempfile::tempdir().unwrap();
+        let scratch_db = format!("sqlite://{}", scratch.path().join("s.db").display());
+        let server = emulator(&script).await;
+        let (_d2, scratch_ws) = workspace();
+        let o = out(&mut run_cmd(&scratch_db, &server, &scratch_ws, &[]));
+        assert_eq!(o.status.code(), Some(3), "{}", text(&o.stderr));
+        let counted = events(&scratch_db, &only_run(&scratch_db)).await;
+        let asked = counted
+            .iter()
+            .position(|e| &*e.kind == "approval.requested")
+            .expect("the escalation asked")
+            + 1;
+
+        let server = emulator(&script).await;
+        let mut first = run_cmd(db, &server, &ws, &[]);
+        let o = out(first.env("AGENTCTL_TEST_CRASH_AFTER_EVENTS", asked.to_string()));
+        use std::os::unix::process::ExitStatusExt as _;
+        assert_eq!(o.status.signal(), Some(9), "{}", text(&o.stderr));
+        let run = only_run(db);
+        let evs = events(db, &run).await;
+        assert_eq!(&*evs.last().unwrap().kind, "approval.requested");
+        let ok = out(agentctl(db).args(["approve", &run, "c1"]));
+        assert!(ok.status.success(), "{}", text(&ok.stderr));
+        let o = out(&mut resume_cmd(db, &server, &run, &[]));
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+        assert_eq!(std::fs::read_to_string(&report).unwrap(), "report\n");
+        assert_eq!(std::fs::read_to_string(ws.join("in.txt")).unwrap(), "in\n");
+        assert!(
+            !escaped.exists(),
+            "the resumed run's next command left the sandbox"
+        );
+        assert_eq!(show(db, &run)["sandbox"]["mode"], "workspace-write");
+        let items = exec_items(db, &run);
+        assert_eq!(items.len(), 2);
+        assert_eq!(items[0]["item"]["sandbox"], "escalated");
+        assert_eq!(items[1]["item"]["sandbox"], "workspace-write");
+        assert!(sandbox_changes(db, &run).await.is_empty());
+    }
+
+    /// A run paused on its step budget, resumed with `--sandbox read-only`: the change is
+    /// journaled with the claim, the next command cannot write the workspace, and
+    /// `write_file` is refused from then on.
+    async fn resume_with_a_stricter_mode_is_journaled_and_enforced(db: &str) {
+        let (_d, ws) = workspace();
+        let server = emulator(&script_by_outputs(&[
+            json!([shell("c1", "echo a > a.txt")]),
+            json!([shell("c2", "echo b > b.txt")]),
+            answer("FINAL: done"),
+        ]))
+        .await;
+        let o = out(&mut run_cmd(db, &server, &ws, &["--max-steps", "1"]));
+        assert_eq!(o.status.code(), Some(3), "{}", text(&o.stderr));
+        let run = only_run(db);
+        let o = out(&mut resume_cmd(
+            db,
+            &server,
+            &run,
+            &["--max-steps", "5", "--sandbox", "read-only"],
+        ));
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+        assert!(ws.join("a.txt").exists());
+        assert!(
+            !ws.join("b.txt").exists(),
+            "read-only let the command write"
+        );
+        let changes = sandbox_changes(db, &run).await;
+        assert_eq!(changes.len(), 1, "{changes:?}");
+        assert_eq!(changes[0]["from"], "workspace-write");
+        assert_eq!(changes[0]["sandbox"]["mode"], "read-only");
+        assert_eq!(changes[0]["cause"], "flag");
+        assert_eq!(changes[0]["policies"]["write_file"], "deny");
+        assert_eq!(changes[0]["policies"]["shell"], "auto");
+        // Written with the claim: right after the `run.resumed`.
+        let evs = events(db, &run).await;
+        let at = evs
+            .iter()
+            .position(|e| &*e.kind == "run.sandbox_changed")
+            .unwrap();
+        assert_eq!(&*evs[at - 1].kind, "run.resumed");
+        let view = show(db, &run);
+        assert_eq!(view["sandbox"]["mode"], "read-only");
+        let items = exec_items(db, &run);
+        assert_eq!(items[0]["item"]["sandbox"], "workspace-write");
+        assert_eq!(items[1]["item"]["sandbox"], "read-only");
+    }
+
+    /// `resume --sandbox off` makes every command ask again; a resume without the flag keeps
+    /// the mode it finds.
+    async fn resume_with_sandbox_off_asks_for_every_command(db: &str) {
+        let (_d, ws) = workspace();
+        let server = emulator(&script_by_outputs(&[
+            json!([shell("c1", "echo a > a.txt")]),
+            json!([shell("c2", "echo b > b.txt")]),
+            answer("FINAL: done"),
+        ]))
+        .await;
+        let o = out(&mut run_cmd(db, &server, &ws, &["--max-steps", "1"]));
+        assert_eq!(o.status.code(), Some(3), "{}", text(&o.stderr));
+        let run = only_run(db);
+        let o = out(&mut resume_cmd(
+            db,
+            &server,
+            &run,
+            &["--max-steps", "5", "--sandbox", "off"],
+        ));
+        assert_eq!(o.status.code(), Some(3), "c2 must ask: {}", text(&o.stderr));
+        assert!(!ws.join("b.txt").exists());
+        let view = show(db, &run);
+        assert_eq!(view["sandbox"]["mode"], "off");
+        assert_eq!(view["pending_approvals"][0]["call_id"], "c2");
+        assert_eq!(view["pending_approvals"][0]["reason"], "policy");
+        let ok = out(agentctl(db).args(["approve", &run, "c2"]));
+        assert!(ok.status.success(), "{}", text(&ok.stderr));
+        let o = out(&mut resume_cmd(db, &server, &run, &[]));
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+        assert!(ws.join("b.txt").exists());
+        let changes = sandbox_changes(db, &run).await;
+        assert_eq!(
+            changes.len(),
+            1,
+            "the flagless resume changed it: {changes:?}"
+        );
+        assert_eq!(changes[0]["policies"]["shell"], "ask");
+    }
+
+    /// A resume where the recorded mode cannot be had: asked for explicitly, exit 2 and
+    /// nothing written; kept from the record, `off` with every command asking, journaled.
+    async fn a_resume_where_the_sandbox_cannot_be_had(db: &str) {
+        let (_d, ws) = workspace();
+        let server = emulator(&script_by_outputs(&[
+            json!([shell("c1", "echo a > a.txt")]),
+            json!([shell("c2", "echo b > b.txt")]),
+            answer("FINAL: done"),
+        ]))
+        .await;
+        let o = out(&mut run_cmd(db, &server, &ws, &["--max-steps", "1"]));
+        assert_eq!(o.status.code(), Some(3), "{}", text(&o.stderr));
+        let run = only_run(db);
+        let before = events(db, &run).await.len();
+        let mut explicit = resume_cmd(
+            db,
+            &server,
+            &run,
+            &["--max-steps", "5", "--sandbox", "read-only"],
+        );
+        let o = out(explicit.env("AGENTCTL_TEST_SANDBOX_UNSUPPORTED", "1"));
+        assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+        assert!(
+            text(&o.stderr).contains("--sandbox off"),
+            "{}",
+            text(&o.stderr)
+        );
+        assert_eq!(
+            events(db, &run).await.len(),
+            before,
+            "the refused resume wrote"
+        );
+
+        let mut kept = resume_cmd(db, &server, &run, &["--max-steps", "5"]);
+        let o = out(kept.env("AGENTCTL_TEST_SANDBOX_UNSUPPORTED", "1"));
+        assert_eq!(o.status.code(), Some(3), "c2 must ask: {}", text(&o.stderr));
+        assert!(
+            text(&o.stderr).contains("unsandboxed"),
+            "{}",
+            text(&o.stderr)
+        );
+        assert!(!ws.join("b.txt").exists());
+        let changes = sandbox_changes(db, &run).await;
+        assert_eq!(changes.len(), 1, "{changes:?}");
+        assert_eq!(changes[0]["cause"], "unsupported");
+        assert_eq!(changes[0]["sandbox"]["mode"], "off");
+        assert!(
+            changes[0]["sandbox"]["fallback"]
+                .as_str()
+                .unwrap()
+                .contains("test")
+        );
+        assert_eq!(show(db, &run)["pending_approvals"][0]["reason"], "policy");
+    }
+
+    macro_rules! on_both {
+        ($($case:ident),* $(,)?) => {
+            mod sqlite {
+                $(
+                    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                    async fn $case() {
+                        let dir = tempfile::tempdir().unwrap();
+                        let db = format!("sqlite://{}", dir.path().join("j.db").display());
+                        super::$case(&db).await;
+                    }
+                )*
+            }
+            mod postgres {
+                $(
+                    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                    async fn $case() {
+                        let Some(pg) = agent_testkit::fresh_pg_database("host_sandbox").await
+                        else {
+                            return;
+                        };
+                        super::$case(pg.url()).await;
+                    }
+                )*
+            }
+        };
+    }
+
+    on_both!(
+        commands_run_sandboxed_without_asking_and_the_mode_is_recorded,
+        an_escalation_always_asks_and_runs_outside_once_when_approved,
+        a_denied_escalation_tells_the_model_and_the_resumed_run_stays_sandboxed,
+        approval_deny_refuses_an_escalation,
+        a_system_without_the_sandbox_refuses_an_explicit_mode_and_falls_back_from_the_default,
+        a_kill_between_the_request_and_the_decision_keeps_the_mode,
+        resume_with_a_stricter_mode_is_journaled_and_enforced,
+        resume_with_sandbox_off_asks_for_every_command,
+        a_resume_where_the_sandbox_cannot_be_had,
+    );
 }

@@ -395,6 +395,10 @@ impl ExecJson {
                 self.started()
             }
             RunEvent::Resumed(_) => self.started(),
+            RunEvent::SandboxChanged(changed) => {
+                self.sandbox = Some(changed.sandbox.mode);
+                Vec::new()
+            }
             RunEvent::ModelCompleted(completed) => self.model_items(&completed),
             RunEvent::ModelFailed(failed) => vec![ExecLine::Error {
                 message: failed.message,

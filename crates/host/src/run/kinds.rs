@@ -18,6 +18,9 @@
 pub const RUN_CREATED: &str = "run.created";
 /// A process took the run over (`resume`): its driver and budgets.
 pub const RUN_RESUMED: &str = "run.resumed";
+/// A resumed run's commands run under another sandbox from here on: from, sandbox, cause
+/// (`flag`, `worker_floor`, `unsupported`), the built-in tools' new policies.
+pub const RUN_SANDBOX_CHANGED: &str = "run.sandbox_changed";
 /// Before a model call: step, attempt, sha256 of the request body.
 pub const MODEL_REQUESTED: &str = "model.requested";
 /// A model response received in full: step, response id, output items verbatim, usage.

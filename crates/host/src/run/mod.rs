@@ -49,7 +49,7 @@ pub use state::{
 use crate::error::HostError;
 use crate::tools::{self, ApprovalMode, ToolConfig, Workspace, mcp};
 use driver::Driver;
-use events::{HostEvent as _, RunCreated, RunResumed};
+use events::{HostEvent as _, RunCreated, RunResumed, RunSandboxChanged};
 
 /// Sees a run as it is driven: every event of its thread, in order, and the model's text as
 /// it streams.
@@ -308,13 +308,15 @@ pub struct RunReport {
     pub state: RunState,
 }
 
-/// Budget changes given to `resume`.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct BudgetChange {
+/// What `resume` changes: budgets, and the sandbox (journaled as `run.sandbox_changed`).
+#[derive(Debug, Clone, Default)]
+pub struct ResumeChange {
     /// New step budget, if any.
     pub max_steps: Option<u64>,
     /// New token budget, if any.
     pub max_tokens: Option<u64>,
+    /// A new sandbox, if any (see [`crate::sandbox::for_resume`]).
+    pub sandbox: Option<crate::sandbox::SandboxChange>,
 }
 
 /// The agent host over one journal and one model endpoint.
@@ -387,7 +389,7 @@ impl Host {
     pub async fn resume(
         &self,
         run_id: &str,
-        change: BudgetChange,
+        change: ResumeChange,
         opts: DriveOptions,
     ) -> Result<RunReport, HostError> {
         let loaded = load_for_resume(&self.journal, run_id).await?;
@@ -404,13 +406,13 @@ impl Host {
         &'a self,
         run_id: &'a str,
         loaded: LoadedRun,
-        change: BudgetChange,
+        change: ResumeChange,
         opts: DriveOptions,
     ) -> impl Future<Output = Result<RunReport, HostError>> + 'a {
         // The fold moves into the claim's future, boxed here: an argument of an `async fn`
         // (and a local it was moved out of) is kept in its future for as long as the run.
         let claim = self
-            .resume_tools(run_id, &loaded)
+            .resume_tools(run_id, &loaded, change.sandbox.as_ref())
             .map(|(registry, servers)| {
                 let claim = self.claim(run_id, loaded, registry, change, opts.crash_hook());
                 (Box::pin(claim), servers)
@@ -426,13 +428,14 @@ impl Host {
         }
     }
 
-    /// The tools a resumed run had: the built-in ones of its workspace and its MCP
-    /// servers' (started again). A server the run used that is not declared refuses the
-    /// resume before it writes.
+    /// The tools a resumed run had: the built-in ones of its workspace (under `sandbox`
+    /// when it changes) and its MCP servers' (started again). A server the run used that is
+    /// not declared refuses the resume before it writes.
     fn resume_tools(
         &self,
         run_id: &str,
         loaded: &LoadedRun,
+        sandbox: Option<&crate::sandbox::SandboxChange>,
     ) -> Result<(agent_runtime::ToolRegistry, mcp::McpServers), HostError> {
         let spec = loaded
             .state
@@ -449,7 +452,7 @@ impl Host {
             &workspace,
             spec.approval,
             &ToolConfig::default(),
-            &spec.sandbox,
+            sandbox.map_or(&spec.sandbox, |c| &c.sandbox),
         );
         let (mcp_tools, servers) = mcp::reattach(
             run_id,
@@ -464,13 +467,45 @@ impl Host {
         Ok((registry, servers))
     }
 
+    /// The `run.sandbox_changed` of `change` on a run with `spec`: the built-in tools'
+    /// policies are recomputed as a new run under the new sandbox would get them.
+    fn sandbox_changed(
+        &self,
+        spec: &RunSpec,
+        change: &crate::sandbox::SandboxChange,
+    ) -> Result<RunSandboxChanged, HostError> {
+        let workspace = Workspace::new(std::path::Path::new(&spec.workspace)).map_err(|err| {
+            HostError::Workspace {
+                path: spec.workspace.clone(),
+                reason: err.to_string(),
+            }
+        })?;
+        let (specs, _) =
+            tools::builtin_with(&workspace, spec.approval, &self.tools, &change.sandbox);
+        let policies = specs
+            .into_iter()
+            .filter(|t| {
+                spec.tools
+                    .iter()
+                    .any(|s| s.name == t.name && s.mcp.is_none())
+            })
+            .map(|t| (t.name, t.policy))
+            .collect();
+        Ok(RunSandboxChanged {
+            from: spec.sandbox.mode,
+            sandbox: change.sandbox.clone(),
+            cause: change.cause,
+            policies,
+        })
+    }
+
     /// Claims the run (`run.resumed`) and adopts its open calls into a runtime.
     async fn claim(
         &self,
         run_id: &str,
         loaded: LoadedRun,
         registry: agent_runtime::ToolRegistry,
-        change: BudgetChange,
+        change: ResumeChange,
         crash: test_hooks::CrashHook,
     ) -> Result<Claimed, HostError> {
         let thread = kinds::thread_of(run_id);
@@ -534,16 +569,32 @@ impl Host {
                 after_seq: resumed_at,
                 epoch: self.journal.fence_epoch(),
             };
+            let mut claim = vec![resumed.to_event(&thread).map_err(HostError::Encode)?];
+            let sandboxed = match &change.sandbox {
+                Some(change) => Some(self.sandbox_changed(&spec, change)?),
+                None => None,
+            };
+            if let Some(changed) = &sandboxed {
+                claim.push(changed.to_event(&thread).map_err(HostError::Encode)?);
+            }
             let claimed = self
                 .journal
-                .append_expecting(
-                    &thread,
-                    Some(resumed_at),
-                    vec![resumed.to_event(&thread).map_err(HostError::Encode)?],
-                )
+                .append_expecting(&thread, Some(resumed_at), claim)
                 .await;
             match claimed {
-                Ok(_) => break (state, spec, resumed_at),
+                Ok(_) => {
+                    // The driver acts on the new sandbox from its first call; folding the
+                    // event again later changes nothing.
+                    let mut state = state;
+                    let mut spec = spec;
+                    if let Some(changed) = &sandboxed {
+                        state.apply_sandbox(changed);
+                        if let Some(now) = &state.spec {
+                            spec = Arc::clone(now);
+                        }
+                    }
+                    break (state, spec, resumed_at);
+                }
                 Err(agent_journal::JournalError::Conflict { .. }) if leased && attempts < 10 => {
                     continue;
                 }

@@ -22,7 +22,7 @@ use serde_json::Value;
 use super::call_index::CallIndex;
 use super::events::{
     ApprovalDecided, ApprovalReason, ContextCompacted, DecisionScope, ModelCompleted, RunCreated,
-    RunEvent, ToolEnded, ToolOutcome,
+    RunEvent, RunSandboxChanged, ToolEnded, ToolOutcome,
 };
 use super::owner::Owner;
 pub use super::records::{
@@ -241,6 +241,31 @@ impl RunState {
         }
     }
 
+    /// A changed sandbox replaces the spec's, and the built-in tools' policies with it.
+    /// Folding it again (a claim folds its own write first) changes nothing.
+    pub(crate) fn apply_sandbox(&mut self, changed: &RunSandboxChanged) {
+        let Some(spec) = self.spec.as_mut() else {
+            return;
+        };
+        let builtin = |t: &crate::tools::ToolSpec| t.mcp.is_none();
+        let unchanged = spec.sandbox == changed.sandbox
+            && spec
+                .tools
+                .iter()
+                .filter(|t| builtin(t))
+                .all(|t| changed.policies.get(&t.name).is_none_or(|p| *p == t.policy));
+        if unchanged {
+            return;
+        }
+        let spec = Arc::make_mut(spec);
+        spec.sandbox = changed.sandbox.clone();
+        for tool in spec.tools.iter_mut().filter(|t| t.mcp.is_none()) {
+            if let Some(policy) = changed.policies.get(&tool.name) {
+                tool.policy = *policy;
+            }
+        }
+    }
+
     fn fold(&mut self, seq: i64, event: RunEvent<'_>) {
         match event {
             RunEvent::Created(created) => {
@@ -264,6 +289,7 @@ impl RunState {
                 }
                 self.interrupt_requested = None;
             }
+            RunEvent::SandboxChanged(changed) => self.apply_sandbox(&changed),
             RunEvent::ModelRequested(requested) => {
                 let attempts = self.attempts.entry(requested.step).or_default();
                 *attempts = (*attempts).max(requested.attempt);

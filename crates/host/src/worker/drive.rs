@@ -9,7 +9,7 @@ use serde_json::Value;
 
 use super::Connector;
 use crate::error::HostError;
-use crate::run::{self, BudgetChange, DriveOptions, Host, Observer, RunEnd, RunState};
+use crate::run::{self, DriveOptions, Host, Observer, ResumeChange, RunEnd, RunState};
 
 /// How a drive ended, for the worker loop.
 pub(super) enum Outcome {
@@ -81,9 +81,11 @@ pub(super) async fn drive(
             stop,
             ..DriveOptions::default()
         };
-        let report = host
-            .resume_loaded(&id, loaded, BudgetChange::default(), opts)
-            .await;
+        let change = ResumeChange {
+            sandbox: connected.sandbox,
+            ..ResumeChange::default()
+        };
+        let report = host.resume_loaded(&id, loaded, change, opts).await;
         drop(connected.guard);
         report
     };

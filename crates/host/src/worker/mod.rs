@@ -61,6 +61,9 @@ pub struct Connected {
     /// The MCP servers and tool policies the run may need (see
     /// [`Host::with_tools`](crate::run::Host::with_tools)).
     pub tools: crate::tools::ToolConfig,
+    /// The sandbox this worker drives the run under when it is not the recorded one (see
+    /// [`crate::sandbox::for_resume`]): journaled as `run.sandbox_changed` with the claim.
+    pub sandbox: Option<crate::sandbox::SandboxChange>,
     /// Dropped when the drive ends.
     pub guard: Option<Box<dyn Send + Sync>>,
 }

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use agent_host::run::{BudgetChange, Budgets, DriveOptions, Host, NewRun, RunReport};
+use agent_host::run::{Budgets, DriveOptions, Host, NewRun, ResumeChange, RunReport};
 use agent_host::sandbox::{Mode as SandboxMode, SandboxSpec};
 use agent_host::tools::{ApprovalMode, ToolConfig};
 use anyhow::Context as _;
@@ -92,7 +92,7 @@ pub struct RunOptions {
     pub sandbox: Option<SandboxMode>,
 }
 
-fn parse_sandbox_mode(s: &str) -> Result<SandboxMode, String> {
+pub(crate) fn parse_sandbox_mode(s: &str) -> Result<SandboxMode, String> {
     s.parse()
 }
 
@@ -127,6 +127,10 @@ pub struct ResumeArgs {
     /// Raise (or set) the token budget.
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     pub max_tokens: Option<u64>,
+    /// Change the run's sandbox from here on (read-only, workspace-write, off); journaled as
+    /// `run.sandbox_changed`. Without it the run keeps the mode it was recorded with.
+    #[arg(long, value_name = "MODE", value_parser = parse_sandbox_mode)]
+    pub sandbox: Option<SandboxMode>,
     #[command(flatten)]
     pub endpoint: Endpoint,
     #[command(flatten)]
@@ -211,6 +215,34 @@ fn with_sandbox(
     }
 }
 
+/// The sandbox a resumed run is driven under when it changes: `asked` (`--sandbox`), a
+/// worker's `floor`, or `off` where this system cannot give the recorded mode (said on
+/// stderr). An asked mode this system cannot give is a usage error.
+pub(crate) fn resumed_sandbox(
+    spec: &agent_host::run::RunSpec,
+    asked: Option<SandboxMode>,
+    floor: Option<SandboxMode>,
+) -> anyhow::Result<Option<agent_host::sandbox::SandboxChange>> {
+    let workspace = std::path::Path::new(&spec.workspace);
+    let change = agent_host::sandbox::for_resume(&spec.sandbox, asked, floor, workspace)
+        .map_err(|err| {
+            UsageError(format!(
+                "sandbox mode {}: {err}; use `--sandbox off` to run commands unsandboxed, each asking first",
+                asked.unwrap_or(spec.sandbox.mode)
+            ))
+        })?;
+    if let Some(change) = &change
+        && let Some(why) = &change.sandbox.fallback
+        && change.cause == agent_host::sandbox::SandboxCause::Unsupported
+    {
+        crate::output::note(&format!(
+            "warning: the run's sandbox ({}) cannot be had here: {why}; its commands run unsandboxed and each asks first",
+            spec.sandbox.mode
+        ));
+    }
+    Ok(change)
+}
+
 /// The tool configuration: ~/.config/agentctl/config.toml, then agentctl.toml of the
 /// workspace, then `--mcp`; a bad one is a usage error naming the file and key.
 pub(crate) fn tool_config(
@@ -292,11 +324,16 @@ pub async fn resume(global: &GlobalArgs, args: ResumeArgs) -> anyhow::Result<Exi
         Some(spec) => tool_config(std::path::Path::new(&spec.workspace), &args.drive.mcp)?,
         None => ToolConfig::default(),
     };
+    let sandbox = match &spec {
+        Some(spec) => resumed_sandbox(spec, args.sandbox, None)?,
+        None => None,
+    };
     let (client, _mock) = args.endpoint.connect(recorded.as_ref()).await?;
     let host = Host::new(journal.clone(), client).with_tools(tools);
-    let change = BudgetChange {
+    let change = ResumeChange {
         max_steps: args.max_steps,
         max_tokens: args.max_tokens,
+        sandbox,
     };
     let (opts, ctrl_c) = drive_options(global, &args.drive);
     let report = host.resume_loaded(&args.run, loaded, change, opts).await;

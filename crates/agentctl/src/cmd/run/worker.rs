@@ -47,12 +47,20 @@ pub struct WorkerArgs {
     /// worker cannot find ends with an error instead of being driven.
     #[arg(long = "mcp", value_name = "NAME='COMMAND ARGS'")]
     pub mcp: Vec<String>,
+    /// The least confinement this worker drives a run under (read-only, workspace-write,
+    /// off): a run submitted with a weaker mode is tightened to it, journaled as
+    /// `run.sandbox_changed`. Default: each run's own mode. A run whose mode this system
+    /// cannot give runs unsandboxed with every command asking.
+    #[arg(long, value_name = "MODE", value_parser = super::parse_sandbox_mode)]
+    pub sandbox: Option<agent_host::sandbox::Mode>,
 }
 
 struct CliConnector {
     url: String,
     endpoint: Endpoint,
     mcp: Vec<String>,
+    /// `--sandbox`: the least confinement of every run.
+    sandbox_floor: Option<agent_host::sandbox::Mode>,
     /// Read connections: on PostgreSQL every live tail (one per driven run, more while it
     /// waits for a decision) holds one for its LISTEN.
     read_connections: u32,
@@ -77,9 +85,12 @@ impl Connector for CliConnector {
                 .await
                 .map_err(|err| HostError::Connect(format!("{err:#}")))?;
             let tools = super::load_tool_config(std::path::Path::new(&spec.workspace), &self.mcp)?;
+            let sandbox = super::resumed_sandbox(spec, None, self.sandbox_floor)
+                .map_err(|err| HostError::Connect(format!("{err:#}")))?;
             Ok(Connected {
                 client,
                 tools,
+                sandbox,
                 guard: server.map(|s| Box::new(s) as Box<dyn Send + Sync>),
             })
         })
@@ -125,6 +136,19 @@ fn describe(event: &WorkerEvent) -> String {
     }
 }
 
+/// A `--sandbox` this system cannot give is a usage error before any run is claimed.
+fn probe_floor(floor: agent_host::sandbox::Mode) -> anyhow::Result<()> {
+    use anyhow::Context as _;
+    let dir = tempfile::tempdir().context("cannot create a temp dir to probe the sandbox")?;
+    let spec = agent_host::sandbox::SandboxSpec::of(floor);
+    agent_host::sandbox::probe(&spec, dir.path()).map_err(|err| {
+        output::UsageError(format!(
+            "sandbox mode {floor}: {err}; without --sandbox each run keeps its own mode"
+        ))
+        .into()
+    })
+}
+
 fn seconds(flag: &str, value: f64) -> anyhow::Result<Duration> {
     Duration::try_from_secs_f64(value)
         .ok()
@@ -148,10 +172,14 @@ pub async fn worker(global: &GlobalArgs, args: WorkerArgs) -> anyhow::Result<Exi
     let url = global.database_url()?;
     // Opened once here for a clear error on a wrong URL; the worker reopens it as needed.
     crate::db::open_journal(global).await?.close().await;
+    if let Some(floor) = args.sandbox {
+        probe_floor(floor)?;
+    }
     let connector = Arc::new(CliConnector {
         url,
         endpoint: args.endpoint,
         mcp: args.mcp,
+        sandbox_floor: args.sandbox,
         read_connections: u32::try_from(config.concurrency * 3 + 4).unwrap_or(u32::MAX),
     });
     let stop = CancellationToken::new();

@@ -1,6 +1,8 @@
 //! Events of a run's life: created, resumed (a process claims it), interrupted, paused,
 //! completed, failed.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 use super::reasons::PauseReason;
@@ -8,6 +10,8 @@ use super::{HostEvent, RUN_END_KEY};
 use crate::run::kinds as k;
 use crate::run::owner::Owner;
 use crate::run::spec::{Budgets, RunSpec, Usage};
+use crate::sandbox::{Mode, SandboxCause, SandboxSpec};
+use crate::tools::Policy;
 
 /// `run.created`: the run's spec, its id, and the process that drives it (none for a
 /// submitted run, which a worker claims).
@@ -69,6 +73,27 @@ pub struct RunResumed {
 
 impl HostEvent for RunResumed {
     const KIND: &'static str = k::RUN_RESUMED;
+}
+
+/// `run.sandbox_changed`: from here on the run's commands run under another sandbox (a
+/// resume's `--sandbox`, a worker's stricter `--sandbox`, or `off` where the system cannot
+/// sandbox). Appended in the same write as the `run.resumed` of the process that changed it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunSandboxChanged {
+    /// The mode before.
+    pub from: Mode,
+    /// The sandbox from now on.
+    pub sandbox: SandboxSpec,
+    /// Why it changed.
+    pub cause: SandboxCause,
+    /// The policies of the built-in tools the mode decides (`shell`, `write_file`), from
+    /// now on: a weaker mode makes them ask again, a stricter one lets them run.
+    #[serde(default)]
+    pub policies: BTreeMap<String, Policy>,
+}
+
+impl HostEvent for RunSandboxChanged {
+    const KIND: &'static str = k::RUN_SANDBOX_CHANGED;
 }
 
 /// `interrupt.requested`: another process asked the driving host to stop.

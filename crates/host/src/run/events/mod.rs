@@ -34,6 +34,7 @@ pub use calls::{
 };
 pub use lifecycle::{
     InterruptRequested, RunCompleted, RunCreated, RunFailed, RunInterrupted, RunPaused, RunResumed,
+    RunSandboxChanged,
 };
 pub use model::{FunctionCall, ModelCompleted, ModelFailed, ModelRequested, Steered};
 pub use reasons::{ApprovalReason, DecisionScope, PauseReason, SteerVia, Verdict};
@@ -72,6 +73,8 @@ pub enum RunEvent<'a> {
     Created(Box<RunCreated>),
     /// `run.resumed`.
     Resumed(RunResumed),
+    /// `run.sandbox_changed`.
+    SandboxChanged(Box<RunSandboxChanged>),
     /// `model.requested`.
     ModelRequested(ModelRequested),
     /// `model.completed`.
@@ -123,6 +126,7 @@ impl<'a> RunEvent<'a> {
         Ok(Some(match kind {
             k::RUN_CREATED => RunEvent::Created(Box::new(RunCreated::read(payload)?)),
             k::RUN_RESUMED => RunEvent::Resumed(de(payload)?),
+            k::RUN_SANDBOX_CHANGED => RunEvent::SandboxChanged(Box::new(de(payload)?)),
             k::MODEL_REQUESTED => RunEvent::ModelRequested(de(payload)?),
             k::MODEL_COMPLETED => {
                 RunEvent::ModelCompleted(Box::new(ModelCompleted::read(payload)?))
