@@ -23,12 +23,15 @@ fn mcp_flag() -> String {
     format!("t={SERVER}")
 }
 
-/// Every test server process started in `ws` has exited (within a few seconds).
+/// Every test server process started in `ws`, and every grandchild one started, has
+/// exited (within a few seconds).
 async fn assert_no_server_left(ws: &Path) {
     let pids = std::fs::read_to_string(ws.join("mcp-pids.log")).unwrap_or_default();
     assert!(!pids.trim().is_empty(), "no server was started");
+    let grandchildren =
+        std::fs::read_to_string(ws.join("mcp-grandchildren.log")).unwrap_or_default();
     let deadline = Instant::now() + Duration::from_secs(10);
-    for pid in pids.lines() {
+    for pid in pids.lines().chain(grandchildren.lines()) {
         loop {
             let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
             // Gone, or a zombie waiting for its reaper.
@@ -225,6 +228,7 @@ async fn mcp_resume_after_kill(db: &str) {
         &["--approval", "auto", "--mcp", &mcp_flag()],
     )
     .env("HOME", home.path())
+    .env("AGENTCTL_TEST_MCP_GRANDCHILD", "1")
     .stdout(std::process::Stdio::null())
     .stderr(std::process::Stdio::null())
     .spawn()
@@ -237,7 +241,10 @@ async fn mcp_resume_after_kill(db: &str) {
     }
     child.kill().unwrap();
     child.wait().unwrap();
-    // The server's stdin closed with the host: it ends too.
+    // The server's stdin closed with the host: it ends too; the `sleep` it started ignores
+    // stdin, and the watchdog kills it.
+    let grandchildren = std::fs::read_to_string(ws.join("mcp-grandchildren.log")).unwrap();
+    assert_eq!(grandchildren.lines().count(), 1, "{grandchildren}");
     assert_no_server_left(&ws).await;
     let run = only_run(db);
 
@@ -375,6 +382,79 @@ async fn mcp_config_errors_and_policies() {
     assert_eq!(
         kinds_of(&events, "approval.requested")[0].payload["tool"],
         "t__lookup"
+    );
+    assert_no_server_left(&ws).await;
+}
+
+/// A server with `sandbox = "workspace-write"` writes in the workspace but not outside it,
+/// and the run records its mode; a call past `tool_timeout_sec` fails, its server is
+/// stopped, and the next call starts a new one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_server_sandbox_and_tool_timeout() {
+    use serde_json::json;
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("mcp-sb.db").display());
+    let (_g, ws) = workspace();
+    let home = tempfile::tempdir().unwrap();
+    let outside = dir.path().join("outside.txt");
+    std::fs::write(
+        ws.join("agentctl.toml"),
+        format!(
+            "[mcp_servers.t]\ncommand = \"{SERVER}\"\nsandbox = \"workspace-write\"\ntool_timeout_sec = 1.5\n"
+        ),
+    )
+    .unwrap();
+    let write = |id: &str, path: &Path| {
+        call(
+            id,
+            "t__write_path",
+            json!({"path": path.display().to_string(), "text": "x"}),
+        )
+    };
+    let server = emulator(&script_by_outputs(&[
+        json!([
+            write("c_out", &outside),
+            write("c_in", &ws.join("inside.txt"))
+        ]),
+        answer("unused: the first step gives two outputs"),
+        json!([call(
+            "c_slow",
+            "t__wait_write",
+            json!({"tag": "slow", "ms": 20000})
+        )]),
+        json!([call("c_after", "t__lookup", json!({"key": "k"}))]),
+        answer("FINAL: done"),
+    ]))
+    .await;
+    let o = out(run_cmd(&db, &server, &ws, &["--approval", "auto"]).env("HOME", home.path()));
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert!(
+        !outside.exists(),
+        "the sandboxed server wrote outside the workspace"
+    );
+    assert_eq!(std::fs::read_to_string(ws.join("inside.txt")).unwrap(), "x");
+    let run = only_run(&db);
+    let evs = events(&db, &run).await;
+    let (kind, said) = output_of(&evs, "c_out");
+    assert_eq!(kind, "tool.failed", "{said}");
+    assert!(
+        said.contains("ermission denied") || said.contains("not permitted"),
+        "{said}"
+    );
+    let (kind, said) = output_of(&evs, "c_slow");
+    assert_eq!(kind, "tool.failed", "{said}");
+    assert!(said.contains("within 1.5 s"), "{said}");
+    let (kind, said) = output_of(&evs, "c_after");
+    assert_eq!(kind, "tool.completed", "{said}");
+    // The slow call's server was stopped, not waited for: a second one answered.
+    let pids = std::fs::read_to_string(ws.join("mcp-pids.log")).unwrap();
+    assert_eq!(pids.lines().count(), 2, "{pids}");
+    let calls = std::fs::read_to_string(ws.join("mcp-calls.log")).unwrap();
+    assert!(!calls.contains("end slow"), "{calls}");
+    let created = kinds_of(&evs, "run.created")[0];
+    assert_eq!(
+        created.payload["mcp_servers"][0]["sandbox"],
+        "workspace-write"
     );
     assert_no_server_left(&ws).await;
 }

@@ -8,7 +8,11 @@
 //! Tools: `lookup` (read-only), `delete_item` (destructive: appends to `deleted.txt`),
 //! `fail` (answers `isError`), `rpc_error` (answers a JSON-RPC error), `crash` (exits
 //! mid-call), `env_probe` (read-only: which secrets it sees), `wait_idem` (idempotent) and
-//! `wait_write` (destructive), both sleeping `ms` milliseconds.
+//! `wait_write` (destructive), both sleeping `ms` milliseconds, and `write_path`
+//! (destructive: writes `text` to the absolute `path`, an error if it cannot).
+//!
+//! With `AGENTCTL_TEST_MCP_GRANDCHILD` set it starts a `sleep` that ignores stdin (as `npx`
+//! leaves a grandchild) and logs its pid to `mcp-grandchildren.log`.
 
 use std::io::{BufRead as _, Write as _};
 use std::sync::{Arc, Mutex};
@@ -17,6 +21,16 @@ use serde_json::{Value, json};
 
 fn main() {
     append("mcp-pids.log", &std::process::id().to_string());
+    if std::env::var_os("AGENTCTL_TEST_MCP_GRANDCHILD").is_some()
+        && let Ok(child) = std::process::Command::new("sleep")
+            .arg("600")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+    {
+        append("mcp-grandchildren.log", &child.id().to_string());
+    }
     let out = Arc::new(Mutex::new(std::io::stdout()));
     for line in std::io::stdin().lock().lines() {
         let Ok(line) = line else { break };
@@ -76,6 +90,10 @@ fn tools() -> Value {
          "annotations": {"idempotentHint": true, "destructiveHint": false}},
         {"name": "wait_write", "description": "Sleeps (destructive).", "inputSchema": wait,
          "annotations": {"destructiveHint": true}},
+        {"name": "write_path", "description": "Writes a file.",
+         "inputSchema": obj(json!({"path": {"type": "string"}, "text": {"type": "string"}}),
+                            json!(["path", "text"])),
+         "annotations": {"destructiveHint": true}},
     ])
 }
 
@@ -126,6 +144,11 @@ fn call(params: &Value) -> Result<Value, (i64, String)> {
             append("mcp-calls.log", &format!("end {tag}"));
             Ok(text(format!("waited {tag}")))
         }
+        "write_path" => match std::fs::write(arg("path"), arg("text")) {
+            Ok(()) => Ok(text(format!("wrote {}", arg("path")))),
+            Err(err) => Ok(json!({"content": [{"type": "text",
+                "text": format!("cannot write {}: {err}", arg("path"))}], "isError": true})),
+        },
         other => Err((-32602, format!("no tool {other}"))),
     }
 }

@@ -460,6 +460,7 @@ impl Host {
             &spec.tools,
             &self.tools,
             workspace.root(),
+            sandbox.map_or(&spec.sandbox, |c| &c.sandbox),
         )?;
         for tool in mcp_tools {
             registry = registry.with_arc(tool);
@@ -712,7 +713,7 @@ async fn create(
     })?;
     let (mut specs, mut registry) =
         tools::builtin_with(&workspace, new.approval, tool_config, &new.sandbox);
-    let found = mcp::discover(tool_config, workspace.root(), new.approval).await?;
+    let found = mcp::discover(tool_config, workspace.root(), new.approval, &new.sandbox).await?;
     specs.extend(found.specs);
     for tool in found.tools {
         registry = registry.with_arc(tool);

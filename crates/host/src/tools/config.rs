@@ -1,6 +1,7 @@
 //! `agentctl.toml`: the MCP servers a run may use and per-tool policies.
 //!
-//! The shape is Codex's `config.toml` (`[mcp_servers.NAME] command, args, env`), plus
+//! The shape is Codex's `config.toml` (`[mcp_servers.NAME] command, args, env,
+//! tool_timeout_sec`, and our `sandbox`), plus
 //! `[tools."NAME"] approval = "auto|ask|deny"` for any tool (built-in or `SERVER__TOOL`).
 //!
 //! Invariants:
@@ -20,6 +21,9 @@ use super::Policy;
 /// The file looked for in the workspace directory.
 pub const WORKSPACE_FILE: &str = "agentctl.toml";
 
+/// How long an MCP call may take unless its server says otherwise (Codex's default).
+pub const DEFAULT_TOOL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// How one MCP server is started.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ServerConfig {
@@ -31,6 +35,13 @@ pub struct ServerConfig {
     pub args: Vec<String>,
     /// Variables set for it (on top of this process's environment minus the API key).
     pub env: BTreeMap<String, String>,
+    /// `sandbox = "read-only" | "workspace-write" | "off"` (default `off`, as in Codex:
+    /// many servers need the network). A sandboxed server gets the run's `[sandbox]`
+    /// settings with this mode.
+    pub sandbox: agent_sandbox::Mode,
+    /// `tool_timeout_sec`: how long a call may take before it fails and the server is
+    /// stopped (the next call starts it again). Default [`DEFAULT_TOOL_TIMEOUT`].
+    pub tool_timeout: std::time::Duration,
     /// Where it was declared (a file, or `--mcp`), for messages.
     pub source: String,
 }
@@ -196,10 +207,39 @@ impl ToolConfig {
                     }
                     Some(_) => return Err(invalid(key(".env"), "must be a table of strings")),
                 }
-                for unknown in server
-                    .keys()
-                    .filter(|k| !matches!(k.as_str(), "command" | "args" | "env"))
-                {
+                let sandbox = match server.get("sandbox") {
+                    None => agent_sandbox::Mode::Off,
+                    Some(mode) => mode.as_str().and_then(|m| m.parse().ok()).ok_or_else(|| {
+                        invalid(
+                            key(".sandbox"),
+                            "must be \"read-only\", \"workspace-write\" or \"off\"",
+                        )
+                    })?,
+                };
+                let tool_timeout = match server.get("tool_timeout_sec") {
+                    None => DEFAULT_TOOL_TIMEOUT,
+                    Some(secs) => secs
+                        .as_float()
+                        .or_else(|| {
+                            secs.as_integer()
+                                .and_then(|i| u32::try_from(i).ok())
+                                .map(f64::from)
+                        })
+                        .and_then(|s| std::time::Duration::try_from_secs_f64(s).ok())
+                        .filter(|d| !d.is_zero())
+                        .ok_or_else(|| {
+                            invalid(
+                                key(".tool_timeout_sec"),
+                                "must be a positive number of seconds",
+                            )
+                        })?,
+                };
+                for unknown in server.keys().filter(|k| {
+                    !matches!(
+                        k.as_str(),
+                        "command" | "args" | "env" | "sandbox" | "tool_timeout_sec"
+                    )
+                }) {
                     tracing::warn!(
                         file,
                         "`{}` is not used by agentctl; ignored",
@@ -213,6 +253,8 @@ impl ToolConfig {
                         command,
                         args,
                         env,
+                        sandbox,
+                        tool_timeout,
                         source: file.into(),
                     },
                 );
@@ -305,6 +347,8 @@ impl ToolConfig {
                 command,
                 args: words,
                 env: BTreeMap::new(),
+                sandbox: agent_sandbox::Mode::Off,
+                tool_timeout: DEFAULT_TOOL_TIMEOUT,
                 source: "--mcp".into(),
             },
         );
@@ -422,6 +466,38 @@ approval = "auto"
         assert_eq!(fs.env["TOKEN"], "x");
         assert_eq!(c.policies["fs__write"], Policy::Deny);
         assert_eq!(c.policies["shell"], Policy::Auto);
+        assert_eq!(fs.sandbox, agent_sandbox::Mode::Off);
+        assert_eq!(fs.tool_timeout, DEFAULT_TOOL_TIMEOUT);
+    }
+
+    #[test]
+    fn a_server_sandbox_and_timeout_are_checked() {
+        let c = ToolConfig::parse(
+            "[mcp_servers.a]\ncommand = \"x\"\nsandbox = \"read-only\"\ntool_timeout_sec = 2\n\
+             [mcp_servers.b]\ncommand = \"y\"\ntool_timeout_sec = 0.25\n",
+            "agentctl.toml",
+        )
+        .unwrap();
+        assert_eq!(c.servers["a"].sandbox, agent_sandbox::Mode::ReadOnly);
+        assert_eq!(
+            c.servers["a"].tool_timeout,
+            std::time::Duration::from_secs(2)
+        );
+        assert_eq!(
+            c.servers["b"].tool_timeout,
+            std::time::Duration::from_millis(250)
+        );
+        for (bad, key) in [
+            ("sandbox = \"maybe\"", "mcp_servers.a.sandbox"),
+            ("sandbox = true", "mcp_servers.a.sandbox"),
+            ("tool_timeout_sec = 0", "mcp_servers.a.tool_timeout_sec"),
+            ("tool_timeout_sec = -1.0", "mcp_servers.a.tool_timeout_sec"),
+            ("tool_timeout_sec = \"5\"", "mcp_servers.a.tool_timeout_sec"),
+        ] {
+            let text = format!("[mcp_servers.a]\ncommand = \"x\"\n{bad}\n");
+            let err = ToolConfig::parse(&text, "agentctl.toml").unwrap_err();
+            assert!(err.to_string().contains(key), "{bad}: {err}");
+        }
     }
 
     #[test]

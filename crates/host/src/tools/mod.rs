@@ -21,7 +21,9 @@ use agent_runtime::ToolRegistry;
 use crate::RawJson;
 use crate::sandbox::{Mode as SandboxMode, SandboxSpec};
 
-pub use config::{ConfigError, SandboxConfig, ServerConfig, ToolConfig, WORKSPACE_FILE};
+pub use config::{
+    ConfigError, DEFAULT_TOOL_TIMEOUT, SandboxConfig, ServerConfig, ToolConfig, WORKSPACE_FILE,
+};
 pub use files::{ListDir, ReadFile, WriteFile};
 pub use shell::{ESCALATE, OUTPUT_CAP, Shell, asks_escalation};
 pub use workspace::{PathRefused, Workspace};

@@ -10,8 +10,14 @@
 //!   `env` sets them; its stdin/stdout carry only the protocol; its stderr goes to the log
 //!   (target `agent_host::mcp`), never to this process's stdout.
 //! - It runs in a process group of its own (a terminal's Ctrl-C reaches only the host);
-//!   [`ServerHandle::shutdown`] closes its stdin, waits, then kills the whole group. After a
-//!   `kill -9` of the host, its stdin closes, which ends a conforming stdio server.
+//!   [`ServerHandle::shutdown`] closes its stdin, waits, then kills the whole group. A
+//!   watchdog in the group kills it once the host is gone, so after a `kill -9` of the host
+//!   no process of it is left, not even one it started that ignores stdin (`npx` leaves
+//!   such a grandchild).
+//! - A sandboxed server (`sandbox = ...`) is started through the sandbox's entry point with
+//!   a private `TMPDIR` that lives as long as the process; the watchdog stays outside.
+//! - A call that takes longer than the server's `tool_timeout_sec` fails, and the server
+//!   is stopped; the next call starts it again.
 
 use std::process::Stdio;
 use std::sync::Arc;
@@ -26,6 +32,7 @@ use tokio::sync::Mutex;
 
 use super::super::ServerConfig;
 use super::super::shell::HIDDEN_ENV;
+use crate::sandbox::SandboxSpec;
 use agent_runtime::CancellationToken;
 
 /// How long a server may take to start and answer `initialize`.
@@ -35,16 +42,26 @@ const STOP_TIMEOUT: Duration = Duration::from_secs(5);
 
 type Connection = RunningService<RoleClient, ()>;
 
+/// Starts the program `$2...` (directly, or through the sandbox's entry point) with a
+/// watchdog in its process group that kills the whole group once process `$1` (this host)
+/// is gone. The watchdog holds none of the protocol's pipes.
+const WRAPPER: &str = "( while kill -0 \"$1\" 2>/dev/null; do sleep 1; done; kill -KILL 0 ) \
+    </dev/null >/dev/null 2>&1 & shift; exec \"$@\"";
+
 /// A live process and the number of the start that made it.
 struct Live {
     service: Connection,
     pgid: Option<u32>,
     generation: u64,
+    /// A sandboxed server's `TMPDIR`, removed when it stops.
+    _tmp: Option<tempfile::TempDir>,
 }
 
 /// A cheap handle to one configured server (shared by its tools).
 pub(crate) struct ServerHandle {
     config: ServerConfig,
+    /// The sandbox it runs in (`off`: none).
+    sandbox: SandboxSpec,
     cwd: std::path::PathBuf,
     live: Mutex<Option<Live>>,
     starts: std::sync::atomic::AtomicU64,
@@ -63,6 +80,8 @@ impl std::fmt::Debug for ServerHandle {
 pub(crate) enum CallError {
     /// The server could not be started (or initialized).
     Start(String),
+    /// No answer within the server's `tool_timeout_sec`; the server was stopped.
+    TimedOut(Duration),
     /// The server answered with a protocol error; it stays up.
     Answered(String),
     /// The connection broke during the call; the server is restarted for the next one.
@@ -72,10 +91,16 @@ pub(crate) enum CallError {
 }
 
 impl ServerHandle {
-    /// A handle for `config`, whose processes run in `cwd`. Nothing is started yet.
-    pub(crate) fn new(config: ServerConfig, cwd: &std::path::Path) -> Arc<ServerHandle> {
+    /// A handle for `config`, whose processes run in `cwd` under `sandbox`. Nothing is
+    /// started yet.
+    pub(crate) fn new(
+        config: ServerConfig,
+        sandbox: SandboxSpec,
+        cwd: &std::path::Path,
+    ) -> Arc<ServerHandle> {
         Arc::new(ServerHandle {
             config,
+            sandbox,
             cwd: cwd.to_path_buf(),
             live: Mutex::new(None),
             starts: std::sync::atomic::AtomicU64::new(0),
@@ -113,8 +138,32 @@ impl ServerHandle {
             .starts
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
             + 1;
-        let mut cmd = tokio::process::Command::new(&self.config.command);
-        cmd.args(&self.config.args).current_dir(&self.cwd);
+        let mut cmd = tokio::process::Command::new("bash");
+        cmd.arg("-c")
+            .arg(WRAPPER)
+            .arg("agentctl-mcp")
+            .arg(std::process::id().to_string())
+            .current_dir(&self.cwd);
+        let tmp = if self.sandbox.mode.is_sandboxed() {
+            let tmp = tempfile::Builder::new()
+                .prefix("agentctl-mcp-")
+                .tempdir()
+                .map_err(|err| format!("cannot create its temp dir: {err}"))?;
+            let policy = self.sandbox.policy(&self.cwd, Some(tmp.path()));
+            let launcher = crate::sandbox::launcher().map_err(|err| err.to_string())?;
+            let program = std::ffi::OsString::from(&self.config.command);
+            let args: Vec<std::ffi::OsString> = self.config.args.iter().map(Into::into).collect();
+            cmd.arg(launcher)
+                .args(
+                    agent_sandbox::entry_args(&policy, &program, &args)
+                        .map_err(|e| e.to_string())?,
+                )
+                .env("TMPDIR", tmp.path());
+            Some(tmp)
+        } else {
+            cmd.arg(&self.config.command).args(&self.config.args);
+            None
+        };
         for name in HIDDEN_ENV {
             cmd.env_remove(name);
         }
@@ -141,6 +190,7 @@ impl ServerHandle {
                 service,
                 pgid,
                 generation,
+                _tmp: tmp,
             }),
             Ok(Err(err)) => {
                 kill_group(pgid);
@@ -180,9 +230,14 @@ impl ServerHandle {
             () = cancel.cancelled() => return Err(CallError::Cancelled),
         };
         let params = CallToolRequestParams::new(tool.to_string()).with_arguments(args);
+        let limit = self.config.tool_timeout;
         let answer = tokio::select! {
-            answer = peer.call_tool(params) => answer,
+            answer = tokio::time::timeout(limit, peer.call_tool(params)) => answer,
             () = cancel.cancelled() => return Err(CallError::Cancelled),
+        };
+        let Ok(answer) = answer else {
+            self.kill_connection(generation).await;
+            return Err(CallError::TimedOut(limit));
         };
         match answer {
             Ok(result) => Ok(result),
@@ -204,6 +259,19 @@ impl ServerHandle {
             && let Some(old) = live.take()
         {
             tracing::warn!(target: "agent_host::mcp", server = %self.config.name, "connection lost; the next call restarts it");
+            stop(old).await;
+        }
+    }
+
+    /// Kills the process group of start `generation` at once (a call it did not answer in
+    /// time: it is not asked to exit first), if it is still the live one.
+    async fn kill_connection(&self, generation: u64) {
+        let mut live = self.live.lock().await;
+        if live.as_ref().is_some_and(|l| l.generation == generation)
+            && let Some(old) = live.take()
+        {
+            tracing::warn!(target: "agent_host::mcp", server = %self.config.name, "a call timed out; the server is stopped and the next call restarts it");
+            kill_group(old.pgid);
             stop(old).await;
         }
     }

@@ -13,7 +13,8 @@
 //!   default is destructive); `readOnlyHint` or `idempotentHint` -> retry-safe. A
 //!   `[tools."SERVER__TOOL"]` entry replaces the own policy; the run's approval mode
 //!   applies on top.
-//! - `run.created` records each server's name, command, args and env *keys* only.
+//! - `run.created` records each server's name, command, args, env *keys* only, and its
+//!   sandbox mode; a resume runs a server at least as confined as recorded.
 
 mod client;
 mod tool;
@@ -30,6 +31,7 @@ use agent_runtime::Tool;
 use super::{ApprovalMode, Policy, ToolConfig, ToolSpec};
 use crate::RawJson;
 use crate::error::HostError;
+use crate::sandbox::{Mode, SandboxSpec};
 use client::ServerHandle;
 use tool::McpTool;
 
@@ -56,6 +58,26 @@ pub struct McpServerRecord {
     pub args: Vec<String>,
     /// The names of the variables its config sets.
     pub env_keys: Vec<String>,
+    /// Its sandbox (absent: `off`). A resume runs it at least this confined.
+    #[serde(default = "no_sandbox", skip_serializing_if = "is_off")]
+    pub sandbox: Mode,
+}
+
+fn no_sandbox() -> Mode {
+    Mode::Off
+}
+
+fn is_off(mode: &Mode) -> bool {
+    !mode.is_sandboxed()
+}
+
+/// The sandbox a server runs in: the run's settings with the server's own mode.
+fn server_sandbox(run: &SandboxSpec, mode: Mode) -> SandboxSpec {
+    SandboxSpec {
+        mode,
+        fallback: None,
+        ..run.clone()
+    }
 }
 
 /// The servers of one drive; stop them with [`shutdown`](Self::shutdown).
@@ -84,11 +106,13 @@ pub(crate) struct Discovered {
     pub(crate) servers: McpServers,
 }
 
-/// Starts every server of `config` in `cwd` and lists its tools (a new run).
+/// Starts every server of `config` in `cwd` and lists its tools (a new run whose
+/// commands run under `sandbox`).
 pub(crate) async fn discover(
     config: &ToolConfig,
     cwd: &Path,
     mode: ApprovalMode,
+    sandbox: &SandboxSpec,
 ) -> Result<Discovered, HostError> {
     let mut found = Discovered {
         specs: Vec::new(),
@@ -97,7 +121,8 @@ pub(crate) async fn discover(
         servers: McpServers::default(),
     };
     for server in config.servers.values() {
-        let handle = ServerHandle::new(server.clone(), cwd);
+        let handle =
+            ServerHandle::new(server.clone(), server_sandbox(sandbox, server.sandbox), cwd);
         found.servers.handles.push(handle.clone());
         let listed = match handle.list_tools().await {
             Ok(listed) => listed,
@@ -115,6 +140,7 @@ pub(crate) async fn discover(
             command: server.command.clone(),
             args: server.args.clone(),
             env_keys: server.env.keys().cloned().collect(),
+            sandbox: server.sandbox,
         });
         for info in listed {
             let name = exposed_name(&server.name, &info.name);
@@ -154,14 +180,16 @@ pub(crate) async fn discover(
     Ok(found)
 }
 
-/// The tools a run recorded, bound to the servers of `config` (a resumed run). Nothing is
-/// started; a server the run needs but `config` lacks is an error naming it.
+/// The tools a run recorded, bound to the servers of `config` (a resumed run whose
+/// commands run under `sandbox`). Nothing is started; a server the run needs but `config`
+/// lacks is an error naming it. A server runs at least as confined as recorded.
 pub(crate) fn reattach(
     run_id: &str,
     records: &[McpServerRecord],
     specs: &[ToolSpec],
     config: &ToolConfig,
     cwd: &Path,
+    sandbox: &SandboxSpec,
 ) -> Result<(Vec<Arc<dyn Tool>>, McpServers), HostError> {
     let mut servers = McpServers::default();
     let mut tools: Vec<Arc<dyn Tool>> = Vec::new();
@@ -176,7 +204,12 @@ pub(crate) fn reattach(
                     .join(" "),
             });
         };
-        let handle = ServerHandle::new(server.clone(), cwd);
+        let mode = if record.sandbox.is_stricter_than(server.sandbox) {
+            record.sandbox
+        } else {
+            server.sandbox
+        };
+        let handle = ServerHandle::new(server.clone(), server_sandbox(sandbox, mode), cwd);
         servers.handles.push(handle.clone());
         for spec in specs {
             if let Some(origin) = spec.mcp.as_ref().filter(|o| o.server == record.name) {

@@ -69,6 +69,12 @@ impl Tool for McpTool {
                 Err(CallError::Start(reason)) => Err(ToolFailure(format!(
                     "MCP server `{name}` could not be started: {reason}. The call did not run."
                 ))),
+                Err(CallError::TimedOut(limit)) => Err(ToolFailure(format!(
+                    "MCP server `{name}` did not answer the call of `{remote}` within {} s \
+                     (its tool_timeout_sec); its effect is unknown. The server was stopped and \
+                     the next call starts it again.",
+                    limit.as_secs_f64()
+                ))),
                 Err(CallError::Answered(reason)) => Err(ToolFailure(format!(
                     "MCP server `{name}` answered the call of `{remote}` with an error: {reason}"
                 ))),
