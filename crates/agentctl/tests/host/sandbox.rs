@@ -687,6 +687,89 @@ mod runs {
         assert_eq!(show(db, &run)["pending_approvals"][0]["reason"], "policy");
     }
 
+    /// The escape attempts as a model would make them: one run whose `shell` calls each try
+    /// one way out, against the real host process (`$PPID` of a command is the host). The
+    /// outcome is checked on disk, at a listener and in the host's survival, in each mode.
+    fn escapes_through_a_run(mode: &str) {
+        let scene = super::scene();
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let tcp = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        tcp.set_nonblocking(true).unwrap();
+        let port = tcp.local_addr().unwrap().port();
+        let outside = scene.outside.display().to_string();
+        let home = scene.home.display().to_string();
+        let attempts = [
+            format!("echo x > {home}/planted"),
+            format!("echo x > {outside}/new"),
+            format!("ln -s {outside} link && echo x > link/via-link"),
+            format!("mv README.md {outside}/moved"),
+            "echo x >> .git/config; echo x > .git/hooks/pre-commit; echo x >> agentctl.toml"
+                .to_string(),
+            format!("cat {home}/.ssh/id_test {home}/.local/share/agentctl/agentctl.db"),
+            "cat /proc/$PPID/environ | tr '\\0' '\\n' | grep OPENAI".to_string(),
+            format!("exec 3<>/dev/tcp/127.0.0.1/{port} && echo leaked >&3"),
+            "kill -9 $PPID".to_string(),
+        ];
+        let calls: Vec<Value> = attempts
+            .iter()
+            .enumerate()
+            .map(|(i, a)| shell(&format!("c{i}"), a))
+            .collect();
+        let n = calls.len();
+        let mut steps = vec![Value::Array(calls)];
+        steps.extend((1..n).map(|_| answer("unused")));
+        steps.push(answer("FINAL: done"));
+        let server = rt.block_on(emulator(&script_by_outputs(&steps)));
+        let db = format!("sqlite://{}", scene.outside.join("../j.db").display());
+        let o = out(run_cmd(&db, &server, &scene.ws, &["--sandbox", mode])
+            .env("HOME", &scene.home)
+            .env("XDG_DATA_HOME", scene.home.join(".local/share")));
+        assert_eq!(
+            o.status.code(),
+            Some(0),
+            "the host did not finish: {}",
+            text(&o.stderr)
+        );
+        // On disk: nothing outside changed, `.git` and the config as planted.
+        let entries: Vec<_> = std::fs::read_dir(&scene.outside)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(entries, ["file"], "written outside: {entries:?}");
+        assert!(!scene.home.join("planted").exists());
+        assert_eq!(super::read(&scene.ws.join(".git/config")), "[core]\n");
+        assert!(!scene.ws.join(".git/hooks/pre-commit").exists());
+        assert_eq!(super::read(&scene.ws.join("agentctl.toml")), "");
+        assert_eq!(super::read(&scene.ws.join("README.md")), "workspace\n");
+        // At the listener: no connection.
+        assert!(tcp.accept().is_err(), "the listener saw a connection");
+        // On the wire: no secret reached the model.
+        let sent: String = server
+            .requests()
+            .iter()
+            .map(|r| r.body.to_string())
+            .collect();
+        for secret in ["PRIVATE KEY", "STATE", "OPENAI_API_KEY="] {
+            assert!(!sent.contains(secret), "{secret} reached the model");
+        }
+        let items = exec_items(&db, &only_run(&db));
+        assert_eq!(items.len(), n);
+        for item in &items {
+            assert_eq!(item["item"]["sandbox"], mode, "{item}");
+            assert_ne!(item["item"]["exit_code"], 0, "an escape succeeded: {item}");
+        }
+    }
+
+    #[test]
+    fn escapes_through_a_run_workspace_write() {
+        escapes_through_a_run("workspace-write");
+    }
+
+    #[test]
+    fn escapes_through_a_run_read_only() {
+        escapes_through_a_run("read-only");
+    }
+
     macro_rules! on_both {
         ($($case:ident),* $(,)?) => {
             mod sqlite {
