@@ -81,6 +81,9 @@ enum Command {
     /// The local Responses API emulator: `mock serve [--addr] [--script FILE]`.
     #[command(subcommand)]
     Mock(cmd::mock::MockCmd),
+    /// The HTTP API and web console over --db: runs live, approvals, steers, interrupts and
+    /// submits from a browser or any language (docs/http-api.md). Prints a one-time link.
+    Serve(cmd::serve::ServeArgs),
     /// Run one command under the sandbox a run's `shell` uses, to see what it allows:
     /// `agentctl sandbox [--mode M] [--network] -- CMD ARGS...`. Exit status: the
     /// command's; 125 when the sandbox could not be applied (nothing ran).
@@ -139,6 +142,7 @@ async fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
         Command::Api(cmd) => cmd::api::run(&cli.global, cmd).await,
         Command::Mock(cmd) => cmd::mock::run(&cli.global, cmd).await,
         Command::Sandbox(args) => cmd::sandbox::sandbox(args),
+        Command::Serve(args) => cmd::serve::serve(&cli.global, args).await,
     }
 }
 

@@ -115,6 +115,16 @@ pub enum HostError {
     /// A steer with no text.
     #[error("the steer text is empty")]
     EmptySteer,
+    /// A resume for workers of a run that is not paused or interrupted.
+    #[error(
+        "run {run} is {status}: only a paused or interrupted run can be offered to workers again"
+    )]
+    NotPaused {
+        /// The run id.
+        run: String,
+        /// The status it shows.
+        status: crate::run::RunStatus,
+    },
     /// An interrupt for a run no host drives.
     #[error("run {run} is {status}: no host is driving it, so there is nothing to interrupt")]
     NotDriven {
@@ -152,6 +162,7 @@ impl HostError {
                 | HostError::BudgetBelowUsed { .. }
                 | HostError::EmptySteer
                 | HostError::NotDriven { .. }
+                | HostError::NotPaused { .. }
                 | HostError::Workspace { .. }
                 | HostError::Config(_)
                 | HostError::McpServerMissing { .. }

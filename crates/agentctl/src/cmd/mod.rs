@@ -13,3 +13,4 @@ pub mod probe;
 pub mod run;
 pub mod runs;
 pub mod sandbox;
+pub mod serve;

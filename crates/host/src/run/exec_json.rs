@@ -395,6 +395,7 @@ impl ExecJson {
                 self.started()
             }
             RunEvent::Resumed(_) => self.started(),
+            RunEvent::Requeued(_) => Vec::new(),
             RunEvent::SandboxChanged(changed) => {
                 self.sandbox = Some(changed.sandbox.mode);
                 Vec::new()

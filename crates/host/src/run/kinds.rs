@@ -21,6 +21,8 @@ pub const RUN_RESUMED: &str = "run.resumed";
 /// A resumed run's commands run under another sandbox from here on: from, sandbox, cause
 /// (`flag`, `worker_floor`, `unsupported`), the built-in tools' new policies.
 pub const RUN_SANDBOX_CHANGED: &str = "run.sandbox_changed";
+/// A paused or interrupted run offered to workers again: budgets, by.
+pub const RUN_REQUEUED: &str = "run.requeued";
 /// Before a model call: step, attempt, sha256 of the request body.
 pub const MODEL_REQUESTED: &str = "model.requested";
 /// A model response received in full: step, response id, output items verbatim, usage.

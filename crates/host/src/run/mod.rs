@@ -40,7 +40,9 @@ pub use endpoint::Endpoint;
 pub use events::{ApprovalReason, PauseReason};
 pub use owner::Owner;
 pub use query::{LoadedRun, list, load, load_for_resume};
-pub use requests::{DecisionRequest, decide, request_interrupt, request_steer, steer_outcome};
+pub use requests::{
+    DecisionRequest, Requeue, decide, request_interrupt, request_steer, requeue, steer_outcome,
+};
 pub use state::{
     Budgets, CallRecord, Decision, RunSpec, RunState, RunStatus, SteerRecord, SteerStatus,
     Transport, Usage,
@@ -809,7 +811,12 @@ fn runtime_options(registry: agent_runtime::ToolRegistry) -> RuntimeOptions {
 
 /// A budget given to `resume` must leave room: one at or below what the run used would
 /// pause it again at once.
-fn check_budget(run: &str, what: &'static str, used: u64, given: u64) -> Result<(), HostError> {
+pub(crate) fn check_budget(
+    run: &str,
+    what: &'static str,
+    used: u64,
+    given: u64,
+) -> Result<(), HostError> {
     if given <= used {
         return Err(HostError::BudgetBelowUsed {
             run: run.to_string(),

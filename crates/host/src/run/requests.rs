@@ -6,7 +6,7 @@ use agent_journal::Journal;
 use serde::Deserialize as _;
 
 use super::events::{
-    ApprovalDecided, HostEvent as _, InterruptRequested, SteerDropped, SteerRequested,
+    ApprovalDecided, HostEvent as _, InterruptRequested, RunRequeued, SteerDropped, SteerRequested,
 };
 use super::kinds;
 use super::query::load;
@@ -215,4 +215,80 @@ pub async fn request_interrupt(
         )
         .await?;
     Ok(appended.seq)
+}
+
+/// What [`requeue`] asks: budgets (raised or set) and who asks.
+#[derive(Debug, Clone, Default)]
+pub struct Requeue {
+    /// New step budget, if any.
+    pub max_steps: Option<u64>,
+    /// New token budget, if any.
+    pub max_tokens: Option<u64>,
+    /// Who asks (`user@host`).
+    pub by: String,
+}
+
+/// Offers a paused or interrupted run to workers again, with new budgets: `run.requeued`
+/// (on top of the run as read: a run that moved meanwhile is refused, not requeued twice),
+/// then its lease opens. The claiming worker drives it with those budgets.
+///
+/// # Cancel safety
+/// Dropped after the append but before the lease opens, the run reads `queued` and the next
+/// runs-table refresh offers it (as after a crash between `run.created` and the offer).
+pub async fn requeue(journal: &Journal, run_id: &str, change: Requeue) -> Result<(), HostError> {
+    let state = load(journal, run_id).await?;
+    let status = state.status.unwrap_or(RunStatus::Queued);
+    if status.is_final() {
+        return Err(HostError::Ended {
+            run: run_id.into(),
+            status,
+        });
+    }
+    if !matches!(status, RunStatus::Paused | RunStatus::Interrupted) {
+        return Err(HostError::NotPaused {
+            run: run_id.into(),
+            status: state.status(),
+        });
+    }
+    let spec = state
+        .spec
+        .as_ref()
+        .ok_or_else(|| HostError::NotFound(run_id.into()))?;
+    let mut budgets = state.budgets().unwrap_or(spec.budgets);
+    if let Some(n) = change.max_steps {
+        super::check_budget(run_id, "steps", state.step_count(), n)?;
+        budgets.max_steps = n;
+    }
+    if let Some(n) = change.max_tokens {
+        super::check_budget(run_id, "tokens", state.usage.total_tokens, n)?;
+        budgets.max_tokens = Some(n);
+    }
+    let thread = kinds::thread_of(run_id);
+    let requeued = RunRequeued {
+        budgets,
+        by: change.by,
+    };
+    let event = requeued.to_event(&thread).map_err(HostError::Encode)?;
+    match journal
+        .append_expecting(&thread, Some(state.last_seq), vec![event])
+        .await
+    {
+        Ok(_) => {}
+        Err(agent_journal::JournalError::Conflict { .. }) => {
+            return Err(HostError::NotPaused {
+                run: run_id.into(),
+                status: load(journal, run_id).await?.status(),
+            });
+        }
+        Err(err) => return Err(err.into()),
+    }
+    let now = load(journal, run_id).await?;
+    journal
+        .put_lease(
+            &thread,
+            Some(agent_journal::LeaseStatus::Open),
+            &super::table::summary(&now),
+        )
+        .await?;
+    Ok(())
 }

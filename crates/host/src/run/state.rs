@@ -290,6 +290,13 @@ impl RunState {
                 self.interrupt_requested = None;
             }
             RunEvent::SandboxChanged(changed) => self.apply_sandbox(&changed),
+            RunEvent::Requeued(requeued) => {
+                self.status = Some(RunStatus::Queued);
+                self.status_detail = None;
+                self.driver = None;
+                self.budgets = Some(requeued.budgets);
+                self.interrupt_requested = None;
+            }
             RunEvent::ModelRequested(requested) => {
                 let attempts = self.attempts.entry(requested.step).or_default();
                 *attempts = (*attempts).max(requested.attempt);

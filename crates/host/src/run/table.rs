@@ -39,8 +39,12 @@ pub struct RunRow {
     pub tokens: u64,
     /// When the run was created (Unix ms).
     pub created_at: i64,
+    /// When its last event was appended (Unix ms).
+    pub updated_at: i64,
     /// The first line of the prompt, shortened (see [`RunState::title`]).
     pub title: String,
+    /// The model.
+    pub model: Option<String>,
     /// The worker holding the run's lease, if any and not expired.
     pub worker: Option<String>,
     /// The lease's fencing epoch (claims so far).
@@ -75,6 +79,12 @@ pub(crate) struct RowInfo {
     /// again).
     #[serde(default)]
     pub(crate) pending_approvals: Option<usize>,
+    /// The model; `None` in a row written before it was kept (folded again).
+    #[serde(default)]
+    pub(crate) model: Option<String>,
+    /// When the last event was appended (Unix ms).
+    #[serde(default)]
+    pub(crate) updated_at: i64,
 }
 
 impl RowInfo {
@@ -98,6 +108,8 @@ pub(crate) fn summary(state: &RunState) -> Value {
         title: state.title(),
         last_seq: state.last_seq,
         pending_approvals: Some(state.pending_approvals().count()),
+        model: state.spec.as_ref().map(|s| s.model.clone()),
+        updated_at: state.updated_at,
     })
 }
 
@@ -127,7 +139,7 @@ pub async fn runs_table(journal: &Journal) -> Result<Vec<RunRow>, HostError> {
         let last = journal.last_seq(&thread).await?.unwrap_or(0);
         let fresh = rows.get(&thread).is_some_and(|row| {
             let info = RowInfo::deserialize(&row.info).unwrap_or_default();
-            info.last_seq == last && info.pending_approvals.is_some()
+            info.last_seq == last && info.pending_approvals.is_some() && info.model.is_some()
         });
         if !fresh {
             let state = load(journal, id).await?;
@@ -188,7 +200,9 @@ fn row_of(id: &str, row: &LeaseRow, now: i64) -> RunRow {
         steps: info.steps,
         tokens: info.tokens,
         created_at: info.created_at,
+        updated_at: info.updated_at,
         title: info.title,
+        model: info.model,
         worker: row.holder.clone().filter(|_| held),
         epoch: row.epoch,
         lease_expires_at: held.then_some(row.expires_at),

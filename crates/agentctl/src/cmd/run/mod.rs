@@ -183,7 +183,7 @@ pub async fn submit(global: &GlobalArgs, args: SubmitArgs) -> anyhow::Result<Exi
 /// `new` with its sandbox: `--sandbox`, else `[sandbox] mode`, else `workspace-write`;
 /// probed here. A mode asked for that this system cannot give is a usage error (nothing
 /// runs); the default one falls back to `off`, where every command asks, and says so.
-fn with_sandbox(
+pub(crate) fn with_sandbox(
     new: NewRun,
     flag: Option<SandboxMode>,
     tools: &ToolConfig,

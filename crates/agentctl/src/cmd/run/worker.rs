@@ -55,7 +55,7 @@ pub struct WorkerArgs {
     pub sandbox: Option<agent_host::sandbox::Mode>,
 }
 
-struct CliConnector {
+pub(crate) struct CliConnector {
     url: String,
     endpoint: Endpoint,
     mcp: Vec<String>,
@@ -207,4 +207,36 @@ pub async fn worker(global: &GlobalArgs, args: WorkerArgs) -> anyhow::Result<Exi
         summary.reopened
     ));
     Ok(ExitCode::SUCCESS)
+}
+
+/// A worker inside another command (`agentctl serve --worker N`): drives up to
+/// `concurrency` runs of the journal at `url` until `stop` fires; its events go to the log.
+pub(crate) fn in_process(
+    url: String,
+    endpoint: Endpoint,
+    concurrency: usize,
+    stop: CancellationToken,
+) -> tokio::task::JoinHandle<Result<agent_host::worker::WorkerSummary, HostError>> {
+    struct Logged;
+    impl WorkerObserver for Logged {
+        fn event(&self, event: &WorkerEvent) {
+            tracing::info!(target: "agentctl::serve", "worker: {}", describe(event));
+        }
+    }
+    let me = agent_host::run::Owner::current();
+    let config = WorkerConfig {
+        name: format!("{}:{}:serve", me.host, me.pid),
+        concurrency,
+        lease_ttl: Duration::from_secs(15),
+        poll: Duration::from_millis(250),
+        grace: Duration::from_secs(5),
+    };
+    let connector = Arc::new(CliConnector {
+        url,
+        endpoint,
+        mcp: Vec::new(),
+        sandbox_floor: None,
+        read_connections: u32::try_from(concurrency * 3 + 4).unwrap_or(u32::MAX),
+    });
+    tokio::spawn(run_worker(connector, config, Arc::new(Logged), stop))
 }

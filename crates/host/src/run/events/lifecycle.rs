@@ -96,6 +96,21 @@ impl HostEvent for RunSandboxChanged {
     const KIND: &'static str = k::RUN_SANDBOX_CHANGED;
 }
 
+/// `run.requeued`: a paused or interrupted run was offered to workers again (`POST
+/// /runs/{id}/resume`), with the budgets the claiming worker drives it with.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunRequeued {
+    /// The budgets in force from now on.
+    pub budgets: Budgets,
+    /// Who asked (`user@host`).
+    #[serde(default)]
+    pub by: String,
+}
+
+impl HostEvent for RunRequeued {
+    const KIND: &'static str = k::RUN_REQUEUED;
+}
+
 /// `interrupt.requested`: another process asked the driving host to stop.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct InterruptRequested {

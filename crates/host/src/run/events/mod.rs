@@ -33,8 +33,8 @@ pub use calls::{
     ToolScheduled, ToolStarted,
 };
 pub use lifecycle::{
-    InterruptRequested, RunCompleted, RunCreated, RunFailed, RunInterrupted, RunPaused, RunResumed,
-    RunSandboxChanged,
+    InterruptRequested, RunCompleted, RunCreated, RunFailed, RunInterrupted, RunPaused,
+    RunRequeued, RunResumed, RunSandboxChanged,
 };
 pub use model::{FunctionCall, ModelCompleted, ModelFailed, ModelRequested, Steered};
 pub use reasons::{ApprovalReason, DecisionScope, PauseReason, SteerVia, Verdict};
@@ -75,6 +75,8 @@ pub enum RunEvent<'a> {
     Resumed(RunResumed),
     /// `run.sandbox_changed`.
     SandboxChanged(Box<RunSandboxChanged>),
+    /// `run.requeued`.
+    Requeued(RunRequeued),
     /// `model.requested`.
     ModelRequested(ModelRequested),
     /// `model.completed`.
@@ -126,6 +128,7 @@ impl<'a> RunEvent<'a> {
         Ok(Some(match kind {
             k::RUN_CREATED => RunEvent::Created(Box::new(RunCreated::read(payload)?)),
             k::RUN_RESUMED => RunEvent::Resumed(de(payload)?),
+            k::RUN_REQUEUED => RunEvent::Requeued(de(payload)?),
             k::RUN_SANDBOX_CHANGED => RunEvent::SandboxChanged(Box::new(de(payload)?)),
             k::MODEL_REQUESTED => RunEvent::ModelRequested(de(payload)?),
             k::MODEL_COMPLETED => {

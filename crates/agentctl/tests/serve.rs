@@ -1,0 +1,653 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests may unwrap
+//! `agentctl serve` end to end, on SQLite and PostgreSQL: a real server process, runs made
+//! by real `agentctl run` processes against the emulator, a real HTTP client. Every route,
+//! every error status, the token, Host and Origin rules, and SSE resumed from
+//! `Last-Event-ID` across a server restart with nothing missed or repeated.
+
+#[path = "host/mod.rs"]
+mod host;
+
+use std::io::BufRead as _;
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt as _;
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+use host::{
+    agentctl, answer, call, emulator, events, only_run, out, run_cmd, script_by_outputs, text,
+};
+
+const TOKEN: &str = "test-token-0123456789abcdef0123456789abcdef";
+
+/// A running `agentctl serve` and where it listens.
+struct Served {
+    child: Child,
+    base: String,
+    host: String,
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn token_file(dir: &std::path::Path) -> std::path::PathBuf {
+    let path = dir.join("token");
+    std::fs::write(&path, format!("{TOKEN}\n")).unwrap();
+    path
+}
+
+/// `agentctl --json serve --listen 127.0.0.1:0 --token-file ... EXTRA`, once it listens.
+fn serve(db: &str, dir: &std::path::Path, extra: &[&str]) -> Served {
+    let mut child = agentctl(db)
+        .args(["--json", "serve", "--listen", "127.0.0.1:0", "--token-file"])
+        .arg(token_file(dir))
+        .args(extra)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(stdout)
+        .read_line(&mut line)
+        .unwrap();
+    let listening: Value = serde_json::from_str(&line).unwrap_or_else(|_| panic!("{line}"));
+    assert_eq!(listening["type"], "serve.listening");
+    let addr = listening["addr"].as_str().unwrap().to_string();
+    assert!(listening["url"].as_str().unwrap().ends_with(TOKEN));
+    Served {
+        child,
+        base: format!("http://{addr}"),
+        host: addr,
+    }
+}
+
+fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap()
+}
+
+impl Served {
+    fn get(&self, path: &str) -> reqwest::RequestBuilder {
+        client()
+            .get(format!("{}{path}", self.base))
+            .bearer_auth(TOKEN)
+    }
+
+    fn post(&self, path: &str, body: Value) -> reqwest::RequestBuilder {
+        client()
+            .post(format!("{}{path}", self.base))
+            .bearer_auth(TOKEN)
+            .json(&body)
+    }
+}
+
+/// The status and JSON body of a request.
+async fn call_api(req: reqwest::RequestBuilder) -> (StatusCode, Value) {
+    let resp = req.send().await.unwrap();
+    let status = resp.status();
+    let body = resp.text().await.unwrap();
+    let json =
+        serde_json::from_str(&body).unwrap_or_else(|_| panic!("not JSON ({status}): {body}"));
+    (status, json)
+}
+
+/// An error answer: its status and code, and a message.
+async fn error_of(req: reqwest::RequestBuilder) -> (StatusCode, String, String) {
+    let (status, body) = call_api(req).await;
+    let code = body["error"]["code"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{body}"));
+    let message = body["error"]["message"].as_str().unwrap().to_string();
+    (status, code.to_string(), message)
+}
+
+/// A run that waits for the approval of one shell call (`c1`), then answers.
+async fn waiting_run(db: &str) -> (agent_responses_mock::MockServer, tempfile::TempDir, String) {
+    let (dir, ws) = host::workspace();
+    let server = emulator(&script_by_outputs(&[
+        json!([call(
+            "c1",
+            "shell",
+            json!({"command": "echo approved > approved.txt"})
+        )]),
+        answer("FINAL: done"),
+    ]))
+    .await;
+    let o = out(&mut run_cmd(db, &server, &ws, &["--sandbox", "off"]));
+    assert_eq!(o.status.code(), Some(3), "{}", text(&o.stderr));
+    (server, dir, only_run(db))
+}
+
+/// Reads SSE messages of `resp` until one has id `until`; returns the (id, data) pairs.
+async fn read_sse(resp: reqwest::Response, until: i64) -> Vec<(i64, Value)> {
+    let mut stream = resp.bytes_stream();
+    let mut buf = String::new();
+    let mut got = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        while let Some(end) = buf.find("\n\n") {
+            let message: String = buf.drain(..end + 2).collect();
+            let mut id = None;
+            let mut data = String::new();
+            for line in message.lines() {
+                if let Some(v) = line.strip_prefix("id:") {
+                    id = v.trim().parse::<i64>().ok();
+                } else if let Some(v) = line.strip_prefix("data:") {
+                    data.push_str(v.trim_start());
+                }
+            }
+            if let Some(id) = id {
+                let data: Value = serde_json::from_str(&data).unwrap();
+                assert_eq!(data["seq"], id);
+                got.push((id, data));
+                if id >= until {
+                    return got;
+                }
+            }
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(left, stream.next()).await {
+            Ok(Some(chunk)) => buf.push_str(&String::from_utf8_lossy(&chunk.unwrap())),
+            Ok(None) => panic!("the stream ended before seq {until}: {got:?}"),
+            Err(_) => panic!(
+                "no seq {until} within 30 s; got {:?}",
+                got.iter().map(|g| g.0).collect::<Vec<_>>()
+            ),
+        }
+    }
+}
+
+async fn the_door(db: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let s = serve(db, dir.path(), &[]);
+    let url = format!("{}/api/v1/runs", s.base);
+    // No token, a wrong one: 401, no data.
+    let (status, code, _) = error_of(client().get(&url)).await;
+    assert_eq!(
+        (status, code.as_str()),
+        (StatusCode::UNAUTHORIZED, "unauthorized")
+    );
+    let (status, _, _) = error_of(client().get(&url).bearer_auth("x".repeat(TOKEN.len()))).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    // A forged Host (DNS rebinding) is refused even with the token.
+    let (status, code, _) = error_of(
+        client()
+            .get(&url)
+            .bearer_auth(TOKEN)
+            .header("Host", "evil.example:80"),
+    )
+    .await;
+    assert_eq!(
+        (status, code.as_str()),
+        (StatusCode::FORBIDDEN, "forbidden_host")
+    );
+    // The token works; so does `localhost:PORT`.
+    let (status, body) = call_api(s.get("/api/v1/runs")).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["runs"], json!([]));
+    let port = s.host.rsplit(':').next().unwrap();
+    let (status, _) = call_api(
+        s.get("/api/v1/runs")
+            .header("Host", format!("localhost:{port}")),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    // A cross-site POST is refused; a cookie-authenticated POST needs an Origin.
+    let (status, code, _) = error_of(
+        s.post("/api/v1/runs/x/interrupt", json!({}))
+            .header("Origin", "http://evil.example"),
+    )
+    .await;
+    assert_eq!(
+        (status, code.as_str()),
+        (StatusCode::FORBIDDEN, "forbidden_origin")
+    );
+    let cookie = format!("agentctl_token={TOKEN}");
+    let (status, code, _) = error_of(
+        client()
+            .post(format!("{}/api/v1/runs/x/interrupt", s.base))
+            .header("Cookie", &cookie),
+    )
+    .await;
+    assert_eq!(
+        (status, code.as_str()),
+        (StatusCode::FORBIDDEN, "forbidden_origin")
+    );
+    let (status, code, _) = error_of(
+        client()
+            .post(format!("{}/api/v1/runs/x/interrupt", s.base))
+            .header("Cookie", &cookie)
+            .header("Origin", format!("http://{}", s.host)),
+    )
+    .await;
+    assert_eq!(
+        (status, code.as_str()),
+        (StatusCode::NOT_FOUND, "not_found")
+    );
+    // The console: a login page without the token, a cookie from the one-time link.
+    let login = client().get(format!("{}/", s.base)).send().await.unwrap();
+    assert_eq!(login.status(), StatusCode::UNAUTHORIZED);
+    let page = login.text().await.unwrap();
+    assert!(
+        page.contains("Not signed in") && !page.contains("runs"),
+        "{page}"
+    );
+    let link = client()
+        .get(format!("{}/?token={TOKEN}", s.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(link.status(), StatusCode::SEE_OTHER);
+    let set = link.headers()["set-cookie"].to_str().unwrap().to_string();
+    assert!(
+        set.contains("HttpOnly") && set.contains("SameSite=Strict"),
+        "{set}"
+    );
+    let bad_link = client()
+        .get(format!("{}/?token=nope", s.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bad_link.status(), StatusCode::UNAUTHORIZED);
+    assert!(bad_link.headers().get("set-cookie").is_none());
+    let console = client()
+        .get(format!("{}/", s.base))
+        .header("Cookie", &cookie)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(console.status(), StatusCode::OK);
+    assert!(
+        console.headers()["content-security-policy"]
+            .to_str()
+            .unwrap()
+            .contains("'self'")
+    );
+    let js = client()
+        .get(format!("{}/assets/app.js", s.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(js.status(), StatusCode::OK);
+    // Unknown routes and oversized bodies are JSON errors too.
+    let (status, code, _) = error_of(s.get("/api/v1/nothing")).await;
+    assert_eq!(
+        (status, code.as_str()),
+        (StatusCode::NOT_FOUND, "not_found")
+    );
+    let big = "x".repeat(2 << 20);
+    let (status, code, _) = error_of(
+        client()
+            .post(format!("{}/api/v1/runs/x/steer", s.base))
+            .bearer_auth(TOKEN)
+            .header("Content-Type", "application/json")
+            .body(format!("{{\"text\":\"{big}\"}}")),
+    )
+    .await;
+    assert_eq!(
+        (status, code.as_str()),
+        (StatusCode::PAYLOAD_TOO_LARGE, "too_large")
+    );
+
+    // A non-loopback address without --token-file is refused at start.
+    let o = out(agentctl(db).args(["serve", "--listen", "0.0.0.0:0"]));
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+    assert!(text(&o.stderr).contains("--token-file"));
+}
+
+async fn runs_approvals_and_errors(db: &str) {
+    let (server, dir, run) = waiting_run(db).await;
+    let s = serve(db, dir.path(), &[]);
+    let (status, body) = call_api(s.get("/api/v1/runs")).await;
+    assert_eq!(status, StatusCode::OK);
+    let row = &body["runs"][0];
+    assert_eq!(row["run_id"], run.as_str());
+    assert_eq!(row["status"], "waiting");
+    assert_eq!(row["pending_approvals"], 1);
+    assert_eq!(row["model"], "gpt-5.1");
+    assert!(row["updated_at"].as_i64().unwrap() >= row["created_at"].as_i64().unwrap());
+    let (_, body) = call_api(s.get("/api/v1/runs?status=completed")).await;
+    assert_eq!(body["runs"], json!([]));
+    let (status, code, msg) = error_of(s.get("/api/v1/runs?status=nope")).await;
+    assert_eq!(
+        (status, code.as_str()),
+        (StatusCode::BAD_REQUEST, "bad_request")
+    );
+    assert!(msg.contains("status"), "{msg}");
+
+    let (status, view) = call_api(s.get(&format!("/api/v1/runs/{run}"))).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(view["type"], "run.show");
+    let pending = &view["pending_approvals"][0];
+    assert_eq!(pending["call_id"], "c1");
+    let sha = pending["args_sha256"].as_str().unwrap().to_string();
+    let (status, code, _) =
+        error_of(s.get("/api/v1/runs/01a00000-0000-7000-8000-000000000000")).await;
+    assert_eq!(
+        (status, code.as_str()),
+        (StatusCode::NOT_FOUND, "not_found")
+    );
+
+    let (status, page) = call_api(s.get(&format!("/api/v1/runs/{run}/events?limit=2"))).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(page["events"].as_array().unwrap().len(), 2);
+    assert_eq!(page["more"], true);
+    let after = page["last_seq"].as_i64().unwrap();
+    let (_, rest) = call_api(s.get(&format!("/api/v1/runs/{run}/events?after={after}"))).await;
+    let kinds: Vec<&str> = rest["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["kind"].as_str().unwrap())
+        .collect();
+    assert!(kinds.contains(&"approval.requested"), "{kinds:?}");
+    let lines: Vec<&Value> = rest["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|e| e["lines"].as_array().unwrap())
+        .collect();
+    assert!(
+        lines
+            .iter()
+            .any(|l| l["type"] == "approval.requested" && l["args_sha256"] == sha.as_str())
+    );
+
+    // Decisions: malformed bodies name the field; the hash must match; unknown calls 404.
+    let path = format!("/api/v1/runs/{run}/approvals/c1");
+    let (status, code, msg) = error_of(
+        client()
+            .post(format!("{}{path}", s.base))
+            .bearer_auth(TOKEN)
+            .header("Content-Type", "application/json")
+            .body("{not json"),
+    )
+    .await;
+    assert_eq!(
+        (status, code.as_str()),
+        (StatusCode::BAD_REQUEST, "bad_request"),
+        "{msg}"
+    );
+    let (status, _, msg) = error_of(s.post(&path, json!({"sha256": sha}))).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(msg.contains("decision"), "{msg}");
+    let (status, _, msg) = error_of(s.post(&path, json!({"decision": "maybe"}))).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{msg}");
+    let (status, code, _) =
+        error_of(s.post(&path, json!({"decision": "approve", "sha256": "00"}))).await;
+    assert_eq!(
+        (status, code.as_str()),
+        (StatusCode::BAD_REQUEST, "invalid")
+    );
+    let (status, code, _) = error_of(s.post(
+        &format!("/api/v1/runs/{run}/approvals/nope"),
+        json!({"decision": "approve"}),
+    ))
+    .await;
+    assert_eq!(
+        (status, code.as_str()),
+        (StatusCode::NOT_FOUND, "not_found")
+    );
+    let (status, body) =
+        call_api(s.post(&path, json!({"decision": "approve", "sha256": sha}))).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert!(body["by"].as_str().unwrap().starts_with("serve@"));
+    // The CLI comes second and is told who was first; so is a second page.
+    let o = out(agentctl(db).args(["deny", &run, "c1"]));
+    assert!(!o.status.success());
+    assert!(text(&o.stderr).contains("serve@"), "{}", text(&o.stderr));
+    let (status, body) = call_api(s.post(&path, json!({"decision": "deny"}))).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert_eq!(body["error"]["code"], "already_decided");
+    assert_eq!(body["error"]["decided"]["decision"], "approve");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("serve@")
+    );
+
+    // Steers: empty is invalid; one before the resume is applied by it.
+    let steer = format!("/api/v1/runs/{run}/steer");
+    let (status, code, _) = error_of(s.post(&steer, json!({"text": "  "}))).await;
+    assert_eq!(
+        (status, code.as_str()),
+        (StatusCode::BAD_REQUEST, "invalid")
+    );
+    let (status, body) = call_api(s.post(&steer, json!({"text": "mind the staging db"}))).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    // Interrupting a run nobody drives is a conflict.
+    let (status, code, _) =
+        error_of(s.post(&format!("/api/v1/runs/{run}/interrupt"), json!({}))).await;
+    assert_eq!((status, code.as_str()), (StatusCode::CONFLICT, "conflict"));
+
+    let o = out(&mut host::resume_cmd(db, &server, &run, &[]));
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let (_, view) = call_api(s.get(&format!("/api/v1/runs/{run}"))).await;
+    assert_eq!(view["status"], "completed");
+    assert_eq!(view["final_text"], "FINAL: done");
+    let evs = events(db, &run).await;
+    assert_eq!(
+        evs.iter().filter(|e| &*e.kind == "steer.applied").count(),
+        1
+    );
+    // A completed run cannot be offered again.
+    let (status, code, _) =
+        error_of(s.post(&format!("/api/v1/runs/{run}/resume"), json!({}))).await;
+    assert_eq!((status, code.as_str()), (StatusCode::CONFLICT, "conflict"));
+    // Search finds what the run did.
+    let (status, body) = call_api(s.get("/api/v1/search?q=approved")).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert!(
+        body["hits"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|h| h["run_id"] == run.as_str()),
+        "{body}"
+    );
+    let (status, _, _) = error_of(s.get("/api/v1/search?q=")).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+}
+
+/// A stream read in two halves from two server processes, the second resumed from the
+/// first's last `id` (`Last-Event-ID`): together every event once, in order, live ones too.
+async fn sse_resumes_across_a_restart(db: &str) {
+    let (server, dir, run) = waiting_run(db).await;
+    let before = events(db, &run).await;
+    let all: Vec<i64> = before.iter().map(|e| e.seq).collect();
+    let half = all[all.len() / 2];
+    let first = serve(db, dir.path(), &[]);
+    let resp = first
+        .get(&format!("/api/v1/runs/{run}/events/stream"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert!(
+        resp.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/event-stream")
+    );
+    let part1 = read_sse(resp, half).await;
+    drop(first);
+
+    let second = serve(db, dir.path(), &[]);
+    let resp = second
+        .get(&format!("/api/v1/runs/{run}/events/stream"))
+        .header("Last-Event-ID", half.to_string())
+        .send()
+        .await
+        .unwrap();
+    // Decide and resume while the stream is open: the new events arrive live.
+    let (status, _) = call_api(second.post(
+        &format!("/api/v1/runs/{run}/approvals/c1"),
+        json!({"decision": "approve"}),
+    ))
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    let o = out(&mut host::resume_cmd(db, &server, &run, &[]));
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let now = events(db, &run).await;
+    let last = now.last().unwrap().seq;
+    let part2 = read_sse(resp, last).await;
+    let seen: Vec<i64> = part1.iter().chain(&part2).map(|(id, _)| *id).collect();
+    let want: Vec<i64> = now.iter().map(|e| e.seq).collect();
+    assert_eq!(seen, want, "missed or repeated events");
+    // The lines are the `--json` ones, the later ones converted with the earlier in mind.
+    let lines: Vec<&Value> = part2
+        .iter()
+        .flat_map(|(_, d)| d["lines"].as_array().unwrap())
+        .collect();
+    assert!(
+        lines
+            .iter()
+            .any(|l| l["type"] == "item.completed" && l["item"]["type"] == "command_execution")
+    );
+    assert!(lines.iter().any(|l| l["type"] == "turn.completed"));
+    // A bounded number of watchers.
+    let third = serve(db, dir.path(), &["--max-watchers", "1"]);
+    let held = third
+        .get(&format!("/api/v1/runs/{run}/events/stream"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(held.status(), StatusCode::OK);
+    let (status, code, _) = error_of(third.get(&format!("/api/v1/runs/{run}/events/stream"))).await;
+    assert_eq!(
+        (status, code.as_str()),
+        (StatusCode::TOO_MANY_REQUESTS, "too_many_watchers")
+    );
+    drop(held);
+}
+
+/// `POST /runs` submits; a worker in the server drives it; `POST /resume` offers a paused
+/// run again with a new budget and that worker finishes it.
+async fn submit_and_resume_with_an_in_process_worker(db: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let server = emulator(&script_by_outputs(&[
+        json!([call(
+            "c1",
+            "shell",
+            json!({"command": "echo one >> log.txt"})
+        )]),
+        json!([call(
+            "c2",
+            "shell",
+            json!({"command": "echo two >> log.txt"})
+        )]),
+        answer("FINAL: done"),
+    ]))
+    .await;
+    let s = serve(
+        db,
+        dir.path(),
+        &["--worker", "2", "--base-url", &server.base_url()],
+    );
+    let (status, _, msg) = error_of(s.post("/api/v1/runs", json!({"workspace": ws}))).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(msg.contains("prompt"), "{msg}");
+    let (status, _, msg) =
+        error_of(s.post("/api/v1/runs", json!({"prompt": "p", "workspace": "rel"}))).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(msg.contains("workspace"), "{msg}");
+    let (status, body) = call_api(s.post(
+        "/api/v1/runs",
+        json!({"prompt": "log two lines", "workspace": ws, "max_steps": 1}),
+    ))
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let run = body["run_id"].as_str().unwrap().to_string();
+    let wait_status = |want: &'static str| {
+        let s = &s;
+        let run = run.clone();
+        async move {
+            let deadline = Instant::now() + Duration::from_secs(30);
+            loop {
+                let (_, view) = call_api(s.get(&format!("/api/v1/runs/{run}"))).await;
+                if view["status"] == want {
+                    return view;
+                }
+                assert!(Instant::now() < deadline, "never {want}: {view}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    };
+    let paused = wait_status("paused").await;
+    assert_eq!(
+        paused["detail"].as_str().map(|d| d.contains("step")),
+        Some(true),
+        "{paused}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(ws.join("log.txt")).unwrap(),
+        "one\n"
+    );
+    let (status, code, _) = error_of(s.post(
+        &format!("/api/v1/runs/{run}/resume"),
+        json!({"max_steps": 1}),
+    ))
+    .await;
+    assert_eq!(
+        (status, code.as_str()),
+        (StatusCode::BAD_REQUEST, "invalid")
+    );
+    let (status, _) = call_api(s.post(
+        &format!("/api/v1/runs/{run}/resume"),
+        json!({"max_steps": 5}),
+    ))
+    .await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    let done = wait_status("completed").await;
+    assert_eq!(done["final_text"], "FINAL: done");
+    assert_eq!(
+        std::fs::read_to_string(ws.join("log.txt")).unwrap(),
+        "one\ntwo\n"
+    );
+    let evs = events(db, &run).await;
+    assert_eq!(evs.iter().filter(|e| &*e.kind == "run.requeued").count(), 1);
+}
+
+macro_rules! on_both {
+    ($($case:ident),* $(,)?) => {
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    let dir = tempfile::tempdir().unwrap();
+                    let db = format!("sqlite://{}", dir.path().join("j.db").display());
+                    super::$case(&db).await;
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    let Some(pg) = agent_testkit::fresh_pg_database("serve").await else {
+                        return;
+                    };
+                    super::$case(pg.url()).await;
+                }
+            )*
+        }
+    };
+}
+
+on_both!(
+    the_door,
+    runs_approvals_and_errors,
+    sse_resumes_across_a_restart,
+    submit_and_resume_with_an_in_process_worker,
+);

@@ -1,0 +1,163 @@
+//! `agentctl serve`: one process that is both an HTTP API and a web console over the journal
+//! the hosts and workers write (see `docs/http-api.md` for every route and shape).
+//!
+//! It reads and decides through the library calls the CLI uses (`agent_host::run::decide`,
+//! `request_steer`, `request_interrupt`, the runs table, the `--json` converter), so hosts
+//! and workers in other processes, on other machines over PostgreSQL, see its decisions as
+//! they see the CLI's, and it sees their events live through journal tails.
+//!
+//! Invariants:
+//! - Every request passes the guard first (`guard`): Host allow-list, then the token, then
+//!   the Origin rule for `POST`; nothing of a run is answered before all three.
+//! - The token is never logged, journaled or printed by `Debug`; decisions are recorded as
+//!   by `serve@HOST`.
+//! - Every error is the API's JSON shape with a status that says what went wrong; no input
+//!   makes a handler panic.
+//! - An event stream resumes after `Last-Event-ID` (a journal seq), so a client that
+//!   reconnects, to this process or a restarted one, misses and repeats nothing.
+
+mod app;
+mod body;
+mod error;
+mod events;
+mod guard;
+mod routes;
+mod token;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use agent_journal::Journal;
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::routing::{get, post};
+
+pub use app::{SubmitRequest, Submitter};
+pub use body::MAX_BODY;
+pub use error::ApiError;
+pub use events::ApiEvent;
+pub use token::{COOKIE, MIN_LEN as MIN_TOKEN_LEN, Token, TokenError};
+
+/// How a server is set up.
+pub struct ServeOptions {
+    /// The token every request needs.
+    pub token: Token,
+    /// More `Host` values to accept (`name` or `name:port`), besides the listen address.
+    pub allowed_hosts: Vec<String>,
+    /// Most SSE streams open at once.
+    pub max_watchers: usize,
+    /// Creates submitted runs (`POST /runs`); without it that route answers 501.
+    pub submitter: Option<Arc<dyn Submitter>>,
+    /// The context store `GET /search` reads; without it that route answers 500.
+    pub context: Option<agent_context::ContextStore>,
+    /// Who decisions, steers and interrupts are recorded as.
+    pub who: String,
+}
+
+/// A server bound to its address, not serving yet.
+pub struct Bound {
+    listener: tokio::net::TcpListener,
+    addr: SocketAddr,
+    router: Router,
+    link: String,
+}
+
+impl Bound {
+    /// The address it listens on.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The console's one-time link (it holds the token: print it once, to the user).
+    pub fn console_link(&self) -> &str {
+        &self.link
+    }
+
+    /// Serves until `shutdown` completes; open event streams end then.
+    pub async fn run(
+        self,
+        shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> std::io::Result<()> {
+        axum::serve(self.listener, self.router)
+            .with_graceful_shutdown(shutdown)
+            .await
+    }
+}
+
+/// Binds `listen` and builds the server over `journal`.
+pub async fn bind(
+    journal: Journal,
+    listen: SocketAddr,
+    options: ServeOptions,
+) -> std::io::Result<Bound> {
+    let listener = tokio::net::TcpListener::bind(listen).await?;
+    let addr = listener.local_addr()?;
+    let hosts = allowed_hosts(addr, &options.allowed_hosts);
+    let link = format!("http://{addr}/?token={}", options.token.reveal());
+    let app = Arc::new(app::App {
+        journal,
+        token: options.token,
+        hosts,
+        watchers: Arc::new(tokio::sync::Semaphore::new(options.max_watchers)),
+        max_watchers: options.max_watchers,
+        submitter: options.submitter,
+        context: options.context,
+        who: options.who,
+    });
+    Ok(Bound {
+        listener,
+        addr,
+        router: router(app),
+        link,
+    })
+}
+
+/// The `Host` values that name a server on `addr`.
+fn allowed_hosts(addr: SocketAddr, extra: &[String]) -> Vec<String> {
+    let port = addr.port();
+    let mut hosts = vec![addr.to_string()];
+    if addr.ip().is_loopback() {
+        hosts.extend([
+            format!("127.0.0.1:{port}"),
+            format!("localhost:{port}"),
+            format!("[::1]:{port}"),
+        ]);
+    }
+    for h in extra {
+        let h = h.trim();
+        if h.is_empty() {
+            continue;
+        }
+        hosts.push(h.to_string());
+        if !h.ends_with(']') && !h.contains(':') {
+            hosts.push(format!("{h}:{port}"));
+        }
+    }
+    hosts.dedup();
+    hosts
+}
+
+fn router(app: Arc<app::App>) -> Router {
+    use routes::{actions, console, runs};
+    let api = Router::new()
+        .route("/runs", get(runs::list).post(actions::submit))
+        .route("/runs/{id}", get(runs::show))
+        .route("/runs/{id}/events", get(runs::events))
+        .route("/runs/{id}/events/stream", get(runs::stream))
+        .route("/runs/{id}/approvals/{call_id}", post(actions::decide))
+        .route("/runs/{id}/steer", post(actions::steer))
+        .route("/runs/{id}/interrupt", post(actions::interrupt))
+        .route("/runs/{id}/resume", post(actions::resume))
+        .route("/search", get(runs::search));
+    Router::new()
+        .nest("/api/v1", api)
+        .route("/", get(console::index))
+        .route("/assets/{file}", get(console::asset))
+        .fallback(console::not_found)
+        .layer(DefaultBodyLimit::max(MAX_BODY))
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::clone(&app),
+            guard::guard,
+        ))
+        .with_state(app)
+}

@@ -1,0 +1,207 @@
+//! Reading runs: the table, one run, its events (a page or a live SSE stream), search.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Json;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use futures::{Stream, StreamExt as _};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use agent_host::run::table::{runs_table, status_with_lease};
+use agent_host::run::view::{RunView, now_ms};
+use agent_host::run::{self, RunStatus, kinds};
+
+use crate::app::App;
+use crate::error::ApiError;
+use crate::events::Converter;
+
+/// Most runs on one page of `GET /runs`.
+const MAX_PAGE: usize = 500;
+/// Most journal events on one page of `GET /runs/{id}/events`.
+const MAX_EVENTS: usize = 5000;
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct ListQuery {
+    status: Option<String>,
+    limit: Option<usize>,
+    cursor: Option<String>,
+}
+
+pub(crate) async fn list(
+    State(app): State<Arc<App>>,
+    Query(q): Query<ListQuery>,
+) -> Result<Json<Value>, ApiError> {
+    let status = match q.status.as_deref() {
+        None | Some("") | Some("all") => None,
+        Some(word) => Some(RunStatus::parse(word).ok_or_else(|| {
+            let all: Vec<&str> = RunStatus::ALL.iter().map(|s| s.as_str()).collect();
+            ApiError::bad_request(format!(
+                "status: unknown word `{word}`; one of: {}",
+                all.join(", ")
+            ))
+        })?),
+    };
+    let limit = q.limit.unwrap_or(50).clamp(1, MAX_PAGE);
+    let now = now_ms();
+    let rows = runs_table(&app.journal).await?;
+    // Newest first; a cursor is the last run id of the previous page.
+    let mut page: Vec<Value> = Vec::new();
+    let mut more = false;
+    for row in rows
+        .into_iter()
+        .filter(|r| q.cursor.as_deref().is_none_or(|c| r.run_id.as_str() < c))
+        .filter(|r| status.is_none_or(|s| r.status == s))
+    {
+        if page.len() == limit {
+            more = true;
+            break;
+        }
+        let age = (now - row.created_at).max(0) / 1000;
+        let mut value =
+            serde_json::to_value(&row).map_err(|e| ApiError::internal(e.to_string()))?;
+        if let Some(obj) = value.as_object_mut() {
+            obj.insert("age_seconds".into(), json!(age));
+        }
+        page.push(value);
+    }
+    let next = more
+        .then(|| {
+            page.last()
+                .and_then(|r| r["run_id"].as_str().map(str::to_string))
+        })
+        .flatten();
+    Ok(Json(json!({"runs": page, "next_cursor": next})))
+}
+
+pub(crate) async fn show(
+    State(app): State<Arc<App>>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let state = run::load(&app.journal, &id).await?;
+    let status = status_with_lease(&app.journal, &state).await?;
+    let mut view = serde_json::to_value(RunView::of(&state, status, now_ms()))
+        .map_err(|e| ApiError::internal(e.to_string()))?;
+    if let Some(obj) = view.as_object_mut() {
+        let prompt = state.spec.as_ref().map(|s| s.prompt.clone());
+        obj.insert("prompt".into(), json!(prompt));
+        obj.insert("last_seq".into(), json!(state.last_seq));
+    }
+    Ok(Json(view))
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct EventsQuery {
+    after: Option<i64>,
+    limit: Option<usize>,
+}
+
+pub(crate) async fn events(
+    State(app): State<Arc<App>>,
+    Path(id): Path<String>,
+    Query(q): Query<EventsQuery>,
+) -> Result<Json<Value>, ApiError> {
+    run::load(&app.journal, &id).await?;
+    let after = q.after.unwrap_or(0).max(0);
+    let limit = q.limit.unwrap_or(500).clamp(1, MAX_EVENTS);
+    let mut conv = Converter::primed(&app.journal, &id, after).await?;
+    let mut stream = app.journal.replay_stream(&kinds::thread_of(&id), after);
+    let mut page = Vec::new();
+    let mut more = false;
+    while let Some(event) = stream.next().await {
+        let event = event.map_err(|e| ApiError::internal(e.to_string()))?;
+        if page.len() == limit {
+            more = true;
+            break;
+        }
+        page.push(conv.convert(&event));
+    }
+    let last = page.last().map_or(after, |e| e.seq);
+    Ok(Json(
+        json!({"events": page, "last_seq": last, "more": more}),
+    ))
+}
+
+/// `GET /runs/{id}/events/stream`: from `?after=` or `Last-Event-ID`, then live.
+pub(crate) async fn stream(
+    State(app): State<Arc<App>>,
+    Path(id): Path<String>,
+    Query(q): Query<EventsQuery>,
+    headers: HeaderMap,
+) -> Result<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>, ApiError> {
+    run::load(&app.journal, &id).await?;
+    let resumed = headers
+        .get("last-event-id")
+        .and_then(|h| h.to_str().ok())
+        .and_then(|h| h.trim().parse::<i64>().ok());
+    let after = resumed.or(q.after).unwrap_or(0).max(0);
+    let permit = Arc::clone(&app.watchers).try_acquire_owned().map_err(|_| {
+        ApiError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "too_many_watchers",
+            format!(
+                "{} event streams are open, the most this server keeps",
+                app.max_watchers
+            ),
+        )
+    })?;
+    let mut conv = Converter::primed(&app.journal, &id, after).await?;
+    let events = agent_host::follow::follow_thread(&app.journal, &kinds::thread_of(&id), after);
+    let stream = events
+        .map(move |event| {
+            // The permit lives as long as the stream.
+            let _held = &permit;
+            Ok(match event {
+                Ok(event) => {
+                    let api = conv.convert(&event);
+                    match SseEvent::default()
+                        .id(api.seq.to_string())
+                        .event("run_event")
+                        .json_data(&api)
+                    {
+                        Ok(sse) => sse,
+                        Err(err) => SseEvent::default().comment(format!("unencodable: {err}")),
+                    }
+                }
+                Err(err) => SseEvent::default()
+                    .event("error")
+                    .data(json!({"message": err.to_string()}).to_string()),
+            })
+        })
+        .boxed();
+    Ok(Sse::new(stream).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))))
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct SearchQuery {
+    q: Option<String>,
+    run: Option<String>,
+    limit: Option<usize>,
+}
+
+pub(crate) async fn search(
+    State(app): State<Arc<App>>,
+    Query(q): Query<SearchQuery>,
+) -> Result<Json<Value>, ApiError> {
+    let term = q.q.unwrap_or_default();
+    if term.trim().is_empty() {
+        return Err(ApiError::bad_request("q: the search term is empty"));
+    }
+    let Some(store) = &app.context else {
+        return Err(ApiError::internal(
+            "this server has no context store to search",
+        ));
+    };
+    let limit = q.limit.unwrap_or(50).clamp(1, MAX_PAGE);
+    let hits = agent_host::run_history::search(&app.journal, store, q.run.as_deref(), &term, limit)
+        .await
+        .map_err(|err| match err {
+            agent_host::run_history::HistoryError::Host(err) => ApiError::from(err),
+            other => ApiError::internal(other.to_string()),
+        })?;
+    Ok(Json(json!({ "hits": hits })))
+}
