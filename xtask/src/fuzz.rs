@@ -60,6 +60,14 @@ const TARGETS: &[Target] = &[
         about: "the emulator's HTTP and WebSocket request handling",
     },
     Target {
+        name: "serve",
+        package: "agent-serve",
+        test: "fuzz_serve",
+        filter: "",
+        corpus: "serve",
+        about: "the HTTP API's guard, path, query and body handling",
+    },
+    Target {
         name: "script",
         package: "agent-responses-mock",
         test: "fuzz_script",

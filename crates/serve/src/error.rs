@@ -70,6 +70,10 @@ impl From<HostError> for ApiError {
         let message = err.to_string();
         match err {
             HostError::NotFound(_) => ApiError::not_found(message),
+            // An id no thread can have (a NUL, too long): no such run.
+            HostError::Journal(agent_journal::JournalError::InvalidInput { .. }) => {
+                ApiError::not_found(format!("no such run ({message})"))
+            }
             HostError::AlreadyDecided {
                 decision, ref by, ..
             } => {
@@ -89,7 +93,8 @@ impl From<HostError> for ApiError {
             HostError::Ended { .. }
             | HostError::DrivenElsewhere { .. }
             | HostError::Superseded(_)
-            | HostError::NotDriven { .. } => {
+            | HostError::NotDriven { .. }
+            | HostError::NotPaused { .. } => {
                 ApiError::new(StatusCode::CONFLICT, "conflict", message)
             }
             HostError::ArgsMismatch { .. }

@@ -21,6 +21,7 @@ mod body;
 mod error;
 mod events;
 mod guard;
+mod json_errors;
 mod routes;
 mod token;
 
@@ -48,7 +49,7 @@ pub struct ServeOptions {
     pub max_watchers: usize,
     /// Creates submitted runs (`POST /runs`); without it that route answers 501.
     pub submitter: Option<Arc<dyn Submitter>>,
-    /// The context store `GET /search` reads; without it that route answers 500.
+    /// The context store `GET /search` reads; without it that route answers 501.
     pub context: Option<agent_context::ContextStore>,
     /// Who decisions, steers and interrupts are recorded as.
     pub who: String,
@@ -159,5 +160,6 @@ fn router(app: Arc<app::App>) -> Router {
             Arc::clone(&app),
             guard::guard,
         ))
+        .layer(axum::middleware::from_fn(json_errors::json_errors))
         .with_state(app)
 }

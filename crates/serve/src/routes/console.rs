@@ -91,7 +91,7 @@ pub(crate) async fn asset(Path(file): Path<String>) -> Response {
     let (body, kind) = match file.as_str() {
         "app.js" => (APP_JS, "text/javascript; charset=utf-8"),
         "style.css" => (STYLE, "text/css; charset=utf-8"),
-        _ => return ApiError::not_found(format!("no asset {file}")).into_response(),
+        _ => return ApiError::not_found("no such asset").into_response(),
     };
     hardened(([(header::CONTENT_TYPE, kind)], body).into_response())
 }

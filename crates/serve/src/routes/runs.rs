@@ -192,7 +192,9 @@ pub(crate) async fn search(
         return Err(ApiError::bad_request("q: the search term is empty"));
     }
     let Some(store) = &app.context else {
-        return Err(ApiError::internal(
+        return Err(ApiError::new(
+            StatusCode::NOT_IMPLEMENTED,
+            "not_implemented",
             "this server has no context store to search",
         ));
     };
