@@ -1,0 +1,222 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests may unwrap
+//! The console in a real browser: Debian's headless `chromium` and `chromedriver`, driven
+//! over WebDriver, against a real `agentctl serve`, a separate `agentctl worker` process
+//! and the emulator. `.ci/run` installs the browser; under `CI=true` its absence fails the
+//! test, elsewhere it is skipped with a message.
+//!
+//! Scenario: sign in through the one-time link; submit a run from the page; it waits on an
+//! approval, which the page shows without a reload; Approve; the tool output appears live;
+//! a second approval waits: a steer typed in the page, then that approval decided from the
+//! CLI; the page shows the CLI's decision, the steer applied and the final answer; a wrong
+//! token gets the login page and no data. A screenshot of the run page is saved
+//! (`target/serve-browser/run.png`) on failure and on success.
+
+#[path = "host/mod.rs"]
+mod host;
+#[path = "support/webdriver.rs"]
+mod webdriver;
+
+use std::io::BufRead as _;
+use std::process::{Child, Stdio};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use host::{agentctl, answer, call, emulator, events, script_by_outputs, text};
+use webdriver::Browser;
+
+const TOKEN: &str = "browser-token-0123456789abcdef0123456789abcdef";
+const WAIT: Duration = Duration::from_secs(30);
+
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn shots_dir() -> std::path::PathBuf {
+    let dir =
+        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/serve-browser");
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_console_in_a_real_browser() {
+    let Some((chromium, chromedriver)) = webdriver::installed() else {
+        if std::env::var("CI").is_ok_and(|v| v == "true") {
+            panic!("CI=true but chromium/chromedriver are missing: .ci/chromium.sh installs them");
+        }
+        eprintln!("SKIPPED: the browser test (install chromium and chromium-driver)");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("j.db").display());
+    let ws = dir.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let server = emulator(&script_by_outputs(&[
+        json!([call(
+            "c1",
+            "shell",
+            json!({"command": "echo first-output-7Q"})
+        )]),
+        json!([call(
+            "c2",
+            "shell",
+            json!({"command": "echo second-output-9Z"})
+        )]),
+        answer("FINAL: all done 4K"),
+    ]))
+    .await;
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, TOKEN).unwrap();
+    let mut serve = agentctl(&db)
+        .args([
+            "--json",
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--base-url",
+            &server.base_url(),
+            "--token-file",
+        ])
+        .arg(&token_file)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(serve.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let _serve = Killed(serve);
+    let listening: Value = serde_json::from_str(&line).unwrap();
+    let base = format!("http://{}", listening["addr"].as_str().unwrap());
+    let worker = agentctl(&db)
+        .args(["worker", "--poll", "0.1", "--lease-ttl", "5"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let _worker = Killed(worker);
+
+    let browser = Browser::start(&chromium, &chromedriver).await;
+    let outcome = scenario(&browser, &base, &db, &ws).await;
+    let shot = browser.screenshot().await;
+    std::fs::write(shots_dir().join("run.png"), &shot).unwrap();
+    if let Err(panic) = outcome {
+        std::fs::write(shots_dir().join("failure.html"), browser.source().await).unwrap();
+        std::panic::resume_unwind(panic);
+    }
+}
+
+/// The scenario; a failure is caught so the screenshot is taken first.
+async fn scenario(
+    b: &Browser,
+    base: &str,
+    db: &str,
+    ws: &std::path::Path,
+) -> Result<(), Box<dyn std::any::Any + Send>> {
+    use futures::FutureExt as _;
+    std::panic::AssertUnwindSafe(async {
+        // Signed out: the login page, no data.
+        b.goto(&format!("{base}/")).await;
+        b.wait_for("body", "Not signed in", WAIT).await;
+        // The one-time link signs in and leaves the address bar.
+        b.goto(&format!("{base}/?token={TOKEN}")).await;
+        b.wait_for("#runs", "", WAIT).await;
+        let url = b.execute("return location.href", json!([])).await;
+        assert!(!url.as_str().unwrap().contains("token"), "{url}");
+
+        // Submit a run from the page (sandbox off: every command asks).
+        let new = b.all("#nav-new").await;
+        b.click(&new[0]).await;
+        let prompt = b.wait_for("#new-prompt", "", WAIT).await;
+        b.type_into(&prompt, "say two things").await;
+        let workspace = b.all("#new-workspace").await;
+        b.type_into(&workspace[0], &ws.display().to_string()).await;
+        b.execute(
+            "const s = document.querySelector('#new-run select[name=sandbox], #new-sandbox'); \
+             if (s) { s.value = 'off'; s.dispatchEvent(new Event('change')); } return !!s;",
+            json!([]),
+        )
+        .await;
+        let submit = b.all("#new-submit").await;
+        b.click(&submit[0]).await;
+
+        // The first approval appears without a reload; approve it in the page.
+        let approval = b
+            .wait_for(".approval[data-call-id='c1']", "echo first-output-7Q", WAIT)
+            .await;
+        let approve = b.all(".approval[data-call-id='c1'] .approve").await;
+        let _ = approval;
+        b.click(&approve[0]).await;
+        b.wait_for(
+            "#timeline li[data-kind='item:command_execution']",
+            "first-output-7Q",
+            WAIT,
+        )
+        .await;
+
+        // The second approval waits: steer first, then decide it from the CLI.
+        b.wait_for(".approval[data-call-id='c2']", "second-output-9Z", WAIT)
+            .await;
+        let steer = b.all("#steer-text").await;
+        b.type_into(&steer[0], "keep it short 3X").await;
+        let send = b.all("#steer-send").await;
+        b.click(&send[0]).await;
+        b.wait_for("#timeline", "keep it short 3X", WAIT).await;
+        let run = b
+            .execute("return location.hash.split('/').pop()", json!([]))
+            .await
+            .as_str()
+            .unwrap()
+            .to_string();
+        let o = host::out(agentctl(db).args(["approve", &run, "c2"]));
+        assert!(o.status.success(), "{}", text(&o.stderr));
+        b.wait_for(
+            "#timeline li[data-kind='item:command_execution']",
+            "second-output-9Z",
+            WAIT,
+        )
+        .await;
+        b.wait_for(
+            "#timeline li[data-kind='item:agent_message']",
+            "FINAL: all done 4K",
+            WAIT,
+        )
+        .await;
+        b.wait_for("#run-status", "completed", WAIT).await;
+        // The steer was applied (the journal says so), and the page says it too.
+        let evs = events(db, &run).await;
+        assert_eq!(
+            evs.iter().filter(|e| &*e.kind == "steer.applied").count(),
+            1
+        );
+        b.wait_for("#timeline li[data-kind='steer.applied']", "", WAIT)
+            .await;
+        // The CLI's decision is shown as the CLI's.
+        b.wait_for("#timeline li[data-kind='approval.decided']", "@", WAIT)
+            .await;
+
+        // A wrong token: the login page, and no run on it.
+        b.delete_cookies().await;
+        b.goto(&format!("{base}/?token=wrong")).await;
+        b.wait_for("body", "Not signed in", WAIT).await;
+        assert!(!b.source().await.contains(&run));
+        // Back in, for the screenshot of the run page.
+        b.goto(&format!("{base}/?token={TOKEN}")).await;
+        b.goto(&format!("{base}/#/runs/{run}")).await;
+        b.wait_for(
+            "#timeline li[data-kind='item:agent_message']",
+            "FINAL: all done 4K",
+            WAIT,
+        )
+        .await;
+    })
+    .catch_unwind()
+    .await
+}
