@@ -171,11 +171,6 @@ impl Browser {
         v["value"].as_str().map(str::to_string)
     }
 
-    /// The visible text of `el`.
-    pub async fn text(&self, el: &Element) -> String {
-        self.try_text(el).await.unwrap_or_default()
-    }
-
     /// Clicks `el`.
     pub async fn click(&self, el: &Element) {
         self.session("POST", &format!("/element/{}/click", el.0), None)
