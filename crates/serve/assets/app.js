@@ -4,7 +4,7 @@
 (() => {
 const API = '/api/v1';
 const NOT_SIGNED_IN = 'Not signed in: open the link agentctl serve printed.';
-const PAGE = 50, MAX_PAGE = 500, MAX_ENTRIES = 2000, FOLD_LINES = 20, FOLD_CHARS = 4000;
+const PAGE = 50, MAX_PAGE = 500, MAX_ENTRIES = 2000, FOLD_LINES = 20, FOLD_CHARS = 4000, CHART_STEPS = 200;
 const STATUSES = ['all', 'queued', 'running', 'waiting', 'paused', 'interrupted', 'completed', 'failed'];
 const WHY = {
   policy: 'the tool asks',
@@ -270,6 +270,8 @@ function viewRun(main, id) {
     h('div.grid2', h('div', label('resume-steps', 'Max steps'), rSteps), h('div', label('resume-tokens', 'Max tokens'), rTokens)),
     h('div.buttons', resumeSend)));
 
+  const chartBox = h('div.chart-box'), chartNote = h('figcaption.muted.small');
+  const chart = h('figure#token-chart', { hidden: true }, h('figcaption', 'Tokens per step'), chartBox, chartNote);
   const timeline = h('ol#timeline', { tabindex: 0, 'aria-labelledby': 'timeline-h' });
   const dropped = h('p#timeline-dropped.muted.small', { hidden: true });
   const tlEmpty = h('p.empty', 'No events yet.');
@@ -278,7 +280,7 @@ function viewRun(main, id) {
     h('section.run-head', { 'aria-labelledby': 'run-h1' }, h('h1#run-h1', { tabindex: -1 }, 'Run ', code(id)), title,
       h('dl.facts', h('div', h('dt', 'Status'), h('dd', statusEl, ' ', badge, ' ', detail)),
         fact('model', 'Model'), fact('workspace', 'Workspace', 1), fact('sandbox', 'Sandbox'), fact('steps', 'Steps'),
-        fact('tokens', 'Tokens', 1), h('div', h('dt', 'Events'), h('dd', stream))), note),
+        fact('tokens', 'Tokens', 1), h('div', h('dt', 'Events'), h('dd', stream))), note, chart),
     apprSection,
     h('div.run-grid',
       h('section.timeline-panel', { 'aria-labelledby': 'timeline-h' },
@@ -392,7 +394,10 @@ function viewRun(main, id) {
   const tl = {
     queue: [], timer: 0, seq: 0, dropped: 0,
     items: new Map(), // item id -> its <li>
+    steps: [], // step -> tokens (input + output), from model.completed
   };
+  // Events that give no --json line but a detail worth a timeline entry.
+  const DETAIL_KINDS = new Set(['run.resumed', 'run.requeued', 'run.sandbox_changed']);
   function onEvent(e) {
     let ev;
     try { ev = JSON.parse(e.data); } catch (_) { return; }
@@ -407,8 +412,16 @@ function viewRun(main, id) {
     // Follow new entries while scrolled to the end of the timeline.
     const stick = timeline.scrollTop + timeline.clientHeight >= timeline.scrollHeight - 30;
     const batch = [], at = new Map(), updates = new Map();
+    let stepsChanged = false;
     for (const ev of tl.queue.splice(0)) {
-      for (const line of ev.lines || []) {
+      const lines = (ev.lines || []).slice();
+      if (ev.detail && DETAIL_KINDS.has(ev.kind)) lines.push(Object.assign({ type: ev.kind }, ev.detail));
+      if (ev.kind === 'model.completed' && ev.detail && ev.detail.usage) {
+        const u = ev.detail.usage;
+        tl.steps[ev.detail.step] = (u.input_tokens || 0) + (u.output_tokens || 0);
+        stepsChanged = true;
+      }
+      for (const line of lines) {
         if (!line) continue;
         const key = /^item\./.test(line.type) && line.item ? String(line.item.id) : null;
         // item.completed replaces the entry of the same item's item.started.
@@ -444,7 +457,34 @@ function viewRun(main, id) {
     tx(dropped, num(tl.dropped) + ' earlier events not shown');
     tlEmpty.hidden = count > 0;
     if (stick) timeline.scrollTop = timeline.scrollHeight;
+    if (stepsChanged) drawChart();
     refreshSoon();
+  }
+  // Tokens per step: one bar per step (the last CHART_STEPS), scaled to the largest.
+  function drawChart() {
+    const NS = 'http://www.w3.org/2000/svg', W = 600, H = 80;
+    const all = tl.steps.map((t, i) => [i, t]).filter((x) => x[1] != null);
+    const shown = all.slice(-CHART_STEPS);
+    chart.hidden = !shown.length;
+    if (!shown.length) return;
+    const max = Math.max(1, ...shown.map((x) => x[1])), bw = W / Math.max(shown.length, 10);
+    const svg = document.createElementNS(NS, 'svg');
+    svg.setAttribute('viewBox', '0 0 ' + W + ' ' + H);
+    svg.setAttribute('role', 'img');
+    svg.setAttribute('aria-label', 'Tokens per step: ' + all.length + ' steps, the largest ' + num(max));
+    shown.forEach(([step, t], i) => {
+      const r = document.createElementNS(NS, 'rect'), bh = Math.max(1, (t / max) * (H - 2));
+      r.setAttribute('x', String(i * bw + 1));
+      r.setAttribute('y', String(H - bh));
+      r.setAttribute('width', String(Math.max(1, bw - 2)));
+      r.setAttribute('height', String(bh));
+      const tip = document.createElementNS(NS, 'title');
+      tip.textContent = 'step ' + step + ': ' + num(t) + ' tokens';
+      r.append(tip);
+      svg.append(r);
+    });
+    chartBox.replaceChildren(svg);
+    tx(chartNote, all.length > CHART_STEPS ? 'the last ' + CHART_STEPS + ' of ' + all.length + ' steps' : all.length + ' step(s)');
   }
   function entry(ev, l) {
     const attrs = { 'data-kind': l.type }, it = /^item\./.test(l.type) && l.item;
@@ -509,6 +549,19 @@ function viewRun(main, id) {
       case 'context.compacted':
         return ['Context compacted', 'quiet', [chip(num(l.items_replaced) + ' items replaced before step ' + l.step)], []];
       case 'interrupt.requested': return ['Interrupt requested', 'warn', [], []];
+      case 'run.resumed': {
+        const o = l.owner || {};
+        return ['Taken over', 'quiet', [l.epoch != null && chip('epoch ' + l.epoch), o.host && chip(o.host + ':' + o.pid)],
+          [l.budgets && p('budgets: ' + num(l.budgets.max_steps) + ' steps' + (l.budgets.max_tokens ? ', ' + num(l.budgets.max_tokens) + ' tokens' : ''))]];
+      }
+      case 'run.requeued':
+        return ['Offered to workers again', 'quiet', [l.by && chip('by ' + l.by)],
+          [l.budgets && p('budgets: ' + num(l.budgets.max_steps) + ' steps' + (l.budgets.max_tokens ? ', ' + num(l.budgets.max_tokens) + ' tokens' : ''))]];
+      case 'run.sandbox_changed': {
+        const sb = l.sandbox || {};
+        return ['Sandbox changed', sb.mode === 'off' ? 'warn' : 'quiet', [chip(l.from + ' → ' + sb.mode), chip(l.cause)],
+          [sb.fallback && p(sb.fallback)]];
+      }
       case 'run.interrupted': return ['Interrupted', 'warn', [], [p('Cancelled: ' + ((l.cancelled || []).join(', ') || 'no call'))]];
       default: return [l.type, '', [], [fold(pretty(l), 'args')]];
     }

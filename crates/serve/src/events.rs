@@ -24,6 +24,31 @@ pub struct ApiEvent {
     pub at: i64,
     /// The `--json` lines it gives (possibly none).
     pub lines: Vec<Value>,
+    /// What a console shows of an event that gives no line: a step's usage
+    /// (`model.completed`: `step`, `usage`), who took the run over (`run.resumed`: `owner`,
+    /// `epoch`, `budgets`), a sandbox change or a requeue (their payloads).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detail: Option<Value>,
+}
+
+/// The `detail` of `event`, for the kinds that have one.
+fn detail(event: &Event) -> Option<Value> {
+    let p = &event.payload;
+    let pick = |keys: &[&str]| {
+        let mut out = serde_json::Map::new();
+        for key in keys {
+            if let Some(v) = p.get(*key) {
+                out.insert((*key).to_string(), v.clone());
+            }
+        }
+        Some(Value::Object(out))
+    };
+    match &*event.kind {
+        "model.completed" => pick(&["step", "usage"]),
+        "run.resumed" => pick(&["owner", "epoch", "budgets"]),
+        "run.sandbox_changed" | "run.requeued" => Some(p.clone()),
+        _ => None,
+    }
 }
 
 /// Converts the events of one run in order.
@@ -64,6 +89,7 @@ impl Converter {
             kind: event.kind.to_string(),
             at: event.at,
             lines,
+            detail: detail(event),
         }
     }
 }
