@@ -14,6 +14,7 @@ mod pg;
 mod responses;
 mod runtime;
 mod sandbox;
+mod serve;
 mod verdict;
 mod workers;
 
@@ -44,6 +45,7 @@ const AREAS: &[Area] = &[
     ("host", host::run),
     ("workers", workers::run),
     ("sandbox", sandbox::run),
+    ("serve", serve::run),
 ];
 
 pub fn run(args: &[String]) -> anyhow::Result<()> {
