@@ -97,6 +97,13 @@ fn main() -> std::process::ExitCode {
     if args.get(1).is_some_and(|a| a == agent_sandbox::ENTRY) {
         return cmd::sandbox::entry(&args[2..]);
     }
+    // This process may start commands (a run's `shell`, MCP servers): keep its /proc files
+    // (its environment holds the API key) out of their reach even unsandboxed.
+    if let Err(err) = agent_sandbox::hide_this_process() {
+        output::note(&format!(
+            "warning: cannot mark agentctl non-dumpable: {err}"
+        ));
+    }
     let cli = Cli::parse();
     init_tracing();
     let runtime = match tokio::runtime::Builder::new_multi_thread()

@@ -21,6 +21,7 @@
 
 mod entry;
 mod error;
+mod hide;
 #[cfg(target_os = "linux")]
 mod linux;
 mod policy;
@@ -31,5 +32,6 @@ pub use entry::{
     exec_sandboxed,
 };
 pub use error::SandboxError;
+pub use hide::hide_this_process;
 pub use policy::{Mode, Policy, default_deny_read};
 pub use read_rules::readable_roots;

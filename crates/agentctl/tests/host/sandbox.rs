@@ -770,6 +770,143 @@ mod runs {
         escapes_through_a_run("read-only");
     }
 
+    /// Whether these tests run as root (CI does).
+    fn is_root() -> bool {
+        std::fs::read_to_string("/proc/self/status")
+            .unwrap_or_default()
+            .lines()
+            .find_map(|l| l.strip_prefix("Uid:"))
+            .and_then(|v| v.split_whitespace().next().map(|u| u == "0"))
+            .unwrap_or(false)
+    }
+
+    /// The host run by a user without privileges (uid 65534 when the tests run as root, as
+    /// CI does; the tests' own user otherwise): an unsandboxed command cannot read the host's
+    /// environment (the host is non-dumpable), and the sandbox holds for that user too (its
+    /// mount namespace then needs a user namespace).
+    #[test]
+    fn a_host_run_by_an_ordinary_user() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let root = is_root();
+        let dir = tempfile::tempdir().unwrap();
+        let base = dir.path().canonicalize().unwrap();
+        let open = |p: &std::path::Path| {
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).unwrap()
+        };
+        open(&base);
+        let bin = base.join("bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        open(&bin);
+        for (from, name) in [
+            (env!("CARGO_BIN_EXE_agentctl"), "agentctl"),
+            (env!("CARGO_BIN_EXE_agentctl-sandbox"), "agentctl-sandbox"),
+        ] {
+            std::fs::copy(from, bin.join(name)).unwrap();
+            open(&bin.join(name));
+        }
+        let (home, ws, outside, data) = (
+            base.join("home"),
+            base.join("ws"),
+            base.join("outside"),
+            base.join("data"),
+        );
+        for d in [&home, &ws.join(".git"), &outside, &data] {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        std::fs::write(ws.join(".git/config"), "[core]\n").unwrap();
+        if root {
+            for p in [
+                &home,
+                &ws,
+                &ws.join(".git"),
+                &ws.join(".git/config"),
+                &outside,
+                &data,
+            ] {
+                std::os::unix::fs::chown(p, Some(65534), Some(65534)).unwrap();
+            }
+        }
+        // One database per run: the tests (root) read each after its run, and a root-owned
+        // WAL file would keep the next run (another user) from writing it.
+        let host = |db: &str, server: &agent_responses_mock::MockServer, extra: &[&str]| {
+            let mut cmd = if root {
+                let mut c = std::process::Command::new("setpriv");
+                c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+                    .arg(bin.join("agentctl"));
+                c
+            } else {
+                std::process::Command::new(bin.join("agentctl"))
+            };
+            cmd.env_remove("AGENTCTL_DB")
+                .env_remove("OPENAI_BASE_URL")
+                .env("OPENAI_API_KEY", agent_responses_mock::MOCK_API_KEY)
+                .env("HOME", &home)
+                .env("XDG_DATA_HOME", home.join(".local/share"))
+                .args([
+                    "--db",
+                    db,
+                    "run",
+                    "--base-url",
+                    &server.base_url(),
+                    "--workspace",
+                ])
+                .arg(&ws)
+                .args(extra)
+                .arg("do the task")
+                .stdin(std::process::Stdio::null());
+            out(&mut cmd)
+        };
+
+        // Unsandboxed and auto-approved: the host's environment stays out of reach.
+        let server = rt.block_on(emulator(&script_by_outputs(&[
+            json!([shell(
+                "c1",
+                "cat /proc/$PPID/environ | tr '\\0' '\\n' | grep OPENAI_API_KEY"
+            )]),
+            answer("FINAL: done"),
+        ])));
+        let db = format!("sqlite://{}", data.join("off.db").display());
+        let o = host(&db, &server, &["--sandbox", "off", "--approval", "auto"]);
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+        let run = only_run(&db);
+        let items = exec_items(&db, &run);
+        let said = items[0]["item"]["aggregated_output"].as_str().unwrap();
+        assert_ne!(items[0]["item"]["exit_code"], 0, "{said}");
+        assert!(said.contains("Permission denied"), "{said}");
+        let sent: String = server
+            .requests()
+            .iter()
+            .map(|r| r.body.to_string())
+            .collect();
+        assert!(
+            !sent.contains(agent_responses_mock::MOCK_API_KEY),
+            "the key reached the model"
+        );
+
+        // Sandboxed, as that user: writes outside and to `.git` are refused, inside allowed.
+        let escaped = outside.join("escaped");
+        let server = rt.block_on(emulator(&script_by_outputs(&[
+            json!([
+                shell("c1", "echo in > in.txt"),
+                shell("c2", &format!("echo x > {}", escaped.display())),
+                shell("c3", "echo x >> .git/config")
+            ]),
+            answer("unused"),
+            answer("unused"),
+            answer("FINAL: done"),
+        ])));
+        let db = format!("sqlite://{}", data.join("sandboxed.db").display());
+        let o = host(&db, &server, &["--sandbox", "workspace-write"]);
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+        assert_eq!(std::fs::read_to_string(ws.join("in.txt")).unwrap(), "in\n");
+        assert!(!escaped.exists(), "wrote outside the workspace");
+        assert_eq!(
+            std::fs::read_to_string(ws.join(".git/config")).unwrap(),
+            "[core]\n"
+        );
+    }
+
     macro_rules! on_both {
         ($($case:ident),* $(,)?) => {
             mod sqlite {
