@@ -6,7 +6,8 @@
 //! execs the program, which inherits every restriction and cannot lift any of them.
 //!
 //! What a restricted process gets (see [`Policy`] for the inputs):
-//! - files (Landlock): reads everywhere except [`Policy::deny_read`]; writes only in the
+//! - files (Landlock, and mounts in a private namespace that cover the hidden paths): reads
+//!   everywhere except [`Policy::deny_read`]; writes only in the
 //!   workspace (`workspace-write`), its private temp dir, the writable roots and a few
 //!   devices; inside the workspace, `.git` and `agentctl.toml` are bind-mounted read-only in
 //!   a private mount namespace, so a write there fails even where Landlock allows it;

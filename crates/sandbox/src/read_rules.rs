@@ -1,5 +1,6 @@
 //! Landlock only allows: a path is hidden inside a readable tree by allowing its siblings,
 //! and the siblings of each of its ancestors, one by one instead of the tree as a whole.
+//! Used only where hidden paths cannot be covered by mounts (no mount namespace to be had).
 
 use std::path::{Path, PathBuf};
 

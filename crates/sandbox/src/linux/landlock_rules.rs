@@ -24,7 +24,13 @@ const DEVICES: [&str; 5] = [
     "/dev/urandom",
 ];
 
-pub(crate) fn apply(policy: &Policy, resolved: &Resolved) -> Result<(), SandboxError> {
+/// `hidden_by_mounts`: the hidden paths are covered already (see `mounts`), so reads are
+/// granted on `/` in one rule; otherwise on every sibling of the hidden paths' ancestors.
+pub(crate) fn apply(
+    policy: &Policy,
+    resolved: &Resolved,
+    hidden_by_mounts: bool,
+) -> Result<(), SandboxError> {
     let err = |reason: String| SandboxError::Apply {
         step: "landlock",
         reason,
@@ -42,7 +48,11 @@ pub(crate) fn apply(policy: &Policy, resolved: &Resolved) -> Result<(), SandboxE
     }
     let mut created = ruleset.create().map_err(|e| err(e.to_string()))?;
     let read = AccessFs::from_read(ABI_TESTED);
-    let roots = readable_roots(Path::new("/"), &resolved.deny_read, &children);
+    let roots = if hidden_by_mounts {
+        vec![PathBuf::from("/")]
+    } else {
+        readable_roots(Path::new("/"), &resolved.deny_read, &children)
+    };
     for root in &roots {
         let rule = match beneath(root, read) {
             Ok(rule) => rule,

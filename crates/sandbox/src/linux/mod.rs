@@ -14,10 +14,26 @@ use crate::{Mode, Policy, SandboxError};
 /// exits.
 pub(crate) fn restrict_self(policy: &Policy) -> Result<(), SandboxError> {
     let resolved = Resolved::of(policy)?;
-    if policy.mode == Mode::WorkspaceWrite && !resolved.protected.is_empty() {
-        mounts::read_only_binds(&resolved.protected)?;
+    let protect = policy.mode == Mode::WorkspaceWrite && !resolved.protected.is_empty();
+    // Hidden paths are covered by mounts when a mount namespace can be had; without one
+    // (a user other than root where user namespaces are off) Landlock hides them alone,
+    // rule by rule, as long as nothing needs protecting read-only.
+    let mut hidden_by_mounts = false;
+    if protect || !resolved.deny_read.is_empty() {
+        match mounts::enter_private() {
+            Ok(()) => {
+                if protect {
+                    mounts::read_only_binds(&resolved.protected)?;
+                }
+                mounts::hide(&resolved.deny_read)?;
+                hidden_by_mounts = true;
+            }
+            Err(err @ SandboxError::Unsupported(_)) if protect => return Err(err),
+            Err(SandboxError::Unsupported(_)) => {}
+            Err(err) => return Err(err),
+        }
     }
-    landlock_rules::apply(policy, &resolved)?;
+    landlock_rules::apply(policy, &resolved, hidden_by_mounts)?;
     if !policy.network {
         seccomp::deny_sockets()?;
     }

@@ -1,11 +1,20 @@
-//! `.git` and `agentctl.toml` read-only inside a writable workspace. Landlock cannot take a
-//! right back beneath a tree it grants, so these are bind-mounted read-only over themselves
-//! in a private mount namespace (a user namespace too when not root).
+//! The sandbox's private mount namespace (a user namespace too when not root):
+//! - `.git` and `agentctl.toml` read-only inside a writable workspace: Landlock cannot take a
+//!   right back beneath a tree it grants, so they are bind-mounted read-only over themselves;
+//! - hidden paths (`deny_read`) covered: an empty, read-only, mode-000 tmpfs over a
+//!   directory, `/dev/null` over a file. Landlock then grants reads on `/` in one rule
+//!   instead of one per sibling of every hidden path's ancestors (a third of the entry's
+//!   time), and a hidden directory's parent stays listable.
+//!
+//! What the command cannot undo: it has no capability left, and a Landlock domain forbids
+//! changing the mount topology (mount, umount, pivot_root) at all.
 
 use std::path::PathBuf;
 
 use rustix::fs::{StatVfsMountFlags, statvfs};
-use rustix::mount::{MountFlags, MountPropagationFlags, mount_bind, mount_change, mount_remount};
+use rustix::mount::{
+    MountFlags, MountPropagationFlags, mount, mount_bind, mount_change, mount_remount,
+};
 // `unshare` is deprecated for flags that split state shared with other threads (files,
 // fs); NEWNS and NEWUSER are not among them, and the entry point calls it single-threaded
 // (the kernel refuses NEWUSER otherwise).
@@ -15,14 +24,42 @@ use rustix::thread::{UnshareFlags, unshare};
 use super::apply_err;
 use crate::SandboxError;
 
-pub(crate) fn read_only_binds(paths: &[PathBuf]) -> Result<(), SandboxError> {
+/// Enters a mount namespace of our own whose mounts do not propagate back.
+pub(crate) fn enter_private() -> Result<(), SandboxError> {
     enter_namespace()?;
     mount_change(
         "/",
         MountPropagationFlags::PRIVATE | MountPropagationFlags::REC,
     )
     .map_err(io)
-    .map_err(apply_err("private mounts"))?;
+    .map_err(apply_err("private mounts"))
+}
+
+/// Covers each of `paths` (existing, canonical): a directory with an empty read-only tmpfs
+/// that nobody may enter, a file with `/dev/null`.
+pub(crate) fn hide(paths: &[PathBuf]) -> Result<(), SandboxError> {
+    for path in paths {
+        if path.is_dir() {
+            mount(
+                "none",
+                path,
+                "tmpfs",
+                MountFlags::RDONLY | MountFlags::NOSUID | MountFlags::NODEV | MountFlags::NOEXEC,
+                Some(c"mode=000,size=4k"),
+            )
+            .map_err(io)
+            .map_err(apply_err("hide a directory"))?;
+        } else {
+            mount_bind("/dev/null", path)
+                .map_err(io)
+                .map_err(apply_err("hide a file"))?;
+        }
+    }
+    Ok(())
+}
+
+/// `.git` and `agentctl.toml` (`paths`) read-only, in the namespace [`enter_private`] made.
+pub(crate) fn read_only_binds(paths: &[PathBuf]) -> Result<(), SandboxError> {
     for path in paths {
         // A remount in a user namespace must keep the flags the mount is locked with.
         let locked = statvfs(path)
