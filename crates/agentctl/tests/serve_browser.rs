@@ -107,8 +107,11 @@ async fn the_console_in_a_real_browser() {
     let outcome = scenario(&browser, &base, &db, &ws).await;
     let shot = browser.screenshot().await;
     std::fs::write(shots_dir().join("run.png"), &shot).unwrap();
-    if let Err(panic) = outcome {
+    if outcome.is_err() {
         std::fs::write(shots_dir().join("failure.html"), browser.source().await).unwrap();
+    }
+    browser.quit().await;
+    if let Err(panic) = outcome {
         std::panic::resume_unwind(panic);
     }
 }

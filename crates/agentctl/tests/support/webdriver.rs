@@ -33,7 +33,12 @@ pub struct Browser {
 }
 
 impl Drop for Browser {
+    /// Kills the driver's whole process group: the browser it started too (killing the
+    /// driver alone leaves the browser running).
     fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-KILL", "--", &format!("-{}", self.driver.id())])
+            .status();
         let _ = self.driver.kill();
         let _ = self.driver.wait();
     }
@@ -51,8 +56,10 @@ impl Browser {
             .local_addr()
             .unwrap()
             .port();
+        use std::os::unix::process::CommandExt as _;
         let driver = Command::new(chromedriver)
             .arg(format!("--port={port}"))
+            .process_group(0)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -98,6 +105,12 @@ impl Browser {
     async fn session(&self, method: &str, path: &str, body: Option<Value>) -> Value {
         self.send(method, &format!("/session/{}{path}", self.session), body)
             .await
+    }
+
+    /// Ends the session: the driver closes the browser.
+    pub async fn quit(&self) {
+        let url = format!("{}/session/{}", self.base, self.session);
+        let _ = self.http.delete(url).send().await;
     }
 
     /// Opens `url`.
