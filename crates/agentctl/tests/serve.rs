@@ -6,66 +6,20 @@
 
 #[path = "host/mod.rs"]
 mod host;
+#[path = "support/served.rs"]
+mod served;
 
-use std::io::BufRead as _;
-use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt as _;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
+use served::{Served, TOKEN, serve};
+
 use host::{
     agentctl, answer, call, emulator, events, only_run, out, run_cmd, script_by_outputs, text,
 };
-
-const TOKEN: &str = "test-token-0123456789abcdef0123456789abcdef";
-
-/// A running `agentctl serve` and where it listens.
-struct Served {
-    child: Child,
-    base: String,
-    host: String,
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn token_file(dir: &std::path::Path) -> std::path::PathBuf {
-    let path = dir.join("token");
-    std::fs::write(&path, format!("{TOKEN}\n")).unwrap();
-    path
-}
-
-/// `agentctl --json serve --listen 127.0.0.1:0 --token-file ... EXTRA`, once it listens.
-fn serve(db: &str, dir: &std::path::Path, extra: &[&str]) -> Served {
-    let mut child = agentctl(db)
-        .args(["--json", "serve", "--listen", "127.0.0.1:0", "--token-file"])
-        .arg(token_file(dir))
-        .args(extra)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let mut line = String::new();
-    std::io::BufReader::new(stdout)
-        .read_line(&mut line)
-        .unwrap();
-    let listening: Value = serde_json::from_str(&line).unwrap_or_else(|_| panic!("{line}"));
-    assert_eq!(listening["type"], "serve.listening");
-    let addr = listening["addr"].as_str().unwrap().to_string();
-    assert!(listening["url"].as_str().unwrap().ends_with(TOKEN));
-    Served {
-        child,
-        base: format!("http://{addr}"),
-        host: addr,
-    }
-}
 
 fn client() -> reqwest::Client {
     reqwest::Client::builder()
@@ -619,33 +573,8 @@ async fn submit_and_resume_with_an_in_process_worker(db: &str) {
     assert_eq!(evs.iter().filter(|e| &*e.kind == "run.requeued").count(), 1);
 }
 
-macro_rules! on_both {
-    ($($case:ident),* $(,)?) => {
-        mod sqlite {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $case() {
-                    let dir = tempfile::tempdir().unwrap();
-                    let db = format!("sqlite://{}", dir.path().join("j.db").display());
-                    super::$case(&db).await;
-                }
-            )*
-        }
-        mod postgres {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $case() {
-                    let Some(pg) = agent_testkit::fresh_pg_database("serve").await else {
-                        return;
-                    };
-                    super::$case(pg.url()).await;
-                }
-            )*
-        }
-    };
-}
-
-on_both!(
+host::on_sqlite_and_postgres!(
+    "serve":
     the_door,
     runs_approvals_and_errors,
     sse_resumes_across_a_restart,

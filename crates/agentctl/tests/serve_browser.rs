@@ -13,19 +13,20 @@
 
 #[path = "host/mod.rs"]
 mod host;
+#[path = "support/served.rs"]
+mod served;
 #[path = "support/webdriver.rs"]
 mod webdriver;
 
-use std::io::BufRead as _;
 use std::process::{Child, Stdio};
 use std::time::Duration;
 
-use serde_json::{Value, json};
+use serde_json::json;
 
 use host::{agentctl, answer, call, emulator, events, script_by_outputs, text};
 use webdriver::Browser;
 
-const TOKEN: &str = "browser-token-0123456789abcdef0123456789abcdef";
+use served::TOKEN;
 const WAIT: Duration = Duration::from_secs(30);
 
 struct Killed(Child);
@@ -71,30 +72,8 @@ async fn the_console_in_a_real_browser() {
         answer("FINAL: all done 4K"),
     ]))
     .await;
-    let token_file = dir.path().join("token");
-    std::fs::write(&token_file, TOKEN).unwrap();
-    let mut serve = agentctl(&db)
-        .args([
-            "--json",
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--base-url",
-            &server.base_url(),
-            "--token-file",
-        ])
-        .arg(&token_file)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    std::io::BufReader::new(serve.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let _serve = Killed(serve);
-    let listening: Value = serde_json::from_str(&line).unwrap();
-    let base = format!("http://{}", listening["addr"].as_str().unwrap());
+    let served = served::serve(&db, dir.path(), &["--base-url", &server.base_url()]);
+    let base = served.base.clone();
     let worker = agentctl(&db)
         .args(["worker", "--poll", "0.1", "--lease-ttl", "5"])
         .stdout(Stdio::null())

@@ -189,35 +189,6 @@ async fn sigterm_releases_the_run(db: &str) {
     all.clear();
 }
 
-fn sqlite_db(dir: &tempfile::TempDir) -> String {
-    format!("sqlite://{}", dir.path().join("journal.db").display())
-}
-
-macro_rules! on_both {
-    ($($case:ident),*) => {
-        mod sqlite {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $case() {
-                    let dir = tempfile::tempdir().unwrap();
-                    super::$case(&super::sqlite_db(&dir)).await;
-                }
-            )*
-        }
-        mod postgres {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $case() {
-                    let Some(pg) = agent_testkit::fresh_pg_database("workers").await else {
-                        return;
-                    };
-                    super::$case(pg.url()).await;
-                }
-            )*
-        }
-    };
-}
-
 /// Approvals, steers and interrupts from other processes reach the worker driving a run.
 async fn requests_reach_the_worker(db: &str) {
     use host::{agentctl, answer, call, last_request, out, script_by_outputs, text};
@@ -436,7 +407,8 @@ async fn a_worker_tightens_a_weaker_run_to_its_floor(db: &str) {
     assert!(worker.child.wait().unwrap().success());
 }
 
-on_both!(
+host::on_sqlite_and_postgres!(
+    "workers":
     a_worker_tightens_a_weaker_run_to_its_floor,
     takeover_under_random_kills,
     zombie_is_fenced,

@@ -253,9 +253,7 @@ pub fn run(ctx: &BenchCtx) -> anyhow::Result<Section> {
         "--example",
         "bench_host",
     ]))?;
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| ctx.root.join("target"));
+    let target = ctx.target_dir();
     let agentctl = target.join("release/agentctl");
     let sdk_dir = ctx.root.join("interop/agents_sdk");
     let python = sdk_venv(&sdk_dir)?;

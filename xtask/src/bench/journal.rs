@@ -372,9 +372,7 @@ fn build_example(ctx: &BenchCtx) -> anyhow::Result<PathBuf> {
         "--example",
         "bench_journal",
     ]))?;
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| ctx.root.join("target"));
+    let target = ctx.target_dir();
     Ok(target.join("release/examples/bench_journal"))
 }
 

@@ -29,6 +29,15 @@ pub struct BenchCtx {
     pub runs: usize,
 }
 
+impl BenchCtx {
+    /// Cargo's target directory (`CARGO_TARGET_DIR`, else `target/` of the workspace).
+    pub fn target_dir(&self) -> PathBuf {
+        std::env::var_os("CARGO_TARGET_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| self.root.join("target"))
+    }
+}
+
 /// An area's output.
 pub struct Section {
     pub markdown: String,

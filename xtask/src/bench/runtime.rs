@@ -6,7 +6,6 @@
 //! (default `1000,10000`) set the call counts.
 
 use std::fmt::Write as _;
-use std::path::PathBuf;
 use std::process::Command;
 
 use anyhow::Context as _;
@@ -33,9 +32,7 @@ pub fn run(ctx: &BenchCtx) -> anyhow::Result<Section> {
         "--example",
         "bench_runtime",
     ]))?;
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| ctx.root.join("target"));
+    let target = ctx.target_dir();
     let bin = target.join("release/examples/bench_runtime");
     eprintln!("[runtime 1/5] ours: calls/s matrix, 30k queue case, journal ceiling");
     let mut ours = parse_lines(&output(Command::new(&bin).args([

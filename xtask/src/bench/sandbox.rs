@@ -30,9 +30,7 @@ pub fn run(ctx: &BenchCtx) -> anyhow::Result<Section> {
         "--bin",
         "agentctl-sandbox",
     ]))?;
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| ctx.root.join("target"));
+    let target = ctx.target_dir();
     let agentctl = target.join("release/agentctl");
     let ws = std::env::temp_dir().join(format!("agentctl-bench-sandbox-{}", std::process::id()));
     std::fs::create_dir_all(ws.join(".git")).context("workspace")?;

@@ -29,9 +29,7 @@ pub fn run(ctx: &BenchCtx) -> anyhow::Result<Section> {
         "--example",
         "bench_serve",
     ]))?;
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| ctx.root.join("target"));
+    let target = ctx.target_dir();
     let agentctl = target.join("release/agentctl");
     let bench = target.join("release/examples/bench_serve");
     eprintln!(

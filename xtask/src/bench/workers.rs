@@ -10,7 +10,7 @@
 use std::collections::HashSet;
 use std::fmt::Write as _;
 use std::io::BufRead as _;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -230,9 +230,7 @@ pub fn run(ctx: &BenchCtx) -> anyhow::Result<Section> {
     let runs = ctx.runs.max(1);
     eprintln!("[workers 1/3] build (release): agentctl");
     run_cmd(cargo().args(["build", "--release", "-j2", "-p", "agentctl"]))?;
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| ctx.root.join("target"));
+    let target = ctx.target_dir();
     let agentctl = target.join("release/agentctl");
     let emulator = Emulator::start(
         &agentctl,

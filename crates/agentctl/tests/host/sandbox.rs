@@ -546,11 +546,17 @@ mod runs {
         assert!(sandbox_changes(db, &run).await.is_empty());
     }
 
-    /// A run paused on its step budget, resumed with `--sandbox read-only`: the change is
-    /// journaled with the claim, the next command cannot write the workspace, and
-    /// `write_file` is refused from then on.
-    async fn resume_with_a_stricter_mode_is_journaled_and_enforced(db: &str) {
-        let (_d, ws) = workspace();
+    /// A run (workspace-write) whose two steps each write a file with `shell`, paused on
+    /// its step budget after the first: its workspace, emulator and id.
+    async fn paused_after_one_step(
+        db: &str,
+    ) -> (
+        tempfile::TempDir,
+        std::path::PathBuf,
+        agent_responses_mock::MockServer,
+        String,
+    ) {
+        let (dir, ws) = workspace();
         let server = emulator(&script_by_outputs(&[
             json!([shell("c1", "echo a > a.txt")]),
             json!([shell("c2", "echo b > b.txt")]),
@@ -560,6 +566,14 @@ mod runs {
         let o = out(&mut run_cmd(db, &server, &ws, &["--max-steps", "1"]));
         assert_eq!(o.status.code(), Some(3), "{}", text(&o.stderr));
         let run = only_run(db);
+        (dir, ws, server, run)
+    }
+
+    /// A run paused on its step budget, resumed with `--sandbox read-only`: the change is
+    /// journaled with the claim, the next command cannot write the workspace, and
+    /// `write_file` is refused from then on.
+    async fn resume_with_a_stricter_mode_is_journaled_and_enforced(db: &str) {
+        let (_d, ws, server, run) = paused_after_one_step(db).await;
         let o = out(&mut resume_cmd(
             db,
             &server,
@@ -596,16 +610,7 @@ mod runs {
     /// `resume --sandbox off` makes every command ask again; a resume without the flag keeps
     /// the mode it finds.
     async fn resume_with_sandbox_off_asks_for_every_command(db: &str) {
-        let (_d, ws) = workspace();
-        let server = emulator(&script_by_outputs(&[
-            json!([shell("c1", "echo a > a.txt")]),
-            json!([shell("c2", "echo b > b.txt")]),
-            answer("FINAL: done"),
-        ]))
-        .await;
-        let o = out(&mut run_cmd(db, &server, &ws, &["--max-steps", "1"]));
-        assert_eq!(o.status.code(), Some(3), "{}", text(&o.stderr));
-        let run = only_run(db);
+        let (_d, ws, server, run) = paused_after_one_step(db).await;
         let o = out(&mut resume_cmd(
             db,
             &server,
@@ -635,16 +640,7 @@ mod runs {
     /// A resume where the recorded mode cannot be had: asked for explicitly, exit 2 and
     /// nothing written; kept from the record, `off` with every command asking, journaled.
     async fn a_resume_where_the_sandbox_cannot_be_had(db: &str) {
-        let (_d, ws) = workspace();
-        let server = emulator(&script_by_outputs(&[
-            json!([shell("c1", "echo a > a.txt")]),
-            json!([shell("c2", "echo b > b.txt")]),
-            answer("FINAL: done"),
-        ]))
-        .await;
-        let o = out(&mut run_cmd(db, &server, &ws, &["--max-steps", "1"]));
-        assert_eq!(o.status.code(), Some(3), "{}", text(&o.stderr));
-        let run = only_run(db);
+        let (_d, ws, server, run) = paused_after_one_step(db).await;
         let before = events(db, &run).await.len();
         let mut explicit = resume_cmd(
             db,
@@ -907,34 +903,8 @@ mod runs {
         );
     }
 
-    macro_rules! on_both {
-        ($($case:ident),* $(,)?) => {
-            mod sqlite {
-                $(
-                    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                    async fn $case() {
-                        let dir = tempfile::tempdir().unwrap();
-                        let db = format!("sqlite://{}", dir.path().join("j.db").display());
-                        super::$case(&db).await;
-                    }
-                )*
-            }
-            mod postgres {
-                $(
-                    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                    async fn $case() {
-                        let Some(pg) = agent_testkit::fresh_pg_database("host_sandbox").await
-                        else {
-                            return;
-                        };
-                        super::$case(pg.url()).await;
-                    }
-                )*
-            }
-        };
-    }
-
-    on_both!(
+    crate::host::on_sqlite_and_postgres!(
+    "host_sandbox":
         commands_run_sandboxed_without_asking_and_the_mode_is_recorded,
         an_escalation_always_asks_and_runs_outside_once_when_approved,
         a_denied_escalation_tells_the_model_and_the_resumed_run_stays_sandboxed,

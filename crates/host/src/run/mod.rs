@@ -450,19 +450,17 @@ impl Host {
                 reason: err.to_string(),
             }
         })?;
-        let (_, mut registry) = tools::builtin_with(
-            &workspace,
-            spec.approval,
-            &ToolConfig::default(),
-            sandbox.map_or(&spec.sandbox, |c| &c.sandbox),
-        );
+        // The sandbox the run is driven under from this claim on.
+        let sandbox = sandbox.map_or(&spec.sandbox, |c| &c.sandbox);
+        let (_, mut registry) =
+            tools::builtin_with(&workspace, spec.approval, &ToolConfig::default(), sandbox);
         let (mcp_tools, servers) = mcp::reattach(
             run_id,
             &spec.mcp_servers,
             &spec.tools,
             &self.tools,
             workspace.root(),
-            sandbox.map_or(&spec.sandbox, |c| &c.sandbox),
+            sandbox,
         )?;
         for tool in mcp_tools {
             registry = registry.with_arc(tool);

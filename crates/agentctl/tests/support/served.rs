@@ -1,0 +1,58 @@
+//! A real `agentctl serve` for the serve tests: started on 127.0.0.1:0 with a token file,
+//! its address read from its `serve.listening` line, killed when dropped.
+
+#![allow(dead_code)] // each test binary uses part of it
+
+use std::io::BufRead as _;
+use std::process::{Child, Stdio};
+
+use serde_json::Value;
+
+use crate::host::agentctl;
+
+/// The token every served test signs in with.
+pub const TOKEN: &str = "test-token-0123456789abcdef0123456789abcdef";
+
+/// A running `agentctl serve` and where it listens.
+pub struct Served {
+    pub child: Child,
+    /// `http://ADDR`.
+    pub base: String,
+    /// `ADDR` (what its `Host` header must say).
+    pub host: String,
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `agentctl --json serve --listen 127.0.0.1:0 --token-file DIR/token EXTRA`, once it listens.
+pub fn serve(db: &str, dir: &std::path::Path, extra: &[&str]) -> Served {
+    let token_file = dir.join("token");
+    std::fs::write(&token_file, format!("{TOKEN}\n")).unwrap();
+    let mut child = agentctl(db)
+        .args(["--json", "serve", "--listen", "127.0.0.1:0", "--token-file"])
+        .arg(&token_file)
+        .args(extra)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(stdout)
+        .read_line(&mut line)
+        .unwrap();
+    let listening: Value = serde_json::from_str(&line).unwrap_or_else(|_| panic!("{line}"));
+    assert_eq!(listening["type"], "serve.listening");
+    let addr = listening["addr"].as_str().unwrap().to_string();
+    assert!(listening["url"].as_str().unwrap().ends_with(TOKEN));
+    Served {
+        child,
+        base: format!("http://{addr}"),
+        host: addr,
+    }
+}
