@@ -8,24 +8,29 @@
 //! - `interop`: the official `openai` Python SDK, the real Codex CLI and the real MCP
 //!   filesystem server against our code.
 //! - `fuzz [TARGET...] [--time SECONDS]`: long property-test campaigns (default 600 s each).
+//! - `install [--prefix DIR]`: the release `agentctl` and its static sandbox entry point.
 
 #[cfg(test)]
 mod arch_doc;
 mod bench;
 mod ci;
 mod fuzz;
+mod install;
 mod interop;
 mod process;
 
 use std::process::ExitCode;
 
-const USAGE: &str = "usage: cargo xtask <ci [--interop] | bench [AREA...] | interop [SUITE...] | fuzz [TARGET...] [--time SECONDS] [--list]>
+const USAGE: &str = "usage: cargo xtask <ci [--interop] | bench [AREA...] | interop [SUITE...] | fuzz [TARGET...] [--time SECONDS] [--list] | install [--prefix DIR]>
 
   ci        cargo fmt --check, clippy -D warnings, all tests (then interop under CI=true)
   bench     run benchmarks side by side with the seed; areas: journal runtime context responses host
+            workers sandbox serve
   interop   run third-party clients against our code; suites: openai-sdk codex mcp
   fuzz      run property tests with large case counts for SECONDS each (default 600); --list;
-            targets: sse events appserver requests script journal units redact tools mcp";
+            targets: sse events appserver requests script journal units redact tools mcp
+  install   build the release agentctl and its static sandbox entry point into DIR/bin
+            (default ~/.local)";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -38,6 +43,7 @@ fn main() -> ExitCode {
         "bench" => bench::run(rest),
         "interop" => interop::run(rest),
         "fuzz" => fuzz::run(rest),
+        "install" => install::run(rest),
         "-h" | "--help" | "help" => {
             println!("{USAGE}");
             Ok(())
