@@ -26,6 +26,7 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
         "warnings",
     ]))?;
     run_cmd(cargo().args(["test", "--workspace"]))?;
+    crate::install::check_static_entry()?;
     if interop {
         crate::interop::run(&[])?;
     }

@@ -64,11 +64,33 @@ pub struct Built {
 /// beside it (a later plain `cargo build --release` relinks it dynamically again).
 pub fn build_release(target: &Path) -> anyhow::Result<Built> {
     eprintln!("xtask: [1/2] cargo build --release: agentctl");
-    run_cmd(cargo().args(["build", "--release", "-j2", "-p", "agentctl", "--bin", "agentctl"]))?;
+    run_cmd(cargo().args([
+        "build",
+        "--release",
+        "-j2",
+        "-p",
+        "agentctl",
+        "--bin",
+        "agentctl",
+    ]))?;
     eprintln!("xtask: [2/2] agentctl-sandbox, statically linked");
+    link_static_entry("release")?;
+    let release = target.join("release");
+    let built = Built {
+        agentctl: release.join("agentctl"),
+        entry: release.join("agentctl-sandbox"),
+    };
+    ensure_static(&built.entry)?;
+    Ok(built)
+}
+
+/// `agentctl-sandbox` of `profile`, relinked with `crt-static` (given to that crate alone,
+/// so build scripts and proc macros stay dynamic as they must).
+pub fn link_static_entry(profile: &str) -> anyhow::Result<()> {
     run_cmd(cargo().args([
         "rustc",
-        "--release",
+        "--profile",
+        profile,
         "-j2",
         "-p",
         "agentctl",
@@ -77,12 +99,49 @@ pub fn build_release(target: &Path) -> anyhow::Result<Built> {
         "--",
         "-C",
         "target-feature=+crt-static",
-    ]))?;
-    let release = target.join("release");
-    Ok(Built {
-        agentctl: release.join("agentctl"),
-        entry: release.join("agentctl-sandbox"),
-    })
+    ]))
+}
+
+/// CI's check that the entry point links statically and runs: `cargo xtask install` does
+/// the same in release, which CI does not build.
+pub fn check_static_entry() -> anyhow::Result<()> {
+    eprintln!("xtask: the sandbox entry point, statically linked (as `install` ships it)");
+    link_static_entry("dev")?;
+    let debug = target_dir().join("debug");
+    ensure_static(&debug.join("agentctl-sandbox"))?;
+    check_installed(&debug.join("agentctl"))
+}
+
+/// Fails unless `binary` is an ELF file without a program interpreter (statically linked).
+fn ensure_static(binary: &Path) -> anyhow::Result<()> {
+    let bytes =
+        std::fs::read(binary).with_context(|| format!("cannot read {}", binary.display()))?;
+    match elf_has_interpreter(&bytes) {
+        Some(false) => Ok(()),
+        Some(true) => bail!("{} is dynamically linked", binary.display()),
+        None => bail!("{} is not a 64-bit ELF file", binary.display()),
+    }
+}
+
+/// Whether a 64-bit little-endian ELF image has a `PT_INTERP` program header; `None` when
+/// `bytes` is not one.
+fn elf_has_interpreter(bytes: &[u8]) -> Option<bool> {
+    const PT_INTERP: u32 = 3;
+    if bytes.get(..6)? != b"\x7fELF\x02\x01" {
+        return None;
+    }
+    let u16_at = |at: usize| Some(u16::from_le_bytes(bytes.get(at..at + 2)?.try_into().ok()?));
+    let u32_at = |at: usize| Some(u32::from_le_bytes(bytes.get(at..at + 4)?.try_into().ok()?));
+    let u64_at = |at: usize| Some(u64::from_le_bytes(bytes.get(at..at + 8)?.try_into().ok()?));
+    let table = usize::try_from(u64_at(0x20)?).ok()?;
+    let size = usize::from(u16_at(0x36)?);
+    let count = usize::from(u16_at(0x38)?);
+    for i in 0..count {
+        if u32_at(table.checked_add(i.checked_mul(size)?)?)? == PT_INTERP {
+            return Some(true);
+        }
+    }
+    Some(false)
 }
 
 /// Cargo's target directory (`CARGO_TARGET_DIR`, else `target/` of the workspace).
@@ -128,4 +187,17 @@ fn dirs_home() -> anyhow::Result<PathBuf> {
         .filter(|h| !h.is_empty())
         .map(PathBuf::from)
         .context("HOME is not set; pass --prefix DIR")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::elf_has_interpreter;
+
+    #[test]
+    fn a_dynamic_binary_has_an_interpreter_and_garbage_is_no_elf() {
+        let sh = std::fs::read("/bin/sh").unwrap();
+        assert_eq!(elf_has_interpreter(&sh), Some(true));
+        assert_eq!(elf_has_interpreter(b"#!/bin/sh\n"), None);
+        assert_eq!(elf_has_interpreter(&sh[..0x30]), None, "cut in the header");
+    }
 }
