@@ -108,3 +108,54 @@ fn codex_run_with_a_missing_working_directory_says_so() {
         "{stderr}"
     );
 }
+
+/// `mock serve --first-token-ms` holds a reply that long; a rate that is not positive is a
+/// usage error.
+#[test]
+fn mock_serve_takes_the_model_latency_it_is_given() {
+    use std::io::{BufRead as _, BufReader, Read as _, Write as _};
+    let output = agentctl()
+        .args(["mock", "serve", "--tokens-per-second", "0"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("tokens per second"), "{stderr}");
+
+    let bin = env!("CARGO_BIN_EXE_agentctl");
+    let mut server = std::process::Command::new(bin)
+        .args(["mock", "serve", "--first-token-ms", "400"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut base = String::new();
+    BufReader::new(server.stdout.take().unwrap())
+        .read_line(&mut base)
+        .unwrap();
+    let addr = base
+        .trim()
+        .trim_start_matches("http://")
+        .trim_end_matches("/v1")
+        .to_owned();
+    let body = r#"{"model":"m","input":"hi"}"#;
+    let started = std::time::Instant::now();
+    let mut tcp = std::net::TcpStream::connect(&addr).unwrap();
+    write!(
+        tcp,
+        "POST /v1/responses HTTP/1.1\r\nhost: {addr}\r\nauthorization: Bearer sk-x\r\n\
+         content-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut reply = String::new();
+    tcp.read_to_string(&mut reply).unwrap();
+    let elapsed = started.elapsed();
+    server.kill().unwrap();
+    server.wait().unwrap();
+    assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
+    assert!(
+        elapsed >= std::time::Duration::from_millis(400),
+        "{elapsed:?}"
+    );
+}

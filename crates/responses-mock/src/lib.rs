@@ -27,6 +27,7 @@
 #![allow(clippy::result_large_err)]
 
 mod bounded;
+mod latency;
 mod respond;
 mod router;
 pub mod script;
@@ -38,7 +39,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 pub use router::RecordedRequest;
-pub use script::{Script, ScriptError};
+pub use script::{Latency, Script, ScriptError};
 
 /// The bearer key `MockConfig::for_mode` expects, and the one `agentctl api --mock` sends.
 pub const MOCK_API_KEY: &str = "sk-mock-agentctl";
@@ -64,6 +65,8 @@ pub struct MockConfig {
     pub api_key: Option<String>,
     /// Characters per streamed text delta (default 8).
     pub delta_chars: Option<usize>,
+    /// How long a reply takes when neither its rule nor the script says (default: none).
+    pub latency: Latency,
     /// WebSocket mode (`GET /v1/responses`) settings.
     pub ws: ws::WsOptions,
 }
@@ -75,6 +78,7 @@ impl MockConfig {
             script,
             api_key: None,
             delta_chars: None,
+            latency: Latency::default(),
             ws: ws::WsOptions::default(),
         }
     }
@@ -157,6 +161,7 @@ impl MockServer {
         if let Some(n) = config.delta_chars {
             state.delta_chars = n.max(1);
         }
+        state.latency = config.latency;
         state.ws = ws::WsShared::new(config.ws);
         let state = Arc::new(state);
         let app = router::router(Arc::clone(&state));

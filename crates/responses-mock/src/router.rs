@@ -58,13 +58,18 @@ async fn create(
     headers: HeaderMap,
     ApiBody(body): ApiBody,
 ) -> Response {
+    let started = tokio::time::Instant::now();
     match create::create_inner(&state, &headers, &body) {
-        Ok(Created::Json(value)) => json_response(200, &value),
+        Ok(Created::Json { response, latency }) => {
+            tokio::time::sleep_until(started + latency).await;
+            json_response(200, &response)
+        }
         Ok(Created::Stream {
             response,
             fault,
             delta_chars,
-        }) => create::stream_body(&state, &response, fault, delta_chars),
+            latency,
+        }) => create::stream_body(&state, &response, fault, delta_chars, latency, started),
         Err(f) => failure(&f),
     }
 }

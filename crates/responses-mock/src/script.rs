@@ -13,13 +13,16 @@
 //! answers. No match: the default reply (echo the last user input, or acknowledge tool output).
 //! The WebSocket mode plays the same rules the same way (its requests are streamed, so
 //! `"stream": true` matches them); a rule's `hold_for_steer_ms` holds its reply there for a
-//! `response.steer`.
+//! `response.steer`. A `latency` (`{"first_token_ms": 300, "tokens_per_second": 50}`), at
+//! the top or in a rule, makes replies take a model's time.
 
 use std::path::Path;
 
 use agent_responses::types::{Input, Item, MessageItem};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
+
+pub use crate::latency::Latency;
 
 /// A whole script.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -31,6 +34,9 @@ pub struct Script {
     /// The rules, tried in order; the first available match answers.
     #[serde(default)]
     pub rules: Vec<Rule>,
+    /// How long every reply takes (a rule's own `latency` replaces it); none when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latency: Option<Latency>,
 }
 
 /// Cannot load a script.
@@ -48,12 +54,32 @@ pub enum ScriptError {
     /// The text is not a valid script (unknown fields are refused).
     #[error("invalid script: {0}")]
     Parse(#[from] serde_json::Error),
+    /// The script parses, but a value in it cannot be used.
+    #[error("invalid script: {0}")]
+    Invalid(String),
 }
 
 impl Script {
     /// Parses a script from JSON text.
     pub fn from_json_str(text: &str) -> Result<Self, ScriptError> {
-        Ok(serde_json::from_str(text)?)
+        let script: Script = serde_json::from_str(text)?;
+        script.check()?;
+        Ok(script)
+    }
+
+    /// Refuses values that parse but cannot be used (a latency's rate).
+    pub fn check(&self) -> Result<(), ScriptError> {
+        let rules = self.rules.iter().map(|r| (r.name.as_str(), r.latency));
+        for (name, latency) in std::iter::once(("", self.latency)).chain(rules) {
+            if let Some(Err(why)) = latency.map(|l| l.check()) {
+                return Err(ScriptError::Invalid(if name.is_empty() {
+                    why
+                } else {
+                    format!("rule `{name}`: {why}")
+                }));
+            }
+        }
+        Ok(())
     }
     /// Reads and parses a script file.
     pub fn load(path: &Path) -> Result<Self, ScriptError> {
@@ -89,6 +115,10 @@ pub struct Rule {
     /// never held. Ignored over HTTP.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hold_for_steer_ms: Option<u64>,
+    /// How long this rule's reply takes, over HTTP (streamed or not) and WebSocket alike;
+    /// replaces the script's `latency`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latency: Option<Latency>,
 }
 
 /// Which endpoint a rule is for.

@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use agent_responses_mock::{MockConfig, MockServer, Script};
+use agent_responses_mock::{Latency, MockConfig, MockServer, Script};
 use anyhow::Context as _;
 use clap::{Args, Subcommand};
 use serde_json::json;
@@ -47,6 +47,23 @@ pub struct ServeArgs {
     /// rules hold a reply with `hold_for_steer_ms` instead.
     #[arg(long, value_name = "MS", default_value_t = 5000)]
     pub steer_window_ms: u64,
+    /// Model latency: milliseconds before a reply's first output (streamed or not), for
+    /// replies whose script sets no `latency` of its own.
+    #[arg(long, value_name = "MS", default_value_t = 0)]
+    pub first_token_ms: u64,
+    /// Model latency: output tokens per second after the first (4 characters a token);
+    /// default: no limit.
+    #[arg(long, value_name = "RATE", value_parser = positive_rate)]
+    pub tokens_per_second: Option<f64>,
+}
+
+fn positive_rate(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(rate) if rate.is_finite() && rate > 0.0 => Ok(rate),
+        _ => Err(format!(
+            "`{s}` is not a positive number of tokens per second"
+        )),
+    }
 }
 
 pub async fn run(global: &GlobalArgs, cmd: MockCmd) -> anyhow::Result<std::process::ExitCode> {
@@ -62,6 +79,10 @@ pub async fn run(global: &GlobalArgs, cmd: MockCmd) -> anyhow::Result<std::proce
         }
     };
     config.api_key = args.require_key.clone();
+    config.latency = Latency {
+        first_token_ms: args.first_token_ms,
+        tokens_per_second: args.tokens_per_second,
+    };
     let server = MockServer::bind(&args.addr, config)
         .await
         .context("cannot start the emulator")?;

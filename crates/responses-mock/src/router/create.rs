@@ -2,27 +2,33 @@
 //! stream it as SSE (with the script's faults).
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use agent_responses::types::{CreateResponse, Item, Usage};
 use axum::body::{Body, Bytes};
 use axum::http::{HeaderMap, Method, StatusCode};
 use axum::response::Response;
 use serde_json::Value;
+use tokio::time::Instant;
 
 use super::replies::{base_headers, error_reply, parse_failure};
 use super::state::{AppState, Stored, lock};
 use crate::respond::{new_id, response_object, tokens};
-use crate::script::{Endpoint, Fault, FaultKind, Rendered, Reply, RequestView, input_items};
+use crate::script::{
+    Endpoint, Fault, FaultKind, Latency, Rendered, Reply, RequestView, input_items,
+};
 use crate::sse;
 use crate::validate::{ApiFailure, check_auth};
 
 /// What a valid `POST /v1/responses` gets: a JSON response, or one to stream as SSE.
 pub(super) enum Created {
-    Json(Value),
+    /// Sent `latency` after the request came.
+    Json { response: Value, latency: Duration },
     Stream {
         response: Value,
         fault: Option<Fault>,
         delta_chars: usize,
+        latency: Latency,
     },
 }
 
@@ -52,8 +58,9 @@ pub(super) fn create_inner(
         stream: request.is_stream(),
         previous_response: request.previous_response_id().is_some(),
     };
-    let (reply, fault) = state
-        .pick(&view)
+    let rule = state.pick(&view);
+    let latency = state.latency_of(rule.as_ref());
+    let (reply, fault) = rule
         .map(|rule| (rule.reply, rule.fault))
         .unwrap_or((Reply::Echo { echo: true }, None));
     let Rendered {
@@ -90,9 +97,13 @@ pub(super) fn create_inner(
             response,
             fault,
             delta_chars,
+            latency,
         })
     } else {
-        Ok(Created::Json(response))
+        Ok(Created::Json {
+            response,
+            latency: latency.total(output_tokens),
+        })
     }
 }
 
@@ -101,9 +112,11 @@ pub(super) fn stream_body(
     response: &Value,
     fault: Option<Fault>,
     delta_chars: usize,
+    latency: Latency,
+    started: Instant,
 ) -> Response {
     let events = sse::events(response, delta_chars);
-    let Some(fault) = fault else {
+    if fault.is_none() && latency.is_none() {
         // Nothing to interleave: every event is ready, so the stream goes out as one body
         // (one write for the server, one read for the client), as a server with no
         // generation latency between events would send it. Clients still see a valid SSE
@@ -113,12 +126,19 @@ pub(super) fn stream_body(
             body.push_str(&sse::frame(event));
         }
         return sse_response(Body::from(body));
-    };
+    }
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(16);
-    let gate = fault.gate.as_deref().map(|name| state.gate(name));
+    let gate = fault
+        .as_ref()
+        .and_then(|f| f.gate.as_deref())
+        .map(|name| state.gate(name));
+    let due = latency.schedule(&events);
     tokio::spawn(async move {
         for (index, event) in events.iter().enumerate() {
-            if fault.after_events == index {
+            if let Some(at) = due.get(index) {
+                tokio::time::sleep_until(started + *at).await;
+            }
+            if let Some(fault) = fault.as_ref().filter(|f| f.after_events == index) {
                 match fault.kind {
                     FaultKind::Cut => {
                         // Half of the next frame, then the body ends: the client sees a

@@ -90,6 +90,8 @@ pub(crate) struct AppState {
     pub ws: crate::ws::WsShared,
     /// Characters per streamed delta when a rule does not say.
     pub delta_chars: usize,
+    /// How long a reply takes when neither its rule nor the script says.
+    pub latency: crate::Latency,
 }
 
 /// Locks `m`, taking the data of a poisoned lock as it is (no handler panics while holding
@@ -110,8 +112,17 @@ impl AppState {
             recorded: Mutex::new(Recent::default()),
             gates: Mutex::new(HashMap::new()),
             delta_chars: 8,
+            latency: crate::Latency::default(),
             ws: crate::ws::WsShared::default(),
         }
+    }
+
+    /// The latency of a reply by `rule` (`None`: no rule matched): the rule's, else the
+    /// script's, else the server's.
+    pub(crate) fn latency_of(&self, rule: Option<&Rule>) -> crate::Latency {
+        rule.and_then(|r| r.latency)
+            .or(self.script.latency)
+            .unwrap_or(self.latency)
     }
 
     pub(crate) fn gate(&self, name: &str) -> Arc<Notify> {

@@ -64,6 +64,8 @@ struct Job {
     fault: Option<Fault>,
     /// Characters per delta, when the script says.
     delta_chars: Option<usize>,
+    /// How long the response takes to start and to stream.
+    latency: crate::Latency,
 }
 
 struct Session {
@@ -387,6 +389,7 @@ impl Session {
             hold,
             fault: None,
             delta_chars: None,
+            latency: self.state.latency_of(None),
         })
         .await
     }
@@ -409,7 +412,9 @@ impl Session {
             stream: true,
             previous_response: request.previous_response_id().is_some(),
         };
-        let (reply, fault, hold) = match self.state.pick(&view) {
+        let rule = self.state.pick(&view);
+        let latency = self.state.latency_of(rule.as_ref());
+        let (reply, fault, hold) = match rule {
             Some(rule) => (
                 rule.reply,
                 rule.fault,
@@ -439,6 +444,7 @@ impl Session {
             hold,
             fault,
             delta_chars,
+            latency,
         })
         .await
     }

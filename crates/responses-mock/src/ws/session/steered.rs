@@ -128,13 +128,15 @@ pub(super) fn steered_parent(
 }
 
 /// The automatic successor of steered response `parent_id`: the same settings, the queued
-/// steering input as its input, and an answer that says the steer was applied.
+/// steering input as its input, and an answer that says the steer was applied (with the
+/// parent's latency).
 pub(super) fn successor(
     parent_id: &str,
     request: CreateResponse,
     parent_context: Vec<Item>,
     steer: &SteerInput,
     lane: Option<String>,
+    latency: crate::Latency,
 ) -> Job {
     let steer_items = steer.to_items();
     let mut successor_request = request;
@@ -153,5 +155,6 @@ pub(super) fn successor(
         hold: None,
         fault: None,
         delta_chars: None,
+        latency,
     }
 }

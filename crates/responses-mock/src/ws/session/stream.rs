@@ -37,7 +37,9 @@ impl Session {
             hold,
             fault,
             delta_chars,
+            latency,
         } = job;
+        let started = tokio::time::Instant::now();
         let id = new_id("resp");
         let usage = Usage::new(
             tokens(&serde_json::to_string(&context).unwrap_or_default()),
@@ -60,6 +62,8 @@ impl Session {
                     hold,
                     fault: fault.as_ref(),
                     is_call,
+                    due: latency.schedule(&events),
+                    started,
                 },
             )
             .await?;
@@ -130,6 +134,7 @@ impl Session {
             parent_context,
             &steer.input,
             lane,
+            latency,
         )))
     }
 
@@ -149,12 +154,17 @@ impl Session {
             hold,
             fault,
             is_call,
+            due,
+            started,
         } = plan;
         let mut accepted: Option<(String, SteerRequest)> = None;
         for (index, event) in events.iter().enumerate() {
             let terminal = index + 1 == events.len();
             if terminal && accepted.is_some() && !is_call {
                 break;
+            }
+            if let Some(at) = due.get(index) {
+                tokio::time::sleep_until(started + *at).await;
             }
             if let Some(fault) = fault.filter(|f| f.after_events == index) {
                 match fault.kind {
@@ -208,11 +218,14 @@ impl Session {
 }
 
 /// How one response is streamed: where it waits for a steer and for how long (the event
-/// index and the window), its scripted fault, and whether it is a tool call.
+/// index and the window), its scripted fault, whether it is a tool call, and when each
+/// event is due (its latency) from `started`.
 struct Plan<'a> {
     hold: Option<(usize, Duration)>,
     fault: Option<&'a Fault>,
     is_call: bool,
+    due: Vec<Duration>,
+    started: tokio::time::Instant,
 }
 
 /// How streaming one response ended.
