@@ -50,11 +50,12 @@ fn steer_mock_json_is_one_object_per_line() {
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
-    let kinds: Vec<&str> = events
-        .iter()
-        .map(|e| e["event"].as_str().unwrap())
-        .collect();
+    let kinds: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
     assert_eq!(kinds, ["steer.accepted", "steer.committed", "completed"]);
+    assert!(
+        events.iter().all(|e| e.get("event").is_none()),
+        "one name for the kind: {events:?}"
+    );
     assert_eq!(events[1]["successor"], events[2]["response_id"]);
 }
 

@@ -77,7 +77,7 @@ pub async fn run(global: &GlobalArgs, args: SteerArgs) -> anyhow::Result<std::pr
     if json {
         typed_line(
             "completed",
-            json!({"event": "completed", "response_id": answer.response_id, "text": answer.lines.join("\n")}),
+            json!({"response_id": answer.response_id, "text": answer.lines.join("\n")}),
         )?;
     } else {
         for text in answer.lines {
@@ -133,22 +133,20 @@ fn show(json: bool, progress: SteerProgress<'_>) -> anyhow::Result<()> {
     match progress {
         SteerProgress::Accepted { steer_id, parent } if json => typed_line(
             "steer.accepted",
-            json!({"event": "steer.accepted", "steer_id": steer_id, "parent": parent}),
+            json!({"steer_id": steer_id, "parent": parent}),
         ),
         SteerProgress::Accepted { steer_id, .. } => {
             line(&format!("queued, not yet applied {steer_id}"))
         }
-        SteerProgress::RevisionBumped { revision } if json => typed_line(
-            "runtime.revision",
-            json!({"event": "runtime.revision", "revision": revision}),
-        ),
+        SteerProgress::RevisionBumped { revision } if json => {
+            typed_line("runtime.revision", json!({"revision": revision}))
+        }
         SteerProgress::RevisionBumped { revision } => {
             line(&format!("runtime turn revision bumped to {revision}"))
         }
-        SteerProgress::Committed { successor } if json => typed_line(
-            "steer.committed",
-            json!({"event": "steer.committed", "successor": successor}),
-        ),
+        SteerProgress::Committed { successor } if json => {
+            typed_line("steer.committed", json!({"successor": successor}))
+        }
         SteerProgress::Committed { successor } => {
             line(&format!("steering committed to successor {successor}"))
         }
@@ -157,8 +155,7 @@ fn show(json: bool, progress: SteerProgress<'_>) -> anyhow::Result<()> {
             revision,
         } if json => typed_line(
             "runtime.commit",
-            json!({"event": "runtime.commit",
-                   "stale_refused": stale_refused.to_string(), "revision": revision}),
+            json!({"stale_refused": stale_refused.to_string(), "revision": revision}),
         ),
         SteerProgress::RuntimeCommitted {
             stale_refused,
