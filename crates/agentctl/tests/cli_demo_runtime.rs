@@ -17,7 +17,7 @@ fn kinds(report: &Value) -> Vec<String> {
 }
 
 #[test]
-fn demo_runtime_tells_the_seed_story_and_runs_twice_on_one_db() {
+fn demo_runtime_tells_the_the_demo_story_and_runs_twice_on_one_db() {
     let (_dir, db) = temp_db("demo.db");
     let mut turns = Vec::new();
     for _ in 0..2 {

@@ -145,7 +145,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn seed_story_is_partial_with_one_finding_and_one_failure() {
+    async fn the_demo_story_is_partial_with_one_finding_and_one_failure() {
         let inputs: Vec<String> = ["api", "ui", "unknown"].map(String::from).to_vec();
         let report = fan_out(&inputs, demo_scan, &FindingShape::default(), high).await;
         assert_eq!(report.status, FanOutStatus::Partial);

@@ -44,12 +44,12 @@ macro_rules! on_every_backend {
 }
 
 on_every_backend!(
-    seed_steering_fences_stale_commit,
-    seed_idempotency_and_argument_collision,
-    seed_owner_isolation,
-    seed_timeout_and_failure,
-    seed_cancel_and_stale_turn,
-    seed_real_overlap_without_timing_threshold,
+    steering_fences_a_stale_commit,
+    idempotency_and_argument_collision,
+    owner_isolation,
+    timeout_and_failure,
+    cancel_and_stale_turn,
+    real_overlap_without_timing_threshold,
     overlap_proven_by_a_barrier,
     start_refuses_while_running_and_finish_allows_the_next_turn,
     ended_turn_is_refused_everywhere,
@@ -74,7 +74,7 @@ async fn demo_runtime(f: &Fixture) -> Runtime {
     .unwrap()
 }
 
-async fn seed_steering_fences_stale_commit(f: Fixture) {
+async fn steering_fences_a_stale_commit(f: Fixture) {
     let r = demo_runtime(&f).await;
     let t = r.start("a").await.unwrap();
     let key = r
@@ -109,7 +109,7 @@ async fn seed_steering_fences_stale_commit(f: Fixture) {
     r.close().await;
 }
 
-async fn seed_idempotency_and_argument_collision(f: Fixture) {
+async fn idempotency_and_argument_collision(f: Fixture) {
     let r = demo_runtime(&f).await;
     let t = r.start("a").await.unwrap();
     let key = r
@@ -146,7 +146,7 @@ async fn seed_idempotency_and_argument_collision(f: Fixture) {
     r.close().await;
 }
 
-async fn seed_owner_isolation(f: Fixture) {
+async fn owner_isolation(f: Fixture) {
     let r = demo_runtime(&f).await;
     let t = r.start("a").await.unwrap();
     let other = r.start("b").await.unwrap();
@@ -163,7 +163,7 @@ async fn seed_owner_isolation(f: Fixture) {
     r.close().await;
 }
 
-async fn seed_timeout_and_failure(f: Fixture) {
+async fn timeout_and_failure(f: Fixture) {
     let r = demo_runtime(&f).await;
     let t = r.start("a").await.unwrap();
     let slow = r
@@ -192,7 +192,7 @@ async fn seed_timeout_and_failure(f: Fixture) {
     r.close().await;
 }
 
-async fn seed_cancel_and_stale_turn(f: Fixture) {
+async fn cancel_and_stale_turn(f: Fixture) {
     let r = demo_runtime(&f).await;
     let t = r.start("a").await.unwrap();
     let key = r
@@ -211,7 +211,7 @@ async fn seed_cancel_and_stale_turn(f: Fixture) {
     r.close().await;
 }
 
-async fn seed_real_overlap_without_timing_threshold(f: Fixture) {
+async fn real_overlap_without_timing_threshold(f: Fixture) {
     let r = demo_runtime(&f).await;
     let t = r.start("a").await.unwrap();
     // A synchronous launcher would start them one by one; ours awaits a durable `tool.scheduled`, so both

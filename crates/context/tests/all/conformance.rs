@@ -34,7 +34,7 @@ fn units_of(w: &agent_context::Window) -> Vec<&str> {
 }
 
 /// The Python demo's `test_window_keeps_pairs_and_archive`.
-async fn seed_window_keeps_pairs_and_archive(s: &ContextStore) {
+async fn window_keeps_pairs_and_archive(s: &ContextStore) {
     s.append_unit("a", "1", &[json!({"type": "message", "text": "E42"})])
         .await
         .unwrap();
@@ -68,7 +68,7 @@ async fn seed_window_keeps_pairs_and_archive(s: &ContextStore) {
 }
 
 /// The Python demo's `test_memory_provenance_revocation_and_scope`.
-async fn seed_memory_provenance_revocation_and_scope(s: &ContextStore) {
+async fn memory_provenance_revocation_and_scope(s: &ContextStore) {
     s.add_evidence(&ev("a", "p", "jdk", "8", 1, true))
         .await
         .unwrap();
@@ -685,8 +685,8 @@ async fn observed_time_is_checked(s: &ContextStore) {
 
 conformance!(
     observed_time_is_checked,
-    seed_window_keeps_pairs_and_archive,
-    seed_memory_provenance_revocation_and_scope,
+    window_keeps_pairs_and_archive,
+    memory_provenance_revocation_and_scope,
     window_order_goal_and_keep,
     window_budget_never_splits,
     pairing_rules,
@@ -735,8 +735,8 @@ async fn long_reads_give_whole_answers(s: &ContextStore) {
 async fn sqlite_memory_url_works() {
     let fresh = || async { ContextStore::open("sqlite::memory:").await.unwrap() };
     let s = fresh().await;
-    seed_window_keeps_pairs_and_archive(&s).await;
-    seed_memory_provenance_revocation_and_scope(&s).await;
+    window_keeps_pairs_and_archive(&s).await;
+    memory_provenance_revocation_and_scope(&s).await;
     search_semantics(&fresh().await).await;
     long_reads_give_whole_answers(&fresh().await).await;
     readers_see_old_or_new_memory(&fresh().await).await;

@@ -1,7 +1,8 @@
 //! `agentctl demo gui`: the observe-act story on agent-runtime's observe-act loop:
 //! open the filters, type "penguin", verify the app's final state, within 5 actions.
 
-use agent_runtime::observe::{DEMO_BUDGET, FilterApp, filter_goal, filter_policy, run_loop};
+use agent_runtime::observe::filter::{DEMO_BUDGET, FilterApp, filter_goal, filter_policy};
+use agent_runtime::observe::run_loop;
 
 use crate::global::GlobalArgs;
 use crate::output::{line, typed_line, with_hint};
