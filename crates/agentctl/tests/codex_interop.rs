@@ -12,7 +12,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use agent_appserver::{
-    AppServerClient, ApprovalPolicy, COMMAND_APPROVAL, ClientInfo, Events, ServerEvent,
+    AppServerClient, AppServerEvent, ApprovalPolicy, COMMAND_APPROVAL, ClientInfo, Events,
     StderrTarget, ThreadStartParams, Turn, TurnNotification, TurnStartParams, TurnStatus,
     UserInput, codex_home,
 };
@@ -199,7 +199,7 @@ async fn until_completed(
     events: &mut Events,
     turn_id: &str,
     mut on_delta: impl FnMut(&str),
-) -> (Vec<ServerEvent>, String, Turn) {
+) -> (Vec<AppServerEvent>, String, Turn) {
     let mut seen = Vec::new();
     let mut text = String::new();
     loop {
@@ -207,7 +207,7 @@ async fn until_completed(
             .await
             .expect("hang guard: the turn did not complete")
             .expect("codex app-server ended before turn/completed");
-        if let ServerEvent::Notification(note) = &event {
+        if let AppServerEvent::Notification(note) = &event {
             match TurnNotification::parse(note).unwrap() {
                 Some(TurnNotification::AgentMessageDelta {
                     delta, turn_id: t, ..
@@ -304,7 +304,7 @@ async fn a_declined_command_does_not_run_and_the_model_gets_its_output() {
     let approval = seen
         .iter()
         .find_map(|e| match e {
-            ServerEvent::Request { request, reply } if request.method == COMMAND_APPROVAL => {
+            AppServerEvent::Request { request, reply } if request.method == COMMAND_APPROVAL => {
                 Some((request, reply))
             }
             _ => None,
@@ -316,12 +316,12 @@ async fn a_declined_command_does_not_run_and_the_model_gets_its_output() {
         Value::from("decline")
     );
     let declined = seen.iter().any(|e| match e {
-        ServerEvent::Notification(n) => matches!(
+        AppServerEvent::Notification(n) => matches!(
             TurnNotification::parse(n).unwrap(),
             Some(TurnNotification::ItemCompleted { item, .. })
                 if item.kind == "commandExecution" && item.status.as_deref() == Some("declined")
         ),
-        ServerEvent::Request { .. } => false,
+        AppServerEvent::Request { .. } => false,
     });
     assert!(declined, "the command item ended declined");
 

@@ -27,7 +27,7 @@ use crate::wire::{self, Incoming, Notification, RpcError, ServerRequest};
 
 /// Something the server sent that was not a response to one of our calls.
 #[derive(Debug, Clone, PartialEq)]
-pub enum ServerEvent {
+pub enum AppServerEvent {
     /// A notification.
     Notification(Notification),
     /// A server request, and the reply this client already sent for it.
@@ -39,13 +39,13 @@ pub enum ServerEvent {
     },
 }
 
-/// The queue of [`ServerEvent`]s, in the order the server sent them.
+/// The queue of [`AppServerEvent`]s, in the order the server sent them.
 ///
 /// Consume it while calls are in flight: when it is full the reader waits, and responses
 /// queued behind the unread events wait too.
 #[derive(Debug)]
 pub struct Events {
-    rx: mpsc::Receiver<ServerEvent>,
+    rx: mpsc::Receiver<AppServerEvent>,
     calls: Arc<PendingCalls>,
 }
 
@@ -55,7 +55,7 @@ impl Events {
     /// # Cancel safety
     ///
     /// Cancel safe: a dropped future loses no event; the next call returns it.
-    pub async fn recv(&mut self) -> Option<ServerEvent> {
+    pub async fn recv(&mut self) -> Option<AppServerEvent> {
         self.rx.recv().await
     }
 
@@ -385,7 +385,7 @@ struct ReadLoop<R, H> {
     calls: Arc<PendingCalls>,
     handler: H,
     outgoing: mpsc::Sender<Vec<u8>>,
-    events: mpsc::Sender<ServerEvent>,
+    events: mpsc::Sender<AppServerEvent>,
     shutdown: watch::Receiver<bool>,
 }
 
@@ -434,9 +434,9 @@ where
                 if !sent {
                     tracing::debug!(method = %request.method, "could not send the reply to a server request");
                 }
-                ServerEvent::Request { request, reply }
+                AppServerEvent::Request { request, reply }
             }
-            Ok(Incoming::Notification(note)) => ServerEvent::Notification(note),
+            Ok(Incoming::Notification(note)) => AppServerEvent::Notification(note),
             Err(reason) => break reason,
         };
         // Backpressure: wait for room rather than drop; a close still gets through.

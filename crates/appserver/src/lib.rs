@@ -48,7 +48,7 @@ mod policy;
 mod protocol;
 mod wire;
 
-pub use client::{AppServerClient, CloseOutcome, Events, ServerEvent};
+pub use client::{AppServerClient, AppServerEvent, CloseOutcome, Events};
 pub use error::{AppServerError, ConnectionLost};
 pub use options::{ClientOptions, ServerCommand, StderrTarget};
 pub use policy::{

@@ -6,8 +6,8 @@
 use std::time::Duration;
 
 use agent_appserver::{
-    AppServerClient, AppServerError, ApprovalDecision, ApprovalPolicy, ClientInfo, ClientOptions,
-    ConnectionLost, Events, METHOD_NOT_FOUND, ServerCommand, ServerEvent, StderrTarget,
+    AppServerClient, AppServerError, AppServerEvent, ApprovalDecision, ApprovalPolicy, ClientInfo,
+    ClientOptions, ConnectionLost, Events, METHOD_NOT_FOUND, ServerCommand, StderrTarget,
     ThreadStartParams, Turn, TurnNotification, TurnStartParams, TurnStatus, UserInput,
 };
 use serde_json::{Value, json};
@@ -59,7 +59,7 @@ async fn turn(client: &AppServerClient, thread_id: &str, text: &str) -> Turn {
 }
 
 /// Reads events until `turn/completed`; returns everything seen, the agent text and the turn.
-async fn until_completed(events: &mut Events) -> (Vec<ServerEvent>, String, Turn) {
+async fn until_completed(events: &mut Events) -> (Vec<AppServerEvent>, String, Turn) {
     let mut seen = Vec::new();
     let mut text = String::new();
     loop {
@@ -67,7 +67,7 @@ async fn until_completed(events: &mut Events) -> (Vec<ServerEvent>, String, Turn
             .await
             .expect("hang guard")
             .expect("stream ended before turn/completed");
-        if let ServerEvent::Notification(note) = &event {
+        if let AppServerEvent::Notification(note) = &event {
             match TurnNotification::parse(note).unwrap() {
                 Some(TurnNotification::AgentMessageDelta { delta, .. }) => text.push_str(&delta),
                 Some(TurnNotification::TurnCompleted { turn, .. }) => {
@@ -100,8 +100,8 @@ async fn a_plain_turn_streams_typed_notifications_and_completes() {
     let methods: Vec<&str> = seen
         .iter()
         .filter_map(|e| match e {
-            ServerEvent::Notification(n) => Some(n.method.as_str()),
-            ServerEvent::Request { .. } => None,
+            AppServerEvent::Notification(n) => Some(n.method.as_str()),
+            AppServerEvent::Request { .. } => None,
         })
         .collect();
     assert_eq!(
@@ -216,12 +216,12 @@ async fn a_server_request_with_an_unknown_method_is_refused() {
     // And the consumer sees the request and the refusal.
     loop {
         match events.recv().await.unwrap() {
-            ServerEvent::Request { request, reply } => {
+            AppServerEvent::Request { request, reply } => {
                 assert_eq!(request.method, "item/tool/requestUserInput");
                 assert_eq!(reply.unwrap_err().code, METHOD_NOT_FOUND);
                 break;
             }
-            ServerEvent::Notification(_) => {}
+            AppServerEvent::Notification(_) => {}
         }
     }
     client.close().await;
@@ -238,8 +238,8 @@ async fn approvals_are_declined_by_default() {
     let approval = seen
         .iter()
         .find_map(|e| match e {
-            ServerEvent::Request { request, reply } => Some((request, reply)),
-            ServerEvent::Notification(_) => None,
+            AppServerEvent::Request { request, reply } => Some((request, reply)),
+            AppServerEvent::Notification(_) => None,
         })
         .unwrap();
     assert_eq!(approval.0.method, agent_appserver::COMMAND_APPROVAL);
@@ -248,13 +248,13 @@ async fn approvals_are_declined_by_default() {
         &json!({"decision": "decline"})
     );
     let declined = seen.iter().any(|e| match e {
-        ServerEvent::Notification(n) => match TurnNotification::parse(n).unwrap() {
+        AppServerEvent::Notification(n) => match TurnNotification::parse(n).unwrap() {
             Some(TurnNotification::ItemCompleted { item, .. }) => {
                 item.kind == "commandExecution" && item.status.as_deref() == Some("declined")
             }
             _ => false,
         },
-        ServerEvent::Request { .. } => false,
+        AppServerEvent::Request { .. } => false,
     });
     assert!(declined);
     // File changes are declined too.
@@ -291,7 +291,7 @@ async fn a_notification_flood_past_the_queue_size_loses_nothing() {
     let consumer = tokio::spawn(async move {
         let mut next = 0u64;
         while let Some(event) = events.recv().await {
-            if let ServerEvent::Notification(note) = event
+            if let AppServerEvent::Notification(note) = event
                 && note.method == "fake/seq"
             {
                 assert_eq!(note.params["n"], json!(next), "out of order or lost");
@@ -329,7 +329,7 @@ async fn close_is_bounded_when_nobody_reads_a_full_queue() {
     });
     // Take one flood event: the reader is now pushing into a queue nobody drains.
     loop {
-        if let Some(ServerEvent::Notification(n)) = events.recv().await
+        if let Some(AppServerEvent::Notification(n)) = events.recv().await
             && n.method == "fake/seq"
         {
             break;
@@ -451,7 +451,7 @@ async fn close_kills_a_server_that_ignores_sigterm() {
     let (client, mut events) =
         AppServerClient::spawn(&command, options, ApprovalPolicy::default()).unwrap();
     assert!(
-        matches!(events.recv().await, Some(ServerEvent::Notification(n)) if n.method == "ready")
+        matches!(events.recv().await, Some(AppServerEvent::Notification(n)) if n.method == "ready")
     );
     let pending = tokio::spawn({
         let client = client.clone();

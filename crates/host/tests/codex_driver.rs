@@ -14,7 +14,7 @@ use std::io::{BufRead as _, Write as _};
 use std::pin::Pin;
 
 use agent_appserver::{
-    AppServerClient, ApprovalPolicy, ClientInfo, ClientOptions, ServerCommand, ServerEvent,
+    AppServerClient, AppServerEvent, ApprovalPolicy, ClientInfo, ClientOptions, ServerCommand,
     StderrTarget, TurnStatus,
 };
 use agent_host::codex::{DriveError, TurnEvent, TurnReport, TurnRequest, drive_turn};
@@ -76,11 +76,11 @@ impl Seen {
     fn note(&mut self, event: TurnEvent<'_>) -> Result<(), std::convert::Infallible> {
         let kind = match event {
             TurnEvent::ThreadStarted { .. } => "thread",
-            TurnEvent::Server(ServerEvent::Notification(note)) => {
+            TurnEvent::Server(AppServerEvent::Notification(note)) => {
                 self.server.push(format!("codex:{}", note.method));
                 "server"
             }
-            TurnEvent::Server(ServerEvent::Request { request, .. }) => {
+            TurnEvent::Server(AppServerEvent::Request { request, .. }) => {
                 self.server
                     .push(format!("codex-request:{}", request.method));
                 "server"

@@ -124,7 +124,7 @@ pub struct Rule {
 /// Which endpoint a rule is for.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Endpoint {
+pub enum ScriptEndpoint {
     /// `POST /v1/responses`.
     #[default]
     Responses,
@@ -140,7 +140,7 @@ pub enum Endpoint {
 pub struct Match {
     /// The endpoint the request went to.
     #[serde(default)]
-    pub endpoint: Endpoint,
+    pub endpoint: ScriptEndpoint,
     /// The last user message contains this text.
     pub last_user_contains: Option<String>,
     /// The raw request body contains this text.
@@ -285,7 +285,7 @@ pub enum FaultKind {
 #[derive(Debug)]
 pub struct RequestView<'a> {
     /// The endpoint the request went to.
-    pub endpoint: Endpoint,
+    pub endpoint: ScriptEndpoint,
     /// The raw body, for `body_contains`.
     pub body_text: &'a str,
     /// The whole conversation: the previous response's context plus this input.
@@ -300,7 +300,7 @@ impl Match {
     /// Whether every condition given holds for `req`.
     pub fn matches(&self, req: &RequestView<'_>) -> bool {
         let endpoint_ok = match self.endpoint {
-            Endpoint::Any => true,
+            ScriptEndpoint::Any => true,
             e => e == req.endpoint,
         };
         endpoint_ok

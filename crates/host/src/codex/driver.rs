@@ -21,7 +21,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use agent_appserver::{
-    AppServerClient, AppServerError, ClientInfo, ConnectionLost, Events, ServerEvent,
+    AppServerClient, AppServerError, AppServerEvent, ClientInfo, ConnectionLost, Events,
     ThreadStartParams, Turn, TurnNotification, TurnStartParams, UserInput,
 };
 use agent_journal::Journal;
@@ -84,7 +84,7 @@ pub enum TurnEvent<'a> {
         model_provider: Option<&'a str>,
     },
     /// Any server event (already journaled); requests carry the reply we sent.
-    Server(&'a ServerEvent),
+    Server(&'a AppServerEvent),
     /// A piece of our turn's agent message text.
     AgentText(&'a str),
     /// An agent message item started or completed: a partial line of text ends here.
@@ -245,7 +245,7 @@ where
         };
         recorder.record(&event).await?;
         observe(TurnEvent::Server(&event)).map_err(DriveError::Observer)?;
-        let ServerEvent::Notification(note) = &event else {
+        let AppServerEvent::Notification(note) = &event else {
             continue;
         };
         let typed = match TurnNotification::parse(note) {
@@ -353,7 +353,7 @@ impl Controls {
 /// `call` (whatever that means for it).
 pub async fn while_buffering<T>(
     events: &mut Events,
-    early: &mut VecDeque<ServerEvent>,
+    early: &mut VecDeque<AppServerEvent>,
     call: impl Future<Output = T>,
 ) -> T {
     tokio::pin!(call);

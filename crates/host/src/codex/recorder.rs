@@ -14,7 +14,7 @@
 //!   replaced by a note with its size, so one oversized event cannot fail the turn.
 //! - [`Recorder::finish`] returns only after every recorded event is durable.
 
-use agent_appserver::{RpcError, ServerEvent};
+use agent_appserver::{AppServerEvent, RpcError};
 use agent_journal::{Journal, JournalError, MAX_KIND_BYTES, MAX_PAYLOAD_BYTES, NewEvent};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
@@ -83,7 +83,7 @@ impl Recorder {
     ///
     /// # Cancel safety
     /// Cancel-safe: if the future is dropped, `event` was either queued whole or not at all.
-    pub async fn record(&self, event: &ServerEvent) -> Result<(), RecorderError> {
+    pub async fn record(&self, event: &AppServerEvent) -> Result<(), RecorderError> {
         let Some(tx) = &self.tx else { return Ok(()) };
         let (kind, payload) = journal_entry(event);
         tx.send(NewEvent::new(self.thread.clone(), kind, payload))
@@ -133,10 +133,12 @@ async fn write_batches(
 }
 
 /// The journal kind and payload of a server event (see the module docs).
-pub fn journal_entry(event: &ServerEvent) -> (String, Value) {
+pub fn journal_entry(event: &AppServerEvent) -> (String, Value) {
     let (kind, payload) = match event {
-        ServerEvent::Notification(note) => (format!("codex:{}", note.method), note.params.clone()),
-        ServerEvent::Request { request, reply } => (
+        AppServerEvent::Notification(note) => {
+            (format!("codex:{}", note.method), note.params.clone())
+        }
+        AppServerEvent::Request { request, reply } => (
             format!("codex-request:{}", request.method),
             json!({"id": request.id, "params": request.params, "reply": reply_json(reply)}),
         ),
@@ -178,8 +180,8 @@ mod tests {
     use super::*;
     use agent_appserver::Notification;
 
-    fn note(method: &str, n: u64) -> ServerEvent {
-        ServerEvent::Notification(Notification {
+    fn note(method: &str, n: u64) -> AppServerEvent {
+        AppServerEvent::Notification(Notification {
             method: method.into(),
             params: json!({"n": n}),
             emitted_at_ms: None,
@@ -195,7 +197,7 @@ mod tests {
 
     #[test]
     fn an_oversized_payload_becomes_a_note_with_its_size() {
-        let big = ServerEvent::Notification(Notification {
+        let big = AppServerEvent::Notification(Notification {
             method: "item/completed".into(),
             params: json!({"text": "x".repeat(MAX_PAYLOAD_BYTES)}),
             emitted_at_ms: None,

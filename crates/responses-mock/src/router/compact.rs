@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 use super::replies::{error_reply, parse_failure};
 use super::state::{AppState, lock};
 use crate::respond::{finish_item, new_id, tokens};
-use crate::script::{Endpoint, Reply, RequestView, input_items, render};
+use crate::script::{Reply, RequestView, ScriptEndpoint, input_items, render};
 use crate::validate::{ApiFailure, check_auth, check_context};
 
 pub(super) fn compact_inner(
@@ -35,7 +35,7 @@ pub(super) fn compact_inner(
     check_context(&context, &lock(&state.issued))?;
     let body_text = String::from_utf8_lossy(body);
     let view = RequestView {
-        endpoint: Endpoint::Compact,
+        endpoint: ScriptEndpoint::Compact,
         body_text: &body_text,
         items: &context,
         stream: false,

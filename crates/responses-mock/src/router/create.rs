@@ -15,7 +15,7 @@ use super::replies::{base_headers, error_reply, parse_failure};
 use super::state::{AppState, Stored, lock};
 use crate::respond::{new_id, response_object, tokens};
 use crate::script::{
-    Endpoint, Fault, FaultKind, Latency, Rendered, Reply, RequestView, input_items,
+    Fault, FaultKind, Latency, Rendered, Reply, RequestView, ScriptEndpoint, input_items,
 };
 use crate::sse;
 use crate::validate::{ApiFailure, check_auth};
@@ -52,7 +52,7 @@ pub(super) fn create_inner(
     state.check(&context)?;
     let body_text = String::from_utf8_lossy(body);
     let view = RequestView {
-        endpoint: Endpoint::Responses,
+        endpoint: ScriptEndpoint::Responses,
         body_text: &body_text,
         items: &context,
         stream: request.is_stream(),

@@ -26,7 +26,7 @@ use self::reply::{first_function_tool, last_user_text, message_json, reply_text}
 use super::{Entry, FaultAction, FaultPoint};
 use crate::respond::{finish_item, new_id, response_object};
 use crate::router::{AppState, error_reply};
-use crate::script::{Endpoint, Fault, Rendered, Reply, RequestView, tool_outputs};
+use crate::script::{Fault, Rendered, Reply, RequestView, ScriptEndpoint, tool_outputs};
 use crate::validate::{ApiFailure, previous_not_found};
 
 /// Why serving stopped.
@@ -406,7 +406,7 @@ impl Session {
         frame: &str,
     ) -> Served {
         let view = RequestView {
-            endpoint: Endpoint::Responses,
+            endpoint: ScriptEndpoint::Responses,
             body_text: frame,
             items: &context,
             stream: true,

@@ -2,7 +2,7 @@
 //! (`docs/cli-json.md`: `codex.thread`, `codex.notification`, `codex.server_request`,
 //! `codex.turn`).
 
-use agent_appserver::ServerEvent;
+use agent_appserver::AppServerEvent;
 use agent_host::codex::{TurnEvent, TurnReport, reply_json};
 use serde_json::{Value, json};
 
@@ -95,13 +95,13 @@ impl Printer {
         Ok(output::stream(text)?)
     }
 
-    fn server_event(&mut self, event: &ServerEvent) -> anyhow::Result<()> {
+    fn server_event(&mut self, event: &AppServerEvent) -> anyhow::Result<()> {
         match event {
-            ServerEvent::Notification(note) if self.json => typed_line(
+            AppServerEvent::Notification(note) if self.json => typed_line(
                 "codex.notification",
                 json!({"method": note.method, "params": note.params}),
             ),
-            ServerEvent::Request { request, reply } => {
+            AppServerEvent::Request { request, reply } => {
                 let reply = reply_json(reply);
                 if self.json {
                     typed_line(
@@ -121,7 +121,7 @@ impl Printer {
                     Ok(())
                 }
             }
-            ServerEvent::Notification(_) => Ok(()),
+            AppServerEvent::Notification(_) => Ok(()),
         }
     }
 }
