@@ -5,6 +5,7 @@
 //! and arguments, the run's sandbox mode), so a reader that starts after `seq` first feeds
 //! it the events up to `seq` and drops their lines.
 
+use agent_host::run::events::RunEvent;
 use agent_host::run::exec_json::ExecJson;
 use agent_journal::{Event, Journal};
 use futures::StreamExt as _;
@@ -31,24 +32,34 @@ pub struct ApiEvent {
     pub detail: Option<Value>,
 }
 
-/// The `detail` of `event`, for the kinds that have one.
+/// The `detail` of `event`, for the kinds that have one (read through the host's typed
+/// events; a payload the host cannot read has none).
 fn detail(event: &Event) -> Option<Value> {
-    let p = &event.payload;
-    let pick = |keys: &[&str]| {
-        let mut out = serde_json::Map::new();
-        for key in keys {
-            if let Some(v) = p.get(*key) {
-                out.insert((*key).to_string(), v.clone());
-            }
+    let mut out = serde_json::Map::new();
+    let mut put = |key: &str, value: Option<Value>| {
+        if let Some(value) = value.filter(|v| !v.is_null()) {
+            out.insert(key.to_owned(), value);
         }
-        Some(Value::Object(out))
     };
-    match &*event.kind {
-        "model.completed" => pick(&["step", "usage"]),
-        "run.resumed" => pick(&["owner", "epoch", "budgets"]),
-        "run.sandbox_changed" | "run.requeued" => Some(p.clone()),
-        _ => None,
+    match RunEvent::parse(&event.kind, &event.payload).ok()?? {
+        RunEvent::ModelCompleted(done) => {
+            put("step", Some(Value::from(done.step)));
+            put("usage", Some(done.usage.clone()));
+        }
+        RunEvent::Resumed(resumed) => {
+            put("owner", to_value(&resumed.owner));
+            put("epoch", resumed.epoch.map(Value::from));
+            put("budgets", to_value(&resumed.budgets));
+        }
+        RunEvent::SandboxChanged(changed) => return to_value(&changed),
+        RunEvent::Requeued(requeued) => return to_value(&requeued),
+        _ => return None,
     }
+    Some(Value::Object(out))
+}
+
+fn to_value(value: &impl Serialize) -> Option<Value> {
+    serde_json::to_value(value).ok()
 }
 
 /// Converts the events of one run in order.
@@ -91,5 +102,54 @@ impl Converter {
             lines,
             detail: detail(event),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use serde_json::json;
+
+    use super::*;
+
+    fn event(kind: &str, payload: Value) -> Event {
+        Event {
+            seq: 1,
+            thread: Arc::from("run:r1"),
+            kind: Arc::from(kind),
+            payload,
+            at: 0,
+            dedup_key: None,
+            epoch: None,
+        }
+    }
+
+    #[test]
+    fn a_steps_usage_and_a_takeover_have_a_detail_and_other_kinds_none() {
+        let usage = json!({"input_tokens": 5, "output_tokens": 3});
+        let done = event(
+            "model.completed",
+            json!({"step": 2, "attempt": 1, "response_id": "resp_1", "status": "completed",
+                   "usage": usage, "output": []}),
+        );
+        assert_eq!(detail(&done), Some(json!({"step": 2, "usage": usage})));
+        let resumed = event(
+            "run.resumed",
+            json!({"owner": {"host": "h", "pid": 7}, "after_seq": 3, "epoch": 4}),
+        );
+        let shown = detail(&resumed).unwrap();
+        assert_eq!(shown["owner"]["pid"], 7);
+        assert_eq!(shown["epoch"], 4);
+        assert!(shown.get("budgets").is_none(), "{shown}");
+        assert_eq!(
+            detail(&event("steer.requested", json!({"text": "x"}))),
+            None
+        );
+        // A payload the host cannot read gives no detail (and no error).
+        assert_eq!(
+            detail(&event("model.completed", json!({"step": "x"}))),
+            None
+        );
     }
 }
