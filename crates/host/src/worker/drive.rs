@@ -7,7 +7,7 @@ use agent_journal::{Event, Journal, JournalError, Lease, LeaseStatus};
 use agent_runtime::{CancellationToken, RuntimeError};
 use serde_json::Value;
 
-use super::Connector;
+use super::{Connector, WorkerEnd};
 use crate::error::HostError;
 use crate::run::{self, DriveOptions, Host, Observer, ResumeChange, RunEnd, RunState};
 
@@ -15,7 +15,7 @@ use crate::run::{self, DriveOptions, Host, Observer, ResumeChange, RunEnd, RunSt
 pub(super) enum Outcome {
     /// The drive ended and the lease was released (`released`: given back unfinished).
     Ended {
-        status: String,
+        status: WorkerEnd,
         detail: Option<String>,
     },
     /// Another worker holds the run now.
@@ -121,11 +121,13 @@ pub(super) async fn drive(
             ) => return Outcome::JournalFailed(err.to_string()),
             _ => match err {
                 HostError::Superseded(_) => return Outcome::Lost(err.to_string()),
-                HostError::Ended { status, .. } => (status.to_string(), None, LeaseStatus::Closed),
+                HostError::Ended { status, .. } => {
+                    (WorkerEnd::already(status), None, LeaseStatus::Closed)
+                }
                 // The run cannot be driven here (its workspace is gone, say): closed, so
                 // no worker loops on it; `agentctl resume` can still take it.
                 other => (
-                    "error".to_string(),
+                    WorkerEnd::Error,
                     Some(other.to_string()),
                     LeaseStatus::Closed,
                 ),
@@ -185,13 +187,15 @@ async fn keep(
     }
 }
 
-fn describe(end: &RunEnd) -> (String, Option<String>) {
+fn describe(end: &RunEnd) -> (WorkerEnd, Option<String>) {
     match end {
-        RunEnd::Completed { .. } => ("completed".into(), None),
-        RunEnd::Paused { reason, detail } => ("paused".into(), Some(format!("{reason}: {detail}"))),
-        RunEnd::Interrupted => ("interrupted".into(), None),
-        RunEnd::Released => ("released".into(), None),
-        RunEnd::Failed { error } => ("failed".into(), Some(error.clone())),
+        RunEnd::Completed { .. } => (WorkerEnd::Completed, None),
+        RunEnd::Paused { reason, detail } => {
+            (WorkerEnd::Paused, Some(format!("{reason}: {detail}")))
+        }
+        RunEnd::Interrupted => (WorkerEnd::Interrupted, None),
+        RunEnd::Released => (WorkerEnd::Released, None),
+        RunEnd::Failed { error } => (WorkerEnd::Failed, Some(error.clone())),
     }
 }
 

@@ -35,7 +35,7 @@ use serde::Serialize;
 use tokio::task::JoinSet;
 
 use crate::error::HostError;
-use crate::run::RunSpec;
+use crate::run::{RunSpec, RunStatus};
 use drive::Outcome;
 
 /// How a worker works.
@@ -86,6 +86,55 @@ pub trait Connector: Send + Sync {
     fn client<'a>(&'a self, spec: &'a RunSpec) -> BoxFuture<'a, Result<Connected, HostError>>;
 }
 
+/// How a worker's drive of a run ended (`status` of [`WorkerEvent::Ended`], written as the
+/// word each variant names).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WorkerEnd {
+    /// The run completed.
+    Completed,
+    /// The run paused (the detail says why).
+    Paused,
+    /// The run was interrupted.
+    Interrupted,
+    /// The run failed.
+    Failed,
+    /// Given back unfinished, on the worker's stop.
+    Released,
+    /// The run cannot be driven here (its workspace is gone, say); closed, so no worker
+    /// loops on it.
+    Error,
+}
+
+impl WorkerEnd {
+    /// The word, as `--json` writes it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WorkerEnd::Completed => "completed",
+            WorkerEnd::Paused => "paused",
+            WorkerEnd::Interrupted => "interrupted",
+            WorkerEnd::Failed => "failed",
+            WorkerEnd::Released => "released",
+            WorkerEnd::Error => "error",
+        }
+    }
+
+    /// A run found ended when it was claimed ([`HostError::Ended`]: completed or failed).
+    pub(crate) fn already(status: RunStatus) -> WorkerEnd {
+        if status == RunStatus::Completed {
+            WorkerEnd::Completed
+        } else {
+            WorkerEnd::Failed
+        }
+    }
+}
+
+impl std::fmt::Display for WorkerEnd {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// What a worker reports as it works.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
@@ -101,9 +150,8 @@ pub enum WorkerEvent {
     Ended {
         /// The run id.
         run_id: String,
-        /// `completed`, `paused`, `interrupted`, `failed`, or `released` (given back
-        /// unfinished on stop).
-        status: String,
+        /// How the drive ended.
+        status: WorkerEnd,
         /// A short detail (the pause reason, the error).
         detail: Option<String>,
     },
@@ -266,12 +314,10 @@ pub async fn run_worker(
                 held.remove(&id);
                 match outcome {
                     Outcome::Ended { status, detail } => {
-                        if status == "completed" {
-                            summary.completed += 1;
-                        } else if status == "released" {
-                            summary.released += 1;
-                        } else {
-                            summary.ended_otherwise += 1;
+                        match status {
+                            WorkerEnd::Completed => summary.completed += 1,
+                            WorkerEnd::Released => summary.released += 1,
+                            _ => summary.ended_otherwise += 1,
                         }
                         observer.event(&WorkerEvent::Ended {
                             run_id: run_id(&lease).to_string(),
@@ -369,4 +415,36 @@ async fn reopen(
         delay = (delay * 2).min(Duration::from_secs(5));
     }
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_ended_drive_is_written_with_its_status_word() {
+        for (end, word) in [
+            (WorkerEnd::Completed, "completed"),
+            (WorkerEnd::Paused, "paused"),
+            (WorkerEnd::Interrupted, "interrupted"),
+            (WorkerEnd::Failed, "failed"),
+            (WorkerEnd::Released, "released"),
+            (WorkerEnd::Error, "error"),
+        ] {
+            let event = WorkerEvent::Ended {
+                run_id: "r1".into(),
+                status: end,
+                detail: None,
+            };
+            let json = serde_json::to_value(&event).unwrap();
+            assert_eq!(json["type"], "ended");
+            assert_eq!(json["status"], word);
+            assert_eq!(end.to_string(), word);
+        }
+        assert_eq!(
+            WorkerEnd::already(RunStatus::Completed),
+            WorkerEnd::Completed
+        );
+        assert_eq!(WorkerEnd::already(RunStatus::Failed), WorkerEnd::Failed);
+    }
 }
