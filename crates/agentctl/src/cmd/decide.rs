@@ -58,13 +58,9 @@ pub struct InterruptArgs {
     pub run: String,
 }
 
-/// Who decides: `$USER@host`.
+/// Who decides: `$USER@host`, as the host records it.
 pub fn who() -> String {
-    let user = std::env::var("USER").unwrap_or_else(|_| "unknown".into());
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_string())
-        .unwrap_or_else(|_| "localhost".into());
-    format!("{user}@{host}")
+    agent_host::run::Owner::user_at_host()
 }
 
 pub async fn decide(

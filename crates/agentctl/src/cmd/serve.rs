@@ -73,7 +73,7 @@ pub async fn serve(global: &GlobalArgs, args: ServeArgs) -> anyhow::Result<ExitC
         max_watchers: usize::try_from(args.max_watchers).unwrap_or(1024),
         submitter: Some(submitter),
         context: Some(context.clone()),
-        who: format!("serve@{}", hostname()),
+        who: format!("serve@{}", agent_host::run::Owner::this_host()),
     };
     let bound = agent_serve::bind(journal.clone(), args.listen, options)
         .await
@@ -129,12 +129,6 @@ pub async fn serve(global: &GlobalArgs, args: ServeArgs) -> anyhow::Result<ExitC
     journal.close().await;
     served.context("the server failed")?;
     Ok(ExitCode::SUCCESS)
-}
-
-fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_string())
-        .unwrap_or_else(|_| "localhost".into())
 }
 
 /// `POST /runs`: what `agentctl submit` does, with this server's endpoint.

@@ -31,6 +31,21 @@ impl Owner {
         }
     }
 
+    /// The person behind this process, as decisions and interrupts record it:
+    /// `$USER@host` (`unknown@host` without `USER`).
+    pub fn user_at_host() -> String {
+        let user = std::env::var("USER")
+            .ok()
+            .filter(|u| !u.is_empty())
+            .unwrap_or_else(|| "unknown".into());
+        format!("{user}@{}", hostname())
+    }
+
+    /// This machine's host name, as owners record it.
+    pub fn this_host() -> String {
+        hostname()
+    }
+
     /// Whether the process is (as far as this machine can tell) still running.
     pub fn is_alive(&self) -> bool {
         if self.host != hostname() {

@@ -53,6 +53,15 @@ pub struct WorkerConfig {
     pub grace: Duration,
 }
 
+impl WorkerConfig {
+    /// Read connections a worker's journal needs for `concurrency` runs: each drive reads
+    /// its run and tails it for interrupts, the lease keeper reads summaries, and a few
+    /// stay for claims and the loop.
+    pub fn read_connections(concurrency: usize) -> u32 {
+        u32::try_from(concurrency.saturating_mul(3).saturating_add(4)).unwrap_or(u32::MAX)
+    }
+}
+
 /// A model client for one run, and whatever must live while it is used (an in-process
 /// emulator, say).
 pub struct Connected {

@@ -180,14 +180,14 @@ pub async fn worker(global: &GlobalArgs, args: WorkerArgs) -> anyhow::Result<Exi
         endpoint: args.endpoint,
         mcp: args.mcp,
         sandbox_floor: args.sandbox,
-        read_connections: u32::try_from(config.concurrency * 3 + 4).unwrap_or(u32::MAX),
+        read_connections: WorkerConfig::read_connections(config.concurrency),
     });
     let stop = CancellationToken::new();
     let second_signal = agent_host::signals::stop_on_signals(stop.clone())?;
     // The first signal stops the worker gracefully; a second one exits at once.
     let signals = tokio::spawn(async move {
         second_signal.await;
-        std::process::exit(130);
+        std::process::exit(i32::from(crate::exit::Exit::Interrupted.code()));
     });
     output::note(&format!(
         "worker {} driving up to {} run(s); SIGINT/SIGTERM stops it",
@@ -236,7 +236,7 @@ pub(crate) fn in_process(
         endpoint,
         mcp: Vec::new(),
         sandbox_floor: None,
-        read_connections: u32::try_from(concurrency * 3 + 4).unwrap_or(u32::MAX),
+        read_connections: WorkerConfig::read_connections(concurrency),
     });
     tokio::spawn(run_worker(connector, config, Arc::new(Logged), stop))
 }
