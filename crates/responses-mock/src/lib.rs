@@ -31,6 +31,7 @@ mod respond;
 mod router;
 pub mod script;
 pub mod sse;
+pub mod text_format;
 pub mod validate;
 pub mod ws;
 

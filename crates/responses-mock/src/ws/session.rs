@@ -214,6 +214,7 @@ impl Session {
     /// Checks a `response.create`; `Err(failure)` is sent as an error event.
     fn check_create(&mut self, create: &ResponseCreate) -> Result<(), ApiFailure> {
         let request = &create.request;
+        crate::text_format::check(request)?;
         if request.stream.is_some() {
             return Err(ApiFailure::invalid(
                 "The 'stream' parameter is implicit in WebSocket mode and must not be sent.",
@@ -408,6 +409,7 @@ impl Session {
             items: &context,
             stream: true,
             previous_response: request.previous_response_id().is_some(),
+            text_format: crate::text_format::format_type(&request),
         };
         let (reply, fault, hold) = match self.state.pick(&view) {
             Some(rule) => (
