@@ -13,6 +13,7 @@ pub mod exec_json;
 pub mod kinds;
 mod model;
 mod model_ws;
+mod output;
 mod owner;
 mod query;
 mod records;
@@ -38,6 +39,7 @@ use serde::Serialize;
 
 pub use endpoint::Endpoint;
 pub use events::{ApprovalReason, PauseReason};
+pub use output::{OutputSchema, OutputSchemaError, Rejection};
 pub use owner::Owner;
 pub use query::{LoadedRun, list, load, load_for_resume};
 pub use requests::{
@@ -181,6 +183,7 @@ pub struct NewRun {
     compact_at: Option<u64>,
     transport: Transport,
     sandbox: crate::sandbox::SandboxSpec,
+    output: Option<OutputSchema>,
 }
 
 impl NewRun {
@@ -207,7 +210,17 @@ impl NewRun {
             compact_at: None,
             transport: Transport::Http,
             sandbox: crate::sandbox::SandboxSpec::default(),
+            output: None,
         }
+    }
+
+    /// The JSON Schema the final answer must match (see [`OutputSchema`]): sent to the
+    /// model as `text.format`, checked by the host, an answer that does not match sent
+    /// back with its errors up to the schema's retries, then the run fails. The parsed
+    /// answer is [`RunReport::output`].
+    pub fn output_schema(mut self, schema: Option<OutputSchema>) -> NewRun {
+        self.output = schema;
+        self
     }
 
     /// The sandbox of the run's commands (default: `off`, every command asking; the CLI
@@ -260,6 +273,11 @@ impl NewRun {
         self
     }
 
+    /// Whether the final answer must match an output schema.
+    pub fn has_output_schema(&self) -> bool {
+        self.output.is_some()
+    }
+
     /// The prompt.
     pub fn prompt_text(&self) -> &str {
         &self.prompt
@@ -308,6 +326,13 @@ pub struct RunReport {
     pub end: RunEnd,
     /// The run as folded when the drive ended.
     pub state: RunState,
+}
+
+impl RunReport {
+    /// The final answer parsed, for a completed run with an output schema.
+    pub fn output(&self) -> Option<&serde_json::Value> {
+        self.state.final_output.as_ref()
+    }
 }
 
 /// What `resume` changes: budgets, and the sandbox (journaled as `run.sandbox_changed`).
@@ -735,6 +760,7 @@ async fn create(
         endpoint: new.endpoint,
         compact_at: new.compact_at,
         submitted,
+        output: new.output,
     };
     let created = RunCreated {
         spec,
