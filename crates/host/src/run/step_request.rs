@@ -178,7 +178,8 @@ struct Body<'a> {
     stream: Option<bool>,
 }
 
-/// A run's tool as [`agent_responses::types::FunctionTool::new`] writes it: a strict function tool.
+/// A run's tool as [`agent_responses::types::FunctionTool::new`] writes it: a function
+/// tool, strict unless its schema cannot be (a Rust tool's may not).
 #[derive(serde::Serialize)]
 struct FunctionToolRef<'a> {
     #[serde(rename = "type")]
@@ -196,7 +197,7 @@ impl<'a> FunctionToolRef<'a> {
             name: &tool.name,
             description: &tool.description,
             parameters: &tool.parameters,
-            strict: true,
+            strict: tool.strict,
         }
     }
 }
