@@ -80,6 +80,15 @@ async fn a_valid_answer_is_printed_as_json_and_shown() {
     assert_eq!(format["schema"], weather_schema());
     let run = only_run(&db);
     assert_eq!(show(&db, &run)["output"], printed);
+    let human = text(&out(agentctl(&db).args(["runs", "show", &run])).stdout);
+    assert!(
+        human.contains(r#"output    {"city":"Paris","temp":21.5}"#),
+        "{human}"
+    );
+    assert!(
+        human.contains("schema    weather (0 of 2 retries used)"),
+        "{human}"
+    );
     // --json: the final event carries it.
     let mut json_run = agentctl(&db);
     json_run
@@ -358,3 +367,38 @@ async fn crash_at_every_boundary_of_a_retry(db: &str) {
 }
 
 crate::host::on_sqlite_and_postgres!("output_schema": crash_at_every_boundary_of_a_retry);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_submitted_run_keeps_its_schema_for_the_worker() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("j.db").display());
+    let schema = schema_file(dir.path(), &weather_schema());
+    let server = emulator(&script(&[json!({"json": {"city": "Paris"}})])).await;
+    let (_g, ws) = workspace();
+    let o = out(agentctl(&db)
+        .args(["submit", "--workspace"])
+        .arg(&ws)
+        .args(args(&schema_args(&schema)))
+        .arg("weather please"));
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let run = text(&o.stdout).trim().to_string();
+    let created = events(&db, &run).await;
+    assert_eq!(created[0].payload["output"]["name"], "weather");
+    let mut worker = agentctl(&db)
+        .args(["worker", "--poll", "0.1", "--base-url", &server.base_url()])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let waited = out(agentctl(&db).args(["runs", "wait", &run]));
+    worker.kill().unwrap();
+    worker.wait().unwrap();
+    assert_eq!(waited.status.code(), Some(0), "{}", text(&waited.stderr));
+    let shown = show(&db, &run);
+    assert_eq!(shown["status"], "completed");
+    assert_eq!(shown["output"], json!({"city": "Paris", "temp": 21.5}));
+    assert_eq!(
+        kinds_of(&events(&db, &run).await, "output.rejected").len(),
+        1
+    );
+}
