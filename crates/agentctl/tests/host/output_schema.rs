@@ -167,6 +167,19 @@ async fn wrong_answers_are_sent_back_with_their_errors_then_accepted() {
     let second_input = bodies[1]["input"].to_string();
     assert!(second_input.contains("/city"), "{second_input}");
     check_invariants(&events);
+    // As JSON lines: each rejection is an `output.rejected` line, the end carries the output.
+    let lines: Vec<Value> = text(&out(agentctl(&db).args(["runs", "events", &run])).stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let rejected: Vec<&Value> = lines
+        .iter()
+        .filter(|l| l["type"] == "output.rejected")
+        .collect();
+    assert_eq!(rejected.len(), 2, "{lines:?}");
+    assert_eq!(rejected[1]["retry"], 2);
+    assert_eq!(rejected[1]["run_id"], run.as_str());
+    assert_eq!(lines.last().unwrap()["output"]["city"], "Paris");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
