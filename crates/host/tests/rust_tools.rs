@@ -17,7 +17,7 @@ use std::path::Path;
 use std::process::Command;
 
 use agent_host::run::{DecisionRequest, DriveOptions, Host, NewRun, ResumeChange, RunEnd};
-use agent_host::tools::{ApprovalMode, RustTool};
+use agent_host::tools::{ApprovalMode, RustTool, ToolCall};
 use agent_journal::Journal;
 use agent_responses::{ApiKey, Client, ClientConfig};
 use agent_responses_mock::{MOCK_API_KEY, MockConfig, MockServer, Script};
@@ -67,23 +67,29 @@ struct Deploy {
 }
 
 fn deploy_tool(effects: std::path::PathBuf, crash: bool, retry_safe: bool) -> RustTool {
-    RustTool::new("deploy", "Deploy a service.", move |d: Deploy| {
-        let effects = effects.clone();
-        async move {
-            use std::io::Write as _;
-            let mut file = std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(&effects)
-                .map_err(|e| e.to_string())?;
-            writeln!(file, "{}", d.service).map_err(|e| e.to_string())?;
-            file.sync_all().map_err(|e| e.to_string())?;
-            if crash {
-                std::process::abort();
+    RustTool::with_call(
+        "deploy",
+        "Deploy a service.",
+        move |d: Deploy, call: ToolCall| {
+            let effects = effects.clone();
+            async move {
+                use std::io::Write as _;
+                let mut file = std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(&effects)
+                    .map_err(|e| e.to_string())?;
+                // The call id is the effect's idempotency key.
+                writeln!(file, "{} {} {}", d.service, call.run_id(), call.call_id())
+                    .map_err(|e| e.to_string())?;
+                file.sync_all().map_err(|e| e.to_string())?;
+                if crash {
+                    std::process::abort();
+                }
+                Ok::<_, String>(format!("deployed {}", d.service))
             }
-            Ok::<_, String>(format!("deployed {}", d.service))
-        }
-    })
+        },
+    )
     .retry_safe(retry_safe)
 }
 
@@ -152,11 +158,16 @@ fn child(env: &[(&str, &str)]) -> (std::process::ExitStatus, String) {
     )
 }
 
-fn effects(path: &Path) -> Vec<String> {
+/// The effects written, each as `service call_id` (checked to name the run).
+fn effects(path: &Path, run: &str) -> Vec<String> {
     std::fs::read_to_string(path)
         .unwrap_or_default()
         .lines()
-        .map(str::to_string)
+        .map(|line| {
+            let parts: Vec<&str> = line.split(' ').collect();
+            assert_eq!(parts[1], run, "{line}");
+            format!("{} {}", parts[0], parts[2])
+        })
         .collect()
 }
 
@@ -204,8 +215,8 @@ async fn a_call_cut_off_by_a_crash_is_not_run_twice() {
     first.extend([("RUST_TOOL_CHILD", "start"), ("RUST_TOOL_CRASH", "1")]);
     let (status, _) = child(&first);
     assert!(!status.success(), "the child crashed");
-    assert_eq!(effects(&effects_file), ["api"]);
     let run = only_run(&db).await;
+    assert_eq!(effects(&effects_file, &run), ["api call_d"]);
     let events = kinds(&db, &run).await;
     assert!(
         events
@@ -223,7 +234,11 @@ async fn a_call_cut_off_by_a_crash_is_not_run_twice() {
     let (status, stdout) = child(&resume);
     assert!(status.success(), "{stdout}");
     assert!(stdout.contains(r#"END {"status":"paused""#), "{stdout}");
-    assert_eq!(effects(&effects_file), ["api"], "not run again");
+    assert_eq!(
+        effects(&effects_file, &run),
+        ["api call_d"],
+        "not run again"
+    );
     let events = kinds(&db, &run).await;
     let asked = events
         .iter()
@@ -252,7 +267,11 @@ async fn a_call_cut_off_by_a_crash_is_not_run_twice() {
     let (status, stdout) = child(&resume);
     assert!(status.success(), "{stdout}");
     assert!(stdout.contains(r#"END {"status":"completed""#), "{stdout}");
-    assert_eq!(effects(&effects_file), ["api"], "denied: never run again");
+    assert_eq!(
+        effects(&effects_file, &run),
+        ["api call_d"],
+        "denied: never run again"
+    );
 }
 
 /// A retry-safe tool cut off by a crash runs again on resume, without asking, and its
@@ -293,7 +312,7 @@ async fn a_retry_safe_call_cut_off_by_a_crash_runs_again() {
         stdout.contains(r#"END {"status":"completed","text":"Done: deployed api"}"#),
         "{stdout}"
     );
-    assert_eq!(effects(&effects_file), ["api", "api"]);
+    assert_eq!(effects(&effects_file, &run), ["api call_d", "api call_d"]);
     let events = kinds(&db, &run).await;
     let completed: Vec<_> = events
         .iter()

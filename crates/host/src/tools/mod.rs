@@ -26,7 +26,7 @@ pub use config::{
     ConfigError, DEFAULT_TOOL_TIMEOUT, SandboxConfig, ServerConfig, ToolConfig, WORKSPACE_FILE,
 };
 pub use files::{ListDir, ReadFile, WriteFile};
-pub use rust_tool::RustTool;
+pub use rust_tool::{RustTool, ToolCall};
 pub use shell::{ESCALATE, OUTPUT_CAP, Shell, asks_escalation};
 pub use workspace::{PathRefused, Workspace};
 

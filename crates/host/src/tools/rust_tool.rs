@@ -52,9 +52,46 @@ use serde_json::Value;
 use super::{ApprovalMode, Policy, ToolConfig, ToolSpec};
 use crate::RawJson;
 
-/// The function behind a [`RustTool`]: the arguments (checked to deserialize) to the
-/// result or the failure's text.
-type CallFn = dyn Fn(Value) -> BoxFuture<'static, Result<Value, ToolFailure>> + Send + Sync;
+/// The function behind a [`RustTool`]: the arguments (checked to deserialize) and the
+/// call to the result or the failure's text.
+type CallFn =
+    dyn Fn(Value, ToolCall) -> BoxFuture<'static, Result<Value, ToolFailure>> + Send + Sync;
+
+/// What a Rust tool's function learns of its call ([`RustTool::with_call`]).
+#[derive(Debug, Clone)]
+pub struct ToolCall {
+    run_id: String,
+    call_id: String,
+    cancel: agent_runtime::CancellationToken,
+}
+
+impl ToolCall {
+    /// The run the call belongs to.
+    pub fn run_id(&self) -> &str {
+        &self.run_id
+    }
+
+    /// The model's `call_id`: the call's idempotency key (a tool that reaches a system of
+    /// record can pass it on so that system, too, does the call at most once).
+    pub fn call_id(&self) -> &str {
+        &self.call_id
+    }
+
+    /// Fired when the run is interrupted: a long call should stop soon after (it is
+    /// dropped after the runtime's grace period otherwise).
+    pub fn cancellation(&self) -> &agent_runtime::CancellationToken {
+        &self.cancel
+    }
+
+    fn of(ctx: &ToolContext) -> ToolCall {
+        let thread = ctx.thread();
+        ToolCall {
+            run_id: thread.strip_prefix("run:").unwrap_or(thread).to_string(),
+            call_id: ctx.key.call_id.clone(),
+            cancel: ctx.cancel.clone(),
+        }
+    }
+}
 
 /// Whether arguments deserialize into a [`RustTool`]'s argument type; `Err` says why not.
 type CheckFn = dyn Fn(&Value) -> Result<(), String> + Send + Sync;
@@ -105,6 +142,37 @@ impl RustTool {
         T: Serialize,
         E: Display,
     {
+        RustTool::with_call(name, description, move |args: A, _: ToolCall| f(args))
+    }
+
+    /// As [`new`](Self::new), for a function that also takes its [`ToolCall`]: the run, the
+    /// model's `call_id` (an idempotency key to pass on) and the interrupt's cancellation.
+    ///
+    /// ```
+    /// use agent_host::tools::{RustTool, ToolCall};
+    ///
+    /// #[derive(serde::Deserialize, schemars::JsonSchema)]
+    /// struct Charge { cents: u64 }
+    ///
+    /// let charge = RustTool::with_call("charge", "Charge the card.", |c: Charge, call: ToolCall| async move {
+    ///     // The payment API deduplicates on the key: a call approved again after a crash
+    ///     // cannot charge twice.
+    ///     Ok::<_, String>(format!("charged {} with key {}", c.cents, call.call_id()))
+    /// });
+    /// assert!(!charge.parameters()["properties"]["cents"].is_null());
+    /// ```
+    pub fn with_call<A, F, Fut, T, E>(
+        name: impl Into<String>,
+        description: impl Into<String>,
+        f: F,
+    ) -> RustTool
+    where
+        A: DeserializeOwned + JsonSchema + Send + 'static,
+        F: Fn(A, ToolCall) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<T, E>> + Send + 'static,
+        T: Serialize,
+        E: Display,
+    {
         let mut parameters = schemars::schema_for!(A).to_value();
         if let Some(obj) = parameters.as_object_mut() {
             obj.remove("$schema");
@@ -112,21 +180,22 @@ impl RustTool {
         }
         let strict = strict_schema_problem(&parameters).is_none();
         let f = Arc::new(f);
-        let call = move |args: Value| -> BoxFuture<'static, Result<Value, ToolFailure>> {
-            let f = Arc::clone(&f);
-            Box::pin(async move {
-                let args = A::deserialize(args)
-                    .map_err(|err| ToolFailure(format!("invalid arguments: {err}")))?;
-                // A panic in the tool is its failure, not the host's.
-                let ran = std::panic::AssertUnwindSafe(async move { f(args).await })
-                    .catch_unwind()
-                    .await
-                    .map_err(|_| ToolFailure("the tool panicked".into()))?;
-                let value = ran.map_err(|err| ToolFailure(err.to_string()))?;
-                serde_json::to_value(value)
-                    .map_err(|err| ToolFailure(format!("the tool's result is not JSON: {err}")))
-            })
-        };
+        let call =
+            move |args: Value, call: ToolCall| -> BoxFuture<'static, Result<Value, ToolFailure>> {
+                let f = Arc::clone(&f);
+                Box::pin(async move {
+                    let args = A::deserialize(args)
+                        .map_err(|err| ToolFailure(format!("invalid arguments: {err}")))?;
+                    // A panic in the tool is its failure, not the host's.
+                    let ran = std::panic::AssertUnwindSafe(async move { f(args, call).await })
+                        .catch_unwind()
+                        .await
+                        .map_err(|_| ToolFailure("the tool panicked".into()))?;
+                    let value = ran.map_err(|err| ToolFailure(err.to_string()))?;
+                    serde_json::to_value(value)
+                        .map_err(|err| ToolFailure(format!("the tool's result is not JSON: {err}")))
+                })
+            };
         let check = |args: &Value| {
             A::deserialize(args)
                 .map(drop)
@@ -239,9 +308,9 @@ impl agent_runtime::Tool for RustTool {
     fn call(
         &self,
         args: Value,
-        _ctx: ToolContext,
+        ctx: ToolContext,
     ) -> BoxFuture<'static, Result<Value, ToolFailure>> {
-        (self.call)(args)
+        (self.call)(args, ToolCall::of(&ctx))
     }
 }
 
@@ -262,6 +331,14 @@ mod tests {
     struct Loose {
         #[allow(dead_code)]
         note: Option<String>,
+    }
+
+    fn a_call() -> ToolCall {
+        ToolCall {
+            run_id: "r".into(),
+            call_id: "c".into(),
+            cancel: agent_runtime::CancellationToken::new(),
+        }
     }
 
     fn weather() -> RustTool {
@@ -299,9 +376,9 @@ mod tests {
         let refused = tool.validate(&json!({"town": "Oslo"})).unwrap_err();
         assert!(refused.starts_with("invalid arguments"), "{refused}");
         assert!(tool.validate(&json!("Oslo")).is_err());
-        let done = (tool.call)(json!({"city": "Oslo"})).await;
+        let done = (tool.call)(json!({"city": "Oslo"}), a_call()).await;
         assert_eq!(done, Ok(json!({"city": "Oslo", "temp": 21})));
-        let failed = (tool.call)(json!({"city": ""})).await;
+        let failed = (tool.call)(json!({"city": ""}), a_call()).await;
         assert_eq!(failed, Err(ToolFailure("no city given".into())));
         #[allow(clippy::panic)]
         let boom = RustTool::new("boom", "", |_: Weather| async move {
@@ -310,7 +387,7 @@ mod tests {
             }
             Ok::<_, String>(0)
         });
-        let failed = (boom.call)(json!({"city": "x"})).await;
+        let failed = (boom.call)(json!({"city": "x"}), a_call()).await;
         assert_eq!(failed, Err(ToolFailure("the tool panicked".into())));
     }
 
