@@ -383,3 +383,91 @@ async fn missing_and_clashing_tools_are_refused() {
     );
     journal.close().await;
 }
+
+/// A program's worker (`run_worker` with its own connector) drives a submitted run with
+/// the program's Rust tool: the run recorded the tool at submit, the worker rebinds it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_drives_a_submitted_run_with_its_rust_tool() {
+    use agent_host::worker::{Connected, Connector, WorkerConfig, WorkerEvent, WorkerObserver};
+    use futures::future::BoxFuture;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    struct Programs {
+        db: String,
+        url: String,
+        effects: std::path::PathBuf,
+    }
+    impl Connector for Programs {
+        fn journal(&self) -> BoxFuture<'_, Result<Journal, agent_host::HostError>> {
+            Box::pin(async move { Ok(Journal::open(&self.db).await?) })
+        }
+        fn client<'a>(
+            &'a self,
+            _: &'a agent_host::run::RunSpec,
+        ) -> BoxFuture<'a, Result<Connected, agent_host::HostError>> {
+            Box::pin(async move {
+                let key = ApiKey::new(MOCK_API_KEY).unwrap();
+                Ok(Connected {
+                    client: Client::new(ClientConfig::new(&self.url, key)).unwrap(),
+                    tools: Default::default(),
+                    rust_tools: vec![deploy_tool(self.effects.clone(), false, false)],
+                    sandbox: None,
+                    guard: None,
+                })
+            })
+        }
+    }
+    struct Quiet;
+    impl WorkerObserver for Quiet {
+        fn event(&self, _: &WorkerEvent) {}
+    }
+
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("j.db").display());
+    let effects_file = dir.path().join("effects");
+    let workspace = tempfile::tempdir().unwrap();
+    let script = Script::from_json_str(SCRIPT).unwrap();
+    let mock = MockServer::start(MockConfig::new(script).with_api_key(MOCK_API_KEY))
+        .await
+        .unwrap();
+    let (journal, host) = host(
+        &db,
+        &mock.base_url(),
+        deploy_tool(effects_file.clone(), false, false),
+    )
+    .await;
+    let run = host
+        .submit(NewRun::new("deploy the api", workspace.path()))
+        .await
+        .unwrap();
+    let stop = agent_runtime::CancellationToken::new();
+    let worker = tokio::spawn(agent_host::worker::run_worker(
+        Arc::new(Programs {
+            db: db.clone(),
+            url: mock.base_url(),
+            effects: effects_file.clone(),
+        }),
+        WorkerConfig {
+            name: "w1".into(),
+            concurrency: 1,
+            lease_ttl: Duration::from_secs(15),
+            poll: Duration::from_millis(50),
+            grace: Duration::from_secs(5),
+        },
+        Arc::new(Quiet),
+        stop.clone(),
+    ));
+    let end =
+        agent_host::run_wait::wait_until_stopped(&journal, &run, Some(Duration::from_secs(60)))
+            .await
+            .unwrap();
+    stop.cancel();
+    worker.await.unwrap().unwrap();
+    let agent_host::run_wait::WaitEnd::Stopped(state) = end else {
+        panic!("the run did not stop: {end:?}");
+    };
+    assert_eq!(state.final_text.as_deref(), Some("Done: deployed api"));
+    assert_eq!(effects(&effects_file, &run), ["api call_d"]);
+    journal.close().await;
+}
