@@ -415,3 +415,23 @@ async fn a_submitted_run_keeps_its_schema_for_the_worker() {
         1
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_schema_travels_over_the_websocket_mode_too() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("j.db").display());
+    let schema = schema_file(dir.path(), &weather_schema());
+    let server = emulator(&script(&[text_answer("warm")])).await;
+    let (_g, ws) = workspace();
+    let mut a = schema_args(&schema);
+    a.extend(["--transport".into(), "ws".into()]);
+    let o = out(&mut run_cmd(&db, &server, &ws, &args(&a)));
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let printed: Value = serde_json::from_str(text(&o.stdout).trim()).unwrap();
+    assert_eq!(printed, json!({"city": "Paris", "temp": 21.5}));
+    let run = only_run(&db);
+    assert_eq!(
+        kinds_of(&events(&db, &run).await, "output.rejected").len(),
+        1
+    );
+}
