@@ -35,3 +35,6 @@ mod fixture_journal;
 
 #[path = "host/sandbox.rs"]
 mod sandbox;
+
+#[path = "host/output_schema.rs"]
+mod output_schema;

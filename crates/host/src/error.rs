@@ -88,6 +88,25 @@ pub enum HostError {
         /// How the run started it (command and args).
         command: String,
     },
+    /// A tool written in Rust cannot be offered under its name.
+    #[error("tool {tool}: {reason}")]
+    ToolName {
+        /// The tool's name.
+        tool: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A resumed run offered a tool written in Rust that this host does not have.
+    #[error(
+        "run {run} offers the tool {tool}, written in Rust, which this host does not have; \
+         register it (Host::tool) before resuming the run"
+    )]
+    RustToolMissing {
+        /// The run id.
+        run: String,
+        /// The tool's name.
+        tool: String,
+    },
     /// The run's model endpoint cannot be set up (no key, a bad URL, the emulator did not
     /// start).
     #[error("cannot reach the model: {0}")]
@@ -166,6 +185,8 @@ impl HostError {
                 | HostError::Workspace { .. }
                 | HostError::Config(_)
                 | HostError::McpServerMissing { .. }
+                | HostError::ToolName { .. }
+                | HostError::RustToolMissing { .. }
                 | HostError::EndpointMasked
                 | HostError::ArgsMismatch { .. }
         )

@@ -22,6 +22,12 @@
 //! runtime). For front ends: [`follow`] (a journal thread, live), [`run_wait`] (until a run
 //! stops) and [`signals`] (stopping long-running work on SIGINT/SIGTERM).
 //!
+//! # From `Host::new` to a tool of your own
+//!
+//! A host is a journal (the only source of truth: `memory:`, a SQLite file or a
+//! PostgreSQL URL) and a model client; a run is a prompt and a workspace. Here the
+//! emulator (`agent-responses-mock`, in this process) plays the model's built-in story.
+//!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! use agent_host::run::{Budgets, DriveOptions, Host, NewRun, RunEnd};
@@ -46,6 +52,64 @@
 //! assert!(workspace.path().join("SUMMARY.md").exists());
 //! # Ok(()) }
 //! ```
+//!
+//! [`DriveOptions`](run::DriveOptions) say how this process drives: an
+//! [`Observer`](run::Observer) sees every event as it is journaled, a
+//! [`Decider`](run::Decider) answers approvals inline (without one, a call that asks pauses
+//! the run: [`run::decide`] from anywhere, then [`Host::resume`](run::Host::resume)).
+//!
+//! A tool of your own is a [`tools::RustTool`]: a name, a description, an argument type
+//! whose JSON Schema `schemars` derives, and an async function. Registered with
+//! [`Host::tool`](run::Host::tool), its calls go through the runtime like the built-ins'
+//! (journaled before they run, never run twice, a call cut off by a crash asks a human
+//! before it runs again unless the tool is [`retry_safe`](tools::RustTool::retry_safe)).
+//! Its [`Policy`](tools::Policy) says whether it runs, asks or is refused.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use agent_host::run::{DriveOptions, Host, NewRun, RunEnd};
+//! use agent_host::tools::{Policy, RustTool};
+//! use agent_responses::{ApiKey, Client, ClientConfig};
+//! use agent_responses_mock::{MOCK_API_KEY, MockConfig, MockServer, Script};
+//!
+//! #[derive(serde::Deserialize, schemars::JsonSchema)]
+//! #[serde(deny_unknown_fields)]
+//! struct Lookup {
+//!     /// The ticket number.
+//!     id: u32,
+//! }
+//!
+//! let tickets = RustTool::new("ticket", "Read a ticket by number.", |t: Lookup| async move {
+//!     match t.id {
+//!         7 => Ok(serde_json::json!({"id": 7, "title": "Parser crash"})),
+//!         other => Err(format!("no ticket {other}")), // the model is told; the run goes on
+//!     }
+//! })
+//! .read_only()
+//! .policy(Policy::Auto);
+//!
+//! // The model asks for ticket 7, then answers with what the tool returned.
+//! let script = Script::from_json_str(r#"{"rules": [
+//!   {"when": {"tool_outputs": 0}, "reply": {"items": [{"type": "function_call",
+//!      "call_id": "c1", "name": "ticket", "arguments": "{\"id\": 7}"}]}},
+//!   {"reply": {"items": [{"type": "message", "role": "assistant",
+//!      "content": [{"type": "output_text", "text": "Found: {{outputs}}"}]}]}}]}"#)?;
+//! let mock = MockServer::start(MockConfig::new(script).with_api_key(MOCK_API_KEY)).await?;
+//! let client = Client::new(ClientConfig::new(mock.base_url(), ApiKey::new(MOCK_API_KEY).ok_or("key")?))?;
+//! let host = Host::new(agent_journal::Journal::open("memory:").await?, client).tool(tickets);
+//! let workspace = tempfile::tempdir()?;
+//! let report = host.start(NewRun::new("what is ticket 7?", workspace.path()), DriveOptions::default()).await?;
+//! assert_eq!(report.end, RunEnd::Completed {
+//!     text: r#"Found: {"id":7,"title":"Parser crash"}"#.into()
+//! });
+//! # Ok(()) }
+//! ```
+//!
+//! A run whose final answer must be JSON of a given shape takes an
+//! [`OutputSchema`](run::OutputSchema) ([`NewRun::output_schema`](run::NewRun::output_schema)):
+//! the schema goes to the model as `text.format`, an answer that does not match is sent back
+//! with its errors, and the parsed answer is [`RunReport::output`](run::RunReport::output).
+//! Whole programs: `examples/custom_tool.rs` and `examples/structured_output.rs`.
 //!
 //! Only one process drives a run: the host appends its own events with the journal's
 //! expected-version append, records itself as the driver, and `resume` refuses a run whose

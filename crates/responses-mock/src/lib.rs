@@ -32,6 +32,7 @@ mod respond;
 mod router;
 pub mod script;
 pub mod sse;
+pub mod text_format;
 pub mod validate;
 pub mod ws;
 

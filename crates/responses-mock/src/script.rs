@@ -6,7 +6,7 @@
 //!  "rules": [{"name": "first turn",
 //!             "when": {"endpoint": "responses", "last_user_contains": "api", "has_tool_outputs": false},
 //!             "times": 1,
-//!             "reply": {"items": [...], "status": "completed"},
+//!             "reply": {"items": [...], "status": "completed"},   // or {"json": {...}}
 //!             "fault": {"after_events": 3, "kind": "cut"}}]}
 //! ```
 //! Rules are tried in order; the first whose `when` matches and whose `times` is not used up
@@ -160,6 +160,9 @@ pub struct Match {
     pub stream: Option<bool>,
     /// `previous_response_id` is (or is not) set.
     pub previous_response: Option<bool>,
+    /// The request's `text.format.type` is this (`text` when it sends none), e.g.
+    /// `json_schema` for a request with an output schema.
+    pub text_format: Option<String>,
 }
 
 /// What to answer.
@@ -182,6 +185,13 @@ pub enum Reply {
         /// Characters per text/arguments delta when streamed.
         #[serde(default)]
         delta_chars: Option<usize>,
+    },
+    /// One assistant message whose text is this JSON value, encoded: a structured answer
+    /// (for a request with a `json_schema` text format). Not checked against the schema,
+    /// so a script can also play a model that answers wrongly.
+    Json {
+        /// The answer.
+        json: Value,
     },
     /// The default conversation (echo).
     Echo {
@@ -215,6 +225,11 @@ impl Reply {
                 status,
                 delta_chars,
             } => (items, status, delta_chars),
+            Reply::Json { json } => (
+                vec![assistant_message(&json.to_string())],
+                completed(),
+                None,
+            ),
             Reply::Echo { .. } => (echo_items(context), completed(), None),
         };
         let output = items
@@ -294,6 +309,8 @@ pub struct RequestView<'a> {
     pub stream: bool,
     /// Whether `previous_response_id` is set.
     pub previous_response: bool,
+    /// The request's `text.format.type` (`text` when it sends none).
+    pub text_format: &'a str,
 }
 
 impl Match {
@@ -329,6 +346,10 @@ impl Match {
             && self
                 .previous_response
                 .is_none_or(|p| p == req.previous_response)
+            && self
+                .text_format
+                .as_ref()
+                .is_none_or(|t| t == req.text_format)
     }
 }
 
@@ -394,9 +415,12 @@ pub fn echo_items(items: &[Item]) -> Vec<Value> {
             None => "Echo: (no user input)".to_owned(),
         }
     };
-    vec![
-        serde_json::json!({"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": text}]}),
-    ]
+    vec![assistant_message(&text)]
+}
+
+/// An assistant message of `text`.
+fn assistant_message(text: &str) -> Value {
+    serde_json::json!({"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": text}]})
 }
 
 /// Items of a request input (a bare string is one user message).

@@ -236,6 +236,17 @@ async fn show(
     if let Some(text) = &state.final_text {
         output::line(&format!("final     {text}"))?;
     }
+    if let Some(parsed) = &state.final_output {
+        output::line(&format!("output    {}", serde_json::to_string(parsed)?))?;
+    }
+    if let Some(schema) = state.spec.as_ref().and_then(|s| s.output.as_ref()) {
+        output::line(&format!(
+            "schema    {} ({} of {} retries used)",
+            schema.name,
+            state.output_retries_used(),
+            schema.retries
+        ))?;
+    }
     Ok(ExitCode::SUCCESS)
 }
 

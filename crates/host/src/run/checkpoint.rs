@@ -69,6 +69,12 @@ pub(crate) fn take(
         calls: state.elided.calls
             + state.calls.iter().filter(|c| c.step < before_step).count() as u64,
         messages: state.elided.messages + before.map(|s| s.message_items()).sum::<u64>(),
+        rejections: state.elided.rejections
+            + state
+                .rejections
+                .iter()
+                .filter(|r| r.step < before_step)
+                .count() as u64,
     };
     let mut attempts: Vec<(u64, u32)> = state
         .attempts

@@ -137,7 +137,8 @@ fn the_driving_fold_holds_only_what_follows_the_checkpoint_and_counts_the_rest()
         Elided {
             steps: 3,
             calls: 3,
-            messages: 3
+            messages: 3,
+            rejections: 0
         }
     );
     assert_eq!(live.step_count(), 5);

@@ -25,8 +25,9 @@ use serde_json::Value;
 
 use super::checkpoint;
 use super::events::{
-    ContextCompacted, HostEvent, ModelCompleted, ModelFailed, ModelRequested, PauseReason,
-    RunCompleted, RunFailed, RunInterrupted, RunPaused, SteerApplied, SteerDropped, SteerVia,
+    ContextCompacted, HostEvent, ModelCompleted, ModelFailed, ModelRequested, OutputRejected,
+    PauseReason, RunCompleted, RunFailed, RunInterrupted, RunPaused, SteerApplied, SteerDropped,
+    SteerVia,
 };
 use super::model::{self, Streamed};
 use super::model_ws;
@@ -44,6 +45,16 @@ const TOO_LARGE_CODE: &str = "response_too_large_to_journal";
 const MAX_ATTEMPTS: u32 = 3;
 
 mod calls;
+
+/// A final answer checked against the run's output schema.
+enum Checked {
+    /// Accepted: the parsed answer (`None` for a run without a schema).
+    Accepted(Option<Value>),
+    /// Rejected and journaled: the model answers again.
+    Retry,
+    /// Rejected with no retry left: the run failed.
+    Failed(RunEnd),
+}
 
 /// A step's request as its transport sends it.
 enum Outgoing {
@@ -216,11 +227,13 @@ impl Driver {
                 .any(|st| st.status == super::state::SteerStatus::Applied { step: next_step });
             if let Some(step) = self.state.steps.last()
                 && !steer_unsent
+                && !self.state.rejected(step.step)
                 && !step
                     .output
                     .iter()
                     .any(|i| i.item_type().as_deref() == Some("function_call"))
             {
+                let step_no = step.step;
                 // An item too deeply nested to read back holds no message text.
                 let items: Vec<Value> = step
                     .output
@@ -238,11 +251,17 @@ impl Driver {
                         ))
                         .await;
                 }
+                let output = match self.checked_output(step_no, &text).await? {
+                    Checked::Accepted(output) => output,
+                    Checked::Retry => continue,
+                    Checked::Failed(end) => return Ok(end),
+                };
                 let usage = self.state.usage;
                 self.record(&RunCompleted {
                     text: text.clone(),
                     usage,
                     steps: self.state.step_count(),
+                    output,
                 })
                 .await?;
                 self.drop_pending_steers("the run completed before the steer could be applied")
@@ -257,6 +276,38 @@ impl Driver {
                 return Ok(end);
             }
         }
+    }
+
+    /// The final answer `text` of `step` against the run's output schema, if it has one:
+    /// accepted (parsed), or rejected with `output.rejected` while retries are left (the
+    /// next request tells the model why), or the run fails.
+    async fn checked_output(&mut self, step: u64, text: &str) -> Result<Checked, HostError> {
+        let Some(schema) = self.spec.output.as_ref() else {
+            return Ok(Checked::Accepted(None));
+        };
+        let retries = schema.retries;
+        let errors = match schema.check(text) {
+            Ok(value) => return Ok(Checked::Accepted(Some(value))),
+            Err(rejection) => rejection.errors,
+        };
+        let used = self.state.output_retries_used();
+        if used < u64::from(retries) {
+            self.record(&OutputRejected {
+                step,
+                retry: u32::try_from(used + 1).unwrap_or(u32::MAX),
+                errors,
+            })
+            .await?;
+            return Ok(Checked::Retry);
+        }
+        let end = self
+            .fail(format!(
+                "the final answer does not match the output schema after {retries} {}: {}",
+                if retries == 1 { "retry" } else { "retries" },
+                errors.join("; ")
+            ))
+            .await?;
+        Ok(Checked::Failed(end))
     }
 
     /// Compacts the history before the next step when the last request was over the run's

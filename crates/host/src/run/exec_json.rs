@@ -6,7 +6,7 @@
 //! own type), `error`; then
 //! `turn.completed` with usage, `turn.failed`, `error`. Our own types, for what Codex has
 //! no shape for: `approval.requested`, `approval.decided`, `steer.requested`,
-//! `steer.applied`, `steer.dropped`, `run.paused`,
+//! `steer.applied`, `steer.dropped`, `run.paused`, `output.rejected`,
 //! `run.interrupted`, `interrupt.requested` (documented in `docs/cli-json.md`).
 //!
 //! Invariant: a pure function of the events (plus what earlier events said about each
@@ -53,6 +53,21 @@ pub enum ExecLine {
     TurnCompleted {
         /// Tokens of the whole run.
         usage: ExecUsage,
+        /// The final answer parsed, for a run with an output schema (our own field).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        output: Option<Value>,
+    },
+    /// A final answer did not match the run's output schema; the model is asked again.
+    #[serde(rename = "output.rejected")]
+    OutputRejected {
+        /// The run id.
+        run_id: String,
+        /// The step of the answer.
+        step: u64,
+        /// Which retry this is (1 for the first).
+        retry: u32,
+        /// What is wrong, one message per error.
+        errors: Vec<String>,
     },
     /// The run failed.
     #[serde(rename = "turn.failed")]
@@ -472,6 +487,13 @@ impl ExecJson {
             }],
             RunEvent::Completed(c) => vec![ExecLine::TurnCompleted {
                 usage: c.usage.into(),
+                output: c.output,
+            }],
+            RunEvent::OutputRejected(r) => vec![ExecLine::OutputRejected {
+                run_id: run_id(),
+                step: r.step,
+                retry: r.retry,
+                errors: r.errors,
             }],
             RunEvent::Failed(f) => vec![ExecLine::TurnFailed {
                 error: ExecError { message: f.error },

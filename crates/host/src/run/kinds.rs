@@ -10,6 +10,7 @@
 //!   completion per step;
 //! - `refused:<call>`: a call is refused once;
 //! - `compacted:<step>`: one compaction before a step;
+//! - `output-rejected:<step>`: a step's final answer is rejected once;
 //! - [`RUN_END_KEY`](super::events::RUN_END_KEY): a run ends once (completed or failed).
 //!
 //! Which event carries which key is said once, by its payload type (see [`super::events`]).
@@ -51,6 +52,9 @@ pub const STEER_APPLIED: &str = "steer.applied";
 pub const STEER_DROPPED: &str = "steer.dropped";
 /// The history up to a step was replaced by the compact endpoint's output (verbatim).
 pub const CONTEXT_COMPACTED: &str = "context.compacted";
+/// A final answer that is not JSON matching the run's output schema: step, retry, errors
+/// (sent back to the model before the next step).
+pub const OUTPUT_REJECTED: &str = "output.rejected";
 /// The run stopped on an interrupt; its running calls were cancelled.
 pub const RUN_INTERRUPTED: &str = "run.interrupted";
 /// The run paused: budget, approval or model error (reason, detail).
@@ -84,6 +88,10 @@ pub(crate) fn steer_end_key(id: &str) -> String {
 
 pub(crate) fn compacted_key(step: u64) -> String {
     format!("compacted:{step}")
+}
+
+pub(crate) fn output_rejected_key(step: u64) -> String {
+    format!("output-rejected:{step}")
 }
 
 pub(crate) fn model_key(step: u64, attempt: u32) -> String {

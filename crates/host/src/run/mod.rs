@@ -13,6 +13,7 @@ pub mod exec_json;
 pub mod kinds;
 mod model;
 mod model_ws;
+mod output;
 mod owner;
 mod query;
 mod records;
@@ -38,6 +39,7 @@ use serde::Serialize;
 
 pub use endpoint::Endpoint;
 pub use events::{ApprovalReason, PauseReason};
+pub use output::{OutputSchema, OutputSchemaError, Rejection};
 pub use owner::Owner;
 pub use query::{LoadedRun, list, load, load_for_resume};
 pub use requests::{
@@ -181,6 +183,7 @@ pub struct NewRun {
     compact_at: Option<u64>,
     transport: Transport,
     sandbox: crate::sandbox::SandboxSpec,
+    output: Option<OutputSchema>,
 }
 
 impl NewRun {
@@ -207,7 +210,17 @@ impl NewRun {
             compact_at: None,
             transport: Transport::Http,
             sandbox: crate::sandbox::SandboxSpec::default(),
+            output: None,
         }
+    }
+
+    /// The JSON Schema the final answer must match (see [`OutputSchema`]): sent to the
+    /// model as `text.format`, checked by the host, an answer that does not match sent
+    /// back with its errors up to the schema's retries, then the run fails. The parsed
+    /// answer is [`RunReport::output`].
+    pub fn output_schema(mut self, schema: Option<OutputSchema>) -> NewRun {
+        self.output = schema;
+        self
     }
 
     /// The sandbox of the run's commands (default: `off`, every command asking; the CLI
@@ -260,6 +273,11 @@ impl NewRun {
         self
     }
 
+    /// Whether the final answer must match an output schema.
+    pub fn has_output_schema(&self) -> bool {
+        self.output.is_some()
+    }
+
     /// The prompt.
     pub fn prompt_text(&self) -> &str {
         &self.prompt
@@ -310,6 +328,13 @@ pub struct RunReport {
     pub state: RunState,
 }
 
+impl RunReport {
+    /// The final answer parsed, for a completed run with an output schema.
+    pub fn output(&self) -> Option<&serde_json::Value> {
+        self.state.final_output.as_ref()
+    }
+}
+
 /// What `resume` changes: budgets, and the sandbox (journaled as `run.sandbox_changed`).
 #[derive(Debug, Clone, Default)]
 pub struct ResumeChange {
@@ -327,6 +352,7 @@ pub struct Host {
     journal: Journal,
     client: Client,
     tools: ToolConfig,
+    rust_tools: Vec<tools::RustTool>,
 }
 
 impl Host {
@@ -336,7 +362,18 @@ impl Host {
             journal,
             client,
             tools: ToolConfig::default(),
+            rust_tools: Vec::new(),
         }
+    }
+
+    /// Offers `tool`, written in Rust, to the runs this host starts, and runs its calls
+    /// through the runtime like every other tool's (journaled, never run twice). A run
+    /// resumed by this host needs each Rust tool it recorded to be registered here; a name
+    /// that clashes with another tool of the run is refused when the run starts.
+    pub fn tool(mut self, tool: tools::RustTool) -> Host {
+        self.rust_tools.retain(|t| t.name() != tool.name());
+        self.rust_tools.push(tool);
+        self
     }
 
     /// The MCP servers and tool policies its runs use: a new run offers every server's
@@ -358,7 +395,13 @@ impl Host {
     ) -> impl Future<Output = Result<RunReport, HostError>> + '_ {
         // Boxed, and before the run's future: listing MCP servers' tools is a large future,
         // and an argument of an `async fn` is kept in its future for as long as the run.
-        let creating = Box::pin(create(&self.journal, &self.tools, new, false));
+        let creating = Box::pin(create(
+            &self.journal,
+            &self.tools,
+            &self.rust_tools,
+            new,
+            false,
+        ));
         async move {
             let (id, spec, registry, servers) = creating.await?;
             let thread = kinds::thread_of(&id);
@@ -381,7 +424,7 @@ impl Host {
     /// is offered, the run exists unoffered; the next [`table::runs_table`] refresh offers
     /// it, as after a crash.
     pub async fn submit(&self, new: NewRun) -> Result<String, HostError> {
-        submit(&self.journal, &self.tools, new).await
+        submit_with(&self.journal, &self.tools, &self.rust_tools, new).await
     }
 
     /// Continues a run from its journal (see the resume rules in the crate docs).
@@ -464,6 +507,23 @@ impl Host {
         )?;
         for tool in mcp_tools {
             registry = registry.with_arc(tool);
+        }
+        // The Rust tools it recorded: any tool neither built in nor an MCP server's.
+        let builtin = registry.names();
+        for recorded in spec
+            .tools
+            .iter()
+            .filter(|t| t.mcp.is_none() && !builtin.contains(&t.name))
+        {
+            match self.rust_tools.iter().find(|t| t.name() == recorded.name) {
+                Some(tool) => registry = registry.with(tool.clone()),
+                None => {
+                    return Err(HostError::RustToolMissing {
+                        run: run_id.into(),
+                        tool: recorded.name.clone(),
+                    });
+                }
+            }
         }
         Ok((registry, servers))
     }
@@ -680,7 +740,17 @@ pub async fn submit(
     tool_config: &ToolConfig,
     new: NewRun,
 ) -> Result<String, HostError> {
-    let (id, _, _, servers) = create(journal, tool_config, new, true).await?;
+    submit_with(journal, tool_config, &[], new).await
+}
+
+/// [`submit`] of a run that also offers `rust_tools`.
+async fn submit_with(
+    journal: &Journal,
+    tool_config: &ToolConfig,
+    rust_tools: &[tools::RustTool],
+    new: NewRun,
+) -> Result<String, HostError> {
+    let (id, _, _, servers) = create(journal, tool_config, rust_tools, new, true).await?;
     // Started only to list their tools; the driving worker starts its own.
     servers.shutdown().await;
     // After `run.created`: a crash in between leaves a run the runs table's refresh offers
@@ -696,6 +766,7 @@ pub async fn submit(
 async fn create(
     journal: &Journal,
     tool_config: &ToolConfig,
+    rust_tools: &[tools::RustTool],
     new: NewRun,
     submitted: bool,
 ) -> Result<
@@ -719,6 +790,18 @@ async fn create(
         registry = registry.with_arc(tool);
     }
     let servers = found.servers;
+    for tool in rust_tools {
+        let taken: Vec<String> = specs.iter().map(|s| s.name.clone()).collect();
+        if let Some(reason) = tool.name_problem(&taken) {
+            servers.shutdown().await;
+            return Err(HostError::ToolName {
+                tool: tool.name().into(),
+                reason,
+            });
+        }
+        specs.push(tool.spec(new.approval, tool_config));
+        registry = registry.with(tool.clone());
+    }
     let id = uuid::Uuid::now_v7().to_string();
     let thread = kinds::thread_of(&id);
     let spec = RunSpec {
@@ -735,6 +818,7 @@ async fn create(
         endpoint: new.endpoint,
         compact_at: new.compact_at,
         submitted,
+        output: new.output,
     };
     let created = RunCreated {
         spec,

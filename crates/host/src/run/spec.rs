@@ -47,6 +47,10 @@ pub struct RunSpec {
     /// table), not driven by the process that created it.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub submitted: bool,
+    /// The JSON Schema the final answer must match, if any (`--output-schema`); `resume`
+    /// keeps it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<super::output::OutputSchema>,
 }
 
 /// How a run's model calls travel (`run.created.transport`).

@@ -67,6 +67,11 @@ pub struct RunState {
     pub approved_tools: Vec<String>,
     /// The final answer of a completed run.
     pub final_text: Option<String>,
+    /// The final answer parsed, for a completed run with an output schema.
+    pub final_output: Option<Value>,
+    /// Final answers rejected by the output schema (since the latest checkpoint, for a
+    /// driving host's fold), in step order.
+    pub rejections: Vec<RejectionRecord>,
     /// The host driving the run, from its last `run.created`/`run.resumed` until it stopped.
     pub driver: Option<Owner>,
     /// Budgets raised by `resume`.
@@ -99,6 +104,18 @@ pub struct Elided {
     pub calls: u64,
     /// `message` and `reasoning` output items (the `codex exec --json` item count).
     pub messages: u64,
+    /// Final answers rejected by the output schema.
+    #[serde(default)]
+    pub rejections: u64,
+}
+
+/// A final answer the output schema rejected (`output.rejected`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RejectionRecord {
+    /// The step of the answer.
+    pub step: u64,
+    /// What is wrong with it.
+    pub errors: Vec<String>,
 }
 
 /// The history before `before_step`, replaced by the compact endpoint's output.
@@ -189,6 +206,16 @@ impl RunState {
     pub fn budgets(&self) -> Option<Budgets> {
         self.budgets
             .or_else(|| self.spec.as_ref().map(|s| s.budgets))
+    }
+
+    /// How many final answers the output schema has rejected.
+    pub fn output_retries_used(&self) -> u64 {
+        self.elided.rejections + self.rejections.len() as u64
+    }
+
+    /// Whether the answer of `step` was rejected by the output schema.
+    pub fn rejected(&self, step: u64) -> bool {
+        self.rejections.iter().any(|r| r.step == step)
     }
 
     /// The call with `call_id`.
@@ -337,6 +364,7 @@ impl RunState {
             RunEvent::Failed(failed) => self.stop(RunStatus::Failed, Some(failed.error)),
             RunEvent::Completed(completed) => {
                 self.final_text = Some(completed.text);
+                self.final_output = completed.output;
                 self.stop(RunStatus::Completed, None);
             }
             RunEvent::InterruptRequested(_) => self.interrupt_requested = Some(seq),
@@ -355,6 +383,17 @@ impl RunState {
                 });
                 if self.window && carries_checkpoint {
                     self.trim(step);
+                }
+            }
+            RunEvent::OutputRejected(rejected) => {
+                if !self.rejected(rejected.step) {
+                    push_lean(
+                        &mut self.rejections,
+                        RejectionRecord {
+                            step: rejected.step,
+                            errors: rejected.errors,
+                        },
+                    );
                 }
             }
             RunEvent::SteerRequested(requested) => {
@@ -532,6 +571,9 @@ impl RunState {
         self.elided.steps += (steps - self.steps.len()) as u64;
         self.elided.calls += (calls - self.calls.len()) as u64;
         self.elided.messages += messages;
+        let rejections = self.rejections.len();
+        self.rejections.retain(|r| r.step >= before_step);
+        self.elided.rejections += (rejections - self.rejections.len()) as u64;
         self.index = CallIndex::of(&self.calls);
         self.attempts.retain(|&step, _| step >= before_step);
     }

@@ -3,9 +3,10 @@
 //! Invariant: the request is a pure function of the run state (instructions, the prompt,
 //! then every step's output items verbatim, each followed by the outputs of its calls in
 //! the order the model made them; a steer applied before step N is a user message just
-//! before step N's output; after a compaction: the prompt, the compaction output, the
+//! before step N's output; a final answer the output schema rejected is followed by a user
+//! message listing its errors; after a compaction: the prompt, the compaction output, the
 //! host's frontier note, then the steps after it), so a resumed run sends what the crashed
-//! one would have.
+//! one would have. A run with an output schema sends it as `text.format` on every step.
 
 use agent_responses::types::{CreateResponse, Item, MessageItem};
 
@@ -103,8 +104,32 @@ fn body<'a>(state: &'a RunState, spec: &'a RunSpec, stream: bool) -> Body<'a> {
         input: History { state, spec },
         instructions: spec.instructions.as_deref(),
         tools: spec.tools.iter().map(FunctionToolRef::of).collect(),
+        text: spec.output.as_ref().map(|o| TextRef {
+            format: FormatRef {
+                kind: "json_schema",
+                name: &o.name,
+                schema: &o.schema,
+                strict: o.strict,
+            },
+        }),
         stream: stream.then_some(true),
     }
+}
+
+/// `text` of a request: the output schema's format.
+#[derive(serde::Serialize)]
+struct TextRef<'a> {
+    format: FormatRef<'a>,
+}
+
+/// The output schema as [`agent_responses::types::JsonSchemaFormat`] writes it.
+#[derive(serde::Serialize)]
+struct FormatRef<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    name: &'a str,
+    schema: &'a serde_json::Value,
+    strict: bool,
 }
 
 fn encode_err(err: serde_json::Error) -> String {
@@ -148,10 +173,13 @@ struct Body<'a> {
     instructions: Option<&'a str>,
     tools: Vec<FunctionToolRef<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    text: Option<TextRef<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     stream: Option<bool>,
 }
 
-/// A run's tool as [`agent_responses::types::FunctionTool::new`] writes it: a strict function tool.
+/// A run's tool as [`agent_responses::types::FunctionTool::new`] writes it: a function
+/// tool, strict unless its schema cannot be (a Rust tool's may not).
 #[derive(serde::Serialize)]
 struct FunctionToolRef<'a> {
     #[serde(rename = "type")]
@@ -169,7 +197,7 @@ impl<'a> FunctionToolRef<'a> {
             name: &tool.name,
             description: &tool.description,
             parameters: &tool.parameters,
-            strict: true,
+            strict: tool.strict,
         }
     }
 }
@@ -225,6 +253,9 @@ impl serde::Serialize for History<'_> {
                         output: &output.text,
                     })?;
                 }
+            }
+            if let Some(rejected) = state.rejections.iter().find(|r| r.step == step.step) {
+                seq.serialize_element(&user(&super::output::rejection_message(&rejected.errors)))?;
             }
         }
         for steer in steers_before(state.step_count() + 1) {

@@ -67,6 +67,7 @@ fn two_steps() -> (RunState, RunSpec) {
         policy: Policy::Auto,
         retry_safe: true,
         mcp: None,
+        strict: true,
     });
     (state, spec)
 }

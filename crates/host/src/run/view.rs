@@ -56,6 +56,9 @@ pub struct RunView {
     pub pending_approvals: Vec<PendingView>,
     /// The final answer of a completed run.
     pub final_text: Option<String>,
+    /// The final answer parsed, for a completed run with an output schema.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub output: Option<serde_json::Value>,
     /// The model.
     pub model: Option<String>,
     /// The workspace.
@@ -90,6 +93,7 @@ impl RunView {
             detail: state.status_detail.clone(),
             pending_approvals: pending(state),
             final_text: state.final_text.clone(),
+            output: state.final_output.clone(),
             model: state.spec.as_ref().map(|s| s.model.clone()),
             workspace: state.spec.as_ref().map(|s| s.workspace.clone()),
             sandbox: state.spec.as_ref().map(|s| s.sandbox.clone()),

@@ -1,4 +1,4 @@
-//! The built-in tools, MCP tools and their policies.
+//! The built-in tools, MCP tools, tools written in Rust ([`RustTool`]) and their policies.
 //!
 //! Each tool is an [`agent_runtime::Tool`], so every call is journaled and idempotent by
 //! the model's `call_id`. MCP servers and per-tool policy overrides come from
@@ -10,6 +10,7 @@ mod file_threads;
 mod files;
 pub mod mcp;
 mod read_window;
+mod rust_tool;
 mod shell;
 mod workspace;
 
@@ -25,6 +26,7 @@ pub use config::{
     ConfigError, DEFAULT_TOOL_TIMEOUT, SandboxConfig, ServerConfig, ToolConfig, WORKSPACE_FILE,
 };
 pub use files::{ListDir, ReadFile, WriteFile};
+pub use rust_tool::{RustTool, ToolCall};
 pub use shell::{ESCALATE, OUTPUT_CAP, Shell, asks_escalation};
 pub use workspace::{PathRefused, Workspace};
 
@@ -85,6 +87,18 @@ pub struct ToolSpec {
     /// For an MCP tool: its server and its name there.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mcp: Option<mcp::McpOrigin>,
+    /// Whether its schema is sent `strict` (absent: true, as every tool recorded before
+    /// Rust tools was).
+    #[serde(default = "yes", skip_serializing_if = "is_true")]
+    pub strict: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn is_true(b: &bool) -> bool {
+    *b
 }
 
 /// The built-in tools of `workspace`, unsandboxed: their specs (under `mode`) and the
@@ -122,6 +136,7 @@ pub fn builtin_with(
             policy: mode.apply(own, side_effects),
             retry_safe,
             mcp: None,
+            strict: true,
         }
     };
     let specs = vec![

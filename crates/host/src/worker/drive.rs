@@ -73,7 +73,10 @@ pub(super) async fn drive(
             .clone()
             .ok_or_else(|| HostError::NotFound(id.clone()))?;
         let connected = connector.client(&spec).await?;
-        let host = Host::new(fenced.clone(), connected.client).with_tools(connected.tools);
+        let host = connected.rust_tools.into_iter().fold(
+            Host::new(fenced.clone(), connected.client).with_tools(connected.tools),
+            Host::tool,
+        );
         let opts = DriveOptions {
             observer: Arc::clone(&summary) as Arc<dyn Observer>,
             decider: None,

@@ -70,6 +70,10 @@ pub struct Connected {
     /// The MCP servers and tool policies the run may need (see
     /// [`Host::with_tools`](crate::run::Host::with_tools)).
     pub tools: crate::tools::ToolConfig,
+    /// The tools written in Rust the run may have recorded (see
+    /// [`Host::tool`](crate::run::Host::tool)); a run that recorded one missing here is
+    /// not driven ([`HostError::RustToolMissing`]).
+    pub rust_tools: Vec<crate::tools::RustTool>,
     /// The sandbox this worker drives the run under when it is not the recorded one (see
     /// [`crate::sandbox::for_resume`]): journaled as `run.sandbox_changed` with the claim.
     pub sandbox: Option<crate::sandbox::SandboxChange>,

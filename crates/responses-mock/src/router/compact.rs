@@ -40,6 +40,7 @@ pub(super) fn compact_inner(
         items: &context,
         stream: false,
         previous_response: previous.is_some(),
+        text_format: "text",
     };
     let scripted = state.pick(&view).map(|rule| (rule.reply, rule.fault));
     let output: Vec<Value> = match scripted {
@@ -48,7 +49,8 @@ pub(super) fn compact_inner(
             .iter()
             .map(|i| finish_item(&render(i, &context)))
             .collect(),
-        Some((Reply::Echo { .. }, _)) | None => {
+        // A structured answer is no compaction: compacted as by default.
+        Some((Reply::Json { .. } | Reply::Echo { .. }, _)) | None => {
             let mut out: Vec<Value> = context
                 .iter()
                 .filter_map(|item| match item {

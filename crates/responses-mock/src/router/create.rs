@@ -47,6 +47,7 @@ pub(super) fn create_inner(
             Some("missing_required_parameter"),
         ));
     }
+    crate::text_format::check(&request)?;
     let mut context = state.context_of(request.previous_response_id())?;
     context.extend(input_items(request.input.as_ref()));
     state.check(&context)?;
@@ -57,6 +58,7 @@ pub(super) fn create_inner(
         items: &context,
         stream: request.is_stream(),
         previous_response: request.previous_response_id().is_some(),
+        text_format: crate::text_format::format_type(&request),
     };
     let rule = state.pick(&view);
     let latency = state.latency_of(rule.as_ref());

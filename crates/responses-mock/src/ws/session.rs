@@ -216,6 +216,7 @@ impl Session {
     /// Checks a `response.create`; `Err(failure)` is sent as an error event.
     fn check_create(&mut self, create: &ResponseCreate) -> Result<(), ApiFailure> {
         let request = &create.request;
+        crate::text_format::check(request)?;
         if request.stream.is_some() {
             return Err(ApiFailure::invalid(
                 "The 'stream' parameter is implicit in WebSocket mode and must not be sent.",
@@ -411,6 +412,7 @@ impl Session {
             items: &context,
             stream: true,
             previous_response: request.previous_response_id().is_some(),
+            text_format: crate::text_format::format_type(&request),
         };
         let rule = self.state.pick(&view);
         let latency = self.state.latency_of(rule.as_ref());

@@ -6,6 +6,7 @@ mod item;
 mod request;
 mod response;
 pub(crate) mod tagged;
+pub mod text_format;
 mod tool;
 
 pub use event::{
@@ -20,4 +21,5 @@ pub use item::{
 pub use request::{CompactRequest, CreateResponse, Input};
 pub use response::{CompactedResponse, Response, ResponseError, Usage};
 pub use tagged::{EmitsTag, Nullable};
+pub use text_format::JsonSchemaFormat;
 pub use tool::{CustomTool, FunctionTool, Tool};

@@ -90,6 +90,16 @@ pub struct RunOptions {
     /// agentctl.toml. Recorded in the run; `resume` keeps it.
     #[arg(long, value_name = "MODE", value_parser = parse_sandbox_mode)]
     pub sandbox: Option<SandboxMode>,
+    /// A JSON Schema (a file) the final answer must match: sent to the model as
+    /// `text.format`, checked by the host; `run` prints the parsed answer as JSON on stdout.
+    /// Recorded in the run; `resume` keeps it.
+    #[arg(long, value_name = "FILE")]
+    pub output_schema: Option<PathBuf>,
+    /// How many times an answer that does not match --output-schema is sent back to the
+    /// model with its errors before the run fails.
+    #[arg(long, value_name = "N", default_value_t = agent_host::run::OutputSchema::DEFAULT_RETRIES,
+          requires = "output_schema")]
+    pub output_retries: u32,
 }
 
 pub(crate) fn parse_sandbox_mode(s: &str) -> Result<SandboxMode, String> {
@@ -149,10 +159,11 @@ pub async fn run(global: &GlobalArgs, args: RunArgs) -> anyhow::Result<ExitCode>
     let (new, endpoint) = new_run(args.run)?;
     let tools = tool_config(new.workspace_dir(), &args.drive.mcp)?;
     let new = with_sandbox(new, sandbox, &tools)?;
+    let structured = new.has_output_schema();
     let journal = crate::db::open_journal(global).await?;
     let (client, _mock) = endpoint.connect(None).await?;
     let host = Host::new(journal.clone(), client).with_tools(tools);
-    let (opts, ctrl_c) = drive_options(global, &args.drive);
+    let (opts, ctrl_c) = drive_options(global, &args.drive, structured);
     let report = host.start(new, opts).await;
     ctrl_c.abort();
     journal.close().await;
@@ -297,7 +308,12 @@ fn new_run(args: RunOptions) -> anyhow::Result<(NewRun, Endpoint)> {
         None if builtin_story => ApprovalMode::Auto,
         None => ApprovalMode::Default,
     };
+    let output = match &args.output_schema {
+        Some(path) => Some(output_schema(path, args.output_retries)?),
+        None => None,
+    };
     let new = NewRun::new(prompt, workspace)
+        .output_schema(output)
         .model(args.model)
         .instructions(instructions)
         .budgets(Budgets {
@@ -312,6 +328,28 @@ fn new_run(args: RunOptions) -> anyhow::Result<(NewRun, Endpoint)> {
             TransportArg::Ws => agent_host::run::Transport::Ws,
         });
     Ok((new, args.endpoint))
+}
+
+/// The output schema in the file at `path`, named after the file when its name is one the
+/// API takes; a file that is not a JSON Schema with an object at its root is a usage error.
+fn output_schema(
+    path: &std::path::Path,
+    retries: u32,
+) -> anyhow::Result<agent_host::run::OutputSchema> {
+    let text = std::fs::read_to_string(path).map_err(|err| {
+        UsageError(format!(
+            "cannot read --output-schema {}: {err}",
+            path.display()
+        ))
+    })?;
+    let schema = agent_host::run::OutputSchema::from_json(&text)
+        .map_err(|err| UsageError(format!("--output-schema {}: {err}", path.display())))?
+        .retries(retries);
+    let named = path
+        .file_stem()
+        .and_then(|s| s.to_str())
+        .and_then(|stem| schema.clone().name(stem).ok());
+    Ok(named.unwrap_or(schema))
 }
 
 pub async fn resume(global: &GlobalArgs, args: ResumeArgs) -> anyhow::Result<ExitCode> {
@@ -335,7 +373,8 @@ pub async fn resume(global: &GlobalArgs, args: ResumeArgs) -> anyhow::Result<Exi
         max_tokens: args.max_tokens,
         sandbox,
     };
-    let (opts, ctrl_c) = drive_options(global, &args.drive);
+    let structured = spec.as_ref().is_some_and(|s| s.output.is_some());
+    let (opts, ctrl_c) = drive_options(global, &args.drive, structured);
     let report = host.resume_loaded(&args.run, loaded, change, opts).await;
     ctrl_c.abort();
     journal.close().await;
@@ -390,6 +429,7 @@ fn check_prompt(prompt: &str) -> Result<(), UsageError> {
 fn drive_options(
     global: &GlobalArgs,
     drive: &DriveArgs,
+    structured: bool,
 ) -> (DriveOptions, tokio::task::JoinHandle<()>) {
     let cancel = agent_runtime::CancellationToken::new();
     let token = cancel.clone();
@@ -418,7 +458,7 @@ fn drive_options(
     });
     let interactive = std::io::stdin().is_terminal() && std::io::stderr().is_terminal();
     let opts = DriveOptions {
-        observer: render::observer(global.json),
+        observer: render::observer(global.json, structured),
         decider: interactive.then(|| Arc::new(render::TerminalDecider) as _),
         wait: drive.wait,
         cancel,

@@ -12,12 +12,16 @@ use futures::future::BoxFuture;
 
 use crate::output;
 
-/// The observer for `--json` or human output.
-pub fn observer(json: bool) -> Arc<dyn Observer> {
+/// The observer for `--json` or human output. A `structured` run (one with an output
+/// schema) keeps stdout for its parsed answer: its progress and streamed text go to stderr.
+pub fn observer(json: bool, structured: bool) -> Arc<dyn Observer> {
     if json {
         Arc::new(JsonLines(Mutex::new(None)))
     } else {
-        Arc::new(Human(Mutex::new(HumanState::default())))
+        Arc::new(Human(Mutex::new(HumanState {
+            in_text: false,
+            structured,
+        })))
     }
 }
 
@@ -45,10 +49,21 @@ impl Observer for JsonLines {
     }
 }
 
-#[derive(Default)]
 struct HumanState {
     /// The model's text is mid-line.
     in_text: bool,
+    /// Everything goes to stderr: stdout is for the parsed answer alone.
+    structured: bool,
+}
+
+impl HumanState {
+    fn print(&self, text: &str) {
+        if self.structured {
+            output::note(text);
+        } else {
+            let _ = output::line(text);
+        }
+    }
 }
 
 struct Human(Mutex<HumanState>);
@@ -60,10 +75,10 @@ impl Human {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         if st.in_text {
-            let _ = output::line("");
+            st.print("");
             st.in_text = false;
         }
-        let _ = output::line(text);
+        st.print(text);
     }
 }
 
@@ -148,6 +163,13 @@ impl Observer for Human {
                     dropped.id, dropped.reason
                 ));
             }
+            RunEvent::OutputRejected(rejected) => {
+                self.say(&format!(
+                    "!! the answer does not match the output schema (retry {}): {}",
+                    rejected.retry,
+                    rejected.errors.join("; ")
+                ));
+            }
             RunEvent::ModelFailed(failed) => {
                 self.say(&format!("!! model call failed: {}", failed.message));
             }
@@ -161,7 +183,11 @@ impl Observer for Human {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         st.in_text = !delta.ends_with('\n');
-        let _ = output::stream(delta);
+        if st.structured {
+            output::ask(delta);
+        } else {
+            let _ = output::stream(delta);
+        }
     }
 }
 
@@ -171,8 +197,11 @@ pub fn finish(json: bool, agentctl: &str, report: &RunReport) -> anyhow::Result<
     let id = &report.run_id;
     match &report.end {
         RunEnd::Completed { .. } => {
-            if !json {
-                output::line("")?;
+            // With an output schema: the parsed answer, as one line of JSON (`| jq`).
+            match report.output() {
+                Some(parsed) if !json => output::line(&serde_json::to_string(parsed)?)?,
+                _ if !json => output::line("")?,
+                _ => {}
             }
             output::note(&format!(
                 "run {id} completed in {} steps ({} tokens)",

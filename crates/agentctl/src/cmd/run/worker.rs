@@ -90,6 +90,8 @@ impl Connector for CliConnector {
             Ok(Connected {
                 client,
                 tools,
+                // The CLI has no tools written in Rust; a program embedding the worker does.
+                rust_tools: Vec::new(),
                 sandbox,
                 guard: server.map(|s| Box::new(s) as Box<dyn Send + Sync>),
             })

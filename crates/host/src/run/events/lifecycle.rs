@@ -161,6 +161,9 @@ pub struct RunCompleted {
     /// Model steps taken.
     #[serde(default)]
     pub steps: u64,
+    /// The final answer parsed, for a run with an output schema (it matched).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<serde_json::Value>,
 }
 
 impl HostEvent for RunCompleted {

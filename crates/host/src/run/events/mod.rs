@@ -19,6 +19,7 @@
 mod calls;
 mod lifecycle;
 mod model;
+mod output;
 pub mod reasons;
 mod steers;
 
@@ -37,6 +38,7 @@ pub use lifecycle::{
     RunRequeued, RunResumed, RunSandboxChanged,
 };
 pub use model::{FunctionCall, ModelCompleted, ModelFailed, ModelRequested, Steered};
+pub use output::OutputRejected;
 pub use reasons::{ApprovalReason, DecisionScope, PauseReason, SteerVia, Verdict};
 pub use steers::{ContextCompacted, SteerApplied, SteerDropped, SteerRequested};
 
@@ -105,6 +107,8 @@ pub enum RunEvent<'a> {
     SteerDropped(SteerDropped),
     /// `context.compacted`.
     ContextCompacted(Box<ContextCompacted>),
+    /// `output.rejected`.
+    OutputRejected(OutputRejected),
     /// `run.interrupted`.
     Interrupted(RunInterrupted),
     /// `run.paused`.
@@ -145,6 +149,7 @@ impl<'a> RunEvent<'a> {
             k::STEER_APPLIED => RunEvent::SteerApplied(de(payload)?),
             k::STEER_DROPPED => RunEvent::SteerDropped(de(payload)?),
             k::CONTEXT_COMPACTED => RunEvent::ContextCompacted(Box::new(de(payload)?)),
+            k::OUTPUT_REJECTED => RunEvent::OutputRejected(de(payload)?),
             k::RUN_INTERRUPTED => RunEvent::Interrupted(de(payload)?),
             k::RUN_PAUSED => RunEvent::Paused(de(payload)?),
             k::RUN_COMPLETED => RunEvent::Completed(de(payload)?),

@@ -96,8 +96,26 @@ fn payloads_keep_the_shapes_journaled_before() {
                 text: "done".into(),
                 usage,
                 steps: 4,
+                output: None,
             }),
             json!({"text": "done", "usage": usage, "steps": 4}),
+        ),
+        (
+            text(&RunCompleted {
+                text: "{\"n\":1}".into(),
+                usage,
+                steps: 2,
+                output: Some(json!({"n": 1})),
+            }),
+            json!({"text": "{\"n\":1}", "usage": usage, "steps": 2, "output": {"n": 1}}),
+        ),
+        (
+            text(&OutputRejected {
+                step: 3,
+                retry: 1,
+                errors: vec!["/n: \"x\" is not of type \"integer\"".into()],
+            }),
+            json!({"step": 3, "retry": 1, "errors": ["/n: \"x\" is not of type \"integer\""]}),
         ),
         (
             text(&RunFailed {
@@ -169,7 +187,8 @@ fn dedup_keys_come_with_the_payload_type() {
         key(&|| RunCompleted {
             text: String::new(),
             usage: Usage::default(),
-            steps: 0
+            steps: 0,
+            output: None,
         }
         .to_event("t")
         .unwrap()),
@@ -205,6 +224,15 @@ fn dedup_keys_come_with_the_payload_type() {
         }
         .dedup_key(),
         Some("steer-end:s".into())
+    );
+    assert_eq!(
+        OutputRejected {
+            step: 4,
+            retry: 2,
+            errors: Vec::new()
+        }
+        .dedup_key(),
+        Some("output-rejected:4".into())
     );
     assert_eq!(
         RunPaused {

@@ -168,6 +168,7 @@ pub(crate) async fn discover(
                     server: server.name.clone(),
                     tool: info.name.to_string(),
                 }),
+                strict: true,
             });
             found.tools.push(Arc::new(McpTool {
                 name,

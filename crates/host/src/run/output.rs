@@ -1,0 +1,242 @@
+//! Structured output: a run whose final answer must be JSON matching a JSON Schema.
+//!
+//! Invariants:
+//! - An [`OutputSchema`] holds a schema that compiles (checked by [`OutputSchema::new`]),
+//!   whose root is an object schema (the API takes no other); it is recorded in
+//!   `run.created`, so a resumed run checks its answer against the same schema.
+//! - The schema goes to the model as `text.format` (`json_schema`), `strict` exactly when
+//!   every object in it is closed and requires all its properties (the API's rule).
+//! - [`OutputSchema::check`] is a pure function of the answer's text: a resumed run that
+//!   checks the same answer again reaches the same verdict, so an `output.rejected` is
+//!   neither lost nor doubled by a crash.
+
+use agent_responses::types::JsonSchemaFormat;
+use agent_responses::types::text_format::{strict_schema_problem, valid_format_name};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// The schema a run's final answer must match, and how often the model may try again.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OutputSchema {
+    /// The format's name sent to the API.
+    pub name: String,
+    /// The JSON Schema.
+    pub schema: Value,
+    /// Whether the schema is sent `strict` (it follows the API's strict rules).
+    pub strict: bool,
+    /// How many times an answer that does not match is sent back with its errors before
+    /// the run fails.
+    pub retries: u32,
+}
+
+/// A schema that cannot be an output schema.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum OutputSchemaError {
+    /// The text is not JSON.
+    #[error("the output schema is not JSON: {0}")]
+    NotJson(String),
+    /// Not a valid JSON Schema.
+    #[error("the output schema is not a valid JSON Schema: {0}")]
+    Invalid(String),
+    /// The root is not an object schema (`"type": "object"`), which the API requires.
+    #[error(
+        "the output schema's root must be {{\"type\": \"object\", ...}} (the API takes no other), got {0}"
+    )]
+    RootNotObject(String),
+    /// The name is not 1 to 64 of `a-zA-Z0-9_-`.
+    #[error("the output schema's name {0:?} must be 1 to 64 of a-z, A-Z, 0-9, _ and -")]
+    BadName(String),
+}
+
+/// Why a final answer was not accepted: each error on its own line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rejection {
+    /// What is wrong, one message per error (`/path: message`).
+    pub errors: Vec<String>,
+}
+
+impl OutputSchema {
+    /// The name sent when none is given.
+    pub const DEFAULT_NAME: &str = "output";
+    /// Retries when none are given.
+    pub const DEFAULT_RETRIES: u32 = 2;
+
+    /// An output schema from `schema`, named [`DEFAULT_NAME`](Self::DEFAULT_NAME), with
+    /// [`DEFAULT_RETRIES`](Self::DEFAULT_RETRIES) retries; refused when it does not compile
+    /// or its root is not an object schema.
+    ///
+    /// ```
+    /// use agent_host::run::OutputSchema;
+    /// let schema = OutputSchema::new(serde_json::json!({
+    ///     "type": "object", "additionalProperties": false,
+    ///     "properties": {"n": {"type": "integer"}}, "required": ["n"]}))?;
+    /// assert!(schema.strict);
+    /// assert_eq!(schema.check(r#"{"n": 3}"#), Ok(serde_json::json!({"n": 3})));
+    /// assert!(schema.check(r#"{"n": "three"}"#).is_err());
+    /// # Ok::<(), agent_host::run::OutputSchemaError>(())
+    /// ```
+    pub fn new(schema: Value) -> Result<OutputSchema, OutputSchemaError> {
+        jsonschema::validator_for(&schema)
+            .map_err(|err| OutputSchemaError::Invalid(err.to_string()))?;
+        let root_type = schema.get("type");
+        if root_type != Some(&Value::String("object".into())) {
+            let got = root_type.map_or_else(|| "no \"type\"".to_string(), Value::to_string);
+            return Err(OutputSchemaError::RootNotObject(got));
+        }
+        Ok(OutputSchema {
+            name: Self::DEFAULT_NAME.into(),
+            strict: strict_schema_problem(&schema).is_none(),
+            schema,
+            retries: Self::DEFAULT_RETRIES,
+        })
+    }
+
+    /// [`new`](Self::new) from JSON text (a schema file's content).
+    pub fn from_json(text: &str) -> Result<OutputSchema, OutputSchemaError> {
+        let schema: Value =
+            serde_json::from_str(text).map_err(|e| OutputSchemaError::NotJson(e.to_string()))?;
+        OutputSchema::new(schema)
+    }
+
+    /// The same schema sent under `name`.
+    pub fn name(mut self, name: impl Into<String>) -> Result<OutputSchema, OutputSchemaError> {
+        let name = name.into();
+        if !valid_format_name(&name) {
+            return Err(OutputSchemaError::BadName(name));
+        }
+        self.name = name;
+        Ok(self)
+    }
+
+    /// The same schema with `retries` retries.
+    pub fn retries(mut self, retries: u32) -> OutputSchema {
+        self.retries = retries;
+        self
+    }
+
+    /// The request's `text.format`.
+    pub fn format(&self) -> JsonSchemaFormat {
+        JsonSchemaFormat {
+            kind: "json_schema".into(),
+            name: self.name.clone(),
+            schema: self.schema.clone(),
+            strict: Some(self.strict),
+        }
+    }
+
+    /// The answer `text` parsed, when it is JSON that matches the schema; otherwise every
+    /// error found.
+    pub fn check(&self, text: &str) -> Result<Value, Rejection> {
+        let value: Value = match serde_json::from_str(text.trim()) {
+            Ok(value) => value,
+            Err(err) => {
+                return Err(Rejection {
+                    errors: vec![format!("the answer is not JSON: {err}")],
+                });
+            }
+        };
+        let validator = match jsonschema::validator_for(&self.schema) {
+            Ok(validator) => validator,
+            // Checked when the schema was made; a journal edited since is reported, not
+            // trusted.
+            Err(err) => {
+                return Err(Rejection {
+                    errors: vec![format!("the output schema does not compile: {err}")],
+                });
+            }
+        };
+        let errors: Vec<String> = validator
+            .iter_errors(&value)
+            .map(|err| {
+                let path = err.instance_path().to_string();
+                let path = if path.is_empty() { "/".into() } else { path };
+                format!("{path}: {err}")
+            })
+            .collect();
+        if errors.is_empty() {
+            Ok(value)
+        } else {
+            Err(Rejection { errors })
+        }
+    }
+}
+
+/// What the model is told when its answer was rejected: a user message after the answer.
+pub(crate) fn rejection_message(errors: &[String]) -> String {
+    let mut text =
+        String::from("Your final answer does not match the required JSON schema (text.format):\n");
+    for error in errors {
+        text.push_str("- ");
+        text.push_str(error);
+        text.push('\n');
+    }
+    text.push_str("Answer again with only a JSON value that matches the schema.");
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn schema() -> OutputSchema {
+        OutputSchema::new(json!({"type": "object", "properties": {
+            "city": {"type": "string"}, "temp": {"type": "number"}}, "required": ["city", "temp"]}))
+        .unwrap()
+    }
+
+    #[test]
+    fn an_open_schema_is_sent_not_strict() {
+        let s = schema();
+        assert!(!s.strict);
+        let format = serde_json::to_value(s.format()).unwrap();
+        assert_eq!(format["type"], "json_schema");
+        assert_eq!(format["name"], "output");
+        assert_eq!(format["strict"], false);
+    }
+
+    #[test]
+    fn every_error_is_listed_with_its_path() {
+        let rejected = schema().check(r#"{"city": 3}"#).unwrap_err();
+        assert_eq!(rejected.errors.len(), 2, "{:?}", rejected.errors);
+        assert!(rejected.errors.iter().any(|e| e.starts_with("/city:")));
+        assert!(rejected.errors.iter().any(|e| e.contains("temp")));
+        let not_json = schema().check("It is 20 degrees in Paris").unwrap_err();
+        assert!(
+            not_json.errors[0].contains("not JSON"),
+            "{:?}",
+            not_json.errors
+        );
+        assert_eq!(
+            schema().check(" {\"city\": \"Paris\", \"temp\": 20.5}\n"),
+            Ok(json!({"city": "Paris", "temp": 20.5}))
+        );
+    }
+
+    #[test]
+    fn malformed_schemas_are_refused() {
+        assert!(matches!(
+            OutputSchema::new(json!({"type": "objekt"})),
+            Err(OutputSchemaError::Invalid(_))
+        ));
+        assert!(matches!(
+            OutputSchema::new(json!({"type": "array", "items": {}})),
+            Err(OutputSchemaError::RootNotObject(_))
+        ));
+        assert!(matches!(
+            OutputSchema::from_json("{nope"),
+            Err(OutputSchemaError::NotJson(_))
+        ));
+        assert!(matches!(
+            schema().name("bad name"),
+            Err(OutputSchemaError::BadName(_))
+        ));
+    }
+
+    #[test]
+    fn the_message_lists_each_error() {
+        let text = rejection_message(&["/a: x".into(), "/b: y".into()]);
+        assert!(text.contains("- /a: x\n- /b: y\n"), "{text}");
+    }
+}
