@@ -30,32 +30,32 @@ const TARGETS: &[Target] = &[
     Target {
         name: "sse",
         package: "agent-responses",
-        test: "sse_differential",
-        filter: "",
+        test: "all",
+        filter: "sse_differential::",
         corpus: "sse",
         about: "SseParser vs eventsource-stream, and under every chunking",
     },
     Target {
         name: "events",
         package: "agent-responses",
-        test: "fuzz_events",
-        filter: "",
+        test: "all",
+        filter: "fuzz_events::",
         corpus: "events",
         about: "stream, WebSocket and client events, HTTP error bodies; round trips",
     },
     Target {
         name: "appserver",
         package: "agent-appserver",
-        test: "fuzz_wire",
-        filter: "",
+        test: "all",
+        filter: "fuzz_wire::",
         corpus: "appserver",
         about: "the app-server JSONL reader and line parser, under every chunking",
     },
     Target {
         name: "requests",
         package: "agent-responses-mock",
-        test: "fuzz_requests",
-        filter: "",
+        test: "all",
+        filter: "fuzz_requests::",
         corpus: "requests",
         about: "the emulator's HTTP and WebSocket request handling",
     },
@@ -70,8 +70,8 @@ const TARGETS: &[Target] = &[
     Target {
         name: "script",
         package: "agent-responses-mock",
-        test: "fuzz_script",
-        filter: "",
+        test: "all",
+        filter: "fuzz_script::",
         corpus: "script",
         about: "emulator script loading, round trip, and serving what loads",
     },
@@ -140,8 +140,8 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
             "--list" => {
                 for t in TARGETS {
                     println!(
-                        "{:<10} {} --test {}  {}",
-                        t.name, t.package, t.test, t.about
+                        "{:<10} {} --test {} {}  {}",
+                        t.name, t.package, t.test, t.filter, t.about
                     );
                 }
                 return Ok(());

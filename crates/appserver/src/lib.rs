@@ -5,7 +5,7 @@
 //! [`AppServerClient::initialize`], then `thread/start`, `turn/start`, `turn/steer`,
 //! `turn/interrupt`, and read the turn's progress from [`Events`].
 //!
-//! Contracts (each is a test in `tests/fake_server.rs`):
+//! Contracts (each is a test in `tests/all/fake_server.rs`):
 //! - Every call resolves: with its result, the server's error, a timeout (15 s default), or
 //!   the connection loss, which every pending and later call receives.
 //! - Every server request is answered by a [`ServerRequestHandler`]; the default
@@ -63,7 +63,7 @@ pub use protocol::{
 pub use wire::{Notification, RpcError, ServerRequest};
 
 /// The line reader and the line parser, reachable for the fuzz target
-/// (`tests/fuzz_wire.rs`) only; not part of the API.
+/// (`tests/all/fuzz_wire.rs`) only; not part of the API.
 #[doc(hidden)]
 pub mod fuzzing {
     pub use crate::client::read_line;

@@ -3,7 +3,6 @@
 //! it, failing under `CI=true`).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 
-#[macro_use]
 #[path = "all/common.rs"]
 mod common;
 

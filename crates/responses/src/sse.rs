@@ -8,7 +8,7 @@
 //! it is split across chunks). Memory is bounded by [`SseParser::with_max_frame`]: a line
 //! or a frame's data longer than the bound is an error however the stream is chunked.
 //!
-//! `tests/sse_differential.rs` checks this parser against the `eventsource-stream` crate
+//! `tests/all/sse_differential.rs` checks this parser against the `eventsource-stream` crate
 //! on random byte streams and documents where (and why) the two differ.
 
 use crate::types::{ErrorDetail, StreamEvent};

@@ -1,5 +1,5 @@
-//! Support shared by the workspace's integration tests: fresh PostgreSQL databases, and a
-//! look at what a SQLite file holds.
+//! Support shared by the workspace's integration tests: fresh PostgreSQL databases, one
+//! per-backend test macro ([`backend_tests!`]), and a look at what a SQLite file holds.
 //!
 //! The rule every PostgreSQL test follows: the server comes from `AGENTCTL_TEST_PG_URL`;
 //! without it the suite is skipped with a `SKIPPED:` line on stderr, except under
@@ -116,6 +116,76 @@ pub fn sqlite_tables(path: &std::path::Path) -> Vec<String> {
         .unwrap()
         .collect::<Result<_, _>>()
         .unwrap()
+}
+
+/// One `#[tokio::test]` per backend for each case: the workspace's one way to run a test
+/// body on every database it must work on.
+///
+/// ```ignore
+/// use crate::support; // a module in scope at the call site
+///
+/// agent_testkit::backend_tests!(support, [sqlite, postgres, memory]: steering_fences, overlap);
+/// agent_testkit::backend_tests!(support, [sqlite, postgres]: reopen_keeps_everything);
+///
+/// async fn steering_fences(f: support::Fixture) { /* ... */ }
+/// ```
+///
+/// For each `case` this generates `mod case { fn sqlite(); fn postgres(); fn memory() }`
+/// (only the backends named), so tests are called `suite::case::postgres` and
+/// `cargo test -- ::postgres` runs every PostgreSQL case. Each test runs on a multi-thread
+/// runtime with two workers and calls the calling module's `async fn case(fixture)` with
+/// the fixture made by `fixtures::<backend>()`, where `fixtures` names a module in scope at
+/// the call site that provides, for the backends used:
+///
+/// - `async fn sqlite() -> F`: a fresh SQLite file (its temp dir kept alive by `F`);
+/// - `async fn postgres() -> Option<F>`: a fresh database, usually from
+///   [`fresh_pg_database`], `None` when [`PG_URL_VAR`] is unset (the test then returns
+///   after the `SKIPPED:` line; under `CI=true` it fails instead, see [`pg_base_url`]);
+///   `F` should hold the [`PgDatabase`] guard so the database is dropped with it;
+/// - `async fn memory() -> F`: an in-process backend.
+///
+/// The fixture is passed by value and dropped when the case returns. Cases that need other
+/// options use another fixtures module (any module with those functions), and the macro
+/// may be called any number of times in one module, with different backend lists. The
+/// calling crate needs `tokio` (with `macros` and `rt-multi-thread`) as a dev-dependency.
+#[macro_export]
+macro_rules! backend_tests {
+    ($fixtures:ident, $backends:tt: $($case:ident),+ $(,)?) => {
+        $( $crate::backend_tests!(@case $fixtures $backends $case); )+
+    };
+    (@case $fixtures:ident [$($backend:ident),+ $(,)?] $case:ident) => {
+        mod $case {
+            $( $crate::backend_tests!(@test $backend $fixtures $case); )+
+        }
+    };
+    (@test sqlite $fixtures:ident $case:ident) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn sqlite() {
+            super::$case(super::$fixtures::sqlite().await).await;
+        }
+    };
+    (@test memory $fixtures:ident $case:ident) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn memory() {
+            super::$case(super::$fixtures::memory().await).await;
+        }
+    };
+    (@test postgres $fixtures:ident $case:ident) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn postgres() {
+            // `None`: skipped (said on stderr); under `CI=true` the fixture panicked instead.
+            let Some(fixture) = super::$fixtures::postgres().await else {
+                return;
+            };
+            super::$case(fixture).await;
+        }
+    };
+    (@test $other:ident $fixtures:ident $case:ident) => {
+        ::core::compile_error!(concat!(
+            "backend_tests!: unknown backend `", stringify!($other),
+            "` (known: sqlite, postgres, memory)"
+        ));
+    };
 }
 
 #[cfg(test)]

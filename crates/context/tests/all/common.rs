@@ -1,75 +1,54 @@
-//! Backends for the conformance suite (test code: unwrap and panic are fine here).
+//! Backends for the conformance suite (test code: unwrap and panic are fine here), shaped
+//! for [`agent_testkit::backend_tests!`]: `sqlite()`, `memory()` and
+//! `postgres()` give a [`Db`].
 
 use agent_context::{ContextOptions, ContextStore};
 
-pub struct Sqlite {
+/// A store on a fresh database; dropping it drops the database (PostgreSQL) or its file.
+pub struct Db {
     pub store: ContextStore,
-    _dir: tempfile::TempDir,
+    _dir: Option<tempfile::TempDir>,
+    /// Declared after `store`, so dropped after it.
+    _pg: Option<agent_testkit::PgDatabase>,
 }
 
-pub async fn sqlite() -> Sqlite {
+/// A store on a fresh SQLite file.
+pub async fn sqlite() -> Db {
     sqlite_with(ContextOptions::default()).await
 }
 
 /// A store on a fresh SQLite file, opened with `options`.
-pub async fn sqlite_with(options: ContextOptions) -> Sqlite {
+pub async fn sqlite_with(options: ContextOptions) -> Db {
     let dir = tempfile::tempdir().unwrap();
     let url = format!("sqlite://{}", dir.path().join("context.db").display());
-    Sqlite {
+    Db {
         store: ContextStore::open_with(&url, options).await.unwrap(),
-        _dir: dir,
+        _dir: Some(dir),
+        _pg: None,
     }
 }
 
-pub struct Pg {
-    pub store: ContextStore,
-    db: agent_testkit::PgDatabase,
+/// A store on `sqlite::memory:` (nothing on disk).
+pub async fn memory() -> Db {
+    Db {
+        store: ContextStore::open("sqlite::memory:").await.unwrap(),
+        _dir: None,
+        _pg: None,
+    }
 }
 
 /// A store on a fresh PostgreSQL database, or `None` (with the SKIPPED line) when
 /// `AGENTCTL_TEST_PG_URL` is unset outside CI.
-pub async fn pg() -> Option<Pg> {
-    pg_with(ContextOptions::default()).await
+pub async fn postgres() -> Option<Db> {
+    postgres_with(ContextOptions::default()).await
 }
 
-/// [`pg`] opened with `options`.
-pub async fn pg_with(options: ContextOptions) -> Option<Pg> {
+/// [`postgres`] opened with `options`.
+pub async fn postgres_with(options: ContextOptions) -> Option<Db> {
     let db = agent_testkit::fresh_pg_database("ctx_test").await?;
-    Some(Pg {
+    Some(Db {
         store: ContextStore::open_with(db.url(), options).await.unwrap(),
-        db,
+        _dir: None,
+        _pg: Some(db),
     })
-}
-
-impl Pg {
-    /// Closes the store, then drops the test's database.
-    pub async fn drop_database(self) {
-        self.store.close().await;
-        drop(self.db);
-    }
-}
-
-#[macro_export]
-macro_rules! conformance {
-    ($($name:ident),* $(,)?) => {
-        mod sqlite {
-            $(
-                #[tokio::test]
-                async fn $name() {
-                    let db = $crate::common::sqlite().await;
-                    super::$name(&db.store).await;
-                }
-            )*
-        }
-        mod postgres {
-            $(
-                #[tokio::test]
-                async fn $name() {
-                    let Some(db) = $crate::common::pg().await else { return };
-                    super::$name(&db.store).await;
-                    db.drop_database().await;
-                }
-            )*
-        }
-    };
 }

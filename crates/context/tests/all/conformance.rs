@@ -4,6 +4,8 @@
 //! (`test_window_keeps_pairs_and_archive`, `test_memory_provenance_revocation_and_scope`)
 //! and a test for every error.
 
+use crate::common;
+
 use agent_context::{ContextError, ContextStore, NewEvidence, NewUnit, limits};
 use serde_json::{Value, json};
 
@@ -34,7 +36,8 @@ fn units_of(w: &agent_context::Window) -> Vec<&str> {
 }
 
 /// The Python demo's `test_window_keeps_pairs_and_archive`.
-async fn window_keeps_pairs_and_archive(s: &ContextStore) {
+async fn window_keeps_pairs_and_archive(db: common::Db) {
+    let s = &db.store;
     s.append_unit("a", "1", &[json!({"type": "message", "text": "E42"})])
         .await
         .unwrap();
@@ -68,7 +71,8 @@ async fn window_keeps_pairs_and_archive(s: &ContextStore) {
 }
 
 /// The Python demo's `test_memory_provenance_revocation_and_scope`.
-async fn memory_provenance_revocation_and_scope(s: &ContextStore) {
+async fn memory_provenance_revocation_and_scope(db: common::Db) {
+    let s = &db.store;
     s.add_evidence(&ev("a", "p", "jdk", "8", 1, true))
         .await
         .unwrap();
@@ -88,7 +92,8 @@ async fn memory_provenance_revocation_and_scope(s: &ContextStore) {
     assert_eq!(s.recall("p", 40, 30).await.unwrap()[0].source, "a");
 }
 
-async fn window_order_goal_and_keep(s: &ContextStore) {
+async fn window_order_goal_and_keep(db: common::Db) {
+    let s = &db.store;
     for i in 1..=5 {
         s.append_unit("t", &format!("u{i}"), &msg(&format!("step {i}")))
             .await
@@ -136,7 +141,8 @@ async fn window_order_goal_and_keep(s: &ContextStore) {
     assert_eq!(w.units_bytes, expected as u64);
 }
 
-async fn window_budget_never_splits(s: &ContextStore) {
+async fn window_budget_never_splits(db: common::Db) {
+    let s = &db.store;
     let a = msg("aaaaaaaaaa");
     let size = serde_json::to_string(&a).unwrap().len() as u64;
     for i in 1..=4 {
@@ -157,7 +163,8 @@ async fn window_budget_never_splits(s: &ContextStore) {
     assert_eq!(w.recent_units.len(), 4);
 }
 
-async fn pairing_rules(s: &ContextStore) {
+async fn pairing_rules(db: common::Db) {
+    let s = &db.store;
     // Several calls, interleaved, in any order: fine.
     let ok = [
         json!({"type": "function_call_output", "call_id": "b", "output": "2"}),
@@ -224,7 +231,8 @@ async fn pairing_rules(s: &ContextStore) {
     assert_eq!(units_of(&s.window("t", "g", 10).await.unwrap()), ["ok"]);
 }
 
-async fn duplicate_unit_refused(s: &ContextStore) {
+async fn duplicate_unit_refused(db: common::Db) {
+    let s = &db.store;
     s.append_unit("t", "u1", &msg("first")).await.unwrap();
     let err = s.append_unit("t", "u1", &msg("second")).await.unwrap_err();
     assert!(
@@ -242,7 +250,8 @@ async fn duplicate_unit_refused(s: &ContextStore) {
     assert_eq!(w.recent_units[0].items, msg("first"));
 }
 
-async fn batch_is_all_or_nothing(s: &ContextStore) {
+async fn batch_is_all_or_nothing(db: common::Db) {
+    let s = &db.store;
     let good = NewUnit {
         unit: "b1".into(),
         items: msg("one"),
@@ -321,7 +330,8 @@ async fn batch_is_all_or_nothing(s: &ContextStore) {
     );
 }
 
-async fn search_semantics(s: &ContextStore) {
+async fn search_semantics(db: common::Db) {
+    let s = &db.store;
     s.append_unit("a", "u1", &msg("错误码 E42 是旧登录模块的故障"))
         .await
         .unwrap();
@@ -370,7 +380,8 @@ async fn search_semantics(s: &ContextStore) {
     assert_eq!(hits(s.search("a", "ÜBER", 10).await.unwrap()), ["u5"]);
 }
 
-async fn search_and_window_errors(s: &ContextStore) {
+async fn search_and_window_errors(db: common::Db) {
+    let s = &db.store;
     assert!(matches!(
         s.search("a", "", 5).await.unwrap_err(),
         ContextError::EmptyTerm
@@ -406,7 +417,8 @@ async fn search_and_window_errors(s: &ContextStore) {
     ));
 }
 
-async fn input_limits(s: &ContextStore) {
+async fn input_limits(db: common::Db) {
+    let s = &db.store;
     let long = "n".repeat(limits::MAX_NAME_BYTES + 1);
     assert!(matches!(
         s.append_unit(&long, "u", &msg("x")).await.unwrap_err(),
@@ -463,7 +475,8 @@ async fn input_limits(s: &ContextStore) {
     ));
 }
 
-async fn evidence_errors(s: &ContextStore) {
+async fn evidence_errors(db: common::Db) {
+    let s = &db.store;
     s.add_evidence(&ev("src", "p", "k", "1", 1, true))
         .await
         .unwrap();
@@ -529,7 +542,8 @@ async fn evidence_errors(s: &ContextStore) {
     assert!(!s.revoke("src").await.unwrap().newly_revoked);
 }
 
-async fn memory_rules_and_incremental(s: &ContextStore) {
+async fn memory_rules_and_incremental(db: common::Db) {
+    let s = &db.store;
     // Ties on `observed` are broken by the greatest source (the contract in lib.rs).
     s.add_evidence(&ev("r-a", "p", "k", "from-a", 5, true))
         .await
@@ -597,7 +611,8 @@ async fn memory_rules_and_incremental(s: &ContextStore) {
     assert!(!s.recall("z", i64::MIN, 0).await.unwrap()[0].needs_refresh);
 }
 
-async fn readers_see_old_or_new_memory(s: &ContextStore) {
+async fn readers_see_old_or_new_memory(db: common::Db) {
+    let s = &db.store;
     for i in 0..50 {
         s.add_evidence(&ev(&format!("a{i}"), "p", &format!("k{i}"), "old", 1, true))
             .await
@@ -640,7 +655,8 @@ fn unix_now() -> i64 {
 
 /// The newest observation wins for good: the store itself refuses a time far in the future
 /// (or before 1970), so no caller can pin a value by mistake.
-async fn observed_time_is_checked(s: &ContextStore) {
+async fn observed_time_is_checked(db: common::Db) {
+    let s = &db.store;
     let now = unix_now();
     // Two days ahead is refused; the bound itself is a day, and the test allows for the
     // clock moving between here and the store's check.
@@ -683,7 +699,9 @@ async fn observed_time_is_checked(s: &ContextStore) {
     assert_eq!(s.evidence("p", None).await.unwrap().len(), 3);
 }
 
-conformance!(
+agent_testkit::backend_tests!(
+    common,
+    [sqlite, postgres]:
     observed_time_is_checked,
     window_keeps_pairs_and_archive,
     memory_provenance_revocation_and_scope,
@@ -703,7 +721,8 @@ conformance!(
 
 /// Reads that outlast the SQLite backend's inline budget are finished elsewhere; the answer
 /// must not depend on where a read ran.
-async fn long_reads_give_whole_answers(s: &ContextStore) {
+async fn long_reads_give_whole_answers(db: common::Db) {
+    let s = &db.store;
     let units: Vec<NewUnit> = (0..4000)
         .map(|i| NewUnit {
             unit: format!("m{i}"),
@@ -733,14 +752,13 @@ async fn long_reads_give_whole_answers(s: &ContextStore) {
 
 #[tokio::test]
 async fn sqlite_memory_url_works() {
-    let fresh = || async { ContextStore::open("sqlite::memory:").await.unwrap() };
-    let s = fresh().await;
-    window_keeps_pairs_and_archive(&s).await;
-    memory_provenance_revocation_and_scope(&s).await;
-    search_semantics(&fresh().await).await;
-    long_reads_give_whole_answers(&fresh().await).await;
-    readers_see_old_or_new_memory(&fresh().await).await;
-    window_order_goal_and_keep(&fresh().await).await;
+    // Each case on a fresh `sqlite::memory:` store.
+    window_keeps_pairs_and_archive(common::memory().await).await;
+    memory_provenance_revocation_and_scope(common::memory().await).await;
+    search_semantics(common::memory().await).await;
+    long_reads_give_whole_answers(common::memory().await).await;
+    readers_see_old_or_new_memory(common::memory().await).await;
+    window_order_goal_and_keep(common::memory().await).await;
 }
 
 #[tokio::test]

@@ -4,7 +4,9 @@
 //! appends over the tail bound fold on the write path, the background fold catches up, and
 //! databases written by schema v1 open, upgrade in place and keep every unit searchable.
 
-use agent_context::{ContextOptions, ContextStore};
+use agent_context::ContextStore;
+
+use crate::common;
 use serde_json::{Value, json};
 
 /// A unit whose text holds a token found nowhere else, and a term every unit shares.
@@ -48,7 +50,8 @@ async fn all_found(s: &ContextStore, n: usize, at: &str) {
 /// prefix, the index and the tail all take part.
 const UNITS: usize = 60;
 
-async fn found_at_every_point_of_the_fold(s: &ContextStore) {
+async fn found_at_every_point_of_the_fold(db: common::Db) {
+    let s = &db.store;
     s.pause_index_fold(true).await.unwrap();
     for i in 1..=UNITS {
         s.append_unit("t", &format!("u{i}"), &unit(i))
@@ -84,7 +87,8 @@ async fn found_at_every_point_of_the_fold(s: &ContextStore) {
     s.pause_index_fold(false).await.unwrap();
 }
 
-async fn appends_over_the_bound_fold_at_once(s: &ContextStore) {
+async fn appends_over_the_bound_fold_at_once(db: common::Db) {
+    let s = &db.store;
     s.pause_index_fold(true).await.unwrap();
     s.append_unit("t", "u1", &unit(1)).await.unwrap();
     assert_eq!(
@@ -95,7 +99,8 @@ async fn appends_over_the_bound_fold_at_once(s: &ContextStore) {
     all_found(s, 1, "bound 0").await;
 }
 
-async fn tail_above_the_bound_is_folded_whole(s: &ContextStore) {
+async fn tail_above_the_bound_is_folded_whole(db: common::Db) {
+    let s = &db.store;
     s.pause_index_fold(true).await.unwrap();
     // Each unit's JSON is about 60 bytes; the bound is 1000.
     let mut n = 0;
@@ -111,7 +116,8 @@ async fn tail_above_the_bound_is_folded_whole(s: &ContextStore) {
     all_found(s, n, "after the bound").await;
 }
 
-async fn background_fold_catches_up(s: &ContextStore) {
+async fn background_fold_catches_up(db: common::Db) {
+    let s = &db.store;
     let batch: Vec<agent_context::NewUnit> = (1..=UNITS)
         .map(|i| agent_context::NewUnit {
             unit: format!("u{i}"),
@@ -132,39 +138,51 @@ async fn background_fold_catches_up(s: &ContextStore) {
     all_found(s, UNITS, "folded in the background").await;
 }
 
+agent_testkit::backend_tests!(common, [sqlite, postgres, memory]: found_at_every_point_of_the_fold);
+agent_testkit::backend_tests!(common, [sqlite, postgres]: background_fold_catches_up);
+agent_testkit::backend_tests!(tail_0, [sqlite, postgres]: appends_over_the_bound_fold_at_once);
+agent_testkit::backend_tests!(tail_1000, [sqlite, postgres]: tail_above_the_bound_is_folded_whole);
+
+/// Stores whose index tail bound is 0 bytes: every append folds on the write path.
+mod tail_0 {
+    use agent_context::ContextOptions;
+
+    use crate::common::{self, Db};
+
+    fn options() -> ContextOptions {
+        ContextOptions::default().index_tail_bytes(0)
+    }
+
+    pub async fn sqlite() -> Db {
+        common::sqlite_with(options()).await
+    }
+
+    pub async fn postgres() -> Option<Db> {
+        common::postgres_with(options()).await
+    }
+}
+
+/// Stores whose index tail bound is 1000 bytes.
+mod tail_1000 {
+    use agent_context::ContextOptions;
+
+    use crate::common::{self, Db};
+
+    fn options() -> ContextOptions {
+        ContextOptions::default().index_tail_bytes(1000)
+    }
+
+    pub async fn sqlite() -> Db {
+        common::sqlite_with(options()).await
+    }
+
+    pub async fn postgres() -> Option<Db> {
+        common::postgres_with(options()).await
+    }
+}
+
 mod sqlite {
     use super::*;
-    use crate::common;
-
-    #[tokio::test]
-    async fn found_at_every_point_of_the_fold() {
-        let db = common::sqlite().await;
-        super::found_at_every_point_of_the_fold(&db.store).await;
-    }
-
-    #[tokio::test]
-    async fn found_at_every_point_of_the_fold_in_memory() {
-        let store = ContextStore::open("sqlite::memory:").await.unwrap();
-        super::found_at_every_point_of_the_fold(&store).await;
-    }
-
-    #[tokio::test]
-    async fn appends_over_the_bound_fold_at_once() {
-        let db = common::sqlite_with(ContextOptions::default().index_tail_bytes(0)).await;
-        super::appends_over_the_bound_fold_at_once(&db.store).await;
-    }
-
-    #[tokio::test]
-    async fn tail_above_the_bound_is_folded_whole() {
-        let db = common::sqlite_with(ContextOptions::default().index_tail_bytes(1000)).await;
-        super::tail_above_the_bound_is_folded_whole(&db.store).await;
-    }
-
-    #[tokio::test]
-    async fn background_fold_catches_up() {
-        let db = common::sqlite().await;
-        super::background_fold_catches_up(&db.store).await;
-    }
 
     /// A file written by schema v1 (the trigger indexed every insert) opens, is migrated
     /// to v2 in place, and every old unit is found (through the index: nothing is left to
@@ -226,40 +244,6 @@ mod sqlite {
 
 mod postgres {
     use super::*;
-    use crate::common;
-
-    #[tokio::test]
-    async fn found_at_every_point_of_the_fold() {
-        let Some(db) = common::pg().await else { return };
-        super::found_at_every_point_of_the_fold(&db.store).await;
-        db.drop_database().await;
-    }
-
-    #[tokio::test]
-    async fn appends_over_the_bound_fold_at_once() {
-        let Some(db) = common::pg_with(ContextOptions::default().index_tail_bytes(0)).await else {
-            return;
-        };
-        super::appends_over_the_bound_fold_at_once(&db.store).await;
-        db.drop_database().await;
-    }
-
-    #[tokio::test]
-    async fn tail_above_the_bound_is_folded_whole() {
-        let Some(db) = common::pg_with(ContextOptions::default().index_tail_bytes(1000)).await
-        else {
-            return;
-        };
-        super::tail_above_the_bound_is_folded_whole(&db.store).await;
-        db.drop_database().await;
-    }
-
-    #[tokio::test]
-    async fn background_fold_catches_up() {
-        let Some(db) = common::pg().await else { return };
-        super::background_fold_catches_up(&db.store).await;
-        db.drop_database().await;
-    }
 
     /// A database written by schema v1 (a GIN index on `context_units`) is migrated to v2
     /// in place: its units are copied into the index table once, and found.

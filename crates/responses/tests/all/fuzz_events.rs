@@ -15,8 +15,6 @@
 //! 3. An HTTP error body gives an `ApiError` whose message is the body's, or at most 500
 //!    characters of the raw body.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests may unwrap
-
 use std::time::{Duration, Instant};
 
 use agent_fuzzkit::{

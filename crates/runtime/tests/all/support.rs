@@ -1,6 +1,6 @@
 //! Fresh journals for tests: a temp SQLite file, or a fresh PostgreSQL database.
 
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#![allow(dead_code)]
 
 use agent_journal::Journal;
 

@@ -1,8 +1,5 @@
 //! WebSocket mode and steering over a real WebSocket on 127.0.0.1, against the emulator.
 
-// Test helpers outside `#[test]` functions may unwrap and panic too.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
 use std::collections::HashMap;
 use std::time::Duration;
 

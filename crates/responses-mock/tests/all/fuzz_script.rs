@@ -9,16 +9,12 @@
 //!    (`stall` and `gate` faults are left out of generated scripts: they hold a stream
 //!    open by design.)
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests may unwrap
-
-mod fuzz_common;
-
 use std::time::{Duration, Instant};
 
+use crate::fuzz_common::{check_answer, client, runtime, send};
 use agent_fuzzkit::{config, corpus, json_text, json_value, keep_if_failing, within};
 use agent_responses_mock::script::FaultKind;
 use agent_responses_mock::{MockConfig, MockServer, Script};
-use fuzz_common::{check_answer, client, runtime, send};
 use proptest::prelude::*;
 use serde_json::{Value, json};
 

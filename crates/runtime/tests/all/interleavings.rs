@@ -1,4 +1,3 @@
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test and bench code
 //! Property test: random interleavings of start, launch, steer, commit, cancel, finish and
 //! crash-and-recover. On every replay of the journal: at most one terminal event per
 //! scheduled call (exactly one once everything settled), no terminal before its

@@ -1,8 +1,5 @@
 //! Real-shaped JSON goes through our types and comes back equal, unknowns included.
 
-// Test helpers outside `#[test]` functions may unwrap and panic too.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
 use agent_responses::types::{CreateResponse, Item, Response, StreamEvent, Tool};
 use serde_json::{Value, json};
 

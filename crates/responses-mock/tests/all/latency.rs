@@ -3,9 +3,6 @@
 //! latency replaces the script's, which replaces the server's. Only lower bounds are checked
 //! (a loaded machine may be later, never earlier).
 
-// Test helpers outside `#[test]` functions may unwrap and panic too.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
 use std::time::{Duration, Instant};
 
 use agent_responses_mock::{Latency, MockConfig, MockServer, Script, ScriptError};

@@ -1,17 +1,12 @@
 //! The HTTP client against the emulator over real HTTP: retries, errors, SSE, faults.
 
-// Test helpers outside `#[test]` functions may unwrap and panic too.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
-mod common;
-
 use std::time::Duration;
 
+use crate::common::{client_for, config_for, start, start_with};
 use agent_responses::retry::RetryPolicy;
 use agent_responses::types::{CompactRequest, CreateResponse, Input, StreamEvent};
 use agent_responses::{ApiKey, Client, ClientConfig, ClientError, EventStream};
 use agent_responses_mock::{MOCK_API_KEY, MockConfig, MockServer, Script};
-use common::{client_for, config_for, start, start_with};
 use serde_json::json;
 
 fn hello() -> CreateResponse {

@@ -34,8 +34,6 @@
 //! Case counts are small so `cargo test` stays fast; `PROPTEST_CASES=100000` (what
 //! `cargo xtask fuzz sse` sets) runs a long campaign.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests may unwrap
-
 use std::convert::Infallible;
 use std::path::PathBuf;
 
@@ -446,7 +444,7 @@ fn eventsource_stream_drops_a_frame_ended_by_a_final_lone_cr() {
 }
 
 /// Regenerates the `emulator-*.sse` corpus files from the emulator over real HTTP:
-/// `cargo test -p agent-responses --test sse_differential -- --ignored capture`.
+/// `cargo test -p agent-responses --test all -- --ignored sse_differential::capture`.
 #[tokio::test]
 #[ignore = "writes fixtures/fuzz/sse/emulator-*.sse"]
 async fn capture_emulator_streams() {

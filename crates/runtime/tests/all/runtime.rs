@@ -1,10 +1,6 @@
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test and bench code
 //! The runtime's contracts, on SQLite and on PostgreSQL alike: the six original
 //! runtime contracts, then recovery, idempotency across restarts, deadlines, admission
 //! control, bounded cancellation and memory bounds.
-
-mod common;
-mod support;
 
 use std::time::Duration;
 
@@ -14,36 +10,12 @@ use agent_runtime::{
 };
 use serde_json::json;
 
-use common::{GateTool, count, kinds, replay, terminals_of};
-use support::Fixture;
+use crate::common::{GateTool, count, kinds, replay, terminals_of};
+use crate::support::{self, Fixture};
 
-/// Generates one `#[tokio::test]` per backend for each case.
-macro_rules! on_every_backend {
-    ($($case:ident),* $(,)?) => {
-        mod sqlite_backend {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $case() {
-                    let fixture = super::support::sqlite().await;
-                    super::$case(fixture).await;
-                }
-            )*
-        }
-        mod postgres_backend {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $case() {
-                    let Some(fixture) = super::support::postgres().await else {
-                        return;
-                    };
-                    super::$case(fixture).await;
-                }
-            )*
-        }
-    };
-}
-
-on_every_backend!(
+agent_testkit::backend_tests!(
+    support,
+    [sqlite, postgres]:
     steering_fences_a_stale_commit,
     idempotency_and_argument_collision,
     owner_isolation,

@@ -1,9 +1,5 @@
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 //! Per-thread adoption ([`Runtime::open`] + [`Runtime::adopt`]) and cancel safety (futures
 //! dropped after any number of polls), on SQLite, PostgreSQL and `memory:`.
-
-mod common;
-mod support;
 
 use std::collections::HashMap;
 
@@ -12,45 +8,12 @@ use agent_runtime::{
 };
 use serde_json::json;
 
-use common::{GateTool, count, replay, terminals_of};
-use support::{Fixture, poll_then_drop};
+use crate::common::{GateTool, count, replay, terminals_of};
+use crate::support::{self, Fixture, poll_then_drop};
 
-/// Generates one `#[tokio::test]` per backend for each case.
-macro_rules! on_every_backend {
-    ($($case:ident),* $(,)?) => {
-        mod sqlite_backend {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $case() {
-                    let fixture = super::support::sqlite().await;
-                    super::$case(fixture).await;
-                }
-            )*
-        }
-        mod postgres_backend {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $case() {
-                    let Some(fixture) = super::support::postgres().await else {
-                        return;
-                    };
-                    super::$case(fixture).await;
-                }
-            )*
-        }
-        mod memory_backend {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $case() {
-                    let fixture = super::support::memory().await;
-                    super::$case(fixture).await;
-                }
-            )*
-        }
-    };
-}
-
-on_every_backend!(
+agent_testkit::backend_tests!(
+    support,
+    [sqlite, postgres, memory]:
     adopt_settles_one_thread_and_leaves_the_others_alone,
     adopt_is_idempotent_refuses_a_driven_thread_and_knows_fresh_ones,
     open_knows_no_thread_until_it_adopts_one,

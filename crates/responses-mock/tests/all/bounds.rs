@@ -1,9 +1,6 @@
 //! What a long-running emulator keeps: only authorised requests, credentials redacted, and a
 //! bounded number of requests and stored responses.
 
-// Test helpers outside `#[test]` functions may unwrap and panic too.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
 use agent_responses_mock::{MockConfig, MockServer, script::Script};
 use serde_json::{Value, json};
 

@@ -10,18 +10,14 @@
 //!    `type`, each `error` event in the API's error shape with a `status`; the connection
 //!    then still completes a plain `response.create`.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests may unwrap
-
-mod fuzz_common;
-
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+use crate::fuzz_common::{check_answer, check_error_shape, client, runtime, send, still_serves};
 use agent_fuzzkit::{config, corpus, json_text, json_value, keep_if_failing, within};
 use agent_responses_mock::ws::WsOptions;
 use agent_responses_mock::{MockConfig, MockServer, Script};
 use futures::{SinkExt as _, StreamExt as _};
-use fuzz_common::{check_answer, check_error_shape, client, runtime, send, still_serves};
 use proptest::prelude::*;
 use serde_json::{Value, json};
 use tokio_tungstenite::tungstenite::Message;

@@ -1,15 +1,11 @@
 //! Tool loops against the emulator over real HTTP, including the five API contract tests.
 
-// Test helpers outside `#[test]` functions may unwrap and panic too.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
-mod common;
-
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::common::{response_bodies, start, start_with};
 use agent_responses::ClientError;
 use agent_responses::demo::{self, Mode, ScanTool};
 use agent_responses::loops::{self, ExecutorFailure, LoopConfig, LoopError, ToolExecutor};
@@ -18,7 +14,6 @@ use agent_responses::types::{
     Caller, FunctionCall, Input, Item, MessageItem, ProgramCaller, StreamEvent,
 };
 use agent_responses_mock::{GateHandle, MOCK_API_KEY, MockConfig};
-use common::{response_bodies, start, start_with};
 use serde_json::{Value, json};
 
 fn config(mode: Mode) -> LoopConfig {

@@ -13,8 +13,6 @@
 //! 4. A 16 MiB line is refused after reading `max_line + 1` bytes of it, or read and parsed
 //!    whole under the default limit, in bounded time.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests may unwrap
-
 use std::collections::VecDeque;
 use std::pin::Pin;
 use std::sync::OnceLock;

@@ -1,8 +1,6 @@
 //! The client against the in-tree fake app-server (`appserver-test-fake`): real child
 //! processes and pipes, one test per contract and error path.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
 use std::time::Duration;
 
 use agent_appserver::{

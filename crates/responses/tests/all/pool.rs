@@ -1,18 +1,14 @@
 //! How many HTTP/1.1 connections the client keeps between requests, counted by a TCP
 //! relay in front of the emulator (every connection the client opens passes through it).
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests may unwrap
-
-mod common;
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use crate::common::{config_for, start};
 use agent_responses::types::{CreateResponse, Input};
 use agent_responses::{ApiKey, Client, ClientConfig};
 use agent_responses_mock::MOCK_API_KEY;
-use common::{config_for, start};
 use serde_json::json;
 use tokio::net::{TcpListener, TcpStream};
 

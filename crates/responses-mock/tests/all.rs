@@ -1,0 +1,16 @@
+//! The one integration-test binary of `agent-responses-mock`: each module is a suite that
+//! used to be a binary of its own. Run one suite with
+//! `cargo test -p agent-responses-mock --test all bounds::`.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
+
+#[path = "all/fuzz_common.rs"]
+mod fuzz_common;
+
+#[path = "all/bounds.rs"]
+mod bounds;
+#[path = "all/fuzz_requests.rs"]
+mod fuzz_requests;
+#[path = "all/fuzz_script.rs"]
+mod fuzz_script;
+#[path = "all/latency.rs"]
+mod latency;
