@@ -116,7 +116,10 @@ async fn old_journal(url: &str) {
     conn.close().await.unwrap();
 }
 
-fn old_events_of(thread: &str) -> Vec<(i64, String, i64, Option<String>, Option<i64>, i64)> {
+/// What a replay must keep of an event: (seq, kind, n, dedup key, epoch, at).
+type Shape = (i64, String, i64, Option<String>, Option<i64>, i64);
+
+fn old_events_of(thread: &str) -> Vec<Shape> {
     OLD_ROWS
         .iter()
         .filter(|row| row.1 == thread)
@@ -133,9 +136,7 @@ fn old_events_of(thread: &str) -> Vec<(i64, String, i64, Option<String>, Option<
         .collect()
 }
 
-fn shape(
-    events: &[agent_journal::Event],
-) -> Vec<(i64, String, i64, Option<String>, Option<i64>, i64)> {
+fn shape(events: &[agent_journal::Event]) -> Vec<Shape> {
     events
         .iter()
         .map(|e| {
