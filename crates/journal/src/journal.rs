@@ -202,6 +202,9 @@ impl Journal {
     }
 
     /// Appends events atomically in one transaction, with consecutive seqs, in order.
+    /// (On PostgreSQL the seqs come from a sequence shared with other processes' writers;
+    /// they are re-taken when another allocation interleaved, and are in any case
+    /// increasing and adjacent within each thread: nothing of the thread lies between.)
     /// Returns one acknowledgement per event, in the same order.
     ///
     /// # Cancel safety
@@ -241,7 +244,7 @@ impl Journal {
     /// This is the "expected version" append of event stores: a process that drives a
     /// thread reads it, decides, and appends expecting the last seq it read, so a write
     /// by anyone else in between is detected instead of interleaved. The check runs inside
-    /// the write transaction, under the journal's write lock, after the earlier requests
+    /// the write transaction, under the thread's write lock, after the earlier requests
     /// of the same group commit; a conflict fails this request only (the other requests of
     /// its batch are written, and the writer is not latched failed). Dedup keys work as in
     /// [`append_batch`](Self::append_batch): a deduplicated event writes nothing, so it

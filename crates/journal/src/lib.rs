@@ -20,7 +20,7 @@
 //! - A dedup key makes an append idempotent per thread: the first event with a given
 //!   `(thread, key)` is written, later ones write nothing and return the first `seq`.
 //! - [`Journal::append_expecting`] writes only if the thread's last seq is still the one
-//!   the caller expects, checked atomically with the write (under the write lock, after
+//!   the caller expects, checked atomically with the write (under the thread's write lock, after
 //!   the earlier requests of its group commit); otherwise [`JournalError::Conflict`], which
 //!   fails that request alone.
 //! - A writer failure is latched: every waiting and every later append gets the error.

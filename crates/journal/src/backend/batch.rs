@@ -23,7 +23,8 @@ pub(crate) struct Row<'a> {
     pub(crate) event: &'a Prepared,
 }
 
-/// The conditions of a batch, read under the write lock: the last seq of every thread an
+/// The conditions of a batch, read under the write lock (PostgreSQL: the locks of the
+/// batch's threads): the last seq of every thread an
 /// [`Expected`](crate::writer::Expected) names, and the epoch of every lease a
 /// [`Fence`](crate::writer::Fence) names (`None`: no such thread events / no such lease).
 #[derive(Default, Clone)]
