@@ -101,20 +101,20 @@ async fn write_batch(
             .execute(&mut *tx)
             .await?;
     }
-    // 1. The batch's threads, locked in key order; nothing before this assigns an xid.
+    // 1. The batch's threads, locked in key order (nothing before this assigns an xid);
+    // 2. then the transaction id, assigned after every lock this transaction waited for:
+    // the outer projection runs once the aggregate has consumed (locked) every key.
     let threads = batch_threads(batch);
-    sqlx::query(
-        "SELECT pg_advisory_xact_lock(k) FROM \
-         (SELECT DISTINCT hashtextextended(t, $2) AS k FROM unnest($1::text[]) AS t ORDER BY k) AS l",
+    let txid: i64 = sqlx::query_scalar(
+        "SELECT pg_current_xact_id()::text::bigint FROM \
+         (SELECT count(pg_advisory_xact_lock(k)) FROM \
+          (SELECT DISTINCT hashtextextended(t, $2) AS k FROM unnest($1::text[]) AS t ORDER BY k) \
+          AS keys) AS locked",
     )
     .bind(&threads)
     .bind(THREAD_LOCK_SEED)
-    .execute(&mut *tx)
+    .fetch_one(&mut *tx)
     .await?;
-    // 2. The transaction id, assigned now, after every lock this transaction waits for.
-    let txid: i64 = sqlx::query_scalar("SELECT pg_current_xact_id()::text::bigint")
-        .fetch_one(&mut *tx)
-        .await?;
     let mut existing = HashMap::new();
     for pairs in batch::dedup_pairs(batch).chunks(PAIRS_PER_LOOKUP) {
         let mut query: QueryBuilder<Postgres> =
