@@ -13,6 +13,7 @@
 //! 2. Only then is its transaction id assigned (`pg_current_xact_id()`: advisory locks do
 //!    not assign one). A transaction that waited for a thread's lock gets a higher id than
 //!    the one it waited for, so transaction ids order each thread's commits.
+//!    (`nextval` may assign it too, which is why it also runs only after the locks.)
 //! 3. Its seqs come from the `journal_seq` sequence after the locks, so a thread's seqs
 //!    increase in its commit order. Every row stores the transaction id (`tx`); readers of
 //!    the whole journal order by `(tx, seq)` and stop below the oldest running transaction.
@@ -105,14 +106,24 @@ async fn write_batch(
     // 2. then the transaction id, assigned after every lock this transaction waited for:
     // the outer projection runs once the aggregate has consumed (locked) every key.
     let threads = batch_threads(batch);
-    let txid: i64 = sqlx::query_scalar(
-        "SELECT pg_current_xact_id()::text::bigint FROM \
+    // A batch without dedup keys, conditions or fences writes every event: its seqs are
+    // taken in the same statement, after the locks (the outer projection, where both the
+    // id and the array are evaluated, runs once the aggregate has taken every lock).
+    let known = if plain(batch) {
+        batch.iter().map(|r| r.events.len()).sum()
+    } else {
+        0
+    };
+    let (txid, taken): (i64, Vec<i64>) = sqlx::query_as(
+        "SELECT pg_current_xact_id()::text::bigint, \
+         ARRAY(SELECT nextval('journal_seq') FROM generate_series(1, $3::bigint)) FROM \
          (SELECT count(pg_advisory_xact_lock(k)) FROM \
           (SELECT DISTINCT hashtextextended(t, $2) AS k FROM unnest($1::text[]) AS t ORDER BY k) \
           AS keys) AS locked",
     )
     .bind(&threads)
     .bind(THREAD_LOCK_SEED)
+    .bind(i64::try_from(known).unwrap_or(0))
     .fetch_one(&mut *tx)
     .await?;
     let mut existing = HashMap::new();
@@ -177,7 +188,11 @@ async fn write_batch(
     let count = batch::plan(batch, 0, existing.clone(), conditions.clone())
         .rows
         .len();
-    let seqs = allocate(&mut tx, count).await?;
+    let seqs = if count == known && consecutive(&taken) {
+        taken
+    } else {
+        allocate(&mut tx, count).await?
+    };
     let mut next = seqs.into_iter();
     let mut short = false;
     let plan = batch::plan_with(
@@ -196,9 +211,12 @@ async fn write_batch(
             "the journal allocated fewer seqs than its plan needs".into(),
         ));
     }
+    // Each INSERT notifies the threads it wrote (PostgreSQL delivers a repeated
+    // notification of one transaction once, at commit).
     for rows in plan.rows.chunks(ROWS_PER_STATEMENT) {
         let mut query: QueryBuilder<Postgres> = QueryBuilder::new(
-            "INSERT INTO journal_events (seq, thread, kind, payload, at, dedup_key, epoch, tx) ",
+            "WITH written AS (INSERT INTO journal_events \
+             (seq, thread, kind, payload, at, dedup_key, epoch, tx) ",
         );
         query.push_values(rows, |mut b, row| {
             b.push_bind(row.seq)
@@ -210,17 +228,10 @@ async fn write_batch(
                 .push_bind(row.event.epoch)
                 .push_bind(txid);
         });
+        query.push(" RETURNING thread) SELECT pg_notify(");
+        query.push_bind(CHANNEL);
+        query.push(", t) FROM (SELECT DISTINCT thread AS t FROM written) AS threads");
         query.build().execute(&mut *tx).await?;
-    }
-    let mut written: Vec<&str> = plan.rows.iter().map(|r| r.event.thread.as_str()).collect();
-    written.sort_unstable();
-    written.dedup();
-    if !written.is_empty() {
-        sqlx::query("SELECT pg_notify($1, t) FROM unnest($2::text[]) AS t")
-            .bind(CHANNEL)
-            .bind(written)
-            .execute(&mut *tx)
-            .await?;
     }
     #[cfg(feature = "test-hooks")]
     if let Some(hook) = hook
@@ -231,6 +242,17 @@ async fn write_batch(
     }
     tx.commit().await?;
     Ok(plan.acks)
+}
+
+/// Whether every event of `batch` will be written: no dedup keys, conditions or fences.
+fn plain(batch: &[Request]) -> bool {
+    batch.iter().all(|r| {
+        r.expected.is_none() && r.fence.is_none() && r.events.iter().all(|e| e.dedup_key.is_none())
+    })
+}
+
+fn consecutive(seqs: &[i64]) -> bool {
+    seqs.windows(2).all(|w| w[1] == w[0] + 1)
 }
 
 /// The distinct threads a batch writes or names in a condition, sorted.
@@ -268,7 +290,7 @@ async fn allocate(
                 .fetch_all(&mut **tx)
                 .await?;
         seqs.sort_unstable();
-        if seqs.windows(2).all(|w| w[1] == w[0] + 1) {
+        if consecutive(&seqs) {
             break;
         }
     }
