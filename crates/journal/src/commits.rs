@@ -32,11 +32,22 @@ use tokio::sync::watch;
 /// Sweep stale entries when the map reaches this many (then twice the live count).
 const FIRST_SWEEP: usize = 64;
 
-#[derive(Default)]
 pub(crate) struct Commits {
     /// Entries in `threads`; read without the lock on every commit.
     entries: AtomicUsize,
     threads: Mutex<Threads>,
+    /// Bumped by every publish: what wakes the tails of the whole journal.
+    all: watch::Sender<u64>,
+}
+
+impl Default for Commits {
+    fn default() -> Self {
+        Commits {
+            entries: AtomicUsize::new(0),
+            threads: Mutex::default(),
+            all: watch::channel(0).0,
+        }
+    }
 }
 
 #[derive(Default)]
@@ -87,14 +98,26 @@ impl Commits {
         rx
     }
 
-    /// True when some thread may have a tail, so callers can skip collecting threads.
-    pub(crate) fn any(&self) -> bool {
-        self.entries.load(Ordering::Acquire) > 0
+    /// A receiver that changes on every commit of this process and every notification
+    /// from another one: for tails of the whole journal.
+    pub(crate) fn subscribe_all(&self) -> watch::Receiver<u64> {
+        self.all.subscribe()
     }
 
-    /// Wakes the tails that `written` concerns (a thread may be named twice).
+    /// True when some thread may have a tail, or the whole journal has one, so callers can
+    /// skip collecting threads.
+    pub(crate) fn any(&self) -> bool {
+        self.entries.load(Ordering::Acquire) > 0 || self.all.receiver_count() > 0
+    }
+
+    /// Wakes the tails that `written` concerns (a thread may be named twice), and the tails
+    /// of the whole journal.
     pub(crate) fn publish<'a>(&self, written: impl IntoIterator<Item = Written<'a>>) {
-        if !self.any() {
+        if self.all.receiver_count() > 0 {
+            self.all
+                .send_modify(|generation| *generation = generation.wrapping_add(1));
+        }
+        if self.entries.load(Ordering::Acquire) == 0 {
             return;
         }
         let mut threads = self.threads();

@@ -11,7 +11,8 @@ use crate::error::JournalError;
 use crate::event::{Appended, Event, NewEvent};
 use crate::limits::{check_event, check_thread};
 use crate::options::{Access, Durability, JournalOptions};
-use crate::stream::{self, EventStream};
+use crate::position::Position;
+use crate::stream::{self, EventStream, PositionedStream};
 use crate::writer::{Counters, Expected, Fence, Msg, Request};
 
 /// A cheap, cloneable handle to an open journal. All clones share one writer task.
@@ -201,6 +202,9 @@ impl Journal {
     }
 
     /// Appends events atomically in one transaction, with consecutive seqs, in order.
+    /// (On PostgreSQL the seqs come from a sequence shared with other processes' writers;
+    /// they are re-taken when another allocation interleaved, and are in any case
+    /// increasing and adjacent within each thread: nothing of the thread lies between.)
     /// Returns one acknowledgement per event, in the same order.
     ///
     /// # Cancel safety
@@ -240,7 +244,7 @@ impl Journal {
     /// This is the "expected version" append of event stores: a process that drives a
     /// thread reads it, decides, and appends expecting the last seq it read, so a write
     /// by anyone else in between is detected instead of interleaved. The check runs inside
-    /// the write transaction, under the journal's write lock, after the earlier requests
+    /// the write transaction, under the thread's write lock, after the earlier requests
     /// of the same group commit; a conflict fails this request only (the other requests of
     /// its batch are written, and the writer is not latched failed). Dedup keys work as in
     /// [`append_batch`](Self::append_batch): a deduplicated event writes nothing, so it
@@ -384,6 +388,31 @@ impl Journal {
             return stream::failed(err);
         }
         self.tail_with(thread, Some(kind), after)
+    }
+
+    /// The events of every thread after `after` (from [`Position::START`]: the whole
+    /// journal), then new ones as they are committed, each once, in [`Position`] order,
+    /// until the stream is dropped. Resume a dropped tail after the last position it gave.
+    ///
+    /// Each thread's events come in seq order. On PostgreSQL writers of different threads
+    /// share no lock, so they commit in any order; an event is delivered once no
+    /// transaction that could still commit before it in that order is running, which
+    /// delays it while an older transaction of the same database server runs (one that
+    /// ends without a commit wakes the tail at its next poll). Wake-ups are as for
+    /// [`tail`](Self::tail). On SQLite each page reads the table (there is no index on
+    /// seq alone, which would cost every append): meant for occasional readers there.
+    pub fn tail_all(&self, after: Position) -> PositionedStream {
+        let committed = self.inner.commits.subscribe_all();
+        let listening = self.listen_for_other_processes();
+        stream::tail_all(
+            self.inner.reads.clone(),
+            after,
+            stream::Wakes {
+                committed,
+                listening,
+            },
+            self.inner.options.tail_poll,
+        )
     }
 
     fn tail_with(&self, thread: &str, kind: Option<&str>, after: i64) -> EventStream {

@@ -4,8 +4,12 @@
 //! (shared by processes and hosts). Open with [`Journal::open`] or [`Journal::open_with`].
 //!
 //! Contracts (each is a test in `tests/conformance.rs`):
-//! - `seq` strictly increases across the whole journal; within a thread, replay returns
+//! - `seq` is unique across the whole journal and increases along each thread, and from
+//!   an acknowledged append to any append made after it; within a thread, replay returns
 //!   exactly that thread's events with `seq > after`, in `seq` order.
+//! - [`Journal::tail_all`] delivers every committed event of every thread exactly once,
+//!   in [`Position`] order (each thread's events in seq order), never skipping one that
+//!   commits late: on PostgreSQL writers of different threads take no common lock.
 //! - An append is acknowledged only after its transaction committed at the configured
 //!   [`Durability`]. Under [`Durability::Full`] (the default) that means fsync'd: an
 //!   acknowledged event survives `kill -9`.
@@ -16,7 +20,7 @@
 //! - A dedup key makes an append idempotent per thread: the first event with a given
 //!   `(thread, key)` is written, later ones write nothing and return the first `seq`.
 //! - [`Journal::append_expecting`] writes only if the thread's last seq is still the one
-//!   the caller expects, checked atomically with the write (under the write lock, after
+//!   the caller expects, checked atomically with the write (under the thread's write lock, after
 //!   the earlier requests of its group commit); otherwise [`JournalError::Conflict`], which
 //!   fails that request alone.
 //! - A writer failure is latched: every waiting and every later append gets the error.
@@ -61,10 +65,13 @@ mod backend;
 mod commits;
 mod error;
 mod event;
+#[cfg(feature = "test-hooks")]
+pub mod hooks;
 mod journal;
 mod lease;
 mod limits;
 mod options;
+mod position;
 mod readable;
 mod stream;
 mod writer;
@@ -76,4 +83,5 @@ pub use journal::{Journal, JournalStats};
 pub use lease::{Lease, LeaseRow, LeaseStatus};
 pub use limits::{MAX_DEDUP_KEY_BYTES, MAX_KIND_BYTES, MAX_PAYLOAD_BYTES, MAX_THREAD_BYTES};
 pub use options::{Access, DEFAULT_LINGER, Durability, JournalOptions};
-pub use stream::EventStream;
+pub use position::Position;
+pub use stream::{EventStream, PositionedStream};

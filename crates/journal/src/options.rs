@@ -61,6 +61,9 @@ pub struct JournalOptions {
     pub linger: Duration,
     /// Whether the journal may write (default: [`Access::ReadWrite`]).
     pub access: Access,
+    /// Test builds only: awaited by the PostgreSQL writer inside each write transaction.
+    #[cfg(feature = "test-hooks")]
+    pub write_hook: Option<crate::hooks::WriteHook>,
 }
 
 /// Default for [`JournalOptions::linger`]: short next to an fsync.
@@ -82,6 +85,8 @@ impl Default for JournalOptions {
             read_connections: 4,
             linger: DEFAULT_LINGER,
             access: Access::ReadWrite,
+            #[cfg(feature = "test-hooks")]
+            write_hook: None,
         }
     }
 }

@@ -10,9 +10,16 @@ use tokio::sync::watch;
 use crate::backend::{PAGE, ReadSide as _, Reads};
 use crate::error::JournalError;
 use crate::event::Event;
+use crate::position::Position;
 
 /// A stream of events; an `Err` item reports a failed read (tail keeps going after it).
 pub type EventStream = Pin<Box<dyn Stream<Item = Result<Event, JournalError>> + Send>>;
+
+/// A stream of the whole journal's events with their positions
+/// ([`Journal::tail_all`](crate::Journal::tail_all)); an `Err` item reports a failed read,
+/// and the stream keeps going after it.
+pub type PositionedStream =
+    Pin<Box<dyn Stream<Item = Result<(Position, Event), JournalError>> + Send>>;
 
 pub(crate) fn replay(reads: Reads, thread: String, after: i64) -> EventStream {
     struct State {
@@ -175,4 +182,78 @@ async fn wait_for_change(s: &mut TailState) {
         }
         () = &mut poll => {}
     }
+}
+
+struct TailAllState {
+    reads: Reads,
+    last: Position,
+    buffer: VecDeque<(Position, Event)>,
+    /// Changes on every commit of this process and every notification from another one.
+    committed: watch::Receiver<u64>,
+    listening: Option<watch::Receiver<bool>>,
+    poll: Duration,
+    wait_first: bool,
+}
+
+/// Every event of the journal after `after`, then new ones as `wakes` and the poll
+/// interval find them, in [`Position`] order.
+///
+/// Invariant: each read returns events above `last` that no later commit can precede
+/// ([`ReadSide::journal_page`](crate::backend::ReadSide::journal_page)), so resuming after the
+/// last one delivered skips nothing and repeats nothing. On PostgreSQL an event can be
+/// committed but not yet readable (an older transaction still runs): the commit or
+/// notification that ends that transaction wakes the tail, and a rolled-back one (which
+/// notifies nobody) is covered by the poll interval.
+pub(crate) fn tail_all(
+    reads: Reads,
+    after: Position,
+    wakes: Wakes,
+    poll: Duration,
+) -> PositionedStream {
+    let state = TailAllState {
+        reads,
+        last: after,
+        buffer: VecDeque::new(),
+        committed: wakes.committed,
+        listening: wakes.listening,
+        poll,
+        wait_first: false,
+    };
+    Box::pin(futures::stream::unfold(state, |mut s| async move {
+        loop {
+            if let Some(item) = s.buffer.pop_front() {
+                return Some((Ok(item), s));
+            }
+            if let Some(mut listening) = s.listening.take() {
+                let bound = s.poll.min(LISTEN_WAIT);
+                let _ = tokio::time::timeout(bound, listening.wait_for(|up| *up)).await;
+            }
+            if s.wait_first {
+                let poll = tokio::time::sleep(s.poll);
+                tokio::pin!(poll);
+                tokio::select! {
+                    changed = s.committed.changed() => {
+                        if changed.is_err() {
+                            (&mut poll).await;
+                        }
+                    }
+                    () = &mut poll => {}
+                }
+            }
+            s.committed.borrow_and_update();
+            match Box::pin(s.reads.journal_page(s.last, PAGE)).await {
+                Ok(page) => {
+                    s.wait_first = (page.len() as i64) < PAGE;
+                    if let Some((position, _)) = page.last() {
+                        s.last = *position;
+                    }
+                    s.buffer.extend(page);
+                }
+                Err(err) => {
+                    s.wait_first = true;
+                    return Some((Err(err), s));
+                }
+            }
+        }
+    }))
 }

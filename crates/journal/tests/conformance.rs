@@ -6,7 +6,9 @@ mod support;
 use std::collections::HashMap;
 use std::time::Duration;
 
-use agent_journal::{Durability, Journal, JournalError, JournalOptions, NewEvent, Payload};
+use agent_journal::{
+    Durability, Journal, JournalError, JournalOptions, NewEvent, Payload, Position,
+};
 use futures::StreamExt as _;
 use serde_json::json;
 
@@ -85,6 +87,7 @@ conformance!(
         concurrent_appenders_expecting_the_same_seq_exactly_one_wins,
         conflicts_in_a_group_commit_leave_the_other_appends_written,
         dropped_appends_and_replays_leave_the_journal_consistent,
+        tail_all_yields_every_thread_in_order_and_resumes,
     ],
     durable: [reopen_keeps_every_event, relaxed_appends_commit_in_order_and_are_counted],
 );
@@ -395,6 +398,75 @@ async fn tail_yields_existing_then_new_events(f: Fixture) {
         assert_eq!(e.payload["n"], n);
     }
     appends.await.unwrap();
+}
+
+/// The whole journal, existing events then new ones, each once, in position order (each
+/// thread's in seq order); a tail resumed after a position goes on from there.
+async fn tail_all_yields_every_thread_in_order_and_resumes(f: Fixture) {
+    let j = f.journal.clone();
+    let mut acks = Vec::new();
+    for n in 0..6 {
+        let thread = ["a", "b", "c"][n as usize % 3];
+        acks.push(j.append(ev(thread, "e", n)).await.unwrap().seq);
+    }
+    acks.extend(
+        j.append_batch(vec![ev("b", "e", 6), ev("a", "e", 7)])
+            .await
+            .unwrap()
+            .iter()
+            .map(|a| a.seq),
+    );
+    let mut tail = j.tail_all(Position::START);
+    let mut positions = Vec::new();
+    for (n, seq) in acks.iter().enumerate() {
+        let (position, event) = tail.next().await.unwrap().unwrap();
+        assert_eq!(
+            (event.seq, event.payload["n"].as_i64()),
+            (*seq, Some(n as i64))
+        );
+        assert_eq!(position.seq, event.seq);
+        positions.push(position);
+    }
+    assert!(positions.windows(2).all(|w| w[0] < w[1]), "{positions:?}");
+    let mut resumed = j.tail_all(positions[4]);
+    for seq in &acks[5..] {
+        assert_eq!(resumed.next().await.unwrap().unwrap().1.seq, *seq);
+    }
+    // New events reach both tails, from this process's commits.
+    let writer = j.clone();
+    let appends = tokio::spawn(async move {
+        let mut seqs = Vec::new();
+        for n in 8..20 {
+            let thread = if n % 2 == 0 { "new" } else { "a" };
+            seqs.push(writer.append(ev(thread, "e", n)).await.unwrap().seq);
+        }
+        seqs
+    });
+    let mut from_tail = Vec::new();
+    let mut from_resumed = Vec::new();
+    for _ in 8..20 {
+        let next = tokio::time::timeout(Duration::from_secs(30), tail.next());
+        from_tail.push(
+            next.await
+                .expect("tail_all stalled")
+                .unwrap()
+                .unwrap()
+                .1
+                .seq,
+        );
+        let next = tokio::time::timeout(Duration::from_secs(30), resumed.next());
+        from_resumed.push(
+            next.await
+                .expect("tail_all stalled")
+                .unwrap()
+                .unwrap()
+                .1
+                .seq,
+        );
+    }
+    let appended = appends.await.unwrap();
+    assert_eq!(from_tail, appended);
+    assert_eq!(from_resumed, appended);
 }
 
 fn conflict_of(

@@ -1,12 +1,13 @@
 //! What both database backends share: the pure part of a group commit (deduplication,
 //! conditions and seq assignment), and PostgreSQL's row decoding.
 //!
-//! Both backends write the same way: inside one transaction that holds the journal's write
-//! lock (SQLite `BEGIN IMMEDIATE`, PostgreSQL an advisory transaction lock), read the highest
-//! assigned `seq` (SQLite: the `journal_head` row; PostgreSQL: `MAX(seq)`), look up the
-//! batch's dedup keys, and insert the new rows with explicit, consecutive seqs. Holding the
-//! write lock while assigning makes commit order equal seq order, also across processes,
-//! which is what lets `tail` read "everything after my last seq".
+//! Both backends plan a batch the same way, inside its write transaction: look up the
+//! batch's dedup keys and the heads its conditions name, then give each new row a seq in
+//! request order. SQLite holds the whole database's write lock (`BEGIN IMMEDIATE`) and
+//! assigns consecutive seqs after its `journal_head` row, so commit order equals seq order.
+//! PostgreSQL holds only the locks of the threads the batch writes and takes seqs from a
+//! sequence (see `postgres/write.rs`): each thread's commits are in seq order, the
+//! journal's as a whole are not, and readers of every thread order by transaction.
 
 use std::collections::HashMap;
 
@@ -22,10 +23,11 @@ pub(crate) struct Row<'a> {
     pub(crate) event: &'a Prepared,
 }
 
-/// The conditions of a batch, read under the write lock: the last seq of every thread an
+/// The conditions of a batch, read under the write lock (PostgreSQL: the locks of the
+/// batch's threads): the last seq of every thread an
 /// [`Expected`](crate::writer::Expected) names, and the epoch of every lease a
 /// [`Fence`](crate::writer::Fence) names (`None`: no such thread events / no such lease).
-#[derive(Default)]
+#[derive(Default, Clone)]
 pub(crate) struct Conditions {
     pub(crate) heads: HashMap<String, Option<i64>>,
     pub(crate) epochs: HashMap<String, Option<i64>>,
@@ -51,11 +53,31 @@ pub(crate) struct Plan<'a> {
 pub(crate) fn plan<'a>(
     requests: &'a [Request],
     max_seq: i64,
+    existing: HashMap<(String, String), i64>,
+    conditions: Conditions,
+) -> Plan<'a> {
+    let mut next = max_seq;
+    plan_with(
+        requests,
+        || {
+            next += 1;
+            next
+        },
+        existing,
+        conditions,
+    )
+}
+
+/// As [`plan`], with each new row's seq taken from `next_seq` in row order (PostgreSQL
+/// allocates them from its sequence). The rows and answers are those [`plan`] gives for
+/// the same inputs, seqs aside, so a dry run of [`plan`] counts the seqs to allocate.
+pub(crate) fn plan_with<'a>(
+    requests: &'a [Request],
+    mut next_seq: impl FnMut() -> i64,
     mut existing: HashMap<(String, String), i64>,
     conditions: Conditions,
 ) -> Plan<'a> {
     let Conditions { mut heads, epochs } = conditions;
-    let mut next = max_seq;
     let mut rows = Vec::new();
     let mut acks = Vec::with_capacity(requests.len());
     for request in requests {
@@ -83,6 +105,7 @@ pub(crate) fn plan<'a>(
         }
         let mut request_acks = Vec::with_capacity(request.events.len());
         for event in &request.events {
+            let mut key_id = None;
             if let Some(key) = &event.dedup_key {
                 let id = (event.thread.clone(), key.clone());
                 if let Some(&seq) = existing.get(&id) {
@@ -93,9 +116,12 @@ pub(crate) fn plan<'a>(
                     });
                     continue;
                 }
-                existing.insert(id, next + 1);
+                key_id = Some(id);
             }
-            next += 1;
+            let next = next_seq();
+            if let Some(id) = key_id {
+                existing.insert(id, next);
+            }
             if let Some(head) = heads.get_mut(&event.thread) {
                 *head = Some(next);
             }

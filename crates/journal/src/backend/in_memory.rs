@@ -18,6 +18,7 @@ use crate::commits::Commits;
 use crate::error::JournalError;
 use crate::event::{Appended, Event};
 use crate::lease::LeaseRow;
+use crate::position::Position;
 use crate::writer::{Counters, Expected, Fence, Prepared, count_commit};
 
 /// One process-local journal; shared by every clone of its [`Journal`](crate::Journal).
@@ -416,6 +417,34 @@ impl ReadSide for InMemoryJournal {
 
     async fn threads(&self) -> Result<Vec<String>, JournalError> {
         Ok(self.open_state()?.threads.keys().cloned().collect())
+    }
+
+    /// Appends hold the lock, so seq alone is the journal's order. A page merges every
+    /// thread's events after `after`: fine for the tests and demos `memory:` is for.
+    async fn journal_page(
+        &self,
+        after: Position,
+        limit: i64,
+    ) -> Result<Vec<(Position, Event)>, JournalError> {
+        let state = self.open_state()?;
+        let limit = usize::try_from(limit).unwrap_or(0);
+        let mut found: Vec<(i64, &str, &Chunk, &Stored)> = Vec::new();
+        for (name, log) in &state.threads {
+            found.extend(
+                log.after(after.seq)
+                    .take(limit)
+                    .map(|(chunk, stored)| (stored.seq, name.as_str(), chunk, stored)),
+            );
+        }
+        found.sort_unstable_by_key(|(seq, ..)| *seq);
+        found.truncate(limit);
+        found
+            .into_iter()
+            .map(|(seq, name, chunk, stored)| {
+                let event = chunk.event(stored, &Arc::from(name))?;
+                Ok((Position::START.with_seq(seq), event))
+            })
+            .collect()
     }
 
     async fn last_seq(&self, thread: &str) -> Result<Option<i64>, JournalError> {

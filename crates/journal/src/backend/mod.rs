@@ -21,6 +21,7 @@ use crate::error::JournalError;
 use crate::event::Event;
 use crate::lease;
 use crate::options::{Access, JournalOptions};
+use crate::position::Position;
 use crate::writer::{Counters, Msg, Settle};
 
 use in_memory::InMemoryJournal;
@@ -64,6 +65,15 @@ pub(crate) trait ReadSide {
 
     /// Every thread with at least one event, sorted.
     async fn threads(&self) -> Result<Vec<String>, JournalError>;
+
+    /// Up to `limit` events of every thread after `after`, in [`Position`] order, each with
+    /// its position. Invariant (what lets `tail_all` resume after the last one): no event
+    /// at or below a position this returns is committed after it returns.
+    async fn journal_page(
+        &self,
+        after: Position,
+        limit: i64,
+    ) -> Result<Vec<(Position, Event)>, JournalError>;
 
     /// The highest seq of `thread`, or `None` if it has no events.
     async fn last_seq(&self, thread: &str) -> Result<Option<i64>, JournalError>;
@@ -147,6 +157,14 @@ impl ReadSide for Reads {
 
     async fn threads(&self) -> Result<Vec<String>, JournalError> {
         on_backend!(self, side => side.threads().await)
+    }
+
+    async fn journal_page(
+        &self,
+        after: Position,
+        limit: i64,
+    ) -> Result<Vec<(Position, Event)>, JournalError> {
+        on_backend!(self, side => side.journal_page(after, limit).await)
     }
 
     async fn last_seq(&self, thread: &str) -> Result<Option<i64>, JournalError> {
@@ -276,7 +294,14 @@ pub(crate) async fn open(
         let leases = lease::Backend::Postgres(opened.reader.pool().clone());
         let writer = match opened.writer {
             Some(writer) => {
-                tokio::spawn(postgres::run_writer(writer, rx, settle, max_batch));
+                tokio::spawn(postgres::run_writer(
+                    writer,
+                    rx,
+                    settle,
+                    max_batch,
+                    #[cfg(feature = "test-hooks")]
+                    options.write_hook.clone(),
+                ));
                 Writer::Queue(tx)
             }
             None => Writer::ReadOnly,

@@ -1,8 +1,10 @@
 //! PostgreSQL backend: shared by processes and hosts.
 //!
-//! Writers from every process serialise on an advisory transaction lock, so commit order
-//! equals seq order across processes. Each commit notifies channel [`CHANNEL`] with the
-//! thread name; `tail` listens there to see other processes' appends.
+//! Writers of different threads never wait for each other, in this process or in others:
+//! a write transaction locks only the threads it writes (`write.rs`). Each thread's commits
+//! are in seq order; the whole journal's are ordered by writing transaction, and read up
+//! to the oldest transaction still running (`read.rs`). Each commit notifies channel
+//! [`CHANNEL`] with the thread name; `tail` listens there to see other processes' appends.
 
 mod listen;
 mod read;
@@ -23,8 +25,9 @@ pub(crate) use write::run as run_writer;
 
 /// LISTEN/NOTIFY channel; the payload is the thread name.
 pub(crate) const CHANNEL: &str = "agent_journal";
-/// Advisory lock key held by every journal write transaction ("agentjnl" in ASCII).
-const WRITE_LOCK_KEY: i64 = 0x6167_656e_746a_6e6c;
+/// Advisory lock key that serialises schema steps of concurrent opens ("agentjnl" in
+/// ASCII; before schema 3 every write transaction held it too).
+const MIGRATE_LOCK_KEY: i64 = 0x6167_656e_746a_6e6c;
 /// How long opening waits for the server.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -36,6 +39,10 @@ const SCHEMA: &agent_schema::Steps = &[
     (
         2,
         include_str!("../../../migrations/postgres/0002_leases.sql"),
+    ),
+    (
+        3,
+        include_str!("../../../migrations/postgres/0003_lock_free_writes.sql"),
     ),
 ];
 
@@ -102,9 +109,10 @@ pub(crate) async fn open(
             .execute(&mut writer)
             .await?;
     }
-    // A writer process stopped mid-transaction (SIGSTOP, a VM pause) holds the journal's
-    // write lock; the server ends such a transaction so the other processes go on. Ours
-    // last microseconds between statements.
+    // A writer process stopped mid-transaction (SIGSTOP, a VM pause) holds its threads'
+    // locks and, by running, holds back the horizon of every reader of the whole journal;
+    // the server ends such a transaction so the others go on. Ours last microseconds
+    // between statements.
     sqlx::query("SET idle_in_transaction_session_timeout = '30s'")
         .execute(&mut writer)
         .await?;
@@ -133,7 +141,7 @@ async fn migrate(conn: &mut PgConnection) -> Result<(), JournalError> {
     let mut tx = conn.begin().await?;
     // Serialise concurrent first opens of an empty database.
     sqlx::query("SELECT pg_advisory_xact_lock($1)")
-        .bind(WRITE_LOCK_KEY)
+        .bind(MIGRATE_LOCK_KEY)
         .execute(&mut *tx)
         .await?;
     sqlx::query("CREATE TABLE IF NOT EXISTS journal_schema (version BIGINT PRIMARY KEY)")

@@ -1,13 +1,28 @@
-//! PostgreSQL reads, on the journal's read pool. Every read sees committed events only,
-//! and seqs are committed in order (the write lock), so a page never skips a seq that a
-//! later page would show.
+//! PostgreSQL reads, on the journal's read pool. Every read sees committed events only.
+//!
+//! Invariants:
+//! - A thread's seqs are committed in order (its writers hold the thread's lock while they
+//!   allocate and commit), so a page of one thread never skips a seq a later page shows.
+//! - Across threads, commits are not in seq order. [`PgReader::journal_page`] orders by
+//!   `(tx, seq)` and returns only rows of transactions older than the oldest one running
+//!   when its statement's snapshot was taken (`pg_snapshot_xmin`): every such transaction
+//!   has ended, and every later one gets a higher id, so nothing is ever committed at or
+//!   below a position it returned.
 
-use sqlx::PgPool;
+use sqlx::{PgPool, Row as _};
 
 use crate::backend::batch::{decode, select_events};
 use crate::backend::{KindPage, ReadSide};
 use crate::error::JournalError;
 use crate::event::Event;
+use crate::position::Position;
+
+/// [`PgReader::journal_page`]: the columns `decode` reads, then `tx`; the horizon is an
+/// uncorrelated subquery, evaluated once per statement. Served by `(tx, seq)`.
+const JOURNAL_PAGE_SQL: &str = "SELECT seq, thread, kind, payload, at, dedup_key, epoch, tx \
+     FROM journal_events, \
+     (SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint AS below) AS h \
+     WHERE (tx, seq) > ($1, $2) AND tx < h.below ORDER BY tx, seq LIMIT $3";
 
 /// Rows per query of [`PgReader::replay_all`]: large pages, few round trips.
 const REPLAY_ALL_PAGE: i64 = 100 * crate::backend::PAGE;
@@ -117,6 +132,34 @@ impl ReadSide for PgReader {
                 .fetch_all(&self.pool)
                 .await?,
         )
+    }
+
+    async fn journal_page(
+        &self,
+        after: Position,
+        limit: i64,
+    ) -> Result<Vec<(Position, Event)>, JournalError> {
+        // The horizon and the rows come from the same statement, so from one snapshot: a
+        // transaction below the horizon has ended, and if it committed its rows are seen.
+        let rows = sqlx::query(JOURNAL_PAGE_SQL)
+            .bind(after.commit)
+            .bind(after.seq)
+            .bind(limit)
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter()
+            .map(|row| {
+                let event = decode(row)?;
+                let commit: i64 = row.try_get(7)?;
+                Ok((
+                    Position {
+                        commit,
+                        seq: event.seq,
+                    },
+                    event,
+                ))
+            })
+            .collect()
     }
 
     async fn last_seq(&self, thread: &str) -> Result<Option<i64>, JournalError> {

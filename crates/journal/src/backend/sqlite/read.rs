@@ -28,6 +28,7 @@ use tokio::sync::oneshot;
 use crate::backend::{KindPage, ReadSide};
 use crate::error::JournalError;
 use crate::event::Event;
+use crate::position::Position;
 
 /// Replays spanning fewer seqs than this are read in one piece.
 const PARALLEL_REPLAY_SPAN: i64 = 20_000;
@@ -330,6 +331,32 @@ impl ReadSide for Reader {
                 .query_map([], |row| row.get(0))?
                 .collect::<Result<Vec<String>, _>>()?;
             Ok(threads)
+        })
+        .await
+    }
+
+    /// Commits are in seq order here (one write lock), so seq alone is the journal's
+    /// order. There is no index on seq alone (it cost every insert; see schema 2), so a
+    /// page reads the table: this is for occasional whole-journal readers, not for tails
+    /// of busy journals.
+    async fn journal_page(
+        &self,
+        after: Position,
+        limit: i64,
+    ) -> Result<Vec<(Position, Event)>, JournalError> {
+        self.run(move |conn| {
+            let mut stmt = conn.prepare_cached(
+                "SELECT seq, kind, payload, at, dedup_key, epoch, thread FROM journal_events \
+                 WHERE seq > ?1 ORDER BY seq LIMIT ?2",
+            )?;
+            let mut rows = stmt.query(params![after.seq, limit])?;
+            let mut page = Vec::new();
+            while let Some(row) = rows.next()? {
+                let thread = row.get_ref(6)?.as_str().map_err(rusqlite::Error::from)?;
+                let event = decode(row, &mut Names::new(thread))?;
+                page.push((Position::START.with_seq(event.seq), event));
+            }
+            Ok(page)
         })
         .await
     }
