@@ -19,7 +19,7 @@
 //! Also here, what else composes several crates: [`codex`] (a whole Codex turn over
 //! `codex app-server`, journaled), [`steer_bridge`] (WebSocket steering as runtime
 //! revisions) and [`executor::RuntimeExecutor`] (the Responses loops' tools through the
-//! runtime). For front ends: [`follow`] (a journal thread, live), [`run_wait`] (until a run
+//! runtime). For front ends: [`follow`] (a journal thread, live), [`run::wait`] (until a run
 //! stops) and [`signals`] (stopping long-running work on SIGINT/SIGTERM).
 //!
 //! # From `Host::new` to a tool of your own
@@ -125,8 +125,6 @@ pub mod follow;
 pub mod fuzzing;
 mod raw_json;
 pub mod run;
-pub mod run_history;
-pub mod run_wait;
 pub mod sandbox;
 pub mod signals;
 pub mod steer_bridge;

@@ -459,12 +459,12 @@ async fn a_worker_drives_a_submitted_run_with_its_rust_tool() {
         stop.clone(),
     ));
     let end =
-        agent_host::run_wait::wait_until_stopped(&journal, &run, Some(Duration::from_secs(60)))
+        agent_host::run::wait::wait_until_stopped(&journal, &run, Some(Duration::from_secs(60)))
             .await
             .unwrap();
     stop.cancel();
     worker.await.unwrap().unwrap();
-    let agent_host::run_wait::WaitEnd::Stopped(state) = end else {
+    let agent_host::run::wait::WaitEnd::Stopped(state) = end else {
         panic!("the run did not stop: {end:?}");
     };
     assert_eq!(state.final_text.as_deref(), Some("Done: deployed api"));

@@ -11,6 +11,7 @@ use std::process::Command;
 use anyhow::Context as _;
 use serde_json::Value;
 
+use super::verdict::Verdict;
 use super::{BenchCtx, Section};
 use crate::process::{cargo, output, shared_dir};
 
@@ -181,7 +182,7 @@ fn ratio(seed: Option<f64>, ours: Option<f64>, higher_is_better: bool) -> String
 /// Issue 4's targets, checked against this run's numbers.
 fn targets(ours: &Results, seed: &Results, sizes: &str) -> String {
     let mut md = String::new();
-    let verdict = |ok: bool| if ok { "met" } else { "**not met**" };
+    let verdict = |ok: bool| Verdict::measured(ok);
     let slowest = |prefix: &str, size: &str| -> Option<(f64, String)> {
         ours.iter()
             .filter(|(k, _)| k.starts_with(prefix) && k.ends_with(&format!("@{size}")))
@@ -264,9 +265,8 @@ fn targets(ours: &Results, seed: &Results, sizes: &str) -> String {
 fn ingest_targets(ours: &Results, seed: &Results, sizes: &str) -> String {
     let mut md = String::new();
     let verdict = |r: Option<f64>, want: f64| match r {
-        Some(r) if r >= want => format!("met ({r:.2}x)"),
-        Some(r) => format!("**not met** ({r:.2}x)"),
-        None => "n/a".into(),
+        Some(r) => format!("{} ({r:.2}x)", Verdict::measured(r >= want)),
+        None => Verdict::of(true, None::<f64>, |_| false).to_string(),
     };
     let faster = |s: Option<f64>, o: Option<f64>| match (s, o) {
         (Some(s), Some(o)) if s > 0.0 && o > 0.0 => Some(s / o),

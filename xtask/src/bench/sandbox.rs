@@ -113,7 +113,7 @@ pub fn run(ctx: &BenchCtx) -> anyhow::Result<Section> {
          |---|---:|---:|---:|---|\n{rows}\n\
          Every call exited 0 (a failed call stops the bench). Target {}.\n",
         ctx.runs,
-        if all_met { "met" } else { "**not met**" }
+        Verdict::measured(all_met)
     );
     Ok(Section { markdown })
 }

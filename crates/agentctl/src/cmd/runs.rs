@@ -143,7 +143,7 @@ async fn wait(
     id: &str,
     timeout: Option<f64>,
 ) -> anyhow::Result<ExitCode> {
-    use agent_host::run_wait::{WaitEnd, wait_until_stopped};
+    use agent_host::run::wait::{WaitEnd, wait_until_stopped};
     let timeout = timeout
         .map(|secs| {
             std::time::Duration::try_from_secs_f64(secs).map_err(|_| {
@@ -306,7 +306,8 @@ async fn search(
     }
     let store = crate::db::open_context(global).await?;
     let limit = usize::try_from(limit).unwrap_or(50);
-    let hits = agent_host::run_history::search(journal, &store, run.as_deref(), &term, limit).await;
+    let hits =
+        agent_host::run::history::search(journal, &store, run.as_deref(), &term, limit).await;
     store.close().await;
     for hit in hits? {
         if global.json {

@@ -14,7 +14,7 @@ use anyhow::Context as _;
 use clap::Args;
 use futures::future::BoxFuture;
 
-use super::run::Endpoint;
+use super::run::EndpointArgs;
 use crate::global::GlobalArgs;
 use crate::output::{self, UsageError};
 
@@ -45,7 +45,7 @@ pub struct ServeArgs {
     /// The model endpoint runs submitted here record (and the in-process worker uses when a
     /// run recorded none).
     #[command(flatten)]
-    pub endpoint: Endpoint,
+    pub endpoint: EndpointArgs,
 }
 
 pub async fn serve(global: &GlobalArgs, args: ServeArgs) -> anyhow::Result<ExitCode> {
@@ -134,7 +134,7 @@ pub async fn serve(global: &GlobalArgs, args: ServeArgs) -> anyhow::Result<ExitC
 /// `POST /runs`: what `agentctl submit` does, with this server's endpoint.
 struct CliSubmitter {
     journal: agent_journal::Journal,
-    endpoint: Endpoint,
+    endpoint: EndpointArgs,
 }
 
 impl Submitter for CliSubmitter {

@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::owner::Owner;
-use super::spec::{Budgets, RunSpec, RunStatus, Usage};
+use super::spec::{Budgets, RunSpec, RunStatus, TokenUsage};
 use super::state::{CallProgress, Elided, RunState, SteerRecord};
 
 /// The checkpoint format; another version is ignored (the resume folds everything).
@@ -35,7 +35,7 @@ struct Checkpoint {
     status_detail: Option<String>,
     driver: Option<Owner>,
     budgets: Option<Budgets>,
-    usage: Usage,
+    usage: TokenUsage,
     approved_tools: Vec<String>,
     created_at: i64,
     interrupt_requested: Option<i64>,

@@ -21,7 +21,7 @@ use serde_json::Value;
 use super::events::{
     ApprovalReason, ModelCompleted, RunEvent, SteerVia, ToolEnded, ToolOutcome, Verdict, text_of,
 };
-use super::spec::Usage;
+use super::spec::TokenUsage;
 
 /// One line of `--json` output: the shapes of `codex exec --json`, then our own types.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -198,8 +198,8 @@ pub struct ExecUsage {
     pub reasoning_output_tokens: u64,
 }
 
-impl From<Usage> for ExecUsage {
-    fn from(u: Usage) -> ExecUsage {
+impl From<TokenUsage> for ExecUsage {
+    fn from(u: TokenUsage) -> ExecUsage {
         ExecUsage {
             input_tokens: u.input_tokens,
             cached_input_tokens: u.cached_tokens,

@@ -10,6 +10,7 @@ mod driver;
 pub mod endpoint;
 pub mod events;
 pub mod exec_json;
+pub mod history;
 pub mod kinds;
 mod model;
 mod model_ws;
@@ -27,6 +28,7 @@ pub mod table;
 mod test_events;
 pub mod test_hooks;
 pub mod view;
+pub mod wait;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -47,7 +49,7 @@ pub use requests::{
 };
 pub use state::{
     Budgets, CallRecord, Decision, RunSpec, RunState, RunStatus, SteerRecord, SteerStatus,
-    Transport, Usage,
+    TokenUsage, Transport,
 };
 
 use crate::error::HostError;

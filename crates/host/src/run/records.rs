@@ -2,7 +2,7 @@
 
 use super::events::ApprovalReason;
 pub use super::events::Decision;
-use super::spec::Usage;
+use super::spec::TokenUsage;
 use crate::RawJson;
 
 /// One completed model step.
@@ -15,7 +15,7 @@ pub struct StepRecord {
     /// Output items, verbatim.
     pub output: Vec<RawJson>,
     /// Tokens of this step.
-    pub usage: Usage,
+    pub usage: TokenUsage,
     /// Why the response stopped short, when it was `incomplete`.
     pub incomplete: Option<String>,
 }

@@ -93,7 +93,7 @@ pub struct Budgets {
 
 /// Token usage.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-pub struct Usage {
+pub struct TokenUsage {
     /// Input tokens.
     pub input_tokens: u64,
     /// Input tokens served from the cache.
@@ -106,13 +106,13 @@ pub struct Usage {
     pub total_tokens: u64,
 }
 
-impl Usage {
+impl TokenUsage {
     /// Usage from a response's `usage` object (missing details count as zero).
-    pub fn from_api(usage: &Value) -> Usage {
+    pub fn from_api(usage: &Value) -> TokenUsage {
         let n = |v: Option<&Value>| v.and_then(Value::as_u64).unwrap_or(0);
         let input = n(usage.get("input_tokens"));
         let output = n(usage.get("output_tokens"));
-        Usage {
+        TokenUsage {
             input_tokens: input,
             cached_tokens: n(usage.pointer("/input_tokens_details/cached_tokens")),
             output_tokens: output,
@@ -124,7 +124,7 @@ impl Usage {
         }
     }
 
-    pub(crate) fn add(&mut self, other: &Usage) {
+    pub(crate) fn add(&mut self, other: &TokenUsage) {
         self.input_tokens += other.input_tokens;
         self.cached_tokens += other.cached_tokens;
         self.output_tokens += other.output_tokens;

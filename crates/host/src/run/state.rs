@@ -28,7 +28,7 @@ use super::owner::Owner;
 pub use super::records::{
     ApprovalRecord, CallOutput, CallProgress, CallRecord, Decision, StepRecord,
 };
-pub use super::spec::{Budgets, RunSpec, RunStatus, Transport, Usage};
+pub use super::spec::{Budgets, RunSpec, RunStatus, TokenUsage, Transport};
 use crate::RawJson;
 
 /// The most characters of a prompt's first line a run's title keeps.
@@ -62,7 +62,7 @@ pub struct RunState {
     pub calls: Vec<CallRecord>,
     index: CallIndex,
     /// Tokens of all steps.
-    pub usage: Usage,
+    pub usage: TokenUsage,
     /// Tools approved for the rest of the run ("approve always").
     pub approved_tools: Vec<String>,
     /// The final answer of a completed run.
@@ -435,7 +435,7 @@ impl RunState {
             // A response that was paid for but not kept (too large to journal) still counts.
             RunEvent::ModelFailed(failed) => {
                 if let Some(usage) = &failed.usage {
-                    self.usage.add(&Usage::from_api(usage));
+                    self.usage.add(&TokenUsage::from_api(usage));
                 }
             }
         }
@@ -458,7 +458,7 @@ impl RunState {
         }
         self.attempts.remove(&step);
         let output: Vec<RawJson> = completed.output.iter().map(RawJson::from_value).collect();
-        let usage = Usage::from_api(completed.usage);
+        let usage = TokenUsage::from_api(completed.usage);
         for call in completed.function_calls() {
             if call.call_id.is_empty() || self.index.find(&self.calls, call.call_id).is_some() {
                 continue;

@@ -4,7 +4,7 @@
 use serde::Serialize;
 
 use super::events::ApprovalReason;
-use super::spec::{RunStatus, Usage};
+use super::spec::{RunStatus, TokenUsage};
 use super::state::RunState;
 
 /// A run in one line: what `runs wait` prints.
@@ -49,7 +49,7 @@ pub struct RunView {
     #[serde(flatten)]
     pub summary: RunSummary,
     /// Tokens of all steps.
-    pub usage: Usage,
+    pub usage: TokenUsage,
     /// Why it paused, failed or stopped, as last recorded.
     pub detail: Option<String>,
     /// Calls waiting for a decision.

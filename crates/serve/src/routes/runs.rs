@@ -199,11 +199,12 @@ pub(crate) async fn search(
         ));
     };
     let limit = q.limit.unwrap_or(50).clamp(1, MAX_PAGE);
-    let hits = agent_host::run_history::search(&app.journal, store, q.run.as_deref(), &term, limit)
-        .await
-        .map_err(|err| match err {
-            agent_host::run_history::HistoryError::Host(err) => ApiError::from(err),
-            other => ApiError::internal(other.to_string()),
-        })?;
+    let hits =
+        agent_host::run::history::search(&app.journal, store, q.run.as_deref(), &term, limit)
+            .await
+            .map_err(|err| match err {
+                agent_host::run::history::HistoryError::Host(err) => ApiError::from(err),
+                other => ApiError::internal(other.to_string()),
+            })?;
     Ok(Json(json!({ "hits": hits })))
 }

@@ -13,7 +13,7 @@ use crate::output::{UsageError, with_hint};
 
 /// The model endpoint options of `run` and `resume`.
 #[derive(Debug, Clone, Args)]
-pub struct Endpoint {
+pub struct EndpointArgs {
     /// The Responses API base URL (default: OPENAI_BASE_URL, else the public API). The key
     /// is read from OPENAI_API_KEY only.
     #[arg(long, value_name = "URL", conflicts_with = "mock")]
@@ -27,7 +27,7 @@ pub struct Endpoint {
     pub mock_script: Option<PathBuf>,
 }
 
-impl Endpoint {
+impl EndpointArgs {
     /// The endpoint these options name, if any.
     pub fn given(&self) -> Option<RunEndpoint> {
         match (self.mock, &self.mock_script, &self.base_url) {

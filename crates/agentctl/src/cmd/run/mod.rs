@@ -19,7 +19,7 @@ use crate::exit::Exit;
 use crate::global::GlobalArgs;
 use crate::output::UsageError;
 
-pub use connect::Endpoint;
+pub use connect::EndpointArgs;
 
 /// `agentctl run`.
 #[derive(Debug, Args)]
@@ -61,7 +61,7 @@ pub struct RunOptions {
     #[arg(long, value_name = "DIR")]
     pub workspace: Option<PathBuf>,
     #[command(flatten)]
-    pub endpoint: Endpoint,
+    pub endpoint: EndpointArgs,
     /// Model steps before the run pauses.
     #[arg(long, default_value_t = NewRun::DEFAULT_MAX_STEPS, value_parser = clap::value_parser!(u64).range(1..))]
     pub max_steps: u64,
@@ -142,7 +142,7 @@ pub struct ResumeArgs {
     #[arg(long, value_name = "MODE", value_parser = parse_sandbox_mode)]
     pub sandbox: Option<SandboxMode>,
     #[command(flatten)]
-    pub endpoint: Endpoint,
+    pub endpoint: EndpointArgs,
     #[command(flatten)]
     pub drive: DriveArgs,
 }
@@ -277,7 +277,7 @@ pub(crate) fn load_tool_config(
 }
 
 /// The run `args` describe, and where its model calls go.
-fn new_run(args: RunOptions) -> anyhow::Result<(NewRun, Endpoint)> {
+fn new_run(args: RunOptions) -> anyhow::Result<(NewRun, EndpointArgs)> {
     let prompt = read_prompt(args.prompt)?;
     let instructions = match &args.instructions_file {
         Some(path) => Some(std::fs::read_to_string(path).map_err(|err| {

@@ -14,7 +14,7 @@ use agent_runtime::CancellationToken;
 use clap::Args;
 use futures::future::BoxFuture;
 
-use super::Endpoint;
+use super::EndpointArgs;
 use crate::global::GlobalArgs;
 use crate::output;
 
@@ -41,7 +41,7 @@ pub struct WorkerArgs {
     pub grace: f64,
     /// The model endpoint for every run (default: the one each run was submitted with).
     #[command(flatten)]
-    pub endpoint: Endpoint,
+    pub endpoint: EndpointArgs,
     /// An MCP server over stdio, on top of those in each run's workspace agentctl.toml and
     /// ~/.config/agentctl/config.toml: NAME='COMMAND ARGS'. A run that used a server this
     /// worker cannot find ends with an error instead of being driven.
@@ -57,7 +57,7 @@ pub struct WorkerArgs {
 
 pub(crate) struct CliConnector {
     url: String,
-    endpoint: Endpoint,
+    endpoint: EndpointArgs,
     mcp: Vec<String>,
     /// `--sandbox`: the least confinement of every run.
     sandbox_floor: Option<agent_host::sandbox::Mode>,
@@ -215,7 +215,7 @@ pub async fn worker(global: &GlobalArgs, args: WorkerArgs) -> anyhow::Result<Exi
 /// `concurrency` runs of the journal at `url` until `stop` fires; its events go to the log.
 pub(crate) fn in_process(
     url: String,
-    endpoint: Endpoint,
+    endpoint: EndpointArgs,
     concurrency: usize,
     stop: CancellationToken,
 ) -> tokio::task::JoinHandle<Result<agent_host::worker::WorkerSummary, HostError>> {

@@ -9,7 +9,7 @@ use super::reasons::PauseReason;
 use super::{HostEvent, RUN_END_KEY};
 use crate::run::kinds as k;
 use crate::run::owner::Owner;
-use crate::run::spec::{Budgets, RunSpec, Usage};
+use crate::run::spec::{Budgets, RunSpec, TokenUsage};
 use crate::sandbox::{Mode, SandboxCause, SandboxSpec};
 use crate::tools::Policy;
 
@@ -157,7 +157,7 @@ pub struct RunCompleted {
     pub text: String,
     /// Tokens of all steps.
     #[serde(default)]
-    pub usage: Usage,
+    pub usage: TokenUsage,
     /// Model steps taken.
     #[serde(default)]
     pub steps: u64,
@@ -181,7 +181,7 @@ pub struct RunFailed {
     pub error: String,
     /// Tokens of all steps.
     #[serde(default)]
-    pub usage: Usage,
+    pub usage: TokenUsage,
 }
 
 impl HostEvent for RunFailed {

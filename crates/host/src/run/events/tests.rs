@@ -5,7 +5,7 @@ use serde_json::{Value, json};
 
 use super::*;
 use crate::run::owner::Owner;
-use crate::run::spec::{Budgets, Usage};
+use crate::run::spec::{Budgets, TokenUsage};
 
 /// The payload text `event` is journaled as.
 fn text(event: &impl HostEvent) -> String {
@@ -19,7 +19,7 @@ fn parse<'a>(kind: &str, payload: &'a Value) -> RunEvent<'a> {
 
 #[test]
 fn payloads_keep_the_shapes_journaled_before() {
-    let usage = Usage {
+    let usage = TokenUsage {
         input_tokens: 10,
         cached_tokens: 4,
         output_tokens: 5,
@@ -186,7 +186,7 @@ fn dedup_keys_come_with_the_payload_type() {
     assert_eq!(
         key(&|| RunCompleted {
             text: String::new(),
-            usage: Usage::default(),
+            usage: TokenUsage::default(),
             steps: 0,
             output: None,
         }
@@ -197,7 +197,7 @@ fn dedup_keys_come_with_the_payload_type() {
     assert_eq!(
         RunFailed {
             error: String::new(),
-            usage: Usage::default()
+            usage: TokenUsage::default()
         }
         .dedup_key(),
         Some("run-end".into())
