@@ -12,62 +12,9 @@ use agent_journal::{
 use futures::StreamExt as _;
 use serde_json::json;
 
-use support::Fixture;
+use support::{Fixture, defaults};
 
-/// Generates one `#[tokio::test]` per backend for each conformance case; `durable` cases
-/// (reopening the same URL) do not apply to the in-process `memory:` journal.
-macro_rules! conformance {
-    (all: [$($case:ident),* $(,)?], durable: [$($durable:ident),* $(,)?] $(,)?) => {
-        mod sqlite_backend {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $case() {
-                    let fixture = super::support::sqlite(Default::default()).await;
-                    super::$case(fixture).await;
-                }
-            )*
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $durable() {
-                    let fixture = super::support::sqlite(Default::default()).await;
-                    super::$durable(fixture).await;
-                }
-            )*
-        }
-        mod postgres_backend {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $case() {
-                    let Some(fixture) = super::support::postgres(Default::default()).await else {
-                        return;
-                    };
-                    super::$case(fixture).await;
-                }
-            )*
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $durable() {
-                    let Some(fixture) = super::support::postgres(Default::default()).await else {
-                        return;
-                    };
-                    super::$durable(fixture).await;
-                }
-            )*
-        }
-        mod memory_backend {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $case() {
-                    let fixture = super::support::memory().await;
-                    super::$case(fixture).await;
-                }
-            )*
-        }
-    };
-}
-
-conformance!(
-    all: [
+agent_testkit::backend_tests!(defaults, [sqlite, postgres, memory]:
         seq_increases_and_replay_filters_by_thread_and_after,
         batch_is_atomic_consecutive_and_ordered,
         dedup_key_returns_first_seq_and_writes_nothing,
@@ -88,9 +35,9 @@ conformance!(
         conflicts_in_a_group_commit_leave_the_other_appends_written,
         dropped_appends_and_replays_leave_the_journal_consistent,
         tail_all_yields_every_thread_in_order_and_resumes,
-    ],
-    durable: [reopen_keeps_every_event, relaxed_appends_commit_in_order_and_are_counted],
 );
+// Reopening the same URL: not for the in-process `memory:` journal.
+agent_testkit::backend_tests!(defaults, [sqlite, postgres]: reopen_keeps_every_event, relaxed_appends_commit_in_order_and_are_counted);
 
 fn ev(thread: &str, kind: &str, n: i64) -> NewEvent {
     NewEvent::new(thread, kind, json!({ "n": n }))

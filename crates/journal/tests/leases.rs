@@ -8,41 +8,9 @@ use std::time::Duration;
 use agent_journal::{JournalError, LeaseStatus, NewEvent};
 use serde_json::json;
 
-use support::Fixture;
+use support::{Fixture, defaults};
 
-macro_rules! backends {
-    ($($case:ident),* $(,)?) => {
-        mod sqlite_backend {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $case() {
-                    super::$case(super::support::sqlite(Default::default()).await).await;
-                }
-            )*
-        }
-        mod postgres_backend {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $case() {
-                    let Some(fixture) = super::support::postgres(Default::default()).await else {
-                        return;
-                    };
-                    super::$case(fixture).await;
-                }
-            )*
-        }
-        mod memory_backend {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $case() {
-                    super::$case(super::support::memory().await).await;
-                }
-            )*
-        }
-    };
-}
-
-backends!(
+agent_testkit::backend_tests!(defaults, [sqlite, postgres, memory]:
     claims_take_free_open_leases_oldest_first_once_each,
     a_new_claim_fences_the_old_holder_s_appends_renewals_and_release,
     release_closes_or_reopens_and_reclaim_takes_one_s_own_lease_back,

@@ -63,3 +63,20 @@ pub async fn poll_then_drop<F: std::future::Future>(fut: F, polls: usize) -> Opt
     }
     None
 }
+
+/// Default-option fixtures, in the shape `agent_testkit::backend_tests!` calls.
+pub mod defaults {
+    use super::Fixture;
+
+    pub async fn sqlite() -> Fixture {
+        super::sqlite(Default::default()).await
+    }
+
+    pub async fn postgres() -> Option<Fixture> {
+        super::postgres(Default::default()).await
+    }
+
+    pub async fn memory() -> Fixture {
+        super::memory().await
+    }
+}
