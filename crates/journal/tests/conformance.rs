@@ -657,9 +657,11 @@ async fn dropped_appends_and_replays_leave_the_journal_consistent(f: Fixture) {
     for polls in 0..24 {
         let n = polls as i64;
         let key = format!("k{polls}");
-        let dropped =
-            support::poll_then_drop(j.append(ev("d", "a", n).with_dedup_key(key.clone())), polls)
-                .await;
+        let dropped = agent_testkit::poll_then_drop(
+            j.append(ev("d", "a", n).with_dedup_key(key.clone())),
+            polls,
+        )
+        .await;
         let again = j.append(ev("d", "a", n).with_dedup_key(key)).await.unwrap();
         if let Some(done) = dropped {
             let done = done.unwrap();
@@ -668,7 +670,7 @@ async fn dropped_appends_and_replays_leave_the_journal_consistent(f: Fixture) {
         }
 
         let head = j.last_seq("e").await.unwrap();
-        let dropped = support::poll_then_drop(
+        let dropped = agent_testkit::poll_then_drop(
             j.append_expecting("e", head, vec![ev("e", "b", n), ev("e", "b", n)]),
             polls,
         )
@@ -686,7 +688,7 @@ async fn dropped_appends_and_replays_leave_the_journal_consistent(f: Fixture) {
         }
         assert_eq!(j.replay("e", 0).await.unwrap().len(), expecting_written);
 
-        let read = support::poll_then_drop(j.replay("d", 0), polls).await;
+        let read = agent_testkit::poll_then_drop(j.replay("d", 0), polls).await;
         if let Some(read) = read {
             assert_eq!(read.unwrap().len(), polls + 1);
         }

@@ -55,19 +55,3 @@ pub async fn memory() -> Fixture {
         _pg: None,
     }
 }
-
-/// Polls `fut` up to `polls` times with a waker that does nothing, yielding to the runtime
-/// between polls, then drops it: what a caller's `select!` or timeout does to a future it
-/// abandons. Returns the output if the future completed within those polls.
-pub async fn poll_then_drop<F: std::future::Future>(fut: F, polls: usize) -> Option<F::Output> {
-    use std::task::{Context, Poll};
-    let mut fut = std::pin::pin!(fut);
-    let mut cx = Context::from_waker(futures::task::noop_waker_ref());
-    for _ in 0..polls {
-        if let Poll::Ready(out) = fut.as_mut().poll(&mut cx) {
-            return Some(out);
-        }
-        tokio::task::yield_now().await;
-    }
-    None
-}

@@ -9,7 +9,9 @@ use agent_runtime::{
 use serde_json::json;
 
 use crate::common::{GateTool, count, replay, terminals_of};
-use crate::support::{self, Fixture, poll_then_drop};
+use agent_testkit::poll_then_drop;
+
+use crate::support::{self, Fixture};
 
 agent_testkit::backend_tests!(
     support,
