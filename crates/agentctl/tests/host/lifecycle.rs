@@ -33,6 +33,16 @@ fn mock_story_on_a_fresh_home() {
     assert_eq!(line["status"], "completed");
     assert_eq!(line["steps"], 5);
     let run = line["run_id"].as_str().unwrap();
+    // The story's commands ran sandboxed, without asking and without a fallback: its
+    // workspace lies in the state dir, which the sandbox hides around it.
+    assert!(!text(&o.stderr).contains("warning"), "{}", text(&o.stderr));
+    let shown: Value =
+        serde_json::from_slice(&cmd(&["--json", "runs", "show", run]).stdout).unwrap();
+    assert_eq!(
+        shown["sandbox"],
+        json!({"mode": "workspace-write", "network": false}),
+        "{shown}"
+    );
     let shown = cmd(&["runs", "show", run]);
     assert!(
         text(&shown.stdout).contains("status    completed"),

@@ -226,6 +226,103 @@ fn read_only_mode_writes_nothing_but_its_temp_dir() {
     assert_eq!(text(&o.stdout), "workspace\nt\n", "{}", text(&o.stderr));
 }
 
+/// A workspace the user put inside a hidden directory (the `run --mock` demo workspace lives
+/// in the state dir) is reachable, through any path, while the rest of that directory stays
+/// hidden and `.git` read-only; for root and, when the tests run as root, for a user without
+/// privileges (whose mounts need a user namespace).
+#[test]
+fn a_workspace_inside_a_hidden_directory_is_reachable_and_nothing_else_there() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = tempfile::tempdir().unwrap();
+    let base = dir.path().canonicalize().unwrap();
+    std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let bin = base.join("agentctl");
+    std::fs::copy(env!("CARGO_BIN_EXE_agentctl"), &bin).unwrap();
+    let home = base.join("home");
+    let state = home.join(".local/share/agentctl");
+    let ws = state.join("workspaces/demo-1");
+    std::fs::create_dir_all(ws.join(".git")).unwrap();
+    std::fs::create_dir_all(state.join("workspaces/other")).unwrap();
+    std::fs::write(ws.join("README.md"), "workspace\n").unwrap();
+    std::fs::write(ws.join(".git/config"), "[core]\n").unwrap();
+    std::fs::write(state.join("workspaces/other/secret"), "SECRET\n").unwrap();
+    std::fs::write(state.join("agentctl.db"), "STATE\n").unwrap();
+    let users: &[bool] = if runs::is_root() {
+        &[false, true]
+    } else {
+        &[false]
+    };
+    for &as_nobody in users {
+        if as_nobody {
+            // The capabilities root keeps outside are dropped inside: the home is nobody's.
+            for entry in walk(&home) {
+                std::os::unix::fs::chown(&entry, Some(65534), Some(65534)).unwrap();
+            }
+        }
+        for mode in ["workspace-write", "read-only"] {
+            let run = |script: &str| {
+                let mut cmd = if as_nobody {
+                    let mut c = Command::new("setpriv");
+                    c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+                        .arg(&bin);
+                    c
+                } else {
+                    Command::new(&bin)
+                };
+                cmd.env("HOME", &home)
+                    .env("STATE", &state)
+                    .args(["sandbox", "--mode", mode, "--workspace"])
+                    .arg(&ws)
+                    .args(["--", "bash", "-c", script])
+                    .output()
+                    .unwrap()
+            };
+            let who = format!("{mode}, as nobody: {as_nobody}");
+            let o = run("cat README.md && cd .. && cd demo-1 && cat README.md");
+            assert_eq!(
+                text(&o.stdout),
+                "workspace\nworkspace\n",
+                "{who}: {}",
+                text(&o.stderr)
+            );
+            for script in [
+                "cat ../other/secret",
+                "cat \"$STATE/workspaces/other/secret\"",
+                "cat ../../agentctl.db",
+                "cat \"$STATE/agentctl.db\"",
+                "echo '[x]' >> .git/config",
+                "touch \"$STATE/planted\"",
+                "touch ../planted",
+            ] {
+                let o = run(script);
+                assert!(!o.status.success(), "{who}: `{script}` was allowed");
+                let out = text(&o.stdout);
+                assert!(
+                    !out.contains("SECRET") && !out.contains("STATE"),
+                    "{who}: {out}"
+                );
+            }
+            let wrote = run("echo new > new.txt").status.success();
+            assert_eq!(wrote, mode == "workspace-write", "{who}");
+            let _ = std::fs::remove_file(ws.join("new.txt"));
+        }
+    }
+    assert_eq!(read(&ws.join(".git/config")), "[core]\n");
+    assert!(!state.join("planted").exists());
+    assert!(!state.join("workspaces/planted").exists());
+}
+
+/// `dir` and everything beneath it.
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut out = vec![dir.to_path_buf()];
+    if dir.is_dir() {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            out.extend(walk(&entry.unwrap().path()));
+        }
+    }
+    out
+}
+
 #[test]
 fn the_entry_point_refuses_a_bad_policy_and_runs_nothing() {
     let s = scene();
@@ -767,7 +864,7 @@ mod runs {
     }
 
     /// Whether these tests run as root (CI does).
-    fn is_root() -> bool {
+    pub(super) fn is_root() -> bool {
         std::fs::read_to_string("/proc/self/status")
             .unwrap_or_default()
             .lines()

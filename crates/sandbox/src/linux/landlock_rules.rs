@@ -51,7 +51,10 @@ pub(crate) fn apply(
     let roots = if hidden_by_mounts {
         vec![PathBuf::from("/")]
     } else {
-        readable_roots(Path::new("/"), &resolved.deny_read, &children)
+        // What the policy names stays readable even inside a hidden directory.
+        let mut roots = readable_roots(Path::new("/"), &resolved.deny_read, &children);
+        roots.extend(resolved.reachable.iter().cloned());
+        roots
     };
     for root in &roots {
         let rule = match beneath(root, read) {

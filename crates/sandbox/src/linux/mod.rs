@@ -22,11 +22,14 @@ pub(crate) fn restrict_self(policy: &Policy) -> Result<(), SandboxError> {
     if protect || !resolved.deny_read.is_empty() {
         match mounts::enter_private() {
             Ok(()) => {
+                // Hidden first: a workspace inside a hidden directory is bound back into
+                // place by `hide`, and its `.git` must be made read-only where it ends up.
+                mounts::hide(&resolved.deny_read, &resolved.reachable)?;
                 if protect {
                     mounts::read_only_binds(&resolved.protected)?;
                 }
-                mounts::hide(&resolved.deny_read)?;
                 hidden_by_mounts = true;
+                reenter_working_dir()?;
             }
             Err(err @ SandboxError::Unsupported(_)) if protect => return Err(err),
             Err(SandboxError::Unsupported(_)) => {}
@@ -40,11 +43,24 @@ pub(crate) fn restrict_self(policy: &Policy) -> Result<(), SandboxError> {
     privileges::drop_all()
 }
 
+/// Resolves the working directory again, through the mounts just made. The one the entry was
+/// started in is a place on the filesystem beneath them: kept, a relative path would still
+/// reach what a cover hides (the workspace's siblings inside a hidden directory) and miss
+/// the read-only `.git` bound over a kept workspace.
+fn reenter_working_dir() -> Result<(), SandboxError> {
+    let dir = std::env::current_dir().map_err(apply_err("working directory"))?;
+    std::env::set_current_dir(&dir).map_err(apply_err("re-enter the working directory"))
+}
+
 /// The policy's paths as the kernel will see them: canonical, existing ones only.
 pub(crate) struct Resolved {
     pub writable: Vec<PathBuf>,
     pub deny_read: Vec<PathBuf>,
     pub protected: Vec<PathBuf>,
+    /// What the policy itself names (the workspace, the writable roots, the temp dir), with
+    /// no entry beneath another: these stay reachable even inside a hidden directory, since
+    /// the user chose them, while the rest of that directory stays hidden.
+    pub reachable: Vec<PathBuf>,
 }
 
 impl Resolved {
@@ -69,12 +85,25 @@ impl Resolved {
             .iter()
             .filter_map(|p| canonical(p))
             .collect();
+        let mut named = writable.clone();
+        named.push(workspace);
+        let reachable = outermost(named);
         Ok(Resolved {
             writable,
             deny_read,
             protected,
+            reachable,
         })
     }
+}
+
+/// `paths` without duplicates and without any path beneath another one of them.
+fn outermost(mut paths: Vec<PathBuf>) -> Vec<PathBuf> {
+    paths.sort();
+    paths.dedup();
+    let all = paths.clone();
+    paths.retain(|p| !all.iter().any(|q| q != p && p.starts_with(q)));
+    paths
 }
 
 fn canonical(path: &Path) -> Option<PathBuf> {
@@ -85,5 +114,20 @@ pub(crate) fn apply_err(step: &'static str) -> impl Fn(std::io::Error) -> Sandbo
     move |err| SandboxError::Apply {
         step,
         reason: err.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outermost_keeps_only_the_top_of_nested_paths() {
+        let paths = ["/a/b", "/a", "/c/d", "/a/b/c", "/c/d", "/cd"]
+            .iter()
+            .map(PathBuf::from)
+            .collect();
+        let want: Vec<PathBuf> = ["/a", "/c/d", "/cd"].iter().map(PathBuf::from).collect();
+        assert_eq!(outermost(paths), want);
     }
 }
