@@ -1,4 +1,4 @@
-//! Entry points for the fuzz targets (`tests/fuzz_mcp.rs`): the parts of the MCP tool
+//! Entry points for the fuzz targets (`tests/all/fuzz_mcp.rs`): the parts of the MCP tool
 //! path that read what a server sends, reachable without a server. Not part of the API.
 
 use serde_json::Value;

@@ -3,7 +3,7 @@
 //! One API over two backends: SQLite (embedded default, one file, WAL) and PostgreSQL
 //! (shared by processes and hosts). Open with [`Journal::open`] or [`Journal::open_with`].
 //!
-//! Contracts (each is a test in `tests/conformance.rs`):
+//! Contracts (each is a test in `tests/all/conformance.rs`):
 //! - `seq` is unique across the whole journal and increases along each thread, and from
 //!   an acknowledged append to any append made after it; within a thread, replay returns
 //!   exactly that thread's events with `seq > after`, in `seq` order.

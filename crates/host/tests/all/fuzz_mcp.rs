@@ -11,8 +11,6 @@
 //! 3. Any `agentctl.toml` text and any `--mcp` spec: parsing returns (a config or an error
 //!    naming the file) without panic, in bounded time.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests may unwrap
-
 use std::time::{Duration, Instant};
 
 use agent_fuzzkit::{config, corpus, json_string, json_text, json_value, keep_if_failing, within};

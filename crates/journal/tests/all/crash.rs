@@ -1,4 +1,3 @@
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests may unwrap
 //! Crash safety: a child process appends with `Full` durability and reports every
 //! acknowledged seq; the parent kills it with SIGKILL at random points and checks that every
 //! acknowledged event survived, seqs increase, and the journal opens cleanly. Relaxed events
@@ -6,7 +5,7 @@
 //! rounds every producer appends them, in odd rounds half do, and a killed process must not
 //! lose them either.
 //!
-//! The child is this same test binary, re-run with `--ignored --exact crash_child` and the
+//! The child is this same test binary, re-run with `--ignored --exact crash::crash_child` and the
 //! database URL in `CRASH_CHILD_DB`.
 
 use std::io::{BufRead as _, BufReader};
@@ -33,7 +32,7 @@ fn acknowledged_events_survive_sigkill() {
             .args([
                 "--ignored",
                 "--exact",
-                "crash_child",
+                "crash::crash_child",
                 "--nocapture",
                 "--test-threads=1",
             ])

@@ -12,8 +12,6 @@
 //!    it or returns a path under the workspace root whose existing part really is inside
 //!    the root, in bounded time.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests may unwrap
-
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};

@@ -1,7 +1,6 @@
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests may unwrap
 //! The journal's contracts, run against SQLite and PostgreSQL alike.
 
-mod support;
+use crate::support;
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -901,7 +900,7 @@ async fn sqlite_schema_1_files_upgrade_and_keep_their_seqs() {
         let mut old = sqlx::SqliteConnection::connect(&format!("{url}?mode=rwc"))
             .await
             .unwrap();
-        sqlx::raw_sql(include_str!("../migrations/sqlite/0001_events.sql"))
+        sqlx::raw_sql(include_str!("../../migrations/sqlite/0001_events.sql"))
             .execute(&mut old)
             .await
             .unwrap();

@@ -1,9 +1,9 @@
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests may unwrap
 //! A SQLite journal reads on a fixed set of its own threads, one per read connection, and
-//! they end with the journal. Its own test binary: it counts this process's threads.
-#![cfg(target_os = "linux")]
+//! they end with the journal. It counts a process's threads, so the check runs in a child
+//! (this test binary re-run for `reader_threads::child` alone), away from the other suites'
+//! journals.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 
@@ -26,8 +26,34 @@ fn reader_threads() -> usize {
         .count()
 }
 
+#[test]
+fn many_concurrent_reads_run_on_one_thread_per_connection() {
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--ignored",
+            "--exact",
+            "reader_threads::child",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("READER_THREADS_CHILD", "1")
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && said.contains("1 passed"),
+        "{said}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn many_concurrent_reads_run_on_one_thread_per_connection() {
+#[ignore = "run by many_concurrent_reads_run_on_one_thread_per_connection in a process of its own"]
+async fn child() {
+    assert!(
+        std::env::var_os("READER_THREADS_CHILD").is_some(),
+        "run only as the child of many_concurrent_reads_run_on_one_thread_per_connection"
+    );
     let options = JournalOptions {
         read_connections: 3,
         ..Default::default()

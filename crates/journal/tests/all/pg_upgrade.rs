@@ -1,4 +1,3 @@
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests may unwrap
 //! A PostgreSQL journal written by the schema before issue 35 (versions 1 and 2: seqs
 //! from `MAX(seq)+1` under one advisory lock, no `tx` column, no sequence) upgrades in
 //! place: it opens, replays identically, and takes new appends after its old seqs.

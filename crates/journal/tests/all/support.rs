@@ -1,4 +1,3 @@
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests may unwrap
 //! Opening fresh journals for tests: a temp SQLite file, or a fresh PostgreSQL database.
 
 #![allow(dead_code)]

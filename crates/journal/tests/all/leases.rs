@@ -1,7 +1,6 @@
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests may unwrap
 //! Leases and fenced appends, run against SQLite, PostgreSQL and `memory:` alike.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -1,8 +1,6 @@
 //! `run_steered` against the emulator over a real WebSocket on 127.0.0.1, with and without
 //! a runtime turn whose revision follows the steer.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
 use std::time::Duration;
 
 use agent_host::steer_bridge::{RevisionBridge, SteerProgress, SteeredRequest, run_steered};

@@ -13,8 +13,6 @@
 //!    `fixtures/fuzz/journal/*.json`, is refused with `InvalidInput` or replays as the
 //!    value the text means: an acknowledged event always replays.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests may unwrap
-
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 

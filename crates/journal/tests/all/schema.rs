@@ -1,4 +1,3 @@
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests may unwrap
 //! Opening a database the journal did not write, or that a newer build wrote: a one-line
 //! typed error, and nothing of a failed schema step left behind.
 
@@ -104,7 +103,7 @@ fn processes_opening_one_new_file_at_once_all_open_it() {
                     .args([
                         "--ignored",
                         "--exact",
-                        "open_child",
+                        "schema::open_child",
                         "--nocapture",
                         "--test-threads=1",
                     ])
@@ -230,7 +229,7 @@ async fn an_archived_sqlite_journal_opens_read_only_for_a_user_who_cannot_write_
         .args([
             "--ignored",
             "--exact",
-            "read_only_child",
+            "schema::read_only_child",
             "--nocapture",
             "--test-threads=1",
         ])

@@ -1,4 +1,3 @@
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests may unwrap
 //! PostgreSQL writes without a global lock (issue 35): writers of different threads do not
 //! wait for each other, and tails of one thread and of the whole journal still deliver
 //! every committed event exactly once, in each thread's order, while transactions commit
@@ -10,8 +9,6 @@
 //! The timeouts below only turn a hang into a failure (a writer waiting on another
 //! thread's transaction, a tail that never delivers an event); no assertion depends on
 //! how fast anything runs.
-
-mod support;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};

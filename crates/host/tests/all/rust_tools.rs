@@ -4,12 +4,11 @@
 //!
 //! The crashing drives are this test binary run again as a child (`child_drive`, which
 //! does nothing unless `RUST_TOOL_CHILD` is set), so the crash is a real process's end.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-#[path = "../examples/custom_tool.rs"]
+#[path = "../../examples/custom_tool.rs"]
 #[allow(dead_code)]
 mod custom_tool;
-#[path = "../examples/structured_output.rs"]
+#[path = "../../examples/structured_output.rs"]
 #[allow(dead_code)]
 mod structured_output;
 
@@ -144,7 +143,7 @@ fn child(env: &[(&str, &str)]) -> (std::process::ExitStatus, String) {
     let out = Command::new(std::env::current_exe().unwrap())
         .args([
             "--exact",
-            "child_drive",
+            "rust_tools::child_drive",
             "--nocapture",
             "--test-threads",
             "1",

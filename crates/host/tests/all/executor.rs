@@ -2,8 +2,6 @@
 //! the model's call_id is the runtime's idempotency key, so a tool runs once per call_id,
 //! also across a new runtime over the same journal; failures stay failures.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 

@@ -2,7 +2,6 @@
 //! reading them back. What it folds must be exactly what the journal holds, on every
 //! backend, also when another writer appends to the run while it drives (a steer), which
 //! makes the host's next expected-version append conflict and re-read.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};

@@ -1,0 +1,18 @@
+//! The integration tests of `agent-host` in one binary: each module is a suite that used to
+//! be a binary of its own (one link instead of six). Run one suite with
+//! `cargo test -p agent-host --test all executor::`. `codex_driver` stays a binary of its
+//! own: it has its own harness, since the test binary is also the app-server it spawns.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
+
+#[path = "all/driver_fold.rs"]
+mod driver_fold;
+#[path = "all/executor.rs"]
+mod executor;
+#[path = "all/fuzz_mcp.rs"]
+mod fuzz_mcp;
+#[path = "all/fuzz_tools.rs"]
+mod fuzz_tools;
+#[path = "all/rust_tools.rs"]
+mod rust_tools;
+#[path = "all/steer_bridge.rs"]
+mod steer_bridge;
