@@ -41,7 +41,7 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
 const CODEX_VERSION: &str = "0.171.0";
 
 /// `codex`: installs the pinned `@openai/codex` into `interop/codex/node_modules` (never
-/// globally), then runs `crates/agentctl/tests/codex_interop.rs` with `--include-ignored` and
+/// globally), then runs `crates/agentctl/tests/all/codex_interop.rs` with `--include-ignored` and
 /// `CODEX_BIN` set: probe; with our emulator as Codex's model provider: a plain turn, a
 /// declined command, a steer and an interrupt; and `agentctl codex run --mock`.
 fn codex_cli() -> anyhow::Result<()> {
@@ -67,8 +67,9 @@ fn codex_cli() -> anyhow::Result<()> {
             "-p",
             "agentctl",
             "--test",
-            "codex_interop",
+            "all",
             "--",
+            "codex_interop::",
         ])
         .args(["--include-ignored", "--test-threads=1"])
         .env("CODEX_BIN", &codex_bin))
@@ -76,7 +77,7 @@ fn codex_cli() -> anyhow::Result<()> {
 
 /// `mcp`: installs the pinned `@modelcontextprotocol/server-filesystem` into
 /// `interop/mcp/node_modules` (never globally), then runs
-/// `crates/agentctl/tests/mcp_interop.rs` with `--include-ignored` and `MCP_FILESYSTEM_BIN`
+/// `crates/agentctl/tests/all/mcp_interop.rs` with `--include-ignored` and `MCP_FILESYSTEM_BIN`
 /// set: a scripted run on the emulator lists a directory and reads a file through it.
 fn mcp_filesystem() -> anyhow::Result<()> {
     use crate::process::{cargo, run, workspace_root};
@@ -100,8 +101,9 @@ fn mcp_filesystem() -> anyhow::Result<()> {
             "-p",
             "agentctl",
             "--test",
-            "mcp_interop",
+            "all",
             "--",
+            "mcp_interop::",
         ])
         .args(["--include-ignored", "--test-threads=1"])
         .env("MCP_FILESYSTEM_BIN", &bin))

@@ -5,7 +5,7 @@
 //! through `agent-responses` (HTTP+SSE), tool calls through `agent-runtime` (the model's
 //! `call_id` is the runtime's call id), and the journal is the only source of truth.
 //!
-//! Resume rules (each is a test in `crates/agentctl/tests/host_run.rs` and its modules in
+//! Resume rules (each is a test in `crates/agentctl/tests/all.rs`: its modules in
 //! `crates/agentctl/tests/host/`):
 //! 1. A step with `model.completed` is never requested again: its recorded output is reused.
 //! 2. A step with `model.requested` and no completion is requested again (next attempt).

@@ -11,12 +11,9 @@
 //! token gets the login page and no data. A screenshot of the run page is saved
 //! (`target/serve-browser/run.png`) on failure and on success.
 
-#[path = "host/mod.rs"]
-mod host;
-#[path = "support/served.rs"]
-mod served;
-#[path = "support/webdriver.rs"]
-mod webdriver;
+use crate::host;
+use crate::served;
+use crate::webdriver;
 
 use std::process::{Child, Stdio};
 use std::time::Duration;

@@ -3,11 +3,9 @@
 //! journal (PostgreSQL, and SQLite where several processes of one machine share a file),
 //! the emulator over HTTP on 127.0.0.1, workers killed, stopped and terminated.
 
-#[path = "host/mod.rs"]
-mod host;
+use crate::host;
 
-#[path = "workers/mod.rs"]
-mod workers;
+use crate::workers;
 
 use std::time::{Duration, Instant};
 

@@ -1,7 +1,7 @@
 //! `agentctl demo memory`, `history` and `memory` end to end, on a temp SQLite file.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 
-mod support;
+use crate::support;
 
 use assert_cmd::Command;
 

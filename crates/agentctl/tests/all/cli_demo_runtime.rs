@@ -1,7 +1,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests may unwrap
 //! `agentctl demo runtime|orchestrate|gui` end to end, on a temp SQLite file.
 
-mod support;
+use crate::support;
 
 use serde_json::Value;
 

@@ -4,10 +4,8 @@
 //! every error status, the token, Host and Origin rules, and SSE resumed from
 //! `Last-Event-ID` across a server restart with nothing missed or repeated.
 
-#[path = "host/mod.rs"]
-mod host;
-#[path = "support/served.rs"]
-mod served;
+use crate::host;
+use crate::served;
 
 use std::time::{Duration, Instant};
 
