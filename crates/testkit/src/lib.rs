@@ -46,6 +46,54 @@ impl PgDatabase {
     }
 }
 
+/// A fresh, empty database for one test, named by its URL: a SQLite file in a temp dir, or a
+/// PostgreSQL database of its own. Both go away when this guard is dropped. The fixture of
+/// suites whose cases take a database URL (`backend_tests!` with `sqlite` and `postgres`).
+#[derive(Debug)]
+pub struct FreshDb {
+    url: String,
+    _dir: Option<tempfile::TempDir>,
+    /// Dropped after the URL's last user: the database goes with the guard.
+    _pg: Option<PgDatabase>,
+}
+
+impl FreshDb {
+    /// A new SQLite file (`journal.db` in a temp dir of its own).
+    pub fn sqlite() -> FreshDb {
+        let dir = tempfile::tempdir().unwrap();
+        FreshDb {
+            url: format!("sqlite://{}", dir.path().join("journal.db").display()),
+            _dir: Some(dir),
+            _pg: None,
+        }
+    }
+
+    /// A new PostgreSQL database `<prefix>_<uuid>`, or `None` when the suite is skipped.
+    pub async fn postgres(prefix: &str) -> Option<FreshDb> {
+        let pg = fresh_pg_database(prefix).await?;
+        Some(FreshDb {
+            url: pg.url().to_string(),
+            _dir: None,
+            _pg: Some(pg),
+        })
+    }
+
+    /// The database's URL.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// Another fresh database on the same backend (a PostgreSQL one named `sibling_<uuid>`).
+    pub async fn sibling(&self) -> FreshDb {
+        if self._pg.is_some() {
+            // The server answered for this one, so the suite is not skipped.
+            FreshDb::postgres("sibling").await.unwrap()
+        } else {
+            FreshDb::sqlite()
+        }
+    }
+}
+
 /// Creates `<prefix>_<uuid>` on the test server, or `None` when the suite is skipped.
 ///
 /// # Cancel safety

@@ -117,7 +117,8 @@ async fn read_sse(resp: reqwest::Response, until: i64) -> Vec<(i64, Value)> {
     }
 }
 
-async fn the_door(db: &str) {
+async fn the_door(db: FreshDb) {
+    let db = db.url();
     let dir = tempfile::tempdir().unwrap();
     let s = serve(db, dir.path(), &[]);
     let url = format!("{}/api/v1/runs", s.base);
@@ -255,7 +256,8 @@ async fn the_door(db: &str) {
     assert!(text(&o.stderr).contains("--token-file"));
 }
 
-async fn runs_approvals_and_errors(db: &str) {
+async fn runs_approvals_and_errors(db: FreshDb) {
+    let db = db.url();
     let (server, dir, run) = waiting_run(db).await;
     let s = serve(db, dir.path(), &[]);
     let (status, body) = call_api(s.get("/api/v1/runs")).await;
@@ -412,7 +414,8 @@ async fn runs_approvals_and_errors(db: &str) {
 
 /// A stream read in two halves from two server processes, the second resumed from the
 /// first's last `id` (`Last-Event-ID`): together every event once, in order, live ones too.
-async fn sse_resumes_across_a_restart(db: &str) {
+async fn sse_resumes_across_a_restart(db: FreshDb) {
+    let db = db.url();
     let (server, dir, run) = waiting_run(db).await;
     let before = events(db, &run).await;
     let all: Vec<i64> = before.iter().map(|e| e.seq).collect();
@@ -484,7 +487,8 @@ async fn sse_resumes_across_a_restart(db: &str) {
 
 /// `POST /runs` submits; a worker in the server drives it; `POST /resume` offers a paused
 /// run again with a new budget and that worker finishes it.
-async fn submit_and_resume_with_an_in_process_worker(db: &str) {
+async fn submit_and_resume_with_an_in_process_worker(db: FreshDb) {
+    let db = db.url();
     let dir = tempfile::tempdir().unwrap();
     let ws = dir.path().join("ws");
     std::fs::create_dir_all(&ws).unwrap();
@@ -571,10 +575,5 @@ async fn submit_and_resume_with_an_in_process_worker(db: &str) {
     assert_eq!(evs.iter().filter(|e| &*e.kind == "run.requeued").count(), 1);
 }
 
-host::on_sqlite_and_postgres!(
-    "serve":
-    the_door,
-    runs_approvals_and_errors,
-    sse_resumes_across_a_restart,
-    submit_and_resume_with_an_in_process_worker,
-);
+use crate::host::fresh_db::{self, FreshDb};
+agent_testkit::backend_tests!(fresh_db, [sqlite, postgres]: the_door, runs_approvals_and_errors, sse_resumes_across_a_restart, submit_and_resume_with_an_in_process_worker);

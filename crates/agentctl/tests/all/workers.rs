@@ -31,7 +31,8 @@ impl Lcg {
 
 /// 3 workers, 30 submitted runs; a random worker is SIGKILLed every few hundred
 /// milliseconds and a new one started, until every run completed.
-async fn takeover_under_random_kills(db: &str) {
+async fn takeover_under_random_kills(db: FreshDb) {
+    let db = db.url();
     let server = emulator(&story("0.05")).await;
     let dir = tempfile::tempdir().unwrap();
     let runs = submit(db, &server, dir.path(), 30);
@@ -105,7 +106,8 @@ async fn takeover_under_random_kills(db: &str) {
 
 /// A worker stopped (SIGSTOP) past its lease loses the run to another; resumed (SIGCONT),
 /// its next write is refused and it drops the run.
-async fn zombie_is_fenced(db: &str) {
+async fn zombie_is_fenced(db: FreshDb) {
+    let db = db.url();
     let server = emulator(&story("2")).await;
     let dir = tempfile::tempdir().unwrap();
     let runs = submit(db, &server, dir.path(), 1);
@@ -153,7 +155,8 @@ async fn zombie_is_fenced(db: &str) {
 
 /// SIGTERM: the worker gives the run back at its next step boundary and exits 0; another
 /// worker continues it at once, long before the lease would have expired.
-async fn sigterm_releases_the_run(db: &str) {
+async fn sigterm_releases_the_run(db: FreshDb) {
+    let db = db.url();
     let server = emulator(&story("1")).await;
     let dir = tempfile::tempdir().unwrap();
     let runs = submit(db, &server, dir.path(), 1);
@@ -188,7 +191,8 @@ async fn sigterm_releases_the_run(db: &str) {
 }
 
 /// Approvals, steers and interrupts from other processes reach the worker driving a run.
-async fn requests_reach_the_worker(db: &str) {
+async fn requests_reach_the_worker(db: FreshDb) {
+    let db = db.url();
     use host::{agentctl, answer, call, last_request, out, script_by_outputs, text};
     let script = script_by_outputs(&[
         serde_json::json!([call(
@@ -294,7 +298,8 @@ async fn requests_reach_the_worker(db: &str) {
 
 /// The runs table is derived: dropped, it is rebuilt from the journal, and a submitted run
 /// whose offer was lost (a crash between `run.created` and the offer) is claimable again.
-async fn runs_table_is_rebuilt_from_the_journal(db: &str) {
+async fn runs_table_is_rebuilt_from_the_journal(db: FreshDb) {
+    let db = db.url();
     use host::text;
     let server = emulator(&story("0")).await;
     let dir = tempfile::tempdir().unwrap();
@@ -350,7 +355,8 @@ async fn drop_leases(db: &str) {
 /// A worker's `--sandbox` is a floor: a run submitted with `--sandbox off` is tightened to
 /// it (journaled with the claim), so its command runs without asking and cannot write
 /// outside the workspace; a worker asked for a mode this system cannot give does not start.
-async fn a_worker_tightens_a_weaker_run_to_its_floor(db: &str) {
+async fn a_worker_tightens_a_weaker_run_to_its_floor(db: FreshDb) {
+    let db = db.url();
     use host::{agentctl, answer, call, out, script_by_outputs, text};
     let dir = tempfile::tempdir().unwrap();
     let ws = dir.path().join("ws");
@@ -405,12 +411,5 @@ async fn a_worker_tightens_a_weaker_run_to_its_floor(db: &str) {
     assert!(worker.child.wait().unwrap().success());
 }
 
-host::on_sqlite_and_postgres!(
-    "workers":
-    a_worker_tightens_a_weaker_run_to_its_floor,
-    takeover_under_random_kills,
-    zombie_is_fenced,
-    sigterm_releases_the_run,
-    requests_reach_the_worker,
-    runs_table_is_rebuilt_from_the_journal
-);
+use crate::host::fresh_db::{self, FreshDb};
+agent_testkit::backend_tests!(fresh_db, [sqlite, postgres]: a_worker_tightens_a_weaker_run_to_its_floor, takeover_under_random_kills, zombie_is_fenced, sigterm_releases_the_run, requests_reach_the_worker, runs_table_is_rebuilt_from_the_journal);

@@ -4,6 +4,7 @@ use std::process::Stdio;
 
 use serde_json::json;
 
+use crate::host::fresh_db::{self, FreshDb};
 use crate::host::*;
 
 fn one_shell_script() -> String {
@@ -44,7 +45,8 @@ async fn wait_for(db: &str, kind: &str) -> String {
     found
 }
 
-async fn approvals_across_processes(db: &str) {
+async fn approvals_across_processes(db: FreshDb) {
+    let db = db.url();
     let server = emulator(&one_shell_script()).await;
 
     // 1. A run waits (--wait); another process approves; the call runs once.
@@ -160,20 +162,7 @@ async fn approvals_across_processes(db: &str) {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn approvals_across_processes_sqlite() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = format!("sqlite://{}", dir.path().join("approvals.db").display());
-    approvals_across_processes(&db).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn approvals_across_processes_postgres() {
-    let Some(pg) = agent_testkit::fresh_pg_database("host_approvals").await else {
-        return;
-    };
-    approvals_across_processes(pg.url()).await;
-}
+agent_testkit::backend_tests!(fresh_db, [sqlite, postgres]: approvals_across_processes);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn approve_always_decides_the_siblings_and_no_later_decision_rewrites_a_call_that_ran() {

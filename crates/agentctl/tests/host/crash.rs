@@ -5,6 +5,7 @@ use std::os::unix::process::ExitStatusExt as _;
 
 use serde_json::json;
 
+use crate::host::fresh_db::{self, FreshDb};
 use crate::host::*;
 
 fn crash_script() -> String {
@@ -16,7 +17,8 @@ fn crash_script() -> String {
 }
 
 /// Runs the crash story once per k, killing the first process after its k-th event.
-async fn crash_at_every_boundary(db: &str) {
+async fn crash_at_every_boundary(db: FreshDb) {
+    let db = db.url();
     let mut k = 1;
     let mut known = std::collections::HashSet::new();
     let (mut indeterminate, mut resumed) = (0, 0);
@@ -165,17 +167,4 @@ async fn crash_at_every_boundary(db: &str) {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn crash_at_every_boundary_sqlite() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = format!("sqlite://{}", dir.path().join("crash.db").display());
-    crash_at_every_boundary(&db).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn crash_at_every_boundary_postgres() {
-    let Some(pg) = agent_testkit::fresh_pg_database("host_crash").await else {
-        return;
-    };
-    crash_at_every_boundary(pg.url()).await;
-}
+agent_testkit::backend_tests!(fresh_db, [sqlite, postgres]: crash_at_every_boundary);

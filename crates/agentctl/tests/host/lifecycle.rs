@@ -4,6 +4,7 @@ use std::process::Stdio;
 
 use serde_json::{Value, json};
 
+use crate::host::fresh_db::{self, FreshDb};
 use crate::host::*;
 
 #[test]
@@ -421,38 +422,15 @@ fn check_compacted_requests(
     }
 }
 
-/// A fresh database of the backend: its URL and what keeps it alive; `None` when the
-/// PostgreSQL suite is skipped.
-async fn fresh_db(postgres: bool) -> Option<(String, Box<dyn std::any::Any>)> {
-    if postgres {
-        let pg = agent_testkit::fresh_pg_database("host_compact").await?;
-        Some((pg.url().to_string(), Box::new(pg)))
-    } else {
-        let dir = tempfile::tempdir().unwrap();
-        let db = format!("sqlite://{}", dir.path().join("cmp.db").display());
-        Some((db, Box::new(dir)))
-    }
-}
+agent_testkit::backend_tests!(fresh_db, [sqlite, postgres]: compaction_replaces_the_history_and_keeps_the_frontier);
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn compaction_replaces_the_history_and_keeps_the_frontier_sqlite() {
-    compaction_replaces_the_history_and_keeps_the_frontier(false).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn compaction_replaces_the_history_and_keeps_the_frontier_postgres() {
-    compaction_replaces_the_history_and_keeps_the_frontier(true).await;
-}
-
-async fn compaction_replaces_the_history_and_keeps_the_frontier(postgres: bool) {
-    let Some((db, _keep)) = fresh_db(postgres).await else {
-        return;
-    };
+async fn compaction_replaces_the_history_and_keeps_the_frontier(fresh: FreshDb) {
+    let db = fresh.url();
     let (_g, ws) = workspace();
     std::fs::write(ws.join("notes.txt"), "keep python stdlib only\n").unwrap();
     let server = emulator(&compaction_script()).await;
     let o = out(&mut run_cmd(
-        &db,
+        db,
         &server,
         &ws,
         &["--compact-at", "1", "--json"],
@@ -468,12 +446,12 @@ async fn compaction_replaces_the_history_and_keeps_the_frontier(postgres: bool) 
             .any(|l| l["type"] == "context.compacted" && l["step"] == 2),
         "{lines:?}"
     );
-    let run = only_run(&db);
+    let run = only_run(db);
     assert_eq!(
-        show(&db, &run)["final_text"],
+        show(db, &run)["final_text"],
         "FINAL: from the compacted history"
     );
-    let events = events(&db, &run).await;
+    let events = events(db, &run).await;
     check_invariants(&events);
     // The compact endpoint got the whole frontier: the call and its output.
     let compact_req = server
@@ -498,19 +476,20 @@ async fn compaction_replaces_the_history_and_keeps_the_frontier(postgres: bool) 
         .flat_map(|(i, _)| [i, i + 1, i + 2])
         .collect();
     for n in before {
-        let (db, _keep) = fresh_db(postgres).await.unwrap();
+        let sibling = fresh.sibling().await;
+        let db = sibling.url();
         let server = emulator(&compaction_script()).await;
-        let o = out(run_cmd(&db, &server, &ws, &["--compact-at", "1"])
+        let o = out(run_cmd(db, &server, &ws, &["--compact-at", "1"])
             .env("AGENTCTL_TEST_CRASH_AFTER_EVENTS", n.to_string()));
         assert_ne!(o.status.code(), Some(0), "the crash hook did not fire");
-        let run = only_run(&db);
-        let o = out(&mut resume_cmd(&db, &server, &run, &[]));
+        let run = only_run(db);
+        let o = out(&mut resume_cmd(db, &server, &run, &[]));
         assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
         assert_eq!(
-            show(&db, &run)["final_text"],
+            show(db, &run)["final_text"],
             "FINAL: from the compacted history"
         );
-        let resumed = crate::host::events(&db, &run).await;
+        let resumed = crate::host::events(db, &run).await;
         check_invariants(&resumed);
         check_compacted_requests(&server, &resumed);
     }

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+use crate::host::fresh_db::{self, FreshDb};
 use crate::host::*;
 
 const SERVER: &str = env!("CARGO_BIN_EXE_agentctl-test-mcp-server");
@@ -70,7 +71,8 @@ fn output_of<'a>(events: &'a [agent_journal::Event], call: &str) -> (&'a str, St
     (&*e.kind, text)
 }
 
-async fn mcp_tools_story(db: &str) {
+async fn mcp_tools_story(db: FreshDb) {
+    let db = db.url();
     let server = emulator(&fixture("host-mcp.json")).await;
     let (_g, ws) = workspace();
     // The server comes from agentctl.toml (with a secret in its env); HOME has none.
@@ -202,22 +204,10 @@ async fn mcp_tools_story(db: &str) {
     assert!(failed["item"]["error"]["message"].is_string());
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn mcp_tools_sqlite() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = format!("sqlite://{}", dir.path().join("mcp.db").display());
-    mcp_tools_story(&db).await;
-}
+agent_testkit::backend_tests!(fresh_db, [sqlite, postgres]: mcp_tools_story);
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn mcp_tools_postgres() {
-    let Some(pg) = agent_testkit::fresh_pg_database("host_mcp").await else {
-        return;
-    };
-    mcp_tools_story(pg.url()).await;
-}
-
-async fn mcp_resume_after_kill(db: &str) {
+async fn mcp_resume_after_kill(db: FreshDb) {
+    let db = db.url();
     let server = emulator(&fixture("host-mcp-kill.json")).await;
     let (_g, ws) = workspace();
     let home = tempfile::tempdir().unwrap();
@@ -283,20 +273,7 @@ async fn mcp_resume_after_kill(db: &str) {
     assert_no_server_left(&ws).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn mcp_resume_after_kill_sqlite() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = format!("sqlite://{}", dir.path().join("mcp-kill.db").display());
-    mcp_resume_after_kill(&db).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn mcp_resume_after_kill_postgres() {
-    let Some(pg) = agent_testkit::fresh_pg_database("host_mcp_kill").await else {
-        return;
-    };
-    mcp_resume_after_kill(pg.url()).await;
-}
+agent_testkit::backend_tests!(fresh_db, [sqlite, postgres]: mcp_resume_after_kill);
 
 /// A bad configuration is a usage error naming the file and key; a server that cannot
 /// start fails the new run before it is created; `[tools.X]` sets built-in policies.

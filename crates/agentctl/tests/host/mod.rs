@@ -207,34 +207,16 @@ pub async fn spawn_long_shell(
     child
 }
 
-/// One test per `case` (an `async fn case(db: &str)` of the calling module) on SQLite and one
-/// on PostgreSQL, in `mod sqlite` and `mod postgres`, each on a fresh database; `prefix`
-/// names the PostgreSQL databases.
-#[allow(unused_macros)]
-macro_rules! on_sqlite_and_postgres {
-    ($prefix:literal: $($case:ident),* $(,)?) => {
-        mod sqlite {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $case() {
-                    let dir = tempfile::tempdir().unwrap();
-                    let db = format!("sqlite://{}", dir.path().join("journal.db").display());
-                    super::$case(&db).await;
-                }
-            )*
-        }
-        mod postgres {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $case() {
-                    let Some(pg) = agent_testkit::fresh_pg_database($prefix).await else {
-                        return;
-                    };
-                    super::$case(pg.url()).await;
-                }
-            )*
-        }
-    };
+/// The fixtures of `agent_testkit::backend_tests!(fresh_db, [sqlite, postgres]: ...)` for
+/// cases that take a database: `async fn case(db: FreshDb)`, each on a fresh one.
+pub mod fresh_db {
+    pub use agent_testkit::FreshDb;
+
+    pub async fn sqlite() -> FreshDb {
+        FreshDb::sqlite()
+    }
+
+    pub async fn postgres() -> Option<FreshDb> {
+        FreshDb::postgres("agentctl").await
+    }
 }
-#[allow(unused_imports)]
-pub(crate) use on_sqlite_and_postgres;

@@ -325,7 +325,8 @@ async fn resume_after_a_pause_keeps_the_schema() {
 
 /// SIGKILL after each event of a run whose first answer is rejected, then resume: the
 /// rejection is journaled once, the model is asked once per step, the answer is reached.
-async fn crash_at_every_boundary_of_a_retry(db: &str) {
+async fn crash_at_every_boundary_of_a_retry(db: FreshDb) {
+    let db = db.url();
     let dir = tempfile::tempdir().unwrap();
     let schema = schema_file(dir.path(), &weather_schema());
     let rules = json!({"rules": [
@@ -379,7 +380,8 @@ async fn crash_at_every_boundary_of_a_retry(db: &str) {
     assert!(kills >= 6, "only {kills} of the drives were killed");
 }
 
-crate::host::on_sqlite_and_postgres!("output_schema": crash_at_every_boundary_of_a_retry);
+use crate::host::fresh_db::{self, FreshDb};
+agent_testkit::backend_tests!(fresh_db, [sqlite, postgres]: crash_at_every_boundary_of_a_retry);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_submitted_run_keeps_its_schema_for_the_worker() {

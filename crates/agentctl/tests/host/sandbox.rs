@@ -410,7 +410,8 @@ mod runs {
             .collect()
     }
 
-    async fn commands_run_sandboxed_without_asking_and_the_mode_is_recorded(db: &str) {
+    async fn commands_run_sandboxed_without_asking_and_the_mode_is_recorded(db: FreshDb) {
+        let db = db.url();
         let (_d, ws) = workspace();
         let outside = tempfile::tempdir().unwrap();
         let target = outside.path().join("escaped");
@@ -443,7 +444,8 @@ mod runs {
         assert!(kinds_of(&events, "approval.requested").is_empty());
     }
 
-    async fn an_escalation_always_asks_and_runs_outside_once_when_approved(db: &str) {
+    async fn an_escalation_always_asks_and_runs_outside_once_when_approved(db: FreshDb) {
+        let db = db.url();
         let (_d, ws) = workspace();
         let outside = tempfile::tempdir().unwrap();
         let target = outside.path().join("report.txt");
@@ -481,7 +483,8 @@ mod runs {
         assert_eq!(exec_items(db, &run)[0]["item"]["sandbox"], "escalated");
     }
 
-    async fn a_denied_escalation_tells_the_model_and_the_resumed_run_stays_sandboxed(db: &str) {
+    async fn a_denied_escalation_tells_the_model_and_the_resumed_run_stays_sandboxed(db: FreshDb) {
+        let db = db.url();
         let (_d, ws) = workspace();
         let outside = tempfile::tempdir().unwrap();
         let first = outside.path().join("first");
@@ -511,7 +514,8 @@ mod runs {
         assert_eq!(show(db, &run)["sandbox"]["mode"], "workspace-write");
     }
 
-    async fn approval_deny_refuses_an_escalation(db: &str) {
+    async fn approval_deny_refuses_an_escalation(db: FreshDb) {
+        let db = db.url();
         let (_d, ws) = workspace();
         let outside = tempfile::tempdir().unwrap();
         let target = outside.path().join("x");
@@ -529,8 +533,9 @@ mod runs {
     }
 
     async fn a_system_without_the_sandbox_refuses_an_explicit_mode_and_falls_back_from_the_default(
-        db: &str,
+        db: FreshDb,
     ) {
+        let db = db.url();
         let (_d, ws) = workspace();
         let server = emulator(&script_by_outputs(&[
             json!([shell("c1", "echo ran > ran.txt")]),
@@ -585,7 +590,8 @@ mod runs {
 
     /// A run killed (SIGKILL) right after it asked to leave the sandbox, then decided and
     /// resumed: the approved command runs outside once, and the next one is sandboxed again.
-    async fn a_kill_between_the_request_and_the_decision_keeps_the_mode(db: &str) {
+    async fn a_kill_between_the_request_and_the_decision_keeps_the_mode(db: FreshDb) {
+        let db = db.url();
         let (_d, ws) = workspace();
         let outside = tempfile::tempdir().unwrap();
         let (report, escaped) = (
@@ -669,7 +675,8 @@ mod runs {
     /// A run paused on its step budget, resumed with `--sandbox read-only`: the change is
     /// journaled with the claim, the next command cannot write the workspace, and
     /// `write_file` is refused from then on.
-    async fn resume_with_a_stricter_mode_is_journaled_and_enforced(db: &str) {
+    async fn resume_with_a_stricter_mode_is_journaled_and_enforced(db: FreshDb) {
+        let db = db.url();
         let (_d, ws, server, run) = paused_after_one_step(db).await;
         let o = out(&mut resume_cmd(
             db,
@@ -706,7 +713,8 @@ mod runs {
 
     /// `resume --sandbox off` makes every command ask again; a resume without the flag keeps
     /// the mode it finds.
-    async fn resume_with_sandbox_off_asks_for_every_command(db: &str) {
+    async fn resume_with_sandbox_off_asks_for_every_command(db: FreshDb) {
+        let db = db.url();
         let (_d, ws, server, run) = paused_after_one_step(db).await;
         let o = out(&mut resume_cmd(
             db,
@@ -736,7 +744,8 @@ mod runs {
 
     /// A resume where the recorded mode cannot be had: asked for explicitly, exit 2 and
     /// nothing written; kept from the record, `off` with every command asking, journaled.
-    async fn a_resume_where_the_sandbox_cannot_be_had(db: &str) {
+    async fn a_resume_where_the_sandbox_cannot_be_had(db: FreshDb) {
+        let db = db.url();
         let (_d, ws, server, run) = paused_after_one_step(db).await;
         let before = events(db, &run).await.len();
         let mut explicit = resume_cmd(
@@ -1000,16 +1009,6 @@ mod runs {
         );
     }
 
-    crate::host::on_sqlite_and_postgres!(
-    "host_sandbox":
-        commands_run_sandboxed_without_asking_and_the_mode_is_recorded,
-        an_escalation_always_asks_and_runs_outside_once_when_approved,
-        a_denied_escalation_tells_the_model_and_the_resumed_run_stays_sandboxed,
-        approval_deny_refuses_an_escalation,
-        a_system_without_the_sandbox_refuses_an_explicit_mode_and_falls_back_from_the_default,
-        a_kill_between_the_request_and_the_decision_keeps_the_mode,
-        resume_with_a_stricter_mode_is_journaled_and_enforced,
-        resume_with_sandbox_off_asks_for_every_command,
-        a_resume_where_the_sandbox_cannot_be_had,
-    );
+    use crate::host::fresh_db::{self, FreshDb};
+    agent_testkit::backend_tests!(fresh_db, [sqlite, postgres]: commands_run_sandboxed_without_asking_and_the_mode_is_recorded, an_escalation_always_asks_and_runs_outside_once_when_approved, a_denied_escalation_tells_the_model_and_the_resumed_run_stays_sandboxed, approval_deny_refuses_an_escalation, a_system_without_the_sandbox_refuses_an_explicit_mode_and_falls_back_from_the_default, a_kill_between_the_request_and_the_decision_keeps_the_mode, resume_with_a_stricter_mode_is_journaled_and_enforced, resume_with_sandbox_off_asks_for_every_command, a_resume_where_the_sandbox_cannot_be_had);
 }

@@ -3,6 +3,7 @@
 
 use serde_json::{Value, json};
 
+use crate::host::fresh_db::{self, FreshDb};
 use crate::host::*;
 
 fn script() -> String {
@@ -25,7 +26,8 @@ fn search(db: &str, args: &[&str]) -> Vec<Value> {
         .collect()
 }
 
-async fn search_finds_history(db: &str) {
+async fn search_finds_history(db: FreshDb) {
+    let db = db.url();
     let server = emulator(&script()).await;
     let (_g1, ws1) = workspace();
     let first = out(&mut run_cmd(db, &server, &ws1, &["--approval", "auto"]));
@@ -88,16 +90,4 @@ async fn search_finds_history(db: &str) {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn runs_search_sqlite() {
-    let dir = tempfile::tempdir().unwrap();
-    search_finds_history(&format!("sqlite://{}", dir.path().join("s.db").display())).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn runs_search_postgres() {
-    let Some(pg) = agent_testkit::fresh_pg_database("host_search").await else {
-        return;
-    };
-    search_finds_history(pg.url()).await;
-}
+agent_testkit::backend_tests!(fresh_db, [sqlite, postgres]: search_finds_history);

@@ -5,6 +5,7 @@ use std::process::Stdio;
 
 use serde_json::json;
 
+use crate::host::fresh_db::{self, FreshDb};
 use crate::host::*;
 
 fn script() -> String {
@@ -16,7 +17,8 @@ fn script() -> String {
     .to_string()
 }
 
-async fn steer_is_never_lost(db: &str) {
+async fn steer_is_never_lost(db: FreshDb) {
+    let db = db.url();
     let server = emulator(&script()).await;
     let (_g, ws) = workspace();
     // Paused for approval, no host runs: the steer waits in the journal.
@@ -93,16 +95,4 @@ async fn steer_is_never_lost(db: &str) {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn steer_is_never_lost_sqlite() {
-    let dir = tempfile::tempdir().unwrap();
-    steer_is_never_lost(&format!("sqlite://{}", dir.path().join("st.db").display())).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn steer_is_never_lost_postgres() {
-    let Some(pg) = agent_testkit::fresh_pg_database("host_steer").await else {
-        return;
-    };
-    steer_is_never_lost(pg.url()).await;
-}
+agent_testkit::backend_tests!(fresh_db, [sqlite, postgres]: steer_is_never_lost);

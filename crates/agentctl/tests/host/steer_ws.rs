@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use agent_responses_mock::{MOCK_API_KEY, MockConfig, MockServer, Script};
 use serde_json::Value;
 
+use crate::host::fresh_db::{self, FreshDb};
 use crate::host::*;
 
 /// An emulator whose WebSocket responses wait up to `window` for a steer.
@@ -73,7 +74,8 @@ fn applied<'a>(events: &'a [agent_journal::Event], id: &str) -> Vec<&'a agent_jo
         .collect()
 }
 
-async fn steer_while_streaming(db: &str) {
+async fn steer_while_streaming(db: FreshDb) {
+    let db = db.url();
     let server = ws_emulator(Some(Duration::from_secs(30))).await;
     let (_g, ws) = workspace();
     let child = spawn_run(db, &server, &ws, None);
@@ -153,21 +155,10 @@ async fn steer_while_streaming(db: &str) {
     assert_eq!(line["type"], "steer.dropped");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn ws_steer_while_streaming_sqlite() {
-    let dir = tempfile::tempdir().unwrap();
-    steer_while_streaming(&format!("sqlite://{}", dir.path().join("w.db").display())).await;
-}
+agent_testkit::backend_tests!(fresh_db, [sqlite, postgres]: steer_while_streaming);
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn ws_steer_while_streaming_postgres() {
-    let Some(pg) = agent_testkit::fresh_pg_database("host_steer_ws").await else {
-        return;
-    };
-    steer_while_streaming(pg.url()).await;
-}
-
-async fn steer_before_first_step(db: &str) {
+async fn steer_before_first_step(db: FreshDb) {
+    let db = db.url();
     let server = ws_emulator(None).await;
     let (_g, ws) = workspace();
     // The host dies right after run.created: no step was requested.
@@ -210,23 +201,12 @@ async fn steer_before_first_step(db: &str) {
     assert!(sent.last().unwrap().contains("EARLY STEER"));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn ws_steer_before_first_step_sqlite() {
-    let dir = tempfile::tempdir().unwrap();
-    steer_before_first_step(&format!("sqlite://{}", dir.path().join("w.db").display())).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn ws_steer_before_first_step_postgres() {
-    let Some(pg) = agent_testkit::fresh_pg_database("host_steer_ws_early").await else {
-        return;
-    };
-    steer_before_first_step(pg.url()).await;
-}
+agent_testkit::backend_tests!(fresh_db, [sqlite, postgres]: steer_before_first_step);
 
 /// SIGKILL while a steer is on its way to the streaming response: wherever the kill lands,
 /// `resume` (on an emulator that does not hold) ends the steer in exactly one application.
-async fn steer_survives_sigkill(db: &str) {
+async fn steer_survives_sigkill(db: FreshDb) {
+    let db = db.url();
     let holding = ws_emulator(Some(Duration::from_secs(30))).await;
     let plain = ws_emulator(None).await;
     let (_g, ws) = workspace();
@@ -256,16 +236,4 @@ async fn steer_survives_sigkill(db: &str) {
     assert!(sent.contains("KILLED STEER"), "{sent}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn ws_steer_survives_sigkill_sqlite() {
-    let dir = tempfile::tempdir().unwrap();
-    steer_survives_sigkill(&format!("sqlite://{}", dir.path().join("w.db").display())).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn ws_steer_survives_sigkill_postgres() {
-    let Some(pg) = agent_testkit::fresh_pg_database("host_steer_ws_kill").await else {
-        return;
-    };
-    steer_survives_sigkill(pg.url()).await;
-}
+agent_testkit::backend_tests!(fresh_db, [sqlite, postgres]: steer_survives_sigkill);

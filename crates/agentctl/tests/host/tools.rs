@@ -3,6 +3,7 @@
 
 use serde_json::{Value, json};
 
+use crate::host::fresh_db::{self, FreshDb};
 use crate::host::*;
 
 /// What the model was told for `call_id` (the terminal event's value or error).
@@ -26,7 +27,8 @@ fn told<'a>(events: &'a [agent_journal::Event], call_id: &str) -> (&'a str, Stri
     )
 }
 
-async fn confinement(db: &str) {
+async fn confinement(db: FreshDb) {
+    let db = db.url();
     let outside = tempfile::tempdir().unwrap();
     std::fs::write(outside.path().join("secret.txt"), "SECRET").unwrap();
     let (_g, ws) = workspace();
@@ -106,19 +108,7 @@ async fn confinement(db: &str) {
     assert!(msg.contains("not a regular file"), "{msg}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn confinement_sqlite() {
-    let dir = tempfile::tempdir().unwrap();
-    confinement(&format!("sqlite://{}", dir.path().join("c.db").display())).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn confinement_postgres() {
-    let Some(pg) = agent_testkit::fresh_pg_database("host_confine").await else {
-        return;
-    };
-    confinement(pg.url()).await;
-}
+agent_testkit::backend_tests!(fresh_db, [sqlite, postgres]: confinement);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shell_timeout_kills_the_group_caps_output_and_hides_the_key() {
