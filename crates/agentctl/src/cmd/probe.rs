@@ -38,7 +38,7 @@ pub async fn run(global: &GlobalArgs, cmd: ProbeCmd) -> anyhow::Result<ExitCode>
 
 async fn probe_codex(global: &GlobalArgs, args: &CodexProbeArgs) -> anyhow::Result<ExitCode> {
     let (client, _events) = launch(&args.codex_bin)
-        .spawn(None, ApprovalPolicy::default())
+        .spawn(Vec::new(), ApprovalPolicy::default())
         .map_err(explain)?;
     let result = client.initialize(client_info()).await;
     client.close().await;

@@ -143,7 +143,7 @@ impl Setup {
             ..AppServerLaunch::new(codex_bin())
         };
         let (client, events) = launch
-            .spawn(Some(&self.provider), ApprovalPolicy::default())
+            .spawn(self.provider.env(), ApprovalPolicy::default())
             .unwrap();
         client
             .initialize(ClientInfo {

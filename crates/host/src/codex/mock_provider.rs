@@ -10,7 +10,7 @@
 use std::ffi::OsString;
 use std::path::Path;
 
-use agent_appserver::{ServerCommand, codex_home};
+use agent_appserver::codex_home;
 use agent_responses_mock::{MOCK_API_KEY, MockConfig, MockError, MockServer, Script};
 
 /// Why the mock provider could not be set up.
@@ -90,12 +90,5 @@ impl MockProvider {
             ("CODEX_HOME".into(), self.home.path().into()),
             (codex_home::PROVIDER_KEY_ENV.into(), MOCK_API_KEY.into()),
         ]
-    }
-
-    /// `command` with [`env`](Self::env) added.
-    pub fn apply(&self, command: ServerCommand) -> ServerCommand {
-        self.env()
-            .into_iter()
-            .fold(command, |command, (key, value)| command.env(key, value))
     }
 }

@@ -5,8 +5,8 @@
 //!   the turn completes, optional steer and interrupt) and reports each step to an observer.
 //! - [`recorder`]: [`Recorder`] journals every server event under the Codex thread id, in
 //!   batches on a task of its own, dropping nothing.
-//! - [`mock_provider`]: [`MockProvider`] runs the Responses emulator in-process and writes a
-//!   temporary `CODEX_HOME` that makes it Codex's model provider.
+//! - `mock_provider` (feature `mock`): `MockProvider` runs the Responses emulator in-process
+//!   and writes a temporary `CODEX_HOME` that makes it Codex's model provider.
 //! - [`session`]: [`run_codex_turn`] puts the three together for one whole turn, from
 //!   starting `codex app-server` to closing it.
 //!
@@ -14,6 +14,7 @@
 //! only events Codex actually sent (plus the replies we sent to its requests) are recorded.
 
 pub mod driver;
+#[cfg(feature = "mock")]
 pub mod mock_provider;
 pub mod recorder;
 pub mod session;
@@ -22,6 +23,7 @@ pub use driver::{
     DEFAULT_QUIET_NOTICE, DriveError, TurnEvent, TurnReport, TurnRequest, drive_turn,
     while_buffering,
 };
+#[cfg(feature = "mock")]
 pub use mock_provider::{MockProvider, MockProviderError};
 pub use recorder::{Recorder, RecorderError, journal_entry, reply_json};
 pub use session::{AppServerLaunch, CodexTurn, CodexTurnError, run_codex_turn};

@@ -6,6 +6,7 @@
 //! [`run_codex_turn`]; the child is closed (terminated, then killed after its grace period)
 //! before the journal is closed, so every event it sent is journaled first.
 
+use std::ffi::OsString;
 use std::future::Future;
 use std::path::PathBuf;
 
@@ -14,9 +15,11 @@ use agent_appserver::{
     StderrTarget,
 };
 use agent_journal::Journal;
+#[cfg(feature = "mock")]
 use agent_responses_mock::Script;
 
 use super::driver::{DriveError, TurnEvent, TurnReport, TurnRequest, drive_turn};
+#[cfg(feature = "mock")]
 use super::mock_provider::{MockProvider, MockProviderError};
 
 /// How to start `codex app-server`.
@@ -40,16 +43,17 @@ impl AppServerLaunch {
         }
     }
 
-    /// Starts `<codex_bin> app-server --listen stdio://`, through `provider` when given
-    /// (its `CODEX_HOME` and key), answering server requests with `policy`.
+    /// Starts `<codex_bin> app-server --listen stdio://` with `provider_env` added to its
+    /// environment (a model provider's `CODEX_HOME` and key, such as `MockProvider::env`),
+    /// answering server requests with `policy`.
     pub fn spawn(
         &self,
-        provider: Option<&MockProvider>,
+        provider_env: Vec<(OsString, OsString)>,
         policy: ApprovalPolicy,
     ) -> Result<(AppServerClient, Events), AppServerError> {
         let mut command = ServerCommand::codex(&self.codex_bin);
-        if let Some(provider) = provider {
-            command = provider.apply(command);
+        for (key, value) in provider_env {
+            command = command.env(key, value);
         }
         if let Some(cwd) = &self.cwd {
             command = command.current_dir(cwd);
@@ -68,6 +72,7 @@ pub struct CodexTurn {
     /// How to start the server; its working directory is the turn's.
     pub launch: AppServerLaunch,
     /// Run offline: the emulator with this script is Codex's model provider.
+    #[cfg(feature = "mock")]
     pub mock_script: Option<Script>,
     /// How Codex's approval requests are answered.
     pub approvals: ApprovalPolicy,
@@ -80,6 +85,7 @@ pub struct CodexTurn {
 #[non_exhaustive]
 pub enum CodexTurnError<E> {
     /// The offline model provider could not be set up.
+    #[cfg(feature = "mock")]
     #[error(transparent)]
     Provider(#[from] MockProviderError),
     /// `codex app-server` could not be started.
@@ -109,11 +115,16 @@ where
     F: Future<Output = ()>,
     O: FnMut(TurnEvent<'_>) -> Result<(), E>,
 {
+    #[cfg(feature = "mock")]
     let provider = match turn.mock_script {
         Some(script) => Some(MockProvider::start(script).await?),
         None => None,
     };
-    let (client, mut events) = match turn.launch.spawn(provider.as_ref(), turn.approvals) {
+    #[cfg(feature = "mock")]
+    let provider_env = provider.as_ref().map(MockProvider::env).unwrap_or_default();
+    #[cfg(not(feature = "mock"))]
+    let provider_env = Vec::new();
+    let (client, mut events) = match turn.launch.spawn(provider_env, turn.approvals) {
         Ok(spawned) => spawned,
         Err(err) => {
             if let Some(journal) = journal {
@@ -135,6 +146,7 @@ where
     if let Some(journal) = journal {
         journal.close().await;
     }
+    #[cfg(feature = "mock")]
     drop(provider);
     outcome.map_err(CodexTurnError::Drive)
 }
