@@ -46,6 +46,25 @@ impl PgDatabase {
     }
 }
 
+/// The test MCP server (`src/bin/agentctl-test-mcp-server.rs`) as `cargo test` built it:
+/// beside the calling test binary's `deps` directory. A workspace test run builds it (this
+/// crate's own test starts it); a run of one package's tests needs `-p agent-testkit` too.
+pub fn test_mcp_server() -> std::path::PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let server = exe
+        .parent()
+        .and_then(std::path::Path::parent)
+        .map(|dir| dir.join("agentctl-test-mcp-server"))
+        .unwrap();
+    assert!(
+        server.is_file(),
+        "{} is missing: build it with `cargo build -p agent-testkit --bins` (a `cargo test \
+         --workspace` does)",
+        server.display()
+    );
+    server
+}
+
 /// A fresh, empty database for one test, named by its URL: a SQLite file in a temp dir, or a
 /// PostgreSQL database of its own. Both go away when this guard is dropped. The fixture of
 /// suites whose cases take a database URL (`backend_tests!` with `sqlite` and `postgres`).

@@ -10,7 +10,10 @@ use serde_json::Value;
 use crate::host::fresh_db::{self, FreshDb};
 use crate::host::*;
 
-const SERVER: &str = env!("CARGO_BIN_EXE_agentctl-test-mcp-server");
+/// The test MCP server of `agent-testkit`.
+fn mcp_server() -> String {
+    agent_testkit::test_mcp_server().display().to_string()
+}
 
 fn fixture(name: &str) -> String {
     std::fs::read_to_string(format!(
@@ -21,7 +24,7 @@ fn fixture(name: &str) -> String {
 }
 
 fn mcp_flag() -> String {
-    format!("t={SERVER}")
+    format!("t={}", mcp_server())
 }
 
 /// Every test server process started in `ws`, and every grandchild one started, has
@@ -79,7 +82,8 @@ async fn mcp_tools_story(db: FreshDb) {
     std::fs::write(
         ws.join("agentctl.toml"),
         format!(
-            "[mcp_servers.t]\ncommand = {SERVER:?}\nenv = {{ SECRET_TOKEN = \"s3cret-value\" }}\n"
+            "[mcp_servers.t]\ncommand = {:?}\nenv = {{ SECRET_TOKEN = \"s3cret-value\" }}\n",
+            mcp_server()
         ),
     )
     .unwrap();
@@ -377,7 +381,8 @@ async fn mcp_server_sandbox_and_tool_timeout() {
     std::fs::write(
         ws.join("agentctl.toml"),
         format!(
-            "[mcp_servers.t]\ncommand = \"{SERVER}\"\nsandbox = \"workspace-write\"\ntool_timeout_sec = 1.5\n"
+            "[mcp_servers.t]\ncommand = \"{}\"\nsandbox = \"workspace-write\"\ntool_timeout_sec = 1.5\n",
+            mcp_server()
         ),
     )
     .unwrap();
