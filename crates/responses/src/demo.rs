@@ -5,7 +5,7 @@
 use serde_json::{Value, json};
 
 use crate::loops::{ExecutorFailure, ToolExecutor};
-use crate::types::{FunctionTool, Tool};
+use crate::types::{FunctionTool, ToolDefinition};
 
 /// The model the demo asks for (any string works with the emulator).
 pub const MODEL: &str = "gpt-6-astra";
@@ -50,7 +50,7 @@ impl Mode {
 /// The tools for `mode`: `scan` (async only in async mode; programmatic-only with an
 /// `output_schema` in PTC mode, plus the `programmatic_tool_calling` tool). Async and PTC
 /// settings never mix.
-pub fn definition(mode: Mode) -> Vec<Tool> {
+pub fn definition(mode: Mode) -> Vec<ToolDefinition> {
     let mut tool = FunctionTool::new(
         "scan",
         "读取指定模块的虚构风险统计。先检查 ok；失败时不可使用 high 作为统计结果。",
@@ -65,9 +65,9 @@ pub fn definition(mode: Mode) -> Vec<Tool> {
         }
         Mode::Direct | Mode::Compact => {}
     }
-    let mut tools = vec![Tool::Function(tool)];
+    let mut tools = vec![ToolDefinition::Function(tool)];
     if mode == Mode::Ptc {
-        tools.push(Tool::ProgrammaticToolCalling(
+        tools.push(ToolDefinition::ProgrammaticToolCalling(
             crate::types::Fields::default(),
         ));
     }

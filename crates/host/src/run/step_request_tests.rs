@@ -1,4 +1,4 @@
-use agent_responses::types::{FunctionCallOutput, FunctionTool, Tool};
+use agent_responses::types::{FunctionCallOutput, FunctionTool, ToolDefinition};
 use agent_runtime::events as rt;
 use serde_json::{Value, json};
 
@@ -98,7 +98,7 @@ fn the_body_sends_the_history_in_order_with_the_typed_shapes_of_its_parts() {
             user("wrap up")
         ])
     );
-    let tool = Tool::Function(FunctionTool::new(
+    let tool = ToolDefinition::Function(FunctionTool::new(
         "list_dir",
         "List a directory.",
         spec.tools[0].parameters.to_value().unwrap(),

@@ -264,7 +264,7 @@ async fn concurrent_calls_with_one_call_id_run_the_tool_once() {
 #[tokio::test]
 async fn a_responses_loop_runs_model_calls_through_the_runtime() {
     use agent_responses::loops::{LoopConfig, run_direct};
-    use agent_responses::types::{FunctionTool, Item, MessageItem, Tool as ApiTool};
+    use agent_responses::types::{FunctionTool, Item, MessageItem, ToolDefinition};
     use agent_responses::{ApiKey, Client, ClientConfig};
     use agent_responses_mock::{MOCK_API_KEY, MockConfig, MockServer, Script};
 
@@ -276,7 +276,7 @@ async fn a_responses_loop_runs_model_calls_through_the_runtime() {
     let config = LoopConfig::new(
         "gpt-test",
         None,
-        vec![ApiTool::Function(FunctionTool::new(
+        vec![ToolDefinition::Function(FunctionTool::new(
             "count",
             "counts",
             json!({"type": "object", "properties": {"n": {"type": "integer"}}}),

@@ -12,7 +12,7 @@ pub use direct::{DirectOutcome, MAX_MODEL_TURNS, run_direct};
 pub use error::LoopError;
 pub use executor::{ExecutorFailure, ToolExecutor, output_for};
 
-use crate::types::Tool;
+use crate::types::ToolDefinition;
 
 /// What every loop sends besides the conversation.
 #[derive(Debug, Clone)]
@@ -22,14 +22,18 @@ pub struct LoopConfig {
     /// Instructions sent with every request (they are not carried over otherwise).
     pub instructions: Option<String>,
     /// The tools offered on every request.
-    pub tools: Vec<Tool>,
+    pub tools: Vec<ToolDefinition>,
     /// Model turns before giving up ([`direct::MAX_MODEL_TURNS`] by default).
     pub max_turns: usize,
 }
 
 impl LoopConfig {
     /// A configuration with the default turn budget.
-    pub fn new(model: impl Into<String>, instructions: Option<String>, tools: Vec<Tool>) -> Self {
+    pub fn new(
+        model: impl Into<String>,
+        instructions: Option<String>,
+        tools: Vec<ToolDefinition>,
+    ) -> Self {
         Self {
             model: model.into(),
             instructions,

@@ -22,4 +22,4 @@ pub use request::{CompactRequest, CreateResponse, Input};
 pub use response::{CompactedResponse, Response, ResponseError, Usage};
 pub use tagged::{EmitsTag, Nullable};
 pub use text_format::JsonSchemaFormat;
-pub use tool::{CustomTool, FunctionTool, Tool};
+pub use tool::{CustomTool, FunctionTool, ToolDefinition};

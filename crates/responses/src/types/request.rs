@@ -5,7 +5,7 @@ use serde_json::{Map, Value};
 
 use super::item::{Item, MessageItem};
 use super::tagged::{Nullable, nullable};
-use super::tool::Tool;
+use super::tool::ToolDefinition;
 
 /// `input`: a bare string (one user message) or a list of items.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -45,7 +45,7 @@ pub struct CreateResponse {
     pub instructions: Nullable<String>,
     /// The tools the model may call.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tools: Option<Vec<Tool>>,
+    pub tools: Option<Vec<ToolDefinition>>,
     /// `"none"`, `"auto"`, `"required"` or an object; kept as JSON.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_choice: Option<Value>,

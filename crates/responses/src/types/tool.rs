@@ -9,7 +9,7 @@ use super::tagged::{EmitsTag, Nullable, nullable, tagged_union};
 
 tagged_union! {
     /// A tool the model may call. Hosted and future tools are kept verbatim in `Other`.
-    pub enum Tool {
+    pub enum ToolDefinition {
         /// A function the client runs, with JSON arguments.
         Function(FunctionTool) = "function",
         /// A tool the client runs, with free-text input.
@@ -98,23 +98,23 @@ pub struct CustomTool {
 }
 impl EmitsTag for CustomTool {}
 
-impl Tool {
+impl ToolDefinition {
     /// The tool's name, for named tools.
     pub fn name(&self) -> Option<&str> {
         match self {
-            Tool::Function(f) => Some(&f.name),
-            Tool::Custom(c) => Some(&c.name),
-            Tool::ProgrammaticToolCalling(_) => None,
-            Tool::Other(v) => v.get("name").and_then(Value::as_str),
+            ToolDefinition::Function(f) => Some(&f.name),
+            ToolDefinition::Custom(c) => Some(&c.name),
+            ToolDefinition::ProgrammaticToolCalling(_) => None,
+            ToolDefinition::Other(v) => v.get("name").and_then(Value::as_str),
         }
     }
     /// Whether this tool was declared `async: true`.
     pub fn is_async(&self) -> bool {
         match self {
-            Tool::Function(f) => f.is_async == Some(true),
-            Tool::Custom(c) => c.is_async == Some(true),
-            Tool::ProgrammaticToolCalling(_) => false,
-            Tool::Other(v) => v.get("async").and_then(Value::as_bool) == Some(true),
+            ToolDefinition::Function(f) => f.is_async == Some(true),
+            ToolDefinition::Custom(c) => c.is_async == Some(true),
+            ToolDefinition::ProgrammaticToolCalling(_) => false,
+            ToolDefinition::Other(v) => v.get("async").and_then(Value::as_bool) == Some(true),
         }
     }
 }

@@ -1,6 +1,6 @@
 //! Real-shaped JSON goes through our types and comes back equal, unknowns included.
 
-use agent_responses::types::{CreateResponse, Item, Response, StreamEvent, Tool};
+use agent_responses::types::{CreateResponse, Item, Response, StreamEvent, ToolDefinition};
 use serde_json::{Value, json};
 
 fn roundtrip<T: serde::de::DeserializeOwned + serde::Serialize>(value: &Value) -> Value {
@@ -63,8 +63,11 @@ fn request_with_tools_and_unknown_fields_round_trips() {
     let typed: CreateResponse = serde_json::from_value(request).unwrap();
     let tools = typed.tools.unwrap();
     assert!(tools[1].is_async());
-    assert!(matches!(tools[2], Tool::ProgrammaticToolCalling(_)));
-    assert!(matches!(tools[4], Tool::Other(_)));
+    assert!(matches!(
+        tools[2],
+        ToolDefinition::ProgrammaticToolCalling(_)
+    ));
+    assert!(matches!(tools[4], ToolDefinition::Other(_)));
 }
 
 #[test]
