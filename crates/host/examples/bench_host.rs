@@ -259,7 +259,7 @@ async fn main() {
             println!(
                 "{}",
                 json!({"bench": "resume_build", "label": a.label, "steps": budget, "paused": paused,
-                       "secs": build_secs, "last_seq": report.state.last_seq})
+                       "secs": build_secs, "last_seq": report.state.last_seq()})
             );
             for i in 0..a.repeat {
                 // A fresh host and journal handle, as `agentctl resume` in a new process has.
@@ -269,7 +269,7 @@ async fn main() {
                 let before = agent_host::run::load(&journal, &run_id)
                     .await
                     .expect("load")
-                    .last_seq;
+                    .last_seq();
                 budget += 1;
                 let first = Arc::new(FirstRequest {
                     after_seq: before,

@@ -53,7 +53,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!(
         "{:?}: {}",
         report.end,
-        report.state.final_text.unwrap_or_default()
+        report.state.final_text().unwrap_or_default()
     );
     Ok(())
 }

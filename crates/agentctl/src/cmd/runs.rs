@@ -169,11 +169,10 @@ async fn wait(
     } else {
         output::line(&format!(
             "{}  {status}{}",
-            state.id,
+            state.id(),
             state
-                .final_text
-                .as_deref()
-                .or(state.status_detail.as_deref())
+                .final_text()
+                .or(state.status_detail())
                 .map(|t| format!(": {t}"))
                 .unwrap_or_default()
         ))?;
@@ -202,19 +201,18 @@ async fn show(
         output::json_line(&view)?;
         return Ok(ExitCode::SUCCESS);
     }
-    let u = state.usage;
-    output::line(&format!("run       {}", state.id))?;
+    let u = state.usage();
+    output::line(&format!("run       {}", state.id()))?;
     output::line(&format!(
         "status    {status}{}",
         state
-            .status_detail
-            .as_deref()
+            .status_detail()
             .map(|d| format!(" ({d})"))
             .unwrap_or_default()
     ))?;
     output::line(&format!(
         "prompt    {}",
-        state.spec.as_ref().map_or("", |s| s.prompt.as_str())
+        state.spec().map_or("", |s| s.prompt.as_str())
     ))?;
     output::line(&format!("steps     {}", state.step_count()))?;
     output::line(&format!(
@@ -228,18 +226,18 @@ async fn show(
             p.tool,
             p.reason,
             global.command(),
-            state.id,
+            state.id(),
             p.call_id,
             p.args_sha256
         ))?;
     }
-    if let Some(text) = &state.final_text {
+    if let Some(text) = state.final_text() {
         output::line(&format!("final     {text}"))?;
     }
-    if let Some(parsed) = &state.final_output {
+    if let Some(parsed) = state.final_output() {
         output::line(&format!("output    {}", serde_json::to_string(parsed)?))?;
     }
-    if let Some(schema) = state.spec.as_ref().and_then(|s| s.output.as_ref()) {
+    if let Some(schema) = state.spec().and_then(|s| s.output.as_ref()) {
         output::line(&format!(
             "schema    {} ({} of {} retries used)",
             schema.name,

@@ -209,7 +209,7 @@ pub async fn wait_all_completed(db: &str, runs: &[String], within: Duration) -> 
         if let Ok(journal) = Journal::open(db).await {
             for id in runs {
                 match run::load(&journal, id).await {
-                    Ok(s) if s.status == Some(RunStatus::Completed) => {}
+                    Ok(s) if s.recorded_status() == Some(RunStatus::Completed) => {}
                     _ => left.push(id.clone()),
                 }
             }

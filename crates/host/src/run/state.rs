@@ -43,53 +43,53 @@ pub const TITLE_CHARS: usize = 120;
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct RunState {
     /// The run id (or the steer id).
-    pub id: String,
+    pub(crate) id: String,
     /// What `run.created` recorded. Shared: a driving host's driver holds the same one,
     /// and folding `run.created` into a state that already holds an equal spec keeps it
     /// (one copy of the tools' schemas a run, not two).
-    pub spec: Option<Arc<RunSpec>>,
+    pub(crate) spec: Option<Arc<RunSpec>>,
     /// The recorded status (see [`RunState::status`] for the one readers show).
-    pub status: Option<RunStatus>,
+    pub(crate) status: Option<RunStatus>,
     /// Why it paused, failed or was interrupted, as last recorded.
-    pub status_detail: Option<String>,
+    pub(crate) status_detail: Option<String>,
     /// Completed model steps, in order.
-    pub steps: Vec<StepRecord>,
+    pub(crate) steps: Vec<StepRecord>,
     /// `model.requested` attempts per step not yet completed. A step's entry goes when
     /// its `model.completed` is folded: only the step being asked reads it, and a run
     /// would otherwise keep one per step it ever took.
-    pub attempts: HashMap<u64, u32>,
+    pub(crate) attempts: HashMap<u64, u32>,
     /// Calls in the order the model made them.
-    pub calls: Vec<CallRecord>,
+    pub(crate) calls: Vec<CallRecord>,
     index: CallIndex,
     /// Tokens of all steps.
-    pub usage: TokenUsage,
+    pub(crate) usage: TokenUsage,
     /// Tools approved for the rest of the run ("approve always").
-    pub approved_tools: Vec<String>,
+    pub(crate) approved_tools: Vec<String>,
     /// The final answer of a completed run.
-    pub final_text: Option<String>,
+    pub(crate) final_text: Option<String>,
     /// The final answer parsed, for a completed run with an output schema.
-    pub final_output: Option<Value>,
+    pub(crate) final_output: Option<Value>,
     /// Final answers rejected by the output schema (since the latest checkpoint, for a
     /// driving host's fold), in step order.
-    pub rejections: Vec<RejectionRecord>,
+    pub(crate) rejections: Vec<RejectionRecord>,
     /// The host driving the run, from its last `run.created`/`run.resumed` until it stopped.
-    pub driver: Option<Owner>,
+    pub(crate) driver: Option<Owner>,
     /// Budgets raised by `resume`.
-    pub budgets: Option<Budgets>,
+    pub(crate) budgets: Option<Budgets>,
     /// When the first event was appended (Unix ms).
-    pub created_at: i64,
+    pub(crate) created_at: i64,
     /// When the last event was appended (Unix ms).
-    pub updated_at: i64,
+    pub(crate) updated_at: i64,
     /// The seq of the last event folded in.
-    pub last_seq: i64,
+    pub(crate) last_seq: i64,
     /// The seq of an interrupt request since the last resume.
-    pub interrupt_requested: Option<i64>,
+    pub(crate) interrupt_requested: Option<i64>,
     /// Steers in the order they were requested.
-    pub steers: Vec<SteerRecord>,
+    pub(crate) steers: Vec<SteerRecord>,
     /// The latest compaction of the history, if any.
-    pub compaction: Option<CompactionRecord>,
+    pub(crate) compaction: Option<CompactionRecord>,
     /// What the fold dropped at checkpoints (all zero unless it is a driving host's).
-    pub elided: Elided,
+    pub(crate) elided: Elided,
     /// Whether checkpoints trim this fold (a driving host's).
     window: bool,
 }
@@ -156,6 +156,104 @@ pub enum SteerStatus {
         /// Why.
         reason: String,
     },
+}
+
+/// Read access: a state is built and changed only by folding events ([`RunState::apply`]).
+impl RunState {
+    /// The run id (or the steer id).
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// What `run.created` recorded.
+    pub fn spec(&self) -> Option<&Arc<RunSpec>> {
+        self.spec.as_ref()
+    }
+
+    /// The status as last recorded (see [`status`](Self::status) for the one readers show).
+    pub fn recorded_status(&self) -> Option<RunStatus> {
+        self.status
+    }
+
+    /// Why it paused, failed or was interrupted, as last recorded.
+    pub fn status_detail(&self) -> Option<&str> {
+        self.status_detail.as_deref()
+    }
+
+    /// Completed model steps held by this fold, in order.
+    pub fn steps(&self) -> &[StepRecord] {
+        &self.steps
+    }
+
+    /// Calls held by this fold, in the order the model made them.
+    pub fn calls(&self) -> &[CallRecord] {
+        &self.calls
+    }
+
+    /// Tokens of all steps.
+    pub fn usage(&self) -> &TokenUsage {
+        &self.usage
+    }
+
+    /// Tools approved for the rest of the run ("approve always").
+    pub fn approved_tools(&self) -> &[String] {
+        &self.approved_tools
+    }
+
+    /// The final answer of a completed run.
+    pub fn final_text(&self) -> Option<&str> {
+        self.final_text.as_deref()
+    }
+
+    /// The final answer parsed, for a completed run with an output schema.
+    pub fn final_output(&self) -> Option<&Value> {
+        self.final_output.as_ref()
+    }
+
+    /// Final answers the output schema rejected, in step order.
+    pub fn rejections(&self) -> &[RejectionRecord] {
+        &self.rejections
+    }
+
+    /// The host driving the run, while one does.
+    pub fn driver(&self) -> Option<&Owner> {
+        self.driver.as_ref()
+    }
+
+    /// When the first event was appended (Unix ms).
+    pub fn created_at(&self) -> i64 {
+        self.created_at
+    }
+
+    /// When the last event was appended (Unix ms).
+    pub fn updated_at(&self) -> i64 {
+        self.updated_at
+    }
+
+    /// The seq of the last event folded in.
+    pub fn last_seq(&self) -> i64 {
+        self.last_seq
+    }
+
+    /// The seq of an interrupt request since the last resume.
+    pub fn interrupt_requested(&self) -> Option<i64> {
+        self.interrupt_requested
+    }
+
+    /// Steers in the order they were requested.
+    pub fn steers(&self) -> &[SteerRecord] {
+        &self.steers
+    }
+
+    /// The latest compaction of the history, if any.
+    pub fn compaction(&self) -> Option<&CompactionRecord> {
+        self.compaction.as_ref()
+    }
+
+    /// What the fold dropped at checkpoints (all zero unless it is a driving host's).
+    pub fn elided(&self) -> &Elided {
+        &self.elided
+    }
 }
 
 impl RunState {

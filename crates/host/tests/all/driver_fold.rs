@@ -29,7 +29,7 @@ impl Observer for Recorder {
             && event.payload["step"] == 5
             && !self.steered.swap(true, Ordering::SeqCst)
         {
-            let (journal, run_id) = (self.journal.clone(), state.id.clone());
+            let (journal, run_id) = (self.journal.clone(), state.id().to_string());
             tokio::spawn(async move {
                 // Matches the loop rule too, so the run goes on to its 20 tool steps.
                 agent_host::run::request_steer(
@@ -95,7 +95,7 @@ async fn drive_and_compare(url: &str) {
     assert_eq!(report.state.step_count(), 21);
     // The steer was written by someone else mid-run, folded, and given to the model.
     assert!(matches!(
-        report.state.steers.as_slice(),
+        report.state.steers(),
         [s] if matches!(s.status, SteerStatus::Applied { .. })
     ));
 
@@ -116,15 +116,15 @@ async fn drive_and_compare(url: &str) {
     };
     assert_eq!(kinds_of(&seen), kinds_of(folded));
     assert_eq!(seen, folded);
-    assert_eq!(report.state.last_seq, folded.last().unwrap().seq);
+    assert_eq!(report.state.last_seq(), folded.last().unwrap().seq);
     // And the fold a fresh reader makes agrees with the driver's.
     let loaded = agent_host::run::load(&journal, &report.run_id)
         .await
         .unwrap();
     assert_eq!(loaded.step_count(), report.state.step_count());
-    assert_eq!(loaded.calls, report.state.calls);
-    assert_eq!(loaded.steers, report.state.steers);
-    assert_eq!(loaded.usage, report.state.usage);
+    assert_eq!(loaded.calls(), report.state.calls());
+    assert_eq!(loaded.steers(), report.state.steers());
+    assert_eq!(loaded.usage(), report.state.usage());
     journal.close().await;
 }
 

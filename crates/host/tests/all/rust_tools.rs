@@ -39,7 +39,7 @@ async fn the_custom_tool_example_runs_its_tool_through_the_runtime() {
         &call.progress,
         agent_host::run::state::CallProgress::Done(out) if out.ok && out.text == "21 degrees and sunny in Paris"
     ));
-    let spec = report.state.spec.as_deref().unwrap();
+    let spec = report.state.spec().unwrap();
     let weather = spec.tools.iter().find(|t| t.name == "weather").unwrap();
     assert!(weather.retry_safe);
     assert!(weather.strict);
@@ -52,8 +52,8 @@ async fn the_structured_output_example_gets_a_matching_answer() {
         report.output(),
         Some(&json!({"title": "Fix the parser", "priority": 1}))
     );
-    assert_eq!(report.state.rejections.len(), 1);
-    assert!(report.state.rejections[0].errors[0].contains("priority"));
+    assert_eq!(report.state.rejections().len(), 1);
+    assert!(report.state.rejections()[0].errors[0].contains("priority"));
 }
 
 /// The tool of the crash tests: appends a line to `effects` (its side effect), then, when
@@ -175,7 +175,7 @@ async fn only_run(db: &str) -> String {
     let runs = agent_host::run::list(&journal).await.unwrap();
     journal.close().await;
     assert_eq!(runs.len(), 1);
-    runs[0].id.clone()
+    runs[0].id().to_string()
 }
 
 async fn kinds(db: &str, run: &str) -> Vec<(String, Value)> {
@@ -466,7 +466,7 @@ async fn a_worker_drives_a_submitted_run_with_its_rust_tool() {
     let agent_host::run::wait::WaitEnd::Stopped(state) = end else {
         panic!("the run did not stop: {end:?}");
     };
-    assert_eq!(state.final_text.as_deref(), Some("Done: deployed api"));
+    assert_eq!(state.final_text(), Some("Done: deployed api"));
     assert_eq!(effects(&effects_file, &run), ["api call_d"]);
     journal.close().await;
 }

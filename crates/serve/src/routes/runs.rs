@@ -87,9 +87,9 @@ pub(crate) async fn show(
     let mut view = serde_json::to_value(RunView::of(&state, status, now_ms()))
         .map_err(|e| ApiError::internal(e.to_string()))?;
     if let Some(obj) = view.as_object_mut() {
-        let prompt = state.spec.as_ref().map(|s| s.prompt.clone());
+        let prompt = state.spec().map(|s| s.prompt.clone());
         obj.insert("prompt".into(), json!(prompt));
-        obj.insert("last_seq".into(), json!(state.last_seq));
+        obj.insert("last_seq".into(), json!(state.last_seq()));
     }
     Ok(Json(view))
 }

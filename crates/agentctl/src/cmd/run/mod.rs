@@ -356,7 +356,7 @@ pub async fn resume(global: &GlobalArgs, args: ResumeArgs) -> anyhow::Result<Exi
     let journal = crate::db::open_journal(global).await?;
     // Read once: the spec picks the endpoint and tools, the same fold is then resumed.
     let loaded = agent_host::run::load_for_resume(&journal, &args.run).await?;
-    let spec = loaded.state.spec.clone();
+    let spec = loaded.state.spec();
     let recorded = spec.as_ref().and_then(|s| s.endpoint.clone());
     let tools = match &spec {
         Some(spec) => tool_config(std::path::Path::new(&spec.workspace), &args.drive.mcp)?,

@@ -39,7 +39,7 @@ impl Observer for JsonLines {
             if &*event.kind == k::RUN_RESUMED {
                 ExecJson::resuming(state)
             } else {
-                ExecJson::new(&state.id)
+                ExecJson::new(state.id())
             }
         });
         for line in conv.convert(event) {
@@ -100,10 +100,11 @@ impl Observer for Human {
             RunEvent::Created(created) => {
                 output::note(&format!(
                     "run {} started (workspace {})",
-                    state.id, created.spec.workspace
+                    state.id(),
+                    created.spec.workspace
                 ));
             }
-            RunEvent::Resumed(_) => output::note(&format!("run {} resumed", state.id)),
+            RunEvent::Resumed(_) => output::note(&format!("run {} resumed", state.id())),
             RunEvent::ToolScheduled(scheduled) => {
                 if let Some(call) = state.call(&scheduled.call_id) {
                     self.say(&format!(
@@ -146,7 +147,7 @@ impl Observer for Human {
             )),
             RunEvent::SteerApplied(applied) => {
                 let text = state
-                    .steers
+                    .steers()
                     .iter()
                     .find(|st| st.id == applied.id)
                     .map(|st| st.text.as_str())
@@ -206,7 +207,7 @@ pub fn finish(json: bool, agentctl: &str, report: &RunReport) -> anyhow::Result<
             output::note(&format!(
                 "run {id} completed in {} steps ({} tokens)",
                 report.state.step_count(),
-                report.state.usage.total_tokens
+                report.state.usage().total_tokens
             ));
         }
         RunEnd::Paused { reason, detail } => {
