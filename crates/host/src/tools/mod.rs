@@ -11,6 +11,7 @@ mod files;
 pub mod mcp;
 mod read_window;
 mod rust_tool;
+mod scratch;
 mod shell;
 mod workspace;
 

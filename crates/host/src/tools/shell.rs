@@ -196,10 +196,8 @@ impl Confined {
                 "cannot sandbox the command ({what}: {err}); it did not run"
             ))
         };
-        let tmp = tempfile::Builder::new()
-            .prefix("agentctl-shell-")
-            .tempdir()
-            .map_err(|e| fail("temp dir", &e))?;
+        let tmp =
+            super::scratch::scratch_dir("agentctl-shell-").map_err(|e| fail("temp dir", &e))?;
         let policy = spec.policy(root, Some(tmp.path()));
         let policy_json = serde_json::to_string(&policy).map_err(|e| fail("policy", &e))?;
         let launcher = crate::sandbox::launcher().map_err(|e| fail("launcher", &e))?;

@@ -145,9 +145,7 @@ impl ServerHandle {
             .arg(std::process::id().to_string())
             .current_dir(&self.cwd);
         let tmp = if self.sandbox.mode.is_sandboxed() {
-            let tmp = tempfile::Builder::new()
-                .prefix("agentctl-mcp-")
-                .tempdir()
+            let tmp = crate::tools::scratch::scratch_dir("agentctl-mcp-")
                 .map_err(|err| format!("cannot create its temp dir: {err}"))?;
             let policy = self.sandbox.policy(&self.cwd, Some(tmp.path()));
             let launcher = crate::sandbox::launcher().map_err(|err| err.to_string())?;
