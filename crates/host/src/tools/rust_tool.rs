@@ -33,14 +33,17 @@
 //!   told, the run goes on. A panic in the function is caught and is a failure too
 //!   (`the tool panicked`), never a result and never the host's end.
 //! - The schema sent to the model is the derived one without `$schema` and `title`, sent
-//!   `strict` exactly when it follows the API's strict rules (a struct with
-//!   `#[serde(deny_unknown_fields)]` and no `Option` fields does).
+//!   `strict` when it can follow the API's strict rules: a struct with
+//!   `#[serde(deny_unknown_fields)]` does, its `Option` fields then listed as required
+//!   and nullable (the model sends `null` for "absent"); one with a field that may be left
+//!   out but not be `null` (`#[serde(default)]` on a plain type), or without
+//!   `deny_unknown_fields`, is sent as derived, not strict.
 
 use std::fmt::Display;
 use std::future::Future;
 use std::sync::Arc;
 
-use agent_responses::types::text_format::{strict_schema_problem, valid_format_name};
+use agent_responses::types::text_format::{strict_version, valid_format_name};
 use agent_runtime::{ToolContext, ToolFailure};
 use futures::FutureExt as _;
 use futures::future::BoxFuture;
@@ -178,7 +181,10 @@ impl RustTool {
             obj.remove("$schema");
             obj.remove("title");
         }
-        let strict = strict_schema_problem(&parameters).is_none();
+        let (parameters, strict) = match strict_version(&parameters) {
+            Some(strict) => (strict, true),
+            None => (parameters, false),
+        };
         let f = Arc::new(f);
         let call =
             move |args: Value, call: ToolCall| -> BoxFuture<'static, Result<Value, ToolFailure>> {
@@ -366,6 +372,52 @@ mod tests {
         assert!(tool.is_strict());
         let loose = RustTool::new("loose", "", |_: Loose| async { Ok::<_, String>("ok") });
         assert!(!loose.is_strict());
+    }
+
+    #[derive(Deserialize, JsonSchema)]
+    #[serde(deny_unknown_fields)]
+    struct Forecast {
+        city: String,
+        days: Option<u8>,
+        at: Option<Place>,
+    }
+
+    #[derive(Deserialize, JsonSchema)]
+    #[serde(deny_unknown_fields)]
+    struct Place {
+        lat: f64,
+        label: Option<String>,
+    }
+
+    #[tokio::test]
+    async fn optional_fields_are_sent_strict_as_required_nullables() {
+        use agent_runtime::Tool as _;
+        let tool = RustTool::new("forecast", "", |f: Forecast| async move {
+            Ok::<_, String>(json!({"city": f.city, "days": f.days, "label":
+                f.at.and_then(|p| p.label.map(|l| format!("{l}@{}", p.lat)))}))
+        });
+        assert!(tool.is_strict());
+        let schema = tool.parameters();
+        assert_eq!(schema["required"], json!(["city", "days", "at"]));
+        let place = schema["$defs"]["Place"].clone();
+        assert_eq!(place["required"], json!(["lat", "label"]));
+        // What a strict model sends: every field, `null` for the absent ones.
+        let args = json!({"city": "Oslo", "days": null, "at": {"lat": 59.9, "label": null}});
+        assert_eq!(tool.validate(&args), Ok(()));
+        let done = (tool.call)(args, a_call()).await;
+        assert_eq!(
+            done,
+            Ok(json!({"city": "Oslo", "days": null, "label": null}))
+        );
+        let done = (tool.call)(
+            json!({"city": "Oslo", "days": 3, "at": {"lat": 1.5, "label": "x"}}),
+            a_call(),
+        )
+        .await;
+        assert_eq!(
+            done,
+            Ok(json!({"city": "Oslo", "days": 3, "label": "x@1.5"}))
+        );
     }
 
     #[tokio::test]

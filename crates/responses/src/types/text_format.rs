@@ -45,6 +45,77 @@ pub fn valid_format_name(name: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
+/// `schema` made strict where that keeps what it accepts from a generator's point of view:
+/// in every closed object (`additionalProperties: false`), each property left out of
+/// `required` is added to it when the property's schema accepts `null` (an optional field,
+/// as `Option<T>` derives: the model then sends `null` for "absent"). `None` when a
+/// property that is not required cannot be `null`, or the result still breaks a rule of
+/// [`strict_schema_problem`].
+pub fn strict_version(schema: &Value) -> Option<Value> {
+    let mut strict = schema.clone();
+    require_nullables(&mut strict)?;
+    strict_schema_problem(&strict).is_none().then_some(strict)
+}
+
+fn require_nullables(schema: &mut Value) -> Option<()> {
+    let Some(obj) = schema.as_object_mut() else {
+        return Some(());
+    };
+    if obj.get("additionalProperties") == Some(&Value::Bool(false))
+        && let Some(Value::Object(props)) = obj.get("properties")
+    {
+        let required: Vec<Value> = match obj.get("required") {
+            Some(Value::Array(r)) => r.clone(),
+            _ => Vec::new(),
+        };
+        let mut all = required.clone();
+        for (key, sub) in props {
+            if !required.iter().any(|r| r == key) {
+                if !accepts_null(sub) {
+                    return None;
+                }
+                all.push(Value::String(key.clone()));
+            }
+        }
+        obj.insert("required".into(), Value::Array(all));
+    }
+    for keyword in ["properties", "$defs", "definitions"] {
+        if let Some(Value::Object(map)) = obj.get_mut(keyword) {
+            for sub in map.values_mut() {
+                require_nullables(sub)?;
+            }
+        }
+    }
+    for keyword in ["items", "anyOf", "allOf", "oneOf", "prefixItems"] {
+        match obj.get_mut(keyword) {
+            Some(Value::Array(list)) => {
+                for sub in list {
+                    require_nullables(sub)?;
+                }
+            }
+            Some(one @ Value::Object(_)) => require_nullables(one)?,
+            _ => {}
+        }
+    }
+    Some(())
+}
+
+/// Whether `schema` says outright that `null` is valid: `"type": "null"` or a type list
+/// with it, or an `anyOf`/`oneOf` branch that does (a `$ref` alone is not looked into).
+fn accepts_null(schema: &Value) -> bool {
+    match schema.get("type") {
+        Some(Value::String(t)) if t == "null" => return true,
+        Some(Value::Array(ts)) if ts.iter().any(|t| t == "null") => return true,
+        _ => {}
+    }
+    ["anyOf", "oneOf"].iter().any(|k| {
+        schema
+            .get(k)
+            .and_then(Value::as_array)
+            .is_some_and(|branches| branches.iter().any(accepts_null))
+    })
+}
+
 /// The first rule of strict mode that `schema` breaks, worded as the API words it
 /// (`In context=('properties', 'a'), ...`); `None` when it may be sent `strict`.
 pub fn strict_schema_problem(schema: &Value) -> Option<String> {
@@ -133,6 +204,27 @@ mod tests {
                 "properties": {"c": {"type": "integer"}}}}}});
         assert_eq!(strict_schema_problem(&schema), None);
         assert_eq!(JsonSchemaFormat::new("out", schema).strict, Some(true));
+    }
+
+    #[test]
+    fn optional_fields_of_a_closed_object_become_required_nullables() {
+        let schema = json!({"type": "object", "additionalProperties": false,
+            "required": ["city"],
+            "properties": {"city": {"type": "string"}, "units": {"type": ["string", "null"]},
+                "at": {"anyOf": [{"$ref": "#/$defs/When"}, {"type": "null"}]}},
+            "$defs": {"When": {"type": "object", "additionalProperties": false,
+                "properties": {"day": {"type": ["integer", "null"]}}}}});
+        assert!(strict_schema_problem(&schema).is_some());
+        let strict = strict_version(&schema).unwrap();
+        assert_eq!(strict["required"], json!(["city", "units", "at"]));
+        assert_eq!(strict["$defs"]["When"]["required"], json!(["day"]));
+        assert_eq!(strict_schema_problem(&strict), None);
+        // A field that may be left out but not be null, or an open object: not strict.
+        let defaulted = json!({"type": "object", "additionalProperties": false,
+            "properties": {"n": {"type": "integer"}}});
+        assert_eq!(strict_version(&defaulted), None);
+        let open = json!({"type": "object", "properties": {"n": {"type": ["integer", "null"]}}});
+        assert_eq!(strict_version(&open), None);
     }
 
     #[test]
