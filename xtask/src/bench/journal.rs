@@ -287,6 +287,7 @@ pub fn run(ctx: &BenchCtx) -> anyhow::Result<Section> {
         replay_big_ms: big,
         replay_small_ms: small,
     }));
+    md.push_str(&super::journal_pg::run(ctx)?);
     Ok(Section { markdown: md })
 }
 

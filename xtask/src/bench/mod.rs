@@ -10,6 +10,7 @@ mod context;
 mod doc;
 mod host;
 mod journal;
+mod journal_pg;
 mod pg;
 mod responses;
 mod runtime;
