@@ -41,8 +41,19 @@ pub(super) struct Emulator {
 
 impl Emulator {
     pub(super) fn start(agentctl: &Path, script: &Path) -> anyhow::Result<Emulator> {
+        Emulator::start_with(agentctl, script, &[])
+    }
+
+    /// [`start`](Self::start) with more `mock serve` options (model latency, say).
+    pub(super) fn start_with(
+        agentctl: &Path,
+        script: &Path,
+        options: &[&str],
+    ) -> anyhow::Result<Emulator> {
         let mut child = Command::new(agentctl)
-            .args(["mock", "serve", "--addr", "127.0.0.1:0", "--script"])
+            .args(["mock", "serve", "--addr", "127.0.0.1:0"])
+            .args(options)
+            .arg("--script")
             .arg(script)
             .stdout(Stdio::piped())
             .spawn()
