@@ -38,3 +38,6 @@ mod sandbox;
 
 #[path = "host/output_schema.rs"]
 mod output_schema;
+
+#[path = "host/subagents.rs"]
+mod subagents;

@@ -128,6 +128,7 @@ pub mod run;
 pub mod sandbox;
 pub mod signals;
 pub mod steer_bridge;
+pub mod subagents;
 pub mod tools;
 pub mod worker;
 
