@@ -333,7 +333,148 @@ async fn children_share_the_token_budget(db: &str) {
     }
 }
 
-on_sqlite_and_postgres!("host_subagents": two_children_answer_concurrently, a_failed_child_is_a_partial_result, limits_are_enforced, children_share_the_token_budget);
+/// The parent of the only tree in the database, once it exists.
+async fn wait_for_parent(db: &str, child: &mut std::process::Child) -> String {
+    loop {
+        let (roots, _) = runs(db).await;
+        if let Some(root) = roots.first() {
+            return root.clone();
+        }
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the run ended before it was listed"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
+async fn a_childs_approval_is_decided_by_its_own_id(db: &str) {
+    let (_g, ws) = workspace();
+    let server = emulator(&script(
+        "echo a >> effects.txt",
+        "echo b >> effects.txt",
+        false,
+    ))
+    .await;
+    // No --approval: under `--sandbox off` the children's shell calls ask.
+    let mut run = run_cmd(
+        db,
+        &server,
+        &ws,
+        &["--max-children", "2", "--sandbox", "off"],
+    )
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::piped())
+    .spawn()
+    .unwrap();
+    let parent = wait_for_parent(db, &mut run).await;
+    let children = loop {
+        let shown = show(db, &parent);
+        let children = shown["children"].as_array().cloned().unwrap_or_default();
+        let pending: usize = children
+            .iter()
+            .map(|c| c["pending_approvals"].as_array().unwrap().len())
+            .sum();
+        if children.len() == 2 && pending == 2 {
+            break children;
+        }
+        assert!(run.try_wait().unwrap().is_none(), "the run ended: {shown}");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    };
+    // `runs list` shows the tree.
+    let listed = out(agentctl(db).args(["--json", "runs", "list"]));
+    let rows: Vec<Value> = text(&listed.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(rows[0]["run_id"], json!(parent));
+    assert_eq!(rows[0]["depth"], 0);
+    for row in &rows[1..] {
+        assert_eq!(row["parent"], json!(parent), "{row}");
+        assert_eq!(row["depth"], 1);
+        assert_eq!(row["status"], "waiting");
+    }
+    let human = text(&out(agentctl(db).args(["runs", "list"])).stdout);
+    assert_eq!(
+        human.lines().filter(|l| l.starts_with("  ")).count(),
+        2,
+        "{human}"
+    );
+    for child in &children {
+        assert_eq!(child["status"], "waiting");
+        let id = child["run_id"].as_str().unwrap();
+        let call = child["pending_approvals"][0]["call_id"].as_str().unwrap();
+        let verdict = if child["index"] == 0 {
+            "approve"
+        } else {
+            "deny"
+        };
+        let d = out(agentctl(db).args([verdict, id, call]));
+        assert!(d.status.success(), "{}", text(&d.stderr));
+    }
+    let o = run.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert_eq!(file_lines(&ws.join("effects.txt"), "a"), 1);
+    assert_eq!(file_lines(&ws.join("effects.txt"), "b"), 0, "b was denied");
+    let shown = show(db, &parent);
+    assert_eq!(shown["status"], "completed");
+    for child in shown["children"].as_array().unwrap() {
+        assert_eq!(child["status"], "completed");
+        assert!(child["pending_approvals"].as_array().unwrap().is_empty());
+    }
+}
+
+async fn interrupting_the_parent_interrupts_its_children(db: &str) {
+    let (_g, ws) = workspace();
+    let long = |me: &str| format!("touch started_{me}; sleep 60; echo {me} >> effects.txt");
+    let server = emulator(&script(&long("a"), &long("b"), false)).await;
+    let mut run = run_cmd(
+        db,
+        &server,
+        &ws,
+        &[
+            "--approval",
+            "auto",
+            "--max-children",
+            "2",
+            "--sandbox",
+            "off",
+        ],
+    )
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::piped())
+    .spawn()
+    .unwrap();
+    let parent = wait_for_parent(db, &mut run).await;
+    while !(ws.join("started_a").exists() && ws.join("started_b").exists()) {
+        assert!(run.try_wait().unwrap().is_none(), "the run ended early");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let i = out(agentctl(db).args(["interrupt", &parent]));
+    assert!(i.status.success(), "{}", text(&i.stderr));
+    let o = run.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(130), "{}", text(&o.stderr));
+    assert!(
+        !ws.join("effects.txt").exists(),
+        "the children's commands were killed"
+    );
+    let shown = show(db, &parent);
+    assert_eq!(shown["status"], "interrupted");
+    let children = shown["children"].as_array().unwrap();
+    assert_eq!(children.len(), 2);
+    for child in children {
+        assert_eq!(child["status"], "interrupted", "{child}");
+        let ev = events(db, child["run_id"].as_str().unwrap()).await;
+        check_invariants(&ev);
+        assert_eq!(kinds_of(&ev, "run.interrupted").len(), 1);
+    }
+    // Resumed, the parent goes on (its model is told the call was cancelled).
+    let o = out(&mut resume_cmd(db, &server, &parent, &[]));
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert_eq!(show(db, &parent)["status"], "completed");
+}
+
+on_sqlite_and_postgres!("host_subagents": two_children_answer_concurrently, a_failed_child_is_a_partial_result, limits_are_enforced, children_share_the_token_budget, a_childs_approval_is_decided_by_its_own_id, interrupting_the_parent_interrupts_its_children);
 
 /// Which run of the crash story a request to the emulator is for, and its step.
 fn request_of(body: &Value) -> (&'static str, u64) {
