@@ -474,7 +474,158 @@ async fn interrupting_the_parent_interrupts_its_children(db: &str) {
     assert_eq!(show(db, &parent)["status"], "completed");
 }
 
-on_sqlite_and_postgres!("host_subagents": two_children_answer_concurrently, a_failed_child_is_a_partial_result, limits_are_enforced, children_share_the_token_budget, a_childs_approval_is_decided_by_its_own_id, interrupting_the_parent_interrupts_its_children);
+/// `agentctl worker` named `name`, its output in `dir`.
+fn worker(db: &str, dir: &std::path::Path, name: &str, concurrency: &str) -> std::process::Child {
+    agentctl(db)
+        .args([
+            "--json",
+            "worker",
+            "--name",
+            name,
+            "--lease-ttl",
+            "1",
+            "--poll",
+            "0.1",
+        ])
+        .args(["--concurrency", concurrency])
+        .stdout(std::fs::File::create(dir.join(format!("{name}.jsonl"))).unwrap())
+        .stderr(std::fs::File::create(dir.join(format!("{name}.err"))).unwrap())
+        .spawn()
+        .unwrap()
+}
+
+/// A submitted parent's children are claimed by any worker; the worker driving them is
+/// killed while their second model step streams; another takes them over; the parent (on
+/// its own worker all along) finishes.
+async fn a_childs_worker_is_killed_and_another_takes_over(db: &str) {
+    let (_g, ws) = workspace();
+    let logs = tempfile::tempdir().unwrap();
+    // The first request of each child's second step stalls (its worker is killed then).
+    let mut rules: Vec<Value> = Vec::new();
+    for (tag, line) in [("CHILD-A", "a"), ("CHILD-B", "b")] {
+        rules.push(json!({"when": {"last_user_contains": tag, "tool_outputs": 0}, "reply": {"items": [
+            call(&format!("call_{tag}"), "shell", json!({"command": format!("echo {line} >> effects.txt")}))]}}));
+        rules.push(
+            json!({"when": {"last_user_contains": tag, "tool_outputs": 1}, "times": 1,
+            "fault": {"after_events": 1, "kind": "stall"},
+            "reply": {"items": answer(&format!("{} done", &line.to_uppercase()))}}),
+        );
+        rules.push(
+            json!({"when": {"last_user_contains": tag, "tool_outputs": 1},
+            "reply": {"items": answer(&format!("{} done", &line.to_uppercase()))}}),
+        );
+    }
+    let agents = json!({"agents": [
+        {"prompt": "CHILD-A: append a", "instructions": null, "tools": ["shell"]},
+        {"prompt": "CHILD-B: append b", "instructions": null, "tools": ["shell"]}]});
+    rules.push(json!({"when": {"tool_outputs": 0}, "reply": {"items": [call("call_spawn", "spawn_agents", agents)]}}));
+    rules.push(
+        json!({"when": {"tool_outputs": 1}, "reply": {"items": answer("FINAL: {{outputs}}")}}),
+    );
+    let server = emulator(&json!({"rules": rules}).to_string()).await;
+    let o = out(agentctl(db)
+        .args([
+            "submit",
+            "--base-url",
+            &server.base_url(),
+            "--approval",
+            "auto",
+            "--sandbox",
+            "off",
+        ])
+        .args(["--max-children", "2", "--workspace"])
+        .arg(&ws)
+        .arg("PARENT: fan out"));
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let parent = text(&o.stdout).trim().to_string();
+    // The parent's worker has room for the parent alone.
+    let mut p = worker(db, logs.path(), "wp", "1");
+    let children = loop {
+        let (_, children) = runs(db).await;
+        if children.len() == 2 {
+            break children;
+        }
+        assert!(
+            p.try_wait().unwrap().is_none(),
+            "the parent's worker exited"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    let ids: Vec<String> = children.iter().map(|(id, _)| id.clone()).collect();
+    for (_, link) in &children {
+        assert_eq!(link["run_id"], json!(parent));
+    }
+    let mut c1 = worker(db, logs.path(), "wc1", "2");
+    // Both children are in their second step, which stalls.
+    loop {
+        let mut stalled = 0;
+        for id in &ids {
+            let ev = events(db, id).await;
+            if kinds_of(&ev, "model.requested")
+                .iter()
+                .any(|e| e.payload["step"] == 2)
+            {
+                stalled += 1;
+            }
+        }
+        if stalled == 2 {
+            break;
+        }
+        assert!(
+            c1.try_wait().unwrap().is_none(),
+            "the children's worker exited"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    c1.kill().unwrap();
+    c1.wait().unwrap();
+    let mut c2 = worker(db, logs.path(), "wc2", "2");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while show(db, &parent)["status"] != "completed" {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the parent did not finish: {}",
+            show(db, &parent)
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    for w in [&mut p, &mut c2] {
+        w.kill().unwrap();
+        w.wait().unwrap();
+    }
+    let final_text = show(db, &parent)["final_text"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        final_text.contains("A done") && final_text.contains("B done"),
+        "{final_text}"
+    );
+    assert_eq!(file_lines(&ws.join("effects.txt"), "a"), 1);
+    assert_eq!(file_lines(&ws.join("effects.txt"), "b"), 1);
+    for id in &ids {
+        let ev = events(db, id).await;
+        check_invariants(&ev);
+        let claims: Vec<i64> = kinds_of(&ev, "run.resumed")
+            .iter()
+            .map(|e| e.payload["epoch"].as_i64().unwrap())
+            .collect();
+        assert!(
+            claims.len() >= 2 && claims.windows(2).all(|w| w[0] < w[1]),
+            "{id}: claims {claims:?}"
+        );
+        assert_eq!(kinds_of(&ev, "model.completed").len(), 2);
+    }
+    let pev = events(db, &parent).await;
+    check_invariants(&pev);
+    assert_eq!(
+        kinds_of(&pev, "run.resumed").len(),
+        1,
+        "the parent's worker drove it throughout"
+    );
+}
+
+on_sqlite_and_postgres!("host_subagents": two_children_answer_concurrently, a_failed_child_is_a_partial_result, limits_are_enforced, children_share_the_token_budget, a_childs_approval_is_decided_by_its_own_id, interrupting_the_parent_interrupts_its_children, a_childs_worker_is_killed_and_another_takes_over);
 
 /// Which run of the crash story a request to the emulator is for, and its step.
 fn request_of(body: &Value) -> (&'static str, u64) {

@@ -193,11 +193,15 @@ impl SpawnAgents {
             )
             .await?;
         let (call_id, index) = (link.call_id.clone(), link.index);
-        let spec = child_spec(parent, link, request, budgets, self.limits.child());
+        // Driven by a worker (its journal fenced by the parent's lease): the children are
+        // submitted for any worker to claim, and waited for.
+        let by_workers = journal.fence_epoch().is_some();
+        let mut spec = child_spec(parent, link, request, budgets, self.limits.child());
+        spec.submitted = by_workers;
         let created = RunCreated {
             spec,
             run_id: child_id.to_string(),
-            owner: Some(Owner::current()),
+            owner: (!by_workers).then(Owner::current),
         };
         let thread = kinds::thread_of(child_id);
         // Only on an empty thread: a child the call created before is not created again.
@@ -211,6 +215,9 @@ impl SpawnAgents {
         {
             Ok(_) | Err(JournalError::Conflict { .. }) => {}
             Err(err) => return Err(err.into()),
+        }
+        if by_workers {
+            return self.offered(call_id, index, child_id, cancel).await;
         }
         let state = run::load(journal, child_id).await?;
         let state = if state.status.is_some_and(RunStatus::is_final) {
@@ -241,6 +248,37 @@ impl SpawnAgents {
                 Err(HostError::Ended { .. }) => run::load(journal, child_id).await?,
                 Err(err) => return Err(err),
             }
+        };
+        Ok(ended_of(call_id, index, child_id, &state))
+    }
+}
+
+impl SpawnAgents {
+    /// A child submitted for workers: offered (again: offering is idempotent, and a crash
+    /// may have come between its creation and its offer), then followed until it stops.
+    async fn offered(
+        &self,
+        call_id: String,
+        index: u32,
+        child_id: &str,
+        cancel: agent_runtime::CancellationToken,
+    ) -> Result<SubagentEnded, HostError> {
+        let journal = self.host.journal();
+        let state = run::load(journal, child_id).await?;
+        if !state.status.is_some_and(RunStatus::is_final) {
+            journal
+                .offer_lease(&kinds::thread_of(child_id), &run::table::summary(&state))
+                .await?;
+        }
+        let stopped = tokio::select! {
+            stopped = run::wait::wait_until_stopped(journal, child_id, None) => stopped?,
+            // The parent is interrupted: its children were asked too (`request_interrupt`).
+            () = cancel.cancelled() => {
+                return Ok(ended_of(call_id, index, child_id, &run::load(journal, child_id).await?));
+            }
+        };
+        let state = match stopped {
+            run::wait::WaitEnd::Stopped(state) | run::wait::WaitEnd::TimedOut(state) => state,
         };
         Ok(ended_of(call_id, index, child_id, &state))
     }
