@@ -409,6 +409,11 @@ async fn a_childs_approval_is_decided_by_its_own_id(db: &str) {
         } else {
             "deny"
         };
+        if child["index"] == 0 {
+            // A steer reaches a child by its own id too.
+            let st = out(agentctl(db).args(["steer", id, "CHILD-A: steered by the child's id"]));
+            assert!(st.status.success(), "{}", text(&st.stderr));
+        }
         let d = out(agentctl(db).args([verdict, id, call]));
         assert!(d.status.success(), "{}", text(&d.stderr));
     }
@@ -421,7 +426,17 @@ async fn a_childs_approval_is_decided_by_its_own_id(db: &str) {
     for child in shown["children"].as_array().unwrap() {
         assert_eq!(child["status"], "completed");
         assert!(child["pending_approvals"].as_array().unwrap().is_empty());
+        let ev = events(db, child["run_id"].as_str().unwrap()).await;
+        let applied = kinds_of(&ev, "steer.applied").len();
+        assert_eq!(applied, usize::from(child["index"] == 0), "{child}");
     }
+    assert!(
+        server
+            .requests()
+            .iter()
+            .any(|r| r.body.to_string().contains("steered by the child's id")),
+        "the steer reached the child's model"
+    );
 }
 
 async fn interrupting_the_parent_interrupts_its_children(db: &str) {

@@ -476,7 +476,11 @@ impl RunState {
                 match child {
                     Some(child) => {
                         self.usage.add(&ended.usage.since(&child.usage));
-                        child.usage = ended.usage;
+                        // An end that knows less (a child that could not be read) does
+                        // not lower what was counted.
+                        if ended.usage.total_tokens >= child.usage.total_tokens {
+                            child.usage = ended.usage;
+                        }
                         child.ended = Some(ended.status);
                     }
                     None => self.usage.add(&ended.usage),

@@ -139,7 +139,10 @@ fn the_parent_counts_each_childs_tokens_once() {
     // Paused with 100 tokens used, then driven again to its end at 250 in all.
     state.apply(&event(2, &ended(ChildEnd::Paused, 100, 7)));
     assert_eq!(state.usage.total_tokens, 100);
-    state.apply(&event(3, &ended(ChildEnd::Completed, 250, 12)));
+    // An end that could not read the child (no usage) lowers nothing.
+    state.apply(&event(3, &ended(ChildEnd::Failed, 0, 0)));
+    assert_eq!(state.usage.total_tokens, 100);
+    state.apply(&event(4, &ended(ChildEnd::Completed, 250, 12)));
     assert_eq!(state.usage.total_tokens, 250);
     assert_eq!(state.children[0].ended, Some(ChildEnd::Completed));
     assert_ne!(

@@ -228,7 +228,7 @@ impl SpawnAgents {
                 decider: None,
                 // A child's approvals are decided by its own run id, from any process.
                 wait: true,
-                cancel,
+                cancel: cancel.clone(),
                 ..DriveOptions::default()
             }
             .with_env_child_test_hooks();
@@ -246,6 +246,11 @@ impl SpawnAgents {
                 }
                 // Ended meanwhile (another process drove it to its end).
                 Err(HostError::Ended { .. }) => run::load(journal, child_id).await?,
+                // Another live process drives it (`agentctl resume CHILD`, a worker): its
+                // end is waited for, not taken as the child's failure.
+                Err(HostError::DrivenElsewhere { .. }) => {
+                    return self.followed(call_id, index, child_id, cancel).await;
+                }
                 Err(err) => return Err(err),
             }
         };
@@ -270,6 +275,18 @@ impl SpawnAgents {
                 .offer_lease(&kinds::thread_of(child_id), &run::table::summary(&state))
                 .await?;
         }
+        self.followed(call_id, index, child_id, cancel).await
+    }
+
+    /// A child another process drives, followed until it stops.
+    async fn followed(
+        &self,
+        call_id: String,
+        index: u32,
+        child_id: &str,
+        cancel: agent_runtime::CancellationToken,
+    ) -> Result<SubagentEnded, HostError> {
+        let journal = self.host.journal();
         let stopped = tokio::select! {
             stopped = run::wait::wait_until_stopped(journal, child_id, None) => stopped?,
             // The parent is interrupted: its children were asked too (`request_interrupt`).
