@@ -62,6 +62,12 @@ struct ChildResult {
     error: Option<String>,
 }
 
+/// What the model is told of the call: each child, in the order asked.
+#[derive(Debug, Clone, Serialize)]
+struct SpawnResult {
+    agents: Vec<ChildResult>,
+}
+
 impl agent_runtime::Tool for SpawnAgents {
     fn name(&self) -> &str {
         TOOL_NAME
@@ -94,13 +100,14 @@ impl agent_runtime::Tool for SpawnAgents {
                 .spec
                 .clone()
                 .ok_or_else(|| ToolFailure("the parent run has no spec".into()))?;
+            // The budgets in force (a resume may have raised them), the tokens shared.
+            let in_force = parent.budgets().unwrap_or(spec.budgets);
             let n = request.agents.len() as u64;
-            let share = parent
-                .budgets()
-                .and_then(|b| b.max_tokens)
+            let share = in_force
+                .max_tokens
                 .map(|max| max.saturating_sub(parent.usage.total_tokens) / n.max(1));
             let budgets = Budgets {
-                max_steps: spec.budgets.max_steps,
+                max_steps: in_force.max_steps,
                 max_tokens: share,
             };
             let children = request.agents.iter().enumerate().map(|(i, child)| {
@@ -112,8 +119,8 @@ impl agent_runtime::Tool for SpawnAgents {
                 };
                 tool.child(&spec, link, child, budgets, ctx.cancel.child_token())
             });
-            let results = futures::future::join_all(children).await;
-            serde_json::to_value(serde_json::json!({ "agents": results }))
+            let agents = futures::future::join_all(children).await;
+            serde_json::to_value(SpawnResult { agents })
                 .map_err(|err| ToolFailure(format!("the result is not JSON: {err}")))
         })
     }
