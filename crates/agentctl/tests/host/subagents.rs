@@ -640,7 +640,86 @@ async fn a_childs_worker_is_killed_and_another_takes_over(db: &str) {
     );
 }
 
-on_sqlite_and_postgres!("host_subagents": two_children_answer_concurrently, a_failed_child_is_a_partial_result, limits_are_enforced, children_share_the_token_budget, a_childs_approval_is_decided_by_its_own_id, interrupting_the_parent_interrupts_its_children, a_childs_worker_is_killed_and_another_takes_over);
+on_sqlite_and_postgres!("host_subagents": two_children_answer_concurrently, a_failed_child_is_a_partial_result, limits_are_enforced, children_share_the_token_budget, a_childs_approval_is_decided_by_its_own_id, interrupting_the_parent_interrupts_its_children,
+    a_deeper_tree_when_the_depth_allows_it, a_childs_worker_is_killed_and_another_takes_over);
+
+/// `--max-depth 2`: a child may spawn its own; the grandchild cannot; tokens roll up.
+async fn a_deeper_tree_when_the_depth_allows_it(db: &str) {
+    let (_g, ws) = workspace();
+    let spawn = |prompt: &str, tools: Value| json!({"agents": [{"prompt": prompt, "instructions": null, "tools": tools}]});
+    let rules = json!({"rules": [
+        {"when": {"last_user_contains": "GRAND"}, "reply": {"items": answer("G done")}},
+        {"when": {"last_user_contains": "CHILD", "tool_outputs": 0}, "reply": {"items": [
+            call("call_grand", "spawn_agents", spawn("GRAND: dig", json!(null)))]}},
+        {"when": {"last_user_contains": "CHILD", "tool_outputs": 1}, "reply": {"items": answer("C saw {{outputs}}")}},
+        {"when": {"tool_outputs": 0}, "reply": {"items": [
+            call("call_spawn", "spawn_agents", spawn("CHILD: delegate", json!(["spawn_agents", "read_file"])))]}},
+        {"when": {"tool_outputs": 1}, "reply": {"items": answer("FINAL: {{outputs}}")}}]});
+    let server = emulator(&rules.to_string()).await;
+    let o = out(&mut run_cmd(
+        db,
+        &server,
+        &ws,
+        &[
+            "--approval",
+            "auto",
+            "--max-children",
+            "1",
+            "--max-depth",
+            "2",
+        ],
+    ));
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let (roots, children) = runs(db).await;
+    assert_eq!(roots.len(), 1);
+    assert_eq!(children.len(), 2, "a child and a grandchild");
+    let parent = &roots[0];
+    let final_text = show(db, parent)["final_text"].as_str().unwrap().to_string();
+    assert!(
+        final_text.contains("G done"),
+        "the grandchild's answer reached the root: {final_text}"
+    );
+    let listed = out(agentctl(db).args(["--json", "runs", "list"]));
+    let depths: Vec<u64> = text(&listed.stdout)
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<Value>(l).unwrap()["depth"]
+                .as_u64()
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(depths, [0, 1, 2], "the tree in order");
+    let mut total_below = 0;
+    for (id, link) in &children {
+        let ev = events(db, id).await;
+        let spec = &kinds_of(&ev, "run.created")[0].payload;
+        let tools = spec["tools"].to_string();
+        if link["run_id"] == json!(parent) {
+            assert_eq!(spec["subagents"]["depth"], 1);
+            assert!(
+                tools.contains("spawn_agents") && !tools.contains("\"shell\""),
+                "{tools}"
+            );
+            // The child's usage includes its own child's.
+            total_below = kinds_of(&ev, "run.completed")[0].payload["usage"]["total_tokens"]
+                .as_u64()
+                .unwrap();
+        } else {
+            assert_eq!(spec["subagents"]["depth"], 2);
+            assert!(!tools.contains("spawn_agents"), "{tools}");
+        }
+    }
+    let pev = events(db, parent).await;
+    let own: u64 = kinds_of(&pev, "model.completed")
+        .iter()
+        .map(|e| e.payload["usage"]["total_tokens"].as_u64().unwrap())
+        .sum();
+    let done = &kinds_of(&pev, "run.completed")[0].payload;
+    assert_eq!(
+        done["usage"]["total_tokens"].as_u64().unwrap(),
+        own + total_below
+    );
+}
 
 /// Which run of the crash story a request to the emulator is for, and its step.
 fn request_of(body: &Value) -> (&'static str, u64) {
