@@ -641,7 +641,71 @@ async fn a_childs_worker_is_killed_and_another_takes_over(db: &str) {
 }
 
 on_sqlite_and_postgres!("host_subagents": two_children_answer_concurrently, a_failed_child_is_a_partial_result, limits_are_enforced, children_share_the_token_budget, a_childs_approval_is_decided_by_its_own_id, interrupting_the_parent_interrupts_its_children,
-    a_deeper_tree_when_the_depth_allows_it, a_childs_worker_is_killed_and_another_takes_over);
+    a_deeper_tree_when_the_depth_allows_it, interrupting_a_child_by_its_id, a_childs_worker_is_killed_and_another_takes_over);
+
+/// `interrupt CHILD` stops that child alone: the parent goes on with the other's answer
+/// and the interrupted one's status (partial results).
+async fn interrupting_a_child_by_its_id(db: &str) {
+    let (_g, ws) = workspace();
+    let server = emulator(&script(
+        "touch started_a; sleep 60; echo a >> effects.txt",
+        "echo b >> effects.txt",
+        false,
+    ))
+    .await;
+    let mut run = run_cmd(
+        db,
+        &server,
+        &ws,
+        &[
+            "--approval",
+            "auto",
+            "--max-children",
+            "2",
+            "--sandbox",
+            "off",
+        ],
+    )
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::piped())
+    .spawn()
+    .unwrap();
+    let parent = wait_for_parent(db, &mut run).await;
+    while !ws.join("started_a").exists() {
+        assert!(run.try_wait().unwrap().is_none(), "the run ended early");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let child_a = show(db, &parent)["children"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["index"] == 0)
+        .unwrap()["run_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let i = out(agentctl(db).args(["interrupt", &child_a]));
+    assert!(i.status.success(), "{}", text(&i.stderr));
+    let o = run.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert_eq!(file_lines(&ws.join("effects.txt"), "a"), 0);
+    assert_eq!(file_lines(&ws.join("effects.txt"), "b"), 1);
+    let shown = show(db, &parent);
+    assert_eq!(shown["status"], "completed");
+    let final_text = shown["final_text"].as_str().unwrap();
+    assert!(
+        final_text.contains("B done") && final_text.contains("interrupted"),
+        "{final_text}"
+    );
+    assert_eq!(show(db, &child_a)["status"], "interrupted");
+    // The human `runs show` lists the children.
+    let human = text(&out(agentctl(db).args(["runs", "show", &parent])).stdout);
+    assert_eq!(
+        human.lines().filter(|l| l.starts_with("child ")).count(),
+        2,
+        "{human}"
+    );
+}
 
 /// `--max-depth 2`: a child may spawn its own; the grandchild cannot; tokens roll up.
 async fn a_deeper_tree_when_the_depth_allows_it(db: &str) {
