@@ -434,7 +434,7 @@ impl Host {
         async move {
             let (id, spec, mut registry, servers) = creating.await?;
             if let Some(spawn) = crate::subagents::SpawnAgents::for_run(self, &spec) {
-                registry = registry.with(spawn);
+                registry = registry.with(spawn.asking(opts.decider.clone()));
             }
             let thread = kinds::thread_of(&id);
             opts.crash_hook().arm(&self.journal, &thread, 0);
@@ -489,7 +489,12 @@ impl Host {
         // The fold moves into the claim's future, boxed here: an argument of an `async fn`
         // (and a local it was moved out of) is kept in its future for as long as the run.
         let claim = self
-            .resume_tools(run_id, &loaded, change.sandbox.as_ref())
+            .resume_tools(
+                run_id,
+                &loaded,
+                change.sandbox.as_ref(),
+                opts.decider.clone(),
+            )
             .map(|(registry, servers)| {
                 let claim = self.claim(run_id, loaded, registry, change, opts.crash_hook());
                 (Box::pin(claim), servers)
@@ -513,6 +518,7 @@ impl Host {
         run_id: &str,
         loaded: &LoadedRun,
         sandbox: Option<&crate::sandbox::SandboxChange>,
+        decider: Option<Arc<dyn Decider>>,
     ) -> Result<(agent_runtime::ToolRegistry, mcp::McpServers), HostError> {
         let spec = loaded
             .state
@@ -544,7 +550,7 @@ impl Host {
         let offers_spawn = crate::subagents::SpawnAgents::for_run(self, spec);
         let spawns = offers_spawn.is_some();
         if let Some(spawn) = offers_spawn {
-            registry = registry.with(spawn);
+            registry = registry.with(spawn.asking(decider));
         }
         // The Rust tools it recorded: any tool neither built in nor an MCP server's.
         let builtin = registry.names();

@@ -13,8 +13,8 @@ use super::{ChildRequest, ParentLink, SpawnRequest, SubagentLimits, TOOL_NAME, c
 use crate::error::HostError;
 use crate::run::events::{ChildEnd, HostEvent as _, RunCreated, SubagentEnded, SubagentSpawned};
 use crate::run::{
-    self, Budgets, DriveOptions, Host, Owner, ResumeChange, RunEnd, RunSpec, RunState, RunStatus,
-    Silent, kinds,
+    self, ApprovalReason, Budgets, CallRecord, Decider, Decision, DriveOptions, Host, Owner,
+    ResumeChange, RunEnd, RunSpec, RunState, RunStatus, Silent, kinds,
 };
 
 /// The `spawn_agents` tool of one run (see the [module docs](super)).
@@ -24,6 +24,29 @@ pub struct SpawnAgents {
     limits: SubagentLimits,
     /// The names of the run's tools: what a child may be given.
     offered: Vec<String>,
+    /// The parent's inline decider, which children driven here ask one at a time.
+    decider: Option<Arc<OneAtATime>>,
+}
+
+/// A decider that children driven at once share: one question at a time (a terminal asks
+/// one thing at once), each naming the child's run.
+struct OneAtATime {
+    inner: Arc<dyn Decider>,
+    turn: tokio::sync::Mutex<()>,
+}
+
+impl Decider for OneAtATime {
+    fn decide<'a>(
+        &'a self,
+        run_id: &'a str,
+        call: &'a CallRecord,
+        reason: ApprovalReason,
+    ) -> BoxFuture<'a, Option<Decision>> {
+        Box::pin(async move {
+            let _turn = self.turn.lock().await;
+            self.inner.decide(run_id, call, reason).await
+        })
+    }
 }
 
 impl std::fmt::Debug for SpawnAgents {
@@ -47,7 +70,21 @@ impl SpawnAgents {
                 host: host.clone(),
                 limits,
                 offered: spec.tools.iter().map(|t| t.name.clone()).collect(),
+                decider: None,
             })
+    }
+
+    /// Children driven in this process ask `decider` (the parent's, when it asks inline)
+    /// for their approvals, one question at a time; without one they wait for a decision
+    /// by their own run id from any process.
+    pub(crate) fn asking(mut self, decider: Option<Arc<dyn Decider>>) -> SpawnAgents {
+        self.decider = decider.map(|inner| {
+            Arc::new(OneAtATime {
+                inner,
+                turn: tokio::sync::Mutex::new(()),
+            })
+        });
+        self
     }
 }
 
@@ -232,8 +269,9 @@ impl SpawnAgents {
         } else {
             let opts = DriveOptions {
                 observer: Arc::new(Silent),
-                decider: None,
-                // A child's approvals are decided by its own run id, from any process.
+                // Asked inline as the parent's are, or else decided by the child's own
+                // run id from any process.
+                decider: self.decider.clone().map(|d| d as Arc<dyn Decider>),
                 wait: true,
                 cancel: cancel.clone(),
                 ..DriveOptions::default()
