@@ -38,6 +38,8 @@ mod search;
 mod steer;
 #[path = "host/steer_ws.rs"]
 mod steer_ws;
+#[path = "host/subagents.rs"]
+mod subagents;
 #[path = "host/tools.rs"]
 mod tools;
 

@@ -111,6 +111,45 @@
 //! with its errors, and the parsed answer is [`RunReport::output`](run::RunReport::output).
 //! Whole programs: `examples/custom_tool.rs` and `examples/structured_output.rs`.
 //!
+//! # Sub-agents
+//!
+//! A run given [`SubagentLimits`](subagents::SubagentLimits)
+//! ([`NewRun::subagents`](run::NewRun::subagents), `--max-children`) offers the model the
+//! built-in `spawn_agents` tool: one call runs several child runs concurrently and returns
+//! each one's answer or failure. A child is a run of its own, created once however often a
+//! resumed parent runs the call (see [`subagents`]).
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use agent_host::run::{DriveOptions, Host, NewRun, RunEnd};
+//! use agent_host::subagents::SubagentLimits;
+//! use agent_host::tools::ApprovalMode;
+//! use agent_responses::{ApiKey, Client, ClientConfig};
+//! use agent_responses_mock::{MOCK_API_KEY, MockConfig, MockServer, Script};
+//!
+//! // The parent asks for one sub-agent, which answers; the parent answers with its result.
+//! let script = Script::from_json_str(r#"{"rules": [
+//!   {"when": {"last_user_contains": "CHILD"}, "reply": {"items": [{"type": "message",
+//!      "role": "assistant", "content": [{"type": "output_text", "text": "42"}]}]}},
+//!   {"when": {"tool_outputs": 0}, "reply": {"items": [{"type": "function_call",
+//!      "call_id": "c1", "name": "spawn_agents", "arguments":
+//!      "{\"agents\": [{\"prompt\": \"CHILD: the answer?\", \"instructions\": null, \"tools\": []}]}"}]}},
+//!   {"reply": {"items": [{"type": "message", "role": "assistant",
+//!      "content": [{"type": "output_text", "text": "done"}]}]}}]}"#)?;
+//! let mock = MockServer::start(MockConfig::new(script).with_api_key(MOCK_API_KEY)).await?;
+//! let client = Client::new(ClientConfig::new(mock.base_url(), ApiKey::new(MOCK_API_KEY).ok_or("key")?))?;
+//! let host = Host::new(agent_journal::Journal::open("memory:").await?, client);
+//! let workspace = tempfile::tempdir()?;
+//! let run = NewRun::new("ask a sub-agent", workspace.path())
+//!     .approval(ApprovalMode::Auto)
+//!     .subagents(Some(SubagentLimits::new(2)));
+//! let report = host.start(run, DriveOptions::default()).await?;
+//! assert_eq!(report.end, RunEnd::Completed { text: "done".into() });
+//! let child = &report.state.children[0];
+//! assert_eq!(child.ended, Some(agent_host::run::events::ChildEnd::Completed));
+//! # Ok(()) }
+//! ```
+//!
 //! Only one process drives a run: the host appends its own events with the journal's
 //! expected-version append, records itself as the driver, and `resume` refuses a run whose
 //! recorded driver still lives.
@@ -128,6 +167,7 @@ pub mod run;
 pub mod sandbox;
 pub mod signals;
 pub mod steer_bridge;
+pub mod subagents;
 pub mod tools;
 pub mod worker;
 

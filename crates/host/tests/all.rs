@@ -1,5 +1,5 @@
 //! The integration tests of `agent-host` in one binary: each module is a suite that used to
-//! be a binary of its own (one link instead of six). Run one suite with
+//! be a binary of its own (one link instead of seven). Run one suite with
 //! `cargo test -p agent-host --test all executor::`. `codex_driver` stays a binary of its
 //! own: it has its own harness, since the test binary is also the app-server it spawns.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
@@ -16,3 +16,5 @@ mod fuzz_tools;
 mod rust_tools;
 #[path = "all/steer_bridge.rs"]
 mod steer_bridge;
+#[path = "all/subagents.rs"]
+mod subagents;

@@ -104,7 +104,7 @@ async fn list(
         None => None,
     };
     let now = now_ms();
-    for row in run::table::runs_table(journal).await? {
+    for (depth, row) in as_tree(run::table::runs_table(journal).await?) {
         if status.is_some_and(|s| row.status != s) {
             continue;
         }
@@ -114,6 +114,7 @@ async fn list(
             if let Some(obj) = line.as_object_mut() {
                 obj.insert("type".into(), json!("run"));
                 obj.insert("age_seconds".into(), json!(age_seconds));
+                obj.insert("depth".into(), json!(depth));
             }
             output::json_line(&line)?;
         } else {
@@ -122,8 +123,9 @@ async fn list(
                 .as_deref()
                 .map(|w| format!("  [{w}]"))
                 .unwrap_or_default();
+            let indent = "  ".repeat(depth);
             output::line(&format!(
-                "{}  {:<11} {:>4} steps {:>8} tokens {:>7}  {}{worker}",
+                "{indent}{}  {:<11} {:>4} steps {:>8} tokens {:>7}  {}{worker}",
                 row.run_id,
                 row.status,
                 row.steps,
@@ -134,6 +136,36 @@ async fn list(
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `rows` (newest first) as a tree: each run followed by its sub-agents (in id order),
+/// with its depth. A child whose parent is not listed is shown as a root.
+fn as_tree(rows: Vec<run::table::RunRow>) -> Vec<(usize, run::table::RunRow)> {
+    use std::collections::HashMap;
+    let ids: std::collections::HashSet<String> = rows.iter().map(|r| r.run_id.clone()).collect();
+    let mut children: HashMap<String, Vec<run::table::RunRow>> = HashMap::new();
+    let mut roots = Vec::new();
+    for row in rows {
+        match row
+            .parent
+            .clone()
+            .filter(|p| ids.contains(p) && *p != row.run_id)
+        {
+            Some(parent) => children.entry(parent).or_default().push(row),
+            None => roots.push(row),
+        }
+    }
+    let mut out = Vec::new();
+    let mut stack: Vec<(usize, run::table::RunRow)> =
+        roots.into_iter().rev().map(|r| (0, r)).collect();
+    while let Some((depth, row)) = stack.pop() {
+        if let Some(mut kids) = children.remove(&row.run_id) {
+            kids.sort_by(|a, b| b.run_id.cmp(&a.run_id));
+            stack.extend(kids.into_iter().map(|k| (depth + 1, k)));
+        }
+        out.push((depth, row));
+    }
+    out
 }
 
 /// Waits (in the library) until the run stops; prints it and exits as `run` would.
@@ -196,7 +228,8 @@ async fn show(
 ) -> anyhow::Result<ExitCode> {
     let state = run::load(journal, id).await?;
     let status = status_with_lease(journal, &state).await?;
-    let view = RunView::of(&state, status, now_ms());
+    let mut view = RunView::of(&state, status, now_ms());
+    view.children = agent_host::run::view::ChildView::of_run(journal, &state).await?;
     if global.json {
         output::json_line(&view)?;
         return Ok(ExitCode::SUCCESS);
@@ -230,6 +263,27 @@ async fn show(
             p.call_id,
             p.args_sha256
         ))?;
+    }
+    if let Some(parent) = &view.parent {
+        output::line(&format!("parent    {parent}"))?;
+    }
+    for child in &view.children {
+        output::line(&format!(
+            "child     {}  {:<11} {}",
+            child.run_id, child.status, child.title
+        ))?;
+        for p in &child.pending_approvals {
+            output::line(&format!(
+                "  pending {} {} ({}): {} approve {} {} --sha256 {}",
+                p.call_id,
+                p.tool,
+                p.reason,
+                global.command(),
+                child.run_id,
+                p.call_id,
+                p.args_sha256
+            ))?;
+        }
     }
     if let Some(text) = state.final_text() {
         output::line(&format!("final     {text}"))?;

@@ -43,6 +43,7 @@ pub fn agentctl(db: &str) -> Command {
     cmd.env_remove("AGENTCTL_DB")
         .env_remove("OPENAI_BASE_URL")
         .env_remove("AGENTCTL_TEST_CRASH_AFTER_EVENTS")
+        .env_remove("AGENTCTL_TEST_CRASH_CHILD_AFTER_EVENTS")
         .env("OPENAI_API_KEY", MOCK_API_KEY)
         .args(["--db", db])
         .stdin(std::process::Stdio::null());

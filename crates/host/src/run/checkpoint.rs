@@ -21,7 +21,7 @@ use serde_json::Value;
 
 use super::owner::Owner;
 use super::spec::{Budgets, RunSpec, RunStatus, TokenUsage};
-use super::state::{CallProgress, Elided, RunState, SteerRecord};
+use super::state::{CallProgress, ChildRecord, Elided, RunState, SteerRecord};
 
 /// The checkpoint format; another version is ignored (the resume folds everything).
 const VERSION: u32 = 1;
@@ -45,6 +45,10 @@ struct Checkpoint {
     /// Everything before the checkpoint's step, counted.
     elided: Elided,
     runtime: ThreadCheckpoint,
+    /// The sub-agents spawned so far (absent in checkpoints written before them), kept so
+    /// a later end of one counts only its new tokens.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    children: Vec<ChildRecord>,
 }
 
 /// The checkpoint to write into the compaction before step `before_step`, or `None` when
@@ -98,6 +102,7 @@ pub(crate) fn take(
         attempts,
         elided,
         runtime,
+        children: state.children.clone(),
     };
     serde_json::to_value(checkpoint).ok()
 }
@@ -136,6 +141,7 @@ impl RunState {
         state.steers = checkpoint.steers;
         state.attempts = checkpoint.attempts.into_iter().collect::<HashMap<_, _>>();
         state.elided = checkpoint.elided;
+        state.children = checkpoint.children;
         state.apply(event);
         Some((state, checkpoint.runtime))
     }

@@ -59,6 +59,21 @@ fn run_with_checkpoint() -> (Vec<Event>, usize) {
     )];
     seq += 1;
     events.extend(step(&mut seq, 1, "c1"));
+    // A sub-agent of step 1's call: the checkpoint keeps it (and what of it was counted).
+    seq += 1;
+    events.push(ev(
+        seq,
+        k::SUBAGENT_SPAWNED,
+        json!({"call_id": "c1", "index": 0, "child_run_id": "kid", "prompt": "p"}),
+    ));
+    seq += 1;
+    events.push(ev(
+        seq,
+        k::SUBAGENT_ENDED,
+        json!({"call_id": "c1", "index": 0, "child_run_id": "kid", "status": "paused",
+               "error": "paused", "usage": {"input_tokens": 7, "cached_tokens": 0,
+               "output_tokens": 0, "reasoning_tokens": 0, "total_tokens": 7}, "child_seq": 3}),
+    ));
     seq += 1;
     events.push(ev(
         seq,
@@ -108,6 +123,12 @@ fn a_resume_from_the_checkpoint_reaches_the_driving_hosts_fold() {
         resumed.apply(e);
     }
     assert_eq!(resumed, live);
+    assert_eq!(
+        resumed.children.len(),
+        1,
+        "the sub-agents ride in the checkpoint"
+    );
+    assert_eq!(resumed.children[0].usage.total_tokens, 7);
     // Right at the checkpoint too.
     assert_eq!(
         RunState::from_checkpoint("r", &events[at]).unwrap().0,

@@ -3,7 +3,7 @@
 //! Shapes: `thread.started` (thread_id = run id), `turn.started`, `item.started` /
 //! `item.completed` with items `agent_message`, `reasoning`, `command_execution` (shell),
 //! `file_change` (write_file), `mcp_tool_call` (MCP tools), `tool_call` (other tools; our
-//! own type), `error`; then
+//! own type), `sub_agent` (a child run of `spawn_agents`; our own type), `error`; then
 //! `turn.completed` with usage, `turn.failed`, `error`. Our own types, for what Codex has
 //! no shape for: `approval.requested`, `approval.decided`, `steer.requested`,
 //! `steer.applied`, `steer.dropped`, `run.paused`, `output.rejected`,
@@ -293,6 +293,27 @@ pub enum ItemDetails {
         /// The runtime event that ended it.
         event: Option<&'static str>,
     },
+    /// A child run of a `spawn_agents` call (our own type): started when it is spawned,
+    /// completed when its parent got its answer or failure.
+    SubAgent {
+        /// The child run (its own events: `runs events CHILD`).
+        run_id: String,
+        /// The parent's `spawn_agents` call.
+        call_id: String,
+        /// Its place in the call's `agents`.
+        index: u32,
+        /// Its prompt (on `item.started`).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        prompt: Option<String>,
+        /// `in_progress`, then `completed`, `failed`, `paused` or `interrupted`.
+        status: &'static str,
+        /// Its final answer, when it completed.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        answer: Option<String>,
+        /// Why it has none, otherwise.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
+    },
     /// A refused call.
     Error {
         /// Why it was refused.
@@ -497,6 +518,34 @@ impl ExecJson {
             }],
             RunEvent::Failed(f) => vec![ExecLine::TurnFailed {
                 error: ExecError { message: f.error },
+            }],
+            RunEvent::SubagentSpawned(s) => vec![ExecLine::ItemStarted {
+                item: ExecItem {
+                    id: format!("{}:{}", s.call_id, s.index),
+                    details: ItemDetails::SubAgent {
+                        run_id: s.child_run_id,
+                        call_id: s.call_id,
+                        index: s.index,
+                        prompt: Some(s.prompt),
+                        status: "in_progress",
+                        answer: None,
+                        error: None,
+                    },
+                },
+            }],
+            RunEvent::SubagentEnded(e) => vec![ExecLine::ItemCompleted {
+                item: ExecItem {
+                    id: format!("{}:{}", e.call_id, e.index),
+                    details: ItemDetails::SubAgent {
+                        run_id: e.child_run_id,
+                        call_id: e.call_id,
+                        index: e.index,
+                        prompt: None,
+                        status: e.status.as_str(),
+                        answer: e.answer,
+                        error: e.error,
+                    },
+                },
             }],
             RunEvent::ModelRequested(_) | RunEvent::ToolStarted(_) => Vec::new(),
         }

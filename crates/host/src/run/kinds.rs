@@ -9,6 +9,8 @@
 //! - `model:<step>:<attempt>` / `model-done:<step>`: one request record per attempt and one
 //!   completion per step;
 //! - `refused:<call>`: a call is refused once;
+//! - `subagent:<call>:<index>` / `subagent-end:<child>:<seq>`: a `spawn_agents` call's child
+//!   is spawned once, and each end of it (at its seq) recorded in the parent once;
 //! - `compacted:<step>`: one compaction before a step;
 //! - `output-rejected:<step>`: a step's final answer is rejected once;
 //! - [`RUN_END_KEY`](super::events::RUN_END_KEY): a run ends once (completed or failed).
@@ -64,6 +66,12 @@ pub const RUN_COMPLETED: &str = "run.completed";
 /// The run ended with an error.
 pub const RUN_FAILED: &str = "run.failed";
 
+/// A `spawn_agents` call created a child run: call id, index, child run id, prompt.
+pub const SUBAGENT_SPAWNED: &str = "subagent.spawned";
+/// A child run ended as its parent sees it: call id, index, child run id, status
+/// (`completed`, `failed`, `paused`, `interrupted`), answer or error, usage.
+pub const SUBAGENT_ENDED: &str = "subagent.ended";
+
 /// The journal thread of run `id`.
 pub fn thread_of(id: &str) -> String {
     format!("run:{id}")
@@ -92,6 +100,16 @@ pub(crate) fn compacted_key(step: u64) -> String {
 
 pub(crate) fn output_rejected_key(step: u64) -> String {
     format!("output-rejected:{step}")
+}
+
+/// One child per index of a `spawn_agents` call.
+pub(crate) fn subagent_key(call_id: &str, index: u32) -> String {
+    format!("subagent:{call_id}:{index}")
+}
+
+/// A child's end (at its seq `seq`) is recorded in its parent once.
+pub(crate) fn subagent_end_key(child: &str, seq: i64) -> String {
+    format!("subagent-end:{child}:{seq}")
 }
 
 pub(crate) fn model_key(step: u64, attempt: u32) -> String {

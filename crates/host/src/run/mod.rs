@@ -130,6 +130,19 @@ impl DriveOptions {
         self
     }
 
+    /// As [`with_env_test_hooks`](Self::with_env_test_hooks), for the drive of a child run
+    /// (a sub-agent), whose hook has a variable of its own.
+    pub(crate) fn with_env_child_test_hooks(self) -> DriveOptions {
+        #[cfg(feature = "test-hooks")]
+        {
+            let mut opts = self;
+            opts.crash_after_events = test_hooks::CrashHook::child_from_env();
+            opts
+        }
+        #[cfg(not(feature = "test-hooks"))]
+        self
+    }
+
     pub(crate) fn crash_hook(&self) -> test_hooks::CrashHook {
         #[cfg(feature = "test-hooks")]
         {
@@ -186,6 +199,7 @@ pub struct NewRun {
     transport: Transport,
     sandbox: crate::sandbox::SandboxSpec,
     output: Option<OutputSchema>,
+    subagents: Option<crate::subagents::SubagentLimits>,
 }
 
 impl NewRun {
@@ -213,7 +227,15 @@ impl NewRun {
             transport: Transport::Http,
             sandbox: crate::sandbox::SandboxSpec::default(),
             output: None,
+            subagents: None,
         }
+    }
+
+    /// Offers the built-in `spawn_agents` tool under `limits` (see [`crate::subagents`]);
+    /// `None` (the default) or a limit of zero children: not offered.
+    pub fn subagents(mut self, limits: Option<crate::subagents::SubagentLimits>) -> NewRun {
+        self.subagents = limits;
+        self
     }
 
     /// The JSON Schema the final answer must match (see [`OutputSchema`]): sent to the
@@ -368,6 +390,11 @@ impl Host {
         }
     }
 
+    /// The journal its runs are written to.
+    pub(crate) fn journal(&self) -> &Journal {
+        &self.journal
+    }
+
     /// Offers `tool`, written in Rust, to the runs this host starts, and runs its calls
     /// through the runtime like every other tool's (journaled, never run twice). A run
     /// resumed by this host needs each Rust tool it recorded to be registered here; a name
@@ -405,7 +432,10 @@ impl Host {
             false,
         ));
         async move {
-            let (id, spec, registry, servers) = creating.await?;
+            let (id, spec, mut registry, servers) = creating.await?;
+            if let Some(spawn) = crate::subagents::SpawnAgents::for_run(self, &spec) {
+                registry = registry.with(spawn.asking(opts.decider.clone()));
+            }
             let thread = kinds::thread_of(&id);
             opts.crash_hook().arm(&self.journal, &thread, 0);
             let runtime = Runtime::open(self.journal.clone(), runtime_options(registry));
@@ -459,7 +489,12 @@ impl Host {
         // The fold moves into the claim's future, boxed here: an argument of an `async fn`
         // (and a local it was moved out of) is kept in its future for as long as the run.
         let claim = self
-            .resume_tools(run_id, &loaded, change.sandbox.as_ref())
+            .resume_tools(
+                run_id,
+                &loaded,
+                change.sandbox.as_ref(),
+                opts.decider.clone(),
+            )
             .map(|(registry, servers)| {
                 let claim = self.claim(run_id, loaded, registry, change, opts.crash_hook());
                 (Box::pin(claim), servers)
@@ -483,6 +518,7 @@ impl Host {
         run_id: &str,
         loaded: &LoadedRun,
         sandbox: Option<&crate::sandbox::SandboxChange>,
+        decider: Option<Arc<dyn Decider>>,
     ) -> Result<(agent_runtime::ToolRegistry, mcp::McpServers), HostError> {
         let spec = loaded
             .state
@@ -510,13 +546,19 @@ impl Host {
         for tool in mcp_tools {
             registry = registry.with_arc(tool);
         }
+        // Its sub-agents' tool, which drives children through this host.
+        let offers_spawn = crate::subagents::SpawnAgents::for_run(self, spec);
+        let spawns = offers_spawn.is_some();
+        if let Some(spawn) = offers_spawn {
+            registry = registry.with(spawn.asking(decider));
+        }
         // The Rust tools it recorded: any tool neither built in nor an MCP server's.
         let builtin = registry.names();
-        for recorded in spec
-            .tools
-            .iter()
-            .filter(|t| t.mcp.is_none() && !builtin.contains(&t.name))
-        {
+        for recorded in spec.tools.iter().filter(|t| {
+            t.mcp.is_none()
+                && !builtin.contains(&t.name)
+                && !(spawns && t.name == crate::subagents::TOOL_NAME)
+        }) {
             match self.rust_tools.iter().find(|t| t.name() == recorded.name) {
                 Some(tool) => registry = registry.with(tool.clone()),
                 None => {
@@ -804,6 +846,20 @@ async fn create(
         specs.push(tool.spec(new.approval, tool_config));
         registry = registry.with(tool.clone());
     }
+    // `spawn_agents`, whose runtime tool the driving host adds (it drives the children).
+    if let Some(limits) = new
+        .subagents
+        .filter(crate::subagents::SubagentLimits::can_spawn)
+    {
+        if specs.iter().any(|s| s.name == crate::subagents::TOOL_NAME) {
+            servers.shutdown().await;
+            return Err(HostError::ToolName {
+                tool: crate::subagents::TOOL_NAME.into(),
+                reason: "kept for the built-in sub-agents tool (--max-children)".into(),
+            });
+        }
+        specs.push(crate::subagents::tool_spec(&limits));
+    }
     let id = uuid::Uuid::now_v7().to_string();
     let thread = kinds::thread_of(&id);
     let spec = RunSpec {
@@ -821,6 +877,8 @@ async fn create(
         compact_at: new.compact_at,
         submitted,
         output: new.output,
+        parent: None,
+        subagents: new.subagents,
     };
     let created = RunCreated {
         spec,

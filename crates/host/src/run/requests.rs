@@ -181,7 +181,8 @@ pub async fn steer_outcome(
     }
 }
 
-/// Asks the driving host (wherever it runs) to interrupt the run.
+/// Asks the driving host (wherever it runs) to interrupt the run, and the hosts driving
+/// its sub-agents (and theirs) to interrupt them.
 ///
 /// # Cancel safety
 /// One append: dropped before the journal took it, nothing is requested; after, the
@@ -194,13 +195,7 @@ pub async fn request_interrupt(
     let state = load(journal, run_id).await?;
     let shown = state.status();
     // A run waiting for a decision may still have a host waiting with it.
-    let driven = shown == RunStatus::Running
-        || (shown == RunStatus::Waiting
-            && state
-                .driver
-                .as_ref()
-                .is_some_and(super::owner::Owner::is_alive));
-    if !driven {
+    if !is_driven(&state) {
         return Err(HostError::NotDriven {
             run: run_id.to_string(),
             status: shown,
@@ -214,7 +209,43 @@ pub async fn request_interrupt(
                 .map_err(HostError::Encode)?,
         )
         .await?;
+    // The children that are driven now (one driven in this run's process is also stopped
+    // by its parent's cancellation; one a worker drives only by its own request).
+    let mut tree: Vec<String> = state.children.iter().map(|c| c.run_id.clone()).collect();
+    let mut seen = std::collections::HashSet::new();
+    while let Some(child) = tree.pop() {
+        if !seen.insert(child.clone()) {
+            continue;
+        }
+        let state = match load(journal, &child).await {
+            Ok(state) => state,
+            Err(HostError::NotFound(_)) => continue,
+            Err(err) => return Err(err),
+        };
+        tree.extend(state.children.iter().map(|c| c.run_id.clone()));
+        if !is_driven(&state) {
+            continue;
+        }
+        journal
+            .append(
+                requested
+                    .to_event(&kinds::thread_of(&child))
+                    .map_err(HostError::Encode)?,
+            )
+            .await?;
+    }
     Ok(appended.seq)
+}
+
+/// Whether a host drives the run now (or waits with it for a decision).
+fn is_driven(state: &super::state::RunState) -> bool {
+    let shown = state.status();
+    shown == RunStatus::Running
+        || (shown == RunStatus::Waiting
+            && state
+                .driver
+                .as_ref()
+                .is_some_and(super::owner::Owner::is_alive))
 }
 
 /// What [`requeue`] asks: budgets (raised or set) and who asks.

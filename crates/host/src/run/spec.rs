@@ -51,6 +51,13 @@ pub struct RunSpec {
     /// keeps it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output: Option<super::output::OutputSchema>,
+    /// For a child run (a sub-agent): its parent and the call that spawned it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<crate::subagents::ParentLink>,
+    /// The sub-agent limits of the run's tree, and its depth in it; `None`: it cannot
+    /// spawn (and is no child).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subagents: Option<crate::subagents::SubagentLimits>,
 }
 
 /// How a run's model calls travel (`run.created.transport`).
@@ -121,6 +128,19 @@ impl TokenUsage {
                 .get("total_tokens")
                 .and_then(Value::as_u64)
                 .unwrap_or(input + output),
+        }
+    }
+
+    /// What `self` used beyond `earlier` (a later total of the same run).
+    pub(crate) fn since(&self, earlier: &TokenUsage) -> TokenUsage {
+        TokenUsage {
+            input_tokens: self.input_tokens.saturating_sub(earlier.input_tokens),
+            cached_tokens: self.cached_tokens.saturating_sub(earlier.cached_tokens),
+            output_tokens: self.output_tokens.saturating_sub(earlier.output_tokens),
+            reasoning_tokens: self
+                .reasoning_tokens
+                .saturating_sub(earlier.reasoning_tokens),
+            total_tokens: self.total_tokens.saturating_sub(earlier.total_tokens),
         }
     }
 

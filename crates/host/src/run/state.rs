@@ -90,8 +90,27 @@ pub struct RunState {
     pub(crate) compaction: Option<CompactionRecord>,
     /// What the fold dropped at checkpoints (all zero unless it is a driving host's).
     pub(crate) elided: Elided,
+    /// Child runs its `spawn_agents` calls created (`subagent.spawned`), in order.
+    pub(crate) children: Vec<ChildRecord>,
     /// Whether checkpoints trim this fold (a driving host's).
     window: bool,
+}
+
+/// A child run of this one, as the parent's journal records it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChildRecord {
+    /// The child run.
+    pub run_id: String,
+    /// The parent's `spawn_agents` call.
+    pub call_id: String,
+    /// Its place in the call's `agents`.
+    pub index: u32,
+    /// Its prompt.
+    pub prompt: String,
+    /// How it ended as the parent got it (`None` while it runs).
+    pub ended: Option<super::events::ChildEnd>,
+    /// The tokens of it the parent has counted.
+    pub usage: TokenUsage,
 }
 
 /// Steps and calls a driving host's fold no longer holds: all of them before its latest
@@ -253,6 +272,11 @@ impl RunState {
     /// What the fold dropped at checkpoints (all zero unless it is a driving host's).
     pub fn elided(&self) -> &Elided {
         &self.elided
+    }
+
+    /// Child runs its `spawn_agents` calls created, in order.
+    pub fn children(&self) -> &[ChildRecord] {
+        &self.children
     }
 }
 
@@ -530,6 +554,41 @@ impl RunState {
                 }
             }
             RunEvent::ToolEnded(ended) => self.apply_terminal(ended),
+            RunEvent::SubagentSpawned(spawned) => {
+                if !self
+                    .children
+                    .iter()
+                    .any(|c| c.run_id == spawned.child_run_id)
+                {
+                    self.children.push(ChildRecord {
+                        run_id: spawned.child_run_id,
+                        call_id: spawned.call_id,
+                        index: spawned.index,
+                        prompt: spawned.prompt,
+                        ended: None,
+                        usage: TokenUsage::default(),
+                    });
+                }
+            }
+            // The child's tokens are the parent's too: what it used since its last end.
+            RunEvent::SubagentEnded(ended) => {
+                let child = self
+                    .children
+                    .iter_mut()
+                    .find(|c| c.run_id == ended.child_run_id);
+                match child {
+                    Some(child) => {
+                        self.usage.add(&ended.usage.since(&child.usage));
+                        // An end that knows less (a child that could not be read) does
+                        // not lower what was counted.
+                        if ended.usage.total_tokens >= child.usage.total_tokens {
+                            child.usage = ended.usage;
+                        }
+                        child.ended = Some(ended.status);
+                    }
+                    None => self.usage.add(&ended.usage),
+                }
+            }
             // A response that was paid for but not kept (too large to journal) still counts.
             RunEvent::ModelFailed(failed) => {
                 if let Some(usage) = &failed.usage {

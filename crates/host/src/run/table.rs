@@ -53,6 +53,9 @@ pub struct RunRow {
     pub lease_expires_at: Option<i64>,
     /// Whether workers may claim it.
     pub claimable: bool,
+    /// The run that spawned it (a sub-agent's parent), if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub parent: Option<String>,
 }
 
 /// The summary a run's lease row keeps (its `info`), folded from the journal.
@@ -85,6 +88,9 @@ pub(crate) struct RowInfo {
     /// When the last event was appended (Unix ms).
     #[serde(default)]
     pub(crate) updated_at: i64,
+    /// The parent run of a sub-agent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) parent: Option<String>,
 }
 
 impl RowInfo {
@@ -110,6 +116,11 @@ pub(crate) fn summary(state: &RunState) -> Value {
         pending_approvals: Some(state.pending_approvals().count()),
         model: state.spec.as_ref().map(|s| s.model.clone()),
         updated_at: state.updated_at,
+        parent: state
+            .spec
+            .as_ref()
+            .and_then(|s| s.parent.as_ref())
+            .map(|p| p.run_id.clone()),
     })
 }
 
@@ -207,6 +218,7 @@ fn row_of(id: &str, row: &LeaseRow, now: i64) -> RunRow {
         epoch: row.epoch,
         lease_expires_at: held.then_some(row.expires_at),
         claimable: row.status == LeaseStatus::Open,
+        parent: info.parent,
     }
 }
 

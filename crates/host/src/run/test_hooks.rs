@@ -12,6 +12,12 @@ use agent_journal::Journal;
 #[cfg(feature = "test-hooks")]
 pub const CRASH_AFTER_EVENTS_VAR: &str = "AGENTCTL_TEST_CRASH_AFTER_EVENTS";
 
+/// The variable a test sets to crash a spawned `agentctl` inside a sub-agent: the first
+/// child run driven by the process to see this many new events of its own thread kills it
+/// (the parent's hook is [`CRASH_AFTER_EVENTS_VAR`]).
+#[cfg(feature = "test-hooks")]
+pub const CRASH_CHILD_AFTER_EVENTS_VAR: &str = "AGENTCTL_TEST_CRASH_CHILD_AFTER_EVENTS";
+
 /// The crash hook of one drive: kill this process after this many new events.
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct CrashHook(#[cfg(feature = "test-hooks")] pub(crate) Option<usize>);
@@ -21,6 +27,13 @@ impl CrashHook {
     /// The count from the environment, if a test set it.
     pub(crate) fn from_env() -> Option<usize> {
         std::env::var(CRASH_AFTER_EVENTS_VAR)
+            .ok()
+            .and_then(|v| v.parse().ok())
+    }
+
+    /// The count for a child run's drive, if a test set it.
+    pub(crate) fn child_from_env() -> Option<usize> {
+        std::env::var(CRASH_CHILD_AFTER_EVENTS_VAR)
             .ok()
             .and_then(|v| v.parse().ok())
     }

@@ -65,6 +65,61 @@ pub struct RunView {
     pub workspace: Option<String>,
     /// The sandbox of its commands (`off` for runs recorded before sandboxes).
     pub sandbox: Option<crate::sandbox::SandboxSpec>,
+    /// The run that spawned it, for a sub-agent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub parent: Option<String>,
+    /// The sub-agents it spawned (see [`ChildView::of_run`]; empty unless the reader
+    /// loaded them).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub children: Vec<ChildView>,
+}
+
+/// A sub-agent of a run, as `runs show PARENT` lists it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ChildView {
+    /// The child run (approve, deny, steer and interrupt it by this id).
+    pub run_id: String,
+    /// The parent's `spawn_agents` call.
+    pub call_id: String,
+    /// Its place in the call's `agents`.
+    pub index: u32,
+    /// Its status (the one status model).
+    pub status: RunStatus,
+    /// Its calls waiting for a decision.
+    pub pending_approvals: Vec<PendingView>,
+    /// The first line of its prompt, shortened.
+    pub title: String,
+}
+
+impl ChildView {
+    /// The children of `parent`, each folded from its own thread, with its lease.
+    ///
+    /// # Cancel safety
+    /// Read-only: a dropped future leaves nothing behind.
+    pub async fn of_run(
+        journal: &agent_journal::Journal,
+        parent: &RunState,
+    ) -> Result<Vec<ChildView>, crate::error::HostError> {
+        let mut out = Vec::with_capacity(parent.children.len());
+        for child in &parent.children {
+            let state = match super::load(journal, &child.run_id).await {
+                Ok(state) => state,
+                // Spawned, not yet created (or the creation was cut off): nothing to show.
+                Err(crate::error::HostError::NotFound(_)) => continue,
+                Err(err) => return Err(err),
+            };
+            let status = super::table::status_with_lease(journal, &state).await?;
+            out.push(ChildView {
+                run_id: child.run_id.clone(),
+                call_id: child.call_id.clone(),
+                index: child.index,
+                status,
+                pending_approvals: pending(&state),
+                title: state.title(),
+            });
+        }
+        Ok(out)
+    }
 }
 
 impl RunSummary {
@@ -97,6 +152,12 @@ impl RunView {
             model: state.spec.as_ref().map(|s| s.model.clone()),
             workspace: state.spec.as_ref().map(|s| s.workspace.clone()),
             sandbox: state.spec.as_ref().map(|s| s.sandbox.clone()),
+            parent: state
+                .spec
+                .as_ref()
+                .and_then(|s| s.parent.as_ref())
+                .map(|p| p.run_id.clone()),
+            children: Vec::new(),
         }
     }
 }

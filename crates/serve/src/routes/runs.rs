@@ -84,8 +84,9 @@ pub(crate) async fn show(
 ) -> Result<Json<Value>, ApiError> {
     let state = run::load(&app.journal, &id).await?;
     let status = status_with_lease(&app.journal, &state).await?;
-    let mut view = serde_json::to_value(RunView::of(&state, status, now_ms()))
-        .map_err(|e| ApiError::internal(e.to_string()))?;
+    let mut view = RunView::of(&state, status, now_ms());
+    view.children = agent_host::run::view::ChildView::of_run(&app.journal, &state).await?;
+    let mut view = serde_json::to_value(view).map_err(|e| ApiError::internal(e.to_string()))?;
     if let Some(obj) = view.as_object_mut() {
         let prompt = state.spec().map(|s| s.prompt.clone());
         obj.insert("prompt".into(), json!(prompt));

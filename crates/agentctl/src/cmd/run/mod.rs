@@ -100,6 +100,16 @@ pub struct RunOptions {
     #[arg(long, value_name = "N", default_value_t = agent_host::run::OutputSchema::DEFAULT_RETRIES,
           requires = "output_schema")]
     pub output_retries: u32,
+    /// Offer the built-in `spawn_agents` tool: the model may run up to N sub-agents per
+    /// call, each a run of its own (same workspace, sandbox, approval mode and endpoint; a
+    /// subset of this run's tools; its tokens count against --max-tokens). Recorded in
+    /// the run.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_children: Option<u32>,
+    /// How deep the tree of sub-agents may grow (1: sub-agents cannot spawn their own).
+    #[arg(long, value_name = "N", default_value_t = agent_host::subagents::SubagentLimits::DEFAULT_MAX_DEPTH,
+          value_parser = clap::value_parser!(u32).range(1..), requires = "max_children")]
+    pub max_depth: u32,
 }
 
 pub(crate) fn parse_sandbox_mode(s: &str) -> Result<SandboxMode, String> {
@@ -312,8 +322,12 @@ fn new_run(args: RunOptions) -> anyhow::Result<(NewRun, EndpointArgs)> {
         Some(path) => Some(output_schema(path, args.output_retries)?),
         None => None,
     };
+    let subagents = args
+        .max_children
+        .map(|n| agent_host::subagents::SubagentLimits::new(n).max_depth(args.max_depth));
     let new = NewRun::new(prompt, workspace)
         .output_schema(output)
+        .subagents(subagents)
         .model(args.model)
         .instructions(instructions)
         .budgets(Budgets {

@@ -174,6 +174,25 @@ impl Observer for Human {
             RunEvent::ModelFailed(failed) => {
                 self.say(&format!("!! model call failed: {}", failed.message));
             }
+            RunEvent::SubagentSpawned(spawned) => self.say(&format!(
+                ">> sub-agent {} started: {} (its approvals: runs show {})",
+                spawned.child_run_id,
+                first_line(&spawned.prompt, 80),
+                state.id()
+            )),
+            RunEvent::SubagentEnded(ended) => self.say(&format!(
+                "<< sub-agent {} {}: {}",
+                ended.child_run_id,
+                ended.status.as_str(),
+                first_line(
+                    ended
+                        .answer
+                        .as_deref()
+                        .or(ended.error.as_deref())
+                        .unwrap_or(""),
+                    100
+                )
+            )),
             _ => {}
         }
     }

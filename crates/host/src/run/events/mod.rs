@@ -22,6 +22,7 @@ mod model;
 mod output;
 pub mod reasons;
 mod steers;
+mod subagents;
 
 use agent_journal::{NewEvent, Payload};
 use agent_runtime::events as rt;
@@ -41,6 +42,7 @@ pub use model::{FunctionCall, ModelCompleted, ModelFailed, ModelRequested, Steer
 pub use output::OutputRejected;
 pub use reasons::{ApprovalReason, DecisionScope, PauseReason, SteerVia, Verdict};
 pub use steers::{ContextCompacted, SteerApplied, SteerDropped, SteerRequested};
+pub use subagents::{ChildEnd, SubagentEnded, SubagentSpawned};
 
 use super::kinds as k;
 
@@ -117,6 +119,10 @@ pub enum RunEvent<'a> {
     Completed(RunCompleted),
     /// `run.failed`.
     Failed(RunFailed),
+    /// `subagent.spawned`.
+    SubagentSpawned(SubagentSpawned),
+    /// `subagent.ended`.
+    SubagentEnded(SubagentEnded),
 }
 
 impl<'a> RunEvent<'a> {
@@ -154,6 +160,8 @@ impl<'a> RunEvent<'a> {
             k::RUN_PAUSED => RunEvent::Paused(de(payload)?),
             k::RUN_COMPLETED => RunEvent::Completed(de(payload)?),
             k::RUN_FAILED => RunEvent::Failed(de(payload)?),
+            k::SUBAGENT_SPAWNED => RunEvent::SubagentSpawned(de(payload)?),
+            k::SUBAGENT_ENDED => RunEvent::SubagentEnded(de(payload)?),
             other => match ToolOutcome::of_kind(other) {
                 Some(outcome) => RunEvent::ToolEnded(ToolEnded::read(outcome, payload)?),
                 None => return Ok(None),

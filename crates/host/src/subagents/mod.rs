@@ -1,0 +1,230 @@
+//! Durable sub-agents: the built-in `spawn_agents` tool.
+//!
+//! The model asks for one or more child runs, each with its own prompt, optional
+//! instructions and a subset of the parent's tools; the call ends when every child has
+//! ended, and its result is each child's answer or why it has none (partial results, never
+//! all-or-nothing).
+//!
+//! Invariants:
+//! - A child is a run of its own (`run:<child id>`), its `run.created` naming its parent
+//!   ([`ParentLink`]). Its id is a function of the parent's id, the call's `call_id` and the
+//!   child's index ([`child_run_id`]), and its `run.created` is appended only to an empty
+//!   thread, so however often the call runs (a resumed parent runs it again: the tool is
+//!   retry-safe) each child is created once, and a child that already ended is not driven
+//!   again: its recorded answer is reused.
+//! - The parent's journal records each child once (`subagent.spawned`, before the child
+//!   exists) and its end once (`subagent.ended`, with its usage, which the parent's fold
+//!   adds to its own: children's tokens count against the parent's `--max-tokens`).
+//! - A child inherits the parent's workspace, sandbox, approval mode, model, endpoint and
+//!   transport; its tools are the parent's or a subset of them (never another); it can
+//!   spawn only while its depth is below the tree's `max_depth` (default 1: children
+//!   cannot spawn).
+//! - Children are driven concurrently: in the parent's process when the parent is (their
+//!   approvals asked through the parent's inline decider one at a time, or else waited for
+//!   by the child's own run id), or, when a worker drives the parent (its journal fenced by
+//!   a lease), submitted for any worker to claim and followed until they stop. The call's
+//!   cancellation (the parent's interrupt) is each in-process child's.
+//! - A child's token budget is its share of what the parent has left when the call runs
+//!   (the parent's remaining `--max-tokens` split evenly among the call's children), so
+//!   the children of one call together stay within the parent's budget.
+
+mod tool;
+
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+pub use tool::SpawnAgents;
+
+use crate::RawJson;
+use crate::tools::{Policy, ToolSpec};
+
+/// The name of the built-in tool.
+pub const TOOL_NAME: &str = "spawn_agents";
+
+/// How large a run's tree of sub-agents may grow, and where in it the run is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SubagentLimits {
+    /// Children one `spawn_agents` call may ask for.
+    pub max_children: u32,
+    /// Levels below the root run (1: the root's children cannot spawn).
+    pub max_depth: u32,
+    /// This run's depth (0 for the root).
+    #[serde(default)]
+    pub depth: u32,
+}
+
+impl SubagentLimits {
+    /// The depth limit when none is given: children cannot spawn.
+    pub const DEFAULT_MAX_DEPTH: u32 = 1;
+
+    /// A root run's limits.
+    pub fn new(max_children: u32) -> SubagentLimits {
+        SubagentLimits {
+            max_children,
+            max_depth: Self::DEFAULT_MAX_DEPTH,
+            depth: 0,
+        }
+    }
+
+    /// The limits with another depth limit.
+    pub fn max_depth(mut self, max_depth: u32) -> SubagentLimits {
+        self.max_depth = max_depth;
+        self
+    }
+
+    /// Whether a run at this depth is offered `spawn_agents`.
+    pub fn can_spawn(&self) -> bool {
+        self.max_children > 0 && self.depth < self.max_depth
+    }
+
+    /// A child's limits.
+    pub fn child(&self) -> SubagentLimits {
+        SubagentLimits {
+            depth: self.depth.saturating_add(1),
+            ..*self
+        }
+    }
+}
+
+/// Where a child run comes from (its `run.created.parent`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ParentLink {
+    /// The parent run.
+    pub run_id: String,
+    /// The parent's `spawn_agents` call.
+    pub call_id: String,
+    /// The child's place in the call's `agents`.
+    pub index: u32,
+}
+
+/// The id of the `index`-th child of the parent's call `call_id`: a UUIDv7 with the
+/// parent's timestamp (so children sort beside their parent) and the rest a digest of the
+/// three, so the same call always names the same children.
+pub fn child_run_id(parent: &str, call_id: &str, index: u32) -> String {
+    use sha2::Digest as _;
+    let millis = uuid::Uuid::parse_str(parent)
+        .ok()
+        .and_then(|u| u.get_timestamp())
+        .map_or(0, |t| {
+            let (secs, nanos) = t.to_unix();
+            secs.saturating_mul(1000)
+                .saturating_add(u64::from(nanos / 1_000_000))
+        });
+    let mut hasher = sha2::Sha256::new();
+    for part in [parent.as_bytes(), call_id.as_bytes(), &index.to_be_bytes()] {
+        hasher.update((part.len() as u64).to_be_bytes());
+        hasher.update(part);
+    }
+    let digest = hasher.finalize();
+    let mut random = [0u8; 10];
+    random.copy_from_slice(&digest[..10]);
+    uuid::Builder::from_unix_timestamp_millis(millis, &random)
+        .into_uuid()
+        .to_string()
+}
+
+/// How a run offers `spawn_agents`: runs without asking (each child's own calls follow
+/// their policies) and retry-safe (creating a child is idempotent, see the module docs).
+pub(crate) fn tool_spec(limits: &SubagentLimits) -> ToolSpec {
+    let parameters = json!({
+        "type": "object",
+        "properties": {
+            "agents": {
+                "type": "array",
+                "description": format!("the sub-agents to run, at most {}", limits.max_children),
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "prompt": {"type": "string", "description": "the sub-agent's task"},
+                        "instructions": {"type": ["string", "null"],
+                            "description": "its system instructions (null: none)"},
+                        "tools": {"type": ["array", "null"], "items": {"type": "string"},
+                            "description": "the names of the tools it may use, a subset of yours (null: all of yours)"}
+                    },
+                    "required": ["prompt", "instructions", "tools"],
+                    "additionalProperties": false
+                }
+            }
+        },
+        "required": ["agents"],
+        "additionalProperties": false
+    });
+    ToolSpec {
+        name: TOOL_NAME.into(),
+        description: "Run sub-agents concurrently, each a run of its own with its own prompt, \
+                      and wait for all of them. Returns each one's final answer, or why it \
+                      has none."
+            .into(),
+        parameters: RawJson::from_value(&parameters),
+        policy: Policy::Auto,
+        retry_safe: true,
+        mcp: None,
+        strict: true,
+    }
+}
+
+/// One child as the model asks for it.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ChildRequest {
+    pub(crate) prompt: String,
+    #[serde(default)]
+    pub(crate) instructions: Option<String>,
+    #[serde(default)]
+    pub(crate) tools: Option<Vec<String>>,
+}
+
+/// The arguments of a `spawn_agents` call.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct SpawnRequest {
+    pub(crate) agents: Vec<ChildRequest>,
+}
+
+impl SpawnRequest {
+    /// The request in `args`, checked against the parent's limits and tools (`offered`:
+    /// the names of the parent's tools).
+    pub(crate) fn read(
+        args: &serde_json::Value,
+        limits: &SubagentLimits,
+        offered: &[String],
+    ) -> Result<SpawnRequest, String> {
+        let request =
+            SpawnRequest::deserialize(args).map_err(|err| format!("invalid arguments: {err}"))?;
+        if request.agents.is_empty() {
+            return Err("`agents` is empty: ask for at least one sub-agent".into());
+        }
+        if request.agents.len() > limits.max_children as usize {
+            return Err(format!(
+                "{} sub-agents asked for; at most {} (--max-children)",
+                request.agents.len(),
+                limits.max_children
+            ));
+        }
+        let child_can_spawn = limits.child().can_spawn();
+        for (i, agent) in request.agents.iter().enumerate() {
+            if agent.prompt.trim().is_empty() {
+                return Err(format!("agents[{i}]: the prompt is empty"));
+            }
+            for name in agent.tools.iter().flatten() {
+                if !offered.contains(name) {
+                    return Err(format!(
+                        "agents[{i}]: `{name}` is not one of your tools ({}); a sub-agent's tools are a subset of yours",
+                        offered.join(", ")
+                    ));
+                }
+                if name == TOOL_NAME && !child_can_spawn {
+                    return Err(format!(
+                        "agents[{i}]: sub-agents at depth {} cannot spawn (the depth limit is {})",
+                        limits.depth + 1,
+                        limits.max_depth
+                    ));
+                }
+            }
+        }
+        Ok(request)
+    }
+}
+
+#[cfg(test)]
+mod tests;

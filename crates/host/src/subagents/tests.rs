@@ -1,0 +1,152 @@
+use serde_json::json;
+
+use super::*;
+use crate::run::TokenUsage;
+use crate::run::events::{ChildEnd, HostEvent as _, SubagentEnded, SubagentSpawned};
+use crate::run::state::RunState;
+
+const PARENT: &str = "019ae8a4-1a2b-7c3d-8e4f-0123456789ab";
+
+#[test]
+fn a_child_id_is_a_function_of_parent_call_and_index() {
+    let a = child_run_id(PARENT, "call_1", 0);
+    assert_eq!(a, child_run_id(PARENT, "call_1", 0));
+    assert_ne!(a, child_run_id(PARENT, "call_1", 1));
+    assert_ne!(a, child_run_id(PARENT, "call_2", 0));
+    assert_ne!(
+        a,
+        child_run_id("019ae8a4-1a2b-7c3d-8e4f-0123456789ac", "call_1", 0)
+    );
+    let uuid = uuid::Uuid::parse_str(&a).unwrap();
+    assert_eq!(uuid.get_version_num(), 7);
+    // Sorted beside its parent: the same timestamp.
+    let parent = uuid::Uuid::parse_str(PARENT).unwrap();
+    assert_eq!(uuid.get_timestamp(), parent.get_timestamp());
+    // A parent id that is no UUID still names its children.
+    assert_eq!(child_run_id("x", "c", 0), child_run_id("x", "c", 0));
+}
+
+#[test]
+fn limits_bound_the_tree() {
+    let root = SubagentLimits::new(3);
+    assert!(root.can_spawn());
+    assert!(
+        !root.child().can_spawn(),
+        "depth 1 by default: children cannot spawn"
+    );
+    let deep = SubagentLimits::new(3).max_depth(2);
+    assert!(deep.child().can_spawn());
+    assert!(!deep.child().child().can_spawn());
+    assert!(!SubagentLimits::new(0).can_spawn());
+}
+
+#[test]
+fn requests_are_checked_against_limits_and_tools() {
+    let limits = SubagentLimits::new(2);
+    let offered = vec!["shell".to_string(), "read_file".into(), TOOL_NAME.into()];
+    let agent =
+        |tools: serde_json::Value| json!({"prompt": "p", "instructions": null, "tools": tools});
+    let ok = SpawnRequest::read(
+        &json!({"agents": [agent(json!(["shell"])), agent(json!(null))]}),
+        &limits,
+        &offered,
+    )
+    .unwrap();
+    assert_eq!(ok.agents.len(), 2);
+    assert_eq!(
+        ok.agents[0].tools.as_deref(),
+        Some(&["shell".to_string()][..])
+    );
+    let read = |args| SpawnRequest::read(&args, &limits, &offered).unwrap_err();
+    assert!(read(json!({"agents": []})).contains("at least one"));
+    assert!(
+        read(json!({"agents": [agent(json!(null)), agent(json!(null)), agent(json!(null))]}))
+            .contains("at most 2")
+    );
+    assert!(
+        read(json!({"agents": [agent(json!(["write_file"]))]})).contains("not one of your tools")
+    );
+    assert!(read(json!({"agents": [agent(json!([TOOL_NAME]))]})).contains("cannot spawn"));
+    assert!(read(json!({"agents": [{"prompt": " "}]})).contains("empty"));
+    assert!(
+        read(json!({"agents": [{"prompt": "p", "extra": 1}]})).starts_with("invalid arguments")
+    );
+    assert!(read(json!("nope")).starts_with("invalid arguments"));
+    // Deeper trees may pass the tool on.
+    let deep = SubagentLimits::new(2).max_depth(2);
+    assert!(
+        SpawnRequest::read(
+            &json!({"agents": [agent(json!([TOOL_NAME]))]}),
+            &deep,
+            &offered
+        )
+        .is_ok()
+    );
+}
+
+#[test]
+fn the_tool_schema_is_strict() {
+    let spec = tool_spec(&SubagentLimits::new(2));
+    assert!(spec.strict && spec.retry_safe);
+    let schema = spec.parameters.to_value().unwrap();
+    assert_eq!(
+        agent_responses::types::text_format::strict_schema_problem(&schema),
+        None,
+        "{schema}"
+    );
+}
+
+fn event(seq: i64, e: &impl crate::run::events::HostEvent) -> agent_journal::Event {
+    let new = e.to_event("run:p").unwrap();
+    agent_journal::Event {
+        seq,
+        thread: "run:p".into(),
+        kind: new.kind.as_str().into(),
+        payload: new.payload.to_value().unwrap(),
+        at: seq,
+        dedup_key: new.dedup_key.clone(),
+        epoch: None,
+    }
+}
+
+#[test]
+fn the_parent_counts_each_childs_tokens_once() {
+    let spawned = SubagentSpawned {
+        call_id: "c".into(),
+        index: 0,
+        child_run_id: "k".into(),
+        prompt: "p".into(),
+    };
+    let usage = |total| TokenUsage {
+        input_tokens: total,
+        total_tokens: total,
+        ..TokenUsage::default()
+    };
+    let ended = |status, total, seq| SubagentEnded {
+        call_id: "c".into(),
+        index: 0,
+        child_run_id: "k".into(),
+        status,
+        answer: None,
+        error: None,
+        usage: usage(total),
+        child_seq: seq,
+    };
+    let mut state = RunState::new("p");
+    state.apply(&event(1, &spawned));
+    assert_eq!(state.children.len(), 1);
+    assert_eq!(state.children[0].ended, None);
+    // Paused with 100 tokens used, then driven again to its end at 250 in all.
+    state.apply(&event(2, &ended(ChildEnd::Paused, 100, 7)));
+    assert_eq!(state.usage.total_tokens, 100);
+    // An end that could not read the child (no usage) lowers nothing.
+    state.apply(&event(3, &ended(ChildEnd::Failed, 0, 0)));
+    assert_eq!(state.usage.total_tokens, 100);
+    state.apply(&event(4, &ended(ChildEnd::Completed, 250, 12)));
+    assert_eq!(state.usage.total_tokens, 250);
+    assert_eq!(state.children[0].ended, Some(ChildEnd::Completed));
+    assert_ne!(
+        ended(ChildEnd::Paused, 100, 7).dedup_key(),
+        ended(ChildEnd::Completed, 250, 12).dedup_key()
+    );
+}

@@ -1,0 +1,432 @@
+//! The `spawn_agents` tool: creates the call's children (once), drives them concurrently
+//! in this process, and returns what each one ended with.
+
+use std::sync::Arc;
+
+use agent_journal::JournalError;
+use agent_runtime::{ToolContext, ToolFailure};
+use futures::future::BoxFuture;
+use serde::Serialize;
+use serde_json::Value;
+
+use super::{ChildRequest, ParentLink, SpawnRequest, SubagentLimits, TOOL_NAME, child_run_id};
+use crate::error::HostError;
+use crate::run::events::{ChildEnd, HostEvent as _, RunCreated, SubagentEnded, SubagentSpawned};
+use crate::run::{
+    self, ApprovalReason, Budgets, CallRecord, Decider, Decision, DriveOptions, Host, Owner,
+    ResumeChange, RunEnd, RunSpec, RunState, RunStatus, Silent, kinds,
+};
+
+/// The `spawn_agents` tool of one run (see the [module docs](super)).
+#[derive(Clone)]
+pub struct SpawnAgents {
+    host: Host,
+    limits: SubagentLimits,
+    /// The names of the run's tools: what a child may be given.
+    offered: Vec<String>,
+    /// The parent's inline decider, which children driven here ask one at a time.
+    decider: Option<Arc<OneAtATime>>,
+}
+
+/// A decider that children driven at once share: one question at a time (a terminal asks
+/// one thing at once), each naming the child's run.
+struct OneAtATime {
+    inner: Arc<dyn Decider>,
+    turn: tokio::sync::Mutex<()>,
+}
+
+impl Decider for OneAtATime {
+    fn decide<'a>(
+        &'a self,
+        run_id: &'a str,
+        call: &'a CallRecord,
+        reason: ApprovalReason,
+    ) -> BoxFuture<'a, Option<Decision>> {
+        Box::pin(async move {
+            let _turn = self.turn.lock().await;
+            self.inner.decide(run_id, call, reason).await
+        })
+    }
+}
+
+impl std::fmt::Debug for SpawnAgents {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SpawnAgents")
+            .field("limits", &self.limits)
+            .field("offered", &self.offered)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SpawnAgents {
+    /// The tool of a run with `spec`, driving its children through `host`; `None` when the
+    /// run cannot spawn.
+    pub(crate) fn for_run(host: &Host, spec: &RunSpec) -> Option<SpawnAgents> {
+        let limits = spec.subagents.filter(SubagentLimits::can_spawn)?;
+        spec.tools
+            .iter()
+            .any(|t| t.name == TOOL_NAME)
+            .then(|| SpawnAgents {
+                host: host.clone(),
+                limits,
+                offered: spec.tools.iter().map(|t| t.name.clone()).collect(),
+                decider: None,
+            })
+    }
+
+    /// Children driven in this process ask `decider` (the parent's, when it asks inline)
+    /// for their approvals, one question at a time; without one they wait for a decision
+    /// by their own run id from any process.
+    pub(crate) fn asking(mut self, decider: Option<Arc<dyn Decider>>) -> SpawnAgents {
+        self.decider = decider.map(|inner| {
+            Arc::new(OneAtATime {
+                inner,
+                turn: tokio::sync::Mutex::new(()),
+            })
+        });
+        self
+    }
+}
+
+/// What the model is told of one child.
+#[derive(Debug, Clone, Serialize)]
+struct ChildResult {
+    run_id: String,
+    status: ChildEnd,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    answer: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<String>,
+}
+
+/// What the model is told of the call: each child, in the order asked.
+#[derive(Debug, Clone, Serialize)]
+struct SpawnResult {
+    agents: Vec<ChildResult>,
+}
+
+impl agent_runtime::Tool for SpawnAgents {
+    fn name(&self) -> &str {
+        TOOL_NAME
+    }
+
+    fn validate(&self, args: &Value) -> Result<(), String> {
+        SpawnRequest::read(args, &self.limits, &self.offered).map(drop)
+    }
+
+    fn retry_safe(&self) -> bool {
+        true
+    }
+
+    fn call(
+        &self,
+        args: Value,
+        ctx: ToolContext,
+    ) -> BoxFuture<'static, Result<Value, ToolFailure>> {
+        let tool = self.clone();
+        Box::pin(async move {
+            let request =
+                SpawnRequest::read(&args, &tool.limits, &tool.offered).map_err(ToolFailure)?;
+            let thread = ctx.thread();
+            let parent_id = thread.strip_prefix("run:").unwrap_or(thread).to_string();
+            let call_id = ctx.key.call_id.clone();
+            let parent = run::load(tool.host.journal(), &parent_id)
+                .await
+                .map_err(|err| ToolFailure(format!("cannot read the parent run: {err}")))?;
+            let spec = parent
+                .spec
+                .clone()
+                .ok_or_else(|| ToolFailure("the parent run has no spec".into()))?;
+            // The budgets in force (a resume may have raised them), the tokens shared.
+            let in_force = parent.budgets().unwrap_or(spec.budgets);
+            let n = request.agents.len() as u64;
+            let share = in_force
+                .max_tokens
+                .map(|max| max.saturating_sub(parent.usage.total_tokens) / n.max(1));
+            let budgets = Budgets {
+                max_steps: in_force.max_steps,
+                max_tokens: share,
+            };
+            let children = request.agents.iter().enumerate().map(|(i, child)| {
+                let index = u32::try_from(i).unwrap_or(u32::MAX);
+                let link = ParentLink {
+                    run_id: parent_id.clone(),
+                    call_id: call_id.clone(),
+                    index,
+                };
+                tool.child(&spec, link, child, budgets, ctx.cancel.child_token())
+            });
+            let agents = futures::future::join_all(children).await;
+            serde_json::to_value(SpawnResult { agents })
+                .map_err(|err| ToolFailure(format!("the result is not JSON: {err}")))
+        })
+    }
+}
+
+impl SpawnAgents {
+    /// Creates (once) and drives one child to its end; what it ended with is recorded in
+    /// the parent and returned. Never fails the call: a child that cannot be created or
+    /// driven is a failed child (partial results).
+    async fn child(
+        &self,
+        parent: &RunSpec,
+        link: ParentLink,
+        request: &ChildRequest,
+        budgets: Budgets,
+        cancel: agent_runtime::CancellationToken,
+    ) -> ChildResult {
+        let child_id = child_run_id(&link.run_id, &link.call_id, link.index);
+        let parent_thread = kinds::thread_of(&link.run_id);
+        let (call_id, index) = (link.call_id.clone(), link.index);
+        let ended = match self
+            .spawn_and_drive(parent, link, request, budgets, &child_id, cancel)
+            .await
+        {
+            Ok(ended) => ended,
+            Err(err) => SubagentEnded {
+                call_id,
+                index,
+                child_run_id: child_id.clone(),
+                status: ChildEnd::Failed,
+                answer: None,
+                error: Some(err.to_string()),
+                usage: Default::default(),
+                child_seq: 0,
+            },
+        };
+        let journal = self.host.journal();
+        match ended.to_event(&parent_thread) {
+            Ok(event) => {
+                if let Err(err) = journal.append(event).await {
+                    tracing::warn!(child = %child_id, %err, "the child's end was not recorded in its parent");
+                }
+            }
+            Err(err) => {
+                tracing::warn!(child = %child_id, %err, "the child's end cannot be encoded")
+            }
+        }
+        ChildResult {
+            run_id: child_id,
+            status: ended.status,
+            answer: ended.answer,
+            error: ended.error,
+        }
+    }
+
+    async fn spawn_and_drive(
+        &self,
+        parent: &RunSpec,
+        link: ParentLink,
+        request: &ChildRequest,
+        budgets: Budgets,
+        child_id: &str,
+        cancel: agent_runtime::CancellationToken,
+    ) -> Result<SubagentEnded, HostError> {
+        let journal = self.host.journal();
+        let spawned = SubagentSpawned {
+            call_id: link.call_id.clone(),
+            index: link.index,
+            child_run_id: child_id.to_string(),
+            prompt: request.prompt.clone(),
+        };
+        journal
+            .append(
+                spawned
+                    .to_event(&kinds::thread_of(&link.run_id))
+                    .map_err(HostError::Encode)?,
+            )
+            .await?;
+        let (call_id, index) = (link.call_id.clone(), link.index);
+        // Driven by a worker (its journal fenced by the parent's lease): the children are
+        // submitted for any worker to claim, and waited for.
+        let by_workers = journal.fence_epoch().is_some();
+        let mut spec = child_spec(parent, link, request, budgets, self.limits.child());
+        spec.submitted = by_workers;
+        let created = RunCreated {
+            spec,
+            run_id: child_id.to_string(),
+            owner: (!by_workers).then(Owner::current),
+        };
+        let thread = kinds::thread_of(child_id);
+        // Only on an empty thread: a child the call created before is not created again.
+        match journal
+            .append_expecting(
+                &thread,
+                None,
+                vec![created.to_event(&thread).map_err(HostError::Encode)?],
+            )
+            .await
+        {
+            Ok(_) | Err(JournalError::Conflict { .. }) => {}
+            Err(err) => return Err(err.into()),
+        }
+        if by_workers {
+            return self.offered(call_id, index, child_id, cancel).await;
+        }
+        let state = run::load(journal, child_id).await?;
+        let state = if state.status.is_some_and(RunStatus::is_final) {
+            state
+        } else {
+            let opts = DriveOptions {
+                observer: Arc::new(Silent),
+                // Asked inline as the parent's are, or else decided by the child's own
+                // run id from any process.
+                decider: self.decider.clone().map(|d| d as Arc<dyn Decider>),
+                wait: true,
+                cancel: cancel.clone(),
+                ..DriveOptions::default()
+            }
+            .with_env_child_test_hooks();
+            match self
+                .host
+                .resume(child_id, ResumeChange::default(), opts)
+                .await
+            {
+                Ok(report) => {
+                    let mut state = report.state;
+                    if let RunEnd::Paused { reason, detail } = &report.end {
+                        state.status_detail = Some(format!("paused ({reason}): {detail}"));
+                    }
+                    state
+                }
+                // Ended meanwhile (another process drove it to its end).
+                Err(HostError::Ended { .. }) => run::load(journal, child_id).await?,
+                // Another live process drives it (`agentctl resume CHILD`, a worker): its
+                // end is waited for, not taken as the child's failure.
+                Err(HostError::DrivenElsewhere { .. }) => {
+                    return self.followed(call_id, index, child_id, cancel).await;
+                }
+                Err(err) => return Err(err),
+            }
+        };
+        Ok(ended_of(call_id, index, child_id, &state))
+    }
+}
+
+impl SpawnAgents {
+    /// A child submitted for workers: offered (again: offering is idempotent, and a crash
+    /// may have come between its creation and its offer), then followed until it stops.
+    async fn offered(
+        &self,
+        call_id: String,
+        index: u32,
+        child_id: &str,
+        cancel: agent_runtime::CancellationToken,
+    ) -> Result<SubagentEnded, HostError> {
+        let journal = self.host.journal();
+        let state = run::load(journal, child_id).await?;
+        if !state.status.is_some_and(RunStatus::is_final) {
+            journal
+                .offer_lease(&kinds::thread_of(child_id), &run::table::summary(&state))
+                .await?;
+        }
+        self.followed(call_id, index, child_id, cancel).await
+    }
+
+    /// A child another process drives, followed until it stops.
+    async fn followed(
+        &self,
+        call_id: String,
+        index: u32,
+        child_id: &str,
+        cancel: agent_runtime::CancellationToken,
+    ) -> Result<SubagentEnded, HostError> {
+        let journal = self.host.journal();
+        let stopped = tokio::select! {
+            stopped = run::wait::wait_until_stopped(journal, child_id, None) => stopped?,
+            // The parent is interrupted: its children were asked too (`request_interrupt`).
+            () = cancel.cancelled() => {
+                return Ok(ended_of(call_id, index, child_id, &run::load(journal, child_id).await?));
+            }
+        };
+        let state = match stopped {
+            run::wait::WaitEnd::Stopped(state) | run::wait::WaitEnd::TimedOut(state) => state,
+        };
+        Ok(ended_of(call_id, index, child_id, &state))
+    }
+}
+
+/// The parent's record of a child as its fold `state` stands.
+fn ended_of(call_id: String, index: u32, child_id: &str, state: &RunState) -> SubagentEnded {
+    let status = match state.status {
+        Some(RunStatus::Completed) => ChildEnd::Completed,
+        Some(RunStatus::Paused | RunStatus::Waiting) => ChildEnd::Paused,
+        Some(RunStatus::Interrupted | RunStatus::Running | RunStatus::Queued) => {
+            ChildEnd::Interrupted
+        }
+        Some(RunStatus::Failed) | None => ChildEnd::Failed,
+    };
+    let (answer, error) = match status {
+        ChildEnd::Completed => (state.final_text.clone(), None),
+        _ => (
+            None,
+            Some(
+                state
+                    .status_detail
+                    .clone()
+                    .unwrap_or_else(|| status.as_str().to_string()),
+            ),
+        ),
+    };
+    SubagentEnded {
+        call_id,
+        index,
+        child_run_id: child_id.to_string(),
+        status,
+        answer,
+        error,
+        usage: state.usage,
+        child_seq: state.last_seq,
+    }
+}
+
+/// A child's spec: the parent's, with its own prompt and instructions, the tools it asked
+/// for (the parent's, or a subset), a share of the budget, and its place in the tree.
+fn child_spec(
+    parent: &RunSpec,
+    link: ParentLink,
+    request: &ChildRequest,
+    budgets: Budgets,
+    limits: SubagentLimits,
+) -> RunSpec {
+    let tools = parent
+        .tools
+        .iter()
+        .filter(|t| t.name != TOOL_NAME || limits.can_spawn())
+        .filter(|t| {
+            request
+                .tools
+                .as_ref()
+                .is_none_or(|names| names.contains(&t.name))
+        })
+        .cloned()
+        .collect::<Vec<_>>();
+    let mcp_servers = parent
+        .mcp_servers
+        .iter()
+        .filter(|s| {
+            tools
+                .iter()
+                .any(|t| t.mcp.as_ref().is_some_and(|m| m.server == s.name))
+        })
+        .cloned()
+        .collect();
+    RunSpec {
+        prompt: request.prompt.clone(),
+        model: parent.model.clone(),
+        instructions: request.instructions.clone(),
+        workspace: parent.workspace.clone(),
+        tools,
+        mcp_servers,
+        approval: parent.approval,
+        sandbox: parent.sandbox.clone(),
+        budgets,
+        transport: parent.transport,
+        endpoint: parent.endpoint.clone(),
+        compact_at: parent.compact_at,
+        submitted: false,
+        output: None,
+        parent: Some(link),
+        subagents: Some(limits),
+    }
+}
