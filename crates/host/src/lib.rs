@@ -145,7 +145,7 @@
 //!     .subagents(Some(SubagentLimits::new(2)));
 //! let report = host.start(run, DriveOptions::default()).await?;
 //! assert_eq!(report.end, RunEnd::Completed { text: "done".into() });
-//! let child = &report.state.children[0];
+//! let child = &report.state.children()[0];
 //! assert_eq!(child.ended, Some(agent_host::run::events::ChildEnd::Completed));
 //! # Ok(()) }
 //! ```
