@@ -14,6 +14,8 @@
 //! - A `:memory:` database exists only inside its one connection: the writer's connection
 //!   sits behind a mutex that reads take when it is free; otherwise (a write running, or
 //!   the budget exceeded) the read is queued on the writer thread.
+//! - WAL checkpoints (file databases) run on a checkpointer thread with its own connection,
+//!   not inside the writer's commits (see [`super::checkpoint`]).
 //! - Idle work ([`IdleWork`], the background index fold): when it wants to run, the writer
 //!   thread runs one step of it each time no job has arrived for its delay, so jobs sent
 //!   back to back never wait for it; a job arriving during a step waits for that step only.
@@ -27,6 +29,7 @@ use std::time::{Duration, Instant};
 use rusqlite::{Connection, OpenFlags};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot};
 
+use super::checkpoint::Checkpointer;
 use super::url::Target;
 use crate::error::{ContextError, DatabaseErrorKind, Result};
 use crate::options::{ContextOptions, StoreDurability};
@@ -46,6 +49,8 @@ type Shared = Arc<Mutex<Option<Connection>>>;
 
 /// Statements kept prepared per connection (the backend uses about twenty).
 const STATEMENT_CACHE: usize = 64;
+/// The writer connection's page cache, in KiB (`PRAGMA cache_size` takes it negated).
+const WRITER_CACHE_KIB: i64 = -16 << 10;
 /// Longest a read runs on the caller's thread before it moves to the blocking pool.
 pub(crate) const INLINE_BUDGET: Duration = Duration::from_micros(250);
 /// SQLite virtual-machine steps between two checks of the budget.
@@ -87,18 +92,21 @@ impl Db {
         std::thread::Builder::new()
             .name("context-sqlite-writer".into())
             .spawn(move || {
-                match open_writer(&writer_target, &writer_options) {
+                let checkpointer = match open_writer(&writer_target, &writer_options) {
                     Ok(conn) => {
+                        let checkpointer =
+                            Checkpointer::start(&conn, &writer_target, &writer_options);
                         if let Ok(mut slot) = thread_writer.lock() {
                             *slot = Some(conn);
                         }
                         let _ = opened_tx.send(Ok(()));
+                        checkpointer
                     }
                     Err(err) => {
                         let _ = opened_tx.send(Err(err));
                         return;
                     }
-                }
+                };
                 loop {
                     let job = if idle.wanted() {
                         match jobs_rx.recv_timeout(idle.delay()) {
@@ -123,7 +131,13 @@ impl Db {
                         Some(job) => job(conn),
                         None => idle.step(conn),
                     }
+                    drop(slot);
+                    if let Some(checkpointer) = &checkpointer {
+                        checkpointer.after_job();
+                    }
                 }
+                // Stops the checkpointer and waits for it.
+                drop(checkpointer);
                 let _ = exit_tx.send(());
             })
             .map_err(|err| ContextError::Worker(format!("cannot start the writer: {err}")))?;
@@ -345,6 +359,10 @@ fn open_writer(target: &Target, options: &ContextOptions) -> Result<Connection> 
                     StoreDurability::Normal => "NORMAL",
                 },
             )?;
+            // The fill of a large store inserts at the ends of many threads' id ranges and
+            // into the unit-name index at random: a larger page cache (16 MiB, the
+            // default is 2) saves re-reading those pages from the file.
+            conn.pragma_update(None, "cache_size", WRITER_CACHE_KIB)?;
             conn
         }
     };
