@@ -52,14 +52,18 @@ impl FoldSignal {
         })
     }
 
-    /// Marks background work waiting (called on the writer thread by an append).
+    /// Marks background work waiting (called by an append, on the writer thread or inline).
+    ///
+    /// SeqCst, as is the load in [`should_fold`](Self::should_fold): an append on a
+    /// caller's thread sets this then reads whether the writer thread is parked, the writer
+    /// thread sets that then reads this (see `worker.rs`); one of them sees the other.
     pub(super) fn set_pending(&self) {
-        self.pending.store(true, Ordering::Release);
+        self.pending.store(true, Ordering::SeqCst);
     }
 
     /// Whether the writer thread should fold when idle.
     pub(super) fn should_fold(&self) -> bool {
-        self.pending.load(Ordering::Acquire) && !self.paused.load(Ordering::Acquire)
+        self.pending.load(Ordering::SeqCst) && !self.paused.load(Ordering::Acquire)
     }
 
     /// Stops or resumes background folds (appends over the bound still fold).
