@@ -37,9 +37,12 @@ fn arg(args: &[String], name: &str, default: usize) -> usize {
 }
 
 async fn write_runs(url: &str, runs: usize, steps: usize) {
-    let journal = Journal::open_with(url, JournalOptions::default().durability(Durability::Normal))
-        .await
-        .unwrap();
+    let journal = Journal::open_with(
+        url,
+        JournalOptions::default().durability(Durability::Normal),
+    )
+    .await
+    .unwrap();
     let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
     for r in 0..runs {
         let thread = format!("run:bench-{r:05}");
@@ -110,7 +113,10 @@ async fn main() {
     let seed = dir.path().join("journal.db");
     write_runs(&format!("sqlite://{}", seed.display()), runs, steps).await;
     for (mode, options) in [
-        ("index_at_once", ContextOptions::default().index_tail_bytes(0)),
+        (
+            "index_at_once",
+            ContextOptions::default().index_tail_bytes(0),
+        ),
         ("deferred", ContextOptions::default()),
     ] {
         let path = dir.path().join(format!("{mode}.db"));
@@ -120,6 +126,13 @@ async fn main() {
         if wal(&seed).exists() {
             std::fs::copy(wal(&seed), wal(&path)).unwrap();
         }
-        search_all(&format!("sqlite://{}", path.display()), options, mode, runs, steps).await;
+        search_all(
+            &format!("sqlite://{}", path.display()),
+            options,
+            mode,
+            runs,
+            steps,
+        )
+        .await;
     }
 }

@@ -13,7 +13,9 @@ fn batch(from: usize) -> Vec<NewUnit> {
     (from..from + 100)
         .map(|i| NewUnit {
             unit: format!("u{i}"),
-            items: vec![json!({"type": "message", "text": format!("unit {i} {}", "x".repeat(2000))})],
+            items: vec![
+                json!({"type": "message", "text": format!("unit {i} {}", "x".repeat(2000))}),
+            ],
         })
         .collect()
 }
@@ -30,7 +32,9 @@ async fn the_checkpointer_moves_the_wal_into_the_database() {
     let options = ContextOptions::default()
         .durability(StoreDurability::Normal)
         .index_tail_bytes(u64::MAX);
-    let store = ContextStore::open_with(&url, options.clone()).await.unwrap();
+    let store = ContextStore::open_with(&url, options.clone())
+        .await
+        .unwrap();
     store.pause_index_fold(true).await.unwrap();
     // About 10 MB of units in 50 transactions: 2,500 pages of 4 KiB, over the 1000 at
     // which a checkpoint is asked for and well under the writer's own limit (16,000).

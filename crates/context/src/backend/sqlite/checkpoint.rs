@@ -126,9 +126,7 @@ impl Drop for Checkpointer {
 /// The checkpointer thread: one PASSIVE checkpoint per nudge, until the writer is gone.
 fn run(conn: Connection, nudged: Receiver<()>) {
     while nudged.recv().is_ok() {
-        let done = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| {
-            r.get::<_, i64>(0)
-        });
+        let done = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| r.get::<_, i64>(0));
         if let Err(err) = done {
             tracing::debug!(error = %err, "context: background WAL checkpoint failed");
         }
