@@ -11,9 +11,10 @@
 //! S units appended) and searched. Then the same search again (everything caught up).
 //!
 //! Modes (one line each, `runs_search_all_first_<mode>`, same process, same journal):
-//! `deferred` (the store's default options, as the command opens it) and `index_at_once`
+//! `deferred` (the store's default options, as the command opens it), `index_at_once`
 //! (`index_tail_bytes(0)`: every append indexed in its own transaction, the write path
-//! before issue 38).
+//! before issue 38) and `unit_by_unit_index_at_once` (also the catch-up as it was then:
+//! one `append_unit` per unit, see [`search_unit_by_unit`]).
 //!
 //! Usage: `bench_history_search [--runs 1000] [--steps 100]`.
 
@@ -77,16 +78,65 @@ async fn write_runs(url: &str, runs: usize, steps: usize) {
     journal.close().await;
 }
 
+/// `history::search(journal, store, None, term, limit)` as it was when issue 38 was filed:
+/// the same steps, but each run's missing units appended one `append_unit` (one durable
+/// transaction) at a time.
+async fn search_unit_by_unit(
+    journal: &Journal,
+    store: &ContextStore,
+    term: &str,
+    limit: usize,
+) -> Vec<agent_context::Unit> {
+    let mut hits = Vec::new();
+    for state in agent_host::run::list(journal).await.unwrap() {
+        if hits.len() >= limit {
+            break;
+        }
+        let thread = agent_host::run::kinds::thread_of(&state.id);
+        let units = agent_host::run::history::units_of(&state);
+        let held = store
+            .threads()
+            .await
+            .unwrap()
+            .into_iter()
+            .find(|t| t.thread == thread)
+            .map_or(0, |t| t.units);
+        if held != units.len() as u64 {
+            for unit in &units {
+                match store.append_unit(&thread, &unit.id, &unit.items).await {
+                    Ok(_) | Err(agent_context::ContextError::DuplicateUnit { .. }) => {}
+                    Err(err) => panic!("{err}"),
+                }
+            }
+        }
+        hits.extend(
+            store
+                .search(&thread, term, limit - hits.len())
+                .await
+                .unwrap(),
+        );
+    }
+    hits
+}
+
 async fn search_all(url: &str, options: ContextOptions, mode: &str, runs: usize, steps: usize) {
     let journal = Journal::open(url).await.unwrap();
     let store = ContextStore::open_with(url, options).await.unwrap();
     let term = "no-such-term-anywhere";
     let t = Instant::now();
-    let hits = agent_host::run::history::search(&journal, &store, None, term, 50)
-        .await
-        .unwrap();
+    if mode == "unit_by_unit_index_at_once" {
+        assert!(
+            search_unit_by_unit(&journal, &store, term, 50)
+                .await
+                .is_empty()
+        );
+    } else {
+        let hits = agent_host::run::history::search(&journal, &store, None, term, 50)
+            .await
+            .unwrap();
+        assert!(hits.is_empty());
+    }
     let first = t.elapsed().as_secs_f64();
-    assert!(hits.is_empty());
     let units: u64 = store.threads().await.unwrap().iter().map(|t| t.units).sum();
     assert_eq!(units, (runs * steps) as u64, "{mode}: every unit caught up");
     let t = Instant::now();
@@ -113,6 +163,10 @@ async fn main() {
     let seed = dir.path().join("journal.db");
     write_runs(&format!("sqlite://{}", seed.display()), runs, steps).await;
     for (mode, options) in [
+        (
+            "unit_by_unit_index_at_once",
+            ContextOptions::default().index_tail_bytes(0),
+        ),
         (
             "index_at_once",
             ContextOptions::default().index_tail_bytes(0),
