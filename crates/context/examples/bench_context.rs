@@ -169,14 +169,37 @@ async fn append_rate(
     Ok(n as f64 / t.elapsed().as_secs_f64())
 }
 
+/// The disk's floor for a durable append: one-row transactions on a bare rusqlite
+/// connection (WAL, `synchronous=FULL`, no index, no thread hand-off, no validation), for
+/// `seconds`. Any store that acknowledges each append after its own durable commit runs at
+/// most this fast, one appender at a time.
+fn durable_commit_floor(path: &std::path::Path, body: &str, seconds: f64) -> anyhow::Result<f64> {
+    let conn = rusqlite::Connection::open(path)?;
+    conn.pragma_update(None, "journal_mode", "WAL")?;
+    conn.pragma_update(None, "synchronous", "FULL")?;
+    conn.execute_batch("CREATE TABLE t (id INTEGER PRIMARY KEY, body TEXT NOT NULL)")?;
+    let t = Instant::now();
+    let mut n = 0usize;
+    while t.elapsed().as_secs_f64() < seconds {
+        conn.execute("INSERT INTO t (body) VALUES (?1)", [body])?;
+        n += 1;
+    }
+    Ok(n as f64 / t.elapsed().as_secs_f64())
+}
+
 async fn append_throughput(
     dir: &std::path::Path,
     pool: &[Vec<Value>],
     runs: usize,
 ) -> anyhow::Result<()> {
     let (mut mem, mut full, mut normal, mut batch) = (vec![], vec![], vec![], vec![]);
-    let mut mem_unbounded = vec![];
+    let (mut mem_unbounded, mut floor) = (vec![], vec![]);
     for run in 0..runs {
+        floor.push(durable_commit_floor(
+            &dir.join(format!("floor-{run}.db")),
+            &serde_json::to_string(&pool[0])?,
+            1.5,
+        )?);
         let s = ContextStore::open("sqlite::memory:").await?;
         mem.push(append_rate(&s, pool, 1.0).await?);
         s.close().await;
@@ -235,6 +258,7 @@ async fn append_throughput(
     );
     emit(json!({"bench": "append_unit_file_full", "median": median(full), "unit": "units/s"}));
     emit(json!({"bench": "append_unit_file_normal", "median": median(normal), "unit": "units/s"}));
+    emit(json!({"bench": "durable_commit_floor", "median": median(floor), "unit": "commits/s"}));
     emit(
         json!({"bench": "append_units_batch100_file_full", "median": median(batch), "unit": "units/s"}),
     );

@@ -6,6 +6,8 @@
 #[path = "all/common.rs"]
 mod common;
 
+#[path = "all/checkpoint.rs"]
+mod checkpoint;
 #[path = "all/conformance.rs"]
 mod conformance;
 #[path = "all/crash.rs"]

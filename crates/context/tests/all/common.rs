@@ -30,8 +30,15 @@ pub async fn sqlite_with(options: ContextOptions) -> Db {
 
 /// A store on `sqlite::memory:` (nothing on disk).
 pub async fn memory() -> Db {
+    memory_with(ContextOptions::default()).await
+}
+
+/// A store on `sqlite::memory:`, opened with `options`.
+pub async fn memory_with(options: ContextOptions) -> Db {
     Db {
-        store: ContextStore::open("sqlite::memory:").await.unwrap(),
+        store: ContextStore::open_with("sqlite::memory:", options)
+            .await
+            .unwrap(),
         _dir: None,
         _pg: None,
     }

@@ -138,10 +138,71 @@ async fn background_fold_catches_up(db: common::Db) {
     all_found(s, UNITS, "folded in the background").await;
 }
 
+/// Single appends (on `:memory:` they run on the caller's thread, not the writer's: the
+/// writer thread must still learn that there is work and fold it when idle).
+/// Two rounds: in the second the writer thread starts out waiting with nothing to do.
+async fn background_fold_catches_up_after_single_appends(db: common::Db) {
+    let s = &db.store;
+    for (from, to) in [(1, UNITS / 2), (UNITS / 2 + 1, UNITS)] {
+        for i in from..=to {
+            s.append_unit("t", &format!("u{i}"), &unit(i))
+                .await
+                .unwrap();
+        }
+        all_found(s, to, "just appended").await;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while s.index_backlog().await.unwrap() > 0 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the background fold never caught up (units 1..={to})"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        all_found(s, to, "folded in the background").await;
+        // Long enough for the writer thread to find nothing left and wait untimed.
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
+/// Appenders on several tasks at once, each unit searched and windowed as soon as it is
+/// acknowledged; positions stay 1..=n, each once.
+async fn concurrent_appends_are_found_at_once(db: common::Db) {
+    let s = db.store.clone();
+    let tasks: Vec<_> = (0..4)
+        .map(|task| {
+            let s = s.clone();
+            tokio::spawn(async move {
+                for k in 0..25 {
+                    let i = task * 1000 + k;
+                    let at = s
+                        .append_unit("t", &format!("u{i}"), &unit(i))
+                        .await
+                        .unwrap()
+                        .position;
+                    let hits = s.search("t", &format!("tok-{i}-z"), 5).await.unwrap();
+                    assert_eq!(positions(&hits), [at], "unit {i}");
+                    let window = s.window("t", "g", 1000).await.unwrap();
+                    assert!(positions(&window.recent_units).contains(&at), "unit {i}");
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let window = s.window("t", "g", 1000).await.unwrap();
+    assert_eq!(
+        positions(&window.recent_units),
+        (1..=100).collect::<Vec<u64>>()
+    );
+}
+
 agent_testkit::backend_tests!(common, [sqlite, postgres, memory]: found_at_every_point_of_the_fold);
-agent_testkit::backend_tests!(common, [sqlite, postgres]: background_fold_catches_up);
-agent_testkit::backend_tests!(tail_0, [sqlite, postgres]: appends_over_the_bound_fold_at_once);
-agent_testkit::backend_tests!(tail_1000, [sqlite, postgres]: tail_above_the_bound_is_folded_whole);
+agent_testkit::backend_tests!(common, [sqlite, postgres, memory]: background_fold_catches_up);
+agent_testkit::backend_tests!(common, [sqlite, postgres, memory]: background_fold_catches_up_after_single_appends);
+agent_testkit::backend_tests!(common, [sqlite, postgres, memory]: concurrent_appends_are_found_at_once);
+agent_testkit::backend_tests!(tail_0, [sqlite, postgres, memory]: appends_over_the_bound_fold_at_once);
+agent_testkit::backend_tests!(tail_1000, [sqlite, postgres, memory]: tail_above_the_bound_is_folded_whole);
 
 /// Stores whose index tail bound is 0 bytes: every append folds on the write path.
 mod tail_0 {
@@ -159,6 +220,10 @@ mod tail_0 {
 
     pub async fn postgres() -> Option<Db> {
         common::postgres_with(options()).await
+    }
+
+    pub async fn memory() -> Db {
+        common::memory_with(options()).await
     }
 }
 
@@ -178,6 +243,10 @@ mod tail_1000 {
 
     pub async fn postgres() -> Option<Db> {
         common::postgres_with(options()).await
+    }
+
+    pub async fn memory() -> Db {
+        common::memory_with(options()).await
     }
 }
 

@@ -9,7 +9,8 @@
 //!    `call_id`), refused with a typed error otherwise, and never panics.
 //! 2. An accepted unit comes back from `window` with the same items, and `search` for a
 //!    piece of its text (any case) finds it.
-//! 3. `fold` does not amplify: its output is at most 3 times its input.
+//! 3. `fold` does not amplify: its output is at most 3 times its input; and it is the
+//!    per-character Unicode lowercase map (its fast ASCII path changes nothing).
 
 use std::collections::BTreeSet;
 use std::sync::OnceLock;
@@ -190,6 +191,12 @@ proptest! {
     fn fold_does_not_amplify(text in "\\PC{0,64}") {
         let folded = fold(&text);
         prop_assert!(folded.len() <= 3 * text.len());
+    }
+
+    #[test]
+    fn fold_is_the_per_character_lowercase_map(text in "\\PC{0,64}") {
+        let reference: String = text.chars().flat_map(char::to_lowercase).collect();
+        prop_assert_eq!(fold(&text), reference);
     }
 }
 

@@ -16,7 +16,7 @@
 //! - A unit the context store refuses (over its size limits) is skipped with a warning and
 //!   tried again at the next catch-up; the journal keeps the full text.
 
-use agent_context::{ContextError, ContextStore, Unit};
+use agent_context::{ContextError, ContextStore, NewUnit, Unit};
 use agent_journal::Journal;
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -96,8 +96,13 @@ pub fn units_of(state: &RunState) -> Vec<HistoryUnit> {
 /// Appends the units of `state` that its context thread lacks; returns how many were
 /// written (0 when caught up). See the module invariants.
 ///
+/// The units the thread lacks are first tried as one `append_units` batch (one transaction,
+/// one disk sync, where one per unit made the first `runs search --all` over many runs
+/// wait mostly for syncs); when the batch is refused (a unit already held, one over the
+/// limits), unit by unit as below.
+///
 /// # Cancel safety
-/// Units are appended one by one, each atomically: dropped midway, the units written stay
+/// Each append is atomic (the batch, or one unit): dropped midway, the units written stay
 /// and the next call appends the rest (a unit already held is skipped).
 pub async fn catch_up(store: &ContextStore, state: &RunState) -> Result<usize, HistoryError> {
     let thread = kinds::thread_of(&state.id);
@@ -110,6 +115,21 @@ pub async fn catch_up(store: &ContextStore, state: &RunState) -> Result<usize, H
         .map_or(0, |t| t.units);
     if held == units.len() as u64 {
         return Ok(0);
+    }
+    // Units are appended in history order, so the thread usually holds a prefix.
+    let suffix = usize::try_from(held)
+        .ok()
+        .and_then(|held| units.get(held..))
+        .unwrap_or_default();
+    let batch: Vec<NewUnit> = suffix
+        .iter()
+        .map(|u| NewUnit {
+            unit: u.id.clone(),
+            items: u.items.clone(),
+        })
+        .collect();
+    if !batch.is_empty() && store.append_units(&thread, &batch).await.is_ok() {
+        return Ok(batch.len());
     }
     let mut written = 0;
     for unit in &units {
@@ -273,6 +293,47 @@ fn snippet(text: &str, term: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::run::test_events::ev;
+
+    fn three_steps() -> RunState {
+        let mut events = vec![ev(
+            1,
+            kinds::RUN_CREATED,
+            json!({"prompt": "p", "model": "m", "workspace": "/w", "tools": [],
+                   "approval": "default", "budgets": {"max_steps": 5}}),
+        )];
+        for step in 1..=3u64 {
+            events.push(ev(
+                step as i64 + 1,
+                kinds::MODEL_COMPLETED,
+                json!({"step": step, "response_id": "r", "output": [
+                    {"type": "message", "role": "assistant", "content": format!("answer {step}")}]}),
+            ));
+        }
+        RunState::from_events("r", &events)
+    }
+
+    #[tokio::test]
+    async fn catch_up_appends_the_missing_units_once_batched_or_not() {
+        let state = three_steps();
+        let store = ContextStore::open("sqlite::memory:").await.unwrap();
+        assert_eq!(catch_up(&store, &state).await.unwrap(), 3);
+        assert_eq!(catch_up(&store, &state).await.unwrap(), 0);
+        // A thread that holds a unit out of order: the batch is refused as a duplicate and
+        // the units are appended one by one, the held one skipped.
+        let store = ContextStore::open("sqlite::memory:").await.unwrap();
+        let thread = kinds::thread_of("r");
+        let units = units_of(&state);
+        store
+            .append_unit(&thread, &units[1].id, &units[1].items)
+            .await
+            .unwrap();
+        assert_eq!(catch_up(&store, &state).await.unwrap(), 2);
+        let held = store.window(&thread, "g", 10).await.unwrap().recent_units;
+        let ids: Vec<&str> = held.iter().map(|u| u.unit.as_str()).collect();
+        assert_eq!(ids, ["step:2", "step:1", "step:3"]);
+        assert_eq!(catch_up(&store, &state).await.unwrap(), 0);
+    }
 
     #[test]
     fn snippet_centres_on_the_term_case_insensitively() {

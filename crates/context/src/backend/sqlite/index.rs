@@ -27,13 +27,18 @@ use super::units::SEQ_BITS;
 use super::worker::IdleWork;
 use crate::error::Result;
 
-/// How long the writer thread waits with no job before it folds: a caller appending back
-/// to back never waits for a background fold.
-pub(super) const IDLE_DELAY: Duration = Duration::from_millis(5);
+/// How long the writer thread waits with no write before it folds: a caller appending back
+/// to back never waits for a background fold. 20 ms, not less: a caller that does some
+/// work between appends (the catch-up of `runs search --all` reads and searches between
+/// runs) is often descheduled for more than 5 ms on a loaded 2-core machine, and each fold
+/// step that slipped in there held up its next append (measured: the first search over
+/// 1,000 runs took 5.0 s instead of 2.6 s).
+pub(super) const IDLE_DELAY: Duration = Duration::from_millis(20);
 
-/// Stored bytes one background fold transaction takes (at least one unit): about 180
-/// units of 700 bytes, tens of milliseconds, the longest a write queued behind it waits.
-pub(super) const FOLD_BATCH_BYTES: u64 = 128 << 10;
+/// Stored bytes one background fold transaction takes (at least one unit): about 45 units
+/// of 700 bytes, roughly 10 ms of FTS5 work here, the longest a write queued behind it
+/// waits (FTS5's cost per unit does not depend on the batch size).
+pub(super) const FOLD_BATCH_BYTES: u64 = 32 << 10;
 
 /// Whether background fold work is waiting, and whether folding is paused (a test seam).
 #[derive(Debug, Default)]
@@ -52,14 +57,18 @@ impl FoldSignal {
         })
     }
 
-    /// Marks background work waiting (called on the writer thread by an append).
+    /// Marks background work waiting (called by an append, on the writer thread or inline).
+    ///
+    /// SeqCst, as is the load in [`should_fold`](Self::should_fold): an append on a
+    /// caller's thread sets this then reads whether the writer thread is parked, the writer
+    /// thread sets that then reads this (see `worker.rs`); one of them sees the other.
     pub(super) fn set_pending(&self) {
-        self.pending.store(true, Ordering::Release);
+        self.pending.store(true, Ordering::SeqCst);
     }
 
     /// Whether the writer thread should fold when idle.
     pub(super) fn should_fold(&self) -> bool {
-        self.pending.load(Ordering::Acquire) && !self.paused.load(Ordering::Acquire)
+        self.pending.load(Ordering::SeqCst) && !self.paused.load(Ordering::Acquire)
     }
 
     /// Stops or resumes background folds (appends over the bound still fold).

@@ -7,6 +7,7 @@
 //! windows, search), `memory` (evidence and consolidated memory), `schema` (the versioned
 //! migration).
 
+mod checkpoint;
 mod index;
 mod memory;
 mod relaxed;

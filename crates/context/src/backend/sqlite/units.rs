@@ -30,14 +30,17 @@ impl UnitStore for SqliteBackend {
     /// and adds their sizes to the thread's un-indexed tail, then one multi-row INSERT per
     /// chunk writes them. The trigram index is not touched, unless the tail is now above
     /// the store's bound: then the whole tail is folded in this same transaction (the
-    /// write path pays for the index only for threads that outgrow the bound).
+    /// write path pays for the index only for threads that outgrow the bound), on the
+    /// writer thread.
     async fn append(&self, thread: &str, units: Vec<Prepared>) -> Result<u64> {
         let thread = thread.to_string();
         let threads = self.threads.clone();
         let fold = self.fold.clone();
         let tail_bound = self.tail_bound;
+        // Run on the caller's thread when it can be (`:memory:`, see `Db::write_short`),
+        // unless it folds: a fold takes milliseconds, too long for an async caller.
         self.db
-            .write(move |conn| {
+            .write_short(move |conn, inline| {
                 let count = i64::try_from(units.len()).unwrap_or(i64::MAX);
                 let bytes: u64 = units.iter().map(|u| u.body.len() as u64).sum();
                 let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
@@ -53,11 +56,17 @@ impl UnitStore for SqliteBackend {
                         params![thread, count, i64::try_from(bytes).unwrap_or(i64::MAX)],
                         |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
                     )?;
+                let tail = u64::try_from(tail).unwrap_or_default();
+                let over_bound = tail > tail_bound;
+                if over_bound && inline {
+                    // Declined: the transaction rolls back when dropped.
+                    return Ok(None);
+                }
                 if thread_id > MAX_THREAD_ID {
                     return Err(ContextError::TooManyThreads);
                 }
                 if last > MAX_SEQ {
-                    return Err(ContextError::ThreadFull(thread));
+                    return Err(ContextError::ThreadFull(thread.clone()));
                 }
                 let first = last - count + 1;
                 for (chunk_no, chunk) in units.chunks(INSERT_CHUNK).enumerate() {
@@ -70,8 +79,6 @@ impl UnitStore for SqliteBackend {
                         Err(err) => return Err(err.into()),
                     }
                 }
-                let tail = u64::try_from(tail).unwrap_or_default();
-                let over_bound = tail > tail_bound;
                 if over_bound {
                     index::fold_range(&tx, thread_id, indexed, last, tail)?;
                 }
@@ -80,9 +87,9 @@ impl UnitStore for SqliteBackend {
                     fold.set_pending();
                 }
                 if let Ok(mut map) = threads.lock() {
-                    map.entry(thread).or_insert(thread_id);
+                    map.entry(thread.clone()).or_insert(thread_id);
                 }
-                Ok(u64::try_from(last).unwrap_or_default())
+                Ok(Some(u64::try_from(last).unwrap_or_default()))
             })
             .await
     }
