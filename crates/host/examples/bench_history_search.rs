@@ -92,7 +92,7 @@ async fn search_unit_by_unit(
         if hits.len() >= limit {
             break;
         }
-        let thread = agent_host::run::kinds::thread_of(&state.id);
+        let thread = agent_host::run::kinds::thread_of(state.id());
         let units = agent_host::run::history::units_of(&state);
         let held = store
             .threads()
