@@ -121,14 +121,11 @@ pub(crate) fn tail(
             if let Some(event) = s.buffer.pop_front() {
                 return Some((Ok(event), s));
             }
-            if let Some(mut listening) = s.listening.take() {
-                // Before the first read, so another process's commit after it is notified;
-                // bounded, since a tail also polls when LISTEN cannot connect.
-                let bound = s.poll.min(LISTEN_WAIT);
-                let _ = tokio::time::timeout(bound, listening.wait_for(|up| *up)).await;
+            if let Some(listening) = s.listening.take() {
+                wait_for_listen(listening, s.poll).await;
             }
             if s.wait_first {
-                wait_for_change(&mut s).await;
+                wait_for_change(&mut s.committed, s.poll).await;
             }
             // Mark the current commit as seen before reading, so a commit that lands after
             // the read wakes the next wait.
@@ -169,12 +166,21 @@ async fn read_page(s: &TailState) -> Result<(Vec<Event>, i64), JournalError> {
     }
 }
 
-/// Waits until this thread is committed or notified, or the poll interval passes.
-async fn wait_for_change(s: &mut TailState) {
-    let poll = tokio::time::sleep(s.poll);
+/// Before a tail's first read, so another process's commit after it is notified: waits
+/// for the journal's LISTEN to be active, bounded, since a tail also polls when LISTEN
+/// cannot connect.
+async fn wait_for_listen(mut listening: watch::Receiver<bool>, poll: Duration) {
+    let bound = poll.min(LISTEN_WAIT);
+    let _ = tokio::time::timeout(bound, listening.wait_for(|up| *up)).await;
+}
+
+/// Waits until `committed` changes (a commit or notification the tail watches), or the
+/// poll interval passes.
+async fn wait_for_change(committed: &mut watch::Receiver<u64>, poll: Duration) {
+    let poll = tokio::time::sleep(poll);
     tokio::pin!(poll);
     tokio::select! {
-        changed = s.committed.changed() => {
+        changed = committed.changed() => {
             if changed.is_err() {
                 // The journal is gone; keep polling for other processes' appends.
                 (&mut poll).await;
@@ -224,21 +230,11 @@ pub(crate) fn tail_all(
             if let Some(item) = s.buffer.pop_front() {
                 return Some((Ok(item), s));
             }
-            if let Some(mut listening) = s.listening.take() {
-                let bound = s.poll.min(LISTEN_WAIT);
-                let _ = tokio::time::timeout(bound, listening.wait_for(|up| *up)).await;
+            if let Some(listening) = s.listening.take() {
+                wait_for_listen(listening, s.poll).await;
             }
             if s.wait_first {
-                let poll = tokio::time::sleep(s.poll);
-                tokio::pin!(poll);
-                tokio::select! {
-                    changed = s.committed.changed() => {
-                        if changed.is_err() {
-                            (&mut poll).await;
-                        }
-                    }
-                    () = &mut poll => {}
-                }
+                wait_for_change(&mut s.committed, s.poll).await;
             }
             s.committed.borrow_and_update();
             match Box::pin(s.reads.journal_page(s.last, PAGE)).await {

@@ -450,23 +450,7 @@ async fn interrupting_the_parent_interrupts_its_children(db: FreshDb) {
     let (_g, ws) = workspace();
     let long = |me: &str| format!("touch started_{me}; sleep 60; echo {me} >> effects.txt");
     let server = emulator(&script(&long("a"), &long("b"), false)).await;
-    let mut run = run_cmd(
-        db,
-        &server,
-        &ws,
-        &[
-            "--approval",
-            "auto",
-            "--max-children",
-            "2",
-            "--sandbox",
-            "off",
-        ],
-    )
-    .stdout(std::process::Stdio::piped())
-    .stderr(std::process::Stdio::piped())
-    .spawn()
-    .unwrap();
+    let mut run = spawn_two_child_parent(db, &server, &ws);
     let parent = wait_for_parent(db, &mut run).await;
     while !(ws.join("started_a").exists() && ws.join("started_b").exists()) {
         assert!(run.try_wait().unwrap().is_none(), "the run ended early");
@@ -672,23 +656,7 @@ async fn interrupting_a_child_by_its_id(db: FreshDb) {
         false,
     ))
     .await;
-    let mut run = run_cmd(
-        db,
-        &server,
-        &ws,
-        &[
-            "--approval",
-            "auto",
-            "--max-children",
-            "2",
-            "--sandbox",
-            "off",
-        ],
-    )
-    .stdout(std::process::Stdio::piped())
-    .stderr(std::process::Stdio::piped())
-    .spawn()
-    .unwrap();
+    let mut run = spawn_two_child_parent(db, &server, &ws);
     let parent = wait_for_parent(db, &mut run).await;
     while !ws.join("started_a").exists() {
         assert!(run.try_wait().unwrap().is_none(), "the run ended early");
@@ -1002,4 +970,30 @@ async fn crash_at_every_boundary(db: FreshDb) {
         denied > 0,
         "some crash fell between a child's shell call's start and its end"
     );
+}
+
+/// `agentctl run` of a parent that may spawn two children (`--approval auto`, no sandbox),
+/// started in the background with its output piped.
+fn spawn_two_child_parent(
+    db: &str,
+    server: &agent_responses_mock::MockServer,
+    ws: &std::path::Path,
+) -> std::process::Child {
+    run_cmd(
+        db,
+        server,
+        ws,
+        &[
+            "--approval",
+            "auto",
+            "--max-children",
+            "2",
+            "--sandbox",
+            "off",
+        ],
+    )
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::piped())
+    .spawn()
+    .unwrap()
 }
