@@ -4,12 +4,14 @@
 //! at URL (it creates `bench_raw_events` and the journal's tables there):
 //! - `raw`: N connections, each committing single-row INSERTs (its own transaction, so
 //!   `synchronous_commit = on` waits for the WAL flush) into a table of the journal's shape
-//!   (seq from a sequence, the `(thread, seq)` index), for SECONDS. The server's limit.
+//!   (seq from a sequence, the `(thread, seq)` and `(tx, seq)` indexes), for SECONDS. The
+//!   server's limit.
 //! - `journal`: N journals opened separately (each its own writer connection, as N
 //!   processes would), each with one producer appending awaited events to its own thread,
 //!   for SECONDS.
 //!
 //! Each line: `{"case", "n", "round", "rate"}` (committed rows or events per second).
+//! `BENCH_PG_ONLY=raw` or `=journal` runs one side only (for profiling).
 
 use std::time::{Duration, Instant};
 
@@ -34,6 +36,7 @@ CREATE TABLE IF NOT EXISTS bench_raw_events (
     tx        BIGINT NOT NULL DEFAULT (pg_current_xact_id()::text::bigint)
 );
 CREATE INDEX IF NOT EXISTS bench_raw_thread_seq ON bench_raw_events (thread, seq);
+CREATE INDEX IF NOT EXISTS bench_raw_tx_seq ON bench_raw_events (tx, seq);
 ";
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -47,21 +50,27 @@ async fn main() -> anyhow::Result<()> {
         .map(|a| a.parse())
         .collect::<Result<_, _>>()?;
     let span = Duration::from_secs(seconds);
+    // For profiling one side alone: `BENCH_PG_ONLY=raw|journal`.
+    let only = std::env::var("BENCH_PG_ONLY").ok();
     let mut setup = sqlx::PgConnection::connect(&url).await?;
     sqlx::raw_sql(RAW_SCHEMA).execute(&mut setup).await?;
     setup.close().await?;
     for round in 0..rounds {
         for &n in &ns {
-            let rate = raw(&url, n, span).await?;
-            println!(
-                "{}",
-                json!({"case": "raw", "n": n, "round": round, "rate": rate})
-            );
-            let rate = journal(&url, n, span).await?;
-            println!(
-                "{}",
-                json!({"case": "journal", "n": n, "round": round, "rate": rate})
-            );
+            if only.as_deref() != Some("journal") {
+                let rate = raw(&url, n, span).await?;
+                println!(
+                    "{}",
+                    json!({"case": "raw", "n": n, "round": round, "rate": rate})
+                );
+            }
+            if only.as_deref() != Some("raw") {
+                let rate = journal(&url, n, span).await?;
+                println!(
+                    "{}",
+                    json!({"case": "journal", "n": n, "round": round, "rate": rate})
+                );
+            }
         }
     }
     Ok(())

@@ -86,8 +86,8 @@ fn render(rows: &[Row], runs: usize) -> String {
         "\n### PostgreSQL writers (issue 35)\n\n`bench_pg_writers` (release) on a database of \
          its own, medians of {runs} rounds of {SECONDS} s per row, raw and journal interleaved \
          in each round. Raw: N connections, each committing one-row INSERTs into a table of \
-         the journal's shape (seq from a sequence, the `(thread, seq)` index, the `tx` \
-         column), each its own transaction, so every one waits for the WAL flush \
+         the journal's shape (seq from a sequence, its `(thread, seq)` and `(tx, seq)` indexes, \
+         the `tx` column), each its own transaction, so every one waits for the WAL flush \
          (`synchronous_commit = on`). Journal: N journals opened separately, each with one \
          producer appending awaited events (`Durability::Full`) to a thread of its own.\n\n\
          | writers | raw rows/s | journal events/s | journal / raw |\n|---:|---:|---:|---:|\n"

@@ -296,6 +296,7 @@ pub(crate) async fn open(
             Some(writer) => {
                 tokio::spawn(postgres::run_writer(
                     writer,
+                    postgres::Notifier::spawn(opened.reader.pool().clone()),
                     rx,
                     settle,
                     max_batch,

@@ -1043,6 +1043,47 @@ async fn postgres_tail_sees_other_writers_through_listen_notify() {
     appends.await.unwrap();
 }
 
+/// Wake-ups go out after the commit, on their own connection: a writer that appends and
+/// closes at once has still sent them when `close` returns.
+#[tokio::test]
+async fn postgres_close_sends_the_wake_ups_of_its_last_commits() {
+    let Some(f) = support::postgres(Default::default()).await else {
+        return;
+    };
+    let options = JournalOptions {
+        tail_poll: Duration::from_secs(3600),
+        ..Default::default()
+    };
+    let watcher = Journal::open_with(&f.url, options).await.unwrap();
+    let mut tail = watcher.tail("closing", 0);
+    // Let the tail read once and find nothing, so only a notification can wake it.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    for n in 0..3 {
+        // The writer's runtime is dropped as soon as `close` returns, as a process exits:
+        // a wake-up not sent by then is never sent.
+        let url = f.url.clone();
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(async {
+                let writer = Journal::open(&url).await.unwrap();
+                writer.append(ev("closing", "e", n)).await.unwrap();
+                writer.close().await;
+            });
+        })
+        .join()
+        .unwrap();
+        let e = tokio::time::timeout(Duration::from_secs(30), tail.next())
+            .await
+            .expect("the closed writer's commit woke no tail")
+            .unwrap()
+            .unwrap();
+        assert_eq!(e.payload["n"], n);
+    }
+}
+
 /// Polling off: only this process's commits can wake a tail, and a commit must wake the
 /// tails of every thread it wrote (a batch spanning threads included).
 async fn commits_wake_the_tails_of_the_threads_they_write(j: Journal) {

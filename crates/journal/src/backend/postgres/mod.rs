@@ -7,6 +7,7 @@
 //! [`CHANNEL`] with the thread name; `tail` listens there to see other processes' appends.
 
 mod listen;
+mod notify;
 mod read;
 mod write;
 
@@ -20,6 +21,7 @@ use crate::error::JournalError;
 use crate::options::{Durability, JournalOptions};
 
 pub(crate) use listen::spawn as spawn_listener;
+pub(crate) use notify::Notifier;
 pub(crate) use read::PgReader;
 pub(crate) use write::run as run_writer;
 
@@ -114,6 +116,11 @@ pub(crate) async fn open(
     // the server ends such a transaction so the others go on. Ours last microseconds
     // between statements.
     sqlx::query("SET idle_in_transaction_session_timeout = '30s'")
+        .execute(&mut writer)
+        .await?;
+    // The writer's statements are few and fixed; planned once, not on every execution
+    // (a custom plan of the one-statement append cost more CPU than executing it).
+    sqlx::query("SET plan_cache_mode = force_generic_plan")
         .execute(&mut writer)
         .await?;
     migrate(&mut writer).await?;
