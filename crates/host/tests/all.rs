@@ -6,6 +6,8 @@
 
 #[path = "all/driver_fold.rs"]
 mod driver_fold;
+#[path = "all/durable_commits.rs"]
+mod durable_commits;
 #[path = "all/executor.rs"]
 mod executor;
 #[path = "all/fuzz_mcp.rs"]
