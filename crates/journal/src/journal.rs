@@ -202,9 +202,11 @@ impl Journal {
     }
 
     /// Appends events atomically in one transaction, with consecutive seqs, in order.
-    /// (On PostgreSQL the seqs come from a sequence shared with other processes' writers;
-    /// they are re-taken when another allocation interleaved, and are in any case
-    /// increasing and adjacent within each thread: nothing of the thread lies between.)
+    /// (On PostgreSQL the seqs come from a sequence shared with other processes' writers,
+    /// taken as one block per batch: consecutive unless another writer's allocation
+    /// interleaved, and in any case increasing and adjacent within each thread: nothing of
+    /// the thread lies between. Seqs of a batch's deduplicated or refused events are left
+    /// unused.)
     /// Returns one acknowledgement per event, in the same order.
     ///
     /// # Cancel safety

@@ -175,12 +175,6 @@ pub(crate) fn dedup_pairs(requests: &[Request]) -> Vec<(&str, &str)> {
     pairs
 }
 
-/// Rows per INSERT statement: 7 bind variables each stays far below SQLite's 32766 and
-/// PostgreSQL's 65535 limits.
-pub(crate) const ROWS_PER_STATEMENT: usize = 1000;
-/// Pairs per dedup lookup statement.
-pub(crate) const PAIRS_PER_LOOKUP: usize = 1000;
-
 /// `SELECT <event columns> FROM journal_events <rest>` as a static string (sqlx only takes
 /// static SQL); columns come in the order the backends' `decode` reads them.
 macro_rules! select_events {

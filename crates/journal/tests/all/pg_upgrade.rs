@@ -199,9 +199,12 @@ async fn a_schema_2_journal_upgrades_replays_identically_and_takes_new_appends()
         )
         .await
         .unwrap();
-    assert_eq!(
-        next[0].seq, 8,
-        "the first new seq follows the highest old one"
+    // (Above the highest old one; not necessarily next to it: a batch takes a seq per
+    // event before it reads its dedup keys, and the deduplicated append left its unused.)
+    assert!(
+        next[0].seq > 7,
+        "the first new seq follows the highest old one: {}",
+        next[0].seq
     );
     let stale = journal
         .append_expecting("b", Some(2), vec![NewEvent::new("b", "x", json!({"n": 0}))])
@@ -224,12 +227,12 @@ async fn a_schema_2_journal_upgrades_replays_identically_and_takes_new_appends()
         .append(NewEvent::new("a", "step", json!({"n": 5})))
         .await
         .unwrap();
-    assert_eq!(fenced.seq, 9);
+    assert!(fenced.seq > next[0].seq);
     let new_c = journal
         .append(NewEvent::new("c", "note", json!({"n": 1})))
         .await
         .unwrap();
-    assert_eq!(new_c.seq, 10);
+    assert!(new_c.seq > fenced.seq);
 
     // The tail of the whole journal goes on after the old events, with the new ones.
     for seq in [next[0].seq, fenced.seq, new_c.seq] {
@@ -243,8 +246,8 @@ async fn a_schema_2_journal_upgrades_replays_identically_and_takes_new_appends()
     let reopened = Journal::open_read_only(&url).await.unwrap();
     let a = reopened.replay("a", 0).await.unwrap();
     let mut want = old_events_of("a");
-    want.push((8, "step".into(), 4, None, None, a[4].at));
-    want.push((9, "step".into(), 5, None, Some(2), a[5].at));
+    want.push((next[0].seq, "step".into(), 4, None, None, a[4].at));
+    want.push((fenced.seq, "step".into(), 5, None, Some(2), a[5].at));
     assert_eq!(shape(&a), want);
     let versions: Vec<i64> = {
         let mut conn = sqlx::PgConnection::connect(&url).await.unwrap();

@@ -6,6 +6,7 @@
 //! to the oldest transaction still running (`read.rs`). Each commit notifies channel
 //! [`CHANNEL`] with the thread name; `tail` listens there to see other processes' appends.
 
+mod append;
 mod listen;
 mod notify;
 mod read;
