@@ -7,6 +7,7 @@
 pub mod baseline;
 pub mod chart;
 mod context;
+mod cpu;
 mod doc;
 mod host;
 mod journal;

@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use serde_json::Value;
 
+use super::cpu::{CpuMark, CpuUse};
 use super::host::Emulator;
 use super::pg::PgDatabase;
 use super::{BenchCtx, Section, median};
@@ -41,10 +42,11 @@ const WHERE_THE_TIME_GOES: &str = "Where the time goes. On SQLite the pool runs 
 emulator's own ceiling for these streamed requests (about 270 requests/s from one client, \
 see the host section): the workers wait on the model, and adding workers adds nothing. On \
 PostgreSQL each model step is five journal appends (model.requested, model.completed \
-and the tool call's scheduled/started/completed), each one WAL flush with \
-`synchronous_commit` on; appends to different threads take no common lock (issue 35), so with \
-zero model latency the server's commit rate and this machine's two cores bound the pool, \
-which the rows with model latency below take out of the way. Takeover is the lease: with a 2 s lease renewed every \
+and the tool call's scheduled/started/completed), of which two (model.requested and \
+tool.started) wait for a WAL flush and the others commit with `synchronous_commit` off; \
+appends to different threads take no common lock and wake-ups are sent after the commit \
+(issue 35), so with zero model latency the server's commit rate and this machine's two \
+cores bound the pool, which the rows with model latency below take out of the way. Takeover is the lease: with a 2 s lease renewed every \
 0.67 s the heir can claim 1.3-2.0 s after the kill plus at most one poll (50 ms), and the \
 medians (1.97-2.00 s) sit at the top of that window: the claim follows the expiry at once.";
 
@@ -162,6 +164,8 @@ struct PoolRun {
     all_completed: bool,
     /// `pg_stat_activity` samples, when the database is PostgreSQL.
     locks: Option<LockSamples>,
+    /// The CPU time the measurement took.
+    cpu: CpuUse,
 }
 
 /// One pool measurement: seconds until every submitted run ended, and whether all completed.
@@ -182,6 +186,7 @@ fn pool(
         RowDatabase::Sqlite(_) => None,
     };
     let db = db.url();
+    let mark = CpuMark::now();
     let started = Instant::now();
     let pool: Vec<Worker> = (0..workers)
         .map(|n| Worker::start(agentctl, db, &format!("bench-{n}"), 15.0))
@@ -205,6 +210,8 @@ fn pool(
         std::thread::sleep(Duration::from_millis(2));
     }
     let secs = started.elapsed().as_secs_f64();
+    let pids: Vec<u32> = pool.iter().map(|w| w.child.id()).collect();
+    let cpu = mark.since(&pids);
     let locks = watch.map(LockWatch::stop);
     for w in pool {
         w.stop();
@@ -213,6 +220,7 @@ fn pool(
         secs,
         all_completed: completed == runs,
         locks,
+        cpu,
     })
 }
 
@@ -445,15 +453,19 @@ fn with_latency(
         &ctx.root.join("fixtures/responses/bench-host.json"),
         &["--first-token-ms", LATENCY_MS],
     )?;
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
     let _ = writeln!(
         md,
         "The same pool and loop, {LATENCY_RUNS} runs per measurement (every worker's 8 slots \
          full at 4 workers), the emulator waiting {LATENCY_MS} ms before each reply's first \
          output (`mock serve --first-token-ms {LATENCY_MS}`). Lock waits: `pg_stat_activity` \
          sampled every 50 ms during each measurement for backends of the database waiting on a \
-         lock. Medians of {runs} runs.\n\n\
-         | workers | model steps/s | vs 1 worker | samples with a lock wait | most waiting at once | all completed |\n\
-         |---:|---:|---:|---:|---:|---|"
+         lock. CPU (from `/proc`, over each measurement): the share of this machine's {cores} \
+         cores that was busy, and CPU milliseconds per model step spent by the whole machine, \
+         by the worker processes and by the PostgreSQL server (the emulator and the rest make \
+         up the difference). Medians of {runs} runs.\n\n\
+         | workers | model steps/s | vs 1 worker | samples with a lock wait | most waiting at once | CPU busy | CPU ms/step: all | workers | PostgreSQL | all completed |\n\
+         |---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"
     );
     let mut rates: Vec<(usize, Option<f64>, bool)> = Vec::new();
     for workers in [1usize, 2, 4] {
@@ -461,6 +473,7 @@ fn with_latency(
             "[workers] PostgreSQL, {LATENCY_MS} ms latency: {workers} worker(s), {runs} runs"
         );
         let (mut secs, mut ok, mut locks) = (Vec::new(), true, LockSamples::default());
+        let mut cpu: Vec<CpuUse> = Vec::new();
         for rep in 0..runs {
             let measured = row_database(Some(&admin), scratch, &format!("latency_{workers}_{rep}"))
                 .and_then(|db| pool(agentctl, &db, &emulator.base_url, ws, workers, LATENCY_RUNS));
@@ -469,6 +482,7 @@ fn with_latency(
                     secs.push(run.secs);
                     ok &= run.all_completed;
                     locks.add(run.locks.unwrap_or_default());
+                    cpu.push(run.cpu);
                 }
                 Err(err) => {
                     eprintln!("xtask: bench workers: {err:#}");
@@ -483,9 +497,29 @@ fn with_latency(
             (Some(x), Some(b)) if b > 0.0 => format!("{:.2}x", x / b),
             _ => "-".into(),
         };
+        let steps = (LATENCY_RUNS * STEPS_PER_RUN) as f64;
+        let per_step = |f: fn(&CpuUse) -> f64| {
+            let mut v: Vec<f64> = cpu.iter().map(|c| 1e3 * f(c) / steps).collect();
+            if v.is_empty() {
+                "-".to_string()
+            } else {
+                format!("{:.2}", median(&mut v))
+            }
+        };
+        let (all, workers_ms, postgres_ms) = (
+            per_step(|c| c.busy_s),
+            per_step(|c| c.processes_s),
+            per_step(|c| c.postgres_s),
+        );
+        let mut busy: Vec<f64> = cpu.iter().map(|c| 100.0 * c.busy).collect();
+        let busy = if busy.is_empty() {
+            "-".to_string()
+        } else {
+            format!("{:.0}%", median(&mut busy))
+        };
         let _ = writeln!(
             md,
-            "| {workers} | {} | {ratio} | {} of {} | {} | {} |",
+            "| {workers} | {} | {ratio} | {} of {} | {} | {busy} | {all} | {workers_ms} | {postgres_ms} | {} |",
             sps.map_or("-".into(), |v| format!("{v:.0}")),
             locks.with_waits,
             locks.samples,
