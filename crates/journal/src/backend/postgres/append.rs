@@ -3,7 +3,8 @@
 //! path").
 //!
 //! - A durable batch without dedup keys, conditions or fences is one statement in its own
-//!   implicit transaction ([`PLAIN_SQL`]): one round trip.
+//!   implicit transaction ([`SINGLE_SQL`] for one event, [`PLAIN_SQL`] for more): one
+//!   round trip.
 //! - Any other batch is a transaction of at most five round trips: BEGIN; the locks, then
 //!   the id and the seqs ([`LOCK_SQL`]); what the plan reads, under the locks and in a
 //!   snapshot taken after them ([`READ_SQL`], when the batch has anything to read); the
@@ -44,6 +45,18 @@ written AS (\
     unnest($3::text[], $4::text[], $5::text[], $6::int8[], $7::int8[]) \
     WITH ORDINALITY AS e(thread, kind, payload, at, epoch, ord) ON e.ord = s.ord) \
 SELECT seq FROM seqs ORDER BY ord";
+
+/// [`PLAIN_SQL`] for a batch of one event, the common awaited append: the same order (the
+/// thread's lock, then the id projected from the lock's row, then the seq, which the
+/// `CASE` makes wait for the id) without the arrays, the sort and the join.
+const SINGLE_SQL: &str = "\
+WITH txn AS MATERIALIZED (\
+    SELECT pg_current_xact_id()::text::bigint AS id FROM \
+    (SELECT pg_advisory_xact_lock(hashtextextended($2, $1))) AS locked) \
+INSERT INTO journal_events (seq, thread, kind, payload, at, dedup_key, epoch, tx) \
+SELECT CASE WHEN txn.id IS NOT NULL THEN nextval('journal_seq') END, \
+    $2, $3, $4, $5, NULL, $6, txn.id FROM txn \
+RETURNING seq";
 
 /// The transaction's first statement: the threads' locks in key order; then its id and
 /// a block of `$4` seqs (one per event of the batch, the most it can write), both
@@ -103,6 +116,18 @@ pub(super) async fn plain(
     batch: &[Request],
 ) -> Result<Vec<Answer>, sqlx::Error> {
     let events: Vec<&Prepared> = batch.iter().flat_map(|r| &r.events).collect();
+    if let [event] = events.as_slice() {
+        let seq: i64 = sqlx::query_scalar(SINGLE_SQL)
+            .bind(THREAD_LOCK_SEED)
+            .bind(event.thread.as_str())
+            .bind(event.kind.as_str())
+            .bind(event.payload.as_str())
+            .bind(event.at)
+            .bind(event.epoch)
+            .fetch_one(&mut *conn)
+            .await?;
+        return Ok(batch::plan_with(batch, || seq, HashMap::new(), Conditions::default()).acks);
+    }
     let seqs: Vec<i64> = sqlx::query_scalar(PLAIN_SQL)
         .bind(THREAD_LOCK_SEED)
         .bind(batch_threads(batch))
