@@ -199,6 +199,7 @@ async fn main() {
     match a.mode.as_str() {
         "single" => {
             for i in 0..a.repeat {
+                let before = journal.stats();
                 let t = Instant::now();
                 let report = host
                     .start(
@@ -209,10 +210,15 @@ async fn main() {
                     .expect("run");
                 let secs = t.elapsed().as_secs_f64();
                 let (steps, ok) = outcome(&report.end, &report.state);
+                // Commits that waited for the disk: all but the relaxed-only ones.
+                let after = journal.stats();
+                let durable = (after.commits - before.commits)
+                    - (after.relaxed_commits - before.relaxed_commits);
                 println!(
                     "{}",
                     json!({"bench": "single", "label": a.label, "repeat": i, "tool_steps": a.steps,
-                           "model_steps": steps, "secs": secs, "steps_per_s": steps as f64 / secs, "ok": ok})
+                           "model_steps": steps, "secs": secs, "steps_per_s": steps as f64 / secs, "ok": ok,
+                           "durable_commits_per_step": durable as f64 / steps.max(1) as f64})
                 );
             }
         }

@@ -38,6 +38,33 @@ impl EndpointArgs {
         }
     }
 
+    /// [`connect`](Self::connect), sharing one client per API address through `clients`
+    /// (a worker's runs then share a connection pool, and the system's root certificates
+    /// are read once, not for every run); an emulator is started per call as before.
+    pub async fn connect_shared(
+        &self,
+        recorded: Option<&RunEndpoint>,
+        clients: &std::sync::Mutex<std::collections::HashMap<Option<String>, Client>>,
+    ) -> anyhow::Result<(Client, Option<MockServer>)> {
+        let base_url = match RunEndpoint::for_resume(self.given(), recorded)? {
+            Some(RunEndpoint::Url(url)) => Some(url),
+            None => None,
+            Some(RunEndpoint::Mock | RunEndpoint::MockScript(_)) => {
+                return self.connect(recorded).await;
+            }
+        };
+        let mut clients = clients
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(client) = clients.get(&base_url) {
+            return Ok((client.clone(), None));
+        }
+        let config = ClientConfig::from_env(base_url.as_deref()).map_err(setup_error)?;
+        let client = Client::new(config).map_err(setup_error)?;
+        clients.insert(base_url, client.clone());
+        Ok((client, None))
+    }
+
     /// A client for these options; when none is given, for `recorded` (what the run was
     /// started with). The emulator, if any, runs until the returned server is dropped.
     pub async fn connect(

@@ -64,6 +64,8 @@ pub(crate) struct CliConnector {
     /// Read connections: on PostgreSQL every live tail (one per driven run, more while it
     /// waits for a decision) holds one for its LISTEN.
     read_connections: u32,
+    /// One API client per base URL, shared by the runs this worker drives.
+    clients: std::sync::Mutex<std::collections::HashMap<Option<String>, agent_responses::Client>>,
 }
 
 impl Connector for CliConnector {
@@ -81,7 +83,7 @@ impl Connector for CliConnector {
         Box::pin(async move {
             let (client, server) = self
                 .endpoint
-                .connect(spec.endpoint.as_ref())
+                .connect_shared(spec.endpoint.as_ref(), &self.clients)
                 .await
                 .map_err(|err| HostError::Connect(format!("{err:#}")))?;
             let tools = super::load_tool_config(std::path::Path::new(&spec.workspace), &self.mcp)?;
@@ -183,6 +185,7 @@ pub async fn worker(global: &GlobalArgs, args: WorkerArgs) -> anyhow::Result<Exi
         mcp: args.mcp,
         sandbox_floor: args.sandbox,
         read_connections: WorkerConfig::read_connections(config.concurrency),
+        clients: Default::default(),
     });
     let stop = CancellationToken::new();
     let second_signal = agent_host::signals::stop_on_signals(stop.clone())?;
@@ -239,6 +242,7 @@ pub(crate) fn in_process(
         mcp: Vec::new(),
         sandbox_floor: None,
         read_connections: WorkerConfig::read_connections(concurrency),
+        clients: Default::default(),
     });
     tokio::spawn(run_worker(connector, config, Arc::new(Logged), stop))
 }
