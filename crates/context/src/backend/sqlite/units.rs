@@ -5,8 +5,9 @@
 
 use rusqlite::{Connection, OptionalExtension as _, Row, TransactionBehavior, params};
 
+use super::relaxed::with_relaxed_sync;
 use super::{SqliteBackend, ThreadIds, index};
-use crate::backend::UnitStore;
+use crate::backend::{AppendCommit, UnitStore};
 use crate::error::{ContextError, Result, is_sqlite_unique_violation};
 use crate::store::ThreadInfo;
 use crate::unit::{Prepared, TermPlan, Unit, decode};
@@ -32,7 +33,12 @@ impl UnitStore for SqliteBackend {
     /// the store's bound: then the whole tail is folded in this same transaction (the
     /// write path pays for the index only for threads that outgrow the bound), on the
     /// writer thread.
-    async fn append(&self, thread: &str, units: Vec<Prepared>) -> Result<u64> {
+    async fn append(
+        &self,
+        thread: &str,
+        units: Vec<Prepared>,
+        commit: AppendCommit,
+    ) -> Result<u64> {
         let thread = thread.to_string();
         let threads = self.threads.clone();
         let fold = self.fold.clone();
@@ -41,55 +47,61 @@ impl UnitStore for SqliteBackend {
         // unless it folds: a fold takes milliseconds, too long for an async caller.
         self.db
             .write_short(move |conn, inline| {
-                let count = i64::try_from(units.len()).unwrap_or(i64::MAX);
-                let bytes: u64 = units.iter().map(|u| u.body.len() as u64).sum();
-                let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-                let (thread_id, last, indexed, tail): (i64, i64, i64, i64) = tx
-                    .prepare_cached(
-                        "INSERT INTO context_threads (thread, last_seq, tail_bytes) \
+                let append = |conn: &mut Connection| -> Result<Option<u64>> {
+                    let count = i64::try_from(units.len()).unwrap_or(i64::MAX);
+                    let bytes: u64 = units.iter().map(|u| u.body.len() as u64).sum();
+                    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+                    let (thread_id, last, indexed, tail): (i64, i64, i64, i64) = tx
+                        .prepare_cached(
+                            "INSERT INTO context_threads (thread, last_seq, tail_bytes) \
                          VALUES (?1, ?2, ?3) \
                          ON CONFLICT (thread) DO UPDATE SET last_seq = last_seq + ?2, \
                          tail_bytes = tail_bytes + ?3 \
                          RETURNING id, last_seq, indexed_seq, tail_bytes",
-                    )?
-                    .query_row(
-                        params![thread, count, i64::try_from(bytes).unwrap_or(i64::MAX)],
-                        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
-                    )?;
-                let tail = u64::try_from(tail).unwrap_or_default();
-                let over_bound = tail > tail_bound;
-                if over_bound && inline {
-                    // Declined: the transaction rolls back when dropped.
-                    return Ok(None);
-                }
-                if thread_id > MAX_THREAD_ID {
-                    return Err(ContextError::TooManyThreads);
-                }
-                if last > MAX_SEQ {
-                    return Err(ContextError::ThreadFull(thread.clone()));
-                }
-                let first = last - count + 1;
-                for (chunk_no, chunk) in units.chunks(INSERT_CHUNK).enumerate() {
-                    let first = first + i64::try_from(chunk_no * INSERT_CHUNK).unwrap_or(0);
-                    match insert_units(&tx, thread_id, first, chunk) {
-                        Ok(()) => {}
-                        Err(err) if is_sqlite_unique_violation(&err) => {
-                            return Err(duplicate_in(&tx, &thread, thread_id, chunk));
-                        }
-                        Err(err) => return Err(err.into()),
+                        )?
+                        .query_row(
+                            params![thread, count, i64::try_from(bytes).unwrap_or(i64::MAX)],
+                            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+                        )?;
+                    let tail = u64::try_from(tail).unwrap_or_default();
+                    let over_bound = tail > tail_bound;
+                    if over_bound && inline {
+                        // Declined: the transaction rolls back when dropped.
+                        return Ok(None);
                     }
+                    if thread_id > MAX_THREAD_ID {
+                        return Err(ContextError::TooManyThreads);
+                    }
+                    if last > MAX_SEQ {
+                        return Err(ContextError::ThreadFull(thread.clone()));
+                    }
+                    let first = last - count + 1;
+                    for (chunk_no, chunk) in units.chunks(INSERT_CHUNK).enumerate() {
+                        let first = first + i64::try_from(chunk_no * INSERT_CHUNK).unwrap_or(0);
+                        match insert_units(&tx, thread_id, first, chunk) {
+                            Ok(()) => {}
+                            Err(err) if is_sqlite_unique_violation(&err) => {
+                                return Err(duplicate_in(&tx, &thread, thread_id, chunk));
+                            }
+                            Err(err) => return Err(err.into()),
+                        }
+                    }
+                    if over_bound {
+                        index::fold_range(&tx, thread_id, indexed, last, tail)?;
+                    }
+                    tx.commit()?;
+                    if !over_bound {
+                        fold.set_pending();
+                    }
+                    if let Ok(mut map) = threads.lock() {
+                        map.entry(thread.clone()).or_insert(thread_id);
+                    }
+                    Ok(Some(u64::try_from(last).unwrap_or_default()))
+                };
+                match commit {
+                    AppendCommit::Durable => append(conn),
+                    AppendCommit::Relaxed => with_relaxed_sync(conn, append),
                 }
-                if over_bound {
-                    index::fold_range(&tx, thread_id, indexed, last, tail)?;
-                }
-                tx.commit()?;
-                if !over_bound {
-                    fold.set_pending();
-                }
-                if let Ok(mut map) = threads.lock() {
-                    map.entry(thread.clone()).or_insert(thread_id);
-                }
-                Ok(Some(u64::try_from(last).unwrap_or_default()))
             })
             .await
     }
@@ -221,6 +233,19 @@ impl UnitStore for SqliteBackend {
                     })
                 })?;
                 Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+            })
+            .await
+    }
+
+    async fn thread_units(&self, thread: &str) -> Result<u64> {
+        let thread = thread.to_string();
+        self.db
+            .read(move |conn| {
+                let last: Option<i64> = conn
+                    .prepare_cached("SELECT last_seq FROM context_threads WHERE thread = ?1")?
+                    .query_row(params![thread], |r| r.get(0))
+                    .optional()?;
+                Ok(last.map_or(0, |n| u64::try_from(n).unwrap_or_default()))
             })
             .await
     }
