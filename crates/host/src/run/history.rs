@@ -96,44 +96,52 @@ pub fn units_of(state: &RunState) -> Vec<HistoryUnit> {
 /// Appends the units of `state` that its context thread lacks; returns how many were
 /// written (0 when caught up). See the module invariants.
 ///
-/// The units the thread lacks are first tried as one `append_units` batch (one transaction,
-/// one disk sync, where one per unit made the first `runs search --all` over many runs
-/// wait mostly for syncs); when the batch is refused (a unit already held, one over the
-/// limits), unit by unit as below.
+/// The units the thread lacks are first tried as one batch (one transaction, where one per
+/// unit made the first `runs search --all` over many runs wait mostly for disk syncs); when
+/// the batch is refused (a unit already held, one over the limits), unit by unit as below.
+/// Appends are [`append_derived_units`](ContextStore::append_derived_units): their commits
+/// do not wait for the disk, since a batch lost to a power cut is derived again by the next
+/// catch-up.
 ///
 /// # Cancel safety
 /// Each append is atomic (the batch, or one unit): dropped midway, the units written stay
 /// and the next call appends the rest (a unit already held is skipped).
 pub async fn catch_up(store: &ContextStore, state: &RunState) -> Result<usize, HistoryError> {
     let thread = kinds::thread_of(&state.id);
-    let units = units_of(state);
-    let held = store
-        .threads()
-        .await?
-        .into_iter()
-        .find(|t| t.thread == thread)
-        .map_or(0, |t| t.units);
+    let mut units = units_of(state);
+    // One row read (not a listing of every thread): a catch-up over all runs stays O(runs).
+    let held = store.thread_units(&thread).await?;
     if held == units.len() as u64 {
         return Ok(0);
     }
     // Units are appended in history order, so the thread usually holds a prefix.
-    let suffix = usize::try_from(held)
-        .ok()
-        .and_then(|held| units.get(held..))
-        .unwrap_or_default();
-    let batch: Vec<NewUnit> = suffix
-        .iter()
-        .map(|u| NewUnit {
-            unit: u.id.clone(),
-            items: u.items.clone(),
-        })
-        .collect();
-    if !batch.is_empty() && store.append_units(&thread, &batch).await.is_ok() {
-        return Ok(batch.len());
+    let missing: Vec<NewUnit> = match usize::try_from(held) {
+        Ok(held) if held < units.len() => units
+            .split_off(held)
+            .into_iter()
+            .map(|u| NewUnit {
+                unit: u.id,
+                items: u.items,
+            })
+            .collect(),
+        _ => Vec::new(),
+    };
+    if !missing.is_empty() && store.append_derived_units(&thread, &missing).await.is_ok() {
+        return Ok(missing.len());
     }
+    let all = units
+        .into_iter()
+        .map(|u| NewUnit {
+            unit: u.id,
+            items: u.items,
+        })
+        .chain(missing);
     let mut written = 0;
-    for unit in &units {
-        match store.append_unit(&thread, &unit.id, &unit.items).await {
+    for unit in all {
+        match store
+            .append_derived_units(&thread, std::slice::from_ref(&unit))
+            .await
+        {
             Ok(_) => written += 1,
             Err(ContextError::DuplicateUnit { .. }) => {}
             Err(
@@ -144,7 +152,7 @@ pub async fn catch_up(store: &ContextStore, state: &RunState) -> Result<usize, H
                 | ContextError::UnpairedCalls { .. }
                 | ContextError::DuplicateCallId { .. }),
             ) => {
-                tracing::warn!(run = %state.id, unit = %unit.id, error = %err, "history unit not stored; search will not find it");
+                tracing::warn!(run = %state.id, unit = %unit.unit, error = %err, "history unit not stored; search will not find it");
             }
             Err(err) => return Err(err.into()),
         }
@@ -176,6 +184,10 @@ pub struct Hit {
 /// Searches the history of `run_id` (every run when `None`, newest first) for `term`,
 /// catching each run up first; at most `limit` hits in all.
 ///
+/// Runs are read from the journal one ahead: the next run is read and folded while this
+/// one's catch-up commits on the store's writer (on a file, another thread), so the two
+/// costs of a first search over many runs overlap instead of adding up.
+///
 /// # Cancel safety
 /// As [`catch_up`]: units written before the drop stay; the search itself only reads.
 pub async fn search(
@@ -194,13 +206,23 @@ pub async fn search(
         if hits.len() >= limit {
             break;
         }
-        catch_up(store, &state).await?;
-        let found = store
-            .search(&kinds::thread_of(&state.id), term, limit - hits.len())
-            .await?;
-        hits.extend(found.iter().map(|unit| hit(&state, unit, term)));
+        hits.extend(search_run(store, &state, term, limit - hits.len()).await?);
     }
     Ok(hits)
+}
+
+/// [`catch_up`] `state`, then its hits for `term` (at most `limit`).
+async fn search_run(
+    store: &ContextStore,
+    state: &RunState,
+    term: &str,
+    limit: usize,
+) -> Result<Vec<Hit>, HistoryError> {
+    catch_up(store, state).await?;
+    let found = store
+        .search(&kinds::thread_of(&state.id), term, limit)
+        .await?;
+    Ok(found.iter().map(|unit| hit(state, unit, term)).collect())
 }
 
 fn hit(state: &RunState, unit: &Unit, term: &str) -> Hit {
