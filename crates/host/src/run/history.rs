@@ -22,6 +22,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use crate::error::HostError;
+use crate::raw_json::RawJson;
 use crate::run::state::{CallProgress, RunState, SteerStatus};
 use crate::run::{self, kinds};
 
@@ -48,25 +49,79 @@ pub struct HistoryUnit {
 
 /// The units of `state`, in history order (each step, then its finished calls).
 pub fn units_of(state: &RunState) -> Vec<HistoryUnit> {
-    let mut units = Vec::new();
+    sources(state).iter().map(Source::unit).collect()
+}
+
+/// What a unit of a run is made of, its items not built yet: a catch-up learns how many
+/// units a run has (and so whether its thread is caught up) without building any.
+enum Source<'a> {
+    /// A step: the steers applied before it, then its output items other than calls.
+    Step {
+        id: String,
+        steers: Vec<&'a str>,
+        output: Vec<&'a RawJson>,
+    },
+    /// A finished call: the model's `function_call` item and the call's output.
+    Call {
+        id: String,
+        made: &'a RawJson,
+        call_id: &'a str,
+        output: &'a str,
+    },
+}
+
+impl Source<'_> {
+    /// The unit. Items came from parsed JSON, so each reads back (see
+    /// `RawJson::to_value`); one that did not would be kept as `null`, which the context
+    /// store refuses (the unit is then skipped with a warning, see [`catch_up`]).
+    fn unit(&self) -> HistoryUnit {
+        let item = |raw: &RawJson| raw.to_value().unwrap_or(Value::Null);
+        match self {
+            Source::Step { id, steers, output } => HistoryUnit {
+                id: id.clone(),
+                items: steers
+                    .iter()
+                    .map(|text| json!({"type": "message", "role": "user", "content": text}))
+                    .chain(output.iter().map(|raw| item(raw)))
+                    .collect(),
+            },
+            Source::Call {
+                id,
+                made,
+                call_id,
+                output,
+            } => HistoryUnit {
+                id: id.clone(),
+                items: vec![
+                    item(made),
+                    json!({"type": "function_call_output", "call_id": call_id,
+                           "output": output}),
+                ],
+            },
+        }
+    }
+}
+
+/// The units of `state` as [`Source`]s, in history order.
+fn sources(state: &RunState) -> Vec<Source<'_>> {
+    let mut sources = Vec::new();
     for step in &state.steps {
-        let mut items: Vec<Value> = state
+        let steers: Vec<&str> = state
             .steers
             .iter()
             .filter(|s| s.status == SteerStatus::Applied { step: step.step })
-            .map(|s| json!({"type": "message", "role": "user", "content": s.text}))
+            .map(|s| s.text.as_str())
             .collect();
-        // Items came from parsed JSON, so each reads back (see `RawJson::to_value`).
-        items.extend(
-            step.output
-                .iter()
-                .filter(|i| i.item_type().as_deref() != Some("function_call"))
-                .filter_map(|i| i.to_value().ok()),
-        );
-        if !items.is_empty() {
-            units.push(HistoryUnit {
+        let output: Vec<&RawJson> = step
+            .output
+            .iter()
+            .filter(|i| i.item_type().as_deref() != Some("function_call"))
+            .collect();
+        if !steers.is_empty() || !output.is_empty() {
+            sources.push(Source::Step {
                 id: format!("step:{}", step.step),
-                items,
+                steers,
+                output,
             });
         }
         for call in state.calls.iter().filter(|c| c.step == step.step) {
@@ -77,20 +132,18 @@ pub fn units_of(state: &RunState) -> Vec<HistoryUnit> {
                 i.item_type().as_deref() == Some("function_call")
                     && i.str_field("call_id").as_deref() == Some(call.call_id.as_str())
             });
-            let Some(made) = made.and_then(|i| i.to_value().ok()) else {
+            let Some(made) = made else {
                 continue;
             };
-            units.push(HistoryUnit {
+            sources.push(Source::Call {
                 id: format!("call:{}", call.call_id),
-                items: vec![
-                    made,
-                    json!({"type": "function_call_output", "call_id": call.call_id,
-                           "output": output.text}),
-                ],
+                made,
+                call_id: &call.call_id,
+                output: &output.text,
             });
         }
     }
-    units
+    sources
 }
 
 /// Appends the units of `state` that its context thread lacks; returns how many were
@@ -108,36 +161,32 @@ pub fn units_of(state: &RunState) -> Vec<HistoryUnit> {
 /// and the next call appends the rest (a unit already held is skipped).
 pub async fn catch_up(store: &ContextStore, state: &RunState) -> Result<usize, HistoryError> {
     let thread = kinds::thread_of(&state.id);
-    let mut units = units_of(state);
+    let sources = sources(state);
     // One row read (not a listing of every thread): a catch-up over all runs stays O(runs).
     let held = store.thread_units(&thread).await?;
-    if held == units.len() as u64 {
+    if held == sources.len() as u64 {
         return Ok(0);
     }
-    // Units are appended in history order, so the thread usually holds a prefix.
-    let missing: Vec<NewUnit> = match usize::try_from(held) {
-        Ok(held) if held < units.len() => units
-            .split_off(held)
-            .into_iter()
-            .map(|u| NewUnit {
-                unit: u.id,
-                items: u.items,
-            })
-            .collect(),
-        _ => Vec::new(),
+    let new_unit = |source: &Source<'_>| {
+        let unit = source.unit();
+        NewUnit {
+            unit: unit.id,
+            items: unit.items,
+        }
     };
+    // Units are appended in history order, so the thread usually holds a prefix.
+    let missing: Vec<NewUnit> = usize::try_from(held)
+        .ok()
+        .and_then(|held| sources.get(held..))
+        .unwrap_or_default()
+        .iter()
+        .map(new_unit)
+        .collect();
     if !missing.is_empty() && store.append_derived_units(&thread, &missing).await.is_ok() {
         return Ok(missing.len());
     }
-    let all = units
-        .into_iter()
-        .map(|u| NewUnit {
-            unit: u.id,
-            items: u.items,
-        })
-        .chain(missing);
     let mut written = 0;
-    for unit in all {
+    for unit in sources.iter().map(new_unit) {
         match store
             .append_derived_units(&thread, std::slice::from_ref(&unit))
             .await
