@@ -12,8 +12,9 @@
 //! - `window` = pinned goal + the last k units, in order, never splitting a unit;
 //!   `window_budget` = as many recent units as fit a byte budget (see its docs).
 //! - `search` is a case-insensitive substring search within one thread, in thread order,
-//!   CJK included, served by a trigram index (SQLite FTS5 `trigram`; PostgreSQL `pg_trgm`
-//!   GIN). Terms under 3 characters fall back to a scan bounded to the thread.
+//!   CJK included, served by a trigram index (SQLite FTS5 `trigram` without positions,
+//!   whose candidates are tested for the term; PostgreSQL `pg_trgm` GIN). Terms under 3
+//!   characters fall back to a scan bounded to the thread.
 //! - The index is deferred, never the results: a unit acknowledged by `append_unit(s)` is
 //!   found by the next `search` and shown by the next `window`. Appends write the units
 //!   only; a fold moves each thread's oldest un-indexed units into the index in batches

@@ -3,7 +3,9 @@
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::backend::{AnyBackend, MemoryStore as _, StoreBackend as _, UnitStore as _, on_backend};
+use crate::backend::{
+    AnyBackend, AppendCommit, MemoryStore as _, StoreBackend as _, UnitStore as _, on_backend,
+};
 use crate::error::{ContextError, Result};
 use crate::limits;
 use crate::memory::{self, Consolidation, Evidence, MemoryEntry, NewEvidence, Revocation};
@@ -106,7 +108,9 @@ impl ContextStore {
         items: &[Value],
     ) -> Result<UnitsAppended> {
         let prepared = unit::prepare(thread, unit, items)?;
-        let position = self.append_prepared(thread, vec![prepared]).await?;
+        let position = self
+            .append_prepared(thread, vec![prepared], AppendCommit::Durable)
+            .await?;
         Ok(UnitsAppended { position })
     }
 
@@ -121,6 +125,36 @@ impl ContextStore {
     /// PostgreSQL it is rolled back, unless dropped while its COMMIT is in flight, when it
     /// may have committed.
     pub async fn append_units(&self, thread: &str, units: &[NewUnit]) -> Result<UnitsAppended> {
+        self.append_batch(thread, units, AppendCommit::Durable)
+            .await
+    }
+
+    /// [`append_units`](Self::append_units) for units the caller can derive again (a run's
+    /// history, re-derived from its journal): the same checks, atomicity and contract (the
+    /// units are found by the next search, in this process or another), but the commit does
+    /// not wait for the disk whatever the store's [`StoreDurability`](crate::StoreDurability)
+    /// (SQLite `synchronous=NORMAL`; PostgreSQL `synchronous_commit=off`). A power cut, or
+    /// on PostgreSQL a server crash, may lose the last such batches, each whole, which the
+    /// caller then appends again; a process crash loses nothing acknowledged.
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`append_units`](Self::append_units).
+    pub async fn append_derived_units(
+        &self,
+        thread: &str,
+        units: &[NewUnit],
+    ) -> Result<UnitsAppended> {
+        self.append_batch(thread, units, AppendCommit::Relaxed)
+            .await
+    }
+
+    async fn append_batch(
+        &self,
+        thread: &str,
+        units: &[NewUnit],
+        commit: AppendCommit,
+    ) -> Result<UnitsAppended> {
         if units.len() > limits::MAX_BATCH_UNITS {
             return Err(ContextError::TooLarge {
                 field: "batch unit count",
@@ -143,12 +177,17 @@ impl ContextStore {
             limits::name("thread", thread)?;
             return Ok(UnitsAppended { position: 0 });
         }
-        let position = self.append_prepared(thread, prepared).await?;
+        let position = self.append_prepared(thread, prepared, commit).await?;
         Ok(UnitsAppended { position })
     }
 
-    async fn append_prepared(&self, thread: &str, units: Vec<unit::Prepared>) -> Result<u64> {
-        on_backend!(&self.backend, b => b.append(thread, units).await)
+    async fn append_prepared(
+        &self,
+        thread: &str,
+        units: Vec<unit::Prepared>,
+        commit: AppendCommit,
+    ) -> Result<u64> {
+        on_backend!(&self.backend, b => b.append(thread, units, commit).await)
     }
 
     /// The pinned goal plus the last `keep_units` units of `thread`, oldest first.
@@ -228,6 +267,18 @@ impl ContextStore {
     /// Cancel safe: it only reads. As for [`window`](Self::window).
     pub async fn threads(&self) -> Result<Vec<ThreadInfo>> {
         on_backend!(&self.backend, b => b.threads().await)
+    }
+
+    /// How many units `thread` holds; 0 for a thread never appended to. Costs one row
+    /// read whatever the number of threads (where [`threads`](Self::threads) lists them
+    /// all), so a caller walking many threads does O(threads) work.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads. As for [`window`](Self::window).
+    pub async fn thread_units(&self, thread: &str) -> Result<u64> {
+        limits::name("thread", thread)?;
+        on_backend!(&self.backend, b => b.thread_units(thread).await)
     }
 
     /// How many units, over all threads, are not in the trigram index yet.

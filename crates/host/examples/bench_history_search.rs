@@ -16,7 +16,8 @@
 //! before issue 38) and `unit_by_unit_index_at_once` (also the catch-up as it was then:
 //! one `append_unit` per unit, see [`search_unit_by_unit`]).
 //!
-//! Usage: `bench_history_search [--runs 1000] [--steps 100]`.
+//! Usage: `bench_history_search [--runs 1000] [--steps 100] [--modes deferred,index_at_once]`
+//! (`--modes`: a comma-separated subset of the modes, all three by default).
 
 use std::time::Instant;
 
@@ -144,11 +145,16 @@ async fn search_all(url: &str, options: ContextOptions, mode: &str, runs: usize,
         .await
         .unwrap();
     let again = t.elapsed().as_secs_f64();
+    // The part both modes share: reading every run back from the journal.
+    let t = Instant::now();
+    let listed = agent_host::run::list(&journal).await.unwrap();
+    let replay = t.elapsed().as_secs_f64();
+    assert_eq!(listed.len(), runs);
     let backlog = store.index_backlog().await.unwrap();
     println!(
         "{}",
         json!({"bench": format!("runs_search_all_first_{mode}"), "runs": runs, "steps": steps,
-               "units_caught_up": units, "first_s": first, "second_s": again, "backlog_after": backlog})
+               "units_caught_up": units, "first_s": first, "second_s": again, "replay_s": replay, "backlog_after": backlog})
     );
     store.close().await;
     journal.close().await;
@@ -159,6 +165,11 @@ async fn main() {
     let args: Vec<String> = std::env::args().collect();
     let runs = arg(&args, "--runs", 1000);
     let steps = arg(&args, "--steps", 100);
+    let modes: Option<Vec<String>> = args
+        .iter()
+        .position(|a| a == "--modes")
+        .and_then(|i| args.get(i + 1))
+        .map(|v| v.split(',').map(str::to_string).collect());
     let dir = tempfile::tempdir().unwrap();
     let seed = dir.path().join("journal.db");
     write_runs(&format!("sqlite://{}", seed.display()), runs, steps).await;
@@ -172,7 +183,14 @@ async fn main() {
             ContextOptions::default().index_tail_bytes(0),
         ),
         ("deferred", ContextOptions::default()),
+        (
+            "deferred_normal",
+            ContextOptions::default().durability(agent_context::StoreDurability::Normal),
+        ),
     ] {
+        if modes.as_ref().is_some_and(|m| !m.iter().any(|m| m == mode)) {
+            continue;
+        }
         let path = dir.path().join(format!("{mode}.db"));
         std::fs::copy(&seed, &path).unwrap();
         // The journal may leave its last commits in the WAL.

@@ -20,11 +20,23 @@ use crate::unit::{Prepared, TermPlan, Unit};
 pub(crate) use postgres::PgBackend;
 pub(crate) use sqlite::SqliteBackend;
 
+/// Whether an append's commit waits for the disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AppendCommit {
+    /// At the store's durability (SQLite) or the server's `synchronous_commit` (PostgreSQL).
+    Durable,
+    /// Without waiting for the disk, for units the caller can derive again: a power cut
+    /// (or a PostgreSQL server crash) may lose the last such appends whole, never part of
+    /// one, and never an earlier durable commit.
+    Relaxed,
+}
+
 /// History units: appends, windows, search.
 pub(crate) trait UnitStore {
     /// Appends `units` at the end of `thread` in one transaction, all or none; returns the
     /// position of the last one.
-    async fn append(&self, thread: &str, units: Vec<Prepared>) -> Result<u64>;
+    async fn append(&self, thread: &str, units: Vec<Prepared>, commit: AppendCommit)
+    -> Result<u64>;
 
     /// The newest `keep` units, oldest first, with the sum of their stored sizes.
     async fn window(&self, thread: &str, keep: usize) -> Result<(Vec<Unit>, u64)>;
@@ -43,6 +55,9 @@ pub(crate) trait UnitStore {
 
     /// Every thread with its unit count, by name.
     async fn threads(&self) -> Result<Vec<ThreadInfo>>;
+
+    /// How many units `thread` holds (0 for an unknown thread): one row read.
+    async fn thread_units(&self, thread: &str) -> Result<u64>;
 
     /// How many units (all threads) are not in the trigram index yet.
     async fn index_backlog(&self) -> Result<u64>;

@@ -288,7 +288,14 @@ async fn batch_is_all_or_nothing(db: common::Db) {
         matches!(&err, ContextError::DuplicateUnit { unit, .. } if unit == "b2"),
         "{err}"
     );
+    assert_eq!(
+        s.thread_units("t").await.unwrap(),
+        2,
+        "a refused batch counts nothing"
+    );
     assert_eq!(s.append_units("t", &[b3]).await.unwrap().position, 3);
+    assert_eq!(s.thread_units("t").await.unwrap(), 3);
+    assert_eq!(s.thread_units("never-written").await.unwrap(), 0);
     // Large batches (several INSERT chunks) keep order and positions.
     let many: Vec<NewUnit> = (0..2500)
         .map(|i| NewUnit {
@@ -327,6 +334,49 @@ async fn batch_is_all_or_nothing(db: common::Db) {
             .unwrap()
             .position,
         2501
+    );
+    // Derived units (commit not waiting for the disk): the same checks and all-or-none
+    // batch, found by the next search and shown by the next window like any other.
+    let derived: Vec<NewUnit> = (0..3)
+        .map(|i| NewUnit {
+            unit: format!("d{i}"),
+            items: msg(&format!("derived needle {i}")),
+        })
+        .collect();
+    assert!(matches!(
+        s.append_derived_units("bulk", &[derived[0].clone(), derived[0].clone()])
+            .await
+            .unwrap_err(),
+        ContextError::DuplicateUnit { .. }
+    ));
+    assert_eq!(
+        s.append_derived_units("bulk", &derived)
+            .await
+            .unwrap()
+            .position,
+        2504
+    );
+    let found = s.search("bulk", "DERIVED NEEDLE", 5).await.unwrap();
+    assert_eq!(
+        found.iter().map(|u| u.unit.as_str()).collect::<Vec<_>>(),
+        ["d0", "d1", "d2"]
+    );
+    assert_eq!(
+        units_of(&s.window("bulk", "g", 2).await.unwrap()),
+        ["d1", "d2"]
+    );
+    assert!(matches!(
+        s.append_derived_units("bulk", &derived[1..2]).await.unwrap_err(),
+        ContextError::DuplicateUnit { unit, .. } if unit == "d1"
+    ));
+    assert_eq!(s.thread_units("bulk").await.unwrap(), 2504);
+    // A durable append after a derived one is as before.
+    assert_eq!(
+        s.append_unit("bulk", "n1", &msg("n"))
+            .await
+            .unwrap()
+            .position,
+        2505
     );
 }
 

@@ -150,10 +150,19 @@ fn check_sqlite_index(url: &str, round: usize) {
                 .find(|w| w.starts_with("tok-"))
                 .unwrap()
                 .to_string();
+            // The index keeps no positions (schema v3): every trigram of the token, on
+            // this unit's row.
+            let chars: Vec<char> = token.chars().collect();
+            let query = chars
+                .windows(3)
+                .map(|g| format!("\"{}\"", g.iter().collect::<String>()))
+                .collect::<Vec<_>>()
+                .join(" AND ");
             let in_index: i64 = tx
                 .query_row(
-                    "SELECT count(*) FROM context_units_fts WHERE context_units_fts MATCH ?1",
-                    [format!("\"{token}\"")],
+                    "SELECT count(*) FROM context_units_fts \
+                     WHERE context_units_fts MATCH ?1 AND rowid = ?2",
+                    rusqlite::params![query, (id << 32) | seq],
                     |r| r.get(0),
                 )
                 .unwrap();

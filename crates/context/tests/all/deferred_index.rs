@@ -87,6 +87,54 @@ async fn found_at_every_point_of_the_fold(db: common::Db) {
     s.pause_index_fold(false).await.unwrap();
 }
 
+/// Through the index (units past the part a search tests directly, all folded): a term is
+/// matched as a substring, across word boundaries and in CJK, and a unit holding every
+/// trigram of a term but not the term itself is no hit (the SQLite index keeps no
+/// positions, so it offers such units as candidates and the search must drop them).
+async fn index_hits_are_substrings_not_trigram_sets(db: common::Db) {
+    let s = &db.store;
+    let text = |t: &str| vec![json!({"type": "message", "text": t})];
+    for i in 1..=UNITS {
+        s.append_unit("t", &format!("f{i}"), &text(&format!("filler {i}")))
+            .await
+            .unwrap();
+    }
+    let probes = [
+        ("spans", "Build FAILED in Login module"),
+        ("scattered", "xabc bcd cde in logi gin"),
+        ("cjk", "错误码 E42 是旧登录模块的故障"),
+        ("cjk-scattered", "登录模 录模块"),
+    ];
+    for (id, t) in probes {
+        s.append_unit("t", id, &text(t)).await.unwrap();
+    }
+    while s.fold_index_step(1000).await.unwrap() > 0 {}
+    assert_eq!(s.index_backlog().await.unwrap(), 0);
+    let hits = |found: Vec<agent_context::Unit>| -> Vec<String> {
+        found.into_iter().map(|u| u.unit).collect()
+    };
+    for (term, want) in [
+        ("d in lo", vec!["spans"]),
+        ("FAILED IN LOGIN MODULE", vec!["spans"]),
+        ("abcde", vec![]),
+        ("abc bcd", vec!["scattered"]),
+        ("login", vec!["spans"]),
+        ("登录模块", vec!["cjk"]),
+        ("旧登录模块的", vec!["cjk"]),
+        ("录模", vec!["cjk", "cjk-scattered"]),
+        ("模 录", vec!["cjk-scattered"]),
+        ("模块的故", vec!["cjk"]),
+        ("块的故障x", vec![]),
+    ] {
+        assert_eq!(
+            hits(s.search("t", term, 1).await.unwrap()),
+            want[..want.len().min(1)],
+            "{term}, limit 1"
+        );
+        assert_eq!(hits(s.search("t", term, 10).await.unwrap()), want, "{term}");
+    }
+}
+
 async fn appends_over_the_bound_fold_at_once(db: common::Db) {
     let s = &db.store;
     s.pause_index_fold(true).await.unwrap();
@@ -198,6 +246,7 @@ async fn concurrent_appends_are_found_at_once(db: common::Db) {
 }
 
 agent_testkit::backend_tests!(common, [sqlite, postgres, memory]: found_at_every_point_of_the_fold);
+agent_testkit::backend_tests!(common, [sqlite, postgres, memory]: index_hits_are_substrings_not_trigram_sets);
 agent_testkit::backend_tests!(common, [sqlite, postgres, memory]: background_fold_catches_up);
 agent_testkit::backend_tests!(common, [sqlite, postgres, memory]: background_fold_catches_up_after_single_appends);
 agent_testkit::backend_tests!(common, [sqlite, postgres, memory]: concurrent_appends_are_found_at_once);
@@ -298,16 +347,102 @@ mod sqlite {
         let version: i64 = conn
             .query_row("SELECT max(version) FROM context_schema", [], |r| r.get(0))
             .unwrap();
-        assert_eq!(version, 2);
+        assert_eq!(version, 3);
         // The three v1 units are in the index (once each), the new one is not yet.
         let in_index: i64 = conn
             .query_row(
-                "SELECT count(*) FROM context_units_fts WHERE context_units_fts MATCH 'needle'",
+                "SELECT count(*) FROM context_units_fts WHERE context_units_fts MATCH '\"nee\"'",
                 [],
                 |r| r.get(0),
             )
             .unwrap();
         assert_eq!(in_index, 3);
+    }
+
+    /// A file written by schema v2 (an index with positions, `detail=full`) with a thread
+    /// partly folded opens, is migrated to v3 in place: the new index holds exactly the
+    /// units the old one did (at or below the watermark, once each), the tail is folded
+    /// later as before, and every unit is found at every point.
+    #[tokio::test]
+    async fn v2_database_upgrades_in_place() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("v2.db");
+        let folded_before = 40i64;
+        {
+            let conn = rusqlite::Connection::open(&path).unwrap();
+            conn.execute_batch(include_str!("../../migrations/sqlite/0001_context.sql"))
+                .unwrap();
+            conn.execute_batch(include_str!(
+                "../../migrations/sqlite/0002_deferred_index.sql"
+            ))
+            .unwrap();
+            conn.execute_batch(
+                "CREATE TABLE context_schema (version INTEGER NOT NULL);
+                 INSERT INTO context_schema (version) VALUES (1), (2);",
+            )
+            .unwrap();
+            let mut tail = 0i64;
+            for i in 1..=UNITS as i64 {
+                let body = serde_json::to_string(&unit(i as usize)).unwrap();
+                conn.execute(
+                    "INSERT INTO context_units (id, unit, size, body, folded) \
+                     VALUES (?1, ?2, ?3, ?4, ?5)",
+                    rusqlite::params![
+                        (1i64 << 32) | i,
+                        format!("u{i}"),
+                        body.len() as i64,
+                        body,
+                        agent_context::fold(&body)
+                    ],
+                )
+                .unwrap();
+                if i > folded_before {
+                    tail += body.len() as i64;
+                }
+            }
+            conn.execute(
+                "INSERT INTO context_threads (id, thread, last_seq, indexed_seq, tail_bytes) \
+                 VALUES (1, 't', ?1, ?2, ?3)",
+                rusqlite::params![UNITS as i64, folded_before, tail],
+            )
+            .unwrap();
+            // The v2 fold: the watermark's units into the index with positions.
+            conn.execute(
+                "INSERT INTO context_units_fts (rowid, folded) \
+                 SELECT id, folded FROM context_units WHERE id <= ?1",
+                [(1i64 << 32) | folded_before],
+            )
+            .unwrap();
+        }
+        let url = format!("sqlite://{}", path.display());
+        let store = ContextStore::open(&url).await.unwrap();
+        store.pause_index_fold(true).await.unwrap();
+        let unfolded = UNITS as u64 - folded_before as u64;
+        assert_eq!(store.index_backlog().await.unwrap(), unfolded);
+        {
+            let conn = rusqlite::Connection::open(&path).unwrap();
+            let version: i64 = conn
+                .query_row("SELECT max(version) FROM context_schema", [], |r| r.get(0))
+                .unwrap();
+            assert_eq!(version, 3);
+            let (in_index, lowest, highest): (i64, i64, i64) = conn
+                .query_row(
+                    "SELECT count(*), min(rowid & 4294967295), max(rowid & 4294967295) \
+                     FROM context_units_fts WHERE context_units_fts MATCH '\"nee\"'",
+                    [],
+                    |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+                )
+                .unwrap();
+            assert_eq!(
+                (in_index, lowest, highest),
+                (folded_before, 1, folded_before)
+            );
+        }
+        all_found(&store, UNITS, "upgraded from v2").await;
+        while store.fold_index_step(7).await.unwrap() > 0 {}
+        assert_eq!(store.index_backlog().await.unwrap(), 0);
+        all_found(&store, UNITS, "upgraded from v2, then folded").await;
+        store.close().await;
     }
 }
 

@@ -22,6 +22,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use crate::error::HostError;
+use crate::raw_json::RawJson;
 use crate::run::state::{CallProgress, RunState, SteerStatus};
 use crate::run::{self, kinds};
 
@@ -48,25 +49,79 @@ pub struct HistoryUnit {
 
 /// The units of `state`, in history order (each step, then its finished calls).
 pub fn units_of(state: &RunState) -> Vec<HistoryUnit> {
-    let mut units = Vec::new();
+    sources(state).iter().map(Source::unit).collect()
+}
+
+/// What a unit of a run is made of, its items not built yet: a catch-up learns how many
+/// units a run has (and so whether its thread is caught up) without building any.
+enum Source<'a> {
+    /// A step: the steers applied before it, then its output items other than calls.
+    Step {
+        id: String,
+        steers: Vec<&'a str>,
+        output: Vec<&'a RawJson>,
+    },
+    /// A finished call: the model's `function_call` item and the call's output.
+    Call {
+        id: String,
+        made: &'a RawJson,
+        call_id: &'a str,
+        output: &'a str,
+    },
+}
+
+impl Source<'_> {
+    /// The unit. Items came from parsed JSON, so each reads back (see
+    /// `RawJson::to_value`); one that did not would be kept as `null`, which the context
+    /// store refuses (the unit is then skipped with a warning, see [`catch_up`]).
+    fn unit(&self) -> HistoryUnit {
+        let item = |raw: &RawJson| raw.to_value().unwrap_or(Value::Null);
+        match self {
+            Source::Step { id, steers, output } => HistoryUnit {
+                id: id.clone(),
+                items: steers
+                    .iter()
+                    .map(|text| json!({"type": "message", "role": "user", "content": text}))
+                    .chain(output.iter().map(|raw| item(raw)))
+                    .collect(),
+            },
+            Source::Call {
+                id,
+                made,
+                call_id,
+                output,
+            } => HistoryUnit {
+                id: id.clone(),
+                items: vec![
+                    item(made),
+                    json!({"type": "function_call_output", "call_id": call_id,
+                           "output": output}),
+                ],
+            },
+        }
+    }
+}
+
+/// The units of `state` as [`Source`]s, in history order.
+fn sources(state: &RunState) -> Vec<Source<'_>> {
+    let mut sources = Vec::new();
     for step in &state.steps {
-        let mut items: Vec<Value> = state
+        let steers: Vec<&str> = state
             .steers
             .iter()
             .filter(|s| s.status == SteerStatus::Applied { step: step.step })
-            .map(|s| json!({"type": "message", "role": "user", "content": s.text}))
+            .map(|s| s.text.as_str())
             .collect();
-        // Items came from parsed JSON, so each reads back (see `RawJson::to_value`).
-        items.extend(
-            step.output
-                .iter()
-                .filter(|i| i.item_type().as_deref() != Some("function_call"))
-                .filter_map(|i| i.to_value().ok()),
-        );
-        if !items.is_empty() {
-            units.push(HistoryUnit {
+        let output: Vec<&RawJson> = step
+            .output
+            .iter()
+            .filter(|i| i.item_type().as_deref() != Some("function_call"))
+            .collect();
+        if !steers.is_empty() || !output.is_empty() {
+            sources.push(Source::Step {
                 id: format!("step:{}", step.step),
-                items,
+                steers,
+                output,
             });
         }
         for call in state.calls.iter().filter(|c| c.step == step.step) {
@@ -77,63 +132,65 @@ pub fn units_of(state: &RunState) -> Vec<HistoryUnit> {
                 i.item_type().as_deref() == Some("function_call")
                     && i.str_field("call_id").as_deref() == Some(call.call_id.as_str())
             });
-            let Some(made) = made.and_then(|i| i.to_value().ok()) else {
+            let Some(made) = made else {
                 continue;
             };
-            units.push(HistoryUnit {
+            sources.push(Source::Call {
                 id: format!("call:{}", call.call_id),
-                items: vec![
-                    made,
-                    json!({"type": "function_call_output", "call_id": call.call_id,
-                           "output": output.text}),
-                ],
+                made,
+                call_id: &call.call_id,
+                output: &output.text,
             });
         }
     }
-    units
+    sources
 }
 
 /// Appends the units of `state` that its context thread lacks; returns how many were
 /// written (0 when caught up). See the module invariants.
 ///
-/// The units the thread lacks are first tried as one `append_units` batch (one transaction,
-/// one disk sync, where one per unit made the first `runs search --all` over many runs
-/// wait mostly for syncs); when the batch is refused (a unit already held, one over the
-/// limits), unit by unit as below.
+/// The units the thread lacks are first tried as one batch (one transaction, where one per
+/// unit made the first `runs search --all` over many runs wait mostly for disk syncs); when
+/// the batch is refused (a unit already held, one over the limits), unit by unit as below.
+/// Appends are [`append_derived_units`](ContextStore::append_derived_units): their commits
+/// do not wait for the disk, since a batch lost to a power cut is derived again by the next
+/// catch-up.
 ///
 /// # Cancel safety
 /// Each append is atomic (the batch, or one unit): dropped midway, the units written stay
 /// and the next call appends the rest (a unit already held is skipped).
 pub async fn catch_up(store: &ContextStore, state: &RunState) -> Result<usize, HistoryError> {
     let thread = kinds::thread_of(&state.id);
-    let units = units_of(state);
-    let held = store
-        .threads()
-        .await?
-        .into_iter()
-        .find(|t| t.thread == thread)
-        .map_or(0, |t| t.units);
-    if held == units.len() as u64 {
+    let sources = sources(state);
+    // One row read (not a listing of every thread): a catch-up over all runs stays O(runs).
+    let held = store.thread_units(&thread).await?;
+    if held == sources.len() as u64 {
         return Ok(0);
     }
+    let new_unit = |source: &Source<'_>| {
+        let unit = source.unit();
+        NewUnit {
+            unit: unit.id,
+            items: unit.items,
+        }
+    };
     // Units are appended in history order, so the thread usually holds a prefix.
-    let suffix = usize::try_from(held)
+    let missing: Vec<NewUnit> = usize::try_from(held)
         .ok()
-        .and_then(|held| units.get(held..))
-        .unwrap_or_default();
-    let batch: Vec<NewUnit> = suffix
+        .and_then(|held| sources.get(held..))
+        .unwrap_or_default()
         .iter()
-        .map(|u| NewUnit {
-            unit: u.id.clone(),
-            items: u.items.clone(),
-        })
+        .map(new_unit)
         .collect();
-    if !batch.is_empty() && store.append_units(&thread, &batch).await.is_ok() {
-        return Ok(batch.len());
+    if !missing.is_empty() && store.append_derived_units(&thread, &missing).await.is_ok() {
+        return Ok(missing.len());
     }
     let mut written = 0;
-    for unit in &units {
-        match store.append_unit(&thread, &unit.id, &unit.items).await {
+    for unit in sources.iter().map(new_unit) {
+        match store
+            .append_derived_units(&thread, std::slice::from_ref(&unit))
+            .await
+        {
             Ok(_) => written += 1,
             Err(ContextError::DuplicateUnit { .. }) => {}
             Err(
@@ -144,7 +201,7 @@ pub async fn catch_up(store: &ContextStore, state: &RunState) -> Result<usize, H
                 | ContextError::UnpairedCalls { .. }
                 | ContextError::DuplicateCallId { .. }),
             ) => {
-                tracing::warn!(run = %state.id, unit = %unit.id, error = %err, "history unit not stored; search will not find it");
+                tracing::warn!(run = %state.id, unit = %unit.unit, error = %err, "history unit not stored; search will not find it");
             }
             Err(err) => return Err(err.into()),
         }
@@ -176,6 +233,10 @@ pub struct Hit {
 /// Searches the history of `run_id` (every run when `None`, newest first) for `term`,
 /// catching each run up first; at most `limit` hits in all.
 ///
+/// Runs are read from the journal one ahead: the next run is read and folded while this
+/// one's catch-up commits on the store's writer (on a file, another thread), so the two
+/// costs of a first search over many runs overlap instead of adding up.
+///
 /// # Cancel safety
 /// As [`catch_up`]: units written before the drop stay; the search itself only reads.
 pub async fn search(
@@ -194,13 +255,23 @@ pub async fn search(
         if hits.len() >= limit {
             break;
         }
-        catch_up(store, &state).await?;
-        let found = store
-            .search(&kinds::thread_of(&state.id), term, limit - hits.len())
-            .await?;
-        hits.extend(found.iter().map(|unit| hit(&state, unit, term)));
+        hits.extend(search_run(store, &state, term, limit - hits.len()).await?);
     }
     Ok(hits)
+}
+
+/// [`catch_up`] `state`, then its hits for `term` (at most `limit`).
+async fn search_run(
+    store: &ContextStore,
+    state: &RunState,
+    term: &str,
+    limit: usize,
+) -> Result<Vec<Hit>, HistoryError> {
+    catch_up(store, state).await?;
+    let found = store
+        .search(&kinds::thread_of(&state.id), term, limit)
+        .await?;
+    Ok(found.iter().map(|unit| hit(state, unit, term)).collect())
 }
 
 fn hit(state: &RunState, unit: &Unit, term: &str) -> Hit {

@@ -5,7 +5,7 @@ use sqlx::Row as _;
 use sqlx::postgres::PgRow;
 
 use super::{PgBackend, index, row_placeholders};
-use crate::backend::UnitStore;
+use crate::backend::{AppendCommit, UnitStore};
 use crate::error::{ContextError, Result, is_unique_violation};
 use crate::store::ThreadInfo;
 use crate::unit::{Prepared, TermPlan, Unit, decode};
@@ -19,13 +19,26 @@ impl UnitStore for PgBackend {
     /// sizes to the thread's un-indexed tail, multi-row inserts write them. The index is not
     /// touched unless the tail is now above the store's bound: then the whole tail is folded
     /// in this same transaction.
-    async fn append(&self, thread: &str, units: Vec<Prepared>) -> Result<u64> {
+    async fn append(
+        &self,
+        thread: &str,
+        units: Vec<Prepared>,
+        commit: AppendCommit,
+    ) -> Result<u64> {
         let count = i64::try_from(units.len()).unwrap_or(i64::MAX);
         let bytes: i64 = units
             .iter()
             .map(|u| i64::try_from(u.body.len()).unwrap_or(i64::MAX))
             .fold(0, i64::saturating_add);
         let mut tx = self.pool.begin().await?;
+        match commit {
+            AppendCommit::Durable => {}
+            AppendCommit::Relaxed => {
+                sqlx::query("SET LOCAL synchronous_commit = off")
+                    .execute(&mut *tx)
+                    .await?;
+            }
+        }
         let row = sqlx::query(
             "INSERT INTO context_threads (thread, last_seq, tail_bytes) VALUES ($1, $2, $3) \
              ON CONFLICT (thread) DO UPDATE SET last_seq = context_threads.last_seq + $2, \
@@ -178,6 +191,15 @@ impl UnitStore for PgBackend {
                 })
             })
             .collect()
+    }
+
+    async fn thread_units(&self, thread: &str) -> Result<u64> {
+        let last: Option<i64> =
+            sqlx::query_scalar("SELECT last_seq FROM context_threads WHERE thread = $1")
+                .bind(thread)
+                .fetch_optional(&self.pool)
+                .await?;
+        Ok(last.map_or(0, |n| u64::try_from(n).unwrap_or_default()))
     }
 
     async fn index_backlog(&self) -> Result<u64> {

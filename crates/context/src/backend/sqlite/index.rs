@@ -4,7 +4,8 @@
 //! is brought up to date by a *fold*: one transaction that copies a thread's oldest
 //! un-indexed units into the index and advances the thread's `indexed_seq` watermark.
 //!
-//! Invariants (schema v2, `migrations/sqlite/0002_deferred_index.sql`):
+//! Invariants (schema v2, `migrations/sqlite/0002_deferred_index.sql`; v3 keeps them and
+//! drops positions from the index):
 //! - a thread's units with position `<= indexed_seq` are in the index exactly once, the
 //!   others not at all: a fold inserts a range and moves the watermark past it in the same
 //!   transaction, so a crash (even `kill -9`) keeps both or neither;
@@ -36,8 +37,8 @@ use crate::error::Result;
 pub(super) const IDLE_DELAY: Duration = Duration::from_millis(20);
 
 /// Stored bytes one background fold transaction takes (at least one unit): about 45 units
-/// of 700 bytes, roughly 10 ms of FTS5 work here, the longest a write queued behind it
-/// waits (FTS5's cost per unit does not depend on the batch size).
+/// of 700 bytes, roughly 1-5 ms of FTS5 work here (schema v3), the longest a write queued
+/// behind it waits (FTS5's cost per unit does not depend on the batch size).
 pub(super) const FOLD_BATCH_BYTES: u64 = 32 << 10;
 
 /// Whether background fold work is waiting, and whether folding is paused (a test seam).

@@ -15,6 +15,10 @@ const SCHEMA: &agent_schema::Steps = &[
         2,
         include_str!("../../../migrations/sqlite/0002_deferred_index.sql"),
     ),
+    (
+        3,
+        include_str!("../../../migrations/sqlite/0003_index_without_positions.sql"),
+    ),
 ];
 
 /// Applies the steps not yet recorded, in one immediate transaction (several processes may

@@ -19,8 +19,9 @@
 //! - WAL checkpoints (file databases) run on a checkpointer thread with its own connection,
 //!   not inside the writer's commits (see [`super::checkpoint`]).
 //! - Idle work ([`IdleWork`], the background index fold): when it wants to run, the writer
-//!   thread runs one step of it each time no job has arrived for its delay, so jobs sent
-//!   back to back never wait for it; a job arriving during a step waits for that step only.
+//!   thread starts once no job has arrived for its delay, then runs step after step until
+//!   a job arrives or nothing is left, so jobs sent back to back never wait for it; a job
+//!   arriving during a step waits for that step only.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -128,8 +129,19 @@ impl Db {
                         return;
                     }
                 };
+                // Whether the last turn was an idle step with no write anywhere since the
+                // idle delay ran out: the store is still idle, so the next step need not
+                // wait the delay again (a backlog folds at the index's speed, not one step
+                // per delay), and a job that arrives waits for one step at most, as before.
+                let mut still_idle = false;
                 loop {
-                    let job = if idle.wanted() {
+                    let job = if idle.wanted() && still_idle {
+                        match jobs_rx.try_recv() {
+                            Ok(job) => Some(job),
+                            Err(mpsc::TryRecvError::Empty) => None,
+                            Err(mpsc::TryRecvError::Disconnected) => break,
+                        }
+                    } else if idle.wanted() {
                         let writes = thread_inline.writes.load(Ordering::Acquire);
                         match jobs_rx.recv_timeout(idle.delay()) {
                             Ok(job) => Some(job),
@@ -162,6 +174,7 @@ impl Db {
                         break;
                     };
                     let is_job = job.is_some();
+                    let writes = thread_inline.writes.load(Ordering::Acquire);
                     // A job for a closed store is dropped: its caller sees `Closed`.
                     match (slot.as_mut(), job) {
                         (Some(conn), Some(job)) => job(conn),
@@ -172,6 +185,9 @@ impl Db {
                         thread_pending.fetch_sub(1, Ordering::AcqRel);
                     }
                     drop(slot);
+                    // Inline writes (`:memory:`) wait for the lock held during the step;
+                    // one that ran since it was taken ends the idle run.
+                    still_idle = !is_job && thread_inline.writes.load(Ordering::Acquire) == writes;
                     if let Some(checkpointer) = &checkpointer {
                         checkpointer.after_job();
                     }
