@@ -625,10 +625,12 @@ fn render(
          its thread's un-indexed tail; the tail is folded into FTS5 when the writer has been idle \
          for 20 ms, or in the append itself once the thread's tail passes `index_tail_bytes` \
          (default 256 KiB, about 370 units here), and a search scans the tail after the index. \
-         Indexing itself did not get cheaper: FTS5 trigram costs 200-400 µs per 700-byte unit \
-         (measured with rusqlite alone on this machine, whatever the batch size), more than ten \
-         times our write path's row (about 14 µs in a batched fill on a quiet machine, checkpoints \
-         off the writer), and a scan of a tail unit 1-2.5 µs. \
+         Since schema v3 the index keeps no positions (FTS5 `detail=none`; a search asks it \
+         for units holding trigrams that cover the term and checks each candidate's text): \
+         about 21-23 µs of index work per 700-byte unit (37-46 µs with positions, measured \
+         with rusqlite alone on this machine), still more than our write path's row (about \
+         14 µs in a batched fill on a quiet machine, checkpoints off the writer); a scan of a \
+         tail unit costs 1-2.5 µs. \
          So the 10 busy threads of this layout, which each outgrow the bound every ~370 units, \
          still pay for the index on the write path, in larger batches; what the deferral buys is \
          appends to threads within the bound (many short threads, bursts) and the unbounded-tail \
