@@ -4,6 +4,8 @@
 //! own: it has its own harness, since the test binary is also the app-server it spawns.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 
+#[path = "all/bench_script.rs"]
+mod bench_script;
 #[path = "all/driver_fold.rs"]
 mod driver_fold;
 #[path = "all/durable_commits.rs"]

@@ -11,8 +11,6 @@ use agent_host::run::{
 };
 use agent_host::tools::ApprovalMode;
 use agent_journal::{Event, Journal};
-use agent_responses::{ApiKey, Client, ClientConfig};
-use agent_responses_mock::{MockConfig, MockServer, Script};
 
 /// Keeps every event the driver folds; at the `model.requested` of step 5 it has another
 /// task request a steer, as `agentctl steer` from another terminal would.
@@ -46,22 +44,7 @@ impl Observer for Recorder {
 }
 
 async fn drive_and_compare(url: &str) {
-    let script = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../fixtures/responses/bench-host.json"
-    ))
-    .unwrap();
-    let server = MockServer::start(MockConfig {
-        script: Script::from_json_str(&script).unwrap(),
-        ..MockConfig::default()
-    })
-    .await
-    .unwrap();
-    let client = Client::new(ClientConfig::new(
-        server.base_url(),
-        ApiKey::new("sk-test").unwrap(),
-    ))
-    .unwrap();
+    let (_server, client) = crate::bench_script::serve().await;
     let journal = Journal::open(url).await.unwrap();
     let workspace = tempfile::tempdir().unwrap();
     let recorder = Arc::new(Recorder {

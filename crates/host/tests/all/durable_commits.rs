@@ -7,30 +7,13 @@
 use agent_host::run::{Budgets, DriveOptions, Host, NewRun, RunEnd};
 use agent_host::tools::ApprovalMode;
 use agent_journal::{Journal, JournalStats};
-use agent_responses::{ApiKey, Client, ClientConfig};
-use agent_responses_mock::{MockConfig, MockServer, Script};
 
 const TOOL_STEPS: u64 = 20;
 
 /// Drives a 20-tool-step run of the bench script; returns the model steps and what the
 /// journal's writer committed meanwhile.
 async fn drive(url: &str) -> (u64, JournalStats) {
-    let script = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../fixtures/responses/bench-host.json"
-    ))
-    .unwrap();
-    let server = MockServer::start(MockConfig {
-        script: Script::from_json_str(&script).unwrap(),
-        ..MockConfig::default()
-    })
-    .await
-    .unwrap();
-    let client = Client::new(ClientConfig::new(
-        server.base_url(),
-        ApiKey::new("sk-test").unwrap(),
-    ))
-    .unwrap();
+    let (_server, client) = crate::bench_script::serve().await;
     let journal = Journal::open(url).await.unwrap();
     let workspace = tempfile::tempdir().unwrap();
     let run = NewRun::new(
