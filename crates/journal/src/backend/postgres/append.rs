@@ -116,28 +116,30 @@ pub(super) async fn plain(
     batch: &[Request],
 ) -> Result<Vec<Answer>, sqlx::Error> {
     let events: Vec<&Prepared> = batch.iter().flat_map(|r| &r.events).collect();
-    if let [event] = events.as_slice() {
-        let seq: i64 = sqlx::query_scalar(SINGLE_SQL)
+    let seqs: Vec<i64> = if let [event] = events.as_slice() {
+        vec![
+            sqlx::query_scalar(SINGLE_SQL)
+                .bind(THREAD_LOCK_SEED)
+                .bind(event.thread.as_str())
+                .bind(event.kind.as_str())
+                .bind(event.payload.as_str())
+                .bind(event.at)
+                .bind(event.epoch)
+                .fetch_one(&mut *conn)
+                .await?,
+        ]
+    } else {
+        sqlx::query_scalar(PLAIN_SQL)
             .bind(THREAD_LOCK_SEED)
-            .bind(event.thread.as_str())
-            .bind(event.kind.as_str())
-            .bind(event.payload.as_str())
-            .bind(event.at)
-            .bind(event.epoch)
-            .fetch_one(&mut *conn)
-            .await?;
-        return Ok(batch::plan_with(batch, || seq, HashMap::new(), Conditions::default()).acks);
-    }
-    let seqs: Vec<i64> = sqlx::query_scalar(PLAIN_SQL)
-        .bind(THREAD_LOCK_SEED)
-        .bind(batch_threads(batch))
-        .bind(column(&events, |e| e.thread.as_str()))
-        .bind(column(&events, |e| e.kind.as_str()))
-        .bind(column(&events, |e| e.payload.as_str()))
-        .bind(column(&events, |e| e.at))
-        .bind(column(&events, |e| e.epoch))
-        .fetch_all(&mut *conn)
-        .await?;
+            .bind(batch_threads(batch))
+            .bind(column(&events, |e| e.thread.as_str()))
+            .bind(column(&events, |e| e.kind.as_str()))
+            .bind(column(&events, |e| e.payload.as_str()))
+            .bind(column(&events, |e| e.at))
+            .bind(column(&events, |e| e.epoch))
+            .fetch_all(&mut *conn)
+            .await?
+    };
     if seqs.len() != events.len() {
         return Err(sqlx::Error::Protocol(
             "the journal wrote another number of events than its batch holds".into(),
@@ -193,31 +195,15 @@ where
         ));
     }
     if !plan.rows.is_empty() {
-        let rows = &plan.rows;
+        let written: Vec<&Prepared> = plan.rows.iter().map(|r| r.event).collect();
         sqlx::query(INSERT_SQL)
-            .bind(rows.iter().map(|r| r.seq).collect::<Vec<_>>())
-            .bind(
-                rows.iter()
-                    .map(|r| r.event.thread.as_str())
-                    .collect::<Vec<_>>(),
-            )
-            .bind(
-                rows.iter()
-                    .map(|r| r.event.kind.as_str())
-                    .collect::<Vec<_>>(),
-            )
-            .bind(
-                rows.iter()
-                    .map(|r| r.event.payload.as_str())
-                    .collect::<Vec<_>>(),
-            )
-            .bind(rows.iter().map(|r| r.event.at).collect::<Vec<_>>())
-            .bind(
-                rows.iter()
-                    .map(|r| r.event.dedup_key.as_deref())
-                    .collect::<Vec<_>>(),
-            )
-            .bind(rows.iter().map(|r| r.event.epoch).collect::<Vec<_>>())
+            .bind(plan.rows.iter().map(|r| r.seq).collect::<Vec<_>>())
+            .bind(column(&written, |e| e.thread.as_str()))
+            .bind(column(&written, |e| e.kind.as_str()))
+            .bind(column(&written, |e| e.payload.as_str()))
+            .bind(column(&written, |e| e.at))
+            .bind(column(&written, |e| e.dedup_key.as_deref()))
+            .bind(column(&written, |e| e.epoch))
             .bind(txid)
             .execute(&mut *tx)
             .await?;
