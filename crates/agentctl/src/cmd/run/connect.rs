@@ -59,8 +59,7 @@ impl EndpointArgs {
         if let Some(client) = clients.get(&base_url) {
             return Ok((client.clone(), None));
         }
-        let config = ClientConfig::from_env(base_url.as_deref()).map_err(setup_error)?;
-        let client = Client::new(config).map_err(setup_error)?;
+        let client = api_client(base_url.as_deref())?;
         clients.insert(base_url, client.clone());
         Ok((client, None))
     }
@@ -78,9 +77,15 @@ impl EndpointArgs {
             Some(RunEndpoint::Url(url)) => Some(url),
             None => None,
         };
-        let config = ClientConfig::from_env(base_url.as_deref()).map_err(setup_error)?;
-        Ok((Client::new(config).map_err(setup_error)?, None))
+        Ok((api_client(base_url.as_deref())?, None))
     }
+}
+
+/// A client of the API at `base_url` (default: the environment's), keyed from the
+/// environment.
+fn api_client(base_url: Option<&str>) -> anyhow::Result<Client> {
+    let config = ClientConfig::from_env(base_url).map_err(setup_error)?;
+    Client::new(config).map_err(setup_error)
 }
 
 /// A client that cannot be set up from what the user gave is a usage error, with a hint.
