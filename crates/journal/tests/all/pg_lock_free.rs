@@ -217,6 +217,9 @@ const WRITERS: usize = 6;
 /// Writers without a hook or dedup keys: their batches take the one-statement path, which
 /// cannot pause, and commit between the paused ones.
 const PLAIN_WRITERS: usize = 2;
+/// Writers without a hook, with dedup keys: their batches take the one-call checked path
+/// (`journal_append`), and their repeated keys the transaction it falls back to.
+const CHECKED_WRITERS: usize = 2;
 const TASKS_PER_WRITER: usize = 2;
 const APPENDS_PER_TASK: usize = 30;
 const ROLLBACKS: usize = 16;
@@ -265,8 +268,9 @@ async fn tails_see_every_commit_once_while_writers_pause_and_roll_back() {
 
     // Writers: each journal is one connection; its tasks' appends share its transactions.
     let mut writers = Vec::new();
-    for w in 0..WRITERS + PLAIN_WRITERS {
-        let plain = w >= WRITERS;
+    for w in 0..WRITERS + PLAIN_WRITERS + CHECKED_WRITERS {
+        let hooked = w < WRITERS;
+        let plain = !hooked && w < WRITERS + PLAIN_WRITERS;
         let rng_for_hook = Arc::clone(&rng);
         let delay = hook(move || {
             let wait = pause(&rng_for_hook);
@@ -275,7 +279,7 @@ async fn tails_see_every_commit_once_while_writers_pause_and_roll_back() {
                 HookAction::Commit
             }
         });
-        let journal = Journal::open_with(&url, options((!plain).then_some(delay)))
+        let journal = Journal::open_with(&url, options(hooked.then_some(delay)))
             .await
             .unwrap();
         for task in 0..TASKS_PER_WRITER {

@@ -5,7 +5,9 @@
 //! - A durable batch without dedup keys, conditions or fences is one statement in its own
 //!   implicit transaction ([`SINGLE_SQL`] for one event, [`PLAIN_SQL`] for more): one
 //!   round trip.
-//! - Any other batch is a transaction of at most five round trips: BEGIN; the locks, then
+//! - Any other batch is first tried in one round trip (`checked.rs`), which writes it when
+//!   the database holds what its plan assumes (no dedup key written yet, conditions that
+//!   hold). When it does not, the batch is a transaction of at most five round trips: BEGIN; the locks, then
 //!   the id and the seqs ([`LOCK_SQL`]); what the plan reads, under the locks and in a
 //!   snapshot taken after them ([`READ_SQL`], when the batch has anything to read); the
 //!   rows, planned with their real seqs ([`INSERT_SQL`]); COMMIT.
@@ -21,7 +23,7 @@ use crate::backend::batch::{self, Conditions};
 use crate::writer::{Answer, Prepared, Request, relaxed_batch};
 
 /// Seed of the hash that keys a thread's advisory lock (any constant; all processes agree).
-const THREAD_LOCK_SEED: i64 = 0x6a6e_6c74_6872_6561;
+pub(super) const THREAD_LOCK_SEED: i64 = 0x6a6e_6c74_6872_6561;
 
 /// A plain batch: the threads' locks in key order, then the transaction id, then the seqs
 /// (a block from `journal_seq`, sorted and given to the events in batch order, so each
@@ -265,12 +267,12 @@ async fn read(
 }
 
 /// One column of `events`, as an array parameter.
-fn column<'a, T>(events: &[&'a Prepared], field: impl Fn(&'a Prepared) -> T) -> Vec<T> {
+pub(super) fn column<'a, T>(events: &[&'a Prepared], field: impl Fn(&'a Prepared) -> T) -> Vec<T> {
     events.iter().map(|e| field(e)).collect()
 }
 
 /// The distinct threads a batch writes or names in a condition, sorted.
-fn batch_threads(batch: &[Request]) -> Vec<&str> {
+pub(super) fn batch_threads(batch: &[Request]) -> Vec<&str> {
     let mut threads: Vec<&str> = batch
         .iter()
         .flat_map(|r| {

@@ -7,6 +7,7 @@
 //! [`CHANNEL`] with the thread name; `tail` listens there to see other processes' appends.
 
 mod append;
+mod checked;
 mod listen;
 mod notify;
 mod read;
@@ -46,6 +47,10 @@ const SCHEMA: &agent_schema::Steps = &[
     (
         3,
         include_str!("../../../migrations/postgres/0003_lock_free_writes.sql"),
+    ),
+    (
+        4,
+        include_str!("../../../migrations/postgres/0004_append_function.sql"),
     ),
 ];
 

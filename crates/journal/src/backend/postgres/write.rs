@@ -21,7 +21,9 @@
 //!
 //! A batch without dedup keys, conditions, fences or relaxed events (the common awaited
 //! append) is one statement in its own implicit transaction: the same steps in the same
-//! order, in one round trip (`append.rs`).
+//! order, in one round trip (`append.rs`). Any other batch is one call of a function that
+//! takes the same steps when the database holds what the batch's plan assumes
+//! (`checked.rs`), and a transaction that reads first when it does not.
 //!
 //! Wake-ups are sent after the commit, by the notifier task on a pool connection, never
 //! inside the write transaction: PostgreSQL commits the transactions that `NOTIFY` one at
@@ -33,8 +35,8 @@ use sqlx::Connection as _;
 use sqlx::postgres::PgConnection;
 use tokio::sync::mpsc;
 
-use super::append;
 use super::notify::Notifier;
+use super::{append, checked};
 use crate::writer::{Answer, Batch, Msg, Pending, Request, Settle, drain_after_close};
 
 /// The PostgreSQL writer task. Runs until `Close` or until every handle is dropped.
@@ -127,8 +129,10 @@ async fn write_batch(
         .await;
     }
     if append::is_plain(batch) {
-        append::plain(conn, batch).await
-    } else {
-        append::in_transaction(conn, batch, || async { true }).await
+        return append::plain(conn, batch).await;
     }
+    if let Some(answers) = checked::write(conn, batch).await? {
+        return Ok(answers);
+    }
+    append::in_transaction(conn, batch, || async { true }).await
 }
