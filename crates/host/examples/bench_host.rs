@@ -191,6 +191,8 @@ async fn open_journal(url: &str, durability: Durability) -> Journal {
 
 #[tokio::main]
 async fn main() {
+    // As `agentctl` does once past its single-threaded start.
+    tikv_jemalloc_ctl::background_thread::write(true).expect("jemalloc's background threads");
     let a = args();
     let client = responses_client(&a);
     let journal = open_journal(&a.journal, a.durability).await;

@@ -24,6 +24,9 @@ static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> anyhow::Result<()> {
+    // As `agentctl` does once past its single-threaded start.
+    tikv_jemalloc_ctl::background_thread::write(true)
+        .map_err(|e| anyhow::anyhow!("jemalloc's background threads: {e}"))?;
     let args: Vec<String> = std::env::args().skip(1).collect();
     let arg = |i: usize| args.get(i).cloned().context("missing argument");
     match args.first().map(String::as_str) {

@@ -214,6 +214,9 @@ async fn open_named(name: &str, dir: &tempfile::TempDir) -> anyhow::Result<Journ
 
 #[tokio::main(flavor = "multi_thread")]
 async fn main() -> anyhow::Result<()> {
+    // As `agentctl` does once past its single-threaded start.
+    tikv_jemalloc_ctl::background_thread::write(true)
+        .map_err(|e| anyhow::anyhow!("jemalloc's background threads: {e}"))?;
     let a = args();
     if let Some(n) = a.memory {
         let dir = tempfile::tempdir()?;

@@ -1,5 +1,5 @@
 //! The `agentctl` binary runs on jemalloc with the options `.cargo/config.toml` builds in
-//! (issue 16's memory per run rests on them): asked to print its statistics at exit
+//! (issue 16's memory per run rests on them) and its background threads started by `main`: asked to print its statistics at exit
 //! (`_RJEM_MALLOC_CONF=stats_print:true`), jemalloc names the options in force.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -23,6 +23,8 @@ fn the_binary_runs_on_jemalloc_with_the_built_in_options() {
         "opt.percpu_arena: \"percpu\"",
         "opt.dirty_decay_ms: 1000",
         "opt.muzzy_decay_ms: 0",
+        // Off at start (the sandbox's entry needs one thread), on once `main` is past it.
+        "opt.background_thread: false (background_thread: true)",
     ] {
         assert!(
             stats.contains(option),
