@@ -20,7 +20,7 @@ fn deltas(text: &str, chars: usize) -> Vec<String> {
 }
 
 /// The delta size for a reply whose script does not set one: `base`, or larger when the
-/// longest streamed text would need more than [`MAX_DELTAS`] deltas. Every event is built
+/// longest streamed text would need more than `MAX_DELTAS` deltas. Every event is built
 /// before the first is sent, so a 2 MB echo in 8-character deltas was 250k events and
 /// hundreds of MB.
 pub fn default_delta_chars(response: &Value, base: usize) -> usize {

@@ -1,7 +1,7 @@
 //! `text.format` of a request, checked as the API checks it: a `json_schema` format needs a
 //! valid name and a schema that is a valid JSON Schema whose root is an object; a `strict`
 //! one must follow the strict rules
-//! ([`strict_schema_problem`](agent_responses::types::text_format::strict_schema_problem)).
+//! ([`agent_responses::types::text_format::strict_schema_problem`]).
 //! A refused format is a 400 `invalid_request_error` with `param: "text.format.schema"` (or
 //! `text.format.name`), as the API sends it.
 

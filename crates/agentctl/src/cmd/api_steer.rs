@@ -35,6 +35,8 @@ pub struct SteerArgs {
     /// Run against the built-in emulator on 127.0.0.1 (no key, no network).
     #[arg(long, conflicts_with = "base_url")]
     pub mock: bool,
+    // The URL is the `--help` text's, which shows no link markup.
+    #[allow(rustdoc::bare_urls)]
     /// API base URL (default: OPENAI_BASE_URL, else https://api.openai.com/v1).
     #[arg(long, value_name = "URL")]
     pub base_url: Option<String>,

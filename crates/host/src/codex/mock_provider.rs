@@ -4,7 +4,7 @@
 //! - The emulator runs in this process on 127.0.0.1 (ephemeral port) and the temporary
 //!   `CODEX_HOME` holds a `config.toml` whose provider points at it; both live exactly as
 //!   long as the [`MockProvider`] (dropping it stops the emulator and deletes the home).
-//! - A Codex child configured with [`MockProvider::apply`] (or [`MockProvider::env`]) uses
+//! - A Codex child configured with [`MockProvider::env`] uses
 //!   the emulator and the emulator's key only: no network, no real key.
 
 use std::ffi::OsString;

@@ -3,7 +3,7 @@
 //!
 //! The hook: `DriveOptions::crash_after_events` makes the process SIGKILL itself once it
 //! has seen that many new events of the run's thread, so a test can crash a real run at
-//! every journal boundary. Without the feature, [`CrashHook`] is empty and does nothing.
+//! every journal boundary. Without the feature, `CrashHook` is empty and does nothing.
 
 use agent_journal::Journal;
 

@@ -99,7 +99,7 @@ impl ToolCall {
 /// Whether arguments deserialize into a [`RustTool`]'s argument type; `Err` says why not.
 type CheckFn = dyn Fn(&Value) -> Result<(), String> + Send + Sync;
 
-/// A tool written in Rust (see the [module docs](self)).
+/// A tool written in Rust (see this module's documentation, `tools/rust_tool.rs`).
 #[derive(Clone)]
 pub struct RustTool {
     name: String,

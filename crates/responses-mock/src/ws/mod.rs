@@ -1,7 +1,7 @@
 //! WebSocket mode at `GET /v1/responses` (<https://developers.openai.com/api/docs/guides/websocket-mode>),
 //! deterministic.
 //!
-//! Semantics (one connection = one [`session`]):
+//! Semantics (one connection = one session, `session.rs`):
 //! - client frames are handled one at a time in arrival order, so requests on a `stream_id`
 //!   are FIFO; events echo `stream_id`; `sequence_number` increases over the connection;
 //! - what a `response.create` gets: with a script that has rules, exactly what the same

@@ -2,9 +2,9 @@
 //! (<https://developers.openai.com/api/reference/resources/responses/websocket-events>).
 //!
 //! Client events: [`ClientEvent::Create`] (`response.create`) and [`ClientEvent::Steer`]
-//! (`response.steer`). Server events: every streaming event of HTTP mode ([`StreamEvent`],
+//! (`response.steer`). Server events: every streaming event of HTTP mode ([`StreamEvent`](crate::types::StreamEvent),
 //! with `stream_id` and the WebSocket `error`'s `status` kept in `extra`), plus the three
-//! steering events. Unknown server events are kept verbatim in [`StreamEvent::Other`].
+//! steering events. Unknown server events are kept verbatim in [`StreamEvent::Other`](crate::types::StreamEvent::Other).
 //!
 //! The types live in three files: `client.rs` (what a client sends), `steer.rs` (the
 //! steering events and their parts) and `server.rs` (every server frame); all are reachable
