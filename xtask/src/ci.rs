@@ -25,6 +25,12 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
         "-D",
         "warnings",
     ]))?;
+    // The API docs build without a warning (broken or private links rot silently).
+    run_cmd(
+        cargo()
+            .args(["doc", "--workspace", "--no-deps"])
+            .env("RUSTDOCFLAGS", "-D warnings"),
+    )?;
     run_cmd(cargo().args(["test", "--workspace"]))?;
     crate::install::check_static_entry()?;
     if interop {
