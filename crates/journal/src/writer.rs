@@ -38,6 +38,22 @@ pub(crate) struct Prepared {
     pub(crate) relaxed: bool,
 }
 
+#[cfg(test)]
+impl Prepared {
+    /// A durable event of kind `k` with an empty payload, for unit tests.
+    pub(crate) fn for_test(thread: &str, dedup_key: Option<&str>) -> Self {
+        Prepared {
+            thread: thread.into(),
+            kind: "k".into(),
+            payload: "{}".into(),
+            dedup_key: dedup_key.map(Into::into),
+            at: 0,
+            epoch: None,
+            relaxed: false,
+        }
+    }
+}
+
 /// The condition of an optimistic-concurrency append: the highest seq of `thread` must
 /// still be `last` (`None`: the thread has no events) when the request is written.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -123,15 +123,7 @@ mod tests {
     use crate::writer::{Expected, Fence};
 
     fn event(thread: &str, key: Option<&str>) -> Prepared {
-        Prepared {
-            thread: thread.into(),
-            kind: "k".into(),
-            payload: "{}".into(),
-            dedup_key: key.map(Into::into),
-            at: 0,
-            epoch: None,
-            relaxed: false,
-        }
+        Prepared::for_test(thread, key)
     }
 
     fn request(
