@@ -259,6 +259,11 @@ function viewRun(main, id) {
   const apprSection = h('section.panel.approvals-panel', { 'aria-labelledby': 'approvals-h' }, apprH, apprBox);
   const approvals = new Map(); // call_id -> {div, sha}
 
+  const kids = h('ul#children.children');
+  const kidsSection = h('section#children-panel.panel', { hidden: true, 'aria-labelledby': 'children-h' },
+    h('h2#children-h', 'Sub-agents'), kids);
+  const children = new Map(); // run_id -> {li, word, badge, title}
+
   const steerText = h('textarea#steer-text', { rows: 3, required: true, placeholder: 'e.g. use the staging database' });
   const steerSend = h('button#steer-send', 'Send steer');
   const steerForm = h('form', label('steer-text', 'Steer: a message for the model\'s next step'), steerText, h('div.buttons', steerSend));
@@ -282,6 +287,7 @@ function viewRun(main, id) {
         fact('model', 'Model'), fact('workspace', 'Workspace', 1), fact('sandbox', 'Sandbox'), fact('steps', 'Steps'),
         fact('tokens', 'Tokens', 1), h('div', h('dt', 'Events'), h('dd', stream))), note, chart),
     apprSection,
+    kidsSection,
     h('div.run-grid',
       h('section.timeline-panel', { 'aria-labelledby': 'timeline-h' },
         h('h2#timeline-h', 'Timeline'),
@@ -324,6 +330,28 @@ function viewRun(main, id) {
     tx(f.steps, num(run.steps));
     tx(f.tokens, num(run.tokens) + (u ? ' (in ' + num(u.input_tokens) + ', out ' + num(u.output_tokens) + ')' : ''));
     renderApprovals(pending);
+    renderChildren(run.children || []);
+  }
+  // One line per child run (spawn_agents), in the call's order, updated in place.
+  function renderChildren(list) {
+    const seen = new Set();
+    for (const k of list) {
+      seen.add(k.run_id);
+      let c = children.get(k.run_id);
+      if (!c) {
+        c = { word: h('span.st'), badge: h('span.badge-waiting', { hidden: true }, 'waiting for you'), title: h('span.child-title') };
+        c.li = h('li', { 'data-run-id': k.run_id },
+          h('a', { href: '#/runs/' + enc(k.run_id), title: k.run_id }, shortId(k.run_id)), ' ', c.word, ' ', c.badge, ' ', c.title);
+        children.set(k.run_id, c);
+      }
+      tx(c.word, k.status);
+      c.word.className = 'st st-' + k.status;
+      c.badge.hidden = !(k.pending_approvals || []).length;
+      tx(c.title, k.title || '');
+      kids.append(c.li); // appending an existing node moves it: the list keeps the call's order
+    }
+    for (const [rid, c] of children) if (!seen.has(rid)) { c.li.remove(); children.delete(rid); }
+    kidsSection.hidden = children.size === 0;
   }
   // Updated in place (keyed by call id): a reason being typed survives refreshes.
   function renderApprovals(list) {

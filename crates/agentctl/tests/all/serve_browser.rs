@@ -7,8 +7,9 @@
 //! Scenario: sign in through the one-time link; submit a run from the page; it waits on an
 //! approval, which the page shows without a reload; Approve; the tool output appears live;
 //! a second approval waits: a steer typed in the page, then that approval decided from the
-//! CLI; the page shows the CLI's decision, the steer applied and the final answer; a wrong
-//! token gets the login page and no data. A screenshot of the run page is saved
+//! CLI; the page shows the CLI's decision, the steer applied and the final answer; a run
+//! submitted from the CLI with two sub-agents lists them on its page, each linked to its
+//! own; a wrong token gets the login page and no data. A screenshot of the run page is saved
 //! (`target/serve-browser/run.png`) on failure and on success.
 
 use crate::host;
@@ -55,7 +56,7 @@ async fn the_console_in_a_real_browser() {
     let db = format!("sqlite://{}", dir.path().join("j.db").display());
     let ws = dir.path().join("ws");
     std::fs::create_dir_all(&ws).unwrap();
-    let server = emulator(&script_by_outputs(&[
+    let server = emulator(&with_sub_agents(&script_by_outputs(&[
         json!([call(
             "c1",
             "shell",
@@ -67,7 +68,7 @@ async fn the_console_in_a_real_browser() {
             json!({"command": "echo second-output-9Z"})
         )]),
         answer("FINAL: all done 4K"),
-    ]))
+    ])))
     .await;
     let served = served::serve(&db, dir.path(), &["--base-url", &server.base_url()]);
     let base = served.base.clone();
@@ -80,7 +81,7 @@ async fn the_console_in_a_real_browser() {
     let _worker = Killed(worker);
 
     let browser = Browser::start(&chromium, &chromedriver).await;
-    let outcome = scenario(&browser, &base, &db, &ws).await;
+    let outcome = scenario(&browser, &base, &server.base_url(), &db, &ws).await;
     let shot = browser.screenshot().await;
     std::fs::write(shots_dir().join("run.png"), &shot).unwrap();
     if outcome.is_err() {
@@ -92,10 +93,31 @@ async fn the_console_in_a_real_browser() {
     }
 }
 
+/// `script` with rules ahead of its own for a parent (`PARENT-5K`) that spawns two
+/// sub-agents (`CHILD-A`, `CHILD-B`), which answer at once.
+fn with_sub_agents(script: &str) -> String {
+    let mut script: serde_json::Value = serde_json::from_str(script).unwrap();
+    let agents = json!({"agents": [
+        {"prompt": "CHILD-A: say a", "instructions": null, "tools": null},
+        {"prompt": "CHILD-B: say b", "instructions": null, "tools": null}]});
+    let mut rules = vec![
+        json!({"when": {"last_user_contains": "CHILD-A"}, "reply": {"items": answer("A done")}}),
+        json!({"when": {"last_user_contains": "CHILD-B"}, "reply": {"items": answer("B done")}}),
+        json!({"when": {"last_user_contains": "PARENT-5K", "tool_outputs": 0},
+            "reply": {"items": [call("call_spawn", "spawn_agents", agents)]}}),
+        json!({"when": {"last_user_contains": "PARENT-5K", "tool_outputs": 1},
+            "reply": {"items": answer("FINAL: {{outputs}}")}}),
+    ];
+    rules.extend(script["rules"].as_array().unwrap().iter().cloned());
+    script["rules"] = json!(rules);
+    script.to_string()
+}
+
 /// The scenario; a failure is caught so the screenshot is taken first.
 async fn scenario(
     b: &Browser,
     base: &str,
+    model: &str,
     db: &str,
     ws: &std::path::Path,
 ) -> Result<(), Box<dyn std::any::Any + Send>> {
@@ -180,6 +202,50 @@ async fn scenario(
         // The CLI's decision is shown as the CLI's.
         b.wait_for("#timeline li[data-kind='approval.decided']", "@", WAIT)
             .await;
+
+        // A run with two sub-agents, submitted from the CLI: its page lists them in the
+        // call's order with their status and title, each linked to its own page.
+        let o = host::out(
+            agentctl(db)
+                .args(["submit", "--base-url", model, "--approval", "auto"])
+                .args(["--sandbox", "off", "--max-children", "2", "--workspace"])
+                .arg(ws)
+                .arg("PARENT-5K: fan out"),
+        );
+        assert!(o.status.success(), "{}", text(&o.stderr));
+        let parent = text(&o.stdout).trim().to_string();
+        b.goto(&format!("{base}/#/runs/{parent}")).await;
+        b.wait_for("#run-status", "completed", WAIT).await;
+        b.wait_for("#children-panel", "CHILD-B: say b", WAIT).await;
+        let listed = b
+            .execute(
+                "return [...document.querySelectorAll('#children li')].map(li => \
+                 [li.dataset.runId, li.querySelector('a').getAttribute('href'), li.textContent])",
+                json!([]),
+            )
+            .await;
+        let listed = listed.as_array().unwrap();
+        assert_eq!(listed.len(), 2, "{listed:?}");
+        for (line, tag) in listed.iter().zip(["CHILD-A: say a", "CHILD-B: say b"]) {
+            let id = line[0].as_str().unwrap();
+            assert_ne!(id, parent);
+            assert_eq!(line[1], format!("#/runs/{id}"));
+            let shown = line[2].as_str().unwrap();
+            assert!(
+                shown.contains("completed") && shown.contains(tag),
+                "{shown}"
+            );
+        }
+        let first = b.all("#children li a").await;
+        b.click(&first[0]).await;
+        let child = listed[0][0].as_str().unwrap();
+        b.wait_for("#run-h1", child, WAIT).await;
+        b.wait_for(
+            "#timeline li[data-kind='item:agent_message']",
+            "A done",
+            WAIT,
+        )
+        .await;
 
         // A wrong token: the login page, and no run on it.
         b.delete_cookies().await;
