@@ -339,9 +339,10 @@ function viewRun(main, id) {
       seen.add(k.run_id);
       let c = children.get(k.run_id);
       if (!c) {
-        c = { word: h('span.st'), badge: h('span.badge-waiting', { hidden: true }, 'waiting for you'), title: h('span.child-title') };
-        c.li = h('li', { 'data-run-id': k.run_id },
-          h('a', { href: '#/runs/' + enc(k.run_id), title: k.run_id }, shortId(k.run_id)), ' ', c.word, ' ', c.badge, ' ', c.title);
+        c = { word: h('span.st'), title: h('span.child-title'),
+          badge: h('span.badge-waiting', { hidden: true }, 'waiting for you') };
+        const link = h('a', { href: '#/runs/' + enc(k.run_id), title: k.run_id }, shortId(k.run_id));
+        c.li = h('li', { 'data-run-id': k.run_id }, link, ' ', c.word, ' ', c.badge, ' ', c.title);
         children.set(k.run_id, c);
       }
       tx(c.word, k.status);

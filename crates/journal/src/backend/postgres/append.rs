@@ -7,10 +7,10 @@
 //!   round trip.
 //! - Any other batch is first tried in one round trip (`checked.rs`), which writes it when
 //!   the database holds what its plan assumes (no dedup key written yet, conditions that
-//!   hold). When it does not, the batch is a transaction of at most five round trips: BEGIN; the locks, then
-//!   the id and the seqs ([`LOCK_SQL`]); what the plan reads, under the locks and in a
-//!   snapshot taken after them ([`READ_SQL`], when the batch has anything to read); the
-//!   rows, planned with their real seqs ([`INSERT_SQL`]); COMMIT.
+//!   hold). When it does not, the batch is a transaction of at most five round trips:
+//!   BEGIN; the locks, then the id and the seqs ([`LOCK_SQL`]); what the plan reads, under
+//!   the locks and in a snapshot taken after them ([`READ_SQL`], when the batch has
+//!   anything to read); the rows, planned with their real seqs ([`INSERT_SQL`]); COMMIT.
 //!
 //! Every statement passes its rows as arrays, so a batch of any size is one statement.
 
