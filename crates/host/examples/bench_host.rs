@@ -212,10 +212,7 @@ async fn main() {
                     .expect("run");
                 let secs = t.elapsed().as_secs_f64();
                 let (steps, ok) = outcome(&report.end, &report.state);
-                // Commits that waited for the disk: all but the relaxed-only ones.
-                let after = journal.stats();
-                let durable = (after.commits - before.commits)
-                    - (after.relaxed_commits - before.relaxed_commits);
+                let durable = journal.stats().since(&before).durable_commits();
                 println!(
                     "{}",
                     json!({"bench": "single", "label": a.label, "repeat": i, "tool_steps": a.steps,

@@ -56,6 +56,22 @@ pub struct JournalStats {
     pub events: u64,
 }
 
+impl JournalStats {
+    /// What was counted between `earlier` (taken from the same journal) and these.
+    pub fn since(&self, earlier: &JournalStats) -> JournalStats {
+        JournalStats {
+            commits: self.commits.saturating_sub(earlier.commits),
+            relaxed_commits: self.relaxed_commits.saturating_sub(earlier.relaxed_commits),
+            events: self.events.saturating_sub(earlier.events),
+        }
+    }
+
+    /// The commits that waited for the disk: all but the relaxed-only ones.
+    pub fn durable_commits(&self) -> u64 {
+        self.commits.saturating_sub(self.relaxed_commits)
+    }
+}
+
 impl std::fmt::Debug for Journal {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Journal")

@@ -38,17 +38,12 @@ async fn drive(url: &str) -> (u64, JournalStats) {
         }
     );
     journal.close().await;
-    let spent = JournalStats {
-        commits: after.commits - before.commits,
-        relaxed_commits: after.relaxed_commits - before.relaxed_commits,
-        events: after.events - before.events,
-    };
-    (report.state.step_count(), spent)
+    (report.state.step_count(), after.since(&before))
 }
 
 fn check(steps: u64, spent: JournalStats) {
     assert_eq!(steps, TOOL_STEPS + 1);
-    let durable = spent.commits - spent.relaxed_commits;
+    let durable = spent.durable_commits();
     eprintln!(
         "{steps} model steps: {} commits, {durable} durable, {} events",
         spent.commits, spent.events

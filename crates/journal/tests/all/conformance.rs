@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use agent_journal::{
-    Durability, Journal, JournalError, JournalOptions, NewEvent, Payload, Position,
+    Durability, Event, Journal, JournalError, JournalOptions, NewEvent, Payload, Position,
 };
 use futures::StreamExt as _;
 use serde_json::json;
@@ -335,11 +335,7 @@ async fn tail_yields_existing_then_new_events(f: Fixture) {
         }
     });
     for n in 2..20 {
-        let e = tokio::time::timeout(Duration::from_secs(30), tail.next())
-            .await
-            .expect("tail stalled")
-            .unwrap()
-            .unwrap();
+        let e = next_within(&mut tail, "tail stalled").await;
         assert_eq!(&*e.thread, "live");
         assert_eq!(e.payload["n"], n);
     }
@@ -1003,11 +999,7 @@ async fn sqlite_tail_sees_appends_from_another_handle_by_polling() {
     let mut tail = watcher.tail("x", 0);
     for n in 0..3 {
         f.journal.append(ev("x", "e", n)).await.unwrap();
-        let e = tokio::time::timeout(Duration::from_secs(30), tail.next())
-            .await
-            .expect("tail stalled")
-            .unwrap()
-            .unwrap();
+        let e = next_within(&mut tail, "tail stalled").await;
         assert_eq!(e.payload["n"], n);
     }
 }
@@ -1018,11 +1010,7 @@ async fn postgres_tail_sees_other_writers_through_listen_notify() {
         return;
     };
     // Polling is effectively off: only NOTIFY can wake this tail.
-    let options = JournalOptions {
-        tail_poll: Duration::from_secs(3600),
-        ..Default::default()
-    };
-    let watcher = Journal::open_with(&f.url, options).await.unwrap();
+    let watcher = Journal::open_with(&f.url, polling_off()).await.unwrap();
     let mut tail = watcher.tail("x", 0);
     // Drain nothing: the first read finds no events and waits on LISTEN.
     let writer = f.journal.clone();
@@ -1033,11 +1021,7 @@ async fn postgres_tail_sees_other_writers_through_listen_notify() {
         }
     });
     for n in 0..5 {
-        let e = tokio::time::timeout(Duration::from_secs(30), tail.next())
-            .await
-            .expect("tail did not wake on NOTIFY")
-            .unwrap()
-            .unwrap();
+        let e = next_within(&mut tail, "tail did not wake on NOTIFY").await;
         assert_eq!(e.payload["n"], n);
     }
     appends.await.unwrap();
@@ -1050,11 +1034,7 @@ async fn postgres_close_sends_the_wake_ups_of_its_last_commits() {
     let Some(f) = support::postgres(Default::default()).await else {
         return;
     };
-    let options = JournalOptions {
-        tail_poll: Duration::from_secs(3600),
-        ..Default::default()
-    };
-    let watcher = Journal::open_with(&f.url, options).await.unwrap();
+    let watcher = Journal::open_with(&f.url, polling_off()).await.unwrap();
     let mut tail = watcher.tail("closing", 0);
     // Let the tail read once and find nothing, so only a notification can wake it.
     tokio::time::sleep(Duration::from_millis(200)).await;
@@ -1075,11 +1055,7 @@ async fn postgres_close_sends_the_wake_ups_of_its_last_commits() {
         })
         .join()
         .unwrap();
-        let e = tokio::time::timeout(Duration::from_secs(30), tail.next())
-            .await
-            .expect("the closed writer's commit woke no tail")
-            .unwrap()
-            .unwrap();
+        let e = next_within(&mut tail, "the closed writer's commit woke no tail").await;
         assert_eq!(e.payload["n"], n);
     }
 }
@@ -1095,13 +1071,21 @@ async fn commits_wake_the_tails_of_the_threads_they_write(j: Journal) {
         .await
         .unwrap();
     for (tail, n) in tails.iter_mut().zip(0..) {
-        let e = tokio::time::timeout(Duration::from_secs(30), tail.next())
-            .await
-            .expect("a commit did not wake its thread's tail")
-            .unwrap()
-            .unwrap();
+        let e = next_within(tail, "a commit did not wake its thread's tail").await;
         assert_eq!(e.payload["n"], n);
     }
+}
+
+/// The next event of `tail`, or a failure saying `why` when none comes within 30 s.
+async fn next_within<S>(tail: &mut S, why: &str) -> Event
+where
+    S: futures::Stream<Item = Result<Event, JournalError>> + Unpin,
+{
+    tokio::time::timeout(Duration::from_secs(30), tail.next())
+        .await
+        .expect(why)
+        .unwrap()
+        .unwrap()
 }
 
 fn polling_off() -> JournalOptions {
@@ -1138,13 +1122,8 @@ async fn a_kind_tail_yields_only_its_kind_and_its_commits_wake_it(j: Journal) {
         .await
         .unwrap();
     let mut tail = j.tail_kind("w", "stop", 0);
-    let mut next = async || {
-        tokio::time::timeout(Duration::from_secs(30), tail.next())
-            .await
-            .expect("a commit of the tail's kind did not wake it")
-            .unwrap()
-            .unwrap()
-    };
+    let mut next =
+        async || next_within(&mut tail, "a commit of the tail's kind did not wake it").await;
     let first = next().await;
     assert_eq!(
         (&*first.kind, first.payload["n"].as_i64()),
@@ -1203,21 +1182,17 @@ async fn a_kind_tail_reads_pages_of_its_kind_in_order(j: Journal) {
     j.append_batch(batch).await.unwrap();
     let mut tail = j.tail_kind("k", "stop", 0);
     for want in 0..total {
-        let e = tokio::time::timeout(Duration::from_secs(30), tail.next())
-            .await
-            .expect("tail stalled")
-            .unwrap()
-            .unwrap();
+        let e = next_within(&mut tail, "tail stalled").await;
         assert_eq!((&*e.kind, e.payload["n"].as_i64()), ("stop", Some(want)));
     }
     j.append_batch(vec![ev("k", "e", -1), ev("k", "stop", total)])
         .await
         .unwrap();
-    let e = tokio::time::timeout(Duration::from_secs(30), tail.next())
-        .await
-        .expect("a commit of the kind after the backlog did not wake the tail")
-        .unwrap()
-        .unwrap();
+    let e = next_within(
+        &mut tail,
+        "a commit of the kind after the backlog did not wake the tail",
+    )
+    .await;
     assert_eq!(e.payload["n"].as_i64(), Some(total));
     let quiet = tokio::time::timeout(Duration::from_millis(200), tail.next()).await;
     assert!(quiet.is_err(), "yielded a repeat: {quiet:?}");
@@ -1254,11 +1229,7 @@ async fn sqlite_a_kind_tail_sees_another_handles_append_by_polling() {
     let mut tail = watcher.tail_kind("x", "stop", 0);
     f.journal.append(ev("x", "e", 0)).await.unwrap();
     f.journal.append(ev("x", "stop", 1)).await.unwrap();
-    let e = tokio::time::timeout(Duration::from_secs(30), tail.next())
-        .await
-        .expect("tail stalled")
-        .unwrap()
-        .unwrap();
+    let e = next_within(&mut tail, "tail stalled").await;
     assert_eq!(e.payload["n"], 1);
 }
 

@@ -1,7 +1,9 @@
 //! Where a run's model calls go: the live API (key from the environment only), a base URL,
 //! or the emulator in-process (`--mock`).
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::{Mutex, PoisonError};
 
 use agent_host::run::Endpoint as RunEndpoint;
 use agent_responses::{ApiKey, Client, ClientConfig, ClientError};
@@ -44,24 +46,9 @@ impl EndpointArgs {
     pub async fn connect_shared(
         &self,
         recorded: Option<&RunEndpoint>,
-        clients: &std::sync::Mutex<std::collections::HashMap<Option<String>, Client>>,
+        clients: &ApiClients,
     ) -> anyhow::Result<(Client, Option<MockServer>)> {
-        let base_url = match RunEndpoint::for_resume(self.given(), recorded)? {
-            Some(RunEndpoint::Url(url)) => Some(url),
-            None => None,
-            Some(RunEndpoint::Mock | RunEndpoint::MockScript(_)) => {
-                return self.connect(recorded).await;
-            }
-        };
-        let mut clients = clients
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(client) = clients.get(&base_url) {
-            return Ok((client.clone(), None));
-        }
-        let client = api_client(base_url.as_deref())?;
-        clients.insert(base_url, client.clone());
-        Ok((client, None))
+        self.connect_with(recorded, Some(clients)).await
     }
 
     /// A client for these options; when none is given, for `recorded` (what the run was
@@ -70,6 +57,14 @@ impl EndpointArgs {
         &self,
         recorded: Option<&RunEndpoint>,
     ) -> anyhow::Result<(Client, Option<MockServer>)> {
+        self.connect_with(recorded, None).await
+    }
+
+    async fn connect_with(
+        &self,
+        recorded: Option<&RunEndpoint>,
+        shared: Option<&ApiClients>,
+    ) -> anyhow::Result<(Client, Option<MockServer>)> {
         let endpoint = RunEndpoint::for_resume(self.given(), recorded)?;
         let base_url = match endpoint {
             Some(RunEndpoint::Mock) => return start_mock(None).await,
@@ -77,9 +72,21 @@ impl EndpointArgs {
             Some(RunEndpoint::Url(url)) => Some(url),
             None => None,
         };
-        Ok((api_client(base_url.as_deref())?, None))
+        let Some(shared) = shared else {
+            return Ok((api_client(base_url.as_deref())?, None));
+        };
+        let mut clients = shared.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(client) = clients.get(&base_url) {
+            return Ok((client.clone(), None));
+        }
+        let client = api_client(base_url.as_deref())?;
+        clients.insert(base_url, client.clone());
+        Ok((client, None))
     }
 }
+
+/// API clients by base URL (`None`: the environment's), shared by the runs of a worker.
+pub type ApiClients = Mutex<HashMap<Option<String>, Client>>;
 
 /// A client of the API at `base_url` (default: the environment's), keyed from the
 /// environment.

@@ -65,7 +65,7 @@ pub(crate) struct CliConnector {
     /// waits for a decision) holds one for its LISTEN.
     read_connections: u32,
     /// One API client per base URL, shared by the runs this worker drives.
-    clients: std::sync::Mutex<std::collections::HashMap<Option<String>, agent_responses::Client>>,
+    clients: super::connect::ApiClients,
 }
 
 impl Connector for CliConnector {

@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use sqlx::postgres::PgConnection;
 
 use super::append::{THREAD_LOCK_SEED, batch_threads, column};
-use crate::backend::batch::{self, Conditions};
+use crate::backend::batch::{self, Conditions, Plan};
 use crate::writer::{Answer, Prepared, Request, relaxed_batch};
 
 const APPEND_SQL: &str = "SELECT journal_append(\
@@ -30,27 +30,29 @@ pub(super) async fn write(
     let Some(assumed) = assumptions(batch) else {
         return Ok(None);
     };
-    // Stand-in seqs below every real one: no condition can name them, so a condition that
-    // holds in this plan compared the database's head, which the function checks.
-    let mut stand_in = i64::MIN;
-    let dry = batch::plan_with(
+    // What the function checks, as array parameters (owned: the plan takes `assumed`).
+    let (head_threads, heads): (Vec<String>, Vec<Option<i64>>) =
+        assumed.heads.iter().map(|(t, h)| (t.clone(), *h)).unzip();
+    let (leases, epochs): (Vec<String>, Vec<Option<i64>>) =
+        assumed.epochs.iter().map(|(l, e)| (l.clone(), *e)).unzip();
+    // Stand-in seqs below every real one (`STAND_IN_BASE` + 1, + 2, ... in row order): no
+    // condition can name them, so a condition that holds in this plan compared the
+    // database's head, which the function checks.
+    let mut stand_in = STAND_IN_BASE;
+    let Plan { rows, mut acks } = batch::plan_with(
         batch,
         || {
             stand_in += 1;
             stand_in
         },
         HashMap::new(),
-        assumed.clone(),
+        assumed,
     );
-    if dry.acks.iter().any(Result::is_err) {
+    if acks.iter().any(Result::is_err) {
         return Ok(None);
     }
-    let rows: Vec<&Prepared> = dry.rows.iter().map(|r| r.event).collect();
+    let rows: Vec<&Prepared> = rows.iter().map(|r| r.event).collect();
     let pairs = batch::dedup_pairs(batch);
-    let (head_threads, heads): (Vec<&str>, Vec<Option<i64>>) =
-        assumed.heads.iter().map(|(t, h)| (t.as_str(), *h)).unzip();
-    let (leases, epochs): (Vec<&str>, Vec<Option<i64>>) =
-        assumed.epochs.iter().map(|(l, e)| (l.as_str(), *e)).unzip();
     let seqs: Option<Vec<i64>> = sqlx::query_scalar(APPEND_SQL)
         .bind(THREAD_LOCK_SEED)
         .bind(batch_threads(batch))
@@ -77,19 +79,22 @@ pub(super) async fn write(
             "the journal wrote another number of events than its plan holds".into(),
         ));
     }
-    // The same plan with the real seqs: the rows come in the same order, and a condition
-    // that held on the stand-ins compared a head the function checked.
-    let mut next = seqs.into_iter();
-    Ok(Some(
-        batch::plan_with(
-            batch,
-            || next.next().unwrap_or_default(),
-            HashMap::new(),
-            assumed,
-        )
-        .acks,
-    ))
+    // The plan the function confirmed, with the real seqs: the n-th stand-in is the n-th
+    // row's (an ack of a key repeated within the batch names its first row's).
+    for appended in acks.iter_mut().flatten().flatten() {
+        let row = appended
+            .seq
+            .checked_sub(STAND_IN_BASE + 1)
+            .and_then(|n| usize::try_from(n).ok());
+        appended.seq = row.and_then(|n| seqs.get(n)).copied().ok_or_else(|| {
+            sqlx::Error::Protocol("an acknowledgement names no row of the batch".into())
+        })?;
+    }
+    Ok(Some(acks))
 }
+
+/// Below every stand-in seq.
+const STAND_IN_BASE: i64 = i64::MIN;
 
 /// What the plan assumes: each thread's head as its first expected-version condition
 /// names it, each lease's epoch as its first fence names it. `None` when a condition names
