@@ -10,7 +10,8 @@
 //! CLI; the page shows the CLI's decision, the steer applied and the final answer; a run
 //! submitted from the CLI with two sub-agents lists them on its page, each linked to its
 //! own; a wrong token gets the login page and no data. A screenshot of the run page is saved
-//! (`target/serve-browser/run.png`) on failure and on success.
+//! (`target/serve-browser/run.png`) on failure and on success, and one of the parent's page
+//! with its sub-agents (`children.png`).
 
 use crate::host;
 use crate::served;
@@ -236,6 +237,7 @@ async fn scenario(
                 "{shown}"
             );
         }
+        std::fs::write(shots_dir().join("children.png"), b.screenshot().await).unwrap();
         let first = b.all("#children li a").await;
         b.click(&first[0]).await;
         let child = listed[0][0].as_str().unwrap();
