@@ -21,6 +21,7 @@ agent_testkit::backend_tests!(defaults, [sqlite, postgres, memory]:
         bad_input_is_refused_and_writes_nothing,
         replay_stream_pages_through_long_threads,
         replay_is_whole_on_either_side_of_a_page,
+        long_replays_are_whole_when_the_thread_thins_or_thickens,
         tail_yields_existing_then_new_events,
         threads_and_last_seq,
         last_of_kind_finds_the_newest_event_of_a_kind_in_its_thread,
@@ -315,6 +316,42 @@ async fn replay_is_whole_on_either_side_of_a_page(f: Fixture) {
         assert!(replayed.windows(2).all(|w| w[0].seq < w[1].seq));
         let after = replayed[100].seq;
         assert_eq!(j.replay(&thread, after).await.unwrap(), replayed[101..]);
+    }
+}
+
+/// A long replay is read in ranges (in parallel on SQLite) sized from its first page's
+/// share of the journal: a thread that turns sparse after it (the ranges sized too large)
+/// or dense (too small) still comes back whole and in order.
+async fn long_replays_are_whole_when_the_thread_thins_or_thickens(f: Fixture) {
+    let j = &f.journal;
+    // (events of the thread, noise events after each) for each stretch.
+    let shapes = [
+        ("thins", [(300, 0), (6_000, 4)]),
+        ("thickens", [(300, 9), (25_000, 0)]),
+    ];
+    for (thread, stretches) in shapes {
+        let mut batch = Vec::new();
+        let mut n = 0;
+        for (events, noise) in stretches {
+            for _ in 0..events {
+                batch.push(ev(thread, "e", n));
+                batch.extend((0..noise).map(|k| ev("noise", "e", k)));
+                n += 1;
+                if batch.len() >= 2_000 {
+                    j.append_batch(std::mem::take(&mut batch)).await.unwrap();
+                }
+            }
+        }
+        j.append_batch(batch).await.unwrap();
+        let replayed = j.replay(thread, 0).await.unwrap();
+        let ns: Vec<i64> = replayed
+            .iter()
+            .map(|e| e.payload["n"].as_i64().unwrap())
+            .collect();
+        assert_eq!(ns, (0..n).collect::<Vec<i64>>(), "{thread}");
+        assert!(replayed.windows(2).all(|w| w[0].seq < w[1].seq));
+        let after = replayed[1_000].seq;
+        assert_eq!(j.replay(thread, after).await.unwrap(), replayed[1_001..]);
     }
 }
 

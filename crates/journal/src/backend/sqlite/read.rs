@@ -36,6 +36,9 @@ const PARALLEL_REPLAY_SPAN: i64 = 20_000;
 const MAX_REPLAY_PARTS: usize = 4;
 /// Events a replay reads before it probes how far the thread goes.
 const FIRST_REPLAY_PAGE: i64 = 256;
+/// Most events a replay's range is sized for before it reads them (a density measured on
+/// a dense first page can overestimate a sparse rest).
+const MAX_PRESIZED: usize = 1 << 20;
 
 /// The page cache of each read connection, KiB (SQLite's default is 2,000).
 ///
@@ -148,11 +151,24 @@ impl Reader {
         rx.await.map_err(|_| JournalError::Closed)?
     }
 
-    /// Every event of `thread` after `after`, as of one moment. A long thread is read as
-    /// seq ranges in parallel (one per core): seqs are assigned in commit order, so every
-    /// seq up to the highest one seen at the start is already committed and each range
-    /// reads a complete, immutable slice.
-    async fn replay_rest(&self, thread: &str, after: i64) -> Result<Vec<Event>, JournalError> {
+    /// `first` (the first page of a replay of `thread`, full) extended with every later
+    /// event of `thread`, as of one moment. A long rest is read as seq ranges in parallel
+    /// (one per core): seqs are assigned in commit order, so every seq up to the highest
+    /// one seen at the start is already committed and each range reads a complete,
+    /// immutable slice. Each range's vector is sized from the first page's density (its
+    /// events per seq), and the first range decodes into `first`, sized for the whole rest:
+    /// a long replay then copies its events once, when the other ranges join it, instead
+    /// of on every doubling and again when the ranges are joined.
+    async fn replay_rest(
+        &self,
+        thread: &str,
+        first: Vec<Event>,
+    ) -> Result<Vec<Event>, JournalError> {
+        let (Some(head), Some(after)) = (first.first(), first.last()) else {
+            return Ok(first);
+        };
+        let after = after.seq;
+        let density = first.len() as f64 / (after - head.seq + 1).max(1) as f64;
         let owned = thread.to_string();
         let bounds = self
             .run(move |conn| {
@@ -169,22 +185,31 @@ impl Reader {
                 Ok(bounds)
             })
             .await?;
-        let (Some(first), Some(last)) = bounds else {
-            return Ok(Vec::new());
+        let (Some(low), Some(high)) = bounds else {
+            return Ok(first);
         };
         let parts = match self.inner.source {
             Source::Shared(_) => 1,
-            Source::Files { .. } if last - first < PARALLEL_REPLAY_SPAN => 1,
+            Source::Files { .. } if high - low < PARALLEL_REPLAY_SPAN => 1,
             Source::Files { .. } => {
                 std::thread::available_parallelism().map_or(1, |n| n.get().min(MAX_REPLAY_PARTS))
             }
         };
-        let span = (last - first) / parts as i64 + 1;
-        let ranges = (0..parts as i64).map(|i| {
-            let from = first - 1 + i * span;
-            (from, (from + span).min(last))
+        let span = (high - low) / parts as i64 + 1;
+        let expected = |seqs: i64| (seqs as f64 * density * 1.05) as usize + 16;
+        let mut first = Some(first);
+        let reads = (0..parts as i64).map(|i| {
+            let from = low - 1 + i * span;
+            let to = (from + span).min(high);
+            let into = match first.take() {
+                Some(mut events) => {
+                    events.reserve(expected(high - after).min(MAX_PRESIZED));
+                    events
+                }
+                None => Vec::with_capacity(expected(to - from).min(MAX_PRESIZED)),
+            };
+            self.range_into(thread, from, to, i64::MAX, into)
         });
-        let reads = ranges.map(|(from, to)| self.range(thread, from, to, i64::MAX));
         let mut events = Vec::new();
         for part in futures::future::join_all(reads).await {
             let part = part?;
@@ -205,20 +230,40 @@ impl Reader {
         upto: i64,
         limit: i64,
     ) -> Result<Vec<Event>, JournalError> {
+        self.range_into(thread, after, upto, limit, Vec::new())
+            .await
+    }
+
+    /// [`Reader::range`], appended to `into`.
+    async fn range_into(
+        &self,
+        thread: &str,
+        after: i64,
+        upto: i64,
+        limit: i64,
+        into: Vec<Event>,
+    ) -> Result<Vec<Event>, JournalError> {
         let thread = thread.to_string();
         self.run(move |conn| {
             // Served by the clustered primary key (thread, seq): O(events of the thread).
             let mut stmt = conn.prepare_cached(RANGE_SQL)?;
-            events(&thread, stmt.query(params![thread, after, upto, limit])?)
+            events(
+                &thread,
+                stmt.query(params![thread, after, upto, limit])?,
+                into,
+            )
         })
         .await
     }
 }
 
-/// The events `rows` (of `thread`) hold, decoded.
-fn events(thread: &str, mut rows: rusqlite::Rows<'_>) -> Result<Vec<Event>, JournalError> {
+/// `events` extended with the events `rows` (of `thread`) hold, decoded.
+fn events(
+    thread: &str,
+    mut rows: rusqlite::Rows<'_>,
+    mut events: Vec<Event>,
+) -> Result<Vec<Event>, JournalError> {
     let mut names = Names::new(thread);
-    let mut events = Vec::new();
     while let Some(row) = rows.next()? {
         events.push(decode(row, &mut names)?);
     }
@@ -264,6 +309,7 @@ impl ReadSide for Reader {
                     events(
                         &thread,
                         stmt.query(params![thread, after, top, kind, limit])?,
+                        Vec::new(),
                     )?
                 }
                 None => Vec::new(),
@@ -279,17 +325,13 @@ impl ReadSide for Reader {
         // A full first page means a long catch-up (a resume): the rest is probed and may
         // be read in parallel. Each read is a committed snapshot and commits append to a
         // thread in seq order, so the rest, read later, extends the first page.
-        let mut events = self
+        let events = self
             .range(thread, after, i64::MAX, FIRST_REPLAY_PAGE)
             .await?;
-        let Some(last) = events.last().map(|e| e.seq) else {
-            return Ok(events);
-        };
         if events.len() < FIRST_REPLAY_PAGE as usize {
             return Ok(events);
         }
-        events.extend(self.replay_rest(thread, last).await?);
-        Ok(events)
+        self.replay_rest(thread, events).await
     }
 
     async fn find_by_key(&self, thread: &str, key: &str) -> Result<Option<Event>, JournalError> {
