@@ -12,6 +12,9 @@ const WHY = {
   escalation: 'run outside the sandbox once (the justification is in the arguments)',
 };
 let gen = 0, cleanups = [], dead = false, firstRoute = true, uid = 0, statusFilter = 'all';
+// Set by an action that navigates on success: its message is about the next page, so the
+// route change keeps it. Any other route change clears the status region.
+let carryStatus = false;
 const enc = encodeURIComponent;
 
 // h('tag#id.class', {attributes}?, ...children); strings become text nodes.
@@ -36,6 +39,10 @@ function tx(el, t) {
 function say(msg, bad) {
   const el = document.getElementById('status');
   if (el) { el.className = 'status-region ' + (bad ? 'is-error' : 'is-ok'); el.textContent = msg; }
+}
+function unsay() {
+  const el = document.getElementById('status');
+  if (el) { el.className = 'status-region'; el.textContent = ''; }
 }
 const plural = (n, w) => n + ' ' + w + (n === 1 ? '' : 's');
 const shortId = (id) => (id = String(id), id.length > 14 ? id.slice(0, 8) + '…' + id.slice(-4) : id);
@@ -102,6 +109,8 @@ function teardown() {
 function route() {
   if (dead) return;
   teardown();
+  if (!carryStatus) unsay();
+  carryStatus = false;
   const main = document.getElementById('main'), hash = location.hash || '#/', m = /^#\/runs\/([^/?#]+)\/?$/.exec(hash);
   main.replaceChildren();
   let cur = 'runs';
@@ -661,6 +670,7 @@ function viewNew(main) {
       const r = await api('POST', '/runs', body);
       if (!alive()) return;
       say('submitted run ' + r.run_id);
+      carryStatus = true;
       location.hash = '#/runs/' + enc(r.run_id);
     } catch (err) { failed(alive)(err); } finally { submit.disabled = false; }
   });

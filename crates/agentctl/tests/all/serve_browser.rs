@@ -153,6 +153,8 @@ async fn scenario(
         let approval = b
             .wait_for(".approval[data-call-id='c1']", "echo first-output-7Q", WAIT)
             .await;
+        // The submit's answer is about the run: it stays through the navigation to it.
+        b.wait_for("#status", "submitted run", WAIT).await;
         let approve = b.all(".approval[data-call-id='c1'] .approve").await;
         let _ = approval;
         b.click(&approve[0]).await;
@@ -171,6 +173,7 @@ async fn scenario(
         let send = b.all("#steer-send").await;
         b.click(&send[0]).await;
         b.wait_for("#timeline", "keep it short 3X", WAIT).await;
+        b.wait_for("#status", "steer sent", WAIT).await;
         let run = b
             .execute("return location.hash.split('/').pop()", json!([]))
             .await
@@ -215,8 +218,24 @@ async fn scenario(
         );
         assert!(o.status.success(), "{}", text(&o.stderr));
         let parent = text(&o.stdout).trim().to_string();
+        // The steer's message is still up; a navigation within the page (no reload: the
+        // marker survives) to another run clears it.
+        let before = b
+            .execute(
+                "window.sameDocument = true; return document.getElementById('status').textContent",
+                json!([]),
+            )
+            .await;
+        assert!(before.as_str().unwrap().contains("steer sent"), "{before}");
         b.goto(&format!("{base}/#/runs/{parent}")).await;
         b.wait_for("#run-status", "completed", WAIT).await;
+        let after = b
+            .execute(
+                "return [window.sameDocument === true, document.getElementById('status').textContent]",
+                json!([]),
+            )
+            .await;
+        assert_eq!(after, json!([true, ""]));
         b.wait_for("#children-panel", "CHILD-B: say b", WAIT).await;
         let listed = b
             .execute(
