@@ -269,7 +269,7 @@ pub fn run(ctx: &BenchCtx) -> anyhow::Result<Section> {
     md.push_str(&format!(
         "\nA 100-event replay issued right after a 100k-event replay on the same handle: \
          {:.2} ms (median). A long replay is read as seq ranges in parallel (one per core), \
-         events decoded into JSON values on tokio's blocking pool; the bench binary uses the \
+         events decoded into JSON values on the journal's reader threads; the bench binary uses the \
          same allocator as `agentctl` (jemalloc).\n",
         small_after_big
     ));
