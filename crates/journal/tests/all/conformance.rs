@@ -307,16 +307,26 @@ async fn replay_is_whole_on_either_side_of_a_page(f: Fixture) {
             j.append(ev("noise", "e", written)).await.unwrap();
             written = upto;
         }
-        let replayed = j.replay(&thread, 0).await.unwrap();
-        let ns: Vec<i64> = replayed
-            .iter()
-            .map(|e| e.payload["n"].as_i64().unwrap())
-            .collect();
-        assert_eq!(ns, (0..total).collect::<Vec<i64>>(), "{total} events");
-        assert!(replayed.windows(2).all(|w| w[0].seq < w[1].seq));
-        let after = replayed[100].seq;
-        assert_eq!(j.replay(&thread, after).await.unwrap(), replayed[101..]);
+        replays_whole(j, &thread, total, 100).await;
     }
+}
+
+/// Replays `thread` and checks it holds events 0..`total` in seq order, and that a replay
+/// after its event `cut` is the rest.
+async fn replays_whole(j: &Journal, thread: &str, total: i64, cut: usize) {
+    let replayed = j.replay(thread, 0).await.unwrap();
+    let ns: Vec<i64> = replayed
+        .iter()
+        .map(|e| e.payload["n"].as_i64().unwrap())
+        .collect();
+    assert_eq!(
+        ns,
+        (0..total).collect::<Vec<i64>>(),
+        "{thread}: {total} events"
+    );
+    assert!(replayed.windows(2).all(|w| w[0].seq < w[1].seq));
+    let after = replayed[cut].seq;
+    assert_eq!(j.replay(thread, after).await.unwrap(), replayed[cut + 1..]);
 }
 
 /// A long replay is read in ranges (in parallel on SQLite) sized from its first page's
@@ -343,15 +353,7 @@ async fn long_replays_are_whole_when_the_thread_thins_or_thickens(f: Fixture) {
             }
         }
         j.append_batch(batch).await.unwrap();
-        let replayed = j.replay(thread, 0).await.unwrap();
-        let ns: Vec<i64> = replayed
-            .iter()
-            .map(|e| e.payload["n"].as_i64().unwrap())
-            .collect();
-        assert_eq!(ns, (0..n).collect::<Vec<i64>>(), "{thread}");
-        assert!(replayed.windows(2).all(|w| w[0].seq < w[1].seq));
-        let after = replayed[1_000].seq;
-        assert_eq!(j.replay(thread, after).await.unwrap(), replayed[1_001..]);
+        replays_whole(j, thread, n, 1_000).await;
     }
 }
 

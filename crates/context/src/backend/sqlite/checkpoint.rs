@@ -12,8 +12,9 @@
 //! already copied, which a checkpointer racing a busy writer rarely leaves; a nudge after
 //! every job past a log size (as first built) then checkpointed once per append, each with
 //! two fsyncs beside the append's own. So nudges follow growth, and the writer's own
-//! checkpoint at [`HARD_PAGES`] (by then only the frames since the last pass are left to
-//! copy) lets the log restart.
+//! checkpoint at [`HARD_PAGES`] ([`HARD_PAGES_NORMAL`] for a store that does not sync its
+//! commits; by then only the frames since the last pass are left to copy) lets the log
+//! restart.
 //!
 //! Invariants:
 //! - What readers see and what is durable do not change: a checkpoint copies committed
@@ -40,20 +41,27 @@ use crate::options::{ContextOptions, StoreDurability};
 /// Log growth (pages) after which the writer thread asks for a checkpoint: SQLite's
 /// default autocheckpoint threshold.
 pub(super) const SOFT_PAGES: c_int = 1000;
-/// Log size (pages) from which the committing connection checkpoints itself (16 MiB of
-/// 4 KiB pages).
+/// Log size (pages) from which the committing connection checkpoints itself, for a store
+/// whose commits wait for the disk (16 MiB of 4 KiB pages): each commit syncs the log, and
+/// a log kept short is overwritten in place, where one that keeps growing makes every
+/// sync also commit the file's new size.
 pub(super) const HARD_PAGES: c_int = 4 * SOFT_PAGES;
+/// [`HARD_PAGES`] for a `Normal` store (64 MiB): its commits sync nothing, so its writer
+/// copies frames itself only rarely.
+pub(super) const HARD_PAGES_NORMAL: c_int = 16 * SOFT_PAGES;
 
 thread_local! {
     /// Pages in the WAL after the last commit on this thread's connection (the hook is a
     /// plain function, and each store's writer connection lives on its own thread).
     static WAL_PAGES: Cell<c_int> = const { Cell::new(0) };
+    /// The log size from which this thread's writer connection checkpoints itself.
+    static HARD_LIMIT: Cell<c_int> = const { Cell::new(HARD_PAGES) };
 }
 
 /// The writer connection's WAL hook (replaces SQLite's autocheckpoint).
 fn record_wal_size(wal: &Wal, pages: c_int) -> rusqlite::Result<()> {
     WAL_PAGES.with(|p| p.set(pages));
-    if pages >= HARD_PAGES {
+    if pages >= HARD_LIMIT.with(Cell::get) {
         // As SQLite's own autocheckpoint: a busy checkpointer is not an error of the commit.
         let _ = wal.checkpoint();
     }
@@ -115,6 +123,12 @@ impl Checkpointer {
             })
             .ok()?;
         WAL_PAGES.with(|p| p.set(0));
+        HARD_LIMIT.with(|h| {
+            h.set(match options.durability {
+                StoreDurability::Full => HARD_PAGES,
+                StoreDurability::Normal => HARD_PAGES_NORMAL,
+            })
+        });
         writer.wal_hook(Some(record_wal_size));
         Some(Checkpointer {
             nudge: Some(nudge),
@@ -214,7 +228,7 @@ mod tests {
         // Bounded: past the hard limit only while a pass under way keeps the writer's own
         // checkpoint busy.
         assert!(
-            most_pages < 2 * HARD_PAGES,
+            most_pages < 2 * HARD_PAGES_NORMAL,
             "the log reached {most_pages} pages"
         );
         let rows: i64 = writer
