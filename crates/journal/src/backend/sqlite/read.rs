@@ -36,9 +36,10 @@ const PARALLEL_REPLAY_SPAN: i64 = 20_000;
 const MAX_REPLAY_PARTS: usize = 4;
 /// Events a replay reads before it probes how far the thread goes.
 const FIRST_REPLAY_PAGE: i64 = 256;
-/// Most events a replay's range is sized for before it reads them (a density measured on
-/// a dense first page can overestimate a sparse rest).
-const MAX_PRESIZED: usize = 1 << 20;
+/// Most events a replay's range is sized for before it reads them: a density measured on
+/// a dense first page can overestimate a sparse rest, so the reservation is capped (at
+/// 160 bytes an event, 40 MiB); past it the vector grows as it fills.
+const MAX_PRESIZED: usize = 1 << 18;
 
 /// The page cache of each read connection, KiB (SQLite's default is 2,000).
 ///
