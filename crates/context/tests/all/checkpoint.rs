@@ -37,8 +37,8 @@ async fn the_checkpointer_moves_the_wal_into_the_database() {
         .unwrap();
     store.pause_index_fold(true).await.unwrap();
     // About 10 MB of units in 50 transactions: 2,500 pages of 4 KiB, over the 1000 at
-    // which a checkpoint is asked for and under the writer's own limit (16,000 for a
-    // `Normal` store), so the checkpointer thread is what copies them.
+    // which a checkpoint is asked for and under the writer's own limit (16,000), so the
+    // checkpointer thread is what copies them.
     let units = 5000;
     for from in (0..units).step_by(100) {
         store.append_units("t", &batch(from)).await.unwrap();
