@@ -36,13 +36,10 @@ function tx(el, t) {
   t = t == null ? '' : String(t);
   if (el.textContent !== t) el.textContent = t;
 }
+// The status region's message (an empty one clears it).
 function say(msg, bad) {
   const el = document.getElementById('status');
-  if (el) { el.className = 'status-region ' + (bad ? 'is-error' : 'is-ok'); el.textContent = msg; }
-}
-function unsay() {
-  const el = document.getElementById('status');
-  if (el) { el.className = 'status-region'; el.textContent = ''; }
+  if (el) { el.className = 'status-region' + (msg ? (bad ? ' is-error' : ' is-ok') : ''); el.textContent = msg; }
 }
 const plural = (n, w) => n + ' ' + w + (n === 1 ? '' : 's');
 const shortId = (id) => (id = String(id), id.length > 14 ? id.slice(0, 8) + '…' + id.slice(-4) : id);
@@ -109,7 +106,7 @@ function teardown() {
 function route() {
   if (dead) return;
   teardown();
-  if (!carryStatus) unsay();
+  if (!carryStatus) say('');
   carryStatus = false;
   const main = document.getElementById('main'), hash = location.hash || '#/', m = /^#\/runs\/([^/?#]+)\/?$/.exec(hash);
   main.replaceChildren();

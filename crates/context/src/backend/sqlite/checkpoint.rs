@@ -30,6 +30,8 @@
 
 use std::cell::Cell;
 use std::ffi::c_int;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
 use std::thread::JoinHandle;
 
@@ -70,7 +72,7 @@ pub(super) struct Checkpointer {
     nudged_at: Cell<c_int>,
     /// Checkpoints the thread has run.
     #[cfg(test)]
-    passes: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    passes: Arc<AtomicUsize>,
 }
 
 impl Checkpointer {
@@ -103,18 +105,11 @@ impl Checkpointer {
         };
         conn.pragma_update(None, "synchronous", synchronous).ok()?;
         let (nudge, nudged) = sync_channel(1);
-        #[cfg(test)]
-        let passes = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        #[cfg(test)]
-        let counted = std::sync::Arc::clone(&passes);
+        let passes = Arc::new(AtomicUsize::new(0));
+        let counted = Arc::clone(&passes);
         let thread = std::thread::Builder::new()
             .name("context-sqlite-checkpoint".into())
-            .spawn(move || {
-                run(conn, nudged, || {
-                    #[cfg(test)]
-                    counted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                })
-            })
+            .spawn(move || run(conn, nudged, &counted))
             .ok()?;
         WAL_PAGES.with(|p| p.set(0));
         writer.wal_hook(Some(record_wal_size));
@@ -161,15 +156,15 @@ impl Drop for Checkpointer {
     }
 }
 
-/// The checkpointer thread: one PASSIVE checkpoint per nudge (then `ran`), until the
-/// writer is gone.
-fn run(conn: Connection, nudged: Receiver<()>, ran: impl Fn()) {
+/// The checkpointer thread: one PASSIVE checkpoint per nudge, each counted in `passes`,
+/// until the writer is gone.
+fn run(conn: Connection, nudged: Receiver<()>, passes: &AtomicUsize) {
     while nudged.recv().is_ok() {
         let done = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| r.get::<_, i64>(0));
         if let Err(err) = done {
             tracing::debug!(error = %err, "context: background WAL checkpoint failed");
         }
-        ran();
+        passes.fetch_add(1, Ordering::Relaxed);
     }
 }
 
@@ -212,9 +207,7 @@ mod tests {
             last_pages = pages;
             checkpointer.after_job();
         }
-        let passes = checkpointer
-            .passes
-            .load(std::sync::atomic::Ordering::Relaxed);
+        let passes = checkpointer.passes.load(Ordering::Relaxed);
         drop(checkpointer);
         // Each commit writes a new leaf and rewrites its parent: ~2 frames, ~24,000 in all.
         assert!(passes >= 5, "{passes} checkpoints");

@@ -211,14 +211,11 @@ impl Reader {
             };
             self.range_into(thread, from, to, i64::MAX, into)
         });
-        let mut events = Vec::new();
-        for part in futures::future::join_all(reads).await {
-            let part = part?;
-            if events.is_empty() {
-                events = part;
-            } else {
-                events.extend(part);
-            }
+        // The first range's vector holds the first page and has room for the others.
+        let mut parts = futures::future::join_all(reads).await.into_iter();
+        let mut events = parts.next().transpose()?.unwrap_or_default();
+        for part in parts {
+            events.extend(part?);
         }
         Ok(events)
     }
