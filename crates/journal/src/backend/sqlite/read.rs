@@ -22,6 +22,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, mpsc};
 use std::time::Duration;
 
+use rusqlite::types::ValueRef;
 use rusqlite::{Connection, OpenFlags, OptionalExtension as _, Row, params};
 use tokio::sync::oneshot;
 
@@ -524,13 +525,22 @@ fn decode(row: &Row<'_>, names: &mut Names) -> Result<Event, JournalError> {
     let seq: i64 = row.get(0)?;
     let kind = row.get_ref(1)?.as_str().map_err(rusqlite::Error::from)?;
     let kind = names.kind(kind);
-    let payload = row.get_ref(2)?.as_bytes().map_err(rusqlite::Error::from)?;
+    // One UTF-8 check of the whole text is cheaper than the parser's check of each string
+    // in it; text that fails it, or a BLOB written by hand, is parsed as bytes (and
+    // reported as corrupt when it is not JSON).
+    let payload = match row.get_ref(2)? {
+        ValueRef::Text(text) => match std::str::from_utf8(text) {
+            Ok(text) => serde_json::from_str(text),
+            Err(_) => serde_json::from_slice(text),
+        },
+        other => serde_json::from_slice(other.as_bytes().map_err(rusqlite::Error::from)?),
+    }
+    .map_err(|source| JournalError::CorruptPayload { seq, source })?;
     Ok(Event {
         seq,
         thread: Arc::clone(&names.thread),
         kind,
-        payload: serde_json::from_slice(payload)
-            .map_err(|source| JournalError::CorruptPayload { seq, source })?,
+        payload,
         at: row.get(3)?,
         dedup_key: row.get(4)?,
         epoch: row.get(5)?,
@@ -583,6 +593,76 @@ mod tests {
         assert!(reprepares(&plain, &limits) >= 3);
         let reader = open_read_only(&path, Duration::from_secs(1)).unwrap();
         assert_eq!(reprepares(&reader, &limits), 0);
+    }
+
+    /// Each stored payload of a table of the journal's shape, decoded as a replay does.
+    fn decoded(payloads: &[rusqlite::types::Value]) -> Vec<Result<serde_json::Value, String>> {
+        let conn = Connection::open_in_memory().unwrap();
+        conn.execute_batch(
+            "CREATE TABLE journal_events (thread TEXT, seq INTEGER, kind TEXT, payload, \
+             at INTEGER, dedup_key TEXT, epoch INTEGER)",
+        )
+        .unwrap();
+        for (seq, payload) in payloads.iter().enumerate() {
+            conn.execute(
+                "INSERT INTO journal_events VALUES ('t', ?1, 'k', ?2, 0, NULL, NULL)",
+                params![seq as i64 + 1, payload],
+            )
+            .unwrap();
+        }
+        let mut stmt = conn.prepare(RANGE_SQL).unwrap();
+        let mut rows = stmt.query(params!["t", 0, i64::MAX, 100]).unwrap();
+        let mut names = Names::new("t");
+        let mut out = Vec::new();
+        while let Some(row) = rows.next().unwrap() {
+            out.push(match decode(row, &mut names) {
+                Ok(event) => Ok(event.payload),
+                Err(err) => Err(err.to_string()),
+            });
+        }
+        out
+    }
+
+    #[test]
+    fn payloads_written_by_hand_decode_or_are_reported_corrupt() {
+        use rusqlite::types::Value::{Blob, Text};
+        let got = decoded(&[
+            Text(r#"{"a":"é","b":[1]}"#.into()),
+            Blob(br#"{"blob":true}"#.to_vec()),
+            Text("not json".into()),
+            Blob(vec![0xff, 0xfe]),
+        ]);
+        assert_eq!(got[0], Ok(serde_json::json!({"a": "é", "b": [1]})));
+        assert_eq!(got[1], Ok(serde_json::json!({"blob": true})));
+        for (n, bad) in got[2..].iter().enumerate() {
+            let err = bad.as_ref().unwrap_err();
+            assert!(err.contains("corrupt payload"), "{n}: {err}");
+        }
+    }
+
+    #[test]
+    fn invalid_utf8_text_is_reported_corrupt() {
+        let conn = Connection::open_in_memory().unwrap();
+        conn.execute_batch(
+            "CREATE TABLE journal_events (thread TEXT, seq INTEGER, kind TEXT, payload TEXT, \
+             at INTEGER, dedup_key TEXT, epoch INTEGER); \
+             INSERT INTO journal_events VALUES ('t', 1, 'k', CAST(X'22FF22' AS TEXT), 0, NULL, NULL);",
+        )
+        .unwrap();
+        let kind: String = conn
+            .query_row("SELECT typeof(payload) FROM journal_events", [], |r| {
+                r.get(0)
+            })
+            .unwrap();
+        assert_eq!(kind, "text");
+        let mut stmt = conn.prepare(RANGE_SQL).unwrap();
+        let mut rows = stmt.query(params!["t", 0, i64::MAX, 100]).unwrap();
+        let row = rows.next().unwrap().unwrap();
+        let err = decode(row, &mut Names::new("t")).unwrap_err();
+        assert!(
+            matches!(err, JournalError::CorruptPayload { seq: 1, .. }),
+            "{err}"
+        );
     }
 
     #[test]
