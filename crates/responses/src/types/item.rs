@@ -45,6 +45,21 @@ tagged_union! {
     }
 }
 
+/// The `input_text` and `output_text` parts of `parts`, joined (what a message or a tool's
+/// output says; refusals, reasoning and unknown parts are not part of it).
+fn joined_text(parts: &[ContentPart]) -> String {
+    parts
+        .iter()
+        .filter_map(|part| match part {
+            ContentPart::InputText(p) | ContentPart::OutputText(p) => Some(p.text.as_str()),
+            ContentPart::Refusal(_)
+            | ContentPart::ReasoningText(_)
+            | ContentPart::SummaryText(_)
+            | ContentPart::Other(_) => None,
+        })
+        .collect()
+}
+
 tagged_union! {
     /// Who made a tool call: the model directly, or a program (programmatic tool calling).
     pub enum Caller {
@@ -187,17 +202,7 @@ impl MessageItem {
     pub fn text(&self) -> String {
         match &self.content {
             MessageContent::Text(text) => text.clone(),
-            MessageContent::Parts(parts) => parts
-                .iter()
-                .filter_map(|part| match part {
-                    ContentPart::InputText(p) | ContentPart::OutputText(p) => Some(p.text.as_str()),
-                    ContentPart::Refusal(_)
-                    | ContentPart::ReasoningText(_)
-                    | ContentPart::SummaryText(_)
-                    | ContentPart::Other(_) => None,
-                })
-                .collect::<Vec<_>>()
-                .join(""),
+            MessageContent::Parts(parts) => joined_text(parts),
         }
     }
 }
@@ -309,17 +314,7 @@ impl FunctionCallOutput {
     pub fn text(&self) -> String {
         match &self.output {
             ToolOutput::Text(t) => t.clone(),
-            ToolOutput::Parts(parts) => parts
-                .iter()
-                .filter_map(|p| match p {
-                    ContentPart::InputText(t) | ContentPart::OutputText(t) => Some(t.text.as_str()),
-                    ContentPart::Refusal(_)
-                    | ContentPart::ReasoningText(_)
-                    | ContentPart::SummaryText(_)
-                    | ContentPart::Other(_) => None,
-                })
-                .collect::<Vec<_>>()
-                .join(""),
+            ToolOutput::Parts(parts) => joined_text(parts),
         }
     }
 }
