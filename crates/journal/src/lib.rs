@@ -71,6 +71,7 @@ mod journal;
 mod lease;
 mod limits;
 mod options;
+mod payload;
 mod position;
 mod readable;
 mod stream;

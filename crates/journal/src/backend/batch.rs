@@ -15,6 +15,7 @@ use sqlx::{Database, Decode, Type};
 
 use crate::error::JournalError;
 use crate::event::{Appended, Event};
+use crate::payload::Decoder;
 use crate::writer::{Answer, Prepared, Request};
 
 /// One row to insert.
@@ -205,7 +206,8 @@ where
         seq,
         thread: thread.into(),
         kind: kind.into(),
-        payload: serde_json::from_str(payload)
+        payload: Decoder::default()
+            .decode(payload)
             .map_err(|source| JournalError::CorruptPayload { seq, source })?,
         at: row.try_get(4)?,
         dedup_key: row.try_get(5)?,

@@ -29,6 +29,7 @@ use tokio::sync::oneshot;
 use crate::backend::{KindPage, ReadSide};
 use crate::error::JournalError;
 use crate::event::Event;
+use crate::payload::Decoder;
 use crate::position::Position;
 
 /// Replays spanning fewer seqs than this are read in one piece.
@@ -262,7 +263,7 @@ fn events(
     mut rows: rusqlite::Rows<'_>,
     mut events: Vec<Event>,
 ) -> Result<Vec<Event>, JournalError> {
-    let mut names = Names::new(thread);
+    let mut names = Decoding::new(thread);
     while let Some(row) = rows.next()? {
         events.push(decode(row, &mut names)?);
     }
@@ -342,7 +343,7 @@ impl ReadSide for Reader {
             )?;
             let mut rows = stmt.query(params![thread, key])?;
             rows.next()?
-                .map(|row| decode(row, &mut Names::new(&thread)))
+                .map(|row| decode(row, &mut Decoding::new(&thread)))
                 .transpose()
         })
         .await
@@ -358,7 +359,7 @@ impl ReadSide for Reader {
             )?;
             let mut rows = stmt.query(params![thread, kind])?;
             rows.next()?
-                .map(|row| decode(row, &mut Names::new(&thread)))
+                .map(|row| decode(row, &mut Decoding::new(&thread)))
                 .transpose()
         })
         .await
@@ -394,7 +395,7 @@ impl ReadSide for Reader {
             let mut page = Vec::new();
             while let Some(row) = rows.next()? {
                 let thread = row.get_ref(6)?.as_str().map_err(rusqlite::Error::from)?;
-                let event = decode(row, &mut Names::new(thread))?;
+                let event = decode(row, &mut Decoding::new(thread))?;
                 page.push((Position::START.with_seq(event.seq), event));
             }
             Ok(page)
@@ -489,20 +490,23 @@ pub(super) fn open_uri(uri: &str, busy_timeout: Duration) -> Result<Connection, 
     Ok(conn)
 }
 
-/// The thread and kind names the events of one read share (a thread has few kinds).
-struct Names {
+/// What decoding the rows of one read keeps from row to row: the thread and kind names
+/// its events share (a thread has few kinds) and the payload decoder's scratch.
+struct Decoding {
     thread: Arc<str>,
     kinds: Vec<Arc<str>>,
+    payloads: Decoder,
 }
 
-impl Names {
+impl Decoding {
     /// Kinds kept for sharing; a read with more distinct kinds allocates the rest per event.
     const MAX_KINDS: usize = 16;
 
     fn new(thread: &str) -> Self {
-        Names {
+        Decoding {
             thread: thread.into(),
             kinds: Vec::new(),
+            payloads: Decoder::default(),
         }
     }
 
@@ -519,18 +523,16 @@ impl Names {
 }
 
 /// Decodes a row of `seq, kind, payload, at, dedup_key, epoch` of the thread `names` was made for
-/// (the thread the query selected, so it is not read back). The payload is parsed from its
-/// bytes: the JSON parser checks UTF-8 as it goes, so the text is not validated twice.
-fn decode(row: &Row<'_>, names: &mut Names) -> Result<Event, JournalError> {
+/// (the thread the query selected, so it is not read back).
+fn decode(row: &Row<'_>, names: &mut Decoding) -> Result<Event, JournalError> {
     let seq: i64 = row.get(0)?;
     let kind = row.get_ref(1)?.as_str().map_err(rusqlite::Error::from)?;
     let kind = names.kind(kind);
-    // One UTF-8 check of the whole text is cheaper than the parser's check of each string
-    // in it; text that fails it, or a BLOB written by hand, is parsed as bytes (and
-    // reported as corrupt when it is not JSON).
+    // Payloads are TEXT, checked as UTF-8 once here; text that fails the check, or a BLOB
+    // written by hand, is parsed as bytes (and reported as corrupt when it is not JSON).
     let payload = match row.get_ref(2)? {
         ValueRef::Text(text) => match std::str::from_utf8(text) {
-            Ok(text) => serde_json::from_str(text),
+            Ok(text) => names.payloads.decode(text),
             Err(_) => serde_json::from_slice(text),
         },
         other => serde_json::from_slice(other.as_bytes().map_err(rusqlite::Error::from)?),
@@ -553,13 +555,13 @@ mod tests {
 
     #[test]
     fn names_share_the_thread_and_known_kinds_and_stay_correct_past_the_cap() {
-        let mut names = Names::new("t");
+        let mut names = Decoding::new("t");
         let a = names.kind("a");
         assert!(Arc::ptr_eq(&a, &names.kind("a")));
-        for n in 0..2 * Names::MAX_KINDS {
+        for n in 0..2 * Decoding::MAX_KINDS {
             assert_eq!(&*names.kind(&format!("k{n}")), format!("k{n}"));
         }
-        assert_eq!(names.kinds.len(), Names::MAX_KINDS);
+        assert_eq!(names.kinds.len(), Decoding::MAX_KINDS);
         assert!(Arc::ptr_eq(&a, &names.kind("a")));
         assert_eq!(&*names.kind("k31"), "k31");
     }
@@ -612,7 +614,7 @@ mod tests {
         }
         let mut stmt = conn.prepare(RANGE_SQL).unwrap();
         let mut rows = stmt.query(params!["t", 0, i64::MAX, 100]).unwrap();
-        let mut names = Names::new("t");
+        let mut names = Decoding::new("t");
         let mut out = Vec::new();
         while let Some(row) = rows.next().unwrap() {
             out.push(match decode(row, &mut names) {
@@ -658,7 +660,7 @@ mod tests {
         let mut stmt = conn.prepare(RANGE_SQL).unwrap();
         let mut rows = stmt.query(params!["t", 0, i64::MAX, 100]).unwrap();
         let row = rows.next().unwrap().unwrap();
-        let err = decode(row, &mut Names::new("t")).unwrap_err();
+        let err = decode(row, &mut Decoding::new("t")).unwrap_err();
         assert!(
             matches!(err, JournalError::CorruptPayload { seq: 1, .. }),
             "{err}"
