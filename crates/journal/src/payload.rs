@@ -10,16 +10,21 @@
 //!   the same text: the same value (keys in the same order, a repeated key keeping its
 //!   first position and its last value), or `serde_json`'s own error. The direct parser
 //!   only takes what it is sure of; on anything else (an escape, a number that is not a
-//!   short plain integer, deep nesting, any syntax error) it gives up and `serde_json`
-//!   parses the text, whole or that token alone.
-//! - A map is allocated at its final size (its entries are gathered first), so a decoded
-//!   payload holds no spare capacity.
+//!   short plain integer, deep nesting, an object that starts with one of `serde_json`'s
+//!   private keys, any syntax error) it gives up and `serde_json` parses the text, whole
+//!   or that token alone.
+//! - A map is allocated once, for as many entries as its text holds (they are gathered
+//!   first); a repeated key leaves one slot unused.
 //! - Nothing here panics or recurses past [`MAX_DEPTH`] on any input.
 
 use serde_json::{Map, Number, Value};
 
 /// Containers nested deeper than this are left to `serde_json` (whose own limit is 127).
 const MAX_DEPTH: usize = 64;
+
+/// How the keys `serde_json` gives a meaning of its own begin (`$serde_json::private::RawValue`
+/// and, with `arbitrary_precision`, `$serde_json::private::Number`).
+const SERDE_JSON_TOKENS: &str = "$serde_json::private::";
 
 /// Integers of at most this many digits fit in an `i64` (and so in a `u64`) with any sign.
 const SHORT_DIGITS: usize = 18;
@@ -102,6 +107,11 @@ impl Parser<'_, '_> {
             loop {
                 self.skip_whitespace();
                 let key = self.string()?;
+                // `serde_json` reads an object whose first key is one of its private tokens
+                // as something else (with `raw_value`, a string holding JSON is that JSON).
+                if self.pairs.len() == base && key.starts_with(SERDE_JSON_TOKENS) {
+                    return None;
+                }
                 if !self.eat(b':') {
                     return None;
                 }
@@ -252,6 +262,11 @@ mod tests {
             r#"{"call_id":"call-7","revision":3}"#,
             r#" { "a" : [ 1 , -2 , 0 , -0 , 1.5 , 2e3 , true , false , null ] } "#,
             r#"{"a":1,"b":2,"a":3}"#,
+            r#"{"$serde_json::private::RawValue":"[1,2]"}"#,
+            r#"{"$serde_json::private::RawValue":"{\"k\":1}","x":1}"#,
+            r#"{"$serde_json::private::RawValue":3}"#,
+            r#"{"x":1,"$serde_json::private::RawValue":"[1]"}"#,
+            r#"{"$serde_json::private::Number":"1"}"#,
             r#"{"k\"ey":"v\\al\u00e9","é":"ü"}"#,
             r#"{"n":999999999999999999,"m":-999999999999999999}"#,
             r#"{"n":9223372036854775807,"m":-9223372036854775808,"o":18446744073709551616}"#,
