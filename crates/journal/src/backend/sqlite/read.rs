@@ -393,9 +393,11 @@ impl ReadSide for Reader {
             )?;
             let mut rows = stmt.query(params![after.seq, limit])?;
             let mut page = Vec::new();
+            let mut names = Decoding::new("");
             while let Some(row) = rows.next()? {
                 let thread = row.get_ref(6)?.as_str().map_err(rusqlite::Error::from)?;
-                let event = decode(row, &mut Decoding::new(thread))?;
+                names.switch_to(thread);
+                let event = decode(row, &mut names)?;
                 page.push((Position::START.with_seq(event.seq), event));
             }
             Ok(page)
@@ -510,6 +512,15 @@ impl Decoding {
         }
     }
 
+    /// Makes the names those of `thread`'s events (the kinds of another thread are
+    /// forgotten); the payload decoder is kept.
+    fn switch_to(&mut self, thread: &str) {
+        if *self.thread != *thread {
+            self.thread = thread.into();
+            self.kinds.clear();
+        }
+    }
+
     fn kind(&mut self, kind: &str) -> Arc<str> {
         if let Some(known) = self.kinds.iter().find(|k| ***k == *kind) {
             return Arc::clone(known);
@@ -552,6 +563,18 @@ fn decode(row: &Row<'_>, names: &mut Decoding) -> Result<Event, JournalError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn switching_threads_names_the_new_thread_and_forgets_the_old_kinds() {
+        let mut names = Decoding::new("a");
+        let kind = names.kind("k");
+        names.switch_to("a");
+        assert!(Arc::ptr_eq(&kind, &names.kind("k")));
+        names.switch_to("b");
+        assert_eq!(&*names.thread, "b");
+        assert!(names.kinds.is_empty());
+        assert!(!Arc::ptr_eq(&kind, &names.kind("k")));
+    }
 
     #[test]
     fn names_share_the_thread_and_known_kinds_and_stay_correct_past_the_cap() {
