@@ -41,7 +41,6 @@ impl Decoder {
     pub(crate) fn decode(&mut self, text: &str) -> serde_json::Result<Value> {
         let mut parser = Parser {
             text,
-            bytes: text.as_bytes(),
             at: 0,
             pairs: &mut self.pairs,
         };
@@ -60,14 +59,17 @@ impl Decoder {
 /// One pass over `text`; every method returns `None` where `serde_json` must decide.
 struct Parser<'t, 'd> {
     text: &'t str,
-    bytes: &'t [u8],
     at: usize,
     pairs: &'d mut Vec<(String, Value)>,
 }
 
-impl Parser<'_, '_> {
+impl<'t> Parser<'t, '_> {
+    fn bytes(&self) -> &'t [u8] {
+        self.text.as_bytes()
+    }
+
     fn peek(&self) -> Option<u8> {
-        self.bytes.get(self.at).copied()
+        self.bytes().get(self.at).copied()
     }
 
     fn skip_whitespace(&mut self) {
@@ -153,7 +155,7 @@ impl Parser<'_, '_> {
 
     fn literal(&mut self, word: &str, value: Value) -> Option<Value> {
         let end = self.at + word.len();
-        (self.bytes.get(self.at..end)? == word.as_bytes()).then(|| {
+        (self.bytes().get(self.at..end)? == word.as_bytes()).then(|| {
             self.at = end;
             value
         })
@@ -168,7 +170,7 @@ impl Parser<'_, '_> {
         let start = self.at + 1;
         let mut end = start;
         loop {
-            match *self.bytes.get(end)? {
+            match *self.bytes().get(end)? {
                 b'"' => {
                     self.at = end + 1;
                     return self.text.get(start..end).map(str::to_owned);
@@ -186,7 +188,7 @@ impl Parser<'_, '_> {
         let open = self.at;
         let mut end = open + 1;
         loop {
-            match *self.bytes.get(end)? {
+            match *self.bytes().get(end)? {
                 b'\\' => end += 2,
                 b'"' => break,
                 _ => end += 1,
@@ -204,14 +206,14 @@ impl Parser<'_, '_> {
         let negative = self.peek() == Some(b'-');
         let digits_start = start + usize::from(negative);
         let mut end = digits_start;
-        while self.bytes.get(end).is_some_and(u8::is_ascii_digit) {
+        while self.bytes().get(end).is_some_and(u8::is_ascii_digit) {
             end += 1;
         }
-        let digits = self.bytes.get(digits_start..end)?;
+        let digits = self.bytes().get(digits_start..end)?;
         let plain = !digits.is_empty()
             && digits.len() <= SHORT_DIGITS
             && (digits.len() == 1 || digits.first() != Some(&b'0'))
-            && !matches!(self.bytes.get(end), Some(b'.' | b'e' | b'E'));
+            && !matches!(self.bytes().get(end), Some(b'.' | b'e' | b'E'));
         if plain {
             let magnitude = digits
                 .iter()
@@ -226,7 +228,7 @@ impl Parser<'_, '_> {
             });
         }
         while matches!(
-            self.bytes.get(end),
+            self.bytes().get(end),
             Some(b'0'..=b'9' | b'.' | b'e' | b'E' | b'+' | b'-')
         ) {
             end += 1;

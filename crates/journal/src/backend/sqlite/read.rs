@@ -263,9 +263,9 @@ fn events(
     mut rows: rusqlite::Rows<'_>,
     mut events: Vec<Event>,
 ) -> Result<Vec<Event>, JournalError> {
-    let mut names = Decoding::new(thread);
+    let mut decoding = Decoding::new(thread);
     while let Some(row) = rows.next()? {
-        events.push(decode(row, &mut names)?);
+        events.push(decode(row, &mut decoding)?);
     }
     Ok(events)
 }
@@ -393,11 +393,11 @@ impl ReadSide for Reader {
             )?;
             let mut rows = stmt.query(params![after.seq, limit])?;
             let mut page = Vec::new();
-            let mut names = Decoding::new("");
+            let mut decoding = Decoding::new("");
             while let Some(row) = rows.next()? {
                 let thread = row.get_ref(6)?.as_str().map_err(rusqlite::Error::from)?;
-                names.switch_to(thread);
-                let event = decode(row, &mut names)?;
+                decoding.switch_to(thread);
+                let event = decode(row, &mut decoding)?;
                 page.push((Position::START.with_seq(event.seq), event));
             }
             Ok(page)
@@ -533,17 +533,17 @@ impl Decoding {
     }
 }
 
-/// Decodes a row of `seq, kind, payload, at, dedup_key, epoch` of the thread `names` was made for
-/// (the thread the query selected, so it is not read back).
-fn decode(row: &Row<'_>, names: &mut Decoding) -> Result<Event, JournalError> {
+/// Decodes a row of `seq, kind, payload, at, dedup_key, epoch` of the thread `decoding` is
+/// for (the thread the query selected, so it is not read back).
+fn decode(row: &Row<'_>, decoding: &mut Decoding) -> Result<Event, JournalError> {
     let seq: i64 = row.get(0)?;
     let kind = row.get_ref(1)?.as_str().map_err(rusqlite::Error::from)?;
-    let kind = names.kind(kind);
+    let kind = decoding.kind(kind);
     // Payloads are TEXT, checked as UTF-8 once here; text that fails the check, or a BLOB
     // written by hand, is parsed as bytes (and reported as corrupt when it is not JSON).
     let payload = match row.get_ref(2)? {
         ValueRef::Text(text) => match std::str::from_utf8(text) {
-            Ok(text) => names.payloads.decode(text),
+            Ok(text) => decoding.payloads.decode(text),
             Err(_) => serde_json::from_slice(text),
         },
         other => serde_json::from_slice(other.as_bytes().map_err(rusqlite::Error::from)?),
@@ -551,7 +551,7 @@ fn decode(row: &Row<'_>, names: &mut Decoding) -> Result<Event, JournalError> {
     .map_err(|source| JournalError::CorruptPayload { seq, source })?;
     Ok(Event {
         seq,
-        thread: Arc::clone(&names.thread),
+        thread: Arc::clone(&decoding.thread),
         kind,
         payload,
         at: row.get(3)?,
@@ -620,14 +620,33 @@ mod tests {
         assert_eq!(reprepares(&reader, &limits), 0);
     }
 
-    /// Each stored payload of a table of the journal's shape, decoded as a replay does.
-    fn decoded(payloads: &[rusqlite::types::Value]) -> Vec<Result<serde_json::Value, String>> {
+    /// An in-memory table of the journal's shape (its payload column without a type, so
+    /// that what a test stores keeps its own type).
+    fn events_table() -> Connection {
         let conn = Connection::open_in_memory().unwrap();
         conn.execute_batch(
             "CREATE TABLE journal_events (thread TEXT, seq INTEGER, kind TEXT, payload, \
              at INTEGER, dedup_key TEXT, epoch INTEGER)",
         )
         .unwrap();
+        conn
+    }
+
+    /// Every event of thread `t` in `conn`, decoded as a replay does.
+    fn decode_rows(conn: &Connection) -> Vec<Result<Event, JournalError>> {
+        let mut stmt = conn.prepare(RANGE_SQL).unwrap();
+        let mut rows = stmt.query(params!["t", 0, i64::MAX, 100]).unwrap();
+        let mut decoding = Decoding::new("t");
+        let mut out = Vec::new();
+        while let Some(row) = rows.next().unwrap() {
+            out.push(decode(row, &mut decoding));
+        }
+        out
+    }
+
+    /// Each stored payload, decoded as a replay does.
+    fn decoded(payloads: &[rusqlite::types::Value]) -> Vec<Result<serde_json::Value, String>> {
+        let conn = events_table();
         for (seq, payload) in payloads.iter().enumerate() {
             conn.execute(
                 "INSERT INTO journal_events VALUES ('t', ?1, 'k', ?2, 0, NULL, NULL)",
@@ -635,17 +654,10 @@ mod tests {
             )
             .unwrap();
         }
-        let mut stmt = conn.prepare(RANGE_SQL).unwrap();
-        let mut rows = stmt.query(params!["t", 0, i64::MAX, 100]).unwrap();
-        let mut names = Decoding::new("t");
-        let mut out = Vec::new();
-        while let Some(row) = rows.next().unwrap() {
-            out.push(match decode(row, &mut names) {
-                Ok(event) => Ok(event.payload),
-                Err(err) => Err(err.to_string()),
-            });
-        }
-        out
+        decode_rows(&conn)
+            .into_iter()
+            .map(|event| event.map(|e| e.payload).map_err(|err| err.to_string()))
+            .collect()
     }
 
     #[test]
@@ -667,11 +679,9 @@ mod tests {
 
     #[test]
     fn invalid_utf8_text_is_reported_corrupt() {
-        let conn = Connection::open_in_memory().unwrap();
+        let conn = events_table();
         conn.execute_batch(
-            "CREATE TABLE journal_events (thread TEXT, seq INTEGER, kind TEXT, payload TEXT, \
-             at INTEGER, dedup_key TEXT, epoch INTEGER); \
-             INSERT INTO journal_events VALUES ('t', 1, 'k', CAST(X'22FF22' AS TEXT), 0, NULL, NULL);",
+            "INSERT INTO journal_events VALUES ('t', 1, 'k', CAST(X'22FF22' AS TEXT), 0, NULL, NULL);",
         )
         .unwrap();
         let kind: String = conn
@@ -680,10 +690,7 @@ mod tests {
             })
             .unwrap();
         assert_eq!(kind, "text");
-        let mut stmt = conn.prepare(RANGE_SQL).unwrap();
-        let mut rows = stmt.query(params!["t", 0, i64::MAX, 100]).unwrap();
-        let row = rows.next().unwrap().unwrap();
-        let err = decode(row, &mut Decoding::new("t")).unwrap_err();
+        let err = decode_rows(&conn).remove(0).unwrap_err();
         assert!(
             matches!(err, JournalError::CorruptPayload { seq: 1, .. }),
             "{err}"
