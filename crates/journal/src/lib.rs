@@ -70,6 +70,7 @@ pub mod hooks;
 mod journal;
 mod lease;
 mod limits;
+mod literal;
 mod options;
 mod payload;
 mod position;

@@ -6,25 +6,23 @@
 //! hands everything else to `serde_json`.
 //!
 //! Invariants:
-//! - [`Decoder::decode`] returns exactly what `serde_json::from_str::<Value>` returns for
-//!   the same text: the same value (keys in the same order, a repeated key keeping its
-//!   first position and its last value), or `serde_json`'s own error. The direct parser
-//!   only takes what it is sure of; on anything else (an escape, a number that is not a
-//!   short plain integer, deep nesting, an object that starts with one of `serde_json`'s
-//!   private keys, any syntax error) it gives up and `serde_json` parses the text, whole
-//!   or that token alone.
+//! - [`Decoder::decode`] returns exactly what [`literal::from_str`] returns for the same
+//!   text, which for text without `serde_json`'s private keys is what
+//!   `serde_json::from_str::<Value>` returns: the same value (keys in the same order, a
+//!   repeated key keeping its first position and its last value), or `serde_json`'s own
+//!   error. The direct parser only takes what it is sure of; on anything else (an escape,
+//!   a number that is not a short plain integer, deep nesting, any syntax error) it gives
+//!   up and `serde_json`'s deserializer reads the text, whole or that token alone.
 //! - A map is allocated once, for as many entries as its text holds (they are gathered
 //!   first); a repeated key leaves one slot unused.
 //! - Nothing here panics or recurses past [`MAX_DEPTH`] on any input.
 
 use serde_json::{Map, Number, Value};
 
+use crate::literal;
+
 /// Containers nested deeper than this are left to `serde_json` (whose own limit is 127).
 const MAX_DEPTH: usize = 64;
-
-/// How the keys `serde_json` gives a meaning of its own begin (`$serde_json::private::RawValue`
-/// and, with `arbitrary_precision`, `$serde_json::private::Number`).
-const SERDE_JSON_TOKENS: &str = "$serde_json::private::";
 
 /// Integers of at most this many digits fit in an `i64` (and so in a `u64`) with any sign.
 const SHORT_DIGITS: usize = 18;
@@ -37,7 +35,7 @@ pub(crate) struct Decoder {
 }
 
 impl Decoder {
-    /// `text` as a JSON value, exactly as `serde_json::from_str` reads it.
+    /// `text` as a JSON value, exactly as [`literal::from_str`] reads it.
     pub(crate) fn decode(&mut self, text: &str) -> serde_json::Result<Value> {
         let mut parser = Parser {
             text,
@@ -51,7 +49,7 @@ impl Decoder {
         self.pairs.clear();
         match value {
             Some(value) => Ok(value),
-            None => serde_json::from_str(text),
+            None => literal::from_str(text),
         }
     }
 }
@@ -109,11 +107,6 @@ impl<'t> Parser<'t, '_> {
             loop {
                 self.skip_whitespace();
                 let key = self.string()?;
-                // `serde_json` reads an object whose first key is one of its private tokens
-                // as something else (with `raw_value`, a string holding JSON is that JSON).
-                if self.pairs.len() == base && key.starts_with(SERDE_JSON_TOKENS) {
-                    return None;
-                }
                 if !self.eat(b':') {
                     return None;
                 }
@@ -246,14 +239,21 @@ mod tests {
     use proptest::prelude::*;
 
     /// `decode(text)` and `serde_json::from_str(text)` agree: equal values with the same
-    /// text (key order, `-0.0`), or both errors with the same message.
+    /// text (key order, `-0.0`), or both errors with the same message. Text with
+    /// `serde_json`'s private keys is compared with [`literal::from_str`] instead, which
+    /// reads their objects as written (`serde_json` does not; see `literal.rs`).
     fn agrees(decoder: &mut Decoder, text: &str) -> Result<(), String> {
         let ours = decoder.decode(text).map(|v| (v.to_string(), v));
-        let theirs = serde_json::from_str::<Value>(text).map(|v| (v.to_string(), v));
+        let theirs = if text.contains("$serde_json::private::") {
+            literal::from_str(text)
+        } else {
+            serde_json::from_str::<Value>(text)
+        }
+        .map(|v| (v.to_string(), v));
         match (ours, theirs) {
             (Ok(a), Ok(b)) if a == b => Ok(()),
             (Err(a), Err(b)) if a.to_string() == b.to_string() => Ok(()),
-            (a, b) => Err(format!("{text:?}: ours {a:?}, serde_json {b:?}")),
+            (a, b) => Err(format!("{text:?}: ours {a:?}, the reference {b:?}")),
         }
     }
 
@@ -269,6 +269,9 @@ mod tests {
             r#"{"$serde_json::private::RawValue":3}"#,
             r#"{"x":1,"$serde_json::private::RawValue":"[1]"}"#,
             r#"{"$serde_json::private::Number":"1"}"#,
+            r#"{"$serde_json::private::RawValue":"not json"}"#,
+            r#"{"$serde_json::private::RawValue":"esc\"aped"}"#,
+            r#"[{"$serde_json::private::RawValue":"[1]"},1.5]"#,
             r#"{"k\"ey":"v\\al\u00e9","é":"ü"}"#,
             r#"{"n":999999999999999999,"m":-999999999999999999}"#,
             r#"{"n":9223372036854775807,"m":-9223372036854775808,"o":18446744073709551616}"#,
@@ -297,6 +300,8 @@ mod tests {
         texts.extend(nasty_json());
         let deep = |n: usize| format!("{}{}", "[".repeat(n), "]".repeat(n));
         texts.extend((60..70).chain(125..131).map(deep));
+        let private = r#"{"$serde_json::private::RawValue":"[1]"}"#;
+        texts.extend([10, 70].map(|n| format!("{}{private}{}", "[".repeat(n), "]".repeat(n))));
         for text in &texts {
             agrees(&mut decoder, text).unwrap();
         }

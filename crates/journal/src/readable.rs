@@ -8,7 +8,9 @@
 
 use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 
-/// Checks that `text` is one JSON value that `serde_json::from_str::<Value>` accepts.
+/// Checks that `text` is one JSON value that a replay reads back (`literal.rs`, which
+/// accepts what `serde_json::from_str::<Value>` accepts, and objects with `serde_json`'s
+/// private keys too).
 pub(crate) fn check(text: &str) -> Result<(), serde_json::Error> {
     let mut de = serde_json::Deserializer::from_str(text);
     Readable.deserialize(&mut de)?;

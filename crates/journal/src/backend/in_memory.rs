@@ -148,9 +148,11 @@ impl Chunk {
             seq: stored.seq,
             thread: Arc::clone(thread),
             kind: Arc::clone(&stored.kind),
-            payload: serde_json::from_str(text).map_err(|source| JournalError::CorruptPayload {
-                seq: stored.seq,
-                source,
+            payload: crate::literal::from_str(text).map_err(|source| {
+                JournalError::CorruptPayload {
+                    seq: stored.seq,
+                    source,
+                }
             })?,
             at: stored.at,
             dedup_key: stored.dedup_key.as_deref().map(str::to_string),

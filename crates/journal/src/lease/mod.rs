@@ -296,6 +296,7 @@ fn fenced(lease: &Lease, current: Option<i64>) -> JournalError {
     }
 }
 
+/// A lease's `info` as the holder wrote it (read like payloads: `literal.rs`).
 fn parse_info(text: &str) -> Value {
-    serde_json::from_str(text).unwrap_or(Value::Null)
+    crate::literal::from_str(text).unwrap_or(Value::Null)
 }

@@ -28,6 +28,7 @@ agent_testkit::backend_tests!(defaults, [sqlite, postgres, memory]:
         close_refuses_later_appends,
         unicode_and_nested_payloads_round_trip,
         encoded_payloads_read_back_as_values,
+        payloads_with_serde_json_private_keys_read_back_as_appended,
         append_expecting_none_succeeds_on_a_fresh_thread_only,
         append_expecting_the_last_seq_succeeds_and_a_stale_one_writes_nothing,
         append_expecting_keeps_dedup_keys_and_refuses_other_threads,
@@ -859,6 +860,41 @@ async fn encoded_payloads_read_back_as_values(f: Fixture) {
         NewEvent::encoded("t", "bad", &bad),
         Err(JournalError::InvalidInput { .. })
     ));
+}
+
+/// `serde_json` gives keys of its own a meaning when it reads a `Value`: with its
+/// `raw_value` feature, an object whose first key is `$serde_json::private::RawValue` is
+/// read as the JSON its string holds, and refused when the string holds none. Such keys
+/// can come from anywhere a payload does (a tool's output, an MCP server's result), and a
+/// replay hands back what was appended: not another value, and not a thread that no longer
+/// replays.
+async fn payloads_with_serde_json_private_keys_read_back_as_appended(f: Fixture) {
+    const RAW: &str = "$serde_json::private::RawValue";
+    let payloads = [
+        json!({ RAW: "[1]" }),
+        json!({ RAW: "not json" }),
+        json!({ "args": { RAW: "{\"cmd\":\"rm -rf /\"}" } }),
+        json!([{ RAW: "a\"b\u{1}" }, { "$serde_json::private::Number": "1" }, 1e300]),
+        json!({ RAW: 7, "x": 123456789012345678901234567890.0 }),
+        // Nested this deep, a payload is read by the decoder's other path.
+        (0..70).fold(json!({ RAW: "[2]" }), |inner, _| json!([inner])),
+    ];
+    let j = &f.journal;
+    for payload in &payloads {
+        j.append(NewEvent::new("t", "e", payload.clone()))
+            .await
+            .unwrap();
+    }
+    let text = format!(r#"{{"{RAW}": "not json either"}}"#);
+    let raw = serde_json::value::RawValue::from_string(text).unwrap();
+    j.append(NewEvent::new("t", "raw", Payload::raw(raw)))
+        .await
+        .unwrap();
+    let events = j.replay("t", 0).await.unwrap();
+    let read: Vec<_> = events.iter().map(|e| e.payload.clone()).collect();
+    let mut expected = payloads.to_vec();
+    expected.push(json!({ RAW: "not json either" }));
+    assert_eq!(read, expected);
 }
 
 // ---- backend-specific behaviour ----

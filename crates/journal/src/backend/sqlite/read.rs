@@ -29,6 +29,7 @@ use tokio::sync::oneshot;
 use crate::backend::{KindPage, ReadSide};
 use crate::error::JournalError;
 use crate::event::Event;
+use crate::literal;
 use crate::payload::Decoder;
 use crate::position::Position;
 
@@ -544,9 +545,9 @@ fn decode(row: &Row<'_>, decoding: &mut Decoding) -> Result<Event, JournalError>
     let payload = match row.get_ref(2)? {
         ValueRef::Text(text) => match std::str::from_utf8(text) {
             Ok(text) => decoding.payloads.decode(text),
-            Err(_) => serde_json::from_slice(text),
+            Err(_) => literal::from_slice(text),
         },
-        other => serde_json::from_slice(other.as_bytes().map_err(rusqlite::Error::from)?),
+        other => literal::from_slice(other.as_bytes().map_err(rusqlite::Error::from)?),
     }
     .map_err(|source| JournalError::CorruptPayload { seq, source })?;
     Ok(Event {

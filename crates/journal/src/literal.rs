@@ -1,0 +1,139 @@
+//! JSON text read as the `serde_json::Value` it spells, with no key given a meaning.
+//!
+//! `serde_json::from_str::<Value>` reads an object whose first key is one of its private
+//! tokens as something else: with the `raw_value` feature (on in this workspace) an object
+//! `{"$serde_json::private::RawValue": "<text>"}` is read as the JSON in `<text>`, or refused
+//! when `<text>` is not JSON. Writing such a value gives back the object, so a payload that
+//! holds one (a tool's output, a server's result) replayed as another value or left its
+//! thread unreplayable. Every payload the journal decodes is read here or by the direct
+//! parser of `payload.rs`, which reads the same.
+//!
+//! Invariant: for text without those keys, [`from_str`] returns what
+//! `serde_json::from_str::<Value>` returns, value or error (the same deserializer reads the
+//! tokens; only the building of objects differs).
+
+use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde_json::{Map, Number, Value};
+
+/// `text` as one JSON value, each object built from its entries as written.
+pub(crate) fn from_str(text: &str) -> serde_json::Result<Value> {
+    read(serde_json::Deserializer::from_str(text))
+}
+
+/// [`from_str`] of bytes (which must be UTF-8, as for `serde_json::from_slice`).
+pub(crate) fn from_slice(bytes: &[u8]) -> serde_json::Result<Value> {
+    read(serde_json::Deserializer::from_slice(bytes))
+}
+
+fn read<'de, R: serde_json::de::Read<'de>>(
+    mut de: serde_json::Deserializer<R>,
+) -> serde_json::Result<Value> {
+    let value = Literal.deserialize(&mut de)?;
+    de.end()?;
+    Ok(value)
+}
+
+struct Literal;
+
+impl<'de> DeserializeSeed<'de> for Literal {
+    type Value = Value;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Literal {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("any valid JSON value")
+    }
+
+    fn visit_bool<E>(self, value: bool) -> Result<Value, E> {
+        Ok(Value::Bool(value))
+    }
+
+    fn visit_i64<E>(self, value: i64) -> Result<Value, E> {
+        Ok(Value::Number(value.into()))
+    }
+
+    fn visit_u64<E>(self, value: u64) -> Result<Value, E> {
+        Ok(Value::Number(value.into()))
+    }
+
+    fn visit_f64<E>(self, value: f64) -> Result<Value, E> {
+        Ok(Number::from_f64(value).map_or(Value::Null, Value::Number))
+    }
+
+    fn visit_str<E>(self, value: &str) -> Result<Value, E> {
+        Ok(Value::String(value.to_owned()))
+    }
+
+    fn visit_string<E>(self, value: String) -> Result<Value, E> {
+        Ok(Value::String(value))
+    }
+
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut values = Vec::new();
+        while let Some(value) = seq.next_element_seed(Literal)? {
+            values.push(value);
+        }
+        Ok(Value::Array(values))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut values = Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            // A repeated key keeps its first position and takes the last value, as
+            // `serde_json`'s own maps do.
+            values.insert(key, map.next_value_seed(Literal)?);
+        }
+        Ok(Value::Object(values))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::from_str;
+    use serde_json::{Value, json};
+
+    #[test]
+    fn objects_with_serde_json_private_keys_are_read_as_written() {
+        let raw = "$serde_json::private::RawValue";
+        for (text, value) in [
+            (format!(r#"{{"{raw}":"[1]"}}"#), json!({ raw: "[1]" })),
+            (format!(r#"{{"{raw}":"no"}}"#), json!({ raw: "no" })),
+            (
+                format!(r#"[{{"{raw}":1,"a":2}}]"#),
+                json!([{ raw: 1, "a": 2 }]),
+            ),
+        ] {
+            assert_eq!(from_str(&text).unwrap(), value, "{text}");
+            // What `serde_json` alone does with the same text, which this module exists for.
+            assert_ne!(serde_json::from_str::<Value>(&text).ok(), Some(value));
+        }
+    }
+
+    #[test]
+    fn other_text_reads_as_serde_json_reads_it() {
+        for text in [
+            r#" {"a" : [null, true, -0, 1.5e3, 18446744073709551616], "a": "\u00e9"} "#,
+            "-9223372036854775808",
+            "1e400",
+            "\"\\ud800\"",
+            "[1,",
+            "{} x",
+            "",
+            &"[".repeat(200),
+        ] {
+            let ours = from_str(text).map_err(|e| e.to_string());
+            let theirs = serde_json::from_str::<Value>(text).map_err(|e| e.to_string());
+            assert_eq!(ours, theirs, "{text}");
+        }
+    }
+}
