@@ -176,8 +176,16 @@ fn check_pairs(unit: &str, items: &[Value]) -> Result<()> {
 
 /// Decode a stored body.
 pub(crate) fn decode(unit: String, position: i64, body: &str) -> Result<Unit> {
-    let items: Vec<Value> = serde_json::from_str(body)
-        .map_err(|err| ContextError::Corrupt(format!("unit `{unit}`: {err}")))?;
+    // Read as written: `serde_json` alone gives some keys a meaning (`agent_schema::json`).
+    let items = match agent_schema::json::from_str(body) {
+        Ok(Value::Array(items)) => items,
+        Ok(_) => {
+            return Err(ContextError::Corrupt(format!(
+                "unit `{unit}`: the stored body is not a list of items"
+            )));
+        }
+        Err(err) => return Err(ContextError::Corrupt(format!("unit `{unit}`: {err}"))),
+    };
     let position = u64::try_from(position)
         .map_err(|_| ContextError::Corrupt(format!("unit `{unit}`: negative position")))?;
     Ok(Unit {

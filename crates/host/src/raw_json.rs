@@ -36,9 +36,11 @@ impl RawJson {
     /// The value as a tree, for a reader that walks it.
     ///
     /// Fails only past serde_json's nesting limit (128 levels), which a tree built in
-    /// memory can exceed although its text cannot be parsed back.
+    /// memory can exceed although its text cannot be parsed back. Objects are read as
+    /// written, also those `serde_json` alone would read as something else
+    /// (`agent_schema::json`), so this gives back what [`RawJson::from_value`] was given.
     pub fn to_value(&self) -> Result<Value, serde_json::Error> {
-        serde_json::from_str(self.get())
+        agent_schema::json::from_str(self.get())
     }
 
     /// The string field `name` of an object (`None` for anything else), read without
@@ -96,6 +98,11 @@ mod tests {
         assert_eq!(serde_json::to_string(&raw).unwrap(), raw.get());
         let back: RawJson = serde_json::from_value(item.clone()).unwrap();
         assert_eq!(back, raw);
+        // An object `serde_json` alone would read as the JSON its string holds, or refuse.
+        for held in ["[1]", "not json"] {
+            let odd = json!({"type": "message", "data": {"$serde_json::private::RawValue": held}});
+            assert_eq!(RawJson::from_value(&odd).to_value().unwrap(), odd);
+        }
     }
 
     #[test]

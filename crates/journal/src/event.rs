@@ -152,7 +152,7 @@ impl Payload {
     pub fn to_value(&self) -> Option<serde_json::Value> {
         match &self.0 {
             Repr::Value(value) => Some(value.clone()),
-            Repr::Text(text) | Repr::Raw(text) => crate::literal::from_str(text).ok(),
+            Repr::Text(text) | Repr::Raw(text) => agent_schema::json::from_str(text).ok(),
         }
     }
 }

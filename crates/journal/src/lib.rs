@@ -70,7 +70,6 @@ pub mod hooks;
 mod journal;
 mod lease;
 mod limits;
-mod literal;
 mod options;
 mod payload;
 mod position;

@@ -6,7 +6,7 @@
 //! hands everything else to `serde_json`.
 //!
 //! Invariants:
-//! - [`Decoder::decode`] returns exactly what [`literal::from_str`] returns for the same
+//! - [`Decoder::decode`] returns exactly what [`json::from_str`] returns for the same
 //!   text, which for text without `serde_json`'s private keys is what
 //!   `serde_json::from_str::<Value>` returns: the same value (keys in the same order, a
 //!   repeated key keeping its first position and its last value), or `serde_json`'s own
@@ -19,7 +19,7 @@
 
 use serde_json::{Map, Number, Value};
 
-use crate::literal;
+use agent_schema::json;
 
 /// Containers nested deeper than this are left to `serde_json` (whose own limit is 127).
 const MAX_DEPTH: usize = 64;
@@ -35,7 +35,7 @@ pub(crate) struct Decoder {
 }
 
 impl Decoder {
-    /// `text` as a JSON value, exactly as [`literal::from_str`] reads it.
+    /// `text` as a JSON value, exactly as [`json::from_str`] reads it.
     pub(crate) fn decode(&mut self, text: &str) -> serde_json::Result<Value> {
         let mut parser = Parser {
             text,
@@ -49,7 +49,7 @@ impl Decoder {
         self.pairs.clear();
         match value {
             Some(value) => Ok(value),
-            None => literal::from_str(text),
+            None => json::from_str(text),
         }
     }
 }
@@ -240,12 +240,12 @@ mod tests {
 
     /// `decode(text)` and `serde_json::from_str(text)` agree: equal values with the same
     /// text (key order, `-0.0`), or both errors with the same message. Text with
-    /// `serde_json`'s private keys is compared with [`literal::from_str`] instead, which
-    /// reads their objects as written (`serde_json` does not; see `literal.rs`).
+    /// `serde_json`'s private keys is compared with [`json::from_str`] instead, which
+    /// reads their objects as written (`serde_json` does not; see `agent_schema::json`).
     fn agrees(decoder: &mut Decoder, text: &str) -> Result<(), String> {
         let ours = decoder.decode(text).map(|v| (v.to_string(), v));
         let theirs = if text.contains("$serde_json::private::") {
-            literal::from_str(text)
+            json::from_str(text)
         } else {
             serde_json::from_str::<Value>(text)
         }

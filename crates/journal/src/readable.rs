@@ -8,7 +8,7 @@
 
 use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 
-/// Checks that `text` is one JSON value that a replay reads back (`literal.rs`, which
+/// Checks that `text` is one JSON value that a replay reads back (`agent_schema::json`, which
 /// accepts what `serde_json::from_str::<Value>` accepts, and objects with `serde_json`'s
 /// private keys too).
 pub(crate) fn check(text: &str) -> Result<(), serde_json::Error> {

@@ -18,7 +18,8 @@
 //! ```
 //!
 //! Also shared: [`DatabaseError`], the opaque form in which both crates report a database
-//! driver's failure, so the drivers' types stay out of their APIs.
+//! driver's failure, so the drivers' types stay out of their APIs; and [`json`], how both
+//! read the JSON text they store back into values.
 //!
 //! No sibling crates: the journal and the context store both use it without knowing each
 //! other. The drivers are dependencies only to classify their errors.
@@ -26,6 +27,7 @@
 #![warn(missing_docs, unreachable_pub, missing_debug_implementations)]
 
 mod database_error;
+pub mod json;
 
 pub use database_error::{DatabaseError, DatabaseErrorKind};
 

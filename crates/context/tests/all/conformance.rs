@@ -767,7 +767,26 @@ agent_testkit::backend_tests!(
     memory_rules_and_incremental,
     readers_see_old_or_new_memory,
     long_reads_give_whole_answers,
+    items_with_serde_json_private_keys_read_back_as_appended,
 );
+
+/// An item holding an object whose first key is one of `serde_json`'s private tokens (a
+/// tool's output can hold anything) reads back as it was appended, and its thread's window
+/// and search keep working (`serde_json` alone reads such an object as the JSON its string
+/// holds, and refuses it when the string is not JSON).
+async fn items_with_serde_json_private_keys_read_back_as_appended(db: common::Db) {
+    const RAW: &str = "$serde_json::private::RawValue";
+    let s = &db.store;
+    let items = vec![
+        json!({"type": "message", "text": "zebra", "data": { RAW: "not json" }}),
+        json!({"type": "message", "text": "zebra", "data": [{ RAW: "[1]" }]}),
+    ];
+    s.append_unit("odd", "1", &items).await.unwrap();
+    let window = s.window("odd", "goal", 5).await.unwrap();
+    assert_eq!(window.recent_units[0].items, items);
+    let hits = s.search("odd", "zebra", 5).await.unwrap();
+    assert_eq!(hits[0].items, items);
+}
 
 /// Reads that outlast the SQLite backend's inline budget are finished elsewhere; the answer
 /// must not depend on where a read ran.

@@ -148,7 +148,7 @@ impl Chunk {
             seq: stored.seq,
             thread: Arc::clone(thread),
             kind: Arc::clone(&stored.kind),
-            payload: crate::literal::from_str(text).map_err(|source| {
+            payload: agent_schema::json::from_str(text).map_err(|source| {
                 JournalError::CorruptPayload {
                     seq: stored.seq,
                     source,

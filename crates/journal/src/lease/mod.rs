@@ -296,7 +296,7 @@ fn fenced(lease: &Lease, current: Option<i64>) -> JournalError {
     }
 }
 
-/// A lease's `info` as the holder wrote it (read like payloads: `literal.rs`).
+/// A lease's `info` as the holder wrote it (read like payloads: `agent_schema::json`).
 fn parse_info(text: &str) -> Value {
-    crate::literal::from_str(text).unwrap_or(Value::Null)
+    agent_schema::json::from_str(text).unwrap_or(Value::Null)
 }

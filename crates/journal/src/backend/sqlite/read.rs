@@ -29,9 +29,9 @@ use tokio::sync::oneshot;
 use crate::backend::{KindPage, ReadSide};
 use crate::error::JournalError;
 use crate::event::Event;
-use crate::literal;
 use crate::payload::Decoder;
 use crate::position::Position;
+use agent_schema::json;
 
 /// Replays spanning fewer seqs than this are read in one piece.
 const PARALLEL_REPLAY_SPAN: i64 = 20_000;
@@ -545,9 +545,9 @@ fn decode(row: &Row<'_>, decoding: &mut Decoding) -> Result<Event, JournalError>
     let payload = match row.get_ref(2)? {
         ValueRef::Text(text) => match std::str::from_utf8(text) {
             Ok(text) => decoding.payloads.decode(text),
-            Err(_) => literal::from_slice(text),
+            Err(_) => json::from_slice(text),
         },
-        other => literal::from_slice(other.as_bytes().map_err(rusqlite::Error::from)?),
+        other => json::from_slice(other.as_bytes().map_err(rusqlite::Error::from)?),
     }
     .map_err(|source| JournalError::CorruptPayload { seq, source })?;
     Ok(Event {

@@ -1,27 +1,35 @@
-//! JSON text read as the `serde_json::Value` it spells, with no key given a meaning.
+//! Stored JSON text read back as the `serde_json::Value` it spells, with no key given a
+//! meaning.
 //!
 //! `serde_json::from_str::<Value>` reads an object whose first key is one of its private
 //! tokens as something else: with the `raw_value` feature (on in this workspace) an object
 //! `{"$serde_json::private::RawValue": "<text>"}` is read as the JSON in `<text>`, or refused
-//! when `<text>` is not JSON. Writing such a value gives back the object, so a payload that
-//! holds one (a tool's output, a server's result) replayed as another value or left its
-//! thread unreplayable. Every payload the journal decodes is read here or by the direct
-//! parser of `payload.rs`, which reads the same.
+//! when `<text>` is not JSON. Writing such a value gives back the object, so a stored value
+//! that holds one (a tool's output, a server's result) read back as another value, or not
+//! at all: a journal thread that no longer replayed, a context thread whose window failed.
+//! The journal's payloads and the context store's units are read here (the journal's
+//! direct payload parser reads the same).
 //!
 //! Invariant: for text without those keys, [`from_str`] returns what
 //! `serde_json::from_str::<Value>` returns, value or error (the same deserializer reads the
 //! tokens; only the building of objects differs).
+//!
+//! ```
+//! let text = r#"{"$serde_json::private::RawValue": "[1]"}"#;
+//! let value = agent_schema::json::from_str(text).unwrap();
+//! assert_eq!(value, serde_json::json!({ "$serde_json::private::RawValue": "[1]" }));
+//! ```
 
 use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Number, Value};
 
 /// `text` as one JSON value, each object built from its entries as written.
-pub(crate) fn from_str(text: &str) -> serde_json::Result<Value> {
+pub fn from_str(text: &str) -> serde_json::Result<Value> {
     read(serde_json::Deserializer::from_str(text))
 }
 
 /// [`from_str`] of bytes (which must be UTF-8, as for `serde_json::from_slice`).
-pub(crate) fn from_slice(bytes: &[u8]) -> serde_json::Result<Value> {
+pub fn from_slice(bytes: &[u8]) -> serde_json::Result<Value> {
     read(serde_json::Deserializer::from_slice(bytes))
 }
 
