@@ -41,6 +41,31 @@ fn read<'de, R: serde_json::de::Read<'de>>(
     Ok(value)
 }
 
+/// A `Value` read as written by any deserializer (a `&Value` among them), for types that
+/// derive `Deserialize` and hold one: `serde_json`'s own `Value` fields read through
+/// `serde_json`'s key meanings again, also from a `Value` already read as written.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AsWritten(pub Value);
+
+impl<'de> serde::Deserialize<'de> for AsWritten {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<AsWritten, D::Error> {
+        Literal.deserialize(d).map(AsWritten)
+    }
+}
+
+/// For an `Option<Value>` field: `#[serde(default, deserialize_with = "agent_schema::json::option")]`
+/// (`null` reads as `None`, as for `Option<Value>`).
+pub fn option<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
+    let value: Option<AsWritten> = serde::Deserialize::deserialize(d)?;
+    Ok(value.map(|AsWritten(value)| value))
+}
+
+/// For a `Vec<Value>` field: `#[serde(default, deserialize_with = "agent_schema::json::list")]`.
+pub fn list<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Value>, D::Error> {
+    let values: Vec<AsWritten> = serde::Deserialize::deserialize(d)?;
+    Ok(values.into_iter().map(|AsWritten(value)| value).collect())
+}
+
 struct Literal;
 
 impl<'de> DeserializeSeed<'de> for Literal {
@@ -125,6 +150,29 @@ mod tests {
             // What `serde_json` alone does with the same text, which this module exists for.
             assert_ne!(serde_json::from_str::<Value>(&text).ok(), Some(value));
         }
+    }
+
+    #[test]
+    fn fields_read_through_any_deserializer_are_read_as_written() {
+        #[derive(serde::Deserialize)]
+        struct Fields {
+            #[serde(default, deserialize_with = "super::option")]
+            one: Option<Value>,
+            #[serde(default, deserialize_with = "super::list")]
+            many: Vec<Value>,
+            #[serde(default, deserialize_with = "super::option")]
+            absent: Option<Value>,
+        }
+        let odd = json!({ "$serde_json::private::RawValue": "no" });
+        let payload = json!({ "one": odd, "many": [null, odd] });
+        // From a `Value` (as typed events are read), which `serde_json` alone refuses here.
+        let fields = <Fields as serde::Deserialize>::deserialize(&payload).unwrap();
+        assert_eq!(fields.one, Some(odd.clone()));
+        assert_eq!(fields.many, vec![Value::Null, odd.clone()]);
+        assert_eq!(fields.absent, None);
+        assert!(<Option<Value> as serde::Deserialize>::deserialize(&payload["one"]).is_err());
+        let null = <Fields as serde::Deserialize>::deserialize(&json!({ "one": null })).unwrap();
+        assert_eq!(null.one, None);
     }
 
     #[test]

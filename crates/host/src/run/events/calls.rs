@@ -193,9 +193,9 @@ struct EndedFields {
     call_id: String,
     #[serde(default)]
     started: bool,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "agent_schema::json::option")]
     value: Option<Value>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "agent_schema::json::option")]
     error: Option<Value>,
 }
 

@@ -162,7 +162,11 @@ pub struct RunCompleted {
     #[serde(default)]
     pub steps: u64,
     /// The final answer parsed, for a run with an output schema (it matched).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "agent_schema::json::option"
+    )]
     pub output: Option<serde_json::Value>,
 }
 

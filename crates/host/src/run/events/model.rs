@@ -152,7 +152,7 @@ pub struct Steered {
     #[serde(default)]
     pub incomplete_reason: Option<String>,
     /// Its output items, verbatim.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "agent_schema::json::list")]
     pub parent_output: Vec<Value>,
     /// The steers the successor carries, each with its `steer.applied` in the same append.
     #[serde(default)]
@@ -181,14 +181,22 @@ pub struct ModelFailed {
     #[serde(default)]
     pub message: String,
     /// A failed response's `error` object, verbatim.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "agent_schema::json::option"
+    )]
     pub error: Option<Value>,
     /// Whether the retry policy counted it as worth retrying.
     #[serde(default)]
     pub retryable: bool,
     /// What the failed response cost (its `usage`, verbatim), when it answered at all: a
     /// response too large to journal is paid for, and counted in the run's usage.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "agent_schema::json::option"
+    )]
     pub usage: Option<Value>,
 }
 

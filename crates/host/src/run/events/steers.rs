@@ -81,7 +81,7 @@ pub struct ContextCompacted {
     #[serde(default)]
     pub response_id: String,
     /// The compact endpoint's output items, verbatim.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "agent_schema::json::list")]
     pub output: Vec<Value>,
     /// Steers already inside `output`.
     #[serde(default)]

@@ -308,3 +308,48 @@ fn run_created_flattens_the_spec_and_reads_it_back() {
     assert_eq!(again["transport"], "http");
     assert_eq!(again["run_id"], "r");
 }
+
+/// Values a run journals verbatim (a tool's value or error, a structured answer, a
+/// compaction's or a steered response's items, an API's error and usage) read back as
+/// written, also an object whose first key is one of `serde_json`'s private tokens (which
+/// a Rust tool's map keyed by file names can start with): `serde_json` alone reads it as
+/// the JSON its string holds, or refuses the event.
+#[test]
+fn verbatim_values_read_back_as_written() {
+    use crate::run::kinds as k;
+    let odd = json!({"$serde_json::private::RawValue": "not json", "b": 1});
+    let completed = json!({"call_id": "c1", "started": true, "value": odd});
+    let RunEvent::ToolEnded(ended) = parse("tool.completed", &completed) else {
+        panic!("not a tool.completed");
+    };
+    assert_eq!(ended.value.as_ref(), Some(&odd));
+    let failed = json!({"call_id": "c1", "error": odd});
+    let RunEvent::ToolEnded(ended) = parse("tool.failed", &failed) else {
+        panic!("not a tool.failed");
+    };
+    assert_eq!(ended.error.as_ref(), Some(&odd));
+    let run = json!({"text": "", "output": odd});
+    let RunEvent::Completed(run) = parse(k::RUN_COMPLETED, &run) else {
+        panic!("not a run.completed");
+    };
+    assert_eq!(run.output.as_ref(), Some(&odd));
+    let model = json!({"message": "", "error": odd, "usage": odd});
+    let RunEvent::ModelFailed(model) = parse(k::MODEL_FAILED, &model) else {
+        panic!("not a model.failed");
+    };
+    assert_eq!(
+        (model.error.as_ref(), model.usage.as_ref()),
+        (Some(&odd), Some(&odd))
+    );
+    let compacted = json!({"step": 3, "output": [odd]});
+    let RunEvent::ContextCompacted(compacted) = parse(k::CONTEXT_COMPACTED, &compacted) else {
+        panic!("not a context.compacted");
+    };
+    assert_eq!(compacted.output, std::slice::from_ref(&odd));
+    let steered = json!({"step": 1, "output": [],
+        "steered": {"parent_response_id": "r0", "parent_output": [odd]}});
+    let RunEvent::ModelCompleted(step) = parse(k::MODEL_COMPLETED, &steered) else {
+        panic!("not a model.completed");
+    };
+    assert_eq!(step.steered.map(|s| s.parent_output), Some(vec![odd]));
+}
