@@ -121,6 +121,19 @@ pub(crate) fn prepare(thread: &str, unit: &str, items: &[Value]) -> Result<Prepa
             max: limits::MAX_UNIT_BYTES,
         });
     }
+    if agent_schema::json::check_nesting(&body).is_err() {
+        // It would be stored, and no read could decode it: the thread's windows would fail.
+        // The body is one level deeper than its items.
+        let index = items
+            .iter()
+            .position(|item| agent_schema::json::check_nesting(&format!("[{item}]")).is_err())
+            .unwrap_or_default();
+        return Err(ContextError::InvalidItem {
+            unit: unit.into(),
+            index,
+            reason: "it nests arrays and objects more than 126 levels deep",
+        });
+    }
     let folded = fold(&body);
     Ok(Prepared {
         unit: unit.into(),

@@ -59,6 +59,16 @@ pub(crate) fn check_event(
             ),
         ));
     }
+    if agent_schema::json::check_nesting(&payload).is_err() {
+        // It would serialise, and no replay could read it back.
+        return Err(JournalError::invalid(
+            "payload",
+            format!(
+                "nests arrays and objects more than {} levels deep",
+                agent_schema::json::MAX_NESTING
+            ),
+        ));
+    }
     if contains_nul_escape(&payload) {
         // PostgreSQL's jsonb cannot store NUL; refuse it on every backend alike.
         return Err(JournalError::invalid(

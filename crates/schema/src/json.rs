@@ -41,6 +41,46 @@ fn read<'de, R: serde_json::de::Read<'de>>(
     Ok(value)
 }
 
+/// The deepest nesting of arrays and objects that [`from_str`] (like `serde_json`) reads
+/// back. A `Value` built in memory can be deeper, and serialises without complaint.
+pub const MAX_NESTING: usize = 127;
+
+/// Checks that JSON `text` (as a serializer writes it: valid JSON) nests arrays and
+/// objects at most [`MAX_NESTING`] deep, so that it reads back; `Err` holds the depth
+/// found once it passed the limit. Text too short to nest that deep is not scanned.
+pub fn check_nesting(text: &str) -> Result<(), usize> {
+    if text.len() <= 2 * MAX_NESTING {
+        return Ok(());
+    }
+    let mut depth = 0usize;
+    let mut bytes = text.bytes();
+    while let Some(byte) = bytes.next() {
+        match byte {
+            b'[' | b'{' => {
+                depth += 1;
+                if depth > MAX_NESTING {
+                    return Err(depth);
+                }
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            b'"' => {
+                // Skip the string: its brackets are text.
+                while let Some(byte) = bytes.next() {
+                    match byte {
+                        b'\\' => {
+                            bytes.next();
+                        }
+                        b'"' => break,
+                        _ => {}
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
 /// A `Value` read as written by any deserializer (a `&Value` among them), for types that
 /// derive `Deserialize` and hold one: `serde_json`'s own `Value` fields read through
 /// `serde_json`'s key meanings again, also from a `Value` already read as written.
@@ -173,6 +213,29 @@ mod tests {
         assert!(<Option<Value> as serde::Deserialize>::deserialize(&payload["one"]).is_err());
         let null = <Fields as serde::Deserialize>::deserialize(&json!({ "one": null })).unwrap();
         assert_eq!(null.one, None);
+    }
+
+    #[test]
+    fn nesting_that_reads_back_is_what_serde_json_reads() {
+        let nested = |levels: usize| (1..levels).fold(json!([]), |inner, _| json!([inner]));
+        for levels in [1, 100, super::MAX_NESTING, super::MAX_NESTING + 1, 300] {
+            for value in [
+                nested(levels),
+                json!({ "k": nested(levels), "s": "[[[{{{\\\"" }),
+            ] {
+                let text = value.to_string();
+                let depth = levels + usize::from(value.is_object());
+                assert_eq!(
+                    super::check_nesting(&text).is_ok(),
+                    serde_json::from_str::<Value>(&text).is_ok(),
+                    "{depth} levels"
+                );
+                assert_eq!(super::check_nesting(&text).is_ok(), from_str(&text).is_ok());
+            }
+        }
+        // Brackets inside strings do not count, escaped quotes do not end them.
+        let text = format!(r#"["{}\"{}"]"#, "[".repeat(300), "{".repeat(300));
+        assert_eq!(super::check_nesting(&text), Ok(()));
     }
 
     #[test]

@@ -768,7 +768,31 @@ agent_testkit::backend_tests!(
     readers_see_old_or_new_memory,
     long_reads_give_whole_answers,
     items_with_serde_json_private_keys_read_back_as_appended,
+    items_too_deep_to_read_back_are_refused,
 );
+
+/// An item nested deeper than a read can decode (`serde_json` reads 127 levels, and a
+/// unit's items sit in one more) is refused at append; one that fits reads back.
+async fn items_too_deep_to_read_back_are_refused(db: common::Db) {
+    let nested = |levels: usize| {
+        (1..levels).fold(
+            json!({"type": "message"}),
+            |inner, _| json!({"type": "message", "in": inner}),
+        )
+    };
+    let s = &db.store;
+    for levels in [127, 400] {
+        let items = vec![json!({"type": "message", "text": "ok"}), nested(levels)];
+        let err = s.append_unit("deep", "1", &items).await.unwrap_err();
+        assert!(
+            matches!(err, ContextError::InvalidItem { index: 1, .. }),
+            "{levels}: {err}"
+        );
+    }
+    s.append_unit("deep", "2", &[nested(126)]).await.unwrap();
+    let window = s.window("deep", "goal", 5).await.unwrap();
+    assert_eq!(window.recent_units[0].items, [nested(126)]);
+}
 
 /// An item holding an object whose first key is one of `serde_json`'s private tokens (a
 /// tool's output can hold anything) reads back as it was appended, and its thread's window

@@ -29,6 +29,7 @@ agent_testkit::backend_tests!(defaults, [sqlite, postgres, memory]:
         unicode_and_nested_payloads_round_trip,
         encoded_payloads_read_back_as_values,
         payloads_with_serde_json_private_keys_read_back_as_appended,
+        payloads_too_deep_to_read_back_are_refused,
         append_expecting_none_succeeds_on_a_fresh_thread_only,
         append_expecting_the_last_seq_succeeds_and_a_stale_one_writes_nothing,
         append_expecting_keeps_dedup_keys_and_refuses_other_threads,
@@ -895,6 +896,27 @@ async fn payloads_with_serde_json_private_keys_read_back_as_appended(f: Fixture)
     let mut expected = payloads.to_vec();
     expected.push(json!({ RAW: "not json either" }));
     assert_eq!(read, expected);
+}
+
+/// A value nested deeper than a replay can read (`serde_json` reads 127 levels)
+/// serialises without complaint; appended, it would leave its thread unreplayable. It is
+/// refused as invalid input instead, and what can be read back is still taken.
+async fn payloads_too_deep_to_read_back_are_refused(f: Fixture) {
+    let nested = |levels: usize| (1..levels).fold(json!([]), |inner, _| json!([inner]));
+    let j = &f.journal;
+    for levels in [128, 500] {
+        let err = j
+            .append(NewEvent::new("t", "deep", nested(levels)))
+            .await
+            .unwrap_err();
+        assert!(matches!(err, JournalError::InvalidInput { .. }), "{err}");
+    }
+    j.append(NewEvent::new("t", "deep", nested(127)))
+        .await
+        .unwrap();
+    let events = j.replay("t", 0).await.unwrap();
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0].payload, nested(127));
 }
 
 // ---- backend-specific behaviour ----
