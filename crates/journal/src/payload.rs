@@ -49,9 +49,17 @@ impl Decoder {
         self.pairs.clear();
         match value {
             Some(value) => Ok(value),
-            None => json::from_str(text),
+            None => fallback(text),
         }
     }
+}
+
+/// Text the direct parser gave up on (rare in payloads `serde_json` wrote); kept out of
+/// line so that the common path stays as compact as it is without it.
+#[cold]
+#[inline(never)]
+fn fallback(text: &str) -> serde_json::Result<Value> {
+    json::from_str(text)
 }
 
 /// One pass over `text`; every method returns `None` where `serde_json` must decide.

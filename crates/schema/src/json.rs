@@ -167,6 +167,14 @@ impl<'de> Visitor<'de> for Literal {
         Ok(Value::Null)
     }
 
+    fn visit_none<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        Literal.deserialize(d)
+    }
+
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
         let mut values = Vec::new();
         while let Some(value) = seq.next_element_seed(Literal)? {
