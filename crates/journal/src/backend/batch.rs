@@ -188,8 +188,9 @@ macro_rules! select_events {
 }
 pub(crate) use select_events;
 
-/// Decodes a row selected by [`select_events!`] (PostgreSQL; SQLite decodes its own rows).
-pub(crate) fn decode<R>(row: &R) -> Result<Event, JournalError>
+/// Decodes a row selected by [`select_events!`] (PostgreSQL; SQLite decodes its own rows);
+/// the rows of one read share `payloads`, the payload decoder's scratch.
+pub(crate) fn decode<R>(row: &R, payloads: &mut Decoder) -> Result<Event, JournalError>
 where
     R: sqlx::Row,
     usize: sqlx::ColumnIndex<R>,
@@ -206,7 +207,7 @@ where
         seq,
         thread: thread.into(),
         kind: kind.into(),
-        payload: Decoder::default()
+        payload: payloads
             .decode(payload)
             .map_err(|source| JournalError::CorruptPayload { seq, source })?,
         at: row.try_get(4)?,

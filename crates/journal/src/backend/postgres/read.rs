@@ -15,6 +15,7 @@ use crate::backend::batch::{decode, select_events};
 use crate::backend::{KindPage, ReadSide};
 use crate::error::JournalError;
 use crate::event::Event;
+use crate::payload::Decoder;
 use crate::position::Position;
 
 /// [`PgReader::journal_page`]: the columns `decode` reads, then `tx`; the horizon is an
@@ -58,7 +59,8 @@ impl ReadSide for PgReader {
             .bind(limit)
             .fetch_all(&self.pool)
             .await?;
-        rows.iter().map(decode).collect()
+        let mut payloads = Decoder::default();
+        rows.iter().map(|row| decode(row, &mut payloads)).collect()
     }
 
     async fn replay_kind_page(
@@ -85,7 +87,11 @@ impl ReadSide for PgReader {
             .bind(limit)
             .fetch_all(&self.pool)
             .await?;
-        let events = rows.iter().map(decode).collect::<Result<Vec<_>, _>>()?;
+        let mut payloads = Decoder::default();
+        let events = rows
+            .iter()
+            .map(|row| decode(row, &mut payloads))
+            .collect::<Result<Vec<_>, _>>()?;
         Ok(KindPage::new(events, after, Some(top), limit))
     }
 
@@ -112,7 +118,9 @@ impl ReadSide for PgReader {
             .bind(key)
             .fetch_optional(&self.pool)
             .await?;
-        row.as_ref().map(decode).transpose()
+        row.as_ref()
+            .map(|row| decode(row, &mut Decoder::default()))
+            .transpose()
     }
 
     async fn last_of_kind(&self, thread: &str, kind: &str) -> Result<Option<Event>, JournalError> {
@@ -123,7 +131,9 @@ impl ReadSide for PgReader {
             .bind(kind)
             .fetch_optional(&self.pool)
             .await?;
-        row.as_ref().map(decode).transpose()
+        row.as_ref()
+            .map(|row| decode(row, &mut Decoder::default()))
+            .transpose()
     }
 
     async fn threads(&self) -> Result<Vec<String>, JournalError> {
@@ -147,9 +157,10 @@ impl ReadSide for PgReader {
             .bind(limit)
             .fetch_all(&self.pool)
             .await?;
+        let mut payloads = Decoder::default();
         rows.iter()
             .map(|row| {
-                let event = decode(row)?;
+                let event = decode(row, &mut payloads)?;
                 let commit: i64 = row.try_get(7)?;
                 Ok((
                     Position {
