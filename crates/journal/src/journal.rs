@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::watch;
 
 use crate::backend::{self, ReadSide as _, Reads, Writer};
 use crate::commits::Commits;
@@ -13,7 +13,7 @@ use crate::limits::{check_event, check_thread};
 use crate::options::{Access, Durability, JournalOptions};
 use crate::position::Position;
 use crate::stream::{self, EventStream, PositionedStream};
-use crate::writer::{Counters, Expected, Fence, Msg, Request};
+use crate::writer::{Counters, Expected, Fence, Request};
 
 /// A cheap, cloneable handle to an open journal. All clones share one writer task.
 #[derive(Clone)]
@@ -54,6 +54,9 @@ pub struct JournalStats {
     pub relaxed_commits: u64,
     /// Events written by those transactions (deduplicated appends excluded).
     pub events: u64,
+    /// PostgreSQL: those of the commits that the appending task wrote itself, finding the
+    /// writer idle, instead of handing them to the writer task.
+    pub direct_commits: u64,
 }
 
 impl JournalStats {
@@ -63,6 +66,7 @@ impl JournalStats {
             commits: self.commits.saturating_sub(earlier.commits),
             relaxed_commits: self.relaxed_commits.saturating_sub(earlier.relaxed_commits),
             events: self.events.saturating_sub(earlier.events),
+            direct_commits: self.direct_commits.saturating_sub(earlier.direct_commits),
         }
     }
 
@@ -196,6 +200,7 @@ impl Journal {
             commits: self.inner.counters.commits.load(Relaxed),
             relaxed_commits: self.inner.counters.relaxed_commits.load(Relaxed),
             events: self.inner.counters.events.load(Relaxed),
+            direct_commits: self.inner.counters.direct_commits.load(Relaxed),
         }
     }
 
@@ -244,15 +249,13 @@ impl Journal {
             Writer::Memory(memory) => return memory.append(prepared, self.fence.as_deref()),
             Writer::ReadOnly => return Err(self.read_only()),
         };
-        self.send(
-            queue,
-            Request {
+        queue
+            .write(Request {
                 events: prepared,
                 expected: None,
                 fence: self.fence.as_deref().cloned(),
-            },
-        )
-        .await
+            })
+            .await
     }
 
     /// Appends `events` (every one on `thread`) atomically, only if the highest seq of
@@ -307,15 +310,13 @@ impl Journal {
         };
         match &self.inner.writer {
             Writer::Queue(queue) => {
-                self.send(
-                    queue,
-                    Request {
+                queue
+                    .write(Request {
                         events: prepared,
                         expected: Some(expected),
                         fence: self.fence.as_deref().cloned(),
-                    },
-                )
-                .await
+                    })
+                    .await
             }
             Writer::Memory(memory) => {
                 memory.append_expecting(expected, prepared, self.fence.as_deref())
@@ -345,26 +346,6 @@ impl Journal {
     /// The epoch this handle's appends are fenced with, if it is fenced.
     pub fn fence_epoch(&self) -> Option<i64> {
         self.fence.as_ref().map(|f| f.epoch)
-    }
-
-    /// Hands `request` to the writer and waits for its answer.
-    async fn send(
-        &self,
-        queue: &mpsc::Sender<Msg>,
-        request: Request,
-    ) -> Result<Vec<Appended>, JournalError> {
-        let (ack, done) = oneshot::channel();
-        let msg = Msg::Write { request, ack };
-        // Room in the queue is the common case; waiting for room (backpressure) is kept
-        // out of line so that every append's future stays small.
-        match queue.try_send(msg) {
-            Ok(()) => {}
-            Err(mpsc::error::TrySendError::Full(msg)) => Box::pin(queue.send(msg))
-                .await
-                .map_err(|_| JournalError::Closed)?,
-            Err(mpsc::error::TrySendError::Closed(_)) => return Err(JournalError::Closed),
-        }
-        done.await.map_err(|_| JournalError::Closed)?
     }
 
     /// Every event of `thread` with `seq > after`, in seq order.
@@ -538,10 +519,7 @@ impl Journal {
     /// queued, it does nothing.
     pub async fn close(&self) {
         if let Writer::Queue(queue) = &self.inner.writer {
-            let (done, wait) = oneshot::channel();
-            if queue.send(Msg::Close { done }).await.is_ok() {
-                let _ = wait.await;
-            }
+            queue.close().await;
         }
         self.inner.reads.close().await;
         if let Some(listen) = self.inner.listen.get() {

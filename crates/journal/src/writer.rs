@@ -108,6 +108,8 @@ pub(crate) struct Counters {
     /// Commits of relaxed appends only ([`relaxed_batch`]).
     pub(crate) relaxed_commits: AtomicU64,
     pub(crate) events: AtomicU64,
+    /// PostgreSQL commits written by the appending task itself (`backend/postgres/direct.rs`).
+    pub(crate) direct_commits: AtomicU64,
     /// Set once when the writer latches failed.
     pub(crate) failed: std::sync::atomic::AtomicBool,
 }
@@ -218,6 +220,17 @@ impl Settle {
             // A caller that stopped waiting still had its events committed.
             let _ = ack.send(result);
         }
+    }
+
+    /// Counts a commit that the appending task wrote itself.
+    pub(crate) fn count_direct(&self) {
+        self.counters.direct_commits.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Latches the writer failed with `message` (kept if it already is): every later
+    /// request gets [`JournalError::WriterFailed`].
+    pub(crate) fn latch(&mut self, message: String) {
+        self.fail(Vec::new(), message);
     }
 
     /// Fails every request of a batch; the first failure latches the writer.

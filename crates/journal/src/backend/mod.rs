@@ -14,15 +14,15 @@ pub(crate) mod sqlite;
 
 use std::sync::Arc;
 
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 
 use crate::commits::Commits;
 use crate::error::JournalError;
-use crate::event::Event;
+use crate::event::{Appended, Event};
 use crate::lease;
 use crate::options::{Access, JournalOptions};
 use crate::position::Position;
-use crate::writer::{Counters, Msg, Settle};
+use crate::writer::{Counters, Msg, Request, Settle};
 
 use in_memory::InMemoryJournal;
 use postgres::PgReader;
@@ -179,10 +179,67 @@ impl ReadSide for Reads {
 /// Where appends go: a database's group-commit queue (its writer owns the write
 /// connection), or the in-memory journal directly.
 pub(crate) enum Writer {
-    Queue(mpsc::Sender<Msg>),
+    Queue(Queue),
     Memory(Arc<InMemoryJournal>),
     /// Opened read-only: no writer runs, appends are refused.
     ReadOnly,
+}
+
+/// A database's group-commit queue; on PostgreSQL also the write side a producer uses
+/// itself while the writer is idle (`postgres/direct.rs`).
+pub(crate) struct Queue {
+    tx: mpsc::Sender<Msg>,
+    direct: Option<Arc<postgres::Shared>>,
+}
+
+impl Queue {
+    /// Writes `request` (directly when PostgreSQL's writer is idle, otherwise through the
+    /// queue) and waits for its answer.
+    ///
+    /// Cancel safety: once polled, the request is written whether or not the future is
+    /// still there (unless the queue was full: then only once room appeared).
+    pub(crate) async fn write(&self, request: Request) -> Result<Vec<Appended>, JournalError> {
+        let request = match &self.direct {
+            Some(shared) => match postgres::try_direct(shared, request) {
+                postgres::Direct::Writing(write) => return write.finish().await,
+                postgres::Direct::Closed => return Err(JournalError::Closed),
+                postgres::Direct::Queue(request) => request,
+            },
+            None => request,
+        };
+        let (ack, done) = oneshot::channel();
+        self.send(Msg::Write { request, ack }).await?;
+        done.await.map_err(|_| JournalError::Closed)?
+    }
+
+    /// Asks the writer to commit what is queued and stop; returns once it has.
+    pub(crate) async fn close(&self) {
+        let (done, wait) = oneshot::channel();
+        if self.send(Msg::Close { done }).await.is_ok() {
+            let _ = wait.await;
+        }
+    }
+
+    async fn send(&self, msg: Msg) -> Result<(), JournalError> {
+        if let Some(shared) = &self.direct {
+            shared.queuing();
+        }
+        // Room in the queue is the common case; waiting for room (backpressure) is kept
+        // out of line so that every append's future stays small.
+        let sent = match self.tx.try_send(msg) {
+            Ok(()) => Ok(()),
+            Err(mpsc::error::TrySendError::Full(msg)) => Box::pin(self.tx.send(msg))
+                .await
+                .map_err(|_| JournalError::Closed),
+            Err(mpsc::error::TrySendError::Closed(_)) => Err(JournalError::Closed),
+        };
+        if sent.is_err()
+            && let Some(shared) = &self.direct
+        {
+            shared.unqueued();
+        }
+        sent
+    }
 }
 
 /// A backend opened, its writer running.
@@ -283,7 +340,7 @@ pub(crate) async fn open(
         )?;
         Ok(Opened {
             reads: Reads::Sqlite(opened.reader),
-            writer: Writer::Queue(tx),
+            writer: Writer::Queue(Queue { tx, direct: None }),
             leases,
         })
     } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
@@ -294,7 +351,7 @@ pub(crate) async fn open(
         let leases = lease::Backend::Postgres(opened.reader.pool().clone());
         let writer = match opened.writer {
             Some(writer) => {
-                tokio::spawn(postgres::run_writer(
+                let shared = postgres::spawn_writer(
                     writer,
                     postgres::Notifier::spawn(opened.reader.pool().clone()),
                     rx,
@@ -302,8 +359,11 @@ pub(crate) async fn open(
                     max_batch,
                     #[cfg(feature = "test-hooks")]
                     options.write_hook.clone(),
-                ));
-                Writer::Queue(tx)
+                );
+                Writer::Queue(Queue {
+                    tx,
+                    direct: Some(shared),
+                })
             }
             None => Writer::ReadOnly,
         };

@@ -8,6 +8,7 @@
 
 mod append;
 mod checked;
+mod direct;
 mod listen;
 mod notify;
 mod read;
@@ -22,10 +23,11 @@ use sqlx::postgres::{PgConnectOptions, PgConnection, PgPoolOptions};
 use crate::error::JournalError;
 use crate::options::{Durability, JournalOptions};
 
+pub(crate) use direct::{Direct, try_write as try_direct};
 pub(crate) use listen::spawn as spawn_listener;
 pub(crate) use notify::Notifier;
 pub(crate) use read::PgReader;
-pub(crate) use write::run as run_writer;
+pub(crate) use write::{Shared, spawn as spawn_writer};
 
 /// LISTEN/NOTIFY channel; the payload is the thread name.
 pub(crate) const CHANNEL: &str = "agent_journal";

@@ -31,38 +31,155 @@
 //! writer of the cluster. A notification lost to a crash between the commit and its send
 //! is covered by the tails' polling, as one lost with the LISTEN connection is.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
 use sqlx::Connection as _;
 use sqlx::postgres::PgConnection;
-use tokio::sync::mpsc;
+use tokio::sync::{Mutex, mpsc, oneshot};
 
 use super::notify::Notifier;
 use super::{append, checked};
 use crate::writer::{Answer, Batch, Msg, Pending, Request, Settle, drain_after_close};
 
+/// The write side of one journal: the connection and what settles its batches, shared by
+/// the writer task and producers that write directly (`direct.rs`).
+///
+/// Invariants:
+/// - Whoever holds `side` is the only writer; a batch is written and settled (acks sent)
+///   before the lock is released.
+/// - `queued` counts the messages handed to the queue and not yet taken by the writer
+///   task under the lock. A producer writes directly only while it holds the lock and
+///   `queued` is zero, so nothing queued before it is written after it: requests still
+///   commit in arrival order, and a `Close` is processed after every request before it.
+pub(crate) struct Shared {
+    pub(super) side: Arc<Mutex<WriteSide>>,
+    pub(super) queued: AtomicUsize,
+}
+
+impl Shared {
+    /// Counts a message about to be queued; [`Shared::unqueued`] takes it back when the
+    /// queue refused it.
+    pub(crate) fn queuing(&self) {
+        self.queued.fetch_add(1, Ordering::SeqCst);
+    }
+
+    pub(crate) fn unqueued(&self) {
+        self.queued.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// The connection and what a writer keeps between batches.
+pub(crate) struct WriteSide {
+    /// `None` once the writer task took it to close it.
+    open: Option<Open>,
+    settle: Settle,
+    /// Set while a batch is being written, cleared once it is settled. Found set, it means
+    /// a direct write was dropped mid-statement outside a runtime (it could not finish on
+    /// a task of its own): the connection's state and the batch's outcome are unknown.
+    writing: bool,
+    #[cfg(feature = "test-hooks")]
+    hook: Option<crate::hooks::WriteHook>,
+}
+
+struct Open {
+    conn: PgConnection,
+    notifier: Notifier,
+}
+
+impl WriteSide {
+    /// Whether the writer task has closed the connection.
+    pub(super) fn closed(&self) -> bool {
+        self.open.is_none()
+    }
+
+    /// Writes and settles `batch` (`direct`: on the appending task); returns the `Close`
+    /// it ended with, if any.
+    pub(super) async fn write(
+        &mut self,
+        batch: Batch,
+        direct: bool,
+    ) -> Option<oneshot::Sender<()>> {
+        if self.writing {
+            self.settle
+                .latch("a write was dropped before its outcome was known".to_string());
+        }
+        let (pending, closing) = self.settle.begin(batch);
+        let Some(Pending { requests, acks }) = pending else {
+            return closing;
+        };
+        let Some(open) = self.open.as_mut() else {
+            // Not reached: nobody writes after the writer task closed the connection.
+            for ack in acks {
+                let _ = ack.send(Err(crate::error::JournalError::Closed));
+            }
+            return closing;
+        };
+        self.writing = true;
+        let result = write_batch(
+            &mut open.conn,
+            &requests,
+            #[cfg(feature = "test-hooks")]
+            self.hook.as_ref(),
+        )
+        .await;
+        self.writing = false;
+        if let Ok(answers) = &result {
+            open.notifier.send(written_threads(&requests, answers));
+            if direct {
+                self.settle.count_direct();
+            }
+        }
+        self.settle.finish(&requests, acks, result);
+        closing
+    }
+}
+
+/// Starts the PostgreSQL writer task on `conn`; returns what producers share with it.
+pub(crate) fn spawn(
+    conn: PgConnection,
+    notifier: Notifier,
+    rx: mpsc::Receiver<Msg>,
+    settle: Settle,
+    max_batch: usize,
+    #[cfg(feature = "test-hooks")] hook: Option<crate::hooks::WriteHook>,
+) -> Arc<Shared> {
+    let shared = Arc::new(Shared {
+        side: Arc::new(Mutex::new(WriteSide {
+            open: Some(Open { conn, notifier }),
+            settle,
+            writing: false,
+            #[cfg(feature = "test-hooks")]
+            hook,
+        })),
+        queued: AtomicUsize::new(0),
+    });
+    tokio::spawn(run(Arc::clone(&shared), rx, max_batch));
+    shared
+}
+
 /// The PostgreSQL writer task. Runs until `Close` or until every handle is dropped.
 ///
 /// Batching: after the first queued request, everything already queued is taken, and the
 /// task yields once whenever the queue runs dry, to let producers that were just
-/// acknowledged join this commit (up to `max_batch` events).
-pub(crate) async fn run(
-    mut conn: sqlx::PgConnection,
-    notifier: Notifier,
-    mut rx: mpsc::Receiver<Msg>,
-    mut settle: Settle,
-    max_batch: usize,
-    #[cfg(feature = "test-hooks")] hook: Option<crate::hooks::WriteHook>,
-) {
+/// acknowledged join this commit (up to `max_batch` events). It holds the write side's
+/// lock from taking a batch until the batch is settled.
+async fn run(shared: Arc<Shared>, mut rx: mpsc::Receiver<Msg>, max_batch: usize) {
     let mut close = None;
+    let mut open = None;
     while close.is_none() {
         let Some(first) = rx.recv().await else { break };
+        let mut side = shared.side.lock().await;
         let mut batch = Batch::default();
+        let mut taken = 1;
         let mut more = batch.take(first, max_batch);
         while more {
             let msg = match rx.try_recv() {
                 Ok(msg) => msg,
                 // Linger: producers woken by the previous commit's acks may be about to
-                // append. Yielding once lets them run; stop as soon as a yield brings
-                // nothing, so an idle writer adds no latency beyond one scheduler pass.
+                // append. Yielding once lets them run (they find the lock taken and
+                // queue); stop as soon as a yield brings nothing, so an idle writer adds
+                // no latency beyond one scheduler pass.
                 Err(_) => {
                     tokio::task::yield_now().await;
                     match rx.try_recv() {
@@ -71,30 +188,28 @@ pub(crate) async fn run(
                     }
                 }
             };
+            taken += 1;
             more = batch.take(msg, max_batch);
         }
-        let (pending, closing) = settle.begin(batch);
-        close = closing;
-        if let Some(Pending { requests, acks }) = pending {
-            let result = write_batch(
-                &mut conn,
-                &requests,
-                #[cfg(feature = "test-hooks")]
-                hook.as_ref(),
-            )
-            .await;
-            if let Ok(answers) = &result {
-                notifier.send(written_threads(&requests, answers));
-            }
-            settle.finish(&requests, acks, result);
+        shared.queued.fetch_sub(taken, Ordering::SeqCst);
+        close = side.write(batch, false).await;
+        if close.is_some() {
+            open = side.open.take();
         }
     }
-    if let Err(err) = conn.close().await {
-        tracing::warn!(%err, "closing the journal's write connection failed");
+    if open.is_none() {
+        // Every handle was dropped: no producer can hold the lock any more.
+        open = shared.side.lock().await.open.take();
     }
-    // A close returns once every commit's wake-up is sent: a process that appends, closes
-    // and exits does not leave other processes' tails to find its events by polling.
-    notifier.flush().await;
+    if let Some(Open { conn, notifier }) = open {
+        if let Err(err) = conn.close().await {
+            tracing::warn!(%err, "closing the journal's write connection failed");
+        }
+        // A close returns once every commit's wake-up is sent: a process that appends,
+        // closes and exits does not leave other processes' tails to find its events by
+        // polling.
+        notifier.flush().await;
+    }
     drain_after_close(&mut rx, close);
 }
 

@@ -1,0 +1,136 @@
+//! PostgreSQL direct appends: a producer that finds the writer idle writes on its own
+//! task (`backend/postgres/direct.rs`). What must hold: a lone producer does write
+//! directly, concurrent producers still share commits through the queue, every append is
+//! written once in its thread's order either way, and a direct write that cannot finish
+//! leaves the writer latched failed rather than the connection in an unknown state.
+//!
+//! The timeouts only turn a hang into a failure.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use agent_journal::hooks::{HookAction, WriteHook};
+use agent_journal::{Journal, JournalError, JournalOptions, NewEvent};
+use serde_json::json;
+use tokio::sync::{Notify, oneshot};
+
+const HANG: Duration = Duration::from_secs(20);
+
+fn ev(thread: &str, n: usize) -> NewEvent {
+    NewEvent::new(thread, "e", json!({ "n": n }))
+}
+
+/// A lone producer's appends are all direct; 64 producers at once share commits (fewer
+/// commits than appends, so the queue batched them) and lose, repeat and reorder nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_lone_producer_writes_directly_and_concurrent_ones_share_commits() {
+    let Some(db) = agent_testkit::fresh_pg_database("journal_direct").await else {
+        return;
+    };
+    let j = Journal::open(db.url()).await.unwrap();
+    let before = j.stats();
+    for n in 0..20 {
+        j.append(ev("lone", n)).await.unwrap();
+    }
+    j.append_expecting("lone", j.last_seq("lone").await.unwrap(), vec![ev("lone", 20)])
+        .await
+        .unwrap();
+    let lone = j.stats().since(&before);
+    assert_eq!((lone.commits, lone.direct_commits), (21, 21), "{lone:?}");
+
+    const PRODUCERS: usize = 64;
+    const EACH: usize = 10;
+    let before = j.stats();
+    let tasks: Vec<_> = (0..PRODUCERS)
+        .map(|p| {
+            let j = j.clone();
+            tokio::spawn(async move {
+                let thread = format!("t{}", p % 8);
+                let mut seqs = Vec::new();
+                for n in 0..EACH {
+                    let ack = j.append(ev(&thread, p * EACH + n)).await.unwrap();
+                    seqs.push(ack.seq);
+                }
+                (thread, seqs)
+            })
+        })
+        .collect();
+    let mut acked = std::collections::BTreeMap::<String, Vec<i64>>::new();
+    for task in tasks {
+        let (thread, seqs) = tokio::time::timeout(HANG, task).await.unwrap().unwrap();
+        // One producer's appends are acknowledged in order, so they commit in order.
+        assert!(seqs.windows(2).all(|w| w[0] < w[1]), "{seqs:?}");
+        acked.entry(thread).or_default().extend(seqs);
+    }
+    let spent = j.stats().since(&before);
+    assert_eq!(spent.events, (PRODUCERS * EACH) as u64);
+    assert!(spent.commits < spent.events, "nothing was batched: {spent:?}");
+    assert!(spent.direct_commits < spent.commits, "{spent:?}");
+    for (thread, mut seqs) in acked {
+        seqs.sort_unstable();
+        let stored: Vec<i64> = j
+            .replay(&thread, 0)
+            .await
+            .unwrap()
+            .iter()
+            .map(|e| e.seq)
+            .collect();
+        assert_eq!(stored, seqs, "thread {thread}");
+    }
+    j.close().await;
+}
+
+/// A direct write dropped mid-transaction where no runtime can finish it (its future
+/// dropped on a plain thread) leaves the connection inside a transaction nobody will end.
+/// The next append must fail with `WriterFailed` instead of writing on that connection,
+/// and the dropped append's event must not appear.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_direct_write_dropped_outside_a_runtime_latches_the_writer() {
+    let Some(db) = agent_testkit::fresh_pg_database("journal_direct_drop").await else {
+        return;
+    };
+    let (paused, is_paused) = oneshot::channel();
+    let paused = Arc::new(Mutex::new(Some(paused)));
+    let release = Arc::new(Notify::new());
+    let hold = {
+        let release = Arc::clone(&release);
+        WriteHook(Arc::new(move || {
+            let paused = paused.lock().unwrap().take();
+            let release = Arc::clone(&release);
+            Box::pin(async move {
+                if let Some(paused) = paused {
+                    let _ = paused.send(());
+                    release.notified().await;
+                }
+                HookAction::Commit
+            })
+        }))
+    };
+    let options = JournalOptions {
+        write_hook: Some(hold),
+        ..Default::default()
+    };
+    let j = Journal::open_with(db.url(), options).await.unwrap();
+    let mut append = {
+        let j = j.clone();
+        Box::pin(async move { j.append(ev("x", 0)).await })
+    };
+    tokio::select! {
+        done = &mut append => panic!("the held append finished: {done:?}"),
+        paused = tokio::time::timeout(HANG, is_paused) => paused.unwrap().unwrap(),
+    }
+    assert_eq!(j.stats().direct_commits, 0);
+    std::thread::spawn(move || drop(append)).join().unwrap();
+
+    let next = tokio::time::timeout(HANG, j.append(ev("x", 1))).await.unwrap();
+    match next {
+        Err(JournalError::WriterFailed(message)) => {
+            assert!(message.contains("dropped"), "{message}");
+        }
+        other => panic!("expected WriterFailed, got {other:?}"),
+    }
+    assert!(j.writer_failed());
+    let reader = Journal::open(db.url()).await.unwrap();
+    assert!(reader.replay("x", 0).await.unwrap().is_empty());
+    release.notify_waiters();
+}
