@@ -32,9 +32,13 @@ async fn a_lone_producer_writes_directly_and_concurrent_ones_share_commits() {
     for n in 0..20 {
         j.append(ev("lone", n)).await.unwrap();
     }
-    j.append_expecting("lone", j.last_seq("lone").await.unwrap(), vec![ev("lone", 20)])
-        .await
-        .unwrap();
+    j.append_expecting(
+        "lone",
+        j.last_seq("lone").await.unwrap(),
+        vec![ev("lone", 20)],
+    )
+    .await
+    .unwrap();
     let lone = j.stats().since(&before);
     assert_eq!((lone.commits, lone.direct_commits), (21, 21), "{lone:?}");
 
@@ -64,7 +68,10 @@ async fn a_lone_producer_writes_directly_and_concurrent_ones_share_commits() {
     }
     let spent = j.stats().since(&before);
     assert_eq!(spent.events, (PRODUCERS * EACH) as u64);
-    assert!(spent.commits < spent.events, "nothing was batched: {spent:?}");
+    assert!(
+        spent.commits < spent.events,
+        "nothing was batched: {spent:?}"
+    );
     assert!(spent.direct_commits < spent.commits, "{spent:?}");
     for (thread, mut seqs) in acked {
         seqs.sort_unstable();
@@ -122,7 +129,9 @@ async fn a_direct_write_dropped_outside_a_runtime_latches_the_writer() {
     assert_eq!(j.stats().direct_commits, 0);
     std::thread::spawn(move || drop(append)).join().unwrap();
 
-    let next = tokio::time::timeout(HANG, j.append(ev("x", 1))).await.unwrap();
+    let next = tokio::time::timeout(HANG, j.append(ev("x", 1)))
+        .await
+        .unwrap();
     match next {
         Err(JournalError::WriterFailed(message)) => {
             assert!(message.contains("dropped"), "{message}");

@@ -78,14 +78,22 @@ impl Job {
         // The tool runs once: it takes the arguments instead of a copy.
         let args = std::mem::take(&mut self.args);
         let mut outcome = self.execute(args).await;
-        // Relaxed: the outcome reaches no one outside this process before the caller's next
-        // durable event (a request carrying the result, the run's end), whose commit makes
-        // this one durable too. Lost to a power failure, the call reads as interrupted, as
-        // when the process dies before this append.
-        let event = outcome
-            .terminal_event(&self.key.thread, &self.key.turn, &self.key.call_id)
-            .map(NewEvent::relaxed);
-        match self.inner.job_append(event).await {
+        let mut appended = self.append_terminal(&outcome).await;
+        if let Err(err @ JournalError::InvalidInput { .. }) = &appended {
+            // The outcome itself is what the journal refused (its value or error too large
+            // or too deep to store): record why instead, so that the caller now and a
+            // reader after a restart see the same failure, not a call left interrupted.
+            tracing::warn!(call_id = %self.key.call_id, %err, "the call's outcome cannot be journaled; recording it as failed");
+            outcome = Outcome {
+                started: outcome.started,
+                ..Outcome::failed(
+                    outcome.revision,
+                    format!("the tool's outcome could not be journaled: {err}"),
+                )
+            };
+            appended = self.append_terminal(&outcome).await;
+        }
+        match appended {
             Ok(appended) if appended.deduplicated => {
                 // Someone (a forced cancellation) wrote the terminal first: that one counts.
                 if let Ok(Some(event)) = Box::pin(self.inner.journal.find_by_dedup_key(
@@ -106,6 +114,22 @@ impl Job {
         // Leave memory first: whoever sees the outcome also sees the job gone.
         self.inner.forget(&self.key);
         self.done.settle(outcome);
+    }
+
+    /// Journals `outcome` as the call's terminal event.
+    ///
+    /// Relaxed: the outcome reaches no one outside this process before the caller's next
+    /// durable event (a request carrying the result, the run's end), whose commit makes
+    /// this one durable too. Lost to a power failure, the call reads as interrupted, as
+    /// when the process dies before this append.
+    async fn append_terminal(
+        &self,
+        outcome: &Outcome,
+    ) -> Result<agent_journal::Appended, JournalError> {
+        let event = outcome
+            .terminal_event(&self.key.thread, &self.key.turn, &self.key.call_id)
+            .map(NewEvent::relaxed);
+        self.inner.job_append(event).await
     }
 
     async fn execute(&self, args: Value) -> Outcome {

@@ -130,3 +130,42 @@ pub fn terminals_of(events: &[Event], call_id: &str) -> Vec<String> {
 pub async fn replay(journal: &Journal, thread: &str) -> Vec<Event> {
     journal.replay(thread, 0).await.unwrap()
 }
+
+/// A retry-safe tool whose value is as large or as deep as its arguments ask:
+/// `{"bytes": N}` returns a string of N bytes, `{"depth": N}` arrays nested N deep.
+pub struct SizedTool;
+
+impl Tool for SizedTool {
+    fn name(&self) -> &str {
+        "sized"
+    }
+
+    fn validate(&self, args: &Value) -> Result<(), String> {
+        if args.is_object() {
+            Ok(())
+        } else {
+            Err("arguments must be an object".into())
+        }
+    }
+
+    fn call(
+        &self,
+        args: Value,
+        _ctx: ToolContext,
+    ) -> BoxFuture<'static, Result<Value, ToolFailure>> {
+        Box::pin(async move {
+            if let Some(bytes) = args["bytes"].as_u64() {
+                return Ok(Value::String("x".repeat(bytes as usize)));
+            }
+            let mut value = json!(0);
+            for _ in 0..args["depth"].as_u64().unwrap_or(0) {
+                value = json!([value]);
+            }
+            Ok(value)
+        })
+    }
+
+    fn retry_safe(&self) -> bool {
+        true
+    }
+}

@@ -10,7 +10,7 @@ use agent_runtime::{
 };
 use serde_json::json;
 
-use crate::common::{GateTool, count, kinds, replay, terminals_of};
+use crate::common::{GateTool, SizedTool, count, kinds, replay, terminals_of};
 use crate::support::{self, Fixture};
 
 agent_testkit::backend_tests!(
@@ -35,6 +35,7 @@ agent_testkit::backend_tests!(
     recovery_interrupts_turns_and_unfinished_calls_and_reruns_retry_safe_ones,
     relaunch_after_restart_returns_the_recorded_result_without_rerunning,
     close_settles_every_pending_call,
+    an_outcome_the_journal_refuses_is_recorded_as_failed,
 );
 
 async fn demo_runtime(f: &Fixture) -> Runtime {
@@ -695,4 +696,50 @@ async fn close_settles_every_pending_call(f: Fixture) {
     let events = replay(&f.journal, "a").await;
     assert_eq!(terminals_of(&events, "1"), ["tool.cancelled"]);
     assert_eq!(terminals_of(&events, "2"), ["tool.cancelled"]);
+}
+
+/// A tool value too large or too deep to journal: the call fails with the reason, the
+/// journal records that failure (not nothing, which would read as interrupted after a
+/// restart), and a recovered runtime returns the same outcome.
+async fn an_outcome_the_journal_refuses_is_recorded_as_failed(f: Fixture) {
+    let opts = RuntimeOptions::default().tools(ToolRegistry::new().with(SizedTool));
+    let r = Runtime::recover(f.journal.clone(), opts.clone())
+        .await
+        .unwrap();
+    let t = r.start("a").await.unwrap();
+    let big = json!({"bytes": agent_journal::MAX_PAYLOAD_BYTES + 1});
+    let deep = json!({"depth": 200});
+    let small = json!({"bytes": 10});
+    let mut live = Vec::new();
+    for (call, args) in [("big", big), ("deep", deep), ("small", small)] {
+        let key = r.launch("a", &t, call, "sized", args).await.unwrap();
+        live.push((key.clone(), r.result("a", &t, &key).await.unwrap()));
+    }
+    for (key, result) in &live[..2] {
+        assert_eq!(result.status, CallStatus::Failed, "{}", key.call_id);
+        assert!(result.started);
+        let error = result.error.as_deref().unwrap();
+        assert!(
+            error.starts_with("the tool's outcome could not be journaled: invalid payload"),
+            "{error}"
+        );
+    }
+    assert!(live[0].1.error.as_deref().unwrap().contains("limit"));
+    assert!(live[1].1.error.as_deref().unwrap().contains("nest"));
+    assert_eq!(live[2].1.status, CallStatus::Completed);
+    let events = replay(&f.journal, "a").await;
+    assert_eq!(terminals_of(&events, "big"), ["tool.failed"]);
+    assert_eq!(terminals_of(&events, "deep"), ["tool.failed"]);
+    assert_eq!(terminals_of(&events, "small"), ["tool.completed"]);
+
+    r.crash();
+    drop(r);
+    f.journal.close().await;
+    let journal = f.reopen().await;
+    let r2 = Runtime::recover(journal, opts).await.unwrap();
+    for (key, result) in &live {
+        let recorded = r2.result("a", &t, key).await.unwrap();
+        assert_eq!(recorded.status, result.status, "{}", key.call_id);
+        assert_eq!(recorded.error, result.error);
+    }
 }
