@@ -137,7 +137,7 @@ impl Journal {
     /// runs and commits on the server. On `memory:` it completes within the first poll.
     pub async fn offer_lease(&self, name: &str, info: &Value) -> Result<bool, JournalError> {
         check_name(name)?;
-        let info = info.to_string();
+        let info = encode_info(info)?;
         match &self.inner.leases {
             Backend::Sqlite(conn) => sqlite::offer(conn, name, &info).await,
             Backend::Postgres(pool) => postgres::offer(pool, name, &info).await,
@@ -160,7 +160,7 @@ impl Journal {
         info: &Value,
     ) -> Result<(), JournalError> {
         check_name(name)?;
-        let info = info.to_string();
+        let info = encode_info(info)?;
         match &self.inner.leases {
             Backend::Sqlite(conn) => sqlite::put(conn, name, status, &info).await,
             Backend::Postgres(pool) => postgres::put(pool, name, status, &info).await,
@@ -235,7 +235,7 @@ impl Journal {
         ttl: Duration,
         info: Option<&Value>,
     ) -> Result<Lease, JournalError> {
-        let info = info.map(Value::to_string);
+        let info = info.map(encode_info).transpose()?;
         let ttl = ttl_ms(ttl);
         let expires_at = match &self.inner.leases {
             Backend::Sqlite(conn) => sqlite::renew(conn, lease, ttl, info).await?,
@@ -263,7 +263,7 @@ impl Journal {
         status: LeaseStatus,
         info: &Value,
     ) -> Result<(), JournalError> {
-        let info = info.to_string();
+        let info = encode_info(info)?;
         match &self.inner.leases {
             Backend::Sqlite(conn) => sqlite::release(conn, lease, status, &info).await,
             Backend::Postgres(pool) => postgres::release(pool, lease, status, &info).await,
@@ -294,6 +294,22 @@ fn fenced(lease: &Lease, current: Option<i64>) -> JournalError {
         epoch: lease.epoch,
         current,
     }
+}
+
+/// `info` as stored, or [`JournalError::InvalidInput`] when no read could take it back
+/// (nested deeper than [`agent_schema::json::MAX_NESTING`]: it would read back as null).
+fn encode_info(info: &Value) -> Result<String, JournalError> {
+    let text = info.to_string();
+    if agent_schema::json::check_nesting(&text).is_err() {
+        return Err(JournalError::invalid(
+            "lease info",
+            format!(
+                "nests arrays and objects more than {} levels deep",
+                agent_schema::json::MAX_NESTING
+            ),
+        ));
+    }
+    Ok(text)
 }
 
 /// A lease's `info` as the holder wrote it (read like payloads: `agent_schema::json`).

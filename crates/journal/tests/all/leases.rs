@@ -15,6 +15,7 @@ agent_testkit::backend_tests!(defaults, [sqlite, postgres, memory]:
     release_closes_or_reopens_and_reclaim_takes_one_s_own_lease_back,
     concurrent_claimers_take_each_lease_exactly_once,
     no_append_of_an_old_epoch_lands_after_a_new_claim,
+    info_too_deep_to_read_back_is_refused_and_changes_nothing,
 );
 
 const LONG: Duration = Duration::from_secs(60);
@@ -237,4 +238,44 @@ async fn no_append_of_an_old_epoch_lands_after_a_new_claim(f: Fixture) {
     }
     // Epochs never go down along the thread.
     assert!(events.windows(2).all(|w| w[0].epoch <= w[1].epoch));
+}
+
+/// Lease info nested deeper than any read takes back (it would read back as null) is
+/// refused by every call that writes info, and leaves the lease as it was; 127 levels are
+/// kept.
+async fn info_too_deep_to_read_back_is_refused_and_changes_nothing(f: Fixture) {
+    fn nested(depth: usize) -> serde_json::Value {
+        (1..depth).fold(json!([]), |inner, _| json!([inner]))
+    }
+    let j = &f.journal;
+    let deep = nested(128);
+    let refused = |result: Result<_, JournalError>| {
+        matches!(
+            result,
+            Err(JournalError::InvalidInput {
+                field: "lease info",
+                ..
+            })
+        )
+    };
+    assert!(refused(j.offer_lease("run:d", &deep).await.map(|_| ())));
+    assert!(j.leases("run:d").await.unwrap().is_empty());
+    j.offer_lease("run:d", &json!({"n": 1})).await.unwrap();
+    assert!(refused(j.put_lease("run:d", None, &deep).await));
+    let lease = j.claim_lease("run:", "w1", LONG).await.unwrap().unwrap();
+    assert!(refused(
+        j.renew_lease(&lease, LONG, Some(&deep)).await.map(|_| ())
+    ));
+    assert!(refused(
+        j.release_lease(&lease, LeaseStatus::Closed, &deep).await
+    ));
+    let row = &j.leases("run:d").await.unwrap()[0];
+    assert_eq!(row.info, json!({"n": 1}));
+    assert_eq!(row.holder.as_deref(), Some("w1"));
+    // At the limit it is kept as written.
+    let kept = nested(127);
+    j.release_lease(&lease, LeaseStatus::Closed, &kept)
+        .await
+        .unwrap();
+    assert_eq!(j.leases("run:d").await.unwrap()[0].info, kept);
 }
