@@ -128,6 +128,8 @@ pub(crate) fn prepare(thread: &str, unit: &str, items: &[Value]) -> Result<Prepa
             .iter()
             .position(|item| agent_schema::json::check_nesting(&format!("[{item}]")).is_err())
             .unwrap_or_default();
+        // The reason is a literal (the error keeps `&'static str`); it names the limit.
+        const _: () = assert!(agent_schema::json::MAX_NESTING == 127);
         return Err(ContextError::InvalidItem {
             unit: unit.into(),
             index,
