@@ -221,9 +221,9 @@ impl Queue {
     }
 
     async fn send(&self, msg: Msg) -> Result<(), JournalError> {
-        if let Some(shared) = &self.direct {
-            shared.queuing();
-        }
+        // Counted from before it can be queued; taken back if it never is (refused, or the
+        // future dropped while waiting for room), or no producer would write directly again.
+        let counted = self.direct.as_deref().map(postgres::Queuing::new);
         // Room in the queue is the common case; waiting for room (backpressure) is kept
         // out of line so that every append's future stays small.
         let sent = match self.tx.try_send(msg) {
@@ -233,10 +233,10 @@ impl Queue {
                 .map_err(|_| JournalError::Closed),
             Err(mpsc::error::TrySendError::Closed(_)) => Err(JournalError::Closed),
         };
-        if sent.is_err()
-            && let Some(shared) = &self.direct
+        if sent.is_ok()
+            && let Some(counted) = counted
         {
-            shared.unqueued();
+            counted.queued();
         }
         sent
     }

@@ -143,3 +143,80 @@ async fn a_direct_write_dropped_outside_a_runtime_latches_the_writer() {
     assert!(reader.replay("x", 0).await.unwrap().is_empty());
     release.notify_waiters();
 }
+
+/// An append abandoned while it waits for room in a full queue never reaches the writer;
+/// it must not stay counted as queued, or no producer would write directly again.
+///
+/// One thread: the writer task releases the lock before it waits for its next message, so
+/// the last append finds the writer idle (on more threads an acknowledged producer can
+/// race the writer task's release of the lock and queue, which is correct but not what
+/// this checks).
+#[tokio::test]
+async fn an_append_abandoned_while_the_queue_is_full_leaves_direct_writes_on() {
+    let Some(db) = agent_testkit::fresh_pg_database("journal_direct_full").await else {
+        return;
+    };
+    let (paused, is_paused) = oneshot::channel();
+    let paused = Arc::new(Mutex::new(Some(paused)));
+    let release = Arc::new(Notify::new());
+    let hold = {
+        let release = Arc::clone(&release);
+        WriteHook(Arc::new(move || {
+            let paused = paused.lock().unwrap().take();
+            let release = Arc::clone(&release);
+            Box::pin(async move {
+                if let Some(paused) = paused {
+                    let _ = paused.send(());
+                    release.notified().await;
+                }
+                HookAction::Commit
+            })
+        }))
+    };
+    let options = JournalOptions {
+        write_hook: Some(hold),
+        queue_capacity: 1,
+        ..Default::default()
+    };
+    let j = Journal::open_with(db.url(), options).await.unwrap();
+    // The first append writes directly and is held inside its transaction.
+    let held = {
+        let j = j.clone();
+        tokio::spawn(async move { j.append(ev("q", 0)).await })
+    };
+    tokio::time::timeout(HANG, is_paused)
+        .await
+        .unwrap()
+        .unwrap();
+    // While the lock is held the writer task holds at most one request (taken, waiting for
+    // the lock) and the queue one more, so of three more appends polled now the third
+    // always finds the queue full and waits for room. It is abandoned there.
+    let mut second = Box::pin(j.append(ev("q", 1)));
+    assert!(futures::poll!(&mut second).is_pending());
+    let mut third = Box::pin(j.append(ev("q", 2)));
+    assert!(futures::poll!(&mut third).is_pending());
+    assert!(
+        agent_testkit::poll_then_drop(j.append(ev("q", 99)), 3)
+            .await
+            .is_none()
+    );
+    release.notify_one();
+    tokio::time::timeout(HANG, held)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    tokio::time::timeout(HANG, second).await.unwrap().unwrap();
+    tokio::time::timeout(HANG, third).await.unwrap().unwrap();
+    let before = j.stats();
+    j.append(ev("q", 3)).await.unwrap();
+    assert_eq!(j.stats().since(&before).direct_commits, 1);
+    let written: Vec<i64> = j
+        .replay("q", 0)
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| e.payload["n"].as_i64().unwrap())
+        .collect();
+    assert_eq!(written, [0, 1, 2, 3]);
+}

@@ -27,7 +27,7 @@ pub(crate) use direct::{Direct, try_write as try_direct};
 pub(crate) use listen::spawn as spawn_listener;
 pub(crate) use notify::Notifier;
 pub(crate) use read::PgReader;
-pub(crate) use write::{Shared, spawn as spawn_writer};
+pub(crate) use write::{Queuing, Shared, spawn as spawn_writer};
 
 /// LISTEN/NOTIFY channel; the payload is the thread name.
 pub(crate) const CHANNEL: &str = "agent_journal";

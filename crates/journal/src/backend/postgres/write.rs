@@ -57,15 +57,27 @@ pub(crate) struct Shared {
     pub(super) queued: AtomicUsize,
 }
 
-impl Shared {
-    /// Counts a message about to be queued; [`Shared::unqueued`] takes it back when the
-    /// queue refused it.
-    pub(crate) fn queuing(&self) {
-        self.queued.fetch_add(1, Ordering::SeqCst);
+/// One message counted in [`Shared::queued`] while it is being queued: dropped before
+/// [`Queuing::queued`] (refused, or abandoned while waiting for room), it is taken back.
+pub(crate) struct Queuing<'a> {
+    shared: &'a Shared,
+}
+
+impl<'a> Queuing<'a> {
+    pub(crate) fn new(shared: &'a Shared) -> Self {
+        shared.queued.fetch_add(1, Ordering::SeqCst);
+        Queuing { shared }
     }
 
-    pub(crate) fn unqueued(&self) {
-        self.queued.fetch_sub(1, Ordering::SeqCst);
+    /// The message is in the queue: the writer task takes it back from the count.
+    pub(crate) fn queued(self) {
+        std::mem::forget(self);
+    }
+}
+
+impl Drop for Queuing<'_> {
+    fn drop(&mut self) {
+        self.shared.queued.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
