@@ -59,16 +59,8 @@ pub(crate) fn check_event(
             ),
         ));
     }
-    if agent_schema::json::check_nesting(&payload).is_err() {
-        // It would serialise, and no replay could read it back.
-        return Err(JournalError::invalid(
-            "payload",
-            format!(
-                "nests arrays and objects more than {} levels deep",
-                agent_schema::json::MAX_NESTING
-            ),
-        ));
-    }
+    // It would serialise, and no replay could read it back.
+    check_nesting("payload", &payload)?;
     if contains_nul_escape(&payload) {
         // PostgreSQL's jsonb cannot store NUL; refuse it on every backend alike.
         return Err(JournalError::invalid(
@@ -90,6 +82,20 @@ pub(crate) fn check_event(
 /// Whether JSON text holds the escape `\u0000` (NUL, the only way JSON can carry it). A
 /// `u0000` preceded by an even number of backslashes is text that spells it, not NUL
 /// (`"\\u0000"` is a backslash, then `u0000`).
+/// [`JournalError::InvalidInput`] for `field` when `json` nests deeper than any read of it
+/// can take back ([`agent_schema::json::MAX_NESTING`]).
+pub(crate) fn check_nesting(field: &'static str, json: &str) -> Result<(), JournalError> {
+    agent_schema::json::check_nesting(json).map_err(|_| {
+        JournalError::invalid(
+            field,
+            format!(
+                "nests arrays and objects more than {} levels deep",
+                agent_schema::json::MAX_NESTING
+            ),
+        )
+    })
+}
+
 fn contains_nul_escape(json: &str) -> bool {
     json.match_indices("u0000").any(|(at, _)| {
         let slashes = json.as_bytes()[..at]

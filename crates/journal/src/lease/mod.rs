@@ -300,15 +300,7 @@ fn fenced(lease: &Lease, current: Option<i64>) -> JournalError {
 /// (nested deeper than [`agent_schema::json::MAX_NESTING`]: it would read back as null).
 fn encode_info(info: &Value) -> Result<String, JournalError> {
     let text = info.to_string();
-    if agent_schema::json::check_nesting(&text).is_err() {
-        return Err(JournalError::invalid(
-            "lease info",
-            format!(
-                "nests arrays and objects more than {} levels deep",
-                agent_schema::json::MAX_NESTING
-            ),
-        ));
-    }
+    crate::limits::check_nesting("lease info", &text)?;
     Ok(text)
 }
 

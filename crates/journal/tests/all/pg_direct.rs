@@ -20,6 +20,29 @@ fn ev(thread: &str, n: usize) -> NewEvent {
     NewEvent::new(thread, "e", json!({ "n": n }))
 }
 
+/// A hook that holds the first write transaction open until `release` is notified
+/// (signalling the receiver once it is held), and commits every later one at once.
+fn hold_first() -> (WriteHook, oneshot::Receiver<()>, Arc<Notify>) {
+    let (paused, is_paused) = oneshot::channel();
+    let paused = Arc::new(Mutex::new(Some(paused)));
+    let release = Arc::new(Notify::new());
+    let hook = {
+        let release = Arc::clone(&release);
+        WriteHook(Arc::new(move || {
+            let paused = paused.lock().unwrap().take();
+            let release = Arc::clone(&release);
+            Box::pin(async move {
+                if let Some(paused) = paused {
+                    let _ = paused.send(());
+                    release.notified().await;
+                }
+                HookAction::Commit
+            })
+        }))
+    };
+    (hook, is_paused, release)
+}
+
 /// A lone producer's appends are all direct; 64 producers at once share commits (fewer
 /// commits than appends, so the queue batched them) and lose, repeat and reorder nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -96,23 +119,7 @@ async fn a_direct_write_dropped_outside_a_runtime_latches_the_writer() {
     let Some(db) = agent_testkit::fresh_pg_database("journal_direct_drop").await else {
         return;
     };
-    let (paused, is_paused) = oneshot::channel();
-    let paused = Arc::new(Mutex::new(Some(paused)));
-    let release = Arc::new(Notify::new());
-    let hold = {
-        let release = Arc::clone(&release);
-        WriteHook(Arc::new(move || {
-            let paused = paused.lock().unwrap().take();
-            let release = Arc::clone(&release);
-            Box::pin(async move {
-                if let Some(paused) = paused {
-                    let _ = paused.send(());
-                    release.notified().await;
-                }
-                HookAction::Commit
-            })
-        }))
-    };
+    let (hold, is_paused, release) = hold_first();
     let options = JournalOptions {
         write_hook: Some(hold),
         ..Default::default()
@@ -156,23 +163,7 @@ async fn an_append_abandoned_while_the_queue_is_full_leaves_direct_writes_on() {
     let Some(db) = agent_testkit::fresh_pg_database("journal_direct_full").await else {
         return;
     };
-    let (paused, is_paused) = oneshot::channel();
-    let paused = Arc::new(Mutex::new(Some(paused)));
-    let release = Arc::new(Notify::new());
-    let hold = {
-        let release = Arc::clone(&release);
-        WriteHook(Arc::new(move || {
-            let paused = paused.lock().unwrap().take();
-            let release = Arc::clone(&release);
-            Box::pin(async move {
-                if let Some(paused) = paused {
-                    let _ = paused.send(());
-                    release.notified().await;
-                }
-                HookAction::Commit
-            })
-        }))
-    };
+    let (hold, is_paused, release) = hold_first();
     let options = JournalOptions {
         write_hook: Some(hold),
         queue_capacity: 1,

@@ -75,11 +75,7 @@ impl Tool for GateTool {
     }
 
     fn validate(&self, args: &Value) -> Result<(), String> {
-        if args.is_object() {
-            Ok(())
-        } else {
-            Err("arguments must be an object".into())
-        }
+        object_args(args)
     }
 
     fn call(
@@ -106,6 +102,15 @@ impl Tool for GateTool {
 
     fn retry_safe(&self) -> bool {
         self.retry_safe
+    }
+}
+
+/// The test tools' argument check: any object.
+fn object_args(args: &Value) -> Result<(), String> {
+    if args.is_object() {
+        Ok(())
+    } else {
+        Err("arguments must be an object".into())
     }
 }
 
@@ -141,11 +146,7 @@ impl Tool for SizedTool {
     }
 
     fn validate(&self, args: &Value) -> Result<(), String> {
-        if args.is_object() {
-            Ok(())
-        } else {
-            Err("arguments must be an object".into())
-        }
+        object_args(args)
     }
 
     fn call(
