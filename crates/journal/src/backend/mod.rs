@@ -5,7 +5,9 @@
 //! Parity is held by the compiler: every read is a method of [`ReadSide`], which each
 //! backend implements and [`Reads`] dispatches with one exhaustive `match`, so a read added
 //! for one backend cannot be forgotten on another. Writes go through one group-commit
-//! queue ([`Writer::Queue`]) on both databases; `memory:` appends under its lock instead.
+//! queue ([`Writer::Queue`]) on both databases (on PostgreSQL a lone append finds the
+//! writer idle and writes itself, in the queue's order); `memory:` appends under its lock
+//! instead.
 
 pub(crate) mod batch;
 pub(crate) mod in_memory;

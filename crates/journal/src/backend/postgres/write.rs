@@ -1,5 +1,7 @@
-//! The PostgreSQL writer task: one task owns the write connection and commits each batch
-//! in one transaction. There is no journal-wide lock: a transaction holds the locks of the
+//! The PostgreSQL write side: one write connection, behind one lock taken by the writer
+//! task for each batch of queued requests and by a producer that writes directly while the
+//! writer is idle (`direct.rs`); each batch commits in one transaction. There is no
+//! journal-wide lock in the database: a transaction holds the locks of the
 //! threads it writes only, so writers of different threads (in this process's batches or
 //! in other processes) never wait for each other. Each commit's threads are notified on
 //! `CHANNEL` after it (`notify.rs`).
