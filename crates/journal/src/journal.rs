@@ -214,6 +214,13 @@ impl Journal {
     /// whether or not anyone still waits for the acknowledgement. A caller that gave up
     /// waiting learns the outcome by appending again with the same dedup key, or by
     /// reading the thread. On `memory:` the append completes within the first poll.
+    ///
+    /// # Polling
+    ///
+    /// On PostgreSQL an append that finds the writer idle is written by the task that polls
+    /// it, holding the write connection until it is done: poll it promptly. Joined with
+    /// work that blocks its thread between polls, it makes other appends to this journal
+    /// wait that long too. (A dropped one goes on as a task of its own.)
     pub async fn append(&self, event: NewEvent) -> Result<Appended, JournalError> {
         if let (Writer::Memory(memory), None) = (&self.inner.writer, &self.fence) {
             return memory.append_one(check_event(event, now_ms(), None)?);
