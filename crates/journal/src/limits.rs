@@ -79,9 +79,6 @@ pub(crate) fn check_event(
     })
 }
 
-/// Whether JSON text holds the escape `\u0000` (NUL, the only way JSON can carry it). A
-/// `u0000` preceded by an even number of backslashes is text that spells it, not NUL
-/// (`"\\u0000"` is a backslash, then `u0000`).
 /// [`JournalError::InvalidInput`] for `field` when `json` nests deeper than any read of it
 /// can take back ([`agent_schema::json::MAX_NESTING`]).
 pub(crate) fn check_nesting(field: &'static str, json: &str) -> Result<(), JournalError> {
@@ -96,6 +93,9 @@ pub(crate) fn check_nesting(field: &'static str, json: &str) -> Result<(), Journ
     })
 }
 
+/// Whether JSON text holds the escape `\u0000` (NUL, the only way JSON can carry it). A
+/// `u0000` preceded by an even number of backslashes is text that spells it, not NUL
+/// (`"\\u0000"` is a backslash, then `u0000`).
 fn contains_nul_escape(json: &str) -> bool {
     json.match_indices("u0000").any(|(at, _)| {
         let slashes = json.as_bytes()[..at]
