@@ -212,7 +212,8 @@ async fn run(shared: Arc<Shared>, mut rx: mpsc::Receiver<Msg>, max_batch: usize)
         }
     }
     if open.is_none() {
-        // Every handle was dropped: no producer can hold the lock any more.
+        // Every handle was dropped: only a dropped direct write finishing on a task of
+        // its own can still hold the lock, and this waits for it.
         open = shared.side.lock().await.open.take();
     }
     if let Some(Open { conn, notifier }) = open {
