@@ -233,9 +233,10 @@ pub struct Hit {
 /// Searches the history of `run_id` (every run when `None`, newest first) for `term`,
 /// catching each run up first; at most `limit` hits in all.
 ///
-/// Runs are read from the journal one ahead: the next run is read and folded while this
-/// one's catch-up commits on the store's writer (on a file, another thread), so the two
-/// costs of a first search over many runs overlap instead of adding up.
+/// Over every run, runs are read from the journal one ahead: the next run is read and
+/// folded (on the journal's reader threads) while this one is caught up and searched (on
+/// the store's), so the two costs of a first search over many runs overlap instead of
+/// adding up; and once `limit` hits are found no further run is read or caught up.
 ///
 /// # Cancel safety
 /// As [`catch_up`]: units written before the drop stay; the search itself only reads.
@@ -246,18 +247,43 @@ pub async fn search(
     term: &str,
     limit: usize,
 ) -> Result<Vec<Hit>, HistoryError> {
-    let runs = match run_id {
-        Some(id) => vec![run::load(journal, id).await?],
-        None => run::list(journal).await?,
-    };
+    if let Some(id) = run_id {
+        let state = run::load(journal, id).await?;
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        return search_run(store, &state, term, limit).await;
+    }
+    let ids = run::ids(journal).await?;
+    let mut ids = ids.iter();
     let mut hits = Vec::new();
-    for state in runs {
+    let mut next = load_some(journal, ids.next()).await?;
+    while let Some(state) = next.take() {
         if hits.len() >= limit {
             break;
         }
-        hits.extend(search_run(store, &state, term, limit - hits.len()).await?);
+        // A thread without `run.created` is no run (as in `run::list`).
+        let searched = async {
+            match state.spec {
+                Some(_) => search_run(store, &state, term, limit - hits.len()).await,
+                None => Ok(Vec::new()),
+            }
+        };
+        // The read first: it goes to the journal's reader threads before the search takes
+        // this task (the store's short reads may run on it).
+        let (loaded, found) = tokio::join!(load_some(journal, ids.next()), searched);
+        hits.extend(found?);
+        next = loaded?;
     }
     Ok(hits)
+}
+
+/// The run `id`, when there is one.
+async fn load_some(journal: &Journal, id: Option<&String>) -> Result<Option<RunState>, HostError> {
+    match id {
+        Some(id) => run::load(journal, id).await.map(Some),
+        None => Ok(None),
+    }
 }
 
 /// [`catch_up`] `state`, then its hits for `term` (at most `limit`).
@@ -404,6 +430,81 @@ mod tests {
         let ids: Vec<&str> = held.iter().map(|u| u.unit.as_str()).collect();
         assert_eq!(ids, ["step:2", "step:1", "step:3"]);
         assert_eq!(catch_up(&store, &state).await.unwrap(), 0);
+    }
+
+    /// Runs `r1`..`r4` (`r4` the newest), each with one step whose answer holds `NEEDLE`,
+    /// and a `run:` thread with no `run.created` (no run), sorted before every run.
+    async fn four_runs_and_a_stray_thread() -> Journal {
+        let journal = Journal::open("memory:").await.unwrap();
+        for n in 1..=4 {
+            let thread = kinds::thread_of(&format!("r{n}"));
+            let events = vec![
+                agent_journal::NewEvent::new(
+                    thread.clone(),
+                    kinds::RUN_CREATED,
+                    json!({"prompt": "p", "model": "m", "workspace": "/w", "tools": [],
+                           "approval": "default", "budgets": {"max_steps": 5}}),
+                ),
+                agent_journal::NewEvent::new(
+                    thread,
+                    kinds::MODEL_COMPLETED,
+                    json!({"step": 1, "response_id": "x", "output": [{"type": "message",
+                           "role": "assistant", "content": format!("NEEDLE of run {n}")}]}),
+                ),
+            ];
+            journal.append_batch(events).await.unwrap();
+        }
+        journal
+            .append(agent_journal::NewEvent::new(
+                kinds::thread_of("zz-stray"),
+                kinds::MODEL_COMPLETED,
+                json!({"step": 1, "output": [{"type": "message", "content": "NEEDLE"}]}),
+            ))
+            .await
+            .unwrap();
+        journal
+    }
+
+    /// Over every run: newest first, the stray thread skipped, each run caught up once; with a
+    /// limit, the runs after the limit was reached are not caught up.
+    #[tokio::test]
+    async fn a_search_over_every_run_goes_newest_first_and_stops_at_the_limit() {
+        let journal = four_runs_and_a_stray_thread().await;
+        let store = ContextStore::open("sqlite::memory:").await.unwrap();
+        let runs_of = |hits: &[Hit]| hits.iter().map(|h| h.run_id.clone()).collect::<Vec<_>>();
+
+        let two = search(&journal, &store, None, "needle", 2).await.unwrap();
+        assert_eq!(runs_of(&two), ["r4", "r3"]);
+        for (run, units) in [("r4", 1), ("r3", 1), ("r2", 0), ("r1", 0), ("zz-stray", 0)] {
+            let held = store.thread_units(&kinds::thread_of(run)).await.unwrap();
+            assert_eq!(held, units, "{run}");
+        }
+
+        let all = search(&journal, &store, None, "needle", 10).await.unwrap();
+        assert_eq!(runs_of(&all), ["r4", "r3", "r2", "r1"]);
+        assert!(
+            all.iter().all(|h| h.kind == "model" && h.step == 1),
+            "{all:?}"
+        );
+        // The run table lists the same runs in the same order.
+        let listed: Vec<String> = run::list(&journal)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|s| s.id)
+            .collect();
+        assert_eq!(listed, runs_of(&all));
+        assert!(
+            search(&journal, &store, None, "needle", 0)
+                .await
+                .unwrap()
+                .is_empty()
+        );
+        // One run, by id.
+        let one = search(&journal, &store, Some("r2"), "needle", 10)
+            .await
+            .unwrap();
+        assert_eq!(runs_of(&one), ["r2"]);
     }
 
     #[test]

@@ -77,6 +77,11 @@ pub fn thread_of(id: &str) -> String {
     format!("run:{id}")
 }
 
+/// The run whose journal thread is `thread` ([`thread_of`]'s inverse), if it is a run's.
+pub(crate) fn run_of(thread: &str) -> Option<&str> {
+    thread.strip_prefix("run:")
+}
+
 pub(crate) fn approval_key(call_id: &str, round: u32) -> String {
     format!("approval:{call_id}:{round}")
 }

@@ -43,7 +43,7 @@ pub use endpoint::Endpoint;
 pub use events::{ApprovalReason, PauseReason};
 pub use output::{OutputSchema, OutputSchemaError, Rejection};
 pub use owner::Owner;
-pub use query::{LoadedRun, list, load, load_for_resume};
+pub use query::{LoadedRun, ids, list, load, load_for_resume};
 pub use requests::{
     DecisionRequest, Requeue, decide, request_interrupt, request_steer, requeue, steer_outcome,
 };

@@ -72,15 +72,28 @@ pub async fn load_for_resume(journal: &Journal, run_id: &str) -> Result<LoadedRu
 /// Read-only: a dropped future leaves nothing behind.
 pub async fn list(journal: &Journal) -> Result<Vec<RunState>, HostError> {
     let mut runs = Vec::new();
-    for thread in journal.threads().await? {
-        let Some(id) = thread.strip_prefix("run:") else {
-            continue;
-        };
-        let state = load(journal, id).await?;
+    for id in ids(journal).await? {
+        let state = load(journal, &id).await?;
         if state.spec.is_some() {
             runs.push(state);
         }
     }
-    runs.sort_by(|a, b| b.id.cmp(&a.id));
     Ok(runs)
+}
+
+/// The ids of the journal's run threads, newest first (the order of [`list`]), without
+/// reading the runs: a thread whose run was never created (no `run.created`) is among
+/// them, and [`list`] leaves it out.
+///
+/// # Cancel safety
+/// Read-only: a dropped future leaves nothing behind.
+pub async fn ids(journal: &Journal) -> Result<Vec<String>, HostError> {
+    let mut ids: Vec<String> = journal
+        .threads()
+        .await?
+        .iter()
+        .filter_map(|thread| kinds::run_of(thread).map(str::to_string))
+        .collect();
+    ids.sort_by(|a, b| b.cmp(a));
+    Ok(ids)
 }

@@ -17,6 +17,7 @@ use agent_journal::{Journal, LeaseRow, LeaseStatus};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::kinds;
 use super::owner::Owner;
 use super::query::load;
 use super::state::{RunState, RunStatus};
@@ -144,7 +145,7 @@ pub async fn runs_table(journal: &Journal) -> Result<Vec<RunRow>, HostError> {
     let now = now_ms();
     let mut out = Vec::new();
     for thread in journal.threads().await? {
-        let Some(id) = thread.strip_prefix("run:") else {
+        let Some(id) = kinds::run_of(&thread) else {
             continue;
         };
         let last = journal.last_seq(&thread).await?.unwrap_or(0);
