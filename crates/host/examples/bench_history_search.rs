@@ -160,8 +160,14 @@ async fn search_all(url: &str, options: ContextOptions, mode: &str, runs: usize,
     journal.close().await;
 }
 
+/// The same allocator as the `agentctl` binary, whose `runs search --all` this measures.
+#[global_allocator]
+static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 #[tokio::main]
 async fn main() {
+    // As `agentctl` does once past its single-threaded start.
+    tikv_jemalloc_ctl::background_thread::write(true).expect("jemalloc's background threads");
     let args: Vec<String> = std::env::args().collect();
     let runs = arg(&args, "--runs", 1000);
     let steps = arg(&args, "--steps", 100);
