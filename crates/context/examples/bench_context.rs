@@ -98,8 +98,15 @@ where
     Ok(median(xs))
 }
 
+/// The same allocator as the `agentctl` binary, which opens the store for its commands.
+#[global_allocator]
+static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> anyhow::Result<()> {
+    // As `agentctl` does once past its single-threaded start.
+    tikv_jemalloc_ctl::background_thread::write(true)
+        .map_err(|e| anyhow::anyhow!("jemalloc's background threads: {e}"))?;
     let args: Vec<String> = std::env::args().collect();
     let arg = |name: &str| {
         args.iter()

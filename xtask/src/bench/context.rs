@@ -401,7 +401,8 @@ fn render(
          round-robin plus a 2-unit \"sparse\" thread holding the oldest rows; units of 3 items (~700 B). \
          Ours: SQLite through rusqlite (writes on a writer thread, except appends on `:memory:` \
          that do not fold, which run on the caller's thread when the writer is free; WAL \
-         checkpoints on a checkpointer thread; short reads on the caller's thread), file database (WAL, `synchronous=NORMAL` for the fill); seed: its default \
+         checkpoints on a checkpointer thread; short reads on the caller's thread; jemalloc, the \
+         allocator of `agentctl`, as in the `runs search --all` bench below), file database (WAL, `synchronous=NORMAL` for the fill); seed: its default \
          `:memory:`. \"Ratio\" = how many times faster ours is. 1-minute load average of this \
          2-core machine: {load_before} when our part started, {load_after} when it ended.\n",
         runs * 20,
