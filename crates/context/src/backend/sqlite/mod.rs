@@ -8,6 +8,7 @@
 //! migration).
 
 mod checkpoint;
+mod holds;
 mod index;
 mod memory;
 mod relaxed;

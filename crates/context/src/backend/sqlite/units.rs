@@ -154,11 +154,12 @@ impl UnitStore for SqliteBackend {
     /// trigram index over the folded positions after them, then a scan of the units not
     /// folded yet (the tail, at most the store's bound in bytes unless a fold is paused or
     /// failing). Short terms: a scan of the thread's id range that stops at `limit` hits.
-    /// Every path tests the same thing, `instr(folded, term) > 0`: the index only narrows
-    /// the units to test to those holding all of the term's trigrams (a superset of the
-    /// hits); the three ranges follow each other, so hits come in thread order. The watermark is read once and only grows
-    /// (see [`super::index`]): a fold committing during the search moves units from the
-    /// tail into the index, and both still hold them.
+    /// Every path tests the same thing, `agent_holds(folded, term)` (which is
+    /// `instr(folded, term) > 0`, see [`super::holds`]): the index only narrows the units to
+    /// test to those holding all of the term's trigrams (a superset of the hits); the three
+    /// ranges follow each other, so hits come in thread order. The watermark is read once and
+    /// only grows (see [`super::index`]): a fold committing during the search moves units
+    /// from the tail into the index, and both still hold them.
     async fn search(&self, thread: &str, plan: &TermPlan, limit: usize) -> Result<Vec<Unit>> {
         let thread = thread.to_string();
         let threads = self.threads.clone();
@@ -201,7 +202,7 @@ impl UnitStore for SqliteBackend {
                         "SELECT u.id, u.unit, u.body \
                          FROM context_units_fts f CROSS JOIN context_units u ON u.id = f.rowid \
                          WHERE context_units_fts MATCH ?1 AND f.rowid >= ?2 AND f.rowid < ?3 \
-                         AND instr(u.folded, ?4) > 0 \
+                         AND agent_holds(u.folded, ?4) \
                          ORDER BY f.rowid",
                     )?;
                     let rest = limit - units.len();
@@ -301,7 +302,7 @@ fn trigram_query(term: &str) -> String {
 fn scan(conn: &Connection, from: i64, to: i64, term: &str, max: usize) -> Result<Vec<Unit>> {
     let mut scan = conn.prepare_cached(
         "SELECT id, unit, body FROM context_units \
-         WHERE id > ?1 AND id < ?2 AND instr(folded, ?3) > 0 \
+         WHERE id > ?1 AND id < ?2 AND agent_holds(folded, ?3) \
          ORDER BY id",
     )?;
     collect_units(scan.query(params![from, to, term])?, max)

@@ -478,6 +478,7 @@ fn open_writer(target: &Target, options: &ContextOptions) -> Result<Connection> 
         }
     };
     conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
+    super::holds::register(&conn)?;
     Ok(conn)
 }
 
@@ -488,5 +489,6 @@ fn open_reader(path: &std::path::Path, busy_timeout: Duration) -> Result<Connect
     )?;
     conn.busy_timeout(busy_timeout)?;
     conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
+    super::holds::register(&conn)?;
     Ok(conn)
 }
