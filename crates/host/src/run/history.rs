@@ -236,7 +236,8 @@ pub struct Hit {
 /// Over every run, runs are read from the journal one ahead: the next run is read and
 /// folded (on the journal's reader threads) while this one is caught up and searched (on
 /// the store's), so the two costs of a first search over many runs overlap instead of
-/// adding up; and once `limit` hits are found no further run is read or caught up.
+/// adding up. Once `limit` hits are found no further run is caught up, and none is read
+/// past the one already read ahead.
 ///
 /// # Cancel safety
 /// As [`catch_up`]: units written before the drop stay; the search itself only reads.
