@@ -9,7 +9,8 @@
 //! a byte match of one UTF-8 string in another always starts at a character boundary, so
 //! it is a character match; an empty term occurs everywhere, as `instr` says (1). A NULL
 //! argument gives NULL, as `instr` does. The store passes text only (the `folded` column and
-//! a folded term); anything else is compared by its bytes.
+//! a folded term): a BLOB is compared by its bytes, as `instr` compares two BLOBs, and a
+//! number gives NULL (where `instr` would compare its text).
 
 use memchr::memmem;
 use rusqlite::Connection;
