@@ -256,7 +256,7 @@ pub async fn search(
         return search_run(store, &state, term, limit).await;
     }
     let ids = run::ids(journal).await?;
-    let mut ids = ids.iter();
+    let mut ids = ids.iter().map(String::as_str);
     let mut hits = Vec::new();
     let mut next = load_some(journal, ids.next()).await?;
     while let Some(state) = next.take() {
@@ -280,7 +280,7 @@ pub async fn search(
 }
 
 /// The run `id`, when there is one.
-async fn load_some(journal: &Journal, id: Option<&String>) -> Result<Option<RunState>, HostError> {
+async fn load_some(journal: &Journal, id: Option<&str>) -> Result<Option<RunState>, HostError> {
     match id {
         Some(id) => run::load(journal, id).await.map(Some),
         None => Ok(None),
