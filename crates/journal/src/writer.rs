@@ -159,6 +159,11 @@ impl Settle {
         }
     }
 
+    /// Whether the writer is latched failed (every request is refused unwritten).
+    pub(crate) fn failed(&self) -> bool {
+        self.failed.is_some()
+    }
+
     /// Splits a collected batch into the requests to write (`None` when there is nothing to
     /// write: an empty batch, or a latched writer, whose requests are failed here) and the
     /// `Close` it ended with, if any.

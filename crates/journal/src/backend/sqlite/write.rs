@@ -5,6 +5,15 @@
 //! transaction: `BEGIN IMMEDIATE` takes SQLite's write lock, so the head seq read inside it
 //! is final and seqs are assigned in commit order, also across processes. The head row
 //! (`journal_head`) holds the highest seq assigned; it only moves forward.
+//!
+//! A batch is written while it is collected: requests that arrive while the writer waits
+//! for producers are inserted into the open transaction at once, so the wait overlaps the
+//! inserts instead of preceding them. Each request is planned against what the transaction
+//! already holds (dedup keys and heads are read from the table, which includes the
+//! batch's earlier inserts), so the outcome is the one planning the whole batch at once
+//! gives. The transaction, and with it SQLite's write lock and the connection (which the
+//! leases share), is held while the batch is collected: at most `linger` longer than the
+//! writing itself takes.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -42,10 +51,14 @@ pub(crate) fn spawn_writer(
 /// to append again, and waiting a fraction of a commit for them saves a commit (an fsync
 /// under `Full`), while cheap commits (in memory, `Normal`) barely wait. A lone producer
 /// never waits (it is the whole previous batch), and after a linger that ran out the
-/// expectation drops to what came.
+/// expectation drops to what came. What a commit took counts the writing and the commit,
+/// not the waits.
 ///
 /// `full`: the journal is [`Durability::Full`](crate::Durability::Full), so a batch of
-/// relaxed appends only is committed with [`write_relaxed`].
+/// relaxed appends only is committed with [`write_relaxed`]. Such a batch is collected
+/// before it is written (SQLite sets a commit's durability before its transaction
+/// begins), as is every batch of a latched writer; every other batch is written while it
+/// is collected ([`write_while_collecting`]).
 fn run(
     conn: &Mutex<Connection>,
     mut rx: mpsc::Receiver<Msg>,
@@ -58,68 +71,192 @@ fn run(
     let mut expected = 0usize;
     let mut last_commit = Duration::ZERO;
     while close.is_none() {
-        let Some(first) = rx.blocking_recv() else {
+        let max_wait = linger.min(last_commit / 2);
+        let Some(first) = first_request(&mut rx, expected, max_wait) else {
             break;
         };
-        let batch = collect(
-            &mut rx,
-            first,
-            max_batch,
-            expected,
-            linger.min(last_commit / 2),
-        );
+        let collector = Collector::new(max_batch, expected, max_wait);
+        let may_relax = match &first {
+            Msg::Write { request, .. } => full && request.relaxed(),
+            Msg::Close { .. } => true,
+        };
+        let (batch, written, took) = if settle.failed() || may_relax {
+            let batch = collector.collect(&mut rx, first);
+            let started = Instant::now();
+            // Nothing panics while holding the lock; if something did, the connection is
+            // still usable: every write first rolls back any transaction left open.
+            let conn = conn.lock().unwrap_or_else(PoisonError::into_inner);
+            let written = if full && relaxed_batch(&batch.requests) {
+                write_relaxed(&conn, &batch.requests)
+            } else {
+                write_batch(&conn, &batch.requests)
+            };
+            (batch, written, started.elapsed())
+        } else {
+            let conn = conn.lock().unwrap_or_else(PoisonError::into_inner);
+            write_while_collecting(&conn, &mut rx, first, collector)
+        };
         expected = batch.requests.len();
-        let started = Instant::now();
         let (pending, closing) = settle.begin(batch);
         close = closing;
         if let Some(Pending { requests, acks }) = pending {
-            // Nothing panics while holding the lock; if something did, the connection is
-            // still usable: `write_batch` first rolls back any transaction left open.
-            let conn = conn.lock().unwrap_or_else(PoisonError::into_inner);
-            let written = if full && relaxed_batch(&requests) {
-                write_relaxed(&conn, &requests)
-            } else {
-                write_batch(&conn, &requests)
-            };
             settle.finish(&requests, acks, written);
         }
-        last_commit = started.elapsed();
+        last_commit = took;
     }
     drain_after_close(&mut rx, close);
 }
 
-/// Takes `first` and everything queued after it (up to `max_batch` events); while the batch
-/// has fewer than `expected` requests, an empty queue is waited on for at most `max_wait`,
-/// otherwise it gets one yield before the batch is closed.
-fn collect(
-    rx: &mut mpsc::Receiver<Msg>,
-    first: Msg,
+/// The first message of the next batch. Producers the previous commit acknowledged are
+/// usually about to append again: for up to `max_wait` the queue is polled (yielding
+/// between polls) rather than slept on, so the writer is not parked just before they come.
+fn first_request(rx: &mut mpsc::Receiver<Msg>, expected: usize, max_wait: Duration) -> Option<Msg> {
+    if expected > 0 {
+        let since = Instant::now();
+        loop {
+            match rx.try_recv() {
+                Ok(msg) => return Some(msg),
+                Err(mpsc::error::TryRecvError::Disconnected) => return None,
+                Err(mpsc::error::TryRecvError::Empty) if since.elapsed() >= max_wait => break,
+                Err(mpsc::error::TryRecvError::Empty) => std::thread::yield_now(),
+            }
+        }
+    }
+    rx.blocking_recv()
+}
+
+/// Collects one batch from the queue; see [`run`] for how long it waits.
+struct Collector {
     max_batch: usize,
     expected: usize,
     max_wait: Duration,
-) -> Batch {
-    let mut batch = Batch::default();
-    let mut more = batch.take(first, max_batch);
-    let mut waiting_since: Option<Instant> = None;
-    let mut yielded = false;
-    while more {
-        if let Ok(msg) = rx.try_recv() {
-            more = batch.take(msg, max_batch);
-            yielded = false;
-            continue;
+    /// The batch may take more (false after `Close`, at `max_batch`, or once the wait ended).
+    open: bool,
+    waiting_since: Option<Instant>,
+    yielded: bool,
+}
+
+impl Collector {
+    fn new(max_batch: usize, expected: usize, max_wait: Duration) -> Self {
+        Collector {
+            max_batch,
+            expected,
+            max_wait,
+            open: true,
+            waiting_since: None,
+            yielded: false,
         }
-        if batch.requests.len() >= expected {
-            // Still give producers woken a moment ago one chance to join.
-            if yielded {
+    }
+
+    /// Takes `first` and everything queued after it; while the batch has fewer than
+    /// `expected` requests, an empty queue is waited on for at most `max_wait`, otherwise
+    /// it gets one yield before the batch is closed.
+    fn collect(mut self, rx: &mut mpsc::Receiver<Msg>, first: Msg) -> Batch {
+        let mut batch = self.start(first);
+        while self.next(rx, &mut batch) {}
+        batch
+    }
+
+    fn start(&mut self, first: Msg) -> Batch {
+        let mut batch = Batch::default();
+        self.open = batch.take(first, self.max_batch);
+        batch
+    }
+
+    /// Waits (as [`Collector::collect`] does) for the next message and takes it with
+    /// everything queued behind it; false, having taken nothing, once the batch is closed.
+    fn next(&mut self, rx: &mut mpsc::Receiver<Msg>, batch: &mut Batch) -> bool {
+        while self.open {
+            if let Ok(msg) = rx.try_recv() {
+                self.open = batch.take(msg, self.max_batch);
+                while self.open
+                    && let Ok(msg) = rx.try_recv()
+                {
+                    self.open = batch.take(msg, self.max_batch);
+                }
+                self.yielded = false;
+                return true;
+            }
+            if batch.requests.len() >= self.expected {
+                // Still give producers woken a moment ago one chance to join.
+                if self.yielded {
+                    self.open = false;
+                    break;
+                }
+                self.yielded = true;
+            } else if self
+                .waiting_since
+                .get_or_insert_with(Instant::now)
+                .elapsed()
+                >= self.max_wait
+            {
+                self.open = false;
                 break;
             }
-            yielded = true;
-        } else if waiting_since.get_or_insert_with(Instant::now).elapsed() >= max_wait {
+            std::thread::yield_now();
+        }
+        false
+    }
+}
+
+/// Opens a transaction, collects a batch starting with `first` and writes each request
+/// as it comes, then commits. Returns the batch, its answers (or the error that failed
+/// it, after a rollback) and how long the writing and the commit took.
+fn write_while_collecting(
+    conn: &Connection,
+    rx: &mut mpsc::Receiver<Msg>,
+    first: Msg,
+    mut collector: Collector,
+) -> (Batch, Result<Vec<Answer>, rusqlite::Error>, Duration) {
+    let mut batch = collector.start(first);
+    let mut busy = Duration::ZERO;
+    let mut timed = |write: &mut dyn FnMut() -> rusqlite::Result<()>| {
+        let started = Instant::now();
+        let result = write();
+        busy += started.elapsed();
+        result
+    };
+    let mut answers = Vec::new();
+    let mut head = 0;
+    let mut start_head = 0;
+    // A transaction left open by an interrupted earlier write is abandoned, never reused.
+    rollback(conn);
+    let mut written = timed(&mut || {
+        conn.prepare_cached("BEGIN IMMEDIATE")?.execute([])?;
+        head = read_head(conn)?;
+        start_head = head;
+        Ok(())
+    });
+    let mut done = 0;
+    while written.is_ok() {
+        if done < batch.requests.len() {
+            let requests = &batch.requests[done..];
+            written = timed(&mut || {
+                answers.extend(write_requests(conn, requests, &mut head)?);
+                Ok(())
+            });
+            done = batch.requests.len();
+        } else if !collector.next(rx, &mut batch) {
             break;
         }
-        std::thread::yield_now();
     }
-    batch
+    if written.is_ok() {
+        written = timed(&mut || {
+            if head != start_head {
+                write_head(conn, head)?;
+            }
+            conn.prepare_cached("COMMIT")?.execute([])?;
+            Ok(())
+        });
+    }
+    let written = match written {
+        Ok(()) => Ok(answers),
+        Err(err) => {
+            rollback(conn);
+            Err(err)
+        }
+    };
+    (batch, written, busy)
 }
 
 /// Commits one batch; rolls back and returns the error if any statement fails.
@@ -127,22 +264,20 @@ fn write_batch(conn: &Connection, batch: &[Request]) -> Result<Vec<Answer>, rusq
     // A transaction left open by an interrupted earlier write is abandoned, never reused.
     rollback(conn);
     conn.prepare_cached("BEGIN IMMEDIATE")?.execute([])?;
-    match write_in_transaction(conn, batch) {
-        Ok(acks) => {
-            if let Err(err) = conn
-                .prepare_cached("COMMIT")
-                .and_then(|mut s| s.execute([]))
-            {
-                rollback(conn);
-                return Err(err);
-            }
-            Ok(acks)
+    let written = (|| {
+        let start = read_head(conn)?;
+        let mut head = start;
+        let answers = write_requests(conn, batch, &mut head)?;
+        if head != start {
+            write_head(conn, head)?;
         }
-        Err(err) => {
-            rollback(conn);
-            Err(err)
-        }
+        conn.prepare_cached("COMMIT")?.execute([])?;
+        Ok(answers)
+    })();
+    if written.is_err() {
+        rollback(conn);
     }
+    written
 }
 
 /// Commits `batch` under `synchronous = NORMAL`, so the commit does not wait for the disk
@@ -165,14 +300,27 @@ fn rollback(conn: &Connection) {
     }
 }
 
-fn write_in_transaction(
+/// The highest seq assigned: final once the transaction holds the write lock.
+fn read_head(conn: &Connection) -> rusqlite::Result<i64> {
+    conn.prepare_cached("SELECT seq FROM journal_head WHERE id = 0")?
+        .query_row([], |row| row.get(0))
+}
+
+fn write_head(conn: &Connection, head: i64) -> rusqlite::Result<()> {
+    conn.prepare_cached("UPDATE journal_head SET seq = ?1 WHERE id = 0")?
+        .execute([head])?;
+    Ok(())
+}
+
+/// Writes `batch` inside the open transaction, giving new rows the seqs after `head` and
+/// advancing it; the caller writes the head row before it commits. Dedup keys and the
+/// heads of conditional requests are read from the table, so rows this transaction wrote
+/// for earlier requests count.
+fn write_requests(
     conn: &Connection,
     batch: &[Request],
+    head: &mut i64,
 ) -> Result<Vec<Answer>, rusqlite::Error> {
-    // Final: every writer, in any process, reads and advances the head under the lock.
-    let max_seq: i64 = conn
-        .prepare_cached("SELECT seq FROM journal_head WHERE id = 0")?
-        .query_row([], |row| row.get(0))?;
     let mut existing = HashMap::new();
     let pairs = batch::dedup_pairs(batch);
     if !pairs.is_empty() {
@@ -195,8 +343,8 @@ fn write_in_transaction(
         let mut last =
             conn.prepare_cached("SELECT MAX(seq) FROM journal_events WHERE thread = ?1")?;
         for thread in threads {
-            let head: Option<i64> = last.query_row([thread], |row| row.get(0))?;
-            heads.insert(thread.to_string(), head);
+            let last_seq: Option<i64> = last.query_row([thread], |row| row.get(0))?;
+            heads.insert(thread.to_string(), last_seq);
         }
     }
     let leases = batch::fenced_leases(batch);
@@ -211,7 +359,7 @@ fn write_in_transaction(
             conditions.epochs.insert(lease.to_string(), current);
         }
     }
-    let plan = batch::plan(batch, max_seq, existing, conditions);
+    let plan = batch::plan(batch, *head, existing, conditions);
     let mut insert = conn.prepare_cached(
         "INSERT INTO journal_events (seq, thread, kind, payload, at, dedup_key, epoch) \
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
@@ -228,8 +376,7 @@ fn write_in_transaction(
         ])?;
     }
     if let Some(last) = plan.rows.last() {
-        conn.prepare_cached("UPDATE journal_head SET seq = ?1 WHERE id = 0")?
-            .execute([last.seq])?;
+        *head = last.seq;
     }
     Ok(plan.acks)
 }
@@ -237,8 +384,10 @@ fn write_in_transaction(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::JournalError;
     use crate::backend::sqlite::{Location, open};
-    use crate::writer::Prepared;
+    use crate::writer::{Expected, Fence, Prepared};
+    use tokio::sync::oneshot;
 
     fn request(relaxed: bool) -> Request {
         Request {
@@ -283,5 +432,113 @@ mod tests {
         assert!(relaxed_batch(&[request(true), request(true)]));
         assert!(!relaxed_batch(&[request(true), request(false)]));
         assert!(!relaxed_batch(&[request(false)]));
+    }
+
+    fn plain(dedup_key: Option<&str>, expected: Option<Option<i64>>) -> Request {
+        Request {
+            events: vec![Prepared::for_test("t", dedup_key)],
+            expected: expected.map(|last| Expected {
+                thread: "t".into(),
+                last,
+            }),
+            fence: None,
+        }
+    }
+
+    fn write(request: Request) -> Msg {
+        Msg::Write {
+            request,
+            ack: oneshot::channel().0,
+        }
+    }
+
+    /// Sends `requests` one at a time, each after a pause, so each arrives after the
+    /// writer wrote what came before it.
+    fn trickle(tx: mpsc::Sender<Msg>, requests: Vec<Request>) -> std::thread::JoinHandle<()> {
+        std::thread::spawn(move || {
+            for request in requests {
+                std::thread::sleep(Duration::from_millis(30));
+                tx.blocking_send(write(request)).unwrap();
+            }
+        })
+    }
+
+    fn count_and_head(conn: &Connection) -> (i64, i64) {
+        let count = conn
+            .query_row("SELECT COUNT(*) FROM journal_events", [], |row| row.get(0))
+            .unwrap();
+        (count, read_head(conn).unwrap())
+    }
+
+    #[test]
+    fn requests_written_while_a_batch_is_collected_count_its_earlier_rows() {
+        let dir = tempfile::tempdir().unwrap();
+        let location = Location::File(dir.path().join("j.db"));
+        let opened = open(&location, "sqlite://j.db", &Default::default()).unwrap();
+        let conn = opened.writer.lock().unwrap();
+        let (tx, mut rx) = mpsc::channel(16);
+        let sender = trickle(
+            tx,
+            vec![
+                // The first request's key: deduplicated against the row written for it.
+                plain(Some("a"), None),
+                // The thread's head is the first request's row by now.
+                plain(None, Some(Some(1))),
+                // No longer: the request before it advanced the head.
+                plain(None, Some(Some(1))),
+            ],
+        );
+        let collector = Collector::new(100, 4, Duration::from_secs(10));
+        let (batch, written, _) =
+            write_while_collecting(&conn, &mut rx, write(plain(Some("a"), None)), collector);
+        sender.join().unwrap();
+        assert_eq!(batch.requests.len(), 4);
+        let answers = written.unwrap();
+        let seqs = |answer: &Answer| {
+            let appended = answer.as_ref().unwrap();
+            appended
+                .iter()
+                .map(|a| (a.seq, a.deduplicated))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(seqs(&answers[0]), [(1, false)]);
+        assert_eq!(seqs(&answers[1]), [(1, true)]);
+        assert_eq!(seqs(&answers[2]), [(2, false)]);
+        assert!(matches!(
+            answers[3],
+            Err(JournalError::Conflict {
+                expected: Some(1),
+                actual: Some(2),
+                ..
+            })
+        ));
+        // Committed, head row included.
+        assert!(conn.is_autocommit());
+        assert_eq!(count_and_head(&conn), (2, 2));
+    }
+
+    #[test]
+    fn a_request_that_fails_after_others_were_written_rolls_the_whole_batch_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let location = Location::File(dir.path().join("j.db"));
+        let opened = open(&location, "sqlite://j.db", &Default::default()).unwrap();
+        let conn = opened.writer.lock().unwrap();
+        // A fenced request reads the leases table, which is gone.
+        conn.execute_batch("DROP TABLE journal_leases").unwrap();
+        let (tx, mut rx) = mpsc::channel(16);
+        let mut fenced = plain(None, None);
+        fenced.fence = Some(Fence {
+            lease: "l".into(),
+            epoch: 1,
+        });
+        let sender = trickle(tx, vec![plain(None, None), fenced]);
+        let collector = Collector::new(100, 3, Duration::from_secs(10));
+        let (batch, written, _) =
+            write_while_collecting(&conn, &mut rx, write(plain(None, None)), collector);
+        sender.join().unwrap();
+        assert_eq!(batch.requests.len(), 3);
+        assert!(written.is_err());
+        assert!(conn.is_autocommit(), "rolled back");
+        assert_eq!(count_and_head(&conn), (0, 0));
     }
 }
