@@ -242,7 +242,9 @@ pub fn run(ctx: &BenchCtx) -> anyhow::Result<Section> {
          journal); when the queue runs dry early, the writer thread waits for as many requests \
          as its previous commit acknowledged, at most 200 us and at most half that commit's \
          duration, so that producers just acknowledged join the next commit instead of \
-         costing another fsync. Producers with several appends \
+         costing another fsync. The writer inserts each request into the open transaction as \
+         it arrives, so that wait overlaps the inserts, and after a commit it polls the queue \
+         for as long before it sleeps. Producers with several appends \
          outstanding (the last rows) fill commits past 100 events. Our rows also pay for what the \
          raw rowid table does not have: the table is clustered by (thread, seq), so each commit \
          touches one leaf per thread (what makes replay proportional to the thread), plus the \
