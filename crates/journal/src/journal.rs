@@ -494,7 +494,7 @@ impl Journal {
     /// processes' commits wake tails. Outside a tokio runtime nothing starts, and tails
     /// see other processes' commits by polling only.
     /// Returns whether LISTEN is active now and later (`None`: not PostgreSQL).
-    fn listen_for_other_processes(&self) -> Option<watch::Receiver<bool>> {
+    pub(crate) fn listen_for_other_processes(&self) -> Option<watch::Receiver<bool>> {
         let Reads::Postgres(reader) = &self.inner.reads else {
             return None;
         };
@@ -504,6 +504,7 @@ impl Journal {
             if tokio::runtime::Handle::try_current().is_ok() {
                 backend::postgres::spawn_listener(
                     reader.pool().clone(),
+                    reader.own_sender(),
                     Arc::downgrade(&self.inner.commits),
                     stopped,
                     up,
@@ -540,4 +541,55 @@ pub(crate) fn now_ms() -> i64 {
         .duration_since(UNIX_EPOCH)
         .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
         .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use serde_json::json;
+    use tokio::sync::watch;
+
+    use super::*;
+
+    /// Whether `rx` changes within `within`.
+    async fn changes(rx: &mut watch::Receiver<u64>, within: Duration) -> bool {
+        tokio::time::timeout(within, rx.changed()).await.is_ok()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_journals_own_notifications_wake_none_of_its_tails_and_others_do() {
+        let Some(db) = agent_testkit::fresh_pg_database("journal_own_notify").await else {
+            return;
+        };
+        let ours = Journal::open(db.url()).await.unwrap();
+        let theirs = Journal::open(db.url()).await.unwrap();
+        let mut up = ours.listen_for_other_processes().unwrap();
+        tokio::time::timeout(Duration::from_secs(10), up.wait_for(|up| *up))
+            .await
+            .unwrap()
+            .unwrap();
+        // A tail of a kind nobody writes, as a run's interrupt watch is.
+        let mut watch = ours.inner.commits.subscribe("t", Some("interrupt"));
+        let mut all = ours.inner.commits.subscribe("t", None);
+        ours.append(NewEvent::new("t", "step", json!({})))
+            .await
+            .unwrap();
+        assert!(
+            changes(&mut all, Duration::from_secs(1)).await,
+            "the commit itself"
+        );
+        // Its notification comes back within the notifier's interval and a round trip.
+        assert!(!changes(&mut watch, Duration::from_millis(500)).await);
+        assert!(!changes(&mut all, Duration::from_millis(10)).await);
+        // Another journal's commit of the same thread is only known from its notification.
+        theirs
+            .append(NewEvent::new("t", "step", json!({})))
+            .await
+            .unwrap();
+        assert!(changes(&mut watch, Duration::from_secs(10)).await);
+        assert!(changes(&mut all, Duration::from_secs(1)).await);
+        ours.close().await;
+        theirs.close().await;
+    }
 }

@@ -355,7 +355,10 @@ pub(crate) async fn open(
             Some(writer) => {
                 let shared = postgres::spawn_writer(
                     writer,
-                    postgres::Notifier::spawn(opened.reader.pool().clone()),
+                    postgres::Notifier::spawn(
+                        opened.reader.pool().clone(),
+                        opened.reader.own_sender(),
+                    ),
                     rx,
                     settle,
                     max_batch,

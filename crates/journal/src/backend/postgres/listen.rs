@@ -12,8 +12,10 @@
 //! - `connected` is true exactly while LISTEN is active; a new tail waits for it (within
 //!   its poll interval) before its first read, so a commit after that read is notified.
 //! - The task ends when the journal is closed or dropped (its stop sender goes away).
+//! - Notifications this journal sent are skipped ([`OwnSender`]): its commits woke its
+//!   tails, with their kinds, when they committed.
 
-use std::sync::Weak;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use sqlx::PgPool;
@@ -21,6 +23,7 @@ use sqlx::postgres::PgListener;
 use tokio::sync::watch;
 
 use super::CHANNEL;
+use super::notify::OwnSender;
 use crate::commits::Commits;
 
 const FIRST_PAUSE: Duration = Duration::from_millis(100);
@@ -29,6 +32,7 @@ const MAX_PAUSE: Duration = Duration::from_secs(5);
 /// Starts the listener task; it stops when `stop` changes or its sender is dropped.
 pub(crate) fn spawn(
     pool: PgPool,
+    own: Arc<OwnSender>,
     commits: Weak<Commits>,
     mut stop: watch::Receiver<bool>,
     connected: watch::Sender<bool>,
@@ -43,6 +47,7 @@ pub(crate) fn spawn(
             match attempt {
                 Ok(mut listener) => {
                     pause = FIRST_PAUSE;
+                    own.listener_connected();
                     connected.send_replace(true);
                     loop {
                         let note = tokio::select! {
@@ -50,6 +55,7 @@ pub(crate) fn spawn(
                             note = listener.recv() => note,
                         };
                         match note {
+                            Ok(note) if own.is_own(note.process_id()) => {}
                             Ok(note) => {
                                 let Some(commits) = commits.upgrade() else {
                                     return;

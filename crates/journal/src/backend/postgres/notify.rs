@@ -10,10 +10,15 @@
 //!   commit's wake-up goes out at once.
 //! - [`Notifier::flush`] returns once everything handed over before it was sent (or its
 //!   send failed, which is logged; tails poll).
-
+//! - Sends go out on one connection of the notifier's own, whose server process id is
+//!   published in [`OwnSender`] before its first send, so that the journal's LISTEN
+//!   connection can tell this journal's notifications from other processes' (see there).
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::Duration;
 
-use sqlx::PgPool;
+use sqlx::postgres::PgConnection;
+use sqlx::{Connection as _, PgPool};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -23,6 +28,41 @@ use super::CHANNEL;
 /// The shortest time between the starts of two sends.
 const INTERVAL: Duration = Duration::from_millis(10);
 
+/// Which server process sends this journal's notifications.
+///
+/// The journal's own commits wake its tails in this process, each with its kinds, when they
+/// commit; their notifications come back on its LISTEN connection too, naming only the
+/// thread, and would wake every tail of that thread again, a run's interrupt watch
+/// included, each to read and find nothing. The listener skips notifications sent by
+/// [`OwnSender::is_own`] (PostgreSQL gives each notification its sender's process id).
+///
+/// A process id is only trusted while its connection is known to be alive: the listener
+/// forgets it whenever it (re)connects ([`OwnSender::listener_connected`]: a server restart
+/// ends both connections and may hand the id to another backend), and the notifier opens a
+/// new connection before its next send. Should the notifier's connection alone end and its
+/// id go to another process's backend before the notifier's next send, that process's
+/// notifications are skipped meanwhile and its tails here see its commits by polling.
+#[derive(Debug, Default)]
+pub(crate) struct OwnSender {
+    /// The notifier connection's server process id; 0 while there is none to trust.
+    pid: AtomicU32,
+    /// Set by the listener when it (re)connects: the notifier reconnects before it sends.
+    renew: AtomicBool,
+}
+
+impl OwnSender {
+    /// Whether a notification from server process `pid` is this journal's own.
+    pub(crate) fn is_own(&self, pid: u32) -> bool {
+        pid != 0 && self.pid.load(Ordering::Acquire) == pid
+    }
+
+    /// The listener has a new connection: nothing is skipped until the notifier has one too.
+    pub(crate) fn listener_connected(&self) {
+        self.pid.store(0, Ordering::Release);
+        self.renew.store(true, Ordering::Release);
+    }
+}
+
 /// The writer's handle on its notifier task.
 pub(crate) struct Notifier {
     tx: mpsc::UnboundedSender<Vec<String>>,
@@ -30,12 +70,13 @@ pub(crate) struct Notifier {
 }
 
 impl Notifier {
-    /// Starts the task; it sends on connections of `pool`.
-    pub(crate) fn spawn(pool: PgPool) -> Self {
+    /// Starts the task; it sends on a connection made with `pool`'s options, whose
+    /// process id it publishes in `own`.
+    pub(crate) fn spawn(pool: PgPool, own: Arc<OwnSender>) -> Self {
         let (tx, rx) = mpsc::unbounded_channel();
         Notifier {
             tx,
-            task: tokio::spawn(run(pool, rx)),
+            task: tokio::spawn(run(pool, own, rx)),
         }
     }
 
@@ -57,8 +98,9 @@ impl Notifier {
     }
 }
 
-async fn run(pool: PgPool, mut rx: mpsc::UnboundedReceiver<Vec<String>>) {
+async fn run(pool: PgPool, own: Arc<OwnSender>, mut rx: mpsc::UnboundedReceiver<Vec<String>>) {
     let mut last: Option<Instant> = None;
+    let mut conn: Option<PgConnection> = None;
     while let Some(mut threads) = rx.recv().await {
         if let Some(last) = last {
             tokio::time::sleep_until(last + INTERVAL).await;
@@ -69,13 +111,43 @@ async fn run(pool: PgPool, mut rx: mpsc::UnboundedReceiver<Vec<String>>) {
         }
         threads.sort_unstable();
         threads.dedup();
-        let sent = sqlx::query("SELECT pg_notify($1, t) FROM unnest($2::text[]) AS t")
-            .bind(CHANNEL)
-            .bind(&threads)
-            .execute(&pool)
-            .await;
+        if own.renew.swap(false, Ordering::AcqRel) {
+            conn = None;
+        }
+        let sent = match &mut conn {
+            Some(conn) => send(conn, &threads).await,
+            None => match connect(&pool, &own).await {
+                Ok(opened) => send(conn.insert(opened), &threads).await,
+                Err(err) => Err(err),
+            },
+        };
         if let Err(err) = sent {
+            own.pid.store(0, Ordering::Release);
+            conn = None;
             tracing::warn!(%err, threads = threads.len(), "journal NOTIFY failed; other processes' tails poll");
         }
     }
+    if let Some(conn) = conn {
+        let _ = conn.close().await;
+    }
+}
+
+/// A connection for notifications; its process id is published before it sends anything.
+async fn connect(pool: &PgPool, own: &OwnSender) -> Result<PgConnection, sqlx::Error> {
+    let mut conn = PgConnection::connect_with(&pool.connect_options()).await?;
+    let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+        .fetch_one(&mut conn)
+        .await?;
+    own.pid
+        .store(u32::try_from(pid).unwrap_or(0), Ordering::Release);
+    Ok(conn)
+}
+
+async fn send(conn: &mut PgConnection, threads: &[String]) -> Result<(), sqlx::Error> {
+    sqlx::query("SELECT pg_notify($1, t) FROM unnest($2::text[]) AS t")
+        .bind(CHANNEL)
+        .bind(threads)
+        .execute(conn)
+        .await
+        .map(drop)
 }

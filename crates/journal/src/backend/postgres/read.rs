@@ -9,7 +9,11 @@
 //!   has ended, and every later one gets a higher id, so nothing is ever committed at or
 //!   below a position it returned.
 
+use std::sync::Arc;
+
 use sqlx::{PgPool, Row as _};
+
+use super::notify::OwnSender;
 
 use crate::backend::batch::{decode, select_events};
 use crate::backend::{KindPage, ReadSide};
@@ -32,16 +36,26 @@ const REPLAY_ALL_PAGE: i64 = 100 * crate::backend::PAGE;
 #[derive(Debug, Clone)]
 pub(crate) struct PgReader {
     pool: PgPool,
+    /// Shared by the journal's notifier and its LISTEN connection.
+    own: Arc<OwnSender>,
 }
 
 impl PgReader {
     pub(crate) fn new(pool: PgPool) -> Self {
-        PgReader { pool }
+        PgReader {
+            pool,
+            own: Arc::default(),
+        }
     }
 
     /// The pool, for the lease table and `tail`'s LISTEN connection.
     pub(crate) fn pool(&self) -> &PgPool {
         &self.pool
+    }
+
+    /// Which server process sends this journal's notifications.
+    pub(crate) fn own_sender(&self) -> Arc<OwnSender> {
+        self.own.clone()
     }
 }
 
