@@ -95,7 +95,7 @@ fn render(rows: &[Row], runs: usize) -> String {
     let show = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.0}"));
     for row in rows {
         let share = match (row.raw, row.journal) {
-            (Some(raw), Some(journal)) if raw > 0.0 => format!("{:.0}%", 100.0 * journal / raw),
+            (Some(raw), Some(journal)) if raw > 0.0 => format!("{:.1}%", 100.0 * journal / raw),
             _ => "-".into(),
         };
         md.push_str(&format!(
@@ -139,7 +139,8 @@ fn targets(rows: &[Row]) -> String {
         "\nTargets of issue 35, checked against this run:\n\n\
          - the journal at least 80% of the raw rate at every N: {share} (lowest: {})\n\
          - the journal rising with N wherever the raw rate does: {rises}\n",
-        lowest.map_or("-".to_string(), |s| format!("{:.0}%", 100.0 * s)),
+        // One decimal: a share just under the bar must not print as the bar itself.
+        lowest.map_or("-".to_string(), |s| format!("{:.1}%", 100.0 * s)),
     )
 }
 
@@ -163,13 +164,16 @@ mod tests {
             row(4, 170.0, 160.0),
         ];
         let md = render(&good, 3);
-        assert!(md.contains("| 2 | 180 | 170 | 94% |"), "{md}");
-        assert!(md.contains("every N: met (lowest: 90%)"), "{md}");
+        assert!(md.contains("| 2 | 180 | 170 | 94.4% |"), "{md}");
+        assert!(md.contains("every N: met (lowest: 90.0%)"), "{md}");
         assert!(md.contains("raw rate does: met"), "{md}");
         let flat = [row(1, 100.0, 90.0), row(2, 180.0, 85.0)];
         let md = render(&flat, 3);
-        assert!(md.contains("every N: **not met** (lowest: 47%)"), "{md}");
+        assert!(md.contains("every N: **not met** (lowest: 47.2%)"), "{md}");
         assert!(md.contains("raw rate does: **not met**"), "{md}");
+        let just_under = [row(1, 1000.0, 799.0)];
+        let md = render(&just_under, 3);
+        assert!(md.contains("every N: **not met** (lowest: 79.9%)"), "{md}");
         let missing = [
             row(1, 100.0, 90.0),
             Row {
