@@ -13,6 +13,7 @@
 //! - Sends go out on one connection of the notifier's own, whose server process id is
 //!   published in [`OwnSender`] before its first send, so that the journal's LISTEN
 //!   connection can tell this journal's notifications from other processes' (see there).
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::Duration;
@@ -111,8 +112,10 @@ async fn run(pool: PgPool, own: Arc<OwnSender>, mut rx: mpsc::UnboundedReceiver<
         }
         threads.sort_unstable();
         threads.dedup();
-        if own.renew.swap(false, Ordering::AcqRel) {
-            conn = None;
+        if own.renew.swap(false, Ordering::AcqRel)
+            && let Some(old) = conn.take()
+        {
+            let _ = old.close().await;
         }
         let sent = match &mut conn {
             Some(conn) => send(conn, &threads).await,
