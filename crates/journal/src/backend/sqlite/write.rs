@@ -385,7 +385,7 @@ fn write_requests(
 mod tests {
     use super::*;
     use crate::JournalError;
-    use crate::backend::sqlite::{Location, open};
+    use crate::backend::sqlite::{Location, Opened, open};
     use crate::writer::{Expected, Fence, Prepared};
     use tokio::sync::oneshot;
 
@@ -405,6 +405,14 @@ mod tests {
         }
     }
 
+    /// A new journal file with the default options; the folder goes with the first value.
+    fn journal_file() -> (tempfile::TempDir, Opened) {
+        let dir = tempfile::tempdir().unwrap();
+        let location = Location::File(dir.path().join("j.db"));
+        let opened = open(&location, "sqlite://j.db", &Default::default()).unwrap();
+        (dir, opened)
+    }
+
     fn synchronous(conn: &Connection) -> i64 {
         conn.query_row("PRAGMA synchronous", [], |row| row.get(0))
             .unwrap()
@@ -412,9 +420,7 @@ mod tests {
 
     #[test]
     fn a_relaxed_write_commits_and_leaves_the_connection_at_full() {
-        let dir = tempfile::tempdir().unwrap();
-        let location = Location::File(dir.path().join("j.db"));
-        let opened = open(&location, "sqlite://j.db", &Default::default()).unwrap();
+        let (_dir, opened) = journal_file();
         let conn = opened.writer.lock().unwrap();
         assert_eq!(synchronous(&conn), 2, "a Full journal opens at FULL");
         let answers = write_relaxed(&conn, &[request(true)]).unwrap();
@@ -472,9 +478,7 @@ mod tests {
 
     #[test]
     fn requests_written_while_a_batch_is_collected_count_its_earlier_rows() {
-        let dir = tempfile::tempdir().unwrap();
-        let location = Location::File(dir.path().join("j.db"));
-        let opened = open(&location, "sqlite://j.db", &Default::default()).unwrap();
+        let (_dir, opened) = journal_file();
         let conn = opened.writer.lock().unwrap();
         let (tx, mut rx) = mpsc::channel(16);
         let sender = trickle(
@@ -519,9 +523,7 @@ mod tests {
 
     #[test]
     fn a_request_that_fails_after_others_were_written_rolls_the_whole_batch_back() {
-        let dir = tempfile::tempdir().unwrap();
-        let location = Location::File(dir.path().join("j.db"));
-        let opened = open(&location, "sqlite://j.db", &Default::default()).unwrap();
+        let (_dir, opened) = journal_file();
         let conn = opened.writer.lock().unwrap();
         // A fenced request reads the leases table, which is gone.
         conn.execute_batch("DROP TABLE journal_leases").unwrap();
