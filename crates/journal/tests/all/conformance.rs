@@ -1086,6 +1086,40 @@ async fn writer_failure_is_reported_to_every_later_caller() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_latched_writer_writes_nothing_more() {
+    use sqlx::Connection as _;
+    let f = support::sqlite(Default::default()).await;
+    f.journal.append(ev("t", "e", 0)).await.unwrap();
+    let mut other = sqlx::SqliteConnection::connect(&f.url).await.unwrap();
+    let table: String =
+        sqlx::query_scalar("SELECT sql FROM sqlite_master WHERE name = 'journal_events'")
+            .fetch_one(&mut other)
+            .await
+            .unwrap();
+    sqlx::query("DROP TABLE journal_events")
+        .execute(&mut other)
+        .await
+        .unwrap();
+    let first = f.journal.append(ev("t", "e", 1)).await.unwrap_err();
+    assert!(matches!(first, JournalError::WriterFailed(_)), "{first:?}");
+    // The table is back, so a write would succeed now; a latched writer must not try.
+    sqlx::query(sqlx::AssertSqlSafe(table))
+        .execute(&mut other)
+        .await
+        .unwrap();
+    for n in 2..5 {
+        let later = f.journal.append(ev("t", "e", n)).await.unwrap_err();
+        assert!(matches!(later, JournalError::WriterFailed(_)), "{later:?}");
+    }
+    let rows: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM journal_events")
+        .fetch_one(&mut other)
+        .await
+        .unwrap();
+    assert_eq!(rows, 0, "a latched writer wrote");
+    other.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_tail_sees_appends_from_another_handle_by_polling() {
     let f = support::sqlite(Default::default()).await;
     let options = JournalOptions {

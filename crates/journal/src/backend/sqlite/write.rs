@@ -80,29 +80,38 @@ fn run(
             Msg::Write { request, .. } => full && request.relaxed(),
             Msg::Close { .. } => true,
         };
-        let (batch, written, took) = if settle.failed() || may_relax {
+        if settle.failed() || may_relax {
             let batch = collector.collect(&mut rx, first);
+            expected = batch.requests.len();
             let started = Instant::now();
-            // Nothing panics while holding the lock; if something did, the connection is
-            // still usable: every write first rolls back any transaction left open.
-            let conn = conn.lock().unwrap_or_else(PoisonError::into_inner);
-            let written = if full && relaxed_batch(&batch.requests) {
-                write_relaxed(&conn, &batch.requests)
-            } else {
-                write_batch(&conn, &batch.requests)
-            };
-            (batch, written, started.elapsed())
+            // A latched writer's batch, or an empty one, is answered without a write.
+            let (pending, closing) = settle.begin(batch);
+            close = closing;
+            if let Some(Pending { requests, acks }) = pending {
+                // Nothing panics while holding the lock; if something did, the connection
+                // is still usable: every write first rolls back any transaction left open.
+                let conn = conn.lock().unwrap_or_else(PoisonError::into_inner);
+                let written = if full && relaxed_batch(&requests) {
+                    write_relaxed(&conn, &requests)
+                } else {
+                    write_batch(&conn, &requests)
+                };
+                settle.finish(&requests, acks, written);
+            }
+            last_commit = started.elapsed();
         } else {
-            let conn = conn.lock().unwrap_or_else(PoisonError::into_inner);
-            write_while_collecting(&conn, &mut rx, first, collector)
-        };
-        expected = batch.requests.len();
-        let (pending, closing) = settle.begin(batch);
-        close = closing;
-        if let Some(Pending { requests, acks }) = pending {
-            settle.finish(&requests, acks, written);
+            let (batch, written, took) = {
+                let conn = conn.lock().unwrap_or_else(PoisonError::into_inner);
+                write_while_collecting(&conn, &mut rx, first, collector)
+            };
+            expected = batch.requests.len();
+            let (pending, closing) = settle.begin(batch);
+            close = closing;
+            if let Some(Pending { requests, acks }) = pending {
+                settle.finish(&requests, acks, written);
+            }
+            last_commit = took;
         }
-        last_commit = took;
     }
     drain_after_close(&mut rx, close);
 }
