@@ -529,10 +529,12 @@ impl Journal {
         if let Writer::Queue(queue) = &self.inner.writer {
             queue.close().await;
         }
-        self.inner.reads.close().await;
+        // The LISTEN connection is one of the read pool's: stopped first, so that closing
+        // the pool does not wait for it.
         if let Some(listen) = self.inner.listen.get() {
             let _ = listen.stop.send(true);
         }
+        self.inner.reads.close().await;
     }
 }
 
@@ -591,5 +593,28 @@ mod tests {
         assert!(changes(&mut all, Duration::from_secs(1)).await);
         ours.close().await;
         theirs.close().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn close_does_not_wait_for_a_connection_a_read_still_holds() {
+        let Some(db) = agent_testkit::fresh_pg_database("journal_close_held").await else {
+            return;
+        };
+        let journal = Journal::open(db.url()).await.unwrap();
+        journal
+            .append(NewEvent::new("t", "e", json!({})))
+            .await
+            .unwrap();
+        // A tail's LISTEN connection, and a read's connection that its future still holds
+        // (a read left pending when its caller stopped polling it).
+        let _tail = journal.tail("t", 0);
+        let Reads::Postgres(reader) = &journal.inner.reads else {
+            panic!("a PostgreSQL journal reads through PgReader");
+        };
+        let held = reader.pool().acquire().await.unwrap();
+        tokio::time::timeout(Duration::from_secs(20), journal.close())
+            .await
+            .expect("close waited for a connection a read still holds");
+        drop(held);
     }
 }

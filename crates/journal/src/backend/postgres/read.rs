@@ -29,6 +29,9 @@ const JOURNAL_PAGE_SQL: &str = "SELECT seq, thread, kind, payload, at, dedup_key
      (SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint AS below) AS h \
      WHERE (tx, seq) > ($1, $2) AND tx < h.below ORDER BY tx, seq LIMIT $3";
 
+/// Longest [`ReadSide::close`] waits for connections that reads still hold.
+const CLOSE_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// Rows per query of [`PgReader::replay_all`]: large pages, few round trips.
 const REPLAY_ALL_PAGE: i64 = 100 * crate::backend::PAGE;
 
@@ -196,7 +199,18 @@ impl ReadSide for PgReader {
         )
     }
 
+    /// Closes the idle connections and waits for the others, at most [`CLOSE_WAIT`]: a read
+    /// that its caller stopped polling midway (a tail left pending in a `select!`, say) holds
+    /// its connection until it is dropped, and `close` must not wait for that.
     async fn close(&self) {
-        self.pool.close().await;
+        if tokio::time::timeout(CLOSE_WAIT, self.pool.close())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                in_use = self.pool.size(),
+                "journal closed with reads still holding connections; they close when dropped"
+            );
+        }
     }
 }
