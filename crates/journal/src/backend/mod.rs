@@ -358,7 +358,8 @@ pub(crate) async fn open(
                     postgres::Notifier::spawn(
                         opened.reader.pool().clone(),
                         opened.reader.own_sender(),
-                    ),
+                    )
+                    .await,
                     rx,
                     settle,
                     max_batch,

@@ -11,7 +11,7 @@
 //! - [`Notifier::flush`] returns once everything handed over before it was sent (or its
 //!   send failed, which is logged; tails poll).
 //! - Sends go out on one connection of the notifier's own, whose server process id is
-//!   published in [`OwnSender`] before its first send, so that the journal's LISTEN
+//!   published in [`OwnSender`] before anything is sent on it, so that the journal's LISTEN
 //!   connection can tell this journal's notifications from other processes' (see there).
 
 use std::sync::Arc;
@@ -39,15 +39,18 @@ const INTERVAL: Duration = Duration::from_millis(10);
 ///
 /// A process id is only trusted while its connection is known to be alive: the listener
 /// forgets it whenever it (re)connects ([`OwnSender::listener_connected`]: a server restart
-/// ends both connections and may hand the id to another backend), and the notifier opens a
-/// new connection before its next send. Should the notifier's connection alone end and its
-/// id go to another process's backend before the notifier's next send, that process's
-/// notifications are skipped meanwhile and its tails here see its commits by polling.
+/// ends both connections and may hand the id to another backend), and the notifier
+/// publishes it again once a send on its connection succeeded, which shows the connection
+/// (and so the id) still its own; a failed send forgets it until a new connection is made.
+/// Should the notifier's connection alone end and its id go to another process's backend
+/// before the notifier's next send, that process's notifications are skipped meanwhile and
+/// its tails here see its commits by polling.
 #[derive(Debug, Default)]
 pub(crate) struct OwnSender {
     /// The notifier connection's server process id; 0 while there is none to trust.
     pid: AtomicU32,
-    /// Set by the listener when it (re)connects: the notifier reconnects before it sends.
+    /// Set by the listener when it (re)connects: the notifier publishes its id again after
+    /// its next successful send.
     renew: AtomicBool,
 }
 
@@ -57,7 +60,8 @@ impl OwnSender {
         pid != 0 && self.pid.load(Ordering::Acquire) == pid
     }
 
-    /// The listener has a new connection: nothing is skipped until the notifier has one too.
+    /// The listener has a new connection: nothing is skipped until the notifier's next send
+    /// succeeds.
     pub(crate) fn listener_connected(&self) {
         self.pid.store(0, Ordering::Release);
         self.renew.store(true, Ordering::Release);
@@ -72,12 +76,25 @@ pub(crate) struct Notifier {
 
 impl Notifier {
     /// Starts the task; it sends on a connection made with `pool`'s options, whose
-    /// process id it publishes in `own`.
-    pub(crate) fn spawn(pool: PgPool, own: Arc<OwnSender>) -> Self {
+    /// process id it publishes in `own`. The connection is made here, while the journal
+    /// opens, not by the task when it first sends (a connection being made in the
+    /// background when a test's runtime stops leaves a server backend waiting for the rest
+    /// of its handshake); if that fails, the task makes one before its first send.
+    pub(crate) async fn spawn(pool: PgPool, own: Arc<OwnSender>) -> Self {
+        let conn = match connect(&pool).await {
+            Ok((conn, pid)) => {
+                own.pid.store(pid, Ordering::Release);
+                Some((conn, pid))
+            }
+            Err(err) => {
+                tracing::warn!(%err, "the journal's notifier cannot connect yet; it retries when it sends");
+                None
+            }
+        };
         let (tx, rx) = mpsc::unbounded_channel();
         Notifier {
             tx,
-            task: tokio::spawn(run(pool, own, rx)),
+            task: tokio::spawn(run(pool, own, conn, rx)),
         }
     }
 
@@ -99,9 +116,13 @@ impl Notifier {
     }
 }
 
-async fn run(pool: PgPool, own: Arc<OwnSender>, mut rx: mpsc::UnboundedReceiver<Vec<String>>) {
+async fn run(
+    pool: PgPool,
+    own: Arc<OwnSender>,
+    mut conn: Option<(PgConnection, u32)>,
+    mut rx: mpsc::UnboundedReceiver<Vec<String>>,
+) {
     let mut last: Option<Instant> = None;
-    let mut conn: Option<PgConnection> = None;
     while let Some(mut threads) = rx.recv().await {
         if let Some(last) = last {
             tokio::time::sleep_until(last + INTERVAL).await;
@@ -112,38 +133,42 @@ async fn run(pool: PgPool, own: Arc<OwnSender>, mut rx: mpsc::UnboundedReceiver<
         }
         threads.sort_unstable();
         threads.dedup();
-        if own.renew.swap(false, Ordering::AcqRel)
-            && let Some(old) = conn.take()
-        {
-            let _ = old.close().await;
-        }
+        let renew = own.renew.swap(false, Ordering::AcqRel);
         let sent = match &mut conn {
-            Some(conn) => send(conn, &threads).await,
-            None => match connect(&pool, &own).await {
-                Ok(opened) => send(conn.insert(opened), &threads).await,
+            Some((open, _)) => send(open, &threads).await,
+            None => match connect(&pool).await {
+                Ok((opened, pid)) => {
+                    own.pid.store(pid, Ordering::Release);
+                    send(&mut conn.insert((opened, pid)).0, &threads).await
+                }
                 Err(err) => Err(err),
             },
         };
-        if let Err(err) = sent {
-            own.pid.store(0, Ordering::Release);
-            conn = None;
-            tracing::warn!(%err, threads = threads.len(), "journal NOTIFY failed; other processes' tails poll");
+        match sent {
+            Ok(()) => {
+                if let Some((_, pid)) = conn.as_ref().filter(|_| renew) {
+                    own.pid.store(*pid, Ordering::Release);
+                }
+            }
+            Err(err) => {
+                own.pid.store(0, Ordering::Release);
+                conn = None;
+                tracing::warn!(%err, threads = threads.len(), "journal NOTIFY failed; other processes' tails poll");
+            }
         }
     }
-    if let Some(conn) = conn {
-        let _ = conn.close().await;
+    if let Some((open, _)) = conn {
+        let _ = open.close().await;
     }
 }
 
-/// A connection for notifications; its process id is published before it sends anything.
-async fn connect(pool: &PgPool, own: &OwnSender) -> Result<PgConnection, sqlx::Error> {
+/// A connection for notifications, and its server process id.
+async fn connect(pool: &PgPool) -> Result<(PgConnection, u32), sqlx::Error> {
     let mut conn = PgConnection::connect_with(&pool.connect_options()).await?;
     let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
         .fetch_one(&mut conn)
         .await?;
-    own.pid
-        .store(u32::try_from(pid).unwrap_or(0), Ordering::Release);
-    Ok(conn)
+    Ok((conn, u32::try_from(pid).unwrap_or(0)))
 }
 
 async fn send(conn: &mut PgConnection, threads: &[String]) -> Result<(), sqlx::Error> {
