@@ -219,45 +219,21 @@ fn write_while_collecting(
 ) -> (Batch, Result<Vec<Answer>, rusqlite::Error>, Duration) {
     let mut batch = collector.start(first);
     let mut busy = Duration::ZERO;
-    let mut timed = |write: &mut dyn FnMut() -> rusqlite::Result<()>| {
-        let started = Instant::now();
-        let result = write();
-        busy += started.elapsed();
-        result
-    };
     let mut answers = Vec::new();
-    let mut head = 0;
-    let mut start_head = 0;
-    // A transaction left open by an interrupted earlier write is abandoned, never reused.
-    rollback(conn);
-    let mut written = timed(&mut || {
-        conn.prepare_cached("BEGIN IMMEDIATE")?.execute([])?;
-        head = read_head(conn)?;
-        start_head = head;
-        Ok(())
-    });
-    let mut done = 0;
-    while written.is_ok() {
-        if done < batch.requests.len() {
-            let requests = &batch.requests[done..];
-            written = timed(&mut || {
-                answers.extend(write_requests(conn, requests, &mut head)?);
-                Ok(())
-            });
-            done = batch.requests.len();
-        } else if !collector.next(rx, &mut batch) {
-            break;
-        }
-    }
-    if written.is_ok() {
-        written = timed(&mut || {
-            if head != start_head {
-                write_head(conn, head)?;
+    let written = (|| {
+        let mut open = timed(&mut busy, || Open::begin(conn))?;
+        let mut done = 0;
+        loop {
+            if done < batch.requests.len() {
+                let requests = &batch.requests[done..];
+                answers.extend(timed(&mut busy, || open.write(conn, requests))?);
+                done = batch.requests.len();
+            } else if !collector.next(rx, &mut batch) {
+                break;
             }
-            conn.prepare_cached("COMMIT")?.execute([])?;
-            Ok(())
-        });
-    }
+        }
+        timed(&mut busy, || open.commit(conn))
+    })();
     let written = match written {
         Ok(()) => Ok(answers),
         Err(err) => {
@@ -268,21 +244,52 @@ fn write_while_collecting(
     (batch, written, busy)
 }
 
-/// Commits one batch; rolls back and returns the error if any statement fails.
-fn write_batch(conn: &Connection, batch: &[Request]) -> Result<Vec<Answer>, rusqlite::Error> {
-    // A transaction left open by an interrupted earlier write is abandoned, never reused.
-    rollback(conn);
-    conn.prepare_cached("BEGIN IMMEDIATE")?.execute([])?;
-    let written = (|| {
-        let start = read_head(conn)?;
-        let mut head = start;
-        let answers = write_requests(conn, batch, &mut head)?;
-        if head != start {
-            write_head(conn, head)?;
+/// `work()`, its time added to `busy`.
+fn timed<T>(busy: &mut Duration, work: impl FnOnce() -> T) -> T {
+    let started = Instant::now();
+    let result = work();
+    *busy += started.elapsed();
+    result
+}
+
+/// A write transaction of the writer connection, and the head seq as its rows advance it.
+struct Open {
+    start: i64,
+    head: i64,
+}
+
+impl Open {
+    /// Takes the write lock; the head read under it is final. A transaction left open by an
+    /// interrupted earlier write is abandoned first, never reused.
+    fn begin(conn: &Connection) -> rusqlite::Result<Open> {
+        rollback(conn);
+        conn.prepare_cached("BEGIN IMMEDIATE")?.execute([])?;
+        let head = read_head(conn)?;
+        Ok(Open { start: head, head })
+    }
+
+    fn write(&mut self, conn: &Connection, requests: &[Request]) -> rusqlite::Result<Vec<Answer>> {
+        write_requests(conn, requests, &mut self.head)
+    }
+
+    /// Writes the head row if rows were added, and commits. On an error the caller rolls
+    /// back.
+    fn commit(self, conn: &Connection) -> rusqlite::Result<()> {
+        if self.head != self.start {
+            write_head(conn, self.head)?;
         }
         conn.prepare_cached("COMMIT")?.execute([])?;
+        Ok(())
+    }
+}
+
+/// Commits one batch; rolls back and returns the error if any statement fails.
+fn write_batch(conn: &Connection, batch: &[Request]) -> Result<Vec<Answer>, rusqlite::Error> {
+    let written = Open::begin(conn).and_then(|mut open| {
+        let answers = open.write(conn, batch)?;
+        open.commit(conn)?;
         Ok(answers)
-    })();
+    });
     if written.is_err() {
         rollback(conn);
     }
