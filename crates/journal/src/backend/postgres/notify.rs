@@ -37,20 +37,22 @@ const INTERVAL: Duration = Duration::from_millis(10);
 /// included, each to read and find nothing. The listener skips notifications sent by
 /// [`OwnSender::is_own`] (PostgreSQL gives each notification its sender's process id).
 ///
-/// A process id is only trusted while its connection is known to be alive: the listener
+/// A process id is only trusted while its connection is believed alive: the listener
 /// forgets it whenever it (re)connects ([`OwnSender::listener_connected`]: a server restart
 /// ends both connections and may hand the id to another backend), and the notifier
-/// publishes it again once a send on its connection succeeded, which shows the connection
-/// (and so the id) still its own; a failed send forgets it until a new connection is made.
-/// Should the notifier's connection alone end and its id go to another process's backend
-/// before the notifier's next send, that process's notifications are skipped meanwhile and
-/// its tails here see its commits by polling.
+/// publishes it again as it starts its next send on that connection, which then shows
+/// whether the connection (and so the id) is still its own: a failed send forgets it until
+/// a new connection is made. It is published before the send, not after: the send's own
+/// notification can reach the listener before the notifier has seen the send's reply, and
+/// would then not be skipped. Should the notifier's connection alone end and its id go to
+/// another process's backend, that process's notifications are skipped until the
+/// notifier's next send fails, and its tails here see its commits by polling meanwhile.
 #[derive(Debug, Default)]
 pub(crate) struct OwnSender {
     /// The notifier connection's server process id; 0 while there is none to trust.
     pid: AtomicU32,
-    /// Set by the listener when it (re)connects: the notifier publishes its id again after
-    /// its next successful send.
+    /// Set by the listener when it (re)connects: the notifier publishes its id again as it
+    /// starts its next send.
     renew: AtomicBool,
 }
 
@@ -61,7 +63,7 @@ impl OwnSender {
     }
 
     /// The listener has a new connection: nothing is skipped until the notifier's next send
-    /// succeeds.
+    /// starts.
     pub(crate) fn listener_connected(&self) {
         self.pid.store(0, Ordering::Release);
         self.renew.store(true, Ordering::Release);
@@ -133,7 +135,11 @@ async fn run(
         }
         threads.sort_unstable();
         threads.dedup();
-        let renew = own.renew.swap(false, Ordering::AcqRel);
+        if own.renew.swap(false, Ordering::AcqRel)
+            && let Some((_, pid)) = &conn
+        {
+            own.pid.store(*pid, Ordering::Release);
+        }
         let sent = match &mut conn {
             Some((open, _)) => send(open, &threads).await,
             None => match connect(&pool).await {
@@ -145,11 +151,7 @@ async fn run(
             },
         };
         match sent {
-            Ok(()) => {
-                if let Some((_, pid)) = conn.as_ref().filter(|_| renew) {
-                    own.pid.store(*pid, Ordering::Release);
-                }
-            }
+            Ok(()) => {}
             Err(err) => {
                 own.pid.store(0, Ordering::Release);
                 conn = None;
