@@ -26,8 +26,11 @@ use tokio::time::Instant;
 
 use super::CHANNEL;
 
-/// The shortest time between the starts of two sends.
-const INTERVAL: Duration = Duration::from_millis(10);
+/// The shortest time between the starts of two sends: how long a wake-up for another
+/// process may wait while this one commits steadily. Each send is a server transaction
+/// and a round trip; at 10 ms, 16 journals appending at once (16 processes' worth) lost
+/// 6-10% of their append rate to them on a 2-core machine.
+const INTERVAL: Duration = Duration::from_millis(25);
 
 /// Which server process sends this journal's notifications.
 ///
