@@ -15,6 +15,8 @@ mod crash;
 mod fuzz_journal;
 #[path = "all/leases.rs"]
 mod leases;
+#[path = "all/pg_append_function.rs"]
+mod pg_append_function;
 #[path = "all/pg_direct.rs"]
 mod pg_direct;
 #[path = "all/pg_lock_free.rs"]

@@ -54,6 +54,10 @@ const SCHEMA: &agent_schema::Steps = &[
         4,
         include_str!("../../../migrations/postgres/0004_append_function.sql"),
     ),
+    (
+        5,
+        include_str!("../../../migrations/postgres/0005_append_short_paths.sql"),
+    ),
 ];
 
 /// An opened database: the connection the writer task will own (none when read-only), and
