@@ -153,13 +153,10 @@ async fn run(
                 Err(err) => Err(err),
             },
         };
-        match sent {
-            Ok(()) => {}
-            Err(err) => {
-                own.pid.store(0, Ordering::Release);
-                conn = None;
-                tracing::warn!(%err, threads = threads.len(), "journal NOTIFY failed; other processes' tails poll");
-            }
+        if let Err(err) = sent {
+            own.pid.store(0, Ordering::Release);
+            conn = None;
+            tracing::warn!(%err, threads = threads.len(), "journal NOTIFY failed; other processes' tails poll");
         }
     }
     if let Some((open, _)) = conn {
