@@ -81,6 +81,22 @@ struct Row {
     journal: Option<f64>,
 }
 
+impl Row {
+    /// The journal's rate as a share of the raw rate, when both were measured.
+    fn share(&self) -> Option<f64> {
+        match (self.raw, self.journal) {
+            (Some(raw), Some(journal)) if raw > 0.0 => Some(journal / raw),
+            _ => None,
+        }
+    }
+}
+
+/// A share as a percentage with one decimal: a share just under a bar must not print as
+/// the bar itself.
+fn percent(share: Option<f64>) -> String {
+    share.map_or("-".to_string(), |s| format!("{:.1}%", 100.0 * s))
+}
+
 fn render(rows: &[Row], runs: usize) -> String {
     let mut md = format!(
         "\n### PostgreSQL writers (issue 35)\n\n`bench_pg_writers` (release) on a database of \
@@ -94,10 +110,7 @@ fn render(rows: &[Row], runs: usize) -> String {
     );
     let show = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.0}"));
     for row in rows {
-        let share = match (row.raw, row.journal) {
-            (Some(raw), Some(journal)) if raw > 0.0 => format!("{:.1}%", 100.0 * journal / raw),
-            _ => "-".into(),
-        };
+        let share = percent(row.share());
         md.push_str(&format!(
             "| {} | {} | {} | {share} |\n",
             row.n,
@@ -110,14 +123,7 @@ fn render(rows: &[Row], runs: usize) -> String {
 }
 
 fn targets(rows: &[Row]) -> String {
-    let shares: Vec<Option<f64>> = rows
-        .iter()
-        .map(|r| match (r.raw, r.journal) {
-            (Some(raw), Some(journal)) if raw > 0.0 => Some(journal / raw),
-            _ => None,
-        })
-        .collect();
-    let all = shares.iter().copied().collect::<Option<Vec<f64>>>();
+    let all = rows.iter().map(Row::share).collect::<Option<Vec<f64>>>();
     let lowest = all
         .as_ref()
         .and_then(|s| s.iter().copied().min_by(f64::total_cmp));
@@ -139,8 +145,7 @@ fn targets(rows: &[Row]) -> String {
         "\nTargets of issue 35, checked against this run:\n\n\
          - the journal at least 80% of the raw rate at every N: {share} (lowest: {})\n\
          - the journal rising with N wherever the raw rate does: {rises}\n",
-        // One decimal: a share just under the bar must not print as the bar itself.
-        lowest.map_or("-".to_string(), |s| format!("{:.1}%", 100.0 * s)),
+        percent(lowest),
     )
 }
 

@@ -15,7 +15,7 @@
 //!   connection can tell this journal's notifications from other processes' (see there).
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use sqlx::postgres::PgConnection;
@@ -43,9 +43,9 @@ const INTERVAL: Duration = Duration::from_millis(25);
 /// A process id is only trusted while its connection is believed alive: the listener
 /// forgets it whenever it (re)connects ([`OwnSender::listener_connected`]: a server restart
 /// ends both connections and may hand the id to another backend), and the notifier
-/// publishes it again as it starts its next send on that connection, which then shows
-/// whether the connection (and so the id) is still its own: a failed send forgets it until
-/// a new connection is made. It is published before the send, not after: the send's own
+/// publishes it as it starts each send on that connection, which then shows whether the
+/// connection (and so the id) is still its own: a failed send forgets it until a new
+/// connection is made. It is published before the send, not after: the send's own
 /// notification can reach the listener before the notifier has seen the send's reply, and
 /// would then not be skipped. Should the notifier's connection alone end and its id go to
 /// another process's backend, that process's notifications are skipped until the
@@ -54,9 +54,6 @@ const INTERVAL: Duration = Duration::from_millis(25);
 pub(crate) struct OwnSender {
     /// The notifier connection's server process id; 0 while there is none to trust.
     pid: AtomicU32,
-    /// Set by the listener when it (re)connects: the notifier publishes its id again as it
-    /// starts its next send.
-    renew: AtomicBool,
 }
 
 impl OwnSender {
@@ -69,7 +66,6 @@ impl OwnSender {
     /// starts.
     pub(crate) fn listener_connected(&self) {
         self.pid.store(0, Ordering::Release);
-        self.renew.store(true, Ordering::Release);
     }
 }
 
@@ -81,16 +77,13 @@ pub(crate) struct Notifier {
 
 impl Notifier {
     /// Starts the task; it sends on a connection made with `pool`'s options, whose
-    /// process id it publishes in `own`. The connection is made here, while the journal
+    /// process id it publishes in `own` before each send. The connection is made here, while the journal
     /// opens, not by the task when it first sends (a connection being made in the
     /// background when a test's runtime stops leaves a server backend waiting for the rest
     /// of its handshake); if that fails, the task makes one before its first send.
     pub(crate) async fn spawn(pool: PgPool, own: Arc<OwnSender>) -> Self {
         let conn = match connect(&pool).await {
-            Ok((conn, pid)) => {
-                own.pid.store(pid, Ordering::Release);
-                Some((conn, pid))
-            }
+            Ok(opened) => Some(opened),
             Err(err) => {
                 tracing::warn!(%err, "the journal's notifier cannot connect yet; it retries when it sends");
                 None
@@ -138,20 +131,19 @@ async fn run(
         }
         threads.sort_unstable();
         threads.dedup();
-        if own.renew.swap(false, Ordering::AcqRel)
-            && let Some((_, pid)) = &conn
-        {
-            own.pid.store(*pid, Ordering::Release);
-        }
-        let sent = match &mut conn {
-            Some((open, _)) => send(open, &threads).await,
-            None => match connect(&pool).await {
-                Ok((opened, pid)) => {
-                    own.pid.store(pid, Ordering::Release);
-                    send(&mut conn.insert((opened, pid)).0, &threads).await
-                }
-                Err(err) => Err(err),
-            },
+        let open = match conn.take() {
+            Some(open) => Ok(open),
+            None => connect(&pool).await,
+        };
+        let sent = match open {
+            Ok((mut open, pid)) => {
+                // Again before every send: the listener forgets it when it reconnects.
+                own.pid.store(pid, Ordering::Release);
+                let sent = send(&mut open, &threads).await;
+                conn = Some((open, pid));
+                sent
+            }
+            Err(err) => Err(err),
         };
         if let Err(err) = sent {
             own.pid.store(0, Ordering::Release);

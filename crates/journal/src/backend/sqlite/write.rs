@@ -80,38 +80,38 @@ fn run(
             Msg::Write { request, .. } => full && request.relaxed(),
             Msg::Close { .. } => true,
         };
-        if settle.failed() || may_relax {
-            let batch = collector.collect(&mut rx, first);
-            expected = batch.requests.len();
-            let started = Instant::now();
-            // A latched writer's batch, or an empty one, is answered without a write.
-            let (pending, closing) = settle.begin(batch);
-            close = closing;
-            if let Some(Pending { requests, acks }) = pending {
-                // Nothing panics while holding the lock; if something did, the connection
-                // is still usable: every write first rolls back any transaction left open.
-                let conn = conn.lock().unwrap_or_else(PoisonError::into_inner);
-                let written = if full && relaxed_batch(&requests) {
-                    write_relaxed(&conn, &requests)
-                } else {
-                    write_batch(&conn, &requests)
-                };
-                settle.finish(&requests, acks, written);
-            }
-            last_commit = started.elapsed();
+        // A latched writer (or a relaxed batch) collects first and writes only what
+        // `Settle::begin` lets through; any other batch is written as it is collected.
+        let (batch, done) = if settle.failed() || may_relax {
+            (collector.collect(&mut rx, first), None)
         } else {
-            let (batch, written, took) = {
-                let conn = conn.lock().unwrap_or_else(PoisonError::into_inner);
-                write_while_collecting(&conn, &mut rx, first, collector)
+            let conn = conn.lock().unwrap_or_else(PoisonError::into_inner);
+            let (batch, written, took) = write_while_collecting(&conn, &mut rx, first, collector);
+            (batch, Some((written, took)))
+        };
+        let took = done.as_ref().map(|(_, took)| *took);
+        expected = batch.requests.len();
+        let started = Instant::now();
+        // A latched writer's batch, or an empty one, is answered without a write.
+        let (pending, closing) = settle.begin(batch);
+        close = closing;
+        if let Some(Pending { requests, acks }) = pending {
+            let written = match done {
+                Some((written, _)) => written,
+                None => {
+                    // Nothing panics while holding the lock; if something did, the connection
+                    // is still usable: every write first rolls back any transaction left open.
+                    let conn = conn.lock().unwrap_or_else(PoisonError::into_inner);
+                    if full && relaxed_batch(&requests) {
+                        write_relaxed(&conn, &requests)
+                    } else {
+                        write_batch(&conn, &requests)
+                    }
+                }
             };
-            expected = batch.requests.len();
-            let (pending, closing) = settle.begin(batch);
-            close = closing;
-            if let Some(Pending { requests, acks }) = pending {
-                settle.finish(&requests, acks, written);
-            }
-            last_commit = took;
+            settle.finish(&requests, acks, written);
         }
+        last_commit = took.unwrap_or_else(|| started.elapsed());
     }
     drain_after_close(&mut rx, close);
 }
