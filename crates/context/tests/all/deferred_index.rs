@@ -302,9 +302,35 @@ mod tail_1000 {
 mod sqlite {
     use super::*;
 
+    /// The index's `automerge` setting as FTS5 stores it (schema v4), if set.
+    fn automerge(conn: &rusqlite::Connection) -> Option<i64> {
+        use rusqlite::OptionalExtension as _;
+        conn.query_row(
+            "SELECT v FROM context_units_fts_config WHERE k = 'automerge'",
+            [],
+            |r| r.get(0),
+        )
+        .optional()
+        .unwrap()
+    }
+
+    /// A new file's index merges 16 segments at a time (schema v4), a setting FTS5 keeps
+    /// in the file: another process opening it uses the same.
+    #[tokio::test]
+    async fn new_index_merges_sixteen_segments_at_a_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("new.db");
+        let store = ContextStore::open(&format!("sqlite://{}", path.display()))
+            .await
+            .unwrap();
+        store.close().await;
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        assert_eq!(automerge(&conn), Some(16));
+    }
+
     /// A file written by schema v1 (the trigger indexed every insert) opens, is migrated
-    /// to v2 in place, and every old unit is found (through the index: nothing is left to
-    /// fold) beside new ones.
+    /// in place (v2 to v4), and every old unit is found (through the index: nothing is left
+    /// to fold) beside new ones; the index merges as a new one does.
     #[tokio::test]
     async fn v1_database_upgrades_in_place() {
         let dir = tempfile::tempdir().unwrap();
@@ -347,7 +373,8 @@ mod sqlite {
         let version: i64 = conn
             .query_row("SELECT max(version) FROM context_schema", [], |r| r.get(0))
             .unwrap();
-        assert_eq!(version, 3);
+        assert_eq!(version, 4);
+        assert_eq!(automerge(&conn), Some(16));
         // The three v1 units are in the index (once each), the new one is not yet.
         let in_index: i64 = conn
             .query_row(
@@ -360,9 +387,9 @@ mod sqlite {
     }
 
     /// A file written by schema v2 (an index with positions, `detail=full`) with a thread
-    /// partly folded opens, is migrated to v3 in place: the new index holds exactly the
-    /// units the old one did (at or below the watermark, once each), the tail is folded
-    /// later as before, and every unit is found at every point.
+    /// partly folded opens, is migrated in place (v3, then v4): the new index holds exactly
+    /// the units the old one did (at or below the watermark, once each) and merges as a new
+    /// one does, the tail is folded later as before, and every unit is found at every point.
     #[tokio::test]
     async fn v2_database_upgrades_in_place() {
         let dir = tempfile::tempdir().unwrap();
@@ -424,7 +451,8 @@ mod sqlite {
             let version: i64 = conn
                 .query_row("SELECT max(version) FROM context_schema", [], |r| r.get(0))
                 .unwrap();
-            assert_eq!(version, 3);
+            assert_eq!(version, 4);
+            assert_eq!(automerge(&conn), Some(16));
             let (in_index, lowest, highest): (i64, i64, i64) = conn
                 .query_row(
                     "SELECT count(*), min(rowid & 4294967295), max(rowid & 4294967295) \

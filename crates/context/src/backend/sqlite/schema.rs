@@ -19,6 +19,10 @@ const SCHEMA: &agent_schema::Steps = &[
         3,
         include_str!("../../../migrations/sqlite/0003_index_without_positions.sql"),
     ),
+    (
+        4,
+        include_str!("../../../migrations/sqlite/0004_index_automerge.sql"),
+    ),
 ];
 
 /// Applies the steps not yet recorded, in one immediate transaction (several processes may
