@@ -18,3 +18,5 @@ mod deferred_index;
 mod fuzz_units;
 #[path = "all/schema.rs"]
 mod schema;
+#[path = "all/sqlite_build.rs"]
+mod sqlite_build;
