@@ -9,8 +9,8 @@
 //! - A claim is atomic and increments the lease's epoch: one epoch has at most one holder,
 //!   and a later holder always has a higher epoch.
 //! - An append through [`Journal::fenced`] is written only if its lease is still at the
-//!   handle's epoch, checked inside the write transaction under the journal's write lock;
-//!   a claim is never interleaved with that check (SQLite: the same write lock; PostgreSQL:
+//!   handle's epoch, checked inside the write transaction; a claim is never interleaved
+//!   with that check (SQLite: both take the database's write lock; PostgreSQL:
 //!   the append reads the lease row `FOR SHARE`, the claim updates it). So once a claim has
 //!   committed, no append of an earlier holder can commit, and every append an earlier
 //!   holder committed before it is visible to the new holder's first read.

@@ -87,7 +87,7 @@ impl ReadSide for PgReader {
         after: i64,
         limit: i64,
     ) -> Result<KindPage, JournalError> {
-        // The top first: commits are in seq order (the journal's write lock), so the events
+        // The top first: a thread's commits are in seq order (its lock), so the events
         // read next, bounded by it, are all there were up to it.
         let top = self.last_seq(thread).await?;
         let Some(top) = top else {
