@@ -631,7 +631,9 @@ fn render(
          about 21-23 µs of index work per 700-byte unit (37-46 µs with positions, measured \
          with rusqlite alone on this machine), still more than our write path's row (about \
          14 µs in a batched fill on a quiet machine, checkpoints off the writer); a scan of a \
-         tail unit costs 1-2.5 µs. \
+         tail unit costs 1-2.5 µs. Since schema v4 FTS5 merges the index's segments 16 at a \
+         time instead of 4, which took about a third off the index's share of a fill (A/B, one \
+         run each: 1M units 34.1 -> 24.4 s). \
          So the 10 busy threads of this layout, which each outgrow the bound every ~370 units, \
          still pay for the index on the write path, in larger batches; what the deferral buys is \
          appends to threads within the bound (many short threads, bursts) and the unbounded-tail \
