@@ -341,6 +341,23 @@ async fn history(
             "bench": "fold_during_reads", "units": n, "backlog_before": backlog,
             "backlog_after": backlog_after, "indexed_s_after_fill": indexed_s,
         }));
+        // The same index-bound searches once the idle writer has merged the segments the
+        // fill's folds wrote (schema v4).
+        while !s.index_settled().await? {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        let settled_s = t.elapsed().as_secs_f64() - fill_s;
+        emit(json!({"bench": "index_settled", "units": n, "settled_s_after_fill": settled_s}));
+        for &(name, thread, term, limit) in &cases[..3] {
+            if name == "search_common" {
+                continue;
+            }
+            let ms = latency(reps, || async {
+                Ok(s.search(thread, term, limit).await?.len())
+            })
+            .await?;
+            emit(json!({"bench": format!("{name}_settled"), "units": n, "p50_ms": ms}));
+        }
     }
     s.close().await;
     Ok(())

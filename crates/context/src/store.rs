@@ -321,6 +321,18 @@ impl ContextStore {
         on_backend!(&self.backend, b => b.fold_step(max_units.max(1)).await)
     }
 
+    /// Test seam (feature `test-hooks`, not for products): whether the background index
+    /// work is done: every unit folded and, on SQLite, the index's segments merged (the
+    /// last merge step found nothing to do), with no append since.
+    ///
+    /// # Cancel safety
+    ///
+    /// Read-only.
+    #[cfg(feature = "test-hooks")]
+    pub async fn index_settled(&self) -> Result<bool> {
+        on_backend!(&self.backend, b => b.index_settled().await)
+    }
+
     /// Record evidence. Its source must be new ([`ContextError::DuplicateSource`] otherwise)
     /// and its `observed` time between 1970 and a day from now
     /// ([`ContextError::ObservedOutOfRange`] otherwise). It affects memory at the next

@@ -70,6 +70,11 @@ pub(crate) trait UnitStore {
     /// how many it indexed (0: nothing left).
     #[cfg(feature = "test-hooks")]
     async fn fold_step(&self, max_units: u64) -> Result<u64>;
+
+    /// Test seam: whether the background index work is done (every unit folded and, on
+    /// SQLite, the last merge step found nothing to merge) with no append since.
+    #[cfg(feature = "test-hooks")]
+    async fn index_settled(&self) -> Result<bool>;
 }
 
 /// Evidence and the memory consolidated from it.

@@ -328,6 +328,54 @@ mod sqlite {
         assert_eq!(automerge(&conn), Some(16));
     }
 
+    /// How many FTS5 segments the index has (`_idx` holds a row per leaf page of each).
+    fn segments(path: &std::path::Path) -> i64 {
+        rusqlite::Connection::open(path)
+            .unwrap()
+            .query_row(
+                "SELECT count(DISTINCT segid) FROM context_units_fts_idx",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap()
+    }
+
+    /// Each fold writes an FTS5 segment, and folds leave merging to the idle writer
+    /// (schema v4): once resumed, it merges them down to fewer than FTS5's `usermerge` of
+    /// 4, reports the index settled, and every unit is found before, while and after it
+    /// merges.
+    #[tokio::test]
+    async fn idle_writer_merges_the_segments_folds_wrote() {
+        const FOLDS: usize = 12;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("merge.db");
+        let store = ContextStore::open(&format!("sqlite://{}", path.display()))
+            .await
+            .unwrap();
+        store.pause_index_fold(true).await.unwrap();
+        for i in 1..=FOLDS {
+            store
+                .append_unit("t", &format!("u{i}"), &unit(i))
+                .await
+                .unwrap();
+            assert_eq!(store.fold_index_step(1).await.unwrap(), 1);
+        }
+        assert_eq!(segments(&path), FOLDS as i64, "one segment per fold, none merged");
+        assert!(!store.index_settled().await.unwrap());
+        all_found(&store, FOLDS, "unmerged").await;
+        store.pause_index_fold(false).await.unwrap();
+        let started = std::time::Instant::now();
+        while !store.index_settled().await.unwrap() {
+            assert!(started.elapsed() < std::time::Duration::from_secs(20), "never settled");
+            all_found(&store, FOLDS, "while merging").await;
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        let merged = segments(&path);
+        assert!(merged < 4, "{merged} segments left");
+        all_found(&store, FOLDS, "merged").await;
+        store.close().await;
+    }
+
     /// A file written by schema v1 (the trigger indexed every insert) opens, is migrated
     /// in place (v2 to v4), and every old unit is found (through the index: nothing is left
     /// to fold) beside new ones; the index merges as a new one does.

@@ -217,6 +217,12 @@ impl UnitStore for PgBackend {
         let max_units = i64::try_from(max_units).unwrap_or(i64::MAX);
         index::fold_batch(&self.pool, i64::MAX, max_units).await
     }
+
+    /// PostgreSQL's index has no segments to merge: settled once every unit is folded.
+    #[cfg(feature = "test-hooks")]
+    async fn index_settled(&self) -> Result<bool> {
+        Ok(self.index_backlog().await? == 0)
+    }
 }
 
 impl PgBackend {

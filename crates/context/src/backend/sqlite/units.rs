@@ -267,6 +267,11 @@ impl UnitStore for SqliteBackend {
             .write(move |conn| index::fold_batch(conn, u64::MAX, max_units))
             .await
     }
+
+    #[cfg(feature = "test-hooks")]
+    async fn index_settled(&self) -> Result<bool> {
+        Ok(self.fold.settled())
+    }
 }
 
 /// The FTS5 query for the units holding the trigrams of `term` (3 or more characters) that
