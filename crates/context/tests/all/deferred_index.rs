@@ -360,13 +360,20 @@ mod sqlite {
                 .unwrap();
             assert_eq!(store.fold_index_step(1).await.unwrap(), 1);
         }
-        assert_eq!(segments(&path), FOLDS as i64, "one segment per fold, none merged");
+        assert_eq!(
+            segments(&path),
+            FOLDS as i64,
+            "one segment per fold, none merged"
+        );
         assert!(!store.index_settled().await.unwrap());
         all_found(&store, FOLDS, "unmerged").await;
         store.pause_index_fold(false).await.unwrap();
         let started = std::time::Instant::now();
         while !store.index_settled().await.unwrap() {
-            assert!(started.elapsed() < std::time::Duration::from_secs(20), "never settled");
+            assert!(
+                started.elapsed() < std::time::Duration::from_secs(20),
+                "never settled"
+            );
             all_found(&store, FOLDS, "while merging").await;
             tokio::time::sleep(std::time::Duration::from_millis(5)).await;
         }
