@@ -299,7 +299,8 @@ impl ContextStore {
     }
 
     /// Test seam (feature `test-hooks`, not for products): stops (`true`) or resumes the
-    /// background fold of the index. Appends over the tail bound still fold.
+    /// background fold of the index, and with it the idle merging of the index's segments
+    /// (SQLite). Appends over the tail bound still fold.
     ///
     /// # Cancel safety
     ///

@@ -91,7 +91,7 @@ impl FoldSignal {
         !self.pending.load(Ordering::SeqCst)
     }
 
-    /// Stops or resumes background folds (appends over the bound still fold).
+    /// Stops or resumes background folds and merges (appends over the bound still fold).
     #[cfg(feature = "test-hooks")]
     pub(super) fn set_paused(&self, paused: bool) {
         self.paused.store(paused, Ordering::Release);
