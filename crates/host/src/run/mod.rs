@@ -939,7 +939,10 @@ async fn drive_boxed(mut driver: Box<Driver>) -> Result<RunReport, HostError> {
         driver.opts.cancel.clone(),
     );
     let report = driver.drive().await;
+    // Awaited, not only aborted: the watcher's tail may hold a read connection, which must
+    // be back in the journal's pool before the caller closes the journal.
     watch.abort();
+    let _ = watch.await;
     report
 }
 
