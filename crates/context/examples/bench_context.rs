@@ -344,6 +344,10 @@ async fn history(
         // The same index-bound searches once the idle writer has merged the segments the
         // fill's folds wrote (schema v4).
         while !s.index_settled().await? {
+            // A merge that never ends would be a bug to report, not a figure to wait for.
+            if t.elapsed().as_secs_f64() - fill_s > 600.0 {
+                anyhow::bail!("the index of {n} units was not merged 600 s after the fill");
+            }
             tokio::time::sleep(std::time::Duration::from_millis(10)).await;
         }
         let settled_s = t.elapsed().as_secs_f64() - fill_s;
