@@ -123,20 +123,19 @@ impl IdleWork for Folder {
     /// pending flag once neither has work, or on an error, which is logged: the next append
     /// sets the flag again, so a failing step is retried then, not in a loop.
     fn step(&mut self, conn: &mut Connection) {
-        match fold_batch(conn, FOLD_BATCH_BYTES, u64::MAX) {
-            Ok(0) => match merge_step(conn, MERGE_STEP_PAGES) {
-                Ok(true) => {}
-                Ok(false) => self.signal.pending.store(false, Ordering::Release),
-                Err(err) => {
-                    tracing::warn!(error = %err, "context index: background merge failed");
-                    self.signal.pending.store(false, Ordering::Release);
-                }
-            },
-            Ok(_) => {}
+        let more = match fold_batch(conn, FOLD_BATCH_BYTES, u64::MAX) {
+            Ok(0) => merge_step(conn, MERGE_STEP_PAGES).unwrap_or_else(|err| {
+                tracing::warn!(error = %err, "context index: background merge failed");
+                false
+            }),
+            Ok(_) => true,
             Err(err) => {
                 tracing::warn!(error = %err, "context index: background fold failed");
-                self.signal.pending.store(false, Ordering::Release);
+                false
             }
+        };
+        if !more {
+            self.signal.pending.store(false, Ordering::Release);
         }
     }
 }

@@ -77,10 +77,11 @@ pub(crate) struct Notifier {
 
 impl Notifier {
     /// Starts the task; it sends on a connection made with `pool`'s options, whose
-    /// process id it publishes in `own` before each send. The connection is made here, while the journal
-    /// opens, not by the task when it first sends (a connection being made in the
-    /// background when a test's runtime stops leaves a server backend waiting for the rest
-    /// of its handshake); if that fails, the task makes one before its first send.
+    /// process id it publishes in `own` before each send. The connection is made here,
+    /// while the journal opens, not by the task when it first sends (a connection being
+    /// made in the background when a test's runtime stops leaves a server backend waiting
+    /// for the rest of its handshake); if that fails, the task makes one before its first
+    /// send.
     pub(crate) async fn spawn(pool: PgPool, own: Arc<OwnSender>) -> Self {
         let conn = match connect(&pool).await {
             Ok(opened) => Some(opened),
