@@ -151,9 +151,9 @@ pub fn json_value() -> impl Strategy<Value = Value> {
         any::<f64>(), // NaN and infinities become null
         prop::sample::select(vec![f64::MAX, f64::MIN_POSITIVE, -0.0, 1e300, 5e-324]),
     ]
-    .prop_filter("reads back exactly through serde_json", |f| {
-        serde_json::from_str::<f64>(&Value::from(*f).to_string()).map_or(true, |back| back == *f)
-    });
+    // Mapped, not filtered: about one random float in four is read back off, and filtering
+    // them out ran past proptest's limit of rejected cases (65,536) in a long campaign.
+    .prop_map(reads_back_exactly);
     let leaf = prop_oneof![
         Just(Value::Null),
         any::<bool>().prop_map(Value::from),
@@ -169,6 +169,21 @@ pub fn json_value() -> impl Strategy<Value = Value> {
                 .prop_map(|pairs| Value::Object(pairs.into_iter().collect())),
         ]
     })
+}
+
+/// `f` if serde_json reads its text back exactly, else the float serde_json reads back
+/// (followed a few times: reading that one back often gives itself), else 0.5 (about 3% of
+/// random floats). NaN and the infinities, which serde_json writes as `null`, are kept.
+fn reads_back_exactly(f: f64) -> f64 {
+    let mut x = f;
+    for _ in 0..4 {
+        match serde_json::from_str::<f64>(&Value::from(x).to_string()) {
+            Ok(back) if back == x => return x,
+            Ok(back) => x = back,
+            Err(_) => return x,
+        }
+    }
+    0.5
 }
 
 /// JSON-ish text: a value's encoding (compact or pretty), token soup with lone surrogate
@@ -189,4 +204,42 @@ pub fn json_text() -> impl Strategy<Value = String> {
         .prop_map(|t| t.concat()),
         1 => prop::sample::select(nasty_json()),
     ]
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::strategy::ValueTree as _;
+
+    use super::*;
+
+    /// What `json_value`'s floats are made of: every float comes out as one serde_json
+    /// reads back exactly (or as NaN or an infinity, which it writes as `null`).
+    #[test]
+    fn floats_are_mapped_to_ones_that_read_back_exactly() {
+        let mut runner = proptest::test_runner::TestRunner::deterministic();
+        let (mut off, mut fallback, n) = (0, 0, 20_000);
+        for _ in 0..n {
+            let f = any::<f64>().new_tree(&mut runner).unwrap().current();
+            let text = Value::from(f).to_string();
+            let exact = serde_json::from_str::<f64>(&text).map_or(true, |back| back == f);
+            let g = reads_back_exactly(f);
+            if !exact {
+                off += 1;
+                fallback += usize::from(g == 0.5);
+            } else {
+                assert!(g == f || (g.is_nan() && f.is_nan()), "{f} became {g}");
+            }
+            if g.is_finite() {
+                let back: f64 = serde_json::from_str(&Value::from(g).to_string()).unwrap();
+                assert_eq!(back, g, "{f} became {g}, which reads back as {back}");
+            }
+        }
+        // About 23% are read back off, and 3% end at the fallback (measured: 4,556 and 675
+        // of these 20,000): most keep a nearby value.
+        assert!(
+            off > n / 10,
+            "only {off} of {n} read back off: is the premise gone?"
+        );
+        assert!(fallback < n / 10, "{fallback} of {n} fell back to 0.5");
+    }
 }
