@@ -211,7 +211,9 @@ fn campaign(target: &Target, budget: Duration) -> anyhow::Result<String> {
         if let Err(err) = result {
             anyhow::bail!(
                 "fuzz `{}` failed after {rounds} clean rounds ({cases} cases per property, {:.0} s): \
-                 {err}\nthe shrunk input is printed above and saved as {}/regress-*",
+                 {err}\nthe shrunk input is printed above and saved as {}/regress-* (when the \
+                 test says \"Too many local rejects\" there is none: a strategy's filter rejected \
+                 more cases than proptest allows, and the strategy needs mending instead)",
                 target.name,
                 start.elapsed().as_secs_f64(),
                 save_dir.display()
