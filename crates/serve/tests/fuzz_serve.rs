@@ -125,7 +125,7 @@ fn check(case: &Case) -> Result<(), TestCaseError> {
         let resp = tokio::time::timeout(Duration::from_secs(10), req.send())
             .await
             .map_err(|_| TestCaseError::fail("no answer within 10 s"))?
-            .map_err(|e| TestCaseError::fail(format!("no answer: {e}")))?;
+            .map_err(|e| TestCaseError::fail(format!("no answer: {e:?}")))?;
         let status = resp.status();
         let kind = resp
             .headers()
@@ -164,7 +164,7 @@ fn check(case: &Case) -> Result<(), TestCaseError> {
             .bearer_auth(TOKEN)
             .send()
             .await
-            .map_err(|e| TestCaseError::fail(format!("no longer serving: {e}")))?;
+            .map_err(|e| TestCaseError::fail(format!("no longer serving: {e:?}")))?;
         prop_assert_eq!(ok.status().as_u16(), 200);
         Ok(())
     })?;
