@@ -35,6 +35,7 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
         .route("/__mock/requests", get(recorded_requests))
         .fallback(not_found)
         .method_not_allowed_fallback(wrong_method)
+        .layer(axum::middleware::from_fn(agent_http::close_if_unread))
         .with_state(state)
 }
 

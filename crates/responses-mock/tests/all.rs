@@ -12,5 +12,7 @@ mod bounds;
 mod fuzz_requests;
 #[path = "all/fuzz_script.rs"]
 mod fuzz_script;
+#[path = "all/keep_alive.rs"]
+mod keep_alive;
 #[path = "all/latency.rs"]
 mod latency;

@@ -24,7 +24,6 @@ mod guard;
 mod json_errors;
 mod routes;
 mod token;
-mod unread_body;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -162,6 +161,6 @@ fn router(app: Arc<app::App>) -> Router {
             guard::guard,
         ))
         .layer(axum::middleware::from_fn(json_errors::json_errors))
-        .layer(axum::middleware::from_fn(unread_body::close_if_unread))
+        .layer(axum::middleware::from_fn(agent_http::close_if_unread))
         .with_state(app)
 }
