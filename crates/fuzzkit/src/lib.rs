@@ -143,9 +143,10 @@ pub fn json_string() -> impl Strategy<Value = String> {
 }
 
 /// Any JSON value, up to 6 levels deep: extreme integers, floats, [`json_string`]s. Floats
-/// are those serde_json reads back exactly: without its `float_roundtrip` feature it may
-/// read a float one ULP off, in every crate of the workspace alike, so round-trip
-/// properties would fail on serde_json rather than on the code under test.
+/// are those serde_json reads back exactly: without its `float_roundtrip` feature (which a
+/// build has only when one of its crates, such as jsonschema, asks for it) it may read a
+/// float one ULP off, so round-trip properties would fail on serde_json rather than on the
+/// code under test.
 pub fn json_value() -> impl Strategy<Value = Value> {
     let float = prop_oneof![
         any::<f64>(), // NaN and infinities become null
@@ -234,12 +235,11 @@ mod tests {
                 assert_eq!(back, g, "{f} became {g}, which reads back as {back}");
             }
         }
-        // About 23% are read back off, and 3% end at the fallback (measured: 4,556 and 675
-        // of these 20,000): most keep a nearby value.
-        assert!(
-            off > n / 10,
-            "only {off} of {n} read back off: is the premise gone?"
-        );
+        // Built for this crate alone, about 23% are read back off and 3% end at the
+        // fallback (4,556 and 675 of these 20,000): most keep a nearby value. In a
+        // workspace build jsonschema's features give serde_json `float_roundtrip`, and
+        // then none is off.
+        assert!(off < n / 2, "{off} of {n} read back off");
         assert!(fallback < n / 10, "{fallback} of {n} fell back to 0.5");
     }
 }
