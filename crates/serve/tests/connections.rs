@@ -6,8 +6,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests may unwrap
 
-use agent_serve::{ServeOptions, Token};
 use reqwest::header::CONNECTION;
+
+mod common;
 
 const TOKEN: &str = "conn-token-0123456789abcdef0123456789abcdef";
 
@@ -19,28 +20,9 @@ struct Server {
 
 async fn server() -> Server {
     let dir = tempfile::tempdir().unwrap();
-    let token_path = dir.path().join("token");
-    std::fs::write(&token_path, TOKEN).unwrap();
-    let journal = agent_journal::Journal::open("memory:").await.unwrap();
-    let new = agent_host::run::NewRun::new("keep-alive", dir.path());
-    let run = agent_host::run::submit(&journal, &agent_host::tools::ToolConfig::default(), new)
-        .await
-        .unwrap();
-    let options = ServeOptions {
-        token: Token::from_file(&token_path).unwrap(),
-        allowed_hosts: Vec::new(),
-        max_watchers: 4,
-        submitter: None,
-        context: None,
-        who: "conn@test".into(),
-    };
-    let bound = agent_serve::bind(journal, "127.0.0.1:0".parse().unwrap(), options)
-        .await
-        .unwrap();
-    let base = format!("http://{}", bound.local_addr());
-    tokio::spawn(bound.run(std::future::pending()));
+    let (addr, run) = common::start(dir.path(), TOKEN).await;
     Server {
-        base,
+        base: format!("http://{addr}"),
         run,
         _dir: dir,
     }

@@ -13,10 +13,11 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use agent_fuzzkit::{config, corpus, json_text, keep_if_failing, within};
-use agent_serve::{ServeOptions, Token};
 use proptest::prelude::*;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+
+mod common;
 
 const TARGET: &str = "serve";
 const BOUND: Duration = Duration::from_secs(20);
@@ -38,30 +39,7 @@ fn fixture() -> &'static Fixture {
             .build()
             .unwrap();
         let dir = tempfile::tempdir().unwrap();
-        let token_path = dir.path().join("token");
-        std::fs::write(&token_path, TOKEN).unwrap();
-        let (addr, run) = runtime.block_on(async {
-            let journal = agent_journal::Journal::open("memory:").await.unwrap();
-            let new = agent_host::run::NewRun::new("fuzz the server", dir.path());
-            let run =
-                agent_host::run::submit(&journal, &agent_host::tools::ToolConfig::default(), new)
-                    .await
-                    .unwrap();
-            let options = ServeOptions {
-                token: Token::from_file(&token_path).unwrap(),
-                allowed_hosts: Vec::new(),
-                max_watchers: 4,
-                submitter: None,
-                context: None,
-                who: "fuzz@test".into(),
-            };
-            let bound = agent_serve::bind(journal, "127.0.0.1:0".parse().unwrap(), options)
-                .await
-                .unwrap();
-            let addr = bound.local_addr();
-            tokio::spawn(bound.run(std::future::pending()));
-            (addr, run)
-        });
+        let (addr, run) = runtime.block_on(common::start(dir.path(), TOKEN));
         Fixture {
             runtime,
             addr,

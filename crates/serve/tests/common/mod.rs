@@ -1,0 +1,33 @@
+//! What the server's test binaries share: a real server on 127.0.0.1 over an in-memory
+//! journal holding one submitted run.
+
+use std::net::SocketAddr;
+use std::path::Path;
+
+use agent_serve::{ServeOptions, Token};
+
+/// Starts a server whose token is `token` (written under `dir`, which also holds the run's
+/// workspace) on a task of the current runtime; its address and the run's id.
+pub async fn start(dir: &Path, token: &str) -> (SocketAddr, String) {
+    let token_path = dir.join("token");
+    std::fs::write(&token_path, token).unwrap();
+    let journal = agent_journal::Journal::open("memory:").await.unwrap();
+    let new = agent_host::run::NewRun::new("a run to serve", dir);
+    let run = agent_host::run::submit(&journal, &agent_host::tools::ToolConfig::default(), new)
+        .await
+        .unwrap();
+    let options = ServeOptions {
+        token: Token::from_file(&token_path).unwrap(),
+        allowed_hosts: Vec::new(),
+        max_watchers: 4,
+        submitter: None,
+        context: None,
+        who: "test@serve".into(),
+    };
+    let bound = agent_serve::bind(journal, "127.0.0.1:0".parse().unwrap(), options)
+        .await
+        .unwrap();
+    let addr = bound.local_addr();
+    tokio::spawn(bound.run(std::future::pending()));
+    (addr, run)
+}
