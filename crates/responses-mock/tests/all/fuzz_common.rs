@@ -39,17 +39,15 @@ pub struct Answer {
     pub body: Vec<u8>,
 }
 
-/// Sends `request`; a transport error twice in a row (the server dropped the connection: a
-/// handler panicked, or it stopped serving) fails the case. Once is retried: a pooled
-/// keep-alive connection may be closed by the server just as it is reused.
+/// Sends `request`; a transport error (the server dropped the connection: a handler
+/// panicked, it stopped serving, or it closed a connection it had left open for the next
+/// request) fails the case. Such an error on a pooled connection was once retried here;
+/// the server now says `Connection: close` where it closes one (see `keep_alive`).
 pub async fn send(request: reqwest::RequestBuilder) -> Result<Answer, TestCaseError> {
-    let again = request.try_clone();
-    let response = match (request.send().await, again) {
-        (Ok(response), _) => Ok(response),
-        (Err(_), Some(again)) => again.send().await,
-        (Err(e), None) => Err(e),
-    }
-    .map_err(|e| TestCaseError::fail(format!("no answer: {e:?}")))?;
+    let response = request
+        .send()
+        .await
+        .map_err(|e| TestCaseError::fail(format!("no answer: {e:?}")))?;
     let status = response.status().as_u16();
     let content_type = response
         .headers()
