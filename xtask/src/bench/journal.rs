@@ -153,7 +153,7 @@ pub fn run(ctx: &BenchCtx) -> anyhow::Result<Section> {
     let raw_table_median = median(&mut raw_table);
     // The 64-producer `Full` case against the raw 64-row INSERTs into the journal's own
     // table of the same round (read before the medians sort either vector).
-    let mut share_64_rounds = cases
+    let share_64_rounds = cases
         .iter()
         .find(|c| c.producers == 64 && c.in_flight == 1 && c.durability == "full")
         .map(|c| paired_ratios(&c.rates, &raw_table_64))
@@ -305,10 +305,7 @@ pub fn run(ctx: &BenchCtx) -> anyhow::Result<Section> {
          compare like with like.\n",
     );
     let (rate_64, per_commit_64) = full_64.context("no 64-producer Full case")?;
-    md.push_str(&issue_35_targets(
-        &mut share_64_rounds,
-        &mut big_ratios.clone(),
-    ));
+    md.push_str(&issue_35_targets(&share_64_rounds, &big_ratios));
     md.push_str(&targets(&Targets {
         per_commit_64,
         share_of_raw_64: rate_64 / raw_median,
@@ -416,10 +413,10 @@ fn ratio_cell(ratios: &[f64]) -> String {
 /// Issue 35's two targets for the embedded journal, from the rounds' paired ratios: the
 /// 64-producer `Full` rate against the raw 64-row INSERTs into the journal's own table,
 /// and the 100k-event replay against the seed's.
-fn issue_35_targets(share_64: &mut [f64], replay_ratios: &mut [f64]) -> String {
+fn issue_35_targets(share_64: &[f64], replay_ratios: &[f64]) -> String {
     let verdict = Verdict::measured;
-    let share = median(share_64);
-    let replay = median(replay_ratios);
+    let share = median(&mut share_64.to_vec());
+    let replay = median(&mut replay_ratios.to_vec());
     format!(
         "\nTargets of issue 35 for the embedded journal, each the median of this run's paired \
          rounds:\n\n\
@@ -501,7 +498,7 @@ mod tests {
     fn issue_35_targets_take_the_median_of_the_paired_rounds() {
         let share = paired_ratios(&[180.0, 200.0, 230.0], &[200.0, 250.0, 240.0]);
         let replay = paired_ratios(&[220.0, 230.0, 210.0], &[22.0, 24.0, 20.0]);
-        let text = issue_35_targets(&mut share.clone(), &mut replay.clone());
+        let text = issue_35_targets(&share, &replay);
         // Rounds: 90%, 80%, 95.8% -> 90%; 10x, 9.6x, 10.5x -> 10x.
         assert!(
             text.contains("64 rows per transaction: met (90.0%)"),
@@ -511,7 +508,7 @@ mod tests {
             text.contains("faster than the seed's: met (10.0x)"),
             "{text}"
         );
-        let text = issue_35_targets(&mut [0.8, 0.85], &mut [9.2]);
+        let text = issue_35_targets(&[0.8, 0.85], &[9.2]);
         assert!(text.contains("**not met** (82.5%)"), "{text}");
         assert!(text.contains("**not met** (9.2x)"), "{text}");
         assert_eq!(ratio_cell(&replay), "10.0 (10.0 / 9.6 / 10.5)");

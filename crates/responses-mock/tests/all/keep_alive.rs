@@ -18,11 +18,12 @@ async fn the_request_after_an_unread_body_is_answered() {
     let base = format!("http://{}", server.addr());
     let body = vec![b'x'; 64 * 1024];
     for i in 0..200 {
-        // An unknown path, then a known one with a method it does not serve.
-        let (path, expect) = if i % 2 == 0 {
-            ("/v1/chat/completions", 404)
+        // An unknown path (two shapes of it), then a known one with a method it does not
+        // serve.
+        let path = if i % 2 == 0 {
+            "/v1/chat/completions"
         } else {
-            ("/v1/responses/compact/extra", 404)
+            "/v1/responses/compact/extra"
         };
         let refused = client
             .post(format!("{base}{path}"))
@@ -31,7 +32,7 @@ async fn the_request_after_an_unread_body_is_answered() {
             .send()
             .await
             .unwrap();
-        assert_eq!(refused.status(), expect);
+        assert_eq!(refused.status(), 404);
         let wrong = client
             .put(format!("{base}/v1/responses"))
             .bearer_auth(KEY)
