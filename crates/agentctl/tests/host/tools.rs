@@ -179,3 +179,62 @@ async fn shell_timeout_kills_the_group_caps_output_and_hides_the_key() {
     assert_eq!(kind, "tool.completed", "{msg}");
     assert!(msg.contains("started server"), "{msg}");
 }
+
+/// Bytes of every file of the SQLite database at `db` (its `-wal` and `-shm` too).
+fn database_bytes(db: &std::path::Path) -> Vec<(String, Vec<u8>)> {
+    let name = db.file_name().unwrap().to_string_lossy().into_owned();
+    std::fs::read_dir(db.parent().unwrap())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with(&name))
+        .map(|p| (p.display().to_string(), std::fs::read(&p).unwrap()))
+        .collect()
+}
+
+/// A workspace file holding the API key: `read_file` gives the model, the screen and the
+/// journal `***` for it, as `shell`'s output does (`cat .env`), in human and `--json`
+/// output alike.
+#[test]
+fn read_file_masks_the_api_key_as_shell_does() {
+    const KEY: &str = "sk-test-SECRET123";
+    let dir = tempfile::tempdir().unwrap();
+    let db_path = dir.path().join("leak.db");
+    let db = format!("sqlite://{}", db_path.display());
+    let ws = dir.path().join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    std::fs::write(ws.join(".env"), format!("OPENAI_API_KEY={KEY}\n")).unwrap();
+    let script = dir.path().join("leak.json");
+    std::fs::write(
+        &script,
+        script_by_outputs(&[
+            json!([call("c_read", "read_file", json!({"path": ".env"}))]),
+            json!([call("c_cat", "shell", json!({"command": "cat .env"}))]),
+            answer("FINAL: read"),
+        ]),
+    )
+    .unwrap();
+    for json_output in [false, true] {
+        let mut cmd = agentctl(&db);
+        cmd.env("OPENAI_API_KEY", KEY);
+        if json_output {
+            cmd.arg("--json");
+        }
+        cmd.args(["run", "--mock", "--mock-script"])
+            .arg(&script)
+            .args(["--approval", "auto", "--sandbox", "off", "--workspace"])
+            .arg(&ws)
+            .arg("read the env file");
+        let o = out(&mut cmd);
+        let (stdout, stderr) = (text(&o.stdout), text(&o.stderr));
+        assert_eq!(o.status.code(), Some(0), "{stderr}");
+        assert!(!stdout.contains(KEY), "the key on stdout: {stdout}");
+        assert!(!stderr.contains(KEY), "the key on stderr: {stderr}");
+        assert!(stdout.contains("OPENAI_API_KEY=***"), "{stdout}");
+    }
+    for (file, bytes) in database_bytes(&db_path) {
+        assert!(
+            !bytes.windows(KEY.len()).any(|w| w == KEY.as_bytes()),
+            "the key is in {file}"
+        );
+    }
+}

@@ -4,7 +4,8 @@
 //! bounded ([`MAX_READ_LINES`] lines, [`MAX_READ_BYTES`] bytes per call, and in memory
 //! whatever the file's size; the model pages with `offset`/`limit`); a write replaces the
 //! whole file, creating parent directories inside the workspace, so writing the same
-//! content twice is harmless (retry-safe).
+//! content twice is harmless (retry-safe); what `read_file` and `list_dir` return has the
+//! API key masked ([`mask_key`]), as `shell`'s output has.
 
 use futures::future::BoxFuture;
 use serde_json::{Value, json};
@@ -13,6 +14,7 @@ use agent_runtime::{Tool, ToolContext, ToolFailure};
 
 use super::file_threads::run_on_file_thread;
 use super::read_window::read_window;
+use super::secrets::mask_key;
 use super::{Workspace, arg_str, arg_u64, object};
 
 /// Lines returned by one `read_file` when the model gives no `limit`.
@@ -116,7 +118,7 @@ impl Tool for ReadFile {
                     last + 1
                 ));
             }
-            Ok(json!(out))
+            Ok(json!(mask_key(out)))
         }))
     }
 
@@ -235,7 +237,7 @@ impl Tool for ListDir {
             if more {
                 out.push_str(&format!("\n[first {MAX_ENTRIES} entries only]"));
             }
-            Ok(json!(out))
+            Ok(json!(mask_key(out)))
         }))
     }
 

@@ -12,6 +12,7 @@ pub mod mcp;
 mod read_window;
 mod rust_tool;
 mod scratch;
+mod secrets;
 mod shell;
 mod workspace;
 
@@ -28,6 +29,7 @@ pub use config::{
 };
 pub use files::{ListDir, ReadFile, WriteFile};
 pub use rust_tool::{RustTool, ToolCall};
+pub use secrets::{HIDDEN_ENV, mask_key};
 pub use shell::{ESCALATE, OUTPUT_CAP, Shell, asks_escalation};
 pub use workspace::{PathRefused, Workspace};
 

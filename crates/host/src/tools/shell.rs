@@ -26,6 +26,7 @@ use tokio::io::AsyncReadExt as _;
 
 use agent_runtime::{Tool, ToolContext, ToolFailure};
 
+use super::secrets::{HIDDEN_ENV, mask_key};
 use super::{Workspace, arg_str, arg_u64, object};
 use crate::sandbox::SandboxSpec;
 
@@ -55,10 +56,6 @@ pub fn asks_escalation(name: &str, arguments: &str) -> bool {
             .and_then(|v| v.get("sandbox_permissions").cloned())
             .is_some_and(|v| v == ESCALATE)
 }
-
-/// Variables the command never sees: the API key and the database URL (which may carry a
-/// password).
-pub(crate) const HIDDEN_ENV: [&str; 3] = ["OPENAI_API_KEY", "AGENTCTL_DB", "AGENTCTL_TEST_PG_URL"];
 
 /// Runs `$2` in bash with a watchdog in its process group that kills the whole group once
 /// process `$1` (this host) is gone, so a command outlives neither `kill -9` of the host
@@ -301,7 +298,7 @@ async fn run(
     let text = |head: &str| {
         format!(
             "{head}{note}\nWall time: {wall:.3} seconds\nOutput:\n{}",
-            scrub(output.text())
+            mask_key(output.text())
         )
     };
     let head = match (ended, status) {
@@ -317,16 +314,6 @@ async fn run(
         ),
     };
     Err(ToolFailure(text(&head)))
-}
-
-/// `text` with this process's API key masked: the command cannot see it in its own
-/// environment, but a same-user process can read it elsewhere (`/proc/PPID/environ`); it
-/// must not reach the model, the journal or the screen through a tool output.
-fn scrub(text: String) -> String {
-    match std::env::var("OPENAI_API_KEY") {
-        Ok(key) if key.len() >= 8 => text.replace(&key, "***"),
-        _ => text,
-    }
 }
 
 async fn sleep_until_opt(at: Option<tokio::time::Instant>) {

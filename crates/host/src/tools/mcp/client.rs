@@ -31,7 +31,7 @@ use tokio::io::AsyncBufReadExt as _;
 use tokio::sync::Mutex;
 
 use super::super::ServerConfig;
-use super::super::shell::HIDDEN_ENV;
+use super::super::secrets::HIDDEN_ENV;
 use crate::sandbox::SandboxSpec;
 use agent_runtime::CancellationToken;
 

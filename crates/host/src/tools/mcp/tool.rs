@@ -60,6 +60,8 @@ impl Tool for McpTool {
                 return Err(ToolFailure("arguments must be a JSON object".into()));
             };
             let name = server.name().to_string();
+            // A server's error text may echo what it was given: masked like its results.
+            let failed = |text: String| ToolFailure(crate::tools::secrets::mask_key(text));
             match server.call(&remote, args, &ctx.cancel).await {
                 Ok(result) if result.is_error == Some(true) => Err(ToolFailure(format!(
                     "MCP tool `{remote}` of server `{name}` reported an error:\n{}",
@@ -75,10 +77,10 @@ impl Tool for McpTool {
                      the next call starts it again.",
                     limit.as_secs_f64()
                 ))),
-                Err(CallError::Answered(reason)) => Err(ToolFailure(format!(
+                Err(CallError::Answered(reason)) => Err(failed(format!(
                     "MCP server `{name}` answered the call of `{remote}` with an error: {reason}"
                 ))),
-                Err(CallError::Broken(reason)) => Err(ToolFailure(format!(
+                Err(CallError::Broken(reason)) => Err(failed(format!(
                     "MCP server `{name}` failed during the call of `{remote}` ({reason}); its \
                      effect is unknown. The server is restarted for the next call."
                 ))),
@@ -108,7 +110,7 @@ pub(crate) fn result_text(result: &CallToolResult) -> String {
     {
         parts.push(structured.to_string());
     }
-    cap(scrub(parts.join("\n")))
+    cap(crate::tools::secrets::mask_key(parts.join("\n")))
 }
 
 fn cap(mut text: String) -> String {
@@ -125,15 +127,6 @@ fn cap(mut text: String) -> String {
         "\n[... {dropped} bytes of the result truncated ...]"
     ));
     text
-}
-
-/// The API key never reaches the model or the journal through a result (a server given the
-/// key explicitly could echo it).
-fn scrub(text: String) -> String {
-    match std::env::var("OPENAI_API_KEY") {
-        Ok(key) if key.len() >= 8 => text.replace(&key, "***"),
-        _ => text,
-    }
 }
 
 #[cfg(test)]
