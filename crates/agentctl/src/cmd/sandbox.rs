@@ -1,5 +1,10 @@
 //! `agentctl sandbox`: one command under the policy a run's `shell` would use, to try by
 //! hand; and the hidden entry point every sandboxed command starts through.
+//!
+//! Invariant: the command gets the environment a run's `shell` command gets: this
+//! process's, without the variables the host hides from every command it starts
+//! ([`agent_host::tools::HIDDEN_ENV`]: the API key, the database URLs), with its own
+//! `TMPDIR` when sandboxed.
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -11,7 +16,8 @@ use anyhow::Context as _;
 #[derive(Debug, clap::Args)]
 pub struct SandboxArgs {
     /// read-only: writes only in a private temp dir; workspace-write: also in the workspace
-    /// (but its .git and agentctl.toml) and --writable-root.
+    /// (but its .git and agentctl.toml) and --writable-root; off: no sandbox (the command
+    /// runs as it is, in the workspace, still without the API key or database URL).
     #[arg(long, default_value = "workspace-write", value_parser = parse_mode)]
     pub mode: Mode,
     /// Allow the network (TCP and every socket family); off by default.
@@ -47,25 +53,32 @@ pub fn sandbox(args: SandboxArgs) -> anyhow::Result<ExitCode> {
     let Some((program, rest)) = args.command.split_first() else {
         anyhow::bail!("no command given (put it after `--`)");
     };
-    let status = if args.mode.is_sandboxed() {
-        let tmp = tempfile::tempdir().context("cannot create the command's temp dir")?;
+    // Kept until the command ends: its private temp dir when sandboxed.
+    let mut tmp = None;
+    let mut cmd = if args.mode.is_sandboxed() {
+        let dir = tmp.insert(tempfile::tempdir().context("cannot create the command's temp dir")?);
         let mut spec = SandboxSpec::of(args.mode);
         spec.network = args.network;
         spec.writable_roots = args.writable_roots;
         spec.deny_read = args.deny_read;
-        let policy = spec.policy(&workspace, Some(tmp.path()));
-        std::process::Command::new(agent_host::sandbox::launcher()?)
-            .args(agent_sandbox::entry_args(&policy, program, rest)?)
-            .env("TMPDIR", tmp.path())
-            .current_dir(&workspace)
-            .status()
+        let policy = spec.policy(&workspace, Some(dir.path()));
+        let mut cmd = std::process::Command::new(agent_host::sandbox::launcher()?);
+        cmd.args(agent_sandbox::entry_args(&policy, program, rest)?)
+            .env("TMPDIR", dir.path());
+        cmd
     } else {
-        std::process::Command::new(program)
-            .args(rest)
-            .current_dir(&workspace)
-            .status()
+        let mut cmd = std::process::Command::new(program);
+        cmd.args(rest);
+        cmd
+    };
+    for name in agent_host::tools::HIDDEN_ENV {
+        cmd.env_remove(name);
     }
-    .context("cannot start the command")?;
+    let status = cmd
+        .current_dir(&workspace)
+        .status()
+        .context("cannot start the command")?;
+    drop(tmp);
     Ok(ExitCode::from(exit_byte(status)))
 }
 

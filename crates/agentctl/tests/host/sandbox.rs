@@ -1012,3 +1012,48 @@ mod runs {
     use crate::host::fresh_db::{self, FreshDb};
     agent_testkit::backend_tests!(fresh_db, [sqlite, postgres]: commands_run_sandboxed_without_asking_and_the_mode_is_recorded, an_escalation_always_asks_and_runs_outside_once_when_approved, a_denied_escalation_tells_the_model_and_the_resumed_run_stays_sandboxed, approval_deny_refuses_an_escalation, a_system_without_the_sandbox_refuses_an_explicit_mode_and_falls_back_from_the_default, a_kill_between_the_request_and_the_decision_keeps_the_mode, resume_with_a_stricter_mode_is_journaled_and_enforced, resume_with_sandbox_off_asks_for_every_command, a_resume_where_the_sandbox_cannot_be_had);
 }
+
+/// `agentctl sandbox` gives the command the environment a run's `shell` gets: without the
+/// API key or the database URLs, everything else kept; under every mode, `off` included
+/// (which its help lists).
+#[test]
+fn the_command_gets_the_environment_a_runs_shell_gets() {
+    let s = scene();
+    for mode in ["workspace-write", "read-only", "off"] {
+        let o = Command::new(env!("CARGO_BIN_EXE_agentctl"))
+            .env("HOME", &s.home)
+            .env("OPENAI_API_KEY", "sk-test-SECRET123")
+            .env("AGENTCTL_DB", "sqlite:///tmp/secret.db")
+            .env("KEEP_ME", "kept")
+            .args(["sandbox", "--mode", mode, "--workspace"])
+            .arg(&s.ws)
+            .args([
+                "--",
+                "sh",
+                "-c",
+                "echo key=${OPENAI_API_KEY:-none} db=${AGENTCTL_DB:-none} keep=$KEEP_ME",
+            ])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{mode}: {}", text(&o.stderr));
+        assert_eq!(text(&o.stdout), "key=none db=none keep=kept\n", "{mode}");
+    }
+    let help = Command::new(env!("CARGO_BIN_EXE_agentctl"))
+        .args(["sandbox", "--help"])
+        .output()
+        .unwrap();
+    assert!(
+        text(&help.stdout).contains("off: no sandbox"),
+        "{}",
+        text(&help.stdout)
+    );
+    let help = Command::new(env!("CARGO_BIN_EXE_agentctl"))
+        .args(["run", "--help"])
+        .output()
+        .unwrap();
+    assert!(
+        text(&help.stdout).contains("write_file run sandboxed"),
+        "{}",
+        text(&help.stdout)
+    );
+}

@@ -69,8 +69,9 @@ pub struct RunOptions {
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     pub max_tokens: Option<u64>,
     /// Override every tool's policy: ask (every call), auto (run everything), deny
-    /// (refuse side-effecting tools). Default: each tool's own policy (reads run, shell and
-    /// write_file ask); with --mock and no --mock-script, auto.
+    /// (refuse side-effecting tools). Default: each tool's own policy: reads run; shell and
+    /// write_file run sandboxed (read-only refuses write_file) and ask under --sandbox off;
+    /// with --mock and no --mock-script, auto.
     #[arg(long, value_enum)]
     pub approval: Option<ApprovalArg>,
     /// Compact the history (the API's compact endpoint) before a step whose previous
