@@ -70,6 +70,9 @@ async fn a_valid_answer_is_printed_as_json_and_shown() {
         &args(&schema_args(&schema)),
     ));
     assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    // The answer echoed on stderr ends its line: the next note starts a line of its own.
+    let stderr = text(&o.stderr);
+    assert!(stderr.contains("21.5}\nrun "), "{stderr}");
     // stdout is the parsed answer and nothing else: `| jq` works.
     let printed: Value = serde_json::from_str(text(&o.stdout).trim()).unwrap();
     assert_eq!(printed, json!({"city": "Paris", "temp": 21.5}));
@@ -200,6 +203,12 @@ async fn retries_run_out_into_exit_1_with_the_errors() {
         "{stderr}"
     );
     assert!(stderr.contains("temp"), "{stderr}");
+    assert!(
+        stderr
+            .lines()
+            .any(|l| l.starts_with("run ") && l.contains(" failed: ")),
+        "the failure starts a line of its own: {stderr}"
+    );
     assert_eq!(
         text(&o.stdout).trim(),
         "",

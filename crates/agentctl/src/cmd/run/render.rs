@@ -80,6 +80,20 @@ impl Human {
         }
         st.print(text);
     }
+
+    /// Ends the model's streamed text of a structured run with a newline: its answer is
+    /// echoed on stderr, where the next note (the run's end) would run on from it. (Other
+    /// runs stream to stdout, which [`finish`] ends.)
+    fn end_streamed_text(&self) {
+        let mut st = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if st.structured && st.in_text {
+            output::note("");
+            st.in_text = false;
+        }
+    }
 }
 
 fn first_line(text: &str, max: usize) -> String {
@@ -97,6 +111,7 @@ impl Observer for Human {
             return;
         };
         match parsed {
+            RunEvent::ModelCompleted(_) => self.end_streamed_text(),
             RunEvent::Created(created) => {
                 output::note(&format!(
                     "run {} started (workspace {})",
