@@ -110,9 +110,8 @@ async fn list(
         }
         let age_seconds = (now - row.created_at).max(0) / 1000;
         if global.json {
-            let mut line = serde_json::to_value(&row)?;
+            let mut line = output::typed("run", &row)?;
             if let Some(obj) = line.as_object_mut() {
-                obj.insert("type".into(), json!("run"));
                 obj.insert("age_seconds".into(), json!(age_seconds));
                 obj.insert("depth".into(), json!(depth));
             }
@@ -363,11 +362,7 @@ async fn search(
     store.close().await;
     for hit in hits? {
         if global.json {
-            let mut line = serde_json::to_value(&hit)?;
-            if let Some(obj) = line.as_object_mut() {
-                obj.insert("type".into(), json!("runs.search.hit"));
-            }
-            output::json_line(&line)?;
+            output::typed_line("runs.search.hit", &hit)?;
         } else {
             let what = match &hit.tool {
                 Some(tool) => format!("tool {tool}"),

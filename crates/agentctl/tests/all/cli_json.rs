@@ -60,7 +60,7 @@ fn checked(args: &[&str], out: &Output) -> Vec<Value> {
         .collect()
 }
 
-/// One line: a JSON object, a string `type`, snake_case keys of our own.
+/// One line: a JSON object, a string `type` as its first key, snake_case keys of our own.
 fn check_line(what: &str, line: &str) -> Value {
     let value: Value =
         serde_json::from_str(line).unwrap_or_else(|err| panic!("{what}: not JSON ({err}): {line}"));
@@ -70,6 +70,11 @@ fn check_line(what: &str, line: &str) -> Value {
     assert!(
         object.get("type").is_some_and(Value::is_string),
         "{what}: no string `type`: {line}"
+    );
+    assert_eq!(
+        object.keys().next().map(String::as_str),
+        Some("type"),
+        "{what}: `type` is not the first key: {line}"
     );
     no_camel_case(what, &value, line);
     value
