@@ -801,3 +801,38 @@ async fn a_reply_too_large_to_journal_still_records_its_usage() {
         "{failed}"
     );
 }
+
+/// A relative `--workspace` names the directory below the current one, for the sandbox's
+/// startup probe as for the tools: the run is sandboxed (no fallback, no approvals) and
+/// records the absolute path.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relative_workspace_is_sandboxed_and_recorded_absolute() {
+    let dir = tempfile::tempdir().unwrap();
+    let parent = dir.path().canonicalize().unwrap();
+    std::fs::create_dir(parent.join("ws1")).unwrap();
+    let db = format!("sqlite://{}", parent.join("rel.db").display());
+    let server = emulator(&script_by_outputs(&[
+        json!([call(
+            "c1",
+            "shell",
+            json!({"command": "echo hi > made.txt"})
+        )]),
+        answer("FINAL: relative"),
+    ]))
+    .await;
+    let o = out(agentctl(&db).current_dir(&parent).args([
+        "run",
+        "--base-url",
+        &server.base_url(),
+        "--workspace",
+        "ws1",
+        "do it",
+    ]));
+    let stderr = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{stderr}");
+    assert!(!stderr.contains("warning"), "{stderr}");
+    assert!(parent.join("ws1/made.txt").is_file());
+    let shown = show(&db, &only_run(&db));
+    assert_eq!(shown["sandbox"]["mode"], "workspace-write", "{shown}");
+    assert_eq!(shown["workspace"], parent.join("ws1").display().to_string());
+}

@@ -211,12 +211,19 @@ impl NewRun {
     /// A run of `prompt` in `workspace` (the directory its built-in tools may touch), on
     /// [`DEFAULT_MODEL`](Self::DEFAULT_MODEL) with [`DEFAULT_MAX_STEPS`](Self::DEFAULT_MAX_STEPS)
     /// steps, the default policies, over HTTP to the default endpoint.
+    ///
+    /// A relative `workspace` is made absolute here, against the current directory, so that
+    /// [`workspace_dir`](Self::workspace_dir) names the same directory from anywhere (the
+    /// sandbox's probe runs inside it); the run records its canonical form.
     pub fn new(prompt: impl Into<String>, workspace: impl Into<PathBuf>) -> NewRun {
+        let workspace = workspace.into();
         NewRun {
             prompt: prompt.into(),
             model: Self::DEFAULT_MODEL.into(),
             instructions: None,
-            workspace: workspace.into(),
+            // Fails only for an empty path or an unreadable current directory: kept as
+            // given, the run's creation then refuses it.
+            workspace: std::path::absolute(&workspace).unwrap_or(workspace),
             budgets: Budgets {
                 max_steps: Self::DEFAULT_MAX_STEPS,
                 max_tokens: None,
@@ -307,7 +314,7 @@ impl NewRun {
         &self.prompt
     }
 
-    /// The workspace directory.
+    /// The workspace directory (absolute unless the current directory could not be read).
     pub fn workspace_dir(&self) -> &std::path::Path {
         &self.workspace
     }
