@@ -836,3 +836,28 @@ async fn a_relative_workspace_is_sandboxed_and_recorded_absolute() {
     assert_eq!(shown["sandbox"]["mode"], "workspace-write", "{shown}");
     assert_eq!(shown["workspace"], parent.join("ws1").display().to_string());
 }
+
+/// A workspace whose path is not UTF-8 could be recorded only lossily, and never resumed:
+/// `run` refuses it (exit 2), naming it, and creates no run.
+#[test]
+fn a_workspace_path_that_is_not_utf8_is_refused() {
+    use std::os::unix::ffi::OsStrExt as _;
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("n.db").display());
+    let ws = dir.path().join(std::ffi::OsStr::from_bytes(b"wn\xff"));
+    std::fs::create_dir(&ws).unwrap();
+    let script = dir.path().join("s.json");
+    std::fs::write(&script, script_by_outputs(&[answer("FINAL: never")])).unwrap();
+    let o = out(agentctl(&db)
+        .args(["run", "--mock", "--mock-script"])
+        .arg(&script)
+        .arg("--workspace")
+        .arg(&ws)
+        .arg("x"));
+    let stderr = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("not a UTF-8 path"), "{stderr}");
+    assert!(stderr.contains(&ws.display().to_string()), "{stderr}");
+    let listed = out(agentctl(&db).args(["--json", "runs", "list"]));
+    assert_eq!(text(&listed.stdout), "", "no run was created");
+}

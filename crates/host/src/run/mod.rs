@@ -833,6 +833,17 @@ async fn create(
         path: new.workspace.display().to_string(),
         reason: err.to_string(),
     })?;
+    // The spec records the workspace as text: a path that is not UTF-8 would be recorded
+    // lossily, naming a directory that `resume` cannot find.
+    let Some(root) = workspace.root().to_str() else {
+        return Err(HostError::Workspace {
+            path: workspace.root().display().to_string(),
+            reason: "the path is not valid UTF-8, which a run cannot record; use a directory \
+                     whose path is"
+                .into(),
+        });
+    };
+    let root = root.to_string();
     let (mut specs, mut registry) =
         tools::builtin_with(&workspace, new.approval, tool_config, &new.sandbox);
     let found = mcp::discover(tool_config, workspace.root(), new.approval, &new.sandbox).await?;
@@ -873,7 +884,7 @@ async fn create(
         prompt: new.prompt,
         model: new.model,
         instructions: new.instructions,
-        workspace: workspace.root().display().to_string(),
+        workspace: root,
         tools: specs,
         mcp_servers: found.records,
         approval: new.approval,

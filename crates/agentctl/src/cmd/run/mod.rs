@@ -305,6 +305,13 @@ fn new_run(args: RunOptions) -> anyhow::Result<(NewRun, EndpointArgs)> {
         None if builtin_story => connect::demo_workspace()?,
         None => std::env::current_dir().context("cannot read the current directory")?,
     };
+    if workspace.to_str().is_none() {
+        return Err(UsageError(format!(
+            "the workspace {} is not a UTF-8 path, which a run cannot record (nor resume); use a directory whose path is",
+            workspace.display()
+        ))
+        .into());
+    }
     if workspace.exists() && !workspace.is_dir() {
         return Err(UsageError(format!(
             "the workspace {} is not a directory",
