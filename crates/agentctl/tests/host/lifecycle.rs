@@ -753,7 +753,14 @@ fn bad_input_is_a_usage_error_that_names_it() {
     usage(&["--mock"], Some(b"look\0around"), "NUL");
     usage(&["--mock"], Some(b"look \xff around"), "UTF-8");
     let big = vec![b'a'; 5_000_000];
-    usage(&["--mock"], Some(&big), "prompt");
+    usage(&["--mock"], Some(&big), "at most 3932160 bytes (3.75 MiB)");
+    // Within the limit as text, twice over it as the JSON `run.created` stores.
+    let quotes = vec![b'"'; 3_932_160];
+    usage(
+        &["--mock"],
+        Some(&quotes),
+        "the prompt is 7864322 bytes as stored",
+    );
     // No key in the environment, and no emulator.
     let mut cmd = agentctl(&db);
     cmd.env_remove("OPENAI_API_KEY")

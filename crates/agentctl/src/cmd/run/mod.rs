@@ -424,7 +424,9 @@ fn read_prompt(prompt: Option<String>) -> anyhow::Result<String> {
 }
 
 /// A prompt a run can record: some text, no NUL, and small enough for its `run.created`
-/// event to fit the journal's event limit beside the tools' schemas.
+/// event to fit the journal's event limit beside the tools' schemas. The size measured is
+/// the prompt's as that event stores it: a JSON string, where `"`, `\` and control
+/// characters take more bytes than in the text.
 fn check_prompt(prompt: &str) -> Result<(), UsageError> {
     /// Room left in `run.created` for the spec's other fields (the tools' schemas).
     const SPEC_ROOM: usize = 256 * 1024;
@@ -435,15 +437,43 @@ fn check_prompt(prompt: &str) -> Result<(), UsageError> {
     if prompt.contains('\0') {
         return Err(UsageError("the prompt contains a NUL character".into()));
     }
-    if prompt.len() > limit {
+    let stored = json_string_len(prompt);
+    if stored > limit {
+        let raw = if stored == prompt.len() {
+            String::new()
+        } else {
+            format!(" ({} bytes of text, escaped)", prompt.len())
+        };
         return Err(UsageError(format!(
-            "the prompt is {} bytes; a prompt must be at most {} bytes ({} MiB), since a run's first event records it whole",
-            prompt.len(),
-            limit,
-            limit / (1024 * 1024)
+            "the prompt is {stored} bytes as stored{raw}; a prompt may take at most {limit} bytes ({}), since a run's first event records it whole as JSON",
+            mib(limit)
         )));
     }
     Ok(())
+}
+
+/// The length of `text` as a JSON string (quotes included), as `serde_json` writes it.
+fn json_string_len(text: &str) -> usize {
+    let escapes: usize = text
+        .bytes()
+        .map(|b| match b {
+            b'"' | b'\\' | b'\n' | b'\r' | b'\t' | 0x08 | 0x0c => 1,
+            0x00..=0x1f => 5,
+            _ => 0,
+        })
+        .sum();
+    text.len() + escapes + 2
+}
+
+/// `bytes` in MiB, with up to two decimals (`3.75 MiB`, `4 MiB`).
+fn mib(bytes: usize) -> String {
+    let hundredths = bytes.saturating_mul(100) / (1024 * 1024);
+    let (whole, frac) = (hundredths / 100, hundredths % 100);
+    match frac {
+        0 => format!("{whole} MiB"),
+        f if f % 10 == 0 => format!("{whole}.{} MiB", f / 10),
+        f => format!("{whole}.{f:02} MiB"),
+    }
 }
 
 /// Options for driving from this process: the renderer, inline approvals on a terminal,
@@ -495,4 +525,40 @@ fn drive_options(
 fn finish(global: &GlobalArgs, report: RunReport) -> anyhow::Result<ExitCode> {
     render::finish(global.json, &global.command(), &report)?;
     Ok(Exit::of_end(&report.end).into())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn the_prompt_is_measured_as_the_json_it_is_stored_as() {
+        for text in [
+            "plain",
+            "\"quoted\" \\ back",
+            "tab\tnl\nbell\u{7}nul-free é ✓",
+        ] {
+            assert_eq!(
+                json_string_len(text),
+                serde_json::to_string(text).unwrap().len(),
+                "{text:?}"
+            );
+        }
+        // Under the limit as text, over it as JSON: refused up front, naming the prompt.
+        let quotes = "\"".repeat(3_932_160);
+        let err = check_prompt(&quotes).unwrap_err().0;
+        assert!(
+            err.starts_with("the prompt is 7864322 bytes as stored"),
+            "{err}"
+        );
+        assert!(err.contains("(3.75 MiB)"), "{err}");
+    }
+
+    #[test]
+    fn sizes_read_in_mib() {
+        assert_eq!(mib(4 * 1024 * 1024), "4 MiB");
+        assert_eq!(mib(3_932_160), "3.75 MiB");
+        assert_eq!(mib(3_670_016), "3.5 MiB");
+    }
 }
