@@ -868,3 +868,20 @@ fn a_workspace_path_that_is_not_utf8_is_refused() {
     let listed = out(agentctl(&db).args(["--json", "runs", "list"]));
     assert_eq!(text(&listed.stdout), "", "no run was created");
 }
+
+/// `submit` to a database that lives only in its own process queues a run no worker can
+/// ever see: a usage error that says a shared database is needed.
+#[test]
+fn submit_refuses_a_database_no_worker_can_share() {
+    let (_g, ws) = workspace();
+    for db in ["memory:", "sqlite::memory:"] {
+        let o = out(agentctl(db)
+            .args(["submit", "--workspace"])
+            .arg(&ws)
+            .arg("queued work"));
+        let stderr = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{db}: {stderr}");
+        assert!(stderr.contains("shared with the workers"), "{stderr}");
+        assert_eq!(text(&o.stdout), "", "no run id printed");
+    }
+}

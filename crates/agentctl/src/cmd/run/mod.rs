@@ -183,6 +183,7 @@ pub async fn run(global: &GlobalArgs, args: RunArgs) -> anyhow::Result<ExitCode>
 
 /// `agentctl submit`: creates the run for a worker to drive and prints its id.
 pub async fn submit(global: &GlobalArgs, args: SubmitArgs) -> anyhow::Result<ExitCode> {
+    check_shared_db(&global.database_url()?)?;
     let sandbox = args.run.sandbox;
     let (new, _) = new_run(args.run)?;
     let tools = tool_config(new.workspace_dir(), &args.mcp)?;
@@ -200,6 +201,18 @@ pub async fn submit(global: &GlobalArgs, args: SubmitArgs) -> anyhow::Result<Exi
         ));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// A queued run is driven by a worker, another process: a database that lives only in
+/// this one (`memory:`, `sqlite::memory:`) would be gone, with the run, once `submit` exits.
+fn check_shared_db(url: &str) -> Result<(), UsageError> {
+    if url == agent_journal::MEMORY_URL || url.starts_with("sqlite::memory:") {
+        return Err(UsageError(format!(
+            "submit cannot queue a run in --db {url}: it lives only in this process, so no worker could ever see the run; \
+             a queued run needs a database shared with the workers (sqlite://PATH or postgres://...)"
+        )));
+    }
+    Ok(())
 }
 
 /// `new` with its sandbox: `--sandbox`, else `[sandbox] mode`, else `workspace-write`;
