@@ -131,6 +131,20 @@ pub enum HostError {
         /// The budget given.
         given: u64,
     },
+    /// `resume` of a run paused by a budget it has used up, with no higher one given.
+    #[error(
+        "run {run} paused having used {used} of its {budget} {what}; resuming it without a higher budget would pause it again at once (give --max-{what} above {used})"
+    )]
+    BudgetUsedUp {
+        /// The run id.
+        run: String,
+        /// `steps` or `tokens`.
+        what: &'static str,
+        /// What it used.
+        used: u64,
+        /// Its budget.
+        budget: u64,
+    },
     /// A steer with no text.
     #[error("the steer text is empty")]
     EmptySteer,
@@ -179,6 +193,8 @@ impl HostError {
             self,
             HostError::Ended { .. }
                 | HostError::BudgetBelowUsed { .. }
+                | HostError::BudgetUsedUp { .. }
+                | HostError::NotFound(_)
                 | HostError::EmptySteer
                 | HostError::NotDriven { .. }
                 | HostError::NotPaused { .. }

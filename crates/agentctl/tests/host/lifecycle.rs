@@ -100,8 +100,31 @@ async fn budget_pause_then_resume_with_more() {
     let shown = show(&db, &run);
     assert_eq!(shown["status"], "paused");
     assert_eq!(shown["detail"], "max_steps");
+    // Without a higher budget it would pause again at once: refused, nothing claimed.
     let again = out(&mut resume_cmd(&db, &server, &run, &[]));
-    assert_eq!(again.status.code(), Some(3), "still over budget");
+    assert_eq!(again.status.code(), Some(2), "{}", text(&again.stderr));
+    assert!(
+        text(&again.stderr).contains("--max-steps above 1"),
+        "{}",
+        text(&again.stderr)
+    );
+    assert!(kinds_of(&events(&db, &run).await, "run.resumed").is_empty());
+    // An unknown run id is bad input too.
+    for args in [
+        &["resume", "no-such-run"][..],
+        &["runs", "show", "no-such-run"],
+        &["approve", "no-such-run", "c1"],
+        &["steer", "no-such-run", "hello"],
+        &["interrupt", "no-such-run"],
+    ] {
+        let o = out(agentctl(&db).args(args));
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", text(&o.stderr));
+        assert!(
+            text(&o.stderr).contains("no-such-run"),
+            "{}",
+            text(&o.stderr)
+        );
+    }
     // No --base-url: the run goes back to the endpoint it was started with.
     let o = out(agentctl(&db).args(["resume", &run, "--max-steps", "10"]));
     assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));

@@ -673,6 +673,7 @@ impl Host {
                 check_budget(run_id, "tokens", state.usage.total_tokens, n)?;
                 budgets.max_tokens = Some(n);
             }
+            check_budget_room(run_id, &state, budgets)?;
             let resumed_at = state.last_seq;
             // Claim first (expected version: nobody else wrote since we looked), then adopt.
             let resumed = RunResumed {
@@ -986,6 +987,33 @@ pub(crate) fn check_budget(
             what,
             used,
             given,
+        });
+    }
+    Ok(())
+}
+
+/// A run paused by a budget must be resumed with room in that budget: with the budget it
+/// used up, it would say "resumed" and pause again at once.
+fn check_budget_room(run: &str, state: &RunState, budgets: Budgets) -> Result<(), HostError> {
+    if state.status != Some(RunStatus::Paused) {
+        return Ok(());
+    }
+    let (what, used, budget) = match state.status_detail() {
+        Some(reason) if reason == PauseReason::MaxSteps.as_str() => {
+            ("steps", state.step_count(), budgets.max_steps)
+        }
+        Some(reason) if reason == PauseReason::MaxTokens.as_str() => match budgets.max_tokens {
+            Some(max) => ("tokens", state.usage.total_tokens, max),
+            None => return Ok(()),
+        },
+        _ => return Ok(()),
+    };
+    if used >= budget {
+        return Err(HostError::BudgetUsedUp {
+            run: run.to_string(),
+            what,
+            used,
+            budget,
         });
     }
     Ok(())
