@@ -33,6 +33,7 @@ use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post};
 
+pub use agent_http::server::Limits;
 pub use app::{SubmitRequest, Submitter};
 pub use body::MAX_BODY;
 pub use error::ApiError;
@@ -61,6 +62,7 @@ pub struct Bound {
     addr: SocketAddr,
     router: Router,
     link: String,
+    limits: Limits,
 }
 
 impl Bound {
@@ -69,19 +71,25 @@ impl Bound {
         self.addr
     }
 
-    /// The console's one-time link (it holds the token: print it once, to the user).
+    /// The console's sign-in link (it holds the token: print it once, to the user; it
+    /// signs a browser in as often as it is opened while this server runs).
     pub fn console_link(&self) -> &str {
         &self.link
     }
 
-    /// Serves until `shutdown` completes; open event streams end then.
+    /// Other bounds on connections than [`Limits::default`] (most at once, idle time).
+    pub fn with_limits(mut self, limits: Limits) -> Bound {
+        self.limits = limits;
+        self
+    }
+
+    /// Serves until `shutdown` completes; open event streams end then (see
+    /// [`agent_http::server`] for how connections are bounded and closed).
     pub async fn run(
         self,
         shutdown: impl std::future::Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
-        axum::serve(self.listener, self.router)
-            .with_graceful_shutdown(shutdown)
-            .await
+        agent_http::server::serve(self.listener, self.router, self.limits, shutdown).await
     }
 }
 
@@ -110,6 +118,7 @@ pub async fn bind(
         addr,
         router: router(app),
         link,
+        limits: Limits::default(),
     })
 }
 

@@ -1,12 +1,21 @@
 //! Keep-alive: a response after which the server closes its connection says so, so that a
 //! client does not send its next request on a connection that is closing.
 //!
+//! Bounds: idle and half-sent connections are closed, and a flood of them cannot lock a
+//! client out.
+//!
 //! A real server on 127.0.0.1 over an in-memory journal with one run, and a real HTTP
-//! client that keeps connections alive (reqwest).
+//! client that keeps connections alive (reqwest), or raw sockets.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests may unwrap
 
+use std::time::Duration;
+
+use agent_serve::Limits;
+use futures::StreamExt as _;
 use reqwest::header::CONNECTION;
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::net::TcpStream;
 
 mod common;
 
@@ -104,4 +113,149 @@ async fn the_request_after_a_refused_body_is_answered() {
             .unwrap_or_else(|e| panic!("request {i} after a refused body: {e:?}"));
         assert_eq!(next.status(), 200);
     }
+}
+
+/// Whether the server closes `stream` within `within` (a read that ends or fails), rather
+/// than keeping it open.
+async fn closed_within(stream: &mut tokio::net::TcpStream, within: Duration) -> bool {
+    let mut buf = [0u8; 4096];
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        match tokio::time::timeout_at(deadline, stream.read(&mut buf)).await {
+            Err(_) => return false,
+            Ok(Ok(0) | Err(_)) => return true,
+            // An answer (a refusal, a timeout response): keep reading to the close.
+            Ok(Ok(_)) => {}
+        }
+    }
+}
+
+async fn limited(limits: Limits) -> Server {
+    let dir = tempfile::tempdir().unwrap();
+    let (addr, run) = common::start_with(dir.path(), TOKEN, limits).await;
+    Server {
+        base: format!("http://{addr}"),
+        run,
+        _dir: dir,
+    }
+}
+
+fn addr_of(s: &Server) -> String {
+    s.base.trim_start_matches("http://").to_string()
+}
+
+/// The review's `slow.py`: a connection that sent nothing and one that sent half a request
+/// line were both open minutes later. Now both close once idle for the timeout, and so
+/// does a kept-alive connection after its answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_and_half_sent_connections_are_closed() {
+    let s = limited(Limits {
+        max_connections: 64,
+        idle_timeout: Duration::from_millis(300),
+    })
+    .await;
+    let addr = addr_of(&s);
+    let mut silent = TcpStream::connect(&addr).await.unwrap();
+    let mut half = TcpStream::connect(&addr).await.unwrap();
+    half.write_all(b"GET /api/v1/runs HTTP/1.1\r\nHo")
+        .await
+        .unwrap();
+    let mut kept = TcpStream::connect(&addr).await.unwrap();
+    let request = format!(
+        "GET /api/v1/runs HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {TOKEN}\r\n\r\n"
+    );
+    kept.write_all(request.as_bytes()).await.unwrap();
+    let mut buf = [0u8; 64];
+    let n = kept.read(&mut buf).await.unwrap();
+    assert!(buf[..n].starts_with(b"HTTP/1.1 200"), "{:?}", &buf[..n]);
+    for (name, stream) in [
+        ("silent", &mut silent),
+        ("half", &mut half),
+        ("kept", &mut kept),
+    ] {
+        assert!(
+            closed_within(stream, Duration::from_secs(5)).await,
+            "the {name} connection is still open"
+        );
+    }
+}
+
+/// An event stream is one request in progress for as long as it runs: the idle timeout
+/// never cuts it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_live_event_stream_outlives_the_idle_timeout() {
+    let s = limited(Limits {
+        max_connections: 64,
+        idle_timeout: Duration::from_millis(200),
+    })
+    .await;
+    let client = reqwest::Client::new();
+    let stream = client
+        .get(format!("{}/api/v1/runs/{}/events/stream", s.base, s.run))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stream.status(), 200);
+    let mut body = stream.bytes_stream();
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let steer = reqwest::Client::new()
+        .post(format!("{}/api/v1/runs/{}/steer", s.base, s.run))
+        .bearer_auth(TOKEN)
+        .json(&serde_json::json!({"text": "after a quiet second"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(steer.status(), 202);
+    let mut seen = String::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !seen.contains("after a quiet second") {
+        match tokio::time::timeout_at(deadline, body.next()).await {
+            Ok(Some(Ok(chunk))) => seen.push_str(&String::from_utf8_lossy(&chunk)),
+            other => panic!("the stream ended or stalled: {other:?}; got {seen}"),
+        }
+    }
+}
+
+/// The review's `flood.py`: ~20k idle connections used up the file descriptors and an
+/// authenticated request timed out. Past the connection limit the longest-idle connections
+/// are closed, so the flood holds at most the limit and a real request gets through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_idle_connections_makes_room_for_a_real_request() {
+    const MAX: usize = 8;
+    let s = limited(Limits {
+        max_connections: MAX,
+        idle_timeout: Duration::from_secs(120),
+    })
+    .await;
+    let addr = addr_of(&s);
+    let mut flood = Vec::new();
+    for _ in 0..4 * MAX {
+        flood.push(TcpStream::connect(&addr).await.unwrap());
+    }
+    let answer = tokio::time::timeout(
+        Duration::from_secs(10),
+        reqwest::Client::new()
+            .get(format!("{}/api/v1/runs", s.base))
+            .bearer_auth(TOKEN)
+            .send(),
+    )
+    .await
+    .expect("the request timed out behind the flood")
+    .unwrap();
+    assert_eq!(answer.status(), 200);
+    let closed = futures::future::join_all(
+        flood
+            .iter_mut()
+            .map(|stream| closed_within(stream, Duration::from_secs(2))),
+    )
+    .await;
+    let open = closed.iter().filter(|c| !**c).count();
+    assert!(
+        open <= MAX,
+        "{open} idle connections of {} still open",
+        flood.len()
+    );
+    // The oldest went first.
+    assert!(closed[0], "{closed:?}");
 }

@@ -4,11 +4,18 @@
 use std::net::SocketAddr;
 use std::path::Path;
 
-use agent_serve::{ServeOptions, Token};
+use agent_serve::{Limits, ServeOptions, Token};
 
 /// Starts a server whose token is `token` (written under `dir`, which also holds the run's
 /// workspace) on a task of the current runtime; its address and the run's id.
+#[allow(dead_code)] // not every test binary uses both
 pub async fn start(dir: &Path, token: &str) -> (SocketAddr, String) {
+    start_with(dir, token, Limits::default()).await
+}
+
+/// [`start`], with `limits` on connections.
+#[allow(dead_code)] // not every test binary uses both
+pub async fn start_with(dir: &Path, token: &str, limits: Limits) -> (SocketAddr, String) {
     let token_path = dir.join("token");
     std::fs::write(&token_path, token).unwrap();
     let journal = agent_journal::Journal::open("memory:").await.unwrap();
@@ -26,7 +33,8 @@ pub async fn start(dir: &Path, token: &str) -> (SocketAddr, String) {
     };
     let bound = agent_serve::bind(journal, "127.0.0.1:0".parse().unwrap(), options)
         .await
-        .unwrap();
+        .unwrap()
+        .with_limits(limits);
     let addr = bound.local_addr();
     tokio::spawn(bound.run(std::future::pending()));
     (addr, run)

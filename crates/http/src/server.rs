@@ -1,0 +1,401 @@
+//! An accept loop for an axum router that idle connections cannot exhaust.
+//!
+//! `axum::serve` keeps every connection it accepts until the client closes it: a connection
+//! that sends nothing, or half a request head, is held forever, and enough of them (no
+//! token needed) use up the process's file descriptors until nobody gets in. This loop
+//! serves HTTP/1.1 and HTTP/2 (prior knowledge) as `axum::serve` does, with two bounds:
+//!
+//! Invariants:
+//! - A request is *in progress* from its complete head until its response body has ended
+//!   or been dropped; a live SSE stream is one request in progress for as long as it runs.
+//! - A connection with no request in progress (none sent yet, a head half sent, idle between
+//!   requests) for [`Limits::idle_timeout`] is closed: asked to close gracefully, and
+//!   dropped [`CLOSE_GRACE`] later if it has not. A connection with a request in progress
+//!   is never closed for idleness.
+//! - At most [`Limits::max_connections`] connections are served. One more evicts the
+//!   connection that has been idle the longest (closed as above); when every connection
+//!   has a request in progress, the newcomer is closed at once. So a flood of idle
+//!   connections makes room for a client that sends its request, rather than shutting it
+//!   out.
+//! - When the process is out of file descriptors, accepting evicts the longest-idle
+//!   connection and waits a moment instead of spinning.
+//! - At shutdown nothing more is accepted, every connection is asked to close gracefully
+//!   (an idle one closes at once), those still open [`SHUTDOWN_GRACE`] later (live SSE
+//!   streams) are dropped, and [`serve`] returns once every connection is closed.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::http::{Request, Response};
+use http_body::{Frame, SizeHint};
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{Notify, watch};
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+
+/// How long a connection asked to close (idle, evicted) may take before it is dropped.
+pub const CLOSE_GRACE: Duration = Duration::from_secs(1);
+
+/// How long connections may take to close at shutdown before they are dropped.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
+
+/// How long accepting pauses when the process is out of file descriptors.
+const OUT_OF_FILES_PAUSE: Duration = Duration::from_millis(50);
+
+/// The bounds on connections.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Most connections served at once (at least 1).
+    pub max_connections: usize,
+    /// How long a connection may go without a request in progress before it is closed.
+    pub idle_timeout: Duration,
+}
+
+impl Limits {
+    /// The default [`Limits::max_connections`].
+    pub const MAX_CONNECTIONS: usize = 1024;
+    /// The default [`Limits::idle_timeout`].
+    pub const IDLE_TIMEOUT: Duration = Duration::from_secs(10);
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            max_connections: Limits::MAX_CONNECTIONS,
+            idle_timeout: Limits::IDLE_TIMEOUT,
+        }
+    }
+}
+
+/// Serves `router` on `listener` within `limits` until `shutdown` completes (see the module
+/// invariants for what happens to open connections then).
+pub async fn serve(
+    listener: TcpListener,
+    router: Router,
+    limits: Limits,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let registry = Arc::new(Registry {
+        conns: Mutex::new(HashMap::new()),
+        next_id: AtomicU64::new(0),
+        max: limits.max_connections.max(1),
+    });
+    let (stop, stopped) = watch::channel(false);
+    let mut tasks = JoinSet::new();
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            () = &mut shutdown => break,
+            Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => {
+                    let Some(conn) = registry.admit() else {
+                        tracing::debug!(target: "agent_http", "every connection is busy: a new one is closed");
+                        drop(stream);
+                        continue;
+                    };
+                    let service = Service { router: router.clone(), conn: Arc::clone(&conn) };
+                    let registry = Arc::clone(&registry);
+                    let stopped = stopped.clone();
+                    tasks.spawn(async move {
+                        drive(stream, service, &conn, limits.idle_timeout, stopped).await;
+                        registry.remove(conn.id);
+                    });
+                }
+                Err(err) if out_of_files(&err) => {
+                    tracing::warn!(target: "agent_http", %err, "accept failed: closing the longest-idle connection");
+                    registry.evict_longest_idle();
+                    tokio::time::sleep(OUT_OF_FILES_PAUSE).await;
+                }
+                // A connection reset or aborted before it was accepted: nothing to do.
+                Err(err) => tracing::debug!(target: "agent_http", %err, "accept failed"),
+            },
+        }
+    }
+    drop(listener);
+    let _ = stop.send(true);
+    while tasks.join_next().await.is_some() {}
+    Ok(())
+}
+
+/// Whether an accept failed for want of file descriptors (EMFILE, ENFILE).
+fn out_of_files(err: &std::io::Error) -> bool {
+    matches!(err.raw_os_error(), Some(23 | 24))
+}
+
+/// Serves one connection until it closes, its idle time runs out, it is evicted, or the
+/// server stops.
+async fn drive(
+    stream: TcpStream,
+    service: Service,
+    conn: &Conn,
+    idle_timeout: Duration,
+    mut stopped: watch::Receiver<bool>,
+) {
+    let builder = auto::Builder::new(TokioExecutor::new());
+    let connection = builder.serve_connection(TokioIo::new(stream), service);
+    tokio::pin!(connection);
+    // Once asked to close: when it is dropped if it has not closed by then.
+    let mut closing: Option<Instant> = None;
+    loop {
+        let wake = closing.unwrap_or_else(|| conn.idle_deadline(idle_timeout));
+        tokio::select! {
+            served = connection.as_mut() => {
+                if let Err(err) = served {
+                    tracing::debug!(target: "agent_http", %err, "connection ended");
+                }
+                return;
+            }
+            () = tokio::time::sleep_until(wake) => {
+                if closing.is_some() {
+                    return;
+                }
+                if conn.idle_deadline(idle_timeout) <= Instant::now() {
+                    connection.as_mut().graceful_shutdown();
+                    closing = Some(Instant::now() + CLOSE_GRACE);
+                }
+            }
+            () = conn.evict.notified(), if closing.is_none() => {
+                connection.as_mut().graceful_shutdown();
+                closing = Some(Instant::now() + CLOSE_GRACE);
+            }
+            _ = stopped.wait_for(|stop| *stop), if closing.is_none() => {
+                connection.as_mut().graceful_shutdown();
+                closing = Some(Instant::now() + SHUTDOWN_GRACE);
+            }
+        }
+    }
+}
+
+/// The connections being served.
+struct Registry {
+    conns: Mutex<HashMap<u64, Arc<Conn>>>,
+    next_id: AtomicU64,
+    max: usize,
+}
+
+impl Registry {
+    /// A new connection's record, evicting the longest-idle one when the server is full;
+    /// `None` when it is full of connections with requests in progress.
+    fn admit(&self) -> Option<Arc<Conn>> {
+        let mut conns = self.conns.lock().unwrap_or_else(PoisonError::into_inner);
+        let open = conns
+            .values()
+            .filter(|c| !c.evicted.load(Ordering::Acquire))
+            .count();
+        if open >= self.max && !evict_longest_idle(&conns) {
+            return None;
+        }
+        let conn = Arc::new(Conn {
+            id: self.next_id.fetch_add(1, Ordering::Relaxed),
+            in_flight: AtomicUsize::new(0),
+            idle_since: Mutex::new(Instant::now()),
+            evict: Notify::new(),
+            evicted: AtomicBool::new(false),
+        });
+        conns.insert(conn.id, Arc::clone(&conn));
+        Some(conn)
+    }
+
+    fn evict_longest_idle(&self) -> bool {
+        evict_longest_idle(&self.conns.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    fn remove(&self, id: u64) {
+        self.conns
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&id);
+    }
+}
+
+/// Asks the connection idle the longest (not asked already) to close; whether there was one.
+fn evict_longest_idle(conns: &HashMap<u64, Arc<Conn>>) -> bool {
+    let victim = conns
+        .values()
+        .filter(|c| !c.evicted.load(Ordering::Acquire))
+        .filter_map(|c| c.idle_since().map(|since| (since, c)))
+        .min_by_key(|(since, _)| *since);
+    match victim {
+        Some((_, conn)) => {
+            conn.evicted.store(true, Ordering::Release);
+            conn.evict.notify_one();
+            tracing::debug!(target: "agent_http", "connections at the limit: the longest-idle one is closed");
+            true
+        }
+        None => false,
+    }
+}
+
+/// One connection's record.
+struct Conn {
+    id: u64,
+    /// Requests in progress.
+    in_flight: AtomicUsize,
+    /// When the last request in progress ended (or the connection was accepted).
+    idle_since: Mutex<Instant>,
+    /// Asks the connection to close (eviction).
+    evict: Notify,
+    /// Whether it was asked to.
+    evicted: AtomicBool,
+}
+
+impl Conn {
+    /// Since when it has had no request in progress; `None` while it has one.
+    fn idle_since(&self) -> Option<Instant> {
+        let since = *self
+            .idle_since
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        (self.in_flight.load(Ordering::Acquire) == 0).then_some(since)
+    }
+
+    /// When its idle time runs out (while a request is in progress: a full timeout from
+    /// now, to look again then).
+    fn idle_deadline(&self, idle_timeout: Duration) -> Instant {
+        self.idle_since()
+            .unwrap_or_else(Instant::now)
+            .checked_add(idle_timeout)
+            .unwrap_or_else(Instant::now)
+    }
+}
+
+/// A request in progress on a connection, from its head until its response body is done.
+struct Busy(Arc<Conn>);
+
+impl Busy {
+    fn new(conn: Arc<Conn>) -> Busy {
+        conn.in_flight.fetch_add(1, Ordering::AcqRel);
+        Busy(conn)
+    }
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        // The time first, so that whoever sees no request in progress sees when it ended.
+        *self
+            .0
+            .idle_since
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Instant::now();
+        self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// The router, with each request counted on its connection.
+#[derive(Clone)]
+struct Service {
+    router: Router,
+    conn: Arc<Conn>,
+}
+
+impl hyper::service::Service<Request<Incoming>> for Service {
+    type Response = Response<Body>;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Response<Body>, Infallible>> + Send>>;
+
+    fn call(&self, req: Request<Incoming>) -> Self::Future {
+        let busy = Busy::new(Arc::clone(&self.conn));
+        // A router is always ready (axum's `Router::poll_ready` never waits).
+        let mut router = self.router.clone();
+        let answer = tower_service::Service::call(&mut router, req.map(Body::new));
+        Box::pin(async move {
+            let response = answer.await?;
+            Ok(response.map(|inner| Body::new(Counted { inner, _busy: busy })))
+        })
+    }
+}
+
+/// A response body that keeps its request in progress until it ends or is dropped.
+struct Counted {
+    inner: Body,
+    _busy: Busy,
+}
+
+impl http_body::Body for Counted {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
+        Pin::new(&mut self.inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_full_server_evicts_the_longest_idle_connection_and_refuses_when_all_are_busy() {
+        let registry = Registry {
+            conns: Mutex::new(HashMap::new()),
+            next_id: AtomicU64::new(0),
+            max: 2,
+        };
+        let (Some(first), Some(second)) = (registry.admit(), registry.admit()) else {
+            unreachable!("room for two");
+        };
+        let busy_second = Busy::new(Arc::clone(&second));
+        // Full: the idle one goes, the busy one stays.
+        assert!(registry.admit().is_some());
+        assert!(first.evicted.load(Ordering::Acquire));
+        assert!(!second.evicted.load(Ordering::Acquire));
+        registry.remove(first.id);
+        // Full again (the second busy, the third idle): the third goes.
+        assert!(registry.admit().is_some());
+        let conns = registry
+            .conns
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        assert_eq!(
+            conns
+                .values()
+                .filter(|c| c.evicted.load(Ordering::Acquire))
+                .count(),
+            1
+        );
+        drop(conns);
+        // Every open connection busy: a newcomer is refused.
+        let open: Vec<Arc<Conn>> = registry
+            .conns
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .values()
+            .filter(|c| !c.evicted.load(Ordering::Acquire))
+            .cloned()
+            .collect();
+        let _busy: Vec<Busy> = open
+            .iter()
+            .filter(|c| c.id != second.id)
+            .map(|c| Busy::new(Arc::clone(c)))
+            .collect();
+        assert!(registry.admit().is_none());
+        // A request that ends makes its connection idle (and evictable) again.
+        drop(busy_second);
+        assert!(second.idle_since().is_some());
+        assert!(registry.admit().is_some());
+        assert!(second.evicted.load(Ordering::Acquire));
+    }
+}
