@@ -1,7 +1,8 @@
 //! The door: every request passes here first.
 //!
 //! Order (each step answers before the next one looks):
-//! 1. `Host` must name this server (DNS rebinding): else 403 `forbidden_host`.
+//! 1. `Host` (HTTP/2: `:authority`) must name this server (DNS rebinding): else 403
+//!    `forbidden_host`.
 //! 2. The token, from `Authorization: Bearer` or the `agentctl_token` cookie.
 //! 3. A `POST` with an `Origin` must come from this server's origin; a `POST` authenticated
 //!    by the cookie must carry one (CSRF): else 403 `forbidden_origin`.
@@ -30,9 +31,7 @@ enum By {
 }
 
 pub(crate) async fn guard(State(app): State<Arc<App>>, mut req: Request, next: Next) -> Response {
-    let headers = req.headers();
-    let host = headers.get(header::HOST).and_then(|h| h.to_str().ok());
-    if !host.is_some_and(|h| app.allows_host(h)) {
+    if !names_this_server(&app, &req) {
         return ApiError::new(
             StatusCode::FORBIDDEN,
             "forbidden_host",
@@ -40,6 +39,7 @@ pub(crate) async fn guard(State(app): State<Arc<App>>, mut req: Request, next: N
         )
         .into_response();
     }
+    let headers = req.headers();
     let bearer = headers
         .get(header::AUTHORIZATION)
         .and_then(|h| h.to_str().ok())
@@ -72,6 +72,20 @@ pub(crate) async fn guard(State(app): State<Arc<App>>, mut req: Request, next: N
     }
     req.extensions_mut().insert(Authed(by.is_some()));
     next.run(req).await
+}
+
+/// Whether the request names this server: by its `Host` header (HTTP/1.1), its URI's
+/// authority (HTTP/2's `:authority`; an HTTP/1.1 absolute-form target), or both, each of
+/// them allowed. A request naming neither is refused.
+fn names_this_server(app: &App, req: &Request) -> bool {
+    let host = req.headers().get(header::HOST).map(|h| h.to_str().ok());
+    let authority = req.uri().authority().map(|a| Some(a.as_str()));
+    let named = [host, authority];
+    named.iter().any(Option::is_some)
+        && named
+            .iter()
+            .flatten()
+            .all(|name| name.is_some_and(|n| app.allows_host(n)))
 }
 
 /// The value of cookie `name`, if the request has it.

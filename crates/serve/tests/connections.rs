@@ -259,3 +259,51 @@ async fn a_flood_of_idle_connections_makes_room_for_a_real_request() {
     // The oldest went first.
     assert!(closed[0], "{closed:?}");
 }
+
+/// The review found HTTP/2 (prior knowledge) accepted but every request refused with
+/// `forbidden_host`: HTTP/2 names the server in `:authority`, not in a `Host` header. The
+/// authority passes the same check as `Host` does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http2_requests_are_checked_by_their_authority() {
+    let s = server().await;
+    let h2 = reqwest::Client::builder()
+        .http2_prior_knowledge()
+        .build()
+        .unwrap();
+    let listed = h2
+        .get(format!("{}/api/v1/runs", s.base))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(listed.version(), reqwest::Version::HTTP_2);
+    assert_eq!(listed.status(), 200, "{:?}", listed.text().await);
+    // Another name in the authority is refused as another Host is.
+    let port = s.base.rsplit(':').next().unwrap();
+    let rebound = reqwest::Client::builder()
+        .http2_prior_knowledge()
+        .resolve("evil.example", format!("127.0.0.1:{port}").parse().unwrap())
+        .build()
+        .unwrap();
+    let foreign = rebound
+        .get(format!("http://evil.example:{port}/api/v1/runs"))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(foreign.status(), 403);
+    // An HTTP/1.1 request whose target names another server is refused, whatever its Host.
+    let addr = addr_of(&s);
+    let mut raw = TcpStream::connect(&addr).await.unwrap();
+    let request = format!(
+        "GET http://evil.example/api/v1/runs HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {TOKEN}\r\nConnection: close\r\n\r\n"
+    );
+    raw.write_all(request.as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    raw.read_to_end(&mut answer).await.unwrap();
+    assert!(
+        answer.starts_with(b"HTTP/1.1 403"),
+        "{}",
+        String::from_utf8_lossy(&answer)
+    );
+}
