@@ -35,6 +35,11 @@ impl ApiError {
         ApiError::new(StatusCode::BAD_REQUEST, "bad_request", message)
     }
 
+    /// A well-formed request that cannot be taken: the message names the field or says why.
+    pub fn invalid(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::BAD_REQUEST, "invalid", message)
+    }
+
     /// No such run, call or route.
     pub fn not_found(message: impl Into<String>) -> ApiError {
         ApiError::new(StatusCode::NOT_FOUND, "not_found", message)
@@ -70,7 +75,8 @@ impl From<HostError> for ApiError {
         let message = err.to_string();
         match err {
             HostError::NotFound(_) => ApiError::not_found(message),
-            // An id no thread can have (a NUL, too long): no such run.
+            // An id no thread can have (a NUL, too long): no such run. Body fields never
+            // get here: `body::json` refuses a NUL in any of them first.
             HostError::Journal(agent_journal::JournalError::InvalidInput { .. }) => {
                 ApiError::not_found(format!("no such run ({message})"))
             }
@@ -106,6 +112,9 @@ impl From<HostError> for ApiError {
             | HostError::McpServerMissing { .. } => {
                 ApiError::new(StatusCode::BAD_REQUEST, "invalid", message)
             }
+            // A usage error of the CLI's (exit 2) not named above: the request, not the
+            // server, is at fault.
+            other if other.is_usage() => ApiError::invalid(message),
             _ => {
                 tracing::warn!(target: "agent_serve", %message, "request failed");
                 ApiError::internal(message)

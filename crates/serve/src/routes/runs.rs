@@ -49,12 +49,20 @@ pub(crate) async fn list(
     let limit = q.limit.unwrap_or(50).clamp(1, MAX_PAGE);
     let now = now_ms();
     let rows = runs_table(&app.journal).await?;
+    let cursor = q.cursor.as_deref().filter(|c| !c.is_empty());
+    if let Some(cursor) = cursor
+        && !rows.iter().any(|r| r.run_id == cursor)
+    {
+        return Err(ApiError::bad_request(format!(
+            "cursor: `{cursor}` is no run's id (give the next_cursor of the previous page)"
+        )));
+    }
     // Newest first; a cursor is the last run id of the previous page.
     let mut page: Vec<Value> = Vec::new();
     let mut more = false;
     for row in rows
         .into_iter()
-        .filter(|r| q.cursor.as_deref().is_none_or(|c| r.run_id.as_str() < c))
+        .filter(|r| cursor.is_none_or(|c| r.run_id.as_str() < c))
         .filter(|r| status.is_none_or(|s| r.status == s))
     {
         if page.len() == limit {
