@@ -350,8 +350,11 @@ async fn runs_approvals_and_errors(db: FreshDb) {
         (status, code.as_str()),
         (StatusCode::NOT_FOUND, "not_found")
     );
-    let (status, body) =
-        call_api(s.post(&path, json!({"decision": "approve", "sha256": sha}))).await;
+    let (status, body) = call_api(s.post(
+        &path,
+        json!({"decision": "approve", "sha256": sha, "reason": "looks right"}),
+    ))
+    .await;
     assert_eq!(status, StatusCode::OK, "{body}");
     assert!(body["by"].as_str().unwrap().starts_with("serve@"));
     // The CLI comes second and is told who was first; so is a second page.
@@ -362,6 +365,13 @@ async fn runs_approvals_and_errors(db: FreshDb) {
     assert_eq!(status, StatusCode::CONFLICT, "{body}");
     assert_eq!(body["error"]["code"], "already_decided");
     assert_eq!(body["error"]["decided"]["decision"], "approve");
+    assert_eq!(body["error"]["decided"]["reason"], "looks right", "{body}");
+    assert!(
+        body["error"]["decided"]["by"]
+            .as_str()
+            .unwrap()
+            .starts_with("serve@")
+    );
     assert!(
         body["error"]["message"]
             .as_str()
@@ -393,7 +403,14 @@ async fn runs_approvals_and_errors(db: FreshDb) {
         evs.iter().filter(|e| &*e.kind == "steer.applied").count(),
         1
     );
-    // A completed run cannot be offered again.
+    // A completed run takes no steer (it would only be dropped)...
+    let (status, code, msg) = error_of(s.post(&steer, json!({"text": "too late"}))).await;
+    assert_eq!(
+        (status, code.as_str()),
+        (StatusCode::CONFLICT, "conflict"),
+        "{msg}"
+    );
+    // ...and cannot be offered again.
     let (status, code, _) =
         error_of(s.post(&format!("/api/v1/runs/{run}/resume"), json!({}))).await;
     assert_eq!((status, code.as_str()), (StatusCode::CONFLICT, "conflict"));
@@ -408,6 +425,14 @@ async fn runs_approvals_and_errors(db: FreshDb) {
             .any(|h| h["run_id"] == run.as_str()),
         "{body}"
     );
+    // The hit's fields are the documented ones; a limit of 0 counts as 1, as elsewhere.
+    let (status, body) = call_api(s.get("/api/v1/search?q=approved&limit=0")).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let hits = body["hits"].as_array().unwrap();
+    assert_eq!(hits.len(), 1, "{body}");
+    for field in ["run_id", "step", "kind", "unit", "snippet"] {
+        assert!(hits[0].get(field).is_some(), "{field}: {body}");
+    }
     let (status, _, _) = error_of(s.get("/api/v1/search?q=")).await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
 }
