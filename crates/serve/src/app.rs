@@ -51,6 +51,8 @@ pub struct App {
     pub(crate) token: Token,
     /// `Host` header values accepted (and `http://` + each, as `Origin`).
     pub(crate) hosts: Vec<String>,
+    /// The console's cookie name (`agentctl_token_PORT`).
+    pub(crate) cookie: String,
     pub(crate) watchers: Arc<Semaphore>,
     pub(crate) max_watchers: usize,
     pub(crate) submitter: Option<Arc<dyn Submitter>>,

@@ -3,7 +3,7 @@
 //! Order (each step answers before the next one looks):
 //! 1. `Host` (HTTP/2: `:authority`) must name this server (DNS rebinding): else 403
 //!    `forbidden_host`.
-//! 2. The token, from `Authorization: Bearer` or the `agentctl_token` cookie.
+//! 2. The token, from `Authorization: Bearer` or the `agentctl_token_PORT` cookie.
 //! 3. A `POST` with an `Origin` must come from this server's origin; a `POST` authenticated
 //!    by the cookie must carry one (CSRF): else 403 `forbidden_origin`.
 //! 4. Without a token, `/api/...` answers 401; the console's pages get [`Authed`]`(false)`
@@ -18,7 +18,6 @@ use axum::response::{IntoResponse as _, Response};
 
 use crate::app::App;
 use crate::error::ApiError;
-use crate::token::COOKIE;
 
 /// Whether the request carried the token (a request extension).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,7 +46,7 @@ pub(crate) async fn guard(State(app): State<Arc<App>>, mut req: Request, next: N
         .filter(|t| app.token.matches(t.trim()))
         .map(|_| By::Bearer);
     let by = bearer.or_else(|| {
-        cookie(headers, COOKIE)
+        cookie(headers, &app.cookie)
             .filter(|t| app.token.matches(t))
             .map(|_| By::Cookie)
     });

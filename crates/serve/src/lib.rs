@@ -38,7 +38,7 @@ pub use app::{SubmitRequest, Submitter};
 pub use body::MAX_BODY;
 pub use error::ApiError;
 pub use events::ApiEvent;
-pub use token::{COOKIE, MIN_LEN as MIN_TOKEN_LEN, Token, TokenError};
+pub use token::{COOKIE_PREFIX, MIN_LEN as MIN_TOKEN_LEN, Token, TokenError, cookie_name};
 
 /// How a server is set up.
 pub struct ServeOptions {
@@ -107,6 +107,7 @@ pub async fn bind(
         journal,
         token: options.token,
         hosts,
+        cookie: token::cookie_name(addr.port()),
         watchers: Arc::new(tokio::sync::Semaphore::new(options.max_watchers)),
         max_watchers: options.max_watchers,
         submitter: options.submitter,

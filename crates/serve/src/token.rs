@@ -3,8 +3,16 @@
 
 use std::fmt;
 
-/// The cookie the console's one-time link sets.
-pub const COOKIE: &str = "agentctl_token";
+/// What the name of the cookie the console's sign-in link sets starts with; the listen
+/// port follows ([`cookie_name`]).
+pub const COOKIE_PREFIX: &str = "agentctl_token_";
+
+/// The console's cookie of a server on `port`: `agentctl_token_PORT`. Browsers send a
+/// cookie to every port of a host, so one name for all would let two servers on one
+/// machine overwrite each other's cookie (signing each other's console out).
+pub fn cookie_name(port: u16) -> String {
+    format!("{COOKIE_PREFIX}{port}")
+}
 
 /// The shortest token a `--token-file` may hold.
 pub const MIN_LEN: usize = 32;

@@ -163,7 +163,16 @@ async fn the_door(db: FreshDb) {
         (status, code.as_str()),
         (StatusCode::FORBIDDEN, "forbidden_origin")
     );
-    let cookie = format!("agentctl_token={TOKEN}");
+    // The cookie is named for the port (browsers send cookies to every port of a host, and
+    // two servers would overwrite one name); the unported name is nobody's.
+    let (status, _, _) = error_of(
+        client()
+            .get(format!("{}/api/v1/runs", s.base))
+            .header("Cookie", format!("agentctl_token={TOKEN}")),
+    )
+    .await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    let cookie = format!("agentctl_token_{port}={TOKEN}");
     let (status, code, _) = error_of(
         client()
             .post(format!("{}/api/v1/runs/x/interrupt", s.base))
@@ -201,7 +210,9 @@ async fn the_door(db: FreshDb) {
     assert_eq!(link.status(), StatusCode::SEE_OTHER);
     let set = link.headers()["set-cookie"].to_str().unwrap().to_string();
     assert!(
-        set.contains("HttpOnly") && set.contains("SameSite=Strict"),
+        set.starts_with(&format!("agentctl_token_{port}={TOKEN};"))
+            && set.contains("HttpOnly")
+            && set.contains("SameSite=Strict"),
         "{set}"
     );
     let bad_link = client()

@@ -11,7 +11,6 @@ use axum::response::{IntoResponse, Response};
 use crate::app::App;
 use crate::error::ApiError;
 use crate::guard::Authed;
-use crate::token::COOKIE;
 
 const INDEX: &str = include_str!("../../assets/index.html");
 const APP_JS: &str = include_str!("../../assets/app.js");
@@ -71,7 +70,7 @@ pub(crate) async fn index(
         if !app.token.matches(given) {
             return html(StatusCode::UNAUTHORIZED, LOGIN);
         }
-        let cookie = format!("{COOKIE}={given}; HttpOnly; SameSite=Strict; Path=/");
+        let cookie = format!("{}={given}; HttpOnly; SameSite=Strict; Path=/", app.cookie);
         let Ok(cookie) = HeaderValue::from_str(&cookie) else {
             return html(StatusCode::UNAUTHORIZED, LOGIN);
         };
