@@ -32,6 +32,8 @@ mod mcp;
 mod output_schema;
 #[path = "host/sandbox.rs"]
 mod sandbox;
+#[path = "host/sandbox_kernel.rs"]
+mod sandbox_kernel;
 #[path = "host/search.rs"]
 mod search;
 #[path = "host/steer.rs"]

@@ -1,11 +1,11 @@
 //! The entry point a sandboxed command is started through.
 
-use std::convert::Infallible;
 use std::ffi::{OsStr, OsString};
+use std::process::ExitStatus;
 
 use crate::{Policy, SandboxError};
 
-/// The first argument that sends the `agentctl` binary to [`exec_sandboxed`], before any
+/// The first argument that sends the `agentctl` binary to [`run_sandboxed`], before any
 /// other parsing.
 pub const ENTRY: &str = "__sandbox-exec";
 
@@ -37,12 +37,13 @@ pub fn entry_args(
     Ok(out)
 }
 
-/// The entry point of a binary: restricts this process and execs the program, or reports why
-/// not on stderr and returns the exit status to end with ([`EXIT_NOT_SANDBOXED`] or
-/// [`EXIT_CANNOT_EXEC`]); nothing ran then.
+/// The entry point of a binary: runs the program sandboxed and returns the exit status to
+/// end with: the program's (128 + N when signal N ended it and re-raising it here did not
+/// end this process too), or, reported on stderr, [`EXIT_NOT_SANDBOXED`] or
+/// [`EXIT_CANNOT_EXEC`] when nothing ran.
 pub fn entry_main(args: &[OsString]) -> u8 {
-    match exec_sandboxed(args) {
-        Ok(never) => match never {},
+    match run_sandboxed(args) {
+        Ok(status) => exit_code(status),
         Err(err) => {
             eprintln!("error: agentctl sandbox: {err}");
             match err {
@@ -53,9 +54,12 @@ pub fn entry_main(args: &[OsString]) -> u8 {
     }
 }
 
-/// Restricts this process as `args` (what follows [`ENTRY`]) say, then execs the program.
-/// Returns only on failure, and then nothing was run.
-pub fn exec_sandboxed(args: &[OsString]) -> Result<Infallible, SandboxError> {
+/// Restricts this process as `args` (what follows [`ENTRY`]) say, runs the program (which
+/// inherits every restriction and cannot lift any of them) and waits for it. On Linux the
+/// program is the first process of a PID namespace of its own: when it exits, the kernel
+/// ends everything it started (a daemon that left its process group included) before this
+/// returns. An `Err` means nothing ran.
+pub fn run_sandboxed(args: &[OsString]) -> Result<ExitStatus, SandboxError> {
     let [policy, sep, program, rest @ ..] = args else {
         return Err(SandboxError::BadPolicy(format!(
             "usage: agentctl {ENTRY} POLICY_JSON -- PROGRAM [ARGS...]"
@@ -73,32 +77,53 @@ pub fn exec_sandboxed(args: &[OsString]) -> Result<Infallible, SandboxError> {
             "mode `off` is not run through the sandbox".into(),
         ));
     }
-    restrict_and_exec(&policy, program, rest)
+    restrict_and_run(&policy, program, rest)
 }
 
 #[cfg(target_os = "linux")]
-fn restrict_and_exec(
+fn restrict_and_run(
     policy: &Policy,
     program: &OsStr,
     args: &[OsString],
-) -> Result<Infallible, SandboxError> {
-    use std::os::unix::process::CommandExt as _;
+) -> Result<ExitStatus, SandboxError> {
+    let were_missing = crate::protected::missing(policy);
     crate::linux::restrict_self(policy)?;
-    let err = std::process::Command::new(program).args(args).exec();
-    Err(SandboxError::Exec {
-        program: program.to_string_lossy().into_owned(),
-        reason: err.to_string(),
-    })
+    let status = std::process::Command::new(program)
+        .args(args)
+        .status()
+        .map_err(|err| SandboxError::Exec {
+            program: program.to_string_lossy().into_owned(),
+            reason: err.to_string(),
+        })?;
+    for refused in crate::protected::move_aside(&were_missing) {
+        eprintln!("agentctl sandbox: {refused}");
+    }
+    Ok(status)
 }
 
 #[cfg(not(target_os = "linux"))]
-fn restrict_and_exec(
+fn restrict_and_run(
     _policy: &Policy,
     _program: &OsStr,
     _args: &[OsString],
-) -> Result<Infallible, SandboxError> {
+) -> Result<ExitStatus, SandboxError> {
     Err(SandboxError::Unsupported(format!(
         "the sandbox needs Linux (Landlock and seccomp); this is {}",
         std::env::consts::OS
     )))
+}
+
+/// The exit code that passes `status` on. A program ended by a signal ends this process by
+/// the same signal where it can, so that the caller sees what it would have seen.
+fn exit_code(status: ExitStatus) -> u8 {
+    use std::os::unix::process::ExitStatusExt as _;
+    if let Some(code) = status.code() {
+        return u8::try_from(code & 0xff).unwrap_or(1);
+    }
+    let signal = status.signal().unwrap_or(0);
+    #[cfg(target_os = "linux")]
+    if let Some(sig) = rustix::process::Signal::from_named_raw(signal) {
+        let _ = rustix::process::kill_process(rustix::process::getpid(), sig);
+    }
+    u8::try_from(128 + (signal & 0x7f)).unwrap_or(1)
 }

@@ -2,19 +2,26 @@
 //!
 //! A sandboxed command is started as `<launcher> __sandbox-exec POLICY_JSON -- PROGRAM ARGS`
 //! ([`entry_args`]), the launcher being the small `agentctl-sandbox` binary or `agentctl`
-//! itself: that entry point ([`exec_sandboxed`]) restricts its own process and then
-//! execs the program, which inherits every restriction and cannot lift any of them.
+//! itself: that entry point ([`run_sandboxed`]) restricts its own process, then runs the
+//! program, which inherits every restriction and cannot lift any of them, and waits for it.
 //!
 //! What a restricted process gets (see [`Policy`] for the inputs):
 //! - files (Landlock, and mounts in a private namespace that cover the hidden paths): reads
 //!   everywhere except [`Policy::deny_read`]; writes only in the
 //!   workspace (`workspace-write`), its private temp dir, the writable roots and a few
 //!   devices; inside the workspace, `.git` and `agentctl.toml` are bind-mounted read-only in
-//!   a private mount namespace, so a write there fails even where Landlock allows it;
+//!   a private mount namespace, so a write there fails even where Landlock allows it, and
+//!   one the command creates where there was none is moved aside after it (`protected`);
+//! - file metadata: every mount but the writable paths (and `/proc`) is read-only in that
+//!   namespace, so no mode, owner, time or extended attribute changes outside them; no
+//!   setuid or setgid bit anywhere (seccomp);
 //! - network (unless [`Policy::network`]): no TCP bind or connect (Landlock) and no socket of
 //!   any family but `AF_UNIX` (seccomp), so UDP, raw and netlink sockets are refused too;
 //! - other processes: no signals to processes outside the sandbox and no ptrace of them
-//!   (Landlock), so neither `/proc/<pid>/environ` nor `/proc/<pid>/mem` of the host;
+//!   (Landlock), so neither `/proc/<pid>/environ` nor `/proc/<pid>/mem` of the host; no
+//!   limits or priorities set on them (seccomp); a PID namespace of its own, so that nothing
+//!   the command started outlives it; its own SysV IPC namespace; no kernel keyrings and no
+//!   input pushed into a terminal (seccomp);
 //! - `no_new_privs`, an empty capability bounding set and no capabilities, so all of the
 //!   above holds for root.
 //!
@@ -26,11 +33,12 @@ mod hide;
 #[cfg(target_os = "linux")]
 mod linux;
 mod policy;
+mod protected;
 mod read_rules;
 
 pub use entry::{
     ENTRY, ENTRY_BINARY, EXIT_CANNOT_EXEC, EXIT_NOT_SANDBOXED, entry_args, entry_main,
-    exec_sandboxed,
+    run_sandboxed,
 };
 pub use error::SandboxError;
 pub use hide::hide_this_process;

@@ -340,7 +340,7 @@ async fn kill_9_of_the_host_takes_its_shell_command_down() {
         json!([call(
             "c_long",
             "shell",
-            json!({"command": "echo $$ > shell.pid; touch started; sleep 60; touch finished"})
+            json!({"command": format!("{MACHINE_PID} echo $p > shell.pid; touch started; sleep 60; touch finished")})
         )]),
         answer("FINAL"),
     ]))

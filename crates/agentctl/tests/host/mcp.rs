@@ -420,7 +420,9 @@ async fn mcp_server_sandbox_and_tool_timeout() {
     let (kind, said) = output_of(&evs, "c_out");
     assert_eq!(kind, "tool.failed", "{said}");
     assert!(
-        said.contains("ermission denied") || said.contains("not permitted"),
+        said.contains("ermission denied")
+            || said.contains("not permitted")
+            || said.contains("Read-only file system"),
         "{said}"
     );
     let (kind, said) = output_of(&evs, "c_slow");

@@ -10,6 +10,16 @@ use agent_journal::{Event, Journal};
 use agent_responses_mock::{MOCK_API_KEY, MockConfig, MockServer, Script};
 use serde_json::Value;
 
+/// Shell that sets `$p` to the shell's pid as the machine sees it (`/proc` names it so; `$$`
+/// answers in a sandbox's own PID namespace). A subshell that `exec`s keeps it.
+pub const MACHINE_PID: &str = "read -r p _ < /proc/self/stat;";
+
+/// Shell that sets `$h` to the pid of the host driving a sandboxed `shell` call: the parent
+/// of the sandbox's entry point, which is the command's parent (`$PPID` is 0 in the
+/// sandbox's PID namespace).
+pub const HOST_PID: &str =
+    "read -r _ _ _ e _ < /proc/self/stat; read -r _ _ _ h _ < /proc/$e/stat;";
+
 /// An emulator playing `script` (JSON text).
 pub async fn emulator(script: &str) -> MockServer {
     let script = Script::from_json_str(script).unwrap();

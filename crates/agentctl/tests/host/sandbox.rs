@@ -77,6 +77,19 @@ fn read(path: &Path) -> String {
     std::fs::read_to_string(path).unwrap_or_default()
 }
 
+/// Whether `err` is how the kernel refuses a write: Landlock (`Permission denied`), a
+/// read-only mount, seccomp or a link across mounts.
+pub(crate) fn refusal(err: &str) -> bool {
+    [
+        "Permission denied",
+        "Read-only file system",
+        "not permitted",
+        "cross-device",
+    ]
+    .iter()
+    .any(|m| err.contains(m))
+}
+
 #[test]
 fn writes_outside_the_workspace_are_refused_on_disk() {
     let s = scene();
@@ -94,10 +107,7 @@ fn writes_outside_the_workspace_are_refused_on_disk() {
         "mkdir \"$OUTSIDE/d\"",
     ] {
         let err = s.refused(&[], script);
-        assert!(
-            err.contains("denied") || err.contains("not permitted") || err.contains("cross-device"),
-            "{script}: {err}"
-        );
+        assert!(refusal(&err), "{script}: {err}");
     }
     assert!(!home_file.exists());
     assert!(!Path::new("/etc/agentctl-escape").exists());
@@ -138,6 +148,7 @@ fn credential_stores_and_the_host_process_are_out_of_reach() {
         "cat /proc/$HOST_PID/environ",
         "head -c 16 /proc/$HOST_PID/mem",
         "kill -9 $HOST_PID",
+        "python3 -c 'import os,signal; fd=os.open(\"/proc/\"+os.environ[\"HOST_PID\"], os.O_RDONLY | os.O_DIRECTORY); signal.pidfd_send_signal(fd, signal.SIGCONT)'",
         "python3 -c 'import ctypes,os,sys; r=ctypes.CDLL(None,use_errno=True).ptrace(16,int(os.environ[\"HOST_PID\"]),0,0); sys.exit(0 if r==0 else 1)'",
     ] {
         let o = s.run(&[], script);
@@ -217,7 +228,7 @@ fn ordinary_work_still_runs() {
 fn read_only_mode_writes_nothing_but_its_temp_dir() {
     let s = scene();
     let err = s.refused(&["--mode", "read-only"], "echo x > new.txt");
-    assert!(err.contains("denied"), "{err}");
+    assert!(refusal(&err), "{err}");
     assert!(!s.ws.join("new.txt").exists());
     let o = s.run(
         &["--mode", "read-only"],
@@ -362,11 +373,7 @@ fn both_entry_points_confine_and_the_small_one_runs_nothing_else() {
             .output()
             .unwrap();
         assert!(!o.status.success(), "{binary}: the write outside succeeded");
-        assert!(
-            text(&o.stderr).contains("Permission denied"),
-            "{}",
-            text(&o.stderr)
-        );
+        assert!(refusal(&text(&o.stderr)), "{}", text(&o.stderr));
         assert_eq!(read(&s.ws.join("in")), "in\n", "{binary}");
         std::fs::remove_file(s.ws.join("in")).unwrap();
     }
@@ -439,7 +446,7 @@ mod runs {
             output.contains("Sandbox: workspace-write (network off)"),
             "{output}"
         );
-        assert!(output.contains("Permission denied"), "{output}");
+        assert!(super::refusal(output), "{output}");
         let events = events(db, &run).await;
         assert!(kinds_of(&events, "approval.requested").is_empty());
     }
@@ -808,9 +815,9 @@ mod runs {
             "echo x >> .git/config; echo x > .git/hooks/pre-commit; echo x >> agentctl.toml"
                 .to_string(),
             format!("cat {home}/.ssh/id_test {home}/.local/share/agentctl/agentctl.db"),
-            "cat /proc/$PPID/environ | tr '\\0' '\\n' | grep OPENAI".to_string(),
+            format!("{HOST_PID} cat /proc/$h/environ | tr '\\0' '\\n' | grep OPENAI"),
             format!("exec 3<>/dev/tcp/127.0.0.1/{port} && echo leaked >&3"),
-            "kill -9 $PPID".to_string(),
+            format!("{HOST_PID} kill -9 $h"),
         ];
         let calls: Vec<Value> = attempts
             .iter()

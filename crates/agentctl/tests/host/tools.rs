@@ -119,7 +119,7 @@ async fn shell_timeout_kills_the_group_caps_output_and_hides_the_key() {
         json!([call(
             "c_sleep",
             "shell",
-            json!({"command": "sleep 60 & echo $! > bg.pid; wait", "timeout_ms": 300})
+            json!({"command": format!("({MACHINE_PID} echo $p > bg.pid; exec sleep 60) & wait"), "timeout_ms": 300})
         )]),
         json!([call(
             "c_big",
@@ -134,7 +134,7 @@ async fn shell_timeout_kills_the_group_caps_output_and_hides_the_key() {
         json!([call(
             "c_parent",
             "shell",
-            json!({"command": "tr '\\0' '\\n' < /proc/$PPID/environ | grep ^OPENAI_API_KEY="})
+            json!({"command": format!("{HOST_PID} tr '\\0' '\\n' < /proc/$h/environ | grep ^OPENAI_API_KEY=")})
         )]),
         json!([call(
             "c_bg",

@@ -17,29 +17,30 @@ pub(crate) fn restrict_self(policy: &Policy) -> Result<(), SandboxError> {
     let protect = policy.mode == Mode::WorkspaceWrite && !resolved.protected.is_empty();
     // Hidden paths are covered by mounts when a mount namespace can be had; without one
     // (a user other than root where user namespaces are off) Landlock hides them alone,
-    // rule by rule, as long as nothing needs protecting read-only.
-    let mut hidden_by_mounts = false;
-    if protect || !resolved.deny_read.is_empty() {
-        match mounts::enter_private() {
-            Ok(()) => {
-                // Hidden first: a workspace inside a hidden directory is bound back into
-                // place by `hide`, and its `.git` must be made read-only where it ends up.
-                mounts::hide(&resolved.deny_read, &resolved.reachable)?;
-                if protect {
-                    mounts::read_only_binds(&resolved.protected)?;
-                }
-                hidden_by_mounts = true;
-                reenter_working_dir()?;
+    // rule by rule, as long as nothing needs protecting read-only. Every mount but the
+    // writable paths is then made read-only, which stops what Landlock does not govern
+    // (mode, owner, times and extended attributes of files outside them).
+    let namespaced = match mounts::enter_private() {
+        Ok(()) => {
+            // Hidden first: a workspace inside a hidden directory is bound back into
+            // place by `hide`, and its `.git` must be made read-only where it ends up.
+            mounts::hide(&resolved.deny_read, &resolved.reachable)?;
+            if protect {
+                mounts::read_only_binds(&resolved.protected)?;
             }
-            Err(err @ SandboxError::Unsupported(_)) if protect => return Err(err),
-            Err(SandboxError::Unsupported(_)) => {}
-            Err(err) => return Err(err),
+            mounts::seal(&resolved.writable)?;
+            reenter_working_dir()?;
+            true
         }
-    }
-    landlock_rules::apply(policy, &resolved, hidden_by_mounts)?;
-    if !policy.network {
-        seccomp::deny_sockets()?;
-    }
+        Err(err @ SandboxError::Unsupported(_)) if protect => return Err(err),
+        Err(SandboxError::Unsupported(_)) => false,
+        Err(err) => return Err(err),
+    };
+    landlock_rules::apply(policy, &resolved, namespaced)?;
+    seccomp::restrict(&seccomp::Refuse {
+        sockets: !policy.network,
+        sysv_ipc: !namespaced,
+    })?;
     privileges::drop_all()
 }
 

@@ -13,6 +13,7 @@
 
 use std::ffi::CStr;
 use std::os::fd::AsRawFd as _;
+use std::os::unix::ffi::OsStringExt as _;
 use std::path::{Path, PathBuf};
 
 use rustix::fs::{Mode, OFlags, StatVfsMountFlags, open, statvfs};
@@ -124,48 +125,127 @@ fn cover_around(dir: &Path, keep: &[&PathBuf]) -> Result<(), SandboxError> {
 /// `.git` and `agentctl.toml` (`paths`) read-only, in the namespace [`enter_private`] made.
 pub(crate) fn read_only_binds(paths: &[PathBuf]) -> Result<(), SandboxError> {
     for path in paths {
-        // A remount in a user namespace must keep the flags the mount is locked with.
-        let locked = statvfs(path)
-            .map(|s| s.f_flag)
-            .map_err(io)
-            .map_err(apply_err("statvfs"))?;
-        let mut flags = MountFlags::BIND | MountFlags::RDONLY;
-        for (have, keep) in [
-            (StatVfsMountFlags::NOSUID, MountFlags::NOSUID),
-            (StatVfsMountFlags::NODEV, MountFlags::NODEV),
-            (StatVfsMountFlags::NOEXEC, MountFlags::NOEXEC),
-            (StatVfsMountFlags::NOATIME, MountFlags::NOATIME),
-            (StatVfsMountFlags::NODIRATIME, MountFlags::NODIRATIME),
-            (StatVfsMountFlags::RELATIME, MountFlags::RELATIME),
-        ] {
-            if locked.contains(have) {
-                flags |= keep;
-            }
-        }
         mount_bind(path, path)
             .map_err(io)
             .map_err(apply_err("bind .git read-only"))?;
-        mount_remount(path, flags, "")
-            .map_err(io)
-            .map_err(apply_err("remount .git read-only"))?;
+        remount_read_only(path).map_err(apply_err("remount .git read-only"))?;
     }
     Ok(())
 }
 
-/// A mount namespace of our own; as a user other than root, inside a user namespace that
+/// Every mount read-only except `writable` (existing, canonical paths, each bound over
+/// itself first so that it is a mount of its own) with what lies beneath them, and
+/// `/proc`. Landlock already refuses writes to file contents and names outside `writable`;
+/// a read-only mount also refuses what Landlock does not govern: a file's mode, owner,
+/// times and extended attributes, which a process may change on every file its user owns
+/// (as root, most of the system, capabilities or not). Writes to devices are not writes to
+/// their mount, so `/dev/null` and terminals keep working. `/proc` is left as it is: its
+/// files' access is the kernel's own, per process.
+pub(crate) fn seal(writable: &[PathBuf]) -> Result<(), SandboxError> {
+    for path in writable {
+        mount_bind_recursive(path.as_path(), path.as_path())
+            .map_err(io)
+            .map_err(apply_err("bind a writable path"))?;
+    }
+    let table = std::fs::read("/proc/self/mountinfo").map_err(apply_err("read the mount table"))?;
+    let mut points = mount_points(&table);
+    // A path mounted over twice is one mount to change: the one on top.
+    points.sort();
+    points.dedup();
+    for point in points {
+        if point.starts_with("/proc") || writable.iter().any(|w| point.starts_with(w)) {
+            continue;
+        }
+        match remount_read_only(&point) {
+            Ok(()) => {}
+            // Not a mount point any more where the path now leads: covered by a hidden
+            // path's tmpfs, or beneath a mount made since.
+            Err(err) if matches!(err.raw_os_error(), Some(libc::EINVAL | libc::ENOENT)) => {}
+            Err(err) => {
+                return Err(SandboxError::Apply {
+                    step: "make the file system read-only",
+                    reason: format!("{}: {err}", point.display()),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The mount point of each line of a `/proc/<pid>/mountinfo` table: its fifth field, with
+/// the kernel's octal escapes (of space, tab, newline and backslash) undone.
+fn mount_points(table: &[u8]) -> Vec<PathBuf> {
+    table
+        .split(|b| *b == b'\n')
+        .filter_map(|line| line.split(|b| *b == b' ').nth(4))
+        .map(|field| PathBuf::from(std::ffi::OsString::from_vec(unescape(field))))
+        .collect()
+}
+
+fn unescape(field: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(field.len());
+    let mut at = 0;
+    while let Some(&byte) = field.get(at) {
+        let octal = field
+            .get(at + 1..at + 4)
+            .filter(|_| byte == b'\\')
+            .and_then(|digits| std::str::from_utf8(digits).ok())
+            .and_then(|digits| u8::from_str_radix(digits, 8).ok());
+        match octal {
+            Some(decoded) => {
+                out.push(decoded);
+                at += 4;
+            }
+            None => {
+                out.push(byte);
+                at += 1;
+            }
+        }
+    }
+    out
+}
+
+/// Makes the mount at `path` read-only, keeping the flags it is locked with (a remount in
+/// a user namespace may not drop them).
+fn remount_read_only(path: &Path) -> std::io::Result<()> {
+    let locked = statvfs(path).map(|s| s.f_flag).map_err(io)?;
+    if locked.contains(StatVfsMountFlags::RDONLY) {
+        return Ok(());
+    }
+    let mut flags = MountFlags::BIND | MountFlags::RDONLY;
+    for (have, keep) in [
+        (StatVfsMountFlags::NOSUID, MountFlags::NOSUID),
+        (StatVfsMountFlags::NODEV, MountFlags::NODEV),
+        (StatVfsMountFlags::NOEXEC, MountFlags::NOEXEC),
+        (StatVfsMountFlags::NOATIME, MountFlags::NOATIME),
+        (StatVfsMountFlags::NODIRATIME, MountFlags::NODIRATIME),
+        (StatVfsMountFlags::RELATIME, MountFlags::RELATIME),
+    ] {
+        if locked.contains(have) {
+            flags |= keep;
+        }
+    }
+    mount_remount(path, flags, "").map_err(io)
+}
+
+/// A mount namespace of our own, an IPC one (SysV IPC and POSIX message queues that neither
+/// outlive the command nor reach the host's) and a PID one for the program the entry point
+/// starts next (see `run_sandboxed`); as a user other than root, inside a user namespace that
 /// maps the user to itself (so files keep their owner).
 #[allow(deprecated)]
 fn enter_namespace() -> Result<(), SandboxError> {
     let uid = rustix::process::getuid();
     if uid.is_root() {
-        return unshare(UnshareFlags::NEWNS)
+        return unshare(UnshareFlags::NEWNS | UnshareFlags::NEWIPC | UnshareFlags::NEWPID)
             .map_err(io)
             .map_err(apply_err("mount namespace"));
     }
     let gid = rustix::process::getgid();
-    unshare(UnshareFlags::NEWUSER | UnshareFlags::NEWNS)
-        .map_err(io)
-        .map_err(|err| SandboxError::Unsupported(format!("no user namespace: {err}")))?;
+    unshare(
+        UnshareFlags::NEWUSER | UnshareFlags::NEWNS | UnshareFlags::NEWIPC | UnshareFlags::NEWPID,
+    )
+    .map_err(io)
+    .map_err(|err| SandboxError::Unsupported(format!("no user namespace: {err}")))?;
     let write = |file: &str, text: String| {
         std::fs::write(file, text).map_err(apply_err("user namespace map"))
     };
@@ -176,4 +256,24 @@ fn enter_namespace() -> Result<(), SandboxError> {
 
 fn io(err: rustix::io::Errno) -> std::io::Error {
     err.into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mount_points_are_read_with_their_escapes_undone() {
+        let table = b"22 1 0:21 / /proc rw,relatime shared:5 - proc proc rw\n\
+            30 1 8:1 / / rw - ext4 /dev/vda rw\n\
+            41 30 0:40 / /mnt/with\\040space\\134and\\011tab rw - tmpfs none rw\n\
+            42 30 0:41 / /mnt/caf\xc3\xa9\\ rw - tmpfs none rw\n\
+            short line\n";
+        let points: Vec<PathBuf> = mount_points(table);
+        let want: Vec<PathBuf> = ["/proc", "/", "/mnt/with space\\and\ttab", "/mnt/café\\"]
+            .iter()
+            .map(PathBuf::from)
+            .collect();
+        assert_eq!(points, want);
+    }
 }

@@ -2,7 +2,7 @@
 //! JSON-RPC: rmcp's server side would pull schemars and macros into the build).
 //!
 //! It runs in the run's workspace (its cwd) and leaves traces there: `mcp-pids.log` (one
-//! pid per start, to check that no process outlives the run) and `mcp-calls.log` (`start
+//! pid per start, as the machine sees it, sandboxed or not, to check that no process outlives the run) and `mcp-calls.log` (`start
 //! TAG` / `end TAG` lines of the `wait_*` tools). It ends when its stdin closes.
 //!
 //! Tools: `lookup` (read-only), `delete_item` (destructive: appends to `deleted.txt`),
@@ -20,16 +20,19 @@ use std::sync::{Arc, Mutex};
 use serde_json::{Value, json};
 
 fn main() {
-    append("mcp-pids.log", &std::process::id().to_string());
-    if std::env::var_os("AGENTCTL_TEST_MCP_GRANDCHILD").is_some()
-        && let Ok(child) = std::process::Command::new("sleep")
-            .arg("600")
+    append("mcp-pids.log", &machine_pid().to_string());
+    if std::env::var_os("AGENTCTL_TEST_MCP_GRANDCHILD").is_some() {
+        // The shell logs its own pid as the machine sees it, then becomes the `sleep`.
+        let _ = std::process::Command::new("sh")
+            .args([
+                "-c",
+                "read -r pid rest < /proc/self/stat; echo \"$pid\" >> mcp-grandchildren.log; \
+                 exec sleep 600",
+            ])
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
-            .spawn()
-    {
-        append("mcp-grandchildren.log", &child.id().to_string());
+            .spawn();
     }
     let out = Arc::new(Mutex::new(std::io::stdout()));
     for line in std::io::stdin().lock().lines() {
@@ -164,6 +167,15 @@ fn send(out: &Mutex<std::io::Stdout>, id: &Value, answer: Result<Value, (i64, St
         let _ = writeln!(out, "{msg}");
         let _ = out.flush();
     }
+}
+
+/// This process's id as the machine sees it (`/proc/self` names it in the PID namespace of
+/// the `/proc` mounted, the host's), where `getpid` answers in a sandbox's own namespace.
+fn machine_pid() -> u32 {
+    std::fs::read_link("/proc/self")
+        .ok()
+        .and_then(|p| p.to_str().and_then(|s| s.parse().ok()))
+        .unwrap_or_else(std::process::id)
 }
 
 fn append(file: &str, line: &str) {

@@ -1,0 +1,348 @@
+//! The escape suite, part two: what Landlock does not govern and the sandbox must close by
+//! other means (read-only mounts, seccomp argument filters, PID and IPC namespaces, moving
+//! aside what a command may not create). Each attempt is checked where it would land: on
+//! the file, on the other process, in the kernel's tables, in the terminal's input queue.
+
+use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use serde_json::json;
+
+use super::host::*;
+use super::sandbox::refusal;
+
+/// A workspace with no `.git` nor `agentctl.toml`, a home, and a file outside both.
+struct Bare {
+    _dir: tempfile::TempDir,
+    ws: PathBuf,
+    home: PathBuf,
+    victim: PathBuf,
+}
+
+fn bare() -> Bare {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    let (ws, home) = (root.join("ws"), root.join("home"));
+    std::fs::create_dir_all(&ws).unwrap();
+    std::fs::create_dir_all(&home).unwrap();
+    let victim = root.join("victim");
+    std::fs::write(&victim, "victim\n").unwrap();
+    std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o644)).unwrap();
+    Bare {
+        _dir: dir,
+        ws,
+        home,
+        victim,
+    }
+}
+
+impl Bare {
+    /// `agentctl sandbox [extra] -- bash -c SCRIPT` in the workspace; `$VICTIM` names the
+    /// file outside.
+    fn run(&self, extra: &[&str], script: &str) -> Output {
+        Command::new(env!("CARGO_BIN_EXE_agentctl"))
+            .env("HOME", &self.home)
+            .env("VICTIM", &self.victim)
+            .current_dir(&self.ws)
+            .args(["sandbox", "--workspace"])
+            .arg(&self.ws)
+            .args(extra)
+            .args(["--", "bash", "-c", script])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    }
+}
+
+/// Mode, owner, change time and modification time of `path`, and its extended attributes'
+/// names (read outside the sandbox).
+fn metadata_of(path: &Path) -> (u32, u32, i64, i64, String) {
+    let m = std::fs::metadata(path).unwrap();
+    let xattrs = Command::new("python3")
+        .args(["-c", "import os,sys; print(os.listxattr(sys.argv[1]))"])
+        .arg(path)
+        .output()
+        .unwrap();
+    (
+        m.mode(),
+        m.uid(),
+        m.ctime(),
+        m.mtime(),
+        text(&xattrs.stdout),
+    )
+}
+
+#[test]
+fn metadata_outside_the_writable_paths_does_not_change() {
+    let b = bare();
+    let before = metadata_of(&b.victim);
+    for mode in ["read-only", "workspace-write"] {
+        for script in [
+            "chmod 600 \"$VICTIM\"",
+            "chmod 4755 \"$VICTIM\"",
+            "touch -d 2030-01-01 \"$VICTIM\"",
+            "chown 1:1 \"$VICTIM\"",
+            "python3 -c 'import os; os.setxattr(os.environ[\"VICTIM\"], \"user.x\", b\"1\")'",
+        ] {
+            let o = b.run(&["--mode", mode], script);
+            assert!(!o.status.success(), "{mode}: `{script}` was allowed");
+            assert!(
+                refusal(&text(&o.stderr)),
+                "{mode}: {script}: {}",
+                text(&o.stderr)
+            );
+        }
+    }
+    assert_eq!(metadata_of(&b.victim), before);
+    // Inside the workspace the mode is the command's to change.
+    let o = b.run(&[], "echo 'echo ran' > t.sh && chmod +x t.sh && ./t.sh");
+    assert_eq!(text(&o.stdout), "ran\n", "{}", text(&o.stderr));
+}
+
+#[test]
+fn no_setuid_or_setgid_bit_is_set_even_in_the_workspace() {
+    let b = bare();
+    for script in [
+        "cp /bin/true suid; chmod 4755 suid",
+        "cp /bin/true sgid; chmod g+s sgid",
+        "cp /bin/true u2; chmod u+s u2",
+        "python3 -c 'import os; os.close(os.open(\"created\", os.O_CREAT | os.O_WRONLY, 0o4755))'",
+        "install -m 6755 /bin/true installed",
+    ] {
+        let o = b.run(&[], script);
+        assert!(!o.status.success(), "`{script}` was allowed");
+        assert!(
+            text(&o.stderr).contains("not permitted"),
+            "{script}: {}",
+            text(&o.stderr)
+        );
+    }
+    let mut seen = 0;
+    for entry in std::fs::read_dir(&b.ws).unwrap() {
+        let mode = entry.unwrap().metadata().unwrap().mode();
+        assert_eq!(mode & 0o6000, 0, "a set-id bit was set: {mode:o}");
+        seen += 1;
+    }
+    assert!(seen >= 3, "the copies were made ({seen})");
+}
+
+#[test]
+fn other_processes_keep_their_limits_and_priority() {
+    let b = bare();
+    let mut victim = Command::new("sleep").arg("60").spawn().unwrap();
+    let pid = victim.id();
+    let limits = || std::fs::read_to_string(format!("/proc/{pid}/limits")).unwrap();
+    let nice = || {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+        let after_name = stat.rsplit_once(')').unwrap().1.to_string();
+        after_name.split_whitespace().nth(16).unwrap().to_string()
+    };
+    let (limits_before, nice_before) = (limits(), nice());
+    for script in [
+        format!(
+            "python3 -c 'import resource; resource.prlimit({pid}, resource.RLIMIT_CPU, (1, 1))'"
+        ),
+        format!(
+            "python3 -c 'import resource; resource.prlimit({pid}, resource.RLIMIT_NOFILE, (0, 0))'"
+        ),
+        format!("python3 -c 'import os; os.setpriority(os.PRIO_PROCESS, {pid}, 19)'"),
+    ] {
+        let o = b.run(&["--mode", "read-only"], &script);
+        assert!(!o.status.success(), "`{script}` was allowed");
+    }
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(
+        victim.try_wait().unwrap().is_none(),
+        "the other process was killed"
+    );
+    assert_eq!(limits(), limits_before);
+    assert_eq!(nice(), nice_before);
+    victim.kill().unwrap();
+    victim.wait().unwrap();
+    // The command's own limits are still its to set.
+    let o = b.run(&[], "ulimit -n 64 && ulimit -n");
+    assert_eq!(text(&o.stdout), "64\n", "{}", text(&o.stderr));
+}
+
+/// Python that adds a key to the user's keyring (every process of the user reaches it) and
+/// prints its id, reads it by its description, or invalidates it.
+const KEYS: &str = r#"
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+USER_KEYRING = -4
+if sys.argv[1] == "add":
+    key = libc.syscall(248, b"user", b"agentctl-sandbox-test", b"KEYRING-SECRET", 14, USER_KEYRING)
+    print(key if key > 0 else "errno %d" % ctypes.get_errno())
+elif sys.argv[1] == "drop":
+    libc.syscall(250, 21, int(sys.argv[2]))  # KEYCTL_INVALIDATE
+else:
+    key = libc.syscall(249, b"user", b"agentctl-sandbox-test", None, 0)  # request_key
+    if key < 0:
+        print("errno %d" % ctypes.get_errno())
+    else:
+        buf = ctypes.create_string_buffer(64)
+        n = libc.syscall(250, 11, key, buf, 64)  # KEYCTL_READ
+        print(buf.raw[:max(n, 0)].decode())
+"#;
+
+#[test]
+fn the_keyrings_and_sysv_ipc_of_the_host_are_out_of_reach() {
+    let b = bare();
+    let keys = |arg: &str| {
+        let o = Command::new("python3")
+            .args(["-c", KEYS, arg])
+            .output()
+            .unwrap();
+        text(&o.stdout).trim().to_string()
+    };
+    let key = keys("add");
+    assert!(
+        key.parse::<i64>().is_ok(),
+        "the host could not add a key: {key}"
+    );
+    // Outside, the key reads back; inside, the keyring cannot be used at all.
+    assert_eq!(keys("read"), "KEYRING-SECRET");
+    assert!(!KEYS.contains('\''));
+    let script = format!("python3 -c '{KEYS}' read");
+    let o = b.run(&["--mode", "read-only"], &script);
+    keys_drop(&key);
+    let said = text(&o.stdout);
+    assert_eq!(said.trim(), "errno 1", "{said}{}", text(&o.stderr));
+
+    // A SysV segment made inside belongs to the command's own IPC namespace.
+    const SHM_KEY: i64 = 0x5a6e_7401;
+    let made = b.run(
+        &["--mode", "read-only"],
+        &format!(
+            "python3 -c 'import ctypes; print(ctypes.CDLL(None).shmget({SHM_KEY}, 4096, 0o1600))'"
+        ),
+    );
+    assert!(made.status.success(), "{}", text(&made.stderr));
+    let table = std::fs::read_to_string("/proc/sysvipc/shm").unwrap();
+    let leaked = table
+        .lines()
+        .any(|l| l.split_whitespace().next() == Some(&SHM_KEY.to_string()));
+    assert!(
+        !leaked,
+        "the segment outlived the command in the host's namespace"
+    );
+
+    fn keys_drop(key: &str) {
+        let _ = Command::new("python3")
+            .args(["-c", KEYS, "drop", key])
+            .output();
+    }
+}
+
+/// Python outside the sandbox: a terminal whose slave is the sandboxed command's stdin; the
+/// command tries to push a command line into it; prints what the command said and what the
+/// terminal's input queue then holds.
+const TERMINAL: &str = r#"
+import os, pty, subprocess, sys
+master, slave = pty.openpty()
+inner = "import fcntl, termios\ntry:\n  fcntl.ioctl(0, termios.TIOCSTI, b'X')\n  print('pushed')\nexcept OSError as e:\n  print('refused', e.errno)"
+p = subprocess.run([sys.argv[1], "sandbox", "--workspace", sys.argv[2], "--", "python3", "-c", inner],
+                   stdin=slave, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=sys.argv[2])
+os.set_blocking(slave, False)
+try:
+    queued = os.read(slave, 64)
+except BlockingIOError:
+    queued = b""
+print(p.stdout.decode().strip(), repr(queued), p.stderr.decode().strip())
+"#;
+
+#[test]
+fn a_terminal_takes_no_input_from_a_sandboxed_command() {
+    let b = bare();
+    let o = Command::new("python3")
+        .args(["-c", TERMINAL, env!("CARGO_BIN_EXE_agentctl")])
+        .arg(&b.ws)
+        .env("HOME", &b.home)
+        .output()
+        .unwrap();
+    let said = text(&o.stdout);
+    assert!(
+        said.starts_with("refused 1 b''"),
+        "{said}{}",
+        text(&o.stderr)
+    );
+}
+
+#[test]
+fn nothing_a_command_started_outlives_it() {
+    let b = bare();
+    let o = b.run(
+        &[],
+        "setsid bash -c 'sleep 1; echo late > late' </dev/null >/dev/null 2>&1 & echo started",
+    );
+    assert_eq!(text(&o.stdout), "started\n", "{}", text(&o.stderr));
+    std::thread::sleep(Duration::from_millis(2500));
+    assert!(!b.ws.join("late").exists(), "a daemon outlived its command");
+    // While the command runs, what it starts runs too.
+    let o = b.run(&[], "(sleep 0.2; echo early > early) & wait");
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert_eq!(
+        std::fs::read_to_string(b.ws.join("early")).unwrap(),
+        "early\n"
+    );
+}
+
+#[test]
+fn a_git_or_config_a_command_creates_is_moved_aside() {
+    let b = bare();
+    let o = b.run(
+        &[],
+        "git init -q . && git config core.fsmonitor 'touch pwned; false' && \
+         printf '[sandbox]\\nmode = \"off\"\\n' > agentctl.toml && echo made",
+    );
+    assert_eq!(text(&o.stdout), "made\n", "{}", text(&o.stderr));
+    let said = text(&o.stderr);
+    assert!(
+        said.contains("created .git") && said.contains("moved to .git.sandbox-refused"),
+        "{said}"
+    );
+    assert!(
+        said.contains("moved to agentctl.toml.sandbox-refused"),
+        "{said}"
+    );
+    assert!(!b.ws.join(".git").exists() && !b.ws.join("agentctl.toml").exists());
+    assert!(b.ws.join(".git.sandbox-refused/config").is_file());
+    assert!(b.ws.join("agentctl.toml.sandbox-refused").is_file());
+    // Nothing there runs the planted hook now.
+    let _ = Command::new("git")
+        .args(["status"])
+        .current_dir(&b.ws)
+        .output();
+    assert!(!b.ws.join("pwned").exists());
+    // Under read-only nothing can be created, and nothing is moved.
+    let o = b.run(&["--mode", "read-only"], "git init -q .");
+    assert!(!o.status.success());
+    assert!(!text(&o.stderr).contains("moved to"), "{}", text(&o.stderr));
+}
+
+/// Through a run: a command that leaves a daemon behind to write the workspace's config once
+/// the command is over. The run ends, no config appears, and the next run's tools are as the
+/// user configured them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_leaves_no_daemon_to_write_the_config_later() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let command = "setsid bash -c 'sleep 1; printf \"[sandbox]\\nmode = \\\"off\\\"\\n\" > agentctl.toml' \
+                   </dev/null >/dev/null 2>&1 & echo started";
+    let server = emulator(&script_by_outputs(&[
+        json!([call("c1", "shell", json!({ "command": command }))]),
+        answer("FINAL: done"),
+    ]))
+    .await;
+    let db = format!("sqlite://{}", dir.path().join("j.db").display());
+    let o = out(run_cmd(&db, &server, &ws, &[]).env("HOME", dir.path()));
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert!(
+        !ws.join("agentctl.toml").exists(),
+        "the daemon wrote the config"
+    );
+}
