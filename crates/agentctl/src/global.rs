@@ -29,10 +29,6 @@ pub struct GlobalArgs {
 }
 
 impl GlobalArgs {
-    /// The database URL to open: `--db`/`AGENTCTL_DB`, or the default SQLite file.
-    ///
-    /// A bare path is taken as a SQLite file. The default file's folder is created here so
-    /// that the first run on a fresh machine works.
     /// How a command printed for the user starts: `agentctl`, with `--db` when this
     /// process was given one (a password in it masked), so that pasting the command reaches
     /// the same database.
@@ -46,6 +42,10 @@ impl GlobalArgs {
         }
     }
 
+    /// The database URL to open: `--db`/`AGENTCTL_DB`, or the default SQLite file.
+    ///
+    /// A bare path is taken as a SQLite file. The default file's folder is created here so
+    /// that the first run on a fresh machine works.
     pub fn database_url(&self) -> anyhow::Result<String> {
         match &self.db {
             Some(url) if url.contains(':') && !looks_like_windows_path(url) => Ok(url.clone()),
@@ -61,6 +61,32 @@ impl GlobalArgs {
             }
         }
     }
+}
+
+/// The files of the SQLite database `url` names (absolute: the file, its WAL, shared-memory
+/// and rollback journal), or none for another kind of database. A run's sandbox hides them:
+/// they hold every run's journal, wherever `--db` puts them.
+pub fn database_files(url: &str) -> Vec<PathBuf> {
+    let Some(rest) = url
+        .strip_prefix("sqlite://")
+        .or_else(|| url.strip_prefix("sqlite:"))
+    else {
+        return Vec::new();
+    };
+    let path = rest.split_once('?').map_or(rest, |(path, _)| path);
+    if path.is_empty() || path == ":memory:" {
+        return Vec::new();
+    }
+    let Ok(file) = std::path::absolute(path) else {
+        return Vec::new();
+    };
+    let mut files = vec![file.clone()];
+    for suffix in ["-wal", "-shm", "-journal"] {
+        let mut name = file.clone().into_os_string();
+        name.push(suffix);
+        files.push(PathBuf::from(name));
+    }
+    files
 }
 
 fn looks_like_windows_path(s: &str) -> bool {
@@ -93,6 +119,33 @@ fn shell_word(word: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_sqlite_database_is_its_file_and_the_files_beside_it() {
+        let files = database_files("sqlite:///data/a.db?mode=rwc");
+        let want: Vec<PathBuf> = [
+            "/data/a.db",
+            "/data/a.db-wal",
+            "/data/a.db-shm",
+            "/data/a.db-journal",
+        ]
+        .iter()
+        .map(PathBuf::from)
+        .collect();
+        assert_eq!(files, want);
+        assert_eq!(
+            database_files("sqlite:rel.db")[0],
+            std::path::absolute("rel.db").unwrap()
+        );
+        for none in [
+            "sqlite::memory:",
+            "memory:",
+            "postgres://u:p@h/db",
+            "sqlite://",
+        ] {
+            assert!(database_files(none).is_empty(), "{none}");
+        }
+    }
 
     #[test]
     fn printed_commands_carry_the_database_quoted_and_masked() {

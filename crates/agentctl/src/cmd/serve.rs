@@ -66,6 +66,7 @@ pub async fn serve(global: &GlobalArgs, args: ServeArgs) -> anyhow::Result<ExitC
     let submitter = Arc::new(CliSubmitter {
         journal: journal.clone(),
         endpoint: args.endpoint.clone(),
+        db_url: url.clone(),
     });
     let options = ServeOptions {
         token,
@@ -135,6 +136,8 @@ pub async fn serve(global: &GlobalArgs, args: ServeArgs) -> anyhow::Result<ExitC
 struct CliSubmitter {
     journal: agent_journal::Journal,
     endpoint: EndpointArgs,
+    /// The database the runs are journaled in, hidden from their commands.
+    db_url: String,
 }
 
 impl Submitter for CliSubmitter {
@@ -186,7 +189,7 @@ impl CliSubmitter {
             })
             .approval(approval)
             .endpoint(self.endpoint.given());
-        let new = super::run::with_sandbox(new, sandbox, &tools)
+        let new = super::run::with_sandbox(new, sandbox, &tools, &self.db_url)
             .map_err(|err| ApiError::bad_request(format!("sandbox: {err:#}")))?;
         Ok((new, tools))
     }

@@ -346,3 +346,46 @@ async fn a_run_leaves_no_daemon_to_write_the_config_later() {
         "the daemon wrote the config"
     );
 }
+
+/// The database a run is journaled in is hidden from its commands wherever `--db` puts it,
+/// even inside the workspace: its bytes do not reach the model, and it cannot be removed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_database_is_hidden_from_commands_wherever_it_lives() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    for db_file in [dir.path().join("elsewhere.db"), ws.join("inside.db")] {
+        let path = db_file.display().to_string();
+        let server = emulator(&script_by_outputs(&[
+            json!([
+                call(
+                    "c_read",
+                    "shell",
+                    json!({ "command": format!("echo BYTES=$(cat {path} {path}-wal | wc -c)") })
+                ),
+                call(
+                    "c_rm",
+                    "shell",
+                    json!({ "command": format!("rm -f {path} && echo GONE-$((40+2))") })
+                ),
+            ]),
+            answer("unused"),
+            answer("FINAL: done"),
+        ]))
+        .await;
+        let db = format!("sqlite://{path}");
+        let o = out(run_cmd(&db, &server, &ws, &[]).env("HOME", dir.path()));
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+        let sent: String = server
+            .requests()
+            .iter()
+            .map(|r| r.body.to_string())
+            .collect();
+        assert!(sent.contains("c_read"), "the calls' outputs were sent");
+        assert!(sent.contains("BYTES=0"), "the database could be read");
+        assert!(!sent.contains("GONE-42"), "the database was removed");
+        assert!(db_file.is_file());
+        let run = only_run(&db);
+        assert_eq!(show(&db, &run)["status"], "completed");
+    }
+}

@@ -169,7 +169,7 @@ pub async fn run(global: &GlobalArgs, args: RunArgs) -> anyhow::Result<ExitCode>
     let sandbox = args.run.sandbox;
     let (new, endpoint) = new_run(args.run)?;
     let tools = tool_config(new.workspace_dir(), &args.drive.mcp)?;
-    let new = with_sandbox(new, sandbox, &tools)?;
+    let new = with_sandbox(new, sandbox, &tools, &global.database_url()?)?;
     let structured = new.has_output_schema();
     let journal = crate::db::open_journal(global).await?;
     let (client, _mock) = endpoint.connect(None).await?;
@@ -187,7 +187,7 @@ pub async fn submit(global: &GlobalArgs, args: SubmitArgs) -> anyhow::Result<Exi
     let sandbox = args.run.sandbox;
     let (new, _) = new_run(args.run)?;
     let tools = tool_config(new.workspace_dir(), &args.mcp)?;
-    let new = with_sandbox(new, sandbox, &tools)?;
+    let new = with_sandbox(new, sandbox, &tools, &global.database_url()?)?;
     let journal = crate::db::open_journal(global).await?;
     let id = agent_host::run::submit(&journal, &tools, new).await;
     journal.close().await;
@@ -215,13 +215,14 @@ fn check_shared_db(url: &str) -> Result<(), UsageError> {
     Ok(())
 }
 
-/// `new` with its sandbox: `--sandbox`, else `[sandbox] mode`, else `workspace-write`;
-/// probed here. A mode asked for that this system cannot give is a usage error (nothing
+/// `new` with its sandbox: `--sandbox`, else `[sandbox] mode`, else `workspace-write`,
+/// hiding the files of the database at `db_url` besides the configured paths; probed here. A mode asked for that this system cannot give is a usage error (nothing
 /// runs); the default one falls back to `off`, where every command asks, and says so.
 pub(crate) fn with_sandbox(
     new: NewRun,
     flag: Option<SandboxMode>,
     tools: &ToolConfig,
+    db_url: &str,
 ) -> anyhow::Result<NewRun> {
     let explicit = flag.or(tools.sandbox.mode);
     let mode = explicit.unwrap_or(SandboxMode::WorkspaceWrite);
@@ -229,6 +230,7 @@ pub(crate) fn with_sandbox(
     spec.network = tools.sandbox.network.unwrap_or(false);
     spec.writable_roots = tools.sandbox.writable_roots.clone().unwrap_or_default();
     spec.deny_read = tools.sandbox.deny_read.clone().unwrap_or_default();
+    spec.deny_read.extend(crate::global::database_files(db_url));
     // A missing workspace is the host's error to report, not the sandbox's.
     if !new.workspace_dir().is_dir() {
         return Ok(new.sandbox(spec));
