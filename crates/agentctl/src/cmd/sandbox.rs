@@ -13,6 +13,8 @@ use std::process::ExitCode;
 use agent_host::sandbox::{Mode, SandboxSpec};
 use anyhow::Context as _;
 
+use crate::output::UsageError;
+
 #[derive(Debug, clap::Args)]
 pub struct SandboxArgs {
     /// read-only: writes only in a private temp dir; workspace-write: also in the workspace
@@ -49,7 +51,21 @@ pub fn sandbox(args: SandboxArgs) -> anyhow::Result<ExitCode> {
         None => std::env::current_dir().context("cannot read the current directory")?,
     };
     let workspace = std::fs::canonicalize(&workspace)
-        .with_context(|| format!("workspace {} does not exist", workspace.display()))?;
+        .map_err(|err| UsageError(format!("the workspace {}: {err}", workspace.display())))?;
+    if !workspace.is_dir() {
+        return Err(UsageError(format!(
+            "the workspace {} is not a directory",
+            workspace.display()
+        ))
+        .into());
+    }
+    if workspace.to_str().is_none() {
+        return Err(UsageError(format!(
+            "the workspace {} is not UTF-8, which a sandbox policy needs",
+            workspace.display()
+        ))
+        .into());
+    }
     let Some((program, rest)) = args.command.split_first() else {
         anyhow::bail!("no command given (put it after `--`)");
     };

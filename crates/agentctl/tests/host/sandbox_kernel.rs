@@ -389,3 +389,48 @@ async fn the_database_is_hidden_from_commands_wherever_it_lives() {
         assert_eq!(show(&db, &run)["status"], "completed");
     }
 }
+
+/// A workspace that is a file or not UTF-8 is a usage error (exit 2) that names it; hiding
+/// `/` is a policy the sandbox refuses (exit 125); nothing runs in either case.
+#[test]
+fn odd_workspaces_and_policies_are_refused_and_nothing_runs() {
+    use std::os::unix::ffi::OsStringExt as _;
+    let b = bare();
+    let file = b.ws.join("f.txt");
+    std::fs::write(&file, "x").unwrap();
+    let not_utf8 =
+        b.ws.join(std::ffi::OsString::from_vec(b"bad\xffdir".to_vec()));
+    std::fs::create_dir(&not_utf8).unwrap();
+    let agentctl = |args: &[&std::ffi::OsStr]| {
+        Command::new(env!("CARGO_BIN_EXE_agentctl"))
+            .env("HOME", &b.home)
+            .current_dir(&b.ws)
+            .arg("sandbox")
+            .args(args)
+            .args(["--", "touch", "ran"])
+            .output()
+            .unwrap()
+    };
+    let o = agentctl(&["--workspace".as_ref(), file.as_os_str()]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains("is not a directory"),
+        "{}",
+        text(&o.stderr)
+    );
+    let o = agentctl(&["--workspace".as_ref(), not_utf8.as_os_str()]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains("is not UTF-8"),
+        "{}",
+        text(&o.stderr)
+    );
+    let o = agentctl(&["--deny-read".as_ref(), "/".as_ref()]);
+    assert_eq!(o.status.code(), Some(125), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains("whole file system"),
+        "{}",
+        text(&o.stderr)
+    );
+    assert!(!b.ws.join("ran").exists() && !not_utf8.join("ran").exists());
+}

@@ -76,11 +76,17 @@ impl Resolved {
             writable.push(workspace.clone());
             writable.extend(policy.writable_roots.iter().filter_map(|p| canonical(p)));
         }
-        let deny_read = policy
+        let deny_read: Vec<PathBuf> = policy
             .deny_read
             .iter()
             .filter_map(|p| canonical(p))
             .collect();
+        if let Some(root) = deny_read.iter().find(|p| p.parent().is_none()) {
+            return Err(SandboxError::Path {
+                path: root.clone(),
+                reason: "cannot be hidden: it is the whole file system".into(),
+            });
+        }
         let protected = policy
             .protected()
             .iter()
