@@ -106,6 +106,7 @@ impl From<HostError> for ApiError {
             HostError::ArgsMismatch { .. }
             | HostError::EmptySteer
             | HostError::BudgetBelowUsed { .. }
+            | HostError::BudgetUsedUp { .. }
             | HostError::Workspace { .. }
             | HostError::Config(_)
             | HostError::McpStart { .. }

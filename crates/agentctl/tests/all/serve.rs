@@ -194,7 +194,7 @@ async fn the_door(db: FreshDb) {
         (status, code.as_str()),
         (StatusCode::NOT_FOUND, "not_found")
     );
-    // The console: a login page without the token, a cookie from the one-time link.
+    // The console: a login page without the token, a cookie from the printed link.
     let login = client().get(format!("{}/", s.base)).send().await.unwrap();
     assert_eq!(login.status(), StatusCode::UNAUTHORIZED);
     let page = login.text().await.unwrap();
@@ -585,6 +585,14 @@ async fn submit_and_resume_with_an_in_process_worker(db: FreshDb) {
     assert_eq!(
         std::fs::read_to_string(ws.join("log.txt")).unwrap(),
         "one\n"
+    );
+    // Without a higher budget it would pause again at once: refused, nothing queued.
+    let (status, code, said) =
+        error_of(s.post(&format!("/api/v1/runs/{run}/resume"), json!({}))).await;
+    assert_eq!(
+        (status, code.as_str()),
+        (StatusCode::BAD_REQUEST, "invalid"),
+        "{said}"
     );
     let (status, code, _) = error_of(s.post(
         &format!("/api/v1/runs/{run}/resume"),

@@ -294,6 +294,7 @@ pub async fn requeue(journal: &Journal, run_id: &str, change: Requeue) -> Result
         super::check_budget(run_id, "tokens", state.usage.total_tokens, n)?;
         budgets.max_tokens = Some(n);
     }
+    super::check_budget_room(run_id, &state, budgets)?;
     let thread = kinds::thread_of(run_id);
     let requeued = RunRequeued {
         budgets,
