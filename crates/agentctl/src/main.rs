@@ -82,7 +82,7 @@ enum Command {
     #[command(subcommand)]
     Mock(cmd::mock::MockCmd),
     /// The HTTP API and web console over --db: runs live, approvals, steers, interrupts and
-    /// submits from a browser or any language (docs/http-api.md). Prints a one-time link.
+    /// submits from a browser or any language (docs/http-api.md). Prints a sign-in link.
     Serve(cmd::serve::ServeArgs),
     /// Run one command under the sandbox a run's `shell` uses, to see what it allows:
     /// `agentctl sandbox [--mode M] [--network] -- CMD ARGS...`. Exit status: the

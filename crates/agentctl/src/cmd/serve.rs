@@ -96,7 +96,7 @@ pub async fn serve(global: &GlobalArgs, args: ServeArgs) -> anyhow::Result<ExitC
     } else {
         output::line(&format!("console: {}", bound.console_link()))?;
         output::note(&format!(
-            "agentctl serve on {}{}; the link signs a browser in once (keep it private). Ctrl-C stops it.",
+            "agentctl serve on {}{}; the link signs a browser in until this server stops (keep it private). Ctrl-C stops it.",
             bound.local_addr(),
             args.worker
                 .map(|n| format!(", driving up to {n} run(s) here"))

@@ -4,7 +4,7 @@
 //! and the emulator. `.ci/run` installs the browser; under `CI=true` its absence fails the
 //! test, elsewhere it is skipped with a message.
 //!
-//! Scenario: sign in through the one-time link; submit a run from the page; it waits on an
+//! Scenario: sign in through the printed link; submit a run from the page; it waits on an
 //! approval, which the page shows without a reload; Approve; the tool output appears live;
 //! a second approval waits: a steer typed in the page, then that approval decided from the
 //! CLI; the page shows the CLI's decision, the steer applied and the final answer; a run
@@ -127,7 +127,7 @@ async fn scenario(
         // Signed out: the login page, no data.
         b.goto(&format!("{base}/")).await;
         b.wait_for("body", "Not signed in", WAIT).await;
-        // The one-time link signs in and leaves the address bar.
+        // The printed link signs in and leaves the address bar.
         b.goto(&format!("{base}/?token={TOKEN}")).await;
         b.wait_for("#runs", "", WAIT).await;
         let url = b.execute("return location.href", json!([])).await;

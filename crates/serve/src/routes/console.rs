@@ -1,4 +1,4 @@
-//! The console: its page and assets (compiled in), the one-time token link, the login page.
+//! The console: its page and assets (compiled in), the token link, the login page.
 
 use std::collections::HashMap;
 use std::sync::Arc;
