@@ -8,15 +8,19 @@
 //! Invariants:
 //! - A request is *in progress* from its complete head until its response body has ended
 //!   or been dropped; a live SSE stream is one request in progress for as long as it runs.
-//! - A connection with no request in progress (none sent yet, a head half sent, idle between
-//!   requests) for [`Limits::idle_timeout`] is closed: asked to close gracefully, and
-//!   dropped [`CLOSE_GRACE`] later if it has not. A connection with a request in progress
-//!   is never closed for idleness.
-//! - At most [`Limits::max_connections`] connections are served. One more evicts the
-//!   connection that has been idle the longest (closed as above); when every connection
-//!   has a request in progress, the newcomer is closed at once. So a flood of idle
-//!   connections makes room for a client that sends its request, rather than shutting it
-//!   out.
+//! - A connection that has not sent a whole request head within [`Limits::idle_timeout`]
+//!   of being accepted is closed: asked to close gracefully, and dropped [`CLOSE_GRACE`]
+//!   later if it has not. One that has been answered and then sits idle is closed after
+//!   [`Limits::keep_alive`]: much longer, since a client that pools connections (reqwest
+//!   keeps them 90 s, browsers minutes) may send its next request just as the server
+//!   closes the connection, and that request then fails. A connection with a request in
+//!   progress is never closed for idleness.
+//! - At most [`Limits::max_connections`] connections are served. One more evicts an idle
+//!   connection (closed as above): one that never sent a request first, the one idle the
+//!   longest among them, else the served one idle the longest; when every connection has
+//!   a request in progress, the newcomer is closed at once. So a flood of idle connections
+//!   makes room for a client that sends its request, rather than shutting it out, and
+//!   costs a pooled client's connection only once the flood's own are gone.
 //! - When the process is out of file descriptors, accepting evicts the longest-idle
 //!   connection and waits a moment instead of spinning.
 //! - At shutdown nothing more is accepted, every connection is asked to close gracefully
@@ -58,8 +62,10 @@ const OUT_OF_FILES_PAUSE: Duration = Duration::from_millis(50);
 pub struct Limits {
     /// Most connections served at once (at least 1).
     pub max_connections: usize,
-    /// How long a connection may go without a request in progress before it is closed.
+    /// How long a new connection may take to send its first whole request head.
     pub idle_timeout: Duration,
+    /// How long a connection that has been answered may sit with no request in progress.
+    pub keep_alive: Duration,
 }
 
 impl Limits {
@@ -67,6 +73,8 @@ impl Limits {
     pub const MAX_CONNECTIONS: usize = 1024;
     /// The default [`Limits::idle_timeout`].
     pub const IDLE_TIMEOUT: Duration = Duration::from_secs(10);
+    /// The default [`Limits::keep_alive`].
+    pub const KEEP_ALIVE: Duration = Duration::from_secs(600);
 }
 
 impl Default for Limits {
@@ -74,6 +82,7 @@ impl Default for Limits {
         Limits {
             max_connections: Limits::MAX_CONNECTIONS,
             idle_timeout: Limits::IDLE_TIMEOUT,
+            keep_alive: Limits::KEEP_ALIVE,
         }
     }
 }
@@ -109,7 +118,7 @@ pub async fn serve(
                     let registry = Arc::clone(&registry);
                     let stopped = stopped.clone();
                     tasks.spawn(async move {
-                        drive(stream, service, &conn, limits.idle_timeout, stopped).await;
+                        drive(stream, service, &conn, limits, stopped).await;
                         registry.remove(conn.id);
                     });
                 }
@@ -140,7 +149,7 @@ async fn drive(
     stream: TcpStream,
     service: Service,
     conn: &Conn,
-    idle_timeout: Duration,
+    limits: Limits,
     mut stopped: watch::Receiver<bool>,
 ) {
     let builder = auto::Builder::new(TokioExecutor::new());
@@ -149,7 +158,7 @@ async fn drive(
     // Once asked to close: when it is dropped if it has not closed by then.
     let mut closing: Option<Instant> = None;
     loop {
-        let wake = closing.unwrap_or_else(|| conn.idle_deadline(idle_timeout));
+        let wake = closing.unwrap_or_else(|| conn.idle_deadline(limits));
         tokio::select! {
             served = connection.as_mut() => {
                 if let Err(err) = served {
@@ -161,7 +170,7 @@ async fn drive(
                 if closing.is_some() {
                     return;
                 }
-                if conn.idle_deadline(idle_timeout) <= Instant::now() {
+                if conn.idle_deadline(limits) <= Instant::now() {
                     connection.as_mut().graceful_shutdown();
                     closing = Some(Instant::now() + CLOSE_GRACE);
                 }
@@ -200,6 +209,7 @@ impl Registry {
         let conn = Arc::new(Conn {
             id: self.next_id.fetch_add(1, Ordering::Relaxed),
             in_flight: AtomicUsize::new(0),
+            served: AtomicBool::new(false),
             idle_since: Mutex::new(Instant::now()),
             evict: Notify::new(),
             evicted: AtomicBool::new(false),
@@ -220,13 +230,17 @@ impl Registry {
     }
 }
 
-/// Asks the connection idle the longest (not asked already) to close; whether there was one.
+/// Asks an idle connection (not asked already) to close: one that never sent a request,
+/// the one idle the longest, else the served one idle the longest; whether there was one.
 fn evict_longest_idle(conns: &HashMap<u64, Arc<Conn>>) -> bool {
     let victim = conns
         .values()
         .filter(|c| !c.evicted.load(Ordering::Acquire))
-        .filter_map(|c| c.idle_since().map(|since| (since, c)))
-        .min_by_key(|(since, _)| *since);
+        .filter_map(|c| {
+            let served = c.served.load(Ordering::Acquire);
+            c.idle_since().map(|since| ((served, since), c))
+        })
+        .min_by_key(|(key, _)| *key);
     match victim {
         Some((_, conn)) => {
             conn.evicted.store(true, Ordering::Release);
@@ -243,6 +257,8 @@ struct Conn {
     id: u64,
     /// Requests in progress.
     in_flight: AtomicUsize,
+    /// Whether a whole request head has arrived on it.
+    served: AtomicBool,
     /// When the last request in progress ended (or the connection was accepted).
     idle_since: Mutex<Instant>,
     /// Asks the connection to close (eviction).
@@ -261,12 +277,18 @@ impl Conn {
         (self.in_flight.load(Ordering::Acquire) == 0).then_some(since)
     }
 
-    /// When its idle time runs out (while a request is in progress: a full timeout from
-    /// now, to look again then).
-    fn idle_deadline(&self, idle_timeout: Duration) -> Instant {
+    /// When its idle time runs out: `idle_timeout` after it was accepted until it sends a
+    /// request, `keep_alive` after its last answer since (while a request is in progress: a
+    /// full timeout from now, to look again then).
+    fn idle_deadline(&self, limits: Limits) -> Instant {
+        let timeout = if self.served.load(Ordering::Acquire) {
+            limits.keep_alive
+        } else {
+            limits.idle_timeout
+        };
         self.idle_since()
             .unwrap_or_else(Instant::now)
-            .checked_add(idle_timeout)
+            .checked_add(timeout)
             .unwrap_or_else(Instant::now)
     }
 }
@@ -277,6 +299,7 @@ struct Busy(Arc<Conn>);
 impl Busy {
     fn new(conn: Arc<Conn>) -> Busy {
         conn.in_flight.fetch_add(1, Ordering::AcqRel);
+        conn.served.store(true, Ordering::Release);
         Busy(conn)
     }
 }
@@ -397,5 +420,34 @@ mod tests {
         assert!(second.idle_since().is_some());
         assert!(registry.admit().is_some());
         assert!(second.evicted.load(Ordering::Acquire));
+    }
+
+    #[test]
+    fn a_connection_that_never_sent_a_request_is_evicted_before_a_served_one() {
+        let registry = Registry {
+            conns: Mutex::new(HashMap::new()),
+            next_id: AtomicU64::new(0),
+            max: 2,
+        };
+        let Some(served) = registry.admit() else {
+            unreachable!("room");
+        };
+        drop(Busy::new(Arc::clone(&served)));
+        std::thread::sleep(Duration::from_millis(5));
+        let Some(silent) = registry.admit() else {
+            unreachable!("room");
+        };
+        // The served one has been idle longer, but the silent one goes.
+        assert!(registry.admit().is_some());
+        assert!(silent.evicted.load(Ordering::Acquire));
+        assert!(!served.evicted.load(Ordering::Acquire));
+        let limits = Limits {
+            max_connections: 2,
+            idle_timeout: Duration::from_secs(1),
+            keep_alive: Duration::from_secs(100),
+        };
+        let now = Instant::now();
+        assert!(silent.idle_deadline(limits) < now + Duration::from_secs(2));
+        assert!(served.idle_deadline(limits) > now + Duration::from_secs(50));
     }
 }

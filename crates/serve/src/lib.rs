@@ -114,12 +114,17 @@ pub async fn bind(
         context: options.context,
         who: options.who,
     });
+    // Room for every watcher the server admits, and as many other connections besides.
+    let limits = Limits {
+        max_connections: options.max_watchers.saturating_add(Limits::MAX_CONNECTIONS),
+        ..Limits::default()
+    };
     Ok(Bound {
         listener,
         addr,
         router: router(app),
         link,
-        limits: Limits::default(),
+        limits,
     })
 }
 
