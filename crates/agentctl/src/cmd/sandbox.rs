@@ -90,10 +90,17 @@ pub fn sandbox(args: SandboxArgs) -> anyhow::Result<ExitCode> {
     for name in agent_host::tools::HIDDEN_ENV {
         cmd.env_remove(name);
     }
-    let status = cmd
-        .current_dir(&workspace)
-        .status()
-        .context("cannot start the command")?;
+    let status = match cmd.current_dir(&workspace).status() {
+        Ok(status) => status,
+        // As the sandbox's entry point (and a shell) answers for a program it cannot run.
+        Err(err) => {
+            crate::output::note(&format!(
+                "error: cannot run {}: {err}",
+                program.to_string_lossy()
+            ));
+            return Ok(ExitCode::from(agent_sandbox::EXIT_CANNOT_EXEC));
+        }
+    };
     drop(tmp);
     Ok(ExitCode::from(exit_byte(status)))
 }

@@ -391,7 +391,8 @@ async fn the_database_is_hidden_from_commands_wherever_it_lives() {
 }
 
 /// A workspace that is a file or not UTF-8 is a usage error (exit 2) that names it; hiding
-/// `/` is a policy the sandbox refuses (exit 125); nothing runs in either case.
+/// `/` is a policy the sandbox refuses (exit 125); nothing runs in either case. A program
+/// that cannot be run is 127 sandboxed or not.
 #[test]
 fn odd_workspaces_and_policies_are_refused_and_nothing_runs() {
     use std::os::unix::ffi::OsStringExt as _;
@@ -433,4 +434,14 @@ fn odd_workspaces_and_policies_are_refused_and_nothing_runs() {
         text(&o.stderr)
     );
     assert!(!b.ws.join("ran").exists() && !not_utf8.join("ran").exists());
+    // A program that does not exist: 127 under every mode, as a shell says it.
+    for mode in ["off", "read-only", "workspace-write"] {
+        let o = Command::new(env!("CARGO_BIN_EXE_agentctl"))
+            .env("HOME", &b.home)
+            .current_dir(&b.ws)
+            .args(["sandbox", "--mode", mode, "--", "/nonexistent/program"])
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(127), "{mode}: {}", text(&o.stderr));
+    }
 }
