@@ -14,20 +14,10 @@ mod common;
 
 const TOKEN: &str = "body-token-0123456789abcdef0123456789abcdef";
 
-struct Server {
-    base: String,
-    run: String,
-    _dir: tempfile::TempDir,
-}
+use common::Server;
 
 async fn server() -> Server {
-    let dir = tempfile::tempdir().unwrap();
-    let (addr, run) = common::start(dir.path(), TOKEN).await;
-    Server {
-        base: format!("http://{addr}"),
-        run,
-        _dir: dir,
-    }
+    common::server(TOKEN).await
 }
 
 impl Server {

@@ -21,20 +21,15 @@ mod common;
 
 const TOKEN: &str = "conn-token-0123456789abcdef0123456789abcdef";
 
-struct Server {
-    base: String,
-    run: String,
-    _dir: tempfile::TempDir,
-}
+use common::Server;
 
 async fn server() -> Server {
-    let dir = tempfile::tempdir().unwrap();
-    let (addr, run) = common::start(dir.path(), TOKEN).await;
-    Server {
-        base: format!("http://{addr}"),
-        run,
-        _dir: dir,
-    }
+    common::server(TOKEN).await
+}
+
+/// An authenticated `GET /api/v1/runs` as raw HTTP/1.1 for the server at `addr`.
+fn list_runs(addr: &str) -> String {
+    format!("GET /api/v1/runs HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {TOKEN}\r\n\r\n")
 }
 
 fn closes(resp: &reqwest::Response) -> bool {
@@ -131,13 +126,7 @@ async fn closed_within(stream: &mut tokio::net::TcpStream, within: Duration) -> 
 }
 
 async fn limited(limits: Limits) -> Server {
-    let dir = tempfile::tempdir().unwrap();
-    let (addr, run) = common::start_with(dir.path(), TOKEN, limits).await;
-    Server {
-        base: format!("http://{addr}"),
-        run,
-        _dir: dir,
-    }
+    common::server_with(TOKEN, limits).await
 }
 
 fn addr_of(s: &Server) -> String {
@@ -162,9 +151,7 @@ async fn idle_and_half_sent_connections_are_closed() {
         .await
         .unwrap();
     let mut kept = TcpStream::connect(&addr).await.unwrap();
-    let request = format!(
-        "GET /api/v1/runs HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {TOKEN}\r\n\r\n"
-    );
+    let request = list_runs(&addr);
     kept.write_all(request.as_bytes()).await.unwrap();
     let mut buf = [0u8; 64];
     let n = kept.read(&mut buf).await.unwrap();
@@ -199,9 +186,7 @@ async fn a_kept_alive_connection_outlives_the_first_request_timeout() {
     .await;
     let addr = addr_of(&s);
     let mut kept = TcpStream::connect(&addr).await.unwrap();
-    let request = format!(
-        "GET /api/v1/runs HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {TOKEN}\r\n\r\n"
-    );
+    let request = list_runs(&addr);
     for round in 0..3 {
         kept.write_all(request.as_bytes()).await.unwrap();
         let mut buf = vec![0u8; 64 * 1024];
@@ -271,9 +256,7 @@ async fn a_flood_of_idle_connections_makes_room_for_a_real_request() {
     let addr = addr_of(&s);
     // A client's kept-alive connection, answered once and idle since before the flood.
     let mut kept = TcpStream::connect(&addr).await.unwrap();
-    let request = format!(
-        "GET /api/v1/runs HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {TOKEN}\r\n\r\n"
-    );
+    let request = list_runs(&addr);
     let mut buf = vec![0u8; 64 * 1024];
     kept.write_all(request.as_bytes()).await.unwrap();
     let n = kept.read(&mut buf).await.unwrap();

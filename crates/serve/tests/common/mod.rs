@@ -39,3 +39,30 @@ pub async fn start_with(dir: &Path, token: &str, limits: Limits) -> (SocketAddr,
     tokio::spawn(bound.run(std::future::pending()));
     (addr, run)
 }
+
+/// A server started by [`start`] with `token`, its base URL and run; it stops with the test's
+/// runtime, and its directory goes with this value.
+#[allow(dead_code)] // not every test binary uses it
+pub struct Server {
+    pub base: String,
+    pub run: String,
+    _dir: tempfile::TempDir,
+}
+
+/// [`start`] in a fresh directory.
+#[allow(dead_code)] // not every test binary uses it
+pub async fn server(token: &str) -> Server {
+    server_with(token, Limits::default()).await
+}
+
+/// [`server`], with `limits` on connections.
+#[allow(dead_code)] // not every test binary uses it
+pub async fn server_with(token: &str, limits: Limits) -> Server {
+    let dir = tempfile::tempdir().unwrap();
+    let (addr, run) = start_with(dir.path(), token, limits).await;
+    Server {
+        base: format!("http://{addr}"),
+        run,
+        _dir: dir,
+    }
+}
