@@ -39,10 +39,25 @@ fn mock_story_on_a_fresh_home() {
     assert!(!text(&o.stderr).contains("warning"), "{}", text(&o.stderr));
     let shown: Value =
         serde_json::from_slice(&cmd(&["--json", "runs", "show", run]).stdout).unwrap();
-    assert_eq!(
-        shown["sandbox"],
-        json!({"mode": "workspace-write", "network": false}),
+    assert_eq!(shown["sandbox"]["mode"], "workspace-write", "{shown}");
+    assert_eq!(shown["sandbox"]["network"], false, "{shown}");
+    // The run's database is hidden from its commands by name, wherever it lives.
+    let hidden: Vec<&str> = shown["sandbox"]["deny_read"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(
+        hidden.len() == 4
+            && hidden[0].ends_with("agentctl/agentctl.db")
+            && hidden[1].ends_with(".db-wal"),
         "{shown}"
+    );
+    assert_eq!(
+        shown["sandbox"].as_object().unwrap().len(),
+        3,
+        "nothing else recorded: {shown}"
     );
     let shown = cmd(&["runs", "show", run]);
     assert!(

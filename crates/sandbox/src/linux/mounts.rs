@@ -45,7 +45,14 @@ pub(crate) fn enter_private() -> Result<(), SandboxError> {
 /// that nobody may enter, a file with `/dev/null`. A hidden directory that holds some of
 /// `reachable` (the workspace, say) is covered too, and those are bound back into place
 /// through it; one that is itself in `reachable` stays as it is.
+///
+/// Deepest first: a hidden path beneath another (the database file in the hidden state dir,
+/// or in a workspace kept inside it) is covered before the directory above it, whose cover
+/// would otherwise leave nothing at that path to cover, and a kept path is bound back with
+/// the covers beneath it.
 pub(crate) fn hide(paths: &[PathBuf], reachable: &[PathBuf]) -> Result<(), SandboxError> {
+    let mut paths: Vec<&PathBuf> = paths.iter().collect();
+    paths.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
     for path in paths {
         let inside: Vec<&PathBuf> = reachable.iter().filter(|r| r.starts_with(path)).collect();
         if inside.contains(&path) {
