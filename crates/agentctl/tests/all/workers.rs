@@ -118,7 +118,7 @@ async fn zombie_is_fenced(db: FreshDb) {
     zombie.wait_for("claimed", Some(id), Duration::from_secs(20));
     // Its first shell command is running (2 s): stop the worker past its lease.
     std::thread::sleep(Duration::from_millis(300));
-    zombie.signal("STOP");
+    stop_outside_a_write(&zombie, db);
     let heir = start_worker(db, dir.path(), "heir", "1", &[]);
     let taken = heir.wait_for("claimed", Some(id), Duration::from_secs(20));
     assert_eq!(taken["epoch"], 2);
@@ -151,6 +151,30 @@ async fn zombie_is_fenced(db: FreshDb) {
             .all(|e| e.epoch != Some(1) || e.seq < first_heir)
     );
     check_run(id, ws, &events, &claims(&all));
+}
+
+/// Stops `worker` (SIGSTOP) at a moment it holds no SQLite write lock. A process stopped
+/// inside a commit keeps the file's one write lock until it is continued, so no other
+/// process could claim anything: a stall of the test's making, not a zombie's (on a busy CI
+/// machine a commit's fsync is long enough to be caught). So: stop, try the write lock
+/// with no wait, and if it is held, continue the worker and try again a moment later.
+/// PostgreSQL has no such file lock: stopped at once.
+fn stop_outside_a_write(worker: &Worker, db: &str) {
+    let Some(path) = db.strip_prefix("sqlite://") else {
+        worker.signal("STOP");
+        return;
+    };
+    let conn = rusqlite::Connection::open(path).unwrap();
+    conn.busy_timeout(Duration::ZERO).unwrap();
+    for _ in 0..200 {
+        worker.signal("STOP");
+        if conn.execute_batch("BEGIN IMMEDIATE; ROLLBACK;").is_ok() {
+            return;
+        }
+        worker.signal("CONT");
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    panic!("the worker held the write lock at every one of 200 stops");
 }
 
 /// SIGTERM: the worker gives the run back at its next step boundary and exits 0; another

@@ -133,9 +133,10 @@ impl Worker {
             }
             assert!(
                 Instant::now() < deadline,
-                "worker {} printed no {kind} line in {within:?}: {:?}",
+                "worker {} printed no {kind} line in {within:?}: {:?}\nits stderr:\n{}",
                 self.name,
-                self.lines()
+                self.lines(),
+                std::fs::read_to_string(self.log.with_extension("err")).unwrap_or_default()
             );
             std::thread::sleep(Duration::from_millis(20));
         }
