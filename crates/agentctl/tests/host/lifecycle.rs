@@ -82,12 +82,25 @@ fn mock_story_on_a_fresh_home() {
     assert!(lines.iter().any(|l| l["item"]["type"] == "file_change"));
     assert_eq!(lines.last().unwrap()["type"], "turn.completed");
     // --json on run prints the same lines live.
+    // A second run, with the database now there to hide: still sandboxed, no fallback,
+    // and its command still runs.
     let live = cmd(&["--json", "run", "--mock", "again"]);
     assert_eq!(live.status.code(), Some(0));
+    assert!(
+        !text(&live.stderr).contains("warning"),
+        "{}",
+        text(&live.stderr)
+    );
     let live: Vec<Value> = text(&live.stdout)
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
+    assert!(
+        live.iter().any(|l| l["item"]["type"] == "command_execution"
+            && l["item"]["exit_code"] == 0
+            && l["item"]["sandbox"] == "workspace-write"),
+        "{live:?}"
+    );
     assert_eq!(live[0]["type"], "thread.started");
     assert_eq!(live.last().unwrap()["type"], "turn.completed");
     let summary = std::fs::read_dir(home.path().join(".local/share/agentctl/workspaces"))
