@@ -93,15 +93,15 @@ pub struct Policy {
 }
 
 impl Policy {
-    /// A policy of `mode` for `workspace` with the default deny list of `home` and no
-    /// network.
+    /// A policy of `mode` for `workspace` with the default deny list of `home` (the engine
+    /// sockets alone without one) and no network.
     pub fn new(mode: Mode, workspace: impl Into<PathBuf>, home: Option<&Path>) -> Policy {
         Policy {
             mode,
             workspace: workspace.into(),
             network: false,
             writable_roots: Vec::new(),
-            deny_read: home.map(default_deny_read).unwrap_or_default(),
+            deny_read: home.map_or_else(engine_sockets, default_deny_read),
             tmpdir: None,
         }
     }
@@ -115,9 +115,41 @@ impl Policy {
     }
 }
 
-/// The credential stores of `home` and agentctl's own state dir: what a prompt-injected
-/// command would go after first.
+/// The sockets of container engines. Whoever may connect to one commands the engine (as
+/// root for a rootful one), whatever else the sandbox refuses; Landlock does not govern
+/// connecting to a Unix socket, so they are hidden (a hidden socket refuses connections).
+const ENGINE_SOCKETS: [&str; 5] = [
+    "/var/run/docker.sock",
+    "/run/docker.sock",
+    "/run/containerd/containerd.sock",
+    "/run/podman/podman.sock",
+    "/run/crio/crio.sock",
+];
+
+/// The same engines' sockets under a user's runtime dir (rootless engines).
+const USER_ENGINE_SOCKETS: [&str; 2] = ["docker.sock", "podman/podman.sock"];
+
+/// The credential stores of `home`, agentctl's own state dir and the container engines'
+/// sockets (system-wide and under `XDG_RUNTIME_DIR`): what a prompt-injected command would
+/// go after first.
 pub fn default_deny_read(home: &Path) -> Vec<PathBuf> {
+    let mut paths = home_deny_read(home);
+    paths.extend(engine_sockets());
+    paths
+}
+
+/// [`ENGINE_SOCKETS`], and [`USER_ENGINE_SOCKETS`] under `XDG_RUNTIME_DIR` when it is set.
+fn engine_sockets() -> Vec<PathBuf> {
+    let mut paths: Vec<PathBuf> = ENGINE_SOCKETS.iter().map(PathBuf::from).collect();
+    let runtime_dir = std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from);
+    if let Some(dir) = runtime_dir.filter(|d| d.is_absolute()) {
+        paths.extend(USER_ENGINE_SOCKETS.iter().map(|rel| dir.join(rel)));
+    }
+    paths
+}
+
+/// The credential stores of `home` and agentctl's own state dir.
+fn home_deny_read(home: &Path) -> Vec<PathBuf> {
     [
         ".ssh",
         ".aws",
@@ -138,6 +170,19 @@ pub fn default_deny_read(home: &Path) -> Vec<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_default_list_hides_credential_stores_and_engine_sockets() {
+        let list = default_deny_read(Path::new("/home/u"));
+        for path in [
+            "/home/u/.ssh",
+            "/home/u/.local/share/agentctl",
+            "/run/docker.sock",
+            "/var/run/docker.sock",
+        ] {
+            assert!(list.contains(&PathBuf::from(path)), "{path} in {list:?}");
+        }
+    }
 
     #[test]
     fn modes_round_trip_through_their_names() {

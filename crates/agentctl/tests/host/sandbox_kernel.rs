@@ -445,3 +445,32 @@ fn odd_workspaces_and_policies_are_refused_and_nothing_runs() {
         assert_eq!(o.status.code(), Some(127), "{mode}: {}", text(&o.stderr));
     }
 }
+
+/// A Unix socket the command may reach by path (Landlock does not govern `connect` on one)
+/// refuses it once hidden: how the container engines' sockets (root-equivalent) are kept
+/// out of reach by default. The listener stands for such an engine.
+#[test]
+fn a_hidden_socket_refuses_connections() {
+    let b = bare();
+    let path = b.ws.join("engine.sock");
+    let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let script = format!(
+        "python3 -c 'import socket; s = socket.socket(socket.AF_UNIX); s.connect(\"{}\"); print(\"connected\")'",
+        path.display()
+    );
+    let open = b.run(&[], &script);
+    assert_eq!(text(&open.stdout), "connected\n", "{}", text(&open.stderr));
+    assert!(
+        listener.accept().is_ok(),
+        "the listener saw the first connection"
+    );
+    let hidden = b.run(&["--deny-read", &path.display().to_string()], &script);
+    assert!(!hidden.status.success(), "{}", text(&hidden.stdout));
+    assert!(
+        text(&hidden.stderr).contains("Connection refused"),
+        "{}",
+        text(&hidden.stderr)
+    );
+    assert!(listener.accept().is_err(), "the listener saw a connection");
+}
