@@ -23,6 +23,17 @@ use serde_json::{Value, json};
 
 const TOKEN: &str = "bench-token-0123456789abcdef0123456789abcdef";
 
+/// The server under test, killed however the bench ends (a failed assertion included), so
+/// that no server outlives it.
+struct Server(std::process::Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 #[tokio::main]
 async fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -56,29 +67,31 @@ async fn main() {
 
     let token_file = dir.path().join("token");
     std::fs::write(&token_file, TOKEN).unwrap();
-    let mut serve = Command::new(agentctl)
-        .args([
-            "--db",
-            &db,
-            "--json",
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--token-file",
-        ])
-        .arg(&token_file)
-        .args(["--max-watchers", &(watchers + 16).to_string()])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut serve = Server(
+        Command::new(agentctl)
+            .args([
+                "--db",
+                &db,
+                "--json",
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--token-file",
+            ])
+            .arg(&token_file)
+            .args(["--max-watchers", &(watchers + 16).to_string()])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
     let mut line = String::new();
-    std::io::BufReader::new(serve.stdout.take().unwrap())
+    std::io::BufReader::new(serve.0.stdout.take().unwrap())
         .read_line(&mut line)
         .unwrap();
     let listening: Value = serde_json::from_str(&line).unwrap();
     let base = format!("http://{}", listening["addr"].as_str().unwrap());
-    let pid = serve.id();
+    let pid = serve.0.id();
     tokio::time::sleep(Duration::from_millis(300)).await;
     let (rss0, cpu0) = (rss_kib(pid), cpu_ms(pid));
 
@@ -175,8 +188,7 @@ async fn main() {
     }
     let elapsed = started.elapsed().as_secs_f64();
     let (rss2, cpu2) = (rss_kib(pid), cpu_ms(pid));
-    let _ = serve.kill();
-    let _ = serve.wait();
+    drop(serve);
     delays.sort_by(f64::total_cmp);
     let pct = |p: f64| {
         if delays.is_empty() {
