@@ -11,6 +11,17 @@ pub enum HostError {
     /// No run has this id.
     #[error("no run {0} (see `agentctl runs list`)")]
     NotFound(String),
+    /// A steer asked not to be taken by a run that has ended ([`request_live_steer`]):
+    /// it would only be dropped.
+    ///
+    /// [`request_live_steer`]: crate::run::request_live_steer
+    #[error("run {run} is {status}; a steer would be dropped")]
+    SteerAfterEnd {
+        /// The run id.
+        run: String,
+        /// `completed` or `failed`.
+        status: crate::run::RunStatus,
+    },
     /// A completed or failed run is not driven again.
     #[error("run {run} is {status}; it cannot be resumed")]
     Ended {
@@ -42,6 +53,8 @@ pub enum HostError {
         decision: &'static str,
         /// Who made the first decision.
         by: String,
+        /// Why, as the first decision said (none given: `None`).
+        reason: Option<String>,
     },
     /// The decision named other arguments than the pending call has.
     #[error("the arguments of call {call_id} have sha256 {pending}, not {given}: refused")]
@@ -192,6 +205,7 @@ impl HostError {
         matches!(
             self,
             HostError::Ended { .. }
+                | HostError::SteerAfterEnd { .. }
                 | HostError::BudgetBelowUsed { .. }
                 | HostError::BudgetUsedUp { .. }
                 | HostError::NotFound(_)

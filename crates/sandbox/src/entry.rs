@@ -116,14 +116,22 @@ fn restrict_and_run(
 /// The exit code that passes `status` on. A program ended by a signal ends this process by
 /// the same signal where it can, so that the caller sees what it would have seen.
 fn exit_code(status: ExitStatus) -> u8 {
-    use std::os::unix::process::ExitStatusExt as _;
-    if let Some(code) = status.code() {
-        return u8::try_from(code & 0xff).unwrap_or(1);
-    }
-    let signal = status.signal().unwrap_or(0);
     #[cfg(target_os = "linux")]
-    if let Some(sig) = rustix::process::Signal::from_named_raw(signal) {
+    if let Some(sig) = std::os::unix::process::ExitStatusExt::signal(&status)
+        .and_then(rustix::process::Signal::from_named_raw)
+    {
         let _ = rustix::process::kill_process(rustix::process::getpid(), sig);
     }
-    u8::try_from(128 + (signal & 0x7f)).unwrap_or(1)
+    exit_byte(status)
+}
+
+/// The exit status a process that ran a program passes on as its own: the program's code,
+/// or 128 + N when signal N ended it (as shells report it).
+pub fn exit_byte(status: ExitStatus) -> u8 {
+    use std::os::unix::process::ExitStatusExt as _;
+    match (status.code(), status.signal()) {
+        (Some(code), _) => u8::try_from(code).unwrap_or(1),
+        (None, Some(signal)) => u8::try_from(128 + signal).unwrap_or(1),
+        (None, None) => 1,
+    }
 }

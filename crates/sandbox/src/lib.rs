@@ -37,7 +37,7 @@ mod protected;
 mod read_rules;
 
 pub use entry::{
-    ENTRY, ENTRY_BINARY, EXIT_CANNOT_EXEC, EXIT_NOT_SANDBOXED, entry_args, entry_main,
+    ENTRY, ENTRY_BINARY, EXIT_CANNOT_EXEC, EXIT_NOT_SANDBOXED, entry_args, entry_main, exit_byte,
     run_sandboxed,
 };
 pub use error::SandboxError;

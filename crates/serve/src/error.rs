@@ -81,7 +81,10 @@ impl From<HostError> for ApiError {
                 ApiError::not_found(format!("no such run ({message})"))
             }
             HostError::AlreadyDecided {
-                decision, ref by, ..
+                decision,
+                ref by,
+                ref reason,
+                ..
             } => {
                 let decision = if decision == "approved" {
                     "approve"
@@ -89,7 +92,9 @@ impl From<HostError> for ApiError {
                     "deny"
                 };
                 ApiError {
-                    extra: Some(json!({"decided": {"decision": decision, "by": by}})),
+                    extra: Some(
+                        json!({"decided": {"decision": decision, "by": by, "reason": reason}}),
+                    ),
                     ..ApiError::new(StatusCode::CONFLICT, "already_decided", message)
                 }
             }
@@ -97,6 +102,7 @@ impl From<HostError> for ApiError {
                 ApiError::new(StatusCode::CONFLICT, "not_pending", message)
             }
             HostError::Ended { .. }
+            | HostError::SteerAfterEnd { .. }
             | HostError::DrivenElsewhere { .. }
             | HostError::Superseded(_)
             | HostError::NotDriven { .. }

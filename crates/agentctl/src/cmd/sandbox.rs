@@ -102,16 +102,7 @@ pub fn sandbox(args: SandboxArgs) -> anyhow::Result<ExitCode> {
         }
     };
     drop(tmp);
-    Ok(ExitCode::from(exit_byte(status)))
-}
-
-fn exit_byte(status: std::process::ExitStatus) -> u8 {
-    use std::os::unix::process::ExitStatusExt as _;
-    match (status.code(), status.signal()) {
-        (Some(code), _) => u8::try_from(code).unwrap_or(1),
-        (None, Some(signal)) => u8::try_from(128 + signal).unwrap_or(1),
-        (None, None) => 1,
-    }
+    Ok(ExitCode::from(agent_sandbox::exit_byte(status)))
 }
 
 /// The hidden entry point (`agentctl __sandbox-exec POLICY -- PROGRAM ARGS`): restricts this

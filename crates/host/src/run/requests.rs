@@ -98,6 +98,7 @@ fn already(call_id: &str, d: &Decision) -> HostError {
         call_id: call_id.to_string(),
         decision: if d.approve { "approved" } else { "denied" },
         by: d.by.clone().unwrap_or_else(|| "someone".into()),
+        reason: d.reason.clone(),
     }
 }
 
@@ -115,10 +116,47 @@ pub async fn request_steer(
     text: &str,
     id: Option<String>,
 ) -> Result<String, HostError> {
+    steer(journal, run_id, text, id, OnEnded::Drop).await
+}
+
+/// [`request_steer`], except that a run already ended when it is asked is refused
+/// ([`HostError::SteerAfterEnd`]) instead of taking a steer only to drop it; one that ends
+/// as the steer is taken still gets `steer.dropped`.
+pub async fn request_live_steer(
+    journal: &Journal,
+    run_id: &str,
+    text: &str,
+    id: Option<String>,
+) -> Result<String, HostError> {
+    steer(journal, run_id, text, id, OnEnded::Refuse).await
+}
+
+/// What a steer request does about a run that has already ended.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum OnEnded {
+    /// Take it and drop it at once (`steer.dropped`), as the CLI does.
+    Drop,
+    /// Refuse it: nothing is written.
+    Refuse,
+}
+
+async fn steer(
+    journal: &Journal,
+    run_id: &str,
+    text: &str,
+    id: Option<String>,
+    on_ended: OnEnded,
+) -> Result<String, HostError> {
     if text.trim().is_empty() {
         return Err(HostError::EmptySteer);
     }
-    load(journal, run_id).await?;
+    let status = load(journal, run_id).await?.status();
+    if on_ended == OnEnded::Refuse && status.is_final() {
+        return Err(HostError::SteerAfterEnd {
+            run: run_id.to_string(),
+            status,
+        });
+    }
     let id = id.unwrap_or_else(|| format!("steer_{}", uuid::Uuid::now_v7().simple()));
     let thread = kinds::thread_of(run_id);
     let requested = SteerRequested {

@@ -60,39 +60,11 @@ pub(crate) async fn decide(
         },
         args_sha256: b.sha256,
     };
-    match run::decide(&app.journal, &id, request).await {
-        Ok(()) => {}
-        Err(err @ agent_host::HostError::AlreadyDecided { .. }) => {
-            return Err(already_decided(&app, &id, &call_id, err).await);
-        }
-        Err(err) => return Err(err.into()),
-    }
+    run::decide(&app.journal, &id, request).await?;
     Ok(Json(json!({
         "run_id": id, "call_id": call_id,
         "decision": if approve { "approve" } else { "deny" }, "by": app.who,
     })))
-}
-
-/// `409 already_decided` with the first decision as the journal holds it:
-/// `decided: {decision, by, reason}` (`reason` null when none was given).
-async fn already_decided(
-    app: &App,
-    id: &str,
-    call_id: &str,
-    err: agent_host::HostError,
-) -> ApiError {
-    let mut answer = ApiError::from(err);
-    let first = run::load(&app.journal, id).await.ok().and_then(|state| {
-        let call = state.call(call_id)?;
-        call.approvals.last()?.decision.clone()
-    });
-    if let (Some(first), Some(decided)) = (
-        first,
-        answer.extra.as_mut().and_then(|e| e.get_mut("decided")),
-    ) {
-        decided["reason"] = json!(first.reason);
-    }
-    answer
 }
 
 /// The longest steer `id`.
@@ -121,18 +93,9 @@ pub(crate) async fn steer(
             "id: must be 1 to {MAX_STEER_ID} characters, none of them control characters"
         )));
     }
-    // A steer on an ended run would only be dropped: say so now. (One that arrives as the
-    // run ends is still accepted and then dropped: `steer.dropped` on the stream.)
-    let state = run::load(&app.journal, &id).await?;
-    let status = state.status();
-    if status.is_final() {
-        return Err(ApiError::new(
-            StatusCode::CONFLICT,
-            "conflict",
-            format!("run {id} is {}; a steer would be dropped", status.as_str()),
-        ));
-    }
-    let steer_id = run::request_steer(&app.journal, &id, &b.text, b.id).await?;
+    // A steer on an ended run would only be dropped: refused (409). One that arrives as the
+    // run ends is still taken and then dropped: `steer.dropped` on the stream.
+    let steer_id = run::request_live_steer(&app.journal, &id, &b.text, b.id).await?;
     Ok((
         StatusCode::ACCEPTED,
         Json(json!({"run_id": id, "steer_id": steer_id})),

@@ -183,11 +183,12 @@ pub async fn run(global: &GlobalArgs, args: RunArgs) -> anyhow::Result<ExitCode>
 
 /// `agentctl submit`: creates the run for a worker to drive and prints its id.
 pub async fn submit(global: &GlobalArgs, args: SubmitArgs) -> anyhow::Result<ExitCode> {
-    check_shared_db(&global.database_url()?)?;
+    let db_url = global.database_url()?;
+    check_shared_db(&db_url)?;
     let sandbox = args.run.sandbox;
     let (new, _) = new_run(args.run)?;
     let tools = tool_config(new.workspace_dir(), &args.mcp)?;
-    let new = with_sandbox(new, sandbox, &tools, &global.database_url()?)?;
+    let new = with_sandbox(new, sandbox, &tools, &db_url)?;
     let journal = crate::db::open_journal(global).await?;
     let id = agent_host::run::submit(&journal, &tools, new).await;
     journal.close().await;
@@ -216,8 +217,9 @@ fn check_shared_db(url: &str) -> Result<(), UsageError> {
 }
 
 /// `new` with its sandbox: `--sandbox`, else `[sandbox] mode`, else `workspace-write`,
-/// hiding the files of the database at `db_url` besides the configured paths; probed here. A mode asked for that this system cannot give is a usage error (nothing
-/// runs); the default one falls back to `off`, where every command asks, and says so.
+/// hiding the files of the database at `db_url` besides the configured paths; probed here.
+/// A mode asked for that this system cannot give is a usage error (nothing runs); the
+/// default one falls back to `off`, where every command asks, and says so.
 pub(crate) fn with_sandbox(
     new: NewRun,
     flag: Option<SandboxMode>,
