@@ -336,9 +336,20 @@ async fn mcp_config_errors_and_policies() {
     .env("HOME", home.path()));
     assert_eq!(missing.status.code(), Some(1), "{}", text(&missing.stderr));
     assert!(
-        text(&missing.stderr).contains("MCP server `gone`"),
+        text(&missing.stderr).contains(
+            "MCP server `gone` (declared in --mcp): cannot start it: `/nonexistent/mcp-server` does not exist"
+        ),
         "{}",
         text(&missing.stderr)
+    );
+    // A bare name is looked up on PATH, as `exec` will.
+    let typo =
+        out(run_cmd(&db, &server, &ws, &["--mcp", "typo=npxx -y pkg"]).env("HOME", home.path()));
+    assert_eq!(typo.status.code(), Some(1), "{}", text(&typo.stderr));
+    assert!(
+        text(&typo.stderr).contains("`npxx` was not found on PATH"),
+        "{}",
+        text(&typo.stderr)
     );
     let listed = out(agentctl(&db).args(["--json", "runs", "list"]));
     assert!(text(&listed.stdout).trim().is_empty(), "no run was created");

@@ -138,6 +138,14 @@ impl ServerHandle {
             .starts
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
             + 1;
+        let path = match self.config.env.get("PATH") {
+            Some(path) => Some(std::ffi::OsString::from(path)),
+            None => std::env::var_os("PATH"),
+        };
+        if let Some(why) = super::program::missing(&self.config.command, path.as_deref(), &self.cwd)
+        {
+            return Err(format!("cannot start it: {why}"));
+        }
         let mut cmd = tokio::process::Command::new("bash");
         cmd.arg("-c")
             .arg(WRAPPER)
@@ -192,7 +200,9 @@ impl ServerHandle {
             }),
             Ok(Err(err)) => {
                 kill_group(pgid);
-                Err(format!("it did not complete the MCP handshake: {err}"))
+                Err(format!(
+                    "it did not complete the MCP handshake: {err} (its stderr is logged: RUST_LOG=agent_host::mcp=info shows it)"
+                ))
             }
             Err(_) => {
                 kill_group(pgid);

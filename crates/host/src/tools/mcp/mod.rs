@@ -17,6 +17,7 @@
 //!   sandbox mode; a resume runs a server at least as confined as recorded.
 
 mod client;
+mod program;
 mod tool;
 
 use std::path::Path;
