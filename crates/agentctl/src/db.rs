@@ -6,7 +6,7 @@
 use agent_context::ContextStore;
 use agent_journal::Journal;
 
-use crate::global::GlobalArgs;
+use crate::global::{GlobalArgs, database_files};
 use crate::output::with_hint;
 
 /// The hint shown when the database named by `--db` cannot be opened.
@@ -18,7 +18,7 @@ pub async fn open_journal(global: &GlobalArgs) -> anyhow::Result<Journal> {
     let url = global.database_url()?;
     Journal::open(&url)
         .await
-        .map_err(|err| with_hint(err, DB_HINT))
+        .map_err(|err| with_hint(err, db_hint(&url)))
 }
 
 /// The journal named by `--db`, for a command that only reads it: opened read-only when it
@@ -27,7 +27,7 @@ pub async fn open_journal_for_reading(global: &GlobalArgs) -> anyhow::Result<Jou
     let url = global.database_url()?;
     Journal::open_for_reading(&url)
         .await
-        .map_err(|err| with_hint(err, DB_HINT))
+        .map_err(|err| with_hint(err, db_hint(&url)))
 }
 
 /// The context store (history and memory) named by `--db`.
@@ -40,5 +40,77 @@ pub async fn open_context(global: &GlobalArgs) -> anyhow::Result<ContextStore> {
 pub async fn open_context_at(url: &str) -> anyhow::Result<ContextStore> {
     ContextStore::open(url)
         .await
-        .map_err(|err| with_hint(err, DB_HINT))
+        .map_err(|err| with_hint(err, db_hint(url)))
+}
+
+/// The hint for a database at `url` that did not open: what is wrong with the file, when
+/// `url` names a SQLite file and something visibly is, else [`DB_HINT`].
+fn db_hint(url: &str) -> String {
+    let Some(file) = database_files(url).into_iter().next() else {
+        return DB_HINT.into();
+    };
+    let shown = file.display();
+    match std::fs::metadata(&file) {
+        Ok(meta) if meta.is_dir() => {
+            format!(
+                "{shown} is a directory; --db names a database file, such as {shown}/agentctl.db"
+            )
+        }
+        Ok(meta) if meta.is_file() && !has_sqlite_header(&file) => {
+            format!("{shown} is not a SQLite database; give --db a new file, or one agentctl made")
+        }
+        Ok(_) => DB_HINT.into(),
+        Err(_) => match file.parent() {
+            Some(dir) if !dir.is_dir() => format!(
+                "the directory {} does not exist; agentctl creates the database file, not its directory",
+                dir.display()
+            ),
+            _ => DB_HINT.into(),
+        },
+    }
+}
+
+/// Whether `file` starts like a SQLite database (an empty file is one SQLite may still
+/// initialise).
+fn has_sqlite_header(file: &std::path::Path) -> bool {
+    use std::io::Read as _;
+    let mut head = [0u8; 16];
+    let Ok(mut f) = std::fs::File::open(file) else {
+        return true;
+    };
+    match f.read(&mut head) {
+        Ok(0) => true,
+        Ok(n) => head[..n] == b"SQLite format 3\0"[..n],
+        Err(_) => true,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn the_hint_names_what_is_wrong_with_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path().display();
+        let text = dir.path().join("notes.txt");
+        std::fs::write(&text, "hello").unwrap();
+        let empty = dir.path().join("empty.db");
+        std::fs::write(&empty, "").unwrap();
+
+        assert!(db_hint(&format!("sqlite://{d}")).ends_with(&format!("such as {d}/agentctl.db")));
+        assert_eq!(
+            db_hint(&format!("sqlite://{d}/notes.txt")),
+            format!(
+                "{d}/notes.txt is not a SQLite database; give --db a new file, or one agentctl made"
+            )
+        );
+        assert!(
+            db_hint(&format!("sqlite://{d}/no/such/x.db"))
+                .starts_with(&format!("the directory {d}/no/such does not exist"))
+        );
+        assert_eq!(db_hint(&format!("sqlite://{d}/empty.db")), DB_HINT);
+        assert_eq!(db_hint("postgres://u:p@h/db"), DB_HINT);
+    }
 }

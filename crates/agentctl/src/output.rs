@@ -153,17 +153,7 @@ pub fn report_error_masking(err: &anyhow::Error, db: Option<&str>) -> ExitCode {
                 .find_map(|e| e.downcast_ref::<Hint>().map(|h| h.0.clone()))
         })
         .unwrap_or_else(|| "run with --help for usage, or RUST_LOG=debug for details".into());
-    let mut message = String::new();
-    for cause in err.chain() {
-        let cause = cause.to_string();
-        if cause.is_empty() || message.contains(&cause) {
-            continue;
-        }
-        if !message.is_empty() {
-            message.push_str(": ");
-        }
-        message.push_str(&cause);
-    }
+    let message = agent_schema::one_line(err.as_ref());
     let (message, hint) = match db {
         Some(url) => (
             agent_redact::redact_in(&message, url),

@@ -77,14 +77,22 @@ impl DatabaseError {
     }
 }
 
-/// The error and its causes on one line (a cause already quoted by its parent is skipped).
-fn one_line(err: &dyn std::error::Error) -> String {
-    let mut message = err.to_string();
-    let mut cause = err.source();
+/// `err` and its causes on one line, joined by `: `. A cause with no text is skipped, and so
+/// is one the line already quotes, also when the driver prefixed it with its code (SQLite's
+/// `Error code 26: ...`).
+pub fn one_line(err: &dyn std::error::Error) -> String {
+    let mut message = String::new();
+    let mut cause = Some(err);
     while let Some(err) = cause {
         let text = err.to_string();
-        if !message.contains(&text) {
-            message.push_str(": ");
+        let quoted = text
+            .strip_prefix("Error code ")
+            .and_then(|rest| rest.split_once(": "))
+            .map_or(text.as_str(), |(_, rest)| rest);
+        if !text.is_empty() && !message.contains(quoted) {
+            if !message.is_empty() {
+                message.push_str(": ");
+            }
             message.push_str(&text);
         }
         cause = err.source();
@@ -127,5 +135,26 @@ mod tests {
         assert!(std::error::Error::source(&closed).is_none());
         let masked = closed.map_message(|m| format!("masked {m}"));
         assert!(masked.to_string().starts_with("masked "));
+    }
+
+    #[test]
+    fn a_cause_the_message_quotes_is_said_once() {
+        let not_a_db = rusqlite::Error::SqliteFailure(
+            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_NOTADB),
+            Some("file is not a database".into()),
+        );
+        assert_eq!(
+            DatabaseError::from_rusqlite(&not_a_db).to_string(),
+            "file is not a database"
+        );
+        // A cause that adds something is kept, code and all.
+        let cant_open = rusqlite::Error::SqliteFailure(
+            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_CANTOPEN),
+            Some("/x/y.db".into()),
+        );
+        assert_eq!(
+            DatabaseError::from_rusqlite(&cant_open).to_string(),
+            "/x/y.db: Error code 14: unable to open database file"
+        );
     }
 }

@@ -123,6 +123,37 @@ fn bad_database_url_is_one_line_and_a_hint() {
     assert!(out.stdout.is_empty());
 }
 
+#[test]
+fn a_file_that_is_no_database_is_named_in_the_hint() {
+    let dir = tempfile::tempdir().unwrap();
+    let notes = dir.path().join("notes.txt");
+    std::fs::write(&notes, "not a database, just text long enough to be read").unwrap();
+    let out = agentctl(notes.to_str().unwrap())
+        .args(["journal", "threads"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    // Said once, not once more with SQLite's code.
+    assert_eq!(
+        stderr.matches("file is not a database").count(),
+        1,
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(&format!(
+            "hint: {} is not a SQLite database",
+            notes.display()
+        )),
+        "{stderr}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&notes).unwrap(),
+        "not a database, just text long enough to be read",
+        "the file is left as it was"
+    );
+}
+
 /// Journals `count` events carrying `text_len` bytes of text each on thread `t`, runs
 /// `--json journal replay` on them, lets `read` take what it wants of stdout and closes it
 /// (like `| head`), then requires a quiet success: a reader that went away is no failure.
