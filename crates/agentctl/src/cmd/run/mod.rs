@@ -316,6 +316,7 @@ fn new_run(args: RunOptions) -> anyhow::Result<(NewRun, EndpointArgs)> {
         })?),
         None => args.instructions,
     };
+    check_sizes(&prompt, instructions.as_deref())?;
     let builtin_story = args.endpoint.mock && args.endpoint.mock_script.is_none();
     let workspace = match args.workspace {
         Some(dir) => dir,
@@ -440,33 +441,57 @@ fn read_prompt(prompt: Option<String>) -> anyhow::Result<String> {
     Ok(prompt)
 }
 
-/// A prompt a run can record: some text, no NUL, and small enough for its `run.created`
-/// event to fit the journal's event limit beside the tools' schemas. The size measured is
-/// the prompt's as that event stores it: a JSON string, where `"`, `\` and control
-/// characters take more bytes than in the text.
+/// Room left in `run.created` for the spec's other fields (the tools' schemas).
+const SPEC_ROOM: usize = 256 * 1024;
+
+/// A prompt a run can record: some text and no NUL.
 fn check_prompt(prompt: &str) -> Result<(), UsageError> {
-    /// Room left in `run.created` for the spec's other fields (the tools' schemas).
-    const SPEC_ROOM: usize = 256 * 1024;
-    let limit = agent_journal::MAX_PAYLOAD_BYTES - SPEC_ROOM;
     if prompt.trim().is_empty() {
         return Err(UsageError("the prompt is empty".into()));
     }
     if prompt.contains('\0') {
         return Err(UsageError("the prompt contains a NUL character".into()));
     }
-    let stored = json_string_len(prompt);
-    if stored > limit {
-        let raw = if stored == prompt.len() {
+    Ok(())
+}
+
+/// A prompt and instructions small enough for the run's `run.created` event, which records
+/// both whole, to fit the journal's event limit beside the tools' schemas. The size measured
+/// is each text's as that event stores it: a JSON string, where `"`, `\` and control
+/// characters take more bytes than in the text.
+fn check_sizes(prompt: &str, instructions: Option<&str>) -> Result<(), UsageError> {
+    let limit = agent_journal::MAX_PAYLOAD_BYTES - SPEC_ROOM;
+    if instructions.is_some_and(|text| text.contains('\0')) {
+        return Err(UsageError(
+            "the instructions contain a NUL character".into(),
+        ));
+    }
+    let stored = |text: &str| {
+        let stored = json_string_len(text);
+        let raw = if stored == text.len() + 2 {
             String::new()
         } else {
-            format!(" ({} bytes of text, escaped)", prompt.len())
+            format!(" ({} bytes of text, escaped)", text.len())
         };
-        return Err(UsageError(format!(
-            "the prompt is {stored} bytes as stored{raw}; a prompt may take at most {limit} bytes ({}), since a run's first event records it whole as JSON",
-            mib(limit)
-        )));
+        (stored, raw)
+    };
+    let (prompt_stored, prompt_raw) = stored(prompt);
+    let (instructions_stored, instructions_raw) = instructions.map(stored).unwrap_or_default();
+    if prompt_stored + instructions_stored <= limit {
+        return Ok(());
     }
-    Ok(())
+    let what = if instructions_stored == 0 {
+        format!("the prompt is {prompt_stored} bytes as stored{prompt_raw}")
+    } else {
+        format!(
+            "the prompt and the instructions are {} bytes as stored (prompt {prompt_stored}{prompt_raw}, instructions {instructions_stored}{instructions_raw})",
+            prompt_stored + instructions_stored
+        )
+    };
+    Err(UsageError(format!(
+        "{what}; together they may take at most {limit} bytes ({}), since a run's first event records them whole as JSON",
+        mib(limit)
+    )))
 }
 
 /// The length of `text` as a JSON string (quotes included), as `serde_json` writes it.
@@ -564,12 +589,27 @@ mod tests {
         }
         // Under the limit as text, over it as JSON: refused up front, naming the prompt.
         let quotes = "\"".repeat(3_932_160);
-        let err = check_prompt(&quotes).unwrap_err().0;
+        let err = check_sizes(&quotes, None).unwrap_err().0;
         assert!(
             err.starts_with("the prompt is 7864322 bytes as stored"),
             "{err}"
         );
         assert!(err.contains("(3.75 MiB)"), "{err}");
+    }
+
+    #[test]
+    fn the_instructions_share_the_prompts_room() {
+        let half = "a".repeat(2 * 1024 * 1024);
+        assert!(check_sizes(&half, None).is_ok());
+        assert!(check_sizes("p", Some(&half)).is_ok());
+        // Each fits alone; together they do not, and the message names both.
+        let err = check_sizes(&half, Some(&half)).unwrap_err().0;
+        assert!(
+            err.starts_with("the prompt and the instructions are 4194308 bytes as stored"),
+            "{err}"
+        );
+        let err = check_sizes("p", Some("a\0b")).unwrap_err().0;
+        assert_eq!(err, "the instructions contain a NUL character");
     }
 
     #[test]
