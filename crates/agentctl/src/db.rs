@@ -59,7 +59,12 @@ fn db_hint(url: &str) -> String {
         Ok(meta) if meta.is_file() && !has_sqlite_header(&file) => {
             format!("{shown} is not a SQLite database; give --db a new file, or one agentctl made")
         }
-        Ok(_) => DB_HINT.into(),
+        Ok(_) => match std::fs::OpenOptions::new().append(true).open(&file) {
+            Err(err) => format!(
+                "{shown} cannot be written ({err}): `history` and `memory` need to write to it (their index), even to read; `runs` and `journal` read it as it is"
+            ),
+            Ok(_) => DB_HINT.into(),
+        },
         Err(_) => match file.parent() {
             Some(dir) if !dir.is_dir() => format!(
                 "the directory {} does not exist; agentctl creates the database file, not its directory",

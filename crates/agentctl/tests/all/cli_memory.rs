@@ -231,3 +231,46 @@ fn memory_add_refuses_an_observed_time_far_in_the_future_or_negative() {
     assert!(out.status.success());
     assert!(out.stdout.is_empty(), "nothing was recorded");
 }
+
+/// On a file system it cannot write (here the sandbox's read-only mode, which holds for
+/// root too), `history` fails with a hint that says why, and `runs` still reads the file.
+#[test]
+fn history_on_an_unwritable_database_says_why() {
+    let (dir, db) = temp_db("ro.db");
+    // A journal (what `runs` reads) and a history unit in one file.
+    stdout_ok(agentctl(&db).args(["journal", "threads"]));
+    stdout_ok(agentctl(&db).args([
+        "history",
+        "append",
+        "--thread",
+        "t",
+        "--unit",
+        "u1",
+        r#"[{"type":"message","role":"user","content":"hello"}]"#,
+    ]));
+    let in_sandbox = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_agentctl"))
+            .env("HOME", dir.path())
+            .args(["sandbox", "--mode", "read-only", "--workspace"])
+            .arg(dir.path())
+            .args(["--", env!("CARGO_BIN_EXE_agentctl"), "--db", &db])
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let out = in_sandbox(&["history", "search", "--thread", "t", "hello"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let file = dir.path().join("ro.db");
+    assert!(
+        stderr.contains(&format!("hint: {} cannot be written", file.display()))
+            && stderr.contains("`history` and `memory` need to write to it"),
+        "{stderr}"
+    );
+    let out = in_sandbox(&["runs", "list"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
