@@ -270,6 +270,62 @@ fn a_terminal_takes_no_input_from_a_sandboxed_command() {
     );
 }
 
+/// Holds a terminal of the host's (`HOST`) while a sandboxed command, that terminal as its
+/// input, lists `/dev/pts`, tries to write to the host's terminal by its path (not there:
+/// ENOENT), and opens
+/// and uses a pseudo-terminal of its own; prints what the command said, then what reached
+/// the host's terminal.
+const PTYS: &str = r#"
+import os, pty, subprocess, sys
+master, slave = pty.openpty()
+host = os.ttyname(slave)
+inner = f"""
+import os, pty
+print('listed', sorted(os.listdir('/dev/pts')))
+try:
+    fd = os.open('{host}', os.O_WRONLY)
+    os.write(fd, b'leak')
+    print('wrote to the host terminal')
+except OSError as e:
+    print('host terminal refused', e.errno)
+m, s = pty.openpty()
+os.write(s, b'ping\\n')
+print('own', os.ttyname(s), os.read(m, 16), 'stdin is a tty', os.isatty(0))
+"""
+p = subprocess.run([sys.argv[1], "sandbox", "--workspace", sys.argv[2], "--", "python3", "-c", inner],
+                   stdin=slave, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=sys.argv[2])
+os.set_blocking(master, False)
+try:
+    reached = os.read(master, 64)
+except BlockingIOError:
+    reached = b""
+print(p.stdout.decode() + 'reached ' + repr(reached) + ' ' + p.stderr.decode().strip())
+"#;
+
+#[test]
+fn pseudo_terminals_of_its_own_and_none_of_the_hosts() {
+    let b = bare();
+    let o = Command::new("python3")
+        .args(["-c", PTYS, env!("CARGO_BIN_EXE_agentctl")])
+        .arg(&b.ws)
+        .env("HOME", &b.home)
+        .output()
+        .unwrap();
+    let said = text(&o.stdout);
+    let lines: Vec<&str> = said.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            "listed ['ptmx']",
+            "host terminal refused 2",
+            "own /dev/pts/0 b'ping\\r\\n' stdin is a tty True",
+            "reached b'' ",
+        ],
+        "{said}{}",
+        text(&o.stderr)
+    );
+}
+
 #[test]
 fn nothing_a_command_started_outlives_it() {
     let b = bare();

@@ -24,12 +24,19 @@ const DEVICES: [&str; 5] = [
     "/dev/urandom",
 ];
 
+/// Pseudo-terminals: their multiplexer and the devpts instance it opens. Granted only when
+/// that instance is the sandbox's own (see `mounts::private_ptys`): the host's holds its
+/// other terminals.
+const PTYS: [&str; 2] = ["/dev/ptmx", "/dev/pts"];
+
 /// `hidden_by_mounts`: the hidden paths are covered already (see `mounts`), so reads are
 /// granted on `/` in one rule; otherwise on every sibling of the hidden paths' ancestors.
+/// `private_ptys`: `/dev/pts` is an instance of the sandbox's own.
 pub(crate) fn apply(
     policy: &Policy,
     resolved: &Resolved,
     hidden_by_mounts: bool,
+    private_ptys: bool,
 ) -> Result<(), SandboxError> {
     let err = |reason: String| SandboxError::Apply {
         step: "landlock",
@@ -71,7 +78,8 @@ pub(crate) fn apply(
             .add_rule(beneath(dir, all_fs)?)
             .map_err(|e| err(e.to_string()))?;
     }
-    for device in DEVICES {
+    let ptys = PTYS.iter().filter(|_| private_ptys);
+    for device in DEVICES.iter().chain(ptys) {
         if Path::new(device).exists() {
             created = created
                 .add_rule(beneath(Path::new(device), all_fs)?)

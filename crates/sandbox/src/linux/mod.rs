@@ -19,8 +19,9 @@ pub(crate) fn restrict_self(policy: &Policy) -> Result<(), SandboxError> {
     // (a user other than root where user namespaces are off) Landlock hides them alone,
     // rule by rule, as long as nothing needs protecting read-only. Every mount but the
     // writable paths is then made read-only, which stops what Landlock does not govern
-    // (mode, owner, times and extended attributes of files outside them).
-    let namespaced = match mounts::enter_private() {
+    // (mode, owner, times and extended attributes of files outside them). Pseudo-terminals
+    // come from an instance of the sandbox's own, when one could be mounted.
+    let (namespaced, ptys) = match mounts::enter_private() {
         Ok(()) => {
             // Hidden first: a workspace inside a hidden directory is bound back into
             // place by `hide`, and its `.git` must be made read-only where it ends up.
@@ -29,14 +30,15 @@ pub(crate) fn restrict_self(policy: &Policy) -> Result<(), SandboxError> {
                 mounts::read_only_binds(&resolved.protected)?;
             }
             mounts::seal(&resolved.writable)?;
+            let ptys = mounts::private_ptys();
             reenter_working_dir()?;
-            true
+            (true, ptys)
         }
         Err(err @ SandboxError::Unsupported(_)) if protect => return Err(err),
-        Err(SandboxError::Unsupported(_)) => false,
+        Err(SandboxError::Unsupported(_)) => (false, false),
         Err(err) => return Err(err),
     };
-    landlock_rules::apply(policy, &resolved, namespaced)?;
+    landlock_rules::apply(policy, &resolved, namespaced, ptys)?;
     seccomp::restrict(&seccomp::Refuse {
         sockets: !policy.network,
         sysv_ipc: !namespaced,

@@ -179,6 +179,28 @@ pub(crate) fn seal(writable: &[PathBuf]) -> Result<(), SandboxError> {
     Ok(())
 }
 
+/// Mounts a devpts instance of the sandbox's own at `/dev/pts` (after [`seal`], so that it
+/// stays writable): the command may open pseudo-terminals (`script`, `expect`, a REPL's
+/// tests), and no longer sees the host's. `/dev/ptmx` needs no change: the kernel opens
+/// the instance at `pts` beside it. Whether it is in place: without it (no `/dev/pts`, or
+/// the kernel refused the mount) the command gets no terminal it did not inherit, and
+/// Landlock keeps both paths read-only.
+pub(crate) fn private_ptys() -> bool {
+    let pts = Path::new("/dev/pts");
+    let ptmx = Path::new("/dev/ptmx");
+    if !pts.is_dir() || !ptmx.exists() {
+        return false;
+    }
+    mount(
+        "devpts",
+        pts,
+        "devpts",
+        MountFlags::NOSUID | MountFlags::NOEXEC,
+        Some(c"newinstance,ptmxmode=0666,mode=0600"),
+    )
+    .is_ok()
+}
+
 /// The mount point of each line of a `/proc/<pid>/mountinfo` table: its fifth field, with
 /// the kernel's octal escapes (of space, tab, newline and backslash) undone.
 fn mount_points(table: &[u8]) -> Vec<PathBuf> {
