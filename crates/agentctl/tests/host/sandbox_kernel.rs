@@ -54,6 +54,17 @@ impl Bare {
             .output()
             .unwrap()
     }
+
+    /// `python3 -c SCRIPT AGENTCTL WORKSPACE`: a script that holds a terminal of the host's
+    /// around `agentctl sandbox`.
+    fn python(&self, script: &str) -> Output {
+        Command::new("python3")
+            .args(["-c", script, env!("CARGO_BIN_EXE_agentctl")])
+            .arg(&self.ws)
+            .env("HOME", &self.home)
+            .output()
+            .unwrap()
+    }
 }
 
 /// Mode, owner, change time and modification time of `path`, and its extended attributes'
@@ -256,12 +267,7 @@ print(p.stdout.decode().strip(), repr(queued), p.stderr.decode().strip())
 #[test]
 fn a_terminal_takes_no_input_from_a_sandboxed_command() {
     let b = bare();
-    let o = Command::new("python3")
-        .args(["-c", TERMINAL, env!("CARGO_BIN_EXE_agentctl")])
-        .arg(&b.ws)
-        .env("HOME", &b.home)
-        .output()
-        .unwrap();
+    let o = b.python(TERMINAL);
     let said = text(&o.stdout);
     assert!(
         said.starts_with("refused 1 b''"),
@@ -305,12 +311,7 @@ print(p.stdout.decode() + 'reached ' + repr(reached) + ' ' + p.stderr.decode().s
 #[test]
 fn pseudo_terminals_of_its_own_and_none_of_the_hosts() {
     let b = bare();
-    let o = Command::new("python3")
-        .args(["-c", PTYS, env!("CARGO_BIN_EXE_agentctl")])
-        .arg(&b.ws)
-        .env("HOME", &b.home)
-        .output()
-        .unwrap();
+    let o = b.python(PTYS);
     let said = text(&o.stdout);
     let lines: Vec<&str> = said.lines().collect();
     assert_eq!(
