@@ -42,6 +42,8 @@ mod steer;
 mod steer_ws;
 #[path = "host/subagents.rs"]
 mod subagents;
+#[path = "host/subagents_resume.rs"]
+mod subagents_resume;
 #[path = "host/tools.rs"]
 mod tools;
 

@@ -9,8 +9,9 @@
 //! - `model:<step>:<attempt>` / `model-done:<step>`: one request record per attempt and one
 //!   completion per step;
 //! - `refused:<call>`: a call is refused once;
-//! - `subagent:<call>:<index>` / `subagent-end:<child>:<seq>`: a `spawn_agents` call's child
-//!   is spawned once, and each end of it (at its seq) recorded in the parent once;
+//! - `subagent:<call>:<index>` / `subagent-end:<child>:<seq>` / `subagent-end:<child>:last`:
+//!   a `spawn_agents` call's child is spawned once, each end of it (at its seq) recorded in
+//!   the parent once, and its last end (completed, or its run failed) once at any seq;
 //! - `compacted:<step>`: one compaction before a step;
 //! - `output-rejected:<step>`: a step's final answer is rejected once;
 //! - [`RUN_END_KEY`](super::events::RUN_END_KEY): a run ends once (completed or failed).
@@ -115,6 +116,11 @@ pub(crate) fn subagent_key(call_id: &str, index: u32) -> String {
 /// A child's end (at its seq `seq`) is recorded in its parent once.
 pub(crate) fn subagent_end_key(child: &str, seq: i64) -> String {
     format!("subagent-end:{child}:{seq}")
+}
+
+/// A child's last end (it completed, or its run failed) is recorded in its parent once.
+pub(crate) fn subagent_last_end_key(child: &str) -> String {
+    format!("subagent-end:{child}:last")
 }
 
 pub(crate) fn model_key(step: u64, attempt: u32) -> String {

@@ -150,3 +150,36 @@ fn the_parent_counts_each_childs_tokens_once() {
         ended(ChildEnd::Completed, 250, 12).dedup_key()
     );
 }
+
+#[test]
+fn a_childs_last_end_has_one_key_whatever_its_seq() {
+    let ended = |status, seq| SubagentEnded {
+        call_id: "c".into(),
+        index: 0,
+        child_run_id: "k".into(),
+        status,
+        answer: None,
+        error: None,
+        usage: TokenUsage::default(),
+        child_seq: seq,
+    };
+    // A finished child read at its `run.completed` and again, on a resume, after its
+    // turn's end: one record.
+    assert_eq!(
+        ended(ChildEnd::Completed, 26).dedup_key(),
+        ended(ChildEnd::Completed, 27).dedup_key()
+    );
+    assert_eq!(
+        ended(ChildEnd::Failed, 26).dedup_key(),
+        ended(ChildEnd::Failed, 30).dedup_key()
+    );
+    // A child that could not be read may end otherwise later; a paused one ends again.
+    assert_ne!(
+        ended(ChildEnd::Failed, 0).dedup_key(),
+        ended(ChildEnd::Completed, 0).dedup_key()
+    );
+    assert_ne!(
+        ended(ChildEnd::Paused, 7).dedup_key(),
+        ended(ChildEnd::Paused, 9).dedup_key()
+    );
+}

@@ -59,9 +59,12 @@ impl ChildEnd {
 /// `subagent.ended`: a child's answer or failure as the parent got it, and the tokens it
 /// has used so far (counted in the parent's usage, so against the parent's `--max-tokens`).
 ///
-/// Once per state of the child (its dedup key names the child's last seq): a child that
-/// paused or was interrupted and is driven again later ends again, and the parent's fold
-/// counts only the tokens it used since its previous end.
+/// Once per state of the child: a child that paused or was interrupted and is driven again
+/// later ends again (its dedup key names the child's last seq), and the parent's fold counts
+/// only the tokens it used since its previous end. A child's last end (it completed, or its
+/// run failed) is recorded once whatever its seq ([`is_last`](Self::is_last)): a resumed
+/// parent that reads a finished child again, which may have journaled more since (its turn's
+/// end), records nothing new.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SubagentEnded {
     /// The parent's `spawn_agents` call.
@@ -86,9 +89,26 @@ pub struct SubagentEnded {
     pub child_seq: i64,
 }
 
+impl SubagentEnded {
+    /// Whether this is the child's last end: it completed, or its run failed (read from the
+    /// child, so at a seq; a child that could not be created or read, at seq 0, may still
+    /// end otherwise on a later drive).
+    pub fn is_last(&self) -> bool {
+        match self.status {
+            ChildEnd::Completed => true,
+            ChildEnd::Failed => self.child_seq > 0,
+            ChildEnd::Paused | ChildEnd::Interrupted => false,
+        }
+    }
+}
+
 impl HostEvent for SubagentEnded {
     const KIND: &'static str = k::SUBAGENT_ENDED;
     fn dedup_key(&self) -> Option<String> {
-        Some(k::subagent_end_key(&self.child_run_id, self.child_seq))
+        Some(if self.is_last() {
+            k::subagent_last_end_key(&self.child_run_id)
+        } else {
+            k::subagent_end_key(&self.child_run_id, self.child_seq)
+        })
     }
 }
