@@ -28,6 +28,8 @@ mod fixture_journal;
 mod lifecycle;
 #[path = "host/mcp.rs"]
 mod mcp;
+#[path = "host/output_bounds.rs"]
+mod output_bounds;
 #[path = "host/output_schema.rs"]
 mod output_schema;
 #[path = "host/sandbox.rs"]

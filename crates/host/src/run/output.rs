@@ -9,6 +9,9 @@
 //! - [`OutputSchema::check`] is a pure function of the answer's text: a resumed run that
 //!   checks the same answer again reaches the same verdict, so an `output.rejected` is
 //!   neither lost nor doubled by a crash.
+//! - A [`Rejection`] is bounded whatever the answer: at most [`Rejection::MAX_ERRORS`]
+//!   errors of at most [`Rejection::MAX_ERROR_LEN`] bytes each, then how many more there
+//!   were, so its `output.rejected` always fits in the journal and the retry proceeds.
 
 use agent_responses::types::JsonSchemaFormat;
 use agent_responses::types::text_format::{strict_schema_problem, valid_format_name};
@@ -52,8 +55,51 @@ pub enum OutputSchemaError {
 /// Why a final answer was not accepted: each error on its own line.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rejection {
-    /// What is wrong, one message per error (`/path: message`).
+    /// What is wrong, one message per error (`/path: message`): the first
+    /// [`MAX_ERRORS`](Self::MAX_ERRORS), each cut at [`MAX_ERROR_LEN`](Self::MAX_ERROR_LEN)
+    /// bytes, then `and N more errors` when there were more.
     pub errors: Vec<String>,
+}
+
+impl Rejection {
+    /// The errors listed; the rest are counted.
+    pub const MAX_ERRORS: usize = 20;
+    /// The bytes kept of one error (an error quotes the value it is about, which can be
+    /// the whole answer).
+    pub const MAX_ERROR_LEN: usize = 500;
+
+    /// A rejection listing the first of `errors` and counting the rest.
+    fn bounded(errors: impl Iterator<Item = String>) -> Rejection {
+        let mut errors = errors.peekable();
+        let mut listed: Vec<String> = errors
+            .by_ref()
+            .take(Self::MAX_ERRORS)
+            .map(|e| cut(e, Self::MAX_ERROR_LEN))
+            .collect();
+        let more = errors.count();
+        if more > 0 {
+            listed.push(format!(
+                "and {more} more {}",
+                if more == 1 { "error" } else { "errors" }
+            ));
+        }
+        Rejection { errors: listed }
+    }
+}
+
+/// `text` cut to at most `max` bytes (on a character boundary), saying how much was cut.
+fn cut(mut text: String, max: usize) -> String {
+    if text.len() <= max {
+        return text;
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    let dropped = text.len() - end;
+    text.truncate(end);
+    text.push_str(&format!("... ({dropped} more bytes)"));
+    text
 }
 
 impl OutputSchema {
@@ -131,9 +177,9 @@ impl OutputSchema {
         let value: Value = match serde_json::from_str(text.trim()) {
             Ok(value) => value,
             Err(err) => {
-                return Err(Rejection {
-                    errors: vec![format!("the answer is not JSON: {err}")],
-                });
+                return Err(Rejection::bounded(std::iter::once(format!(
+                    "the answer is not JSON: {err}"
+                ))));
             }
         };
         let validator = match jsonschema::validator_for(&self.schema) {
@@ -141,24 +187,24 @@ impl OutputSchema {
             // Checked when the schema was made; a journal edited since is reported, not
             // trusted.
             Err(err) => {
-                return Err(Rejection {
-                    errors: vec![format!("the output schema does not compile: {err}")],
-                });
+                return Err(Rejection::bounded(std::iter::once(format!(
+                    "the output schema does not compile: {err}"
+                ))));
             }
         };
-        let errors: Vec<String> = validator
+        let mut errors = validator
             .iter_errors(&value)
             .map(|err| {
                 let path = err.instance_path().to_string();
                 let path = if path.is_empty() { "/".into() } else { path };
                 format!("{path}: {err}")
             })
-            .collect();
-        if errors.is_empty() {
-            Ok(value)
-        } else {
-            Err(Rejection { errors })
+            .peekable();
+        if errors.peek().is_none() {
+            drop(errors);
+            return Ok(value);
         }
+        Err(Rejection::bounded(errors))
     }
 }
 
@@ -212,6 +258,38 @@ mod tests {
             schema().check(" {\"city\": \"Paris\", \"temp\": 20.5}\n"),
             Ok(json!({"city": "Paris", "temp": 20.5}))
         );
+    }
+
+    #[test]
+    fn a_rejection_is_bounded_however_many_errors() {
+        let schema = OutputSchema::new(json!({"type": "object",
+            "properties": {"a": {"type": "array", "items": {"type": "integer"}}},
+            "required": ["a"]}))
+        .unwrap();
+        let answer = json!({"a": vec!["x"; 150_000]}).to_string();
+        let rejected = schema.check(&answer).unwrap_err();
+        assert_eq!(rejected.errors.len(), Rejection::MAX_ERRORS + 1);
+        assert_eq!(
+            rejected.errors.last().map(String::as_str),
+            Some("and 149980 more errors")
+        );
+        assert!(
+            rejected.errors[0].starts_with("/a/0:"),
+            "{:?}",
+            rejected.errors
+        );
+        // One error that quotes a huge value is cut, on a character boundary.
+        let answer = json!({"a": "é".repeat(1_000_000)}).to_string();
+        let rejected = schema.check(&answer).unwrap_err();
+        assert_eq!(rejected.errors.len(), 1);
+        assert!(rejected.errors[0].len() < Rejection::MAX_ERROR_LEN + 40);
+        assert!(
+            rejected.errors[0].ends_with("more bytes)"),
+            "{}",
+            rejected.errors[0]
+        );
+        let message = rejection_message(&rejected.errors);
+        assert!(message.len() < 1_000, "{message}");
     }
 
     #[test]
