@@ -153,7 +153,8 @@ pub fn report_error_masking(err: &anyhow::Error, db: Option<&str>) -> ExitCode {
                 .find_map(|e| e.downcast_ref::<Hint>().map(|h| h.0.clone()))
         })
         .unwrap_or_else(|| "run with --help for usage, or RUST_LOG=debug for details".into());
-    let message = agent_schema::one_line(err.as_ref());
+    // No error of any command prints the API key, whoever quoted it (a server's message).
+    let message = agent_host::tools::mask_key(agent_schema::one_line(err.as_ref()));
     let (message, hint) = match db {
         Some(url) => (
             agent_redact::redact_in(&message, url),

@@ -138,6 +138,15 @@ impl Payload {
         Payload(Repr::Raw(Box::<str>::from(raw).into_string()))
     }
 
+    /// The payload's JSON text, when it was handed over or encoded as text (`None` for a
+    /// [`serde_json::Value`]).
+    pub fn as_text(&self) -> Option<&str> {
+        match &self.0 {
+            Repr::Value(_) => None,
+            Repr::Text(text) | Repr::Raw(text) => Some(text),
+        }
+    }
+
     /// The payload as JSON text; `Err` for raw text that would not replay as a value.
     pub(crate) fn into_json(self) -> Result<String, serde_json::Error> {
         match self.0 {

@@ -167,6 +167,25 @@ impl Outcome {
             .with_dedup_key(events::done_key(turn, call_id)))
     }
 
+    /// Whether the value (a string or key anywhere in it) or the error holds a NUL
+    /// character, which the journal cannot store.
+    pub(crate) fn holds_nul(&self) -> bool {
+        self.value.as_ref().is_some_and(value_holds_nul)
+            || self.error.as_ref().is_some_and(|e| e.contains('\0'))
+    }
+
+    /// The same outcome with every NUL character of its value and error replaced by
+    /// U+FFFD: what a tool that printed binary output is recorded (and answered) with.
+    pub(crate) fn without_nul(mut self) -> Self {
+        if let Some(value) = &mut self.value {
+            replace_nul(value);
+        }
+        if let Some(error) = &mut self.error {
+            *error = error.replace('\0', "\u{FFFD}");
+        }
+        self
+    }
+
     /// Reads an outcome back from a terminal event.
     pub(crate) fn from_event(kind: &str, payload: &Value) -> Option<Outcome> {
         let status = CallStatus::from_kind(kind)?;
@@ -186,6 +205,34 @@ impl Outcome {
                 .get("phase")
                 .and_then(|p| serde_json::from_value(p.clone()).ok()),
         })
+    }
+}
+
+fn value_holds_nul(value: &Value) -> bool {
+    match value {
+        Value::String(text) => text.contains('\0'),
+        Value::Array(items) => items.iter().any(value_holds_nul),
+        Value::Object(map) => map
+            .iter()
+            .any(|(k, v)| k.contains('\0') || value_holds_nul(v)),
+        _ => false,
+    }
+}
+
+fn replace_nul(value: &mut Value) {
+    match value {
+        Value::String(text) if text.contains('\0') => *text = text.replace('\0', "\u{FFFD}"),
+        Value::Array(items) => items.iter_mut().for_each(replace_nul),
+        Value::Object(map) => {
+            if map.keys().any(|k| k.contains('\0')) {
+                *map = std::mem::take(map)
+                    .into_iter()
+                    .map(|(k, v)| (k.replace('\0', "\u{FFFD}"), v))
+                    .collect();
+            }
+            map.values_mut().for_each(replace_nul);
+        }
+        _ => {}
     }
 }
 

@@ -228,3 +228,64 @@ fn help_never_shows_a_password() {
         assert_no_password(&format!("--db {path:?} --help"), &output);
     }
 }
+
+/// A server that echoes the key in its error message (a proxy quoting the request's
+/// header): the run's output, its error and its journal hold `***` instead.
+#[test]
+fn a_key_the_server_echoes_reaches_no_output_and_no_journal() {
+    const KEY: &str = "sk-echoed-by-the-server-91c2";
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("echo.json");
+    let error = format!("bad key {KEY} here");
+    let rules = serde_json::json!({"rules": [{"when": {}, "reply": {"error": {
+        "status": 400, "message": error, "type": "invalid_request_error"}}}]});
+    std::fs::write(&script, rules.to_string()).unwrap();
+    let mut server = agentctl()
+        .args(["mock", "serve", "--script"])
+        .arg(&script)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut base_url = String::new();
+    BufReader::new(server.stdout.take().unwrap())
+        .read_line(&mut base_url)
+        .unwrap();
+    let db = dir.path().join("runs.db");
+    let ws = dir.path().join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    let db_arg = format!("sqlite://{}", db.display());
+    let mut seen = String::new();
+    for json in [false, true] {
+        let mut cmd = agentctl();
+        cmd.env("OPENAI_API_KEY", KEY)
+            .env("HOME", dir.path())
+            .args(["--db", &db_arg]);
+        if json {
+            cmd.arg("--json");
+        }
+        let output = cmd
+            .args(["run", "--base-url", base_url.trim(), "--workspace"])
+            .arg(&ws)
+            .arg("hi")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let (stdout, stderr) = text(&output);
+        assert_eq!(output.status.code(), Some(1), "{stdout}\n{stderr}");
+        seen.push_str(&stdout);
+        seen.push_str(&stderr);
+    }
+    server.kill().unwrap();
+    server.wait().unwrap();
+    assert!(seen.contains("bad key *** here"), "{seen}");
+    assert!(!seen.contains(KEY), "{seen}");
+    let journal = std::fs::read(&db).unwrap();
+    let wal = std::fs::read(dir.path().join("runs.db-wal")).unwrap_or_default();
+    for bytes in [journal, wal] {
+        assert!(
+            !bytes.windows(KEY.len()).any(|w| w == KEY.as_bytes()),
+            "the key is in the database"
+        );
+    }
+}

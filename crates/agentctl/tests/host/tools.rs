@@ -238,3 +238,61 @@ fn read_file_masks_the_api_key_as_shell_does() {
         );
     }
 }
+
+/// NUL, which the journal cannot store (PostgreSQL's jsonb), never stops a run: arguments
+/// holding one are refused before anything is asked or scheduled, binary output reaches
+/// the model with U+FFFD in its place, and so does an answer that holds one.
+async fn nul_characters(db: FreshDb) {
+    let db = db.url();
+    let (_g, ws) = workspace();
+    std::fs::write(ws.join("nul.bin"), b"a\0b").unwrap();
+    let server = emulator(&script_by_outputs(&[
+        json!([call("c_args", "read_file", json!({"path": "a\u{0}b"}))]),
+        json!([call(
+            "c_shell",
+            "shell",
+            json!({"command": "printf 'x\\0y'"})
+        )]),
+        json!([call("c_file", "read_file", json!({"path": "nul.bin"}))]),
+        answer("FINAL: done \u{0} nul"),
+    ]))
+    .await;
+    let o = out(&mut run_cmd(db, &server, &ws, &["--sandbox", "off"]));
+    // Asked about the shell call off a terminal: the run pauses; the refusal came first.
+    assert_eq!(o.status.code(), Some(3), "{}", text(&o.stderr));
+    let run = only_run(db);
+    let paused = events(db, &run).await;
+    let (kind, msg) = told(&paused, "c_args");
+    assert_eq!(kind, "tool.refused");
+    assert!(msg.contains("NUL character"), "{msg}");
+    assert!(
+        kinds_of(&paused, "approval.requested")
+            .iter()
+            .all(|e| call_id_of(e) != "c_args"),
+        "nobody is asked about a call that cannot run"
+    );
+    let o = out(agentctl(db).args(["approve", &run, "c_shell"]));
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let o = out(&mut resume_cmd(db, &server, &run, &[]));
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let events = events(db, &run).await;
+    check_invariants(&events);
+    let (kind, msg) = told(&events, "c_shell");
+    assert_eq!(kind, "tool.completed");
+    assert!(msg.ends_with("Output:\nx\u{FFFD}y"), "{msg}");
+    let (kind, msg) = told(&events, "c_file");
+    assert_eq!(kind, "tool.completed");
+    assert!(msg.contains("a\u{FFFD}b"), "{msg}");
+    let completed = kinds_of(&events, "run.completed");
+    assert_eq!(completed.len(), 1);
+    assert!(
+        completed[0]
+            .payload
+            .to_string()
+            .contains("done \u{FFFD} nul"),
+        "{}",
+        completed[0].payload
+    );
+}
+
+agent_testkit::backend_tests!(fresh_db, [sqlite, postgres]: nul_characters);

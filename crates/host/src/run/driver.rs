@@ -36,6 +36,7 @@ use super::state::{CallProgress, CallRecord, RunSpec, RunState, RunStatus, Trans
 use super::step_request;
 use super::{DriveOptions, RunEnd, RunReport};
 use crate::error::HostError;
+use crate::tools::mask_key;
 
 /// `model.failed.code` of a response too large for the journal.
 const TOO_LARGE_CODE: &str = "response_too_large_to_journal";
@@ -493,6 +494,8 @@ impl Driver {
 
     /// Ends the run as failed (`run.failed`): nothing more can be done for it.
     async fn fail(&mut self, error: String) -> Result<RunEnd, HostError> {
+        // The end as reported matches the end as journaled (see `events::clean`).
+        let error = mask_key(error);
         self.record(&RunFailed {
             error: error.clone(),
             usage: self.state.usage,
@@ -503,6 +506,7 @@ impl Driver {
     }
 
     async fn pause(&mut self, reason: PauseReason, detail: String) -> Result<RunEnd, HostError> {
+        let detail = mask_key(detail);
         let paused = RunPaused { reason, detail };
         self.record(&paused).await?;
         Ok(RunEnd::Paused {

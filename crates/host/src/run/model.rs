@@ -6,6 +6,7 @@ use agent_responses::{Client, ClientError};
 use serde_json::Value;
 
 use super::events::ModelFailed;
+use crate::tools::mask_key;
 
 /// What a streamed call came to.
 pub(crate) enum Streamed {
@@ -125,7 +126,8 @@ pub(crate) async fn stream(
     Streamed::Failed(ClientError::StreamEndedEarly)
 }
 
-/// The `model.failed` payload fields of an error (the key never appears in them).
+/// The `model.failed` payload fields of an error. The client never quotes the key, but a
+/// server (or a proxy) may echo it in its message: masked.
 pub(crate) fn failure(step: u64, attempt: u32, err: &ClientError) -> ModelFailed {
     let api = err.api();
     ModelFailed {
@@ -134,7 +136,7 @@ pub(crate) fn failure(step: u64, attempt: u32, err: &ClientError) -> ModelFailed
         status: api.and_then(|a| a.status),
         error_type: api.and_then(|a| a.kind.clone()),
         code: api.and_then(|a| a.code.clone()),
-        message: err.to_string(),
+        message: mask_key(err.to_string()),
         error: None,
         retryable: err.is_retryable(),
         usage: None,

@@ -10,9 +10,10 @@ mod file_threads;
 mod files;
 pub mod mcp;
 mod read_window;
+pub(crate) mod result_cap;
 mod rust_tool;
 mod scratch;
-mod secrets;
+pub(crate) mod secrets;
 mod shell;
 mod workspace;
 

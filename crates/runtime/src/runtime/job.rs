@@ -79,6 +79,12 @@ impl Job {
         let args = std::mem::take(&mut self.args);
         let mut outcome = self.execute(args).await;
         let mut appended = self.append_terminal(&outcome).await;
+        if matches!(appended, Err(JournalError::InvalidInput { .. })) && outcome.holds_nul() {
+            // Binary output (`printf 'x\0y'`, `find -print0`): the journal cannot store NUL,
+            // so the outcome is recorded, and answered, with U+FFFD in its place.
+            outcome = outcome.without_nul();
+            appended = self.append_terminal(&outcome).await;
+        }
         if let Err(err @ JournalError::InvalidInput { .. }) = &appended {
             // The outcome itself is what the journal refused (its value or error too large
             // or too deep to store): record why instead, so that the caller now and a

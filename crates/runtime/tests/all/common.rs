@@ -158,6 +158,13 @@ impl Tool for SizedTool {
             if let Some(bytes) = args["bytes"].as_u64() {
                 return Ok(Value::String("x".repeat(bytes as usize)));
             }
+            if let Some(text) = args["binary"].as_str() {
+                // Binary output: NUL characters in a key and a value.
+                return Ok(json!({ "out\u{0}": format!("{text}\u{0}end") }));
+            }
+            if let Some(text) = args["fail_binary"].as_str() {
+                return Err(ToolFailure(format!("{text}\u{0}end")));
+            }
             let mut value = json!(0);
             for _ in 0..args["depth"].as_u64().unwrap_or(0) {
                 value = json!([value]);

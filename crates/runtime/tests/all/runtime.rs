@@ -700,7 +700,8 @@ async fn close_settles_every_pending_call(f: Fixture) {
 
 /// A tool value too large or too deep to journal: the call fails with the reason, the
 /// journal records that failure (not nothing, which would read as interrupted after a
-/// restart), and a recovered runtime returns the same outcome.
+/// restart), and a recovered runtime returns the same outcome. One holding NUL is kept,
+/// with U+FFFD in its place.
 async fn an_outcome_the_journal_refuses_is_recorded_as_failed(f: Fixture) {
     let opts = RuntimeOptions::default().tools(ToolRegistry::new().with(SizedTool));
     let r = Runtime::recover(f.journal.clone(), opts.clone())
@@ -710,8 +711,16 @@ async fn an_outcome_the_journal_refuses_is_recorded_as_failed(f: Fixture) {
     let big = json!({"bytes": agent_journal::MAX_PAYLOAD_BYTES + 1});
     let deep = json!({"depth": 200});
     let small = json!({"bytes": 10});
+    let binary = json!({"binary": "x"});
+    let fail_binary = json!({"fail_binary": "y"});
     let mut live = Vec::new();
-    for (call, args) in [("big", big), ("deep", deep), ("small", small)] {
+    for (call, args) in [
+        ("big", big),
+        ("deep", deep),
+        ("small", small),
+        ("binary", binary),
+        ("fail_binary", fail_binary),
+    ] {
         let key = r.launch("a", &t, call, "sized", args).await.unwrap();
         live.push((key.clone(), r.result("a", &t, &key).await.unwrap()));
     }
@@ -727,10 +736,20 @@ async fn an_outcome_the_journal_refuses_is_recorded_as_failed(f: Fixture) {
     assert!(live[0].1.error.as_deref().unwrap().contains("limit"));
     assert!(live[1].1.error.as_deref().unwrap().contains("nest"));
     assert_eq!(live[2].1.status, CallStatus::Completed);
+    // NUL, which the journal cannot store, is recorded and answered as U+FFFD, not lost.
+    assert_eq!(live[3].1.status, CallStatus::Completed);
+    assert_eq!(
+        live[3].1.value,
+        Some(json!({"out\u{FFFD}": "x\u{FFFD}end"}))
+    );
+    assert_eq!(live[4].1.status, CallStatus::Failed);
+    assert_eq!(live[4].1.error.as_deref(), Some("y\u{FFFD}end"));
     let events = replay(&f.journal, "a").await;
     assert_eq!(terminals_of(&events, "big"), ["tool.failed"]);
     assert_eq!(terminals_of(&events, "deep"), ["tool.failed"]);
     assert_eq!(terminals_of(&events, "small"), ["tool.completed"]);
+    assert_eq!(terminals_of(&events, "binary"), ["tool.completed"]);
+    assert_eq!(terminals_of(&events, "fail_binary"), ["tool.failed"]);
 
     r.crash();
     drop(r);
@@ -741,5 +760,6 @@ async fn an_outcome_the_journal_refuses_is_recorded_as_failed(f: Fixture) {
         let recorded = r2.result("a", &t, key).await.unwrap();
         assert_eq!(recorded.status, result.status, "{}", key.call_id);
         assert_eq!(recorded.error, result.error);
+        assert_eq!(recorded.value, result.value);
     }
 }

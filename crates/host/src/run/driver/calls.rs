@@ -44,6 +44,32 @@ fn asked(reason: ApprovalReason, last: Option<&ApprovalRecord>) -> Next {
     }
 }
 
+/// What the model is told of arguments that hold a NUL character.
+const NUL_REFUSAL: &str = "the arguments contain a NUL character (\\u0000), which no tool \
+    takes and a run cannot record; send the call again without it";
+
+/// Why arguments (JSON text) can never be recorded as a call: a NUL character in a string
+/// or a key, which the journal refuses (PostgreSQL cannot store it), so the call's
+/// `tool.scheduled` would fail the run on every resume.
+fn unrecordable(arguments: &str) -> Option<String> {
+    // NUL can only be in JSON text as the escape `\u0000`.
+    if !arguments.contains("u0000") {
+        return None;
+    }
+    let args: Value = serde_json::from_str(arguments).ok()?;
+    holds_nul(&args).then(|| NUL_REFUSAL.into())
+}
+
+/// Whether a string or key anywhere in `value` holds a NUL character.
+fn holds_nul(value: &Value) -> bool {
+    match value {
+        Value::String(text) => text.contains('\0'),
+        Value::Array(items) => items.iter().any(holds_nul),
+        Value::Object(map) => map.iter().any(|(k, v)| k.contains('\0') || holds_nul(v)),
+        _ => false,
+    }
+}
+
 impl Driver {
     fn tool_spec(&self, name: &str) -> Option<&ToolSpec> {
         self.spec.tools.iter().find(|t| t.name == name)
@@ -90,6 +116,10 @@ impl Driver {
                             .join(", ")
                     ));
                 };
+                // Refused before anyone is asked: the call could never be recorded.
+                if let Some(why) = unrecordable(&call.arguments) {
+                    return Next::Refuse(why);
+                }
                 // Leaving the sandbox always asks a human (never "approve --always", never
                 // `--approval auto`), and `--approval deny` refuses it.
                 if self.spec.sandbox.mode.is_sandboxed()
@@ -314,6 +344,9 @@ impl Driver {
             Ok(args) => args,
             Err(err) => return Ok(Some(format!("the arguments are not valid JSON: {err}"))),
         };
+        if holds_nul(&args) {
+            return Ok(Some(NUL_REFUSAL.into()));
+        }
         let launched = self
             .runtime
             .launch_with(

@@ -17,6 +17,7 @@
 //! [`kinds`]: super::kinds
 
 mod calls;
+mod clean;
 mod lifecycle;
 mod model;
 mod output;
@@ -61,7 +62,7 @@ pub trait HostEvent: Serialize {
 
     /// The journal append of this event to `thread`.
     fn to_event(&self, thread: &str) -> Result<NewEvent, serde_json::Error> {
-        let event = NewEvent::new(thread, Self::KIND, Payload::encode(self)?);
+        let event = NewEvent::new(thread, Self::KIND, clean::clean(Payload::encode(self)?));
         Ok(match self.dedup_key() {
             Some(key) => event.with_dedup_key(key),
             None => event,

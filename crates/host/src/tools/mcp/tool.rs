@@ -18,8 +18,8 @@ use agent_runtime::{Tool, ToolContext, ToolFailure};
 
 use super::client::{CallError, ServerHandle};
 
-/// Bytes of a result the model sees at most.
-pub const RESULT_CAP: usize = 256 * 1024;
+pub use crate::tools::result_cap::RESULT_CAP;
+use crate::tools::result_cap::cap;
 
 /// `SERVER__TOOL`: calls `tool` on `server`.
 #[derive(Debug, Clone)]
@@ -111,22 +111,6 @@ pub(crate) fn result_text(result: &CallToolResult) -> String {
         parts.push(structured.to_string());
     }
     cap(crate::tools::secrets::mask_key(parts.join("\n")))
-}
-
-fn cap(mut text: String) -> String {
-    if text.len() <= RESULT_CAP {
-        return text;
-    }
-    let mut cut = RESULT_CAP;
-    while !text.is_char_boundary(cut) {
-        cut -= 1;
-    }
-    let dropped = text.len() - cut;
-    text.truncate(cut);
-    text.push_str(&format!(
-        "\n[... {dropped} bytes of the result truncated ...]"
-    ));
-    text
 }
 
 #[cfg(test)]
