@@ -30,7 +30,8 @@
 //!   ever sees a value of its type.
 //! - The function's `Ok` value is the call's result (a string as itself, anything else as
 //!   JSON); its `Err` is a tool failure whose text is the error's `Display`: the model is
-//!   told, the run goes on. A panic in the function is caught and is a failure too
+//!   told, the run goes on. Either is shown with the API key masked and cut to
+//!   [`RESULT_CAP`] bytes (a larger JSON value is shown as its text, cut). A panic in the function is caught and is a failure too
 //!   (`the tool panicked`), never a result and never the host's end.
 //! - The schema sent to the model is the derived one without `$schema` and `title`, sent
 //!   `strict` when it can follow the API's strict rules: a struct with
@@ -52,8 +53,33 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
+use super::result_cap::{RESULT_CAP, cap};
+use super::secrets::{api_key, mask_key, scrub};
 use super::{ApprovalMode, Policy, ToolConfig, ToolSpec};
 use crate::RawJson;
+
+/// A result as the model and the journal get it: without the API key, and at most
+/// [`RESULT_CAP`](crate::tools::mcp::RESULT_CAP) bytes (a larger value becomes its JSON
+/// text, cut, with a note).
+fn shown(value: Value) -> Value {
+    shown_without(value, api_key().as_deref())
+}
+
+/// [`shown`], with `key` as the API key.
+fn shown_without(mut value: Value, key: Option<&str>) -> Value {
+    scrub(&mut value, key);
+    match value {
+        Value::String(text) => Value::String(cap(text)),
+        other => {
+            let len = serde_json::to_string(&other).map_or(0, |text| text.len());
+            if len <= RESULT_CAP {
+                other
+            } else {
+                Value::String(cap(other.to_string()))
+            }
+        }
+    }
+}
 
 /// The function behind a [`RustTool`]: the arguments (checked to deserialize) and the
 /// call to the result or the failure's text.
@@ -197,9 +223,10 @@ impl RustTool {
                         .catch_unwind()
                         .await
                         .map_err(|_| ToolFailure("the tool panicked".into()))?;
-                    let value = ran.map_err(|err| ToolFailure(err.to_string()))?;
+                    let value = ran.map_err(|err| ToolFailure(cap(mask_key(err.to_string()))))?;
                     serde_json::to_value(value)
                         .map_err(|err| ToolFailure(format!("the tool's result is not JSON: {err}")))
+                        .map(shown)
                 })
             };
         let check = |args: &Value| {
@@ -325,6 +352,27 @@ mod tests {
     use super::*;
     use serde::Deserialize;
     use serde_json::json;
+
+    #[test]
+    fn a_result_is_shown_without_the_key_and_at_most_the_cap() {
+        let key = "sk-test-SECRET123";
+        assert_eq!(
+            shown_without(json!({"note": format!("key is {key}"), "n": 1}), Some(key)),
+            json!({"note": "key is ***", "n": 1})
+        );
+        let long = shown_without(json!("x".repeat(RESULT_CAP + 10)), Some(key));
+        let long = long.as_str().unwrap_or_default();
+        assert!(
+            long.starts_with("xxx") && long.ends_with("[... 10 bytes of the result truncated ...]")
+        );
+        // A structured value past the cap is shown as its JSON text, cut.
+        let rows: Vec<Value> = (0..RESULT_CAP / 8).map(|n| json!({"row": n})).collect();
+        let table = shown_without(Value::Array(rows), None);
+        let table = table.as_str().unwrap_or_default();
+        assert!(table.starts_with("[{\"row\":0},"), "{}", &table[..20]);
+        assert!(table.len() < RESULT_CAP + 100 && table.ends_with("truncated ...]"));
+        assert_eq!(shown_without(json!(42), None), json!(42));
+    }
 
     #[derive(Deserialize, JsonSchema)]
     #[serde(deny_unknown_fields)]
