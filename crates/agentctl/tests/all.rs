@@ -32,6 +32,8 @@ mod mcp;
 mod output_bounds;
 #[path = "host/output_schema.rs"]
 mod output_schema;
+#[path = "host/refusals.rs"]
+mod refusals;
 #[path = "host/sandbox.rs"]
 mod sandbox;
 #[path = "host/sandbox_kernel.rs"]

@@ -32,6 +32,7 @@ use super::events::{
 use super::model::{self, Streamed};
 use super::model_ws;
 use super::owner::Owner;
+use super::refusal;
 use super::state::{CallProgress, CallRecord, RunSpec, RunState, RunStatus, Transport};
 use super::step_request;
 use super::{DriveOptions, RunEnd, RunReport};
@@ -242,6 +243,7 @@ impl Driver {
                     .filter_map(|i| i.to_value().ok())
                     .collect();
                 let text = model::output_text(&items);
+                let refusal = refusal::refusal_text(&items);
                 // An answer the model was cut off in (`max_output_tokens`, a content
                 // filter) is not a completed run: it fails, saying why, its text kept in
                 // the journal's step.
@@ -252,6 +254,14 @@ impl Driver {
                         ))
                         .await;
                 }
+                // A refusal is the answer; under an output schema it fails the run (no
+                // retry: the model declined, it did not misformat).
+                if let Some(refused) = &refusal
+                    && self.spec.output.is_some()
+                {
+                    return self.fail(refusal::failure(refused)).await;
+                }
+                let text = refusal::answer_text(text, refusal.as_deref());
                 let output = match self.checked_output(step_no, &text).await? {
                     Checked::Accepted(output) => output,
                     Checked::Retry => continue,

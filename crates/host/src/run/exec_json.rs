@@ -233,8 +233,11 @@ pub struct ExecItem {
 pub enum ItemDetails {
     /// Text from the model.
     AgentMessage {
-        /// The text.
+        /// The text (a refusal's, after any other).
         text: String,
+        /// The model refused (our own field, only when true): the text holds its refusal.
+        #[serde(skip_serializing_if = "std::ops::Not::not")]
+        refusal: bool,
     },
     /// A reasoning summary.
     Reasoning {
@@ -567,12 +570,20 @@ impl ExecJson {
         for item in completed.output {
             match item.get("type").and_then(Value::as_str) {
                 Some("message") => {
-                    let text = super::model::output_text(std::slice::from_ref(item));
+                    let item = std::slice::from_ref(item);
+                    let refused = super::refusal::refusal_text(item);
+                    let text = super::refusal::answer_text(
+                        super::model::output_text(item),
+                        refused.as_deref(),
+                    );
                     let id = self.next_item();
                     lines.push(ExecLine::ItemCompleted {
                         item: ExecItem {
                             id,
-                            details: ItemDetails::AgentMessage { text },
+                            details: ItemDetails::AgentMessage {
+                                text,
+                                refusal: refused.is_some(),
+                            },
                         },
                     });
                 }

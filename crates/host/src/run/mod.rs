@@ -18,6 +18,7 @@ mod output;
 mod owner;
 mod query;
 mod records;
+mod refusal;
 mod requests;
 mod spec;
 pub mod state;

@@ -111,7 +111,13 @@ impl Observer for Human {
             return;
         };
         match parsed {
-            RunEvent::ModelCompleted(_) => self.end_streamed_text(),
+            RunEvent::ModelCompleted(completed) => {
+                // A refusal is the model's answer too, though it was not streamed.
+                if let Some(refusal) = completed.refusal() {
+                    self.text_delta(&refusal);
+                }
+                self.end_streamed_text();
+            }
             RunEvent::Created(created) => {
                 output::note(&format!(
                     "run {} started (workspace {})",

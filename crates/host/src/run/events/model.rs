@@ -106,6 +106,12 @@ impl<'a> ModelCompleted<'a> {
         })
     }
 
+    /// The text of the model's refusal in this step's messages, if it refused (a refusal
+    /// is not streamed as text: a reader shows it from here).
+    pub fn refusal(&self) -> Option<String> {
+        crate::run::refusal::refusal_text(self.output)
+    }
+
     /// The function calls among the output items, in order.
     pub fn function_calls(&self) -> impl Iterator<Item = FunctionCall<'a>> + 'a {
         self.output.iter().filter_map(FunctionCall::of)
