@@ -359,6 +359,8 @@ async fn a_reused_call_id_fails_the_run() {
     );
 }
 
+/// A `kill -9` of the host takes its command down, and a `runs wait` on the run (one
+/// started before, one after) ends with `interrupted`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_of_the_host_takes_its_shell_command_down() {
     let dir = tempfile::tempdir().unwrap();
@@ -378,8 +380,25 @@ async fn kill_9_of_the_host_takes_its_shell_command_down() {
         .unwrap()
         .trim()
         .to_string();
+    // A waiter from another terminal, started while the run runs.
+    let run = only_run(&db);
+    let waiter = agentctl(&db)
+        .args(["runs", "wait", &run])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
     child.kill().unwrap();
     child.wait().unwrap();
+    // The driver is gone: the run shows `interrupted`, and the wait ends there.
+    let waited = waiter.wait_with_output().unwrap();
+    assert_eq!(waited.status.code(), Some(130), "{}", text(&waited.stdout));
+    assert!(
+        text(&waited.stdout).contains("interrupted"),
+        "{}",
+        text(&waited.stdout)
+    );
+    let again = out(agentctl(&db).args(["runs", "wait", &run, "--timeout", "30"]));
+    assert_eq!(again.status.code(), Some(130), "{}", text(&again.stderr));
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     loop {
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();

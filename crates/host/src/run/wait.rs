@@ -29,8 +29,14 @@ pub fn has_stopped(status: Option<RunStatus>) -> bool {
     )
 }
 
+/// How often a wait on a run recorded as running checks that its driver is still there:
+/// a driver that died (`kill -9`) writes nothing more, so no event would end the wait.
+const LIVENESS_CHECK: Duration = Duration::from_secs(1);
+
 /// Follows run `id` until it stops, or until `timeout` passes. A run that has already
-/// stopped is reported at once, whatever the timeout.
+/// stopped is reported at once, whatever the timeout. A run recorded as running whose
+/// driver is gone (and that no worker may take over) has stopped too: it shows
+/// `interrupted`, as `runs show` says, and is reported within [`LIVENESS_CHECK`].
 ///
 /// # Cancel safety
 /// Cancel-safe: it only reads; dropping it stops the wait.
@@ -46,20 +52,33 @@ pub async fn wait_until_stopped(
         &kinds::thread_of(id),
         state.last_seq
     ));
+    let mut check_driver = true;
     loop {
-        if has_stopped(state.status) {
+        if has_stopped(state.status) || (check_driver && driver_gone(journal, &state).await?) {
             return Ok(WaitEnd::Stopped(Box::new(state)));
         }
-        let next = match deadline {
-            Some(at) => match tokio::time::timeout_at(at, events.next()).await {
-                Ok(next) => next,
-                Err(_elapsed) => return Ok(WaitEnd::TimedOut(Box::new(state))),
-            },
-            None => events.next().await,
-        };
-        match next {
-            Some(event) => state.apply(&event?),
-            None => return Err(HostError::Journal(agent_journal::JournalError::Closed)),
+        let tick = tokio::time::Instant::now() + LIVENESS_CHECK;
+        let until = deadline.map_or(tick, |at| at.min(tick));
+        match tokio::time::timeout_at(until, events.next()).await {
+            Ok(Some(event)) => {
+                state.apply(&event?);
+                check_driver = false;
+            }
+            Ok(None) => return Err(HostError::Journal(agent_journal::JournalError::Closed)),
+            Err(_elapsed) if deadline.is_some_and(|at| at <= until) => {
+                return Ok(WaitEnd::TimedOut(Box::new(state)));
+            }
+            Err(_elapsed) => check_driver = true,
         }
     }
+}
+
+/// Whether `state`, recorded as running, has no driver left to move it: the one status
+/// model says `interrupted` (a run whose lease a worker holds, or may take, has one).
+async fn driver_gone(journal: &Journal, state: &RunState) -> Result<bool, HostError> {
+    if state.status != Some(RunStatus::Running) {
+        return Ok(false);
+    }
+    let shown = run::table::status_with_lease(journal, state).await?;
+    Ok(shown == RunStatus::Interrupted)
 }
