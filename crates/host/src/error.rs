@@ -101,6 +101,15 @@ pub enum HostError {
         /// How the run started it (command and args).
         command: String,
     },
+    /// The run's first event, which records its spec whole (prompt, instructions, output
+    /// schema, the tools' schemas), is more than the journal takes.
+    #[error(
+        "the run cannot be recorded: its first event (prompt, instructions, output schema and the tools' schemas) {reason}"
+    )]
+    SpecNotRecordable {
+        /// What the journal said of it.
+        reason: String,
+    },
     /// A tool written in Rust cannot be offered under its name.
     #[error("tool {tool}: {reason}")]
     ToolName {
@@ -216,6 +225,7 @@ impl HostError {
                 | HostError::Config(_)
                 | HostError::McpServerMissing { .. }
                 | HostError::ToolName { .. }
+                | HostError::SpecNotRecordable { .. }
                 | HostError::RustToolMissing { .. }
                 | HostError::EndpointMasked
                 | HostError::ArgsMismatch { .. }

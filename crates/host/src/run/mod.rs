@@ -909,7 +909,13 @@ async fn create(
     let created = match created.to_event(&thread) {
         Ok(event) => {
             let appended = journal.append_expecting(&thread, None, vec![event]).await;
-            appended.map(|_| created.spec).map_err(HostError::from)
+            appended.map(|_| created.spec).map_err(|err| match err {
+                agent_journal::JournalError::InvalidInput {
+                    field: "payload",
+                    reason,
+                } => HostError::SpecNotRecordable { reason },
+                err => HostError::from(err),
+            })
         }
         Err(err) => Err(HostError::Encode(err)),
     };

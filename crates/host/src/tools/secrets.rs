@@ -39,6 +39,17 @@ pub(crate) fn mask(text: String, key: &str) -> String {
     }
 }
 
+/// Whether a string or key anywhere in `value` holds a NUL character, which the journal
+/// refuses (PostgreSQL cannot store it).
+pub fn holds_nul(value: &Value) -> bool {
+    match value {
+        Value::String(text) => text.contains('\0'),
+        Value::Array(items) => items.iter().any(holds_nul),
+        Value::Object(map) => map.iter().any(|(k, v)| k.contains('\0') || holds_nul(v)),
+        _ => false,
+    }
+}
+
 /// Every string and key of `value` with `key` (when given) replaced by `***` and NUL
 /// characters by U+FFFD (the journal cannot store NUL).
 pub(crate) fn scrub(value: &mut Value, key: Option<&str>) {

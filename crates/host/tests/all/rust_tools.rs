@@ -380,6 +380,27 @@ async fn missing_and_clashing_tools_are_refused() {
         matches!(&err, agent_host::HostError::ToolName { tool, .. } if tool == "shell"),
         "{err}"
     );
+    // A spec the journal cannot record whole is the caller's mistake, said as such, and
+    // leaves no run behind.
+    let huge = "x".repeat(agent_journal::MAX_PAYLOAD_BYTES);
+    let plain = Host::new(
+        journal.clone(),
+        Client::new(ClientConfig::new(
+            mock.base_url(),
+            ApiKey::new(MOCK_API_KEY).unwrap(),
+        ))
+        .unwrap(),
+    );
+    let err = plain
+        .submit(NewRun::new("x", workspace.path()).instructions(Some(huge)))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, agent_host::HostError::SpecNotRecordable { .. }) && err.is_usage(),
+        "{err}"
+    );
+    assert!(err.to_string().contains("the limit is"), "{err}");
+    assert_eq!(agent_host::run::list(&journal).await.unwrap().len(), 1);
     journal.close().await;
 }
 

@@ -316,7 +316,6 @@ fn new_run(args: RunOptions) -> anyhow::Result<(NewRun, EndpointArgs)> {
         })?),
         None => args.instructions,
     };
-    check_sizes(&prompt, instructions.as_deref())?;
     let builtin_story = args.endpoint.mock && args.endpoint.mock_script.is_none();
     let workspace = match args.workspace {
         Some(dir) => dir,
@@ -348,6 +347,11 @@ fn new_run(args: RunOptions) -> anyhow::Result<(NewRun, EndpointArgs)> {
         Some(path) => Some(output_schema(path, args.output_retries)?),
         None => None,
     };
+    check_sizes(
+        &prompt,
+        instructions.as_deref(),
+        output.as_ref().map(|o| &o.schema),
+    )?;
     let subagents = args
         .max_children
         .map(|n| agent_host::subagents::SubagentLimits::new(n).max_depth(args.max_depth));
@@ -385,6 +389,13 @@ fn output_schema(
     let schema = agent_host::run::OutputSchema::from_json(&text)
         .map_err(|err| UsageError(format!("--output-schema {}: {err}", path.display())))?
         .retries(retries);
+    if agent_host::tools::holds_nul(&schema.schema) {
+        return Err(UsageError(format!(
+            "--output-schema {}: contains a NUL character (\\u0000), which a run cannot record",
+            path.display()
+        ))
+        .into());
+    }
     let named = path
         .file_stem()
         .and_then(|s| s.to_str())
@@ -455,38 +466,58 @@ fn check_prompt(prompt: &str) -> Result<(), UsageError> {
     Ok(())
 }
 
-/// A prompt and instructions small enough for the run's `run.created` event, which records
-/// both whole, to fit the journal's event limit beside the tools' schemas. The size measured
-/// is each text's as that event stores it: a JSON string, where `"`, `\` and control
-/// characters take more bytes than in the text.
-fn check_sizes(prompt: &str, instructions: Option<&str>) -> Result<(), UsageError> {
+/// A prompt, instructions and an output schema small enough for the run's `run.created`
+/// event, which records them whole, to fit the journal's event limit beside the tools'
+/// schemas. The size measured is each one's as that event stores it: a JSON string, where
+/// `"`, `\` and control characters take more bytes than in the text, and the schema as
+/// compact JSON.
+fn check_sizes(
+    prompt: &str,
+    instructions: Option<&str>,
+    schema: Option<&serde_json::Value>,
+) -> Result<(), UsageError> {
     let limit = agent_journal::MAX_PAYLOAD_BYTES - SPEC_ROOM;
     if instructions.is_some_and(|text| text.contains('\0')) {
         return Err(UsageError(
             "the instructions contain a NUL character".into(),
         ));
     }
-    let stored = |text: &str| {
+    let text = |name: &'static str, text: &str| {
         let stored = json_string_len(text);
-        let raw = if stored == text.len() + 2 {
+        let note = if stored == text.len() + 2 {
             String::new()
         } else {
             format!(" ({} bytes of text, escaped)", text.len())
         };
-        (stored, raw)
+        (name, stored, note)
     };
-    let (prompt_stored, prompt_raw) = stored(prompt);
-    let (instructions_stored, instructions_raw) = instructions.map(stored).unwrap_or_default();
-    if prompt_stored + instructions_stored <= limit {
+    let mut parts = vec![text("the prompt", prompt)];
+    parts.extend(instructions.map(|i| text("the instructions", i)));
+    parts.extend(schema.map(|schema| {
+        let stored = serde_json::to_string(schema).map_or(0, |json| json.len());
+        ("the output schema", stored, String::new())
+    }));
+    let total: usize = parts.iter().map(|(_, stored, _)| stored).sum();
+    if total <= limit {
         return Ok(());
     }
-    let what = if instructions_stored == 0 {
-        format!("the prompt is {prompt_stored} bytes as stored{prompt_raw}")
-    } else {
-        format!(
-            "the prompt and the instructions are {} bytes as stored (prompt {prompt_stored}{prompt_raw}, instructions {instructions_stored}{instructions_raw})",
-            prompt_stored + instructions_stored
-        )
+    let what = match parts.as_slice() {
+        [(name, stored, note)] => format!("{name} is {stored} bytes as stored{note}"),
+        _ => {
+            let names: Vec<&str> = parts.iter().map(|(name, _, _)| *name).collect();
+            let each: Vec<String> = parts
+                .iter()
+                .map(|(name, stored, note)| {
+                    format!("{} {stored}{note}", name.trim_start_matches("the "))
+                })
+                .collect();
+            format!(
+                "{} and {} are {total} bytes as stored ({})",
+                names[..names.len() - 1].join(", "),
+                names[names.len() - 1],
+                each.join(", ")
+            )
+        }
     };
     Err(UsageError(format!(
         "{what}; together they may take at most {limit} bytes ({}), since a run's first event records them whole as JSON",
@@ -589,7 +620,7 @@ mod tests {
         }
         // Under the limit as text, over it as JSON: refused up front, naming the prompt.
         let quotes = "\"".repeat(3_932_160);
-        let err = check_sizes(&quotes, None).unwrap_err().0;
+        let err = check_sizes(&quotes, None, None).unwrap_err().0;
         assert!(
             err.starts_with("the prompt is 7864322 bytes as stored"),
             "{err}"
@@ -598,17 +629,23 @@ mod tests {
     }
 
     #[test]
-    fn the_instructions_share_the_prompts_room() {
+    fn the_instructions_and_the_schema_share_the_prompts_room() {
         let half = "a".repeat(2 * 1024 * 1024);
-        assert!(check_sizes(&half, None).is_ok());
-        assert!(check_sizes("p", Some(&half)).is_ok());
-        // Each fits alone; together they do not, and the message names both.
-        let err = check_sizes(&half, Some(&half)).unwrap_err().0;
+        assert!(check_sizes(&half, None, None).is_ok());
+        assert!(check_sizes("p", Some(&half), None).is_ok());
+        // Each fits alone; together they do not, and the message names each.
+        let err = check_sizes(&half, Some(&half), None).unwrap_err().0;
         assert!(
-            err.starts_with("the prompt and the instructions are 4194308 bytes as stored"),
+            err.starts_with("the prompt and the instructions are 4194308 bytes as stored (prompt 2097154, instructions 2097154)"),
             "{err}"
         );
-        let err = check_sizes("p", Some("a\0b")).unwrap_err().0;
+        let schema = serde_json::json!({"type": "object", "description": half});
+        let err = check_sizes(&half, Some("i"), Some(&schema)).unwrap_err().0;
+        assert!(
+            err.starts_with("the prompt, the instructions and the output schema are "),
+            "{err}"
+        );
+        let err = check_sizes("p", Some("a\0b"), None).unwrap_err().0;
         assert_eq!(err, "the instructions contain a NUL character");
     }
 

@@ -19,7 +19,7 @@ use crate::run::events::{
 use crate::run::kinds as k;
 use crate::run::records::ApprovalRecord;
 use crate::run::state::{CallProgress, CallRecord, Decision};
-use crate::tools::{ApprovalMode, Policy, ToolSpec};
+use crate::tools::{ApprovalMode, Policy, ToolSpec, holds_nul};
 
 /// What to do with one call now.
 pub(super) enum Next {
@@ -58,16 +58,6 @@ fn unrecordable(arguments: &str) -> Option<String> {
     }
     let args: Value = serde_json::from_str(arguments).ok()?;
     holds_nul(&args).then(|| NUL_REFUSAL.into())
-}
-
-/// Whether a string or key anywhere in `value` holds a NUL character.
-fn holds_nul(value: &Value) -> bool {
-    match value {
-        Value::String(text) => text.contains('\0'),
-        Value::Array(items) => items.iter().any(holds_nul),
-        Value::Object(map) => map.iter().any(|(k, v)| k.contains('\0') || holds_nul(v)),
-        _ => false,
-    }
 }
 
 impl Driver {
