@@ -362,12 +362,13 @@ async fn a_childs_approval_is_decided_by_its_own_id(db: FreshDb) {
         false,
     ))
     .await;
-    // No --approval: under `--sandbox off` the children's shell calls ask.
+    // No --approval: under `--sandbox off` the children's shell calls ask, and with
+    // `--wait` the run waits for their decisions (without, it pauses: `subagents_resume`).
     let mut run = run_cmd(
         db,
         &server,
         &ws,
-        &["--max-children", "2", "--sandbox", "off"],
+        &["--max-children", "2", "--sandbox", "off", "--wait"],
     )
     .stdout(std::process::Stdio::piped())
     .stderr(std::process::Stdio::piped())
@@ -843,7 +844,8 @@ async fn crash_once(
     while show(db, &parent)["status"] != "completed" {
         rounds += 1;
         assert!(rounds < 10, "{var}={k}: resume does not finish");
-        let mut resume = resume_cmd(db, &server, &parent, &[])
+        // `--wait`: the children's indeterminate calls are waited for, denied below.
+        let mut resume = resume_cmd(db, &server, &parent, &["--wait"])
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
             .spawn()

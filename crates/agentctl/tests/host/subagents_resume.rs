@@ -90,6 +90,116 @@ async fn a_finished_childs_end_is_recorded_once_across_a_crash(db: FreshDb) {
     }
 }
 
+/// The parent asks for two children that each run one shell command, which asks under
+/// `--sandbox off`; each answers what its command printed.
+fn two_asking_children() -> String {
+    let agents = json!({"agents": [
+        {"prompt": "CHILD-A: append a", "instructions": null, "tools": ["shell"]},
+        {"prompt": "CHILD-B: append b", "instructions": null, "tools": ["shell"]}]});
+    let child = |tag: &str, cmd: &str| {
+        [
+            json!({"when": {"last_user_contains": tag, "tool_outputs": 0}, "reply": {"items": [
+                call(&format!("call_{tag}"), "shell", json!({"command": cmd}))]}}),
+            json!({"when": {"last_user_contains": tag, "tool_outputs": 1},
+                   "reply": {"items": answer(&format!("{tag} saw {{{{outputs}}}}"))}}),
+        ]
+    };
+    let mut rules: Vec<Value> = child("CHILD-A", "echo a >> effects.txt").into();
+    rules.extend(child("CHILD-B", "echo b >> effects.txt"));
+    rules.push(json!({"when": {"tool_outputs": 0}, "reply": {"items": [
+        call("call_spawn", "spawn_agents", agents)]}}));
+    rules.push(
+        json!({"when": {"tool_outputs": 1}, "reply": {"items": answer("FINAL: {{outputs}}")}}),
+    );
+    json!({"rules": rules}).to_string()
+}
+
+/// Off a terminal without `--wait`, children waiting on approvals pause the parent (exit
+/// 3), which names each child's run and call with the commands to decide them; decided by
+/// the children's ids, `resume` of the parent finishes the call it left open.
+async fn a_child_waiting_on_approval_pauses_the_parent(db: FreshDb) {
+    let db = db.url();
+    let (_g, ws) = workspace();
+    let server = emulator(&two_asking_children()).await;
+    let mut first = run_cmd(
+        db,
+        &server,
+        &ws,
+        &["--max-children", "2", "--sandbox", "off"],
+    );
+    let o = tokio::task::spawn_blocking(move || {
+        first
+            .output()
+            .map(|o| (o.status.code(), text(&o.stderr)))
+            .unwrap()
+    });
+    let (code, stderr) = tokio::time::timeout(std::time::Duration::from_secs(60), o)
+        .await
+        .expect("the parent waited instead of pausing")
+        .unwrap();
+    assert_eq!(code, Some(3), "{stderr}");
+    let listed = out(agentctl(db).args(["--json", "runs", "list"]));
+    let rows: Vec<Value> = text(&listed.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let parent = rows[0]["run_id"].as_str().unwrap().to_string();
+    let shown = show(db, &parent);
+    assert_eq!(shown["status"], "paused", "{shown}");
+    let children = shown["children"].as_array().unwrap().clone();
+    assert_eq!(children.len(), 2);
+    for child in &children {
+        let id = child["run_id"].as_str().unwrap();
+        // Paused on its approval: waiting for a decision.
+        assert_eq!(show(db, id)["status"], "waiting");
+        let call = format!("call_CHILD-{}", if child["index"] == 0 { "A" } else { "B" });
+        // Which child, which call, and the command that decides it.
+        assert!(
+            stderr.contains(&format!(
+                "sub-agent {id} waits for approval of {call} (shell)"
+            )),
+            "{stderr}"
+        );
+        assert!(
+            stderr.contains(&format!("approve {id} {call} --sha256 ")),
+            "{stderr}"
+        );
+        let verdict = if child["index"] == 0 {
+            "approve"
+        } else {
+            "deny"
+        };
+        let d = out(agentctl(db).args([verdict, id, &call]));
+        assert!(d.status.success(), "{}", text(&d.stderr));
+    }
+    assert!(
+        !ws.join("effects.txt").exists(),
+        "nothing ran before approval"
+    );
+    let r = out(&mut resume_cmd(db, &server, &parent, &[]));
+    assert_eq!(r.status.code(), Some(0), "{}", text(&r.stderr));
+    let final_text = show(db, &parent)["final_text"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(final_text.starts_with("FINAL: "), "{final_text}");
+    assert_eq!(
+        std::fs::read_to_string(ws.join("effects.txt")).unwrap(),
+        "a\n",
+        "a approved, b denied"
+    );
+    let pev = events(db, &parent).await;
+    check_invariants(&pev);
+    // The call left open was run again, and completed once.
+    let completed: Vec<_> = kinds_of(&pev, "tool.completed")
+        .into_iter()
+        .filter(|e| call_id_of(e) == "call_spawn")
+        .collect();
+    assert_eq!(completed.len(), 1);
+    assert_eq!(kinds_of(&pev, "subagent.spawned").len(), 2);
+}
+
 agent_testkit::backend_tests!(fresh_db, [sqlite, postgres]:
-    a_finished_childs_end_is_recorded_once_across_a_crash
+    a_finished_childs_end_is_recorded_once_across_a_crash,
+    a_child_waiting_on_approval_pauses_the_parent
 );

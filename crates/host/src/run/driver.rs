@@ -37,6 +37,7 @@ use super::state::{CallProgress, CallRecord, RunSpec, RunState, RunStatus, Trans
 use super::step_request;
 use super::{DriveOptions, RunEnd, RunReport};
 use crate::error::HostError;
+use crate::subagents::{ChildHold, WaitingChild};
 use crate::tools::mask_key;
 
 /// `model.failed.code` of a response too large for the journal.
@@ -47,6 +48,7 @@ const TOO_LARGE_CODE: &str = "response_too_large_to_journal";
 const MAX_ATTEMPTS: u32 = 3;
 
 mod calls;
+mod held;
 
 /// A final answer checked against the run's output schema.
 enum Checked {
@@ -80,6 +82,10 @@ pub(crate) struct Driver {
     pub(crate) opts: DriveOptions,
     /// Events folded since this drive began (what the crash test hook counts).
     pub(crate) folded: usize,
+    /// Where this run's `spawn_agents` calls hold for children waiting on approvals.
+    pub(crate) hold: Arc<ChildHold>,
+    /// The children this drive paused for (see [`held`]).
+    pub(crate) held_children: Vec<WaitingChild>,
 }
 
 impl Driver {
@@ -175,6 +181,8 @@ impl Driver {
             RunEnd::Interrupted => {
                 let _ = self.runtime.cancel(&self.thread, &self.turn).await;
             }
+            // Paused for waiting children: the runtime was abandoned with their calls open.
+            _ if !self.held_children.is_empty() => {}
             _ => {
                 let _ = self.runtime.finish(&self.thread, &self.turn).await;
             }
@@ -184,6 +192,7 @@ impl Driver {
             run_id: self.state.id.clone(),
             end,
             state: self.state,
+            waiting_children: self.held_children,
         })
     }
 
@@ -560,6 +569,9 @@ impl Driver {
     /// records `run.interrupted`.
     async fn interrupt(&mut self) -> Result<RunEnd, HostError> {
         self.sync().await?;
+        if let Some(paused) = self.pause_for_children().await? {
+            return Ok(paused);
+        }
         let running: Vec<String> = self
             .state
             .calls

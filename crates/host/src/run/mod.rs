@@ -55,6 +55,7 @@ pub use state::{
 };
 
 use crate::error::HostError;
+use crate::subagents::ChildHold;
 use crate::tools::{self, ApprovalMode, ToolConfig, Workspace, mcp};
 use driver::Driver;
 use events::{HostEvent as _, RunCreated, RunResumed, RunSandboxChanged};
@@ -359,6 +360,9 @@ pub struct RunReport {
     pub end: RunEnd,
     /// The run as folded when the drive ended.
     pub state: RunState,
+    /// When it paused because sub-agents wait on approvals: each child and its call
+    /// (decided by the child's run id).
+    pub waiting_children: Vec<crate::subagents::WaitingChild>,
 }
 
 impl RunReport {
@@ -442,14 +446,16 @@ impl Host {
         ));
         async move {
             let (id, spec, mut registry, servers) = creating.await?;
+            let hold = ChildHold::new(&opts.cancel);
             if let Some(spawn) = crate::subagents::SpawnAgents::for_run(self, &spec) {
-                registry = registry.with(spawn.asking(opts.decider.clone()));
+                let spawn = spawn.asking(opts.decider.clone(), opts.wait, Arc::clone(&hold));
+                registry = registry.with(spawn);
             }
             let thread = kinds::thread_of(&id);
             opts.crash_hook().arm(&self.journal, &thread, 0);
             let runtime = Runtime::open(self.journal.clone(), runtime_options(registry));
             let created = Claimed::created(&id, thread, Arc::new(spec), runtime);
-            let report = self.drive(created, opts).await;
+            let report = self.drive(created, opts, hold).await;
             servers.shutdown().await;
             report
         }
@@ -497,12 +503,13 @@ impl Host {
     ) -> impl Future<Output = Result<RunReport, HostError>> + 'a {
         // The fold moves into the claim's future, boxed here: an argument of an `async fn`
         // (and a local it was moved out of) is kept in its future for as long as the run.
+        let hold = ChildHold::new(&opts.cancel);
         let claim = self
             .resume_tools(
                 run_id,
                 &loaded,
                 change.sandbox.as_ref(),
-                opts.decider.clone(),
+                (opts.decider.clone(), opts.wait, Arc::clone(&hold)),
             )
             .map(|(registry, servers)| {
                 let claim = self.claim(run_id, loaded, registry, change, opts.crash_hook());
@@ -511,7 +518,7 @@ impl Host {
         async move {
             let (claim, servers) = claim?;
             let report = match claim.await {
-                Ok(claimed) => self.drive(claimed, opts).await,
+                Ok(claimed) => self.drive(claimed, opts, hold).await,
                 Err(err) => Err(err),
             };
             servers.shutdown().await;
@@ -527,7 +534,7 @@ impl Host {
         run_id: &str,
         loaded: &LoadedRun,
         sandbox: Option<&crate::sandbox::SandboxChange>,
-        decider: Option<Arc<dyn Decider>>,
+        (decider, wait, hold): (Option<Arc<dyn Decider>>, bool, Arc<ChildHold>),
     ) -> Result<(agent_runtime::ToolRegistry, mcp::McpServers), HostError> {
         let spec = loaded
             .state
@@ -559,7 +566,7 @@ impl Host {
         let offers_spawn = crate::subagents::SpawnAgents::for_run(self, spec);
         let spawns = offers_spawn.is_some();
         if let Some(spawn) = offers_spawn {
-            registry = registry.with(spawn.asking(decider));
+            registry = registry.with(spawn.asking(decider, wait, hold));
         }
         // The Rust tools it recorded: any tool neither built in nor an MCP server's.
         let builtin = registry.names();
@@ -758,8 +765,12 @@ impl Host {
     fn drive(
         &self,
         claimed: Claimed,
-        opts: DriveOptions,
+        mut opts: DriveOptions,
+        hold: Arc<ChildHold>,
     ) -> impl Future<Output = Result<RunReport, HostError>> + use<> {
+        // The drive stops waiting for its calls when the user cancels or a call holds for
+        // a child waiting on an approval (see `subagents::hold`).
+        opts.cancel = hold.token();
         let Claimed {
             runtime,
             thread,
@@ -778,6 +789,8 @@ impl Host {
             me,
             opts,
             folded: 0,
+            hold,
+            held_children: Vec::new(),
         });
         drive_boxed(driver)
     }

@@ -20,19 +20,24 @@
 //!   spawn only while its depth is below the tree's `max_depth` (default 1: children
 //!   cannot spawn).
 //! - Children are driven concurrently: in the parent's process when the parent is (their
-//!   approvals asked through the parent's inline decider one at a time, or else waited for
-//!   by the child's own run id), or, when a worker drives the parent (its journal fenced by
+//!   approvals asked through the parent's inline decider one at a time, or else decided by
+//!   the child's own run id: waited for when the parent waits (`--wait`), otherwise the
+//!   child pauses and so does the parent, its call left open for the next resume, see
+//!   [`hold`]), or, when a worker drives the parent (its journal fenced by
 //!   a lease), submitted for any worker to claim and followed until they stop. The call's
 //!   cancellation (the parent's interrupt) is each in-process child's.
 //! - A child's token budget is its share of what the parent has left when the call runs
 //!   (the parent's remaining `--max-tokens` split evenly among the call's children), so
 //!   the children of one call together stay within the parent's budget.
 
+mod hold;
 mod tool;
 
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
+pub use hold::WaitingChild;
+pub(crate) use hold::{ChildHold, detail as waiting_detail};
 pub use tool::SpawnAgents;
 
 use crate::RawJson;

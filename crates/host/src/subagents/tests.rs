@@ -183,3 +183,41 @@ fn a_childs_last_end_has_one_key_whatever_its_seq() {
         ended(ChildEnd::Paused, 9).dedup_key()
     );
 }
+
+#[tokio::test]
+async fn a_hold_stops_the_drive_and_names_each_waiting_child() {
+    use crate::run::CallRecord;
+    use crate::run::state::CallProgress;
+    let user = agent_runtime::CancellationToken::new();
+    let hold = ChildHold::new(&user);
+    let call = CallRecord {
+        call_id: "ca1".into(),
+        name: "shell".into(),
+        arguments: "{}".into(),
+        step: 1,
+        progress: CallProgress::New,
+        approvals: Vec::new(),
+    };
+    assert!(!hold.token().is_cancelled());
+    hold.hold(
+        "call_spawn",
+        vec![WaitingChild {
+            run_id: "kid".into(),
+            call,
+        }],
+    );
+    // The drive's cancellation fires, the user's does not: the drive pauses, not stops.
+    assert!(hold.token().is_cancelled());
+    assert!(!hold.user_cancelled());
+    hold.changed().await;
+    assert_eq!(hold.held_calls(), ["call_spawn"]);
+    assert_eq!(
+        waiting_detail(&hold.waiting()),
+        "sub-agent kid waits for approval of ca1 (shell)"
+    );
+    // The user's cancellation is the drive's too.
+    let user = agent_runtime::CancellationToken::new();
+    let hold = ChildHold::new(&user);
+    user.cancel();
+    assert!(hold.token().is_cancelled() && hold.user_cancelled());
+}

@@ -9,12 +9,15 @@ use futures::future::BoxFuture;
 use serde::Serialize;
 use serde_json::Value;
 
-use super::{ChildRequest, ParentLink, SpawnRequest, SubagentLimits, TOOL_NAME, child_run_id};
+use super::{
+    ChildHold, ChildRequest, ParentLink, SpawnRequest, SubagentLimits, TOOL_NAME, WaitingChild,
+    child_run_id,
+};
 use crate::error::HostError;
 use crate::run::events::{ChildEnd, HostEvent as _, RunCreated, SubagentEnded, SubagentSpawned};
 use crate::run::{
     self, ApprovalReason, Budgets, CallRecord, Decider, Decision, DriveOptions, Host, Owner,
-    ResumeChange, RunEnd, RunSpec, RunState, RunStatus, Silent, kinds,
+    PauseReason, ResumeChange, RunEnd, RunSpec, RunState, RunStatus, Silent, kinds,
 };
 
 /// The `spawn_agents` tool of one run (see the [module docs](super)).
@@ -26,6 +29,11 @@ pub struct SpawnAgents {
     offered: Vec<String>,
     /// The parent's inline decider, which children driven here ask one at a time.
     decider: Option<Arc<OneAtATime>>,
+    /// Whether children driven here wait for decisions from other processes (the parent
+    /// does) rather than pause.
+    wait: bool,
+    /// Where a call holds for a child that paused on an approval (the parent's drive).
+    hold: Option<Arc<ChildHold>>,
 }
 
 /// A decider that children driven at once share: one question at a time (a terminal asks
@@ -71,19 +79,29 @@ impl SpawnAgents {
                 limits,
                 offered: spec.tools.iter().map(|t| t.name.clone()).collect(),
                 decider: None,
+                wait: true,
+                hold: None,
             })
     }
 
     /// Children driven in this process ask `decider` (the parent's, when it asks inline)
     /// for their approvals, one question at a time; without one they wait for a decision
-    /// by their own run id from any process.
-    pub(crate) fn asking(mut self, decider: Option<Arc<dyn Decider>>) -> SpawnAgents {
+    /// by their own run id from any process when `wait` (the parent waits too), or else
+    /// pause, and the call holds in `hold` for the parent's drive to pause.
+    pub(crate) fn asking(
+        mut self,
+        decider: Option<Arc<dyn Decider>>,
+        wait: bool,
+        hold: Arc<ChildHold>,
+    ) -> SpawnAgents {
         self.decider = decider.map(|inner| {
             Arc::new(OneAtATime {
                 inner,
                 turn: tokio::sync::Mutex::new(()),
             })
         });
+        self.wait = wait;
+        self.hold = Some(hold);
         self
     }
 }
@@ -156,7 +174,19 @@ impl agent_runtime::Tool for SpawnAgents {
                 };
                 tool.child(&spec, link, child, budgets, ctx.cancel.child_token())
             });
-            let agents = futures::future::join_all(children).await;
+            let (agents, waiting): (Vec<ChildResult>, Vec<Vec<WaitingChild>>) =
+                futures::future::join_all(children)
+                    .await
+                    .into_iter()
+                    .unzip();
+            let waiting: Vec<WaitingChild> = waiting.into_iter().flatten().collect();
+            if let Some(hold) = tool.hold.as_ref().filter(|_| !waiting.is_empty()) {
+                // Neither an answer nor a failure: the parent pauses with the call open,
+                // and runs it again on resume. Cancelled, it ends as a cancelled call does.
+                hold.hold(&call_id, waiting);
+                ctx.cancel.cancelled().await;
+                return Err(ToolFailure("cancelled while a sub-agent waits".into()));
+            }
             serde_json::to_value(SpawnResult { agents })
                 .map_err(|err| ToolFailure(format!("the result is not JSON: {err}")))
         })
@@ -165,8 +195,9 @@ impl agent_runtime::Tool for SpawnAgents {
 
 impl SpawnAgents {
     /// Creates (once) and drives one child to its end; what it ended with is recorded in
-    /// the parent and returned. Never fails the call: a child that cannot be created or
-    /// driven is a failed child (partial results).
+    /// the parent and returned, with the calls it paused on for approval, if it did. Never
+    /// fails the call: a child that cannot be created or driven is a failed child
+    /// (partial results).
     async fn child(
         &self,
         parent: &RunSpec,
@@ -174,25 +205,28 @@ impl SpawnAgents {
         request: &ChildRequest,
         budgets: Budgets,
         cancel: agent_runtime::CancellationToken,
-    ) -> ChildResult {
+    ) -> (ChildResult, Vec<WaitingChild>) {
         let child_id = child_run_id(&link.run_id, &link.call_id, link.index);
         let parent_thread = kinds::thread_of(&link.run_id);
         let (call_id, index) = (link.call_id.clone(), link.index);
-        let ended = match self
+        let (ended, waiting) = match self
             .spawn_and_drive(parent, link, request, budgets, &child_id, cancel)
             .await
         {
             Ok(ended) => ended,
-            Err(err) => SubagentEnded {
-                call_id,
-                index,
-                child_run_id: child_id.clone(),
-                status: ChildEnd::Failed,
-                answer: None,
-                error: Some(err.to_string()),
-                usage: Default::default(),
-                child_seq: 0,
-            },
+            Err(err) => (
+                SubagentEnded {
+                    call_id,
+                    index,
+                    child_run_id: child_id.clone(),
+                    status: ChildEnd::Failed,
+                    answer: None,
+                    error: Some(err.to_string()),
+                    usage: Default::default(),
+                    child_seq: 0,
+                },
+                Vec::new(),
+            ),
         };
         let journal = self.host.journal();
         match ended.to_event(&parent_thread) {
@@ -205,12 +239,13 @@ impl SpawnAgents {
                 tracing::warn!(child = %child_id, %err, "the child's end cannot be encoded")
             }
         }
-        ChildResult {
+        let result = ChildResult {
             run_id: child_id,
             status: ended.status,
             answer: ended.answer,
             error: ended.error,
-        }
+        };
+        (result, waiting)
     }
 
     async fn spawn_and_drive(
@@ -221,7 +256,7 @@ impl SpawnAgents {
         budgets: Budgets,
         child_id: &str,
         cancel: agent_runtime::CancellationToken,
-    ) -> Result<SubagentEnded, HostError> {
+    ) -> Result<(SubagentEnded, Vec<WaitingChild>), HostError> {
         let journal = self.host.journal();
         let spawned = SubagentSpawned {
             call_id: link.call_id.clone(),
@@ -261,8 +296,10 @@ impl SpawnAgents {
             Err(err) => return Err(err.into()),
         }
         if by_workers {
-            return self.offered(call_id, index, child_id, cancel).await;
+            let ended = self.offered(call_id, index, child_id, cancel).await?;
+            return Ok((ended, Vec::new()));
         }
+        let mut waiting = Vec::new();
         let state = run::load(journal, child_id).await?;
         let state = if state.status.is_some_and(RunStatus::is_final) {
             state
@@ -272,7 +309,7 @@ impl SpawnAgents {
                 // Asked inline as the parent's are, or else decided by the child's own
                 // run id from any process.
                 decider: self.decider.clone().map(|d| d as Arc<dyn Decider>),
-                wait: true,
+                wait: self.wait,
                 cancel: cancel.clone(),
                 ..DriveOptions::default()
             }
@@ -286,6 +323,15 @@ impl SpawnAgents {
                     let mut state = report.state;
                     if let RunEnd::Paused { reason, detail } = &report.end {
                         state.status_detail = Some(format!("paused ({reason}): {detail}"));
+                        if *reason == PauseReason::Approval {
+                            waiting = state
+                                .pending_approvals()
+                                .map(|call| WaitingChild {
+                                    run_id: child_id.to_string(),
+                                    call: call.clone(),
+                                })
+                                .collect();
+                        }
                     }
                     state
                 }
@@ -294,12 +340,13 @@ impl SpawnAgents {
                 // Another live process drives it (`agentctl resume CHILD`, a worker): its
                 // end is waited for, not taken as the child's failure.
                 Err(HostError::DrivenElsewhere { .. }) => {
-                    return self.followed(call_id, index, child_id, cancel).await;
+                    let ended = self.followed(call_id, index, child_id, cancel).await?;
+                    return Ok((ended, Vec::new()));
                 }
                 Err(err) => return Err(err),
             }
         };
-        Ok(ended_of(call_id, index, child_id, &state))
+        Ok((ended_of(call_id, index, child_id, &state), waiting))
     }
 }
 

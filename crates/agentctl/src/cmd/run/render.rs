@@ -252,10 +252,24 @@ pub fn finish(json: bool, agentctl: &str, report: &RunReport) -> anyhow::Result<
         }
         RunEnd::Paused { reason, detail } => {
             output::note(&format!("run {id} paused ({reason}): {detail}"));
-            for call in report.state.pending_approvals() {
+            // Its own calls, then its sub-agents', each decided by the run that asks.
+            let own = report
+                .state
+                .pending_approvals()
+                .map(|call| (id.as_str(), call));
+            let children = report
+                .waiting_children
+                .iter()
+                .map(|w| (w.run_id.as_str(), &w.call));
+            for (run, call) in own.chain(children) {
                 if let Some(pending) = call.pending_approval() {
+                    let whose = if run == id {
+                        String::new()
+                    } else {
+                        format!(" (sub-agent {run})")
+                    };
                     output::note(&format!(
-                        "  {} {} wants: {}\n    {agentctl} approve {id} {} --sha256 {}\n    {agentctl} deny {id} {} --reason TEXT",
+                        "  {} {} wants{whose}: {}\n    {agentctl} approve {run} {} --sha256 {}\n    {agentctl} deny {run} {} --reason TEXT",
                         call.call_id,
                         call.name,
                         first_line(&call.arguments, 200),
