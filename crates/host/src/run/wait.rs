@@ -74,9 +74,12 @@ pub async fn wait_until_stopped(
 }
 
 /// Whether `state`, recorded as running, has no driver left to move it: the one status
-/// model says `interrupted` (a run whose lease a worker holds, or may take, has one).
+/// model says `interrupted`. A submitted run always has one to come: when its worker dies,
+/// another takes it over once the lease expires (which the status model shows as
+/// `interrupted` meanwhile).
 async fn driver_gone(journal: &Journal, state: &RunState) -> Result<bool, HostError> {
-    if state.status != Some(RunStatus::Running) {
+    let submitted = state.spec().is_some_and(|spec| spec.submitted);
+    if state.status != Some(RunStatus::Running) || submitted {
         return Ok(false);
     }
     let shown = run::table::status_with_lease(journal, state).await?;
