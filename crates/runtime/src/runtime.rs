@@ -266,10 +266,17 @@ impl Runtime {
         self.settle_jobs(|_| true).await;
     }
 
-    /// Simulates a process crash for tests: every job task is aborted where it stands
-    /// and nothing more is journaled by this runtime.
+    /// Simulates a process crash for tests: [`abandon`](Self::abandon).
     #[doc(hidden)]
     pub fn crash(&self) {
+        self.abandon();
+    }
+
+    /// Stops this runtime as a crash would: every job task is aborted where it stands and
+    /// nothing more is journaled by it, so its open calls read as cut off (interrupted) to
+    /// the next runtime on the journal, which recovers them as after a crash. For a host
+    /// that leaves calls open on purpose, for a later resume to run again.
+    pub fn abandon(&self) {
         self.inner
             .crashed
             .store(true, std::sync::atomic::Ordering::SeqCst);

@@ -14,7 +14,7 @@ impl Driver {
     /// When the drive was stopped by a call holding for a waiting child (not by the user,
     /// nor an `interrupt`): lets the step's other calls end, then pauses the run on the
     /// children's approvals. The holding calls get no terminal event (the runtime is
-    /// abandoned as a crash would leave it): the next resume runs them again, as it does
+    /// abandoned as a crash would leave it, `Runtime::abandon`): the next resume runs them again, as it does
     /// every retry-safe call cut off, and their children go on with their decisions.
     /// `None` when the drive is to be interrupted instead.
     pub(super) async fn pause_for_children(&mut self) -> Result<Option<RunEnd>, HostError> {
@@ -59,7 +59,7 @@ impl Driver {
             self.sync().await?;
         }
         let waiting = hold.waiting();
-        self.runtime.crash();
+        self.runtime.abandon();
         let end = self
             .pause(
                 PauseReason::Approval,
