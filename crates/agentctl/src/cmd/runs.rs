@@ -290,12 +290,10 @@ async fn show(
     if let Some(parsed) = state.final_output() {
         output::line(&format!("output    {}", serde_json::to_string(parsed)?))?;
     }
-    if let Some(schema) = state.spec().and_then(|s| s.output.as_ref()) {
+    if let Some(schema) = &view.output_schema {
         output::line(&format!(
             "schema    {} ({} of {} retries used)",
-            schema.name,
-            state.output_retries_used(),
-            schema.retries
+            schema.name, schema.retries_used, schema.retries
         ))?;
     }
     Ok(ExitCode::SUCCESS)

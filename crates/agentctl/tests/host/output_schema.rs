@@ -83,6 +83,10 @@ async fn a_valid_answer_is_printed_as_json_and_shown() {
     assert_eq!(format["schema"], weather_schema());
     let run = only_run(&db);
     assert_eq!(show(&db, &run)["output"], printed);
+    assert_eq!(
+        show(&db, &run)["output_schema"],
+        json!({"name": "weather", "retries": 2, "retries_used": 0})
+    );
     let human = text(&out(agentctl(&db).args(["runs", "show", &run])).stdout);
     assert!(
         human.contains(r#"output    {"city":"Paris","temp":21.5}"#),

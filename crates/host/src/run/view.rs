@@ -59,6 +59,9 @@ pub struct RunView {
     /// The final answer parsed, for a completed run with an output schema.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub output: Option<serde_json::Value>,
+    /// The output schema's name and retries, for a run with one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub output_schema: Option<SchemaView>,
     /// The model.
     pub model: Option<String>,
     /// The workspace.
@@ -72,6 +75,18 @@ pub struct RunView {
     /// loaded them).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub children: Vec<ChildView>,
+}
+
+/// A run's output schema, as `runs show` reports it (the schema itself is in
+/// `run.created`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SchemaView {
+    /// The name it is sent under.
+    pub name: String,
+    /// How many times a non-matching answer may be sent back.
+    pub retries: u32,
+    /// How many of those were used.
+    pub retries_used: u64,
 }
 
 /// A sub-agent of a run, as `runs show PARENT` lists it.
@@ -149,6 +164,15 @@ impl RunView {
             pending_approvals: pending(state),
             final_text: state.final_text.clone(),
             output: state.final_output.clone(),
+            output_schema: state
+                .spec
+                .as_ref()
+                .and_then(|s| s.output.as_ref())
+                .map(|o| SchemaView {
+                    name: o.name.clone(),
+                    retries: o.retries,
+                    retries_used: state.output_retries_used(),
+                }),
             model: state.spec.as_ref().map(|s| s.model.clone()),
             workspace: state.spec.as_ref().map(|s| s.workspace.clone()),
             sandbox: state.spec.as_ref().map(|s| s.sandbox.clone()),
