@@ -211,3 +211,33 @@ async fn an_append_abandoned_while_the_queue_is_full_leaves_direct_writes_on() {
         .collect();
     assert_eq!(written, [0, 1, 2, 3]);
 }
+
+/// The server drops idle sessions (here `idle_session_timeout`, as a proxy or a restart
+/// would): a write after a long idle gap (a run waiting on a tool) finds its connection
+/// gone, makes it again and commits, instead of failing and latching the writer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_connection_dropped_while_idle_is_made_again() {
+    let Some(db) = agent_testkit::fresh_pg_database("journal_idle").await else {
+        return;
+    };
+    let sep = if db.url().contains('?') { '&' } else { '?' };
+    let url = format!("{}{sep}options=-c%20idle_session_timeout%3D1000", db.url());
+    let j = Journal::open(&url).await.unwrap();
+    j.append(ev("t", 0)).await.unwrap();
+    for n in 1..3 {
+        // Past the server's timeout: the session it wrote on is gone.
+        tokio::time::sleep(Duration::from_millis(2500)).await;
+        let seq = tokio::time::timeout(HANG, j.append(ev("t", n)))
+            .await
+            .unwrap();
+        assert!(seq.is_ok(), "append {n} after idle: {seq:?}");
+        assert!(!j.writer_failed());
+    }
+    let events = j.replay("t", 0).await.unwrap();
+    let ns: Vec<i64> = events
+        .iter()
+        .map(|e| e.payload["n"].as_i64().unwrap())
+        .collect();
+    assert_eq!(ns, [0, 1, 2]);
+    j.close().await;
+}

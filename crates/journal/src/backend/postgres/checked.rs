@@ -167,7 +167,7 @@ mod tests {
         let opened = super::super::open(db.url(), db.url(), &JournalOptions::default(), false)
             .await
             .unwrap();
-        let mut conn = opened.writer.unwrap();
+        let mut conn = opened.writer.unwrap().conn;
         sqlx::query(
             "INSERT INTO journal_leases (name, status, holder, epoch, expires_at, info, \
              updated_at) VALUES ('run:a', 'open', 'me', 3, 0, '{}', 0)",

@@ -63,7 +63,7 @@ const SCHEMA: &agent_schema::Steps = &[
 /// An opened database: the connection the writer task will own (none when read-only), and
 /// the read side.
 pub(crate) struct Opened {
-    pub(crate) writer: Option<PgConnection>,
+    pub(crate) writer: Option<write::WriteConn>,
     pub(crate) reader: PgReader,
 }
 
@@ -114,33 +114,60 @@ pub(crate) async fn open(
             reader: PgReader::new(reads),
         });
     }
-    let mut writer = tokio::time::timeout(CONNECT_TIMEOUT, PgConnection::connect_with(&connect))
+    let relaxed = options.durability == Durability::Normal;
+    let mut writer = match writer_connection(&connect, relaxed).await {
+        Ok(conn) => conn,
+        Err(WriterConnectError::TimedOut) => return Err(open_err(sqlx::Error::PoolTimedOut)),
+        Err(WriterConnectError::Connect(err)) => return Err(open_err(err)),
+        Err(WriterConnectError::Session(err)) => return Err(err.into()),
+    };
+    migrate(&mut writer).await?;
+    let reads = pool(options, connect.clone()).await.map_err(open_err)?;
+    Ok(Opened {
+        writer: Some(write::WriteConn::new(writer, connect, relaxed)),
+        reader: PgReader::new(reads),
+    })
+}
+
+/// Why the write connection could not be made.
+pub(super) enum WriterConnectError {
+    TimedOut,
+    Connect(sqlx::Error),
+    Session(sqlx::Error),
+}
+
+/// A new write connection with the writer's session settings (`relaxed`: commits do not
+/// wait for the WAL flush, [`Durability::Normal`]).
+pub(super) async fn writer_connection(
+    connect: &PgConnectOptions,
+    relaxed: bool,
+) -> Result<PgConnection, WriterConnectError> {
+    let mut writer = tokio::time::timeout(CONNECT_TIMEOUT, PgConnection::connect_with(connect))
         .await
-        .map_err(|_| open_err(sqlx::Error::PoolTimedOut))?
-        .map_err(open_err)?;
-    if options.durability == Durability::Normal {
-        sqlx::query("SET synchronous_commit = off")
+        .map_err(|_| WriterConnectError::TimedOut)?
+        .map_err(WriterConnectError::Connect)?;
+    let session = |sql: &'static str| sqlx::query(sql);
+    if relaxed {
+        session("SET synchronous_commit = off")
             .execute(&mut writer)
-            .await?;
+            .await
+            .map_err(WriterConnectError::Session)?;
     }
     // A writer process stopped mid-transaction (SIGSTOP, a VM pause) holds its threads'
     // locks and, by running, holds back the horizon of every reader of the whole journal;
     // the server ends such a transaction so the others go on. Ours last microseconds
     // between statements.
-    sqlx::query("SET idle_in_transaction_session_timeout = '30s'")
+    session("SET idle_in_transaction_session_timeout = '30s'")
         .execute(&mut writer)
-        .await?;
+        .await
+        .map_err(WriterConnectError::Session)?;
     // The writer's statements are few and fixed; planned once, not on every execution
     // (a custom plan of the one-statement append cost more CPU than executing it).
-    sqlx::query("SET plan_cache_mode = force_generic_plan")
+    session("SET plan_cache_mode = force_generic_plan")
         .execute(&mut writer)
-        .await?;
-    migrate(&mut writer).await?;
-    let reads = pool(options, connect).await.map_err(open_err)?;
-    Ok(Opened {
-        writer: Some(writer),
-        reader: PgReader::new(reads),
-    })
+        .await
+        .map_err(WriterConnectError::Session)?;
+    Ok(writer)
 }
 
 /// The pool reads (and lease operations) use.

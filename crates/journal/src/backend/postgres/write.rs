@@ -36,8 +36,10 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use std::time::{Duration, Instant};
+
 use sqlx::Connection as _;
-use sqlx::postgres::PgConnection;
+use sqlx::postgres::{PgConnectOptions, PgConnection};
 use tokio::sync::{Mutex, mpsc, oneshot};
 
 use super::notify::Notifier;
@@ -97,8 +99,58 @@ pub(crate) struct WriteSide {
 }
 
 struct Open {
-    conn: PgConnection,
+    conn: WriteConn,
     notifier: Notifier,
+}
+
+/// How long the write connection may have been idle before a write checks it first.
+const IDLE_CHECK: Duration = Duration::from_secs(1);
+
+/// The write connection, and what it takes to make it again.
+///
+/// Invariant: a connection that has been idle for [`IDLE_CHECK`] or more is pinged before
+/// the next batch is sent on it, and replaced when the ping fails. The server drops idle
+/// sessions (`idle_session_timeout`, a restart, a proxy's timeout) while a run waits on a
+/// tool for minutes; a batch sent on such a connection would fail, latch the writer and
+/// lose a finished call's outcome. Nothing of the batch has been sent when the ping fails,
+/// so the retry cannot write anything twice. A connection that fails mid-batch is not
+/// replaced: whether that batch committed is unknown, so the writer latches as before.
+pub(crate) struct WriteConn {
+    pub(crate) conn: PgConnection,
+    connect: PgConnectOptions,
+    relaxed: bool,
+    last_used: Instant,
+}
+
+impl WriteConn {
+    pub(super) fn new(conn: PgConnection, connect: PgConnectOptions, relaxed: bool) -> Self {
+        WriteConn {
+            conn,
+            connect,
+            relaxed,
+            last_used: Instant::now(),
+        }
+    }
+
+    /// The connection, checked first when it has been idle (see the type's invariant).
+    async fn ready(&mut self) -> &mut PgConnection {
+        if self.last_used.elapsed() >= IDLE_CHECK
+            && let Err(err) = self.conn.ping().await
+        {
+            match super::writer_connection(&self.connect, self.relaxed).await {
+                Ok(conn) => {
+                    tracing::warn!(%err, "the journal's write connection was lost while idle; reconnected");
+                    self.conn = conn;
+                }
+                // The batch fails on the dead connection, as it would have.
+                Err(_) => {
+                    tracing::warn!(%err, "the journal's write connection was lost while idle and cannot be made again");
+                }
+            }
+        }
+        self.last_used = Instant::now();
+        &mut self.conn
+    }
 }
 
 impl WriteSide {
@@ -131,7 +183,7 @@ impl WriteSide {
         };
         self.writing = true;
         let result = write_batch(
-            &mut open.conn,
+            open.conn.ready().await,
             &requests,
             #[cfg(feature = "test-hooks")]
             self.hook.as_ref(),
@@ -151,7 +203,7 @@ impl WriteSide {
 
 /// Starts the PostgreSQL writer task on `conn`; returns what producers share with it.
 pub(crate) fn spawn(
-    conn: PgConnection,
+    conn: WriteConn,
     notifier: Notifier,
     rx: mpsc::Receiver<Msg>,
     settle: Settle,
@@ -217,7 +269,7 @@ async fn run(shared: Arc<Shared>, mut rx: mpsc::Receiver<Msg>, max_batch: usize)
         open = shared.side.lock().await.open.take();
     }
     if let Some(Open { conn, notifier }) = open {
-        if let Err(err) = conn.close().await {
+        if let Err(err) = conn.conn.close().await {
             tracing::warn!(%err, "closing the journal's write connection failed");
         }
         // A close returns once every commit's wake-up is sent: a process that appends,
