@@ -168,6 +168,11 @@ pub fn report_error_masking(err: &anyhow::Error, db: Option<&str>) -> ExitCode {
         e.downcast_ref::<UsageError>().is_some()
             || e.downcast_ref::<agent_host::HostError>()
                 .is_some_and(agent_host::HostError::is_usage)
+            // Transparent: the host's error is not a cause of it but the error itself.
+            || e.downcast_ref::<agent_host::run::history::HistoryError>()
+                .is_some_and(|h| {
+                    matches!(h, agent_host::run::history::HistoryError::Host(h) if h.is_usage())
+                })
     };
     if err.chain().any(usage) {
         crate::exit::Exit::Usage.into()

@@ -20,6 +20,8 @@ mod workers;
 // The agent host (`run`, `resume`, approvals, steers, tools, sandbox, ...).
 #[path = "host/approvals.rs"]
 mod approvals;
+#[path = "host/cli_safety.rs"]
+mod cli_safety;
 #[path = "host/crash.rs"]
 mod crash;
 #[path = "host/fixture_journal.rs"]

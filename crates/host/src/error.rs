@@ -41,6 +41,16 @@ pub enum HostError {
     /// Another host took the run over while this one drove it; this one stopped writing.
     #[error("run {0} was taken over by another process; this one stopped driving it")]
     Superseded(String),
+    /// The run has no call with this id (a decision naming a call the model never made).
+    #[error("run {run} has no call {call_id}{}", pending_calls(.pending))]
+    NoSuchCall {
+        /// The run id.
+        run: String,
+        /// The call id given.
+        call_id: String,
+        /// The calls of the run waiting for a decision now.
+        pending: Vec<String>,
+    },
     /// The call has no approval waiting for a decision.
     #[error("{0}")]
     NoPendingApproval(String),
@@ -218,6 +228,7 @@ impl HostError {
                 | HostError::BudgetBelowUsed { .. }
                 | HostError::BudgetUsedUp { .. }
                 | HostError::NotFound(_)
+                | HostError::NoSuchCall { .. }
                 | HostError::EmptySteer
                 | HostError::NotDriven { .. }
                 | HostError::NotPaused { .. }
@@ -230,5 +241,14 @@ impl HostError {
                 | HostError::EndpointMasked
                 | HostError::ArgsMismatch { .. }
         )
+    }
+}
+
+/// How [`HostError::NoSuchCall`] names the calls that do wait for a decision.
+fn pending_calls(pending: &[String]) -> String {
+    if pending.is_empty() {
+        "; none of its calls waits for a decision".to_string()
+    } else {
+        format!("; waiting for a decision: {}", pending.join(", "))
     }
 }

@@ -74,7 +74,7 @@ impl From<HostError> for ApiError {
     fn from(err: HostError) -> ApiError {
         let message = err.to_string();
         match err {
-            HostError::NotFound(_) => ApiError::not_found(message),
+            HostError::NotFound(_) | HostError::NoSuchCall { .. } => ApiError::not_found(message),
             // An id no thread can have (a NUL, too long): no such run. Body fields never
             // get here: `body::json` refuses a NUL in any of them first.
             HostError::Journal(agent_journal::JournalError::InvalidInput { .. }) => {

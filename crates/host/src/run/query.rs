@@ -12,11 +12,22 @@ use crate::error::HostError;
 /// # Cancel safety
 /// Read-only: a dropped future leaves nothing behind.
 pub async fn load(journal: &Journal, run_id: &str) -> Result<RunState, HostError> {
-    let events = journal.replay(&kinds::thread_of(run_id), 0).await?;
+    let events = journal.replay(&thread_of_run(run_id)?, 0).await?;
     if events.is_empty() {
         return Err(HostError::NotFound(run_id.into()));
     }
     Ok(RunState::from_events(run_id, &events))
+}
+
+/// The journal thread of the run `run_id`, or [`HostError::NotFound`] when no run can have
+/// that id: one the journal would refuse as a thread name (too long, a NUL) is asked for by
+/// mistake like any unknown id, not a failure of the journal.
+fn thread_of_run(run_id: &str) -> Result<String, HostError> {
+    let thread = kinds::thread_of(run_id);
+    if thread.len() > agent_journal::MAX_THREAD_BYTES || thread.contains('\0') {
+        return Err(HostError::NotFound(run_id.into()));
+    }
+    Ok(thread)
 }
 
 /// A run as a host that drives it folds it (since its latest checkpoint), for
@@ -40,7 +51,7 @@ pub struct LoadedRun {
 /// # Cancel safety
 /// Read-only: a dropped future leaves nothing behind.
 pub async fn load_for_resume(journal: &Journal, run_id: &str) -> Result<LoadedRun, HostError> {
-    let thread = kinds::thread_of(run_id);
+    let thread = thread_of_run(run_id)?;
     let checkpoint = journal
         .last_of_kind(&thread, kinds::CONTEXT_COMPACTED)
         .await?;

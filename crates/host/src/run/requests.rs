@@ -37,9 +37,16 @@ pub async fn decide(
     request: DecisionRequest,
 ) -> Result<(), HostError> {
     let state = load(journal, run_id).await?;
-    let call = state.call(&request.call_id).ok_or_else(|| {
-        HostError::NoPendingApproval(format!("run {run_id} has no call {}", request.call_id))
-    })?;
+    let call = state
+        .call(&request.call_id)
+        .ok_or_else(|| HostError::NoSuchCall {
+            run: run_id.to_string(),
+            call_id: request.call_id.clone(),
+            pending: state
+                .pending_approvals()
+                .map(|call| call.call_id.clone())
+                .collect(),
+        })?;
     let Some(pending) = call.pending_approval() else {
         return Err(
             match call.approvals.last().and_then(|a| a.decision.as_ref()) {
