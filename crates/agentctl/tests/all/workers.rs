@@ -214,6 +214,37 @@ async fn sigterm_releases_the_run(db: FreshDb) {
     all.clear();
 }
 
+/// A run a worker cannot drive (its workspace was removed after submit) is paused with
+/// the reason, for every reader and waiter to see, not left `queued` for no worker; once
+/// the workspace is back, `resume` drives it.
+async fn a_run_no_worker_can_drive_is_paused_saying_why(db: FreshDb) {
+    use host::{agentctl, out, text};
+    let db = db.url();
+    let server = emulator(&story("0")).await;
+    let dir = tempfile::tempdir().unwrap();
+    let runs = submit(db, &server, dir.path(), 1);
+    let (id, ws) = &runs[0];
+    std::fs::remove_dir_all(ws).unwrap();
+    let worker = start_worker(db, dir.path(), "w", "30", &[]);
+    let ended = worker.wait_for("ended", Some(id), Duration::from_secs(20));
+    assert_eq!(ended["status"], "error", "{ended}");
+    worker.signal("TERM");
+    let shown = host::show(db, id);
+    assert_eq!(shown["status"], "paused", "{shown}");
+    let detail = shown["detail"].as_str().unwrap_or_default();
+    assert!(detail.contains("No such file"), "{shown}");
+    let events = events(db, id).await;
+    let paused = host::kinds_of(&events, "run.paused");
+    assert_eq!(paused.len(), 1);
+    assert_eq!(paused[0].payload["reason"], "cannot_drive");
+    // A waiter is told at once (paused: exit 3), not left waiting for a worker.
+    let waited = out(agentctl(db).args(["runs", "wait", id, "--timeout", "20"]));
+    assert_eq!(waited.status.code(), Some(3), "{}", text(&waited.stdout));
+    std::fs::create_dir_all(ws).unwrap();
+    let resumed = out(agentctl(db).args(["resume", "--base-url", &server.base_url(), id]));
+    assert_eq!(resumed.status.code(), Some(0), "{}", text(&resumed.stderr));
+}
+
 /// Approvals, steers and interrupts from other processes reach the worker driving a run.
 async fn requests_reach_the_worker(db: FreshDb) {
     let db = db.url();
@@ -436,4 +467,4 @@ async fn a_worker_tightens_a_weaker_run_to_its_floor(db: FreshDb) {
 }
 
 use crate::host::fresh_db::{self, FreshDb};
-agent_testkit::backend_tests!(fresh_db, [sqlite, postgres]: a_worker_tightens_a_weaker_run_to_its_floor, takeover_under_random_kills, zombie_is_fenced, sigterm_releases_the_run, requests_reach_the_worker, runs_table_is_rebuilt_from_the_journal);
+agent_testkit::backend_tests!(fresh_db, [sqlite, postgres]: a_run_no_worker_can_drive_is_paused_saying_why, a_worker_tightens_a_weaker_run_to_its_floor, takeover_under_random_kills, zombie_is_fenced, sigterm_releases_the_run, requests_reach_the_worker, runs_table_is_rebuilt_from_the_journal);

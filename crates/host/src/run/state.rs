@@ -480,7 +480,15 @@ impl RunState {
             }
             RunEvent::ApprovalDecided(decided) => self.apply_decided(decided),
             RunEvent::Paused(paused) => {
-                self.stop(RunStatus::Paused, Some(paused.reason.as_str().to_string()));
+                // The reason word; a run no worker can drive also says why, since nothing
+                // else in its journal does.
+                let detail = match paused.reason {
+                    crate::run::PauseReason::CannotDrive => {
+                        format!("{}: {}", paused.reason, paused.detail)
+                    }
+                    reason => reason.as_str().to_string(),
+                };
+                self.stop(RunStatus::Paused, Some(detail));
             }
             RunEvent::Interrupted(_) => self.stop(RunStatus::Interrupted, None),
             RunEvent::Failed(failed) => self.stop(RunStatus::Failed, Some(failed.error)),

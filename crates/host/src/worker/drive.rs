@@ -9,6 +9,7 @@ use serde_json::Value;
 
 use super::{Connector, WorkerEnd};
 use crate::error::HostError;
+use crate::run::events::{HostEvent as _, PauseReason, RunPaused};
 use crate::run::{self, DriveOptions, Host, Observer, ResumeChange, RunEnd, RunState};
 
 /// How a drive ended, for the worker loop.
@@ -127,13 +128,16 @@ pub(super) async fn drive(
                 HostError::Ended { status, .. } => {
                     (WorkerEnd::already(status), None, LeaseStatus::Closed)
                 }
-                // The run cannot be driven here (its workspace is gone, say): closed, so
-                // no worker loops on it; `agentctl resume` can still take it.
-                other => (
-                    WorkerEnd::Error,
-                    Some(other.to_string()),
-                    LeaseStatus::Closed,
-                ),
+                // The run cannot be driven here (its workspace is gone, say): paused with
+                // the reason, for every reader to see, and closed, so no worker loops on
+                // it; `agentctl resume` can still take it.
+                other => {
+                    let detail = other.to_string();
+                    if let Err(err) = record_cannot_drive(&fenced, &id, &detail).await {
+                        tracing::warn!(run = %id, error = %err, "cannot record why the run cannot be driven");
+                    }
+                    (WorkerEnd::Error, Some(detail), LeaseStatus::Closed)
+                }
             },
         },
     };
@@ -151,6 +155,21 @@ pub(super) async fn drive(
             Outcome::Ended { status, detail }
         }
     }
+}
+
+/// Journals `run.paused` (`cannot_drive`, `detail`) on run `id` through the worker's fenced
+/// handle: the run shows `paused` and why, instead of `queued` for a worker that never
+/// comes.
+async fn record_cannot_drive(journal: &Journal, id: &str, detail: &str) -> Result<(), HostError> {
+    let paused = RunPaused {
+        reason: PauseReason::CannotDrive,
+        detail: crate::tools::mask_key(detail.to_string()),
+    };
+    let event = paused
+        .to_event(&run::kinds::thread_of(id))
+        .map_err(HostError::Encode)?;
+    journal.append(event).await?;
+    Ok(())
 }
 
 /// What the lease keeper tells the drive.

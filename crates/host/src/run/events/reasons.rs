@@ -23,6 +23,10 @@ pub enum PauseReason {
     /// here has failed its step (`agentctl` exits 1); `resume` asks again once something
     /// changed.
     ModelRejected,
+    /// A worker could not drive the run (its workspace is gone, its endpoint needs what a
+    /// worker cannot give): `detail` says why. No worker takes it again; `agentctl resume`
+    /// does once the cause is fixed.
+    CannotDrive,
 }
 
 impl PauseReason {
@@ -34,6 +38,7 @@ impl PauseReason {
             PauseReason::MaxTokens => "max_tokens",
             PauseReason::ModelError => "model_error",
             PauseReason::ModelRejected => "model_rejected",
+            PauseReason::CannotDrive => "cannot_drive",
         }
     }
 }
