@@ -26,19 +26,29 @@ pub struct GlobalArgs {
     /// Print machine-readable JSON on stdout (one object per line for streams).
     #[arg(long, global = true)]
     pub json: bool,
+
+    /// `db` came from `AGENTCTL_DB`, not the command line (set by `main` from clap's
+    /// matches): a printed command then leaves `--db` to the environment.
+    #[arg(skip)]
+    pub db_from_env: bool,
 }
 
 impl GlobalArgs {
     /// How a command printed for the user starts: `agentctl`, with `--db` when this
-    /// process was given one (a password in it masked), so that pasting the command reaches
-    /// the same database.
+    /// process was given one on the command line (a password in it masked, which
+    /// [`note_masked_password`] says once), so that pasting the command reaches the same
+    /// database. A database from `AGENTCTL_DB` is left to the environment, which gives the
+    /// pasted command its real password too.
     pub fn command(&self) -> String {
         match &self.db {
-            None => "agentctl".to_string(),
-            Some(db) => format!(
-                "agentctl --db {}",
-                shell_word(&agent_redact::redact_url(db))
-            ),
+            Some(db) if !self.db_from_env => {
+                let shown = agent_redact::redact_url(db);
+                if shown != *db {
+                    PRINTED_MASKED.store(true, std::sync::atomic::Ordering::Relaxed);
+                }
+                format!("agentctl --db {}", shell_word(&shown))
+            }
+            _ => "agentctl".to_string(),
         }
     }
 
@@ -60,6 +70,20 @@ impl GlobalArgs {
                 Ok(format!("sqlite://{}", path.display()))
             }
         }
+    }
+}
+
+/// Whether a command printed so far shows `--db` with a password masked.
+static PRINTED_MASKED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Once the command is done: when a command it printed shows `--db` with its password
+/// masked, one note saying so (pasted as it is, it would not authenticate).
+pub fn note_masked_password() {
+    if PRINTED_MASKED.load(std::sync::atomic::Ordering::Relaxed) {
+        crate::output::note(
+            "note: the --db password is masked (***) in the commands above; \
+             type it there, or set AGENTCTL_DB and leave --db out",
+        );
     }
 }
 
@@ -161,5 +185,11 @@ mod tests {
         let pg = with(Some("postgres://ana:secret@db/agents")).command();
         assert!(!pg.contains("secret"), "{pg}");
         assert_eq!(pg, "agentctl --db 'postgres://ana:***@db/agents'");
+        // From the environment, the database is the environment's to give.
+        let from_env = GlobalArgs {
+            db_from_env: true,
+            ..with(Some("postgres://ana:secret@db/agents"))
+        };
+        assert_eq!(from_env.command(), "agentctl");
     }
 }

@@ -112,7 +112,7 @@ fn main() -> std::process::ExitCode {
             "warning: cannot mark agentctl non-dumpable: {err}"
         ));
     }
-    let cli = Cli::parse();
+    let cli = parse();
     init_tracing();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -128,10 +128,23 @@ fn main() -> std::process::ExitCode {
     // A tool stuck in a blocking read (a FIFO, a hung mount) must not keep the process
     // from exiting once the command is done.
     runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+    global::note_masked_password();
     match result {
         Ok(code) => code,
         Err(err) => output::report_error_masking(&err, db.as_deref()),
     }
+}
+
+/// The command line, as `Cli::parse` reads it, knowing also whether `--db` came from
+/// `AGENTCTL_DB` (printed commands then leave it to the environment).
+fn parse() -> Cli {
+    use clap::{CommandFactory as _, FromArgMatches as _};
+    let matches = Cli::command().get_matches();
+    let mut cli = Cli::from_arg_matches(&matches)
+        .unwrap_or_else(|err| err.format(&mut Cli::command()).exit());
+    cli.global.db_from_env =
+        matches.value_source("db") == Some(clap::parser::ValueSource::EnvVariable);
+    cli
 }
 
 async fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
