@@ -45,11 +45,15 @@ pub async fn open_context_at(url: &str) -> anyhow::Result<ContextStore> {
 
 /// The hint for a database at `url` that did not open: what is wrong with the file, when
 /// `url` names a SQLite file and something visibly is, else [`DB_HINT`].
+///
+/// The constant text is shown as written; the parts taken from `url` or the file system
+/// (the path, an I/O error) have `url`'s passwords masked here, since the hint is printed
+/// as it is.
 fn db_hint(url: &str) -> String {
     let Some(file) = database_files(url).into_iter().next() else {
         return DB_HINT.into();
     };
-    let shown = file.display();
+    let shown = agent_redact::redact_in(&file.display().to_string(), url);
     match std::fs::metadata(&file) {
         Ok(meta) if meta.is_dir() => {
             format!(
@@ -61,14 +65,15 @@ fn db_hint(url: &str) -> String {
         }
         Ok(_) => match std::fs::OpenOptions::new().append(true).open(&file) {
             Err(err) => format!(
-                "{shown} cannot be written ({err}): `history` and `memory` need to write to it (their index), even to read; `runs` and `journal` read it as it is"
+                "{shown} cannot be written ({}): `history` and `memory` need to write to it (their index), even to read; `runs` and `journal` read it as it is",
+                agent_redact::redact_in(&err.to_string(), url)
             ),
             Ok(_) => DB_HINT.into(),
         },
         Err(_) => match file.parent() {
             Some(dir) if !dir.is_dir() => format!(
                 "the directory {} does not exist; agentctl creates the database file, not its directory",
-                dir.display()
+                agent_redact::redact_in(&dir.display().to_string(), url)
             ),
             _ => DB_HINT.into(),
         },

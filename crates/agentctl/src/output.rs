@@ -155,12 +155,17 @@ pub fn report_error_masking(err: &anyhow::Error, db: Option<&str>) -> ExitCode {
         .unwrap_or_else(|| "run with --help for usage, or RUST_LOG=debug for details".into());
     // No error of any command prints the API key, whoever quoted it (a server's message).
     let message = agent_host::tools::mask_key(agent_schema::one_line(err.as_ref()));
+    // The message quotes whatever a driver or server said: the database's passwords are
+    // masked in it. A hint is our own text, constant (`postgres://USER:PASS@HOST/DB` must
+    // read as written whatever the password is) or built from parts already masked where
+    // it was made (`db.rs`); a quotation of the URL is still shown redacted, which changes
+    // no constant text.
     let (message, hint) = match db {
-        Some(url) => (
+        Some(url) if !url.is_empty() => (
             agent_redact::redact_in(&message, url),
-            agent_redact::redact_in(&hint, url),
+            hint.replace(url, &agent_redact::redact_url(url)),
         ),
-        None => (message, hint),
+        _ => (message, hint),
     };
     eprintln!("error: {message}");
     eprintln!("hint: {hint}");

@@ -6,9 +6,10 @@
 //! of the URL (scheme, user, host, port, database, other parameters) stays readable, since
 //! that is what a user needs to see to fix a wrong URL.
 //!
-//! Invariant: the output never contains a password of the input. Users type passwords
-//! unencoded, so a password may hold `/`, `?`, `#` or `@`; when the URL is ambiguous this
-//! masks too much, never too little.
+//! Invariants: [`redact_url`]'s output never contains a password of the input; [`redact_in`]
+//! leaves none standing as a whole token (not inside a longer word), and no quotation of
+//! the URL unredacted. Users type passwords unencoded, so a password may hold `/`, `?`, `#`
+//! or `@`; when the URL is ambiguous this masks too much, never too little.
 //!
 //! ```
 //! use agent_redact::{redact_in, redact_url};
@@ -19,7 +20,10 @@
 //!     "postgres://app:***@db.internal:5432/agents?sslpassword=***"
 //! );
 //! let message = format!("cannot open {url}: password s3cret refused");
-//! assert!(!redact_in(&message, url).contains("s3cret"));
+//! assert_eq!(
+//!     redact_in(&message, url),
+//!     "cannot open postgres://app:***@db.internal:5432/agents?sslpassword=***: password *** refused"
+//! );
 //! ```
 //!
 //! No dependencies and no sibling crates: the journal, the context store and the CLI can
@@ -46,21 +50,105 @@ pub fn redact_url(url: &str) -> String {
     shown
 }
 
-/// `text` with every quotation of `url` replaced by its redacted form and every password of
-/// `url` (as written, and percent-decoded) replaced by [`MASK`] wherever else it appears.
+/// `text` with every quotation of `url` (as given, or already redacted) replaced by its
+/// redacted form ([`redact_url`]), and
+/// every password of `url` (as written, and percent-decoded) replaced by [`MASK`] wherever
+/// else it stands as a whole token.
 ///
 /// For messages built by code that does not know the URL is secret, such as a driver's
 /// error that quotes the URL or a part of it.
+///
+/// A whole token: the characters on both sides of the occurrence (in `text`) are not
+/// alphanumeric, `_` or `-`, or there are none. A password inside a longer word is left
+/// alone, so a password such as `postgres` or `data` does not garble the scheme, the user
+/// or the words of a message (`database "x" does not exist`) and so give itself away by
+/// what it garbled. Quotations of `url` are redacted structurally (password and
+/// `password=`/`sslpassword=` values only), so their scheme, user, host and database stay
+/// readable whatever the password is.
+///
+/// Not masked apart from quotations of `url`: a password that equals another part of
+/// the URL (the user name, say) is masked there too wherever the message names that part
+/// on its own, as a server message naming the user does; that is the price of masking
+/// the password wherever it stands alone.
 pub fn redact_in(text: &str, url: &str) -> String {
-    let mut shown = text.replace(url, &redact_url(url));
-    for secret in passwords(url) {
-        for form in [secret.to_owned(), percent_decode(secret)] {
-            if !form.is_empty() {
-                shown = shown.replace(&form, MASK);
+    let mut forms: Vec<String> = passwords(url)
+        .into_iter()
+        .flat_map(|secret| [secret.to_owned(), percent_decode(secret)])
+        .filter(|form| !form.is_empty())
+        .collect();
+    if url.is_empty() {
+        return text.to_owned();
+    }
+    // Longest first: at one position, a longer password wins over its prefix.
+    forms.sort_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
+    forms.dedup();
+    let shown_url = redact_url(url);
+    // Quotations of the URL, as given or already redacted (an error that names the URL as
+    // its caller showed it), in order and not overlapping.
+    let mut quoted: Vec<Range<usize>> = [url, shown_url.as_str()]
+        .iter()
+        .flat_map(|quote| {
+            text.match_indices(*quote)
+                .map(|(start, _)| start..start + quote.len())
+        })
+        .collect();
+    quoted.sort_by_key(|r| (r.start, std::cmp::Reverse(r.end)));
+    let mut last_end = 0;
+    quoted.retain(|r| {
+        let keep = r.start >= last_end;
+        if keep {
+            last_end = r.end;
+        }
+        keep
+    });
+    let mut shown = String::with_capacity(text.len());
+    let mut from = 0;
+    for range in quoted {
+        mask_tokens(text, from..range.start, &forms, &mut shown);
+        shown.push_str(&shown_url);
+        from = range.end;
+    }
+    mask_tokens(text, from..text.len(), &forms, &mut shown);
+    shown
+}
+
+/// Whether `c` continues a word: a password next to one is part of a longer token.
+fn is_word_char(c: char) -> bool {
+    c.is_alphanumeric() || c == '_' || c == '-'
+}
+
+/// Appends `text[part]` to `out` with every whole-token occurrence (judged on the
+/// characters of `text` around it) of one of `forms` (longest first) replaced by [`MASK`].
+fn mask_tokens(text: &str, part: Range<usize>, forms: &[String], out: &mut String) {
+    let Some(segment) = text.get(part.clone()) else {
+        return;
+    };
+    let before = |at: usize| text.get(..at).and_then(|s| s.chars().next_back());
+    let after = |at: usize| text.get(at..).and_then(|s| s.chars().next());
+    let mut i = 0;
+    while let Some(rest) = segment.get(i..) {
+        let Some(c) = rest.chars().next() else { break };
+        let at = part.start + i;
+        let starts_token = !before(at).is_some_and(is_word_char);
+        let found = starts_token
+            .then(|| {
+                forms.iter().find(|form| {
+                    rest.starts_with(form.as_str())
+                        && !after(at + form.len()).is_some_and(is_word_char)
+                })
+            })
+            .flatten();
+        match found {
+            Some(form) => {
+                out.push_str(MASK);
+                i += form.len();
+            }
+            None => {
+                out.push(c);
+                i += c.len_utf8();
             }
         }
     }
-    shown
 }
 
 /// The passwords in `url`, as written (not decoded).
@@ -271,6 +359,67 @@ mod tests {
             shown,
             "bad url postgres://u:***@h/db: password `***` or *** refused"
         );
+    }
+
+    #[test]
+    fn redact_in_keeps_the_url_readable_when_the_password_is_a_word_of_it() {
+        let url = "postgres://postgres:postgres@127.0.0.1:55432/x";
+        assert_eq!(
+            redact_in(&format!("cannot open journal at `{url}`"), url),
+            "cannot open journal at `postgres://postgres:***@127.0.0.1:55432/x`"
+        );
+        // Already redacted by whoever quoted it: left as it is.
+        let shown = "postgres://postgres:***@127.0.0.1:55432/x";
+        assert_eq!(
+            redact_in(&format!("cannot open journal at `{shown}`: refused"), url),
+            format!("cannot open journal at `{shown}`: refused")
+        );
+        // A bare mention elsewhere is still masked; the scheme of another quotation is a
+        // token too (the documented cost of a password equal to a word of the URL).
+        assert_eq!(
+            redact_in("password postgres refused for user \"postgres\"", url),
+            "password *** refused for user \"***\""
+        );
+    }
+
+    #[test]
+    fn redact_in_masks_whole_tokens_only() {
+        let url = "postgres://u:data@h/db";
+        assert_eq!(
+            redact_in(
+                "error returned from database: database \"nonexistent_db\" does not exist",
+                url
+            ),
+            "error returned from database: database \"nonexistent_db\" does not exist"
+        );
+        for (text, shown) in [
+            ("data", "***"),
+            ("(data)", "(***)"),
+            ("`data`: no", "`***`: no"),
+            ("pw=data;", "pw=***;"),
+            ("data.", "***."),
+            (
+                "metadata data_x x-data data1 DATA",
+                "metadata data_x x-data data1 DATA",
+            ),
+            ("ä data ü", "ä *** ü"),
+            ("ädata", "ädata"),
+        ] {
+            assert_eq!(redact_in(text, url), shown, "{text}");
+        }
+        // A quotation of the URL next to a word: its own boundaries, no bare masking of it.
+        assert_eq!(
+            redact_in(&format!("x{url}data"), url),
+            "xpostgres://u:***@h/dbdata"
+        );
+    }
+
+    #[test]
+    fn redact_in_prefers_the_longest_password_at_one_place() {
+        let url = "postgres://u:ab@h/db?password=ab%20cd";
+        assert_eq!(redact_in("got ab cd and ab", url), "got *** and ***");
+        assert_eq!(redact_in("got ab%20cd", url), "got ***");
+        assert_eq!(redact_in("no password here", ""), "no password here");
     }
 
     #[test]

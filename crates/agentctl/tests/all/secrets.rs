@@ -289,3 +289,67 @@ fn a_key_the_server_echoes_reaches_no_output_and_no_journal() {
         );
     }
 }
+
+/// A password that is also a word of the URL or of the message (`postgres`, `data`) is
+/// masked where it stands alone, not inside the URL's other parts or other words, and the
+/// constant hint is printed as written.
+#[test]
+fn a_password_that_is_a_common_word_garbles_nothing_else() {
+    let closed_port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("postgres://postgres:postgres@127.0.0.1:{closed_port}/x");
+    let output = agentctl()
+        .args(["--db", &url, "journal", "threads"])
+        .output()
+        .unwrap();
+    let (_, stderr) = text(&output);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "postgres://postgres:***@127.0.0.1:{closed_port}/x"
+        )),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(
+            "\nhint: check --db / AGENTCTL_DB (sqlite://PATH, sqlite::memory:, postgres://USER:PASS@HOST/DB)\n"
+        ),
+        "{stderr}"
+    );
+    assert!(!stderr.contains(":postgres@"), "{stderr}");
+}
+
+/// The reviewer's server message: a database that does not exist, on the test server
+/// (`AGENTCTL_TEST_PG_URL`); the password is still nowhere, the message reads as sent.
+#[test]
+fn a_missing_postgres_database_reads_as_the_server_said() {
+    let Ok(base) = std::env::var("AGENTCTL_TEST_PG_URL") else {
+        eprintln!("AGENTCTL_TEST_PG_URL not set: skipped");
+        return;
+    };
+    let Some(password) = agent_redact::passwords(&base)
+        .first()
+        .map(|p| p.to_string())
+    else {
+        eprintln!("AGENTCTL_TEST_PG_URL has no password: skipped");
+        return;
+    };
+    let Some((server, _)) = base.rsplit_once('/') else {
+        panic!("AGENTCTL_TEST_PG_URL has no database: {base}");
+    };
+    let url = format!("{server}/nonexistent_db_{}", std::process::id());
+    let output = agentctl()
+        .args(["--db", &url, "journal", "threads"])
+        .output()
+        .unwrap();
+    let (_, stderr) = text(&output);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("does not exist"), "{stderr}");
+    assert!(stderr.contains(&agent_redact::redact_url(&url)), "{stderr}");
+    assert!(stderr.contains("database"), "{stderr}");
+    assert!(!stderr.contains(&format!(":{password}@")), "{stderr}");
+    assert!(!stderr.contains("***://"), "{stderr}");
+}
