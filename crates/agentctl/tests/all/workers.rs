@@ -245,6 +245,53 @@ async fn a_run_no_worker_can_drive_is_paused_saying_why(db: FreshDb) {
     assert_eq!(resumed.status.code(), Some(0), "{}", text(&resumed.stderr));
 }
 
+/// `resume` of a run still queued for the workers takes it out of their queue: a worker
+/// started while it runs never claims it, and nothing is done twice.
+async fn a_resumed_queued_run_is_not_claimed_by_a_worker(db: FreshDb) {
+    use host::agentctl;
+    let db = db.url();
+    let server = emulator(&story("0.5")).await;
+    let dir = tempfile::tempdir().unwrap();
+    let runs = submit(db, &server, dir.path(), 1);
+    let (id, ws) = &runs[0];
+    let resume = agentctl(db)
+        .args(["resume", "--base-url", &server.base_url(), id])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The resume has claimed the run (its first command runs) before the worker starts.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !host::kinds_of(&events(db, id).await, "tool.started")
+        .iter()
+        .any(|_| true)
+    {
+        assert!(Instant::now() < deadline, "the resume never started a call");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let worker = start_worker(db, dir.path(), "w", "1", &[]);
+    let resumed = resume.wait_with_output().unwrap();
+    assert!(
+        resumed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&resumed.stderr)
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    worker.signal("TERM");
+    assert!(
+        worker.lines().iter().all(|l| l["type"] != "claimed"),
+        "a worker claimed a run a live resume drove: {:?}",
+        worker.lines()
+    );
+    let events = events(db, id).await;
+    assert_eq!(host::kinds_of(&events, "run.resumed").len(), 1);
+    assert_eq!(host::kinds_of(&events, "run.completed").len(), 1);
+    for call in ["call_a", "call_b", "call_c"] {
+        let lines = std::fs::read_to_string(ws.join(format!("{call}.txt"))).unwrap();
+        assert_eq!(lines.lines().count(), 1, "{call} ran {lines:?}");
+    }
+}
+
 /// Approvals, steers and interrupts from other processes reach the worker driving a run.
 async fn requests_reach_the_worker(db: FreshDb) {
     let db = db.url();
@@ -467,4 +514,4 @@ async fn a_worker_tightens_a_weaker_run_to_its_floor(db: FreshDb) {
 }
 
 use crate::host::fresh_db::{self, FreshDb};
-agent_testkit::backend_tests!(fresh_db, [sqlite, postgres]: a_run_no_worker_can_drive_is_paused_saying_why, a_worker_tightens_a_weaker_run_to_its_floor, takeover_under_random_kills, zombie_is_fenced, sigterm_releases_the_run, requests_reach_the_worker, runs_table_is_rebuilt_from_the_journal);
+agent_testkit::backend_tests!(fresh_db, [sqlite, postgres]: a_run_no_worker_can_drive_is_paused_saying_why, a_resumed_queued_run_is_not_claimed_by_a_worker, a_worker_tightens_a_weaker_run_to_its_floor, takeover_under_random_kills, zombie_is_fenced, sigterm_releases_the_run, requests_reach_the_worker, runs_table_is_rebuilt_from_the_journal);

@@ -33,8 +33,9 @@ pub mod wait;
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
-use agent_journal::{Event, Journal};
+use agent_journal::{Event, Journal, LeaseStatus};
 use agent_responses::Client;
 use agent_runtime::{CancellationToken, Deadlines, Runtime, RuntimeOptions};
 use futures::future::BoxFuture;
@@ -620,6 +621,40 @@ impl Host {
         })
     }
 
+    /// A submitted run still in the workers' queue (its lease open) is taken out of it
+    /// before this process drives it: the lease is claimed, then closed, so no worker
+    /// claims it while it runs here (a worker that did claim it meanwhile is fenced by the
+    /// claim's new epoch). One a live worker holds is refused as driven elsewhere.
+    async fn take_from_workers(&self, run_id: &str, me: &Owner) -> Result<(), HostError> {
+        let thread = kinds::thread_of(run_id);
+        let Some(row) = self
+            .journal
+            .leases(&thread)
+            .await?
+            .into_iter()
+            .find(|row| row.name == thread && row.status == LeaseStatus::Open)
+        else {
+            return Ok(());
+        };
+        let holder = format!("resume {me}");
+        match self
+            .journal
+            .reclaim_lease(&thread, &holder, Duration::from_secs(60))
+            .await?
+        {
+            Some(lease) => {
+                self.journal
+                    .release_lease(&lease, LeaseStatus::Closed, &row.info)
+                    .await?;
+                Ok(())
+            }
+            None => Err(HostError::DrivenElsewhere {
+                run: run_id.into(),
+                owner: row.holder.unwrap_or_else(|| "a worker".into()),
+            }),
+        }
+    }
+
     /// Claims the run (`run.resumed`) and adopts its open calls into a runtime.
     async fn claim(
         &self,
@@ -635,6 +670,9 @@ impl Host {
         // recorded last is not asked, and appends by others between our read and our claim
         // (steers, decisions) are folded and the claim retried.
         let leased = self.journal.fence_epoch().is_some();
+        if !leased {
+            self.take_from_workers(run_id, &me).await?;
+        }
         let mut attempts = 0;
         // The fold `resume` made first and the events it was made from (handed on to the
         // runtime's adoption); refolded only when a claim found the thread moved.
