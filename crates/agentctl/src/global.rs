@@ -52,6 +52,17 @@ impl GlobalArgs {
         }
     }
 
+    /// A command for the user to paste: [`command`](Self::command), then `words`, each
+    /// quoted for the shell when it needs it (ids and arguments may come from the model).
+    pub fn suggest(&self, words: &[&str]) -> String {
+        let mut command = self.command();
+        for word in words {
+            command.push(' ');
+            command.push_str(&shell_word(word));
+        }
+        command
+    }
+
     /// The database URL to open: `--db`/`AGENTCTL_DB`, or the default SQLite file.
     ///
     /// A bare path is taken as a SQLite file. The default file's folder is created here so
@@ -127,17 +138,40 @@ pub fn default_db_path() -> anyhow::Result<PathBuf> {
 }
 
 /// `word` as one shell word: as it is when it has only characters no shell reads, else in
-/// single quotes.
+/// single quotes; a word with control characters (a model's call id may hold an escape
+/// sequence or a newline) in bash's `$'...'`, where they are written out (`\x1b`, `\n`):
+/// pasted, it is the same word, and printed, it cannot drive the terminal.
 fn shell_word(word: &str) -> String {
+    use std::fmt::Write as _;
     let plain = !word.is_empty()
         && word
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || "/:._-@=+,".contains(c));
     if plain {
-        word.to_string()
-    } else {
-        format!("'{}'", word.replace('\'', "'\\''"))
+        return word.to_string();
     }
+    if !word.chars().any(char::is_control) {
+        return format!("'{}'", word.replace('\'', "'\\''"));
+    }
+    let mut quoted = String::from("$'");
+    for c in word.chars() {
+        match c {
+            '\\' => quoted.push_str("\\\\"),
+            '\'' => quoted.push_str("\\'"),
+            '\n' => quoted.push_str("\\n"),
+            '\t' => quoted.push_str("\\t"),
+            '\r' => quoted.push_str("\\r"),
+            c if c.is_control() && c.is_ascii() => {
+                let _ = write!(quoted, "\\x{:02x}", u32::from(c));
+            }
+            c if c.is_control() => {
+                let _ = write!(quoted, "\\u{:04x}", u32::from(c));
+            }
+            c => quoted.push(c),
+        }
+    }
+    quoted.push('\'');
+    quoted
 }
 
 #[cfg(test)]
@@ -191,5 +225,23 @@ mod tests {
             ..with(Some("postgres://ana:secret@db/agents"))
         };
         assert_eq!(from_env.command(), "agentctl");
+    }
+
+    #[test]
+    fn suggested_commands_quote_every_word() {
+        let global = GlobalArgs::default();
+        assert_eq!(
+            global.suggest(&["approve", "r1", "c1 $(touch /tmp/x)", "--sha256", "ab"]),
+            "agentctl approve r1 'c1 $(touch /tmp/x)' --sha256 ab"
+        );
+        assert_eq!(
+            global.suggest(&["deny", "r1", "it's"]),
+            "agentctl deny r1 'it'\\''s'"
+        );
+        // Control characters are written out, so that pasting gives back the same word.
+        assert_eq!(
+            global.suggest(&["deny", "r1", "c\u{1b}[31m\n'\\\u{9b}"]),
+            "agentctl deny r1 $'c\\x1b[31m\\n\\'\\\\\\u009b'"
+        );
     }
 }

@@ -48,35 +48,85 @@ pub fn typed_line(kind: &str, value: impl Serialize) -> anyhow::Result<()> {
     json_line(&typed(kind, value)?)
 }
 
-/// Print a line of text on stdout.
+/// `text` safe to show on a terminal: every control character but newline and tab (C0,
+/// DEL, C1; ESC above all) written out visibly (`\x1b`, `\r`, `\u{9b}`), so that text
+/// from a model, a tool, a prompt or a journal cannot move the cursor, clear the screen,
+/// set the window title or overwrite what was printed before it.
+///
+/// Every human (non-JSON) line goes through here ([`line`], [`note`], [`ask`], [`stream`],
+/// the error line); JSON output is escaped by its encoder and stays as it is.
+pub fn display(text: &str) -> std::borrow::Cow<'_, str> {
+    let unsafe_char = |c: char| c.is_control() && c != '\n' && c != '\t';
+    if !text.chars().any(unsafe_char) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut shown = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        match c {
+            '\r' => shown.push_str("\\r"),
+            c if unsafe_char(c) && u32::from(c) < 0x80 => {
+                shown.push_str(&format!("\\x{:02x}", u32::from(c)));
+            }
+            c if unsafe_char(c) => shown.push_str(&format!("\\u{{{:x}}}", u32::from(c))),
+            c => shown.push(c),
+        }
+    }
+    std::borrow::Cow::Owned(shown)
+}
+
+/// `value` as compact JSON text with no control character in it at all: the encoder
+/// escapes C0 but leaves DEL and C1 as they are, which [`display`] would then write in a
+/// form JSON does not read; here they are JSON escapes (`\u009b`), the same value. For JSON
+/// printed in human output ([`line`]), such as a run's parsed answer piped to `jq`.
+pub fn json_text<T: Serialize + ?Sized>(value: &T) -> serde_json::Result<String> {
+    let text = serde_json::to_string(value)?;
+    if !text.chars().any(char::is_control) {
+        return Ok(text);
+    }
+    // Outside strings, JSON text has no control characters: every one is in a string.
+    let mut safe = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if c.is_control() {
+            let _ = std::fmt::Write::write_fmt(&mut safe, format_args!("\\u{:04x}", u32::from(c)));
+        } else {
+            safe.push(c);
+        }
+    }
+    Ok(safe)
+}
+
+/// Print a line of text on stdout (control characters shown escaped: [`display`]).
 pub fn line(text: &str) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
-    out.write_all(text.as_bytes())?;
+    out.write_all(display(text).as_bytes())?;
     out.write_all(b"\n")?;
     out.flush()?;
     Ok(())
 }
 
 /// Print a line of text on stderr (progress and next steps; stdout keeps the results).
-/// A closed stderr is ignored: there is nobody to tell.
+/// A closed stderr is ignored: there is nobody to tell. Control characters are shown
+/// escaped ([`display`]).
 pub fn note(text: &str) {
     let mut err = std::io::stderr().lock();
-    let _ = err.write_all(text.as_bytes());
+    let _ = err.write_all(display(text).as_bytes());
     let _ = err.write_all(b"\n");
     let _ = err.flush();
 }
 
-/// Print text on stderr without a newline (a question whose answer is typed after it).
+/// Print text on stderr without a newline (a question whose answer is typed after it;
+/// control characters shown escaped: [`display`]).
 pub fn ask(text: &str) {
     let mut err = std::io::stderr().lock();
-    let _ = err.write_all(text.as_bytes());
+    let _ = err.write_all(display(text).as_bytes());
     let _ = err.flush();
 }
 
-/// Print a piece of streamed text on stdout as it arrives (no newline added).
+/// Print a piece of streamed text on stdout as it arrives (no newline added; control
+/// characters shown escaped: [`display`]).
 pub fn stream(text: &str) -> std::io::Result<()> {
     let mut out = std::io::stdout().lock();
-    out.write_all(text.as_bytes())?;
+    out.write_all(display(text).as_bytes())?;
     out.flush()
 }
 
@@ -167,8 +217,8 @@ pub fn report_error_masking(err: &anyhow::Error, db: Option<&str>) -> ExitCode {
         ),
         _ => (message, hint),
     };
-    eprintln!("error: {message}");
-    eprintln!("hint: {hint}");
+    eprintln!("error: {}", display(&message));
+    eprintln!("hint: {}", display(&hint));
     let usage = |e: &(dyn std::error::Error + 'static)| {
         e.downcast_ref::<UsageError>().is_some()
             || e.downcast_ref::<agent_host::HostError>()
@@ -183,5 +233,35 @@ pub fn report_error_masking(err: &anyhow::Error, db: Option<&str>) -> ExitCode {
         crate::exit::Exit::Usage.into()
     } else {
         crate::exit::Exit::Failed.into()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::display;
+
+    #[test]
+    fn control_characters_are_shown_escaped_but_newlines_and_tabs_kept() {
+        assert_eq!(display("plain é ✓\tcol\nnext"), "plain é ✓\tcol\nnext");
+        assert!(matches!(display("plain"), std::borrow::Cow::Borrowed(_)));
+        assert_eq!(
+            display("\u{1b}]0;HACKED\u{7}\u{1b}[2J"),
+            "\\x1b]0;HACKED\\x07\\x1b[2J"
+        );
+        assert_eq!(display("a\rb\u{8}\u{0}\u{7f}"), "a\\rb\\x08\\x00\\x7f");
+        // C1: CSI and OSC on their own, as some terminals read them.
+        assert_eq!(display("\u{9b}2J\u{9d}0;t"), "\\u{9b}2J\\u{9d}0;t");
+    }
+
+    #[test]
+    fn json_text_has_no_control_character_and_reads_back_the_same() {
+        let value = serde_json::json!({"a\u{9b}": "x\u{7f}\u{1b}[2J\u{85}\n", "n": 1});
+        let text = super::json_text(&value).unwrap();
+        assert!(!text.chars().any(char::is_control), "{text}");
+        assert_eq!(display(&text), text);
+        assert_eq!(
+            serde_json::from_str::<serde_json::Value>(&text).unwrap(),
+            value
+        );
     }
 }

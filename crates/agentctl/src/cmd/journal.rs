@@ -85,7 +85,10 @@ fn print_event(event: &Event, json: bool) -> anyhow::Result<()> {
     } else {
         output::line(&format!(
             "{:>8}  {}  {:<22} {}",
-            event.seq, event.at, event.kind, event.payload
+            event.seq,
+            event.at,
+            event.kind,
+            output::json_text(&event.payload)?
         ))
     }
 }

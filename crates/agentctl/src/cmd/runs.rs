@@ -253,14 +253,17 @@ async fn show(
     ))?;
     for p in &view.pending_approvals {
         output::line(&format!(
-            "pending   {} {} ({}): {} approve {} {} --sha256 {}",
+            "pending   {} {} ({}): {}",
             p.call_id,
             p.tool,
             p.reason,
-            global.command(),
-            state.id(),
-            p.call_id,
-            p.args_sha256
+            global.suggest(&[
+                "approve",
+                state.id(),
+                &p.call_id,
+                "--sha256",
+                &p.args_sha256
+            ])
         ))?;
     }
     if let Some(parent) = &view.parent {
@@ -273,14 +276,17 @@ async fn show(
         ))?;
         for p in &child.pending_approvals {
             output::line(&format!(
-                "  pending {} {} ({}): {} approve {} {} --sha256 {}",
+                "  pending {} {} ({}): {}",
                 p.call_id,
                 p.tool,
                 p.reason,
-                global.command(),
-                child.run_id,
-                p.call_id,
-                p.args_sha256
+                global.suggest(&[
+                    "approve",
+                    &child.run_id,
+                    &p.call_id,
+                    "--sha256",
+                    &p.args_sha256
+                ])
             ))?;
         }
     }
@@ -288,7 +294,7 @@ async fn show(
         output::line(&format!("final     {text}"))?;
     }
     if let Some(parsed) = state.final_output() {
-        output::line(&format!("output    {}", serde_json::to_string(parsed)?))?;
+        output::line(&format!("output    {}", output::json_text(parsed)?))?;
     }
     if let Some(schema) = &view.output_schema {
         output::line(&format!(

@@ -167,3 +167,167 @@ async fn a_masked_command_line_password_is_said_once() {
         assert!(stderr.trim_end().ends_with("leave --db out"), "{stderr}");
     }
 }
+
+/// A call id the model chose is one quoted word in every command printed for it: pasting
+/// `agentctl approve RUN 'c1 $(touch ...)' ...` decides the call and runs nothing else.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_id_from_the_model_cannot_inject_into_a_pasted_command() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = sqlite_db(&dir);
+    let pwned = dir.path().join("PWNED");
+    let call_id = format!("c1 $(touch {})", pwned.display());
+    let (_g, ws) = workspace();
+    let server = emulator(&script_by_outputs(&[
+        json!([call(&call_id, "shell", json!({"command": "echo hi"}))]),
+        answer("FINAL"),
+    ]))
+    .await;
+    let paused = out(&mut run_cmd(&db, &server, &ws, &["--sandbox", "off"]));
+    assert_eq!(paused.status.code(), Some(3), "{}", text(&paused.stderr));
+    let run = only_run(&db);
+    let shown = out(agentctl(&db).args(["runs", "show", &run]));
+    let paused_err = text(&paused.stderr);
+    let shown_out = text(&shown.stdout);
+    let command = |printed: &str, verb: &str| {
+        printed
+            .lines()
+            .find_map(|l| {
+                let at = l.find("agentctl ")?;
+                l[at..].contains(verb).then(|| l[at..].trim().to_string())
+            })
+            .unwrap_or_else(|| panic!("{printed}"))
+    };
+    let from_run = command(&paused_err, " approve ");
+    let from_show = command(&shown_out, " approve ");
+    assert_eq!(from_run, from_show);
+    assert!(from_run.contains(&format!("'{call_id}'")), "{from_run}");
+    let deny = command(&paused_err, " deny ");
+    assert!(deny.contains(&format!("'{call_id}'")), "{deny}");
+    // Pasted into a shell as printed (the binary for `agentctl`): it approves the call.
+    let pasted = format!(
+        "{}{}",
+        env!("CARGO_BIN_EXE_agentctl"),
+        from_run.strip_prefix("agentctl").unwrap()
+    );
+    let approved = out(std::process::Command::new("bash")
+        .args(["-c", &pasted])
+        .env_remove("AGENTCTL_DB"));
+    assert!(
+        approved.status.success(),
+        "{pasted}: {}",
+        text(&approved.stderr)
+    );
+    assert!(!pwned.exists(), "pasting ran the model's command: {pasted}");
+    let done = out(&mut resume_cmd(&db, &server, &run, &[]));
+    assert_eq!(done.status.code(), Some(0), "{}", text(&done.stderr));
+    assert!(!pwned.exists());
+}
+
+/// Whether `bytes` hold a control character a terminal acts on (C0 but newline and tab,
+/// DEL, C1).
+fn has_raw_control(bytes: &[u8]) -> bool {
+    String::from_utf8_lossy(bytes)
+        .chars()
+        .any(|c| c.is_control() && c != '\n' && c != '\t')
+}
+
+/// Text from the model, a tool or a prompt reaches the terminal with its control characters
+/// written out (`\x1b`, `\r`): an escape sequence cannot set the title, clear the screen or
+/// hide a line. `--json` keeps them as JSON escapes, unchanged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn control_characters_from_the_model_a_tool_or_the_prompt_are_shown_escaped() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = sqlite_db(&dir);
+    let (_g, ws) = workspace();
+    let call_id = "call_esc\u{1b}[31m";
+    let server = emulator(&script_by_outputs(&[
+        json!([call(
+            call_id,
+            "shell",
+            json!({"command": "printf 'out \\033]0;TOOL\\007\\033[2J\\r\\302\\233 done\\n'"})
+        )]),
+        answer("FINAL \u{1b}]0;PWNED2\u{7}\u{1b}[31mred\r\u{9b}2J"),
+    ]))
+    .await;
+    let prompt = "title \u{1b}]0;HACKED\u{7}\u{1b}[2J end";
+    let mut cmd = agentctl(&db);
+    cmd.args(["run", "--base-url", &server.base_url(), "--workspace"])
+        .arg(&ws)
+        .args(["--sandbox", "off", "--approval", "ask", prompt]);
+    // Paused on the call: its id, name and arguments in the note and commands.
+    let paused = out(&mut cmd);
+    assert_eq!(paused.status.code(), Some(3), "{}", text(&paused.stderr));
+    let run = only_run(&db);
+    let approve = out(agentctl(&db).args(["approve", &run, call_id]));
+    assert!(approve.status.success(), "{}", text(&approve.stderr));
+    let done = out(&mut resume_cmd(&db, &server, &run, &[]));
+    assert_eq!(done.status.code(), Some(0), "{}", text(&done.stderr));
+    let human = [
+        ("run", paused),
+        ("approve", approve),
+        ("resume", done),
+        ("runs list", out(agentctl(&db).args(["runs", "list"]))),
+        ("runs show", out(agentctl(&db).args(["runs", "show", &run]))),
+        ("runs wait", out(agentctl(&db).args(["runs", "wait", &run]))),
+        (
+            "journal replay",
+            out(agentctl(&db).args(["journal", "replay", "--thread", &format!("run:{run}")])),
+        ),
+        (
+            "runs search",
+            out(agentctl(&db).args(["runs", "search", &run, "FINAL"])),
+        ),
+    ];
+    for (what, o) in &human {
+        assert!(o.status.success() || o.status.code() == Some(3), "{what}");
+        for (stream, bytes) in [("stdout", &o.stdout), ("stderr", &o.stderr)] {
+            assert!(
+                !has_raw_control(bytes),
+                "{what} {stream}: {:?}",
+                text(bytes)
+            );
+        }
+    }
+    let printed = |what: &str| {
+        let (_, o) = human.iter().find(|(w, _)| *w == what).unwrap();
+        format!("{}{}", text(&o.stdout), text(&o.stderr))
+    };
+    assert!(
+        printed("run").contains("call_esc\\x1b[31m"),
+        "{}",
+        printed("run")
+    );
+    // The commands printed for the call paste back to the same id (bash's `$'...'`).
+    assert!(
+        printed("run").contains("$'call_esc\\x1b[31m'"),
+        "{}",
+        printed("run")
+    );
+    // The tool's output as the journal holds it: JSON, escaped as JSON escapes.
+    assert!(
+        printed("journal replay").contains("\\u009b done"),
+        "{}",
+        printed("journal replay")
+    );
+    assert!(
+        printed("resume").contains("FINAL \\x1b]0;PWNED2\\x07\\x1b[31mred\\r\\u{9b}2J"),
+        "{}",
+        printed("resume")
+    );
+    for what in ["runs list", "runs show"] {
+        assert!(
+            printed(what).contains("title \\x1b]0;HACKED\\x07\\x1b[2J end"),
+            "{what}: {}",
+            printed(what)
+        );
+    }
+    assert!(printed("runs show").contains("final     FINAL \\x1b]0;PWNED2"));
+    assert!(printed("runs wait").contains("FINAL \\x1b]0;PWNED2"));
+    // JSON keeps the text exact, as JSON escapes.
+    let shown = show(&db, &run);
+    assert_eq!(shown["title"], prompt, "{shown}");
+    assert_eq!(
+        shown["final_text"], "FINAL \u{1b}]0;PWNED2\u{7}\u{1b}[31mred\r\u{9b}2J",
+        "{shown}"
+    );
+}

@@ -198,7 +198,8 @@ pub async fn submit(global: &GlobalArgs, args: SubmitArgs) -> anyhow::Result<Exi
     } else {
         crate::output::line(&id)?;
         crate::output::note(&format!(
-            "queued: a worker (`agentctl worker`) will drive it; `agentctl runs wait {id}` waits for it"
+            "queued: a worker (`agentctl worker`) will drive it; `{}` waits for it",
+            global.suggest(&["runs", "wait", &id])
         ));
     }
     Ok(ExitCode::SUCCESS)
@@ -596,7 +597,7 @@ fn drive_options(
 
 /// Prints how the run ended and maps it to the exit status.
 fn finish(global: &GlobalArgs, report: RunReport) -> anyhow::Result<ExitCode> {
-    render::finish(global.json, &global.command(), &report)?;
+    render::finish(global, &report)?;
     Ok(Exit::of_end(&report.end).into())
 }
 

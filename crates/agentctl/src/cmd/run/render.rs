@@ -10,6 +10,7 @@ use agent_host::run::{CallRecord, Decider, Decision, Observer, RunEnd, RunReport
 use agent_journal::Event;
 use futures::future::BoxFuture;
 
+use crate::global::GlobalArgs;
 use crate::output;
 
 /// The observer for `--json` or human output. A `structured` run (one with an output
@@ -234,13 +235,14 @@ impl Observer for Human {
 
 /// Prints the end of a drive: on stdout the final text (human; the JSON lines already said
 /// it), on stderr the run id and what to do next.
-pub fn finish(json: bool, agentctl: &str, report: &RunReport) -> anyhow::Result<()> {
+pub fn finish(global: &GlobalArgs, report: &RunReport) -> anyhow::Result<()> {
+    let json = global.json;
     let id = &report.run_id;
     match &report.end {
         RunEnd::Completed { .. } => {
             // With an output schema: the parsed answer, as one line of JSON (`| jq`).
             match report.output() {
-                Some(parsed) if !json => output::line(&serde_json::to_string(parsed)?)?,
+                Some(parsed) if !json => output::line(&output::json_text(parsed)?)?,
                 _ if !json => output::line("")?,
                 _ => {}
             }
@@ -268,25 +270,35 @@ pub fn finish(json: bool, agentctl: &str, report: &RunReport) -> anyhow::Result<
                     } else {
                         format!(" (sub-agent {run})")
                     };
+                    // The call id is the model's: quoted, it stays one word when pasted.
                     output::note(&format!(
-                        "  {} {} wants{whose}: {}\n    {agentctl} approve {run} {} --sha256 {}\n    {agentctl} deny {run} {} --reason TEXT",
+                        "  {} {} wants{whose}: {}\n    {}\n    {}",
                         call.call_id,
                         call.name,
                         first_line(&call.arguments, 200),
-                        call.call_id,
-                        pending.args_sha256,
-                        call.call_id
+                        global.suggest(&[
+                            "approve",
+                            run,
+                            &call.call_id,
+                            "--sha256",
+                            &pending.args_sha256
+                        ]),
+                        global.suggest(&["deny", run, &call.call_id, "--reason", "TEXT"]),
                     ));
                 }
             }
-            output::note(&format!("continue with: {agentctl} resume {id}"));
+            output::note(&format!(
+                "continue with: {}",
+                global.suggest(&["resume", id])
+            ));
         }
         RunEnd::Failed { error } => {
             output::note(&format!("run {id} failed: {error}"));
         }
         RunEnd::Interrupted | RunEnd::Released => {
             output::note(&format!(
-                "run {id} interrupted; continue with: {agentctl} resume {id}"
+                "run {id} interrupted; continue with: {}",
+                global.suggest(&["resume", id])
             ));
         }
     }
