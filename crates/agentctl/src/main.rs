@@ -52,7 +52,7 @@ enum Command {
     Deny(cmd::decide::DecideArgs),
     /// Steer a run from any terminal: the model reads TEXT before its next step.
     Steer(cmd::decide::SteerArgs),
-    /// Ask the host driving a run to interrupt it (it stops at its next step boundary).
+    /// Ask the host driving a run to interrupt it (it stops at its next step boundary); a run queued for the workers is withdrawn from their queue (`resume` takes it up later).
     Interrupt(cmd::decide::InterruptArgs),
     /// List runs, show one, print its events.
     #[command(subcommand)]

@@ -292,6 +292,30 @@ async fn a_resumed_queued_run_is_not_claimed_by_a_worker(db: FreshDb) {
     }
 }
 
+/// `interrupt` of a run queued for the workers withdraws it: it shows `interrupted`, no
+/// worker takes it, and `resume` drives it later.
+async fn an_interrupt_withdraws_a_queued_run(db: FreshDb) {
+    use host::{agentctl, out, text};
+    let db = db.url();
+    let server = emulator(&story("0")).await;
+    let dir = tempfile::tempdir().unwrap();
+    let runs = submit(db, &server, dir.path(), 1);
+    let (id, _) = &runs[0];
+    let o = out(agentctl(db).args(["interrupt", id]));
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert_eq!(host::show(db, id)["status"], "interrupted");
+    let worker = start_worker(db, dir.path(), "w", "1", &["--poll", "0.05"]);
+    std::thread::sleep(Duration::from_millis(800));
+    worker.signal("TERM");
+    assert!(
+        worker.lines().iter().all(|l| l["type"] != "claimed"),
+        "{:?}",
+        worker.lines()
+    );
+    let o = out(agentctl(db).args(["resume", "--base-url", &server.base_url(), id]));
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+}
+
 /// Approvals, steers and interrupts from other processes reach the worker driving a run.
 async fn requests_reach_the_worker(db: FreshDb) {
     let db = db.url();
@@ -514,4 +538,4 @@ async fn a_worker_tightens_a_weaker_run_to_its_floor(db: FreshDb) {
 }
 
 use crate::host::fresh_db::{self, FreshDb};
-agent_testkit::backend_tests!(fresh_db, [sqlite, postgres]: a_run_no_worker_can_drive_is_paused_saying_why, a_resumed_queued_run_is_not_claimed_by_a_worker, a_worker_tightens_a_weaker_run_to_its_floor, takeover_under_random_kills, zombie_is_fenced, sigterm_releases_the_run, requests_reach_the_worker, runs_table_is_rebuilt_from_the_journal);
+agent_testkit::backend_tests!(fresh_db, [sqlite, postgres]: a_run_no_worker_can_drive_is_paused_saying_why, a_resumed_queued_run_is_not_claimed_by_a_worker, an_interrupt_withdraws_a_queued_run, a_worker_tightens_a_weaker_run_to_its_floor, takeover_under_random_kills, zombie_is_fenced, sigterm_releases_the_run, requests_reach_the_worker, runs_table_is_rebuilt_from_the_journal);

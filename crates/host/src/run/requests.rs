@@ -2,11 +2,12 @@
 //! journal appends (with dedup keys where "the first one wins"); the driving host folds
 //! them in at its next step boundary, or the next `resume` does.
 
-use agent_journal::Journal;
+use agent_journal::{Journal, LeaseStatus};
 use serde::Deserialize as _;
 
 use super::events::{
-    ApprovalDecided, HostEvent as _, InterruptRequested, RunRequeued, SteerDropped, SteerRequested,
+    ApprovalDecided, HostEvent as _, InterruptRequested, RunInterrupted, RunRequeued, SteerDropped,
+    SteerRequested,
 };
 use super::kinds;
 use super::query::load;
@@ -241,6 +242,9 @@ pub async fn request_interrupt(
     let shown = state.status();
     // A run waiting for a decision may still have a host waiting with it.
     if !is_driven(&state) {
+        if let Some(seq) = withdraw_queued(journal, &state).await? {
+            return Ok(seq);
+        }
         return Err(HostError::NotDriven {
             run: run_id.to_string(),
             status: shown,
@@ -283,6 +287,47 @@ pub async fn request_interrupt(
 }
 
 /// Whether a host drives the run now (or waits with it for a decision).
+/// A submitted run that no worker holds (queued, or its worker's lease expired) is
+/// withdrawn from the workers' queue: its lease is claimed and closed, and `run.interrupted`
+/// is journaled on top of the run as read (a worker that claimed it in between wins, and
+/// this returns `None`). `resume` or a requeue takes it up again. `None` for a run that is
+/// not queued for workers, or that a worker holds.
+async fn withdraw_queued(journal: &Journal, state: &RunState) -> Result<Option<i64>, HostError> {
+    let thread = kinds::thread_of(&state.id);
+    let queued = journal
+        .leases(&thread)
+        .await?
+        .into_iter()
+        .any(|row| row.name == thread && row.status == LeaseStatus::Open);
+    if !queued {
+        return Ok(None);
+    }
+    let holder = format!("interrupt {}", super::owner::Owner::current());
+    let Some(lease) = journal
+        .reclaim_lease(&thread, &holder, std::time::Duration::from_secs(60))
+        .await?
+    else {
+        return Ok(None);
+    };
+    let stopped = RunInterrupted {
+        cancelled: Vec::new(),
+    }
+    .to_event(&thread)
+    .map_err(HostError::Encode)?;
+    let appended = journal
+        .append_expecting(&thread, Some(state.last_seq), vec![stopped])
+        .await;
+    let now = load(journal, &state.id).await?;
+    let info = super::table::summary(&now);
+    let status = match appended {
+        Ok(_) => LeaseStatus::Closed,
+        // It moved (a worker's claim, a decision): offered to the workers again.
+        Err(_) => LeaseStatus::Open,
+    };
+    journal.release_lease(&lease, status, &info).await?;
+    Ok(appended.ok().and_then(|a| a.first().map(|a| a.seq)))
+}
+
 fn is_driven(state: &super::state::RunState) -> bool {
     let shown = state.status();
     shown == RunStatus::Running
