@@ -78,6 +78,8 @@ mod mcp_interop;
 mod secrets;
 #[path = "all/serve.rs"]
 mod serve;
+#[path = "all/worker_pg_connections.rs"]
+mod worker_pg_connections;
 #[path = "all/serve_browser.rs"]
 mod serve_browser;
 #[path = "all/workers.rs"]

@@ -55,6 +55,11 @@ pub struct JournalOptions {
     /// Read connections in the pool, and so the most reads that run at once; further reads
     /// wait for a free connection.
     pub read_connections: u32,
+    /// PostgreSQL: how long a read connection may sit idle in the pool before it is closed
+    /// (default [`DEFAULT_READ_IDLE_TIMEOUT`]), so that a pool grown by a burst of reads
+    /// gives its connections back to the server; checked every this long, so one closes
+    /// within twice this time. The LISTEN connection is held, never idle.
+    pub read_idle_timeout: Duration,
     /// SQLite: the longest a commit waits for producers acknowledged by the previous commit
     /// to append again (group commit), also never more than half the previous commit's
     /// duration; zero commits whatever is queued at once.
@@ -65,6 +70,10 @@ pub struct JournalOptions {
     #[cfg(feature = "test-hooks")]
     pub write_hook: Option<crate::hooks::WriteHook>,
 }
+
+/// Default for [`JournalOptions::read_idle_timeout`]: a long-lived process (a worker) keeps
+/// connections for reads that come often and gives back within a minute those of a burst.
+pub const DEFAULT_READ_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Default for [`JournalOptions::linger`]: short next to an fsync.
 pub const DEFAULT_LINGER: Duration = Duration::from_micros(200);
@@ -83,6 +92,7 @@ impl Default for JournalOptions {
             busy_timeout: Duration::from_secs(5),
             tail_poll: Duration::from_millis(250),
             read_connections: 4,
+            read_idle_timeout: DEFAULT_READ_IDLE_TIMEOUT,
             linger: DEFAULT_LINGER,
             access: Access::ReadWrite,
             #[cfg(feature = "test-hooks")]

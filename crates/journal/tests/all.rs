@@ -21,6 +21,8 @@ mod pg_append_function;
 mod pg_direct;
 #[path = "all/pg_lock_free.rs"]
 mod pg_lock_free;
+#[path = "all/pg_pool.rs"]
+mod pg_pool;
 #[path = "all/pg_upgrade.rs"]
 mod pg_upgrade;
 #[cfg(target_os = "linux")]

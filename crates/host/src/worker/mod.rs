@@ -54,13 +54,29 @@ pub struct WorkerConfig {
 }
 
 impl WorkerConfig {
-    /// Read connections a worker's journal needs for `concurrency` runs: each drive reads
-    /// its run and tails it for interrupts, the lease keeper reads summaries, and a few
-    /// stay for claims and the loop.
+    /// Read connections a worker's journal may open for `concurrency` runs: each drive
+    /// reads its run and tails it for interrupts, the lease keeper reads summaries, and a
+    /// few stay for claims and the loop; at most [`MAX_READ_CONNECTIONS`] whatever the
+    /// concurrency.
     pub fn read_connections(concurrency: usize) -> u32 {
-        u32::try_from(concurrency.saturating_mul(3).saturating_add(4)).unwrap_or(u32::MAX)
+        let wanted =
+            u32::try_from(concurrency.saturating_mul(3).saturating_add(4)).unwrap_or(u32::MAX);
+        wanted.min(MAX_READ_CONNECTIONS)
     }
 }
+
+/// The most read connections a worker's journal opens (one of them is its LISTEN
+/// connection), however many runs it drives at once.
+///
+/// A run spends nearly all its time waiting on the model or a tool, not on the database:
+/// its reads take a connection for a millisecond and give it back, and a tail waits for a
+/// wake-up holding none. So 16 connections serve hundreds of runs, while the former
+/// `3 × concurrency + 4` let `--concurrency 1024` take every connection of a server
+/// (PostgreSQL's default `max_connections` is 100, a few of them reserved), so that
+/// `runs list` or `submit` elsewhere failed with "too many clients". With the writer's and
+/// the notifier's connection a worker holds at most 18; idle ones close after
+/// `JournalOptions::read_idle_timeout`.
+pub const MAX_READ_CONNECTIONS: u32 = 16;
 
 /// A model client for one run, and whatever must live while it is used (an in-process
 /// emulator, say).
@@ -433,6 +449,19 @@ async fn reopen(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_worker_opens_at_most_max_read_connections_whatever_its_concurrency() {
+        assert_eq!(WorkerConfig::read_connections(1), 7);
+        assert_eq!(WorkerConfig::read_connections(4), MAX_READ_CONNECTIONS);
+        for concurrency in [8, 100, 1024, usize::MAX] {
+            assert_eq!(
+                WorkerConfig::read_connections(concurrency),
+                MAX_READ_CONNECTIONS
+            );
+        }
+    }
+
 
     #[test]
     fn an_ended_drive_is_written_with_its_status_word() {

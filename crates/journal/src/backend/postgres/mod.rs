@@ -178,6 +178,8 @@ async fn pool(
     PgPoolOptions::new()
         .max_connections(options.read_connections.max(1))
         .min_connections(0)
+        // Connections a burst opened are closed once idle, not kept until the process ends.
+        .idle_timeout(options.read_idle_timeout.max(Duration::from_millis(100)))
         .acquire_timeout(CONNECT_TIMEOUT)
         .connect_with(connect)
         .await
