@@ -11,7 +11,8 @@
 //!   in between is missed, which the tails' polling (`tail_poll`) covers.
 //! - `connected` is true exactly while LISTEN is active; a new tail waits for it (within
 //!   its poll interval) before its first read, so a commit after that read is notified.
-//! - The task ends when the journal is closed or dropped (its stop sender goes away).
+//! - The task ends when the journal is closed or dropped (its stop sender goes away),
+//!   without a warning: the pool closing under it is the close, not a lost connection.
 //! - Notifications this journal sent are skipped ([`OwnSender`]): its commits woke its
 //!   tails, with their kinds, when they committed.
 
@@ -64,6 +65,9 @@ pub(crate) fn spawn(
                             }
                             Err(err) => {
                                 connected.send_replace(false);
+                                if closing(&stop, &err) {
+                                    return;
+                                }
                                 tracing::warn!(%err, "journal LISTEN connection lost; tails poll until it is back");
                                 break;
                             }
@@ -71,6 +75,9 @@ pub(crate) fn spawn(
                     }
                 }
                 Err(err) => {
+                    if closing(&stop, &err) {
+                        return;
+                    }
                     tracing::warn!(%err, "journal LISTEN failed; tails poll until it connects");
                 }
             }
@@ -81,6 +88,14 @@ pub(crate) fn spawn(
             pause = (pause * 2).min(MAX_PAUSE);
         }
     });
+}
+
+/// Whether `err` is the journal closing rather than a lost connection: the close asks the
+/// task to stop and then closes the pool, and the listener (whose connection is one of the
+/// pool's) can see the pool's close before the stop (both wake it, `select!` picks
+/// either). Nothing is lost then, so nothing is worth a warning.
+fn closing(stop: &watch::Receiver<bool>, err: &sqlx::Error) -> bool {
+    matches!(err, sqlx::Error::PoolClosed) || *stop.borrow() || stop.has_changed().is_err()
 }
 
 async fn connect(pool: &PgPool) -> Result<PgListener, sqlx::Error> {

@@ -109,8 +109,16 @@ impl Notifier {
     pub(crate) async fn flush(self) {
         let Notifier { tx, task } = self;
         drop(tx);
-        if let Err(err) = task.await {
-            tracing::warn!(%err, "the journal's notifier task failed");
+        match task.await {
+            Ok(()) => {}
+            // The runtime is shutting down (a process that returned from `main` with the
+            // journal still closing): its tasks are cancelled, this one's too. Nothing
+            // failed that a warning could help with; a process that wants every wake-up
+            // sent closes the journal before it returns.
+            Err(err) if err.is_cancelled() => {
+                tracing::debug!(%err, "the journal's notifier task was cancelled by the runtime's shutdown");
+            }
+            Err(err) => tracing::warn!(%err, "the journal's notifier task failed"),
         }
     }
 }
