@@ -316,6 +316,46 @@ async fn an_interrupt_withdraws_a_queued_run(db: FreshDb) {
     assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
 }
 
+/// A worker told to stop gives back at once a run that waits for a human (a step
+/// boundary), however long its grace period, and says so on its `--json` stream.
+async fn a_stopping_worker_gives_back_a_run_waiting_for_a_human(db: FreshDb) {
+    use host::{agentctl, out, text};
+    let db = db.url();
+    let server = emulator(&story("0")).await;
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let o = out(agentctl(db)
+        .args([
+            "submit",
+            "--base-url",
+            &server.base_url(),
+            "--approval",
+            "ask",
+        ])
+        .arg("--workspace")
+        .arg(&ws)
+        .arg("do the task"));
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let id = text(&o.stdout).trim().to_string();
+    let mut worker = start_worker(db, dir.path(), "w", "30", &["--grace", "20"]);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while host::show(db, &id)["status"] != "waiting" {
+        assert!(Instant::now() < deadline, "the run never waited");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let stopping = Instant::now();
+    worker.signal("TERM");
+    assert!(worker.child.wait().unwrap().success());
+    assert!(
+        stopping.elapsed() < Duration::from_secs(10),
+        "the worker waited {:?} for a human",
+        stopping.elapsed()
+    );
+    let ended = worker.wait_for("ended", Some(&id), Duration::ZERO);
+    assert_eq!(ended["status"], "released", "{ended}");
+}
+
 /// Approvals, steers and interrupts from other processes reach the worker driving a run.
 async fn requests_reach_the_worker(db: FreshDb) {
     let db = db.url();
@@ -538,4 +578,4 @@ async fn a_worker_tightens_a_weaker_run_to_its_floor(db: FreshDb) {
 }
 
 use crate::host::fresh_db::{self, FreshDb};
-agent_testkit::backend_tests!(fresh_db, [sqlite, postgres]: a_run_no_worker_can_drive_is_paused_saying_why, a_resumed_queued_run_is_not_claimed_by_a_worker, an_interrupt_withdraws_a_queued_run, a_worker_tightens_a_weaker_run_to_its_floor, takeover_under_random_kills, zombie_is_fenced, sigterm_releases_the_run, requests_reach_the_worker, runs_table_is_rebuilt_from_the_journal);
+agent_testkit::backend_tests!(fresh_db, [sqlite, postgres]: a_run_no_worker_can_drive_is_paused_saying_why, a_resumed_queued_run_is_not_claimed_by_a_worker, an_interrupt_withdraws_a_queued_run, a_stopping_worker_gives_back_a_run_waiting_for_a_human, a_worker_tightens_a_weaker_run_to_its_floor, takeover_under_random_kills, zombie_is_fenced, sigterm_releases_the_run, requests_reach_the_worker, runs_table_is_rebuilt_from_the_journal);

@@ -396,6 +396,11 @@ pub async fn run_worker(
                 for lease in held.values() {
                     release_open(&journal, lease).await;
                     summary.released += 1;
+                    observer.event(&WorkerEvent::Ended {
+                        run_id: run_id(lease).to_string(),
+                        status: WorkerEnd::Released,
+                        detail: Some("dropped at the end of the grace period".into()),
+                    });
                 }
                 held.clear();
                 break;
@@ -461,7 +466,6 @@ mod tests {
             );
         }
     }
-
 
     #[test]
     fn an_ended_drive_is_written_with_its_status_word() {

@@ -292,14 +292,18 @@ impl Driver {
             .await
     }
 
-    /// Waits until another process decides (or interrupts).
+    /// Waits until another process decides (or interrupts). Every call of the step that
+    /// could run has ended by now: this is a step boundary, where a drive asked to stop
+    /// (a worker's shutdown) gives the run back at once instead of waiting for a human.
     async fn wait_for_decision(&mut self) -> Result<Option<RunEnd>, HostError> {
         let mut tail = self.journal.tail(&self.thread, self.state.last_seq);
         loop {
             let cancel = self.opts.cancel.clone();
+            let stop = self.opts.stop.clone();
             let next = tokio::select! {
                 next = tail.next() => Some(next),
                 () = cancel.cancelled() => None,
+                () = stop.cancelled() => return Ok(Some(RunEnd::Released)),
             };
             let Some(next) = next else {
                 return self.interrupt().await.map(Some);
