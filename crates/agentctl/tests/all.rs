@@ -78,9 +78,9 @@ mod mcp_interop;
 mod secrets;
 #[path = "all/serve.rs"]
 mod serve;
-#[path = "all/worker_pg_connections.rs"]
-mod worker_pg_connections;
 #[path = "all/serve_browser.rs"]
 mod serve_browser;
+#[path = "all/worker_pg_connections.rs"]
+mod worker_pg_connections;
 #[path = "all/workers.rs"]
 mod worker_pool;
