@@ -53,7 +53,7 @@ pub fn typed_line(kind: &str, value: impl Serialize) -> anyhow::Result<()> {
 /// from a model, a tool, a prompt or a journal cannot move the cursor, clear the screen,
 /// set the window title or overwrite what was printed before it.
 ///
-/// Every human (non-JSON) line goes through here ([`line`], [`note`], [`ask`], [`stream`],
+/// Every human (non-JSON) line goes through here ([`line()`], [`note`], [`ask`], [`stream`],
 /// the error line); JSON output is escaped by its encoder and stays as it is.
 pub fn display(text: &str) -> std::borrow::Cow<'_, str> {
     let unsafe_char = |c: char| c.is_control() && c != '\n' && c != '\t';
@@ -77,7 +77,7 @@ pub fn display(text: &str) -> std::borrow::Cow<'_, str> {
 /// `value` as compact JSON text with no control character in it at all: the encoder
 /// escapes C0 but leaves DEL and C1 as they are, which [`display`] would then write in a
 /// form JSON does not read; here they are JSON escapes (`\u009b`), the same value. For JSON
-/// printed in human output ([`line`]), such as a run's parsed answer piped to `jq`.
+/// printed in human output ([`line()`]), such as a run's parsed answer piped to `jq`.
 pub fn json_text<T: Serialize + ?Sized>(value: &T) -> serde_json::Result<String> {
     let text = serde_json::to_string(value)?;
     if !text.chars().any(char::is_control) {

@@ -36,7 +36,7 @@ const LIVENESS_CHECK: Duration = Duration::from_secs(1);
 /// Follows run `id` until it stops, or until `timeout` passes. A run that has already
 /// stopped is reported at once, whatever the timeout. A run recorded as running whose
 /// driver is gone (and that no worker may take over) has stopped too: it shows
-/// `interrupted`, as `runs show` says, and is reported within [`LIVENESS_CHECK`].
+/// `interrupted`, as `runs show` says, and is reported within a second.
 ///
 /// # Cancel safety
 /// Cancel-safe: it only reads; dropping it stops the wait.

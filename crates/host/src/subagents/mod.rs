@@ -23,7 +23,7 @@
 //!   approvals asked through the parent's inline decider one at a time, or else decided by
 //!   the child's own run id: waited for when the parent waits (`--wait`), otherwise the
 //!   child pauses and so does the parent, its call left open for the next resume, see
-//!   [`hold`]), or, when a worker drives the parent (its journal fenced by
+//!   `hold.rs`), or, when a worker drives the parent (its journal fenced by
 //!   a lease), submitted for any worker to claim and followed until they stop. The call's
 //!   cancellation (the parent's interrupt) is each in-process child's.
 //! - A child's token budget is its share of what the parent has left when the call runs
