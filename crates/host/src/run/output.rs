@@ -89,16 +89,9 @@ impl Rejection {
 
 /// `text` cut to at most `max` bytes (on a character boundary), saying how much was cut.
 fn cut(mut text: String, max: usize) -> String {
-    if text.len() <= max {
-        return text;
+    if let Some(dropped) = crate::tools::result_cap::truncate(&mut text, max) {
+        text.push_str(&format!("... ({dropped} more bytes)"));
     }
-    let mut end = max;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    let dropped = text.len() - end;
-    text.truncate(end);
-    text.push_str(&format!("... ({dropped} more bytes)"));
     text
 }
 
