@@ -84,7 +84,7 @@ fn agentctl_env_db(db: &str) -> std::process::Command {
 fn suggested(printed: &str) -> Vec<&str> {
     printed
         .lines()
-        .filter(|l| l.contains("agentctl approve") || l.contains("agentctl resume"))
+        .filter(|l| l.contains("agentctl ") && (l.contains(" approve ") || l.contains(" resume ")))
         .collect()
 }
 
