@@ -93,6 +93,18 @@ pub(crate) fn check_nesting(field: &'static str, json: &str) -> Result<(), Journ
     })
 }
 
+/// Whether a string or key anywhere in `value` holds a NUL character, which no event can
+/// carry (PostgreSQL's jsonb cannot store it, and every backend refuses it alike).
+pub fn holds_nul(value: &serde_json::Value) -> bool {
+    use serde_json::Value;
+    match value {
+        Value::String(text) => text.contains('\0'),
+        Value::Array(items) => items.iter().any(holds_nul),
+        Value::Object(map) => map.iter().any(|(k, v)| k.contains('\0') || holds_nul(v)),
+        _ => false,
+    }
+}
+
 /// Whether JSON text holds the escape `\u0000` (NUL, the only way JSON can carry it). A
 /// `u0000` preceded by an even number of backslashes is text that spells it, not NUL
 /// (`"\\u0000"` is a backslash, then `u0000`).

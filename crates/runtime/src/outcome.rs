@@ -170,7 +170,7 @@ impl Outcome {
     /// Whether the value (a string or key anywhere in it) or the error holds a NUL
     /// character, which the journal cannot store.
     pub(crate) fn holds_nul(&self) -> bool {
-        self.value.as_ref().is_some_and(value_holds_nul)
+        self.value.as_ref().is_some_and(agent_journal::holds_nul)
             || self.error.as_ref().is_some_and(|e| e.contains('\0'))
     }
 
@@ -205,17 +205,6 @@ impl Outcome {
                 .get("phase")
                 .and_then(|p| serde_json::from_value(p.clone()).ok()),
         })
-    }
-}
-
-fn value_holds_nul(value: &Value) -> bool {
-    match value {
-        Value::String(text) => text.contains('\0'),
-        Value::Array(items) => items.iter().any(value_holds_nul),
-        Value::Object(map) => map
-            .iter()
-            .any(|(k, v)| k.contains('\0') || value_holds_nul(v)),
-        _ => false,
     }
 }
 

@@ -33,7 +33,6 @@ pub mod wait;
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
 use agent_journal::{Event, Journal, LeaseStatus};
 use agent_responses::Client;
@@ -626,29 +625,15 @@ impl Host {
     /// claims it while it runs here (a worker that did claim it meanwhile is fenced by the
     /// claim's new epoch). One a live worker holds is refused as driven elsewhere.
     async fn take_from_workers(&self, run_id: &str, me: &Owner) -> Result<(), HostError> {
-        let thread = kinds::thread_of(run_id);
-        let Some(row) = self
-            .journal
-            .leases(&thread)
-            .await?
-            .into_iter()
-            .find(|row| row.name == thread && row.status == LeaseStatus::Open)
-        else {
-            return Ok(());
-        };
-        let holder = format!("resume {me}");
-        match self
-            .journal
-            .reclaim_lease(&thread, &holder, Duration::from_secs(60))
-            .await?
-        {
-            Some(lease) => {
+        match table::take_queued(&self.journal, run_id, &format!("resume {me}")).await? {
+            table::Queued::No => Ok(()),
+            table::Queued::Taken(row, lease) => {
                 self.journal
                     .release_lease(&lease, LeaseStatus::Closed, &row.info)
                     .await?;
                 Ok(())
             }
-            None => Err(HostError::DrivenElsewhere {
+            table::Queued::Held(row) => Err(HostError::DrivenElsewhere {
                 run: run_id.into(),
                 owner: row.holder.unwrap_or_else(|| "a worker".into()),
             }),

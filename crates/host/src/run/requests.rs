@@ -294,18 +294,9 @@ pub async fn request_interrupt(
 /// not queued for workers, or that a worker holds.
 async fn withdraw_queued(journal: &Journal, state: &RunState) -> Result<Option<i64>, HostError> {
     let thread = kinds::thread_of(&state.id);
-    let queued = journal
-        .leases(&thread)
-        .await?
-        .into_iter()
-        .any(|row| row.name == thread && row.status == LeaseStatus::Open);
-    if !queued {
-        return Ok(None);
-    }
     let holder = format!("interrupt {}", super::owner::Owner::current());
-    let Some(lease) = journal
-        .reclaim_lease(&thread, &holder, std::time::Duration::from_secs(60))
-        .await?
+    let super::table::Queued::Taken(_, lease) =
+        super::table::take_queued(journal, &state.id, &holder).await?
     else {
         return Ok(None);
     };

@@ -13,7 +13,7 @@
 
 use std::collections::HashMap;
 
-use agent_journal::{Journal, LeaseRow, LeaseStatus};
+use agent_journal::{Journal, Lease, LeaseRow, LeaseStatus};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -221,6 +221,40 @@ fn row_of(id: &str, row: &LeaseRow, now: i64) -> RunRow {
         claimable: row.status == LeaseStatus::Open,
         parent: info.parent,
     }
+}
+
+/// A submitted run's lease, taken out of the workers' queue ([`take_queued`]).
+pub(crate) enum Queued {
+    /// The run is not in the workers' queue (never submitted, or its lease is closed).
+    No,
+    /// A worker holds it (its claim has not expired).
+    Held(LeaseRow),
+    /// Claimed for `holder`, with the row as it was: the caller closes or reopens it.
+    Taken(LeaseRow, Lease),
+}
+
+/// Claims run `id`'s open lease for `holder` (a process that acts on a queued run
+/// itself: a `resume`, an `interrupt`), fencing a worker that claimed it meanwhile.
+pub(crate) async fn take_queued(
+    journal: &Journal,
+    id: &str,
+    holder: &str,
+) -> Result<Queued, HostError> {
+    /// Long enough for the caller's next write; it closes or reopens the lease at once.
+    const TTL: std::time::Duration = std::time::Duration::from_secs(60);
+    let thread = kinds::thread_of(id);
+    let Some(row) = journal
+        .leases(&thread)
+        .await?
+        .into_iter()
+        .find(|row| row.name == thread && row.status == LeaseStatus::Open)
+    else {
+        return Ok(Queued::No);
+    };
+    Ok(match journal.reclaim_lease(&thread, holder, TTL).await? {
+        Some(lease) => Queued::Taken(row, lease),
+        None => Queued::Held(row),
+    })
 }
 
 /// What the status model needs of a lease row at `now`.

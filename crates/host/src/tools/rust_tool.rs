@@ -62,7 +62,7 @@ use crate::RawJson;
 /// [`RESULT_CAP`](crate::tools::mcp::RESULT_CAP) bytes (a larger value becomes its JSON
 /// text, cut, with a note).
 fn shown(value: Value) -> Value {
-    shown_without(value, api_key().as_deref())
+    shown_without(value, api_key())
 }
 
 /// [`shown`], with `key` as the API key.
@@ -71,11 +71,11 @@ fn shown_without(mut value: Value, key: Option<&str>) -> Value {
     match value {
         Value::String(text) => Value::String(cap(text)),
         other => {
-            let len = serde_json::to_string(&other).map_or(0, |text| text.len());
-            if len <= RESULT_CAP {
+            let text = other.to_string();
+            if text.len() <= RESULT_CAP {
                 other
             } else {
-                Value::String(cap(other.to_string()))
+                Value::String(cap(text))
             }
         }
     }

@@ -17,17 +17,35 @@ pub const HIDDEN_ENV: [&str; 3] = ["OPENAI_API_KEY", "AGENTCTL_DB", "AGENTCTL_TE
 /// the workspace (`.env`) or a same-user process (`/proc/PPID/environ`) can hold it.
 pub fn mask_key(text: String) -> String {
     match api_key() {
-        Some(key) => mask(text, &key),
+        Some(key) => mask(text, key),
         None => text,
     }
 }
 
 /// This process's API key, when it is long enough to mask (8 characters or more: a shorter
-/// one would mask ordinary words).
-pub(crate) fn api_key() -> Option<String> {
-    std::env::var("OPENAI_API_KEY")
-        .ok()
-        .filter(|key| key.len() >= 8)
+/// one would mask ordinary words). Read once: every event and tool output asks for it, and
+/// the environment of a running process does not change it (`OPENAI_API_KEY` is read once
+/// by the client too).
+pub(crate) fn api_key() -> Option<&'static str> {
+    static KEY: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    KEY.get_or_init(|| {
+        std::env::var("OPENAI_API_KEY")
+            .ok()
+            .filter(|key| key.len() >= 8)
+    })
+    .as_deref()
+}
+
+/// [`api_key`] as it appears inside JSON text: itself, unless it has characters JSON
+/// escapes.
+pub(crate) fn api_key_in_json() -> Option<&'static str> {
+    static NEEDLE: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    NEEDLE
+        .get_or_init(|| {
+            let quoted = serde_json::to_string(api_key()?).ok()?;
+            Some(quoted[1..quoted.len() - 1].to_string())
+        })
+        .as_deref()
 }
 
 /// `text` with every occurrence of `key` replaced by `***`.
@@ -36,17 +54,6 @@ pub(crate) fn mask(text: String, key: &str) -> String {
         text.replace(key, "***")
     } else {
         text
-    }
-}
-
-/// Whether a string or key anywhere in `value` holds a NUL character, which the journal
-/// refuses (PostgreSQL cannot store it).
-pub fn holds_nul(value: &Value) -> bool {
-    match value {
-        Value::String(text) => text.contains('\0'),
-        Value::Array(items) => items.iter().any(holds_nul),
-        Value::Object(map) => map.iter().any(|(k, v)| k.contains('\0') || holds_nul(v)),
-        _ => false,
     }
 }
 

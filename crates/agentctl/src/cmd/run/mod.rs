@@ -390,7 +390,7 @@ fn output_schema(
     let schema = agent_host::run::OutputSchema::from_json(&text)
         .map_err(|err| UsageError(format!("--output-schema {}: {err}", path.display())))?
         .retries(retries);
-    if agent_host::tools::holds_nul(&schema.schema) {
+    if agent_journal::holds_nul(&schema.schema) {
         return Err(UsageError(format!(
             "--output-schema {}: contains a NUL character (\\u0000), which a run cannot record",
             path.display()

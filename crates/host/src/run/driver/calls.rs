@@ -19,7 +19,9 @@ use crate::run::events::{
 use crate::run::kinds as k;
 use crate::run::records::ApprovalRecord;
 use crate::run::state::{CallProgress, CallRecord, Decision};
-use crate::tools::{ApprovalMode, Policy, ToolSpec, holds_nul};
+use agent_journal::holds_nul;
+
+use crate::tools::{ApprovalMode, Policy, ToolSpec};
 
 /// What to do with one call now.
 pub(super) enum Next {

@@ -8,19 +8,13 @@
 
 use agent_journal::Payload;
 
-use crate::tools::secrets::{api_key, scrub};
+use crate::tools::secrets::{api_key, api_key_in_json, scrub};
 
 /// `payload` without the API key and without NUL characters.
 pub(crate) fn clean(payload: Payload) -> Payload {
-    let key = api_key();
-    // The key as it appears inside JSON text (itself, unless it has characters JSON escapes).
-    let needle = key
-        .as_deref()
-        .and_then(|k| serde_json::to_string(k).ok())
-        .map(|quoted| quoted[1..quoted.len() - 1].to_string());
     let dirty = match payload.as_text() {
         // A NUL can only be in JSON text as the escape `\u0000`.
-        Some(text) => text.contains("u0000") || needle.as_deref().is_some_and(|k| text.contains(k)),
+        Some(text) => text.contains("u0000") || api_key_in_json().is_some_and(|k| text.contains(k)),
         None => true,
     };
     if !dirty {
@@ -28,7 +22,7 @@ pub(crate) fn clean(payload: Payload) -> Payload {
     }
     match payload.to_value() {
         Some(mut value) => {
-            scrub(&mut value, key.as_deref());
+            scrub(&mut value, api_key());
             Payload::from(value)
         }
         // Text that does not parse: the append refuses it as it is.
