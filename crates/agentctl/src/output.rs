@@ -184,6 +184,26 @@ fn reader_went_away(err: &anyhow::Error) -> bool {
     })
 }
 
+/// The hint `err` carries ([`with_hint`], or a [`Hint`] among its causes), if any.
+fn hint_of(err: &anyhow::Error) -> Option<String> {
+    err.downcast_ref::<HintedContext>()
+        .map(|h| h.0.clone())
+        .or_else(|| {
+            err.chain()
+                .find_map(|e| e.downcast_ref::<Hint>().map(|h| h.0.clone()))
+        })
+}
+
+/// `err` on one line for a record that has no room for a separate hint (a worker's
+/// `ended` detail, an HTTP error): causes joined by `: ` and the hint, if any, after `; `.
+pub fn error_line(err: &anyhow::Error) -> String {
+    let message = agent_schema::one_line(err.as_ref());
+    match hint_of(err) {
+        Some(hint) => format!("{message}; {hint}"),
+        None => message,
+    }
+}
+
 /// Print `error: ...` (causes joined on one line) and a hint, and return a failure status.
 pub fn report_error(err: &anyhow::Error) -> ExitCode {
     report_error_masking(err, None)
@@ -195,13 +215,7 @@ pub fn report_error_masking(err: &anyhow::Error, db: Option<&str>) -> ExitCode {
         // `agentctl ... | head`: the reader has what it wanted; nothing failed.
         return ExitCode::SUCCESS;
     }
-    let hint = err
-        .downcast_ref::<HintedContext>()
-        .map(|h| h.0.clone())
-        .or_else(|| {
-            err.chain()
-                .find_map(|e| e.downcast_ref::<Hint>().map(|h| h.0.clone()))
-        })
+    let hint = hint_of(err)
         .unwrap_or_else(|| "run with --help for usage, or RUST_LOG=debug for details".into());
     // No error of any command prints the API key, whoever quoted it (a server's message).
     let message = agent_host::tools::mask_key(agent_schema::one_line(err.as_ref()));

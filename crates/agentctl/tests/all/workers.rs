@@ -245,6 +245,28 @@ async fn a_run_no_worker_can_drive_is_paused_saying_why(db: FreshDb) {
     assert_eq!(resumed.status.code(), Some(0), "{}", text(&resumed.stderr));
 }
 
+/// A worker whose environment has no API key says so in the run's end, on one line with
+/// the hint (it used to read `cannot reach the model: : OPENAI_API_KEY is not set`, the
+/// empty text being the hint's marker).
+async fn a_worker_without_the_key_says_so_on_one_line(db: FreshDb) {
+    let db = db.url();
+    let server = emulator(&story("0")).await;
+    let dir = tempfile::tempdir().unwrap();
+    let runs = submit(db, &server, dir.path(), 1);
+    let mut cmd = host::agentctl(db);
+    cmd.env_remove("OPENAI_API_KEY");
+    let worker = workers::start_worker_from(cmd, dir.path(), "w", "30", &[]);
+    let ended = worker.wait_for("ended", Some(&runs[0].0), Duration::from_secs(20));
+    worker.signal("TERM");
+    assert_eq!(ended["status"], "error", "{ended}");
+    let detail = ended["detail"].as_str().unwrap_or_default();
+    assert!(
+        detail.starts_with("cannot reach the model: OPENAI_API_KEY is not set; set OPENAI_API_KEY"),
+        "{ended}"
+    );
+    assert!(!detail.contains(": :"), "{ended}");
+}
+
 /// `resume` of a run still queued for the workers takes it out of their queue: a worker
 /// started while it runs never claims it, and nothing is done twice.
 async fn a_resumed_queued_run_is_not_claimed_by_a_worker(db: FreshDb) {
@@ -578,4 +600,4 @@ async fn a_worker_tightens_a_weaker_run_to_its_floor(db: FreshDb) {
 }
 
 use crate::host::fresh_db::{self, FreshDb};
-agent_testkit::backend_tests!(fresh_db, [sqlite, postgres]: a_run_no_worker_can_drive_is_paused_saying_why, a_resumed_queued_run_is_not_claimed_by_a_worker, an_interrupt_withdraws_a_queued_run, a_stopping_worker_gives_back_a_run_waiting_for_a_human, a_worker_tightens_a_weaker_run_to_its_floor, takeover_under_random_kills, zombie_is_fenced, sigterm_releases_the_run, requests_reach_the_worker, runs_table_is_rebuilt_from_the_journal);
+agent_testkit::backend_tests!(fresh_db, [sqlite, postgres]: a_run_no_worker_can_drive_is_paused_saying_why, a_worker_without_the_key_says_so_on_one_line, a_resumed_queued_run_is_not_claimed_by_a_worker, an_interrupt_withdraws_a_queued_run, a_stopping_worker_gives_back_a_run_waiting_for_a_human, a_worker_tightens_a_weaker_run_to_its_floor, takeover_under_random_kills, zombie_is_fenced, sigterm_releases_the_run, requests_reach_the_worker, runs_table_is_rebuilt_from_the_journal);

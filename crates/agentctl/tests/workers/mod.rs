@@ -73,9 +73,20 @@ pub struct Worker {
 }
 
 pub fn start_worker(db: &str, dir: &Path, name: &str, ttl: &str, extra: &[&str]) -> Worker {
+    start_worker_from(agentctl(db), dir, name, ttl, extra)
+}
+
+/// [`start_worker`] from `cmd` (`agentctl --db DB` with the test's environment changed).
+pub fn start_worker_from(
+    mut cmd: std::process::Command,
+    dir: &Path,
+    name: &str,
+    ttl: &str,
+    extra: &[&str],
+) -> Worker {
     let log = dir.join(format!("{name}.jsonl"));
     let err = dir.join(format!("{name}.err"));
-    let child = agentctl(db)
+    let child = cmd
         .args([
             "--json",
             "worker",

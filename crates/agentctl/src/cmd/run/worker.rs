@@ -85,10 +85,10 @@ impl Connector for CliConnector {
                 .endpoint
                 .connect_shared(spec.endpoint.as_ref(), &self.clients)
                 .await
-                .map_err(|err| HostError::Connect(format!("{err:#}")))?;
+                .map_err(|err| HostError::Connect(crate::output::error_line(&err)))?;
             let tools = super::load_tool_config(std::path::Path::new(&spec.workspace), &self.mcp)?;
             let sandbox = super::resumed_sandbox(spec, None, self.sandbox_floor)
-                .map_err(|err| HostError::Connect(format!("{err:#}")))?;
+                .map_err(|err| HostError::Connect(crate::output::error_line(&err)))?;
             Ok(Connected {
                 client,
                 tools,
