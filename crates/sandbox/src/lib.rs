@@ -17,6 +17,9 @@
 //!   setuid or setgid bit anywhere (seccomp);
 //! - network (unless [`Policy::network`]): no TCP bind or connect (Landlock) and no socket of
 //!   any family but `AF_UNIX` (seccomp), so UDP, raw and netlink sockets are refused too;
+//!   and none of the host's Unix sockets: those bound by path are covered (all but the
+//!   command's own beneath the paths the policy names, and the name services'), abstract
+//!   ones are out of Landlock's scope;
 //! - other processes: no signals to processes outside the sandbox and no ptrace of them
 //!   (Landlock), so neither `/proc/<pid>/environ` nor `/proc/<pid>/mem` of the host; no
 //!   limits or priorities set on them (seccomp); a PID namespace of its own, so that nothing

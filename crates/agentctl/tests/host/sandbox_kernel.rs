@@ -531,3 +531,48 @@ fn a_hidden_socket_refuses_connections() {
     );
     assert!(listener.accept().is_err(), "the listener saw a connection");
 }
+
+/// Without the network, the host's Unix sockets are out of reach wherever they are (a
+/// database's, a desktop bus, a terminal multiplexer's: Landlock does not govern `connect`
+/// on one), and the command's own in the workspace are not; with `--network` the host's are
+/// reachable again. Each attempt is checked on the listener too: it saw the connections
+/// that were allowed and no other.
+#[test]
+fn the_hosts_unix_sockets_are_out_of_reach_without_the_network() {
+    let b = bare();
+    let outside = tempfile::tempdir().unwrap();
+    let host_path = outside.path().canonicalize().unwrap().join("daemon.sock");
+    let host = std::os::unix::net::UnixListener::bind(&host_path).unwrap();
+    host.set_nonblocking(true).unwrap();
+    let own_path = b.ws.join("own.sock");
+    let own = std::os::unix::net::UnixListener::bind(&own_path).unwrap();
+    own.set_nonblocking(true).unwrap();
+    let connect = |path: &Path| {
+        format!(
+            "python3 -c 'import socket; s = socket.socket(socket.AF_UNIX); s.connect(\"{}\"); print(\"connected\")'",
+            path.display()
+        )
+    };
+    let refused = b.run(&[], &connect(&host_path));
+    assert!(!refused.status.success(), "{}", text(&refused.stdout));
+    assert!(
+        text(&refused.stderr).contains("Connection refused"),
+        "{}",
+        text(&refused.stderr)
+    );
+    assert!(
+        host.accept().is_err(),
+        "the host's listener saw a connection"
+    );
+    let kept = b.run(&[], &connect(&own_path));
+    assert_eq!(text(&kept.stdout), "connected\n", "{}", text(&kept.stderr));
+    assert!(own.accept().is_ok(), "the workspace's listener saw nothing");
+    let networked = b.run(&["--network"], &connect(&host_path));
+    assert_eq!(
+        text(&networked.stdout),
+        "connected\n",
+        "{}",
+        text(&networked.stderr)
+    );
+    assert!(host.accept().is_ok(), "the host's listener saw nothing");
+}

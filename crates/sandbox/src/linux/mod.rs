@@ -4,6 +4,7 @@ mod landlock_rules;
 mod mounts;
 mod privileges;
 mod seccomp;
+mod sockets;
 
 use std::path::{Path, PathBuf};
 
@@ -25,7 +26,14 @@ pub(crate) fn restrict_self(policy: &Policy) -> Result<(), SandboxError> {
         Ok(()) => {
             // Hidden first: a workspace inside a hidden directory is bound back into
             // place by `hide`, and its `.git` must be made read-only where it ends up.
-            mounts::hide(&resolved.deny_read, &resolved.reachable)?;
+            // Without the network the host's Unix sockets are hidden too.
+            let mut hidden = resolved.deny_read.clone();
+            if !policy.network {
+                hidden.extend(sockets::host_sockets(&resolved.reachable)?);
+                hidden.sort();
+                hidden.dedup();
+            }
+            mounts::hide(&hidden, &resolved.reachable)?;
             if protect {
                 mounts::read_only_binds(&resolved.protected)?;
             }
