@@ -370,16 +370,17 @@ async fn kill_9_of_the_host_takes_its_shell_command_down() {
         json!([call(
             "c_long",
             "shell",
-            json!({"command": format!("{MACHINE_PID} echo $p > shell.pid; touch started; sleep 60; touch finished")})
+            json!({"command": "touch started; sleep 60; touch finished"})
         )]),
         answer("FINAL"),
     ]))
     .await;
     let mut child = spawn_long_shell(&db, &server, &ws, &["--approval", "auto"]).await;
-    let pid = std::fs::read_to_string(ws.join("shell.pid"))
-        .unwrap()
-        .trim()
-        .to_string();
+    let in_ws = ws.canonicalize().unwrap();
+    assert!(
+        !processes_in(&in_ws).is_empty(),
+        "the command is not running in its workspace"
+    );
     // A waiter from another terminal, started while the run runs.
     let run = only_run(&db);
     let waiter = agentctl(&db)
@@ -401,13 +402,13 @@ async fn kill_9_of_the_host_takes_its_shell_command_down() {
     assert_eq!(again.status.code(), Some(130), "{}", text(&again.stderr));
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     loop {
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        if stat.is_empty() || stat.contains(") Z") {
+        let left = processes_in(&in_ws);
+        if left.is_empty() {
             break;
         }
         assert!(
             std::time::Instant::now() < deadline,
-            "the command {pid} outlived its host"
+            "the command outlived its host: {left:?}"
         );
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }

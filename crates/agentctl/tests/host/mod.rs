@@ -10,13 +10,29 @@ use agent_journal::{Event, Journal};
 use agent_responses_mock::{MOCK_API_KEY, MockConfig, MockServer, Script};
 use serde_json::Value;
 
-/// Shell that sets `$p` to the shell's pid as the machine sees it (`/proc` names it so; `$$`
-/// answers in a sandbox's own PID namespace). A subshell that `exec`s keeps it.
-pub const MACHINE_PID: &str = "read -r p _ < /proc/self/stat;";
+/// The machine's processes, not zombies, whose working directory is `dir`: pid and name.
+pub fn processes_in(dir: &Path) -> Vec<(String, String)> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| std::fs::read_link(p.join("cwd")).is_ok_and(|cwd| cwd == dir))
+        .filter_map(|p| {
+            let stat = std::fs::read_to_string(p.join("stat")).ok()?;
+            let zombie = stat.contains(") Z ");
+            let pid = p.file_name()?.to_string_lossy().into_owned();
+            (!zombie).then(|| (pid, stat.split(' ').nth(1).unwrap_or("").to_string()))
+        })
+        .collect()
+}
 
-/// Shell that sets `$h` to the pid of the host driving a sandboxed `shell` call: the parent
-/// of the sandbox's entry point, which is the command's parent (`$PPID` is 0 in the
-/// sandbox's PID namespace).
+/// Shell that sets `$h` to the pid of the host driving a sandboxed `shell` call, as a
+/// command with the host's `/proc` would find it: the parent of the command's parent. With
+/// the sandbox's own `/proc` (Linux 6.15 and later) the command's parent is not there
+/// (`$PPID` is 0 in its PID namespace) and `$h` is empty: what such a command tries on the
+/// host then fails before the host's own protections are reached.
 pub const HOST_PID: &str =
     "read -r _ _ _ e _ < /proc/self/stat; read -r _ _ _ h _ < /proc/$e/stat;";
 

@@ -576,3 +576,55 @@ fn the_hosts_unix_sockets_are_out_of_reach_without_the_network() {
     );
     assert!(host.accept().is_ok(), "the host's listener saw nothing");
 }
+
+/// The command's `/proc` is its PID namespace's: it sees its own processes under the numbers
+/// `getpid` gives them (`/proc/$$` is its shell) and none of the host's, whose command lines
+/// people put tokens in. The host process here carries such a token in its arguments.
+#[test]
+fn proc_shows_the_commands_processes_and_none_of_the_hosts() {
+    let b = bare();
+    let mut host = Command::new("python3")
+        .args(["-c", "import time; time.sleep(30)", "TOKEN_4242"])
+        .spawn()
+        .unwrap();
+    let host_pid = host.id();
+    // The token is put together at run time, so that no command line of the sandbox holds
+    // it; only the host's process does.
+    let script = format!(
+        "echo \"self=$$\"; tr '\\0' ' ' < /proc/$$/cmdline; echo; \
+         ls /proc | grep -E '^[0-9]+$' | tr '\\n' ' '; echo; \
+         test -e /proc/{host_pid} && echo host-visible; \
+         t=TOK; t=\"${{t}}EN_4242\"; n=0; \
+         for f in /proc/[0-9]*/cmdline; do \
+           case \"$(tr '\\0' ' ' < $f 2>/dev/null)\" in *\"$t\"*) n=$((n+1));; esac; \
+         done; echo \"$n\"; \
+         head -1 /proc/meminfo"
+    );
+    // The host's process is there to be seen (had the sandbox not hidden it).
+    let seen_outside = || {
+        std::fs::read(format!("/proc/{host_pid}/cmdline"))
+            .is_ok_and(|c| String::from_utf8_lossy(&c).contains("TOKEN_4242"))
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !seen_outside() {
+        assert!(std::time::Instant::now() < deadline, "python did not start");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let o = b.run(&[], &script);
+    let _ = host.kill();
+    let _ = host.wait();
+    let out = text(&o.stdout);
+    assert!(o.status.success(), "{out}{}", text(&o.stderr));
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines[0], "self=1", "{out}");
+    assert!(lines[1].starts_with("bash -c echo"), "{out}");
+    // Its shell, and the `ls` and `grep` of that pipeline: a handful, all its own.
+    let pids: Vec<u32> = lines[2]
+        .split_whitespace()
+        .map(|p| p.parse().unwrap())
+        .collect();
+    assert!(pids.contains(&1) && pids.len() < 10, "{out}");
+    assert!(!lines.contains(&"host-visible"), "{out}");
+    assert_eq!(lines[3].trim(), "0", "the host's process was seen: {out}");
+    assert!(lines[4].starts_with("MemTotal:"), "{out}");
+}
