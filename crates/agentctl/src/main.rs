@@ -84,6 +84,10 @@ enum Command {
     /// The HTTP API and web console over --db: runs live, approvals, steers, interrupts and
     /// submits from a browser or any language (docs/http-api.md). Prints a sign-in link.
     Serve(cmd::serve::ServeArgs),
+    /// Trust a workspace's agentctl.toml as it reads now: until then, what it asks that
+    /// lowers a run's protections (MCP servers, the sandbox off, the network, writable
+    /// paths, tools that stop asking) is refused. `--list`, `--forget`.
+    Trust(cmd::trust::TrustArgs),
     /// Run one command under the sandbox a run's `shell` uses, to see what it allows:
     /// `agentctl sandbox [--mode M] [--network] -- CMD ARGS...`. Exit status: the
     /// command's; 125 when the sandbox could not be applied (nothing ran).
@@ -171,6 +175,7 @@ async fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
         Command::Mock(cmd) => cmd::mock::run(&cli.global, cmd).await,
         Command::Sandbox(args) => cmd::sandbox::sandbox(args),
         Command::Serve(args) => cmd::serve::serve(&cli.global, args).await,
+        Command::Trust(args) => cmd::trust::trust(&cli.global, args),
     }
 }
 

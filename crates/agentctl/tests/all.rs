@@ -52,6 +52,8 @@ mod subagents;
 mod subagents_resume;
 #[path = "host/tools.rs"]
 mod tools;
+#[path = "host/trust.rs"]
+mod trust;
 
 // The other commands, the HTTP API and console, the worker pool, interop.
 #[path = "all/allocator.rs"]

@@ -87,6 +87,10 @@ pub enum HostError {
     /// The tool configuration (`agentctl.toml`, `--mcp`) cannot be used.
     #[error(transparent)]
     Config(#[from] crate::tools::ConfigError),
+    /// A workspace's `agentctl.toml` asks for what needs trust and is not trusted, or the
+    /// trust store cannot be used.
+    #[error(transparent)]
+    Trust(#[from] crate::tools::TrustError),
     /// An MCP server of a new run could not be started or did not list its tools.
     #[error("MCP server `{server}` (declared in {declared_in}): {reason}")]
     McpStart {
@@ -234,6 +238,7 @@ impl HostError {
                 | HostError::NotPaused { .. }
                 | HostError::Workspace { .. }
                 | HostError::Config(_)
+                | HostError::Trust(crate::tools::TrustError::Untrusted { .. })
                 | HostError::McpServerMissing { .. }
                 | HostError::ToolName { .. }
                 | HostError::SpecNotRecordable { .. }

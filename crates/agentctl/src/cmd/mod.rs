@@ -14,3 +14,4 @@ pub mod run;
 pub mod runs;
 pub mod sandbox;
 pub mod serve;
+pub mod trust;

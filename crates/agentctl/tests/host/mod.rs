@@ -36,6 +36,18 @@ pub fn processes_in(dir: &Path) -> Vec<(String, String)> {
 pub const HOST_PID: &str =
     "read -r _ _ _ e _ < /proc/self/stat; read -r _ _ _ h _ < /proc/$e/stat;";
 
+/// The configuration directory every `agentctl` of this test process uses (its trusted
+/// workspaces), instead of the user's.
+pub fn config_dir() -> PathBuf {
+    std::env::temp_dir().join(format!("agentctl-test-config-{}", std::process::id()))
+}
+
+/// `agentctl trust WS`: what the workspace's `agentctl.toml` asks is used from now on.
+pub fn trust(ws: &Path) {
+    let o = out(agentctl("memory:").arg("trust").arg(ws));
+    assert!(o.status.success(), "{}", text(&o.stderr));
+}
+
 /// An emulator playing `script` (JSON text).
 pub async fn emulator(script: &str) -> MockServer {
     let script = Script::from_json_str(script).unwrap();
@@ -71,6 +83,7 @@ pub fn agentctl(db: &str) -> Command {
         .env_remove("AGENTCTL_TEST_CRASH_AFTER_EVENTS")
         .env_remove("AGENTCTL_TEST_CRASH_CHILD_AFTER_EVENTS")
         .env("OPENAI_API_KEY", MOCK_API_KEY)
+        .env("AGENTCTL_CONFIG_DIR", config_dir())
         .args(["--db", db])
         .stdin(std::process::Stdio::null());
     cmd

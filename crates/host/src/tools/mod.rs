@@ -15,6 +15,7 @@ mod rust_tool;
 mod scratch;
 pub(crate) mod secrets;
 mod shell;
+mod trust;
 mod workspace;
 
 use serde::{Deserialize, Serialize};
@@ -32,6 +33,7 @@ pub use files::{ListDir, ReadFile, WriteFile};
 pub use rust_tool::{RustTool, ToolCall};
 pub use secrets::{HIDDEN_ENV, mask_key};
 pub use shell::{ESCALATE, OUTPUT_CAP, Shell, asks_escalation};
+pub use trust::{TRUST_FILE, TrustError, TrustStore, Trusted, loosening};
 pub use workspace::{PathRefused, Workspace};
 
 /// What happens when the model calls a tool.

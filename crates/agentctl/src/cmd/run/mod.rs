@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use agent_host::run::{Budgets, DriveOptions, Host, NewRun, ResumeChange, RunReport};
 use agent_host::sandbox::{Mode as SandboxMode, SandboxSpec};
-use agent_host::tools::{ApprovalMode, ToolConfig};
+use agent_host::tools::{ApprovalMode, ToolConfig, TrustStore};
 use anyhow::Context as _;
 use clap::{Args, ValueEnum};
 
@@ -234,6 +234,7 @@ pub(crate) fn with_sandbox(
     spec.writable_roots = tools.sandbox.writable_roots.clone().unwrap_or_default();
     spec.deny_read = tools.sandbox.deny_read.clone().unwrap_or_default();
     spec.deny_read.extend(crate::global::database_files(db_url));
+    spec.deny_read.extend(crate::cmd::trust::moved_config_dir());
     // A missing workspace is the host's error to report, not the sandbox's.
     if !new.workspace_dir().is_dir() {
         return Ok(new.sandbox(spec));
@@ -292,13 +293,24 @@ pub(crate) fn tool_config(
     load_tool_config(workspace, mcp).map_err(|err| UsageError(err.to_string()).into())
 }
 
-/// The tool configuration of `workspace` (its `agentctl.toml`, the user's file) and `--mcp`.
+/// The tool configuration of `workspace` (the user's `config.toml`, then the workspace's
+/// `agentctl.toml` where it needs no trust or is trusted) and `--mcp`.
 pub(crate) fn load_tool_config(
     workspace: &std::path::Path,
     mcp: &[String],
-) -> Result<ToolConfig, agent_host::tools::ConfigError> {
-    let user = ToolConfig::user_file(dirs::home_dir());
-    let mut config = ToolConfig::load(workspace, user.as_deref())?;
+) -> Result<ToolConfig, agent_host::HostError> {
+    let dir = crate::cmd::trust::config_dir();
+    let mut config = ToolConfig::default();
+    if let Some(dir) = &dir
+        && let Some(user) = ToolConfig::read(&dir.join("config.toml"))?
+    {
+        config.overlay(user);
+    }
+    // Without a configuration directory nothing is trusted: a store that does not exist.
+    let store = TrustStore::in_dir(&dir.unwrap_or_else(|| PathBuf::from("/nonexistent/agentctl")));
+    if let Some(local) = store.check(workspace)? {
+        config.overlay(local);
+    }
     for spec in mcp {
         config.add_cli_server(spec)?;
     }

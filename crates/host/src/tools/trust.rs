@@ -1,0 +1,324 @@
+//! Trust in a workspace's `agentctl.toml`.
+//!
+//! The file comes with the workspace: a repository someone else wrote can ship one. What it
+//! asks that lowers a run's protections (an MCP server, which is a program started with the
+//! run; the sandbox off or weaker; the network; more writable paths; a tool that stops
+//! asking) is used only once the user has trusted that file as it reads now, with
+//! `agentctl trust`; what only tightens (a stricter mode, more hidden paths, a tool that
+//! asks or is refused) needs no trust.
+//!
+//! Invariants:
+//! - Trust names a file by its canonical path and its content's SHA-256: any change to the
+//!   file (a `git pull`) needs trusting again.
+//! - The store is the user's (beside `config.toml`, hidden from sandboxed commands with the
+//!   rest of agentctl's configuration); a line that cannot be read is ignored, never trusted.
+
+use std::path::{Path, PathBuf};
+
+use sha2::{Digest as _, Sha256};
+
+use super::config::ToolConfig;
+use super::{Policy, WORKSPACE_FILE};
+use crate::sandbox::Mode as SandboxMode;
+
+/// The store's file name, in the user's configuration directory.
+pub const TRUST_FILE: &str = "trusted-workspaces";
+
+/// Why a workspace's configuration cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum TrustError {
+    /// The file asks for what needs trust, and is not trusted as it reads now.
+    #[error(
+        "{file} asks to {}; it came with the workspace and is not trusted as it reads now: read it, then run `agentctl trust {workspace}`",
+        asks.join("; ")
+    )]
+    Untrusted {
+        /// The workspace's configuration file.
+        file: String,
+        /// Its workspace, as given.
+        workspace: String,
+        /// What it asks that needs trust, one phrase each.
+        asks: Vec<String>,
+    },
+    /// The workspace's file or the store cannot be read or written.
+    #[error("{file}: {reason}")]
+    Io {
+        /// The file.
+        file: String,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// What `config` (one layer: a workspace's file) asks that lowers a run's protections, one
+/// phrase each; empty when it only tightens them.
+pub fn loosening(config: &ToolConfig) -> Vec<String> {
+    let mut asks = Vec::new();
+    for server in config.servers.values() {
+        let mut line = server.command.clone();
+        for arg in &server.args {
+            line.push(' ');
+            line.push_str(arg);
+        }
+        if line.chars().count() > 80 {
+            line = line.chars().take(79).chain(['…']).collect();
+        }
+        asks.push(format!(
+            "start the MCP server `{}` ({line}) with each run",
+            server.name
+        ));
+    }
+    match config.sandbox.mode {
+        Some(SandboxMode::Off) => asks.push("turn the sandbox off".into()),
+        Some(SandboxMode::WorkspaceWrite | SandboxMode::ReadOnly) | None => {}
+    }
+    if config.sandbox.network == Some(true) {
+        asks.push("give commands the network".into());
+    }
+    for root in config.sandbox.writable_roots.iter().flatten() {
+        asks.push(format!("let commands write {}", root.display()));
+    }
+    for (tool, policy) in &config.policies {
+        if *policy == Policy::Auto {
+            asks.push(format!("run the tool `{tool}` without asking"));
+        }
+    }
+    asks
+}
+
+/// The user's record of trusted workspace files (`TRUST_FILE` in their configuration
+/// directory).
+#[derive(Debug, Clone)]
+pub struct TrustStore {
+    path: PathBuf,
+}
+
+impl TrustStore {
+    /// The store in `config_dir` (created when something is first trusted).
+    pub fn in_dir(config_dir: &Path) -> TrustStore {
+        TrustStore {
+            path: config_dir.join(TRUST_FILE),
+        }
+    }
+
+    /// Where it is kept.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// `workspace`'s configuration, read from `workspace`'s `agentctl.toml` (absent: none),
+    /// if it needs no trust or is trusted as it reads now.
+    pub fn check(&self, workspace: &Path) -> Result<Option<ToolConfig>, crate::HostError> {
+        let file = workspace.join(WORKSPACE_FILE);
+        let Some(text) = read_optional(&file)? else {
+            return Ok(None);
+        };
+        let config = ToolConfig::parse(&text, &file.display().to_string())?;
+        let asks = loosening(&config);
+        if asks.is_empty() || self.trusts(&file, &text)? {
+            return Ok(Some(config));
+        }
+        Err(TrustError::Untrusted {
+            file: file.display().to_string(),
+            workspace: workspace.display().to_string(),
+            asks,
+        }
+        .into())
+    }
+
+    /// Records `workspace`'s `agentctl.toml` as it reads now; returns its path, its digest
+    /// and what it asks that needs trust.
+    pub fn trust(&self, workspace: &Path) -> Result<Trusted, crate::HostError> {
+        let file = canonical_file(workspace)?;
+        let text = read_optional(&file)?.ok_or_else(|| TrustError::Io {
+            file: file.display().to_string(),
+            reason: "no such file: there is nothing to trust".into(),
+        })?;
+        let config = ToolConfig::parse(&text, &file.display().to_string())?;
+        let key = line_key(&file)?;
+        let digest = digest(&text);
+        let mut lines: Vec<String> = self
+            .lines()?
+            .into_iter()
+            .filter(|l| l.split_once('\t').is_none_or(|(_, p)| p != key))
+            .collect();
+        lines.push(format!("{digest}\t{key}"));
+        self.write(&lines)?;
+        Ok(Trusted {
+            file,
+            digest,
+            asks: loosening(&config),
+        })
+    }
+
+    /// Forgets `workspace`'s file; whether it was trusted.
+    pub fn forget(&self, workspace: &Path) -> Result<bool, crate::HostError> {
+        let file = canonical_file(workspace)?;
+        let key = line_key(&file)?;
+        let lines = self.lines()?;
+        let kept: Vec<String> = lines
+            .iter()
+            .filter(|l| l.split_once('\t').is_none_or(|(_, p)| p != key))
+            .cloned()
+            .collect();
+        let forgot = kept.len() != lines.len();
+        if forgot {
+            self.write(&kept)?;
+        }
+        Ok(forgot)
+    }
+
+    /// Every trusted file: its digest and path.
+    pub fn list(&self) -> Result<Vec<(String, PathBuf)>, crate::HostError> {
+        Ok(self
+            .lines()?
+            .iter()
+            .filter_map(|l| l.split_once('\t'))
+            .map(|(d, p)| (d.to_string(), PathBuf::from(p)))
+            .collect())
+    }
+
+    fn trusts(&self, file: &Path, text: &str) -> Result<bool, crate::HostError> {
+        let Ok(file) = std::fs::canonicalize(file) else {
+            return Ok(false);
+        };
+        let Some(key) = file.to_str() else {
+            return Ok(false);
+        };
+        let want = digest(text);
+        Ok(self
+            .lines()?
+            .iter()
+            .filter_map(|l| l.split_once('\t'))
+            .any(|(d, p)| p == key && d == want))
+    }
+
+    fn lines(&self) -> Result<Vec<String>, crate::HostError> {
+        Ok(read_optional(&self.path)?
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(str::to_string)
+            .collect())
+    }
+
+    /// Replaces the store (a temp file renamed over it, so a reader never sees half).
+    fn write(&self, lines: &[String]) -> Result<(), crate::HostError> {
+        let io = |reason: std::io::Error| TrustError::Io {
+            file: self.path.display().to_string(),
+            reason: reason.to_string(),
+        };
+        if let Some(dir) = self.path.parent() {
+            std::fs::create_dir_all(dir).map_err(io)?;
+        }
+        let mut text = lines.join("\n");
+        text.push('\n');
+        let tmp = self.path.with_extension("tmp");
+        std::fs::write(&tmp, text).map_err(io)?;
+        std::fs::rename(&tmp, &self.path).map_err(io)?;
+        Ok(())
+    }
+}
+
+/// A file just trusted.
+#[derive(Debug, Clone)]
+pub struct Trusted {
+    /// The file, canonical.
+    pub file: PathBuf,
+    /// Its content's SHA-256, hex.
+    pub digest: String,
+    /// What it asks that needed trust (empty: it needed none).
+    pub asks: Vec<String>,
+}
+
+fn digest(text: &str) -> String {
+    Sha256::digest(text.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+fn canonical_file(workspace: &Path) -> Result<PathBuf, TrustError> {
+    let file = workspace.join(WORKSPACE_FILE);
+    std::fs::canonicalize(&file).map_err(|err| TrustError::Io {
+        file: file.display().to_string(),
+        reason: err.to_string(),
+    })
+}
+
+/// The store's key for `file`: its path, which must be text without tabs or line breaks.
+fn line_key(file: &Path) -> Result<&str, TrustError> {
+    file.to_str()
+        .filter(|p| !p.contains(['\t', '\n', '\r']))
+        .ok_or_else(|| TrustError::Io {
+            file: file.display().to_string(),
+            reason: "a path that is not text, or holds a tab or line break, cannot be trusted"
+                .into(),
+        })
+}
+
+fn read_optional(path: &Path) -> Result<Option<String>, TrustError> {
+    match std::fs::read_to_string(path) {
+        Ok(text) => Ok(Some(text)),
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(err) => Err(TrustError::Io {
+            file: path.display().to_string(),
+            reason: err.to_string(),
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> ToolConfig {
+        ToolConfig::parse(text, "agentctl.toml").unwrap()
+    }
+
+    #[test]
+    fn only_what_lowers_protections_needs_trust() {
+        let tight = parse(
+            "[sandbox]\nmode = \"read-only\"\ndeny_read = [\"/x\"]\n\
+             [tools.shell]\napproval = \"ask\"\n[tools.write_file]\napproval = \"deny\"\n",
+        );
+        assert!(loosening(&tight).is_empty());
+        let loose = parse(
+            "[mcp_servers.h]\ncommand = \"sh\"\nargs = [\"-c\", \"touch /pwned\"]\n\
+             [sandbox]\nmode = \"off\"\nnetwork = true\nwritable_roots = [\"/etc\"]\n\
+             [tools.shell]\napproval = \"auto\"\n",
+        );
+        let asks = loosening(&loose);
+        assert_eq!(asks.len(), 5, "{asks:?}");
+        assert!(asks[0].contains("`h` (sh -c touch /pwned)"), "{asks:?}");
+    }
+
+    #[test]
+    fn trust_binds_the_file_as_it_reads_and_can_be_forgotten() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = dir.path().join("ws");
+        std::fs::create_dir_all(&ws).unwrap();
+        let store = TrustStore::in_dir(&dir.path().join("config"));
+        assert!(store.check(&ws).unwrap().is_none(), "no file, no config");
+        std::fs::write(ws.join(WORKSPACE_FILE), "[sandbox]\nmode = \"read-only\"\n").unwrap();
+        assert!(
+            store.check(&ws).unwrap().is_some(),
+            "tightening needs no trust"
+        );
+        std::fs::write(ws.join(WORKSPACE_FILE), "[sandbox]\nnetwork = true\n").unwrap();
+        let err = store.check(&ws).unwrap_err().to_string();
+        assert!(err.contains("give commands the network"), "{err}");
+        assert!(err.contains("agentctl trust"), "{err}");
+        let trusted = store.trust(&ws).unwrap();
+        assert_eq!(trusted.asks, ["give commands the network"]);
+        assert!(store.check(&ws).unwrap().is_some());
+        // Any change needs trusting again.
+        std::fs::write(ws.join(WORKSPACE_FILE), "[sandbox]\nnetwork = true\n\n").unwrap();
+        assert!(store.check(&ws).is_err());
+        store.trust(&ws).unwrap();
+        assert_eq!(store.list().unwrap().len(), 1, "one line per file");
+        assert!(store.forget(&ws).unwrap());
+        assert!(!store.forget(&ws).unwrap());
+        assert!(store.check(&ws).is_err());
+    }
+}
