@@ -129,8 +129,12 @@ pub async fn run(global: &GlobalArgs, cmd: HistoryCmd) -> anyhow::Result<std::pr
                 items
             };
             let items: Vec<Value> = serde_json::from_str(&text).map_err(|err| {
+                let what = match err.classify() {
+                    serde_json::error::Category::Data => "items are not a JSON array",
+                    _ => "items are not valid JSON",
+                };
                 with_hint(
-                    anyhow::anyhow!("items are not a JSON array: {err}"),
+                    anyhow::anyhow!("{what}: {err}"),
                     r#"pass a JSON array, e.g. '[{"type":"message","text":"hi"}]'"#,
                 )
             })?;

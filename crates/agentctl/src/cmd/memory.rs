@@ -21,7 +21,7 @@ pub enum MemoryCmd {
         #[arg(long)]
         project: String,
         /// Age (seconds) after which an entry needs a refresh; default 30 days.
-        #[arg(long, default_value_t = DEFAULT_MAX_AGE)]
+        #[arg(long, default_value_t = DEFAULT_MAX_AGE, value_parser = clap::value_parser!(i64).range(0..))]
         max_age: i64,
         /// The current time (Unix seconds); default now.
         #[arg(long)]

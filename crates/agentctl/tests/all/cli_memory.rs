@@ -232,6 +232,34 @@ fn memory_add_refuses_an_observed_time_far_in_the_future_or_negative() {
     assert!(out.stdout.is_empty(), "nothing was recorded");
 }
 
+/// Bad input says what is wrong with it: text that is not JSON is not called "not an
+/// array", and a negative `--max-age` is refused by name.
+#[test]
+fn history_items_and_memory_ages_say_what_is_wrong() {
+    let (_dir, db) = temp_db("bad.db");
+    for (items, want) in [
+        (r#"[{"text":"\u12"}]"#, "items are not valid JSON"),
+        (r#"{"type":"message"}"#, "items are not a JSON array"),
+    ] {
+        let out = agentctl(&db)
+            .args(["history", "append", "--thread", "t", "--unit", "u", items])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && stderr.contains(want),
+            "{items}: {stderr}"
+        );
+    }
+    let out = agentctl(&db)
+        .args(["memory", "recall", "--project", "p", "--max-age=-1"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("--max-age"), "{stderr}");
+}
+
 /// On a file system it cannot write (here the sandbox's read-only mode, which holds for
 /// root too), `history` fails with a hint that says why, and `runs` still reads the file.
 #[test]
