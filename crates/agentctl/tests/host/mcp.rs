@@ -86,6 +86,7 @@ async fn mcp_tools_story(db: FreshDb) {
         ),
     )
     .unwrap();
+    trust(&ws);
     let home = tempfile::tempdir().unwrap();
     let paused = out(run_cmd(db, &server, &ws, &[]).env("HOME", home.path()));
     assert_eq!(paused.status.code(), Some(3), "{}", text(&paused.stderr));
@@ -286,9 +287,13 @@ async fn mcp_config_errors_and_policies() {
     let db = format!("sqlite://{}", dir.path().join("cfg.db").display());
     let server = emulator(&fixture("host-mcp.json")).await;
     let home = tempfile::tempdir().unwrap();
+    // The user file is read from the config dir, here the one under HOME.
+    let user_dir = home.path().join(".config/agentctl");
     let (_g, ws) = workspace();
     std::fs::write(ws.join("agentctl.toml"), "[mcp_servers.t]\nargs = \"x\"\n").unwrap();
-    let bad = out(run_cmd(&db, &server, &ws, &[]).env("HOME", home.path()));
+    let bad = out(run_cmd(&db, &server, &ws, &[])
+        .env("HOME", home.path())
+        .env("AGENTCTL_CONFIG_DIR", &user_dir));
     assert_eq!(bad.status.code(), Some(2), "{}", text(&bad.stderr));
     let msg = text(&bad.stderr);
     assert!(
@@ -304,7 +309,9 @@ async fn mcp_config_errors_and_policies() {
     )
     .unwrap();
     std::fs::write(ws.join("agentctl.toml"), "").unwrap();
-    let bad = out(run_cmd(&db, &server, &ws, &[]).env("HOME", home.path()));
+    let bad = out(run_cmd(&db, &server, &ws, &[])
+        .env("HOME", home.path())
+        .env("AGENTCTL_CONFIG_DIR", &user_dir));
     assert_eq!(bad.status.code(), Some(2), "{}", text(&bad.stderr));
     assert!(
         text(&bad.stderr).contains("config.toml: `tools.shell.approval`"),
@@ -317,7 +324,9 @@ async fn mcp_config_errors_and_policies() {
         "[tools.shell]\napproval = \"auto\"\n",
     )
     .unwrap();
-    let bad = out(run_cmd(&db, &server, &ws, &["--mcp", "no command"]).env("HOME", home.path()));
+    let bad = out(run_cmd(&db, &server, &ws, &["--mcp", "no command"])
+        .env("HOME", home.path())
+        .env("AGENTCTL_CONFIG_DIR", &user_dir));
     assert_eq!(bad.status.code(), Some(2), "{}", text(&bad.stderr));
     assert!(text(&bad.stderr).contains("--mcp"), "{}", text(&bad.stderr));
 
@@ -332,7 +341,8 @@ async fn mcp_config_errors_and_policies() {
         &ws,
         &["--mcp", "gone=/nonexistent/mcp-server"],
     )
-    .env("HOME", home.path()));
+    .env("HOME", home.path())
+    .env("AGENTCTL_CONFIG_DIR", &user_dir));
     assert_eq!(missing.status.code(), Some(1), "{}", text(&missing.stderr));
     assert!(
         text(&missing.stderr).contains(
@@ -342,8 +352,9 @@ async fn mcp_config_errors_and_policies() {
         text(&missing.stderr)
     );
     // A bare name is looked up on PATH, as `exec` will.
-    let typo =
-        out(run_cmd(&db, &server, &ws, &["--mcp", "typo=npxx -y pkg"]).env("HOME", home.path()));
+    let typo = out(run_cmd(&db, &server, &ws, &["--mcp", "typo=npxx -y pkg"])
+        .env("HOME", home.path())
+        .env("AGENTCTL_CONFIG_DIR", &user_dir));
     assert_eq!(typo.status.code(), Some(1), "{}", text(&typo.stderr));
     assert!(
         text(&typo.stderr).contains("`npxx` was not found on PATH"),
@@ -354,7 +365,9 @@ async fn mcp_config_errors_and_policies() {
     assert!(text(&listed.stdout).trim().is_empty(), "no run was created");
 
     // Policies from the table: shell denied, the read-only lookup asks.
-    let paused = out(run_cmd(&db, &server, &ws, &["--mcp", &mcp_flag()]).env("HOME", home.path()));
+    let paused = out(run_cmd(&db, &server, &ws, &["--mcp", &mcp_flag()])
+        .env("HOME", home.path())
+        .env("AGENTCTL_CONFIG_DIR", &user_dir));
     assert_eq!(paused.status.code(), Some(3), "{}", text(&paused.stderr));
     let run = only_run(&db);
     let events = events(&db, &run).await;
@@ -396,6 +409,7 @@ async fn mcp_server_sandbox_and_tool_timeout() {
         ),
     )
     .unwrap();
+    trust(&ws);
     let write = |id: &str, path: &Path| {
         call(
             id,
