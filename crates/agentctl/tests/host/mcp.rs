@@ -73,6 +73,17 @@ fn output_of<'a>(events: &'a [agent_journal::Event], call: &str) -> (&'a str, St
     (&*e.kind, text)
 }
 
+/// The `strict` of tool `name` in a model request.
+fn sent_strict(request: &Value, name: &str) -> Value {
+    request["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == name)
+        .unwrap_or_else(|| panic!("no tool {name} sent"))["strict"]
+        .clone()
+}
+
 async fn mcp_tools_story(db: FreshDb) {
     let db = db.url();
     let server = emulator(&fixture("host-mcp.json")).await;
@@ -119,6 +130,13 @@ async fn mcp_tools_story(db: FreshDb) {
     assert_eq!(tool("t__wait_idem")["policy"], "ask");
     // Sandboxed (the default), shell runs without asking.
     assert_eq!(tool("shell")["policy"], "auto");
+    // `strict` only where the schema follows the API's strict rules (`lookup`'s does), as
+    // recorded and as sent: the API refuses a strict function with an open schema.
+    assert!(tool("t__lookup").get("strict").is_none(), "{created}");
+    assert_eq!(tool("t__delete_item")["strict"], false);
+    let strict_sent = |name: &str| sent_strict(&last_request(&server), name);
+    assert_eq!(strict_sent("t__lookup"), Value::Bool(true));
+    assert_eq!(strict_sent("t__delete_item"), Value::Bool(false));
     // The destructive tool asks; nothing was deleted.
     let asked = kinds_of(&evs, "approval.requested");
     assert_eq!(asked.len(), 1);
@@ -167,6 +185,9 @@ async fn mcp_tools_story(db: FreshDb) {
     );
     let (_, out_text) = output_of(&events, "call_env");
     assert_eq!(out_text, "OPENAI_API_KEY=absent SECRET_TOKEN=present");
+    // The resume sent the tools as recorded.
+    assert_eq!(strict_sent("t__delete_item"), Value::Bool(false));
+    assert_eq!(strict_sent("t__lookup"), Value::Bool(true));
     // The model saw every outcome verbatim.
     let last = last_request(&server).to_string();
     assert!(last.contains("value of beta: beta-42"), "{last}");

@@ -13,6 +13,17 @@
 //!
 //! With `AGENTCTL_TEST_MCP_GRANDCHILD` set it starts a `sleep` that ignores stdin (as `npx`
 //! leaves a grandchild) and logs its pid to `mcp-grandchildren.log`.
+//!
+//! Misbehaviours, by environment variable:
+//! - `AGENTCTL_TEST_MCP_LIST`: how `tools/list` goes wrong: `hang` (never answered),
+//!   `same_cursor` (every page has `nextCursor: "again"`), `endless_cursor` (a new
+//!   `nextCursor` on every page), `no_schema` (one more tool, `no_schema`, without
+//!   `inputSchema`).
+//! - `AGENTCTL_TEST_MCP_RPC_ERROR_BYTES=N`: `rpc_error`'s message is `N` bytes long.
+//! - `AGENTCTL_TEST_MCP_LOOKUP_BYTES=N`: `lookup` answers `N` bytes of text (one line of
+//!   JSON-RPC of about that size).
+//!
+//! `lookup`'s input schema follows the Responses API's strict rules; the others' do not.
 
 use std::io::{BufRead as _, Write as _};
 use std::sync::{Arc, Mutex};
@@ -49,7 +60,12 @@ fn main() {
         let out = out.clone();
         match method {
             "initialize" => send(&out, &id, Ok(initialize())),
-            "tools/list" => send(&out, &id, Ok(json!({"tools": tools()}))),
+            "tools/list" => {
+                // `None` (`hang`): never answered.
+                if let Some(page) = list_page(&params) {
+                    send(&out, &id, Ok(page));
+                }
+            }
             "tools/call" => {
                 // Calls run concurrently, as a real server's would.
                 std::thread::spawn(move || {
@@ -68,6 +84,46 @@ fn initialize() -> Value {
            "serverInfo": {"name": "agentctl-test-mcp-server", "version": "0.1.0"}})
 }
 
+/// The answer to `tools/list` (`None`: none, ever), as `AGENTCTL_TEST_MCP_LIST` has it.
+fn list_page(params: &Value) -> Option<Value> {
+    let mode = std::env::var("AGENTCTL_TEST_MCP_LIST").unwrap_or_default();
+    let mut tools = tools();
+    let page = |tools: Value, cursor: String| json!({"tools": tools, "nextCursor": cursor});
+    match mode.as_str() {
+        "hang" => None,
+        "same_cursor" => Some(page(tools, "again".into())),
+        "endless_cursor" => {
+            let n = params
+                .get("cursor")
+                .and_then(Value::as_str)
+                .and_then(|c| c.parse::<u64>().ok())
+                .unwrap_or(0);
+            Some(page(json!([]), (n + 1).to_string()))
+        }
+        "no_schema" => {
+            if let Value::Array(list) = &mut tools {
+                list.insert(
+                    0,
+                    json!({"name": "no_schema", "description": "No inputSchema."}),
+                );
+            }
+            Some(json!({"tools": tools}))
+        }
+        _ => Some(json!({"tools": tools})),
+    }
+}
+
+/// A string of `bytes` bytes as the variable `var` asks, or `default`.
+fn sized(var: &str, default: String) -> String {
+    match std::env::var(var)
+        .ok()
+        .and_then(|n| n.parse::<usize>().ok())
+    {
+        Some(bytes) => "x".repeat(bytes),
+        None => default,
+    }
+}
+
 fn tools() -> Value {
     let obj = |props: Value, required: Value| json!({"type": "object", "properties": props, "required": required});
     let wait = obj(
@@ -76,7 +132,8 @@ fn tools() -> Value {
     );
     json!([
         {"name": "lookup", "description": "Look a key up.",
-         "inputSchema": obj(json!({"key": {"type": "string"}}), json!(["key"])),
+         "inputSchema": {"type": "object", "properties": {"key": {"type": "string"}},
+                         "required": ["key"], "additionalProperties": false},
          "annotations": {"readOnlyHint": true}},
         {"name": "delete_item", "description": "Delete an item.",
          "inputSchema": obj(json!({"item": {"type": "string"}}), json!(["item"])),
@@ -111,7 +168,10 @@ fn call(params: &Value) -> Result<Value, (i64, String)> {
     };
     let text = |t: String| json!({"content": [{"type": "text", "text": t}]});
     match name {
-        "lookup" => Ok(text(format!("value of {}: {}-42", arg("key"), arg("key")))),
+        "lookup" => Ok(text(sized(
+            "AGENTCTL_TEST_MCP_LOOKUP_BYTES",
+            format!("value of {}: {}-42", arg("key"), arg("key")),
+        ))),
         "delete_item" => {
             append("deleted.txt", &arg("item"));
             Ok(text(format!("deleted {}", arg("item"))))
@@ -120,7 +180,13 @@ fn call(params: &Value) -> Result<Value, (i64, String)> {
             json!({"content": [{"type": "text", "text": "the item does not exist"}],
                             "isError": true}),
         ),
-        "rpc_error" => Err((-32000, "the backend is unavailable".into())),
+        "rpc_error" => Err((
+            -32000,
+            sized(
+                "AGENTCTL_TEST_MCP_RPC_ERROR_BYTES",
+                "the backend is unavailable".into(),
+            ),
+        )),
         "crash" => {
             eprintln!("test server: crashing on purpose");
             std::process::exit(3);

@@ -15,6 +15,10 @@
 //!   applies on top.
 //! - `run.created` records each server's name, command, args, env *keys* only, and its
 //!   sandbox mode; a resume runs a server at least as confined as recorded.
+//! - A tool is sent `strict` exactly when its input schema follows the API's strict rules
+//!   (`strict_schema_problem`); the schema is sent as the server gave it. `run.created`
+//!   records the choice, and a resume sends what was recorded (a run recorded before this
+//!   choice recorded none, which reads as `strict`).
 
 mod client;
 mod program;
@@ -27,6 +31,7 @@ use rmcp::model::ToolAnnotations;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use agent_responses::types::text_format::strict_schema_problem;
 use agent_runtime::Tool;
 
 use super::{ApprovalMode, Policy, ToolConfig, ToolSpec};
@@ -159,17 +164,21 @@ pub(crate) async fn discover(
             if description.is_empty() {
                 description = format!("Tool `{}` of MCP server `{}`.", info.name, server.name);
             }
+            let schema = Value::Object((*info.input_schema).clone());
+            // The API refuses a strict function whose schema breaks its strict rules, as
+            // most MCP servers' do (optional properties, no `additionalProperties: false`).
+            let strict = strict_schema_problem(&schema).is_none();
             found.specs.push(ToolSpec {
                 name: name.clone(),
                 description,
-                parameters: RawJson::from_value(&Value::Object((*info.input_schema).clone())),
+                parameters: RawJson::from_value(&schema),
                 policy: mode.apply(own, !hints.read_only),
                 retry_safe: hints.retry_safe(),
                 mcp: Some(McpOrigin {
                     server: server.name.clone(),
                     tool: info.name.to_string(),
                 }),
-                strict: true,
+                strict,
             });
             found.tools.push(Arc::new(McpTool {
                 name,
