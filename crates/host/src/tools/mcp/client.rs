@@ -8,7 +8,8 @@
 //!   An error the server answers (JSON-RPC error, `isError`) keeps the connection.
 //! - The process never sees `OPENAI_API_KEY` or the database URLs unless the server's own
 //!   `env` sets them; its stdin/stdout carry only the protocol; its stderr goes to the log
-//!   (target `agent_host::mcp`), never to this process's stdout.
+//!   (target `agent_host::mcp`), never to this process's stdout, a line at most
+//!   [`super::stderr::MAX_LINE`] bytes long.
 //! - It runs in a process group of its own (a terminal's Ctrl-C reaches only the host);
 //!   [`ServerHandle::shutdown`] closes its stdin, waits, then kills the whole group. A
 //!   watchdog in the group kills it once the host is gone, so after a `kill -9` of the host
@@ -17,7 +18,8 @@
 //! - A sandboxed server (`sandbox = ...`) is started through the sandbox's entry point with
 //!   a private `TMPDIR` that lives as long as the process; the watchdog stays outside.
 //! - A call that takes longer than the server's `tool_timeout_sec` fails, and the server
-//!   is stopped; the next call starts it again.
+//!   is stopped; the next call starts it again. Listing the tools is held to the same
+//!   limit.
 
 use std::process::Stdio;
 use std::sync::Arc;
@@ -27,11 +29,11 @@ use rmcp::model::{CallToolRequestParams, CallToolResult, JsonObject, Tool as Mcp
 use rmcp::service::RunningService;
 use rmcp::transport::TokioChildProcess;
 use rmcp::{RoleClient, ServiceError, ServiceExt as _};
-use tokio::io::AsyncBufReadExt as _;
 use tokio::sync::Mutex;
 
 use super::super::ServerConfig;
 use super::super::secrets::HIDDEN_ENV;
+use super::listing::ListError;
 use crate::sandbox::SandboxSpec;
 use agent_runtime::CancellationToken;
 
@@ -75,7 +77,8 @@ impl std::fmt::Debug for ServerHandle {
     }
 }
 
-/// Why a call did not produce a result; the text is what the model is told.
+/// Why a call did not produce a result; the text is what the model is told (the server's
+/// own text in it uncapped: the tool caps it).
 #[derive(Debug)]
 pub(crate) enum CallError {
     /// The server could not be started (or initialized).
@@ -183,12 +186,9 @@ impl ServerHandle {
         let pgid = transport.id();
         if let Some(stderr) = stderr {
             let name = self.config.name.clone();
-            tokio::spawn(async move {
-                let mut lines = tokio::io::BufReader::new(stderr).lines();
-                while let Ok(Some(line)) = lines.next_line().await {
-                    tracing::info!(target: "agent_host::mcp", server = %name, "{line}");
-                }
-            });
+            tokio::spawn(super::stderr::drain(stderr, move |line| {
+                tracing::info!(target: "agent_host::mcp", server = %name, "{line}");
+            }));
         }
         tracing::debug!(target: "agent_host::mcp", server = %self.config.name, generation, "started");
         match tokio::time::timeout(START_TIMEOUT, ().serve(transport)).await {
@@ -214,14 +214,27 @@ impl ServerHandle {
         }
     }
 
-    /// Every tool the server offers (all pages).
-    pub(crate) async fn list_tools(&self) -> Result<Vec<McpToolInfo>, String> {
-        let (peer, generation) = self.peer().await?;
-        match peer.list_all_tools().await {
-            Ok(tools) => Ok(tools),
-            Err(err) => {
+    /// Every tool the server offers (all pages, see [`super::listing`]), within the
+    /// server's `tool_timeout_sec`. A server that fails to list its tools is stopped (killed
+    /// at once when it ran out of time).
+    pub(crate) async fn list_tools(&self) -> Result<Vec<McpToolInfo>, ListError> {
+        let (peer, generation) = self.peer().await.map_err(ListError::Start)?;
+        let limit = self.config.tool_timeout;
+        let mut pages = 0;
+        let listed = tokio::time::timeout(
+            limit,
+            super::listing::list_all(&peer, &self.config.name, &mut pages),
+        )
+        .await;
+        match listed {
+            Ok(Ok(tools)) => Ok(tools),
+            Ok(Err(err)) => {
                 self.drop_connection(generation).await;
-                Err(format!("it did not list its tools: {err}"))
+                Err(err)
+            }
+            Err(_) => {
+                self.kill_connection(generation).await;
+                Err(ListError::TimedOut { limit, pages })
             }
         }
     }
@@ -249,9 +262,10 @@ impl ServerHandle {
         };
         match answer {
             Ok(result) => Ok(result),
+            // The code first: the message may be cut.
             Err(ServiceError::McpError(err)) => Err(CallError::Answered(format!(
-                "{} (JSON-RPC error {})",
-                err.message, err.code.0
+                "JSON-RPC error {}: {}",
+                err.code.0, err.message
             ))),
             Err(err) => {
                 self.drop_connection(generation).await;

@@ -21,7 +21,11 @@
 //!   choice recorded none, which reads as `strict`).
 
 mod client;
+mod listing;
 mod program;
+#[cfg(test)]
+mod server_tests;
+mod stderr;
 mod tool;
 
 use std::path::Path;
@@ -137,7 +141,7 @@ pub(crate) async fn discover(
                 return Err(HostError::McpStart {
                     server: server.name.clone(),
                     declared_in: server.source.clone(),
-                    reason,
+                    reason: reason.to_string(),
                 });
             }
         };

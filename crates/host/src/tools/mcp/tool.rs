@@ -7,6 +7,7 @@
 //!   panics and never fails the run.
 //! - The model sees the text content verbatim (blocks joined by newlines); other content
 //!   blocks and structured content as JSON; at most [`RESULT_CAP`] bytes, with a note.
+//!   A server's error text is held to the same cap (and masked the same way).
 
 use std::sync::Arc;
 
@@ -60,8 +61,6 @@ impl Tool for McpTool {
                 return Err(ToolFailure("arguments must be a JSON object".into()));
             };
             let name = server.name().to_string();
-            // A server's error text may echo what it was given: masked like its results.
-            let failed = |text: String| ToolFailure(crate::tools::secrets::mask_key(text));
             match server.call(&remote, args, &ctx.cancel).await {
                 Ok(result) if result.is_error == Some(true) => Err(ToolFailure(format!(
                     "MCP tool `{remote}` of server `{name}` reported an error:\n{}",
@@ -77,12 +76,14 @@ impl Tool for McpTool {
                      the next call starts it again.",
                     limit.as_secs_f64()
                 ))),
-                Err(CallError::Answered(reason)) => Err(failed(format!(
-                    "MCP server `{name}` answered the call of `{remote}` with an error: {reason}"
+                Err(CallError::Answered(reason)) => Err(ToolFailure(format!(
+                    "MCP server `{name}` answered the call of `{remote}` with an error: {}",
+                    server_text(reason)
                 ))),
-                Err(CallError::Broken(reason)) => Err(failed(format!(
-                    "MCP server `{name}` failed during the call of `{remote}` ({reason}); its \
-                     effect is unknown. The server is restarted for the next call."
+                Err(CallError::Broken(reason)) => Err(ToolFailure(format!(
+                    "MCP server `{name}` failed during the call of `{remote}` ({}); its \
+                     effect is unknown. The server is restarted for the next call.",
+                    server_text(reason)
                 ))),
                 Err(CallError::Cancelled) => {
                     Err(ToolFailure("Cancelled: the run was interrupted".into()))
@@ -90,6 +91,14 @@ impl Tool for McpTool {
             }
         })
     }
+}
+
+/// What the model sees of a text that comes from the server (an error it answered, or
+/// rmcp's account of what it sent): it may echo what it was given, so it is masked like a
+/// result, and capped like one, so one answer can neither fill the journal nor make every
+/// later model request too large.
+fn server_text(text: String) -> String {
+    cap(crate::tools::secrets::mask_key(text))
 }
 
 /// What the model sees of a result.
