@@ -11,6 +11,7 @@ mod cmd;
 mod db;
 mod exit;
 mod global;
+mod log_writer;
 mod output;
 
 use clap::{Parser, Subcommand};
@@ -198,8 +199,8 @@ fn init_tracing() {
         .with_default(LevelFilter::TRACE)
         .with_target("tungstenite::handshake", LevelFilter::DEBUG);
     let stderr_log = tracing_subscriber::fmt::layer()
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .with_writer(log_writer::SafeStderr)
         .with_filter(requested.and(key_safe));
     tracing_subscriber::registry().with(stderr_log).init();
 }

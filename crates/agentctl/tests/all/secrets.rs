@@ -290,6 +290,57 @@ fn a_key_the_server_echoes_reaches_no_output_and_no_journal() {
     }
 }
 
+/// A server error the client and the host retry, quoting the key: the log lines that say
+/// so (at the default level) hold `***`, not the key.
+#[test]
+fn a_retried_error_quoting_the_key_is_logged_masked() {
+    const KEY: &str = "sk-echoed-by-the-server-4d7e";
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("echo.json");
+    let rules = serde_json::json!({"rules": [{"when": {}, "reply": {"error": {
+        "status": 500, "message": format!("upstream failed, auth was Bearer {KEY}"),
+        "type": "server_error"}}}]});
+    std::fs::write(&script, rules.to_string()).unwrap();
+    let mut server = agentctl()
+        .args(["mock", "serve", "--script"])
+        .arg(&script)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut base_url = String::new();
+    BufReader::new(server.stdout.take().unwrap())
+        .read_line(&mut base_url)
+        .unwrap();
+    let ws = dir.path().join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    let output = agentctl()
+        .env("OPENAI_API_KEY", KEY)
+        .env("HOME", dir.path())
+        .env_remove("RUST_LOG")
+        .args([
+            "--db",
+            &format!("sqlite://{}", dir.path().join("r.db").display()),
+        ])
+        .args(["run", "--base-url", base_url.trim(), "--workspace"])
+        .arg(&ws)
+        .arg("hi")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    server.kill().unwrap();
+    server.wait().unwrap();
+    let (stdout, stderr) = text(&output);
+    assert!(
+        stderr.contains("trying again") && stderr.contains("auth was Bearer ***"),
+        "{stderr}"
+    );
+    assert!(
+        !stdout.contains(KEY) && !stderr.contains(KEY),
+        "{stdout}\n{stderr}"
+    );
+}
+
 /// A password that is also a word of the URL or of the message (`postgres`, `data`) is
 /// masked where it stands alone, not inside the URL's other parts or other words, and the
 /// constant hint is printed as written.

@@ -364,7 +364,7 @@ impl Driver {
         let compacted = match self.client.compact(&compact).await {
             Ok(compacted) => compacted,
             Err(err) => {
-                tracing::warn!(step = next, error = %err, "compaction failed; the step goes on uncompacted");
+                tracing::warn!(step = next, error = %crate::tools::mask_key(err.to_string()), "compaction failed; the step goes on uncompacted");
                 return Ok(());
             }
         };
@@ -747,7 +747,7 @@ impl Driver {
                         ..self.client.config().retry
                     };
                     if let Some(wait) = policy.backoff(&err, attempt - 1) {
-                        tracing::warn!(step, attempt, error = %err, ?wait, "model call failed; trying again");
+                        tracing::warn!(step, attempt, error = %crate::tools::mask_key(err.to_string()), ?wait, "model call failed; trying again");
                         let cancel = self.opts.cancel.clone();
                         tokio::select! {
                             () = tokio::time::sleep(wait) => {}
