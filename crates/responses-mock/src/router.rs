@@ -69,8 +69,16 @@ async fn create(
             response,
             fault,
             delta_chars,
+            text_deltas,
             latency,
-        }) => create::stream_body(&state, &response, fault, delta_chars, latency, started),
+        }) => create::stream_body(
+            &state,
+            &response,
+            fault,
+            (delta_chars, text_deltas),
+            latency,
+            started,
+        ),
         Err(f) => failure(&f),
     }
 }

@@ -6,7 +6,7 @@
 //!  "rules": [{"name": "first turn",
 //!             "when": {"endpoint": "responses", "last_user_contains": "api", "has_tool_outputs": false},
 //!             "times": 1,
-//!             "reply": {"items": [...], "status": "completed"},   // or {"json": {...}}
+//!             "reply": {"items": [...], "status": "completed", "text_deltas": true},   // or {"json": {...}}
 //!             "fault": {"after_events": 3, "kind": "cut"}}]}
 //! ```
 //! Rules are tried in order; the first whose `when` matches and whose `times` is not used up
@@ -185,6 +185,10 @@ pub enum Reply {
         /// Characters per text/arguments delta when streamed.
         #[serde(default)]
         delta_chars: Option<usize>,
+        /// `false`: no `response.output_text.delta` events when streamed; the text arrives
+        /// only in the `.done` events and the terminal one, as some servers send it.
+        #[serde(default = "yes", skip_serializing_if = "is_true")]
+        text_deltas: bool,
     },
     /// One assistant message whose text is this JSON value, encoded: a structured answer
     /// (for a request with a `json_schema` text format). Not checked against the schema,
@@ -204,6 +208,14 @@ fn completed() -> String {
     "completed".into()
 }
 
+fn yes() -> bool {
+    true
+}
+
+fn is_true(value: &bool) -> bool {
+    *value
+}
+
 /// A reply rendered for one request: what HTTP and WebSocket both send for it.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Rendered {
@@ -213,24 +225,28 @@ pub(crate) struct Rendered {
     pub(crate) status: String,
     /// Characters per delta when streamed, if the rule set it.
     pub(crate) delta_chars: Option<usize>,
+    /// Whether the text is streamed in `response.output_text.delta` events.
+    pub(crate) text_deltas: bool,
 }
 
 impl Reply {
     /// This reply for a request whose context is `context`; a scripted error as `Err`.
     pub(crate) fn render_for(self, context: &[Item]) -> Result<Rendered, ErrorReply> {
-        let (items, status, delta_chars) = match self {
+        let (items, status, delta_chars, text_deltas) = match self {
             Reply::Error { error } => return Err(error),
             Reply::Items {
                 items,
                 status,
                 delta_chars,
-            } => (items, status, delta_chars),
+                text_deltas,
+            } => (items, status, delta_chars, text_deltas),
             Reply::Json { json } => (
                 vec![assistant_message(&json.to_string())],
                 completed(),
                 None,
+                true,
             ),
-            Reply::Echo { .. } => (echo_items(context), completed(), None),
+            Reply::Echo { .. } => (echo_items(context), completed(), None, true),
         };
         let output = items
             .iter()
@@ -240,6 +256,7 @@ impl Reply {
             output,
             status,
             delta_chars,
+            text_deltas,
         })
     }
 }

@@ -41,8 +41,9 @@ pub fn default_delta_chars(response: &Value, base: usize) -> usize {
     base.max(1).max(longest.div_ceil(MAX_DELTAS))
 }
 
-/// Every event (as JSON) for `response` (the final object) with terminal `status`.
-pub fn events(response: &Value, delta_chars: usize) -> Vec<Value> {
+/// Every event (as JSON) for `response` (the final object) with terminal `status`; without
+/// `text_deltas`, no `response.output_text.delta` (the text is in the `.done` events).
+pub fn events(response: &Value, delta_chars: usize, text_deltas: bool) -> Vec<Value> {
     let mut out = Vec::new();
     let mut seq = 0u64;
     let mut push = |mut event: Value, out: &mut Vec<Value>| {
@@ -135,7 +136,12 @@ pub fn events(response: &Value, delta_chars: usize) -> Vec<Value> {
                     );
                     if ptype == "output_text" {
                         let text = part.get("text").and_then(Value::as_str).unwrap_or("");
-                        for d in deltas(text, delta_chars) {
+                        let streamed = if text_deltas {
+                            deltas(text, delta_chars)
+                        } else {
+                            Vec::new()
+                        };
+                        for d in streamed {
                             push(
                                 with(
                                     json!({"type": "response.output_text.delta", "delta": d, "logprobs": []}),
@@ -243,5 +249,41 @@ mod tests {
         assert!(deltas(&long, chars).len() <= MAX_DELTAS, "{chars}");
         assert_eq!(deltas(&long, chars).concat(), long);
         assert_eq!(deltas("abcdefghij", 4), ["abcd", "efgh", "ij"]);
+    }
+
+    #[test]
+    fn a_reply_without_text_deltas_carries_its_text_in_the_done_events_alone() {
+        let response = json!({"id": "resp_1", "status": "completed", "output": [
+            {"type": "message", "id": "msg_1", "content": [{"type": "output_text", "text": "the answer"}]}
+        ]});
+        let kinds = |text_deltas| -> Vec<String> {
+            events(&response, 4, text_deltas)
+                .iter()
+                .map(|e| e["type"].as_str().unwrap_or("").to_string())
+                .collect()
+        };
+        let with = kinds(true);
+        assert_eq!(
+            with.iter()
+                .filter(|k| *k == "response.output_text.delta")
+                .count(),
+            3
+        );
+        let without = kinds(false);
+        let dropped: Vec<String> = with
+            .into_iter()
+            .filter(|k| k != "response.output_text.delta")
+            .collect();
+        assert_eq!(without, dropped);
+        let stream = events(&response, 4, false);
+        let done = stream
+            .iter()
+            .find(|e| e["type"] == "response.output_text.done")
+            .map(|e| e["text"].clone());
+        assert_eq!(done, Some(json!("the answer")));
+        // Numbered with no gap where the deltas would have been.
+        for (n, event) in stream.iter().enumerate() {
+            assert_eq!(event["sequence_number"], json!(n));
+        }
     }
 }

@@ -28,6 +28,7 @@ pub(super) enum Created {
         response: Value,
         fault: Option<Fault>,
         delta_chars: usize,
+        text_deltas: bool,
         latency: Latency,
     },
 }
@@ -69,6 +70,7 @@ pub(super) fn create_inner(
         output,
         status,
         delta_chars,
+        text_deltas,
     } = reply
         .render_for(&context)
         .map_err(|error| error_reply(&error))?;
@@ -99,6 +101,7 @@ pub(super) fn create_inner(
             response,
             fault,
             delta_chars,
+            text_deltas,
             latency,
         })
     } else {
@@ -113,11 +116,11 @@ pub(super) fn stream_body(
     state: &Arc<AppState>,
     response: &Value,
     fault: Option<Fault>,
-    delta_chars: usize,
+    (delta_chars, text_deltas): (usize, bool),
     latency: Latency,
     started: Instant,
 ) -> Response {
-    let events = sse::events(response, delta_chars);
+    let events = sse::events(response, delta_chars, text_deltas);
     if fault.is_none() && latency.is_none() {
         // Nothing to interleave: every event is ready, so the stream goes out as one body
         // (one write for the server, one read for the client), as a server with no

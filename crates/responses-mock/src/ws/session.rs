@@ -64,6 +64,8 @@ struct Job {
     fault: Option<Fault>,
     /// Characters per delta, when the script says.
     delta_chars: Option<usize>,
+    /// Whether the text is streamed as deltas (the script's `text_deltas`).
+    text_deltas: bool,
     /// How long the response takes to start and to stream.
     latency: crate::Latency,
 }
@@ -390,6 +392,7 @@ impl Session {
             hold,
             fault: None,
             delta_chars: None,
+            text_deltas: true,
             latency: self.state.latency_of(None),
         })
         .await
@@ -428,6 +431,7 @@ impl Session {
             output,
             status,
             delta_chars,
+            text_deltas,
         } = match reply.render_for(&context) {
             Ok(rendered) => rendered,
             Err(error) => return self.send_error(&error_reply(&error), lane.as_deref()).await,
@@ -446,6 +450,7 @@ impl Session {
             hold,
             fault,
             delta_chars,
+            text_deltas,
             latency,
         })
         .await

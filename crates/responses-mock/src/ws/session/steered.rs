@@ -155,6 +155,7 @@ pub(super) fn successor(
         hold: None,
         fault: None,
         delta_chars: None,
+        text_deltas: true,
         latency,
     }
 }

@@ -37,6 +37,7 @@ impl Session {
             hold,
             fault,
             delta_chars,
+            text_deltas,
             latency,
         } = job;
         let started = tokio::time::Instant::now();
@@ -49,7 +50,7 @@ impl Session {
         // A script's own delta size is kept exactly; the default one grows for long texts.
         let delta_chars = delta_chars
             .unwrap_or_else(|| crate::sse::default_delta_chars(&response, self.state.delta_chars));
-        let events = crate::sse::events(&response, delta_chars);
+        let events = crate::sse::events(&response, delta_chars, text_deltas);
         let is_call = is_function_call(&output);
         let hold = hold.and_then(|window| Some((acceptance_point(&events, is_call)?, window)));
         let streamed = self
