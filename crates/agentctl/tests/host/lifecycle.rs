@@ -493,7 +493,40 @@ fn check_compacted_requests(
     }
 }
 
-agent_testkit::backend_tests!(fresh_db, [sqlite, postgres]: compaction_replaces_the_history_and_keeps_the_frontier);
+agent_testkit::backend_tests!(fresh_db, [sqlite, postgres]: compaction_replaces_the_history_and_keeps_the_frontier, a_call_id_reused_from_before_a_compaction_fails_the_run);
+
+/// A model (or a server numbering calls per response) that reuses a call id from before a
+/// compaction: the run fails saying so. It used to spin at full CPU forever: the old call's
+/// events stood for the new one by their dedup keys, so nothing new was journaled.
+async fn a_call_id_reused_from_before_a_compaction_fails_the_run(fresh: FreshDb) {
+    let db = fresh.url();
+    let (_g, ws) = workspace();
+    std::fs::write(ws.join("notes.txt"), "keep python stdlib only\n").unwrap();
+    let script = compaction_script().replace("\"c2\"", "\"c1\"");
+    let server = emulator(&script).await;
+    let mut child = run_cmd(db, &server, &ws, &["--compact-at", "1"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            child.kill().unwrap();
+            panic!("the run did not end");
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
+    let shown = show(db, &only_run(db));
+    assert_eq!(shown["status"], "failed", "{shown}");
+    let detail = shown["detail"].as_str().unwrap_or_default();
+    assert!(
+        detail.contains("reused the call_id c1") && detail.contains("compacted"),
+        "{shown}"
+    );
+}
 
 async fn compaction_replaces_the_history_and_keeps_the_frontier(fresh: FreshDb) {
     let db = fresh.url();
@@ -955,4 +988,77 @@ fn submit_refuses_a_database_no_worker_can_share() {
         assert!(stderr.contains("shared with the workers"), "{stderr}");
         assert_eq!(text(&o.stdout), "", "no run id printed");
     }
+}
+
+/// A small file system for one test's database, unmounted when dropped (needs root, as CI
+/// has: the journal must meet a full disk for real).
+struct SmallDisk(std::path::PathBuf);
+
+impl SmallDisk {
+    fn mount(dir: &std::path::Path, size: &str) -> SmallDisk {
+        std::fs::create_dir_all(dir).unwrap();
+        let o = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir)
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "this test mounts a small tmpfs (root, as in CI): {}",
+            text(&o.stderr)
+        );
+        SmallDisk(dir.to_path_buf())
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg(&self.0).status();
+    }
+}
+
+/// The disk fills while calls run: whichever write fails (a call's end, a model step), the
+/// host exits with the journal's error instead of going round its open calls forever, and
+/// the run is left for a resume.
+#[test]
+fn a_full_disk_during_calls_ends_the_host_instead_of_spinning() {
+    let (_g, ws) = workspace();
+    let dir = tempfile::tempdir().unwrap();
+    let disk = SmallDisk::mount(&dir.path().join("disk"), "1100k");
+    let db = format!("sqlite://{}/j.db", disk.0.display());
+    let steps: Vec<Value> = (0..40)
+        .map(|i| {
+            json!([call(
+                &format!("call_{i}"),
+                "shell",
+                json!({"command": format!("echo {i} >> lines.txt; head -c 60000 /dev/urandom | base64 -w 200")})
+            )])
+        })
+        .chain([answer("FINAL big")])
+        .collect();
+    let script = dir.path().join("big.json");
+    std::fs::write(&script, script_by_outputs(&steps)).unwrap();
+    let mut child = agentctl(&db)
+        .args(["run", "--mock", "--mock-script"])
+        .arg(&script)
+        .args(["--max-steps", "100", "--workspace"])
+        .arg(&ws)
+        .arg("fill")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            child.kill().unwrap();
+            panic!("the host did not end after the disk filled");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let o = child.wait_with_output().unwrap();
+    let said = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{said}");
+    assert!(said.contains("full"), "{said}");
+    drop(disk);
 }

@@ -214,8 +214,27 @@ impl Driver {
                 .cloned()
                 .collect();
             if !open_calls.is_empty() {
-                if let Some(end) = self.calls(open_calls).await? {
+                let before = self.state.last_seq;
+                if let Some(end) = self.calls(open_calls.clone()).await? {
                     return Ok(end);
+                }
+                // A pass over open calls that journaled nothing would be repeated forever.
+                // Where the journal's writer has failed (a full disk, a lost connection),
+                // a call's end could not be written: the run stays as the journal has it,
+                // for a resume once the journal works again. Otherwise it is a defect.
+                if self.state.last_seq == before {
+                    if self.journal.writer_failed() {
+                        return Err(HostError::Journal(JournalError::WriterFailed(
+                            "a call's end could not be journaled; resume the run once the database accepts writes again".into(),
+                        )));
+                    }
+                    let ids: Vec<&str> = open_calls.iter().map(|c| c.call_id.as_str()).collect();
+                    return self
+                        .fail(format!(
+                            "the calls {} made no progress (nothing could be journaled for them)",
+                            ids.join(", ")
+                        ))
+                        .await;
                 }
                 continue;
             }
@@ -511,6 +530,45 @@ impl Driver {
         None
     }
 
+    /// [`unusable_calls`](Self::unusable_calls) for the call ids this fold no longer holds:
+    /// those of the steps before its latest checkpoint. A call id reused from there would
+    /// meet its old call's events by their dedup keys (its scheduling in this drive, its
+    /// refusal, its first approval round), which then stand for the new call: nothing new
+    /// would be journaled and the call would never end. Only a run with such steps pays
+    /// for the probes, one indexed read per key.
+    async fn reused_before_checkpoint(
+        &self,
+        output: &[Value],
+    ) -> Result<Option<String>, HostError> {
+        if self.state.elided().calls == 0 {
+            return Ok(None);
+        }
+        for item in output {
+            if item.get("type").and_then(Value::as_str) != Some("function_call") {
+                continue;
+            }
+            let call_id = item.get("call_id").and_then(Value::as_str).unwrap_or("");
+            let keys = [
+                agent_runtime::events::scheduled_key(&self.turn, call_id),
+                format!("refused:{call_id}"),
+                crate::run::kinds::approval_request_key(call_id, 0),
+            ];
+            for key in keys {
+                if self
+                    .journal
+                    .find_by_dedup_key(&self.thread, &key)
+                    .await?
+                    .is_some()
+                {
+                    return Ok(Some(format!(
+                        "the model reused the call_id {call_id} (of a call before the history was compacted)"
+                    )));
+                }
+            }
+        }
+        Ok(None)
+    }
+
     /// Ends the run as failed (`run.failed`): nothing more can be done for it.
     async fn fail(&mut self, error: String) -> Result<RunEnd, HostError> {
         // The end as reported matches the end as journaled (see `events::clean`).
@@ -660,6 +718,9 @@ impl Driver {
                     } = *response;
                     let usage = usage.unwrap_or(Value::Null);
                     if let Some(problem) = self.unusable_calls(&output) {
+                        return self.fail(problem).await.map(Some);
+                    }
+                    if let Some(problem) = self.reused_before_checkpoint(&output).await? {
                         return self.fail(problem).await.map(Some);
                     }
                     let mut events = Vec::new();
