@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::common::{client_for, config_for, start, start_with};
+use crate::common::{client_for, config_for, raw_server, start, start_with};
 use agent_responses::retry::RetryPolicy;
 use agent_responses::types::{CompactRequest, CreateResponse, Input, StreamEvent};
 use agent_responses::{ApiKey, Client, ClientConfig, ClientError, EventStream};
@@ -618,64 +618,15 @@ async fn a_cut_stream_is_retryable_and_waits_the_same_backoff_as_a_5xx() {
 /// and half the body, then closes.
 #[tokio::test]
 async fn a_2xx_body_lost_while_reading_is_not_posted_again() {
-    use std::sync::Arc;
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let requests = Arc::new(AtomicUsize::new(0));
-    let counted = Arc::clone(&requests);
-    tokio::spawn(async move {
-        loop {
-            let Ok((mut socket, _)) = listener.accept().await else {
-                return;
-            };
-            let counted = Arc::clone(&counted);
-            tokio::spawn(async move {
-                // Read the whole request (headers, then Content-Length bytes of body).
-                let mut seen = Vec::new();
-                let mut buf = [0u8; 4096];
-                let body_start = loop {
-                    let n = socket.read(&mut buf).await.unwrap_or(0);
-                    if n == 0 {
-                        return;
-                    }
-                    seen.extend_from_slice(&buf[..n]);
-                    if let Some(at) = seen.windows(4).position(|w| w == b"\r\n\r\n") {
-                        break at + 4;
-                    }
-                };
-                let head = String::from_utf8_lossy(&seen[..body_start]).to_lowercase();
-                let length: usize = head
-                    .lines()
-                    .find_map(|l| l.strip_prefix("content-length:"))
-                    .and_then(|v| v.trim().parse().ok())
-                    .unwrap_or(0);
-                while seen.len() < body_start + length {
-                    let n = socket.read(&mut buf).await.unwrap_or(0);
-                    if n == 0 {
-                        return;
-                    }
-                    seen.extend_from_slice(&buf[..n]);
-                }
-                counted.fetch_add(1, Ordering::SeqCst);
-                let _ = socket
-                    .write_all(
-                        b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 400\r\n\r\n{\"id\":\"resp_1\",\"object\":\"resp",
-                    )
-                    .await;
-                let _ = socket.shutdown().await;
-            });
-        }
-    });
-    let client = client_for(&format!("http://{addr}/v1"), MOCK_API_KEY);
+    let (base, arrivals) = raw_server(vec![
+        b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 400\r\n\r\n{\"id\":\"resp_1\",\"object\":\"resp".to_vec(),
+    ])
+    .await;
+    let requests = || arrivals.lock().unwrap().len();
+    let client = client_for(&base, MOCK_API_KEY);
     let err = client.create(&hello()).await.unwrap_err();
     assert!(matches!(err, ClientError::BodyLost(_)), "{err:?}");
-    assert_eq!(
-        requests.load(Ordering::SeqCst),
-        1,
-        "the request was sent again"
-    );
+    assert_eq!(requests(), 1, "the request was sent again");
     let err = client
         .compact(
             &serde_json::from_value::<CompactRequest>(json!({"model": "m", "input": "hi"}))
@@ -684,9 +635,5 @@ async fn a_2xx_body_lost_while_reading_is_not_posted_again() {
         .await
         .unwrap_err();
     assert!(matches!(err, ClientError::BodyLost(_)), "{err:?}");
-    assert_eq!(
-        requests.load(Ordering::SeqCst),
-        2,
-        "the compaction was sent again"
-    );
+    assert_eq!(requests(), 2, "the compaction was sent again");
 }
