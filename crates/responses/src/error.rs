@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::retry::Retry;
+use crate::retry::{MAX_RETRY_AFTER, Retry};
 use crate::sse::SseError;
 
 /// An error returned by the API (HTTP status >= 400, or an `error` stream event).
@@ -20,6 +20,14 @@ pub struct ApiError {
     pub message: String,
     /// The `x-request-id` response header.
     pub request_id: Option<String>,
+    /// The wait the server asked for before a retry (`retry-after-ms`, else `retry-after` in
+    /// seconds or as an HTTP date), on the answer this error reports; `None` when it sent
+    /// none (and for an `error` stream event). Above [`MAX_RETRY_AFTER`] the error is not
+    /// worth retrying ([`ApiError::retry`]).
+    pub retry_after: Option<Duration>,
+    /// How many times the client had already sent this request again before this answer
+    /// (its `x-stainless-retry-count`): 0 when it was sent once.
+    pub retries_taken: u32,
 }
 
 impl std::fmt::Display for ApiError {
@@ -38,6 +46,17 @@ impl std::fmt::Display for ApiError {
             }
             f.write_str(")")?;
         }
+        if let Some(wait) = self.retry_after.filter(|d| *d > MAX_RETRY_AFTER) {
+            write!(
+                f,
+                " (the server asked to retry in {}, later than the {} s this client waits: not retried)",
+                human_wait(wait),
+                MAX_RETRY_AFTER.as_secs()
+            )?;
+        } else if self.retries_taken > 0 {
+            let s = if self.retries_taken == 1 { "y" } else { "ies" };
+            write!(f, " (after {} retr{s})", self.retries_taken)?;
+        }
         if let Some(id) = &self.request_id {
             write!(f, " [request {id}]")?;
         }
@@ -50,7 +69,13 @@ impl ApiError {
     /// ([`Retry::Backoff`]) as in the SDK's policy; every other status (400, 401, 403, 404,
     /// 422, ...) is [`Retry::Never`]. An `error` event inside a stream has no status: it is
     /// retryable unless its type says the request is invalid (`invalid_request_error`).
+    /// Whatever the status, a [`retry_after`](Self::retry_after) above [`MAX_RETRY_AFTER`]
+    /// (the server will not take the request for longer than a client waits) is
+    /// [`Retry::Never`].
     pub fn retry(&self) -> Retry {
+        if self.retry_after.is_some_and(|d| d > MAX_RETRY_AFTER) {
+            return Retry::Never;
+        }
         match self.status {
             Some(408 | 409 | 429) => Retry::Backoff,
             Some(status) if status >= 500 => Retry::Backoff,
@@ -60,7 +85,8 @@ impl ApiError {
         }
     }
 
-    /// Builds the error from a status and an error body (`{"error": {...}}`), as the SDK does.
+    /// Builds the error from a status and an error body (`{"error": {...}}`), as the SDK does
+    /// (with no `retry_after` and no retries taken: the client sets those).
     pub fn from_body(status: u16, body: &[u8], request_id: Option<String>) -> Self {
         let parsed: Option<serde_json::Value> = serde_json::from_slice(body).ok();
         let error = parsed.as_ref().map(|v| v.get("error").unwrap_or(v));
@@ -86,7 +112,19 @@ impl ApiError {
             param: text("param"),
             message,
             request_id,
+            retry_after: None,
+            retries_taken: 0,
         }
+    }
+}
+
+/// `wait` for people: seconds, hours or days, rounded down.
+fn human_wait(wait: Duration) -> String {
+    let secs = wait.as_secs();
+    match secs {
+        0..7_200 => format!("{secs} s"),
+        7_200..172_800 => format!("{} hours", secs / 3_600),
+        _ => format!("{} days", secs / 86_400),
     }
 }
 
@@ -140,6 +178,40 @@ pub enum ClientError {
     /// reached the API, so it is not sent again by the client: a retry is a new request,
     /// which the caller may choose to make ([`Retry::Backoff`], as for a cut stream).
     BodyLost(String),
+    #[error(
+        "the server answered {status} with {}, not an event stream (text/event-stream); its body begins: {excerpt}",
+        describe_content(.content_type.as_deref(), .content_encoding.as_deref())
+    )]
+    /// A streamed request was answered 2xx with a body that is not an event stream: a
+    /// proxy's login page, a plain JSON response, compressed bytes this client does not
+    /// decode. Sending it again gets the same answer ([`Retry::Never`]). Told apart from a
+    /// cut stream by the body's first line (an event stream opens with `data:`, `event:`,
+    /// `id:`, `retry:` or a `:` comment), so an event stream under a missing or generic
+    /// content type is still read as one.
+    NotEventStream {
+        /// The HTTP status (2xx).
+        status: u16,
+        /// The `content-type` header as sent (the key masked, at most 100 characters).
+        content_type: Option<String>,
+        /// The `content-encoding` header, when the body came encoded (the client decodes none).
+        content_encoding: Option<String>,
+        /// The start of the body, as text: the key masked, control characters escaped,
+        /// at most 200 characters.
+        excerpt: String,
+    },
+}
+
+/// `content-type X[ and content-encoding Y]`, or `no content-type`.
+fn describe_content(content_type: Option<&str>, content_encoding: Option<&str>) -> String {
+    let mut text = match content_type {
+        Some(ct) => format!("content-type {ct}"),
+        None => "no content-type".to_owned(),
+    };
+    if let Some(encoding) = content_encoding {
+        text.push_str(" and content-encoding ");
+        text.push_str(encoding);
+    }
+    text
 }
 
 impl ClientError {
@@ -157,7 +229,43 @@ impl ClientError {
             | ClientError::StreamIdleTimeout(_)
             | ClientError::StreamEndedEarly
             | ClientError::StreamFlagMismatch
-            | ClientError::BodyLost(_) => None,
+            | ClientError::BodyLost(_)
+            | ClientError::NotEventStream { .. } => None,
+        }
+    }
+
+    /// The wait the server asked for before a retry, on the answer this error reports
+    /// ([`ApiError::retry_after`]): a caller that retries the call itself waits at least
+    /// this long ([`RetryPolicy::backoff`](crate::retry::RetryPolicy::backoff) does). Above
+    /// [`MAX_RETRY_AFTER`] the error is [`Retry::Never`].
+    pub fn retry_after(&self) -> Option<Duration> {
+        self.api().and_then(|api| api.retry_after)
+    }
+
+    /// How many times the client already sent this request again before giving up, so a
+    /// caller that retries whole calls can count them against one budget:
+    /// - `Some(n)` for an API error status ([`ApiError::retries_taken`]: `n` is the
+    ///   policy's `max_retries` when the status was retryable, else 0);
+    /// - `Some(0)` for failures the client never sends again: a stream cut, idle, malformed
+    ///   or carrying an `error` event, a lost 2xx body, a 2xx that is not an event stream,
+    ///   and the errors raised before any request;
+    /// - `None` for [`Connect`](Self::Connect), [`Timeout`](Self::Timeout) and
+    ///   [`Transport`](Self::Transport), which do not record it: the HTTP
+    ///   [`Client`](crate::Client) returns them only once its policy's `max_retries` are used
+    ///   up, a caller that makes them (a WebSocket session) may have made none.
+    pub fn retries_taken(&self) -> Option<u32> {
+        match self {
+            ClientError::Api(e) | ClientError::StreamError(e) => Some(e.retries_taken),
+            ClientError::Connect(_) | ClientError::Timeout(_) | ClientError::Transport(_) => None,
+            ClientError::MissingApiKey
+            | ClientError::InvalidBaseUrl(_)
+            | ClientError::Decode(_)
+            | ClientError::Sse(_)
+            | ClientError::StreamIdleTimeout(_)
+            | ClientError::StreamEndedEarly
+            | ClientError::StreamFlagMismatch
+            | ClientError::BodyLost(_)
+            | ClientError::NotEventStream { .. } => Some(0),
         }
     }
 
@@ -167,12 +275,14 @@ impl ClientError {
     /// - [`Retry::Never`]: the API's 400, 401, 403, 404, 422 and other non-retryable
     ///   statuses (the API's message is in [`api`](Self::api)), an `error` stream event of
     ///   type `invalid_request_error`, a missing key, a bad base URL, an answer that does not
-    ///   decode, a stream flag on the wrong method;
+    ///   decode, a stream flag on the wrong method, a 2xx that is not an event stream, and
+    ///   any API error whose `retry-after` is above [`MAX_RETRY_AFTER`];
     /// - [`Retry::Backoff`]: 408, 409, 429, 5xx, other `error` stream events, a failed or
     ///   timed-out connection, a cut stream (ended early, idle, malformed), a lost body.
     ///
-    /// Wait [`RetryPolicy::delay`](crate::retry::RetryPolicy::delay) before each retry, or
-    /// use [`RetryPolicy::backoff`](crate::retry::RetryPolicy::backoff), which does both.
+    /// Wait [`RetryPolicy::delay`](crate::retry::RetryPolicy::delay) (given
+    /// [`retry_after`](Self::retry_after)) before each retry, or use
+    /// [`RetryPolicy::backoff`](crate::retry::RetryPolicy::backoff), which does all of it.
     pub fn retry(&self) -> Retry {
         match self {
             ClientError::Api(e) | ClientError::StreamError(e) => e.retry(),
@@ -186,7 +296,8 @@ impl ClientError {
             ClientError::MissingApiKey
             | ClientError::InvalidBaseUrl(_)
             | ClientError::Decode(_)
-            | ClientError::StreamFlagMismatch => Retry::Never,
+            | ClientError::StreamFlagMismatch
+            | ClientError::NotEventStream { .. } => Retry::Never,
         }
     }
 
@@ -242,6 +353,8 @@ mod tests {
             param: None,
             message: "m".into(),
             request_id: None,
+            retry_after: None,
+            retries_taken: 0,
         }
     }
 

@@ -6,6 +6,11 @@
 //! `x-should-retry: true|false` decides; then statuses 408, 409, 429 and >= 500 retry.
 //! Delay: a server-given `0 < d <= 120 s` is used exactly (no jitter); otherwise
 //! `min(initial * 2^retries_taken, 8 s) * (1 - 0.25 * random)`.
+//!
+//! The same rules hold for a caller that retries a whole call after the client gave up
+//! ([`RetryPolicy::backoff`]): the error keeps the server's delay
+//! ([`ClientError::retry_after`]), which is waited for again, and one above the cap makes
+//! the error [`Retry::Never`].
 
 use std::time::{Duration, SystemTime};
 
@@ -18,7 +23,9 @@ use crate::error::ClientError;
 pub enum Retry {
     /// No: the API refused the request itself (400, 401, 403, 404, 422, ...: its message
     /// says why), or this client cannot make it (no key, a bad base URL, an answer that
-    /// does not decode). The same request gets the same answer; something must change first.
+    /// does not decode, a 2xx that is not an event stream), or the server asked for a wait
+    /// above [`MAX_RETRY_AFTER`]. The same request gets the same answer; something must
+    /// change first.
     Never,
     /// Yes, after a wait ([`RetryPolicy::delay`]): the API was busy or failed (408, 409,
     /// 429, 5xx), the connection failed or timed out, or the stream was cut before its end.
@@ -66,9 +73,12 @@ impl RetryPolicy {
         delay_from(self, retries_taken, retry_after, jitter_unit())
     }
 
-    /// The wait before retrying after `err` when `retries_taken` retries were made already;
-    /// `None` when `err` is not worth retrying ([`Retry::Never`]) or the policy's
-    /// `max_retries` are used up. The one call a retry loop needs:
+    /// The wait before retrying after `err` when `retries_taken` retries were made already:
+    /// the server's delay when the error carries one ([`ClientError::retry_after`]), else
+    /// the backoff; `None` when `err` is not worth retrying ([`Retry::Never`], which
+    /// includes a server delay above [`MAX_RETRY_AFTER`]) or the policy's `max_retries` are
+    /// used up. `retries_taken` counts the caller's own retries; the client's are in
+    /// [`ClientError::retries_taken`]. The one call a retry loop needs:
     ///
     /// ```
     /// # use agent_responses::{ClientError, retry::RetryPolicy};
@@ -82,7 +92,7 @@ impl RetryPolicy {
         match err.retry() {
             Retry::Never => None,
             Retry::Backoff if retries_taken >= self.max_retries => None,
-            Retry::Backoff => Some(self.delay(retries_taken, None)),
+            Retry::Backoff => Some(self.delay(retries_taken, err.retry_after())),
         }
     }
 }

@@ -18,5 +18,7 @@ mod pool;
 mod roundtrip;
 #[path = "all/sse_differential.rs"]
 mod sse_differential;
+#[path = "all/unusual_answers.rs"]
+mod unusual_answers;
 #[path = "all/ws_steer.rs"]
 mod ws_steer;

@@ -321,6 +321,8 @@ impl WsStep {
                         param: d.param,
                         message: d.message,
                         request_id: None,
+                        retry_after: None,
+                        retries_taken: 0,
                     },
                 ))))
             }
@@ -401,6 +403,8 @@ fn client_error(err: WsError) -> ClientError {
             param: None,
             message,
             request_id: None,
+            retry_after: None,
+            retries_taken: 0,
         })),
         WsError::HandshakeTimeout(_) | WsError::Connect(_) => ClientError::Connect(err.to_string()),
         WsError::Closed { .. } | WsError::RequestTimeout(_) => {

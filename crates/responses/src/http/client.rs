@@ -1,13 +1,14 @@
 //! `Client`: one pooled reqwest client behind a cheap handle.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderValue};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use super::config::ClientConfig;
+use super::config::{ApiKey, ClientConfig};
 use super::stream::EventStream;
 use crate::error::{ApiError, ClientError};
 use crate::retry;
@@ -103,7 +104,11 @@ impl Client {
         body: impl Into<Bytes>,
     ) -> Result<EventStream, ClientError> {
         let response = self.send("responses", body.into()).await?;
-        Ok(EventStream::new(response, self.config.stream_idle_timeout))
+        Ok(EventStream::new(
+            response,
+            self.config.stream_idle_timeout,
+            self.config.api_key.clone(),
+        ))
     }
 
     /// `POST {base}/responses/compact`.
@@ -126,7 +131,9 @@ impl Client {
     /// Cancel safe: it only reads. Dropping the future abandons the request in progress and
     /// any retries; nothing changes on the server.
     pub async fn retrieve(&self, response_id: &str) -> Result<Response, ClientError> {
-        let url = self.url(&format!("responses/{response_id}"));
+        let path = format!("responses/{response_id}");
+        let url = self.url(&path);
+        let request = format!("GET /{path}");
         let mut retries_taken = 0;
         loop {
             let attempt = self
@@ -135,7 +142,7 @@ impl Client {
                 .headers(self.headers(retries_taken)?)
                 .send()
                 .await;
-            match self.settle(attempt, retries_taken).await? {
+            match self.settle(&request, attempt, retries_taken).await? {
                 Settled::Done(response) => {
                     let bytes = response
                         .bytes()
@@ -157,7 +164,10 @@ impl Client {
         let mut retries_taken = 0;
         loop {
             let attempt = self.attempt(path, body.clone(), retries_taken).await;
-            match self.settle(attempt, retries_taken).await? {
+            match self
+                .settle(&format!("POST /{path}"), attempt, retries_taken)
+                .await?
+            {
                 // The API took the request (2xx): sending it again could create (and bill)
                 // a second response, so a body that cannot be read is the caller's to judge.
                 Settled::Done(response) => {
@@ -177,7 +187,10 @@ impl Client {
         let mut retries_taken = 0;
         loop {
             let attempt = self.attempt(path, body.clone(), retries_taken).await;
-            match self.settle(attempt, retries_taken).await? {
+            match self
+                .settle(&format!("POST /{path}"), attempt, retries_taken)
+                .await?
+            {
                 Settled::Done(response) => return Ok(response),
                 Settled::Retry => retries_taken += 1,
             }
@@ -202,9 +215,12 @@ impl Client {
             .await
     }
 
-    /// Applies the retry policy to one attempt: success, a wait-then-retry, or the final error.
+    /// Applies the retry policy to one attempt of `request` (`POST /responses`, for the
+    /// log): success, a wait-then-retry (logged at warn level), or the final error, which
+    /// keeps the server's `retry-after` and the retries taken.
     async fn settle(
         &self,
+        request: &str,
         attempt: Result<reqwest::Response, reqwest::Error>,
         retries_taken: u32,
     ) -> Result<Settled, ClientError> {
@@ -212,7 +228,7 @@ impl Client {
             Ok(response) => response,
             Err(err) => {
                 let err = ClientError::from_reqwest(&err);
-                self.backoff_or_fail(err, retries_taken, None).await?;
+                self.backoff_or_fail(request, err, retries_taken).await?;
                 return Ok(Settled::Retry);
             }
         };
@@ -225,44 +241,62 @@ impl Client {
             .get("x-request-id")
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned);
+        let retry_after = retry::server_delay(&headers);
         if retries_taken < self.config.retry.max_retries && retry::should_retry(status, &headers) {
-            let delay = retry::retry_delay(
+            let delay = retry::delay_from(
                 &self.config.retry,
                 retries_taken,
-                Some(&headers),
+                retry_after,
                 retry::jitter_unit(),
             );
-            tracing::debug!(status, ?delay, retries_taken, "retrying request");
+            let reason = match response.status().canonical_reason() {
+                Some(reason) => format!("the API answered {status} {reason}"),
+                None => format!("the API answered {status}"),
+            };
+            self.log_retry(request, retries_taken, &reason, delay);
             // Drain so the connection can be reused; errors here do not matter.
             let _ = response.bytes().await;
             tokio::time::sleep(delay).await;
             return Ok(Settled::Retry);
         }
         let body = response.bytes().await.unwrap_or_default();
-        Err(ClientError::Api(Box::new(ApiError::from_body(
-            status, &body, request_id,
-        ))))
+        let mut api = ApiError::from_body(status, &body, request_id);
+        // A server that quotes the request's headers back must not put the key in an error.
+        api.message = self.config.api_key.mask(&api.message);
+        api.retry_after = retry_after;
+        api.retries_taken = retries_taken;
+        Err(ClientError::Api(Box::new(api)))
     }
 
+    /// Waits the backoff before retrying `request` after a failed connection; the final
+    /// error once the retries are used up.
     async fn backoff_or_fail(
         &self,
+        request: &str,
         err: ClientError,
         retries_taken: u32,
-        headers: Option<&HeaderMap>,
     ) -> Result<(), ClientError> {
         if err.is_retryable_transport() && retries_taken < self.config.retry.max_retries {
-            let delay = retry::retry_delay(
-                &self.config.retry,
-                retries_taken,
-                headers,
-                retry::jitter_unit(),
-            );
-            tracing::debug!(error = %err, ?delay, retries_taken, "retrying after transport error");
+            let delay = self.config.retry.delay(retries_taken, None);
+            self.log_retry(request, retries_taken, &err.to_string(), delay);
             tokio::time::sleep(delay).await;
             Ok(())
         } else {
             Err(err)
         }
+    }
+
+    /// One warn line per retry the client makes on its own (the key masked).
+    fn log_retry(&self, request: &str, retries_taken: u32, reason: &str, delay: Duration) {
+        let line = retry_line(
+            &self.config.api_key,
+            request,
+            retries_taken,
+            self.config.retry.max_retries,
+            reason,
+            delay,
+        );
+        tracing::warn!("{line}");
     }
 
     fn url(&self, path: &str) -> String {
@@ -287,6 +321,29 @@ impl Client {
     }
 }
 
+/// `POST /responses: the API answered 503 Service Unavailable; retrying (attempt 2 of 3)
+/// in 1.0 s`, with `key` masked wherever `reason` (a server's text, an error) quotes it.
+fn retry_line(
+    key: &ApiKey,
+    request: &str,
+    retries_taken: u32,
+    max_retries: u32,
+    reason: &str,
+    delay: Duration,
+) -> String {
+    let wait = if delay < Duration::from_secs(1) {
+        format!("{} ms", delay.as_millis())
+    } else {
+        format!("{:.1} s", delay.as_secs_f64())
+    };
+    let line = format!(
+        "{request}: {reason}; retrying (attempt {} of {}) in {wait}",
+        retries_taken.saturating_add(2),
+        max_retries.saturating_add(1),
+    );
+    key.mask(&line)
+}
+
 enum Settled {
     Done(reqwest::Response),
     Retry,
@@ -300,4 +357,41 @@ fn encode<B: Serialize>(body: &B) -> Result<Bytes, ClientError> {
 
 fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ClientError> {
     serde_json::from_slice(bytes).map_err(|e| ClientError::Decode(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::{ApiKey, retry_line};
+
+    #[test]
+    fn a_retry_line_names_attempt_reason_and_wait_and_masks_the_key() {
+        let key = ApiKey::new("sk-test-SECRET-42").unwrap();
+        let line = retry_line(
+            &key,
+            "POST /responses",
+            0,
+            2,
+            "the API answered 503 Service Unavailable",
+            Duration::from_secs(3),
+        );
+        assert_eq!(
+            line,
+            "POST /responses: the API answered 503 Service Unavailable; retrying (attempt 2 of 3) in 3.0 s"
+        );
+        let line = retry_line(
+            &key,
+            "POST /responses",
+            1,
+            2,
+            "HTTP transport error: proxy said Bearer sk-test-SECRET-42",
+            Duration::from_millis(412),
+        );
+        assert!(!line.contains("SECRET"), "{line}");
+        assert!(
+            line.ends_with("Bearer <redacted>; retrying (attempt 3 of 3) in 412 ms"),
+            "{line}"
+        );
+    }
 }

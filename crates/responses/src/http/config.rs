@@ -30,6 +30,24 @@ impl ApiKey {
     pub(crate) fn bearer(&self) -> String {
         format!("Bearer {}", self.0)
     }
+
+    /// `text` with the key replaced by `<redacted>` wherever it stands, and at the end of
+    /// `text` when `text` was cut inside it (a trailing start of the key, 4 characters or
+    /// more): for text that comes from elsewhere (a server's answer, an error) before it
+    /// reaches a log line or an error message.
+    pub(crate) fn mask(&self, text: &str) -> String {
+        const MASK: &str = "<redacted>";
+        let mut masked = text.replace(&self.0, MASK);
+        let cut = (4..self.0.len())
+            .rev()
+            .filter(|n| self.0.is_char_boundary(*n))
+            .find(|n| masked.ends_with(&self.0[..*n]));
+        if let Some(n) = cut {
+            masked.truncate(masked.len() - n);
+            masked.push_str(MASK);
+        }
+        masked
+    }
 }
 
 impl std::fmt::Debug for ApiKey {
@@ -103,5 +121,23 @@ impl ClientConfig {
             })
             .unwrap_or_else(|| DEFAULT_BASE_URL.to_owned());
         Ok(Self::new(base, key))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ApiKey;
+
+    #[test]
+    fn mask_hides_the_key_whole_and_cut_at_the_end() {
+        let key = ApiKey::new("sk-test-SECRET-123").unwrap();
+        assert_eq!(
+            key.mask("a sk-test-SECRET-123 b sk-test-SECRET-123"),
+            "a <redacted> b <redacted>"
+        );
+        assert_eq!(key.mask("cut here: sk-test-SE"), "cut here: <redacted>");
+        // Too short a start to give anything away is left alone, as is other text.
+        assert_eq!(key.mask("ends in sk-"), "ends in sk-");
+        assert_eq!(key.mask("nothing secret"), "nothing secret");
     }
 }

@@ -3,7 +3,11 @@
 //! Invariants: after a terminal event (`response.completed/failed/incomplete`) the stream
 //! yields `None`; an `error` event becomes `Err(StreamError)` and ends the stream; the body
 //! ending (or `[DONE]`) before a terminal event is `Err(StreamEndedEarly)`, never a hang;
-//! no chunk for `idle_timeout` is `Err(StreamIdleTimeout)`.
+//! no chunk for `idle_timeout` is `Err(StreamIdleTimeout)`; a body that is not an event
+//! stream is `Err(NotEventStream)`, told by its first line ([`Sniff`]), never a cut stream.
+//!
+//! The idle timeout restarts with every chunk, an SSE comment included (a server that
+//! sends `: keepalive` is alive).
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -12,8 +16,136 @@ use futures::StreamExt as _;
 use futures::stream::BoxStream;
 
 use crate::error::{ApiError, ClientError};
+use crate::http::config::ApiKey;
 use crate::sse::{Decoded, SseFrame, SseParser, decode_frame};
 use crate::types::{Response, StreamEvent};
+
+/// Bytes of the body kept to judge whether it is an event stream and to quote it.
+const HEAD_BYTES: usize = 1024;
+/// Characters of the body quoted in [`ClientError::NotEventStream`].
+const EXCERPT_CHARS: usize = 200;
+/// Characters of a `content-type` or `content-encoding` quoted in the same error.
+const HEADER_CHARS: usize = 100;
+
+/// Whether a body is an event stream, judged from its first bytes, until a frame or an
+/// SSE-looking first line settles it. An event stream opens (after an optional BOM and
+/// blank lines) with `data`, `event`, `id` or `retry` followed by `:` or a line end, or
+/// with a `:` comment. A body that does not is a [`ClientError::NotEventStream`]: at once
+/// when the response did not say `text/event-stream` (or came encoded, which this client
+/// does not decode), else when the body ends with no event.
+struct Sniff {
+    status: u16,
+    content_type: Option<String>,
+    content_encoding: Option<String>,
+    /// `content-type: text/event-stream` (any case and parameters) and no encoding.
+    declared: bool,
+    /// The first [`HEAD_BYTES`] of the body.
+    head: Vec<u8>,
+}
+
+/// What the first bytes of a body say.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Verdict {
+    EventStream,
+    Other,
+    /// Too few bytes yet (only blank lines, or the start of a field name).
+    Undecided,
+}
+
+impl Sniff {
+    fn new(response: &reqwest::Response) -> Self {
+        let header = |name: reqwest::header::HeaderName| {
+            response
+                .headers()
+                .get(name)
+                .map(|v| String::from_utf8_lossy(v.as_bytes()).trim().to_owned())
+                .filter(|v| !v.is_empty())
+        };
+        let content_type = header(reqwest::header::CONTENT_TYPE);
+        let content_encoding = header(reqwest::header::CONTENT_ENCODING)
+            .filter(|e| !e.eq_ignore_ascii_case("identity"));
+        let declared = content_encoding.is_none()
+            && content_type.as_deref().is_some_and(|ct| {
+                ct.split(';')
+                    .next()
+                    .is_some_and(|essence| essence.trim().eq_ignore_ascii_case("text/event-stream"))
+            });
+        Self {
+            status: response.status().as_u16(),
+            content_type,
+            content_encoding,
+            declared,
+            head: Vec::new(),
+        }
+    }
+
+    fn keep(&mut self, chunk: &[u8]) {
+        let room = HEAD_BYTES.saturating_sub(self.head.len());
+        self.head.extend_from_slice(&chunk[..chunk.len().min(room)]);
+    }
+
+    /// The verdict on the bytes kept; `ended` when the body is known to have no more.
+    fn verdict(&self, ended: bool) -> Verdict {
+        let mut rest = self.head.as_slice();
+        rest = rest.strip_prefix("\u{feff}".as_bytes()).unwrap_or(rest);
+        while let [b'\r' | b'\n', tail @ ..] = rest {
+            rest = tail;
+        }
+        let more = if ended {
+            Verdict::Other
+        } else {
+            Verdict::Undecided
+        };
+        match rest {
+            [] => return Verdict::Undecided,
+            [b':', ..] => return Verdict::EventStream,
+            _ => {}
+        }
+        for field in [&b"data"[..], b"event", b"id", b"retry"] {
+            if let Some(after) = rest.strip_prefix(field) {
+                match after.first() {
+                    Some(b':' | b'\r' | b'\n') => return Verdict::EventStream,
+                    None => return more,
+                    Some(_) => {}
+                }
+            } else if field.starts_with(rest) {
+                return more;
+            }
+        }
+        Verdict::Other
+    }
+
+    /// The error naming what came instead, quoting the body's start with `key` masked.
+    fn error(&self, key: &ApiKey) -> ClientError {
+        let text = key.mask(&String::from_utf8_lossy(&self.head));
+        let mut excerpt = String::new();
+        for c in text.chars().take(EXCERPT_CHARS) {
+            if c.is_control() {
+                excerpt.extend(c.escape_default());
+            } else {
+                excerpt.push(c);
+            }
+        }
+        if text.chars().nth(EXCERPT_CHARS).is_some() {
+            excerpt.push('…');
+        }
+        let quote = |value: &Option<String>| {
+            value.as_deref().map(|v| {
+                key.mask(v)
+                    .chars()
+                    .take(HEADER_CHARS)
+                    .filter(|c| !c.is_control())
+                    .collect::<String>()
+            })
+        };
+        ClientError::NotEventStream {
+            status: self.status,
+            content_type: quote(&self.content_type),
+            content_encoding: quote(&self.content_encoding),
+            excerpt,
+        }
+    }
+}
 
 /// One event of a stream, not decoded (see [`EventStream::next_raw`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -67,6 +199,10 @@ pub struct EventStream {
     finished: bool,
     /// Non-terminal event types to decode (`None`: all of them).
     keep: Option<fn(&str) -> bool>,
+    /// Until the body shows it is an event stream (`None` from then on).
+    sniff: Option<Sniff>,
+    /// Masks the key in the messages of `error` events and in [`Sniff`]'s excerpt.
+    key: ApiKey,
 }
 
 impl std::fmt::Debug for EventStream {
@@ -78,7 +214,8 @@ impl std::fmt::Debug for EventStream {
 }
 
 impl EventStream {
-    pub(crate) fn new(response: reqwest::Response, idle_timeout: Duration) -> Self {
+    pub(crate) fn new(response: reqwest::Response, idle_timeout: Duration, key: ApiKey) -> Self {
+        let sniff = Some(Sniff::new(&response));
         let request_id = response
             .headers()
             .get("x-request-id")
@@ -93,6 +230,8 @@ impl EventStream {
             request_id,
             finished: false,
             keep: None,
+            sniff,
+            key,
         }
     }
 
@@ -178,8 +317,10 @@ impl EventStream {
                     kind: d.kind,
                     code: d.code,
                     param: d.param,
-                    message: d.message,
+                    message: self.key.mask(&d.message),
                     request_id: self.request_id.clone(),
+                    retry_after: None,
+                    retries_taken: 0,
                 })))
             }
             Decoded::Event(event) => Ok(event),
@@ -215,23 +356,65 @@ impl EventStream {
     }
 
     /// Parses the next chunk of the body into frames; the body's end with no frame left
-    /// is [`ClientError::StreamEndedEarly`].
+    /// is [`ClientError::StreamEndedEarly`], or [`ClientError::NotEventStream`] when what
+    /// came was not an event stream ([`Sniff`]).
     async fn read_chunk(&mut self) -> Result<(), ClientError> {
         match tokio::time::timeout(self.idle_timeout, self.body.next()).await {
             Err(_) => Err(ClientError::StreamIdleTimeout(self.idle_timeout)),
             Ok(Some(Ok(chunk))) => {
-                self.parser.push(&chunk, &mut self.scratch)?;
+                let verdict = match &mut self.sniff {
+                    Some(sniff) => {
+                        sniff.keep(&chunk);
+                        match sniff.verdict(false) {
+                            Verdict::Other if !sniff.declared => {
+                                return Err(sniff.error(&self.key));
+                            }
+                            Verdict::EventStream => {
+                                self.sniff = None;
+                                Verdict::EventStream
+                            }
+                            verdict => verdict,
+                        }
+                    }
+                    None => Verdict::EventStream,
+                };
+                if let Err(err) = self.parser.push(&chunk, &mut self.scratch) {
+                    return Err(self.not_event_stream(verdict).unwrap_or(err.into()));
+                }
+                if !self.scratch.is_empty() {
+                    self.sniff = None;
+                }
                 self.frames.extend(self.scratch.drain(..));
                 Ok(())
             }
-            Ok(Some(Err(_))) | Ok(None) => {
-                self.parser.finish(&mut self.scratch)?;
+            Ok(end) => {
+                // A clean end settles a body that stopped inside a field name; a broken
+                // connection may have cut it there.
+                let ended = end.is_none();
+                let verdict = self
+                    .sniff
+                    .as_ref()
+                    .map_or(Verdict::EventStream, |s| s.verdict(ended));
+                if let Err(err) = self.parser.finish(&mut self.scratch) {
+                    return Err(self.not_event_stream(verdict).unwrap_or(err.into()));
+                }
                 self.frames.extend(self.scratch.drain(..));
                 if self.frames.is_empty() {
-                    return Err(ClientError::StreamEndedEarly);
+                    return Err(self
+                        .not_event_stream(verdict)
+                        .unwrap_or(ClientError::StreamEndedEarly));
                 }
+                self.sniff = None;
                 Ok(())
             }
+        }
+    }
+
+    /// [`ClientError::NotEventStream`] when no event came yet and the body is not one.
+    fn not_event_stream(&self, verdict: Verdict) -> Option<ClientError> {
+        match (&self.sniff, verdict) {
+            (Some(sniff), Verdict::Other) => Some(sniff.error(&self.key)),
+            _ => None,
         }
     }
 
@@ -256,7 +439,49 @@ impl EventStream {
 
 #[cfg(test)]
 mod tests {
-    use super::peek_type;
+    use super::{Sniff, Verdict, peek_type};
+
+    fn verdict(head: &[u8], ended: bool) -> Verdict {
+        let sniff = Sniff {
+            status: 200,
+            content_type: None,
+            content_encoding: None,
+            declared: false,
+            head: head.to_vec(),
+        };
+        sniff.verdict(ended)
+    }
+
+    #[test]
+    fn an_event_stream_is_told_by_its_first_line() {
+        for sse in [
+            &b"event: response.created\n"[..],
+            b"data: {}\n\n",
+            b"\xef\xbb\xbf\r\n\ndata:x",
+            b": keepalive\n\n",
+            b"id: 1\n",
+            b"retry: 3000\r\n",
+            b"data\n",
+        ] {
+            assert_eq!(verdict(sse, false), Verdict::EventStream, "{sse:?}");
+        }
+        for other in [
+            &b"<html>"[..],
+            b"{\"id\":1}",
+            b"\x1f\x8b\x08",
+            b" data: x",
+            b"idx: 1\n",
+            b"Data: x",
+        ] {
+            assert_eq!(verdict(other, false), Verdict::Other, "{other:?}");
+        }
+        // Too little to tell, until the body has ended.
+        for short in [&b""[..], b"\n\n", b"da", b"data", b"ev"] {
+            assert_eq!(verdict(short, false), Verdict::Undecided, "{short:?}");
+        }
+        assert_eq!(verdict(b"da", true), Verdict::Other);
+        assert_eq!(verdict(b"\n", true), Verdict::Undecided, "an empty body");
+    }
 
     #[test]
     fn peek_reads_the_type_wherever_it_is_and_only_a_string_one() {
