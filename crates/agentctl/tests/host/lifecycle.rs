@@ -599,6 +599,30 @@ async fn compaction_replaces_the_history_and_keeps_the_frontier(fresh: FreshDb) 
     }
 }
 
+/// A server error the client retries (503) is sent as often as the client's own retries
+/// allow, not that again for each of the host's attempts (it was 9 requests a step).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_status_the_client_retried_is_not_retried_again_by_the_host() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("r.db").display());
+    let (_g, ws) = workspace();
+    let script = json!({"rules": [{"when": {}, "reply": {"error": {
+        "status": 503, "message": "overloaded", "type": "server_error"}}}]});
+    let server = emulator(&script.to_string()).await;
+    let o = out(&mut run_cmd(&db, &server, &ws, &[]));
+    assert_eq!(o.status.code(), Some(3), "{}", text(&o.stderr));
+    let sent = server
+        .requests()
+        .iter()
+        .filter(|r| r.path.ends_with("/responses"))
+        .count();
+    // The client's policy: the request and two retries.
+    assert_eq!(sent, 3, "{}", text(&o.stderr));
+    let events = events(&db, &only_run(&db)).await;
+    assert_eq!(kinds_of(&events, "model.requested").len(), 1);
+    assert_eq!(kinds_of(&events, "model.failed").len(), 1);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cut_stream_is_asked_again_with_the_bytes_its_hash_recorded() {
     let dir = tempfile::tempdir().unwrap();
@@ -1060,5 +1084,92 @@ fn a_full_disk_during_calls_ends_the_host_instead_of_spinning() {
     let said = text(&o.stderr);
     assert_eq!(o.status.code(), Some(1), "{said}");
     assert!(said.contains("full"), "{said}");
+    if said.contains("journal writer failed") {
+        assert!(
+            said.contains("accepts writes again") && said.contains("resume"),
+            "{said}"
+        );
+    }
     drop(disk);
+}
+
+/// A run whose driver died on another machine (here a UTS namespace named `container-1`, as
+/// a container's host name differs) cannot be checked from this one: a plain resume is
+/// refused with a hint naming `--take-over`, which then takes the run over.
+#[tokio::test]
+async fn a_run_whose_driver_died_elsewhere_is_taken_over_on_request() {
+    let (_g, ws) = workspace();
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}/j.db", dir.path().display());
+    let server = emulator(&script_by_outputs(&[
+        json!([call(
+            "c_slow",
+            "shell",
+            json!({"command": "touch started; sleep 30"})
+        )]),
+        answer("FINAL slow"),
+    ]))
+    .await;
+    let mut elsewhere = std::process::Command::new("unshare")
+        .args([
+            "--uts",
+            "sh",
+            "-c",
+            "hostname container-1 && exec \"$0\" \"$@\"",
+        ])
+        .arg(env!("CARGO_BIN_EXE_agentctl"))
+        .env("OPENAI_API_KEY", agent_responses_mock::MOCK_API_KEY)
+        .env("AGENTCTL_CONFIG_DIR", config_dir())
+        .env_remove("AGENTCTL_DB")
+        .args([
+            "--db",
+            &db,
+            "run",
+            "--approval",
+            "auto",
+            "--base-url",
+            &server.base_url(),
+        ])
+        .arg("--workspace")
+        .arg(&ws)
+        .arg("go")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !ws.join("started").exists() {
+        if let Some(status) = elsewhere.try_wait().unwrap() {
+            panic!(
+                "the other machine's host ended first ({status}; unshare needs root, as CI has)"
+            );
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the command never started"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    elsewhere.kill().unwrap();
+    elsewhere.wait().unwrap();
+    let run = only_run(&db);
+    let refused = out(agentctl(&db).args(["resume", "--base-url", &server.base_url(), &run]));
+    let said = text(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(1), "{said}");
+    assert!(
+        said.contains("container-1") && said.contains("--take-over"),
+        "{said}"
+    );
+    let taken = out(agentctl(&db).args([
+        "resume",
+        "--take-over",
+        "--base-url",
+        &server.base_url(),
+        &run,
+    ]));
+    let said = text(&taken.stderr);
+    assert!(!said.contains("being driven"), "{said}");
+    // The call's end is unknown (the host died in it), so it asks, or it ran again.
+    assert!(matches!(taken.status.code(), Some(0 | 3)), "{said}");
 }

@@ -381,6 +381,10 @@ pub struct ResumeChange {
     pub max_tokens: Option<u64>,
     /// A new sandbox, if any (see [`crate::sandbox::for_resume`]).
     pub sandbox: Option<crate::sandbox::SandboxChange>,
+    /// Resume although the run's recorded driver is a process on another machine, which
+    /// cannot be checked from here: the caller knows it is gone (a removed container, a
+    /// renamed machine). A driver on this machine that still lives is never taken over.
+    pub take_over: bool,
 }
 
 /// The agent host over one journal and one model endpoint.
@@ -688,8 +692,12 @@ impl Host {
                     status,
                 });
             }
+            let taken_over = |o: &owner::Owner| change.take_over && o.host != me.host;
             if !leased
-                && let Some(owner) = state.driver.as_ref().filter(|o| **o != me && o.is_alive())
+                && let Some(owner) = state
+                    .driver
+                    .as_ref()
+                    .filter(|o| **o != me && o.is_alive() && !taken_over(o))
             {
                 return Err(HostError::DrivenElsewhere {
                     run: run_id.into(),

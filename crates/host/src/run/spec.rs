@@ -127,7 +127,7 @@ impl TokenUsage {
             total_tokens: usage
                 .get("total_tokens")
                 .and_then(Value::as_u64)
-                .unwrap_or(input + output),
+                .unwrap_or(input.saturating_add(output)),
         }
     }
 
@@ -144,12 +144,14 @@ impl TokenUsage {
         }
     }
 
+    /// Adds `other`, stopping at `u64::MAX`: a server's count is read as sent, and a sum
+    /// that wrapped would turn a huge usage into a small one (and panic in a debug build).
     pub(crate) fn add(&mut self, other: &TokenUsage) {
-        self.input_tokens += other.input_tokens;
-        self.cached_tokens += other.cached_tokens;
-        self.output_tokens += other.output_tokens;
-        self.reasoning_tokens += other.reasoning_tokens;
-        self.total_tokens += other.total_tokens;
+        self.input_tokens = self.input_tokens.saturating_add(other.input_tokens);
+        self.cached_tokens = self.cached_tokens.saturating_add(other.cached_tokens);
+        self.output_tokens = self.output_tokens.saturating_add(other.output_tokens);
+        self.reasoning_tokens = self.reasoning_tokens.saturating_add(other.reasoning_tokens);
+        self.total_tokens = self.total_tokens.saturating_add(other.total_tokens);
     }
 }
 
@@ -214,5 +216,25 @@ impl RunStatus {
 impl std::fmt::Display for RunStatus {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn usage_sums_stop_at_the_largest_count() {
+        let huge = TokenUsage::from_api(
+            &serde_json::json!({"input_tokens": u64::MAX, "output_tokens": 5}),
+        );
+        assert_eq!(huge.total_tokens, u64::MAX);
+        let mut total = TokenUsage::default();
+        total.add(&huge);
+        total.add(&TokenUsage::from_api(
+            &serde_json::json!({"input_tokens": 10, "output_tokens": 5}),
+        ));
+        assert_eq!(total.input_tokens, u64::MAX);
+        assert_eq!(total.total_tokens, u64::MAX);
     }
 }

@@ -152,6 +152,11 @@ pub struct ResumeArgs {
     /// `run.sandbox_changed`. Without it the run keeps the mode it was recorded with.
     #[arg(long, value_name = "MODE", value_parser = parse_sandbox_mode)]
     pub sandbox: Option<SandboxMode>,
+    /// Take the run over from a driver recorded on another machine, which cannot be checked
+    /// from here: only when you know that process is gone (a removed container, a renamed
+    /// machine). A driver on this machine that still lives is never taken over.
+    #[arg(long)]
+    pub take_over: bool,
     #[command(flatten)]
     pub endpoint: EndpointArgs,
     #[command(flatten)]
@@ -178,7 +183,7 @@ pub async fn run(global: &GlobalArgs, args: RunArgs) -> anyhow::Result<ExitCode>
     let report = host.start(new, opts).await;
     ctrl_c.abort();
     journal.close().await;
-    finish(global, report?)
+    finish(global, report.map_err(|err| drive_hint(global, None, err))?)
 }
 
 /// `agentctl submit`: creates the run for a worker to drive and prints its id.
@@ -436,13 +441,53 @@ pub async fn resume(global: &GlobalArgs, args: ResumeArgs) -> anyhow::Result<Exi
         max_steps: args.max_steps,
         max_tokens: args.max_tokens,
         sandbox,
+        take_over: args.take_over,
     };
     let structured = spec.as_ref().is_some_and(|s| s.output.is_some());
     let (opts, ctrl_c) = drive_options(global, &args.drive, structured);
     let report = host.resume_loaded(&args.run, loaded, change, opts).await;
     ctrl_c.abort();
     journal.close().await;
-    finish(global, report?)
+    finish(
+        global,
+        report.map_err(|err| drive_hint(global, Some(&args.run), err))?,
+    )
+}
+
+/// A hint for what stopped a drive, where there is a way on: a run driven by a process on
+/// another machine (as recorded), which cannot be seen to be gone from here, can be taken
+/// over; a run whose journal stopped taking writes is left as journaled, for a resume.
+fn drive_hint(global: &GlobalArgs, run: Option<&str>, err: agent_host::HostError) -> anyhow::Error {
+    use agent_host::HostError;
+    let resume = |extra: &[&str]| {
+        let mut words = vec!["resume"];
+        words.extend_from_slice(extra);
+        words.push(run.unwrap_or("RUN"));
+        global.suggest(&words)
+    };
+    let hint = match &err {
+        HostError::DrivenElsewhere { owner, .. }
+            if owner
+                .rsplit_once(" on ")
+                .is_some_and(|(_, host)| host != agent_host::run::Owner::this_host()) =>
+        {
+            format!(
+                "that machine's process cannot be checked from here; if it is gone (a removed container, a renamed machine), `{}` takes the run over",
+                resume(&["--take-over"])
+            )
+        }
+        HostError::Journal(agent_journal::JournalError::WriterFailed(_)) => format!(
+            "the run is left as the journal has it: once the database accepts writes again, `{}` continues it{}",
+            resume(&[]),
+            if run.is_none() {
+                " (`agentctl runs list` shows RUN)"
+            } else {
+                ""
+            }
+        ),
+        _ => return err.into(),
+    };
+    crate::output::with_hint(err, hint)
 }
 
 fn read_prompt(prompt: Option<String>) -> anyhow::Result<String> {
