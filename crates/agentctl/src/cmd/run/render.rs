@@ -1,17 +1,41 @@
-//! How a run looks: human text (the model's words stream; one line per tool call and per
-//! approval), or JSON lines in the `codex exec --json` shapes (`docs/cli-json.md`).
+//! How a run looks: human text, or JSON lines in the `codex exec --json` shapes
+//! (`docs/cli-json.md`).
+//!
+//! Human output. stdout carries the run's results: the model's text of each step, a line
+//! per tool call, approval and sub-agent, and last the run's final answer, so that stdout
+//! ends with exactly the final answer (`runs show --json`'s `final_text`, the API key masked
+//! as `***`) and `agentctl run ... > answer.txt` keeps it. Diagnostics (a model call that
+//! failed or restarts, a steer applied or dropped) and the run's end go to stderr.
+//! - On a terminal the model's text streams as it arrives; only a tail that could be the
+//!   start of the API key is held back, until the next delta shows whether it is (masked)
+//!   or not ([`text`]).
+//! - A model call retried after its stream was cut restarts the answer: what it showed
+//!   stays, stderr says the answer starts again, and the new attempt's text starts on a
+//!   line of its own.
+//! - Off a terminal (a pipe, a file) nothing streams: each step's text is printed whole once
+//!   the step completes, from its journaled response, so no abandoned attempt reaches stdout.
+//! - Either way a step's text that was not streamed (a server that sends no deltas) is
+//!   printed from its response, and the run's answer, once completed, is finished or printed
+//!   again so that stdout ends with it; anything after it goes to stderr.
+//! - A run with an output schema keeps stdout for its parsed answer ([`finish`]): its text
+//!   streams on stderr, masked the same way.
 
+mod text;
+
+use std::io::IsTerminal as _;
 use std::sync::{Arc, Mutex};
 
-use agent_host::run::events::RunEvent;
+use agent_host::run::events::{ModelCompleted, RunEvent};
 use agent_host::run::exec_json::ExecJson;
 use agent_host::run::kinds as k;
 use agent_host::run::{CallRecord, Decider, Decision, Observer, RunEnd, RunReport, RunState};
 use agent_journal::Event;
 use futures::future::BoxFuture;
+use serde_json::Value;
 
 use crate::global::GlobalArgs;
 use crate::output;
+use text::{Completion, StepText};
 
 /// The observer for `--json` or human output. A `structured` run (one with an output
 /// schema) keeps stdout for its parsed answer: its progress and streamed text go to stderr.
@@ -19,9 +43,18 @@ pub fn observer(json: bool, structured: bool) -> Arc<dyn Observer> {
     if json {
         Arc::new(JsonLines(Mutex::new(None)))
     } else {
+        let sink = if structured {
+            TextSink::Echo
+        } else if std::io::stdout().is_terminal() {
+            TextSink::Live
+        } else {
+            TextSink::Steps
+        };
         Arc::new(Human(Mutex::new(HumanState {
+            sink,
             in_text: false,
-            structured,
+            text: StepText::new(text::api_key()),
+            answered: false,
         })))
     }
 }
@@ -50,50 +83,167 @@ impl Observer for JsonLines {
     }
 }
 
-struct HumanState {
-    /// The model's text is mid-line.
-    in_text: bool,
-    /// Everything goes to stderr: stdout is for the parsed answer alone.
-    structured: bool,
+/// Where the model's text goes, and when.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TextSink {
+    /// stdout, a terminal: streamed as it arrives.
+    Live,
+    /// stdout, not a terminal: each step's text once the step completes.
+    Steps,
+    /// stderr, streamed: a run with an output schema, whose stdout is its parsed answer.
+    Echo,
 }
 
+struct HumanState {
+    sink: TextSink,
+    /// The model's text is mid-line.
+    in_text: bool,
+    /// The current model call's text: shown, held back.
+    text: StepText,
+    /// The run's answer is printed: stdout gets nothing more.
+    answered: bool,
+}
+
+// A closed stdout is the reader's choice; the run goes on (hence the ignored results).
 impl HumanState {
-    fn print(&self, text: &str) {
-        if self.structured {
-            output::note(text);
-        } else {
-            let _ = output::line(text);
+    /// The model's text, where it goes.
+    fn emit(&mut self, text: &str) {
+        if text.is_empty() {
+            return;
         }
+        match self.sink {
+            TextSink::Live | TextSink::Steps => {
+                let _ = output::stream(text);
+            }
+            TextSink::Echo => output::ask(text),
+        }
+        self.in_text = !text.ends_with('\n');
+    }
+
+    /// Ends the model's text with a newline where it stopped mid-line.
+    fn end_text(&mut self) {
+        if self.in_text {
+            match self.sink {
+                TextSink::Live | TextSink::Steps => {
+                    let _ = output::line("");
+                }
+                TextSink::Echo => output::note(""),
+            }
+            self.in_text = false;
+            self.text.line_ended();
+        }
+    }
+
+    /// A line of the run's progress: on stdout; on stderr after the answer, or beside a
+    /// parsed answer.
+    fn line(&mut self, line: &str) {
+        self.end_text();
+        if self.sink == TextSink::Echo || self.answered {
+            output::note(line);
+        } else {
+            let _ = output::line(line);
+            self.text.moved_on();
+        }
+    }
+
+    /// A diagnostic: on stderr, on a line of its own.
+    fn diagnostic(&mut self, line: &str) {
+        self.end_text();
+        output::note(line);
+    }
+
+    /// Prints what `completion` lacks of the text.
+    fn complete(&mut self, completion: Completion) {
+        match completion {
+            Completion::Done => {}
+            Completion::Rest(rest) => self.emit(&rest),
+            Completion::Again(whole) => {
+                self.diagnostic("-- the response's text, as it was received in full:");
+                self.emit(&whole);
+            }
+        }
+    }
+
+    /// A model call starts: a retry restarts the answer its predecessor began.
+    fn requested(&mut self, step: u64, attempt: u32) {
+        let restarts = attempt > 1 && self.text.shown_any();
+        self.end_text();
+        if restarts {
+            output::note(&format!(
+                "-- step {step}: the model call was cut off and is tried again (attempt {attempt}); the answer starts again"
+            ));
+        }
+        self.text.restart();
+    }
+
+    /// A step's response is in: the text the stream held back, or did not carry.
+    fn step_completed(&mut self, completed: &ModelCompleted<'_>) {
+        let held = self.text.flush();
+        self.emit(&held);
+        let step = step_text(completed);
+        let completion = self.text.complete(&step);
+        self.complete(completion);
+        // Echoed on stderr, where the next note (the run's end) would run on from it.
+        if self.sink == TextSink::Echo {
+            self.end_text();
+        }
+    }
+
+    /// The run's answer: stdout ends with it.
+    fn answer(&mut self, text: &str) {
+        if self.sink != TextSink::Echo {
+            let completion = self.text.complete(text);
+            self.complete(completion);
+        }
+        self.end_text();
+        self.answered = true;
+    }
+}
+
+/// A step's text as the run's answer would be: its messages' `output_text`, then its
+/// refusal on a line of its own (a refusal alone is the text). As the host builds it.
+fn step_text(completed: &ModelCompleted<'_>) -> String {
+    let mut text = String::new();
+    for item in completed.output {
+        if item.get("type").and_then(Value::as_str) != Some("message") {
+            continue;
+        }
+        match item.get("content") {
+            Some(Value::String(s)) => text.push_str(s),
+            Some(Value::Array(parts)) => {
+                for part in parts {
+                    if part.get("type").and_then(Value::as_str) == Some("output_text")
+                        && let Some(t) = part.get("text").and_then(Value::as_str)
+                    {
+                        text.push_str(t);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    match completed.refusal() {
+        None => text,
+        Some(refusal) if text.is_empty() => refusal,
+        Some(refusal) => format!("{text}\n{refusal}"),
     }
 }
 
 struct Human(Mutex<HumanState>);
 
 impl Human {
-    fn say(&self, text: &str) {
-        let mut st = self
-            .0
+    fn state(&self) -> std::sync::MutexGuard<'_, HumanState> {
+        self.0
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if st.in_text {
-            st.print("");
-            st.in_text = false;
-        }
-        st.print(text);
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Ends the model's streamed text of a structured run with a newline: its answer is
-    /// echoed on stderr, where the next note (the run's end) would run on from it. (Other
-    /// runs stream to stdout, which [`finish`] ends.)
-    fn end_streamed_text(&self) {
-        let mut st = self
-            .0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if st.structured && st.in_text {
-            output::note("");
-            st.in_text = false;
-        }
+    fn say(&self, text: &str) {
+        self.state().line(text);
+    }
+
+    fn diagnostic(&self, text: &str) {
+        self.state().diagnostic(text);
     }
 }
 
@@ -112,12 +262,13 @@ impl Observer for Human {
             return;
         };
         match parsed {
-            RunEvent::ModelCompleted(completed) => {
-                // A refusal is the model's answer too, though it was not streamed.
-                if let Some(refusal) = completed.refusal() {
-                    self.text_delta(&refusal);
-                }
-                self.end_streamed_text();
+            RunEvent::ModelRequested(requested) => {
+                self.state().requested(requested.step, requested.attempt);
+            }
+            RunEvent::ModelCompleted(completed) => self.state().step_completed(&completed),
+            RunEvent::Completed(completed) => self.state().answer(&completed.text),
+            RunEvent::Paused(_) | RunEvent::Failed(_) | RunEvent::Interrupted(_) => {
+                self.state().end_text();
             }
             RunEvent::Created(created) => {
                 output::note(&format!(
@@ -174,27 +325,29 @@ impl Observer for Human {
                     .find(|st| st.id == applied.id)
                     .map(|st| st.text.as_str())
                     .unwrap_or_default();
-                self.say(&format!(
+                self.diagnostic(&format!(
                     "~~ steer {} applied: {}",
                     applied.id,
                     first_line(text, 100)
                 ));
             }
             RunEvent::SteerDropped(dropped) => {
-                self.say(&format!(
+                self.diagnostic(&format!(
                     "~~ steer {} dropped: {}",
                     dropped.id, dropped.reason
                 ));
             }
             RunEvent::OutputRejected(rejected) => {
-                self.say(&format!(
+                self.diagnostic(&format!(
                     "!! the answer does not match the output schema (retry {}): {}",
                     rejected.retry,
                     rejected.errors.join("; ")
                 ));
             }
             RunEvent::ModelFailed(failed) => {
-                self.say(&format!("!! model call failed: {}", failed.message));
+                let mut st = self.state();
+                st.diagnostic(&format!("!! model call failed: {}", failed.message));
+                st.text.restart();
             }
             RunEvent::SubagentSpawned(spawned) => self.say(&format!(
                 ">> sub-agent {} started: {} (its approvals: runs show {})",
@@ -220,20 +373,18 @@ impl Observer for Human {
     }
 
     fn text_delta(&self, delta: &str) {
-        let mut st = self
-            .0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        st.in_text = !delta.ends_with('\n');
-        if st.structured {
-            output::ask(delta);
-        } else {
-            let _ = output::stream(delta);
+        let mut st = self.state();
+        // Off a terminal a step's text is printed once the step completes.
+        if st.sink == TextSink::Steps {
+            return;
         }
+        let now = st.text.push(delta);
+        st.emit(&now);
     }
 }
 
-/// Prints the end of a drive: on stdout the final text (human; the JSON lines already said
+/// Prints the end of a drive: on stdout the parsed answer of a run with an output schema
+/// (human; the observer printed any other answer as the run completed, the JSON lines said
 /// it), on stderr the run id and what to do next.
 pub fn finish(global: &GlobalArgs, report: &RunReport) -> anyhow::Result<()> {
     let json = global.json;
@@ -241,10 +392,10 @@ pub fn finish(global: &GlobalArgs, report: &RunReport) -> anyhow::Result<()> {
     match &report.end {
         RunEnd::Completed { .. } => {
             // With an output schema: the parsed answer, as one line of JSON (`| jq`).
-            match report.output() {
-                Some(parsed) if !json => output::line(&output::json_text(parsed)?)?,
-                _ if !json => output::line("")?,
-                _ => {}
+            if let Some(parsed) = report.output()
+                && !json
+            {
+                output::line(&output::json_text(parsed)?)?;
             }
             output::note(&format!(
                 "run {id} completed in {} steps ({} tokens)",
