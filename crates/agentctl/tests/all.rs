@@ -36,6 +36,8 @@ mod output_bounds;
 mod output_schema;
 #[path = "host/refusals.rs"]
 mod refusals;
+#[path = "host/run_output.rs"]
+mod run_output;
 #[path = "host/sandbox.rs"]
 mod sandbox;
 #[path = "host/sandbox_kernel.rs"]
