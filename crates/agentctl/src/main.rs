@@ -38,7 +38,9 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run an agent on the Responses API: durable, approvable, resumable after a crash.
-    /// Exit status: 0 completed, 1 failed, 2 usage, 3 paused, 130 interrupted.
+    /// Exit status: 0 completed, 1 failed (also a request the API refused, 4xx: the run is
+    /// paused and `resume` asks again once something changed), 2 usage, 3 paused, 130
+    /// interrupted.
     Run(cmd::run::RunArgs),
     /// Continue a paused, interrupted or crashed run from its journal.
     Resume(cmd::run::ResumeArgs),

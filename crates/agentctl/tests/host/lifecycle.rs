@@ -185,6 +185,13 @@ async fn sigterm_cancels_the_tool_as_ctrl_c_does() {
     signal_cancels_the_tool_then_resume_finishes("-TERM").await;
 }
 
+/// A closed terminal (an ssh session that dropped) sends SIGHUP: an interrupt too, not a
+/// crash that leaves the call for a human to judge.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_cancels_the_tool_as_ctrl_c_does() {
+    signal_cancels_the_tool_then_resume_finishes("-HUP").await;
+}
+
 async fn signal_cancels_the_tool_then_resume_finishes(signal: &str) {
     let dir = tempfile::tempdir().unwrap();
     let db = format!("sqlite://{}", dir.path().join("i.db").display());

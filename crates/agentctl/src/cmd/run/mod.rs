@@ -616,12 +616,15 @@ fn drive_options(
 ) -> (DriveOptions, tokio::task::JoinHandle<()>) {
     let cancel = agent_runtime::CancellationToken::new();
     let token = cancel.clone();
-    // Ctrl-C and a supervisor's SIGTERM alike: the first interrupts the run (running calls
-    // are cancelled and journaled), a second exits at once.
+    // Ctrl-C, a supervisor's SIGTERM and a closed terminal's SIGHUP (an ssh session that
+    // dropped) alike: the first interrupts the run (running calls are cancelled and
+    // journaled, so a resume does not have to ask about them), a second exits at once.
     let ctrl_c = tokio::spawn(async move {
-        let Ok(mut term) =
-            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        else {
+        use tokio::signal::unix::{SignalKind, signal};
+        let (Ok(mut term), Ok(mut hangup)) = (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::hangup()),
+        ) else {
             return;
         };
         for _ in 0..2 {
@@ -632,6 +635,7 @@ fn drive_options(
                     }
                 }
                 _ = term.recv() => {}
+                _ = hangup.recv() => {}
             }
             if token.is_cancelled() {
                 std::process::exit(i32::from(Exit::Interrupted.code()));
