@@ -206,19 +206,30 @@ pub async fn steer_outcome(
 ) -> Result<Option<Result<u64, String>>, HostError> {
     use futures::StreamExt as _;
     let thread = kinds::thread_of(run_id);
-    let mut events = journal.tail(&thread, 0);
     let mut state = RunState::new(run_id);
-    loop {
-        if let Some(steer) = state.steers.iter().find(|s| s.id == id) {
-            match &steer.status {
-                state::SteerStatus::Applied { step } => return Ok(Some(Ok(*step))),
-                state::SteerStatus::Dropped { reason } => return Ok(Some(Err(reason.clone()))),
-                state::SteerStatus::Pending => {}
-            }
+    let outcome = |state: &RunState| {
+        state
+            .steers
+            .iter()
+            .find(|s| s.id == id)
+            .and_then(|steer| match &steer.status {
+                state::SteerStatus::Applied { step } => Some(Ok(*step)),
+                state::SteerStatus::Dropped { reason } => Some(Err(reason.clone())),
+                state::SteerStatus::Pending => None,
+            })
+    };
+    if !wait {
+        // What is committed now, read once: a tail would wait for seqs it cannot read (a
+        // damaged file) before it could say "still pending".
+        for event in journal.replay(&thread, 0).await? {
+            state.apply(&event);
         }
-        let caught_up = journal.last_seq(&thread).await?.unwrap_or(0) <= state.last_seq;
-        if caught_up && !wait {
-            return Ok(None);
+        return Ok(outcome(&state));
+    }
+    let mut events = journal.tail(&thread, 0);
+    loop {
+        if let Some(found) = outcome(&state) {
+            return Ok(Some(found));
         }
         match events.next().await {
             Some(event) => state.apply(&event?),
