@@ -82,27 +82,21 @@ fn final_text(db: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retried_stream_leaves_only_the_answer_on_a_pipe() {
-    for transport in ["http", "ws"] {
-        let dir = tempfile::tempdir().unwrap();
-        let db = db_in(&dir);
-        let server = emulator(&cut_once()).await;
-        let (_g, ws) = workspace();
-        let o = out(&mut run_cmd(&db, &server, &ws, &["--transport", transport]));
-        let stderr = text(&o.stderr);
-        assert_eq!(o.status.code(), Some(0), "{transport}: {stderr}");
-        assert_eq!(final_text(&db), ANSWER, "{transport}");
-        assert_eq!(
-            text(&o.stdout),
-            format!("{ANSWER}\n"),
-            "{transport}: {stderr}"
-        );
-        let run = only_run(&db);
-        assert_eq!(
-            kinds_of(&events(&db, &run).await, "model.requested").len(),
-            2,
-            "{transport}: the stream was retried"
-        );
-    }
+    let dir = tempfile::tempdir().unwrap();
+    let db = db_in(&dir);
+    let server = emulator(&cut_once()).await;
+    let (_g, ws) = workspace();
+    let o = out(&mut run_cmd(&db, &server, &ws, &[]));
+    let stderr = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{stderr}");
+    assert_eq!(final_text(&db), ANSWER);
+    assert_eq!(text(&o.stdout), format!("{ANSWER}\n"), "{stderr}");
+    let run = only_run(&db);
+    assert_eq!(
+        kinds_of(&events(&db, &run).await, "model.requested").len(),
+        2,
+        "the stream was retried"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -153,18 +147,25 @@ async fn an_answer_that_was_never_streamed_is_printed() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_model_call_is_reported_on_stderr_only() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = db_in(&dir);
-    // Every attempt is cut after `hello `.
-    let script =
-        json!({"rules": [{"reply": reply(ANSWER), "fault": {"after_events": 6, "kind": "cut"}}]});
-    let server = emulator(&script.to_string()).await;
-    let (_g, ws) = workspace();
-    let o = out(&mut run_cmd(&db, &server, &ws, &[]));
-    let (stdout, stderr) = (text(&o.stdout), text(&o.stderr));
-    assert_eq!(o.status.code(), Some(3), "paused: {stderr}");
-    assert_eq!(stdout, "", "no partial text, no diagnostics: {stderr}");
-    assert!(stderr.contains("!! model call failed"), "{stderr}");
+    for transport in ["http", "ws"] {
+        let dir = tempfile::tempdir().unwrap();
+        let db = db_in(&dir);
+        // Every attempt is cut after `hello `.
+        let script = json!({"rules": [{"reply": reply(ANSWER), "fault": {"after_events": 6, "kind": "cut"}}]});
+        let server = emulator(&script.to_string()).await;
+        let (_g, ws) = workspace();
+        let o = out(&mut run_cmd(&db, &server, &ws, &["--transport", transport]));
+        let (stdout, stderr) = (text(&o.stdout), text(&o.stderr));
+        assert_eq!(o.status.code(), Some(3), "{transport}: paused: {stderr}");
+        assert_eq!(
+            stdout, "",
+            "{transport}: no partial text, no diagnostics: {stderr}"
+        );
+        assert!(
+            stderr.contains("!! model call failed"),
+            "{transport}: {stderr}"
+        );
+    }
 }
 
 /// The model quotes the key, in deltas of 5 characters: `the k`, `ey is`, ` sk-m`,
