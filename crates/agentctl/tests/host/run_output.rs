@@ -82,21 +82,28 @@ fn final_text(db: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retried_stream_leaves_only_the_answer_on_a_pipe() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = db_in(&dir);
-    let server = emulator(&cut_once()).await;
-    let (_g, ws) = workspace();
-    let o = out(&mut run_cmd(&db, &server, &ws, &[]));
-    let stderr = text(&o.stderr);
-    assert_eq!(o.status.code(), Some(0), "{stderr}");
-    assert_eq!(final_text(&db), ANSWER);
-    assert_eq!(text(&o.stdout), format!("{ANSWER}\n"), "{stderr}");
-    let run = only_run(&db);
-    assert_eq!(
-        kinds_of(&events(&db, &run).await, "model.requested").len(),
-        2,
-        "the stream was retried"
-    );
+    // Over WebSocket too: its client retries nothing, so a cut is the host's to retry.
+    for transport in ["http", "ws"] {
+        let dir = tempfile::tempdir().unwrap();
+        let db = db_in(&dir);
+        let server = emulator(&cut_once()).await;
+        let (_g, ws) = workspace();
+        let o = out(&mut run_cmd(&db, &server, &ws, &["--transport", transport]));
+        let stderr = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(0), "{transport}: {stderr}");
+        assert_eq!(final_text(&db), ANSWER, "{transport}");
+        assert_eq!(
+            text(&o.stdout),
+            format!("{ANSWER}\n"),
+            "{transport}: {stderr}"
+        );
+        let run = only_run(&db);
+        assert_eq!(
+            kinds_of(&events(&db, &run).await, "model.requested").len(),
+            2,
+            "{transport}: the stream was retried"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -807,11 +807,13 @@ impl Driver {
                         max_retries: MAX_ATTEMPTS - 1,
                         ..self.client.config().retry
                     };
-                    // What the client re-sent already (a status it retries, a connection
-                    // it could not make) it has given up on: sending it again here would
-                    // only multiply its attempts. A stream cut after its answer began is
-                    // the client's to report and the host's to retry.
-                    let client_retried = err.retries_taken().is_none_or(|n| n > 0);
+                    // What the HTTP client re-sent already (a status it retries, a
+                    // connection it could not make) it has given up on: sending it again
+                    // here would only multiply its attempts. A stream cut after its answer
+                    // began is the client's to report and the host's to retry, and so is
+                    // every failure over WebSocket, where the client retries nothing.
+                    let client_retried = self.spec.transport == Transport::Http
+                        && err.retries_taken().is_none_or(|n| n > 0);
                     if let Some(wait) = policy
                         .backoff(&err, attempt - 1)
                         .filter(|_| !client_retried)
