@@ -229,16 +229,21 @@ fn help_never_shows_a_password() {
     }
 }
 
-/// A server that echoes the key in its error message (a proxy quoting the request's
-/// header): the run's output, its error and its journal hold `***` instead.
-#[test]
-fn a_key_the_server_echoes_reaches_no_output_and_no_journal() {
-    const KEY: &str = "sk-echoed-by-the-server-91c2";
-    let dir = tempfile::tempdir().unwrap();
-    let script = dir.path().join("echo.json");
-    let error = format!("bad key {KEY} here");
+/// `agentctl mock serve` in `dir` answering every request with HTTP `status` and
+/// `message`; the process and its base URL (a line ending in a newline).
+fn erring_emulator(
+    dir: &std::path::Path,
+    status: u16,
+    message: &str,
+) -> (std::process::Child, String) {
+    let script = dir.join(format!("error-{status}.json"));
+    let kind = if status >= 500 {
+        "server_error"
+    } else {
+        "invalid_request_error"
+    };
     let rules = serde_json::json!({"rules": [{"when": {}, "reply": {"error": {
-        "status": 400, "message": error, "type": "invalid_request_error"}}}]});
+        "status": status, "message": message, "type": kind}}}]});
     std::fs::write(&script, rules.to_string()).unwrap();
     let mut server = agentctl()
         .args(["mock", "serve", "--script"])
@@ -251,6 +256,17 @@ fn a_key_the_server_echoes_reaches_no_output_and_no_journal() {
     BufReader::new(server.stdout.take().unwrap())
         .read_line(&mut base_url)
         .unwrap();
+    (server, base_url)
+}
+
+/// A server that echoes the key in its error message (a proxy quoting the request's
+/// header): the run's output, its error and its journal hold `***` instead.
+#[test]
+fn a_key_the_server_echoes_reaches_no_output_and_no_journal() {
+    const KEY: &str = "sk-echoed-by-the-server-91c2";
+    let dir = tempfile::tempdir().unwrap();
+    let error = format!("bad key {KEY} here");
+    let (mut server, base_url) = erring_emulator(dir.path(), 400, &error);
     let db = dir.path().join("runs.db");
     let ws = dir.path().join("ws");
     std::fs::create_dir(&ws).unwrap();
@@ -290,28 +306,14 @@ fn a_key_the_server_echoes_reaches_no_output_and_no_journal() {
     }
 }
 
-/// A server error the client and the host retry, quoting the key: the log lines that say
-/// so (at the default level) hold `***`, not the key.
+/// A server error the client retries, quoting the key: the log lines that say so (at the
+/// default level) and the failure hold `***`, not the key.
 #[test]
 fn a_retried_error_quoting_the_key_is_logged_masked() {
     const KEY: &str = "sk-echoed-by-the-server-4d7e";
     let dir = tempfile::tempdir().unwrap();
-    let script = dir.path().join("echo.json");
-    let rules = serde_json::json!({"rules": [{"when": {}, "reply": {"error": {
-        "status": 500, "message": format!("upstream failed, auth was Bearer {KEY}"),
-        "type": "server_error"}}}]});
-    std::fs::write(&script, rules.to_string()).unwrap();
-    let mut server = agentctl()
-        .args(["mock", "serve", "--script"])
-        .arg(&script)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut base_url = String::new();
-    BufReader::new(server.stdout.take().unwrap())
-        .read_line(&mut base_url)
-        .unwrap();
+    let message = format!("upstream failed, auth was Bearer {KEY}");
+    let (mut server, base_url) = erring_emulator(dir.path(), 500, &message);
     let ws = dir.path().join("ws");
     std::fs::create_dir(&ws).unwrap();
     let output = agentctl()
@@ -332,7 +334,7 @@ fn a_retried_error_quoting_the_key_is_logged_masked() {
     server.wait().unwrap();
     let (stdout, stderr) = text(&output);
     assert!(
-        stderr.contains("trying again") && stderr.contains("auth was Bearer ***"),
+        stderr.contains("retrying") && stderr.contains("auth was Bearer ***"),
         "{stderr}"
     );
     assert!(

@@ -390,7 +390,7 @@ mod tests {
         );
         assert!(!line.contains("SECRET"), "{line}");
         assert!(
-            line.ends_with("Bearer <redacted>; retrying (attempt 3 of 3) in 412 ms"),
+            line.ends_with("Bearer ***; retrying (attempt 3 of 3) in 412 ms"),
             "{line}"
         );
     }

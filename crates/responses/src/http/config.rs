@@ -31,12 +31,12 @@ impl ApiKey {
         format!("Bearer {}", self.0)
     }
 
-    /// `text` with the key replaced by `<redacted>` wherever it stands, and at the end of
-    /// `text` when `text` was cut inside it (a trailing start of the key, 4 characters or
-    /// more): for text that comes from elsewhere (a server's answer, an error) before it
-    /// reaches a log line or an error message.
+    /// `text` with the key replaced by `***` (as the host masks it in journals and output)
+    /// wherever it stands, and at the end of `text` when `text` was cut inside it (a
+    /// trailing start of the key, 4 characters or more): for text that comes from elsewhere
+    /// (a server's answer, an error) before it reaches a log line or an error message.
     pub(crate) fn mask(&self, text: &str) -> String {
-        const MASK: &str = "<redacted>";
+        const MASK: &str = "***";
         let mut masked = text.replace(&self.0, MASK);
         let cut = (4..self.0.len())
             .rev()
@@ -133,9 +133,9 @@ mod tests {
         let key = ApiKey::new("sk-test-SECRET-123").unwrap();
         assert_eq!(
             key.mask("a sk-test-SECRET-123 b sk-test-SECRET-123"),
-            "a <redacted> b <redacted>"
+            "a *** b ***"
         );
-        assert_eq!(key.mask("cut here: sk-test-SE"), "cut here: <redacted>");
+        assert_eq!(key.mask("cut here: sk-test-SE"), "cut here: ***");
         // Too short a start to give anything away is left alone, as is other text.
         assert_eq!(key.mask("ends in sk-"), "ends in sk-");
         assert_eq!(key.mask("nothing secret"), "nothing secret");

@@ -138,7 +138,7 @@ async fn a_retry_after_beyond_the_cap_is_not_retried_and_says_so() {
     )])
     .await;
     let err = client_for(&base, KEY).create(&hello()).await.unwrap_err();
-    assert_eq!(err.api().unwrap().message, "bad key Bearer <redacted>");
+    assert_eq!(err.api().unwrap().message, "bad key Bearer ***");
 }
 
 /// A 200 whose body is not an event stream (a proxy's login page, a plain JSON response,
