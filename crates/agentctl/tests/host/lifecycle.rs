@@ -1,6 +1,6 @@
 //! A run's life: the built-in story on a fresh home, budgets, Ctrl-C, resume.
 
-use std::process::Stdio;
+use std::process::{Output, Stdio};
 
 use serde_json::{Value, json};
 
@@ -511,20 +511,12 @@ async fn a_call_id_reused_from_before_a_compaction_fails_the_run(fresh: FreshDb)
     std::fs::write(ws.join("notes.txt"), "keep python stdlib only\n").unwrap();
     let script = compaction_script().replace("\"c2\"", "\"c1\"");
     let server = emulator(&script).await;
-    let mut child = run_cmd(db, &server, &ws, &["--compact-at", "1"])
+    let child = run_cmd(db, &server, &ws, &["--compact-at", "1"])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while child.try_wait().unwrap().is_none() {
-        if std::time::Instant::now() > deadline {
-            child.kill().unwrap();
-            panic!("the run did not end");
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
-    let o = child.wait_with_output().unwrap();
+    let o = ended_within_a_minute(child, "the run did not end").await;
     assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
     let shown = show(db, &only_run(db));
     assert_eq!(shown["status"], "failed", "{shown}");
@@ -1051,8 +1043,8 @@ impl Drop for SmallDisk {
 /// The disk fills while calls run: whichever write fails (a call's end, a model step), the
 /// host exits with the journal's error instead of going round its open calls forever, and
 /// the run is left for a resume.
-#[test]
-fn a_full_disk_during_calls_ends_the_host_instead_of_spinning() {
+#[tokio::test]
+async fn a_full_disk_during_calls_ends_the_host_instead_of_spinning() {
     let (_g, ws) = workspace();
     let dir = tempfile::tempdir().unwrap();
     let disk = SmallDisk::mount(&dir.path().join("disk"), "1100k");
@@ -1069,7 +1061,7 @@ fn a_full_disk_during_calls_ends_the_host_instead_of_spinning() {
         .collect();
     let script = dir.path().join("big.json");
     std::fs::write(&script, script_by_outputs(&steps)).unwrap();
-    let mut child = agentctl(&db)
+    let child = agentctl(&db)
         .args(["run", "--mock", "--mock-script"])
         .arg(&script)
         .args(["--max-steps", "100", "--workspace"])
@@ -1079,15 +1071,7 @@ fn a_full_disk_during_calls_ends_the_host_instead_of_spinning() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while child.try_wait().unwrap().is_none() {
-        if std::time::Instant::now() > deadline {
-            child.kill().unwrap();
-            panic!("the host did not end after the disk filled");
-        }
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-    let o = child.wait_with_output().unwrap();
+    let o = ended_within_a_minute(child, "the host did not end after the disk filled").await;
     let said = text(&o.stderr);
     assert_eq!(o.status.code(), Some(1), "{said}");
     assert!(said.contains("full"), "{said}");
@@ -1179,4 +1163,17 @@ async fn a_run_whose_driver_died_elsewhere_is_taken_over_on_request() {
     assert!(!said.contains("being driven"), "{said}");
     // The call's end is unknown (the host died in it), so it asks, or it ran again.
     assert!(matches!(taken.status.code(), Some(0 | 3)), "{said}");
+}
+
+/// `child`'s output once it ended; killed, and the test failed with `why`, after a minute.
+async fn ended_within_a_minute(mut child: std::process::Child, why: &str) -> Output {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            child.kill().unwrap();
+            panic!("{why}");
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    child.wait_with_output().unwrap()
 }
