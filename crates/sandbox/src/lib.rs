@@ -23,9 +23,7 @@
 //! - other processes: no signals to processes outside the sandbox and no ptrace of them
 //!   (Landlock), so neither `/proc/<pid>/environ` nor `/proc/<pid>/mem` of the host; no
 //!   limits or priorities set on them (seccomp); a PID namespace of its own, so that nothing
-//!   the command started outlives it, with a `/proc` of that namespace (Linux 6.15+), so
-//!   that the command sees its own processes only and under the numbers `getpid` gives
-//!   them; its own SysV IPC namespace; no kernel keyrings and no
+//!   the command started outlives it; its own SysV IPC namespace; no kernel keyrings and no
 //!   input pushed into a terminal (seccomp);
 //! - `no_new_privs`, an empty capability bounding set and no capabilities, so all of the
 //!   above holds for root.

@@ -28,11 +28,9 @@ pub fn processes_in(dir: &Path) -> Vec<(String, String)> {
         .collect()
 }
 
-/// Shell that sets `$h` to the pid of the host driving a sandboxed `shell` call, as a
-/// command with the host's `/proc` would find it: the parent of the command's parent. With
-/// the sandbox's own `/proc` (Linux 6.15 and later) the command's parent is not there
-/// (`$PPID` is 0 in its PID namespace) and `$h` is empty: what such a command tries on the
-/// host then fails before the host's own protections are reached.
+/// Shell that sets `$h` to the pid of the host driving a sandboxed `shell` call: the parent
+/// of the sandbox's entry point, which is the command's parent (`$PPID` is 0 in the
+/// sandbox's PID namespace).
 pub const HOST_PID: &str =
     "read -r _ _ _ e _ < /proc/self/stat; read -r _ _ _ h _ < /proc/$e/stat;";
 

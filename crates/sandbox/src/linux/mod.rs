@@ -10,38 +10,18 @@ use std::path::{Path, PathBuf};
 
 use crate::{Mode, Policy, SandboxError};
 
-/// What [`prepare`] set up, for [`confine`] to finish.
-pub(crate) struct Prepared {
-    resolved: Resolved,
-    /// Whether the hidden paths are covered by mounts (a mount namespace could be had); then
-    /// the next process started is the first of a PID namespace of its own too.
-    pub namespaced: bool,
-    /// Whether `/dev/pts` is an instance of the sandbox's own.
-    pub ptys: bool,
-}
-
-impl Prepared {
-    /// What the first process of the PID namespace finds after [`prepare`] ran in its
-    /// parent: the same policy's paths, covered, with `ptys` as the parent found it.
-    pub(crate) fn inherited(policy: &Policy, ptys: bool) -> Result<Prepared, SandboxError> {
-        Ok(Prepared {
-            resolved: Resolved::of(policy)?,
-            namespaced: true,
-            ptys,
-        })
-    }
-}
-
-/// The namespaces and mounts of `policy`, in this process (and so in what it starts next).
-/// Hidden paths are covered by mounts when a mount namespace can be had; without one (a user
-/// other than root where user namespaces are off) Landlock hides them alone, rule by rule,
-/// as long as nothing needs protecting read-only. Every mount but the writable paths is then
-/// made read-only, which stops what Landlock does not govern (mode, owner, times and
-/// extended attributes of files outside them). Pseudo-terminals come from an instance of
-/// the sandbox's own, when one could be mounted.
-pub(crate) fn prepare(policy: &Policy) -> Result<Prepared, SandboxError> {
+/// Restricts this process, and so every program it execs, to `policy`. Nothing is run on
+/// failure; a failure after some steps leaves the process partly restricted, and the caller
+/// exits.
+pub(crate) fn restrict_self(policy: &Policy) -> Result<(), SandboxError> {
     let resolved = Resolved::of(policy)?;
     let protect = policy.mode == Mode::WorkspaceWrite && !resolved.protected.is_empty();
+    // Hidden paths are covered by mounts when a mount namespace can be had; without one
+    // (a user other than root where user namespaces are off) Landlock hides them alone,
+    // rule by rule, as long as nothing needs protecting read-only. Every mount but the
+    // writable paths is then made read-only, which stops what Landlock does not govern
+    // (mode, owner, times and extended attributes of files outside them). Pseudo-terminals
+    // come from an instance of the sandbox's own, when one could be mounted.
     let (namespaced, ptys) = match mounts::enter_private() {
         Ok(()) => {
             // Hidden first: a workspace inside a hidden directory is bound back into
@@ -66,38 +46,10 @@ pub(crate) fn prepare(policy: &Policy) -> Result<Prepared, SandboxError> {
         Err(SandboxError::Unsupported(_)) => (false, false),
         Err(err) => return Err(err),
     };
-    Ok(Prepared {
-        resolved,
-        namespaced,
-        ptys,
-    })
-}
-
-/// The first process of the sandbox's PID namespace takes a procfs of that namespace (see
-/// [`mounts::private_proc`]); whether it got one.
-pub(crate) fn own_proc() -> bool {
-    mounts::private_proc()
-}
-
-/// Before the first process of the PID namespace is started: see
-/// [`privileges::keep_mount_right_across_exec`].
-pub(crate) fn pass_mount_right() -> bool {
-    privileges::keep_mount_right_across_exec()
-}
-
-/// Restricts this process, and so every program it execs, to `policy`: Landlock, seccomp,
-/// no capabilities. Nothing is run on failure; a failure after some steps leaves the process
-/// partly restricted, and the caller exits.
-pub(crate) fn confine(policy: &Policy, prepared: &Prepared) -> Result<(), SandboxError> {
-    landlock_rules::apply(
-        policy,
-        &prepared.resolved,
-        prepared.namespaced,
-        prepared.ptys,
-    )?;
+    landlock_rules::apply(policy, &resolved, namespaced, ptys)?;
     seccomp::restrict(&seccomp::Refuse {
         sockets: !policy.network,
-        sysv_ipc: !prepared.namespaced,
+        sysv_ipc: !namespaced,
     })?;
     privileges::drop_all()
 }

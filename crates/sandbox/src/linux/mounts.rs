@@ -201,25 +201,6 @@ pub(crate) fn private_ptys() -> bool {
     .is_ok()
 }
 
-/// Mounts over `/proc` a procfs of this process's own PID namespace (the `pidns` option,
-/// Linux 6.15), for the first process of the sandbox's namespace to call before it
-/// confines itself and execs the program: the command then sees its own processes under the
-/// numbers `getpid` gives them (`/proc/$$` is its shell) and none of the host's (their
-/// command lines, where people put passwords and tokens). The rest of `/proc` (`meminfo`,
-/// `cpuinfo`, `sys`) reads as before. Whether it is in place: where the kernel refuses it
-/// (older than 6.15) the host's `/proc` stays, whose per-process files but names and
-/// command lines are closed by Landlock's ptrace scoping.
-pub(crate) fn private_proc() -> bool {
-    mount(
-        "proc",
-        "/proc",
-        "proc",
-        MountFlags::NOSUID | MountFlags::NODEV | MountFlags::NOEXEC,
-        Some(c"pidns=/proc/self/ns/pid"),
-    )
-    .is_ok()
-}
-
 /// The mount point of each line of a `/proc/<pid>/mountinfo` table: its fifth field, with
 /// the kernel's octal escapes (of space, tab, newline and backslash) undone.
 fn mount_points(table: &[u8]) -> Vec<PathBuf> {

@@ -1,9 +1,8 @@
 //! No capabilities, in any set, for this process and what it execs (root included).
 
 use rustix::thread::{
-    CapabilitySet, CapabilitySets, capabilities, clear_ambient_capability_set,
-    configure_capability_in_ambient_set, remove_capability_from_bounding_set, set_capabilities,
-    set_no_new_privs,
+    CapabilitySet, CapabilitySets, clear_ambient_capability_set,
+    remove_capability_from_bounding_set, set_capabilities, set_no_new_privs,
 };
 
 use super::apply_err;
@@ -40,28 +39,4 @@ pub(crate) fn drop_all() -> Result<(), SandboxError> {
         });
     }
     Ok(())
-}
-
-/// Keeps the right to mount (`CAP_SYS_ADMIN`, over the namespaces this process made, and
-/// `CAP_SETPCAP` to empty the bounding set after) across the next exec, for a user other
-/// than root: the first process of the sandbox's PID
-/// namespace mounts its `/proc` before it drops everything, and an exec by a user other than
-/// root clears the capabilities a new user namespace gave unless they are ambient. Root
-/// keeps them anyway. Whether it could.
-pub(crate) fn keep_mount_right_across_exec() -> bool {
-    if rustix::process::getuid().is_root() {
-        return true;
-    }
-    // Mounting, and emptying the bounding set afterwards (`drop_all`).
-    let kept = [CapabilitySet::SYS_ADMIN, CapabilitySet::SETPCAP];
-    let Ok(mut sets) = capabilities(None) else {
-        return false;
-    };
-    for cap in kept {
-        sets.inheritable |= cap;
-    }
-    set_capabilities(None, sets).is_ok()
-        && kept
-            .into_iter()
-            .all(|cap| configure_capability_in_ambient_set(cap, true).is_ok())
 }
