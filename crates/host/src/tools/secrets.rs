@@ -26,7 +26,7 @@ pub fn mask_key(text: String) -> String {
 /// one would mask ordinary words). Read once: every event and tool output asks for it, and
 /// the environment of a running process does not change it (`OPENAI_API_KEY` is read once
 /// by the client too).
-pub(crate) fn api_key() -> Option<&'static str> {
+pub fn api_key() -> Option<&'static str> {
     static KEY: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
     KEY.get_or_init(|| {
         std::env::var("OPENAI_API_KEY")

@@ -31,7 +31,6 @@ use agent_host::run::kinds as k;
 use agent_host::run::{CallRecord, Decider, Decision, Observer, RunEnd, RunReport, RunState};
 use agent_journal::Event;
 use futures::future::BoxFuture;
-use serde_json::Value;
 
 use crate::global::GlobalArgs;
 use crate::output;
@@ -200,33 +199,9 @@ impl HumanState {
     }
 }
 
-/// A step's text as the run's answer would be: its messages' `output_text`, then its
-/// refusal on a line of its own (a refusal alone is the text). As the host builds it.
+/// A step's text as the run's answer would be (see `ModelCompleted::answer_text`).
 fn step_text(completed: &ModelCompleted<'_>) -> String {
-    let mut text = String::new();
-    for item in completed.output {
-        if item.get("type").and_then(Value::as_str) != Some("message") {
-            continue;
-        }
-        match item.get("content") {
-            Some(Value::String(s)) => text.push_str(s),
-            Some(Value::Array(parts)) => {
-                for part in parts {
-                    if part.get("type").and_then(Value::as_str) == Some("output_text")
-                        && let Some(t) = part.get("text").and_then(Value::as_str)
-                    {
-                        text.push_str(t);
-                    }
-                }
-            }
-            _ => {}
-        }
-    }
-    match completed.refusal() {
-        None => text,
-        Some(refusal) if text.is_empty() => refusal,
-        Some(refusal) => format!("{text}\n{refusal}"),
-    }
+    completed.answer_text()
 }
 
 struct Human(Mutex<HumanState>);

@@ -112,6 +112,17 @@ impl<'a> ModelCompleted<'a> {
         crate::run::refusal::refusal_text(self.output)
     }
 
+    /// This step's text as the run's answer would be: its messages' `output_text`, then
+    /// its refusal on a line of its own (a refusal alone is the text), as the host builds
+    /// the final answer.
+    pub fn answer_text(&self) -> String {
+        let refusal = self.refusal();
+        crate::run::refusal::answer_text(
+            crate::run::model::output_text(self.output),
+            refusal.as_deref(),
+        )
+    }
+
     /// The function calls among the output items, in order.
     pub fn function_calls(&self) -> impl Iterator<Item = FunctionCall<'a>> + 'a {
         self.output.iter().filter_map(FunctionCall::of)

@@ -8,13 +8,10 @@
 //! stream; [`StepText::complete`] says what to print so that the output ends with the
 //! given text.
 
-/// The API key the renderer masks: `OPENAI_API_KEY`, when it has 8 characters or more (the
-/// rule of `agent_host::tools::mask_key`, which masks the journal's text: a shorter key would
-/// mask ordinary words, so it is never masked).
+/// The API key the renderer masks: the host's (`agent_host::tools::api_key`: 8
+/// characters or more, the rule the journal's text is masked by).
 pub(super) fn api_key() -> Option<String> {
-    std::env::var("OPENAI_API_KEY")
-        .ok()
-        .filter(|key| key.len() >= 8)
+    agent_host::tools::api_key().map(str::to_owned)
 }
 
 /// What to print once a step's (or the run's) text is known.
