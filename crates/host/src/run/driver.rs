@@ -25,9 +25,9 @@ use serde_json::Value;
 
 use super::checkpoint;
 use super::events::{
-    ContextCompacted, HostEvent, ModelCompleted, ModelFailed, ModelRequested, OutputRejected,
-    PauseReason, RunCompleted, RunFailed, RunInterrupted, RunPaused, SteerApplied, SteerDropped,
-    SteerVia,
+    ContextCompacted, FunctionCall, HostEvent, ModelCompleted, ModelFailed, ModelRequested,
+    OutputRejected, PauseReason, RunCompleted, RunFailed, RunInterrupted, RunPaused, SteerApplied,
+    SteerDropped, SteerVia,
 };
 use super::model::{self, Streamed};
 use super::model_ws;
@@ -205,17 +205,10 @@ impl Driver {
             if self.opts.stop.is_cancelled() {
                 return Ok(RunEnd::Released);
             }
-            let last = self.state.steps.last().map(|s| s.step);
-            let open_calls: Vec<CallRecord> = self
-                .state
-                .calls
-                .iter()
-                .filter(|c| Some(c.step) == last && !matches!(c.progress, CallProgress::Done(_)))
-                .cloned()
-                .collect();
+            let open_calls: Vec<CallRecord> = self.open_calls().cloned().collect();
             if !open_calls.is_empty() {
                 let before = self.state.last_seq;
-                if let Some(end) = self.calls(open_calls.clone()).await? {
+                if let Some(end) = self.calls(open_calls).await? {
                     return Ok(end);
                 }
                 // A pass over open calls that journaled nothing would be repeated forever.
@@ -228,7 +221,8 @@ impl Driver {
                             "a call's end could not be journaled; resume the run once the database accepts writes again".into(),
                         )));
                     }
-                    let ids: Vec<&str> = open_calls.iter().map(|c| c.call_id.as_str()).collect();
+                    // Nothing was journaled, so the fold still holds them open.
+                    let ids: Vec<String> = self.open_calls().map(|c| c.call_id.clone()).collect();
                     return self
                         .fail(format!(
                             "the calls {} made no progress (nothing could be journaled for them)",
@@ -530,6 +524,15 @@ impl Driver {
         None
     }
 
+    /// The calls of the last step that have not ended.
+    fn open_calls(&self) -> impl Iterator<Item = &CallRecord> {
+        let last = self.state.steps.last().map(|s| s.step);
+        self.state
+            .calls
+            .iter()
+            .filter(move |c| Some(c.step) == last && !matches!(c.progress, CallProgress::Done(_)))
+    }
+
     /// [`unusable_calls`](Self::unusable_calls) for the call ids this fold no longer holds:
     /// those of the steps before its latest checkpoint. A call id reused from there would
     /// meet its old call's events by their dedup keys (its scheduling in this drive, its
@@ -543,14 +546,11 @@ impl Driver {
         if self.state.elided().calls == 0 {
             return Ok(None);
         }
-        for item in output {
-            if item.get("type").and_then(Value::as_str) != Some("function_call") {
-                continue;
-            }
-            let call_id = item.get("call_id").and_then(Value::as_str).unwrap_or("");
+        for call in output.iter().filter_map(FunctionCall::of) {
+            let call_id = call.call_id;
             let keys = [
                 agent_runtime::events::scheduled_key(&self.turn, call_id),
-                format!("refused:{call_id}"),
+                crate::run::kinds::refused_key(call_id),
                 crate::run::kinds::approval_request_key(call_id, 0),
             ];
             for key in keys {

@@ -91,6 +91,10 @@ pub(crate) fn approval_request_key(call_id: &str, round: u32) -> String {
     format!("approval-req:{call_id}:{round}")
 }
 
+pub(crate) fn refused_key(call_id: &str) -> String {
+    format!("refused:{call_id}")
+}
+
 pub(crate) fn steer_key(id: &str) -> String {
     format!("steer:{id}")
 }

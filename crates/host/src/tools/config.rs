@@ -21,6 +21,9 @@ use super::Policy;
 /// The file looked for in the workspace directory.
 pub const WORKSPACE_FILE: &str = "agentctl.toml";
 
+/// The user's own file, in their configuration directory.
+pub const USER_FILE: &str = "config.toml";
+
 /// How long an MCP call may take unless its server says otherwise (Codex's default).
 pub const DEFAULT_TOOL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 
@@ -298,21 +301,27 @@ impl ToolConfig {
         }
     }
 
-    /// The user file (if given) overlaid with `agentctl.toml` of `workspace`.
-    pub fn load(workspace: &Path, user_file: Option<&Path>) -> Result<ToolConfig, ConfigError> {
+    /// `config.toml` of the user's configuration directory `config_dir` (if given), overlaid
+    /// with `agentctl.toml` of `workspace` where that needs no trust or is trusted as it
+    /// reads now by the store in `config_dir` ([`TrustStore::check`]); without a
+    /// configuration directory nothing is trusted.
+    ///
+    /// [`TrustStore::check`]: super::TrustStore::check
+    pub fn load(
+        workspace: &Path,
+        config_dir: Option<&Path>,
+    ) -> Result<ToolConfig, crate::HostError> {
         let mut config = ToolConfig::default();
-        if let Some(user) = user_file.map(ToolConfig::read).transpose()?.flatten() {
+        let user = config_dir.map(|dir| ToolConfig::read(&dir.join(USER_FILE)));
+        if let Some(user) = user.transpose()?.flatten() {
             config.overlay(user);
         }
-        if let Some(local) = ToolConfig::read(&workspace.join(WORKSPACE_FILE))? {
+        // No directory: a store that does not exist, which trusts nothing.
+        let store = super::TrustStore::in_dir(config_dir.unwrap_or(Path::new("/nonexistent")));
+        if let Some(local) = store.check(workspace)? {
             config.overlay(local);
         }
         Ok(config)
-    }
-
-    /// `~/.config/agentctl/config.toml`, when there is a home directory.
-    pub fn user_file(home: Option<PathBuf>) -> Option<PathBuf> {
-        home.map(|h| h.join(".config").join("agentctl").join("config.toml"))
     }
 
     /// Adds `other`'s servers and policies, replacing entries of the same name.

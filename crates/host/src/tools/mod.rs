@@ -27,7 +27,8 @@ use crate::RawJson;
 use crate::sandbox::{Mode as SandboxMode, SandboxSpec};
 
 pub use config::{
-    ConfigError, DEFAULT_TOOL_TIMEOUT, SandboxConfig, ServerConfig, ToolConfig, WORKSPACE_FILE,
+    ConfigError, DEFAULT_TOOL_TIMEOUT, SandboxConfig, ServerConfig, ToolConfig, USER_FILE,
+    WORKSPACE_FILE,
 };
 pub use files::{ListDir, ReadFile, WriteFile};
 pub use rust_tool::{RustTool, ToolCall};

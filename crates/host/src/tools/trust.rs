@@ -137,11 +137,7 @@ impl TrustStore {
         let config = ToolConfig::parse(&text, &file.display().to_string())?;
         let key = line_key(&file)?;
         let digest = digest(&text);
-        let mut lines: Vec<String> = self
-            .lines()?
-            .into_iter()
-            .filter(|l| l.split_once('\t').is_none_or(|(_, p)| p != key))
-            .collect();
+        let mut lines = others(self.lines()?, key);
         lines.push(format!("{digest}\t{key}"));
         self.write(&lines)?;
         Ok(Trusted {
@@ -156,12 +152,9 @@ impl TrustStore {
         let file = canonical_file(workspace)?;
         let key = line_key(&file)?;
         let lines = self.lines()?;
-        let kept: Vec<String> = lines
-            .iter()
-            .filter(|l| l.split_once('\t').is_none_or(|(_, p)| p != key))
-            .cloned()
-            .collect();
-        let forgot = kept.len() != lines.len();
+        let count = lines.len();
+        let kept = others(lines, key);
+        let forgot = kept.len() != count;
         if forgot {
             self.write(&kept)?;
         }
@@ -229,6 +222,14 @@ pub struct Trusted {
     pub digest: String,
     /// What it asks that needed trust (empty: it needed none).
     pub asks: Vec<String>,
+}
+
+/// The store's `lines` but the one of `key`.
+fn others(lines: Vec<String>, key: &str) -> Vec<String> {
+    lines
+        .into_iter()
+        .filter(|l| l.split_once('\t').is_none_or(|(_, p)| p != key))
+        .collect()
 }
 
 fn digest(text: &str) -> String {

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use agent_host::run::{Budgets, DriveOptions, Host, NewRun, ResumeChange, RunReport};
 use agent_host::sandbox::{Mode as SandboxMode, SandboxSpec};
-use agent_host::tools::{ApprovalMode, ToolConfig, TrustStore};
+use agent_host::tools::{ApprovalMode, ToolConfig};
 use anyhow::Context as _;
 use clap::{Args, ValueEnum};
 
@@ -304,18 +304,7 @@ pub(crate) fn load_tool_config(
     workspace: &std::path::Path,
     mcp: &[String],
 ) -> Result<ToolConfig, agent_host::HostError> {
-    let dir = crate::cmd::trust::config_dir();
-    let mut config = ToolConfig::default();
-    if let Some(dir) = &dir
-        && let Some(user) = ToolConfig::read(&dir.join("config.toml"))?
-    {
-        config.overlay(user);
-    }
-    // Without a configuration directory nothing is trusted: a store that does not exist.
-    let store = TrustStore::in_dir(&dir.unwrap_or_else(|| PathBuf::from("/nonexistent/agentctl")));
-    if let Some(local) = store.check(workspace)? {
-        config.overlay(local);
-    }
+    let mut config = ToolConfig::load(workspace, crate::cmd::trust::config_dir().as_deref())?;
     for spec in mcp {
         config.add_cli_server(spec)?;
     }

@@ -179,7 +179,7 @@ impl HumanState {
     fn step_completed(&mut self, completed: &ModelCompleted<'_>) {
         let held = self.text.flush();
         self.emit(&held);
-        let step = step_text(completed);
+        let step = completed.answer_text();
         let completion = self.text.complete(&step);
         self.complete(completion);
         // Echoed on stderr, where the next note (the run's end) would run on from it.
@@ -197,11 +197,6 @@ impl HumanState {
         self.end_text();
         self.answered = true;
     }
-}
-
-/// A step's text as the run's answer would be (see `ModelCompleted::answer_text`).
-fn step_text(completed: &ModelCompleted<'_>) -> String {
-    completed.answer_text()
 }
 
 struct Human(Mutex<HumanState>);

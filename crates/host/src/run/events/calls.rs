@@ -110,7 +110,7 @@ pub struct ToolRefused {
 impl HostEvent for ToolRefused {
     const KIND: &'static str = k::TOOL_REFUSED;
     fn dedup_key(&self) -> Option<String> {
-        Some(format!("refused:{}", self.call_id))
+        Some(k::refused_key(&self.call_id))
     }
 }
 
