@@ -297,6 +297,16 @@ pub struct Fault {
     /// For `error_event`: `nested` (what the API sends, default) or `flat` (what the SDK types).
     #[serde(default)]
     pub shape: Option<String>,
+    /// For `keep_alive`: milliseconds between two keep-alives (default 100, at least 1).
+    #[serde(default)]
+    pub every_ms: Option<u64>,
+}
+
+impl Fault {
+    /// How often a `keep_alive` fault sends one.
+    pub fn keep_alive_every(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.every_ms.unwrap_or(100).max(1))
+    }
 }
 
 /// What goes wrong.
@@ -307,6 +317,10 @@ pub enum FaultKind {
     Cut,
     /// Send nothing more until the client goes away (past any idle timeout).
     Stall,
+    /// Send no event, only keep-alives (an SSE comment line over HTTP, a ping over
+    /// WebSocket) every `every_ms`, until the client goes away: a proxy holding the
+    /// connection open in front of a model that stopped answering.
+    KeepAlive,
     /// Wait until the named gate is opened, then continue.
     Gate,
     /// Send an `error` event and end the stream.

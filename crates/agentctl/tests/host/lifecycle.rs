@@ -622,6 +622,46 @@ async fn a_status_the_client_retried_is_not_retried_again_by_the_host() {
     assert_eq!(kinds_of(&events, "model.failed").len(), 1);
 }
 
+/// A model that went silent behind keep-alives (SSE comments, WebSocket pings) ends the
+/// step's attempts after `--stream-idle-timeout`, over both transports, instead of holding
+/// the run for ever; the run pauses, resumable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_model_silent_behind_keep_alives_fails_its_attempts_after_the_idle_timeout() {
+    let script = json!({"rules": [{"when": {}, "reply": {"items": answer("never finished")},
+        "fault": {"after_events": 2, "kind": "keep_alive", "every_ms": 50}}]});
+    let server = emulator(&script.to_string()).await;
+    for transport in ["http", "ws"] {
+        let dir = tempfile::tempdir().unwrap();
+        let db = format!("sqlite://{}", dir.path().join("k.db").display());
+        let (_g, ws) = workspace();
+        let started = std::time::Instant::now();
+        let o = out_within(
+            run_cmd(&db, &server, &ws, &["--transport", transport])
+                .env("AGENTCTL_STREAM_IDLE_TIMEOUT", "1"),
+            std::time::Duration::from_secs(90),
+        );
+        assert_eq!(o.status.code(), Some(3), "{transport}: {}", text(&o.stderr));
+        let events = events(&db, &only_run(&db)).await;
+        let attempts: Vec<u64> = kinds_of(&events, "model.requested")
+            .iter()
+            .map(|e| e.payload["attempt"].as_u64().unwrap())
+            .collect();
+        assert_eq!(attempts, vec![1, 2, 3], "{transport}");
+        let failed = kinds_of(&events, "model.failed");
+        let message = failed.last().unwrap().payload.to_string();
+        assert!(
+            message.contains("no stream event for 1s"),
+            "{transport}: {message}"
+        );
+        // Three 1 s waits and the backoff between them, not the 600 s default.
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(60),
+            "{transport}: {:?}",
+            started.elapsed()
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cut_stream_is_asked_again_with_the_bytes_its_hash_recorded() {
     let dir = tempfile::tempdir().unwrap();

@@ -407,9 +407,9 @@ fn client_error(err: WsError) -> ClientError {
             retries_taken: 0,
         })),
         WsError::HandshakeTimeout(_) | WsError::Connect(_) => ClientError::Connect(err.to_string()),
-        WsError::Closed { .. } | WsError::RequestTimeout(_) => {
-            ClientError::Transport(err.to_string())
-        }
+        WsError::Closed { .. } => ClientError::Transport(err.to_string()),
+        // Nothing came for that long: what an idle HTTP stream is.
+        WsError::RequestTimeout(after) => ClientError::StreamIdleTimeout(after),
         WsError::MissingApiKey => ClientError::MissingApiKey,
         WsError::InvalidBaseUrl(url) => ClientError::InvalidBaseUrl(url),
         other => ClientError::Decode(other.to_string()),

@@ -163,6 +163,16 @@ pub(super) fn stream_body(
                         tx.closed().await;
                         return;
                     }
+                    FaultKind::KeepAlive => {
+                        let every = fault.keep_alive_every();
+                        loop {
+                            tokio::time::sleep(every).await;
+                            let comment = Bytes::from_static(b": keep-alive\n\n");
+                            if tx.send(Ok(comment)).await.is_err() {
+                                return;
+                            }
+                        }
+                    }
                     FaultKind::Gate => {
                         if let Some(gate) = &gate {
                             gate.notified().await;

@@ -161,6 +161,26 @@ impl Session {
             .map_err(|_| Stop::Gone)
     }
 
+    /// Pings every `fault.every_ms` and nothing else until the client goes; its frames wait
+    /// unanswered, as under `stall`.
+    async fn keep_alive<T>(&mut self, fault: &crate::script::Fault) -> Served<T> {
+        let mut ticks = tokio::time::interval(fault.keep_alive_every());
+        ticks.tick().await;
+        loop {
+            tokio::select! {
+                frame = self.frames.recv() => match frame {
+                    Some(frame) => self.backlog.push_back(frame),
+                    None => return Err(Stop::Gone),
+                },
+                _ = ticks.tick() => {
+                    if self.sink.send(Message::Ping(Default::default())).await.is_err() {
+                        return Err(Stop::Gone);
+                    }
+                }
+            }
+        }
+    }
+
     /// The WebSocket `error` event (nested shape with `status`).
     async fn send_error(&mut self, failure: &ApiFailure, lane: Option<&str>) -> Served {
         let event = json!({"type": "error", "status": failure.status, "error": {

@@ -6,8 +6,8 @@
 //! 2. What we write we read: a loaded script serialises and loads back equal.
 //! 3. A loaded script is served: the emulator answers a plain and a streamed request with
 //!    the API's error shape, JSON or a stream that parses; never a dropped connection.
-//!    (`stall` and `gate` faults are left out of generated scripts: they hold a stream
-//!    open by design.)
+//!    (scripts with `stall`, `keep_alive` and `gate` faults are only loaded, not served:
+//!    they hold a stream open by design.)
 
 use std::time::{Duration, Instant};
 
@@ -23,9 +23,12 @@ const BOUND: Duration = Duration::from_secs(20);
 
 fn holds_streams(script: &Script) -> bool {
     script.rules.iter().any(|r| {
-        r.fault
-            .as_ref()
-            .is_some_and(|f| matches!(f.kind, FaultKind::Stall | FaultKind::Gate))
+        r.fault.as_ref().is_some_and(|f| {
+            matches!(
+                f.kind,
+                FaultKind::Stall | FaultKind::KeepAlive | FaultKind::Gate
+            )
+        })
     })
 }
 
@@ -127,7 +130,14 @@ fn rule() -> impl Strategy<Value = Value> {
         0.3,
         (
             0u64..6,
-            prop::sample::select(vec!["cut", "error_event", "stall", "gate", "boom"]),
+            prop::sample::select(vec![
+                "cut",
+                "error_event",
+                "stall",
+                "keep_alive",
+                "gate",
+                "boom",
+            ]),
             maybe(prop::sample::select(vec!["nested", "flat", "other"]).prop_map(Value::from)),
         )
             .prop_map(|(after, kind, shape)| {

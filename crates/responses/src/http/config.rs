@@ -75,7 +75,10 @@ pub struct ClientConfig {
     pub connect_timeout: Duration,
     /// Per-read timeout of a JSON response (SDK: 600 s).
     pub read_timeout: Duration,
-    /// Longest gap between two chunks of an event stream (SDK: 600 s, its read timeout).
+    /// Longest wait for the next event of a stream, from its headers and then between two
+    /// events; SSE comments (keep-alives) do not count as events (SDK: 600 s, its read
+    /// timeout). [`WsConfig::from_client_config`](crate::ws::WsConfig::from_client_config)
+    /// takes it as the WebSocket's `request_timeout`.
     pub stream_idle_timeout: Duration,
     /// Sent as `User-Agent`.
     pub user_agent: String,

@@ -3,11 +3,14 @@
 //! Invariants: after a terminal event (`response.completed/failed/incomplete`) the stream
 //! yields `None`; an `error` event becomes `Err(StreamError)` and ends the stream; the body
 //! ending (or `[DONE]`) before a terminal event is `Err(StreamEndedEarly)`, never a hang;
-//! no chunk for `idle_timeout` is `Err(StreamIdleTimeout)`; a body that is not an event
+//! no event for `idle_timeout` is `Err(StreamIdleTimeout)`; a body that is not an event
 //! stream is `Err(NotEventStream)`, told by its first line ([`Sniff`]), never a cut stream.
 //!
-//! The idle timeout restarts with every chunk, an SSE comment included (a server that
-//! sends `: keepalive` is alive).
+//! The idle timeout counts from the response's headers and restarts with every complete
+//! event, whether or not the caller asked for its kind. SSE comments and partial frames do
+//! not restart it: a proxy that sends `: keepalive` lines in front of a model that stopped
+//! answering would otherwise hold the stream open for ever (Codex's client counts events
+//! the same way).
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -188,6 +191,11 @@ fn peek_type(data: &str) -> Option<std::borrow::Cow<'_, str>> {
     serde_json::from_str::<Peek<'_>>(data).ok().map(|p| p.kind)
 }
 
+/// `timeout` from now (a year for a timeout too long to add).
+fn idle_deadline(timeout: Duration) -> tokio::time::Instant {
+    crate::ws::deadline_after(tokio::time::Instant::now(), timeout)
+}
+
 /// A streamed response's events.
 pub struct EventStream {
     body: BoxStream<'static, Result<bytes::Bytes, reqwest::Error>>,
@@ -195,6 +203,8 @@ pub struct EventStream {
     frames: VecDeque<SseFrame>,
     scratch: Vec<SseFrame>,
     idle_timeout: Duration,
+    /// `idle_timeout` after the headers or the last complete event, whichever came later.
+    idle_deadline: tokio::time::Instant,
     request_id: Option<String>,
     finished: bool,
     /// Non-terminal event types to decode (`None`: all of them).
@@ -227,6 +237,7 @@ impl EventStream {
             frames: VecDeque::new(),
             scratch: Vec::new(),
             idle_timeout,
+            idle_deadline: idle_deadline(idle_timeout),
             request_id,
             finished: false,
             keep: None,
@@ -256,7 +267,7 @@ impl EventStream {
     ///
     /// Cancel safe: a chunk is parsed as soon as it is read, so a dropped future loses no
     /// event; parsed events stay queued and a partial SSE frame stays in the parser for the
-    /// next call. The idle timeout restarts with each call.
+    /// next call. The idle timeout is not restarted by a call, only by an event.
     pub async fn next(&mut self) -> Option<Result<StreamEvent, ClientError>> {
         if self.finished {
             return None;
@@ -359,7 +370,7 @@ impl EventStream {
     /// is [`ClientError::StreamEndedEarly`], or [`ClientError::NotEventStream`] when what
     /// came was not an event stream ([`Sniff`]).
     async fn read_chunk(&mut self) -> Result<(), ClientError> {
-        match tokio::time::timeout(self.idle_timeout, self.body.next()).await {
+        match tokio::time::timeout_at(self.idle_deadline, self.body.next()).await {
             Err(_) => Err(ClientError::StreamIdleTimeout(self.idle_timeout)),
             Ok(Some(Ok(chunk))) => {
                 let verdict = match &mut self.sniff {
@@ -383,6 +394,7 @@ impl EventStream {
                 }
                 if !self.scratch.is_empty() {
                     self.sniff = None;
+                    self.idle_deadline = idle_deadline(self.idle_timeout);
                 }
                 self.frames.extend(self.scratch.drain(..));
                 Ok(())

@@ -7,8 +7,10 @@
 //! - a frame is sent once: after a drop, nothing in flight is replayed, the session reports
 //!   [`SessionEvent::Disconnected`] with how many requests now have an unknown outcome;
 //! - reconnects follow [`ReconnectPolicy`] (recoverable close codes only);
-//! - [`WsSession::next_event`] fails with [`WsError::RequestTimeout`] when a request in
-//!   flight has not ended within `request_timeout` of being sent.
+//! - [`WsSession::next_event`] fails with [`WsError::RequestTimeout`] when requests are in
+//!   flight and no frame came for `request_timeout` (since the last request was sent or
+//!   the last frame came): a response that keeps streaming is never cut however long it
+//!   takes, one that went silent is. Pings are no frames here.
 
 use std::time::Duration;
 
@@ -40,7 +42,7 @@ pub struct WsConfig {
     pub api_key: ApiKey,
     /// Upgrade handshake limit (10 s, as the official Python SDK uses).
     pub handshake_timeout: Duration,
-    /// Longest time a request may stay in flight (sent, not yet ended).
+    /// Longest wait for the next frame while a request is in flight (sent, not yet ended).
     pub request_timeout: Duration,
     /// Whether and how a dropped connection is reopened.
     pub reconnect: ReconnectPolicy,
@@ -61,9 +63,13 @@ impl WsConfig {
         }
     }
 
-    /// Base URL and key of an HTTP client config (`OPENAI_API_KEY`, `--base-url`/`OPENAI_BASE_URL`).
+    /// Base URL and key of an HTTP client config (`OPENAI_API_KEY`, `--base-url`/`OPENAI_BASE_URL`),
+    /// and its stream idle timeout as `request_timeout`: both transports then give up on a
+    /// silent model after the same wait.
     pub fn from_client_config(config: &ClientConfig) -> Self {
-        Self::new(config.base_url.clone(), config.api_key.clone())
+        let mut ws = Self::new(config.base_url.clone(), config.api_key.clone());
+        ws.request_timeout = config.stream_idle_timeout;
+        ws
     }
 
     /// The `ws(s)://.../responses` URL.
@@ -298,6 +304,9 @@ impl WsSession {
         };
         match event {
             ActorEvent::Frame(text) => {
+                // Any frame shows the server is still answering: every wait starts again.
+                self.inflight
+                    .refresh(deadline_after(Instant::now(), self.request_timeout));
                 let event = ServerEvent::from_json(&text).map_err(|e| WsError::Decode {
                     error: e.to_string(),
                     frame_start: text.chars().take(120).collect(),

@@ -47,9 +47,9 @@ pub enum WsError {
         frame_start: String,
     },
     #[error(
-        "no terminal event within {0:?} for a request in flight; its outcome (and any steering acceptance) is unknown"
+        "no event for {0:?} while a request was in flight; its outcome (and any steering acceptance) is unknown"
     )]
-    /// A request in flight got no terminal event in time; its outcome is unknown.
+    /// Requests were in flight and nothing came for `request_timeout`; their outcome is unknown.
     RequestTimeout(Duration),
     #[error("invalid steering input: {0}")]
     /// Steering input the API would refuse (empty, or not user messages).

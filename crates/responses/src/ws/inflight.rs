@@ -4,7 +4,9 @@
 //! or an `error` on that lane; the response is then active until its terminal event. A
 //! parent with an accepted steer that ends stays in flight until its successor is created,
 //! a `response.steer.pending` hands the next step to the client, or the steer fails.
-//! Each request keeps the deadline it got when sent; automatic successors inherit it.
+//! A request's deadline is `request_timeout` after it was sent, and every frame the session
+//! receives moves every deadline to `request_timeout` after that frame; automatic successors
+//! inherit their parent's.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::Duration;
@@ -43,6 +45,19 @@ impl InFlight {
         self.pending.values().map(VecDeque::len).sum::<usize>()
             + self.active.len()
             + self.awaiting_successor.len()
+    }
+
+    /// Moves every deadline to `deadline` (a frame came: nothing in flight is silent).
+    pub(crate) fn refresh(&mut self, deadline: Instant) {
+        for at in self
+            .pending
+            .values_mut()
+            .flat_map(|q| q.iter_mut())
+            .chain(self.active.values_mut())
+            .chain(self.awaiting_successor.values_mut())
+        {
+            *at = deadline;
+        }
     }
 
     /// The earliest deadline of anything in flight.

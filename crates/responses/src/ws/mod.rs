@@ -19,6 +19,7 @@ pub use events::{
     ClientEvent, RequiredInput, ResponseCreate, ServerEvent, SteerAccepted, SteerEvent,
     SteerFailCode, SteerFailed, SteerInput, SteerPending, SteerRequest,
 };
+pub(crate) use inflight::deadline_after;
 pub use reconnect::ReconnectPolicy;
 pub use steering::{
     FillError, SteerState, SteerTracker, SteerUpdate, fill_request, fill_required_input,

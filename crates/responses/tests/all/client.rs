@@ -358,6 +358,50 @@ async fn a_cut_stream_is_an_error_not_a_hang() {
 }
 
 #[tokio::test]
+async fn keep_alive_comments_do_not_hold_a_silent_stream_open() {
+    // Comments every 20 ms, no event after the third: the idle timeout counts events.
+    let err = tokio::time::timeout(
+        Duration::from_secs(20),
+        stream_error(
+            json!({"after_events": 3, "kind": "keep_alive", "every_ms": 20}),
+            Some(Duration::from_millis(300)),
+        ),
+    )
+    .await
+    .expect("keep-alive comments held the stream open past its idle timeout");
+    assert!(matches!(err, ClientError::StreamIdleTimeout(_)), "{err:?}");
+}
+
+#[tokio::test]
+async fn a_stream_slower_in_total_than_its_idle_timeout_completes() {
+    // 48 deltas 25 ms apart (1.2 s in all) against a 300 ms idle timeout.
+    let script: Script = serde_json::from_value(json!({
+        "latency": {"first_token_ms": 100, "tokens_per_second": 40},
+        "rules": [{"when": {"stream": true},
+        "reply": {"delta_chars": 4, "items": [{"type": "message", "content": [{"type": "output_text", "text": "x".repeat(192)}]}]}}]}))
+    .unwrap();
+    let server = MockServer::start(MockConfig::new(script).with_api_key(MOCK_API_KEY))
+        .await
+        .unwrap();
+    let mut config = ClientConfig::new(server.base_url(), ApiKey::new(MOCK_API_KEY).unwrap());
+    config.stream_idle_timeout = Duration::from_millis(300);
+    let client = Client::new(config).unwrap();
+    let started = std::time::Instant::now();
+    let response = client
+        .create_stream(&hello())
+        .await
+        .unwrap()
+        .final_response()
+        .await
+        .unwrap();
+    assert_eq!(response.output_text(), "x".repeat(192));
+    assert!(
+        started.elapsed() > Duration::from_millis(600),
+        "the reply was not slow"
+    );
+}
+
+#[tokio::test]
 async fn a_stalled_stream_hits_the_idle_timeout() {
     let err = stream_error(
         json!({"after_events": 3, "kind": "stall"}),

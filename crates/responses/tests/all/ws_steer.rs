@@ -728,6 +728,69 @@ async fn handshake_timeout_and_request_timeout() {
     server.abort();
 }
 
+/// A session to an emulator playing `script` (no steer holds), whose requests time out
+/// after `request_timeout` without a frame.
+async fn scripted_session(script: Value, request_timeout: Duration) -> (MockServer, WsSession) {
+    let script: Script = serde_json::from_value(script).unwrap();
+    let mut config = MockConfig::new(script).with_api_key(MOCK_API_KEY);
+    config.ws = no_hold();
+    let server = MockServer::start(config).await.unwrap();
+    let mut cfg = self::config(&server);
+    cfg.request_timeout = request_timeout;
+    let session = WsSession::connect(cfg).await.unwrap();
+    (server, session)
+}
+
+#[tokio::test]
+async fn a_response_that_keeps_streaming_outlives_the_request_timeout() {
+    // 48 deltas 25 ms apart (1.2 s in all) against a 300 ms request timeout.
+    let (_server, mut session) = scripted_session(
+        json!({"latency": {"first_token_ms": 100, "tokens_per_second": 40},
+            "rules": [{"reply": {"delta_chars": 4, "items": [{"type": "message",
+            "content": [{"type": "output_text", "text": "x".repeat(192)}]}]}}]}),
+        Duration::from_millis(300),
+    )
+    .await;
+    let started = std::time::Instant::now();
+    session.create(plan(None)).await.unwrap();
+    let completed = loop {
+        if let ServerEvent::Stream(StreamEvent::Completed(e)) = next_server(&mut session).await {
+            break e.response;
+        }
+    };
+    assert_eq!(completed.output_text(), "x".repeat(192));
+    assert!(
+        started.elapsed() > Duration::from_millis(600),
+        "the reply was not slow"
+    );
+}
+
+#[tokio::test]
+async fn pings_do_not_hold_a_silent_request_open() {
+    let (_server, mut session) = scripted_session(
+        json!({"rules": [{"reply": {"items": [{"type": "message",
+            "content": [{"type": "output_text", "text": "one two three four"}]}]},
+            "fault": {"after_events": 2, "kind": "keep_alive", "every_ms": 20}}]}),
+        Duration::from_millis(300),
+    )
+    .await;
+    session.create(plan(None)).await.unwrap();
+    let ended = tokio::time::timeout(Duration::from_secs(20), async {
+        loop {
+            match session.next_event().await {
+                Ok(Some(SessionEvent::Server(_))) => continue,
+                other => return other,
+            }
+        }
+    })
+    .await
+    .expect("pings held the request open past its timeout");
+    assert!(
+        matches!(ended, Err(WsError::RequestTimeout(_))),
+        "{ended:?}"
+    );
+}
+
 #[tokio::test]
 async fn requests_on_one_lane_are_fifo_and_protocol_errors_are_events() {
     let server = server(no_hold()).await;

@@ -27,6 +27,18 @@ pub struct EndpointArgs {
     /// An emulator script for --mock (format: fixtures/responses/README.md).
     #[arg(long, value_name = "FILE", requires = "mock")]
     pub mock_script: Option<PathBuf>,
+    /// Give up on a model response after this many seconds without an event from it (SSE
+    /// keep-alive comments and WebSocket pings do not count; a long answer that keeps
+    /// streaming is never cut). The step then retries like a cut stream, and after its
+    /// retries the run fails and can be resumed. Default: 600, the official SDK's read
+    /// timeout.
+    #[arg(
+        long,
+        value_name = "SECS",
+        env = "AGENTCTL_STREAM_IDLE_TIMEOUT",
+        value_parser = clap::value_parser!(u64).range(1..=86_400)
+    )]
+    pub stream_idle_timeout: Option<u64>,
 }
 
 impl EndpointArgs {
@@ -67,33 +79,62 @@ impl EndpointArgs {
     ) -> anyhow::Result<(Client, Option<MockServer>)> {
         let endpoint = RunEndpoint::for_resume(self.given(), recorded)?;
         let base_url = match endpoint {
-            Some(RunEndpoint::Mock) => return start_mock(None).await,
-            Some(RunEndpoint::MockScript(path)) => return start_mock(Some(&path)).await,
+            Some(RunEndpoint::Mock) => return self.start_mock(None).await,
+            Some(RunEndpoint::MockScript(path)) => return self.start_mock(Some(&path)).await,
             Some(RunEndpoint::Url(url)) => Some(url),
             None => None,
         };
         let Some(shared) = shared else {
-            return Ok((api_client(base_url.as_deref())?, None));
+            return Ok((self.api_client(base_url.as_deref())?, None));
         };
         let mut clients = shared.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(client) = clients.get(&base_url) {
             return Ok((client.clone(), None));
         }
-        let client = api_client(base_url.as_deref())?;
+        let client = self.api_client(base_url.as_deref())?;
         clients.insert(base_url, client.clone());
         Ok((client, None))
+    }
+
+    /// A client of the API at `base_url` (default: the environment's), keyed from the
+    /// environment.
+    fn api_client(&self, base_url: Option<&str>) -> anyhow::Result<Client> {
+        let config = ClientConfig::from_env(base_url).map_err(setup_error)?;
+        Client::new(self.configured(config)).map_err(setup_error)
+    }
+
+    /// `config` with these options' timeouts.
+    fn configured(&self, mut config: ClientConfig) -> ClientConfig {
+        if let Some(secs) = self.stream_idle_timeout {
+            config.stream_idle_timeout = std::time::Duration::from_secs(secs);
+        }
+        config
+    }
+
+    /// The emulator in this process, playing `script` (the built-in run story without
+    /// one), and a client for it.
+    async fn start_mock(
+        &self,
+        script: Option<&Path>,
+    ) -> anyhow::Result<(Client, Option<MockServer>)> {
+        let script = match script {
+            Some(path) => Script::load(path)
+                .map_err(|err| UsageError(format!("--mock-script {}: {err}", path.display())))?,
+            None => Script::from_json_str(
+                agent_responses_mock::builtin_fixture("run").context("the built-in run story")?,
+            )?,
+        };
+        let server = MockServer::start(MockConfig::new(script).with_api_key(MOCK_API_KEY))
+            .await
+            .context("cannot start the emulator")?;
+        let key = ApiKey::new(MOCK_API_KEY).context("mock key")?;
+        let client = Client::new(self.configured(ClientConfig::new(server.base_url(), key)))?;
+        Ok((client, Some(server)))
     }
 }
 
 /// API clients by base URL (`None`: the environment's), shared by the runs of a worker.
 pub type ApiClients = Mutex<HashMap<Option<String>, Client>>;
-
-/// A client of the API at `base_url` (default: the environment's), keyed from the
-/// environment.
-fn api_client(base_url: Option<&str>) -> anyhow::Result<Client> {
-    let config = ClientConfig::from_env(base_url).map_err(setup_error)?;
-    Client::new(config).map_err(setup_error)
-}
 
 /// A client that cannot be set up from what the user gave is a usage error, with a hint.
 fn setup_error(err: ClientError) -> anyhow::Error {
@@ -108,24 +149,6 @@ fn setup_error(err: ClientError) -> anyhow::Error {
         ),
         other => anyhow::Error::new(other),
     }
-}
-
-/// The emulator in this process, playing `script` (the built-in run story without one),
-/// and a client for it.
-async fn start_mock(script: Option<&Path>) -> anyhow::Result<(Client, Option<MockServer>)> {
-    let script = match script {
-        Some(path) => Script::load(path)
-            .map_err(|err| UsageError(format!("--mock-script {}: {err}", path.display())))?,
-        None => Script::from_json_str(
-            agent_responses_mock::builtin_fixture("run").context("the built-in run story")?,
-        )?,
-    };
-    let server = MockServer::start(MockConfig::new(script).with_api_key(MOCK_API_KEY))
-        .await
-        .context("cannot start the emulator")?;
-    let key = ApiKey::new(MOCK_API_KEY).context("mock key")?;
-    let client = Client::new(ClientConfig::new(server.base_url(), key))?;
-    Ok((client, Some(server)))
 }
 
 /// A fresh workspace for the built-in story, under the data directory, with a README to read.

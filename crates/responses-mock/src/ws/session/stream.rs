@@ -179,6 +179,7 @@ impl Session {
                         }
                         return Err(Stop::Gone);
                     }
+                    FaultKind::KeepAlive => return self.keep_alive(fault).await,
                     FaultKind::Gate => {
                         if let Some(name) = fault.gate.as_deref() {
                             self.state.gate(name).notified().await;
