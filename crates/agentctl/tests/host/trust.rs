@@ -80,3 +80,30 @@ fn a_workspace_config_that_only_tightens_needs_no_trust() {
     let shown = show(&db, &only_run(&db));
     assert_eq!(shown["sandbox"]["mode"], "read-only", "{shown}");
 }
+
+#[test]
+fn a_workspace_without_a_config_has_nothing_to_trust_and_a_deleted_one_can_be_forgotten() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().canonicalize().unwrap().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let db = format!("sqlite://{}", dir.path().join("t.db").display());
+    let nothing = out(agentctl(&db).arg("trust").arg(&ws));
+    assert_eq!(nothing.status.code(), Some(2));
+    assert!(
+        text(&nothing.stderr).contains("nothing to trust"),
+        "{}",
+        text(&nothing.stderr)
+    );
+
+    std::fs::write(ws.join("agentctl.toml"), "[sandbox]\nmode = \"off\"\n").unwrap();
+    trust(&ws);
+    std::fs::remove_file(ws.join("agentctl.toml")).unwrap();
+    let forgot = out(agentctl(&db).args(["--json", "trust", "--forget"]).arg(&ws));
+    assert!(forgot.status.success(), "{}", text(&forgot.stderr));
+    let listed = out(agentctl(&db).args(["--json", "trust", "--list"]));
+    assert!(
+        !text(&listed.stdout).contains("agentctl.toml"),
+        "{}",
+        text(&listed.stdout)
+    );
+}

@@ -132,7 +132,9 @@ impl TrustStore {
         let file = canonical_file(workspace)?;
         let text = read_optional(&file)?.ok_or_else(|| TrustError::Io {
             file: file.display().to_string(),
-            reason: "no such file: there is nothing to trust".into(),
+            reason:
+                "no such file: there is nothing to trust (a workspace without one needs no trust)"
+                    .into(),
         })?;
         let config = ToolConfig::parse(&text, &file.display().to_string())?;
         let key = line_key(&file)?;
@@ -241,10 +243,19 @@ fn digest(text: &str) -> String {
 
 fn canonical_file(workspace: &Path) -> Result<PathBuf, TrustError> {
     let file = workspace.join(WORKSPACE_FILE);
-    std::fs::canonicalize(&file).map_err(|err| TrustError::Io {
-        file: file.display().to_string(),
+    let io = |at: &Path, err: std::io::Error| TrustError::Io {
+        file: at.display().to_string(),
         reason: err.to_string(),
-    })
+    };
+    match std::fs::canonicalize(&file) {
+        Ok(file) => Ok(file),
+        // No file (or a link to none): where it would be, so that a file trusted and
+        // deleted since can still be forgotten, and trusting it says there is nothing.
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => std::fs::canonicalize(workspace)
+            .map(|dir| dir.join(WORKSPACE_FILE))
+            .map_err(|err| io(workspace, err)),
+        Err(err) => Err(io(&file, err)),
+    }
 }
 
 /// The store's key for `file`: its path, which must be text without tabs or line breaks.
