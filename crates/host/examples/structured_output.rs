@@ -41,7 +41,7 @@ pub async fn run() -> Result<RunReport, Box<dyn std::error::Error>> {
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let report = run().await?;
     match report.output() {
-        Some(ticket) => println!("{ticket}"),
+        Some(ticket) => println!("{}", ticket.get()),
         None => println!("no structured answer: {:?}", report.end),
     }
     Ok(())

@@ -28,6 +28,32 @@ impl RawJson {
             .unwrap_or_else(|_| RawJson(RawValue::NULL.to_owned()))
     }
 
+    /// `text`, which must be one JSON value, with the whitespace between its tokens
+    /// removed and every token as written: a number keeps all its digits, where a
+    /// [`Value`] would round it to an `f64`. `None` when `text` is not JSON.
+    pub fn compacted(text: &str) -> Option<RawJson> {
+        // Checked as written first: dropping the space in `1 2` would make it `12`.
+        serde_json::from_str::<&RawValue>(text).ok()?;
+        let mut out = String::with_capacity(text.len());
+        let (mut in_string, mut escaped) = (false, false);
+        for c in text.chars() {
+            if in_string {
+                match (escaped, c) {
+                    (true, _) => escaped = false,
+                    (false, '\\') => escaped = true,
+                    (false, '"') => in_string = false,
+                    _ => {}
+                }
+            } else if matches!(c, ' ' | '\t' | '\n' | '\r') {
+                continue;
+            } else if c == '"' {
+                in_string = true;
+            }
+            out.push(c);
+        }
+        RawValue::from_string(out).ok().map(RawJson)
+    }
+
     /// The JSON text.
     pub fn get(&self) -> &str {
         self.0.get()
@@ -103,6 +129,18 @@ mod tests {
             let odd = json!({"type": "message", "data": {"$serde_json::private::RawValue": held}});
             assert_eq!(RawJson::from_value(&odd).to_value().unwrap(), odd);
         }
+    }
+
+    #[test]
+    fn compacting_drops_the_space_between_tokens_and_keeps_each_token_as_written() {
+        let text = " {\n  \"n\": 12345678901234567890123 ,\t\"s\": \"a \\\" b\\\\\",\r\n \"z\": -0,\"x\": [ 1.50 , \"\\u0000\" ] }\n";
+        let raw = RawJson::compacted(text).unwrap();
+        assert_eq!(
+            raw.get(),
+            r#"{"n":12345678901234567890123,"s":"a \" b\\","z":-0,"x":[1.50,"\u0000"]}"#
+        );
+        assert!(RawJson::compacted("{\"a\": }").is_none());
+        assert!(RawJson::compacted("1 2").is_none());
     }
 
     #[test]

@@ -116,6 +116,71 @@ async fn a_valid_answer_is_printed_as_json_and_shown() {
     assert_eq!(last["output"], json!({"city": "Paris", "temp": 21.5}));
 }
 
+/// The answer printed and shown is the model's JSON token for token (without the space
+/// between tokens): a number keeps every digit and `-0` its sign, where a parsed value
+/// would print `1.2345678901234568e+22` and `-0.0`; an escaped NUL stays as written, where
+/// the journal's NUL scrubbing made it U+FFFD after the schema had accepted it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_answer_is_kept_as_the_model_wrote_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("p.db").display());
+    let schema = schema_file(
+        dir.path(),
+        &json!({"type": "object", "required": ["n", "z", "sep"], "properties": {
+            "n": {"type": "integer"}, "z": {"type": "number"},
+            "sep": {"type": "string", "pattern": "^a\\u0000b$"}}}),
+    );
+    let written = "{\n  \"n\": 12345678901234567890123,\n  \"z\": -0, \"sep\": \"a\\u0000b\" }";
+    let exact = r#"{"n":12345678901234567890123,"z":-0,"sep":"a\u0000b"}"#;
+    let script = json!({"rules": [{"when": {}, "reply": text_answer(written)}]});
+    let server = emulator(&script.to_string()).await;
+    let (_g, ws) = workspace();
+    let o = out(&mut run_cmd(
+        &db,
+        &server,
+        &ws,
+        &args(&schema_args(&schema)),
+    ));
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert_eq!(text(&o.stdout).trim(), exact);
+    let run = only_run(&db);
+    let shown = out(agentctl(&db).args(["--json", "runs", "show", &run]));
+    assert!(
+        text(&shown.stdout).contains(&format!("\"output\":{exact}")),
+        "{}",
+        text(&shown.stdout)
+    );
+    let human = text(&out(agentctl(&db).args(["runs", "show", &run])).stdout);
+    assert!(human.contains(&format!("output    {exact}")), "{human}");
+}
+
+/// A long structured answer is journaled once: its parsed form was written beside its text,
+/// so an answer over half the journal's 4 MiB event limit failed the run on every resume.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_answer_completes() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("l.db").display());
+    let schema = schema_file(
+        dir.path(),
+        &json!({"type": "object", "required": ["pad"],
+                "properties": {"pad": {"type": "string"}}}),
+    );
+    let written = format!("{{\"pad\": \"{}\"}}", "x".repeat(2_600_000));
+    let mut reply = text_answer(&written);
+    reply["delta_chars"] = json!(1_000_000);
+    let script = json!({"rules": [{"when": {}, "reply": reply}]});
+    let server = emulator(&script.to_string()).await;
+    let (_g, ws) = workspace();
+    let o = out(&mut run_cmd(
+        &db,
+        &server,
+        &ws,
+        &args(&schema_args(&schema)),
+    ));
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert_eq!(text(&o.stdout).trim(), written.replace(' ', ""));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wrong_answers_are_sent_back_with_their_errors_then_accepted() {
     let dir = tempfile::tempdir().unwrap();

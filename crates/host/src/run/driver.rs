@@ -52,8 +52,8 @@ mod held;
 
 /// A final answer checked against the run's output schema.
 enum Checked {
-    /// Accepted: the parsed answer (`None` for a run without a schema).
-    Accepted(Option<Value>),
+    /// Accepted: whether it answers an output schema (false for a run without one).
+    Accepted(bool),
     /// Rejected and journaled: the model answers again.
     Retry,
     /// Rejected with no retry left: the run failed.
@@ -284,8 +284,8 @@ impl Driver {
                     return self.fail(refusal::failure(refused)).await;
                 }
                 let text = refusal::answer_text(text, refusal.as_deref());
-                let output = match self.checked_output(step_no, &text).await? {
-                    Checked::Accepted(output) => output,
+                let structured = match self.checked_output(step_no, &text).await? {
+                    Checked::Accepted(structured) => structured,
                     Checked::Retry => continue,
                     Checked::Failed(end) => return Ok(end),
                 };
@@ -294,7 +294,8 @@ impl Driver {
                     text: text.clone(),
                     usage,
                     steps: self.state.step_count(),
-                    output,
+                    structured,
+                    output: None,
                 })
                 .await?;
                 self.drop_pending_steers("the run completed before the steer could be applied")
@@ -316,11 +317,11 @@ impl Driver {
     /// next request tells the model why), or the run fails.
     async fn checked_output(&mut self, step: u64, text: &str) -> Result<Checked, HostError> {
         let Some(schema) = self.spec.output.as_ref() else {
-            return Ok(Checked::Accepted(None));
+            return Ok(Checked::Accepted(false));
         };
         let retries = schema.retries;
         let errors = match schema.check(text) {
-            Ok(value) => return Ok(Checked::Accepted(Some(value))),
+            Ok(_) => return Ok(Checked::Accepted(true)),
             Err(rejection) => rejection.errors,
         };
         let used = self.state.output_retries_used();

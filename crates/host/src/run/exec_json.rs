@@ -53,9 +53,10 @@ pub enum ExecLine {
     TurnCompleted {
         /// Tokens of the whole run.
         usage: ExecUsage,
-        /// The final answer parsed, for a run with an output schema (our own field).
+        /// The final answer, for a run with an output schema, as the model wrote it (our
+        /// own field; [`RunCompleted::answer`](super::events::RunCompleted::answer)).
         #[serde(skip_serializing_if = "Option::is_none")]
-        output: Option<Value>,
+        output: Option<crate::RawJson>,
     },
     /// A final answer did not match the run's output schema; the model is asked again.
     #[serde(rename = "output.rejected")]
@@ -510,8 +511,8 @@ impl ExecJson {
                 cancelled: i.cancelled,
             }],
             RunEvent::Completed(c) => vec![ExecLine::TurnCompleted {
+                output: c.answer(),
                 usage: c.usage.into(),
-                output: c.output,
             }],
             RunEvent::OutputRejected(r) => vec![ExecLine::OutputRejected {
                 run_id: run_id(),

@@ -366,8 +366,9 @@ pub struct RunReport {
 }
 
 impl RunReport {
-    /// The final answer parsed, for a completed run with an output schema.
-    pub fn output(&self) -> Option<&serde_json::Value> {
+    /// The final answer of a completed run with an output schema, as JSON text
+    /// ([`RunState::final_output`]).
+    pub fn output(&self) -> Option<&crate::RawJson> {
         self.state.final_output.as_ref()
     }
 }

@@ -68,7 +68,7 @@ pub struct RunState {
     /// The final answer of a completed run.
     pub(crate) final_text: Option<String>,
     /// The final answer parsed, for a completed run with an output schema.
-    pub(crate) final_output: Option<Value>,
+    pub(crate) final_output: Option<RawJson>,
     /// Final answers rejected by the output schema (since the latest checkpoint, for a
     /// driving host's fold), in step order.
     pub(crate) rejections: Vec<RejectionRecord>,
@@ -224,8 +224,10 @@ impl RunState {
         self.final_text.as_deref()
     }
 
-    /// The final answer parsed, for a completed run with an output schema.
-    pub fn final_output(&self) -> Option<&Value> {
+    /// The final answer of a completed run with an output schema, as JSON text: the
+    /// model's tokens as it wrote them (numbers keep every digit), without the space
+    /// between them.
+    pub fn final_output(&self) -> Option<&RawJson> {
         self.final_output.as_ref()
     }
 
@@ -493,8 +495,8 @@ impl RunState {
             RunEvent::Interrupted(_) => self.stop(RunStatus::Interrupted, None),
             RunEvent::Failed(failed) => self.stop(RunStatus::Failed, Some(failed.error)),
             RunEvent::Completed(completed) => {
+                self.final_output = completed.answer();
                 self.final_text = Some(completed.text);
-                self.final_output = completed.output;
                 self.stop(RunStatus::Completed, None);
             }
             RunEvent::InterruptRequested(_) => self.interrupt_requested = Some(seq),

@@ -56,9 +56,10 @@ pub struct RunView {
     pub pending_approvals: Vec<PendingView>,
     /// The final answer of a completed run.
     pub final_text: Option<String>,
-    /// The final answer parsed, for a completed run with an output schema.
+    /// The final answer of a completed run with an output schema, as the model wrote it
+    /// (see [`RunState::final_output`](crate::run::RunState::final_output)).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub output: Option<serde_json::Value>,
+    pub output: Option<crate::RawJson>,
     /// The output schema's name and retries, for a run with one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub output_schema: Option<SchemaView>,

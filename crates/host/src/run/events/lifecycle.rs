@@ -161,13 +161,32 @@ pub struct RunCompleted {
     /// Model steps taken.
     #[serde(default)]
     pub steps: u64,
-    /// The final answer parsed, for a run with an output schema (it matched).
+    /// `text` is the answer to the run's output schema (it matched). The parsed answer is
+    /// `text` itself ([`RunState::final_output`](crate::run::RunState::final_output)): kept
+    /// once, and as a string, so a number keeps every digit through the journal (whose
+    /// reads decode payloads into `f64`-backed values) and a long answer is not journaled
+    /// twice.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub structured: bool,
+    /// The parsed answer as journals before `structured` recorded it; read, never written.
     #[serde(
         default,
-        skip_serializing_if = "Option::is_none",
+        skip_serializing,
         deserialize_with = "agent_schema::json::option"
     )]
     pub output: Option<serde_json::Value>,
+}
+
+impl RunCompleted {
+    /// The answer to the run's output schema, as JSON text (`None` for a run without one):
+    /// `text` without the space between its tokens, or what an older journal recorded.
+    pub fn answer(&self) -> Option<crate::RawJson> {
+        match &self.output {
+            _ if self.structured => crate::RawJson::compacted(&self.text),
+            Some(legacy) => Some(crate::RawJson::from_value(legacy)),
+            None => None,
+        }
+    }
 }
 
 impl HostEvent for RunCompleted {

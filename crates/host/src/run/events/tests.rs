@@ -96,18 +96,22 @@ fn payloads_keep_the_shapes_journaled_before() {
                 text: "done".into(),
                 usage,
                 steps: 4,
+                structured: false,
                 output: None,
             }),
             json!({"text": "done", "usage": usage, "steps": 4}),
         ),
         (
+            // The parsed answer is the text: it is not written twice (`output` is only
+            // read, from older journals).
             text(&RunCompleted {
                 text: "{\"n\":1}".into(),
                 usage,
                 steps: 2,
+                structured: true,
                 output: Some(json!({"n": 1})),
             }),
-            json!({"text": "{\"n\":1}", "usage": usage, "steps": 2, "output": {"n": 1}}),
+            json!({"text": "{\"n\":1}", "usage": usage, "steps": 2, "structured": true}),
         ),
         (
             text(&OutputRejected {
@@ -188,6 +192,7 @@ fn dedup_keys_come_with_the_payload_type() {
             text: String::new(),
             usage: TokenUsage::default(),
             steps: 0,
+            structured: false,
             output: None,
         }
         .to_event("t")
@@ -352,4 +357,29 @@ fn verbatim_values_read_back_as_written() {
         panic!("not a model.completed");
     };
     assert_eq!(step.steered.map(|s| s.parent_output), Some(vec![odd]));
+}
+
+#[test]
+fn a_structured_answer_is_its_text_and_an_older_journals_parsed_output_still_reads() {
+    let RunEvent::Completed(run) = parse(
+        k::RUN_COMPLETED,
+        &json!({"text": "{ \"n\": 12345678901234567890123 }", "structured": true}),
+    ) else {
+        panic!("not a run.completed");
+    };
+    assert_eq!(
+        run.answer().unwrap().get(),
+        r#"{"n":12345678901234567890123}"#
+    );
+    let RunEvent::Completed(old) = parse(
+        k::RUN_COMPLETED,
+        &json!({"text": "{\"n\": 1}", "output": {"n": 1}}),
+    ) else {
+        panic!("not a run.completed");
+    };
+    assert_eq!(old.answer().unwrap().get(), r#"{"n":1}"#);
+    let RunEvent::Completed(plain) = parse(k::RUN_COMPLETED, &json!({"text": "{}"})) else {
+        panic!("not a run.completed");
+    };
+    assert!(plain.answer().is_none());
 }
