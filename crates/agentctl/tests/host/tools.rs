@@ -294,3 +294,68 @@ async fn nul_characters(db: FreshDb) {
 }
 
 agent_testkit::backend_tests!(fresh_db, [sqlite, postgres]: nul_characters);
+
+/// Arguments too long to record (a long `read_file` path, a `spawn_agents` call with a long
+/// prompt) are refused back to the model, which then goes on; at 2-4 MB they made the call's
+/// `tool.scheduled` exceed the journal's event limit, failing the run on every resume.
+/// (1.1 MB here: the emulator, like axum, reads request bodies of at most 2 MiB.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn arguments_too_long_to_record_are_refused_to_the_model() {
+    let long = "x".repeat(1_100_000);
+    for (id, tool, args) in [
+        ("c_path", "read_file", json!({"path": long})),
+        (
+            "c_spawn",
+            "spawn_agents",
+            json!({"agents": [{"prompt": long}]}),
+        ),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let db = format!("sqlite://{}", dir.path().join("a.db").display());
+        let (_g, ws) = workspace();
+        let server = emulator(&script_by_outputs(&[
+            json!([call(id, tool, args)]),
+            answer("FINAL: gave up on the long one"),
+        ]))
+        .await;
+        let o = out(&mut run_cmd(&db, &server, &ws, &["--max-children", "2"]));
+        assert_eq!(o.status.code(), Some(0), "{tool}: {}", text(&o.stderr));
+        let events = events(&db, &only_run(&db)).await;
+        check_invariants(&events);
+        let (kind, msg) = told(&events, id);
+        assert_eq!(kind, "tool.refused", "{tool}");
+        assert!(
+            msg.contains("bytes, over the 1048576 a call may have"),
+            "{tool}: {msg}"
+        );
+        assert!(kinds_of(&events, "tool.scheduled").is_empty(), "{tool}");
+    }
+}
+
+/// At 3 MB the call used to end the run with the journal's "invalid payload" on every
+/// resume; now it is refused and journaled, and the next request (carrying the 3 MB call
+/// in its history) is the emulator's to refuse (413, its 2 MiB body limit): the run pauses,
+/// resumable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_over_the_journals_event_limit_is_refused_not_fatal() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("a.db").display());
+    let (_g, ws) = workspace();
+    let long = "x".repeat(3_000_000);
+    let server = emulator(&script_by_outputs(&[
+        json!([call("c_path", "read_file", json!({"path": long}))]),
+        answer("FINAL: never reached"),
+    ]))
+    .await;
+    let o = out(&mut run_cmd(&db, &server, &ws, &[]));
+    // A 4xx pauses the run with exit status 1.
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains("paused (model_rejected)"),
+        "{}",
+        text(&o.stderr)
+    );
+    let events = events(&db, &only_run(&db)).await;
+    let (kind, _) = told(&events, "c_path");
+    assert_eq!(kind, "tool.refused");
+}

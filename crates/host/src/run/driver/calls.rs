@@ -50,10 +50,24 @@ fn asked(reason: ApprovalReason, last: Option<&ApprovalRecord>) -> Next {
 const NUL_REFUSAL: &str = "the arguments contain a NUL character (\\u0000), which no tool \
     takes and a run cannot record; send the call again without it";
 
-/// Why arguments (JSON text) can never be recorded as a call: a NUL character in a string
-/// or a key, which the journal refuses (PostgreSQL cannot store it), so the call's
-/// `tool.scheduled` would fail the run on every resume.
+/// Largest arguments (JSON text) a call may have. The call's `tool.scheduled` holds them
+/// twice (as sent and in the call's signature, escaped), so at this size it stays well
+/// under the journal's 4 MiB event limit; past it the event could never be written and the
+/// run would fail on every resume. `write_file` takes at most 1 MiB of content as well.
+const MAX_ARGUMENT_BYTES: usize = 1 << 20;
+
+/// Why arguments (JSON text) can never be recorded as a call: more than
+/// [`MAX_ARGUMENT_BYTES`], or a NUL character in a string or a key, which the journal
+/// refuses (PostgreSQL cannot store it), so the call's `tool.scheduled` would fail the run
+/// on every resume.
 fn unrecordable(arguments: &str) -> Option<String> {
+    if arguments.len() > MAX_ARGUMENT_BYTES {
+        return Some(format!(
+            "the arguments are {} bytes, over the {MAX_ARGUMENT_BYTES} a call may have (the run \
+             records every call); send smaller arguments, split the work into several calls",
+            arguments.len()
+        ));
+    }
     // NUL can only be in JSON text as the escape `\u0000`.
     if !arguments.contains("u0000") {
         return None;
