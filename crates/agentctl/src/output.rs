@@ -215,8 +215,26 @@ pub fn report_error_masking(err: &anyhow::Error, db: Option<&str>) -> ExitCode {
         // `agentctl ... | head`: the reader has what it wanted; nothing failed.
         return ExitCode::SUCCESS;
     }
-    let hint = hint_of(err)
-        .unwrap_or_else(|| "run with --help for usage, or RUST_LOG=debug for details".into());
+    let usage = |e: &(dyn std::error::Error + 'static)| {
+        e.downcast_ref::<UsageError>().is_some()
+            || e.downcast_ref::<agent_host::HostError>()
+                .is_some_and(agent_host::HostError::is_usage)
+            // Transparent: the host's error is not a cause of it but the error itself.
+            || e.downcast_ref::<agent_host::run::history::HistoryError>()
+                .is_some_and(|h| {
+                    matches!(h, agent_host::run::history::HistoryError::Host(h) if h.is_usage())
+                })
+    };
+    let is_usage = err.chain().any(usage);
+    // `--help` only for what the command line got wrong: a journal or network failure is
+    // not a usage question.
+    let hint = hint_of(err).unwrap_or_else(|| {
+        if is_usage {
+            "run with --help for usage, or RUST_LOG=debug for details".into()
+        } else {
+            "RUST_LOG=debug shows details".into()
+        }
+    });
     // No error of any command prints the API key, whoever quoted it (a server's message).
     let message = agent_host::tools::mask_key(agent_schema::one_line(err.as_ref()));
     // The message quotes whatever a driver or server said: the database's passwords are
@@ -233,17 +251,7 @@ pub fn report_error_masking(err: &anyhow::Error, db: Option<&str>) -> ExitCode {
     };
     eprintln!("error: {}", display(&message));
     eprintln!("hint: {}", display(&hint));
-    let usage = |e: &(dyn std::error::Error + 'static)| {
-        e.downcast_ref::<UsageError>().is_some()
-            || e.downcast_ref::<agent_host::HostError>()
-                .is_some_and(agent_host::HostError::is_usage)
-            // Transparent: the host's error is not a cause of it but the error itself.
-            || e.downcast_ref::<agent_host::run::history::HistoryError>()
-                .is_some_and(|h| {
-                    matches!(h, agent_host::run::history::HistoryError::Host(h) if h.is_usage())
-                })
-    };
-    if err.chain().any(usage) {
+    if is_usage {
         crate::exit::Exit::Usage.into()
     } else {
         crate::exit::Exit::Failed.into()
