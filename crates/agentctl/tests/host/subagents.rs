@@ -338,6 +338,58 @@ async fn children_share_the_token_budget(db: FreshDb) {
     }
 }
 
+/// A parent whose first step already went past its `--max-tokens` starts no child: the
+/// call fails with why, the parent pauses for budget, and a resume with more lets the model
+/// go on. It used to create children with a 0-token budget, paused for good.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parent_with_no_tokens_left_starts_no_child() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("b.db").display());
+    let (_g, ws) = workspace();
+    let server = emulator(&script("echo a", "echo b", false)).await;
+    let o = out(&mut run_cmd(
+        &db,
+        &server,
+        &ws,
+        &[
+            "--approval",
+            "auto",
+            "--max-children",
+            "2",
+            "--max-tokens",
+            "10",
+        ],
+    ));
+    assert_eq!(o.status.code(), Some(3), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains("max_tokens"),
+        "{}",
+        text(&o.stderr)
+    );
+    let (roots, children) = runs(&db).await;
+    assert!(children.is_empty(), "{children:?}");
+    let pev = events(&db, &roots[0]).await;
+    assert!(kinds_of(&pev, "subagent.spawned").is_empty());
+    let failed = kinds_of(&pev, "tool.failed");
+    assert_eq!(failed.len(), 1);
+    assert!(
+        failed[0]
+            .payload
+            .to_string()
+            .contains("no sub-agent was started"),
+        "{}",
+        failed[0].payload
+    );
+    let r = out(&mut resume_cmd(
+        &db,
+        &server,
+        &roots[0],
+        &["--max-tokens", "100000"],
+    ));
+    assert_eq!(r.status.code(), Some(0), "{}", text(&r.stderr));
+    assert!(runs(&db).await.1.is_empty());
+}
+
 /// The parent of the only tree in the database, once it exists.
 async fn wait_for_parent(db: &str, child: &mut std::process::Child) -> String {
     loop {

@@ -199,7 +199,100 @@ async fn a_child_waiting_on_approval_pauses_the_parent(db: FreshDb) {
     assert_eq!(kinds_of(&pev, "subagent.spawned").len(), 2);
 }
 
+/// `interrupt PARENT` while one child has answered and the other still runs, then `resume
+/// PARENT`: the `spawn_agents` call stays open through the interrupt (it is retry-safe), so
+/// the resumed parent runs it again, which reuses the finished child's answer and continues
+/// the interrupted child. It used to end cancelled: the model never got the first answer and
+/// the second child stayed `interrupted` under a completed parent.
+async fn an_interrupted_parent_resumes_its_children(db: FreshDb) {
+    let db = db.url();
+    let agents = json!({"agents": [
+        {"prompt": "CHILD-A: answer", "instructions": null, "tools": []},
+        {"prompt": "CHILD-B: answer", "instructions": null, "tools": []}]});
+    let script = json!({"rules": [
+        {"when": {"last_user_contains": "CHILD-A"}, "times": 1,
+         "latency": {"first_token_ms": 60_000}, "reply": {"items": answer("A done")}},
+        {"when": {"last_user_contains": "CHILD-A"}, "reply": {"items": answer("A done")}},
+        {"when": {"last_user_contains": "CHILD-B"}, "reply": {"items": answer("B done")}},
+        {"when": {"tool_outputs": 0}, "reply": {"items": [call("call_spawn", "spawn_agents", agents)]}},
+        {"when": {"tool_outputs": 1}, "reply": {"items": answer("FINAL: {{outputs}}")}}]});
+    let server = emulator(&script.to_string()).await;
+    let (_g, ws) = workspace();
+    let mut running = run_cmd(
+        db,
+        &server,
+        &ws,
+        &["--approval", "auto", "--max-children", "2"],
+    )
+    .stdout(std::process::Stdio::null())
+    .stderr(std::process::Stdio::null())
+    .spawn()
+    .unwrap();
+    // Until child B has answered (A waits a minute for its first token).
+    let runs = || -> Vec<Value> {
+        text(&out(agentctl(db).args(["--json", "runs", "list"])).stdout)
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let parent = loop {
+        let listed = runs();
+        let b_done = listed
+            .iter()
+            .any(|r| r["title"] == "CHILD-B: answer" && r["status"] == "completed");
+        if let Some(parent) = listed
+            .iter()
+            .find(|r| r["parent"].is_null())
+            .filter(|_| b_done)
+        {
+            break parent["run_id"].as_str().unwrap().to_string();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "child B never answered"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    let o = out(agentctl(db).args(["interrupt", &parent]));
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert_eq!(running.wait().unwrap().code(), Some(130));
+
+    let r = out_within(
+        &mut resume_cmd(db, &server, &parent, &[]),
+        std::time::Duration::from_secs(60),
+    );
+    assert_eq!(r.status.code(), Some(0), "{}", text(&r.stderr));
+    let answer = text(&r.stdout);
+    assert!(
+        answer.contains("A done") && answer.contains("B done"),
+        "{answer}"
+    );
+    let listed = runs();
+    assert_eq!(listed.len(), 3, "{listed:?}");
+    assert!(
+        listed.iter().all(|r| r["status"] == "completed"),
+        "{listed:?}"
+    );
+    // B answered once (its answer reused); A was asked again after the interrupt. (The
+    // parent's requests name both prompts too, in the call they offer `spawn_agents` for.)
+    let asked = |who: &str| {
+        server
+            .requests()
+            .iter()
+            .map(|r| r.body.to_string())
+            .filter(|body| body.contains(who) && !body.contains("spawn_agents"))
+            .count()
+    };
+    assert_eq!(asked("CHILD-B: answer"), 1);
+    assert_eq!(asked("CHILD-A: answer"), 2);
+    let pev = events(db, &parent).await;
+    check_invariants(&pev);
+    assert_eq!(kinds_of(&pev, "subagent.spawned").len(), 2);
+}
+
 agent_testkit::backend_tests!(fresh_db, [sqlite, postgres]:
     a_finished_childs_end_is_recorded_once_across_a_crash,
-    a_child_waiting_on_approval_pauses_the_parent
+    a_child_waiting_on_approval_pauses_the_parent,
+    an_interrupted_parent_resumes_its_children
 );

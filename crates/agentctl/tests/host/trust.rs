@@ -97,12 +97,20 @@ fn a_workspace_without_a_config_has_nothing_to_trust_and_a_deleted_one_can_be_fo
 
     std::fs::write(ws.join("agentctl.toml"), "[sandbox]\nmode = \"off\"\n").unwrap();
     trust(&ws);
+    let file = ws.join("agentctl.toml").display().to_string();
+    let listed = out(agentctl(&db).args(["--json", "trust", "--list"]));
+    assert!(
+        text(&listed.stdout).contains(&file),
+        "{}",
+        text(&listed.stdout)
+    );
     std::fs::remove_file(ws.join("agentctl.toml")).unwrap();
     let forgot = out(agentctl(&db).args(["--json", "trust", "--forget"]).arg(&ws));
     assert!(forgot.status.success(), "{}", text(&forgot.stderr));
+    // The store is shared by this process's tests: only this workspace's entry must go.
     let listed = out(agentctl(&db).args(["--json", "trust", "--list"]));
     assert!(
-        !text(&listed.stdout).contains("agentctl.toml"),
+        !text(&listed.stdout).contains(&file),
         "{}",
         text(&listed.stdout)
     );

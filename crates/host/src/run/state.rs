@@ -700,12 +700,32 @@ impl RunState {
         }
     }
 
+    /// A call's end. A retry-safe call cancelled by the run's interrupt stays open, as one a
+    /// crash cut off: `resume` runs it again (sub-agents then reuse a finished child's
+    /// answer and continue the others) instead of telling the model it was cancelled.
     fn apply_terminal(&mut self, ended: ToolEnded) {
+        let retry_safe = |state: &Self| {
+            let call = state
+                .index
+                .find(&state.calls, &ended.call_id)
+                .and_then(|i| state.calls.get(i))?;
+            let spec = state.spec.as_ref()?;
+            Some(
+                spec.tools
+                    .iter()
+                    .any(|t| t.name == call.name && t.retry_safe),
+            )
+        };
+        let reopen = ended.outcome == ToolOutcome::Cancelled && retry_safe(self) == Some(true);
         let Some(call) = self.call_mut(&ended.call_id) else {
             return;
         };
         call.progress = match ended.outcome {
             ToolOutcome::Interrupted => CallProgress::Interrupted {
+                started: ended.started,
+                approval: None,
+            },
+            ToolOutcome::Cancelled if reopen => CallProgress::Interrupted {
                 started: ended.started,
                 approval: None,
             },

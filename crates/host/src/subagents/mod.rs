@@ -27,8 +27,12 @@
 //!   a lease), submitted for any worker to claim and followed until they stop. The call's
 //!   cancellation (the parent's interrupt) is each in-process child's.
 //! - A child's token budget is its share of what the parent has left when the call runs
-//!   (the parent's remaining `--max-tokens` split evenly among the call's children), so
-//!   the children of one call together stay within the parent's budget.
+//!   (the parent's remaining `--max-tokens` split evenly among the call's children). Like
+//!   any run, a child checks its budget before each step, so it stops at the first step
+//!   boundary past its share: the children of one call together use at most the parent's
+//!   remainder plus one step each. A call made with nothing left (the step that made it
+//!   went past the budget) spawns nobody: it fails, telling the model why, and the parent
+//!   pauses at its next step for a higher `--max-tokens`.
 
 mod hold;
 mod tool;

@@ -161,6 +161,15 @@ impl agent_runtime::Tool for SpawnAgents {
             let share = in_force
                 .max_tokens
                 .map(|max| max.saturating_sub(parent.usage.total_tokens) / n.max(1));
+            if let (Some(0), Some(max)) = (share, in_force.max_tokens) {
+                return Err(ToolFailure(format!(
+                    "no sub-agent was started: this run has used {} of its {max} tokens \
+                     (--max-tokens), so there is nothing left to give them; the run pauses \
+                     before its next step, and a resume with a higher --max-tokens lets you \
+                     call spawn_agents again",
+                    parent.usage.total_tokens
+                )));
+            }
             let budgets = Budgets {
                 max_steps: in_force.max_steps,
                 max_tokens: share,
@@ -179,6 +188,13 @@ impl agent_runtime::Tool for SpawnAgents {
                     .await
                     .into_iter()
                     .unzip();
+            // The parent is being interrupted: the children stopped where they were. An
+            // error while cancelled ends the call cancelled, which leaves it open for the
+            // parent's resume (it is retry-safe) rather than answering with children that
+            // ended `interrupted`.
+            if ctx.cancel.is_cancelled() {
+                return Err(ToolFailure("cancelled: the run was interrupted".into()));
+            }
             let waiting: Vec<WaitingChild> = waiting.into_iter().flatten().collect();
             if let Some(hold) = tool.hold.as_ref().filter(|_| !waiting.is_empty()) {
                 // Neither an answer nor a failure: the parent pauses with the call open,
