@@ -51,12 +51,18 @@ pub fn typed_line(kind: &str, value: impl Serialize) -> anyhow::Result<()> {
 /// `text` safe to show on a terminal: every control character but newline and tab (C0,
 /// DEL, C1; ESC above all) written out visibly (`\x1b`, `\r`, `\u{9b}`), so that text
 /// from a model, a tool, a prompt or a journal cannot move the cursor, clear the screen,
-/// set the window title or overwrite what was printed before it.
+/// set the window title or overwrite what was printed before it. So are the bidirectional
+/// overrides and isolates (U+202A-202E, U+2066-2069), which reorder how the rest of a line
+/// reads (a prompt could show as another), and the line and paragraph separators; the
+/// plain direction marks of right-to-left text stay.
 ///
 /// Every human (non-JSON) line goes through here ([`line()`], [`note`], [`ask`], [`stream`],
 /// the error line); JSON output is escaped by its encoder and stays as it is.
 pub fn display(text: &str) -> std::borrow::Cow<'_, str> {
-    let unsafe_char = |c: char| c.is_control() && c != '\n' && c != '\t';
+    let unsafe_char = |c: char| {
+        (c.is_control() && c != '\n' && c != '\t')
+            || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{2028}' | '\u{2029}')
+    };
     if !text.chars().any(unsafe_char) {
         return std::borrow::Cow::Borrowed(text);
     }
@@ -273,6 +279,11 @@ mod tests {
         assert_eq!(display("a\rb\u{8}\u{0}\u{7f}"), "a\\rb\\x08\\x00\\x7f");
         // C1: CSI and OSC on their own, as some terminals read them.
         assert_eq!(display("\u{9b}2J\u{9d}0;t"), "\\u{9b}2J\\u{9d}0;t");
+        // Bidirectional overrides and isolates, line separators; a direction mark stays.
+        assert_eq!(
+            display("a\u{202e}cba\u{2066}x\u{2069}\u{2028}\u{200f}"),
+            "a\\u{202e}cba\\u{2066}x\\u{2069}\\u{2028}\u{200f}"
+        );
     }
 
     #[test]

@@ -199,7 +199,8 @@ impl SpawnRequest {
         offered: &[String],
     ) -> Result<SpawnRequest, String> {
         let request =
-            SpawnRequest::deserialize(args).map_err(|err| format!("invalid arguments: {err}"))?;
+            // The runtime says "invalid arguments for `spawn_agents`" in front of it.
+            SpawnRequest::deserialize(args).map_err(|err| err.to_string())?;
         if request.agents.is_empty() {
             return Err("`agents` is empty: ask for at least one sub-agent".into());
         }

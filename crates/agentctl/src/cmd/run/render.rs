@@ -262,11 +262,15 @@ impl Observer for Human {
                     let status = ended.outcome.kind().trim_start_matches("tool.");
                     let detail = match &call.progress {
                         agent_host::run::state::CallProgress::Done(out) => {
-                            first_line(&out.text, 100)
+                            format!(": {}", first_line(&out.text, 100))
+                        }
+                        // A retry-safe call the interrupt cut short stays open.
+                        _ if ended.outcome == agent_host::run::events::ToolOutcome::Cancelled => {
+                            " (resume runs it again)".into()
                         }
                         _ => String::new(),
                     };
-                    self.say(&format!("   {} {status}: {detail}", call.name));
+                    self.say(&format!("   {} {status}{detail}", call.name));
                 }
             }
             RunEvent::ToolRefused(refused) => {
