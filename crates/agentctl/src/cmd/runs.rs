@@ -193,7 +193,13 @@ async fn wait(
             return Ok(Exit::TimedOut.into());
         }
     };
-    let status = status_with_lease(journal, &state).await?;
+    // The event the wait stopped at says how: the worker that wrote `run.paused` may still
+    // hold the lease for a moment, which the lease-aware status would show as `running`.
+    let status = if agent_host::run::wait::has_stopped(state.recorded_status()) {
+        state.status()
+    } else {
+        status_with_lease(journal, &state).await?
+    };
     let line = RunSummary::of(&state, status, now_ms());
     if global.json {
         output::json_line(&line)?;

@@ -338,6 +338,137 @@ async fn an_interrupt_withdraws_a_queued_run(db: FreshDb) {
     assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
 }
 
+/// An `interrupt` outlives the worker it was asked of: asked while the worker hangs (then
+/// killed), or after it was killed and before its lease expired, the interrupt is journaled
+/// (the second used to be refused: "no host is driving it") and the worker that takes the
+/// run over stops it (its `run.resumed` used to clear the request, and the run completed).
+async fn an_interrupt_outlives_the_worker_it_was_asked_of(db: FreshDb) {
+    use host::{agentctl, out, text};
+    let db = db.url();
+    let server = emulator(&story("2")).await;
+    for hangs_first in [true, false] {
+        let dir = tempfile::tempdir().unwrap();
+        let runs = submit(db, &server, dir.path(), 1);
+        let (id, _) = &runs[0];
+        let stop_denier = CancellationToken::new();
+        let denier = spawn_denier(db.to_string(), vec![id.clone()], stop_denier.clone());
+        let mut first = start_worker(db, dir.path(), "first", "3", &[]);
+        first.wait_for("claimed", Some(id), Duration::from_secs(20));
+        // Its first shell command is running (2 s).
+        std::thread::sleep(Duration::from_millis(300));
+        if hangs_first {
+            stop_outside_a_write(&first, db);
+        } else {
+            first.signal("KILL");
+            let _ = first.child.wait();
+        }
+        let o = out(agentctl(db).args(["interrupt", id]));
+        assert!(
+            o.status.success(),
+            "hangs first {hangs_first}: {}",
+            text(&o.stderr)
+        );
+        if hangs_first {
+            first.signal("KILL");
+            let _ = first.child.wait();
+        }
+        let heir = start_worker(db, dir.path(), "heir", "3", &[]);
+        let o = out(agentctl(db).args(["runs", "wait", id, "--timeout", "60"]));
+        assert_eq!(
+            o.status.code(),
+            Some(130),
+            "hangs first {hangs_first}: {}",
+            text(&o.stdout)
+        );
+        assert!(heir.lines().iter().any(|l| l["type"] == "claimed"));
+        let events = events(db, id).await;
+        assert!(events.iter().all(|e| &*e.kind != "run.completed"));
+        stop_denier.cancel();
+        denier.await.unwrap();
+        heir.signal("TERM");
+    }
+}
+
+/// `runs wait` on runs a worker pauses says `paused`, exit 3, every time: it stopped at the
+/// `run.paused` event, when the worker may still hold the lease for a moment, which the
+/// lease-aware status showed as `running` (exit 1; about one run in four here).
+async fn waiting_for_runs_a_worker_pauses_says_paused(db: FreshDb) {
+    use host::{agentctl, text};
+    let db = db.url();
+    let server = emulator(&story("0")).await;
+    let dir = tempfile::tempdir().unwrap();
+    let ids: Vec<String> = (0..12)
+        .map(|i| {
+            let ws = dir.path().join(format!("ws{i:02}"));
+            std::fs::create_dir_all(&ws).unwrap();
+            let o = agentctl(db)
+                .args(["submit", "--base-url", &server.base_url()])
+                .args(["--approval", "auto", "--max-steps", "1", "--workspace"])
+                .arg(&ws)
+                .arg("do the task")
+                .output()
+                .unwrap();
+            assert!(o.status.success(), "{}", text(&o.stderr));
+            text(&o.stdout).trim().to_string()
+        })
+        .collect();
+    let waits: Vec<_> = ids
+        .iter()
+        .map(|id| {
+            agentctl(db)
+                .args(["runs", "wait", id, "--timeout", "60"])
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let worker = start_worker(db, dir.path(), "w", "10", &["--concurrency", "8"]);
+    for (id, wait) in ids.iter().zip(waits) {
+        let o = wait.wait_with_output().unwrap();
+        assert_eq!(o.status.code(), Some(3), "{id}: {}", text(&o.stdout));
+        assert!(
+            text(&o.stdout).contains("paused"),
+            "{id}: {}",
+            text(&o.stdout)
+        );
+    }
+    worker.signal("TERM");
+}
+
+/// What no worker could use is refused at once, exit 2: a `submit` whose `--base-url` is
+/// no http(s) URL (it was queued, and the worker the first to refuse it), and a
+/// `--lease-ttl` too short to renew (0.0004 s was kept as 0 ms: every claim expired at once
+/// and runs never moved).
+#[test]
+fn what_no_worker_could_use_is_refused_up_front() {
+    use host::{agentctl, out, text};
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("u.db").display());
+    for url in ["not a url", "ftp://x/v1"] {
+        let o = out(agentctl(&db)
+            .args(["submit", "--base-url", url, "--workspace"])
+            .arg(dir.path())
+            .arg("do the task"));
+        assert_eq!(o.status.code(), Some(2), "{url}: {}", text(&o.stderr));
+        assert!(
+            text(&o.stderr).contains("invalid base URL"),
+            "{}",
+            text(&o.stderr)
+        );
+    }
+    let listed = out(agentctl(&db).args(["--json", "runs", "list"]));
+    assert_eq!(text(&listed.stdout).trim(), "", "a run was queued");
+    for ttl in ["0.0004", "0.049"] {
+        let o = out(agentctl(&db).args(["worker", "--lease-ttl", ttl]));
+        assert_eq!(o.status.code(), Some(2), "{ttl}: {}", text(&o.stderr));
+        assert!(
+            text(&o.stderr).contains("at least 0.05"),
+            "{}",
+            text(&o.stderr)
+        );
+    }
+}
+
 /// A worker told to stop gives back at once a run that waits for a human (a step
 /// boundary), however long its grace period, and says so on its `--json` stream.
 async fn a_stopping_worker_gives_back_a_run_waiting_for_a_human(db: FreshDb) {
@@ -600,4 +731,4 @@ async fn a_worker_tightens_a_weaker_run_to_its_floor(db: FreshDb) {
 }
 
 use crate::host::fresh_db::{self, FreshDb};
-agent_testkit::backend_tests!(fresh_db, [sqlite, postgres]: a_run_no_worker_can_drive_is_paused_saying_why, a_worker_without_the_key_says_so_on_one_line, a_resumed_queued_run_is_not_claimed_by_a_worker, an_interrupt_withdraws_a_queued_run, a_stopping_worker_gives_back_a_run_waiting_for_a_human, a_worker_tightens_a_weaker_run_to_its_floor, takeover_under_random_kills, zombie_is_fenced, sigterm_releases_the_run, requests_reach_the_worker, runs_table_is_rebuilt_from_the_journal);
+agent_testkit::backend_tests!(fresh_db, [sqlite, postgres]: a_run_no_worker_can_drive_is_paused_saying_why, a_worker_without_the_key_says_so_on_one_line, a_resumed_queued_run_is_not_claimed_by_a_worker, an_interrupt_withdraws_a_queued_run, a_stopping_worker_gives_back_a_run_waiting_for_a_human, a_worker_tightens_a_weaker_run_to_its_floor, an_interrupt_outlives_the_worker_it_was_asked_of, waiting_for_runs_a_worker_pauses_says_paused, takeover_under_random_kills, zombie_is_fenced, sigterm_releases_the_run, requests_reach_the_worker, runs_table_is_rebuilt_from_the_journal);

@@ -253,13 +253,18 @@ pub async fn request_interrupt(
     let shown = state.status();
     // A run waiting for a decision may still have a host waiting with it.
     if !is_driven(&state) {
-        if let Some(seq) = withdraw_queued(journal, &state).await? {
-            return Ok(seq);
+        match withdraw_queued(journal, &state).await? {
+            Withdrawn::Stopped(seq) => return Ok(seq),
+            // A worker holds it (alive, or dead with its lease not yet expired): the request
+            // waits in the journal for whoever drives it next, a worker taking it over too.
+            Withdrawn::Held => {}
+            Withdrawn::NotQueued => {
+                return Err(HostError::NotDriven {
+                    run: run_id.to_string(),
+                    status: shown,
+                });
+            }
         }
-        return Err(HostError::NotDriven {
-            run: run_id.to_string(),
-            status: shown,
-        });
     }
     let requested = InterruptRequested { by: by.to_string() };
     let appended = journal
@@ -297,19 +302,17 @@ pub async fn request_interrupt(
     Ok(appended.seq)
 }
 
-/// Whether a host drives the run now (or waits with it for a decision).
 /// A submitted run that no worker holds (queued, or its worker's lease expired) is
 /// withdrawn from the workers' queue: its lease is claimed and closed, and `run.interrupted`
-/// is journaled on top of the run as read (a worker that claimed it in between wins, and
-/// this returns `None`). `resume` or a requeue takes it up again. `None` for a run that is
-/// not queued for workers, or that a worker holds.
-async fn withdraw_queued(journal: &Journal, state: &RunState) -> Result<Option<i64>, HostError> {
+/// is journaled on top of the run as read (a worker that claimed it in between wins:
+/// [`Withdrawn::Held`]). `resume` or a requeue takes it up again.
+async fn withdraw_queued(journal: &Journal, state: &RunState) -> Result<Withdrawn, HostError> {
     let thread = kinds::thread_of(&state.id);
     let holder = format!("interrupt {}", super::owner::Owner::current());
-    let super::table::Queued::Taken(_, lease) =
-        super::table::take_queued(journal, &state.id, &holder).await?
-    else {
-        return Ok(None);
+    let lease = match super::table::take_queued(journal, &state.id, &holder).await? {
+        super::table::Queued::Taken(_, lease) => lease,
+        super::table::Queued::Held(_) => return Ok(Withdrawn::Held),
+        super::table::Queued::No => return Ok(Withdrawn::NotQueued),
     };
     let stopped = RunInterrupted {
         cancelled: Vec::new(),
@@ -327,9 +330,24 @@ async fn withdraw_queued(journal: &Journal, state: &RunState) -> Result<Option<i
         Err(_) => LeaseStatus::Open,
     };
     journal.release_lease(&lease, status, &info).await?;
-    Ok(appended.ok().and_then(|a| a.first().map(|a| a.seq)))
+    Ok(match appended.ok().and_then(|a| a.first().map(|a| a.seq)) {
+        Some(seq) => Withdrawn::Stopped(seq),
+        // Claimed meanwhile: its new holder reads the request.
+        None => Withdrawn::Held,
+    })
 }
 
+/// What [`withdraw_queued`] did.
+enum Withdrawn {
+    /// The run was in the queue and is now interrupted (the event's seq).
+    Stopped(i64),
+    /// A worker holds it, or claimed it meanwhile.
+    Held,
+    /// It is not in the workers' queue.
+    NotQueued,
+}
+
+/// Whether a host drives the run now (or waits with it for a decision).
 fn is_driven(state: &super::state::RunState) -> bool {
     let shown = state.status();
     shown == RunStatus::Running

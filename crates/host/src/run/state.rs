@@ -432,13 +432,19 @@ impl RunState {
                 self.driver = owner;
             }
             RunEvent::Resumed(resumed) => {
+                // A worker taking over a run whose holder died mid-drive (still recorded
+                // running) inherits an interrupt asked of that holder: nobody acted on it.
+                // Any other resume is someone's decision to go on, and clears it.
+                let takeover = resumed.epoch.is_some() && self.status == Some(RunStatus::Running);
+                if !takeover {
+                    self.interrupt_requested = None;
+                }
                 self.status = Some(RunStatus::Running);
                 self.status_detail = None;
                 self.driver = resumed.owner;
                 if let Some(budgets) = resumed.budgets {
                     self.budgets = Some(budgets);
                 }
-                self.interrupt_requested = None;
             }
             RunEvent::SandboxChanged(changed) => self.apply_sandbox(&changed),
             RunEvent::Requeued(requeued) => {

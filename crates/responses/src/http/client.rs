@@ -32,11 +32,7 @@ impl std::fmt::Debug for Client {
 impl Client {
     /// Builds a client; fails on a malformed base URL.
     pub fn new(config: ClientConfig) -> Result<Self, ClientError> {
-        let parsed = reqwest::Url::parse(&config.base_url)
-            .map_err(|_| ClientError::InvalidBaseUrl(config.base_url.clone()))?;
-        if !matches!(parsed.scheme(), "http" | "https") {
-            return Err(ClientError::InvalidBaseUrl(config.base_url.clone()));
-        }
+        super::config::check_base_url(&config.base_url)?;
         let mut builder = reqwest::Client::builder()
             .connect_timeout(config.connect_timeout)
             .read_timeout(config.read_timeout)

@@ -95,6 +95,14 @@ pub struct ClientConfig {
     pub max_idle_connections: usize,
 }
 
+/// `Ok` when `base_url` is an absolute `http://` or `https://` URL, as a client needs.
+pub fn check_base_url(base_url: &str) -> Result<(), ClientError> {
+    match reqwest::Url::parse(base_url) {
+        Ok(url) if matches!(url.scheme(), "http" | "https") => Ok(()),
+        _ => Err(ClientError::InvalidBaseUrl(base_url.to_owned())),
+    }
+}
+
 impl ClientConfig {
     /// Config with the SDK defaults for `base_url` and `api_key`.
     pub fn new(base_url: impl Into<String>, api_key: ApiKey) -> Self {

@@ -5,5 +5,5 @@ mod config;
 mod stream;
 
 pub use client::Client;
-pub use config::{ApiKey, ClientConfig, DEFAULT_BASE_URL};
+pub use config::{ApiKey, ClientConfig, DEFAULT_BASE_URL, check_base_url};
 pub use stream::{EventStream, RawEvent};

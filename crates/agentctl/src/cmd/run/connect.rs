@@ -42,6 +42,15 @@ pub struct EndpointArgs {
 }
 
 impl EndpointArgs {
+    /// The endpoint these options name, if any, checked as a client would check it: a
+    /// `submit` records it for a worker, which would otherwise be the first to refuse it.
+    pub fn checked(&self) -> anyhow::Result<Option<RunEndpoint>> {
+        if let Some(url) = &self.base_url {
+            agent_responses::http::check_base_url(url).map_err(setup_error)?;
+        }
+        Ok(self.given())
+    }
+
     /// The endpoint these options name, if any.
     pub fn given(&self) -> Option<RunEndpoint> {
         match (self.mock, &self.mock_script, &self.base_url) {

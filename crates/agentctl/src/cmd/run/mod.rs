@@ -372,7 +372,7 @@ fn new_run(args: RunOptions) -> anyhow::Result<(NewRun, EndpointArgs)> {
             max_tokens: args.max_tokens,
         })
         .approval(approval)
-        .endpoint(args.endpoint.given())
+        .endpoint(args.endpoint.checked()?)
         .compact_at(args.compact_at)
         .transport(match args.transport {
             TransportArg::Http => agent_host::run::Transport::Http,

@@ -29,7 +29,7 @@ pub struct WorkerArgs {
     #[arg(long)]
     pub name: Option<String>,
     /// Seconds a claim lasts without renewal: how long a dead worker's runs wait before
-    /// another worker takes them over. Renewed every third of it.
+    /// another worker takes them over. Renewed every third of it; at least 0.05.
     #[arg(long, default_value_t = 15.0, value_name = "SECONDS")]
     pub lease_ttl: f64,
     /// Seconds between looks for claimable runs while there is room.
@@ -153,12 +153,27 @@ fn probe_floor(floor: agent_host::sandbox::Mode) -> anyhow::Result<()> {
     })
 }
 
+/// Shortest `--lease-ttl`: a worker renews at a third of it, and each renewal is a database
+/// round trip; below this (leases are kept in whole milliseconds, so 0.0004 s was 0) every
+/// lease expired before its holder could use it and runs never progressed.
+const MIN_LEASE_TTL: Duration = Duration::from_millis(50);
+
 fn seconds(flag: &str, value: f64) -> anyhow::Result<Duration> {
+    let at_least = match flag {
+        "--grace" => Duration::ZERO,
+        "--lease-ttl" => MIN_LEASE_TTL,
+        _ => Duration::from_nanos(1),
+    };
     Duration::try_from_secs_f64(value)
         .ok()
-        .filter(|d| !d.is_zero() || flag == "--grace")
+        .filter(|d| *d >= at_least)
         .ok_or_else(|| {
-            output::UsageError(format!("{flag} must be a positive number of seconds")).into()
+            let what = if flag == "--lease-ttl" {
+                format!("{flag} must be at least {} seconds", at_least.as_secs_f64())
+            } else {
+                format!("{flag} must be a positive number of seconds")
+            };
+            output::UsageError(what).into()
         })
 }
 
