@@ -459,7 +459,11 @@ fn what_no_worker_could_use_is_refused_up_front() {
     let listed = out(agentctl(&db).args(["--json", "runs", "list"]));
     assert_eq!(text(&listed.stdout).trim(), "", "a run was queued");
     for ttl in ["0.0004", "0.049"] {
-        let o = out(agentctl(&db).args(["worker", "--lease-ttl", ttl]));
+        // Accepted, the worker would run until stopped.
+        let o = host::out_within(
+            agentctl(&db).args(["worker", "--lease-ttl", ttl]),
+            Duration::from_secs(30),
+        );
         assert_eq!(o.status.code(), Some(2), "{ttl}: {}", text(&o.stderr));
         assert!(
             text(&o.stderr).contains("at least 0.05"),
