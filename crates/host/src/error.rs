@@ -184,6 +184,16 @@ pub enum HostError {
     /// A steer with no text.
     #[error("the steer text is empty")]
     EmptySteer,
+    /// A steer id given again with other text: the first text stands.
+    #[error(
+        "steer {id} of run {run} was already requested with other text; give the new text another --id, or none"
+    )]
+    SteerIdTaken {
+        /// The run id.
+        run: String,
+        /// The steer id.
+        id: String,
+    },
     /// A resume for workers of a run that is not paused or interrupted.
     #[error(
         "run {run} is {status}: only a paused or interrupted run can be offered to workers again"
@@ -234,6 +244,7 @@ impl HostError {
                 | HostError::NotFound(_)
                 | HostError::NoSuchCall { .. }
                 | HostError::EmptySteer
+                | HostError::SteerIdTaken { .. }
                 | HostError::NotDriven { .. }
                 | HostError::NotPaused { .. }
                 | HostError::Workspace { .. }

@@ -31,6 +31,7 @@ mod latency;
 mod respond;
 mod router;
 pub mod script;
+mod sealed;
 pub mod sse;
 pub mod text_format;
 pub mod validate;

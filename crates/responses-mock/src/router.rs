@@ -89,7 +89,10 @@ async fn compact(
     ApiBody(body): ApiBody,
 ) -> Response {
     match compact::compact_inner(&state, &headers, &body) {
-        Ok(value) => json_response(200, &value),
+        Ok((value, latency)) => {
+            tokio::time::sleep(latency).await;
+            json_response(200, &value)
+        }
         Err(f) => failure(&f),
     }
 }

@@ -151,7 +151,9 @@ pub fn check_context(context: &[Item], issued: &Issued) -> Result<(), ApiFailure
                 }
             }
             Item::Compaction(compaction) => {
-                if !issued.compactions.contains(&compaction.encrypted_content) {
+                if !issued.compactions.contains(&compaction.encrypted_content)
+                    && !crate::sealed::verifies(&compaction.encrypted_content)
+                {
                     let id = compaction.id.as_deref().unwrap_or("(no id)");
                     return Err(ApiFailure::invalid(
                         format!("The encrypted content for item {id} could not be verified."),

@@ -502,6 +502,124 @@ fn check_compacted_requests(
 
 agent_testkit::backend_tests!(fresh_db, [sqlite, postgres]: compaction_replaces_the_history_and_keeps_the_frontier, a_call_id_reused_from_before_a_compaction_fails_the_run);
 
+/// A run whose one step lists the directory and then answers (from the compacted history
+/// too), with `compact` as the compact endpoint's rule (`null`: the emulator's default).
+fn one_call_then_answer(compact: Value) -> String {
+    let mut rules = vec![
+        json!({"when": {"endpoint": "responses", "input_has_type": "compaction"},
+               "reply": {"items": answer("FINAL: done")}}),
+        json!({"when": {"endpoint": "responses", "tool_outputs": 0},
+               "reply": {"items": [call("c1", "list_dir", json!({}))]}}),
+        json!({"when": {"endpoint": "responses"}, "reply": {"items": answer("FINAL: done")}}),
+    ];
+    if !compact.is_null() {
+        rules.insert(0, compact);
+    }
+    json!({"rules": rules}).to_string()
+}
+
+/// A compaction the run cannot use is skipped and the step goes on uncompacted: an output
+/// with a call and no output (or an output with no call), which every later request would
+/// carry and the API refuse for good; one too large to journal (it failed the run on every
+/// resume); one that never comes (bounded by `--stream-idle-timeout`; it held the run for
+/// up to half an hour).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_compaction_the_run_cannot_use_is_skipped() {
+    let huge = "x".repeat(5_000_000);
+    let cases = [
+        (
+            "a call",
+            json!({"items": [call("zz", "shell", json!({}))]}),
+            None,
+        ),
+        (
+            "an output",
+            json!({"items": [{"type": "function_call_output", "call_id": "zz", "output": "x"}]}),
+            None,
+        ),
+        ("too large", json!({"items": answer(&huge)}), None),
+        (
+            "no answer",
+            json!({"items": answer("late")}),
+            Some(json!({"first_token_ms": 60_000})),
+        ),
+    ];
+    for (what, reply, latency) in cases {
+        let dir = tempfile::tempdir().unwrap();
+        let db = format!("sqlite://{}", dir.path().join("c.db").display());
+        let (_g, ws) = workspace();
+        let mut rule = json!({"when": {"endpoint": "compact"}, "reply": reply});
+        if let Some(latency) = latency {
+            rule["latency"] = latency;
+        }
+        let server = emulator(&one_call_then_answer(rule)).await;
+        let o = out_within(
+            run_cmd(&db, &server, &ws, &["--compact-at", "1"])
+                .env("AGENTCTL_STREAM_IDLE_TIMEOUT", "2"),
+            std::time::Duration::from_secs(60),
+        );
+        assert_eq!(o.status.code(), Some(0), "{what}: {}", text(&o.stderr));
+        let events = events(&db, &only_run(&db)).await;
+        assert!(kinds_of(&events, "context.compacted").is_empty(), "{what}");
+        assert!(
+            text(&o.stderr).contains("compaction failed"),
+            "{what}: {}",
+            text(&o.stderr)
+        );
+    }
+}
+
+/// A run compacted by one `--mock` process and killed is resumed by another: the emulator's
+/// compaction content verifies in any emulator process, as the API's does across sessions
+/// (every resume was refused: "could not be verified").
+#[test]
+fn a_mock_run_compacted_then_killed_resumes_offline() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("script.json");
+    std::fs::write(&script, one_call_then_answer(Value::Null)).unwrap();
+    let (_g, ws) = workspace();
+    let mock = |db: &str, cmd: &[&str]| {
+        let mut c = agentctl(db);
+        c.args(cmd).arg("--mock").arg("--mock-script").arg(&script);
+        c
+    };
+    // The whole run once, to find the event after the compaction.
+    let whole = format!("sqlite://{}", dir.path().join("whole.db").display());
+    let o = out(mock(&whole, &["run", "--compact-at", "1"])
+        .arg("--workspace")
+        .arg(&ws)
+        .arg("do the task"));
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let kinds: Vec<String> =
+        text(&out(agentctl(&whole).args(["--json", "runs", "events", &only_run(&whole)])).stdout)
+            .lines()
+            .map(str::to_string)
+            .collect();
+    assert!(
+        kinds.iter().any(|l| l.contains("context.compacted")),
+        "{kinds:?}"
+    );
+    let db = format!("sqlite://{}", dir.path().join("k.db").display());
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let n = rt.block_on(async {
+        let evs = events(&whole, &only_run(&whole)).await;
+        evs.iter()
+            .position(|e| &*e.kind == "context.compacted")
+            .unwrap()
+            + 1
+    });
+    let o = out(mock(&db, &["run", "--compact-at", "1"])
+        .arg("--workspace")
+        .arg(&ws)
+        .arg("do the task")
+        .env("AGENTCTL_TEST_CRASH_AFTER_EVENTS", n.to_string()));
+    assert_ne!(o.status.code(), Some(0), "the crash hook did not fire");
+    let run = only_run(&db);
+    let o = out(&mut mock(&db, &["resume", &run]));
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert_eq!(show(&db, &run)["final_text"], "FINAL: done");
+}
+
 /// A model (or a server numbering calls per response) that reuses a call id from before a
 /// compaction: the run fails saying so. It used to spin at full CPU forever: the old call's
 /// events stood for the new one by their dedup keys, so nothing new was journaled.
@@ -566,6 +684,30 @@ async fn compaction_replaces_the_history_and_keeps_the_frontier(fresh: FreshDb) 
     assert!(
         sent.iter()
             .any(|i| i["type"] == "function_call_output" && i["call_id"] == "c1")
+    );
+    // Neither the goal nor a frontier note goes to the compact endpoint: the host puts them
+    // in front of the output itself, and the endpoint keeps user messages, so each
+    // compaction used to add one more copy of both (the history grew with every one).
+    for req in server
+        .requests()
+        .iter()
+        .filter(|r| r.path.ends_with("/responses/compact"))
+    {
+        let sent = req.body["input"].to_string();
+        assert!(!sent.contains("do the task"), "{sent}");
+        assert!(!sent.contains("[agentctl frontier]"), "{sent}");
+    }
+    // What a compaction costs counts toward the run's tokens.
+    let total = |kind: &str| -> u64 {
+        kinds_of(&events, kind)
+            .iter()
+            .map(|e| e.payload["usage"]["total_tokens"].as_u64().unwrap())
+            .sum()
+    };
+    assert!(total("context.compacted") > 0);
+    assert_eq!(
+        show(db, &run)["usage"]["total_tokens"].as_u64().unwrap(),
+        total("model.completed") + total("context.compacted")
     );
     check_compacted_requests(&server, &events);
 

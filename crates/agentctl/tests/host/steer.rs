@@ -38,8 +38,16 @@ async fn steer_is_never_lost(db: FreshDb) {
         line,
         json!({"type": "steer.requested", "run_id": run, "id": "s1"})
     );
-    // The same id again is the same steer.
+    // The same id again is the same steer; with other text it is refused (the text was
+    // dropped unsaid while the command said "requested").
     assert!(out(&mut steer(&["--id", "s1"])).status.success());
+    let other = out(agentctl(db).args(["steer", &run, "STEER: other", "--id", "s1"]));
+    assert_eq!(other.status.code(), Some(2), "{}", text(&other.stderr));
+    assert!(
+        text(&other.stderr).contains("already requested with other text"),
+        "{}",
+        text(&other.stderr)
+    );
     // Someone waits for its outcome in another process.
     let waiter = steer(&["--id", "s1", "--wait"])
         .stdout(Stdio::piped())
@@ -92,6 +100,58 @@ async fn steer_is_never_lost(db: FreshDb) {
         empty.status.code(),
         Some(2),
         "an empty steer is a usage error"
+    );
+}
+
+/// A step whose boundary applies a steer is compacted like any other when the previous
+/// request was over `--compact-at` (the steer's path went straight to the model, so a run
+/// steered at every boundary never compacted, and a resume between the steer and the
+/// request compacted where the first drive had not).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_step_after_a_steer_is_compacted_too() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("s.db").display());
+    let server = emulator(
+        &json!({"rules": [
+            {"when": {"input_has_type": "compaction"}, "reply": {"items": answer("FINAL: compacted")}},
+            {"when": {"tool_outputs": 0}, "reply": {"items": [call("c_s", "shell", json!({"command": "echo hi"}))]}},
+            {"when": {}, "reply": {"items": answer("FINAL: uncompacted")}}
+        ]})
+        .to_string(),
+    )
+    .await;
+    let (_g, ws) = workspace();
+    let paused = out(&mut run_cmd(
+        &db,
+        &server,
+        &ws,
+        &["--sandbox", "off", "--compact-at", "1"],
+    ));
+    assert_eq!(paused.status.code(), Some(3), "{}", text(&paused.stderr));
+    let run = only_run(&db);
+    assert!(
+        out(agentctl(&db).args(["steer", &run, "STEER: be brief"]))
+            .status
+            .success()
+    );
+    assert!(
+        out(agentctl(&db).args(["approve", &run, "c_s"]))
+            .status
+            .success()
+    );
+    let resumed = out(&mut resume_cmd(&db, &server, &run, &[]));
+    assert_eq!(resumed.status.code(), Some(0), "{}", text(&resumed.stderr));
+    assert_eq!(show(&db, &run)["final_text"], "FINAL: compacted");
+    let events = events(&db, &run).await;
+    assert_eq!(kinds_of(&events, "steer.applied").len(), 1);
+    let compacted = kinds_of(&events, "context.compacted");
+    assert_eq!(compacted.len(), 1);
+    assert_eq!(compacted[0].payload["step"], 2);
+    // The steer went into the compaction with the rest of the history.
+    assert!(
+        compacted[0].payload["output"]
+            .to_string()
+            .contains("STEER: be brief")
     );
 }
 

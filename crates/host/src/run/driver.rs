@@ -238,6 +238,9 @@ impl Driver {
                 if let Some(end) = self.budget_pause().await? {
                     return Ok(end);
                 }
+                if let Some(end) = self.maybe_compact().await? {
+                    return Ok(end);
+                }
                 if let Some(end) = self.model_step().await? {
                     return Ok(end);
                 }
@@ -305,7 +308,9 @@ impl Driver {
             if let Some(end) = self.budget_pause().await? {
                 return Ok(end);
             }
-            self.maybe_compact().await?;
+            if let Some(end) = self.maybe_compact().await? {
+                return Ok(end);
+            }
             if let Some(end) = self.model_step().await? {
                 return Ok(end);
             }
@@ -349,9 +354,9 @@ impl Driver {
     /// request would have had (every call answered: a step boundary), and its output,
     /// journaled whole as `context.compacted`, replaces that history from then on. A failed
     /// compaction is logged and the step goes on uncompacted.
-    async fn maybe_compact(&mut self) -> Result<(), HostError> {
+    async fn maybe_compact(&mut self) -> Result<Option<RunEnd>, HostError> {
         let Some(limit) = self.spec.compact_at else {
-            return Ok(());
+            return Ok(None);
         };
         let next = self.state.step_count() + 1;
         let last_input = self.state.steps.last().map_or(0, |s| s.usage.input_tokens);
@@ -361,26 +366,36 @@ impl Driver {
             .as_ref()
             .is_some_and(|c| c.before_step == next);
         if last_input < limit || done_here {
-            return Ok(());
+            return Ok(None);
         }
-        let request =
-            step_request::build_request(&self.state, &self.spec).map_err(HostError::Request)?;
-        let replaced = match &request.input {
-            Some(agent_responses::types::Input::Items(items)) => items.len(),
-            _ => 0,
-        };
+        let input =
+            step_request::compaction_input(&self.state, &self.spec).map_err(HostError::Request)?;
+        let replaced = input.len();
         let compact = agent_responses::types::CompactRequest {
             model: self.spec.model.clone(),
-            input: request.input,
-            instructions: request.instructions,
+            input: Some(agent_responses::types::Input::Items(input)),
+            instructions: self.spec.instructions.clone().map(Some),
             ..Default::default()
         };
-        let compacted = match self.client.compact(&compact).await {
-            Ok(compacted) => compacted,
-            Err(err) => {
-                tracing::warn!(step = next, error = %crate::tools::mask_key(err.to_string()), "compaction failed; the step goes on uncompacted");
-                return Ok(());
-            }
+        // Bounded like a silent model stream, and stopped by an interrupt as a step is.
+        let bound = self.client.config().stream_idle_timeout;
+        let cancel = self.opts.cancel.clone();
+        let answered = tokio::select! {
+            answered = tokio::time::timeout(bound, self.client.compact(&compact)) => answered,
+            () = cancel.cancelled() => return self.interrupt().await.map(Some),
+        };
+        let skip = |why: String| {
+            tracing::warn!(
+                step = next,
+                "compaction failed ({}); the step goes on uncompacted",
+                crate::tools::mask_key(why)
+            );
+            Ok(None)
+        };
+        let compacted = match answered {
+            Ok(Ok(compacted)) => compacted,
+            Ok(Err(err)) => return skip(err.to_string()),
+            Err(_) => return skip(format!("no answer within {bound:?}")),
         };
         let output: Vec<Value> = compacted
             .output
@@ -388,6 +403,18 @@ impl Driver {
             .map(serde_json::to_value)
             .collect::<Result<_, _>>()
             .map_err(HostError::Encode)?;
+        // What the endpoint returns is the user's messages and one compaction item; anything
+        // else (a function call with no output, a stray output) would be journaled as the
+        // history of every later request, which the API would then refuse for good.
+        if let Some(odd) = output.iter().find_map(|item| {
+            let kind = item
+                .get("type")
+                .and_then(Value::as_str)
+                .unwrap_or("message");
+            (kind != "message" && kind != "compaction").then(|| kind.to_string())
+        }) {
+            return skip(format!("its output holds a `{odd}` item"));
+        }
         let covered: Vec<String> = self
             .state
             .steers
@@ -401,6 +428,11 @@ impl Driver {
             response_id: compacted.id,
             output,
             covered_steers: covered,
+            usage: compacted
+                .usage
+                .flatten()
+                .map(|u| serde_json::to_value(u).map_err(HostError::Encode))
+                .transpose()?,
             checkpoint: None,
             carries_checkpoint: false,
         };
@@ -411,13 +443,25 @@ impl Driver {
             let event = compacted
                 .to_event(&self.thread)
                 .map_err(HostError::Encode)?;
+            // Too large to journal (the output, with the checkpoint): as if it had failed,
+            // rather than a journal error on every resume.
+            if event
+                .payload
+                .as_text()
+                .is_some_and(|t| t.len() > agent_journal::MAX_PAYLOAD_BYTES)
+            {
+                return skip(format!(
+                    "its output is over the journal's {} bytes",
+                    agent_journal::MAX_PAYLOAD_BYTES
+                ));
+            }
             let expected = (self.state.last_seq > 0).then_some(self.state.last_seq);
             match self
                 .journal
                 .append_expecting(&self.thread, expected, vec![event])
                 .await
             {
-                Ok(_) => return self.sync().await,
+                Ok(_) => return self.sync().await.map(|()| None),
                 Err(JournalError::Conflict { .. }) => self.sync().await?,
                 Err(err) => return Err(err.into()),
             }

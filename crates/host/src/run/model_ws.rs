@@ -3,7 +3,7 @@
 //!
 //! Invariants:
 //! - The request is the same pure function of the run state as over HTTP
-//!   ([`super::step_request::build_request`]); nothing relies on server-side state
+//!   ([`super::step_request::encode_sized`]); nothing relies on server-side state
 //!   (no `previous_response_id` is ever sent), so a retried or resumed step needs only the
 //!   journal.
 //! - A steer pending in the journal while the step's response is active (created, not yet

@@ -171,9 +171,20 @@ async fn steer(
         id: id.clone(),
         text: text.to_string(),
     };
-    journal
+    let appended = journal
         .append(requested.to_event(&thread).map_err(HostError::Encode)?)
         .await?;
+    // The id was taken: the same request again is idempotent, other text is refused (it
+    // would be dropped unsaid).
+    if appended.deduplicated {
+        let state = load(journal, run_id).await?;
+        if state.steers.iter().any(|s| s.id == id && s.text != text) {
+            return Err(HostError::SteerIdTaken {
+                run: run_id.to_string(),
+                id,
+            });
+        }
+    }
     // Appended after the run ended (or as it ended): nobody will apply it.
     let state = load(journal, run_id).await?;
     if let Some(status) = state.status.filter(|s| s.is_final())

@@ -512,8 +512,12 @@ impl RunState {
                     output,
                     covered_steers,
                     carries_checkpoint,
+                    usage,
                     ..
                 } = *compacted;
+                if let Some(usage) = &usage {
+                    self.usage.add(&TokenUsage::from_api(usage));
+                }
                 self.compaction = Some(CompactionRecord {
                     before_step: step,
                     output,

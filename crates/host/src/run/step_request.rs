@@ -8,7 +8,9 @@
 //! host's frontier note, then the steps after it), so a resumed run sends what the crashed
 //! one would have. A run with an output schema sends it as `text.format` on every step.
 
-use agent_responses::types::{CreateResponse, Item, MessageItem};
+#[cfg(test)]
+use agent_responses::types::CreateResponse;
+use agent_responses::types::{Item, MessageItem};
 
 use super::state::{CallProgress, CompactionRecord, RunSpec, RunState, SteerStatus};
 use crate::RawJson;
@@ -40,6 +42,7 @@ fn frontier_note(state: &RunState, c: &CompactionRecord) -> String {
 }
 
 /// The request for the next step of `state`, as [`request_body`] encodes it.
+#[cfg(test)]
 pub(crate) fn build_request(state: &RunState, spec: &RunSpec) -> Result<CreateResponse, String> {
     let body = request_body(state, spec, false)?;
     serde_json::from_slice(&body).map_err(|err| format!("unreadable request: {err}"))
@@ -49,6 +52,7 @@ pub(crate) fn build_request(state: &RunState, spec: &RunSpec) -> Result<CreateRe
 ///
 /// Written from the run state by reference: the output items go out as the journal holds
 /// them, not through typed items and copies of the history at every step.
+#[cfg(test)]
 pub(crate) fn request_body(
     state: &RunState,
     spec: &RunSpec,
@@ -101,7 +105,11 @@ pub(crate) fn encode_sized(
 fn body<'a>(state: &'a RunState, spec: &'a RunSpec, stream: bool) -> Body<'a> {
     Body {
         model: &spec.model,
-        input: History { state, spec },
+        input: History {
+            state,
+            spec,
+            own_lead: true,
+        },
         instructions: spec.instructions.as_deref(),
         tools: spec.tools.iter().map(FunctionToolRef::of).collect(),
         text: spec.output.as_ref().map(|o| TextRef {
@@ -137,8 +145,10 @@ fn encode_err(err: serde_json::Error) -> String {
 }
 
 /// A writer that keeps nothing, only the count of the bytes written to it.
+#[cfg(test)]
 struct ByteCount(usize);
 
+#[cfg(test)]
 impl std::io::Write for ByteCount {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         self.0 += buf.len();
@@ -202,10 +212,27 @@ impl<'a> FunctionToolRef<'a> {
     }
 }
 
+/// The input of a compaction before the next step: the next request's input without
+/// what the host puts in front of a compaction's output itself (the prompt, the frontier
+/// note). Sent, those came back among the output's user messages and were put in front of
+/// them again: every compaction added a copy, so the history grew instead of shrinking.
+pub(crate) fn compaction_input(state: &RunState, spec: &RunSpec) -> Result<Vec<Item>, String> {
+    let history = History {
+        state,
+        spec,
+        own_lead: false,
+    };
+    let text = serde_json::to_vec(&history).map_err(encode_err)?;
+    serde_json::from_slice(&text).map_err(|err| format!("unreadable compaction input: {err}"))
+}
+
 /// The input items of the next step (see the module's invariant for their order).
 struct History<'a> {
     state: &'a RunState,
     spec: &'a RunSpec,
+    /// With the prompt and, after a compaction, the frontier note (false: a compaction's
+    /// input, see [`compaction_input`]).
+    own_lead: bool,
 }
 
 impl serde::Serialize for History<'_> {
@@ -216,13 +243,17 @@ impl serde::Serialize for History<'_> {
         let mut seq = s.serialize_seq(None)?;
         // The goal (the prompt) is never left to a compaction; the history before the
         // compaction's step is its output, verbatim, then the host's frontier note.
-        seq.serialize_element(&user(&spec.prompt))?;
+        if self.own_lead {
+            seq.serialize_element(&user(&spec.prompt))?;
+        }
         let (from_step, covered) = match &state.compaction {
             Some(c) => {
                 for raw in &c.output {
                     seq.serialize_element(raw)?;
                 }
-                seq.serialize_element(&user(&frontier_note(state, c)))?;
+                if self.own_lead {
+                    seq.serialize_element(&user(&frontier_note(state, c)))?;
+                }
                 (c.before_step, c.covered_steers.as_slice())
             }
             None => (1, &[][..]),

@@ -1,5 +1,7 @@
 //! `POST /v1/responses/compact`: the scripted reply, or by default the user messages kept
-//! and everything else replaced by one opaque `compaction` item the emulator remembers.
+//! and everything else replaced by one opaque `compaction` item ([`crate::sealed`]); sent
+//! once the rule's latency (or the script's, or `mock serve`'s) has passed, as a JSON
+//! reply of the same tokens would be.
 
 use agent_responses::types::{CompactRequest, Item, Usage};
 use axum::http::{HeaderMap, Method};
@@ -15,7 +17,7 @@ pub(super) fn compact_inner(
     state: &AppState,
     headers: &HeaderMap,
     body: &[u8],
-) -> Result<Value, ApiFailure> {
+) -> Result<(Value, std::time::Duration), ApiFailure> {
     check_auth(headers, state.api_key.as_deref())?;
     state.record(&Method::POST, "/v1/responses/compact", headers, body);
     let request: CompactRequest = serde_json::from_slice(body).map_err(|e| parse_failure(&e))?;
@@ -42,7 +44,9 @@ pub(super) fn compact_inner(
         previous_response: previous.is_some(),
         text_format: "text",
     };
-    let scripted = state.pick(&view).map(|rule| (rule.reply, rule.fault));
+    let rule = state.pick(&view);
+    let latency = state.latency_of(rule.as_ref());
+    let scripted = rule.map(|rule| (rule.reply, rule.fault));
     let output: Vec<Value> = match scripted {
         Some((Reply::Error { error }, _)) => return Err(error_reply(&error)),
         Some((Reply::Items { items, .. }, _)) => items
@@ -61,7 +65,7 @@ pub(super) fn compact_inner(
                 })
                 .collect();
             out.push(json!({"id": new_id("cmp"), "type": "compaction",
-                            "encrypted_content": format!("cmp-mock-{}", uuid::Uuid::new_v4().simple())}));
+                            "encrypted_content": crate::sealed::seal()}));
             out
         }
     };
@@ -75,15 +79,14 @@ pub(super) fn compact_inner(
             }
         }
     }
-    let usage = Usage::new(
-        tokens(&body_text),
-        tokens(&Value::Array(output.clone()).to_string()),
-    );
-    Ok(json!({
+    let output_tokens = tokens(&Value::Array(output.clone()).to_string());
+    let usage = Usage::new(tokens(&body_text), output_tokens);
+    let answer = json!({
         "id": new_id("resp"),
         "object": "response.compaction",
         "created_at": std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
         "output": output,
         "usage": usage,
-    }))
+    });
+    Ok((answer, latency.total(output_tokens)))
 }

@@ -86,6 +86,14 @@ pub struct ContextCompacted {
     /// Steers already inside `output`.
     #[serde(default)]
     pub covered_steers: Vec<String>,
+    /// Tokens the compaction used, as the endpoint reported them: they count toward the
+    /// run's usage (and its `--max-tokens`) like a step's.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "agent_schema::json::option"
+    )]
+    pub usage: Option<Value>,
     /// The driving host's fold at this point, written by the driver (see `checkpoint`,
     /// which reads it); not read back here.
     #[serde(skip_deserializing, skip_serializing_if = "Option::is_none")]
