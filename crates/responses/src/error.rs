@@ -148,7 +148,7 @@ pub enum ClientError {
     #[error("request timed out: {0}")]
     /// The request took longer than the configured timeout (retried first).
     Timeout(String),
-    #[error("HTTP transport error: {0}")]
+    #[error("transport error: {0}")]
     /// The connection failed mid-request.
     Transport(String),
     #[error("cannot decode the API's JSON: {0}")]

@@ -381,7 +381,7 @@ mod tests {
             "POST /responses",
             1,
             2,
-            "HTTP transport error: proxy said Bearer sk-test-SECRET-42",
+            "transport error: proxy said Bearer sk-test-SECRET-42",
             Duration::from_millis(412),
         );
         assert!(!line.contains("SECRET"), "{line}");
