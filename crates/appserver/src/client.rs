@@ -4,14 +4,16 @@
 //!   requests through the [`ServerRequestHandler`], and pushes every notification and
 //!   answered request into a bounded queue. When the queue is full it waits (backpressure):
 //!   nothing is dropped. When the stream ends or a line is bad, it fails every pending call.
+//!   When the child has exited but its stdout stays open (a process it started holds it),
+//!   the reader reads what the child wrote, then, once the output has been silent for
+//!   [`EXIT_DRAIN_SILENCE`], ends as if the stream had ended, with the exit status.
 //! - The **writer** task owns the child's stdin; every outgoing line goes through it.
-//! - The **supervisor** task owns the child process and carries out `close`: close stdin,
-//!   SIGTERM, wait the grace period, then kill. `close` is bounded even if nobody drains
-//!   the event queue.
+//! - The **supervisor** task owns the child process: it publishes the child's exit, and
+//!   carries out `close`: close stdin, SIGTERM, wait the grace period, then kill. `close`
+//!   is bounded even if nobody drains the event queue.
 
 use std::process::{ExitStatus, Stdio};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
 use serde_json::Value;
@@ -19,7 +21,7 @@ use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt, BufRead
 use tokio::process::{Child, ChildStdin, Command};
 use tokio::sync::{mpsc, watch};
 
-use crate::calls::{Outcome, PendingCalls};
+use crate::calls::{Delivery, Outcome, PendingCalls};
 use crate::error::{AppServerError, ConnectionLost};
 use crate::options::{ClientOptions, ServerCommand, StderrTarget};
 use crate::policy::ServerRequestHandler;
@@ -59,11 +61,22 @@ impl Events {
         self.rx.recv().await
     }
 
+    /// The next event if one is queued now, without waiting; `None` when none is (also
+    /// once the connection has ended and every event was received).
+    pub fn try_recv(&mut self) -> Option<AppServerEvent> {
+        self.rx.try_recv().ok()
+    }
+
     /// Why the connection ended, once it has.
     pub fn end_reason(&self) -> Option<ConnectionLost> {
         self.calls.lost()
     }
 }
+
+/// After the child exited, how long its still-open output may stay silent before the
+/// reader concludes that only a process the child started holds it, and ends. What the
+/// child wrote before exiting is in the pipe already, so it is read well within this.
+pub const EXIT_DRAIN_SILENCE: Duration = Duration::from_millis(500);
 
 /// How the child process ended after [`AppServerClient::close`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -84,7 +97,6 @@ pub struct AppServerClient {
 struct Inner {
     program: String,
     options: ClientOptions,
-    next_id: AtomicI64,
     calls: Arc<PendingCalls>,
     outgoing: mpsc::Sender<Vec<u8>>,
     shutdown: watch::Sender<bool>,
@@ -188,6 +200,7 @@ impl AppServerClient {
             outgoing: outgoing.clone(),
             events: events_tx,
             shutdown: shutdown_rx,
+            exit: exit.clone(),
         }));
         tokio::spawn(supervise(child, pid, close_rx, exit_tx));
 
@@ -195,7 +208,6 @@ impl AppServerClient {
             inner: Arc::new(Inner {
                 program,
                 options,
-                next_id: AtomicI64::new(1),
                 calls: Arc::clone(&calls),
                 outgoing,
                 shutdown,
@@ -249,7 +261,9 @@ impl AppServerClient {
     }
 
     /// Calls `method` and waits at most `timeout` for its response. Always resolves: with
-    /// the result, the server's error, [`AppServerError::Timeout`], or the connection loss.
+    /// the result, the server's error, [`AppServerError::Timeout`] (or
+    /// [`AppServerError::TimeoutWithUnknownAnswers`] when, meanwhile, the server answered
+    /// ids this client never used), or the connection loss.
     ///
     /// # Cancel safety
     ///
@@ -263,8 +277,7 @@ impl AppServerClient {
         params: Option<Value>,
         timeout: Duration,
     ) -> Result<Value, AppServerError> {
-        let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
-        let waiter = self.inner.calls.register(id)?;
+        let (id, waiter, mark) = self.inner.calls.register()?;
         // Answered, timed out or dropped: the entry goes (a no-op once answered).
         let _entry = ForgetOnDrop {
             calls: &self.inner.calls,
@@ -285,9 +298,17 @@ impl AppServerClient {
         let outcome = match tokio::time::timeout(timeout, exchange).await {
             Ok(outcome) => outcome,
             Err(_) => {
-                return Err(AppServerError::Timeout {
-                    method: method.to_owned(),
-                    after: timeout,
+                let method = method.to_owned();
+                return Err(match self.inner.calls.unknown_since(mark) {
+                    Some(unknown) => AppServerError::TimeoutWithUnknownAnswers {
+                        method,
+                        after: timeout,
+                        unknown,
+                    },
+                    None => AppServerError::Timeout {
+                        method,
+                        after: timeout,
+                    },
                 });
             }
         };
@@ -335,12 +356,20 @@ impl AppServerClient {
     /// and asks the supervisor task to stop the server, which it then does on its own. Only
     /// the wait is given up; a later `close` returns the outcome.
     pub async fn close(&self) -> CloseOutcome {
+        self.close_within(self.inner.options.close_grace).await
+    }
+
+    /// [`close`](Self::close), waiting `grace` (instead of the configured grace period)
+    /// between SIGTERM and the kill; `Duration::ZERO` kills at once. Only the first close
+    /// of a client chooses the grace period.
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`close`](Self::close).
+    pub async fn close_within(&self, grace: Duration) -> CloseOutcome {
         self.inner.calls.lose(ConnectionLost::ClosedByClient);
         self.inner.shutdown.send_replace(true);
-        let _ = self
-            .inner
-            .close_request
-            .try_send(self.inner.options.close_grace);
+        let _ = self.inner.close_request.try_send(grace);
         let mut exit = self.inner.exit.clone();
         let outcome = match exit.wait_for(Option::is_some).await {
             Ok(state) => *state,
@@ -387,9 +416,12 @@ struct ReadLoop<R, H> {
     outgoing: mpsc::Sender<Vec<u8>>,
     events: mpsc::Sender<AppServerEvent>,
     shutdown: watch::Receiver<bool>,
+    /// The supervisor's report of the child's exit.
+    exit: watch::Receiver<Option<CloseOutcome>>,
 }
 
-/// Reads lines until the stream ends, a line is bad, or the client closes.
+/// Reads lines until the stream ends, a line is bad, the client closes, or the child has
+/// exited and its output stays silent (see [`EXIT_DRAIN_SILENCE`]).
 async fn read_loop<R, H>(mut ctx: ReadLoop<R, H>)
 where
     R: AsyncRead + Unpin,
@@ -401,6 +433,8 @@ where
         let line = tokio::select! {
             line = read_line(&mut reader, &mut buf, ctx.max_line) => line,
             _ = ctx.shutdown.wait_for(|stop| *stop) => break ConnectionLost::ClosedByClient,
+            // Restarted with every line: the silence is counted from the last one read.
+            status = exited_then_silent(&mut ctx.exit) => break ConnectionLost::ServerExited { status },
         };
         match line {
             Ok(true) => {}
@@ -412,15 +446,18 @@ where
         }
         let event = match wire::parse_line(&buf) {
             Ok(Incoming::Response { id, outcome }) => {
-                let delivered = id.as_i64().is_some_and(|id| {
-                    let outcome = match outcome {
-                        Ok(value) => Outcome::Result(value),
-                        Err(err) => Outcome::Error(err),
-                    };
-                    ctx.calls.resolve(id, outcome)
-                });
-                if !delivered {
-                    tracing::debug!(%id, "response for no pending call (late or unknown id)");
+                let outcome = match outcome {
+                    Ok(value) => Outcome::Result(value),
+                    Err(err) => Outcome::Error(err),
+                };
+                match ctx.calls.resolve(&id, outcome) {
+                    Delivery::Delivered => {}
+                    Delivery::Late => {
+                        tracing::debug!(%id, "an answer nobody waits for any more (its call timed out or was dropped)");
+                    }
+                    Delivery::Unknown => {
+                        tracing::warn!(%id, "the app-server answered with an id this client never used; the answer is dropped");
+                    }
                 }
                 continue;
             }
@@ -451,6 +488,24 @@ where
     };
     tracing::debug!(%reason, "app-server reader stopped");
     ctx.calls.lose(reason);
+}
+
+/// Resolves with the child's exit status once the child has exited and
+/// [`EXIT_DRAIN_SILENCE`] has passed since this future was first polled after that; never
+/// when the exit is not reported.
+async fn exited_then_silent(
+    exit: &mut watch::Receiver<Option<CloseOutcome>>,
+) -> Option<ExitStatus> {
+    // Copied out: the watch's read lock must not be held across an await.
+    let reported = exit
+        .wait_for(Option::is_some)
+        .await
+        .map(|outcome| outcome.and_then(|o| o.status));
+    let Ok(status) = reported else {
+        return std::future::pending().await;
+    };
+    tokio::time::sleep(EXIT_DRAIN_SILENCE).await;
+    status
 }
 
 /// Reads one line into `buf` without its line ending. `Ok(false)` at end of stream.
@@ -488,7 +543,8 @@ pub async fn read_line<R: AsyncRead + Unpin>(
     Ok(true)
 }
 
-/// Owns the child: reports its exit, or stops it on request (or when every handle is gone).
+/// Owns the child: reports its exit (the reader then ends once the child's output is
+/// silent), or stops it on request (or when every handle is gone).
 async fn supervise(
     mut child: Child,
     pid: Option<u32>,

@@ -1,5 +1,6 @@
 //! Errors of the app-server client.
 
+use std::process::ExitStatus;
 use std::time::Duration;
 
 /// Why the connection to the app-server is gone. Cloned to every waiter, so it holds
@@ -36,9 +37,55 @@ pub enum ConnectionLost {
         /// The configured limit in bytes.
         limit: usize,
     },
+    /// The server process exited, yet its output stayed open: a process it started still
+    /// holds it, so no end of stream will come. Reported once the output has been silent
+    /// for a moment after the exit (what the server wrote before exiting is still read).
+    #[error(
+        "the app-server exited ({}) while a process it started keeps its output open",
+        exit_text(.status)
+    )]
+    ServerExited {
+        /// The server's exit status, when it could be collected.
+        status: Option<ExitStatus>,
+    },
     /// This client was closed.
     #[error("the client was closed")]
     ClosedByClient,
+}
+
+fn exit_text(status: &Option<ExitStatus>) -> String {
+    status.map_or_else(|| "exit status unknown".to_owned(), |s| s.to_string())
+}
+
+/// Answers the server sent with ids this client never used, while a call waited.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnknownAnswers {
+    /// How many such answers came.
+    pub count: u64,
+    /// The ids of the last few of them, in arrival order, as JSON text (at most 40
+    /// characters each).
+    pub ids: Vec<String>,
+}
+
+impl std::fmt::Display for UnknownAnswers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (answers, ids) = if self.count == 1 {
+            ("answer", "an id that was")
+        } else {
+            ("answers", "ids that were")
+        };
+        write!(
+            f,
+            "the server sent {} {answers} with {ids} never asked: {}",
+            self.count,
+            self.ids.join(", ")
+        )?;
+        let shown = u64::try_from(self.ids.len()).unwrap_or(u64::MAX);
+        if shown < self.count {
+            write!(f, " and {} more", self.count - shown)?;
+        }
+        Ok(())
+    }
 }
 
 /// Everything that can go wrong talking to `codex app-server`.
@@ -64,6 +111,18 @@ pub enum AppServerError {
         method: String,
         /// The timeout that expired.
         after: Duration,
+    },
+    /// No response arrived within the call's timeout, and meanwhile the server sent answers
+    /// with ids this client never used (it misnumbers its responses, or echoes ids in
+    /// another type, such as `"1"` for `1`).
+    #[error("`{method}` got no response within {after:?} ({unknown})")]
+    TimeoutWithUnknownAnswers {
+        /// The method called.
+        method: String,
+        /// The timeout that expired.
+        after: Duration,
+        /// The answers with ids never asked.
+        unknown: UnknownAnswers,
     },
     /// The server answered with a JSON-RPC error.
     #[error("`{method}` failed with error {code}: {message}")]

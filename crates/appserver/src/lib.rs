@@ -5,9 +5,12 @@
 //! [`AppServerClient::initialize`], then `thread/start`, `turn/start`, `turn/steer`,
 //! `turn/interrupt`, and read the turn's progress from [`Events`].
 //!
-//! Contracts (each is a test in `tests/all/fake_server.rs`):
+//! Contracts (each is a test in `tests/all/fake_server.rs` or `tests/all/server_faults.rs`):
 //! - Every call resolves: with its result, the server's error, a timeout (15 s default), or
-//!   the connection loss, which every pending and later call receives.
+//!   the connection loss, which every pending and later call receives. The server's exit is
+//!   a connection loss even when a process it started keeps its output open.
+//! - An answer with an id this client never used is logged at warn level, and a call that
+//!   then times out says such answers came.
 //! - Every server request is answered by a [`ServerRequestHandler`]; the default
 //!   [`ApprovalPolicy`] declines approvals and refuses unknown methods (fail closed).
 //! - Notifications are never dropped: the event queue is bounded and applies backpressure
@@ -48,8 +51,8 @@ mod policy;
 mod protocol;
 mod wire;
 
-pub use client::{AppServerClient, AppServerEvent, CloseOutcome, Events};
-pub use error::{AppServerError, ConnectionLost};
+pub use client::{AppServerClient, AppServerEvent, CloseOutcome, EXIT_DRAIN_SILENCE, Events};
+pub use error::{AppServerError, ConnectionLost, UnknownAnswers};
 pub use options::{ClientOptions, ServerCommand, StderrTarget};
 pub use policy::{
     ApprovalDecision, ApprovalPolicy, COMMAND_APPROVAL, FILE_CHANGE_APPROVAL, METHOD_NOT_FOUND,

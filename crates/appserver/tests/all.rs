@@ -7,3 +7,5 @@
 mod fake_server;
 #[path = "all/fuzz_wire.rs"]
 mod fuzz_wire;
+#[path = "all/server_faults.rs"]
+mod server_faults;

@@ -23,6 +23,10 @@ use serde_json::Value;
 /// Guards against a hang turning into a stuck CI job; not a timing assertion.
 const HANG_GUARD: Duration = Duration::from_secs(180);
 
+// Not interop: `codex run` and `probe codex` against a fake app-server that misbehaves.
+#[path = "codex_faults.rs"]
+mod codex_faults;
+
 fn codex_bin() -> PathBuf {
     let bin = std::env::var_os("CODEX_BIN")
         .expect("CODEX_BIN must point at the Codex CLI (run `cargo xtask interop codex`)");

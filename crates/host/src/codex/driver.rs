@@ -7,12 +7,20 @@
 //!   order: events that arrive during a setup call are buffered ([`while_buffering`]) so the
 //!   event queue never fills up behind a response.
 //! - The event queue is read at all times: steer and interrupt calls run on their own tasks
-//!   and report back over a channel, so a slow answer never stalls the queue.
+//!   (`controls`) and report back over a channel, so a slow answer never stalls the queue.
+//! - "Our turn" is the turn we started, in the thread we started: a notification counts as
+//!   ours only when both its thread id and its turn id are ours.
 //! - The steer is sent at most once, at the first agent-message delta of our turn; the
 //!   interrupt after `interrupt_after` deltas is sent at most once (`Some(0)`: as soon as
 //!   Codex reports the turn started, since it refuses an interrupt before that).
-//! - The turn's outcome is decided only by our turn's `turn/completed`: a failed steer or
-//!   interrupt is reported to the observer, not returned as an error.
+//! - The turn's outcome is decided by our turn's `turn/completed`, with two exceptions,
+//!   both taken only after the events already queued were handled (one of them may be that
+//!   `turn/completed`): when an interrupt fails or gets no answer, or when the interrupt
+//!   signal fires a second time, the drive gives up on the turn ([`TurnReport::given_up`]);
+//!   and a `turn/completed` that may be ours but does not parse is a
+//!   [`DriveError::Protocol`]. A failed steer is only reported to the observer.
+//! - The interrupt signal is listened to from the first event on, without gaps: its future
+//!   is polled before anything else and lives until it fires.
 //! - On success every recorded event is durable before [`drive_turn`] returns.
 
 use std::collections::VecDeque;
@@ -22,11 +30,13 @@ use std::time::Duration;
 
 use agent_appserver::{
     AppServerClient, AppServerError, AppServerEvent, ClientInfo, ConnectionLost, Events,
-    ThreadStartParams, Turn, TurnNotification, TurnStartParams, UserInput,
+    Notification, ThreadStartParams, Turn, TurnNotification, TurnStartParams, TurnStatus,
+    UserInput,
 };
 use agent_journal::Journal;
-use tokio::sync::mpsc;
+use serde_json::{Map, Value, json};
 
+use super::controls::{Control, Controls};
 use super::recorder::{Recorder, RecorderError};
 
 /// Silence from Codex after which the observer hears [`TurnEvent::Quiet`] (Codex retries
@@ -96,15 +106,19 @@ pub enum TurnEvent<'a> {
     },
     /// The steer failed (the turn may have finished first).
     SteerFailed(&'a AppServerError),
-    /// The interrupt signal fired; an interrupt is being sent.
+    /// The interrupt signal fired (the first time); an interrupt is being sent.
     InterruptSignalled,
     /// Codex accepted an interrupt.
     InterruptAccepted,
-    /// An interrupt failed (the turn may have finished first).
+    /// An interrupt failed or got no answer: unless the turn's `turn/completed` was already
+    /// queued, the drive gives up on the turn ([`GiveUp::InterruptFailed`]).
     InterruptFailed(&'a AppServerError),
-    /// Nothing from Codex for this long; still waiting.
+    /// Nothing from Codex for this long; still waiting. Not sent while an interrupt waits
+    /// for its answer (which, or whose timeout, ends the wait), nor once the interrupt
+    /// signal fired (the next one gives up on the turn).
     Quiet(Duration),
-    /// Our turn completed (with any status); the last event before the report.
+    /// Our turn ended, with any status: Codex's `turn/completed`, or the turn the drive
+    /// gave up on ([`TurnReport::given_up`]). The last event before the report.
     TurnCompleted(&'a Turn),
 }
 
@@ -113,8 +127,25 @@ pub enum TurnEvent<'a> {
 pub struct TurnReport {
     /// Codex's thread id (also the journal thread).
     pub thread_id: String,
-    /// The completed turn: its status and, for a failed turn, the error.
+    /// The completed turn: its status and, for a failed turn, the error. When the drive
+    /// gave up on the turn, a record made here: status `interrupted`, no items, and the
+    /// error's `message` saying why (`gave up on the turn: ...`).
     pub turn: Turn,
+    /// Set when Codex never reported the turn's end because the drive gave up waiting;
+    /// the server should then be stopped (its turn may still be running).
+    pub given_up: Option<GiveUp>,
+}
+
+/// Why the drive stopped waiting for Codex to end the turn.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum GiveUp {
+    /// An interrupt was refused or got no answer: Codex cannot be counted on to end the
+    /// turn. Holds the interrupt call's error.
+    #[error("codex app-server did not carry out the interrupt ({0})")]
+    InterruptFailed(String),
+    /// The interrupt signal fired again before Codex ended the turn.
+    #[error("interrupted again before Codex ended the turn")]
+    SignalledAgain,
 }
 
 /// Why the turn could not be driven to its end. `E` is the observer's error.
@@ -126,6 +157,15 @@ pub enum DriveError<E> {
     /// The connection ended before our turn completed.
     #[error("codex app-server stopped before the turn completed")]
     Stopped(#[source] AppServerError),
+    /// Codex sent a `turn/completed` that may be our turn's but does not parse (no
+    /// status, `turn: null`, ...): how the turn ended is unknown.
+    #[error("codex app-server sent a malformed `{method}` for our turn: {error}")]
+    Protocol {
+        /// The notification's method.
+        method: String,
+        /// Why its params did not parse.
+        error: serde_json::Error,
+    },
     /// The events could not be journaled.
     #[error(transparent)]
     Journal(#[from] RecorderError),
@@ -134,16 +174,24 @@ pub enum DriveError<E> {
     Observer(E),
 }
 
-/// Results of steer/interrupt calls, sent while the event loop keeps consuming events.
-enum Control {
-    Steered(Result<String, AppServerError>),
-    Interrupted(Result<(), AppServerError>),
+/// What the event loop handles next.
+enum Next {
+    /// The interrupt signal fired.
+    Signal,
+    /// A steer or interrupt call ended.
+    Control(Control),
+    /// A server event; `None` once the connection has ended.
+    Event(Option<AppServerEvent>),
+    /// Nothing for `quiet_notice`.
+    Quiet,
 }
 
 /// Runs one turn: handshake, `thread/start`, `turn/start`, then events until our turn's
 /// `turn/completed`. Events are journaled under the Codex thread id when `journal` is
-/// given. Each time `interrupt_signal()` resolves (for example on Ctrl-C) an interrupt is
-/// sent. `observe` sees every [`TurnEvent`]; its error ends the drive.
+/// given. When `interrupt_signal()` resolves (for example on Ctrl-C) an interrupt is sent;
+/// when it resolves again, the drive gives up on the turn at once, as it does when an
+/// interrupt fails (see [`TurnReport::given_up`]). `observe` sees every [`TurnEvent`];
+/// its error ends the drive.
 ///
 /// # Cancel safety
 /// Not cancel-safe in the sense of resumable: dropping the future abandons the turn on the
@@ -200,48 +248,89 @@ where
         .turn
         .id;
 
-    let controls = Controls::new(client, &thread_id, &turn_id);
-    let (control_tx, mut control_rx) = mpsc::channel::<Control>(4);
+    let (controls, mut control_rx) = Controls::new(client, &thread_id, &turn_id);
+    let ours = Ours {
+        thread_id: &thread_id,
+        turn_id: &turn_id,
+    };
+    let drain_limit = client.options().event_capacity;
     let mut steer = request.steer.clone();
     let mut interrupt_after = request.interrupt_after;
     let mut deltas = 0u64;
+    // Lives until it fires, so that a listener it registers stays registered between events.
+    let mut signal = std::pin::pin!(interrupt_signal());
+    let mut signalled = false;
+    let mut interrupts_in_flight = 0usize;
+    // Decided, and taken once the events queued at the decision were handled.
+    let mut giving_up: Option<GiveUp> = None;
 
     let finished = loop {
-        let event = match early.pop_front() {
-            Some(event) => Some(event),
-            None => tokio::select! {
-                event = events.recv() => event,
-                Some(control) = control_rx.recv() => {
-                    let shown = match &control {
-                        Control::Steered(Ok(id)) => {
-                            tracing::info!(turn = %id, "steer accepted");
-                            TurnEvent::SteerAccepted { turn_id: id }
-                        }
-                        Control::Steered(Err(err)) => TurnEvent::SteerFailed(err),
-                        Control::Interrupted(Ok(())) => {
-                            tracing::info!("interrupt accepted");
-                            TurnEvent::InterruptAccepted
-                        }
-                        Control::Interrupted(Err(err)) => TurnEvent::InterruptFailed(err),
-                    };
-                    observe(shown).map_err(DriveError::Observer)?;
-                    continue;
-                }
-                () = interrupt_signal() => {
-                    observe(TurnEvent::InterruptSignalled).map_err(DriveError::Observer)?;
-                    controls.interrupt(&control_tx);
-                    continue;
-                }
-                () = tokio::time::sleep(request.quiet_notice) => {
-                    observe(TurnEvent::Quiet(request.quiet_notice)).map_err(DriveError::Observer)?;
-                    continue;
-                }
-            },
+        if early.is_empty()
+            && let Some(reason) = giving_up.take()
+        {
+            tracing::warn!("gave up on the turn: {reason}");
+            let turn = given_up_turn(&turn_id, &reason);
+            observe(TurnEvent::TurnCompleted(&turn)).map_err(DriveError::Observer)?;
+            break (turn, Some(reason));
+        }
+        let quiet_allowed = !signalled && interrupts_in_flight == 0 && early.is_empty();
+        // Biased: the signal first, so it is always polled (and listened to); buffered
+        // events before new ones, so they keep their order.
+        let next = tokio::select! {
+            biased;
+            () = &mut signal => Next::Signal,
+            Some(control) = control_rx.recv() => Next::Control(control),
+            Some(event) = async { early.pop_front() } => Next::Event(Some(event)),
+            event = events.recv() => Next::Event(event),
+            () = tokio::time::sleep(request.quiet_notice), if quiet_allowed => Next::Quiet,
         };
-        let Some(event) = event else {
-            let reason = events.end_reason().unwrap_or(ConnectionLost::EndOfStream);
-            recorder.finish().await?;
-            return Err(DriveError::Stopped(AppServerError::ConnectionLost(reason)));
+        let event = match next {
+            Next::Signal => {
+                signal.set(interrupt_signal());
+                if signalled {
+                    giving_up = Some(GiveUp::SignalledAgain);
+                    drain_ready(events, &mut early, drain_limit);
+                } else {
+                    signalled = true;
+                    observe(TurnEvent::InterruptSignalled).map_err(DriveError::Observer)?;
+                    interrupts_in_flight += 1;
+                    controls.interrupt();
+                }
+                continue;
+            }
+            Next::Control(control) => {
+                let shown = match &control {
+                    Control::Steered(Ok(id)) => {
+                        tracing::info!(turn = %id, "steer accepted");
+                        TurnEvent::SteerAccepted { turn_id: id }
+                    }
+                    Control::Steered(Err(err)) => TurnEvent::SteerFailed(err),
+                    Control::Interrupted(Ok(())) => {
+                        tracing::info!("interrupt accepted");
+                        TurnEvent::InterruptAccepted
+                    }
+                    Control::Interrupted(Err(err)) => TurnEvent::InterruptFailed(err),
+                };
+                observe(shown).map_err(DriveError::Observer)?;
+                if let Control::Interrupted(result) = control {
+                    interrupts_in_flight = interrupts_in_flight.saturating_sub(1);
+                    if let Err(err) = result {
+                        giving_up.get_or_insert(GiveUp::InterruptFailed(err.to_string()));
+                        drain_ready(events, &mut early, drain_limit);
+                    }
+                }
+                continue;
+            }
+            Next::Quiet => {
+                observe(TurnEvent::Quiet(request.quiet_notice)).map_err(DriveError::Observer)?;
+                continue;
+            }
+            Next::Event(Some(event)) => event,
+            Next::Event(None) => {
+                let reason = events.end_reason().unwrap_or(ConnectionLost::EndOfStream);
+                recorder.finish().await?;
+                return Err(DriveError::Stopped(AppServerError::ConnectionLost(reason)));
+            }
         };
         recorder.record(&event).await?;
         observe(TurnEvent::Server(&event)).map_err(DriveError::Observer)?;
@@ -250,6 +339,13 @@ where
         };
         let typed = match TurnNotification::parse(note) {
             Ok(typed) => typed,
+            Err(error) if note.method == TURN_COMPLETED && ours.may_have_sent(note) => {
+                recorder.finish().await?;
+                return Err(DriveError::Protocol {
+                    method: note.method.clone(),
+                    error,
+                });
+            }
             Err(err) => {
                 tracing::warn!(method = %note.method, error = %err, "unexpected notification shape");
                 None
@@ -257,16 +353,20 @@ where
         };
         match typed {
             Some(TurnNotification::AgentMessageDelta {
-                turn_id: t, delta, ..
-            }) if t == turn_id => {
+                thread_id: th,
+                turn_id: t,
+                delta,
+                ..
+            }) if ours.is(&th, &t) => {
                 observe(TurnEvent::AgentText(&delta)).map_err(DriveError::Observer)?;
                 deltas += 1;
                 if let Some(text) = steer.take() {
-                    controls.steer(text, &control_tx);
+                    controls.steer(text);
                 }
                 if interrupt_after.is_some_and(|n| deltas >= n) {
                     interrupt_after = None;
-                    controls.interrupt(&control_tx);
+                    interrupts_in_flight += 1;
+                    controls.interrupt();
                 }
             }
             Some(
@@ -276,72 +376,79 @@ where
                 observe(TurnEvent::AgentMessageBoundary).map_err(DriveError::Observer)?;
             }
             // Codex refuses an interrupt until it reports the turn started.
-            Some(TurnNotification::TurnStarted { turn, .. })
-                if turn.id == turn_id && interrupt_after == Some(0) =>
-            {
+            Some(TurnNotification::TurnStarted {
+                thread_id: th,
+                turn,
+            }) if ours.is(&th, &turn.id) && interrupt_after == Some(0) => {
                 interrupt_after = None;
-                controls.interrupt(&control_tx);
+                interrupts_in_flight += 1;
+                controls.interrupt();
             }
-            Some(TurnNotification::TurnCompleted { turn, .. }) if turn.id == turn_id => {
+            Some(TurnNotification::TurnCompleted {
+                thread_id: th,
+                turn,
+            }) if ours.is(&th, &turn.id) => {
                 observe(TurnEvent::TurnCompleted(&turn)).map_err(DriveError::Observer)?;
-                break turn;
+                break (turn, None);
             }
             _ => {}
         }
     };
     recorder.finish().await?;
+    let (turn, given_up) = finished;
     Ok(TurnReport {
         thread_id,
-        turn: finished,
+        turn,
+        given_up,
     })
 }
 
-/// Sends steer and interrupt calls for one turn on tasks of their own.
-struct Controls {
-    client: AppServerClient,
-    thread_id: String,
-    turn_id: String,
+const TURN_COMPLETED: &str = "turn/completed";
+
+/// Our turn's ids.
+#[derive(Debug, Clone, Copy)]
+struct Ours<'a> {
+    thread_id: &'a str,
+    turn_id: &'a str,
 }
 
-impl Controls {
-    fn new(client: &AppServerClient, thread_id: &str, turn_id: &str) -> Self {
-        Controls {
-            client: client.clone(),
-            thread_id: thread_id.to_owned(),
-            turn_id: turn_id.to_owned(),
-        }
+impl Ours<'_> {
+    /// True when `thread_id` and `turn_id` are ours.
+    fn is(&self, thread_id: &str, turn_id: &str) -> bool {
+        thread_id == self.thread_id && turn_id == self.turn_id
     }
 
-    fn steer(&self, text: String, tx: &mpsc::Sender<Control>) {
-        let (client, tx, thread_id, turn_id) = self.parts(tx);
-        tokio::spawn(async move {
-            let result = client
-                .turn_steer(&thread_id, &turn_id, vec![UserInput::text(text)])
-                .await
-                .map(|r| r.turn_id);
-            // The loop may have ended first; then nobody needs the answer.
-            let _ = tx.send(Control::Steered(result)).await;
-        });
+    /// True unless `note` (one that did not parse) names another thread or another turn.
+    fn may_have_sent(&self, note: &Notification) -> bool {
+        let names_other = |found: Option<&Value>, ours: &str| {
+            found
+                .and_then(Value::as_str)
+                .is_some_and(|found| found != ours)
+        };
+        !names_other(note.params.get("threadId"), self.thread_id)
+            && !names_other(note.params.pointer("/turn/id"), self.turn_id)
     }
+}
 
-    fn interrupt(&self, tx: &mpsc::Sender<Control>) {
-        let (client, tx, thread_id, turn_id) = self.parts(tx);
-        tokio::spawn(async move {
-            let result = client.turn_interrupt(&thread_id, &turn_id).await;
-            let _ = tx.send(Control::Interrupted(result)).await;
-        });
+/// The record of a turn the drive gave up on: interrupted, with `reason` in its error.
+fn given_up_turn(turn_id: &str, reason: &GiveUp) -> Turn {
+    Turn {
+        id: turn_id.to_owned(),
+        status: TurnStatus::Interrupted,
+        items: Vec::new(),
+        error: Some(json!({ "message": format!("gave up on the turn: {reason}") })),
+        extra: Map::new(),
     }
+}
 
-    fn parts(
-        &self,
-        tx: &mpsc::Sender<Control>,
-    ) -> (AppServerClient, mpsc::Sender<Control>, String, String) {
-        (
-            self.client.clone(),
-            tx.clone(),
-            self.thread_id.clone(),
-            self.turn_id.clone(),
-        )
+/// Moves the events queued right now (at most `limit`, since the reader refills the
+/// queue) into `early`, to be handled before the drive gives up.
+fn drain_ready(events: &mut Events, early: &mut VecDeque<AppServerEvent>, limit: usize) {
+    for _ in 0..limit {
+        let Some(event) = events.try_recv() else {
+            break;
+        };
+        early.push_back(event);
     }
 }
 

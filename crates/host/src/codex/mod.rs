@@ -2,7 +2,8 @@
 //! emulator as an offline model provider.
 //!
 //! - [`driver`]: [`drive_turn`] runs one whole turn (handshake, thread, turn, events until
-//!   the turn completes, optional steer and interrupt) and reports each step to an observer.
+//!   the turn completes, optional steer and interrupt) and reports each step to an observer;
+//!   its steer and interrupt calls run on tasks of their own (`controls`).
 //! - [`recorder`]: [`Recorder`] journals every server event under the Codex thread id, in
 //!   batches on a task of its own, dropping nothing.
 //! - `mock_provider` (feature `mock`): `MockProvider` runs the Responses emulator in-process
@@ -13,14 +14,17 @@
 //! Invariant shared by all three: the journal is written only through the recorder, and
 //! only events Codex actually sent (plus the replies we sent to its requests) are recorded.
 
+mod controls;
 pub mod driver;
+#[cfg(test)]
+mod driver_tests;
 #[cfg(feature = "mock")]
 pub mod mock_provider;
 pub mod recorder;
 pub mod session;
 
 pub use driver::{
-    DEFAULT_QUIET_NOTICE, DriveError, TurnEvent, TurnReport, TurnRequest, drive_turn,
+    DEFAULT_QUIET_NOTICE, DriveError, GiveUp, TurnEvent, TurnReport, TurnRequest, drive_turn,
     while_buffering,
 };
 #[cfg(feature = "mock")]

@@ -3,12 +3,14 @@
 //! everything stopped again.
 //!
 //! Invariants: the app-server child and the emulator live exactly as long as
-//! [`run_codex_turn`]; the child is closed (terminated, then killed after its grace period)
-//! before the journal is closed, so every event it sent is journaled first.
+//! [`run_codex_turn`]; the child is closed (terminated, then killed after its grace period;
+//! killed at once when the interrupt signal fired twice) before the journal is closed, so
+//! every event it sent is journaled first.
 
 use std::ffi::OsString;
 use std::future::Future;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use agent_appserver::{
     AppServerClient, AppServerError, ApprovalPolicy, ClientOptions, Events, ServerCommand,
@@ -18,7 +20,7 @@ use agent_journal::Journal;
 #[cfg(feature = "mock")]
 use agent_responses_mock::Script;
 
-use super::driver::{DriveError, TurnEvent, TurnReport, TurnRequest, drive_turn};
+use super::driver::{DriveError, GiveUp, TurnEvent, TurnReport, TurnRequest, drive_turn};
 #[cfg(feature = "mock")]
 use super::mock_provider::{MockProvider, MockProviderError};
 
@@ -142,7 +144,13 @@ where
         observe,
     )
     .await;
-    client.close().await;
+    // Asked twice to stop: no grace period for a server that has not ended the turn.
+    let now = matches!(&outcome, Ok(report) if report.given_up == Some(GiveUp::SignalledAgain));
+    if now {
+        client.close_within(Duration::ZERO).await;
+    } else {
+        client.close().await;
+    }
     if let Some(journal) = journal {
         journal.close().await;
     }

@@ -11,15 +11,24 @@ use crate::output::{self, typed_line};
 /// Prints the end of the turn: its JSON line, or a note when it was interrupted.
 pub fn turn_ended(json: bool, report: &TurnReport) -> anyhow::Result<()> {
     let turn = &report.turn;
+    let given_up = report.given_up.as_ref().map(ToString::to_string);
     if json {
         typed_line(
             "codex.turn",
             json!({"thread_id": report.thread_id, "turn_id": turn.id,
-                   "status": turn.status.as_str(), "error": turn.error}),
+                   "status": turn.status.as_str(), "error": turn.error,
+                   "given_up": given_up}),
         )
     } else {
-        if turn.status == agent_appserver::TurnStatus::Interrupted {
-            output::note("agentctl: the turn was interrupted");
+        match given_up {
+            // Codex did not end the turn itself: the server was stopped instead.
+            Some(why) => output::note(&format!(
+                "agentctl: gave up on the turn and stopped the app-server: {why}"
+            )),
+            None if turn.status == agent_appserver::TurnStatus::Interrupted => {
+                output::note("agentctl: the turn was interrupted");
+            }
+            None => {}
         }
         Ok(())
     }
@@ -79,7 +88,7 @@ impl Printer {
             }
             // Nothing from Codex for a while (it retries an unreachable model by itself).
             TurnEvent::Quiet(after) => output::note(&format!(
-                "agentctl: no event from Codex for {} s; still waiting (Ctrl-C interrupts the turn)",
+                "agentctl: no event from Codex for {} s; still waiting (Ctrl-C interrupts the turn, a second Ctrl-C gives up on it)",
                 after.as_secs()
             )),
             TurnEvent::AgentText(_)

@@ -1,0 +1,329 @@
+//! `agentctl codex run` and `agentctl probe codex` against app-servers that misbehave: a
+//! small Python script, written into a temporary directory and run as `--codex-bin`, whose
+//! behaviour is chosen by `FAKE_MODE`. Real `agentctl` processes, real signals.
+//!
+//! (A submodule of `codex_interop`, so that the test crate's module list stays as it is.)
+
+use std::io::{BufRead as _, BufReader, Read as _};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// Guards against a hang turning into a stuck test run; not a timing assertion.
+const HANG_GUARD: Duration = Duration::from_secs(90);
+
+/// The fake `codex app-server`. `initialize` is answered (mode `wrong_id`: with id 999).
+/// After `turn/start` (answered, then `turn/started`):
+/// - `silent`: a delta `working` and a newline, then nothing; `turn/interrupt` is never
+///   answered, but its arrival is marked by the file `interrupt-received`;
+/// - `no_status`: a `turn/completed` for our turn without a status;
+/// - `other_thread`: a delta `ours`, another thread's `turn/completed` with our turn id,
+///   that thread's delta `theirs`, then our turn, failed;
+/// - `exit_leaving_child`: starts `sleep 300` (it inherits stdout; its pid goes to
+///   `child.pid`) and exits 2.
+///
+/// Its own pid goes to `fake.pid`. Files are written in the directory of the script.
+const FAKE: &str = r#"#!/usr/bin/env python3
+import json, os, subprocess, sys
+MODE = os.environ.get("FAKE_MODE", "")
+HERE = os.path.dirname(os.path.abspath(__file__))
+TH, TU = "thr_1", "turn_1"
+def put(name, text):
+    with open(os.path.join(HERE, name), "w") as f:
+        f.write(text)
+def send(obj):
+    sys.stdout.write(json.dumps(obj) + "\n"); sys.stdout.flush()
+def note(method, params): send({"method": method, "params": params})
+def delta(thread, text):
+    note("item/agentMessage/delta", {"threadId": thread, "turnId": TU, "itemId": "m1", "delta": text})
+put("fake.pid", str(os.getpid()))
+for line in sys.stdin:
+    msg = json.loads(line)
+    method, rid = msg.get("method"), msg.get("id")
+    if rid is None:
+        continue
+    if method == "initialize":
+        send({"id": 999 if MODE == "wrong_id" else rid, "result": {"userAgent": "fake"}})
+    elif method == "thread/start":
+        send({"id": rid, "result": {"thread": {"id": TH}}})
+    elif method == "turn/start":
+        turn = {"id": TU, "status": "inProgress", "items": []}
+        send({"id": rid, "result": {"turn": turn}})
+        note("turn/started", {"threadId": TH, "turn": turn})
+        if MODE == "silent":
+            delta(TH, "working\n")
+        elif MODE == "no_status":
+            note("turn/completed", {"threadId": TH, "turn": {"id": TU, "items": []}})
+        elif MODE == "other_thread":
+            delta(TH, "ours")
+            note("turn/completed", {"threadId": "thr_other", "turn": {"id": TU, "status": "completed", "items": []}})
+            delta("thr_other", "theirs")
+            note("turn/completed", {"threadId": TH, "turn": {"id": TU, "status": "failed", "items": [], "error": {"message": "ours failed"}}})
+        elif MODE == "exit_leaving_child":
+            child = subprocess.Popen(["sleep", "300"])
+            put("child.pid", str(child.pid))
+            sys.exit(2)
+    elif method == "turn/interrupt":
+        put("interrupt-received", "")
+    else:
+        send({"id": rid, "error": {"code": -32601, "message": "unknown"}})
+"#;
+
+/// The fake, written executable into a fresh temporary directory.
+struct Fake {
+    dir: tempfile::TempDir,
+}
+
+impl Fake {
+    fn new() -> Fake {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let fake = Fake { dir };
+        std::fs::write(fake.script(), FAKE).unwrap();
+        std::fs::set_permissions(fake.script(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        fake
+    }
+
+    fn script(&self) -> PathBuf {
+        self.dir.path().join("fake-codex.py")
+    }
+
+    fn file(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// `agentctl ARGS --codex-bin FAKE`, the fake in `mode`, no `RUST_LOG`.
+    fn agentctl(&self, mode: &str, args: &[&str]) -> Command {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_agentctl"));
+        cmd.args(args)
+            .arg("--codex-bin")
+            .arg(self.script())
+            .env("FAKE_MODE", mode)
+            .env_remove("RUST_LOG")
+            .env_remove("AGENTCTL_DB");
+        cmd
+    }
+}
+
+/// A running `agentctl`: its stdout line by line, its stderr whole at the end.
+struct Running {
+    child: Child,
+    stdout: mpsc::Receiver<String>,
+    stderr: std::thread::JoinHandle<String>,
+}
+
+impl Running {
+    fn start(mut cmd: Command) -> Running {
+        let mut child = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let (tx, stdout) = mpsc::channel();
+        let out = BufReader::new(child.stdout.take().unwrap());
+        std::thread::spawn(move || {
+            for line in out.lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut err = child.stderr.take().unwrap();
+        let stderr = std::thread::spawn(move || {
+            let mut text = String::new();
+            let _ = err.read_to_string(&mut text);
+            text
+        });
+        Running {
+            child,
+            stdout,
+            stderr,
+        }
+    }
+
+    /// Waits for a stdout line equal to `line`.
+    fn wait_for_line(&self, line: &str) {
+        loop {
+            match self.stdout.recv_timeout(HANG_GUARD) {
+                Ok(got) if got == line => return,
+                Ok(_) => {}
+                Err(err) => panic!("no stdout line {line:?}: {err}"),
+            }
+        }
+    }
+
+    fn interrupt(&self) {
+        let sent = Command::new("kill")
+            .args(["-INT", &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(sent.success());
+    }
+
+    /// Waits for the exit (killing the process and failing after [`HANG_GUARD`]); returns
+    /// the status and stderr.
+    fn finish(mut self) -> (ExitStatus, String) {
+        let start = Instant::now();
+        let status = loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                break status;
+            }
+            if start.elapsed() > HANG_GUARD {
+                self.child.kill().unwrap();
+                self.child.wait().unwrap();
+                panic!(
+                    "still running after {HANG_GUARD:?}; stderr: {}",
+                    self.stderr.join().unwrap()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        (status, self.stderr.join().unwrap())
+    }
+}
+
+/// Waits until `path` exists.
+fn wait_for_file(path: &Path) {
+    let start = Instant::now();
+    while !path.exists() {
+        assert!(
+            start.elapsed() < HANG_GUARD,
+            "{} never appeared",
+            path.display()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// True while the process whose pid is in `file` exists.
+fn alive(file: &Path) -> bool {
+    let pid = std::fs::read_to_string(file).unwrap();
+    Command::new("kill")
+        .args(["-0", pid.trim()])
+        .stderr(Stdio::null())
+        .status()
+        .unwrap()
+        .success()
+}
+
+/// Kills, when dropped (also when a test fails), the process whose pid is in the file,
+/// once the file exists: the `sleep` the fake server leaves behind.
+struct KillOnDrop(PathBuf);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if let Ok(pid) = std::fs::read_to_string(&self.0) {
+            let _ = std::process::Command::new("kill").arg(pid.trim()).status();
+        }
+    }
+}
+
+const RUN: &[&str] = &["codex", "run", "--no-journal", "hi"];
+
+#[test]
+fn codex_run_gives_up_and_exits_130_when_the_interrupt_gets_no_answer() {
+    let fake = Fake::new();
+    let run = Running::start(fake.agentctl("silent", RUN));
+    // The delta is shown from inside the event loop, which listens for Ctrl-C from its
+    // first turn on.
+    run.wait_for_line("working");
+    run.interrupt();
+    // The interrupt times out after the client's 15 s.
+    let (status, stderr) = run.finish();
+    assert_eq!(status.code(), Some(130), "{stderr}");
+    assert!(
+        stderr.contains("interrupt failed: `turn/interrupt` got no response within 15s"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("codex app-server did not carry out the interrupt"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("agentctl: gave up on the turn and stopped the app-server"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("still waiting"), "{stderr}");
+    assert!(!alive(&fake.file("fake.pid")), "the app-server was stopped");
+}
+
+#[test]
+fn codex_run_exits_130_at_a_second_ctrl_c() {
+    let fake = Fake::new();
+    let run = Running::start(fake.agentctl("silent", RUN));
+    run.wait_for_line("working");
+    run.interrupt();
+    wait_for_file(&fake.file("interrupt-received"));
+    run.interrupt();
+    let (status, stderr) = run.finish();
+    assert_eq!(status.code(), Some(130), "{stderr}");
+    assert!(stderr.contains("interrupted again"), "{stderr}");
+    // Not the interrupt's timeout (15 s) that ended it.
+    assert!(!stderr.contains("interrupt failed"), "{stderr}");
+    assert!(!alive(&fake.file("fake.pid")), "the app-server was stopped");
+}
+
+#[test]
+fn codex_run_fails_on_a_malformed_turn_completed_for_its_turn() {
+    let fake = Fake::new();
+    let (status, stderr) = Running::start(fake.agentctl("no_status", RUN)).finish();
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("error: codex app-server sent a malformed `turn/completed` for our turn"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn codex_run_waits_for_its_own_threads_turn_completed() {
+    let fake = Fake::new();
+    let out = fake.agentctl("other_thread", RUN).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    // Our turn failed; another thread's completion with the same turn id changed nothing.
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("the Codex turn ended as failed: ours failed"),
+        "{stderr}"
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "ours\n");
+}
+
+#[test]
+fn codex_run_notices_the_servers_exit_while_its_child_keeps_the_output_open() {
+    let fake = Fake::new();
+    let _leftover = KillOnDrop(fake.file("child.pid"));
+    let (status, stderr) = Running::start(fake.agentctl("exit_leaving_child", RUN)).finish();
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("codex app-server stopped before the turn completed"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("the app-server exited (exit status: 2)"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn probe_codex_names_an_answer_with_an_id_never_asked() {
+    let fake = Fake::new();
+    // The call waits out its 15 s: the answer may still come.
+    let (status, stderr) = Running::start(fake.agentctl("wrong_id", &["probe", "codex"])).finish();
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(
+            "`initialize` got no response within 15s (the server sent 1 answer with an id that was never asked: 999)"
+        ),
+        "{stderr}"
+    );
+    assert!(
+        stderr
+            .lines()
+            .any(|l| l.contains("WARN") && l.contains("never used") && l.contains("999")),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("did not answer"), "{stderr}");
+}
