@@ -119,7 +119,10 @@ async fn workers_survive_postgres_restarts() {
     // one also lands on a write depends on timing (a connection dropped while idle is made
     // again without a reopening): about one run in seven here it did not, so one cut write
     // is what keeps the test from passing vacuously.
-    assert!(reopened >= 1, "no journal reopening: no restart cut a write");
+    assert!(
+        reopened >= 1,
+        "no journal reopening: no restart cut a write"
+    );
     let claims = claims(&pool);
     for (id, ws) in &runs {
         check_run(id, ws, &events(db, id).await, &claims);
