@@ -60,6 +60,13 @@ pub struct RunSpec {
     pub subagents: Option<crate::subagents::SubagentLimits>,
 }
 
+impl RunSpec {
+    /// The offered tool named `name`, if any.
+    pub fn tool(&self, name: &str) -> Option<&ToolSpec> {
+        self.tools.iter().find(|t| t.name == name)
+    }
+}
+
 /// How a run's model calls travel (`run.created.transport`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

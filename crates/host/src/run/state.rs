@@ -714,20 +714,17 @@ impl RunState {
     /// crash cut off: `resume` runs it again (sub-agents then reuse a finished child's
     /// answer and continue the others) instead of telling the model it was cancelled.
     fn apply_terminal(&mut self, ended: ToolEnded) {
-        let retry_safe = |state: &Self| {
-            let call = state
-                .index
-                .find(&state.calls, &ended.call_id)
-                .and_then(|i| state.calls.get(i))?;
-            let spec = state.spec.as_ref()?;
-            Some(
-                spec.tools
-                    .iter()
-                    .any(|t| t.name == call.name && t.retry_safe),
-            )
+        let Some(i) = self.index.find(&self.calls, &ended.call_id) else {
+            return;
         };
-        let reopen = ended.outcome == ToolOutcome::Cancelled && retry_safe(self) == Some(true);
-        let Some(call) = self.call_mut(&ended.call_id) else {
+        let reopen = ended.outcome == ToolOutcome::Cancelled
+            && self.calls.get(i).is_some_and(|call| {
+                self.spec
+                    .as_ref()
+                    .and_then(|spec| spec.tool(&call.name))
+                    .is_some_and(|tool| tool.retry_safe)
+            });
+        let Some(call) = self.calls.get_mut(i) else {
             return;
         };
         call.progress = match ended.outcome {

@@ -158,17 +158,14 @@ fn probe_floor(floor: agent_host::sandbox::Mode) -> anyhow::Result<()> {
 /// lease expired before its holder could use it and runs never progressed.
 const MIN_LEASE_TTL: Duration = Duration::from_millis(50);
 
-fn seconds(flag: &str, value: f64) -> anyhow::Result<Duration> {
-    let at_least = match flag {
-        "--grace" => Duration::ZERO,
-        "--lease-ttl" => MIN_LEASE_TTL,
-        _ => Duration::from_nanos(1),
-    };
+/// `value` seconds as a duration of at least `at_least` (`ZERO`: any non-negative one;
+/// a nanosecond: any positive one).
+fn seconds(flag: &str, value: f64, at_least: Duration) -> anyhow::Result<Duration> {
     Duration::try_from_secs_f64(value)
         .ok()
         .filter(|d| *d >= at_least)
         .ok_or_else(|| {
-            let what = if flag == "--lease-ttl" {
+            let what = if at_least >= Duration::from_millis(1) {
                 format!("{flag} must be at least {} seconds", at_least.as_secs_f64())
             } else {
                 format!("{flag} must be a positive number of seconds")
@@ -184,9 +181,9 @@ pub async fn worker(global: &GlobalArgs, args: WorkerArgs) -> anyhow::Result<Exi
             format!("{}:{}", me.host, me.pid)
         }),
         concurrency: usize::try_from(args.concurrency).unwrap_or(1),
-        lease_ttl: seconds("--lease-ttl", args.lease_ttl)?,
-        poll: seconds("--poll", args.poll)?,
-        grace: seconds("--grace", args.grace)?,
+        lease_ttl: seconds("--lease-ttl", args.lease_ttl, MIN_LEASE_TTL)?,
+        poll: seconds("--poll", args.poll, Duration::from_nanos(1))?,
+        grace: seconds("--grace", args.grace, Duration::ZERO)?,
     };
     let url = global.database_url()?;
     // Opened once here for a clear error on a wrong URL; the worker reopens it as needed.

@@ -21,7 +21,7 @@ use crate::run::records::ApprovalRecord;
 use crate::run::state::{CallProgress, CallRecord, Decision};
 use agent_journal::holds_nul;
 
-use crate::tools::{ApprovalMode, Policy, ToolSpec};
+use crate::tools::{ApprovalMode, Policy};
 
 /// What to do with one call now.
 pub(super) enum Next {
@@ -77,12 +77,8 @@ fn unrecordable(arguments: &str) -> Option<String> {
 }
 
 impl Driver {
-    fn tool_spec(&self, name: &str) -> Option<&ToolSpec> {
-        self.spec.tools.iter().find(|t| t.name == name)
-    }
-
     fn next_for(&self, call: &CallRecord) -> Next {
-        let spec = self.tool_spec(&call.name);
+        let spec = self.spec.tool(&call.name);
         let retry_safe = spec.is_some_and(|s| s.retry_safe);
         let round = call.approvals.len() as u32;
         let last = call.approvals.last();
