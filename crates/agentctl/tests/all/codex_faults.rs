@@ -21,7 +21,8 @@ const HANG_GUARD: Duration = Duration::from_secs(90);
 /// - `other_thread`: a delta `ours`, another thread's `turn/completed` with our turn id,
 ///   that thread's delta `theirs`, then our turn, failed;
 /// - `exit_leaving_child`: starts `sleep 300` (it inherits stdout; its pid goes to
-///   `child.pid`) and exits 2.
+///   `child.pid`) and exits 2;
+/// - `exit_mid_line`: a delta `partial` (no newline), then exits 2.
 ///
 /// Its own pid goes to `fake.pid`. Files are written in the directory of the script.
 const FAKE: &str = r#"#!/usr/bin/env python3
@@ -63,6 +64,9 @@ for line in sys.stdin:
         elif MODE == "exit_leaving_child":
             child = subprocess.Popen(["sleep", "300"])
             put("child.pid", str(child.pid))
+            sys.exit(2)
+        elif MODE == "exit_mid_line":
+            delta(TH, "partial")
             sys.exit(2)
     elif method == "turn/interrupt":
         put("interrupt-received", "")
@@ -305,6 +309,20 @@ fn codex_run_notices_the_servers_exit_while_its_child_keeps_the_output_open() {
         stderr.contains("the app-server exited (exit status: 2)"),
         "{stderr}"
     );
+}
+
+#[test]
+fn codex_run_ends_the_agents_cut_off_line_before_the_error() {
+    let fake = Fake::new();
+    let out = fake.agentctl("exit_mid_line", RUN).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("codex app-server stopped before the turn completed"),
+        "{stderr}"
+    );
+    // On a terminal the error would otherwise continue the agent's line.
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "partial\n");
 }
 
 #[test]

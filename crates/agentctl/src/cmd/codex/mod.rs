@@ -177,20 +177,19 @@ async fn run_turn(global: &GlobalArgs, args: &RunArgs) -> anyhow::Result<ExitCod
         // An error installing the handler reads as a signal, as before: the turn is interrupted.
         let _ = tokio::signal::ctrl_c().await;
     };
-    let report = run_codex_turn(turn, journal, ctrl_c, |event| printer.show(event))
-        .await
-        .map_err(|err| match err {
-            CodexTurnError::Spawn(err) | CodexTurnError::Drive(DriveError::Setup(err)) => {
-                explain(err)
-            }
-            CodexTurnError::Drive(DriveError::Stopped(err)) => {
-                explain(err).context("codex app-server stopped before the turn completed")
-            }
-            CodexTurnError::Drive(DriveError::Journal(err)) => anyhow::Error::new(err),
-            CodexTurnError::Drive(DriveError::Observer(err)) => err,
-            CodexTurnError::Provider(err) => anyhow::Error::new(err),
-            other => anyhow::anyhow!("{other}"),
-        })?;
+    let result = run_codex_turn(turn, journal, ctrl_c, |event| printer.show(event)).await;
+    // What follows goes to stderr: on a terminal it would continue the agent's last line.
+    printer.end_line()?;
+    let report = result.map_err(|err| match err {
+        CodexTurnError::Spawn(err) | CodexTurnError::Drive(DriveError::Setup(err)) => explain(err),
+        CodexTurnError::Drive(DriveError::Stopped(err)) => {
+            explain(err).context("codex app-server stopped before the turn completed")
+        }
+        CodexTurnError::Drive(DriveError::Journal(err)) => anyhow::Error::new(err),
+        CodexTurnError::Drive(DriveError::Observer(err)) => err,
+        CodexTurnError::Provider(err) => anyhow::Error::new(err),
+        other => anyhow::anyhow!("{other}"),
+    })?;
     let turn = &report.turn;
     render::turn_ended(global.json, &report)?;
     match turn.status {

@@ -100,6 +100,16 @@ impl Printer {
         Ok(())
     }
 
+    /// Ends the agent's text with a newline if it stopped mid-line (a failed or abandoned
+    /// turn), so that the notes and errors after it start on a line of their own.
+    pub fn end_line(&mut self) -> anyhow::Result<()> {
+        if self.mid_line && !self.json {
+            self.text("\n")?;
+            self.mid_line = false;
+        }
+        Ok(())
+    }
+
     fn text(&mut self, text: &str) -> anyhow::Result<()> {
         Ok(output::stream(text)?)
     }
