@@ -12,6 +12,8 @@ mod driver_fold;
 mod durable_commits;
 #[path = "all/executor.rs"]
 mod executor;
+#[path = "all/file_tools_swap.rs"]
+mod file_tools_swap;
 #[path = "all/fuzz_mcp.rs"]
 mod fuzz_mcp;
 #[path = "all/fuzz_tools.rs"]

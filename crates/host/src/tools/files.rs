@@ -1,6 +1,9 @@
 //! `read_file`, `write_file` and `list_dir`, confined to the workspace.
 //!
-//! Invariants: every path goes through [`Workspace::resolve`] before any I/O; reads are
+//! Invariants: every path goes through [`Workspace::resolve`] before any I/O, and is then
+//! opened from the workspace root without following a symlink ([`beneath`]), so a path
+//! swapped after the check is refused, not followed; `write_file` writes neither `.git` nor
+//! the workspace's `agentctl.toml`; reads are
 //! bounded ([`MAX_READ_LINES`] lines, [`MAX_READ_BYTES`] bytes per call, and in memory
 //! whatever the file's size; the model pages with `offset`/`limit`); a write replaces the
 //! whole file, creating parent directories inside the workspace, so writing the same
@@ -12,6 +15,11 @@ use serde_json::{Value, json};
 
 use agent_runtime::{Tool, ToolContext, ToolFailure};
 
+use std::path::Path;
+
+use rustix::fs::OFlags;
+
+use super::beneath;
 use super::file_threads::run_on_file_thread;
 use super::read_window::read_window;
 use super::secrets::mask_key;
@@ -36,9 +44,12 @@ fn required_path(args: &Value, name: &str) -> Result<String, String> {
     Ok(path.to_string())
 }
 
-/// Refuses anything but a regular file (a FIFO or a device would block or never end).
-fn regular_file(real: &std::path::Path, path: &str) -> Result<(), ToolFailure> {
-    let meta = std::fs::metadata(real).map_err(|err| ToolFailure(format!("{path}: {err}")))?;
+/// Refuses anything but a regular file (a FIFO or a device would block or never end),
+/// checked on the open descriptor.
+fn regular_file(file: &std::fs::File, path: &str) -> Result<(), ToolFailure> {
+    let meta = file
+        .metadata()
+        .map_err(|err| ToolFailure(format!("{path}: {err}")))?;
     if meta.is_file() {
         Ok(())
     } else if meta.is_dir() {
@@ -46,6 +57,27 @@ fn regular_file(real: &std::path::Path, path: &str) -> Result<(), ToolFailure> {
     } else {
         Err(ToolFailure(format!("{path} is not a regular file")))
     }
+}
+
+/// `real` (what [`Workspace::resolve`] returned) relative to the workspace root.
+fn relative<'a>(workspace: &Workspace, real: &'a Path) -> Result<&'a Path, ToolFailure> {
+    real.strip_prefix(workspace.root())
+        .map_err(|_| ToolFailure(format!("{}: outside the workspace", real.display())))
+}
+
+/// Refuses a write into `.git` (anywhere: git runs its hooks and config unsandboxed later)
+/// or to the workspace's `agentctl.toml`, the paths a sandboxed command may not write
+/// either.
+fn protected_write(rel: &Path, path: &str) -> Result<(), ToolFailure> {
+    let in_git = rel
+        .components()
+        .any(|part| part.as_os_str() == std::ffi::OsStr::new(".git"));
+    if in_git || rel == Path::new("agentctl.toml") {
+        return Err(ToolFailure(format!(
+            "{path}: write_file does not write `.git` or the workspace's agentctl.toml (git and agentctl run what they hold outside the sandbox)"
+        )));
+    }
+    Ok(())
 }
 
 /// Runs a call's file-system work in one piece on a file thread: the path's resolution
@@ -99,9 +131,14 @@ impl Tool for ReadFile {
                 .map_err(ToolFailure)?
                 .unwrap_or(MAX_READ_LINES);
             let real = workspace.resolve(&path).map_err(|e| ToolFailure(e.0))?;
-            regular_file(&real, &path)?;
-            let file =
-                std::fs::File::open(&real).map_err(|err| ToolFailure(format!("{path}: {err}")))?;
+            let file = beneath::open_file(
+                workspace.root(),
+                relative(&workspace, &real)?,
+                OFlags::RDONLY,
+                false,
+            )
+            .map_err(|err| ToolFailure(format!("{path}: {err}")))?;
+            regular_file(&file, &path)?;
             let window = read_window(
                 std::io::BufReader::with_capacity(64 * 1024, file),
                 offset,
@@ -164,19 +201,20 @@ impl Tool for WriteFile {
                 .unwrap_or("")
                 .to_string();
             let real = workspace.resolve(&path).map_err(|e| ToolFailure(e.0))?;
-            if let Some(parent) = real.parent() {
-                std::fs::create_dir_all(parent)
-                    .map_err(|err| ToolFailure(format!("{path}: {err}")))?;
-            }
-            // Re-checked after creating directories: nothing created may lead outside.
-            let real = workspace.resolve(&path).map_err(|e| ToolFailure(e.0))?;
-            if std::fs::symlink_metadata(&real).is_ok_and(|m| !m.is_file()) {
+            let rel = relative(&workspace, &real)?;
+            protected_write(rel, &path)?;
+            let io_err = |err: std::io::Error| ToolFailure(format!("{path}: {err}"));
+            // Missing directories are made on the way, inside what was already opened.
+            let mut file =
+                beneath::open_file(workspace.root(), rel, OFlags::WRONLY | OFlags::CREATE, true)
+                    .map_err(io_err)?;
+            if !file.metadata().map_err(io_err)?.is_file() {
                 return Err(ToolFailure(format!(
                     "{path} exists and is not a regular file"
                 )));
             }
-            std::fs::write(&real, content.as_bytes())
-                .map_err(|err| ToolFailure(format!("{path}: {err}")))?;
+            file.set_len(0).map_err(io_err)?;
+            std::io::Write::write_all(&mut file, content.as_bytes()).map_err(io_err)?;
             Ok(json!(format!("wrote {} bytes to {path}", content.len())))
         }))
     }
@@ -216,22 +254,21 @@ impl Tool for ListDir {
                 .unwrap_or(".")
                 .to_string();
             let real = workspace.resolve(&path).map_err(|e| ToolFailure(e.0))?;
-            let dir =
-                std::fs::read_dir(&real).map_err(|err| ToolFailure(format!("{path}: {err}")))?;
-            let mut names = Vec::new();
-            let mut more = false;
-            for entry in dir {
-                let entry = entry.map_err(|err| ToolFailure(format!("{path}: {err}")))?;
-                if names.len() == MAX_ENTRIES {
-                    more = true;
-                    break;
-                }
-                let mut name = entry.file_name().to_string_lossy().into_owned();
-                if entry.file_type().is_ok_and(|t| t.is_dir()) {
-                    name.push('/');
-                }
-                names.push(name);
-            }
+            let io_err = |err: std::io::Error| ToolFailure(format!("{path}: {err}"));
+            let dir = beneath::open_dir(workspace.root(), relative(&workspace, &real)?, false)
+                .map_err(io_err)?;
+            let entries = beneath::list(&dir).map_err(io_err)?;
+            let more = entries.len() > MAX_ENTRIES;
+            let mut names: Vec<String> = entries
+                .into_iter()
+                .take(MAX_ENTRIES)
+                .map(|(mut name, is_dir)| {
+                    if is_dir {
+                        name.push('/');
+                    }
+                    name
+                })
+                .collect();
             names.sort();
             let mut out = names.join("\n");
             if more {

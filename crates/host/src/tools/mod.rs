@@ -5,6 +5,7 @@
 //! [`ToolConfig`] (`agentctl.toml`). A tool's [`Policy`] says whether it runs, asks a human first, or
 //! is refused; the run's [`ApprovalMode`] can override it for every tool.
 
+mod beneath;
 mod config;
 mod file_threads;
 mod files;

@@ -1,0 +1,116 @@
+//! The built-in file tools against a directory swapped for a symlink while they run, as a
+//! sandboxed command running beside them (another call, a sub-agent, a leftover process)
+//! can do: the tools write and read inside the workspace or refuse, never outside.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use agent_host::tools::{ApprovalMode, Workspace, builtin};
+use agent_runtime::{CancellationToken, JobKey, ToolContext};
+use serde_json::json;
+
+fn ctx() -> ToolContext {
+    ToolContext {
+        key: Arc::new(JobKey {
+            thread: "t".into(),
+            turn: "u".into(),
+            call_id: "c".into(),
+        }),
+        revision: 0,
+        cancel: CancellationToken::new(),
+    }
+}
+
+/// Swaps `ws/realdir` between a real directory and a symlink to `outside` until `stop`.
+fn swapper(ws: &Path, outside: &Path, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<()> {
+    let (real, hold, evil) = (ws.join("realdir"), ws.join("hold"), ws.join("evil"));
+    std::fs::create_dir(&real).unwrap();
+    std::fs::write(real.join("secret"), "inside").unwrap();
+    std::os::unix::fs::symlink(outside, &evil).unwrap();
+    std::thread::spawn(move || {
+        while !stop.load(Ordering::Relaxed) {
+            // realdir -> hold, evil -> realdir (the symlink in place), back again.
+            let _ = std::fs::rename(&real, &hold);
+            let _ = std::fs::rename(&evil, &real);
+            std::thread::sleep(Duration::from_micros(100));
+            let _ = std::fs::rename(&real, &evil);
+            let _ = std::fs::rename(&hold, &real);
+            std::thread::sleep(Duration::from_micros(100));
+        }
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn file_tools_never_follow_a_directory_swapped_for_a_symlink() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ws, outside) = (dir.path().join("ws"), dir.path().join("outside"));
+    std::fs::create_dir_all(&ws).unwrap();
+    std::fs::create_dir_all(&outside).unwrap();
+    std::fs::write(outside.join("secret"), "OUTSIDE-SECRET").unwrap();
+    let workspace = Workspace::new(&ws).unwrap();
+    let (_, registry) = builtin(&workspace, ApprovalMode::Default);
+    let (write, read) = (
+        registry.get("write_file").unwrap().clone(),
+        registry.get("read_file").unwrap().clone(),
+    );
+    let stop = Arc::new(AtomicBool::new(false));
+    let swapping = swapper(&ws, &outside, Arc::clone(&stop));
+    let (mut wrote, mut read_inside) = (0, 0);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
+    while tokio::time::Instant::now() < deadline {
+        let args = json!({"path": "realdir/target", "content": "from the tool"});
+        if write.call(args, ctx()).await.is_ok() {
+            wrote += 1;
+        }
+        match read.call(json!({"path": "realdir/secret"}), ctx()).await {
+            Ok(text) => {
+                let text = text.as_str().unwrap_or_default().to_owned();
+                assert!(!text.contains("OUTSIDE-SECRET"), "read outside: {text}");
+                read_inside += 1;
+            }
+            Err(err) => assert!(!err.0.contains("OUTSIDE-SECRET"), "{}", err.0),
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    swapping.join().unwrap();
+    assert!(
+        !outside.join("target").exists(),
+        "write_file wrote outside the workspace"
+    );
+    // The race ran both ways: some calls found the real directory.
+    assert!(
+        wrote > 0 && read_inside > 0,
+        "{wrote} writes, {read_inside} reads"
+    );
+}
+
+#[tokio::test]
+async fn write_file_does_not_write_git_or_the_workspace_config() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join(".git")).unwrap();
+    let workspace = Workspace::new(dir.path()).unwrap();
+    let (_, registry) = builtin(&workspace, ApprovalMode::Default);
+    let write = registry.get("write_file").unwrap().clone();
+    for path in [
+        ".git/config",
+        ".git/hooks/pre-commit",
+        "sub/.git/config",
+        "agentctl.toml",
+    ] {
+        let err = write
+            .call(json!({"path": path, "content": "x"}), ctx())
+            .await
+            .unwrap_err();
+        assert!(err.0.contains("does not write `.git`"), "{path}: {}", err.0);
+        assert!(!dir.path().join(path).exists(), "{path} was written");
+    }
+    // Other dotfiles and a nested config are ordinary files.
+    for path in [".gitignore", "sub/agentctl.toml"] {
+        write
+            .call(json!({"path": path, "content": "x"}), ctx())
+            .await
+            .unwrap();
+    }
+}
