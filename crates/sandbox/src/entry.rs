@@ -88,13 +88,15 @@ fn restrict_and_run(
 ) -> Result<ExitStatus, SandboxError> {
     let were_missing = crate::protected::missing(policy);
     crate::linux::restrict_self(policy)?;
-    let status = std::process::Command::new(program)
-        .args(args)
-        .status()
-        .map_err(|err| SandboxError::Exec {
-            program: program.to_string_lossy().into_owned(),
-            reason: err.to_string(),
-        })?;
+    let mut command = std::process::Command::new(program);
+    command.args(args);
+    if policy.own_group {
+        std::os::unix::process::CommandExt::process_group(&mut command, 0);
+    }
+    let status = command.status().map_err(|err| SandboxError::Exec {
+        program: program.to_string_lossy().into_owned(),
+        reason: err.to_string(),
+    })?;
     for refused in crate::protected::move_aside(&were_missing) {
         eprintln!("agentctl sandbox: {refused}");
     }

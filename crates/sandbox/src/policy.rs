@@ -90,6 +90,13 @@ pub struct Policy {
     /// The command's private temp dir (`TMPDIR`), writable in every sandboxed mode.
     #[serde(default)]
     pub tmpdir: Option<PathBuf>,
+    /// The command starts in a process group of its own: nothing it runs can then signal
+    /// the entry point, which so always gets to put back what it protects. Whoever started
+    /// the entry point ends the command by killing the entry's children (the first process
+    /// of the command's PID namespace takes the whole namespace with it), not its group.
+    /// Off for a command on a terminal, which must stay in the terminal's foreground group.
+    #[serde(default)]
+    pub own_group: bool,
 }
 
 impl Policy {
@@ -103,6 +110,7 @@ impl Policy {
             writable_roots: Vec::new(),
             deny_read: home.map_or_else(engine_sockets, default_deny_read),
             tmpdir: None,
+            own_group: false,
         }
     }
 

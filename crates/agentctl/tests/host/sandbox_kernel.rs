@@ -404,6 +404,36 @@ async fn a_run_leaves_no_daemon_to_write_the_config_later() {
     );
 }
 
+/// Through a run: the command's first process itself leaves the process group (`exec
+/// setsid`) and outlives the call's timeout; killing the first process of the command's PID
+/// namespace, not the group, ends it, so it writes nothing afterwards. Before it, a command
+/// finds its stdin to be a pipe, not a file of the host's (whose mode it could change).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_that_leaves_its_group_ends_with_its_call() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let stdin = "test -p /dev/stdin && stat -L -c %F /dev/stdin > stdin-kind";
+    let command = "exec setsid bash -c 'sleep 2; echo late > late' </dev/null >/dev/null 2>&1";
+    let server = emulator(&script_by_outputs(&[
+        json!([call("c0", "shell", json!({ "command": stdin }))]),
+        json!([call(
+            "c1",
+            "shell",
+            json!({ "command": command, "timeout_ms": 1000 })
+        )]),
+        answer("FINAL: done"),
+    ]))
+    .await;
+    let db = format!("sqlite://{}", dir.path().join("j.db").display());
+    let o = out(run_cmd(&db, &server, &ws, &[]).env("HOME", dir.path()));
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let kind = std::fs::read_to_string(ws.join("stdin-kind")).unwrap_or_default();
+    assert_eq!(kind.trim(), "fifo", "{}", text(&o.stderr));
+    tokio::time::sleep(Duration::from_millis(3000)).await;
+    assert!(!ws.join("late").exists(), "the command outlived its call");
+}
+
 /// The database a run is journaled in is hidden from its commands wherever `--db` puts it,
 /// even inside the workspace: its bytes do not reach the model, and it cannot be removed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

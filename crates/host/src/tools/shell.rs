@@ -2,9 +2,10 @@
 //!
 //! Invariants:
 //! - The command runs in a process group of its own; on timeout, cancellation or when the
-//!   call is dropped, the whole group is killed (grandchildren included).
-//! - Its environment has no `OPENAI_API_KEY` (nor the database URL); stdin is empty; the
-//!   key's value is masked in its output.
+//!   call is dropped, the whole group is killed (grandchildren included), and a sandboxed
+//!   command's PID namespace with it (a daemon that left the group included).
+//! - Its environment has no `OPENAI_API_KEY` (nor the database URL); stdin is an empty
+//!   pipe; the key's value is masked in its output.
 //! - It ends when bash exits: output still arriving 200 ms later (a background job holding
 //!   the pipes) is cut, and the group is killed. A watchdog in the group kills it when the
 //!   host process dies, so a command never outlives a `kill -9` of the host.
@@ -60,13 +61,15 @@ pub fn asks_escalation(name: &str, arguments: &str) -> bool {
 /// Runs `$2` in bash with a watchdog in its process group that kills the whole group once
 /// process `$1` (this host) is gone, so a command outlives neither `kill -9` of the host
 /// nor its normal end. The watchdog holds none of the command's pipes.
-const WRAPPER: &str = "( while kill -0 \"$1\" 2>/dev/null; do sleep 1; done; kill -KILL 0 ) \
-    </dev/null >/dev/null 2>&1 & exec bash -c \"$2\"";
+const WRAPPER: &str = "( while kill -0 \"$1\" 2>/dev/null; do sleep 1; done; \
+    for c in $(cat /proc/$$/task/*/children); do [ \"$c\" = \"$BASHPID\" ] || kill -KILL \"$c\"; done; \
+    kill -KILL 0 ) </dev/null >/dev/null 2>&1 & exec bash -c \"$2\"";
 
 /// [`WRAPPER`], with the command started through the sandbox's entry point `$3` under the
 /// policy `$4`; the watchdog stays outside the sandbox.
-const SANDBOXED_WRAPPER: &str = "( while kill -0 \"$1\" 2>/dev/null; do sleep 1; done; kill -KILL 0 ) \
-    </dev/null >/dev/null 2>&1 & exec \"$3\" __sandbox-exec \"$4\" -- bash -c \"$2\"";
+const SANDBOXED_WRAPPER: &str = "( while kill -0 \"$1\" 2>/dev/null; do sleep 1; done; \
+    for c in $(cat /proc/$$/task/*/children); do [ \"$c\" = \"$BASHPID\" ] || kill -KILL \"$c\"; done; \
+    kill -KILL 0 ) </dev/null >/dev/null 2>&1 & exec \"$3\" __sandbox-exec \"$4\" -- bash -c \"$2\"";
 
 /// How long output is still read after the command exited (a background job that keeps
 /// the pipes open is killed with the group after this).
@@ -147,17 +150,39 @@ impl Tool for Shell {
     }
 }
 
-/// Kills the process group when dropped, unless disarmed.
+/// Kills the command when dropped, unless disarmed: its leader's children, then its group.
 struct GroupGuard {
     pgid: Option<u32>,
 }
 
 impl GroupGuard {
-    fn kill(&mut self) {
+    /// Kills the group; while the leader (bash, or the sandbox's entry point, which ran
+    /// `exec`) is not yet reaped, its children first: a sandboxed command is in a process
+    /// group of its own, and killing the first process of its PID namespace ends everything
+    /// in it, a daemon that left every group included. After the leader was reaped its pid
+    /// may name another process, so only the group is killed (the command's namespace
+    /// ended before the entry point could exit).
+    fn kill(&mut self, leader_reaped: bool) {
         if let Some(pgid) = self.pgid.take() {
+            if !leader_reaped {
+                kill_children(pgid);
+            }
             kill_group(pgid);
         }
     }
+}
+
+/// SIGKILLs the children of process `pid` (no unsafe, no libc: bash reads `/proc`).
+fn kill_children(pid: u32) {
+    let _ = std::process::Command::new("bash")
+        .arg("-c")
+        .arg(format!(
+            "kill -KILL $(cat /proc/{pid}/task/*/children 2>/dev/null) 2>/dev/null"
+        ))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
 }
 
 /// SIGKILLs process group `pgid` (a tool's child and everything it started). No unsafe here
@@ -174,7 +199,7 @@ pub(crate) fn kill_group(pgid: u32) {
 
 impl Drop for GroupGuard {
     fn drop(&mut self) {
-        self.kill();
+        self.kill(false);
     }
 }
 
@@ -195,7 +220,8 @@ impl Confined {
         };
         let tmp =
             super::scratch::scratch_dir("agentctl-shell-").map_err(|e| fail("temp dir", &e))?;
-        let policy = spec.policy(root, Some(tmp.path()));
+        let mut policy = spec.policy(root, Some(tmp.path()));
+        policy.own_group = true;
         let policy_json = serde_json::to_string(&policy).map_err(|e| fail("policy", &e))?;
         let launcher = crate::sandbox::launcher().map_err(|e| fail("launcher", &e))?;
         let network = if spec.network {
@@ -240,14 +266,17 @@ async fn run(
     for name in HIDDEN_ENV {
         cmd.env_remove(name);
     }
+    // stdin is a pipe closed at once, not the host's `/dev/null`: a descriptor of the host's
+    // file system would let the command change that file's mode and times (`fchmod(0)`).
     let mut child = cmd
-        .stdin(Stdio::null())
+        .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0)
         .kill_on_drop(true)
         .spawn()
         .map_err(|err| ToolFailure(format!("cannot start bash: {err}")))?;
+    drop(child.stdin.take());
     let mut guard = GroupGuard { pgid: child.id() };
     let (Some(mut stdout), Some(mut stderr)) = (child.stdout.take(), child.stderr.take()) else {
         return Err(ToolFailure("cannot read the command's output".into()));
@@ -292,7 +321,7 @@ async fn run(
         },
         (End::Timeout | End::Cancelled, _) => None,
     };
-    guard.kill();
+    guard.kill(status.is_some());
     let wall = started.elapsed().as_secs_f64();
     let note = note.map(|n| format!("\n{n}")).unwrap_or_default();
     let text = |head: &str| {
