@@ -58,10 +58,16 @@ pub(crate) fn hide(paths: &[PathBuf], reachable: &[PathBuf]) -> Result<(), Sandb
         if inside.contains(&path) {
             continue;
         }
-        if !path.is_dir() {
-            mount_bind("/dev/null", path)
-                .map_err(io)
-                .map_err(apply_err("hide a file"))?;
+        // Gone since the list was made (a database's side file, a socket): nothing there to
+        // read, and nothing to fail the whole sandbox for.
+        let Ok(meta) = std::fs::symlink_metadata(path) else {
+            continue;
+        };
+        if !meta.is_dir() {
+            match mount_bind("/dev/null", path) {
+                Ok(()) | Err(rustix::io::Errno::NOENT) => {}
+                Err(err) => return Err(apply_err("hide a file")(io(err))),
+            }
         } else if inside.is_empty() {
             cover(path, c"mode=000,size=4k", MountFlags::RDONLY)?;
         } else {
@@ -304,5 +310,15 @@ mod tests {
             .map(PathBuf::from)
             .collect();
         assert_eq!(points, want);
+    }
+
+    /// A path listed for hiding that is gone by the time of the mount (a database's side
+    /// file, a socket) is skipped: it used to fail the whole sandbox, and a run whose mode
+    /// was only the default then ran its commands unsandboxed. No mount is made here.
+    #[test]
+    fn a_hidden_path_gone_before_its_mount_is_skipped() {
+        let dir = tempfile::tempdir().unwrap();
+        let gone = [dir.path().join("j.db-wal"), dir.path().join("d/s.sock")];
+        hide(&gone, &[]).unwrap();
     }
 }
