@@ -106,6 +106,44 @@ async fn tail_follows_new_events() {
     child.wait().unwrap();
 }
 
+/// A stored payload that is not JSON (the file was edited by hand) ends `tail` with the
+/// error, as `replay` does, instead of a warning retried forever.
+#[tokio::test]
+async fn tail_stops_at_a_corrupt_event() {
+    let (dir, url, journal) = seeded().await;
+    journal.close().await;
+    let conn = rusqlite::Connection::open(dir.path().join("j.db")).unwrap();
+    let changed = conn
+        .execute(
+            "UPDATE journal_events SET payload = '{not json' WHERE thread = 't1' AND kind = 'step' \
+             AND seq = (SELECT MAX(seq) FROM journal_events WHERE thread = 't1')",
+            [],
+        )
+        .unwrap();
+    assert_eq!(changed, 1);
+    drop(conn);
+    let mut child = agentctl(&url)
+        .args(["--json", "journal", "tail", "--thread", "t1"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // A guard against the old endless retry, not a timing assertion.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            child.kill().unwrap();
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("corrupt payload"), "{stderr}");
+    assert!(!stderr.contains("retrying"), "{stderr}");
+}
+
 #[test]
 fn bad_database_url_is_one_line_and_a_hint() {
     let out = agentctl("mysql://nowhere")
