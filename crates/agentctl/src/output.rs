@@ -255,8 +255,11 @@ pub fn report_error_masking(err: &anyhow::Error, db: Option<&str>) -> ExitCode {
         ),
         _ => (message, hint),
     };
-    eprintln!("error: {}", display(&message));
-    eprintln!("hint: {}", display(&hint));
+    // Not `eprintln!`, which panics (exit 101) when stderr is a closed pipe (`2>&1 | true`):
+    // the exit code below is what a script sees either way.
+    let mut stderr = std::io::stderr().lock();
+    let _ = writeln!(stderr, "error: {}", display(&message));
+    let _ = writeln!(stderr, "hint: {}", display(&hint));
     if is_usage {
         crate::exit::Exit::Usage.into()
     } else {

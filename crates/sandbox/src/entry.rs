@@ -1,6 +1,7 @@
 //! The entry point a sandboxed command is started through.
 
 use std::ffi::{OsStr, OsString};
+use std::io::Write as _;
 use std::process::ExitStatus;
 
 use crate::{Policy, SandboxError};
@@ -45,7 +46,8 @@ pub fn entry_main(args: &[OsString]) -> u8 {
     match run_sandboxed(args) {
         Ok(status) => exit_code(status),
         Err(err) => {
-            eprintln!("error: agentctl sandbox: {err}");
+            // Not `eprintln!`: a closed stderr must not turn this exit code into a panic's.
+            let _ = writeln!(std::io::stderr(), "error: agentctl sandbox: {err}");
             match err {
                 SandboxError::Exec { .. } => EXIT_CANNOT_EXEC,
                 _ => EXIT_NOT_SANDBOXED,
@@ -98,7 +100,7 @@ fn restrict_and_run(
         reason: err.to_string(),
     })?;
     for refused in crate::protected::move_aside(&were_missing) {
-        eprintln!("agentctl sandbox: {refused}");
+        let _ = writeln!(std::io::stderr(), "agentctl sandbox: {refused}");
     }
     Ok(status)
 }

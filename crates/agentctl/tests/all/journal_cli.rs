@@ -144,6 +144,22 @@ async fn tail_stops_at_a_corrupt_event() {
     assert!(!stderr.contains("retrying"), "{stderr}");
 }
 
+/// An error written to a stderr nobody reads any more (`2>&1 | true`) keeps its exit code:
+/// it used to be a panic's 101.
+#[test]
+fn an_error_on_a_closed_stderr_keeps_its_exit_code() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("j.db").display());
+    let mut child = agentctl(&url)
+        .args(["runs", "show", "no-such-run"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stderr.take());
+    assert_eq!(child.wait().unwrap().code(), Some(2));
+}
+
 #[test]
 fn bad_database_url_is_one_line_and_a_hint() {
     let out = agentctl("mysql://nowhere")
