@@ -14,13 +14,47 @@ use std::process::ExitCode;
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-/// Print one JSON value as a single line on stdout.
+/// Print one JSON value as a single line on stdout, safe on a terminal ([`TerminalSafe`]).
 pub fn json_line<T: Serialize + ?Sized>(value: &T) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
-    serde_json::to_writer(&mut out, value)?;
+    value.serialize(&mut serde_json::Serializer::with_formatter(
+        &mut out,
+        TerminalSafe,
+    ))?;
     out.write_all(b"\n")?;
     out.flush()?;
     Ok(())
+}
+
+/// Compact JSON whose strings hold no character a terminal acts on: the encoder escapes C0
+/// only, so DEL, C1 (U+009B starts a control sequence on some terminals), the bidirectional
+/// overrides and isolates, and the line and paragraph separators are written as `\uXXXX`
+/// escapes too. The value read back is the same.
+struct TerminalSafe;
+
+impl serde_json::ser::Formatter for TerminalSafe {
+    fn write_string_fragment<W: ?Sized + std::io::Write>(
+        &mut self,
+        writer: &mut W,
+        fragment: &str,
+    ) -> std::io::Result<()> {
+        let mut start = 0;
+        for (at, c) in fragment.char_indices() {
+            if terminal_acts_on(c) {
+                writer.write_all(&fragment.as_bytes()[start..at])?;
+                write!(writer, "\\u{:04x}", u32::from(c))?;
+                start = at + c.len_utf8();
+            }
+        }
+        writer.write_all(&fragment.as_bytes()[start..])
+    }
+}
+
+/// Whether a terminal may act on `c` rather than show it: controls but newline and tab,
+/// the bidirectional overrides and isolates, the line and paragraph separators.
+fn terminal_acts_on(c: char) -> bool {
+    (c.is_control() && c != '\n' && c != '\t')
+        || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{2028}' | '\u{2029}')
 }
 
 /// `value` as a JSON object whose first key is `"type": kind`. An object keeps its keys (a
@@ -57,12 +91,10 @@ pub fn typed_line(kind: &str, value: impl Serialize) -> anyhow::Result<()> {
 /// plain direction marks of right-to-left text stay.
 ///
 /// Every human (non-JSON) line goes through here ([`line()`], [`note`], [`ask`], [`stream`],
-/// the error line); JSON output is escaped by its encoder and stays as it is.
+/// the error line); JSON output ([`json_line`], [`json_text`]) writes the same characters
+/// as JSON escapes instead.
 pub fn display(text: &str) -> std::borrow::Cow<'_, str> {
-    let unsafe_char = |c: char| {
-        (c.is_control() && c != '\n' && c != '\t')
-            || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{2028}' | '\u{2029}')
-    };
+    let unsafe_char = terminal_acts_on;
     if !text.chars().any(unsafe_char) {
         return std::borrow::Cow::Borrowed(text);
     }
@@ -85,20 +117,13 @@ pub fn display(text: &str) -> std::borrow::Cow<'_, str> {
 /// form JSON does not read; here they are JSON escapes (`\u009b`), the same value. For JSON
 /// printed in human output ([`line()`]), such as a run's parsed answer piped to `jq`.
 pub fn json_text<T: Serialize + ?Sized>(value: &T) -> serde_json::Result<String> {
-    let text = serde_json::to_string(value)?;
-    if !text.chars().any(char::is_control) {
-        return Ok(text);
-    }
-    // Outside strings, JSON text has no control characters: every one is in a string.
-    let mut safe = String::with_capacity(text.len() + 8);
-    for c in text.chars() {
-        if c.is_control() {
-            let _ = std::fmt::Write::write_fmt(&mut safe, format_args!("\\u{:04x}", u32::from(c)));
-        } else {
-            safe.push(c);
-        }
-    }
-    Ok(safe)
+    let mut out = Vec::new();
+    value.serialize(&mut serde_json::Serializer::with_formatter(
+        &mut out,
+        TerminalSafe,
+    ))?;
+    // The encoder writes UTF-8 only; the lossy form never changes it.
+    Ok(String::from_utf8_lossy(&out).into_owned())
 }
 
 /// Print a line of text on stdout (control characters shown escaped: [`display`]).
@@ -291,9 +316,11 @@ mod tests {
 
     #[test]
     fn json_text_has_no_control_character_and_reads_back_the_same() {
-        let value = serde_json::json!({"a\u{9b}": "x\u{7f}\u{1b}[2J\u{85}\n", "n": 1});
+        let value = serde_json::json!({
+            "a\u{9b}": "x\u{7f}\u{1b}[2J\u{85}\n\u{202e}evil\u{2069}\u{2028}é数", "n": 1});
         let text = super::json_text(&value).unwrap();
-        assert!(!text.chars().any(char::is_control), "{text}");
+        assert!(!text.chars().any(super::terminal_acts_on), "{text}");
+        assert!(text.contains(r"\u202e") && text.contains(r"\u009b") && text.contains("é数"));
         assert_eq!(display(&text), text);
         assert_eq!(
             serde_json::from_str::<serde_json::Value>(&text).unwrap(),
