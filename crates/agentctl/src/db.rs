@@ -16,6 +16,7 @@ pub const DB_HINT: &str =
 /// The journal named by `--db`.
 pub async fn open_journal(global: &GlobalArgs) -> anyhow::Result<Journal> {
     let url = global.database_url()?;
+    refuse_special_file(&url)?;
     Journal::open(&url)
         .await
         .map_err(|err| with_hint(err, db_hint(&url)))
@@ -25,6 +26,7 @@ pub async fn open_journal(global: &GlobalArgs) -> anyhow::Result<Journal> {
 /// cannot be written (an archived file, a read-only mount), so it can still be inspected.
 pub async fn open_journal_for_reading(global: &GlobalArgs) -> anyhow::Result<Journal> {
     let url = global.database_url()?;
+    refuse_special_file(&url)?;
     Journal::open_for_reading(&url)
         .await
         .map_err(|err| with_hint(err, db_hint(&url)))
@@ -38,9 +40,30 @@ pub async fn open_context(global: &GlobalArgs) -> anyhow::Result<ContextStore> {
 
 /// The context store at `url` (a URL the command chose, such as a private in-memory store).
 pub async fn open_context_at(url: &str) -> anyhow::Result<ContextStore> {
+    refuse_special_file(url)?;
     ContextStore::open(url)
         .await
         .map_err(|err| with_hint(err, db_hint(url)))
+}
+
+/// Refuses a SQLite path that names a FIFO, a socket or a device: SQLite's open of a FIFO
+/// waits for a writer forever, with nothing said.
+fn refuse_special_file(url: &str) -> anyhow::Result<()> {
+    let Some(file) = database_files(url).into_iter().next() else {
+        return Ok(());
+    };
+    match std::fs::metadata(&file) {
+        Ok(meta) if !meta.is_file() && !meta.is_dir() => {
+            let shown = agent_redact::redact_in(&file.display().to_string(), url);
+            Err(with_hint(
+                crate::output::UsageError(format!(
+                    "{shown} is not a regular file (a FIFO, a socket or a device)"
+                )),
+                "--db names a database file (sqlite://PATH) or a postgres:// URL",
+            ))
+        }
+        _ => Ok(()),
+    }
 }
 
 /// The hint for a database at `url` that did not open: what is wrong with the file, when
@@ -65,7 +88,7 @@ fn db_hint(url: &str) -> String {
         }
         Ok(_) => match std::fs::OpenOptions::new().append(true).open(&file) {
             Err(err) => format!(
-                "{shown} cannot be written ({}): `history` and `memory` need to write to it (their index), even to read; `runs` and `journal` read it as it is",
+                "{shown} cannot be written ({}): `history`, `memory` and `runs search` need to write to it (their index), even to read; the other `runs` commands and `journal` read it as it is",
                 agent_redact::redact_in(&err.to_string(), url)
             ),
             Ok(_) => DB_HINT.into(),

@@ -248,6 +248,9 @@ pub fn report_error_masking(err: &anyhow::Error, db: Option<&str>) -> ExitCode {
     }
     let usage = |e: &(dyn std::error::Error + 'static)| {
         e.downcast_ref::<UsageError>().is_some()
+            // `--db` names nothing the journal understands.
+            || e.downcast_ref::<agent_journal::JournalError>()
+                .is_some_and(|j| matches!(j, agent_journal::JournalError::InvalidUrl { .. }))
             || e.downcast_ref::<agent_host::HostError>()
                 .is_some_and(agent_host::HostError::is_usage)
             // Transparent: the host's error is not a cause of it but the error itself.

@@ -18,7 +18,7 @@ pub enum JournalCmd {
     /// Print a thread's events in order (all of them, or those after a seq).
     Replay {
         /// The thread to replay.
-        #[arg(long)]
+        #[arg(long, value_parser = thread_name)]
         thread: String,
         /// Only events with a seq greater than this.
         #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
@@ -27,12 +27,31 @@ pub enum JournalCmd {
     /// Print a thread's events, then follow new ones as they are appended (Ctrl-C stops).
     Tail {
         /// The thread to follow.
-        #[arg(long)]
+        #[arg(long, value_parser = thread_name)]
         thread: String,
         /// Start after this seq (0: from the beginning).
         #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
         after: i64,
     },
+}
+
+/// A thread name the journal accepts (a usage error otherwise, before any database is
+/// opened).
+fn thread_name(name: &str) -> Result<String, String> {
+    if name.is_empty() {
+        return Err("must not be empty".into());
+    }
+    if name.len() > agent_journal::MAX_THREAD_BYTES {
+        return Err(format!(
+            "is {} bytes, the limit is {}",
+            name.len(),
+            agent_journal::MAX_THREAD_BYTES
+        ));
+    }
+    if name.contains('\0') {
+        return Err("must not contain NUL".into());
+    }
+    Ok(name.to_string())
 }
 
 pub async fn run(global: &GlobalArgs, cmd: JournalCmd) -> anyhow::Result<ExitCode> {

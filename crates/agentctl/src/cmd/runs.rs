@@ -189,6 +189,10 @@ async fn wait(
         WaitEnd::Stopped(state) => state,
         WaitEnd::TimedOut(state) => {
             let status = status_with_lease(journal, &state).await?;
+            if global.json {
+                // A script reading stdout gets the status it waited on, as for a stop.
+                output::json_line(&RunSummary::of(&state, status, now_ms()))?;
+            }
             output::note(&format!("run {id} is still {status} after the timeout"));
             return Ok(Exit::TimedOut.into());
         }

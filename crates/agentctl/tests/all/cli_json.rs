@@ -273,6 +273,10 @@ fn submit_and_worker_print_typed_lines() {
     let submitted = lines_of(d, &db, &["submit", "--mock", "look around"], 0);
     assert_eq!(types(&submitted), ["run.submitted"]);
     let id = submitted[0]["run_id"].as_str().unwrap().to_owned();
+    // No worker yet: the wait times out (124) and still prints the run it waited on.
+    let waited = lines_of(d, &db, &["runs", "wait", &id, "--timeout", "0.2"], 124);
+    assert_eq!(types(&waited), ["run"]);
+    assert_eq!(waited[0]["status"], "queued");
 
     let mut worker = agentctl(&db, d)
         .args(["worker", "--poll", "0.05", "--grace", "5"])
