@@ -251,6 +251,11 @@ pub fn report_error_masking(err: &anyhow::Error, db: Option<&str>) -> ExitCode {
             // `--db` names nothing the journal understands.
             || e.downcast_ref::<agent_journal::JournalError>()
                 .is_some_and(|j| matches!(j, agent_journal::JournalError::InvalidUrl { .. }))
+            // Nor `--base-url` / `OPENAI_BASE_URL` anything a client can use.
+            || e.downcast_ref::<agent_responses::ClientError>()
+                .is_some_and(|c| matches!(c, agent_responses::ClientError::InvalidBaseUrl(_)))
+            || e.downcast_ref::<agent_responses::ws::WsError>()
+                .is_some_and(|w| matches!(w, agent_responses::ws::WsError::InvalidBaseUrl(_)))
             || e.downcast_ref::<agent_host::HostError>()
                 .is_some_and(agent_host::HostError::is_usage)
             // Transparent: the host's error is not a cause of it but the error itself.

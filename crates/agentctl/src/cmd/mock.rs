@@ -24,7 +24,7 @@ pub enum MockCmd {
 /// Emulator options.
 #[derive(Debug, Clone, Args)]
 pub struct ServeArgs {
-    /// Address to listen on (port 0 picks a free one).
+    /// Address to listen on, on loopback only (port 0 picks a free one).
     #[arg(long, default_value = "127.0.0.1:0")]
     pub addr: String,
     /// A script file (see fixtures/responses/README.md); default: echo every conversation.
@@ -66,11 +66,44 @@ fn positive_rate(s: &str) -> Result<f64, String> {
     }
 }
 
+/// `addr` (`HOST:PORT`) when every address it names is a loopback one: the emulator takes
+/// any key by default, shows every recorded request at `/__mock/requests` and keeps idle
+/// connections open, which is for this machine only.
+fn loopback_addr(addr: &str) -> anyhow::Result<String> {
+    use std::net::ToSocketAddrs as _;
+    let usage = |why: String| crate::output::UsageError(format!("--addr `{addr}`: {why}"));
+    let resolved: Vec<std::net::SocketAddr> = addr
+        .to_socket_addrs()
+        .map_err(|err| {
+            usage(format!(
+                "not an address to listen on ({err}); give HOST:PORT, such as 127.0.0.1:0"
+            ))
+        })?
+        .collect();
+    if resolved.is_empty() || resolved.iter().any(|a| !a.ip().is_loopback()) {
+        return Err(usage(
+            "the emulator serves on loopback only (127.0.0.1, ::1 or localhost): it takes any key by default and shows every request it recorded".into(),
+        )
+        .into());
+    }
+    Ok(addr.to_string())
+}
+
 pub async fn run(global: &GlobalArgs, cmd: MockCmd) -> anyhow::Result<std::process::ExitCode> {
     let MockCmd::Serve(args) = cmd;
+    let addr = loopback_addr(&args.addr)?;
     let mut config = match (&args.script, &args.fixture) {
-        (Some(path), _) => MockConfig::new(Script::load(path)?),
-        (None, Some(mode)) => MockConfig::for_mode(mode)?,
+        (Some(path), _) => MockConfig::new(Script::load(path).map_err(|err| {
+            // Bad input, named by its file (a read error names it already).
+            let text = match err {
+                agent_responses_mock::ScriptError::Read { .. } => err.to_string(),
+                other => format!("{}: {other}", path.display()),
+            };
+            crate::output::UsageError(text)
+        })?),
+        (None, Some(mode)) => {
+            MockConfig::for_mode(mode).map_err(|err| crate::output::UsageError(err.to_string()))?
+        }
         (None, None) => {
             let mut config = MockConfig::new(Script::default());
             config.ws.steer_window = (args.steer_window_ms > 0)
@@ -83,7 +116,7 @@ pub async fn run(global: &GlobalArgs, cmd: MockCmd) -> anyhow::Result<std::proce
         first_token_ms: args.first_token_ms,
         tokens_per_second: args.tokens_per_second,
     };
-    let server = MockServer::bind(&args.addr, config)
+    let server = MockServer::bind(&addr, config)
         .await
         .context("cannot start the emulator")?;
     if global.json {

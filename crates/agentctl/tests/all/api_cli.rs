@@ -159,3 +159,54 @@ fn mock_serve_takes_the_model_latency_it_is_given() {
         "{elapsed:?}"
     );
 }
+
+/// Bad input to the emulator and the stories is a usage error (2) that names it, refused
+/// before anything listens or connects: a non-loopback or unparsable `--addr`, an unknown
+/// fixture, a script that does not parse (named by its file), a base URL no client can use
+/// (a WebSocket URL with a port out of range used to dial the scheme's default port).
+#[test]
+fn bad_input_to_the_emulator_and_the_stories_is_a_usage_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("broken.json");
+    std::fs::write(&script, "{\"bogus\": 1}").unwrap();
+    let script = script.to_string_lossy().into_owned();
+    let cases: [(&[&str], &str); 7] = [
+        (&["mock", "serve", "--addr", "0.0.0.0:0"], "loopback only"),
+        (&["mock", "serve", "--addr", "garbage"], "--addr `garbage`"),
+        (&["mock", "serve", "--fixture", "nope"], "nope"),
+        (
+            &["mock", "serve", "--script", &script],
+            "broken.json: invalid script",
+        ),
+        (
+            &["api", "direct", "--base-url", "not a url"],
+            "invalid base URL",
+        ),
+        (
+            &[
+                "api",
+                "steer",
+                "--base-url",
+                "http://127.0.0.1:83686/v1",
+                "--timeout",
+                "5",
+            ],
+            "invalid base URL",
+        ),
+        (
+            &["api", "steer", "--base-url", "ftp://x/v1"],
+            "invalid base URL",
+        ),
+    ];
+    for (args, says) in cases {
+        let output = agentctl()
+            .env("OPENAI_API_KEY", "sk-test-usage")
+            .args(args)
+            .timeout(std::time::Duration::from_secs(60))
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+    }
+}

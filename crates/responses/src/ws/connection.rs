@@ -91,7 +91,13 @@ pub fn websocket_url(base: &str) -> Result<String, WsError> {
     } else {
         return Err(WsError::InvalidBaseUrl(base.to_owned()));
     };
-    Ok(format!("{url}/responses"))
+    let url = format!("{url}/responses");
+    // Checked whole, as the HTTP client does: a port out of range would otherwise be
+    // dropped by the WebSocket connector, which then dials the scheme's default port.
+    match reqwest::Url::parse(&url) {
+        Ok(parsed) if parsed.host_str().is_some_and(|h| !h.is_empty()) => Ok(url),
+        _ => Err(WsError::InvalidBaseUrl(base.to_owned())),
+    }
 }
 
 /// What a session reports, in arrival order.
@@ -533,6 +539,17 @@ mod tests {
             "ws://127.0.0.1:9/v1/responses"
         );
         assert_eq!(websocket_url("ws://h/v1").unwrap(), "ws://h/v1/responses");
+        // A port out of range used to be dropped, and the default port dialled.
+        for bad in [
+            "http://127.0.0.1:83686/v1",
+            "ws://h:99999",
+            "https://:443/v1",
+        ] {
+            assert!(
+                matches!(websocket_url(bad), Err(WsError::InvalidBaseUrl(_))),
+                "{bad}"
+            );
+        }
         assert!(websocket_url("ftp://h").is_err());
         assert!(websocket_url("http://").is_err());
     }
