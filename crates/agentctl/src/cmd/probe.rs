@@ -40,8 +40,19 @@ async fn probe_codex(global: &GlobalArgs, args: &CodexProbeArgs) -> anyhow::Resu
     let (client, _events) = launch(&args.codex_bin)
         .spawn(Vec::new(), ApprovalPolicy::default())
         .map_err(explain)?;
-    let result = client.initialize(client_info()).await;
+    // SIGINT or SIGTERM stops the probe, and the server with it: the default action of
+    // either would end this process and leave the server running.
+    let stop = agent_runtime::CancellationToken::new();
+    let signals = tokio::spawn(agent_host::signals::stop_on_signals(stop.clone())?);
+    let result = tokio::select! {
+        result = client.initialize(client_info()) => Some(result),
+        () = stop.cancelled() => None,
+    };
     client.close().await;
+    signals.abort();
+    let Some(result) = result else {
+        return Ok(crate::exit::Exit::Interrupted.into());
+    };
     let init = result.map_err(explain)?;
     if global.json {
         typed_line(

@@ -345,3 +345,18 @@ fn probe_codex_names_an_answer_with_an_id_never_asked() {
     );
     assert!(!stderr.contains("did not answer"), "{stderr}");
 }
+
+/// SIGINT while the probe waits for the server ends the probe (130) and the server with it;
+/// the signal's default action used to end agentctl alone and leave the server running.
+#[test]
+fn probe_codex_stops_the_server_when_interrupted() {
+    let fake = Fake::new();
+    let _leftover = KillOnDrop(fake.file("fake.pid"));
+    // `wrong_id`: the server never answers `initialize` with its id, so the probe waits.
+    let run = Running::start(fake.agentctl("wrong_id", &["probe", "codex"]));
+    wait_for_file(&fake.file("fake.pid"));
+    run.interrupt();
+    let (status, stderr) = run.finish();
+    assert_eq!(status.code(), Some(130), "{stderr}");
+    assert!(!alive(&fake.file("fake.pid")), "the app-server still runs");
+}
