@@ -124,3 +124,38 @@ fn demo_gui_verifies_the_final_state() {
             .contains("verified: {\"filters_open\":true,\"query\":\"penguin\"}")
     );
 }
+
+/// Demo runs side by side on one database share the `demo` thread; each reports its own
+/// turn's events only (they used to include the others').
+#[test]
+fn demo_runtimes_side_by_side_report_their_own_turns() {
+    let (_dir, db) = temp_db("demo.db");
+    // Each run is created first, then all started: they overlap on the thread.
+    let runs: Vec<std::process::Child> = (0..3)
+        .map(|_| {
+            std::process::Command::new(env!("CARGO_BIN_EXE_agentctl"))
+                .env_remove("AGENTCTL_DB")
+                .args(["--db", &db, "demo", "runtime", "--json"])
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for run in runs {
+        let out = run.wait_with_output().unwrap();
+        assert!(out.status.success());
+        let r = one_json(&out.stdout);
+        let turn = r["turn_id"]
+            .as_str()
+            .or(r["turn"].as_str())
+            .unwrap()
+            .to_owned();
+        let events = r["events"].as_array().unwrap();
+        assert!(!events.is_empty());
+        for e in events {
+            assert_eq!(e["payload"]["turn_id"], turn.as_str(), "{e}");
+        }
+        assert_eq!(kinds(&r).first().map(String::as_str), Some("turn.started"));
+    }
+}

@@ -102,10 +102,13 @@ async fn turn(runtime: &Runtime, journal: &Journal, started: Instant) -> anyhow:
         .commit(THREAD, &turn, revision, "已按最新要求重新检查的只读方案")
         .await?;
     runtime.finish(THREAD, &turn).await?;
+    // The thread is shared by every demo run on this database (others may run beside this
+    // one): keep this turn's events.
     let events = journal
         .replay(THREAD, before)
         .await?
         .into_iter()
+        .filter(|e| e.payload.get("turn_id").and_then(|t| t.as_str()) == Some(turn.as_str()))
         .map(|e| json!({"seq": e.seq, "kind": e.kind, "payload": e.payload}))
         .collect();
     Ok(Report {
