@@ -379,6 +379,34 @@ fn a_git_or_config_a_command_creates_is_moved_aside() {
     assert!(!text(&o.stderr).contains("moved to"), "{}", text(&o.stderr));
 }
 
+/// With the home directory as the workspace, a hidden path's parent cannot be renamed away
+/// (the cover would move with it and the next command read the contents under the new
+/// name); what else is in that parent stays writable.
+#[test]
+fn a_hidden_paths_parent_in_the_workspace_cannot_be_renamed() {
+    let b = bare();
+    let gcloud = b.home.join(".config/gcloud");
+    std::fs::create_dir_all(&gcloud).unwrap();
+    std::fs::write(gcloud.join("credentials.db"), "SECRET").unwrap();
+    let run = |script: &str| {
+        Command::new(env!("CARGO_BIN_EXE_agentctl"))
+            .env("HOME", &b.home)
+            .current_dir(&b.home)
+            .args(["sandbox", "--workspace"])
+            .arg(&b.home)
+            .args(["--", "bash", "-c", script])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    };
+    let o = run("mv .config .config.moved; echo x > .config/mine; cat .config/mine");
+    assert!(text(&o.stderr).contains("busy"), "{}", text(&o.stderr));
+    assert_eq!(text(&o.stdout).trim(), "x", "{}", text(&o.stderr));
+    assert!(b.home.join(".config/gcloud/credentials.db").exists());
+    let o = run("cat .config.moved/gcloud/credentials.db .config/gcloud/credentials.db");
+    assert!(!text(&o.stdout).contains("SECRET"), "{}", text(&o.stdout));
+}
+
 /// Through a run: a command that leaves a daemon behind to write the workspace's config once
 /// the command is over. The run ends, no config appears, and the next run's tools are as the
 /// user configured them.

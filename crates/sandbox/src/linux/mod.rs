@@ -33,6 +33,7 @@ pub(crate) fn restrict_self(policy: &Policy) -> Result<(), SandboxError> {
                 hidden.sort();
                 hidden.dedup();
             }
+            mounts::pin_ancestors(&hidden, &resolved.writable)?;
             mounts::hide(&hidden, &resolved.reachable)?;
             if protect {
                 mounts::read_only_binds(&resolved.protected)?;

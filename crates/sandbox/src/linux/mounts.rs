@@ -77,6 +77,40 @@ pub(crate) fn hide(paths: &[PathBuf], reachable: &[PathBuf]) -> Result<(), Sandb
     Ok(())
 }
 
+/// Makes every directory between a writable path and a hidden path beneath it (the
+/// workspace is your home, the hidden `~/.config/gcloud`) a mount point of its own, bound
+/// over itself, so that the command cannot rename it: a cover moves with a rename of its
+/// parent, and the next command, which hides by name, would find nothing at the old name
+/// while the old contents read under the new one. A mount point cannot be renamed (EBUSY);
+/// its contents stay writable ([`seal`] leaves mounts under a writable path as they are).
+///
+/// Before [`hide`], shallowest first, with plain binds: the covers then go on top of them.
+pub(crate) fn pin_ancestors(hidden: &[PathBuf], writable: &[PathBuf]) -> Result<(), SandboxError> {
+    let mut pins: Vec<&Path> = Vec::new();
+    for path in hidden {
+        for root in writable
+            .iter()
+            .filter(|w| path.starts_with(w) && path != *w)
+        {
+            pins.extend(
+                path.ancestors()
+                    .skip(1)
+                    .take_while(|dir| *dir != root.as_path() && dir.starts_with(root)),
+            );
+        }
+    }
+    // Path order puts a directory before everything beneath it.
+    pins.sort();
+    pins.dedup();
+    for dir in pins {
+        match mount_bind(dir, dir) {
+            Ok(()) | Err(rustix::io::Errno::NOENT) => {}
+            Err(err) => return Err(apply_err("pin a directory above a hidden path")(io(err))),
+        }
+    }
+    Ok(())
+}
+
 fn cover(dir: &Path, options: &CStr, flags: MountFlags) -> Result<(), SandboxError> {
     mount(
         "none",
