@@ -116,7 +116,9 @@ impl Policy {
 
     /// Paths inside the workspace that stay read-only under `workspace-write`.
     pub fn protected(&self) -> Vec<PathBuf> {
-        [".git", "agentctl.toml"]
+        // `HEAD`: with `objects/` and `refs/` beside it, git takes the workspace itself for a
+        // repository (a bare one), config and hooks included; without it, it does not.
+        [".git", "agentctl.toml", "HEAD"]
             .iter()
             .map(|name| self.workspace.join(name))
             .collect()

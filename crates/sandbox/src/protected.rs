@@ -1,10 +1,11 @@
-//! `.git` and `agentctl.toml` that a sandboxed command created.
+//! `.git`, `agentctl.toml` and `HEAD` that a sandboxed command created.
 //!
 //! Under `workspace-write` the ones that exist are bound read-only, but one that does not
 //! exist cannot be: a mount needs something to cover, and Landlock grants rights on whole
 //! directories, not on names within them. A command could then create the workspace's
 //! `agentctl.toml` (an MCP server, or `sandbox = "off"`, for the next run) or `.git` (a hook
-//! or `core.fsmonitor` that the user's next `git status` runs, unsandboxed).
+//! or `core.fsmonitor` that the user's next `git status` runs, unsandboxed), or `HEAD` beside
+//! `objects/` and `refs/` (the workspace itself then reads to git as a bare repository).
 //!
 //! Invariants:
 //! - After the command and everything it started are gone (the entry point waits for the
@@ -113,7 +114,7 @@ mod tests {
         let policy = Policy::new(Mode::WorkspaceWrite, ws, None);
         std::fs::write(ws.join("agentctl.toml"), "kept").unwrap();
         let missing = missing(&policy);
-        assert_eq!(missing, vec![ws.join(".git")]);
+        assert_eq!(missing, vec![ws.join(".git"), ws.join("HEAD")]);
         assert!(missing_under_read_only(ws).is_empty());
 
         std::fs::create_dir_all(ws.join(".git/hooks")).unwrap();

@@ -373,6 +373,25 @@ fn a_git_or_config_a_command_creates_is_moved_aside() {
         .current_dir(&b.ws)
         .output();
     assert!(!b.ws.join("pwned").exists());
+    // The layout of a repository written straight into the workspace (git would take the
+    // workspace for a bare repository): its `HEAD` is moved aside, so git does not.
+    let o = b.run(
+        &[],
+        "mkdir -p objects refs/heads && echo 'ref: refs/heads/main' > HEAD && \
+         printf '[core]\n\tfsmonitor = \"touch pwned2; false\"\n' > config && echo made",
+    );
+    assert_eq!(text(&o.stdout), "made\n", "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains("moved to HEAD.sandbox-refused"),
+        "{}",
+        text(&o.stderr)
+    );
+    let _ = Command::new("git")
+        .args(["status"])
+        .current_dir(&b.ws)
+        .env("GIT_CEILING_DIRECTORIES", b.ws.parent().unwrap())
+        .output();
+    assert!(!b.ws.join("pwned2").exists());
     // Under read-only nothing can be created, and nothing is moved.
     let o = b.run(&["--mode", "read-only"], "git init -q .");
     assert!(!o.status.success());

@@ -65,16 +65,17 @@ fn relative<'a>(workspace: &Workspace, real: &'a Path) -> Result<&'a Path, ToolF
         .map_err(|_| ToolFailure(format!("{}: outside the workspace", real.display())))
 }
 
-/// Refuses a write into `.git` (anywhere: git runs its hooks and config unsandboxed later)
-/// or to the workspace's `agentctl.toml`, the paths a sandboxed command may not write
-/// either.
+/// Refuses a write into `.git` (anywhere: git runs its hooks and config unsandboxed later),
+/// to the workspace's `agentctl.toml` or to its `HEAD` (which, with `objects/` and `refs/`,
+/// makes git take the workspace for a repository), the paths a sandboxed command may not
+/// write either.
 fn protected_write(rel: &Path, path: &str) -> Result<(), ToolFailure> {
     let in_git = rel
         .components()
         .any(|part| part.as_os_str() == std::ffi::OsStr::new(".git"));
-    if in_git || rel == Path::new("agentctl.toml") {
+    if in_git || rel == Path::new("agentctl.toml") || rel == Path::new("HEAD") {
         return Err(ToolFailure(format!(
-            "{path}: write_file does not write `.git` or the workspace's agentctl.toml (git and agentctl run what they hold outside the sandbox)"
+            "{path}: write_file does not write `.git`, the workspace's agentctl.toml or its HEAD (git and agentctl run what they hold outside the sandbox)"
         )));
     }
     Ok(())

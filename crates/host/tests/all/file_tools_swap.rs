@@ -98,6 +98,7 @@ async fn write_file_does_not_write_git_or_the_workspace_config() {
         ".git/hooks/pre-commit",
         "sub/.git/config",
         "agentctl.toml",
+        "HEAD",
     ] {
         let err = write
             .call(json!({"path": path, "content": "x"}), ctx())
@@ -107,7 +108,7 @@ async fn write_file_does_not_write_git_or_the_workspace_config() {
         assert!(!dir.path().join(path).exists(), "{path} was written");
     }
     // Other dotfiles and a nested config are ordinary files.
-    for path in [".gitignore", "sub/agentctl.toml"] {
+    for path in [".gitignore", "sub/agentctl.toml", "sub/HEAD"] {
         write
             .call(json!({"path": path, "content": "x"}), ctx())
             .await
