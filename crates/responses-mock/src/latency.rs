@@ -12,6 +12,11 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+/// The slowest token rate a latency may have: one token per 1000 seconds. A slower one
+/// (say `1e-300`) would make every reply wait longer than any client, or overflow a
+/// duration; it is refused, as a rate of zero is.
+pub const MIN_TOKENS_PER_SECOND: f64 = 1e-3;
+
 /// How long a reply takes (script: `"latency"` at the top or in a rule; `mock serve
 /// --first-token-ms --tokens-per-second`). The default is none at all.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
@@ -20,7 +25,8 @@ pub struct Latency {
     /// Milliseconds from the request to the first output event.
     #[serde(default)]
     pub first_token_ms: u64,
-    /// Output tokens per second after the first (no limit when absent). Positive and finite.
+    /// Output tokens per second after the first (no limit when absent). Finite and at
+    /// least [`MIN_TOKENS_PER_SECOND`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tokens_per_second: Option<f64>,
 }
@@ -37,11 +43,15 @@ impl Latency {
             Some(rate) if !(rate.is_finite() && rate > 0.0) => Err(format!(
                 "latency.tokens_per_second must be a positive number, not {rate}"
             )),
+            Some(rate) if rate < MIN_TOKENS_PER_SECOND => Err(format!(
+                "latency.tokens_per_second must be at least {MIN_TOKENS_PER_SECOND} (one token per 1000 s), not {rate:?}"
+            )),
             _ => Ok(()),
         }
     }
 
     /// When each of `events` (a streamed response, in order) is due, from the request.
+    /// Saturates instead of overflowing (a latency that was not checked waits "forever").
     pub(crate) fn schedule(&self, events: &[Value]) -> Vec<Duration> {
         let first = Duration::from_millis(self.first_token_ms);
         let mut started = false;
@@ -56,18 +66,18 @@ impl Latency {
                 started = true;
                 if let Some(delta) = event.get("delta").and_then(Value::as_str) {
                     // The first delta is the first token: it comes at `first`.
-                    let due = first + self.time_for(tokens);
-                    tokens += crate::respond::tokens(delta);
+                    let due = first.saturating_add(self.time_for(tokens));
+                    tokens = tokens.saturating_add(crate::respond::tokens(delta));
                     return due;
                 }
-                first + self.time_for(tokens)
+                first.saturating_add(self.time_for(tokens))
             })
             .collect()
     }
 
     /// How long a whole reply of `output_tokens` takes (a JSON reply is sent then).
     pub(crate) fn total(&self, output_tokens: u64) -> Duration {
-        Duration::from_millis(self.first_token_ms) + self.time_for(output_tokens)
+        Duration::from_millis(self.first_token_ms).saturating_add(self.time_for(output_tokens))
     }
 
     fn time_for(&self, tokens: u64) -> Duration {
@@ -78,6 +88,16 @@ impl Latency {
             _ => Duration::ZERO,
         }
     }
+}
+
+/// `started + after`, or a time decades away when that cannot be represented: what
+/// tokio's `sleep` does with a duration too long for an `Instant`. Never panics.
+pub(crate) fn deadline(started: tokio::time::Instant, after: Duration) -> tokio::time::Instant {
+    const FAR: Duration = Duration::from_secs(86_400 * 365 * 30);
+    started
+        .checked_add(after)
+        .or_else(|| started.checked_add(FAR))
+        .unwrap_or(started)
 }
 
 #[cfg(test)]
@@ -115,7 +135,7 @@ mod tests {
         assert!(none.is_none());
         let events = [json!({"type": "response.output_text.delta", "delta": "x".repeat(400)})];
         assert_eq!(none.schedule(&events), vec![Duration::ZERO]);
-        for rate in [0.0, -1.0, f64::NAN, f64::INFINITY] {
+        for rate in [0.0, -1.0, f64::NAN, f64::INFINITY, 1e-300, 9e-4] {
             let bad = Latency {
                 first_token_ms: 0,
                 tokens_per_second: Some(rate),
@@ -125,5 +145,35 @@ mod tests {
         let parsed: Latency = serde_json::from_value(json!({"first_token_ms": 5})).unwrap();
         assert_eq!(parsed.first_token_ms, 5);
         assert!(serde_json::from_value::<Latency>(json!({"ttft": 5})).is_err());
+        let slowest = Latency {
+            first_token_ms: 0,
+            tokens_per_second: Some(MIN_TOKENS_PER_SECOND),
+        };
+        assert_eq!(slowest.check(), Ok(()));
+    }
+
+    #[test]
+    fn durations_saturate_instead_of_overflowing() {
+        // Not checked (as a library user may build it): no panic, just "a very long time".
+        let tiny = Latency {
+            first_token_ms: u64::MAX,
+            tokens_per_second: Some(1e-300),
+        };
+        assert_eq!(tiny.total(1), Duration::MAX);
+        let events = [
+            json!({"type": "response.output_text.delta", "delta": "abcd"}),
+            json!({"type": "response.output_text.delta", "delta": "abcd"}),
+        ];
+        // The first token is due at `first_token_ms`; the next would be past any duration.
+        assert_eq!(
+            tiny.schedule(&events),
+            vec![Duration::from_millis(u64::MAX), Duration::MAX]
+        );
+        let now = tokio::time::Instant::now();
+        assert!(deadline(now, Duration::MAX) > now);
+        assert_eq!(
+            deadline(now, Duration::from_secs(1)),
+            now + Duration::from_secs(1)
+        );
     }
 }

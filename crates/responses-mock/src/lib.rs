@@ -27,6 +27,7 @@
 #![allow(clippy::result_large_err)]
 
 mod bounded;
+mod chain;
 mod latency;
 mod respond;
 mod router;
@@ -41,7 +42,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 pub use router::RecordedRequest;
-pub use script::{Latency, Script, ScriptError};
+pub use script::{Latency, MIN_TOKENS_PER_SECOND, Script, ScriptError};
 
 /// The bearer key `MockConfig::for_mode` expects, and the one `agentctl api --mock` sends.
 pub const MOCK_API_KEY: &str = "sk-mock-agentctl";
@@ -111,6 +112,9 @@ pub enum MockError {
     /// The script is invalid.
     #[error(transparent)]
     Script(#[from] ScriptError),
+    /// [`MockConfig::latency`] cannot be used (see [`Latency::check`]).
+    #[error("invalid latency: {0}")]
+    Latency(String),
     /// [`MockConfig::for_mode`] got a mode without a built-in fixture.
     #[error("no built-in fixture for mode `{0}` (direct, ptc, async, compact, run)")]
     UnknownMode(String),
@@ -148,7 +152,14 @@ impl MockServer {
     /// Cancel safe: the only wait is resolving `addr` (none for a literal address); the socket
     /// is bound and the server task spawned after it, so a dropped future leaves nothing bound
     /// or running.
+    ///
+    /// # Errors
+    ///
+    /// [`MockError::Latency`] or [`MockError::Script`] for a latency or a script (built in
+    /// code, unchecked) that cannot be served, before anything is bound.
     pub async fn bind(addr: &str, config: MockConfig) -> Result<Self, MockError> {
+        config.latency.check().map_err(MockError::Latency)?;
+        config.script.check()?;
         let listener = tokio::net::TcpListener::bind(addr)
             .await
             .map_err(|source| MockError::Bind {

@@ -8,6 +8,7 @@ mod compact;
 mod create;
 mod replies;
 mod state;
+mod typed;
 
 use std::sync::Arc;
 
@@ -62,7 +63,7 @@ async fn create(
     let started = tokio::time::Instant::now();
     match create::create_inner(&state, &headers, &body) {
         Ok(Created::Json { response, latency }) => {
-            tokio::time::sleep_until(started + latency).await;
+            tokio::time::sleep_until(crate::latency::deadline(started, latency)).await;
             json_response(200, &response)
         }
         Ok(Created::Stream {
@@ -109,9 +110,10 @@ async fn retrieve(
     let id = match id {
         Ok(Path(id)) => id,
         Err(rejection) => {
+            // axum's text already reads "Invalid URL: ...".
             return failure(&request_error(
                 rejection.status().as_u16(),
-                format!("Invalid URL: {}", rejection.body_text()),
+                rejection.body_text(),
             ));
         }
     };

@@ -22,7 +22,7 @@ use agent_responses::types::{Input, Item, MessageItem};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-pub use crate::latency::Latency;
+pub use crate::latency::{Latency, MIN_TOKENS_PER_SECOND};
 
 /// A whole script.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -60,15 +60,30 @@ pub enum ScriptError {
 }
 
 impl Script {
-    /// Parses a script from JSON text.
+    /// Parses a script from JSON text: one JSON object (an array, which serde would read as
+    /// the fields in order, is refused like an unknown field).
     pub fn from_json_str(text: &str) -> Result<Self, ScriptError> {
-        let script: Script = serde_json::from_str(text)?;
+        let mut reader = serde_json::Deserializer::from_str(text);
+        let script = serde::Deserializer::deserialize_map(&mut reader, ObjectOnly)?;
+        reader.end()?;
         script.check()?;
         Ok(script)
     }
 
-    /// Refuses values that parse but cannot be used (a latency's rate).
+    /// Refuses values that parse but cannot be used: a latency's rate, an error reply whose
+    /// status is not an error (400-599) or whose headers cannot be sent.
     pub fn check(&self) -> Result<(), ScriptError> {
+        for rule in &self.rules {
+            if let Reply::Error { error } = &rule.reply
+                && let Err(why) = error.check()
+            {
+                return Err(ScriptError::Invalid(if rule.name.is_empty() {
+                    why
+                } else {
+                    format!("rule `{}`: {why}", rule.name)
+                }));
+            }
+        }
         let rules = self.rules.iter().map(|r| (r.name.as_str(), r.latency));
         for (name, latency) in std::iter::once(("", self.latency)).chain(rules) {
             if let Some(Err(why)) = latency.map(|l| l.check()) {
@@ -88,6 +103,21 @@ impl Script {
             source,
         })?;
         Self::from_json_str(&text)
+    }
+}
+
+/// Reads a [`Script`] from a JSON object only.
+struct ObjectOnly;
+
+impl<'de> serde::de::Visitor<'de> for ObjectOnly {
+    type Value = Script;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a script object, such as {\"rules\": []}")
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<Script, A::Error> {
+        Script::deserialize(serde::de::value::MapAccessDeserializer::new(map))
     }
 }
 
@@ -281,6 +311,42 @@ pub struct ErrorReply {
     /// The error body's `param`.
     #[serde(default)]
     pub param: Option<String>,
+}
+
+impl ErrorReply {
+    /// Why this reply cannot be sent, if it cannot: its status must be an HTTP error
+    /// (400-599), its header names and values valid in HTTP.
+    pub fn check(&self) -> Result<(), String> {
+        if !(400..=599).contains(&self.status) {
+            return Err(format!(
+                "reply.error.status must be an HTTP error status (400-599), not {}",
+                self.status
+            ));
+        }
+        for (name, value) in self.header_pairs() {
+            if axum::http::HeaderName::from_bytes(name.as_bytes()).is_err() {
+                return Err(format!(
+                    "reply.error.headers: `{name}` is not a valid header name"
+                ));
+            }
+            if axum::http::HeaderValue::from_str(&value).is_err() {
+                return Err(format!(
+                    "reply.error.headers: the value of `{name}` is not a valid header value"
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The headers as sent: names lower-case, a value that is not a string as its JSON.
+    pub(crate) fn header_pairs(&self) -> impl Iterator<Item = (String, String)> + '_ {
+        self.headers.iter().map(|(k, v)| {
+            (
+                k.to_lowercase(),
+                v.as_str().map_or_else(|| v.to_string(), str::to_owned),
+            )
+        })
+    }
 }
 
 /// A stream fault, applied after `after_events` events were sent.

@@ -9,6 +9,12 @@ use serde_json::{Value, json};
 /// deltas (see [`default_delta_chars`]).
 const MAX_DELTAS: usize = 256;
 
+/// Most deltas a script's own delta size streams one text in (see
+/// [`scripted_delta_chars`]). Every event is built before the first is sent, so this
+/// bounds a response's events whatever the script says: a 1 MB `{{last_user}}` echo in
+/// 1-character deltas was a million events and over a GB.
+pub const MAX_SCRIPTED_DELTAS: usize = 4096;
+
 /// Splits `text` into deltas of at most `chars` characters (at least one delta).
 fn deltas(text: &str, chars: usize) -> Vec<String> {
     let chars = chars.max(1);
@@ -19,26 +25,40 @@ fn deltas(text: &str, chars: usize) -> Vec<String> {
     all.chunks(chars).map(|c| c.iter().collect()).collect()
 }
 
-/// The delta size for a reply whose script does not set one: `base`, or larger when the
-/// longest streamed text would need more than `MAX_DELTAS` deltas. Every event is built
-/// before the first is sent, so a 2 MB echo in 8-character deltas was 250k events and
-/// hundreds of MB.
-pub fn default_delta_chars(response: &Value, base: usize) -> usize {
-    let longest = response["output"]
+/// The characters of the longest text `response` streams as deltas.
+fn longest_streamed(response: &Value) -> usize {
+    response["output"]
         .as_array()
         .into_iter()
         .flatten()
         .flat_map(|item| {
             let parts = item["content"].as_array().into_iter().flatten();
-            let texts = parts.filter_map(|part| part["text"].as_str());
+            let texts = parts.filter_map(|part| part["text"].as_str().or(part["refusal"].as_str()));
             let own = ["arguments", "input", "code"]
                 .into_iter()
                 .filter_map(|field| item[field].as_str());
             texts.chain(own).map(|text| text.chars().count())
         })
         .max()
-        .unwrap_or(0);
-    base.max(1).max(longest.div_ceil(MAX_DELTAS))
+        .unwrap_or(0)
+}
+
+/// The delta size for a reply whose script does not set one: `base`, or larger when the
+/// longest streamed text would need more than `MAX_DELTAS` deltas. Every event is built
+/// before the first is sent, so a 2 MB echo in 8-character deltas was 250k events and
+/// hundreds of MB.
+pub fn default_delta_chars(response: &Value, base: usize) -> usize {
+    base.max(1)
+        .max(longest_streamed(response).div_ceil(MAX_DELTAS))
+}
+
+/// The delta size for a reply whose script sets `chars`: exactly that, unless the longest
+/// streamed text would need more than [`MAX_SCRIPTED_DELTAS`] deltas, which it is then
+/// streamed in.
+pub fn scripted_delta_chars(response: &Value, chars: usize) -> usize {
+    chars
+        .max(1)
+        .max(longest_streamed(response).div_ceil(MAX_SCRIPTED_DELTAS))
 }
 
 /// Every event (as JSON) for `response` (the final object) with terminal `status`; without
@@ -249,6 +269,31 @@ mod tests {
         assert!(deltas(&long, chars).len() <= MAX_DELTAS, "{chars}");
         assert_eq!(deltas(&long, chars).concat(), long);
         assert_eq!(deltas("abcdefghij", 4), ["abcd", "efgh", "ij"]);
+    }
+
+    #[test]
+    fn a_scripted_delta_size_is_kept_unless_it_makes_too_many_deltas() {
+        let reply = |text: &str| json!({"output": [{"content": [{"text": text}]}]});
+        assert_eq!(scripted_delta_chars(&reply("short"), 1), 1);
+        assert_eq!(scripted_delta_chars(&reply(&"x".repeat(4096)), 1), 1);
+        let long = "x".repeat(1_000_000);
+        let response = json!({"output": [{"type": "message", "id": "m",
+            "content": [{"type": "output_text", "text": long}]}]});
+        let chars = scripted_delta_chars(&response, 1);
+        let streamed = events(&response, chars, true);
+        let count = streamed
+            .iter()
+            .filter(|e| e["type"] == "response.output_text.delta")
+            .count();
+        assert!(count <= MAX_SCRIPTED_DELTAS, "{count} deltas");
+        let text: String = streamed
+            .iter()
+            .filter_map(|e| e["delta"].as_str())
+            .collect();
+        assert_eq!(text, long);
+        // A refusal counts too.
+        let refusal = json!({"output": [{"content": [{"refusal": long}]}]});
+        assert!(scripted_delta_chars(&refusal, 1) > 1);
     }
 
     #[test]

@@ -186,6 +186,98 @@ pub fn check_context(context: &[Item], issued: &Issued) -> Result<(), ApiFailure
     Ok(())
 }
 
+/// The item types the API takes in `input` (any output item can come back, plus
+/// `item_reference` and the steering and configuration items); another is refused.
+const INPUT_ITEM_TYPES: &[&str] = &[
+    "message",
+    "function_call",
+    "function_call_output",
+    "reasoning",
+    "compaction",
+    "program",
+    "program_output",
+    "custom_tool_call",
+    "custom_tool_call_output",
+    "file_search_call",
+    "web_search_call",
+    "computer_call",
+    "computer_call_output",
+    "tool_search_call",
+    "tool_search_output",
+    "additional_tools",
+    "image_generation_call",
+    "code_interpreter_call",
+    "local_shell_call",
+    "local_shell_call_output",
+    "shell_call",
+    "shell_call_output",
+    "apply_patch_call",
+    "apply_patch_call_output",
+    "mcp_call",
+    "mcp_list_tools",
+    "mcp_approval_request",
+    "mcp_approval_response",
+    "item_reference",
+    "compaction_trigger",
+    "configuration_update",
+];
+
+/// Refuses an item of the request's own `input` whose `type` the API does not know (a
+/// 400 with `param: "input[N].type"`), or whose `type` is not a string.
+pub fn check_input_types(input: &[Item]) -> Result<(), ApiFailure> {
+    for (n, item) in input.iter().enumerate() {
+        let Item::Other(value) = item else {
+            continue;
+        };
+        let param = format!("input[{n}].type");
+        match value.get("type") {
+            Some(serde_json::Value::String(kind)) if INPUT_ITEM_TYPES.contains(&kind.as_str()) => {}
+            Some(serde_json::Value::String(kind)) => {
+                let supported: Vec<String> =
+                    INPUT_ITEM_TYPES.iter().map(|t| format!("'{t}'")).collect();
+                return Err(ApiFailure::invalid(
+                    format!(
+                        "Invalid value: '{kind}'. Supported values are: {}.",
+                        supported.join(", ")
+                    ),
+                    Some(&param),
+                    Some("invalid_value"),
+                ));
+            }
+            Some(other) => return Err(invalid_type(&param, "a string", other)),
+            None => {}
+        }
+    }
+    Ok(())
+}
+
+/// `Invalid type for 'param': expected WANT, but got GOT instead.`, as the API words a
+/// field of the wrong JSON type (`code: "invalid_type"`).
+pub fn invalid_type(param: &str, want: &str, got: &serde_json::Value) -> ApiFailure {
+    ApiFailure::invalid(
+        format!(
+            "Invalid type for '{param}': expected {want}, but got {} instead.",
+            json_type(got)
+        ),
+        Some(param),
+        Some("invalid_type"),
+    )
+}
+
+/// How the API names the type of `value`.
+fn json_type(value: &serde_json::Value) -> &'static str {
+    use serde_json::Value;
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(n) if n.is_f64() => "a decimal",
+        Value::Number(_) => "an integer",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
 /// `previous_response_id` names no stored response.
 pub fn previous_not_found(id: &str) -> ApiFailure {
     ApiFailure::invalid(

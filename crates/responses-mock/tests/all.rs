@@ -16,3 +16,9 @@ mod fuzz_script;
 mod keep_alive;
 #[path = "all/latency.rs"]
 mod latency;
+#[path = "all/request_errors.rs"]
+mod request_errors;
+#[path = "all/script_checks.rs"]
+mod script_checks;
+#[path = "all/ws_protocol.rs"]
+mod ws_protocol;

@@ -58,8 +58,12 @@ pub struct ServeArgs {
 }
 
 fn positive_rate(s: &str) -> Result<f64, String> {
+    let min = agent_responses_mock::MIN_TOKENS_PER_SECOND;
     match s.parse::<f64>() {
-        Ok(rate) if rate.is_finite() && rate > 0.0 => Ok(rate),
+        Ok(rate) if rate.is_finite() && rate >= min => Ok(rate),
+        Ok(rate) if rate.is_finite() && rate > 0.0 => Err(format!(
+            "`{s}` tokens per second is slower than the slowest the emulator takes ({min})"
+        )),
         _ => Err(format!(
             "`{s}` is not a positive number of tokens per second"
         )),

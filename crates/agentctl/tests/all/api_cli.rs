@@ -170,7 +170,11 @@ fn bad_input_to_the_emulator_and_the_stories_is_a_usage_error() {
     let script = dir.path().join("broken.json");
     std::fs::write(&script, "{\"bogus\": 1}").unwrap();
     let script = script.to_string_lossy().into_owned();
-    let cases: [(&[&str], &str); 7] = [
+    let cases: [(&[&str], &str); 8] = [
+        (
+            &["mock", "serve", "--tokens-per-second", "1e-300"],
+            "slower than the slowest",
+        ),
         (&["mock", "serve", "--addr", "0.0.0.0:0"], "loopback only"),
         (&["mock", "serve", "--addr", "garbage"], "--addr `garbage`"),
         (&["mock", "serve", "--fixture", "nope"], "nope"),

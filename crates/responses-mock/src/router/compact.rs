@@ -3,15 +3,15 @@
 //! once the rule's latency (or the script's, or `mock serve`'s) has passed, as a JSON
 //! reply of the same tokens would be.
 
-use agent_responses::types::{CompactRequest, Item, Usage};
+use agent_responses::types::{CompactRequest, Input, Item, Usage};
 use axum::http::{HeaderMap, Method};
 use serde_json::{Value, json};
 
-use super::replies::{error_reply, parse_failure};
+use super::replies::error_reply;
 use super::state::{AppState, lock};
 use crate::respond::{finish_item, new_id, tokens};
 use crate::script::{Reply, RequestView, ScriptEndpoint, input_items, render};
-use crate::validate::{ApiFailure, check_auth, check_context};
+use crate::validate::{ApiFailure, check_auth, check_context, check_input_types};
 
 pub(super) fn compact_inner(
     state: &AppState,
@@ -20,7 +20,8 @@ pub(super) fn compact_inner(
 ) -> Result<(Value, std::time::Duration), ApiFailure> {
     check_auth(headers, state.api_key.as_deref())?;
     state.record(&Method::POST, "/v1/responses/compact", headers, body);
-    let request: CompactRequest = serde_json::from_slice(body).map_err(|e| parse_failure(&e))?;
+    let request: CompactRequest = serde_json::from_slice(body)
+        .map_err(|e| super::typed::explain(body, &e, super::typed::COMPACT_FIELDS))?;
     if request.model.trim().is_empty() {
         return Err(ApiFailure::invalid(
             "Missing required parameter: 'model'.",
@@ -28,11 +29,14 @@ pub(super) fn compact_inner(
             Some("missing_required_parameter"),
         ));
     }
+    if let Some(Input::Items(items)) = &request.input {
+        check_input_types(items)?;
+    }
     let previous = request
         .previous_response_id
         .as_ref()
         .and_then(|v| v.as_deref());
-    let mut context = state.context_of(previous)?;
+    let (_, mut context) = state.context_of(previous)?;
     context.extend(input_items(request.input.as_ref()));
     check_context(&context, &lock(&state.issued))?;
     let body_text = String::from_utf8_lossy(body);

@@ -4,21 +4,22 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use agent_responses::types::{CreateResponse, Item, Usage};
+use agent_responses::types::{CreateResponse, Input, Item, Usage};
 use axum::body::{Body, Bytes};
 use axum::http::{HeaderMap, Method, StatusCode};
 use axum::response::Response;
 use serde_json::Value;
 use tokio::time::Instant;
 
-use super::replies::{base_headers, error_reply, parse_failure};
+use super::replies::{base_headers, error_reply};
 use super::state::{AppState, Stored, lock};
+use crate::chain::Chain;
 use crate::respond::{new_id, response_object, tokens};
 use crate::script::{
     Fault, FaultKind, Latency, Rendered, Reply, RequestView, ScriptEndpoint, input_items,
 };
 use crate::sse;
-use crate::validate::{ApiFailure, check_auth};
+use crate::validate::{ApiFailure, check_auth, check_input_types};
 
 /// What a valid `POST /v1/responses` gets: a JSON response, or one to stream as SSE.
 pub(super) enum Created {
@@ -40,7 +41,8 @@ pub(super) fn create_inner(
 ) -> Result<Created, ApiFailure> {
     check_auth(headers, state.api_key.as_deref())?;
     state.record(&Method::POST, "/v1/responses", headers, body);
-    let request: CreateResponse = serde_json::from_slice(body).map_err(|e| parse_failure(&e))?;
+    let request: CreateResponse = serde_json::from_slice(body)
+        .map_err(|e| super::typed::explain(body, &e, super::typed::CREATE_FIELDS))?;
     if request.model.trim().is_empty() {
         return Err(ApiFailure::invalid(
             "Missing required parameter: 'model'.",
@@ -48,8 +50,11 @@ pub(super) fn create_inner(
             Some("missing_required_parameter"),
         ));
     }
+    if let Some(Input::Items(items)) = &request.input {
+        check_input_types(items)?;
+    }
     crate::text_format::check(&request)?;
-    let mut context = state.context_of(request.previous_response_id())?;
+    let (base, mut context) = state.context_of(request.previous_response_id())?;
     context.extend(input_items(request.input.as_ref()));
     state.check(&context)?;
     let body_text = String::from_utf8_lossy(body);
@@ -89,14 +94,17 @@ pub(super) fn create_inner(
             id,
             Stored {
                 response: response.clone(),
-                context,
+                context: Chain::after(base.as_ref(), context),
             },
         );
     }
     if request.is_stream() {
-        // A script's own delta size is kept exactly; the default one grows for long texts.
-        let delta_chars =
-            delta_chars.unwrap_or_else(|| sse::default_delta_chars(&response, state.delta_chars));
+        // A script's own delta size is kept unless it makes more than
+        // `MAX_SCRIPTED_DELTAS` deltas; the default one grows for long texts.
+        let delta_chars = match delta_chars {
+            Some(chars) => sse::scripted_delta_chars(&response, chars),
+            None => sse::default_delta_chars(&response, state.delta_chars),
+        };
         Ok(Created::Stream {
             response,
             fault,
@@ -141,7 +149,7 @@ pub(super) fn stream_body(
     tokio::spawn(async move {
         for (index, event) in events.iter().enumerate() {
             if let Some(at) = due.get(index) {
-                tokio::time::sleep_until(started + *at).await;
+                tokio::time::sleep_until(crate::latency::deadline(started, *at)).await;
             }
             if let Some(fault) = fault.as_ref().filter(|f| f.after_events == index) {
                 match fault.kind {

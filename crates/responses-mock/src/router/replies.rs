@@ -50,16 +50,7 @@ pub(crate) fn error_reply(e: &crate::script::ErrorReply) -> ApiFailure {
             .unwrap_or_else(|| default_kind(e.status).to_owned()),
         code: e.code.clone(),
         param: e.param.clone(),
-        headers: e
-            .headers
-            .iter()
-            .map(|(k, v)| {
-                (
-                    k.to_lowercase(),
-                    v.as_str().map_or_else(|| v.to_string(), str::to_owned),
-                )
-            })
-            .collect(),
+        headers: e.header_pairs().collect(),
     }
 }
 

@@ -22,8 +22,13 @@
 //!   input prepended (the client must not resend it);
 //! - every documented `response.steer.failed` code is reachable (see `session.rs`);
 //! - protocol errors are `{"type":"error","status":N,"error":{...}}` events;
-//! - `store: false` responses live in a connection-local cache only; stored ones are shared
-//!   by the server's WebSocket connections;
+//! - `store: false` responses live in a connection-local cache only (its most recent 1000,
+//!   as the server's store keeps them); stored ones are shared by the server's WebSocket
+//!   connections; a response's conversation is shared with the one it continues, not copied;
+//! - a client message that breaks the protocol closes the connection with the RFC 6455
+//!   code: 1009 over the size limit, 1007 invalid UTF-8 in a text message, 1002 otherwise;
+//! - under a `stall` or `keep_alive` fault the session answers nothing more, and drops
+//!   every frame the client sends until it goes;
 //! - after [`WsOptions::connection_lifetime`] the next client frame gets
 //!   `websocket_connection_limit_reached` and the connection closes (1000).
 
@@ -110,8 +115,8 @@ impl Default for WsOptions {
 #[derive(Debug, Clone)]
 pub(crate) struct Entry {
     pub request: CreateResponse,
-    /// Everything the response saw plus its output.
-    pub context: Vec<Item>,
+    /// Everything the response saw plus its output, sharing what it continued.
+    pub context: Arc<crate::chain::Chain>,
     /// `completed`, `incomplete`, `failed`.
     pub status: String,
     /// Steering input queued while the response waits for required input.

@@ -9,8 +9,8 @@ mod steer;
 mod steered;
 mod stream;
 
-use std::collections::{HashMap, HashSet, VecDeque};
-use std::sync::Arc;
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use agent_responses::types::{CreateResponse, Input, Item, Usage};
@@ -24,10 +24,17 @@ use tokio::time::Instant;
 
 use self::reply::{first_function_tool, last_user_text, message_json, reply_text};
 use super::{Entry, FaultAction, FaultPoint};
+use crate::bounded::{MAX_STORED, RecentMap};
+use crate::chain::Chain;
 use crate::respond::{finish_item, new_id, response_object};
 use crate::router::{AppState, error_reply};
 use crate::script::{Fault, Rendered, Reply, RequestView, ScriptEndpoint, tool_outputs};
 use crate::validate::{ApiFailure, previous_not_found};
+
+/// Client messages read ahead of the one being handled. With messages of at most 2 MiB this
+/// bounds what a client can make a busy session hold (16 MiB); a client sending faster
+/// than the session handles is pushed back by TCP.
+const READ_AHEAD: usize = 8;
 
 /// Why serving stopped.
 enum Stop {
@@ -53,6 +60,10 @@ type Served<T = ()> = Result<T, Stop>;
 /// One response to stream.
 struct Job {
     request: CreateResponse,
+    /// The stored conversation `context` starts with (what it continues), shared when the
+    /// response is kept.
+    base: Option<Arc<Chain>>,
+    /// The whole conversation the response answers.
     context: Vec<Item>,
     output: Vec<Value>,
     lane: Option<String>,
@@ -73,26 +84,61 @@ struct Job {
 struct Session {
     sink: SplitSink<WebSocket, Message>,
     frames: mpsc::Receiver<String>,
-    backlog: VecDeque<String>,
+    /// A frame read while waiting for a steer that was not one: handled next. At most one,
+    /// by construction (frames a stalled response never answers are dropped, not kept).
+    pending: Option<String>,
     state: Arc<AppState>,
     index: usize,
     started: Instant,
     seq: u64,
     creates: usize,
     lanes: HashSet<String>,
-    cache: HashMap<String, Entry>,
+    /// This connection's responses (`store: false` ones live only here), the most recent
+    /// [`MAX_STORED`], as the server's store keeps them.
+    cache: RecentMap<String, Entry>,
+}
+
+/// Why the client's stream ended, when it broke the protocol: the close code it earns.
+type ProtocolFailure = Arc<Mutex<Option<(u16, &'static str)>>>;
+
+/// The close code a client's read error earns (RFC 6455 section 7.4.1): a message over
+/// the size limit 1009, a text message that is not UTF-8 1007, any other protocol
+/// violation (an unmasked frame, a reserved opcode, a stray continuation) 1002. `None`:
+/// the connection just ended. axum hides tungstenite's error type, so its text is read.
+fn protocol_close(err: &axum::Error) -> Option<(u16, &'static str)> {
+    let text = err.to_string();
+    if text.starts_with("Space limit exceeded") {
+        Some((1009, "message too big"))
+    } else if text.starts_with("UTF-8 encoding error") {
+        Some((1007, "invalid UTF-8 in a text message"))
+    } else if text.starts_with("WebSocket protocol error")
+        && !text.contains("without closing handshake")
+    {
+        Some((1002, "protocol error"))
+    } else {
+        None
+    }
 }
 
 pub(super) async fn run(socket: WebSocket, state: Arc<AppState>, index: usize) {
     let (sink, mut stream) = socket.split();
-    let (tx, frames) = mpsc::channel::<String>(64);
+    let (tx, frames) = mpsc::channel::<String>(READ_AHEAD);
+    let failure = ProtocolFailure::default();
+    let failed = Arc::clone(&failure);
     let reader = tokio::spawn(async move {
         while let Some(message) = stream.next().await {
             let text = match message {
                 Ok(Message::Text(text)) => text.as_str().to_owned(),
                 Ok(Message::Binary(bytes)) => String::from_utf8_lossy(&bytes).into_owned(),
                 Ok(Message::Ping(_) | Message::Pong(_)) => continue,
-                Ok(Message::Close(_)) | Err(_) => break,
+                Ok(Message::Close(_)) => break,
+                Err(err) => {
+                    // Set before `tx` is dropped, so the session sees it once the frames end.
+                    *failed
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner) = protocol_close(&err);
+                    break;
+                }
             };
             if tx.send(text).await.is_err() {
                 break;
@@ -102,17 +148,24 @@ pub(super) async fn run(socket: WebSocket, state: Arc<AppState>, index: usize) {
     let mut session = Session {
         sink,
         frames,
-        backlog: VecDeque::new(),
+        pending: None,
         state,
         index,
         started: Instant::now(),
         seq: 0,
         creates: 0,
         lanes: HashSet::new(),
-        cache: HashMap::new(),
+        cache: RecentMap::new(MAX_STORED),
     };
-    let stop = session.serve().await;
+    let mut stop = session.serve().await;
     reader.abort();
+    if let Stop::Gone = stop
+        && let Some((code, reason)) = *failure
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    {
+        stop = Stop::Close(code, reason.into());
+    }
     match stop {
         Stop::Drop => {}
         // The client closed (or its stream failed): complete the closing handshake, so a
@@ -161,16 +214,15 @@ impl Session {
             .map_err(|_| Stop::Gone)
     }
 
-    /// Pings every `fault.every_ms` and nothing else until the client goes; its frames wait
+    /// Pings every `fault.every_ms` and nothing else until the client goes; its frames go
     /// unanswered, as under `stall`.
     async fn keep_alive<T>(&mut self, fault: &crate::script::Fault) -> Served<T> {
         let mut ticks = tokio::time::interval(fault.keep_alive_every());
         ticks.tick().await;
         loop {
             tokio::select! {
-                frame = self.frames.recv() => match frame {
-                    Some(frame) => self.backlog.push_back(frame),
-                    None => return Err(Stop::Gone),
+                frame = self.frames.recv() => if frame.is_none() {
+                    return Err(Stop::Gone);
                 },
                 _ = ticks.tick() => {
                     if self.sink.send(Message::Ping(Default::default())).await.is_err() {
@@ -189,8 +241,16 @@ impl Session {
         self.send(event, lane).await
     }
 
+    /// Sends nothing more and answers nothing more until the client goes (a `stall`): the
+    /// session ends then, so every frame the client sends meanwhile is dropped as it comes,
+    /// never kept.
+    async fn stall<T>(&mut self) -> Served<T> {
+        while self.frames.recv().await.is_some() {}
+        Err(Stop::Gone)
+    }
+
     async fn next_frame(&mut self) -> Option<String> {
-        match self.backlog.pop_front() {
+        match self.pending.take() {
             Some(frame) => Some(frame),
             None => self.frames.recv().await,
         }
@@ -238,6 +298,9 @@ impl Session {
     /// Checks a `response.create`; `Err(failure)` is sent as an error event.
     fn check_create(&mut self, create: &ResponseCreate) -> Result<(), ApiFailure> {
         let request = &create.request;
+        if let Some(Input::Items(items)) = &request.input {
+            crate::validate::check_input_types(items)?;
+        }
         crate::text_format::check(request)?;
         if request.stream.is_some() {
             return Err(ApiFailure::invalid(
@@ -314,6 +377,7 @@ impl Session {
         }
         let request = create.request.clone();
         let mut context = Vec::new();
+        let mut base = None;
         let mut queued_input: Vec<Item> = Vec::new();
         let mut continuation = false;
         if let Some(parent_id) = request.previous_response_id() {
@@ -322,7 +386,8 @@ impl Session {
                     .send_error(&previous_not_found(parent_id), lane.as_deref())
                     .await;
             };
-            context = parent.context.clone();
+            context = parent.context.to_vec();
+            base = Some(Arc::clone(&parent.context));
             if !parent.required.is_empty() {
                 continuation = true;
                 for steer in parent.queued.drain(..) {
@@ -367,7 +432,7 @@ impl Session {
             .await?;
             let entry = Entry {
                 request,
-                context,
+                context: Chain::after(base.as_ref(), context),
                 status: "completed".into(),
                 queued: Vec::new(),
                 required: Vec::new(),
@@ -377,7 +442,9 @@ impl Session {
             return Ok(());
         }
         if !self.state.script.rules.is_empty() {
-            return self.create_scripted(request, context, lane, frame).await;
+            return self
+                .create_scripted(request, (base, context), lane, frame)
+                .await;
         }
         let steer_text = if queued_input.is_empty() {
             None
@@ -405,6 +472,7 @@ impl Session {
         };
         self.respond(Job {
             request,
+            base,
             context,
             output,
             lane,
@@ -425,7 +493,7 @@ impl Session {
     async fn create_scripted(
         &mut self,
         request: CreateResponse,
-        context: Vec<Item>,
+        (base, context): (Option<Arc<Chain>>, Vec<Item>),
         lane: Option<String>,
         frame: &str,
     ) -> Served {
@@ -463,6 +531,7 @@ impl Session {
         self.state.remember_issued(&issued);
         self.respond(Job {
             request,
+            base,
             context,
             output,
             lane,

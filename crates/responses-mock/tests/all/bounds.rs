@@ -187,3 +187,102 @@ async fn a_long_streamed_echo_has_a_bounded_number_of_events() {
         "the deltas still add up to the echo"
     );
 }
+
+/// A rule's own `delta_chars` is kept, but never makes more than `MAX_SCRIPTED_DELTAS`
+/// deltas: a 1-character typewriter echoing a large input would otherwise build an event
+/// per character (a million for 1 MB) before sending the first.
+#[tokio::test]
+async fn a_scripted_delta_size_cannot_make_an_unbounded_number_of_events() {
+    use agent_responses_mock::sse::MAX_SCRIPTED_DELTAS;
+    let script = Script::from_json_str(
+        &json!({"rules": [{"name": "typewriter", "reply": {"delta_chars": 1, "items": [
+            {"type": "message", "role": "assistant",
+             "content": [{"type": "output_text", "text": "{{last_user}}"}]}]}}]})
+        .to_string(),
+    )
+    .unwrap();
+    let server = MockServer::start(MockConfig::new(script).with_api_key(KEY))
+        .await
+        .unwrap();
+    let deltas = |body: &str| -> Vec<String> {
+        body.lines()
+            .filter_map(|l| l.strip_prefix("data: "))
+            .filter_map(|data| serde_json::from_str::<Value>(data).ok())
+            .filter(|e| e["type"] == "response.output_text.delta")
+            .map(|e| e["delta"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    // A short text keeps the rule's size exactly.
+    let short = create(
+        &server,
+        KEY,
+        &json!({"model": "m", "input": "abc", "stream": true}),
+    )
+    .await;
+    assert_eq!(deltas(&short.text().await.unwrap()), ["a", "b", "c"]);
+    let input = "z".repeat(100_000);
+    let response = create(
+        &server,
+        KEY,
+        &json!({"model": "m", "input": input, "stream": true}),
+    )
+    .await;
+    let streamed = deltas(&response.text().await.unwrap());
+    assert!(
+        streamed.len() <= MAX_SCRIPTED_DELTAS,
+        "{} deltas",
+        streamed.len()
+    );
+    assert_eq!(streamed.concat(), input);
+}
+
+/// A WebSocket connection keeps its most recent 1000 responses, as the server's store does:
+/// a long session with `store: false` forgets the oldest instead of growing without bound.
+#[tokio::test]
+async fn a_websocket_connection_forgets_its_oldest_responses() {
+    use futures::{SinkExt as _, StreamExt as _};
+    use tokio_tungstenite::tungstenite::Message;
+    let server = server().await;
+    let mut ws = websocket(&server).await;
+    let mut create = async |body: Value| -> Value {
+        ws.send(Message::text(body.to_string())).await.unwrap();
+        loop {
+            let Some(Ok(Message::Text(text))) = ws.next().await else {
+                panic!("connection ended");
+            };
+            let event: Value = serde_json::from_str(&text).unwrap();
+            if event["type"] == "response.completed" || event["type"] == "error" {
+                return event;
+            }
+        }
+    };
+    let mut first = None;
+    let mut previous: Option<String> = None;
+    for n in 0..1001 {
+        let mut body = json!({"type": "response.create", "model": "m",
+            "input": format!("{n}"), "store": false});
+        if let Some(id) = &previous {
+            body["previous_response_id"] = json!(id);
+        }
+        let event = create(body).await;
+        let id = event["response"]["id"].as_str().unwrap().to_owned();
+        first.get_or_insert(id.clone());
+        previous = Some(id);
+    }
+    let recent = create(
+        json!({"type": "response.create", "model": "m", "input": "more",
+        "store": false, "previous_response_id": previous.unwrap()}),
+    )
+    .await;
+    assert_eq!(recent["type"], "response.completed", "{recent}");
+    let forgotten = create(
+        json!({"type": "response.create", "model": "m", "input": "more",
+        "store": false, "previous_response_id": first.unwrap()}),
+    )
+    .await;
+    assert_eq!(forgotten["type"], "error", "{forgotten}");
+    assert_eq!(
+        forgotten["error"]["code"], "previous_response_not_found",
+        "{forgotten}"
+    );
+}

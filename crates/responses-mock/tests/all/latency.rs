@@ -179,3 +179,31 @@ fn a_rate_that_is_not_positive_is_refused_naming_the_rule() {
     let unknown = json!({"latency": {"ttft_ms": 5}, "rules": []}).to_string();
     assert!(Script::from_json_str(&unknown).is_err());
 }
+
+/// A positive rate so small that a token takes longer than any client waits (and used to
+/// overflow a duration in the handler) is refused up front: in a script, in a server's
+/// settings, and in a script built in code.
+#[tokio::test]
+async fn a_vanishingly_small_rate_is_refused_before_serving() {
+    let tiny = json!({"first_token_ms": 1, "tokens_per_second": 1e-300});
+    let text = json!({"latency": tiny, "rules": []}).to_string();
+    assert!(matches!(
+        Script::from_json_str(&text),
+        Err(ScriptError::Invalid(why)) if why.contains("at least")
+    ));
+    let mut config = MockConfig::new(Script::default());
+    config.latency = Latency {
+        first_token_ms: 1,
+        tokens_per_second: Some(1e-300),
+    };
+    let refused = MockServer::start(config).await.unwrap_err();
+    assert!(
+        matches!(refused, agent_responses_mock::MockError::Latency(_)),
+        "{refused}"
+    );
+    let script = Script {
+        latency: serde_json::from_value(tiny).unwrap(),
+        ..Script::default()
+    };
+    assert!(MockServer::start(MockConfig::new(script)).await.is_err());
+}

@@ -37,7 +37,7 @@ impl Session {
         // tokio's sleep turns a window too long for an `Instant` into "never".
         let deadline = tokio::time::sleep(window).deadline();
         loop {
-            let frame = match self.backlog.pop_front() {
+            let frame = match self.pending.take() {
                 Some(frame) => frame,
                 None => match tokio::time::timeout_at(deadline, self.frames.recv()).await {
                     Ok(Some(frame)) => frame,
@@ -46,7 +46,7 @@ impl Session {
                 },
             };
             let Ok(ClientEvent::Steer(steer)) = ClientEvent::from_json(&frame) else {
-                self.backlog.push_front(frame);
+                self.pending = Some(frame);
                 return Ok(None);
             };
             self.state.ws.record(&frame);

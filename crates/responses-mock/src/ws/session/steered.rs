@@ -133,7 +133,7 @@ pub(super) fn steered_parent(
 pub(super) fn successor(
     parent_id: &str,
     request: CreateResponse,
-    parent_context: Vec<Item>,
+    (parent_chain, parent_context): (std::sync::Arc<crate::chain::Chain>, Vec<Item>),
     steer: &SteerInput,
     lane: Option<String>,
     latency: crate::Latency,
@@ -148,6 +148,7 @@ pub(super) fn successor(
     let output = vec![finish_item(&message_json(&text))];
     Job {
         request: successor_request,
+        base: Some(parent_chain),
         context: successor_context,
         output,
         lane,

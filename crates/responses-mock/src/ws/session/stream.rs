@@ -9,10 +9,12 @@ use serde_json::Value;
 use super::reply::with_output;
 use super::steered::{self, SteeredParent, acceptance_point, accepted_event, is_function_call};
 use super::{Job, Served, Session, Stop};
+use crate::chain::Chain;
 use crate::respond::{new_id, response_object, tokens};
 use crate::script::{Fault, FaultKind};
 use crate::validate::ApiFailure;
 use crate::ws::{Entry, FaultPoint};
+use std::sync::Arc;
 use std::time::Duration;
 
 impl Session {
@@ -30,6 +32,7 @@ impl Session {
     async fn respond_once(&mut self, job: Job) -> Served<Option<Job>> {
         let Job {
             request,
+            base,
             context,
             output,
             lane,
@@ -47,9 +50,12 @@ impl Session {
             tokens(&Value::Array(output.clone()).to_string()),
         );
         let response = response_object(&id, &request, &status, output.clone(), Some(usage.clone()));
-        // A script's own delta size is kept exactly; the default one grows for long texts.
-        let delta_chars = delta_chars
-            .unwrap_or_else(|| crate::sse::default_delta_chars(&response, self.state.delta_chars));
+        // A script's own delta size is kept unless it makes more than
+        // `MAX_SCRIPTED_DELTAS` deltas; the default one grows for long texts.
+        let delta_chars = match delta_chars {
+            Some(chars) => crate::sse::scripted_delta_chars(&response, chars),
+            None => crate::sse::default_delta_chars(&response, self.state.delta_chars),
+        };
         let events = crate::sse::events(&response, delta_chars, text_deltas);
         let is_call = is_function_call(&output);
         let hold = hold.and_then(|window| Some((acceptance_point(&events, is_call)?, window)));
@@ -77,7 +83,7 @@ impl Session {
             let full = with_output(context, &output);
             let entry = Entry {
                 request,
-                context: full,
+                context: Chain::after(base.as_ref(), full),
                 status,
                 queued: Vec::new(),
                 required: Vec::new(),
@@ -92,7 +98,7 @@ impl Session {
             let full = with_output(context, &output);
             let entry = Entry {
                 request,
-                context: full,
+                context: Chain::after(base.as_ref(), full),
                 status: "completed".into(),
                 queued: vec![steer.input.to_items()],
                 required: required.clone(),
@@ -115,9 +121,10 @@ impl Session {
         if let Ok(item) = serde_json::from_value::<Item>(partial) {
             parent_context.push(item);
         }
+        let parent_chain = Chain::after(base.as_ref(), parent_context.clone());
         let entry = Entry {
             request: request.clone(),
-            context: parent_context.clone(),
+            context: Arc::clone(&parent_chain),
             status: "incomplete".into(),
             queued: Vec::new(),
             required: Vec::new(),
@@ -132,7 +139,7 @@ impl Session {
         Ok(Some(steered::successor(
             &id,
             request,
-            parent_context,
+            (parent_chain, parent_context),
             &steer.input,
             lane,
             latency,
@@ -165,20 +172,14 @@ impl Session {
                 break;
             }
             if let Some(at) = due.get(index) {
-                tokio::time::sleep_until(started + *at).await;
+                tokio::time::sleep_until(crate::latency::deadline(started, *at)).await;
             }
             if let Some(fault) = fault.filter(|f| f.after_events == index) {
                 match fault.kind {
                     // The connection breaks mid-response (no close frame): what a cut
                     // body is over HTTP.
                     FaultKind::Cut => return Err(Stop::Drop),
-                    FaultKind::Stall => {
-                        // Nothing more until the client goes; its frames wait unanswered.
-                        while let Some(frame) = self.frames.recv().await {
-                            self.backlog.push_back(frame);
-                        }
-                        return Err(Stop::Gone);
-                    }
+                    FaultKind::Stall => return self.stall().await,
                     FaultKind::KeepAlive => return self.keep_alive(fault).await,
                     FaultKind::Gate => {
                         if let Some(name) = fault.gate.as_deref() {
