@@ -292,7 +292,7 @@ fn history_on_an_unwritable_database_says_why() {
     let file = dir.path().join("ro.db");
     assert!(
         stderr.contains(&format!("hint: {} cannot be written", file.display()))
-            && stderr.contains("`history` and `memory` need to write to it"),
+            && stderr.contains("`history`, `memory` and `runs search` need to write to it"),
         "{stderr}"
     );
     let out = in_sandbox(&["runs", "list"]);

@@ -150,34 +150,38 @@ impl Tool for Shell {
     }
 }
 
-/// Kills the command when dropped, unless disarmed: its leader's children, then its group.
+/// Kills the command when dropped, unless disarmed: its group and its leader's children.
 struct GroupGuard {
     pgid: Option<u32>,
 }
 
 impl GroupGuard {
     /// Kills the group; while the leader (bash, or the sandbox's entry point, which ran
-    /// `exec`) is not yet reaped, its children first: a sandboxed command is in a process
+    /// `exec`) is not yet reaped, its children too: a sandboxed command is in a process
     /// group of its own, and killing the first process of its PID namespace ends everything
     /// in it, a daemon that left every group included. After the leader was reaped its pid
     /// may name another process, so only the group is killed (the command's namespace
     /// ended before the entry point could exit).
     fn kill(&mut self, leader_reaped: bool) {
         if let Some(pgid) = self.pgid.take() {
-            if !leader_reaped {
-                kill_children(pgid);
+            if leader_reaped {
+                kill_group(pgid);
+            } else {
+                kill_group_and_children(pgid);
             }
-            kill_group(pgid);
         }
     }
 }
 
-/// SIGKILLs the children of process `pid` (no unsafe, no libc: bash reads `/proc`).
-fn kill_children(pid: u32) {
+/// SIGKILLs process group `pgid` and then the children its leader had (read before, while
+/// the leader lives): one `kill`, so that nothing of the group runs on between the two (an
+/// unsandboxed shell whose `sleep` died first would go on to its next command). No unsafe,
+/// no libc: bash reads `/proc`.
+fn kill_group_and_children(pgid: u32) {
     let _ = std::process::Command::new("bash")
         .arg("-c")
         .arg(format!(
-            "kill -KILL $(cat /proc/{pid}/task/*/children 2>/dev/null) 2>/dev/null"
+            "c=$(cat /proc/{pgid}/task/*/children 2>/dev/null); kill -KILL -- -{pgid} $c 2>/dev/null"
         ))
         .stdin(Stdio::null())
         .stdout(Stdio::null())
