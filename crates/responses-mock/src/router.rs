@@ -25,6 +25,7 @@ use self::replies::{ApiBody, failure, json_response, request_error};
 pub(crate) use self::state::AppState;
 pub use self::state::RecordedRequest;
 use self::state::lock;
+pub(crate) use self::typed::create_frame_wrong;
 use crate::validate::{ApiFailure, check_auth};
 
 /// The axum router over `state`.

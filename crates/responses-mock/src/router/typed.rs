@@ -67,6 +67,18 @@ pub(super) fn explain(
     })
 }
 
+/// The first field of a WebSocket `response.create` frame (the request's fields sit beside
+/// `type`) that has the wrong type; `None` for any other frame, or one whose fields fit.
+pub(crate) fn create_frame_wrong(frame: &str) -> Option<ApiFailure> {
+    let Ok(Value::Object(map)) = serde_json::from_str::<Value>(frame) else {
+        return None;
+    };
+    if map.get("type").and_then(Value::as_str) != Some("response.create") {
+        return None;
+    }
+    first_wrong(&map, CREATE_FIELDS)
+}
+
 fn first_wrong(map: &Map<String, Value>, fields: &[(&str, Expect)]) -> Option<ApiFailure> {
     fields.iter().find_map(|(name, expect)| {
         let value = map.get(*name)?;

@@ -283,11 +283,15 @@ impl Session {
         }
         match ClientEvent::from_json(frame) {
             Err(err) => {
-                let failure = ApiFailure::invalid(
-                    format!("Invalid client event: {err}"),
-                    None,
-                    Some("invalid_request"),
-                );
+                // A create whose field has the wrong type is named as the HTTP endpoint
+                // names it (`invalid_type`, `param`); anything else is not a client event.
+                let failure = crate::router::create_frame_wrong(frame).unwrap_or_else(|| {
+                    ApiFailure::invalid(
+                        format!("Invalid client event: {err}"),
+                        None,
+                        Some("invalid_request"),
+                    )
+                });
                 self.send_error(&failure, None).await
             }
             Ok(ClientEvent::Create(create)) => self.create(create, frame).await,

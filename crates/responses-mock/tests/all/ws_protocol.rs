@@ -167,3 +167,60 @@ async fn a_stalled_session_drops_what_the_client_sends() {
     assert_eq!(server.ws_frames().len(), 1);
     ws.close(None).await.unwrap();
 }
+
+/// A `response.create` frame whose field has the wrong type is answered as the HTTP
+/// endpoint answers the same body: `invalid_type` naming the field, not "Invalid client
+/// event"; a frame that is no client event still is one; the session goes on after both.
+#[tokio::test]
+async fn a_create_frame_with_a_field_of_the_wrong_type_names_it() {
+    use futures::{SinkExt as _, StreamExt as _};
+    use tokio_tungstenite::tungstenite::Message;
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest as _;
+    let server = server().await;
+    let mut request = format!("ws://{}/v1/responses", server.addr())
+        .into_client_request()
+        .unwrap();
+    request
+        .headers_mut()
+        .insert("authorization", "Bearer sk-test".parse().unwrap());
+    let (mut ws, _) = tokio_tungstenite::connect_async(request).await.unwrap();
+    let mut answer = async |frame: serde_json::Value| {
+        ws.send(Message::text(frame.to_string())).await.unwrap();
+        loop {
+            match tokio::time::timeout(Duration::from_secs(10), ws.next()).await {
+                Ok(Some(Ok(Message::Text(text)))) => {
+                    break serde_json::from_str::<serde_json::Value>(&text).unwrap();
+                }
+                Ok(Some(Ok(_))) => continue,
+                other => panic!("no event: {other:?}"),
+            }
+        }
+    };
+    let cases = [
+        (
+            json!({"type": "response.create", "model": 5, "input": "hi"}),
+            "model",
+        ),
+        (
+            json!({"type": "response.create", "model": "m", "input": "hi", "tools": "x"}),
+            "tools",
+        ),
+        (
+            json!({"type": "response.create", "model": "m", "input": [1]}),
+            "input[0]",
+        ),
+    ];
+    for (frame, param) in cases {
+        let event = answer(frame).await;
+        assert_eq!(event["type"], "error", "{event}");
+        assert_eq!(event["status"], 400, "{event}");
+        assert_eq!(event["error"]["code"], "invalid_type", "{event}");
+        assert_eq!(event["error"]["param"], param, "{event}");
+    }
+    let event = answer(json!({"type": "response.cancel"})).await;
+    assert_eq!(event["error"]["code"], "invalid_request", "{event}");
+    let message = event["error"]["message"].as_str().unwrap();
+    assert!(message.starts_with("Invalid client event"), "{event}");
+    let event = answer(json!({"type": "response.create", "model": "m", "input": "hi"})).await;
+    assert_eq!(event["type"], "response.created", "{event}");
+}
