@@ -27,6 +27,8 @@ pub(crate) fn replay(reads: Reads, thread: String, after: i64) -> EventStream {
         thread: String,
         last: i64,
         buffer: VecDeque<Event>,
+        /// Yielded once the buffer (the good events before it) is drained; then the end.
+        failed: Option<JournalError>,
         done: bool,
     }
     let state = State {
@@ -34,6 +36,7 @@ pub(crate) fn replay(reads: Reads, thread: String, after: i64) -> EventStream {
         thread,
         last: after,
         buffer: VecDeque::new(),
+        failed: None,
         done: false,
     };
     Box::pin(futures::stream::unfold(state, |mut s| async move {
@@ -41,6 +44,9 @@ pub(crate) fn replay(reads: Reads, thread: String, after: i64) -> EventStream {
             if let Some(event) = s.buffer.pop_front() {
                 s.last = event.seq;
                 return Some((Ok(event), s));
+            }
+            if let Some(err) = s.failed.take() {
+                return Some((Err(err), s));
             }
             if s.done {
                 return None;
@@ -52,7 +58,9 @@ pub(crate) fn replay(reads: Reads, thread: String, after: i64) -> EventStream {
                 }
                 Err(err) => {
                     s.done = true;
-                    return Some((Err(err), s));
+                    let (good, err) = salvage(&s.reads, &s.thread, s.last, err).await;
+                    s.buffer.extend(good);
+                    s.failed = Some(err);
                 }
             }
         }
@@ -66,6 +74,8 @@ struct TailState {
     kind: Option<String>,
     last: i64,
     buffer: VecDeque<Event>,
+    /// Yielded once the buffer (the good events before it) is drained.
+    failed: Option<JournalError>,
     /// Changes when this thread is written by this process, or (PostgreSQL) notified by
     /// another one ([`crate::commits`]).
     committed: watch::Receiver<u64>,
@@ -110,6 +120,7 @@ pub(crate) fn tail(
         kind,
         last: after,
         buffer: VecDeque::new(),
+        failed: None,
         committed: wakes.committed,
         listening: wakes.listening,
         poll,
@@ -120,6 +131,9 @@ pub(crate) fn tail(
             // `last` is where the reads got to (it moved when the buffered page was read).
             if let Some(event) = s.buffer.pop_front() {
                 return Some((Ok(event), s));
+            }
+            if let Some(err) = s.failed.take() {
+                return Some((Err(err), s));
             }
             if let Some(listening) = s.listening.take() {
                 wait_for_listen(listening, s.poll).await;
@@ -138,6 +152,15 @@ pub(crate) fn tail(
                     s.last = seen;
                     s.buffer.extend(page);
                 }
+                Err(err) if s.kind.is_none() => {
+                    s.wait_first = true;
+                    let (good, err) = salvage(&s.reads, &s.thread, s.last, err).await;
+                    if let Some(event) = good.last() {
+                        s.last = event.seq;
+                    }
+                    s.buffer.extend(good);
+                    s.failed = Some(err);
+                }
                 Err(err) => {
                     s.wait_first = true;
                     return Some((Err(err), s));
@@ -145,6 +168,35 @@ pub(crate) fn tail(
             }
         }
     }))
+}
+
+/// After a page of `thread` past `after` failed with `err`: when `err` is a corrupt stored
+/// payload, the good events before it (read one at a time, at most a page of them), so a
+/// reader sees everything up to the corrupt event before its error; and the error to
+/// report (the corrupt event's, as read again, or `err`).
+async fn salvage(
+    reads: &Reads,
+    thread: &str,
+    mut after: i64,
+    err: JournalError,
+) -> (Vec<Event>, JournalError) {
+    if !matches!(err, JournalError::CorruptPayload { .. }) {
+        return (Vec::new(), err);
+    }
+    let mut good = Vec::new();
+    while (good.len() as i64) < PAGE {
+        match reads.replay_page(thread, after, 1).await {
+            Ok(page) => match page.into_iter().next() {
+                Some(event) => {
+                    after = event.seq;
+                    good.push(event);
+                }
+                None => break,
+            },
+            Err(again) => return (good, again),
+        }
+    }
+    (good, err)
 }
 
 /// The tail's next page after `s.last` and the seq the read saw up to. A tail of one kind

@@ -142,6 +142,46 @@ async fn tail_stops_at_a_corrupt_event() {
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("corrupt payload"), "{stderr}");
     assert!(!stderr.contains("retrying"), "{stderr}");
+    // The good events before it were printed first.
+    assert_eq!(printed_ns(&out.stdout), [0, 1], "{stderr}");
+}
+
+/// The `n` of each event line of `stdout`.
+fn printed_ns(stdout: &[u8]) -> Vec<i64> {
+    String::from_utf8_lossy(stdout)
+        .lines()
+        .map(|line| {
+            let event: Value = serde_json::from_str(line).unwrap();
+            event["payload"]["n"].as_i64().unwrap()
+        })
+        .collect()
+}
+
+/// `replay` of a thread with a corrupt event in its middle prints the events before it,
+/// then fails naming it; nothing after it is printed as if the thread ended there. (The
+/// whole page used to fail, so a corrupt event hid every good one read with it.)
+#[tokio::test]
+async fn replay_prints_the_events_before_a_corrupt_one() {
+    let (dir, url, journal) = seeded().await;
+    journal.close().await;
+    let conn = rusqlite::Connection::open(dir.path().join("j.db")).unwrap();
+    let changed = conn
+        .execute(
+            "UPDATE journal_events SET payload = '{not json' WHERE thread = 't1' AND seq = \
+             (SELECT seq FROM journal_events WHERE thread = 't1' ORDER BY seq LIMIT 1 OFFSET 1)",
+            [],
+        )
+        .unwrap();
+    assert_eq!(changed, 1);
+    drop(conn);
+    let out = agentctl(&url)
+        .args(["--json", "journal", "replay", "--thread", "t1"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("corrupt payload"), "{stderr}");
+    assert_eq!(printed_ns(&out.stdout), [0], "{stderr}");
 }
 
 /// A thread name the journal would refuse is a usage error, named before anything opens
