@@ -5,6 +5,8 @@
 
 #[path = "all/fuzz_common.rs"]
 mod fuzz_common;
+#[path = "all/ws_client.rs"]
+mod ws_client;
 
 #[path = "all/bounds.rs"]
 mod bounds;

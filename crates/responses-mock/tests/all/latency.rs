@@ -127,18 +127,11 @@ async fn the_servers_latency_applies_when_the_script_sets_none() {
 async fn the_websocket_mode_takes_the_same_time() {
     use futures::{SinkExt as _, StreamExt as _};
     use tokio_tungstenite::tungstenite::Message;
-    use tokio_tungstenite::tungstenite::client::IntoClientRequest as _;
     let latency = json!({"first_token_ms": 300, "tokens_per_second": 100});
     let server = MockServer::start(MockConfig::new(script(latency, None)))
         .await
         .unwrap();
-    let mut request = format!("ws://{}/v1/responses", server.addr())
-        .into_client_request()
-        .unwrap();
-    request
-        .headers_mut()
-        .insert("authorization", "Bearer sk-test".parse().unwrap());
-    let (mut ws, _) = tokio_tungstenite::connect_async(request).await.unwrap();
+    let mut ws = crate::ws_client::connect(&server).await;
     let start = Instant::now();
     let create = json!({"type": "response.create", "model": "m", "input": "slow please"});
     ws.send(Message::text(create.to_string())).await.unwrap();

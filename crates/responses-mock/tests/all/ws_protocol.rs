@@ -132,7 +132,6 @@ async fn protocol_violations_are_closed_with_1002() {
 async fn a_stalled_session_drops_what_the_client_sends() {
     use futures::{SinkExt as _, StreamExt as _};
     use tokio_tungstenite::tungstenite::Message;
-    use tokio_tungstenite::tungstenite::client::IntoClientRequest as _;
     let script = Script::from_json_str(
         &json!({"rules": [{"name": "stall", "reply": {"items": [{"type": "message",
             "role": "assistant", "content": [{"type": "output_text", "text": "hello"}]}]},
@@ -141,13 +140,7 @@ async fn a_stalled_session_drops_what_the_client_sends() {
     )
     .unwrap();
     let server = MockServer::start(MockConfig::new(script)).await.unwrap();
-    let mut request = format!("ws://{}/v1/responses", server.addr())
-        .into_client_request()
-        .unwrap();
-    request
-        .headers_mut()
-        .insert("authorization", "Bearer sk-test".parse().unwrap());
-    let (mut ws, _) = tokio_tungstenite::connect_async(request).await.unwrap();
+    let mut ws = crate::ws_client::connect(&server).await;
     let create = json!({"type": "response.create", "model": "m", "input": "hi"});
     ws.send(Message::text(create.to_string())).await.unwrap();
     for _ in 0..2 {
@@ -175,15 +168,8 @@ async fn a_stalled_session_drops_what_the_client_sends() {
 async fn a_create_frame_with_a_field_of_the_wrong_type_names_it() {
     use futures::{SinkExt as _, StreamExt as _};
     use tokio_tungstenite::tungstenite::Message;
-    use tokio_tungstenite::tungstenite::client::IntoClientRequest as _;
     let server = server().await;
-    let mut request = format!("ws://{}/v1/responses", server.addr())
-        .into_client_request()
-        .unwrap();
-    request
-        .headers_mut()
-        .insert("authorization", "Bearer sk-test".parse().unwrap());
-    let (mut ws, _) = tokio_tungstenite::connect_async(request).await.unwrap();
+    let mut ws = crate::ws_client::connect(&server).await;
     let mut answer = async |frame: serde_json::Value| {
         ws.send(Message::text(frame.to_string())).await.unwrap();
         loop {
