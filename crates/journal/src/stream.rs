@@ -1,6 +1,7 @@
 //! Replay and tail as streams.
 
 use std::collections::VecDeque;
+use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
@@ -58,7 +59,8 @@ pub(crate) fn replay(reads: Reads, thread: String, after: i64) -> EventStream {
                 }
                 Err(err) => {
                     s.done = true;
-                    let (good, err) = salvage(&s.reads, &s.thread, s.last, err).await;
+                    let next = thread_events(&s.reads, &s.thread);
+                    let (good, _, err) = salvage(err, s.last, next).await;
                     s.buffer.extend(good);
                     s.failed = Some(err);
                 }
@@ -152,51 +154,96 @@ pub(crate) fn tail(
                     s.last = seen;
                     s.buffer.extend(page);
                 }
-                Err(err) if s.kind.is_none() => {
-                    s.wait_first = true;
-                    let (good, err) = salvage(&s.reads, &s.thread, s.last, err).await;
-                    if let Some(event) = good.last() {
-                        s.last = event.seq;
-                    }
-                    s.buffer.extend(good);
-                    s.failed = Some(err);
-                }
                 Err(err) => {
                     s.wait_first = true;
-                    return Some((Err(err), s));
+                    let (good, last, err) = match &s.kind {
+                        None => salvage(err, s.last, thread_events(&s.reads, &s.thread)).await,
+                        Some(kind) => {
+                            let next = kind_events(&s.reads, &s.thread, kind);
+                            salvage(err, s.last, next).await
+                        }
+                    };
+                    s.last = last;
+                    s.buffer.extend(good);
+                    s.failed = Some(err);
                 }
             }
         }
     }))
 }
 
-/// After a page of `thread` past `after` failed with `err`: when `err` is a corrupt stored
-/// payload, the good events before it (read one at a time, at most a page of them), so a
-/// reader sees everything up to the corrupt event before its error; and the error to
-/// report (the corrupt event's, as read again, or `err`).
-async fn salvage(
-    reads: &Reads,
-    thread: &str,
-    mut after: i64,
+/// One read of [`salvage`]: the next item after a cursor, and the cursor after it.
+type Next<T, C> = Pin<Box<dyn Future<Output = Result<Option<(T, C)>, JournalError>> + Send>>;
+
+/// After a page read from `cursor` failed with `err`: when `err` is a corrupt stored
+/// payload, the good items before it, read one at a time with `next` (at most a page of
+/// them, the most the failed read could have held), so a reader gets everything up to the
+/// corrupt event before its error; the cursor after them; and the error to report (the
+/// corrupt event's as read again, or `err` when the items ran out first). Any other error
+/// is reported as it is, with nothing read.
+async fn salvage<T, C: Copy>(
     err: JournalError,
-) -> (Vec<Event>, JournalError) {
+    mut cursor: C,
+    next: impl Fn(C) -> Next<T, C>,
+) -> (Vec<T>, C, JournalError) {
     if !matches!(err, JournalError::CorruptPayload { .. }) {
-        return (Vec::new(), err);
+        return (Vec::new(), cursor, err);
     }
     let mut good = Vec::new();
     while (good.len() as i64) < PAGE {
-        match reads.replay_page(thread, after, 1).await {
-            Ok(page) => match page.into_iter().next() {
-                Some(event) => {
-                    after = event.seq;
-                    good.push(event);
-                }
-                None => break,
-            },
-            Err(again) => return (good, again),
+        match next(cursor).await {
+            Ok(Some((item, after))) => {
+                good.push(item);
+                cursor = after;
+            }
+            Ok(None) => break,
+            Err(again) => return (good, cursor, again),
         }
     }
-    (good, err)
+    (good, cursor, err)
+}
+
+/// [`salvage`]'s reads of `thread`'s events, cursor the seq.
+fn thread_events(reads: &Reads, thread: &str) -> impl Fn(i64) -> Next<Event, i64> {
+    let (reads, thread) = (reads.clone(), thread.to_string());
+    move |after| {
+        let (reads, thread) = (reads.clone(), thread.clone());
+        Box::pin(async move {
+            let page = reads.replay_page(&thread, after, 1).await?;
+            Ok(page.into_iter().next().map(|event| {
+                let seq = event.seq;
+                (event, seq)
+            }))
+        })
+    }
+}
+
+/// [`salvage`]'s reads of `thread`'s events of `kind`, cursor the seq read up to.
+fn kind_events(reads: &Reads, thread: &str, kind: &str) -> impl Fn(i64) -> Next<Event, i64> {
+    let (reads, thread, kind) = (reads.clone(), thread.to_string(), kind.to_string());
+    move |after| {
+        let (reads, thread, kind) = (reads.clone(), thread.clone(), kind.clone());
+        Box::pin(async move {
+            let page = reads.replay_kind_page(&thread, &kind, after, 1).await?;
+            let seen = page.seen;
+            Ok(page.events.into_iter().next().map(|event| (event, seen)))
+        })
+    }
+}
+
+/// [`salvage`]'s reads of the whole journal, cursor the position.
+fn journal_events(reads: &Reads) -> impl Fn(Position) -> Next<(Position, Event), Position> {
+    let reads = reads.clone();
+    move |after| {
+        let reads = reads.clone();
+        Box::pin(async move {
+            let page = reads.journal_page(after, 1).await?;
+            Ok(page.into_iter().next().map(|item| {
+                let position = item.0;
+                (item, position)
+            }))
+        })
+    }
 }
 
 /// The tail's next page after `s.last` and the seq the read saw up to. A tail of one kind
@@ -246,6 +293,8 @@ struct TailAllState {
     reads: Reads,
     last: Position,
     buffer: VecDeque<(Position, Event)>,
+    /// Yielded once the buffer (the good events before it) is drained.
+    failed: Option<JournalError>,
     /// Changes on every commit of this process and every notification from another one.
     committed: watch::Receiver<u64>,
     listening: Option<watch::Receiver<bool>>,
@@ -272,6 +321,7 @@ pub(crate) fn tail_all(
         reads,
         last: after,
         buffer: VecDeque::new(),
+        failed: None,
         committed: wakes.committed,
         listening: wakes.listening,
         poll,
@@ -281,6 +331,9 @@ pub(crate) fn tail_all(
         loop {
             if let Some(item) = s.buffer.pop_front() {
                 return Some((Ok(item), s));
+            }
+            if let Some(err) = s.failed.take() {
+                return Some((Err(err), s));
             }
             if let Some(listening) = s.listening.take() {
                 wait_for_listen(listening, s.poll).await;
@@ -299,7 +352,11 @@ pub(crate) fn tail_all(
                 }
                 Err(err) => {
                     s.wait_first = true;
-                    return Some((Err(err), s));
+                    let next = journal_events(&s.reads);
+                    let (good, last, err) = Box::pin(salvage(err, s.last, next)).await;
+                    s.last = last;
+                    s.buffer.extend(good);
+                    s.failed = Some(err);
                 }
             }
         }

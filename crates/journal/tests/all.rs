@@ -9,6 +9,8 @@ mod support;
 
 #[path = "all/conformance.rs"]
 mod conformance;
+#[path = "all/corrupt_reads.rs"]
+mod corrupt_reads;
 #[path = "all/crash.rs"]
 mod crash;
 #[path = "all/fuzz_journal.rs"]
