@@ -14,6 +14,8 @@ use crate::event::Event;
 use crate::position::Position;
 
 /// A stream of events; an `Err` item reports a failed read (tail keeps going after it).
+/// A stored event that does not decode ([`JournalError::CorruptPayload`]) comes as an
+/// `Err` after every good event before it, never in place of them.
 pub type EventStream = Pin<Box<dyn Stream<Item = Result<Event, JournalError>> + Send>>;
 
 /// A stream of the whole journal's events with their positions
