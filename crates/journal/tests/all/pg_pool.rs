@@ -7,11 +7,13 @@ use agent_journal::{Journal, JournalOptions, NewEvent};
 use serde_json::json;
 use sqlx::Connection as _;
 
-/// Connections of other sessions to the database `conn` is connected to.
+/// Client connections of other sessions to the database `conn` is connected to (an
+/// autovacuum worker on it shows in `pg_stat_activity` too, and is not one).
 async fn connections(conn: &mut sqlx::PgConnection) -> i64 {
     sqlx::query_scalar(
         "SELECT count(*) FROM pg_stat_activity \
-         WHERE datname = current_database() AND pid <> pg_backend_pid()",
+         WHERE datname = current_database() AND pid <> pg_backend_pid() \
+         AND backend_type = 'client backend'",
     )
     .fetch_one(conn)
     .await
