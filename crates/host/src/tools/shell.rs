@@ -58,18 +58,28 @@ pub fn asks_escalation(name: &str, arguments: &str) -> bool {
             .is_some_and(|v| v == ESCALATE)
 }
 
+/// The watchdog both wrappers start before their `exec`: once process `$1` (this host) is
+/// gone, it kills the wrapper's children (the command's leader, and through it a sandboxed
+/// command's PID namespace) and then its whole group. It holds none of the command's pipes.
+macro_rules! watchdog {
+    () => {
+        "( while kill -0 \"$1\" 2>/dev/null; do sleep 1; done; \
+         for c in $(cat /proc/$$/task/*/children); do [ \"$c\" = \"$BASHPID\" ] || kill -KILL \"$c\"; done; \
+         kill -KILL 0 ) </dev/null >/dev/null 2>&1 & "
+    };
+}
+
 /// Runs `$2` in bash with a watchdog in its process group that kills the whole group once
 /// process `$1` (this host) is gone, so a command outlives neither `kill -9` of the host
 /// nor its normal end. The watchdog holds none of the command's pipes.
-const WRAPPER: &str = "( while kill -0 \"$1\" 2>/dev/null; do sleep 1; done; \
-    for c in $(cat /proc/$$/task/*/children); do [ \"$c\" = \"$BASHPID\" ] || kill -KILL \"$c\"; done; \
-    kill -KILL 0 ) </dev/null >/dev/null 2>&1 & exec bash -c \"$2\"";
+const WRAPPER: &str = concat!(watchdog!(), "exec bash -c \"$2\"");
 
 /// [`WRAPPER`], with the command started through the sandbox's entry point `$3` under the
 /// policy `$4`; the watchdog stays outside the sandbox.
-const SANDBOXED_WRAPPER: &str = "( while kill -0 \"$1\" 2>/dev/null; do sleep 1; done; \
-    for c in $(cat /proc/$$/task/*/children); do [ \"$c\" = \"$BASHPID\" ] || kill -KILL \"$c\"; done; \
-    kill -KILL 0 ) </dev/null >/dev/null 2>&1 & exec \"$3\" __sandbox-exec \"$4\" -- bash -c \"$2\"";
+const SANDBOXED_WRAPPER: &str = concat!(
+    watchdog!(),
+    "exec \"$3\" __sandbox-exec \"$4\" -- bash -c \"$2\""
+);
 
 /// How long output is still read after the command exited (a background job that keeps
 /// the pipes open is killed with the group after this).
@@ -178,23 +188,22 @@ impl GroupGuard {
 /// unsandboxed shell whose `sleep` died first would go on to its next command). No unsafe,
 /// no libc: bash reads `/proc`.
 fn kill_group_and_children(pgid: u32) {
-    let _ = std::process::Command::new("bash")
-        .arg("-c")
-        .arg(format!(
-            "c=$(cat /proc/{pgid}/task/*/children 2>/dev/null); kill -KILL -- -{pgid} $c 2>/dev/null"
-        ))
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status();
+    bash_kill(&format!(
+        "c=$(cat /proc/{pgid}/task/*/children 2>/dev/null); kill -KILL -- -{pgid} $c 2>/dev/null"
+    ));
 }
 
 /// SIGKILLs process group `pgid` (a tool's child and everything it started). No unsafe here
 /// (no libc): bash's `kill` builtin signals the whole group.
 pub(crate) fn kill_group(pgid: u32) {
+    bash_kill(&format!("kill -KILL -- -{pgid} 2>/dev/null"));
+}
+
+/// Runs `script` (a `kill`) in bash, waiting for it; nothing of it is read.
+fn bash_kill(script: &str) {
     let _ = std::process::Command::new("bash")
         .arg("-c")
-        .arg(format!("kill -KILL -- -{pgid} 2>/dev/null"))
+        .arg(script)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
