@@ -17,13 +17,21 @@ use serde_json::{Map, Value};
 /// Print one JSON value as a single line on stdout, safe on a terminal ([`TerminalSafe`]).
 pub fn json_line<T: Serialize + ?Sized>(value: &T) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
-    value.serialize(&mut serde_json::Serializer::with_formatter(
-        &mut out,
-        TerminalSafe,
-    ))?;
+    write_terminal_safe(&mut out, value)?;
     out.write_all(b"\n")?;
     out.flush()?;
     Ok(())
+}
+
+/// `value` as compact JSON on `out`, with [`TerminalSafe`]'s escapes.
+fn write_terminal_safe<W: std::io::Write, T: Serialize + ?Sized>(
+    out: W,
+    value: &T,
+) -> serde_json::Result<()> {
+    value.serialize(&mut serde_json::Serializer::with_formatter(
+        out,
+        TerminalSafe,
+    ))
 }
 
 /// Compact JSON whose strings hold no character a terminal acts on: the encoder escapes C0
@@ -94,18 +102,17 @@ pub fn typed_line(kind: &str, value: impl Serialize) -> anyhow::Result<()> {
 /// the error line); JSON output ([`json_line`], [`json_text`]) writes the same characters
 /// as JSON escapes instead.
 pub fn display(text: &str) -> std::borrow::Cow<'_, str> {
-    let unsafe_char = terminal_acts_on;
-    if !text.chars().any(unsafe_char) {
+    if !text.chars().any(terminal_acts_on) {
         return std::borrow::Cow::Borrowed(text);
     }
     let mut shown = String::with_capacity(text.len() + 8);
     for c in text.chars() {
         match c {
             '\r' => shown.push_str("\\r"),
-            c if unsafe_char(c) && u32::from(c) < 0x80 => {
+            c if terminal_acts_on(c) && u32::from(c) < 0x80 => {
                 shown.push_str(&format!("\\x{:02x}", u32::from(c)));
             }
-            c if unsafe_char(c) => shown.push_str(&format!("\\u{{{:x}}}", u32::from(c))),
+            c if terminal_acts_on(c) => shown.push_str(&format!("\\u{{{:x}}}", u32::from(c))),
             c => shown.push(c),
         }
     }
@@ -118,10 +125,7 @@ pub fn display(text: &str) -> std::borrow::Cow<'_, str> {
 /// printed in human output ([`line()`]), such as a run's parsed answer piped to `jq`.
 pub fn json_text<T: Serialize + ?Sized>(value: &T) -> serde_json::Result<String> {
     let mut out = Vec::new();
-    value.serialize(&mut serde_json::Serializer::with_formatter(
-        &mut out,
-        TerminalSafe,
-    ))?;
+    write_terminal_safe(&mut out, value)?;
     // The encoder writes UTF-8 only; the lossy form never changes it.
     Ok(String::from_utf8_lossy(&out).into_owned())
 }
