@@ -13,7 +13,10 @@ pub const MAX_DEDUP_KEY_BYTES: usize = 512;
 /// Largest payload, in bytes of its compact JSON encoding (4 MiB).
 pub const MAX_PAYLOAD_BYTES: usize = 4 * 1024 * 1024;
 
-pub(crate) fn check_thread(thread: &str) -> Result<(), JournalError> {
+/// Whether the journal takes `thread` as a thread name (non-empty, at most
+/// [`MAX_THREAD_BYTES`], no NUL): [`JournalError::InvalidInput`] saying why not. Every read
+/// and append checks it; a caller may check first, to refuse bad input before opening.
+pub fn check_thread(thread: &str) -> Result<(), JournalError> {
     check_name("thread", thread, MAX_THREAD_BYTES)
 }
 

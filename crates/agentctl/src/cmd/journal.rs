@@ -38,20 +38,11 @@ pub enum JournalCmd {
 /// A thread name the journal accepts (a usage error otherwise, before any database is
 /// opened).
 fn thread_name(name: &str) -> Result<String, String> {
-    if name.is_empty() {
-        return Err("must not be empty".into());
+    match agent_journal::check_thread(name) {
+        Ok(()) => Ok(name.to_string()),
+        Err(agent_journal::JournalError::InvalidInput { reason, .. }) => Err(reason),
+        Err(other) => Err(other.to_string()),
     }
-    if name.len() > agent_journal::MAX_THREAD_BYTES {
-        return Err(format!(
-            "is {} bytes, the limit is {}",
-            name.len(),
-            agent_journal::MAX_THREAD_BYTES
-        ));
-    }
-    if name.contains('\0') {
-        return Err("must not contain NUL".into());
-    }
-    Ok(name.to_string())
 }
 
 pub async fn run(global: &GlobalArgs, cmd: JournalCmd) -> anyhow::Result<ExitCode> {
