@@ -8,7 +8,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use agent_responses::types::{Caller, Item};
+use agent_responses::types::{Caller, Input, Item};
 use axum::http::HeaderMap;
 
 /// An API error as the emulator sends it.
@@ -223,9 +223,13 @@ const INPUT_ITEM_TYPES: &[&str] = &[
 ];
 
 /// Refuses an item of the request's own `input` whose `type` the API does not know (a
-/// 400 with `param: "input[N].type"`), or whose `type` is not a string.
-pub fn check_input_types(input: &[Item]) -> Result<(), ApiFailure> {
-    for (n, item) in input.iter().enumerate() {
+/// 400 with `param: "input[N].type"`), or whose `type` is not a string. A text input, or
+/// none, has no items to check.
+pub fn check_input_types(input: Option<&Input>) -> Result<(), ApiFailure> {
+    let Some(Input::Items(items)) = input else {
+        return Ok(());
+    };
+    for (n, item) in items.iter().enumerate() {
         let Item::Other(value) = item else {
             continue;
         };

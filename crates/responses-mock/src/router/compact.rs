@@ -3,7 +3,7 @@
 //! once the rule's latency (or the script's, or `mock serve`'s) has passed, as a JSON
 //! reply of the same tokens would be.
 
-use agent_responses::types::{CompactRequest, Input, Item, Usage};
+use agent_responses::types::{CompactRequest, Item, Usage};
 use axum::http::{HeaderMap, Method};
 use serde_json::{Value, json};
 
@@ -29,9 +29,7 @@ pub(super) fn compact_inner(
             Some("missing_required_parameter"),
         ));
     }
-    if let Some(Input::Items(items)) = &request.input {
-        check_input_types(items)?;
-    }
+    check_input_types(request.input.as_ref())?;
     let previous = request
         .previous_response_id
         .as_ref()

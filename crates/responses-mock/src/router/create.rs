@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use agent_responses::types::{CreateResponse, Input, Item, Usage};
+use agent_responses::types::{CreateResponse, Item, Usage};
 use axum::body::{Body, Bytes};
 use axum::http::{HeaderMap, Method, StatusCode};
 use axum::response::Response;
@@ -50,9 +50,7 @@ pub(super) fn create_inner(
             Some("missing_required_parameter"),
         ));
     }
-    if let Some(Input::Items(items)) = &request.input {
-        check_input_types(items)?;
-    }
+    check_input_types(request.input.as_ref())?;
     crate::text_format::check(&request)?;
     let (base, mut context) = state.context_of(request.previous_response_id())?;
     context.extend(input_items(request.input.as_ref()));

@@ -302,9 +302,7 @@ impl Session {
     /// Checks a `response.create`; `Err(failure)` is sent as an error event.
     fn check_create(&mut self, create: &ResponseCreate) -> Result<(), ApiFailure> {
         let request = &create.request;
-        if let Some(Input::Items(items)) = &request.input {
-            crate::validate::check_input_types(items)?;
-        }
+        crate::validate::check_input_types(request.input.as_ref())?;
         crate::text_format::check(request)?;
         if request.stream.is_some() {
             return Err(ApiFailure::invalid(
