@@ -64,10 +64,7 @@ pub(crate) fn hide(paths: &[PathBuf], reachable: &[PathBuf]) -> Result<(), Sandb
             continue;
         };
         if !meta.is_dir() {
-            match mount_bind("/dev/null", path) {
-                Ok(()) | Err(rustix::io::Errno::NOENT) => {}
-                Err(err) => return Err(apply_err("hide a file")(io(err))),
-            }
+            bind_unless_gone(Path::new("/dev/null"), path, "hide a file")?;
         } else if inside.is_empty() {
             cover(path, c"mode=000,size=4k", MountFlags::RDONLY)?;
         } else {
@@ -103,12 +100,17 @@ pub(crate) fn pin_ancestors(hidden: &[PathBuf], writable: &[PathBuf]) -> Result<
     pins.sort();
     pins.dedup();
     for dir in pins {
-        match mount_bind(dir, dir) {
-            Ok(()) | Err(rustix::io::Errno::NOENT) => {}
-            Err(err) => return Err(apply_err("pin a directory above a hidden path")(io(err))),
-        }
+        bind_unless_gone(dir, dir, "pin a directory above a hidden path")?;
     }
     Ok(())
+}
+
+/// Binds `source` over `target`, unless `target` is gone by now (nothing there to cover).
+fn bind_unless_gone(source: &Path, target: &Path, step: &'static str) -> Result<(), SandboxError> {
+    match mount_bind(source, target) {
+        Ok(()) | Err(rustix::io::Errno::NOENT) => Ok(()),
+        Err(err) => Err(apply_err(step)(io(err))),
+    }
 }
 
 fn cover(dir: &Path, options: &CStr, flags: MountFlags) -> Result<(), SandboxError> {
