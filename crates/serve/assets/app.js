@@ -17,7 +17,16 @@ let gen = 0, cleanups = [], dead = false, firstRoute = true, uid = 0, statusFilt
 let carryStatus = false;
 const enc = encodeURIComponent;
 
-// h('tag#id.class', {attributes}?, ...children); strings become text nodes.
+// Characters that make text read as other text: controls but newline and tab, the
+// bidirectional overrides and isolates (an approval's command could show as another), the
+// line and paragraph separators. Shown escaped, as the CLI shows them (`\r`, `\x1b`, `\u{202e}`).
+const HIDING = /[\0-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\u2028\u2029]/g;
+const visible = (s) => s.replace(HIDING, (c) => {
+  const n = c.charCodeAt(0);
+  return c === '\r' ? '\\r' : n < 0x80 ? '\\x' + n.toString(16).padStart(2, '0') : '\\u{' + n.toString(16) + '}';
+});
+
+// h('tag#id.class', {attributes}?, ...children); strings become text nodes (`visible`).
 function h(sel, ...kids) {
   const [tag, ...rest] = sel.split(/(?=[.#])/), el = document.createElement(tag);
   for (const r of rest) if (r.length > 1) r[0] === '#' ? (el.id = r.slice(1)) : el.classList.add(r.slice(1));
@@ -29,17 +38,17 @@ function h(sel, ...kids) {
       if (v != null && v !== false) el.setAttribute(k, v === true ? '' : v);
     }
   }
-  for (const c of kids.flat(9)) if (c != null && c !== false) el.append(c instanceof Node ? c : String(c));
+  for (const c of kids.flat(9)) if (c != null && c !== false) el.append(c instanceof Node ? c : visible(String(c)));
   return el;
 }
 function tx(el, t) {
-  t = t == null ? '' : String(t);
+  t = t == null ? '' : visible(String(t));
   if (el.textContent !== t) el.textContent = t;
 }
 // The status region's message (an empty one clears it).
 function say(msg, bad) {
   const el = document.getElementById('status');
-  if (el) { el.className = 'status-region' + (msg ? (bad ? ' is-error' : ' is-ok') : ''); el.textContent = msg; }
+  if (el) { el.className = 'status-region' + (msg ? (bad ? ' is-error' : ' is-ok') : ''); el.textContent = visible(msg); }
 }
 const plural = (n, w) => n + ' ' + w + (n === 1 ? '' : 's');
 const shortId = (id) => (id = String(id), id.length > 14 ? id.slice(0, 8) + '…' + id.slice(-4) : id);
@@ -249,7 +258,7 @@ function viewList(main) {
 // ---- one run
 
 function viewRun(main, id) {
-  document.title = 'Run ' + shortId(id) + ' · agentctl';
+  document.title = 'Run ' + visible(shortId(id)) + ' · agentctl';
   const alive = liveness(), path = '/runs/' + enc(id), f = {};
   const label = (forId, t) => h('label', { for: forId }, t);
 
