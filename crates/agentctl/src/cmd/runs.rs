@@ -108,7 +108,7 @@ async fn list(
         if status.is_some_and(|s| row.status != s) {
             continue;
         }
-        let age_seconds = (now - row.created_at).max(0) / 1000;
+        let age_seconds = run::view::age_seconds(row.created_at, now);
         if global.json {
             let mut line = output::typed("run", &row)?;
             if let Some(obj) = line.as_object_mut() {

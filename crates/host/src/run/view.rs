@@ -147,7 +147,7 @@ impl RunSummary {
             status,
             steps: state.step_count(),
             tokens: state.usage.total_tokens,
-            age_seconds: (now_ms - state.created_at).max(0) / 1000,
+            age_seconds: age_seconds(state.created_at, now_ms),
             title: state.title(),
         }
     }
@@ -203,10 +203,40 @@ fn pending(state: &RunState) -> Vec<PendingView> {
         .collect()
 }
 
+/// Whole seconds from `created_at` to `now_ms` (both Unix ms), 0 for a time in the future.
+/// A journal edited by hand or written elsewhere may record any time at all: the
+/// difference saturates instead of overflowing.
+pub fn age_seconds(created_at: i64, now_ms: i64) -> i64 {
+    now_ms.saturating_sub(created_at).max(0) / 1000
+}
+
 /// Now, in Unix milliseconds.
 pub fn now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
         .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::run::kinds;
+    use crate::run::test_events::ev;
+
+    /// A run whose creation a hand-edited journal dates at the extremes of time.
+    #[test]
+    fn a_creation_time_at_the_extremes_gives_an_age_not_a_panic() {
+        let mut created = ev(1, kinds::RUN_CREATED, serde_json::json!({}));
+        for (at, age) in [
+            (i64::MIN, i64::MAX / 1000),
+            (i64::MAX, 0),
+            (-1, 1_700_000_000),
+        ] {
+            created.at = at;
+            let state = RunState::from_events("r", std::slice::from_ref(&created));
+            let view = RunView::of(&state, RunStatus::Failed, 1_700_000_000_000);
+            assert_eq!(view.summary.age_seconds, age, "created at {at}");
+        }
+    }
 }
