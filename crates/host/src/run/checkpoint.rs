@@ -68,17 +68,27 @@ pub(crate) fn take(
         return None;
     }
     let before = state.steps.iter().filter(|s| s.step < before_step);
+    // Saturating: the counts folded so far may come from a checkpoint edited by hand.
     let elided = Elided {
-        steps: state.elided.steps + before.clone().count() as u64,
-        calls: state.elided.calls
-            + state.calls.iter().filter(|c| c.step < before_step).count() as u64,
-        messages: state.elided.messages + before.map(|s| s.message_items()).sum::<u64>(),
-        rejections: state.elided.rejections
-            + state
+        steps: state
+            .elided
+            .steps
+            .saturating_add(before.clone().count() as u64),
+        calls: state
+            .elided
+            .calls
+            .saturating_add(state.calls.iter().filter(|c| c.step < before_step).count() as u64),
+        messages: state
+            .elided
+            .messages
+            .saturating_add(before.map(|s| s.message_items()).sum::<u64>()),
+        rejections: state.elided.rejections.saturating_add(
+            state
                 .rejections
                 .iter()
                 .filter(|r| r.step < before_step)
                 .count() as u64,
+        ),
     };
     let mut attempts: Vec<(u64, u32)> = state
         .attempts

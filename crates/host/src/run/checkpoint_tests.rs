@@ -226,3 +226,33 @@ fn an_unreadable_or_foreign_checkpoint_is_ignored_and_the_fold_still_trims() {
     assert_eq!(live.step_count(), 5);
     assert_eq!(live.steps.len(), 2);
 }
+
+/// A checkpoint edited by hand (or gone wrong) that says the run already counted the most
+/// steps, calls and items there can be: the counts stop at the limit, and the fold, the
+/// next request, the `--json` stream and the next checkpoint are still written.
+#[test]
+fn counts_at_the_limit_in_a_checkpoint_saturate() {
+    let (mut events, at) = run_with_checkpoint();
+    for count in ["steps", "calls", "messages", "rejections"] {
+        events[at].payload["checkpoint"]["elided"][count] = json!(u64::MAX);
+    }
+    let (mut resumed, _) = RunState::from_checkpoint("r", &events[at]).unwrap();
+    for e in &events[at + 1..] {
+        resumed.apply(e);
+    }
+    assert_eq!(resumed.step_count(), u64::MAX);
+    assert_eq!(resumed.next_step(), u64::MAX);
+    assert_eq!(resumed.output_retries_used(), u64::MAX);
+    let spec = resumed.spec.clone().unwrap();
+    let text = serde_json::to_string(&build_request(&resumed, &spec).unwrap()).unwrap();
+    assert!(text.contains(&format!("{} tool calls", u64::MAX)), "{text}");
+    let mut conv = crate::run::exec_json::ExecJson::resuming(&resumed);
+    let step = ev(
+        999,
+        k::MODEL_COMPLETED,
+        json!({"step": 6, "output": [{"type": "message", "role": "assistant", "content": "hi"}]}),
+    );
+    assert_eq!(conv.convert(&step).len(), 1);
+    let next = take(&resumed, 7, Some(runtime())).unwrap();
+    assert_eq!(next["elided"]["steps"], json!(u64::MAX));
+}

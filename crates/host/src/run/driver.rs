@@ -246,7 +246,7 @@ impl Driver {
                 }
                 continue;
             }
-            let next_step = self.state.step_count() + 1;
+            let next_step = self.state.next_step();
             let steer_unsent = self
                 .state
                 .steers
@@ -358,7 +358,7 @@ impl Driver {
         let Some(limit) = self.spec.compact_at else {
             return Ok(None);
         };
-        let next = self.state.step_count() + 1;
+        let next = self.state.next_step();
         let last_input = self.state.steps.last().map_or(0, |s| s.usage.input_tokens);
         let done_here = self
             .state
@@ -522,7 +522,7 @@ impl Driver {
             .pending_steers()
             .map(|s| (s.id.clone(), s.text.clone()))
             .collect();
-        let step = self.state.step_count() + 1;
+        let step = self.state.next_step();
         for (id, text) in &pending {
             let revision = self.runtime.steer(&self.thread, &self.turn, text).await?;
             self.record(&SteerApplied {
@@ -732,7 +732,7 @@ impl Driver {
     /// One model call: `model.requested`, the stream, then `model.completed` or, once the
     /// attempts are used up, `model.failed` and a pause.
     async fn model_step(&mut self) -> Result<Option<RunEnd>, HostError> {
-        let step = self.state.step_count() + 1;
+        let step = self.state.next_step();
         // The hash is taken in a pass that keeps nothing; each attempt encodes the bytes
         // once it is recorded and lets go of them once they are sent. A run waiting on the
         // journal or on the model holds no copy of its history.

@@ -389,12 +389,13 @@ impl ExecJson {
             conv.calls
                 .insert(call.call_id.clone(), (call.name.clone(), args));
         }
-        conv.items = state.elided.messages
-            + state
+        conv.items = state.elided.messages.saturating_add(
+            state
                 .steps
                 .iter()
                 .map(super::state::StepRecord::message_items)
-                .sum::<u64>();
+                .sum::<u64>(),
+        );
         conv
     }
 
@@ -410,7 +411,7 @@ impl ExecJson {
     }
 
     fn next_item(&mut self) -> String {
-        self.items += 1;
+        self.items = self.items.saturating_add(1);
         format!("item_{}", self.items)
     }
 

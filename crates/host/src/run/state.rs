@@ -312,9 +312,15 @@ impl RunState {
         )
     }
 
-    /// The number of model steps the run has completed (held or elided).
+    /// The number of model steps the run has completed (held or elided). The counts come
+    /// from the journal (a checkpoint's may have been edited), so the sum saturates.
     pub fn step_count(&self) -> u64 {
-        self.elided.steps + self.steps.len() as u64
+        self.elided.steps.saturating_add(self.steps.len() as u64)
+    }
+
+    /// The step the run takes next.
+    pub(crate) fn next_step(&self) -> u64 {
+        self.step_count().saturating_add(1)
     }
 
     /// Folds all of `events` in.
@@ -334,7 +340,9 @@ impl RunState {
 
     /// How many final answers the output schema has rejected.
     pub fn output_retries_used(&self) -> u64 {
-        self.elided.rejections + self.rejections.len() as u64
+        self.elided
+            .rejections
+            .saturating_add(self.rejections.len() as u64)
     }
 
     /// Whether the answer of `step` was rejected by the output schema.
@@ -762,12 +770,19 @@ impl RunState {
         self.steps.retain(|s| s.step >= before_step);
         let calls = self.calls.len();
         self.calls.retain(|c| c.step >= before_step);
-        self.elided.steps += (steps - self.steps.len()) as u64;
-        self.elided.calls += (calls - self.calls.len()) as u64;
-        self.elided.messages += messages;
+        let elided = &mut self.elided;
+        elided.steps = elided
+            .steps
+            .saturating_add((steps - self.steps.len()) as u64);
+        elided.calls = elided
+            .calls
+            .saturating_add((calls - self.calls.len()) as u64);
+        elided.messages = elided.messages.saturating_add(messages);
         let rejections = self.rejections.len();
         self.rejections.retain(|r| r.step >= before_step);
-        self.elided.rejections += (rejections - self.rejections.len()) as u64;
+        elided.rejections = elided
+            .rejections
+            .saturating_add((rejections - self.rejections.len()) as u64);
         self.index = CallIndex::of(&self.calls);
         self.attempts.retain(|&step, _| step >= before_step);
     }

@@ -20,12 +20,13 @@ use crate::RawJson;
 /// boundary, where every call has its result), so a resumed run writes the same note.
 fn frontier_note(state: &RunState, c: &CompactionRecord) -> String {
     let steps = c.before_step.saturating_sub(1);
-    let calls = state.elided.calls
-        + state
+    let calls = state.elided.calls.saturating_add(
+        state
             .calls
             .iter()
             .filter(|call| call.step < c.before_step)
-            .count() as u64;
+            .count() as u64,
+    );
     let last_steer = state
         .steers
         .iter()
@@ -289,7 +290,7 @@ impl serde::Serialize for History<'_> {
                 seq.serialize_element(&user(&super::output::rejection_message(&rejected.errors)))?;
             }
         }
-        for steer in steers_before(state.step_count() + 1) {
+        for steer in steers_before(state.next_step()) {
             seq.serialize_element(&user(&steer.text))?;
         }
         seq.end()
