@@ -21,6 +21,7 @@ mod body;
 mod error;
 mod events;
 mod guard;
+mod headers;
 mod json_errors;
 mod routes;
 mod token;
@@ -176,6 +177,7 @@ fn router(app: Arc<app::App>) -> Router {
             guard::guard,
         ))
         .layer(axum::middleware::from_fn(json_errors::json_errors))
+        .layer(axum::middleware::from_fn(headers::every_answer))
         .layer(axum::middleware::from_fn(agent_http::close_if_unread))
         .with_state(app)
 }

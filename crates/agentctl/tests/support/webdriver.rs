@@ -51,6 +51,16 @@ pub struct Element(String);
 impl Browser {
     /// Starts `chromedriver` and a headless `chromium` session (1366x900, as a laptop).
     pub async fn start(chromium: &str, chromedriver: &str) -> Browser {
+        Browser::start_in(chromium, chromedriver, None).await
+    }
+
+    /// [`Browser::start`] with its profile (cookies, history, disk cache) in `profile`,
+    /// to read after [`Browser::quit`]; else the driver's own temporary one.
+    pub async fn start_in(
+        chromium: &str,
+        chromedriver: &str,
+        profile: Option<&std::path::Path>,
+    ) -> Browser {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
@@ -71,11 +81,21 @@ impl Browser {
             assert!(Instant::now() < deadline, "chromedriver did not start");
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+        let mut args = vec![
+            "--headless=new".to_string(),
+            "--no-sandbox".into(),
+            "--disable-gpu".into(),
+            "--disable-dev-shm-usage".into(),
+            "--window-size=1366,900".into(),
+            "--no-first-run".into(),
+            "--disable-extensions".into(),
+        ];
+        if let Some(profile) = profile {
+            args.push(format!("--user-data-dir={}", profile.display()));
+        }
         let caps = json!({"capabilities": {"alwaysMatch": {
             "browserName": "chrome",
-            "goog:chromeOptions": {"binary": chromium, "args": [
-                "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                "--window-size=1366,900", "--no-first-run", "--disable-extensions"]}
+            "goog:chromeOptions": {"binary": chromium, "args": args}
         }}});
         let mut browser = Browser {
             driver,

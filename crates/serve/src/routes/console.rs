@@ -25,8 +25,9 @@ const LOGIN: &str = "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"ut
 <input id=\"token\" name=\"token\" type=\"password\" autocomplete=\"off\" required> \
 <button type=\"submit\">Sign in</button></form></main></body></html>\n";
 
-/// What every console response carries: no framing, no sniffing, no referrer (the token
-/// link must not leak), scripts and styles from this server only.
+/// What every console response carries: no framing, no referrer (the token link must not
+/// leak), scripts and styles from this server only (`no-store` and `nosniff`: every
+/// answer has them, `headers`).
 fn hardened(mut response: Response) -> Response {
     let headers = response.headers_mut();
     headers.insert(
@@ -37,14 +38,9 @@ fn hardened(mut response: Response) -> Response {
         ),
     );
     headers.insert(
-        header::X_CONTENT_TYPE_OPTIONS,
-        HeaderValue::from_static("nosniff"),
-    );
-    headers.insert(
         header::REFERRER_POLICY,
         HeaderValue::from_static("no-referrer"),
     );
-    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     response
 }
 
