@@ -115,6 +115,14 @@ const TARGETS: &[Target] = &[
         corpus: "mcp",
         about: "MCP tool results and listings as the host reads them; agentctl.toml and --mcp",
     },
+    Target {
+        name: "fold",
+        package: "agent-host",
+        test: "all",
+        filter: "fuzz_fold::",
+        corpus: "fold",
+        about: "a run's journal, mutated: the fold, its views, --json, next request, checkpoints",
+    },
 ];
 
 const DEFAULT_SECONDS: u64 = 600;

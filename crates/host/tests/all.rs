@@ -14,6 +14,8 @@ mod durable_commits;
 mod executor;
 #[path = "all/file_tools_swap.rs"]
 mod file_tools_swap;
+#[path = "all/fuzz_fold.rs"]
+mod fuzz_fold;
 #[path = "all/fuzz_mcp.rs"]
 mod fuzz_mcp;
 #[path = "all/fuzz_tools.rs"]

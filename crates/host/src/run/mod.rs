@@ -4,7 +4,7 @@
 //! [`kinds`] for its events and [`state::RunState`] for the fold that every reader uses.
 
 mod call_index;
-mod checkpoint;
+pub(crate) mod checkpoint;
 pub mod digest;
 mod driver;
 pub mod endpoint;
@@ -23,7 +23,7 @@ mod requests;
 mod spec;
 pub mod state;
 mod status;
-mod step_request;
+pub(crate) mod step_request;
 pub mod table;
 #[cfg(test)]
 mod test_events;
