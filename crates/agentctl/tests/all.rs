@@ -84,8 +84,8 @@ mod secrets;
 mod serve;
 #[path = "all/serve_browser.rs"]
 mod serve_browser;
-#[path = "all/serve_browser_cache.rs"]
-mod serve_browser_cache;
+#[path = "all/serve_browser_profile.rs"]
+mod serve_browser_profile;
 #[path = "all/serve_browser_text.rs"]
 mod serve_browser_text;
 #[path = "all/worker_pg_connections.rs"]

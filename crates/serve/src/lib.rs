@@ -168,7 +168,7 @@ fn router(app: Arc<app::App>) -> Router {
         .route("/search", get(runs::search));
     Router::new()
         .nest("/api/v1", api)
-        .route("/", get(console::index))
+        .route("/", get(console::index).post(console::sign_in))
         .route("/assets/{file}", get(console::asset))
         .fallback(console::not_found)
         .layer(DefaultBodyLimit::max(MAX_BODY))

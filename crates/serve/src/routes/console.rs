@@ -3,10 +3,11 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use axum::Extension;
+use axum::extract::rejection::FormRejection;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use axum::{Extension, Form};
 
 use crate::app::App;
 use crate::error::ApiError;
@@ -21,7 +22,7 @@ const LOGIN: &str = "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"ut
 <title>agentctl: sign in</title><link rel=\"stylesheet\" href=\"/assets/style.css\"></head>\
 <body><main id=\"login\"><h1>agentctl</h1>\
 <p>Not signed in: open the link <code>agentctl serve</code> printed, or paste its token.</p>\
-<form method=\"get\" action=\"/\"><label for=\"token\">Token</label> \
+<form method=\"post\" action=\"/\"><label for=\"token\">Token</label> \
 <input id=\"token\" name=\"token\" type=\"password\" autocomplete=\"off\" required> \
 <button type=\"submit\">Sign in</button></form></main></body></html>\n";
 
@@ -55,30 +56,65 @@ fn html(status: StatusCode, body: &'static str) -> Response {
     )
 }
 
-/// `GET /`: the console when signed in; `?token=` signs in (a cookie, then a redirect that
-/// takes the token out of the address bar); the login page otherwise.
+/// The login page. Its form posts the token, and under `no-referrer` a browser sends a
+/// form's `POST` with `Origin: null`, which the guard refuses: this page's policy is
+/// `same-origin` (the origin to this server, nothing to any other; it links nowhere else).
+fn login(status: StatusCode) -> Response {
+    let mut response = html(status, LOGIN);
+    response.headers_mut().insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("same-origin"),
+    );
+    response
+}
+
+/// `GET /`: the console when signed in; `?token=` signs in (the printed link: a cookie,
+/// then a redirect that takes the token out of the address bar); the login page otherwise.
 pub(crate) async fn index(
     State(app): State<Arc<App>>,
     Extension(Authed(authed)): Extension<Authed>,
     Query(query): Query<HashMap<String, String>>,
 ) -> Response {
     if let Some(given) = query.get("token") {
-        if !app.token.matches(given) {
-            return html(StatusCode::UNAUTHORIZED, LOGIN);
-        }
-        let cookie = format!("{}={given}; HttpOnly; SameSite=Strict; Path=/", app.cookie);
-        let Ok(cookie) = HeaderValue::from_str(&cookie) else {
-            return html(StatusCode::UNAUTHORIZED, LOGIN);
-        };
-        let mut response = (StatusCode::SEE_OTHER, [(header::LOCATION, "/")]).into_response();
-        response.headers_mut().insert(header::SET_COOKIE, cookie);
-        return hardened(response);
+        return sign_in_with(&app, given);
     }
     if authed {
         html(StatusCode::OK, INDEX)
     } else {
-        html(StatusCode::UNAUTHORIZED, LOGIN)
+        login(StatusCode::UNAUTHORIZED)
     }
+}
+
+/// The login page's form.
+#[derive(Debug, serde::Deserialize)]
+pub(crate) struct SignIn {
+    token: String,
+}
+
+/// `POST /`: the login page's form signs in as `?token=` does, the token in the body: a
+/// token pasted there never enters a URL, so it stays out of the browser's history.
+pub(crate) async fn sign_in(
+    State(app): State<Arc<App>>,
+    form: Result<Form<SignIn>, FormRejection>,
+) -> Response {
+    match form {
+        Ok(Form(form)) => sign_in_with(&app, form.token.trim()),
+        Err(_) => login(StatusCode::BAD_REQUEST),
+    }
+}
+
+/// The cookie and a redirect to the console for the right token, the login page else.
+fn sign_in_with(app: &App, given: &str) -> Response {
+    if !app.token.matches(given) {
+        return login(StatusCode::UNAUTHORIZED);
+    }
+    let cookie = format!("{}={given}; HttpOnly; SameSite=Strict; Path=/", app.cookie);
+    let Ok(cookie) = HeaderValue::from_str(&cookie) else {
+        return login(StatusCode::UNAUTHORIZED);
+    };
+    let mut response = (StatusCode::SEE_OTHER, [(header::LOCATION, "/")]).into_response();
+    response.headers_mut().insert(header::SET_COOKIE, cookie);
+    hardened(response)
 }
 
 /// `GET /assets/{file}`: the console's script and style (no data in them).
