@@ -52,7 +52,9 @@ function say(msg, bad) {
 }
 const plural = (n, w) => n + ' ' + w + (n === 1 ? '' : 's');
 const shortId = (id) => (id = String(id), id.length > 14 ? id.slice(0, 8) + '…' + id.slice(-4) : id);
-const full = (ms) => (ms ? new Date(ms).toLocaleString() : '');
+// The Date of a journal time, or null: a journal holds any i64, a Date up to 8.64e15 ms.
+const when = (ms) => { const d = new Date(ms); return ms && !isNaN(d) ? d : null; };
+const full = (ms) => { const d = when(ms); return d ? d.toLocaleString() : ''; };
 const num = (n) => (typeof n === 'number' ? n.toLocaleString() : n == null ? '—' : String(n));
 const chip = (t, cls) => h('span.chip.' + (cls || ''), t);
 const kv = (k, v) => h('div.kv', h('span.k', k), v);
@@ -62,7 +64,7 @@ function ago(ms) {
   const s = Math.max(0, Math.round((Date.now() - ms) / 1000)), m = Math.floor(s / 60), hr = Math.floor(m / 60);
   return s < 5 ? 'just now' : s < 60 ? s + ' s ago' : m < 60 ? m + ' min ago' : hr < 48 ? hr + ' h ago' : Math.floor(hr / 24) + ' d ago';
 }
-const clock = (ms) => (ms ? new Date(ms).toTimeString().slice(0, 8) : '');
+const clock = (ms) => { const d = when(ms); return d ? d.toTimeString().slice(0, 8) : ''; };
 function pretty(v) {
   try { return JSON.stringify(typeof v === 'string' ? JSON.parse(v) : v, null, 2); } catch (_) { return String(v); }
 }
@@ -531,11 +533,11 @@ function viewRun(main, id) {
     tx(chartNote, all.length > CHART_STEPS ? 'the last ' + CHART_STEPS + ' of ' + all.length + ' steps' : all.length + ' step(s)');
   }
   function entry(ev, l) {
-    const attrs = { 'data-kind': l.type }, it = /^item\./.test(l.type) && l.item;
+    const attrs = { 'data-kind': l.type }, it = /^item\./.test(l.type) && l.item, t = when(ev.at);
     if (it) { attrs['data-kind'] = 'item:' + it.type; attrs['data-item-id'] = it.id; }
     const [name, cls, chips, parts] = it ? itemParts(it) : lineParts(l), body = parts.filter(Boolean);
     return h('li.ev.' + cls, attrs,
-      h('div.ev-head', h('time', { datetime: ev.at && new Date(ev.at).toISOString(), title: full(ev.at) }, clock(ev.at)),
+      h('div.ev-head', h('time', { datetime: t && t.toISOString(), title: full(ev.at) }, clock(ev.at)),
         h('span.ev-label', name), chips),
       body.length ? h('div.ev-body', body) : null);
   }

@@ -4,7 +4,9 @@
 //! reason that hold HTML, script, a `javascript:` URL, a carriage return and bidirectional
 //! overrides. Each is shown as the text it is: no element or handler comes of it, and the
 //! characters that would make it read as other text (U+202E turns `# hs | txt.evil` into
-//! what looks like a harmless comment) are shown escaped, as the CLI shows them.
+//! what looks like a harmless comment) are shown escaped, as the CLI shows them. And an
+//! event dated beyond what a browser's `Date` holds still has its timeline entry (and
+//! takes no other entry with it).
 
 use crate::host;
 use crate::served;
@@ -193,4 +195,66 @@ async fn scenario(b: &Browser, base: &str, run: &str) -> Result<(), Box<dyn std:
     })
     .catch_unwind()
     .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_dated_out_of_range_keeps_the_timeline() {
+    let Some((chromium, chromedriver)) = webdriver::installed() else {
+        if std::env::var("CI").is_ok_and(|v| v == "true") {
+            panic!("CI=true but chromium/chromedriver are missing: .ci/chromium.sh installs them");
+        }
+        eprintln!("SKIPPED: the browser test (install chromium and chromium-driver)");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("j.db");
+    let db = format!("sqlite://{}", path.display());
+    let ws = dir.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    // A queued run and a steer for it; the steer is dated past year 275760 (the journal
+    // holds any i64; a browser's Date none past 8.64e15 ms).
+    let o = host::out(
+        agentctl(&db)
+            .args([
+                "submit",
+                "--base-url",
+                "http://127.0.0.1:9/v1",
+                "--workspace",
+            ])
+            .arg(&ws)
+            .arg("a queued run"),
+    );
+    assert!(o.status.success(), "{}", host::text(&o.stderr));
+    let run = host::text(&o.stdout).trim().to_string();
+    let o = host::out(agentctl(&db).args(["steer", &run, "STEER-FAR-FUTURE"]));
+    assert!(o.status.success(), "{}", host::text(&o.stderr));
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    let changed = conn
+        .execute(
+            "UPDATE journal_events SET at = 9000000000000000000 WHERE thread = ?1 AND kind = 'steer.requested'",
+            [format!("run:{run}")],
+        )
+        .unwrap();
+    assert_eq!(changed, 1);
+    drop(conn);
+    let served = served::serve(&db, dir.path(), &[]);
+
+    let b = Browser::start(&chromium, &chromedriver).await;
+    let outcome = std::panic::AssertUnwindSafe(async {
+        b.goto(&format!("{}/?token={TOKEN}", served.base)).await;
+        b.goto(&format!("{}/#/runs/{run}", served.base)).await;
+        b.wait_for(
+            "#timeline li[data-kind='steer.requested']",
+            "STEER-FAR-FUTURE",
+            WAIT,
+        )
+        .await;
+        b.wait_for("#timeline li[data-kind='thread.started']", "", WAIT)
+            .await;
+    });
+    let outcome = futures::FutureExt::catch_unwind(outcome).await;
+    b.quit().await;
+    if let Err(panic) = outcome {
+        std::panic::resume_unwind(panic);
+    }
 }
