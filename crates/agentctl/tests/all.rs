@@ -84,6 +84,8 @@ mod secrets;
 mod serve;
 #[path = "all/serve_browser.rs"]
 mod serve_browser;
+#[path = "all/serve_browser_approval.rs"]
+mod serve_browser_approval;
 #[path = "all/serve_browser_profile.rs"]
 mod serve_browser_profile;
 #[path = "all/serve_browser_text.rs"]

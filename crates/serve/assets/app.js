@@ -410,7 +410,10 @@ function viewRun(main, id) {
     return h('div.approval', { 'data-call-id': p.call_id, role: 'group', 'aria-labelledby': 'approval-h-' + n },
       h('h3#approval-h-' + n, 'Tool ', code(p.tool), ', call ', code(p.call_id)),
       h('p', 'Why: ', h('strong', p.reason), WHY[p.reason] ? ': ' + WHY[p.reason] : ''),
-      h('p.k', 'Arguments, exactly what will run:'), h('pre.args', p.arguments),
+      // As the tool reads them: JSON text can say one thing at its top and another below
+      // the fold (a key given twice: the last one runs), which the reading does not.
+      h('p.k', 'Arguments, exactly what will run:'), h('pre.args', pretty(p.arguments)),
+      h('details', h('summary', 'As the model wrote them (args_sha256 is of this text)'), h('pre.raw', p.arguments)),
       h('p.sha', 'args_sha256 ', code(p.args_sha256)),
       h('div.decide', label(rid, 'Reason (optional)'), reason, yes, no));
   }
@@ -581,7 +584,7 @@ function viewRun(main, id) {
       case 'approval.requested':
         return ['Approval requested', 'warn', [chip(l.reason, l.reason !== 'policy' && 'warn')], [
           p('Tool ', code(l.tool), ', call ', code(l.call_id), WHY[l.reason] ? ': ' + WHY[l.reason] : ''),
-          h('p.sha', 'args_sha256 ', code(l.args_sha256)), kv('arguments', fold(l.arguments, 'args'))]];
+          h('p.sha', 'args_sha256 ', code(l.args_sha256)), kv('arguments', fold(pretty(l.arguments), 'args'))]];
       case 'approval.decided': {
         const yes = l.decision === 'approve';
         return [yes ? 'Approved' : 'Denied', yes ? 'ok' : 'bad', [chip('call ' + l.call_id)], [p('by ' + (l.by || 'unknown') + (l.reason ? ': ' + l.reason : ''))]];

@@ -1,0 +1,109 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests may unwrap
+//! An approval card shows what runs, in a real browser (headless `chromium` over WebDriver,
+//! as `serve_browser`). A model's arguments are JSON text, and JSON lets that text say one
+//! thing at its top and another further down: a key given twice (the last one is the one
+//! that runs), pushed below the card's fold by blank lines. The card shows the arguments
+//! as they are read, whole, so the command it shows is the one Approve runs.
+
+use crate::host;
+use crate::served;
+use crate::webdriver;
+
+use std::process::{Child, Stdio};
+use std::time::Duration;
+
+use serde_json::json;
+
+use host::{agentctl, answer, emulator, script_by_outputs};
+use webdriver::Browser;
+
+use served::TOKEN;
+const WAIT: Duration = Duration::from_secs(30);
+
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_approval_card_shows_the_command_that_runs() {
+    let Some((chromium, chromedriver)) = webdriver::installed() else {
+        if std::env::var("CI").is_ok_and(|v| v == "true") {
+            panic!("CI=true but chromium/chromedriver are missing: .ci/chromium.sh installs them");
+        }
+        eprintln!("SKIPPED: the browser test (install chromium and chromium-driver)");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("j.db").display());
+    let ws = dir.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let arguments = format!(
+        "{{\"command\": \"echo looks-safe\"{}, \"command\": \"echo SECOND-RAN\"}}",
+        "\n".repeat(80)
+    );
+    let server = emulator(&script_by_outputs(&[
+        json!([{"type": "function_call", "call_id": "d1", "name": "shell", "arguments": arguments}]),
+        answer("done"),
+    ]))
+    .await;
+    let served = served::serve(&db, dir.path(), &[]);
+    let run = agentctl(&db)
+        .args(["run", "--base-url", &server.base_url(), "--workspace"])
+        .arg(&ws)
+        .args([
+            "--approval",
+            "ask",
+            "--sandbox",
+            "off",
+            "--wait",
+            "two commands",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let _run = Killed(run);
+
+    let b = Browser::start(&chromium, &chromedriver).await;
+    let outcome = std::panic::AssertUnwindSafe(async {
+        b.goto(&format!("{}/?token={TOKEN}", served.base)).await;
+        let row = b.wait_for("#runs tbody tr", "two commands", WAIT).await;
+        let _ = row;
+        let link = b.all("#runs tbody tr a").await;
+        b.click(&link[0]).await;
+        b.wait_for(".approval[data-call-id='d1'] pre.args", "", WAIT)
+            .await;
+        let card = b
+            .execute(
+                "const pre = document.querySelector(\".approval[data-call-id='d1'] pre.args\"); \
+                 return [pre.textContent, pre.scrollHeight <= pre.clientHeight];",
+                json!([]),
+            )
+            .await;
+        let shown = card[0].as_str().unwrap();
+        assert!(
+            shown.contains("echo SECOND-RAN") && !shown.contains("looks-safe"),
+            "{shown:?}"
+        );
+        assert_eq!(card[1], json!(true), "the card scrolls: {shown:?}");
+        // And that is what runs.
+        let approve = b.all(".approval[data-call-id='d1'] .approve").await;
+        b.click(&approve[0]).await;
+        b.wait_for(
+            "#timeline li[data-kind='item:command_execution']",
+            "SECOND-RAN",
+            WAIT,
+        )
+        .await;
+    });
+    let outcome = futures::FutureExt::catch_unwind(outcome).await;
+    b.quit().await;
+    if let Err(panic) = outcome {
+        std::panic::resume_unwind(panic);
+    }
+}
