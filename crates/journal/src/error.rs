@@ -92,6 +92,16 @@ pub enum JournalError {
         current: Option<i64>,
     },
 
+    /// The journal's last seq is the largest there is (a database changed outside the
+    /// journal): nothing more can be appended. Nothing of the request was written.
+    #[error(
+        "the journal's seqs are used up (its last event has seq {last}, the largest there is); nothing more can be appended"
+    )]
+    SeqsExhausted {
+        /// The last seq assigned.
+        last: i64,
+    },
+
     /// The writer task failed earlier; the journal accepts no more appends.
     #[error("journal writer failed: {0}")]
     WriterFailed(String),

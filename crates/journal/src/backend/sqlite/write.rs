@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 use rusqlite::{Connection, params};
 use tokio::sync::mpsc;
 
+use crate::JournalError;
 use crate::backend::batch;
 use crate::writer::{
     Answer, Batch, Msg, Pending, Request, Settle, drain_after_close, relaxed_batch,
@@ -337,6 +338,19 @@ fn write_requests(
     batch: &[Request],
     head: &mut i64,
 ) -> Result<Vec<Answer>, rusqlite::Error> {
+    // A database edited by hand may hold the largest seq there is: refused, not wrapped.
+    let rows: usize = batch.iter().map(|r| r.events.len()).sum();
+    if i64::try_from(rows)
+        .ok()
+        .and_then(|n| head.checked_add(n))
+        .is_none()
+    {
+        let last = *head;
+        return Ok(batch
+            .iter()
+            .map(|_| Err(JournalError::SeqsExhausted { last }))
+            .collect());
+    }
     let mut existing = HashMap::new();
     let pairs = batch::dedup_pairs(batch);
     if !pairs.is_empty() {
@@ -400,7 +414,6 @@ fn write_requests(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::JournalError;
     use crate::backend::sqlite::{Location, Opened, open};
     use crate::writer::{Expected, Fence, Prepared};
     use tokio::sync::oneshot;
@@ -447,6 +460,26 @@ mod tests {
         conn.execute_batch("DROP TABLE journal_events").unwrap();
         assert!(write_relaxed(&conn, &[request(true)]).is_err());
         assert_eq!(synchronous(&conn), 2);
+    }
+
+    /// A journal edited so that its last seq is `i64::MAX`: the next append is refused,
+    /// and nothing is written.
+    #[test]
+    fn a_journal_at_the_largest_seq_refuses_an_append() {
+        let (_dir, opened) = journal_file();
+        let conn = opened.writer.lock().unwrap();
+        write_batch(&conn, &[plain(None, None)]).unwrap();
+        conn.execute("UPDATE journal_events SET seq = ?1", [i64::MAX])
+            .unwrap();
+        write_head(&conn, i64::MAX).unwrap();
+        let answers = write_batch(&conn, &[plain(None, None), plain(None, None)]).unwrap();
+        for answer in &answers {
+            assert!(
+                matches!(answer, Err(JournalError::SeqsExhausted { last: i64::MAX })),
+                "{answer:?}"
+            );
+        }
+        assert_eq!(count_and_head(&conn), (1, i64::MAX));
     }
 
     #[test]
