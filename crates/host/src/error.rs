@@ -219,6 +219,18 @@ pub enum HostError {
     /// An event could not be encoded for the journal.
     #[error("an event cannot be encoded: {0}")]
     Encode(#[source] serde_json::Error),
+    /// The journal already holds an event the driver was about to write (its dedup key is
+    /// taken), but the fold could not read it: going on would ask the model the same
+    /// step again and again.
+    #[error(
+        "run {run}: the journal already holds {event}, which this host cannot read (a journal edited by hand, or written by another version); the run cannot go on from it"
+    )]
+    Unreadable {
+        /// The run id.
+        run: String,
+        /// The event, as `kind` and what it is of.
+        event: String,
+    },
     /// The journal holds something a host never writes, or the host broke one of its own
     /// invariants: a bug, reported rather than acted on.
     #[error("internal error: {0}")]

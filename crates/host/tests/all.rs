@@ -10,6 +10,8 @@ mod bench_script;
 mod driver_fold;
 #[path = "all/durable_commits.rs"]
 mod durable_commits;
+#[path = "all/edited_journal.rs"]
+mod edited_journal;
 #[path = "all/executor.rs"]
 mod executor;
 #[path = "all/file_tools_swap.rs"]

@@ -161,6 +161,14 @@ impl Driver {
             .collect()
     }
 
+    /// The error for an event the driver wrote that the journal already held, unread.
+    fn unreadable(&self, event: String) -> HostError {
+        HostError::Unreadable {
+            run: self.state.id.clone(),
+            event,
+        }
+    }
+
     /// Appends one of the host's own events.
     async fn record(&mut self, event: &impl HostEvent) -> Result<(), HostError> {
         let event = event.to_event(&self.thread).map_err(HostError::Encode)?;
@@ -697,7 +705,14 @@ impl Driver {
         step: u64,
         digest: &step_request::BodyDigest,
     ) -> Result<u32, HostError> {
-        let attempt = self.state.attempts.get(&step).copied().unwrap_or(0) + 1;
+        // Saturating: the journal's count is read as written.
+        let attempt = self
+            .state
+            .attempts
+            .get(&step)
+            .copied()
+            .unwrap_or(0)
+            .saturating_add(1);
         self.record(&ModelRequested {
             step,
             attempt,
@@ -705,6 +720,13 @@ impl Driver {
             request_sha256: digest.sha256.clone(),
         })
         .await?;
+        // Not folded: the journal held this attempt already (deduplicated) in an event the
+        // fold could not read. Asking anyway would do so for ever.
+        if self.state.attempts.get(&step).is_none_or(|&n| n < attempt) {
+            return Err(
+                self.unreadable(format!("model.requested of step {step}, attempt {attempt}"))
+            );
+        }
         Ok(attempt)
     }
 
@@ -796,6 +818,10 @@ impl Driver {
                     // are journaled together or not at all.
                     let recorded = self.append(events).await;
                     match recorded {
+                        // As for the request: a step the journal held already, unread.
+                        Ok(()) if !self.state.steps.iter().any(|s| s.step == step) => {
+                            return Err(self.unreadable(format!("model.completed of step {step}")));
+                        }
                         Ok(()) => return Ok(None),
                         // Over the journal's payload limit: it can never be recorded, so
                         // asking again would pay for it again and again.
