@@ -3,7 +3,9 @@
 //! as `serve_browser`). A model's arguments are JSON text, and JSON lets that text say one
 //! thing at its top and another further down: a key given twice (the last one is the one
 //! that runs), pushed below the card's fold by blank lines. The card shows the arguments
-//! as they are read, whole, so the command it shows is the one Approve runs.
+//! as they are read, whole, so the command it shows is the one Approve runs. Nor can
+//! spaces inside a string push a command's tail into a scroll box of its own: the card
+//! never scrolls inside, so the end of the arguments is always just above the buttons.
 
 use crate::host;
 use crate::served;
@@ -46,8 +48,11 @@ async fn an_approval_card_shows_the_command_that_runs() {
         "{{\"command\": \"echo looks-safe\"{}, \"command\": \"echo SECOND-RAN\"}}",
         "\n".repeat(80)
     );
+    let padded =
+        json!({"command": format!("echo SAFE-HEAD{}; echo HIDDEN-TAIL", "\u{a0}".repeat(20_000))});
     let server = emulator(&script_by_outputs(&[
         json!([{"type": "function_call", "call_id": "d1", "name": "shell", "arguments": arguments}]),
+        json!([{"type": "function_call", "call_id": "d2", "name": "shell", "arguments": padded.to_string()}]),
         answer("done"),
     ]))
     .await;
@@ -100,6 +105,17 @@ async fn an_approval_card_shows_the_command_that_runs() {
             WAIT,
         )
         .await;
+        // A tail after 20,000 no-break spaces: the whole card is laid out, its end by the buttons.
+        b.wait_for(".approval[data-call-id='d2'] pre.args", "HIDDEN-TAIL", WAIT)
+            .await;
+        let card = b
+            .execute(
+                "const pre = document.querySelector(\".approval[data-call-id='d2'] pre.args\"); \
+                 return pre.scrollHeight <= pre.clientHeight;",
+                json!([]),
+            )
+            .await;
+        assert_eq!(card, json!(true), "the card scrolls inside");
     });
     let outcome = futures::FutureExt::catch_unwind(outcome).await;
     b.quit().await;
