@@ -65,8 +65,12 @@ function ago(ms) {
   return s < 5 ? 'just now' : s < 60 ? s + ' s ago' : m < 60 ? m + ' min ago' : hr < 48 ? hr + ' h ago' : Math.floor(hr / 24) + ' d ago';
 }
 const clock = (ms) => { const d = when(ms); return d ? d.toTimeString().slice(0, 8) : ''; };
+// JSON text laid out again; its numbers as written where the browser can (a double would
+// round 12345678901234567891 and turn 1e400 into null).
+const exact = typeof JSON.rawJSON === 'function'
+  ? (k, v, ctx) => (typeof v === 'number' && ctx && ctx.source ? JSON.rawJSON(ctx.source) : v) : undefined;
 function pretty(v) {
-  try { return JSON.stringify(typeof v === 'string' ? JSON.parse(v) : v, null, 2); } catch (_) { return String(v); }
+  try { return JSON.stringify(typeof v === 'string' ? JSON.parse(v, exact) : v, null, 2); } catch (_) { return String(v); }
 }
 // A <pre>; past FOLD_LINES lines (or FOLD_CHARS characters) the rest folds into a <details>.
 function fold(text, cls = 'out') {

@@ -48,11 +48,13 @@ async fn an_approval_card_shows_the_command_that_runs() {
         "{{\"command\": \"echo looks-safe\"{}, \"command\": \"echo SECOND-RAN\"}}",
         "\n".repeat(80)
     );
-    let padded =
-        json!({"command": format!("echo SAFE-HEAD{}; echo HIDDEN-TAIL", "\u{a0}".repeat(20_000))});
+    let padded = format!(
+        "{{\"command\": \"echo SAFE-HEAD{}; echo HIDDEN-TAIL\", \"n\": 12345678901234567891}}",
+        "\u{a0}".repeat(20_000)
+    );
     let server = emulator(&script_by_outputs(&[
         json!([{"type": "function_call", "call_id": "d1", "name": "shell", "arguments": arguments}]),
-        json!([{"type": "function_call", "call_id": "d2", "name": "shell", "arguments": padded.to_string()}]),
+        json!([{"type": "function_call", "call_id": "d2", "name": "shell", "arguments": padded}]),
         answer("done"),
     ]))
     .await;
@@ -105,9 +107,16 @@ async fn an_approval_card_shows_the_command_that_runs() {
             WAIT,
         )
         .await;
-        // A tail after 20,000 no-break spaces: the whole card is laid out, its end by the buttons.
+        // A tail after 20,000 no-break spaces: the whole card is laid out, its end by the
+        // buttons. A number keeps every digit (a double would end it in ...7000).
         b.wait_for(".approval[data-call-id='d2'] pre.args", "HIDDEN-TAIL", WAIT)
             .await;
+        b.wait_for(
+            ".approval[data-call-id='d2'] pre.args",
+            "\"n\": 12345678901234567891",
+            WAIT,
+        )
+        .await;
         let card = b
             .execute(
                 "const pre = document.querySelector(\".approval[data-call-id='d2'] pre.args\"); \
