@@ -86,6 +86,8 @@ mod serve;
 mod serve_browser;
 #[path = "all/serve_browser_approval.rs"]
 mod serve_browser_approval;
+#[path = "all/serve_browser_opener.rs"]
+mod serve_browser_opener;
 #[path = "all/serve_browser_profile.rs"]
 mod serve_browser_profile;
 #[path = "all/serve_browser_text.rs"]

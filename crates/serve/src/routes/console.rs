@@ -27,10 +27,16 @@ const LOGIN: &str = "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"ut
 <button type=\"submit\">Sign in</button></form></main></body></html>\n";
 
 /// What every console response carries: no framing, no referrer (the token link must not
-/// leak), scripts and styles from this server only (`no-store` and `nosniff`: every
-/// answer has them, `headers`).
+/// leak), scripts and styles from this server only, and a browsing context of its own
+/// (`Cross-Origin-Opener-Policy: same-origin`: a page of another origin, another local
+/// server's, that opens the console keeps no handle to navigate or watch it). `no-store`
+/// and `nosniff`: every answer has them, `headers`.
 fn hardened(mut response: Response) -> Response {
     let headers = response.headers_mut();
+    headers.insert(
+        "cross-origin-opener-policy",
+        HeaderValue::from_static("same-origin"),
+    );
     headers.insert(
         header::CONTENT_SECURITY_POLICY,
         HeaderValue::from_static(
