@@ -79,3 +79,8 @@ pub fn checkpoint(state: &crate::run::RunState, before_step: u64) -> Option<Valu
         Some(agent_runtime::ThreadCheckpoint::default()),
     )
 }
+
+/// The summary the runs table keeps of `state` (what `runs list` shows).
+pub fn table_row(state: &crate::run::RunState) -> Value {
+    crate::run::table::summary(state)
+}

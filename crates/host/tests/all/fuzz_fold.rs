@@ -9,9 +9,10 @@
 //! Properties, for every sequence, in bounded time and without a panic:
 //! 1. The fold (a reader's, a driving host's, a resume's from the latest checkpoint) and
 //!    every query of it: status, step count, title, budgets, calls by id, pending
-//!    approvals and steers, `runs show --json`'s view, the history units, the `--json`
-//!    stream (from the start and resuming from the fold), and the next model request,
-//!    whose body is the one its recorded hash and length describe.
+//!    approvals and steers, `runs show --json`'s view, the runs table's row, the history
+//!    units, the `--json` stream (from the start and resuming from the fold), and the next
+//!    model request, whose body is the one its recorded hash and length describe; neither
+//!    the request nor the history units outgrow the events by more than a constant factor.
 //! 2. Folding a prefix and then the rest is folding the whole.
 //! 3. A checkpoint a driving host takes of its fold, read back by a resume, is the fold a
 //!    driving host holds after the same compaction.
@@ -23,7 +24,7 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use agent_fuzzkit::{config, corpus, corpus_dir, json_value, keep_if_failing, within};
-use agent_host::fuzzing::{checkpoint, next_request, resume_fold};
+use agent_host::fuzzing::{checkpoint, next_request, resume_fold, table_row};
 use agent_host::run::exec_json::{ExecJson, ExecLine};
 use agent_host::run::history::units_of;
 use agent_host::run::state::TITLE_CHARS;
@@ -108,7 +109,7 @@ fn handmade() -> Vec<Event> {
         (
             kinds::RUN_SANDBOX_CHANGED,
             json!({"from": "off",
-            "sandbox": {"mode": "read-only"}, "cause": "resume",
+            "sandbox": {"mode": "read-only"}, "cause": "flag",
             "policies": {"shell": "auto"}}),
         ),
         (
@@ -130,7 +131,8 @@ fn handmade() -> Vec<Event> {
             kinds::SUBAGENT_ENDED,
             json!({"call_id": "c1", "index": 0, "child_run_id": "r.c1.0",
             "status": "completed", "answer": "done",
-            "usage": {"input_tokens": 4, "total_tokens": 4}, "child_seq": 7}),
+            "usage": {"input_tokens": 4, "cached_tokens": 0, "output_tokens": 0,
+                      "reasoning_tokens": 0, "total_tokens": 4}, "child_seq": 7}),
         ),
         (
             kinds::OUTPUT_REJECTED,
@@ -147,7 +149,8 @@ fn handmade() -> Vec<Event> {
         (
             kinds::RUN_FAILED,
             json!({"error": "gave up",
-            "usage": {"input_tokens": 1, "total_tokens": 1}}),
+            "usage": {"input_tokens": 1, "cached_tokens": 0, "output_tokens": 0,
+                      "reasoning_tokens": 0, "total_tokens": 1}}),
         ),
         (
             kinds::RUN_COMPLETED,
@@ -180,7 +183,7 @@ fn bases() -> &'static [Vec<Event>] {
 
 // ---- mutations ----
 
-/// Field names whose values readers count with or look calls up by.
+/// Field names the host counts with, finds calls and steers by, or shows.
 const NUMBERED: &[&str] = &[
     "step",
     "attempt",
@@ -489,8 +492,10 @@ fn set_named(payload: &mut Value, name: &str, value: &Value) {
 
 // ---- properties ----
 
-/// Every query of `state`, checked where its answer is cheap to state.
-fn queries(state: &RunState) -> Result<(), TestCaseError> {
+/// Every query of `state`, checked where its answer is cheap to state; `input` is the size
+/// of the events it was folded from, which nothing built from it may outgrow by much.
+fn queries(state: &RunState, input: usize) -> Result<(), TestCaseError> {
+    let bound = 4 * input + (64 << 10);
     let status = state.status();
     prop_assert!(state.step_count() >= state.steps().len() as u64);
     prop_assert!(state.title().chars().count() <= TITLE_CHARS + 3);
@@ -512,12 +517,19 @@ fn queries(state: &RunState) -> Result<(), TestCaseError> {
         let summary = RunSummary::of(state, status, now);
         serde_json::to_string(&summary).map_err(|e| TestCaseError::fail(e.to_string()))?;
     }
-    for unit in units_of(state) {
+    let units = units_of(state);
+    for unit in &units {
         prop_assert!(!unit.id.is_empty());
     }
+    let units_size = serde_json::to_vec(&units.iter().map(|u| &u.items).collect::<Vec<_>>())
+        .map_err(|e| TestCaseError::fail(e.to_string()))?
+        .len();
+    prop_assert!(units_size <= bound, "history units of {units_size} bytes");
+    prop_assert!(table_row(state).is_object());
     let _ = ExecJson::resuming(state);
     if let Some(Ok(request)) = next_request(state) {
         prop_assert_eq!(request.body.len(), request.len);
+        prop_assert!(request.len <= bound, "a request of {} bytes", request.len);
         prop_assert_eq!(
             agent_host::run::digest::sha256_hex(&request.body),
             request.sha256
@@ -575,7 +587,7 @@ fn checkpoint_round_trip(driving: &RunState) -> Result<(), TestCaseError> {
     if whole.final_text().is_none() && whole.final_output().is_none() {
         prop_assert_eq!(&resumed, &whole);
     }
-    queries(&resumed)
+    queries(&resumed, compacted.payload.to_string().len())
 }
 
 fn check(events: &[Event], split: usize) -> Result<(), TestCaseError> {
@@ -592,8 +604,9 @@ fn check(events: &[Event], split: usize) -> Result<(), TestCaseError> {
         driving.apply(e);
     }
     let resumed = resume_fold(RUN, events);
+    let input: usize = events.iter().map(|e| e.payload.to_string().len()).sum();
     for state in [&full, &driving, &resumed] {
-        queries(state)?;
+        queries(state, input)?;
     }
     exec_lines(&mut ExecJson::new(RUN), events)?;
     exec_lines(&mut ExecJson::resuming(&parts), tail)?;
@@ -638,6 +651,15 @@ fn corpus_replays() {
         for split in 0..=base.len() {
             check(base, split).unwrap_or_else(|e| panic!("base {i}, split {split}: {e}"));
         }
+    }
+}
+
+/// The hand-made events are material only if the host reads them as they stand.
+#[test]
+fn handmade_events_are_read() {
+    for e in handmade() {
+        let parsed = agent_host::run::events::RunEvent::parse(&e.kind, &e.payload);
+        assert!(matches!(parsed, Ok(Some(_))), "{}: {parsed:?}", e.kind);
     }
 }
 
