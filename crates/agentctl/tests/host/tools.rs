@@ -359,3 +359,44 @@ async fn a_call_over_the_journals_event_limit_is_refused_not_fatal() {
     let (kind, _) = told(&events, "c_path");
     assert_eq!(kind, "tool.refused");
 }
+
+/// Calls a person could approve as something else than what runs are refused to the model
+/// before anyone is asked: arguments naming `command` twice (a tool takes the last one, the
+/// prompt and the console's card show the first one first, the second a screen further
+/// down), and a call id no URL path can name (the console's approval route for `..`
+/// resolves to another path). Under `--approval ask` off a terminal either call, had it been
+/// put to a human, would have paused the run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_a_person_could_misread_are_refused_before_anyone_is_asked() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("a.db").display());
+    let (_g, ws) = workspace();
+    let twice = json!({
+        "type": "function_call",
+        "call_id": "c_twice",
+        "name": "shell",
+        "arguments": format!(
+            "{{\"command\": \"echo looks-safe\",{}\"command\": \"touch SECOND-RAN\"}}",
+            "\n".repeat(80)
+        ),
+    });
+    let dots = call("..", "shell", json!({"command": "touch DOTS-RAN"}));
+    let server = emulator(&script_by_outputs(&[
+        json!([twice, dots]),
+        answer("FINAL: asked nothing"),
+    ]))
+    .await;
+    let o = out(&mut run_cmd(&db, &server, &ws, &["--approval", "ask"]));
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let events = events(&db, &only_run(&db)).await;
+    check_invariants(&events);
+    assert!(kinds_of(&events, "approval.requested").is_empty());
+    assert!(kinds_of(&events, "tool.scheduled").is_empty());
+    let (kind, msg) = told(&events, "c_twice");
+    assert_eq!(kind, "tool.refused");
+    assert!(msg.contains("the key \"command\" twice"), "{msg}");
+    let (kind, msg) = told(&events, "..");
+    assert_eq!(kind, "tool.refused");
+    assert!(msg.contains("call id \"..\""), "{msg}");
+    assert!(!ws.join("SECOND-RAN").exists() && !ws.join("DOTS-RAN").exists());
+}

@@ -47,6 +47,7 @@ const TOO_LARGE_CODE: &str = "response_too_large_to_journal";
 /// itself before a stream starts).
 const MAX_ATTEMPTS: u32 = 3;
 
+mod ambiguous;
 mod calls;
 mod held;
 

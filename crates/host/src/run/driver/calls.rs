@@ -118,8 +118,11 @@ impl Driver {
                             .join(", ")
                     ));
                 };
-                // Refused before anyone is asked: the call could never be recorded.
-                if let Some(why) = unrecordable(&call.arguments) {
+                // Refused before anyone is asked: the call could never be recorded, or a
+                // person could approve something else than what would run.
+                if let Some(why) = unrecordable(&call.arguments)
+                    .or_else(|| super::ambiguous::ambiguity(&call.call_id, &call.arguments))
+                {
                     return Next::Refuse(why);
                 }
                 // Leaving the sandbox always asks a human (never "approve --always", never
