@@ -8,6 +8,8 @@
 //! host's frontier note, then the steps after it), so a resumed run sends what the crashed
 //! one would have. A run with an output schema sends it as `text.format` on every step.
 
+use std::collections::{HashMap, HashSet};
+
 #[cfg(test)]
 use agent_responses::types::CreateResponse;
 use agent_responses::types::{Item, MessageItem};
@@ -259,17 +261,24 @@ impl serde::Serialize for History<'_> {
             }
             None => (1, &[][..]),
         };
-        let steers_before = |step: u64| {
-            state.steers.iter().filter(move |s| {
-                s.status == SteerStatus::Applied { step } && !covered.contains(&s.id)
-            })
-        };
+        // The steers applied before each step, in the order they were requested: gathered
+        // in one pass, not looked for among all of them at every step.
+        let covered: HashSet<&str> = covered.iter().map(String::as_str).collect();
+        let mut applied: HashMap<u64, Vec<&str>> = HashMap::new();
+        for steer in &state.steers {
+            if let SteerStatus::Applied { step } = steer.status
+                && !covered.contains(steer.id.as_str())
+            {
+                applied.entry(step).or_default().push(&steer.text);
+            }
+        }
+        let steers_before = |step: u64| applied.get(&step).into_iter().flatten();
         // Calls are kept in the order they were made, so each step's calls are one run of
         // them: walk both lists together (linear in the history, not steps x calls).
         let mut calls = state.calls.iter().peekable();
         for step in state.steps.iter().filter(|s| s.step >= from_step) {
-            for steer in steers_before(step.step) {
-                seq.serialize_element(&user(&steer.text))?;
+            for text in steers_before(step.step) {
+                seq.serialize_element(&user(text))?;
             }
             for raw in &step.output {
                 seq.serialize_element(raw)?;
@@ -290,8 +299,8 @@ impl serde::Serialize for History<'_> {
                 seq.serialize_element(&user(&super::output::rejection_message(&rejected.errors)))?;
             }
         }
-        for steer in steers_before(state.next_step()) {
-            seq.serialize_element(&user(&steer.text))?;
+        for text in steers_before(state.next_step()) {
+            seq.serialize_element(&user(text))?;
         }
         seq.end()
     }

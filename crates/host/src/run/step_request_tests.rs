@@ -158,3 +158,43 @@ fn hashes_are_lowercase_hex_sha256() {
         "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
     );
 }
+
+/// A long run steered before every step: the request is written in time linear in the
+/// history (it took tens of seconds here when every step looked through every steer).
+#[test]
+fn a_request_after_many_steers_is_written_in_linear_time() {
+    let n: u64 = 30_000;
+    let (mut state, spec) = two_steps();
+    state.calls.clear();
+    state.steps = (1..=n)
+        .map(|step| crate::run::state::StepRecord {
+            step,
+            response_id: format!("resp{step}"),
+            output: Vec::new(),
+            usage: Default::default(),
+            incomplete: None,
+        })
+        .collect();
+    state.steers = (1..=n + 1)
+        .map(|step| crate::run::SteerRecord {
+            id: format!("s{step}"),
+            text: format!("steer {step}"),
+            status: SteerStatus::Applied { step },
+        })
+        .collect();
+    let start = std::time::Instant::now();
+    let digest = request_digest(&state, &spec, false).unwrap();
+    let took = start.elapsed();
+    assert!(
+        took < std::time::Duration::from_secs(5),
+        "{n} steers took {took:?}"
+    );
+    let body = request_body(&state, &spec, false).unwrap();
+    assert_eq!(body.len(), digest.len);
+    let text = String::from_utf8(body).unwrap();
+    let last = format!("steer {}", n + 1);
+    assert!(
+        text.contains(&last),
+        "the steer before the next step is sent"
+    );
+}
