@@ -16,6 +16,8 @@
 //! - A unit the context store refuses (over its size limits) is skipped with a warning and
 //!   tried again at the next catch-up; the journal keeps the full text.
 
+use std::collections::HashMap;
+
 use agent_context::{ContextError, ContextStore, NewUnit, Unit};
 use agent_journal::Journal;
 use serde::Serialize;
@@ -23,7 +25,7 @@ use serde_json::{Value, json};
 
 use crate::error::HostError;
 use crate::raw_json::RawJson;
-use crate::run::state::{CallProgress, RunState, SteerStatus};
+use crate::run::state::{CallProgress, CallRecord, RunState, SteerStatus};
 use crate::run::{self, kinds};
 
 /// Why a history search could not be done.
@@ -104,14 +106,21 @@ impl Source<'_> {
 
 /// The units of `state` as [`Source`]s, in history order.
 fn sources(state: &RunState) -> Vec<Source<'_>> {
+    // Each step's steers and calls, gathered in one pass over each list rather than
+    // looked for among all of them at every step.
+    let mut steers_at: HashMap<u64, Vec<&str>> = HashMap::new();
+    for steer in &state.steers {
+        if let SteerStatus::Applied { step } = steer.status {
+            steers_at.entry(step).or_default().push(&steer.text);
+        }
+    }
+    let mut calls_at: HashMap<u64, Vec<&CallRecord>> = HashMap::new();
+    for call in &state.calls {
+        calls_at.entry(call.step).or_default().push(call);
+    }
     let mut sources = Vec::new();
     for step in &state.steps {
-        let steers: Vec<&str> = state
-            .steers
-            .iter()
-            .filter(|s| s.status == SteerStatus::Applied { step: step.step })
-            .map(|s| s.text.as_str())
-            .collect();
+        let steers = steers_at.get(&step.step).cloned().unwrap_or_default();
         let output: Vec<&RawJson> = step
             .output
             .iter()
@@ -124,7 +133,7 @@ fn sources(state: &RunState) -> Vec<Source<'_>> {
                 output,
             });
         }
-        for call in state.calls.iter().filter(|c| c.step == step.step) {
+        for call in calls_at.get(&step.step).into_iter().flatten() {
             let CallProgress::Done(output) = &call.progress else {
                 continue;
             };
@@ -516,5 +525,60 @@ mod tests {
         assert!(s.starts_with('…') && s.ends_with('…'), "{s}");
         assert_eq!(snippet("short", "zzz"), "short");
         assert_eq!(snippet("", "x"), "");
+    }
+
+    /// A long run, steered and calling a tool at every step: its units are found in time
+    /// linear in the run (it took seconds here when every step looked through every steer
+    /// and call).
+    #[test]
+    fn the_units_of_a_long_run_are_found_in_linear_time() {
+        use crate::run::state::{CallOutput, CallRecord, SteerRecord, StepRecord};
+        let n: u64 = 30_000;
+        let mut state = three_steps();
+        let call = |step: u64| {
+            RawJson::from_value(
+                &json!({"type": "function_call", "call_id": format!("c{step}"),
+                "name": "list_dir", "arguments": "{}"}),
+            )
+        };
+        state.steps = (1..=n)
+            .map(|step| StepRecord {
+                step,
+                response_id: format!("resp{step}"),
+                output: vec![call(step)],
+                usage: Default::default(),
+                incomplete: None,
+            })
+            .collect();
+        state.calls = (1..=n)
+            .map(|step| CallRecord {
+                call_id: format!("c{step}"),
+                name: "list_dir".into(),
+                arguments: "{}".into(),
+                step,
+                progress: CallProgress::Done(CallOutput {
+                    ok: true,
+                    text: "x".into(),
+                }),
+                approvals: Vec::new(),
+            })
+            .collect();
+        state.steers = (1..=n)
+            .map(|step| SteerRecord {
+                id: format!("s{step}"),
+                text: format!("steer {step}"),
+                status: SteerStatus::Applied { step },
+            })
+            .collect();
+        let start = std::time::Instant::now();
+        let units = units_of(&state);
+        let took = start.elapsed();
+        assert!(
+            took < std::time::Duration::from_secs(5),
+            "{n} steps took {took:?}"
+        );
+        assert_eq!(units.len() as u64, 2 * n);
+        assert_eq!(units[0].items[0]["content"], json!("steer 1"));
+        assert_eq!(units[1].id, "call:c1");
     }
 }
