@@ -1,4 +1,5 @@
-//! Where a call is in a fold's call list, by its call id.
+//! Where a call is in a fold's call list, by its call id (and a steer in its steer list,
+//! by its id: the same index over another list).
 //!
 //! Invariant: the index holds no copy of the ids (they are in the calls themselves), only
 //! a 64-bit hash of each. The first call with a hash owns its slot; a later call whose id
@@ -8,6 +9,25 @@ use std::collections::HashMap;
 use std::hash::{Hash as _, Hasher as _};
 
 use super::records::CallRecord;
+use super::state::SteerRecord;
+
+/// A record a [`CallIndex`] finds by its id.
+pub(crate) trait Keyed {
+    /// The id.
+    fn key(&self) -> &str;
+}
+
+impl Keyed for CallRecord {
+    fn key(&self) -> &str {
+        &self.call_id
+    }
+}
+
+impl Keyed for SteerRecord {
+    fn key(&self) -> &str {
+        &self.id
+    }
+}
 
 /// Call positions by a hash of their call id.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -15,12 +35,12 @@ pub(crate) struct CallIndex(HashMap<u64, usize>);
 
 impl CallIndex {
     /// The position in `calls` of the call with `call_id`.
-    pub(crate) fn find(&self, calls: &[CallRecord], call_id: &str) -> Option<usize> {
+    pub(crate) fn find<T: Keyed>(&self, calls: &[T], call_id: &str) -> Option<usize> {
         let &i = self.0.get(&id_hash(call_id))?;
-        if calls.get(i).is_some_and(|c| c.call_id == call_id) {
+        if calls.get(i).is_some_and(|c| c.key() == call_id) {
             return Some(i);
         }
-        calls.iter().position(|c| c.call_id == call_id)
+        calls.iter().position(|c| c.key() == call_id)
     }
 
     /// Records that the call with `call_id` is at position `i`.
@@ -29,16 +49,15 @@ impl CallIndex {
     }
 
     /// The index of `calls`.
-    pub(crate) fn of(calls: &[CallRecord]) -> CallIndex {
+    pub(crate) fn of<T: Keyed>(calls: &[T]) -> CallIndex {
         let mut index = CallIndex(HashMap::with_capacity(calls.len()));
         for (i, call) in calls.iter().enumerate() {
-            index.insert(&call.call_id, i);
+            index.insert(call.key(), i);
         }
         index
     }
 }
 
-/// Deterministic (fixed keys), so two folds of the same events hold the same index.
 fn id_hash(call_id: &str) -> u64 {
     let mut hasher = std::hash::DefaultHasher::new();
     call_id.hash(&mut hasher);

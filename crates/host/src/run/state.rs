@@ -86,6 +86,8 @@ pub struct RunState {
     pub(crate) interrupt_requested: Option<i64>,
     /// Steers in the order they were requested.
     pub(crate) steers: Vec<SteerRecord>,
+    /// Where each steer is in `steers`, by its id.
+    pub(crate) steer_index: CallIndex,
     /// The latest compaction of the history, if any.
     pub(crate) compaction: Option<CompactionRecord>,
     /// What the fold dropped at checkpoints (all zero unless it is a driving host's).
@@ -547,7 +549,10 @@ impl RunState {
                 }
             }
             RunEvent::SteerRequested(requested) => {
-                if !requested.id.is_empty() && !self.steers.iter().any(|s| s.id == requested.id) {
+                if !requested.id.is_empty()
+                    && self.steer_index.find(&self.steers, &requested.id).is_none()
+                {
+                    self.steer_index.insert(&requested.id, self.steers.len());
                     self.steers.push(SteerRecord {
                         id: requested.id,
                         text: requested.text,
@@ -626,11 +631,14 @@ impl RunState {
         }
     }
 
+    /// Ends the pending steer `id` (ids are unique in the fold: a repeated request of one
+    /// is not folded).
     fn end_steer(&mut self, id: &str, status: SteerStatus) {
         if let Some(steer) = self
-            .steers
-            .iter_mut()
-            .find(|s| s.id == id && s.status == SteerStatus::Pending)
+            .steer_index
+            .find(&self.steers, id)
+            .and_then(|i| self.steers.get_mut(i))
+            .filter(|s| s.status == SteerStatus::Pending)
         {
             steer.status = status;
         }

@@ -284,3 +284,47 @@ fn a_title_is_the_prompts_first_line_shortened() {
     let s = RunState::from_events("r", &[ev(1, k::RUN_CREATED, created())]);
     assert_eq!(s.title(), "p");
 }
+
+/// Many steers, each requested and then applied: folded in time linear in the events (it
+/// took seconds here when each one looked through all the others).
+#[test]
+fn many_steers_fold_in_linear_time() {
+    let n: i64 = 40_000;
+    let mut events = Vec::new();
+    for i in 0..n {
+        events.push(ev(
+            i + 1,
+            k::STEER_REQUESTED,
+            json!({"id": format!("s{i}"), "text": "t"}),
+        ));
+    }
+    for i in 0..n {
+        events.push(ev(
+            n + i + 1,
+            k::STEER_APPLIED,
+            json!({"id": format!("s{i}"), "step": i + 1}),
+        ));
+    }
+    // A repeated request and a second end change nothing.
+    events.push(ev(
+        2 * n + 1,
+        k::STEER_REQUESTED,
+        json!({"id": "s0", "text": "again"}),
+    ));
+    events.push(ev(
+        2 * n + 2,
+        k::STEER_DROPPED,
+        json!({"id": "s0", "reason": "late"}),
+    ));
+    let start = std::time::Instant::now();
+    let state = RunState::from_events("r", &events);
+    let took = start.elapsed();
+    assert!(
+        took < std::time::Duration::from_secs(5),
+        "{n} steers took {took:?}"
+    );
+    assert_eq!(state.steers.len() as i64, n);
+    assert_eq!(state.steers[0].text, "t");
+    assert_eq!(state.steers[0].status, SteerStatus::Applied { step: 1 });
+    assert_eq!(state.pending_steers().count(), 0);
+}
