@@ -1,5 +1,5 @@
-//! Where a call is in a fold's call list, by its call id (and a steer in its steer list,
-//! by its id: the same index over another list).
+//! Where a call is in a fold's call list, by its call id (and a steer or a child run in
+//! theirs, by its id: the same index over another list).
 //!
 //! Invariant: the index holds no copy of the ids (they are in the calls themselves), only
 //! a 64-bit hash of each. The first call with a hash owns its slot; a later call whose id
@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::hash::{Hash as _, Hasher as _};
 
 use super::records::CallRecord;
-use super::state::SteerRecord;
+use super::state::{ChildRecord, SteerRecord};
 
 /// A record a [`CallIndex`] finds by its id.
 pub(crate) trait Keyed {
@@ -26,6 +26,12 @@ impl Keyed for CallRecord {
 impl Keyed for SteerRecord {
     fn key(&self) -> &str {
         &self.id
+    }
+}
+
+impl Keyed for ChildRecord {
+    fn key(&self) -> &str {
+        &self.run_id
     }
 }
 

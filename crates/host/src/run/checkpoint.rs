@@ -153,6 +153,7 @@ impl RunState {
         state.attempts = checkpoint.attempts.into_iter().collect::<HashMap<_, _>>();
         state.elided = checkpoint.elided;
         state.children = checkpoint.children;
+        state.child_index = super::call_index::CallIndex::of(&state.children);
         state.apply(event);
         Some((state, checkpoint.runtime))
     }

@@ -12,7 +12,7 @@
 //! one act on the same state without the resume reading the run's whole history. A reader
 //! that shows the history folds with [`RunState::new`] and keeps everything.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use agent_journal::Event;
@@ -72,6 +72,8 @@ pub struct RunState {
     /// Final answers rejected by the output schema (since the latest checkpoint, for a
     /// driving host's fold), in step order.
     pub(crate) rejections: Vec<RejectionRecord>,
+    /// The steps of `rejections`.
+    rejected_steps: HashSet<u64>,
     /// The host driving the run, from its last `run.created`/`run.resumed` until it stopped.
     pub(crate) driver: Option<Owner>,
     /// Budgets raised by `resume`.
@@ -94,6 +96,8 @@ pub struct RunState {
     pub(crate) elided: Elided,
     /// Child runs its `spawn_agents` calls created (`subagent.spawned`), in order.
     pub(crate) children: Vec<ChildRecord>,
+    /// Where each child is in `children`, by its run id.
+    pub(crate) child_index: CallIndex,
     /// Whether checkpoints trim this fold (a driving host's).
     window: bool,
 }
@@ -349,7 +353,7 @@ impl RunState {
 
     /// Whether the answer of `step` was rejected by the output schema.
     pub fn rejected(&self, step: u64) -> bool {
-        self.rejections.iter().any(|r| r.step == step)
+        self.rejected_steps.contains(&step)
     }
 
     /// The call with `call_id`.
@@ -538,7 +542,7 @@ impl RunState {
                 }
             }
             RunEvent::OutputRejected(rejected) => {
-                if !self.rejected(rejected.step) {
+                if self.rejected_steps.insert(rejected.step) {
                     push_lean(
                         &mut self.rejections,
                         RejectionRecord {
@@ -588,11 +592,13 @@ impl RunState {
             }
             RunEvent::ToolEnded(ended) => self.apply_terminal(ended),
             RunEvent::SubagentSpawned(spawned) => {
-                if !self
-                    .children
-                    .iter()
-                    .any(|c| c.run_id == spawned.child_run_id)
+                if self
+                    .child_index
+                    .find(&self.children, &spawned.child_run_id)
+                    .is_none()
                 {
+                    self.child_index
+                        .insert(&spawned.child_run_id, self.children.len());
                     self.children.push(ChildRecord {
                         run_id: spawned.child_run_id,
                         call_id: spawned.call_id,
@@ -606,9 +612,9 @@ impl RunState {
             // The child's tokens are the parent's too: what it used since its last end.
             RunEvent::SubagentEnded(ended) => {
                 let child = self
-                    .children
-                    .iter_mut()
-                    .find(|c| c.run_id == ended.child_run_id);
+                    .child_index
+                    .find(&self.children, &ended.child_run_id)
+                    .and_then(|i| self.children.get_mut(i));
                 match child {
                     Some(child) => {
                         self.usage.add(&ended.usage.since(&child.usage));
@@ -788,6 +794,7 @@ impl RunState {
         elided.messages = elided.messages.saturating_add(messages);
         let rejections = self.rejections.len();
         self.rejections.retain(|r| r.step >= before_step);
+        self.rejected_steps.retain(|&step| step >= before_step);
         elided.rejections = elided
             .rejections
             .saturating_add((rejections - self.rejections.len()) as u64);

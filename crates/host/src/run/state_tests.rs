@@ -328,3 +328,48 @@ fn many_steers_fold_in_linear_time() {
     assert_eq!(state.steers[0].status, SteerStatus::Applied { step: 1 });
     assert_eq!(state.pending_steers().count(), 0);
 }
+
+/// Many rejected answers and many sub-agents, each spawned and ended: folded in time
+/// linear in the events (seconds here when each looked through all the others).
+#[test]
+fn many_rejections_and_children_fold_in_linear_time() {
+    let n: i64 = 40_000;
+    let mut events = Vec::new();
+    for i in 0..n {
+        events.push(ev(
+            3 * i + 1,
+            k::OUTPUT_REJECTED,
+            json!({"step": i + 1, "retry": 1, "errors": ["e"]}),
+        ));
+        events.push(ev(
+            3 * i + 2,
+            k::SUBAGENT_SPAWNED,
+            json!({"call_id": "c", "index": 0, "child_run_id": format!("kid{i}")}),
+        ));
+        events.push(ev(
+            3 * i + 3,
+            k::SUBAGENT_ENDED,
+            json!({"call_id": "c", "index": 0, "child_run_id": format!("kid{i}"),
+                   "status": "completed", "usage": {"input_tokens": 1, "cached_tokens": 0,
+                   "output_tokens": 0, "reasoning_tokens": 0, "total_tokens": 1}}),
+        ));
+    }
+    // A repeated rejection of a step is not counted again.
+    events.push(ev(
+        3 * n + 1,
+        k::OUTPUT_REJECTED,
+        json!({"step": 1, "errors": ["again"]}),
+    ));
+    let start = std::time::Instant::now();
+    let state = RunState::from_events("r", &events);
+    let took = start.elapsed();
+    assert!(
+        took < std::time::Duration::from_secs(5),
+        "{n} of each took {took:?}"
+    );
+    assert_eq!(state.output_retries_used(), n as u64);
+    assert!(state.rejected(1) && state.rejected(n as u64) && !state.rejected(n as u64 + 1));
+    assert_eq!(state.children.len() as i64, n);
+    assert!(state.children.iter().all(|c| c.ended.is_some()));
+    assert_eq!(state.usage.total_tokens, n as u64);
+}

@@ -273,6 +273,11 @@ impl serde::Serialize for History<'_> {
             }
         }
         let steers_before = |step: u64| applied.get(&step).into_iter().flatten();
+        // The first rejection of each step, the same way.
+        let mut rejections: HashMap<u64, &[String]> = HashMap::new();
+        for rejected in &state.rejections {
+            rejections.entry(rejected.step).or_insert(&rejected.errors);
+        }
         // Calls are kept in the order they were made, so each step's calls are one run of
         // them: walk both lists together (linear in the history, not steps x calls).
         let mut calls = state.calls.iter().peekable();
@@ -295,8 +300,8 @@ impl serde::Serialize for History<'_> {
                     })?;
                 }
             }
-            if let Some(rejected) = state.rejections.iter().find(|r| r.step == step.step) {
-                seq.serialize_element(&user(&super::output::rejection_message(&rejected.errors)))?;
+            if let Some(errors) = rejections.get(&step.step) {
+                seq.serialize_element(&user(&super::output::rejection_message(errors)))?;
             }
         }
         for text in steers_before(state.next_step()) {

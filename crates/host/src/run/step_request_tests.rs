@@ -159,11 +159,12 @@ fn hashes_are_lowercase_hex_sha256() {
     );
 }
 
-/// A long run steered before every step: the request is written in time linear in the
-/// history (it took tens of seconds here when every step looked through every steer).
+/// A long run steered before every step, and every answer rejected: the request is written
+/// in time linear in the history (it took seconds here when every step looked through
+/// every steer and every rejection).
 #[test]
 fn a_request_after_many_steers_is_written_in_linear_time() {
-    let n: u64 = 30_000;
+    let n: u64 = 60_000;
     let (mut state, spec) = two_steps();
     state.calls.clear();
     state.steps = (1..=n)
@@ -180,6 +181,12 @@ fn a_request_after_many_steers_is_written_in_linear_time() {
             id: format!("s{step}"),
             text: format!("steer {step}"),
             status: SteerStatus::Applied { step },
+        })
+        .collect();
+    state.rejections = (1..=n)
+        .map(|step| crate::run::state::RejectionRecord {
+            step,
+            errors: vec![format!("error {step}")],
         })
         .collect();
     let start = std::time::Instant::now();

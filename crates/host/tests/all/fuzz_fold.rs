@@ -772,3 +772,58 @@ async fn capture() {
         eprintln!("{name}: {:?}, {} events", report.end, events.len());
     }
 }
+
+/// A long run with many of every record the fold keeps (steps, calls, approvals, steers,
+/// rejections, children): read in bounded time, for no query may look through one list
+/// once per entry of another. Sized for a debug build under `cargo test` (about 3 s); the
+/// per-record tests of the crate (`many_steers_fold_in_linear_time` and the like) hold
+/// tens of thousands.
+#[test]
+fn a_long_run_of_every_kind_is_read_in_bounded_time() {
+    let n: i64 = 5_000;
+    let mut events = vec![handmade()[0].clone()];
+    let mut seq = 1;
+    let mut push = |kind: &str, payload: Value| {
+        seq += 1;
+        events.push(event(seq, kind, payload));
+    };
+    for i in 1..=n {
+        let (call, steer, child) = (format!("c{i}"), format!("s{i}"), format!("r.c{i}"));
+        push(kinds::STEER_REQUESTED, json!({"id": steer, "text": "t"}));
+        push(kinds::STEER_APPLIED, json!({"id": steer, "step": i}));
+        push(
+            kinds::MODEL_COMPLETED,
+            json!({"step": i, "attempt": 1, "response_id": "r",
+            "usage": {}, "output": [{"type": "message", "role": "assistant", "content": "m"},
+            {"type": "function_call", "call_id": call, "name": "shell", "arguments": "{}"}]}),
+        );
+        push(
+            kinds::APPROVAL_REQUESTED,
+            json!({"call_id": call, "tool": "shell",
+            "arguments": "{}", "args_sha256": "ab", "reason": "policy", "round": 0}),
+        );
+        push(
+            kinds::APPROVAL_DECIDED,
+            json!({"approve": true, "call_id": call, "round": 0}),
+        );
+        push(
+            "tool.completed",
+            json!({"call_id": call, "started": true, "value": "ok"}),
+        );
+        push(
+            kinds::OUTPUT_REJECTED,
+            json!({"step": i, "retry": 1, "errors": ["e"]}),
+        );
+        push(
+            kinds::SUBAGENT_SPAWNED,
+            json!({"call_id": call, "index": 0,
+            "child_run_id": child, "prompt": "p"}),
+        );
+        push(
+            kinds::SUBAGENT_ENDED,
+            json!({"call_id": call, "index": 0, "child_run_id": child,
+            "status": "completed", "answer": "a", "child_seq": 1}),
+        );
+    }
+    check(&events, events.len() / 2).unwrap();
+}
