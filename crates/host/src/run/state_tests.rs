@@ -285,10 +285,12 @@ fn a_title_is_the_prompts_first_line_shortened() {
     assert_eq!(s.title(), "p");
 }
 
-/// Many steers, each requested and then applied: folded in time linear in the events (it
-/// took seconds here when each one looked through all the others).
+/// Many steers, each requested and then applied, fold to each steer's own end. (Found by
+/// the `fold` fuzz target: the fold took 14 s here when each steer looked through all the
+/// others; steers are now found by an index of their ids. Speed is the benches' to show, so
+/// this test does not time it.)
 #[test]
-fn many_steers_fold_in_linear_time() {
+fn many_steers_fold_each_to_its_own_end() {
     let n: i64 = 40_000;
     let mut events = Vec::new();
     for i in 0..n {
@@ -316,23 +318,18 @@ fn many_steers_fold_in_linear_time() {
         k::STEER_DROPPED,
         json!({"id": "s0", "reason": "late"}),
     ));
-    let start = std::time::Instant::now();
     let state = RunState::from_events("r", &events);
-    let took = start.elapsed();
-    assert!(
-        took < std::time::Duration::from_secs(5),
-        "{n} steers took {took:?}"
-    );
     assert_eq!(state.steers.len() as i64, n);
     assert_eq!(state.steers[0].text, "t");
     assert_eq!(state.steers[0].status, SteerStatus::Applied { step: 1 });
     assert_eq!(state.pending_steers().count(), 0);
 }
 
-/// Many rejected answers and many sub-agents, each spawned and ended: folded in time
-/// linear in the events (seconds here when each looked through all the others).
+/// Many rejected answers and many sub-agents, each spawned and ended, fold to one count
+/// per step and one end per child. (The fold took 21 s here when each looked through all
+/// the others; not timed here, see above.)
 #[test]
-fn many_rejections_and_children_fold_in_linear_time() {
+fn many_rejections_and_children_fold_each_once() {
     let n: i64 = 40_000;
     let mut events = Vec::new();
     for i in 0..n {
@@ -360,13 +357,7 @@ fn many_rejections_and_children_fold_in_linear_time() {
         k::OUTPUT_REJECTED,
         json!({"step": 1, "errors": ["again"]}),
     ));
-    let start = std::time::Instant::now();
     let state = RunState::from_events("r", &events);
-    let took = start.elapsed();
-    assert!(
-        took < std::time::Duration::from_secs(5),
-        "{n} of each took {took:?}"
-    );
     assert_eq!(state.output_retries_used(), n as u64);
     assert!(state.rejected(1) && state.rejected(n as u64) && !state.rejected(n as u64 + 1));
     assert_eq!(state.children.len() as i64, n);

@@ -160,10 +160,11 @@ fn hashes_are_lowercase_hex_sha256() {
 }
 
 /// A long run steered before every step, and every answer rejected: the request is written
-/// in time linear in the history (it took seconds here when every step looked through
-/// every steer and every rejection).
+/// whole, the last steer in it, its length the digest's. (It took seconds here when every
+/// step looked through every steer and every rejection; speed is the benches' to show, so
+/// this test does not time it.)
 #[test]
-fn a_request_after_many_steers_is_written_in_linear_time() {
+fn a_request_after_many_steers_is_written_whole() {
     let n: u64 = 60_000;
     let (mut state, spec) = two_steps();
     state.calls.clear();
@@ -189,13 +190,7 @@ fn a_request_after_many_steers_is_written_in_linear_time() {
             errors: vec![format!("error {step}")],
         })
         .collect();
-    let start = std::time::Instant::now();
     let digest = request_digest(&state, &spec, false).unwrap();
-    let took = start.elapsed();
-    assert!(
-        took < std::time::Duration::from_secs(5),
-        "{n} steers took {took:?}"
-    );
     let body = request_body(&state, &spec, false).unwrap();
     assert_eq!(body.len(), digest.len);
     let text = String::from_utf8(body).unwrap();
