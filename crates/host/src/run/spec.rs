@@ -105,8 +105,11 @@ pub struct Budgets {
     pub max_tokens: Option<u64>,
 }
 
-/// Token usage.
+/// Token usage. A count missing from a journaled usage (another version's, or a journal
+/// edited by hand) reads as 0: without the default a `run.completed` lacking one was
+/// skipped whole, and its run read as still running.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct TokenUsage {
     /// Input tokens.
     pub input_tokens: u64,

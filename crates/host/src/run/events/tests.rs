@@ -263,6 +263,19 @@ fn reading_is_lenient_on_added_fields_and_strict_on_what_readers_need() {
             response_id: None
         })
     );
+    // A run's end whose usage lacks a count (another version's, or edited) still ends the
+    // run: the missing count reads as 0, as a response's missing details do.
+    let completed = json!({"text": "done", "usage": {"input_tokens": 5}, "steps": 1});
+    let RunEvent::Completed(read) = parse(crate::run::kinds::RUN_COMPLETED, &completed) else {
+        panic!("not a run.completed");
+    };
+    assert_eq!(read.usage.input_tokens, 5);
+    assert_eq!(read.usage.total_tokens, 0);
+    let failed = json!({"error": "gone", "usage": {}});
+    assert!(matches!(
+        parse(crate::run::kinds::RUN_FAILED, &failed),
+        RunEvent::Failed(_)
+    ));
     // A pause whose reason no version wrote is an error, not a guess.
     let paused = json!({"reason": "coffee", "detail": ""});
     assert!(RunEvent::parse(crate::run::kinds::RUN_PAUSED, &paused).is_err());
