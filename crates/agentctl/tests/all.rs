@@ -92,6 +92,8 @@ mod serve_browser_opener;
 mod serve_browser_profile;
 #[path = "all/serve_browser_text.rs"]
 mod serve_browser_text;
+#[path = "all/serve_open.rs"]
+mod serve_open;
 #[path = "all/worker_pg_connections.rs"]
 mod worker_pg_connections;
 #[path = "all/workers.rs"]

@@ -59,6 +59,8 @@ pub struct App {
     pub(crate) context: Option<agent_context::ContextStore>,
     /// Who decides, steers and interrupts through this server (`serve@host`).
     pub(crate) who: String,
+    /// One-time sign-in codes ([`crate::Bound::one_time_link`]).
+    pub(crate) once: crate::once::OnceCodes,
 }
 
 impl App {

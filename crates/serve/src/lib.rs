@@ -23,6 +23,7 @@ mod events;
 mod guard;
 mod headers;
 mod json_errors;
+mod once;
 mod routes;
 mod token;
 
@@ -39,6 +40,7 @@ pub use app::{SubmitRequest, Submitter};
 pub use body::MAX_BODY;
 pub use error::ApiError;
 pub use events::ApiEvent;
+pub use once::CODE_TTL;
 pub use token::{COOKIE_PREFIX, MIN_LEN as MIN_TOKEN_LEN, Token, TokenError, cookie_name};
 
 /// How a server is set up.
@@ -64,6 +66,7 @@ pub struct Bound {
     router: Router,
     link: String,
     limits: Limits,
+    app: Arc<app::App>,
 }
 
 impl Bound {
@@ -76,6 +79,13 @@ impl Bound {
     /// signs a browser in as often as it is opened while this server runs).
     pub fn console_link(&self) -> &str {
         &self.link
+    }
+
+    /// A link that signs one browser in once, within [`CODE_TTL`], then is worthless: for
+    /// handing to programs whose arguments other local users can read (`xdg-open`, a
+    /// browser), where the token itself must not go.
+    pub fn one_time_link(&self) -> String {
+        format!("http://{}/?code={}", self.addr, self.app.once.issue())
     }
 
     /// Other bounds on connections than [`Limits::default`] (most at once, idle time).
@@ -114,6 +124,7 @@ pub async fn bind(
         submitter: options.submitter,
         context: options.context,
         who: options.who,
+        once: once::OnceCodes::default(),
     });
     // Room for every watcher the server admits, and as many other connections besides.
     let limits = Limits {
@@ -123,9 +134,10 @@ pub async fn bind(
     Ok(Bound {
         listener,
         addr,
-        router: router(app),
+        router: router(Arc::clone(&app)),
         link,
         limits,
+        app,
     })
 }
 

@@ -39,7 +39,9 @@ pub struct ServeArgs {
     /// Also drive submitted runs here: a worker with this many runs at once.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=1024))]
     pub worker: Option<u64>,
-    /// Open the console in a browser (xdg-open) once listening.
+    /// Open the console in a browser (xdg-open) once listening, through a link that signs
+    /// in once within 2 minutes (the token stays out of the opener's and the browser's
+    /// command lines, which every local user can read).
     #[arg(long)]
     pub open: bool,
     /// The model endpoint runs submitted here record (and the in-process worker uses when a
@@ -104,8 +106,10 @@ pub async fn serve(global: &GlobalArgs, args: ServeArgs) -> anyhow::Result<ExitC
         ));
     }
     if args.open {
+        // A one-time link: xdg-open's and the browser's arguments are readable by every
+        // local user, and the token must not be among them.
         let _ = std::process::Command::new("xdg-open")
-            .arg(bound.console_link())
+            .arg(bound.one_time_link())
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .spawn();

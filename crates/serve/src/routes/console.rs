@@ -75,7 +75,8 @@ fn login(status: StatusCode) -> Response {
 }
 
 /// `GET /`: the console when signed in; `?token=` signs in (the printed link: a cookie,
-/// then a redirect that takes the token out of the address bar); the login page otherwise.
+/// then a redirect that takes the token out of the address bar), and so does `?code=` with
+/// a one-time code (`--open`'s link), once; the login page otherwise.
 pub(crate) async fn index(
     State(app): State<Arc<App>>,
     Extension(Authed(authed)): Extension<Authed>,
@@ -83,6 +84,13 @@ pub(crate) async fn index(
 ) -> Response {
     if let Some(given) = query.get("token") {
         return sign_in_with(&app, given);
+    }
+    if let Some(code) = query.get("code") {
+        return if app.once.redeem(code) {
+            signed_in(&app)
+        } else {
+            login(StatusCode::UNAUTHORIZED)
+        };
     }
     if authed {
         html(StatusCode::OK, INDEX)
@@ -114,7 +122,16 @@ fn sign_in_with(app: &App, given: &str) -> Response {
     if !app.token.matches(given) {
         return login(StatusCode::UNAUTHORIZED);
     }
-    let cookie = format!("{}={given}; HttpOnly; SameSite=Strict; Path=/", app.cookie);
+    signed_in(app)
+}
+
+/// The cookie (the token) and a redirect to the console.
+fn signed_in(app: &App) -> Response {
+    let cookie = format!(
+        "{}={}; HttpOnly; SameSite=Strict; Path=/",
+        app.cookie,
+        app.token.reveal()
+    );
     let Ok(cookie) = HeaderValue::from_str(&cookie) else {
         return login(StatusCode::UNAUTHORIZED);
     };
