@@ -16,8 +16,9 @@
 use crate::host;
 use crate::served;
 use crate::webdriver;
+use served::Killed;
 
-use std::process::{Child, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
 use serde_json::json;
@@ -28,15 +29,6 @@ use webdriver::Browser;
 use served::TOKEN;
 const WAIT: Duration = Duration::from_secs(30);
 
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 fn shots_dir() -> std::path::PathBuf {
     let dir =
         std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/serve-browser");
@@ -46,11 +38,7 @@ fn shots_dir() -> std::path::PathBuf {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_console_in_a_real_browser() {
-    let Some((chromium, chromedriver)) = webdriver::installed() else {
-        if std::env::var("CI").is_ok_and(|v| v == "true") {
-            panic!("CI=true but chromium/chromedriver are missing: .ci/chromium.sh installs them");
-        }
-        eprintln!("SKIPPED: the browser test (install chromium and chromium-driver)");
+    let Some((chromium, chromedriver)) = webdriver::installed_or_skip() else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();

@@ -33,18 +33,6 @@ fn any_file_holds(dir: &std::path::Path, needle: &[u8]) -> bool {
     })
 }
 
-/// The browser and its driver, or `None` (the test is skipped) outside CI.
-fn browser() -> Option<(String, String)> {
-    let found = webdriver::installed();
-    if found.is_none() {
-        if std::env::var("CI").is_ok_and(|v| v == "true") {
-            panic!("CI=true but chromium/chromedriver are missing: .ci/chromium.sh installs them");
-        }
-        eprintln!("SKIPPED: the browser test (install chromium and chromium-driver)");
-    }
-    found
-}
-
 /// Quits `b` and waits for it to have written its profile.
 async fn quit(b: Browser) {
     b.quit().await;
@@ -55,7 +43,7 @@ async fn quit(b: Browser) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_runs_data_stays_out_of_the_browsers_disk_cache() {
-    let Some((chromium, chromedriver)) = browser() else {
+    let Some((chromium, chromedriver)) = webdriver::installed_or_skip() else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
@@ -99,7 +87,7 @@ async fn a_runs_data_stays_out_of_the_browsers_disk_cache() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_token_typed_into_the_login_page_stays_out_of_the_history() {
-    let Some((chromium, chromedriver)) = browser() else {
+    let Some((chromium, chromedriver)) = webdriver::installed_or_skip() else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();

@@ -11,8 +11,9 @@
 use crate::host;
 use crate::served;
 use crate::webdriver;
+use served::Killed;
 
-use std::process::{Child, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
 use serde_json::json;
@@ -29,22 +30,9 @@ const HTML: &str = "<img src=x onerror=\"window.pwned=1\"><script>window.pwned=2
 /// What the model's command holds after `#`: U+202E makes `evil.txt | sh` read backwards.
 const TAIL: &str = "\u{202e} hs | txt.live";
 
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hostile_text_is_shown_as_the_text_it_is() {
-    let Some((chromium, chromedriver)) = webdriver::installed() else {
-        if std::env::var("CI").is_ok_and(|v| v == "true") {
-            panic!("CI=true but chromium/chromedriver are missing: .ci/chromium.sh installs them");
-        }
-        eprintln!("SKIPPED: the browser test (install chromium and chromium-driver)");
+    let Some((chromium, chromedriver)) = webdriver::installed_or_skip() else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
@@ -199,11 +187,7 @@ async fn scenario(b: &Browser, base: &str, run: &str) -> Result<(), Box<dyn std:
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_event_dated_out_of_range_keeps_the_timeline() {
-    let Some((chromium, chromedriver)) = webdriver::installed() else {
-        if std::env::var("CI").is_ok_and(|v| v == "true") {
-            panic!("CI=true but chromium/chromedriver are missing: .ci/chromium.sh installs them");
-        }
-        eprintln!("SKIPPED: the browser test (install chromium and chromium-driver)");
+    let Some((chromium, chromedriver)) = webdriver::installed_or_skip() else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();

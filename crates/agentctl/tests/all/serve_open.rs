@@ -5,7 +5,7 @@
 //! link signs in once; the token stays in the printed link and the cookie only.
 
 use crate::host;
-use crate::served::TOKEN;
+use crate::served::{Killed, TOKEN};
 
 use std::io::BufRead as _;
 use std::process::Stdio;
@@ -14,16 +14,6 @@ use std::time::{Duration, Instant};
 use reqwest::StatusCode;
 
 use host::agentctl;
-
-/// `agentctl serve`, killed when dropped.
-struct Child(std::process::Child);
-
-impl Drop for Child {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 async fn get(url: &str) -> reqwest::Response {
     reqwest::Client::builder()
@@ -62,7 +52,7 @@ async fn open_gives_the_browser_a_one_time_link_not_the_token() {
         bin.display(),
         std::env::var("PATH").unwrap_or_default()
     );
-    let mut child = Child(
+    let mut child = Killed(
         agentctl(&db)
             .args([
                 "--json",

@@ -22,6 +22,16 @@ pub struct Served {
     pub host: String,
 }
 
+/// A process of a test (an `agentctl run`, a worker) killed when the test ends.
+pub struct Killed(pub Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 impl Drop for Served {
     fn drop(&mut self) {
         let _ = self.child.kill();

@@ -24,6 +24,19 @@ pub fn installed() -> Option<(String, String)> {
     ))
 }
 
+/// [`installed`], for a test: when they are missing the test is skipped, saying so, except
+/// in CI (`CI=true`), which installs them (`.ci/chromium.sh`): there it fails.
+pub fn installed_or_skip() -> Option<(String, String)> {
+    let found = installed();
+    if found.is_none() {
+        if std::env::var("CI").is_ok_and(|v| v == "true") {
+            panic!("CI=true but chromium/chromedriver are missing: .ci/chromium.sh installs them");
+        }
+        eprintln!("SKIPPED: the browser test (install chromium and chromium-driver)");
+    }
+    found
+}
+
 /// A `chromedriver` process and one browser session of it.
 pub struct Browser {
     driver: Child,
