@@ -105,12 +105,16 @@ pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 impl AppState {
     pub(crate) fn new(script: Script, api_key: Option<String>) -> Self {
         let rules = script.rules.len();
+        let issued = Issued {
+            compactions: scripted_compactions(&script),
+            ..Issued::default()
+        };
         Self {
             api_key,
             script,
             used: Mutex::new(vec![0; rules]),
             store: Mutex::new(RecentMap::default()),
-            issued: Mutex::new(Issued::default()),
+            issued: Mutex::new(issued),
             recorded: Mutex::new(Recent::default()),
             gates: Mutex::new(HashMap::new()),
             delta_chars: 8,
@@ -215,10 +219,49 @@ impl AppState {
     }
 }
 
+/// The compaction contents a script's replies hold as written: issued by every emulator
+/// process that runs the script, so a run compacted by one `--mock` process (or one test's
+/// emulator) is resumed by another, as the content `POST /responses/compact` makes
+/// ([`crate::sealed`]) already is. Content a request renders from its input is not known
+/// up front and stays this process's.
+fn scripted_compactions(script: &Script) -> std::collections::HashSet<String> {
+    script
+        .rules
+        .iter()
+        .filter_map(|rule| match &rule.reply {
+            crate::script::Reply::Items { items, .. } => Some(items),
+            _ => None,
+        })
+        .flatten()
+        .filter(|item| item.get("type").and_then(Value::as_str) == Some("compaction"))
+        .filter_map(|item| item.get("encrypted_content").and_then(Value::as_str))
+        .filter(|content| !content.contains("{{"))
+        .map(str::to_owned)
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// A compaction item a script writes out verifies in a process that never answered
+    /// with it (a resumed run's new emulator); one the script does not hold still does not.
+    #[test]
+    fn a_scripted_compaction_verifies_in_any_process_running_the_script() {
+        let script = Script::from_json_str(
+            r#"{"rules": [{"reply": {"items": [
+                {"type": "compaction", "encrypted_content": "cmp-scripted"}]}}]}"#,
+        )
+        .unwrap();
+        let state = AppState::new(script, None);
+        let item = |content: &str| -> Item {
+            serde_json::from_value(json!({"type": "compaction", "encrypted_content": content}))
+                .unwrap()
+        };
+        assert!(state.check(&[item("cmp-scripted")]).is_ok());
+        assert!(state.check(&[item("cmp-forged")]).is_err());
+    }
 
     /// A conversation continued over HTTP stores each turn's own items and shares the rest:
     /// 200 chained turns of 10 KB are ~4 MB stored, not 200 growing copies (~400 MB).
