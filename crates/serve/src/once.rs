@@ -28,14 +28,19 @@ pub(crate) struct OnceCodes {
 }
 
 impl OnceCodes {
+    /// The outstanding codes (no code panics while holding the lock, so a poisoned one's
+    /// list is whole).
+    fn codes(&self) -> std::sync::MutexGuard<'_, Vec<(Token, Instant)>> {
+        self.codes
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     /// A new code, good once within [`CODE_TTL`].
     pub(crate) fn issue(&self) -> String {
         let code = Token::random();
         let text = code.reveal().to_string();
-        let mut codes = self
-            .codes
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut codes = self.codes();
         if codes.len() >= MAX_CODES {
             codes.remove(0);
         }
@@ -43,13 +48,10 @@ impl OnceCodes {
         text
     }
 
-    /// Whether `given` is an outstanding code issued less than [`CODE_TTL`] ago; it is used
-    /// up either way (and every expired code is forgotten).
+    /// Whether `given` is an outstanding code issued less than [`CODE_TTL`] ago; a code
+    /// that matches is used up, and every expired code is forgotten.
     pub(crate) fn redeem(&self, given: &str) -> bool {
-        let mut codes = self
-            .codes
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut codes = self.codes();
         codes.retain(|(_, issued)| issued.elapsed() < CODE_TTL);
         match codes.iter().position(|(code, _)| code.matches(given)) {
             Some(at) => {

@@ -149,11 +149,11 @@ impl RunState {
         state.created_at = checkpoint.created_at;
         state.interrupt_requested = checkpoint.interrupt_requested;
         state.steers = checkpoint.steers;
-        state.steer_index = super::call_index::CallIndex::of(&state.steers);
+        state.steer_index = super::id_index::IdIndex::of(&state.steers);
         state.attempts = checkpoint.attempts.into_iter().collect::<HashMap<_, _>>();
         state.elided = checkpoint.elided;
         state.children = checkpoint.children;
-        state.child_index = super::call_index::CallIndex::of(&state.children);
+        state.child_index = super::id_index::IdIndex::of(&state.children);
         state.apply(event);
         Some((state, checkpoint.runtime))
     }

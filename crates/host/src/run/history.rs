@@ -25,7 +25,7 @@ use serde_json::{Value, json};
 
 use crate::error::HostError;
 use crate::raw_json::RawJson;
-use crate::run::state::{CallProgress, CallRecord, RunState, SteerStatus};
+use crate::run::state::{CallProgress, CallRecord, RunState};
 use crate::run::{self, kinds};
 
 /// Why a history search could not be done.
@@ -108,19 +108,19 @@ impl Source<'_> {
 fn sources(state: &RunState) -> Vec<Source<'_>> {
     // Each step's steers and calls, gathered in one pass over each list rather than
     // looked for among all of them at every step.
-    let mut steers_at: HashMap<u64, Vec<&str>> = HashMap::new();
-    for steer in &state.steers {
-        if let SteerStatus::Applied { step } = steer.status {
-            steers_at.entry(step).or_default().push(&steer.text);
-        }
-    }
+    let mut steers_at = state.applied_steers();
     let mut calls_at: HashMap<u64, Vec<&CallRecord>> = HashMap::new();
     for call in &state.calls {
         calls_at.entry(call.step).or_default().push(call);
     }
     let mut sources = Vec::new();
     for step in &state.steps {
-        let steers = steers_at.get(&step.step).cloned().unwrap_or_default();
+        let steers: Vec<&str> = steers_at
+            .remove(&step.step)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|s| s.text.as_str())
+            .collect();
         let output: Vec<&RawJson> = step
             .output
             .iter()
@@ -532,7 +532,7 @@ mod tests {
     /// and call; speed is the benches' to show, so this test does not time it.)
     #[test]
     fn the_units_of_a_long_run_are_each_step_s_steer_and_call() {
-        use crate::run::state::{CallOutput, CallRecord, SteerRecord, StepRecord};
+        use crate::run::state::{CallOutput, CallRecord, SteerRecord, SteerStatus, StepRecord};
         let n: u64 = 30_000;
         let mut state = three_steps();
         let call = |step: u64| {

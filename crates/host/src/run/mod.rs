@@ -3,7 +3,6 @@
 //! A run is the journal thread `run:<id>` (the id is a UUIDv7: time-sortable). See
 //! [`kinds`] for its events and [`state::RunState`] for the fold that every reader uses.
 
-mod call_index;
 pub(crate) mod checkpoint;
 pub mod digest;
 mod driver;
@@ -11,6 +10,7 @@ pub mod endpoint;
 pub mod events;
 pub mod exec_json;
 pub mod history;
+mod id_index;
 pub mod kinds;
 mod model;
 mod model_ws;

@@ -19,11 +19,11 @@ use agent_journal::Event;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::call_index::CallIndex;
 use super::events::{
     ApprovalDecided, ApprovalReason, ContextCompacted, DecisionScope, ModelCompleted, RunCreated,
     RunEvent, RunSandboxChanged, ToolEnded, ToolOutcome,
 };
+use super::id_index::IdIndex;
 use super::owner::Owner;
 pub use super::records::{
     ApprovalRecord, CallOutput, CallProgress, CallRecord, Decision, StepRecord,
@@ -60,7 +60,7 @@ pub struct RunState {
     pub(crate) attempts: HashMap<u64, u32>,
     /// Calls in the order the model made them.
     pub(crate) calls: Vec<CallRecord>,
-    index: CallIndex,
+    index: IdIndex,
     /// Tokens of all steps.
     pub(crate) usage: TokenUsage,
     /// Tools approved for the rest of the run ("approve always").
@@ -89,7 +89,7 @@ pub struct RunState {
     /// Steers in the order they were requested.
     pub(crate) steers: Vec<SteerRecord>,
     /// Where each steer is in `steers`, by its id.
-    pub(crate) steer_index: CallIndex,
+    pub(crate) steer_index: IdIndex,
     /// The latest compaction of the history, if any.
     pub(crate) compaction: Option<CompactionRecord>,
     /// What the fold dropped at checkpoints (all zero unless it is a driving host's).
@@ -97,7 +97,7 @@ pub struct RunState {
     /// Child runs its `spawn_agents` calls created (`subagent.spawned`), in order.
     pub(crate) children: Vec<ChildRecord>,
     /// Where each child is in `children`, by its run id.
-    pub(crate) child_index: CallIndex,
+    pub(crate) child_index: IdIndex,
     /// Whether checkpoints trim this fold (a driving host's).
     window: bool,
 }
@@ -373,6 +373,19 @@ impl RunState {
         self.steers
             .iter()
             .filter(|s| s.status == SteerStatus::Pending)
+    }
+
+    /// The applied steers by the step they were applied before, each step's in the order
+    /// they were requested: one pass, for callers that walk every step (a scan of all
+    /// steers per step made long steered runs quadratic).
+    pub(crate) fn applied_steers(&self) -> HashMap<u64, Vec<&SteerRecord>> {
+        let mut applied: HashMap<u64, Vec<&SteerRecord>> = HashMap::new();
+        for steer in &self.steers {
+            if let SteerStatus::Applied { step } = steer.status {
+                applied.entry(step).or_default().push(steer);
+            }
+        }
+        applied
     }
 
     /// The first line of the prompt, at most [`TITLE_CHARS`] characters (longer ones end
@@ -798,7 +811,7 @@ impl RunState {
         elided.rejections = elided
             .rejections
             .saturating_add((rejections - self.rejections.len()) as u64);
-        self.index = CallIndex::of(&self.calls);
+        self.index = IdIndex::of(&self.calls);
         self.attempts.retain(|&step, _| step >= before_step);
     }
 

@@ -14,7 +14,7 @@ use std::collections::{HashMap, HashSet};
 use agent_responses::types::CreateResponse;
 use agent_responses::types::{Item, MessageItem};
 
-use super::state::{CallProgress, CompactionRecord, RunSpec, RunState, SteerStatus};
+use super::state::{CallProgress, CompactionRecord, RunSpec, RunState};
 use crate::RawJson;
 
 /// What the host tells the model after a compaction: where the run stands. A function of
@@ -261,18 +261,17 @@ impl serde::Serialize for History<'_> {
             }
             None => (1, &[][..]),
         };
-        // The steers applied before each step, in the order they were requested: gathered
-        // in one pass, not looked for among all of them at every step.
+        // The steers applied before each step that the compaction does not cover.
         let covered: HashSet<&str> = covered.iter().map(String::as_str).collect();
-        let mut applied: HashMap<u64, Vec<&str>> = HashMap::new();
-        for steer in &state.steers {
-            if let SteerStatus::Applied { step } = steer.status
-                && !covered.contains(steer.id.as_str())
-            {
-                applied.entry(step).or_default().push(&steer.text);
-            }
-        }
-        let steers_before = |step: u64| applied.get(&step).into_iter().flatten();
+        let applied = state.applied_steers();
+        let steers_before = |step: u64| {
+            applied
+                .get(&step)
+                .into_iter()
+                .flatten()
+                .filter(|s| !covered.contains(s.id.as_str()))
+                .map(|s| s.text.as_str())
+        };
         // The first rejection of each step, the same way.
         let mut rejections: HashMap<u64, &[String]> = HashMap::new();
         for rejected in &state.rejections {

@@ -4,6 +4,7 @@ use serde_json::{Value, json};
 
 use super::*;
 use crate::run::kinds as k;
+use crate::run::state::SteerStatus;
 use crate::run::test_events::ev;
 use crate::tools::{Policy, ToolSpec};
 

@@ -1,8 +1,8 @@
-//! Where a call is in a fold's call list, by its call id (and a steer or a child run in
-//! theirs, by its id: the same index over another list).
+//! Where a record is in one of a fold's lists, by its id: a call by its call id, a steer
+//! by its id, a child run by its run id.
 //!
-//! Invariant: the index holds no copy of the ids (they are in the calls themselves), only
-//! a 64-bit hash of each. The first call with a hash owns its slot; a later call whose id
+//! Invariant: the index holds no copy of the ids (they are in the records themselves), only
+//! a 64-bit hash of each. The first record with a hash owns its slot; a later one whose id
 //! hashes the same is found by a scan, so a lookup is exact whatever the ids are.
 
 use std::collections::HashMap;
@@ -11,7 +11,7 @@ use std::hash::{Hash as _, Hasher as _};
 use super::records::CallRecord;
 use super::state::{ChildRecord, SteerRecord};
 
-/// A record a [`CallIndex`] finds by its id.
+/// A record an [`IdIndex`] finds by its id.
 pub(crate) trait Keyed {
     /// The id.
     fn key(&self) -> &str;
@@ -35,38 +35,39 @@ impl Keyed for ChildRecord {
     }
 }
 
-/// Call positions by a hash of their call id.
+/// Record positions by a hash of their id.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct CallIndex(HashMap<u64, usize>);
+pub(crate) struct IdIndex(HashMap<u64, usize>);
 
-impl CallIndex {
-    /// The position in `calls` of the call with `call_id`.
-    pub(crate) fn find<T: Keyed>(&self, calls: &[T], call_id: &str) -> Option<usize> {
-        let &i = self.0.get(&id_hash(call_id))?;
-        if calls.get(i).is_some_and(|c| c.key() == call_id) {
+impl IdIndex {
+    /// The position in `records` of the one with `id`.
+    pub(crate) fn find<T: Keyed>(&self, records: &[T], id: &str) -> Option<usize> {
+        let &i = self.0.get(&id_hash(id))?;
+        if records.get(i).is_some_and(|r| r.key() == id) {
             return Some(i);
         }
-        calls.iter().position(|c| c.key() == call_id)
+        records.iter().position(|r| r.key() == id)
     }
 
-    /// Records that the call with `call_id` is at position `i`.
-    pub(crate) fn insert(&mut self, call_id: &str, i: usize) {
-        self.0.entry(id_hash(call_id)).or_insert(i);
+    /// Records that the record with `id` is at position `i`.
+    pub(crate) fn insert(&mut self, id: &str, i: usize) {
+        self.0.entry(id_hash(id)).or_insert(i);
     }
 
-    /// The index of `calls`.
-    pub(crate) fn of<T: Keyed>(calls: &[T]) -> CallIndex {
-        let mut index = CallIndex(HashMap::with_capacity(calls.len()));
-        for (i, call) in calls.iter().enumerate() {
-            index.insert(call.key(), i);
+    /// The index of `records`.
+    pub(crate) fn of<T: Keyed>(records: &[T]) -> IdIndex {
+        let mut index = IdIndex(HashMap::with_capacity(records.len()));
+        for (i, record) in records.iter().enumerate() {
+            index.insert(record.key(), i);
         }
         index
     }
 }
 
-fn id_hash(call_id: &str) -> u64 {
+/// Deterministic (fixed keys), so two folds of the same events hold the same index.
+fn id_hash(id: &str) -> u64 {
     let mut hasher = std::hash::DefaultHasher::new();
-    call_id.hash(&mut hasher);
+    id.hash(&mut hasher);
     hasher.finish()
 }
 
@@ -89,7 +90,7 @@ mod tests {
     #[test]
     fn finds_each_call_and_nothing_else() {
         let calls: Vec<_> = (0..50).map(|i| call(&format!("call_{i}"))).collect();
-        let index = CallIndex::of(&calls);
+        let index = IdIndex::of(&calls);
         for (i, c) in calls.iter().enumerate() {
             assert_eq!(index.find(&calls, &c.call_id), Some(i));
         }
@@ -101,7 +102,7 @@ mod tests {
     fn a_call_whose_slot_another_holds_is_found_by_a_scan() {
         // Two ids forced onto one slot, as a hash collision would put them.
         let calls = vec![call("a"), call("b")];
-        let mut index = CallIndex::default();
+        let mut index = IdIndex::default();
         index.0.insert(id_hash("a"), 0);
         index.0.insert(id_hash("b"), 0);
         assert_eq!(index.find(&calls, "a"), Some(0));
