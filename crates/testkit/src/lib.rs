@@ -284,3 +284,25 @@ mod tests {
         assert_eq!(with_database("postgres://h", "t2"), "postgres://h/t2");
     }
 }
+
+/// Writes `text` to `path` as an executable file (mode 0755) that a test can run at once.
+///
+/// A file this process writes is open for writing, for a moment, in every child that
+/// another test thread forks meanwhile (until that child execs); running the file in that
+/// moment fails with ETXTBSY, "Text file busy". Here the executable's only writer is an
+/// `install` child, a process this one never forks from, gone when this returns.
+pub fn write_executable(path: &std::path::Path, text: &str) {
+    let mut source = path.as_os_str().to_owned();
+    source.push(".source");
+    let source = std::path::PathBuf::from(source);
+    std::fs::write(&source, text).unwrap();
+    let status = std::process::Command::new("install")
+        .arg("-m")
+        .arg("0755")
+        .arg(&source)
+        .arg(path)
+        .status()
+        .unwrap();
+    assert!(status.success(), "install {}: {status}", path.display());
+    std::fs::remove_file(&source).unwrap();
+}

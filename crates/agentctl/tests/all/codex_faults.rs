@@ -81,11 +81,9 @@ struct Fake {
 
 impl Fake {
     fn new() -> Fake {
-        use std::os::unix::fs::PermissionsExt as _;
         let dir = tempfile::tempdir().unwrap();
         let fake = Fake { dir };
-        std::fs::write(fake.script(), FAKE).unwrap();
-        std::fs::set_permissions(fake.script(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        agent_testkit::write_executable(&fake.script(), FAKE);
         fake
     }
 

@@ -37,16 +37,13 @@ async fn open_gives_the_browser_a_one_time_link_not_the_token() {
     std::fs::create_dir_all(&bin).unwrap();
     let opened = dir.path().join("opened");
     let opener = bin.join("xdg-open");
-    std::fs::write(
+    agent_testkit::write_executable(
         &opener,
-        format!(
+        &format!(
             "#!/bin/sh\nprintf '%s\\n' \"$@\" > '{}.tmp' && mv '{0}.tmp' '{0}'\n",
             opened.display()
         ),
-    )
-    .unwrap();
-    use std::os::unix::fs::PermissionsExt as _;
-    std::fs::set_permissions(&opener, std::fs::Permissions::from_mode(0o755)).unwrap();
+    );
     let path = format!(
         "{}:{}",
         bin.display(),

@@ -80,11 +80,9 @@ struct Fake {
 
 impl Fake {
     fn new() -> Fake {
-        use std::os::unix::fs::PermissionsExt as _;
         let dir = tempfile::tempdir().unwrap();
         let script = dir.path().join("fake-codex.py");
-        std::fs::write(&script, FAKE).unwrap();
-        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+        agent_testkit::write_executable(&script, FAKE);
         Fake { dir, script }
     }
 
@@ -287,16 +285,13 @@ where
     F: Future<Output = ()>,
     O: FnMut(TurnEvent<'_>) -> Result<(), std::convert::Infallible>,
 {
-    use std::os::unix::fs::PermissionsExt as _;
     let dir = tempfile::tempdir().unwrap();
     let wrapper = dir.path().join("codex");
     let script = turn.launch.codex_bin.display().to_string();
-    std::fs::write(
+    agent_testkit::write_executable(
         &wrapper,
-        format!("#!/bin/sh\nFAKE_MODE={mode} exec '{script}' \"$@\"\n"),
-    )
-    .unwrap();
-    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+        &format!("#!/bin/sh\nFAKE_MODE={mode} exec '{script}' \"$@\"\n"),
+    );
     turn.launch.codex_bin = wrapper;
     run_codex_turn(turn, None, signal, observe).await
 }

@@ -23,21 +23,22 @@ fn ctx() -> ToolContext {
     }
 }
 
-/// Swaps `ws/realdir` between a real directory and a symlink to `outside` until `stop`.
+/// Swaps `ws/realdir` between a real directory and a symlink to `outside` until `stop`,
+/// leaving the real directory in place. Each swap is one atomic exchange: `realdir` always
+/// exists, so a call never finds it missing (and `write_file` never makes a new one, which
+/// would end the race).
 fn swapper(ws: &Path, outside: &Path, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<()> {
-    let (real, hold, evil) = (ws.join("realdir"), ws.join("hold"), ws.join("evil"));
+    use rustix::fs::{CWD, RenameFlags, renameat_with};
+    let (real, evil) = (ws.join("realdir"), ws.join("evil"));
     std::fs::create_dir(&real).unwrap();
     std::fs::write(real.join("secret"), "inside").unwrap();
     std::os::unix::fs::symlink(outside, &evil).unwrap();
     std::thread::spawn(move || {
         while !stop.load(Ordering::Relaxed) {
-            // realdir -> hold, evil -> realdir (the symlink in place), back again.
-            let _ = std::fs::rename(&real, &hold);
-            let _ = std::fs::rename(&evil, &real);
-            std::thread::sleep(Duration::from_micros(100));
-            let _ = std::fs::rename(&real, &evil);
-            let _ = std::fs::rename(&hold, &real);
-            std::thread::sleep(Duration::from_micros(100));
+            for _ in 0..2 {
+                renameat_with(CWD, &real, CWD, &evil, RenameFlags::EXCHANGE).unwrap();
+                std::thread::sleep(Duration::from_micros(100));
+            }
         }
     })
 }
@@ -57,12 +58,13 @@ async fn file_tools_never_follow_a_directory_swapped_for_a_symlink() {
     );
     let stop = Arc::new(AtomicBool::new(false));
     let swapping = swapper(&ws, &outside, Arc::clone(&stop));
-    let (mut wrote, mut read_inside) = (0, 0);
+    let (mut wrote, mut read_inside, mut refused) = (0, 0, 0);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
     while tokio::time::Instant::now() < deadline {
         let args = json!({"path": "realdir/target", "content": "from the tool"});
-        if write.call(args, ctx()).await.is_ok() {
-            wrote += 1;
+        match write.call(args, ctx()).await {
+            Ok(_) => wrote += 1,
+            Err(_) => refused += 1,
         }
         match read.call(json!({"path": "realdir/secret"}), ctx()).await {
             Ok(text) => {
@@ -70,20 +72,29 @@ async fn file_tools_never_follow_a_directory_swapped_for_a_symlink() {
                 assert!(!text.contains("OUTSIDE-SECRET"), "read outside: {text}");
                 read_inside += 1;
             }
-            Err(err) => assert!(!err.0.contains("OUTSIDE-SECRET"), "{}", err.0),
+            Err(err) => {
+                assert!(!err.0.contains("OUTSIDE-SECRET"), "{}", err.0);
+                refused += 1;
+            }
         }
     }
     stop.store(true, Ordering::Relaxed);
     swapping.join().unwrap();
     assert!(
         !outside.join("target").exists(),
-        "write_file wrote outside the workspace"
+        "write_file wrote outside the workspace ({wrote} writes and {read_inside} reads inside, {refused} refused)"
     );
-    // The race ran both ways: some calls found the real directory.
-    assert!(
-        wrote > 0 && read_inside > 0,
-        "{wrote} writes, {read_inside} reads"
+    // The same calls do reach the real directory, back in place now: what the race
+    // refused, it refused for the swap (how many calls won the race depends on the load).
+    let args = json!({"path": "realdir/target", "content": "after the race"});
+    write.call(args, ctx()).await.unwrap();
+    assert_eq!(
+        std::fs::read_to_string(ws.join("realdir/target")).unwrap(),
+        "after the race"
     );
+    let text = read.call(json!({"path": "realdir/secret"}), ctx()).await;
+    assert_eq!(text.unwrap().as_str().map(str::trim_end), Some("inside"));
+    assert!(!outside.join("target").exists());
 }
 
 #[tokio::test]
