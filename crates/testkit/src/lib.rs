@@ -271,20 +271,6 @@ pub async fn poll_then_drop<F: std::future::Future>(fut: F, polls: usize) -> Opt
     None
 }
 
-#[cfg(test)]
-mod tests {
-    use super::with_database;
-
-    #[test]
-    fn replaces_only_the_database_name() {
-        assert_eq!(
-            with_database("postgres://u:p@h:5432/postgres?sslmode=disable", "t1"),
-            "postgres://u:p@h:5432/t1?sslmode=disable"
-        );
-        assert_eq!(with_database("postgres://h", "t2"), "postgres://h/t2");
-    }
-}
-
 /// Writes `text` to `path` as an executable file (mode 0755) that a test can run at once.
 ///
 /// A file this process writes is open for writing, for a moment, in every child that
@@ -305,4 +291,18 @@ pub fn write_executable(path: &std::path::Path, text: &str) {
         .unwrap();
     assert!(status.success(), "install {}: {status}", path.display());
     std::fs::remove_file(&source).unwrap();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::with_database;
+
+    #[test]
+    fn replaces_only_the_database_name() {
+        assert_eq!(
+            with_database("postgres://u:p@h:5432/postgres?sslmode=disable", "t1"),
+            "postgres://u:p@h:5432/t1?sslmode=disable"
+        );
+        assert_eq!(with_database("postgres://h", "t2"), "postgres://h/t2");
+    }
 }
