@@ -221,7 +221,7 @@ fn memory_add_refuses_an_observed_time_far_in_the_future_or_negative() {
             .output()
             .unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(1), "{observed}: {stderr}");
+        assert_eq!(out.status.code(), Some(2), "{observed}: {stderr}");
         assert!(stderr.contains("--observed"), "{stderr}");
     }
     let out = agentctl(&db)
@@ -301,4 +301,42 @@ fn history_on_an_unwritable_database_says_why() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// What `history` and `memory` refuse to store or look up (an empty name, an empty or
+/// oversized term, a unit with no items, an unknown source) is bad input: exit 2 with the
+/// usage hint, as for every other command, not 1 with "RUST_LOG=debug shows details".
+#[test]
+fn history_and_memory_refuse_bad_input_as_usage_errors() {
+    let (_dir, db) = temp_db("usage.db");
+    let long = "a".repeat(2000);
+    let cases: [&[&str]; 7] = [
+        &["memory", "recall", "--project", ""],
+        &[
+            "memory",
+            "add",
+            "--source",
+            "",
+            "--project",
+            "p",
+            "--key",
+            "k",
+            "--value",
+            "v",
+        ],
+        &["memory", "revoke", "never-added"],
+        &["memory", "evidence", "--project", "p", "--key", ""],
+        &["history", "search", "--thread", "t", ""],
+        &["history", "search", "--thread", "t", &long],
+        &["history", "append", "--thread", "t", "--unit", "u", "[]"],
+    ];
+    for args in cases {
+        let out = agentctl(&db).args(args).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(
+            stderr.starts_with("error: ") && !stderr.contains("RUST_LOG=debug shows details"),
+            "{args:?}: {stderr}"
+        );
+    }
 }
