@@ -25,7 +25,9 @@ pub enum HistoryCmd {
         /// a scan of the thread).
         term: String,
         /// Most hits to print (1-1000).
-        #[arg(long, default_value_t = 5)]
+        #[arg(long, default_value_t = 5,
+              value_parser = clap::builder::RangedU64ValueParser::<usize>::new()
+                  .range(1..=agent_context::limits::MAX_SEARCH_LIMIT as u64))]
         limit: usize,
     },
     /// Print the pinned goal plus the most recent units of a thread, oldest first.
@@ -37,7 +39,9 @@ pub enum HistoryCmd {
         #[arg(long, default_value = "")]
         goal: String,
         /// How many recent units to keep (1-10000).
-        #[arg(long, default_value_t = 2, conflicts_with = "budget")]
+        #[arg(long, default_value_t = 2, conflicts_with = "budget",
+              value_parser = clap::builder::RangedU64ValueParser::<usize>::new()
+                  .range(1..=agent_context::limits::MAX_WINDOW_UNITS as u64))]
         keep: usize,
         /// Instead of --keep: as many recent units as fit this many bytes of JSON
         /// (goal included; units are never split).

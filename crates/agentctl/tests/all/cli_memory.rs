@@ -340,3 +340,44 @@ fn history_and_memory_refuse_bad_input_as_usage_errors() {
         );
     }
 }
+
+/// A count out of range is refused naming the flag it came from (the store's own message
+/// said `keep_units`, which the user never typed).
+#[test]
+fn history_counts_out_of_range_name_their_flag() {
+    let (_dir, db) = temp_db("counts.db");
+    for (args, flag) in [
+        (
+            &["history", "window", "--thread", "t", "--keep", "0"][..],
+            "--keep",
+        ),
+        (
+            &["history", "window", "--thread", "t", "--keep", "10001"],
+            "--keep",
+        ),
+        (
+            &["history", "search", "--thread", "t", "abc", "--limit", "0"],
+            "--limit",
+        ),
+        (
+            &[
+                "history", "search", "--thread", "t", "abc", "--limit", "1001",
+            ],
+            "--limit",
+        ),
+    ] {
+        let out = agentctl(&db).args(args).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(flag), "{args:?}: {stderr}");
+    }
+    // The limits themselves are taken.
+    for args in [
+        &["history", "window", "--thread", "t", "--keep", "10000"][..],
+        &[
+            "history", "search", "--thread", "t", "abc", "--limit", "1000",
+        ],
+    ] {
+        agentctl(&db).args(args).assert().success();
+    }
+}
