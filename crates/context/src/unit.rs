@@ -112,6 +112,22 @@ pub(crate) fn prepare(thread: &str, unit: &str, items: &[Value]) -> Result<Prepa
         });
     }
     check_pairs(unit, items)?;
+    // Before serialising: serialising recurses once per level, and a `Value` built in
+    // memory can nest deep enough to overflow the stack. Deeper than this, the stored body
+    // would not read back either (the thread's windows would fail). The body is one level
+    // deeper than its items.
+    const _: () = assert!(agent_schema::json::MAX_NESTING == 127);
+    if let Some(index) = items
+        .iter()
+        .position(|item| nests_deeper(item, agent_schema::json::MAX_NESTING - 1))
+    {
+        // The reason is a literal (the error keeps `&'static str`); it names the limit.
+        return Err(ContextError::InvalidItem {
+            unit: unit.into(),
+            index,
+            reason: "it nests arrays and objects more than 126 levels deep",
+        });
+    }
     let body = serde_json::to_string(items)
         .map_err(|err| ContextError::Corrupt(format!("cannot serialise unit items: {err}")))?;
     if body.len() > limits::MAX_UNIT_BYTES {
@@ -121,27 +137,25 @@ pub(crate) fn prepare(thread: &str, unit: &str, items: &[Value]) -> Result<Prepa
             max: limits::MAX_UNIT_BYTES,
         });
     }
-    if agent_schema::json::check_nesting(&body).is_err() {
-        // It would be stored, and no read could decode it: the thread's windows would fail.
-        // The body is one level deeper than its items.
-        let index = items
-            .iter()
-            .position(|item| agent_schema::json::check_nesting(&format!("[{item}]")).is_err())
-            .unwrap_or_default();
-        // The reason is a literal (the error keeps `&'static str`); it names the limit.
-        const _: () = assert!(agent_schema::json::MAX_NESTING == 127);
-        return Err(ContextError::InvalidItem {
-            unit: unit.into(),
-            index,
-            reason: "it nests arrays and objects more than 126 levels deep",
-        });
-    }
     let folded = fold(&body);
     Ok(Prepared {
         unit: unit.into(),
         body,
         folded,
     })
+}
+
+/// Whether `value` nests arrays and objects more than `levels` deep. Recurses at most
+/// `levels + 1` calls deep, whatever the depth of `value`.
+fn nests_deeper(value: &Value, levels: usize) -> bool {
+    let Some(inner) = levels.checked_sub(1) else {
+        return matches!(value, Value::Array(_) | Value::Object(_));
+    };
+    match value {
+        Value::Array(items) => items.iter().any(|v| nests_deeper(v, inner)),
+        Value::Object(map) => map.values().any(|v| nests_deeper(v, inner)),
+        _ => false,
+    }
 }
 
 fn check_pairs(unit: &str, items: &[Value]) -> Result<()> {

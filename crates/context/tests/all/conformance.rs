@@ -769,6 +769,7 @@ agent_testkit::backend_tests!(
     long_reads_give_whole_answers,
     items_with_serde_json_private_keys_read_back_as_appended,
     items_too_deep_to_read_back_are_refused,
+    items_too_deep_to_serialise_are_refused,
 );
 
 /// An item nested deeper than a read can decode (`serde_json` reads 127 levels, and a
@@ -792,6 +793,73 @@ async fn items_too_deep_to_read_back_are_refused(db: common::Db) {
     s.append_unit("deep", "2", &[nested(126)]).await.unwrap();
     let window = s.window("deep", "goal", 5).await.unwrap();
     assert_eq!(window.recent_units[0].items, [nested(126)]);
+}
+
+/// `levels` nested arrays and objects around a string, built without recursion (`json!`
+/// would serialise `inner` again).
+fn deep_value(levels: usize) -> Value {
+    (0..levels).fold(json!("leaf"), |inner, level| {
+        if level % 2 == 0 {
+            Value::Array(vec![inner])
+        } else {
+            Value::Object([("in".to_string(), inner)].into_iter().collect())
+        }
+    })
+}
+
+/// Drops `value` without recursion (the compiler's drop of a deep value recurses).
+fn drop_flat(value: Value) {
+    let mut stack = vec![value];
+    while let Some(value) = stack.pop() {
+        match value {
+            Value::Array(items) => stack.extend(items),
+            Value::Object(map) => stack.extend(map.into_iter().map(|(_, v)| v)),
+            _ => {}
+        }
+    }
+}
+
+/// An item nested thousands of levels deep (a `Value` built in memory can be; serialising
+/// it recurses once per level) is refused like one just over the limit, not serialised
+/// first: the append must not overflow the caller's stack, whatever the depth.
+async fn items_too_deep_to_serialise_are_refused(db: common::Db) {
+    let s = &db.store;
+    for levels in [3_000, 200_000] {
+        let items = vec![
+            json!({"type": "message", "text": "ok"}),
+            Value::Object(
+                [
+                    ("type".to_string(), json!("message")),
+                    ("in".to_string(), deep_value(levels)),
+                ]
+                .into_iter()
+                .collect(),
+            ),
+        ];
+        let err = s.append_unit("deep", "1", &items).await.unwrap_err();
+        assert!(
+            matches!(err, ContextError::InvalidItem { index: 1, .. }),
+            "{levels}: {err}"
+        );
+        let batch = [NewUnit {
+            unit: "2".into(),
+            items,
+        }];
+        let err = s.append_units("deep", &batch).await.unwrap_err();
+        assert!(
+            matches!(err, ContextError::InvalidItem { index: 1, .. }),
+            "{levels}: {err}"
+        );
+        let [NewUnit { items, .. }] = batch;
+        items.into_iter().for_each(drop_flat);
+    }
+    assert!(
+        s.window("deep", "goal", 5)
+            .await
+            .unwrap()
+            .recent_units
+            .is_empty()
+    );
 }
 
 /// An item holding an object whose first key is one of `serde_json`'s private tokens (a
