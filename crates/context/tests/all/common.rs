@@ -59,3 +59,12 @@ pub async fn postgres_with(options: ContextOptions) -> Option<Db> {
         _pg: Some(db),
     })
 }
+
+/// A store on the PostgreSQL database `db` (which goes with the store's [`Db`]).
+pub async fn postgres_on(db: agent_testkit::PgDatabase) -> Db {
+    Db {
+        store: ContextStore::open(db.url()).await.unwrap(),
+        _dir: None,
+        _pg: Some(db),
+    }
+}

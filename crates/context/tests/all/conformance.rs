@@ -1125,3 +1125,100 @@ async fn driver_failures_have_a_kind() {
         other => panic!("not a database error: {other}"),
     }
 }
+
+/// Stores on databases whose default collation is not code point order (PostgreSQL: ICU
+/// `en-US`, where `a < A < b < B`; production servers are often created so), for the rules
+/// that compare names.
+mod locale_collation {
+    use crate::common::{self, Db};
+
+    pub async fn sqlite() -> Db {
+        common::sqlite().await
+    }
+
+    /// A fresh database recreated under its own name with an ICU `en-US` default
+    /// collation (dropped with its guard like any other).
+    pub async fn postgres() -> Option<Db> {
+        use sqlx::Connection as _;
+        let db = agent_testkit::fresh_pg_database("ctx_icu").await?;
+        let name = db
+            .url()
+            .rsplit('/')
+            .next()
+            .unwrap()
+            .split('?')
+            .next()
+            .unwrap();
+        let admin_url = agent_testkit::pg_base_url().unwrap();
+        let mut admin = sqlx::PgConnection::connect(&admin_url).await.unwrap();
+        for sql in [
+            format!("DROP DATABASE {name}"),
+            format!(
+                "CREATE DATABASE {name} TEMPLATE template0 LOCALE_PROVIDER icu \
+                 ICU_LOCALE 'en-US' LOCALE 'C.UTF-8'"
+            ),
+        ] {
+            sqlx::query(sqlx::AssertSqlSafe(sql))
+                .execute(&mut admin)
+                .await
+                .unwrap();
+        }
+        admin.close().await.unwrap();
+        Some(common::postgres_on(db).await)
+    }
+}
+
+/// Names compare by code point on every backend, whatever the database's collation: a tie
+/// on `observed` goes to the greatest source in that order (the memory contract: the same
+/// evidence gives the same memory on SQLite and PostgreSQL), and lists by name come in it.
+async fn names_compare_by_code_point(db: common::Db) {
+    let s = &db.store;
+    // Code point order: "B" < "a" (in en-US, "a" < "B").
+    s.add_evidence_batch(&[
+        ev("a", "p", "k", "from a", 100, true),
+        ev("B", "p", "k", "from B", 100, true),
+    ])
+    .await
+    .unwrap();
+    let keys = ["b", "B", "a", "A", "_x"];
+    for key in keys {
+        s.add_evidence(&ev(&format!("s-{key}"), "q", key, "v", 1, true))
+            .await
+            .unwrap();
+    }
+    s.consolidate().await.unwrap();
+    let winner = s.recall("p", 100, 10).await.unwrap();
+    assert_eq!(
+        (winner[0].source.as_str(), winner[0].value.as_str()),
+        ("a", "from a")
+    );
+    let mut want: Vec<&str> = keys.to_vec();
+    want.sort();
+    let recalled = s.recall("q", 1, 10).await.unwrap();
+    assert_eq!(
+        recalled.iter().map(|e| e.key.as_str()).collect::<Vec<_>>(),
+        want
+    );
+    let evidence = s.evidence("q", None).await.unwrap();
+    assert_eq!(
+        evidence.iter().map(|e| e.key.as_str()).collect::<Vec<_>>(),
+        want
+    );
+    for thread in keys {
+        s.append_unit(thread, "u", &msg("x")).await.unwrap();
+    }
+    let threads = s.threads().await.unwrap();
+    assert_eq!(
+        threads
+            .iter()
+            .map(|t| t.thread.as_str())
+            .collect::<Vec<_>>(),
+        want
+    );
+}
+
+agent_testkit::backend_tests!(
+    locale_collation,
+    [sqlite, postgres]:
+    names_compare_by_code_point,
+);

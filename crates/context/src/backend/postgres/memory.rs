@@ -1,5 +1,8 @@
 //! Evidence and consolidated memory on PostgreSQL: writers mark the (project, key) pairs
 //! they touch dirty in the same transaction; a consolidation recomputes only those.
+//!
+//! Names are compared by code point (`COLLATE "C"`), as SQLite compares them, whatever the
+//! database's default collation: the greatest source wins a tie, and lists come by key.
 
 use sqlx::Row as _;
 
@@ -105,7 +108,7 @@ impl MemoryStore for PgBackend {
                SELECT w.source FROM context_evidence w \
                WHERE w.project = d.project AND w.key = d.key \
                  AND w.confirmed AND NOT w.revoked \
-               ORDER BY w.observed DESC, w.source DESC LIMIT 1)",
+               ORDER BY w.observed DESC, w.source COLLATE \"C\" DESC LIMIT 1)",
         )
         .execute(&mut *tx)
         .await?
@@ -131,7 +134,7 @@ impl MemoryStore for PgBackend {
     async fn recall(&self, project: &str, now: i64, max_age: i64) -> Result<Vec<MemoryEntry>> {
         let rows = sqlx::query(
             "SELECT project, key, value, source, observed FROM context_memory \
-             WHERE project = $1 ORDER BY key",
+             WHERE project = $1 ORDER BY key COLLATE \"C\"",
         )
         .bind(project)
         .fetch_all(&self.pool)
@@ -155,7 +158,7 @@ impl MemoryStore for PgBackend {
         let rows = sqlx::query(
             "SELECT source, project, key, value, observed, confirmed, revoked \
              FROM context_evidence WHERE project = $1 AND ($2::text IS NULL OR key = $2) \
-             ORDER BY key, observed, source",
+             ORDER BY key COLLATE \"C\", observed, source COLLATE \"C\"",
         )
         .bind(project)
         .bind(key)

@@ -180,9 +180,11 @@ impl UnitStore for PgBackend {
     }
 
     async fn threads(&self) -> Result<Vec<ThreadInfo>> {
-        let rows = sqlx::query("SELECT thread, last_seq FROM context_threads ORDER BY thread")
-            .fetch_all(&self.pool)
-            .await?;
+        let rows = sqlx::query(
+            "SELECT thread, last_seq FROM context_threads ORDER BY thread COLLATE \"C\"",
+        )
+        .fetch_all(&self.pool)
+        .await?;
         rows.into_iter()
             .map(|row| {
                 Ok(ThreadInfo {
