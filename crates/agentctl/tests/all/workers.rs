@@ -473,6 +473,24 @@ fn what_no_worker_could_use_is_refused_up_front() {
     }
 }
 
+/// A `--name` the journal cannot take as a lease holder (empty, over 256 bytes) is refused
+/// at once, exit 2: accepted, the worker warned twice a second for good and claimed nothing.
+#[test]
+fn a_worker_name_the_journal_cannot_take_is_refused() {
+    use host::{agentctl, out_within, text};
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("n.db").display());
+    for name in [String::new(), "w".repeat(257)] {
+        let o = out_within(
+            agentctl(&db).args(["worker", "--name", &name]),
+            Duration::from_secs(30),
+        );
+        let stderr = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{}: {stderr}", name.len());
+        assert!(stderr.contains("--name"), "{stderr}");
+    }
+}
+
 /// A worker told to stop gives back at once a run that waits for a human (a step
 /// boundary), however long its grace period, and says so on its `--json` stream.
 async fn a_stopping_worker_gives_back_a_run_waiting_for_a_human(db: FreshDb) {

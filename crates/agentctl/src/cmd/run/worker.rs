@@ -25,8 +25,8 @@ pub struct WorkerArgs {
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..=1024))]
     pub concurrency: u64,
     /// The name this worker claims runs under (default: host name and pid); unique per
-    /// worker.
-    #[arg(long)]
+    /// worker; 1 to 256 bytes.
+    #[arg(long, value_parser = worker_name)]
     pub name: Option<String>,
     /// Seconds a claim lasts without renewal: how long a dead worker's runs wait before
     /// another worker takes them over. Renewed every third of it; at least 0.05.
@@ -53,6 +53,19 @@ pub struct WorkerArgs {
     /// cannot give runs unsandboxed with every command asking.
     #[arg(long, value_name = "MODE", value_parser = super::parse_sandbox_mode)]
     pub sandbox: Option<agent_host::sandbox::Mode>,
+}
+
+/// A `--name` the journal takes as a lease holder: one it refuses made the worker warn
+/// twice a second for good instead of claiming anything.
+fn worker_name(s: &str) -> Result<String, String> {
+    let max = agent_journal::MAX_THREAD_BYTES;
+    if s.is_empty() {
+        return Err("a worker's name must not be empty".into());
+    }
+    if s.len() > max {
+        return Err(format!("{} bytes, at most {max} are taken", s.len()));
+    }
+    Ok(s.to_string())
 }
 
 pub(crate) struct CliConnector {
