@@ -22,7 +22,8 @@ pub enum StoreDurability {
 pub struct ContextOptions {
     /// When a write is acknowledged (SQLite; default [`StoreDurability::Full`]).
     pub durability: StoreDurability,
-    /// How long SQLite waits for a lock held by another process or connection.
+    /// How long SQLite waits for a lock held by another process or connection (at most
+    /// `i32::MAX` milliseconds, about 24.8 days: a longer timeout is that).
     pub busy_timeout: Duration,
     /// Read connections (SQLite file) or pool size (PostgreSQL).
     pub connections: u32,

@@ -911,6 +911,27 @@ async fn long_reads_give_whole_answers(db: common::Db) {
     assert_eq!(w.recent_units[0].unit, "m0");
 }
 
+/// A busy timeout too long for SQLite (it takes milliseconds in a C `int`; "wait forever"
+/// is easily written `Duration::MAX`) waits as long as SQLite can, on every connection:
+/// the writer's, the checkpointer's and the readers'.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_any_busy_timeout_is_taken() {
+    for busy_timeout in [
+        std::time::Duration::MAX,
+        std::time::Duration::from_millis(u64::from(u32::MAX)),
+    ] {
+        let options = agent_context::ContextOptions {
+            busy_timeout,
+            ..Default::default()
+        };
+        let db = common::sqlite_with(options).await;
+        let s = &db.store;
+        s.append_unit("t", "u", &msg("patient")).await.unwrap();
+        assert_eq!(s.window("t", "g", 1).await.unwrap().recent_units.len(), 1);
+        assert_eq!(s.search("t", "patient", 1).await.unwrap().len(), 1);
+    }
+}
+
 #[tokio::test]
 async fn sqlite_memory_url_works() {
     // Each case on a fresh `sqlite::memory:` store.

@@ -19,6 +19,7 @@ mod worker;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use crate::backend::StoreBackend;
 use crate::error::Result;
@@ -41,8 +42,16 @@ pub(crate) struct SqliteBackend {
     tail_bound: u64,
 }
 
+/// The longest busy timeout SQLite takes (milliseconds in a C `int`, about 24.8 days; rusqlite
+/// panics on a longer one). A longer [`ContextOptions::busy_timeout`] is this.
+const MAX_BUSY_TIMEOUT: Duration = Duration::from_millis(i32::MAX as u64);
+
 impl SqliteBackend {
     pub(crate) async fn open(url: &str, options: &ContextOptions) -> Result<Self> {
+        let options = &ContextOptions {
+            busy_timeout: options.busy_timeout.min(MAX_BUSY_TIMEOUT),
+            ..options.clone()
+        };
         let target = url::parse(url)?;
         let read_only = matches!(
             target,
