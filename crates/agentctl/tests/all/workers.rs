@@ -491,6 +491,20 @@ fn a_worker_name_the_journal_cannot_take_is_refused() {
     }
 }
 
+/// A worker on a database that lives only in its own process (`memory:`,
+/// `sqlite::memory:`) is refused at once, exit 2, as `submit` is: no run could ever be
+/// queued where it looks, and it waited for one until stopped.
+#[test]
+fn a_worker_on_a_private_database_is_refused() {
+    use host::{agentctl, out_within, text};
+    for db in ["memory:", "sqlite::memory:"] {
+        let o = out_within(agentctl(db).args(["worker"]), Duration::from_secs(30));
+        let stderr = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{db}: {stderr}");
+        assert!(stderr.contains("lives only in this process"), "{stderr}");
+    }
+}
+
 /// A worker told to stop gives back at once a run that waits for a human (a step
 /// boundary), however long its grace period, and says so on its `--json` stream.
 async fn a_stopping_worker_gives_back_a_run_waiting_for_a_human(db: FreshDb) {

@@ -213,13 +213,18 @@ pub async fn submit(global: &GlobalArgs, args: SubmitArgs) -> anyhow::Result<Exi
 /// A queued run is driven by a worker, another process: a database that lives only in
 /// this one (`memory:`, `sqlite::memory:`) would be gone, with the run, once `submit` exits.
 fn check_shared_db(url: &str) -> Result<(), UsageError> {
-    if url == agent_journal::MEMORY_URL || url.starts_with("sqlite::memory:") {
+    if lives_in_this_process(url) {
         return Err(UsageError(format!(
             "submit cannot queue a run in --db {url}: it lives only in this process, so no worker could ever see the run; \
              a queued run needs a database shared with the workers (sqlite://PATH or postgres://...)"
         )));
     }
     Ok(())
+}
+
+/// Whether the database at `url` lives only in the process that opens it.
+pub(crate) fn lives_in_this_process(url: &str) -> bool {
+    url == agent_journal::MEMORY_URL || url.starts_with("sqlite::memory:")
 }
 
 /// `new` with its sandbox: `--sandbox`, else `[sandbox] mode`, else `workspace-write`,

@@ -199,6 +199,14 @@ pub async fn worker(global: &GlobalArgs, args: WorkerArgs) -> anyhow::Result<Exi
         grace: seconds("--grace", args.grace, Duration::ZERO)?,
     };
     let url = global.database_url()?;
+    // No `submit` could ever reach a database private to this process.
+    if super::lives_in_this_process(&url) {
+        return Err(output::UsageError(format!(
+            "a worker cannot drive runs from --db {url}: it lives only in this process, so no `submit` could ever queue a run in it; \
+             give the database the submitters use (sqlite://PATH or postgres://...)"
+        ))
+        .into());
+    }
     // Opened once here for a clear error on a wrong URL; the worker reopens it as needed.
     crate::db::open_journal(global).await?.close().await;
     if let Some(floor) = args.sandbox {
