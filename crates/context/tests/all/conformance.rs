@@ -770,6 +770,7 @@ agent_testkit::backend_tests!(
     items_with_serde_json_private_keys_read_back_as_appended,
     items_too_deep_to_read_back_are_refused,
     items_too_deep_to_serialise_are_refused,
+    floats_read_back_exactly,
 );
 
 /// An item nested deeper than a read can decode (`serde_json` reads 127 levels, and a
@@ -793,6 +794,40 @@ async fn items_too_deep_to_read_back_are_refused(db: common::Db) {
     s.append_unit("deep", "2", &[nested(126)]).await.unwrap();
     let window = s.window("deep", "goal", 5).await.unwrap();
     assert_eq!(window.recent_units[0].items, [nested(126)]);
+}
+
+/// Floats read back as appended (`Unit::items` are the items exactly as appended), on this
+/// crate's own build too: serde_json reads some floats one ULP off unless its
+/// `float_roundtrip` feature is on (about a third of these, without it).
+async fn floats_read_back_exactly(db: common::Db) {
+    let s = &db.store;
+    let mut bits: u64 = 0x9E37_79B9_7F4A_7C15;
+    let floats: Vec<f64> = std::iter::from_fn(|| {
+        bits ^= bits << 13;
+        bits ^= bits >> 7;
+        bits ^= bits << 17;
+        Some(f64::from_bits(bits))
+    })
+    .filter(|f| f.is_finite())
+    .take(200)
+    .chain([
+        1.0715660391465826e-75,
+        0.1,
+        -0.0,
+        f64::MAX,
+        f64::MIN_POSITIVE,
+        5e-324,
+    ])
+    .collect();
+    let items = vec![json!({"type": "message", "text": "floats", "values": floats})];
+    s.append_unit("f", "u", &items).await.unwrap();
+    let window = s.window("f", "goal", 1).await.unwrap();
+    assert_eq!(window.recent_units[0].items, items);
+    assert_eq!(
+        window.units_bytes,
+        serde_json::to_string(&items).unwrap().len() as u64
+    );
+    assert_eq!(s.search("f", "floats", 1).await.unwrap()[0].items, items);
 }
 
 /// `levels` nested arrays and objects around a string, built without recursion (`json!`
