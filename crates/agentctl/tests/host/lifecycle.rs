@@ -111,6 +111,50 @@ fn mock_story_on_a_fresh_home() {
     assert_eq!(summary, 2);
 }
 
+/// The command a budget pause prints to continue is one `resume` takes: it raises the
+/// budget that ran out (it said `agentctl resume RUN`, which is refused, exit 2, without a
+/// higher budget).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_budget_pause_prints_a_resume_that_is_taken() {
+    let (_g, ws) = workspace();
+    for (budget, flag) in [
+        ("--max-steps", "--max-steps"),
+        ("--max-tokens", "--max-tokens"),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let db = format!("sqlite://{}", dir.path().join("b.db").display());
+        let server = emulator(&script_by_outputs(&[
+            json!([call("c1", "list_dir", json!({}))]),
+            json!([call("c2", "list_dir", json!({}))]),
+            answer("FINAL: budget"),
+        ]))
+        .await;
+        let o = out(&mut run_cmd(&db, &server, &ws, &[budget, "1"]));
+        assert_eq!(o.status.code(), Some(3), "{}", text(&o.stderr));
+        let stderr = text(&o.stderr);
+        let printed = stderr
+            .lines()
+            .find_map(|l| l.strip_prefix("continue with: "))
+            .unwrap_or_else(|| panic!("{stderr}"));
+        let rest = printed
+            .strip_prefix(&format!("agentctl --db {db} "))
+            .unwrap_or_else(|| panic!("{printed}"));
+        let words: Vec<&str> = rest.split(' ').collect();
+        assert_eq!(words[..3], ["resume", &only_run(&db), flag], "{printed}");
+        let again = out(agentctl(&db).args(&words));
+        assert_ne!(
+            again.status.code(),
+            Some(2),
+            "{printed}: {}",
+            text(&again.stderr)
+        );
+        assert!(
+            !kinds_of(&events(&db, &only_run(&db)).await, "run.resumed").is_empty(),
+            "{printed}"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn budget_pause_then_resume_with_more() {
     let dir = tempfile::tempdir().unwrap();

@@ -28,7 +28,9 @@ use std::sync::{Arc, Mutex};
 use agent_host::run::events::{ModelCompleted, RunEvent};
 use agent_host::run::exec_json::ExecJson;
 use agent_host::run::kinds as k;
-use agent_host::run::{CallRecord, Decider, Decision, Observer, RunEnd, RunReport, RunState};
+use agent_host::run::{
+    CallRecord, Decider, Decision, Observer, PauseReason, RunEnd, RunReport, RunState,
+};
 use agent_journal::Event;
 use futures::future::BoxFuture;
 
@@ -412,10 +414,28 @@ pub fn finish(global: &GlobalArgs, report: &RunReport) -> anyhow::Result<()> {
                     ));
                 }
             }
-            output::note(&format!(
-                "continue with: {}",
-                global.suggest(&["resume", id])
-            ));
+            // A budget pause resumes only with a higher budget (a resume without one is
+            // refused): the command offers another budget's worth.
+            let budgets = report.state.budgets();
+            let raised = match reason {
+                PauseReason::MaxSteps => {
+                    let budget = budgets.map_or(1, |b| b.max_steps);
+                    let used = report.state.step_count();
+                    Some(("--max-steps", used.saturating_add(budget.max(1))))
+                }
+                PauseReason::MaxTokens => {
+                    let used = report.state.usage().total_tokens;
+                    let budget = budgets.and_then(|b| b.max_tokens).unwrap_or(used);
+                    Some(("--max-tokens", used.saturating_add(budget.max(1))))
+                }
+                _ => None,
+            };
+            let raised = raised.map(|(flag, n)| (flag, n.to_string()));
+            let mut words = vec!["resume", id.as_str()];
+            if let Some((flag, n)) = &raised {
+                words.extend([*flag, n.as_str()]);
+            }
+            output::note(&format!("continue with: {}", global.suggest(&words)));
         }
         RunEnd::Failed { error } => {
             output::note(&format!("run {id} failed: {error}"));
