@@ -505,6 +505,30 @@ fn a_worker_on_a_private_database_is_refused() {
     }
 }
 
+/// A `submit --mock --mock-script` whose script cannot be read or is no script is refused
+/// at once, exit 2, as `run` refuses it: it was queued, and the worker the first to refuse it.
+#[test]
+fn a_submitted_mock_script_is_checked_up_front() {
+    use host::{agentctl, out, text};
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("m.db").display());
+    let not_json = dir.path().join("notes.txt");
+    std::fs::write(&not_json, "hello").unwrap();
+    for script in [dir.path().join("missing.json"), not_json] {
+        let o = out(agentctl(&db)
+            .args(["submit", "--mock", "--mock-script"])
+            .arg(&script)
+            .arg("--workspace")
+            .arg(dir.path())
+            .arg("do the task"));
+        let stderr = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{}: {stderr}", script.display());
+        assert!(stderr.contains("--mock-script"), "{stderr}");
+    }
+    let listed = out(agentctl(&db).args(["--json", "runs", "list"]));
+    assert_eq!(text(&listed.stdout).trim(), "", "a run was queued");
+}
+
 /// A worker told to stop gives back at once a run that waits for a human (a step
 /// boundary), however long its grace period, and says so on its `--json` stream.
 async fn a_stopping_worker_gives_back_a_run_waiting_for_a_human(db: FreshDb) {

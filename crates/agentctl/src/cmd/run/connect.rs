@@ -48,6 +48,10 @@ impl EndpointArgs {
         if let Some(url) = &self.base_url {
             agent_responses::http::check_base_url(url).map_err(setup_error)?;
         }
+        if let (true, Some(path)) = (self.mock, &self.mock_script) {
+            Script::load(path)
+                .map_err(|err| UsageError(format!("--mock-script {}: {err}", path.display())))?;
+        }
         Ok(self.given())
     }
 
