@@ -69,6 +69,17 @@ impl GlobalArgs {
     /// that the first run on a fresh machine works.
     pub fn database_url(&self) -> anyhow::Result<String> {
         match &self.db {
+            // `--db ''` or `AGENTCTL_DB=` read as `sqlite://`, and `' '` as a file named
+            // so in the current directory.
+            Some(url) if url.trim().is_empty() => Err(crate::output::UsageError(format!(
+                "{} is empty; give a database URL (sqlite://PATH, postgres://...), or leave it out for the default database",
+                if self.db_from_env {
+                    "AGENTCTL_DB"
+                } else {
+                    "--db"
+                }
+            ))
+            .into()),
             Some(url) if url.contains(':') && !looks_like_windows_path(url) => Ok(url.clone()),
             Some(path) => Ok(format!("sqlite://{path}")),
             None => {

@@ -382,3 +382,40 @@ fn database_passwords_stay_out_of_help_and_errors() {
         assert!(!stderr.contains("s3cretpw"), "{stderr}");
     }
 }
+
+/// An empty `--db` (or `AGENTCTL_DB=`) is refused naming where it came from: it read as
+/// `sqlite://` ("invalid journal URL `sqlite://`"), and `--db ' '` created a database file
+/// named ` ` in the current directory.
+#[test]
+fn an_empty_database_url_is_refused_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    for (db, named) in [("", "--db"), (" ", "--db")] {
+        for args in [&["runs", "list"][..], &["memory", "consolidate"]] {
+            let out = agentctl(db)
+                .args(args)
+                .current_dir(dir.path())
+                .output()
+                .unwrap();
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{db:?} {args:?}: {stderr}");
+            assert!(
+                stderr.contains(&format!("{named} is empty")),
+                "{db:?} {args:?}: {stderr}"
+            );
+        }
+    }
+    let out = Command::cargo_bin("agentctl")
+        .unwrap()
+        .env("AGENTCTL_DB", "")
+        .args(["runs", "list"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("AGENTCTL_DB is empty"), "{stderr}");
+    assert_eq!(
+        std::fs::read_dir(dir.path()).unwrap().count(),
+        0,
+        "a file was created"
+    );
+}
