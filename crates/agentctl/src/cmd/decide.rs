@@ -44,11 +44,26 @@ pub struct SteerArgs {
     /// What to tell the model (it reads it as a user message before its next step).
     pub text: String,
     /// An id for the steer; sending the same id again is the same steer (safe to retry).
-    #[arg(long)]
+    /// 1 to 128 characters, none of them control characters.
+    #[arg(long, value_parser = steer_id)]
     pub id: Option<String>,
     /// Wait until the steer is applied or dropped; exit 1 when dropped.
     #[arg(long)]
     pub wait: bool,
+}
+
+/// The longest steer `--id`, in characters (as the HTTP API takes it).
+const MAX_STEER_ID: usize = 128;
+
+/// A steer `--id` as the HTTP API takes it: an empty one was journaled as it was (printed
+/// as ` requested`), and a long one failed as an "invalid dedup key", exit 1.
+fn steer_id(s: &str) -> Result<String, String> {
+    if s.is_empty() || s.chars().count() > MAX_STEER_ID || s.chars().any(char::is_control) {
+        return Err(format!(
+            "a steer id is 1 to {MAX_STEER_ID} characters, none of them control characters"
+        ));
+    }
+    Ok(s.to_string())
 }
 
 /// `interrupt`.

@@ -103,6 +103,26 @@ async fn steer_is_never_lost(db: FreshDb) {
     );
 }
 
+/// A steer `--id` the HTTP API would refuse (empty, over 128 characters, a control
+/// character) is refused, exit 2, and nothing is journaled: an empty one was taken (and
+/// printed as ` requested`), a long one failed as an "invalid dedup key", exit 1.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_steer_id_the_api_would_refuse_is_a_usage_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("s.db").display());
+    let server = emulator(&script()).await;
+    let (_g, ws) = workspace();
+    let paused = out(&mut run_cmd(&db, &server, &ws, &["--sandbox", "off"]));
+    assert_eq!(paused.status.code(), Some(3), "{}", text(&paused.stderr));
+    let run = only_run(&db);
+    for id in [String::new(), "x".repeat(600), "a\nb".to_string()] {
+        let o = out(agentctl(&db).args(["steer", &run, "STEER: hi", "--id", &id]));
+        assert_eq!(o.status.code(), Some(2), "{id:?}: {}", text(&o.stderr));
+        assert!(text(&o.stderr).contains("--id"), "{}", text(&o.stderr));
+    }
+    assert!(kinds_of(&events(&db, &run).await, "steer.requested").is_empty());
+}
+
 /// A step whose boundary applies a steer is compacted like any other when the previous
 /// request was over `--compact-at` (the steer's path went straight to the model, so a run
 /// steered at every boundary never compacted, and a resume between the steer and the
