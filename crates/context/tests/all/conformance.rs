@@ -967,6 +967,41 @@ async fn sqlite_any_busy_timeout_is_taken() {
     }
 }
 
+/// A batch within the limits whose units hold more than 1 GB of text in all (600 units of
+/// 1 MiB, each sent as body and folded text) is appended whole: PostgreSQL refuses a
+/// message over 1 GB, so the inserts must not send the batch in one. Heavy (about 3 GB of
+/// memory and a minute in a debug build), so run by hand: `--ignored`.
+async fn a_batch_of_a_gigabyte_is_appended(db: common::Db) {
+    let s = &db.store;
+    let text = "x".repeat(limits::MAX_UNIT_BYTES - 64);
+    let units: Vec<NewUnit> = (0..600)
+        .map(|i| NewUnit {
+            unit: format!("u{i}"),
+            items: msg(&text),
+        })
+        .collect();
+    s.append_units("big", &units).await.unwrap();
+    drop(units);
+    assert_eq!(s.thread_units("big").await.unwrap(), 600);
+    let window = s.window("big", "goal", 1).await.unwrap();
+    assert_eq!(window.recent_units[0].unit, "u599");
+    assert_eq!(window.recent_units[0].position, 600);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "about 3 GB of memory and a minute: run with --ignored"]
+async fn a_batch_of_a_gigabyte_is_appended_sqlite() {
+    a_batch_of_a_gigabyte_is_appended(common::sqlite().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "about 3 GB of memory and a minute: run with --ignored"]
+async fn a_batch_of_a_gigabyte_is_appended_postgres() {
+    if let Some(db) = common::postgres().await {
+        a_batch_of_a_gigabyte_is_appended(db).await;
+    }
+}
+
 #[tokio::test]
 async fn sqlite_memory_url_works() {
     // Each case on a fresh `sqlite::memory:` store.

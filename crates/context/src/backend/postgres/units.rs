@@ -12,6 +12,10 @@ use crate::unit::{Prepared, TermPlan, Unit, decode};
 
 /// Rows per multi-row INSERT (6 binds each, well under PostgreSQL's 65535).
 const INSERT_CHUNK: usize = 1000;
+/// Most bytes of unit text (bodies and folded texts) per multi-row INSERT: PostgreSQL
+/// refuses a message over 1 GB (it resets the connection), and a batch the limits allow
+/// holds up to 10,000 units of 1 MiB, each sent twice (body and folded text).
+const INSERT_CHUNK_BYTES: usize = 64 << 20;
 
 impl UnitStore for PgBackend {
     /// Append `units` to `thread` in one transaction: one upsert reserves the positions
@@ -55,7 +59,8 @@ impl UnitStore for PgBackend {
         let indexed: i64 = row.try_get(2)?;
         let tail: i64 = row.try_get(3)?;
         let first = last - count + 1;
-        for (chunk_no, chunk) in units.chunks(INSERT_CHUNK).enumerate() {
+        let mut offset = 0;
+        for chunk in insert_chunks(&units) {
             let mut sql = String::from(
                 "INSERT INTO context_units (thread_id, seq, unit, size, body, folded) VALUES ",
             );
@@ -67,7 +72,7 @@ impl UnitStore for PgBackend {
             }
             let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
             for (i, unit) in chunk.iter().enumerate() {
-                let seq = first + i64::try_from(chunk_no * INSERT_CHUNK + i).unwrap_or(i64::MAX);
+                let seq = first + i64::try_from(offset + i).unwrap_or(i64::MAX);
                 query = query
                     .bind(thread_id)
                     .bind(seq)
@@ -84,6 +89,7 @@ impl UnitStore for PgBackend {
                 }
                 Err(err) => return Err(err.into()),
             }
+            offset += chunk.len();
         }
         let over_bound = tail > self.tail_bound;
         if over_bound {
@@ -255,6 +261,30 @@ impl PgBackend {
             unit: units.first().map_or(String::new(), |u| u.unit.clone()),
         }
     }
+}
+
+/// `units` in runs of at most [`INSERT_CHUNK`] units and [`INSERT_CHUNK_BYTES`] of text
+/// (at least one unit each), in order.
+fn insert_chunks(units: &[Prepared]) -> impl Iterator<Item = &[Prepared]> {
+    let mut rest = units;
+    std::iter::from_fn(move || {
+        if rest.is_empty() {
+            return None;
+        }
+        let mut bytes = 0usize;
+        let len = rest
+            .iter()
+            .take(INSERT_CHUNK)
+            .take_while(|u| {
+                bytes = bytes.saturating_add(u.body.len() + u.folded.len());
+                bytes <= INSERT_CHUNK_BYTES
+            })
+            .count()
+            .max(1);
+        let (chunk, tail) = rest.split_at(len);
+        rest = tail;
+        Some(chunk)
+    })
 }
 
 /// Units with their total size, measured by serialising them again (the SQLite backend
