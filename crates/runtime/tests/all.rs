@@ -8,6 +8,8 @@ mod common;
 #[path = "all/support.rs"]
 mod support;
 
+#[path = "all/hostile.rs"]
+mod hostile;
 #[path = "all/interleavings.rs"]
 mod interleavings;
 #[path = "all/runtime.rs"]

@@ -4,10 +4,12 @@
 //! durable before it runs; the job leaves memory before it settles, so whoever sees the
 //! outcome also sees the job gone.
 
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
 
 use agent_journal::{Event, JournalError, NewEvent};
+use futures::FutureExt as _;
 use serde_json::Value;
 use tokio::task::AbortHandle;
 use tokio::time::Instant;
@@ -198,7 +200,13 @@ impl Job {
             revision,
             cancel: self.cancel.clone(),
         };
-        let mut call = self.tool.call(args, ctx);
+        // A tool that panics fails its call: unwinding would end the job task without a
+        // terminal event, leave the call in memory forever and its waiters `Unresolved`.
+        let call = std::panic::catch_unwind(AssertUnwindSafe(|| self.tool.call(args, ctx)));
+        let mut call = match call {
+            Ok(call) => AssertUnwindSafe(call).catch_unwind(),
+            Err(panic) => return Outcome::failed(revision, panicked(&*panic)),
+        };
         // A run deadline too far away to represent is no deadline.
         let deadline = self
             .deadlines
@@ -207,8 +215,9 @@ impl Job {
         tokio::select! {
             biased;
             result = &mut call => match result {
-                Ok(value) => Outcome::completed(revision, value),
-                Err(failure) => {
+                Ok(Ok(value)) => Outcome::completed(revision, value),
+                Err(panic) => Outcome::failed(revision, panicked(&*panic)),
+                Ok(Err(failure)) => {
                     if self.cancel.is_cancelled() {
                         Outcome::cancelled(revision, true)
                     } else {
@@ -227,6 +236,18 @@ impl Job {
                 Outcome::timeout(revision, DeadlinePhase::Run)
             }
         }
+    }
+}
+
+/// The failure message of a tool that panicked, with the panic's message when it has one.
+fn panicked(panic: &(dyn std::any::Any + Send)) -> String {
+    let message = panic
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| panic.downcast_ref::<String>().map(String::as_str));
+    match message {
+        Some(message) => format!("the tool panicked: {message}"),
+        None => "the tool panicked".to_string(),
     }
 }
 

@@ -1,0 +1,96 @@
+//! Hostile inputs through the public API: tools that panic, journals whose last events
+//! were duplicated, odd ids. Each case once broke a contract: no panic reaches the caller,
+//! every scheduled call gets one terminal event, a call runs at most once per key.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use agent_runtime::{
+    CallStatus, Runtime, RuntimeOptions, Tool, ToolContext, ToolFailure, ToolRegistry,
+};
+use futures::future::BoxFuture;
+use serde_json::{Value, json};
+
+use crate::common::{replay, terminals_of};
+use crate::support::{self, Fixture};
+
+agent_testkit::backend_tests!(
+    support,
+    [sqlite, postgres]:
+    a_panicking_tool_fails_its_call_and_leaves_memory,
+);
+
+/// A generous guard against a hang: no timing is asserted, only that the test ends.
+async fn guard<T>(fut: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(Duration::from_secs(60), fut)
+        .await
+        .expect("hung")
+}
+
+/// A tool that panics: in `call` itself (`{"sync": true}`) or in its future.
+#[derive(Clone, Default)]
+struct PanicTool {
+    calls: Arc<AtomicUsize>,
+}
+
+impl Tool for PanicTool {
+    fn name(&self) -> &str {
+        "panic"
+    }
+
+    fn validate(&self, _args: &Value) -> Result<(), String> {
+        Ok(())
+    }
+
+    fn call(
+        &self,
+        args: Value,
+        _ctx: ToolContext,
+    ) -> BoxFuture<'static, Result<Value, ToolFailure>> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        if args["sync"] == true {
+            panic!("tool panicked before returning its future");
+        }
+        Box::pin(async move {
+            tokio::task::yield_now().await;
+            panic!("tool panicked while running");
+        })
+    }
+}
+
+async fn a_panicking_tool_fails_its_call_and_leaves_memory(f: Fixture) {
+    let tool = PanicTool::default();
+    let calls = Arc::clone(&tool.calls);
+    let r = Runtime::recover(
+        f.journal.clone(),
+        RuntimeOptions::default().tools(ToolRegistry::new().with(tool)),
+    )
+    .await
+    .unwrap();
+    let t = r.start("a").await.unwrap();
+    for (call, args) in [("async", json!({})), ("sync", json!({"sync": true}))] {
+        let key = r
+            .launch("a", &t, call, "panic", args.clone())
+            .await
+            .unwrap();
+        let result = guard(r.result("a", &t, &key)).await.unwrap();
+        assert_eq!(result.status, CallStatus::Failed, "{call}");
+        assert!(result.started);
+        assert!(
+            result.error.as_deref().unwrap().contains("panicked"),
+            "{result:?}"
+        );
+        // The same key again is the same call: its recorded failure, not a second run.
+        let again = r.launch("a", &t, call, "panic", args).await.unwrap();
+        assert_eq!(guard(r.result("a", &t, &again)).await.unwrap(), result);
+    }
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+    assert_eq!(r.jobs_in_memory(), 0);
+    assert!(r.checkpoint("a").is_some());
+    guard(r.finish("a", &t)).await.unwrap();
+    let events = replay(&f.journal, "a").await;
+    assert_eq!(terminals_of(&events, "async"), ["tool.failed"]);
+    assert_eq!(terminals_of(&events, "sync"), ["tool.failed"]);
+    r.close().await;
+}
