@@ -101,6 +101,9 @@ struct ThreadFold {
     older_open: Vec<TurnRecord>,
     calls: Vec<CallRecord>,
     index: HashMap<(String, String), usize>,
+    /// Every turn started in the fold: a turn starts once, so a second `turn.started` of
+    /// one (a journal whose events were copied twice) changes nothing.
+    turns: std::collections::HashSet<String>,
 }
 
 fn str_field<'a>(event: &'a Event, field: &str) -> Result<&'a str, RuntimeError> {
@@ -133,6 +136,7 @@ impl ThreadFold {
                 ended: t.ended,
             });
         ThreadFold {
+            turns: last_turn.iter().map(|t| t.id.clone()).collect(),
             last_turn,
             ..ThreadFold::default()
         }
@@ -143,6 +147,9 @@ impl ThreadFold {
         match kind {
             events::TURN_STARTED => {
                 let id = str_field(event, "turn_id")?.to_string();
+                if !self.turns.insert(id.clone()) {
+                    return Ok(());
+                }
                 if let Some(prev) = self.last_turn.take()
                     && prev.ended.is_none()
                 {
@@ -181,6 +188,11 @@ impl ThreadFold {
                 let turn = str_field(event, "turn_id")?.to_string();
                 let call_id = str_field(event, "call_id")?.to_string();
                 let name = str_field(event, "name")?.to_string();
+                if self.index.contains_key(&(turn.clone(), call_id.clone())) {
+                    // Scheduled once (its `sched:` key): a second copy of the event is no
+                    // second call, and must not hide the first one's terminal event.
+                    return Ok(());
+                }
                 let args = event.payload.get("args").cloned().unwrap_or(Value::Null);
                 let revision = event
                     .payload

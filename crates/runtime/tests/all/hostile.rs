@@ -6,19 +6,21 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use agent_journal::NewEvent;
 use agent_runtime::{
     CallStatus, Runtime, RuntimeOptions, Tool, ToolContext, ToolFailure, ToolRegistry,
 };
 use futures::future::BoxFuture;
 use serde_json::{Value, json};
 
-use crate::common::{replay, terminals_of};
+use crate::common::{GateTool, count, replay, terminals_of};
 use crate::support::{self, Fixture};
 
 agent_testkit::backend_tests!(
     support,
     [sqlite, postgres]:
     a_panicking_tool_fails_its_call_and_leaves_memory,
+    duplicated_last_events_are_recovered_once,
 );
 
 /// A generous guard against a hang: no timing is asserted, only that the test ends.
@@ -93,4 +95,58 @@ async fn a_panicking_tool_fails_its_call_and_leaves_memory(f: Fixture) {
     assert_eq!(terminals_of(&events, "async"), ["tool.failed"]);
     assert_eq!(terminals_of(&events, "sync"), ["tool.failed"]);
     r.close().await;
+}
+
+/// The events of a call as the runtime writes them, without their dedup keys: what a
+/// journal copied twice (a replayed import, a retried replication) holds.
+fn scheduled(turn: &str, call: &str, name: &str) -> NewEvent {
+    NewEvent::new(
+        "dup",
+        "tool.scheduled",
+        json!({
+            "turn_id": turn, "call_id": call, "name": name, "args": {},
+            "signature": agent_runtime::signature(name, &json!({})), "revision": 0,
+        }),
+    )
+}
+
+async fn duplicated_last_events_are_recovered_once(f: Fixture) {
+    let turn_started = || NewEvent::new("dup", "turn.started", json!({"turn_id": "T"}));
+    let j = &f.journal;
+    j.append(turn_started()).await.unwrap();
+    // A retry-safe call that completed, then its scheduled event again.
+    j.append(scheduled("T", "done", "safe")).await.unwrap();
+    j.append(NewEvent::new(
+        "dup",
+        "tool.completed",
+        json!({"turn_id": "T", "call_id": "done", "revision": 0, "started": true, "value": 1}),
+    ))
+    .await
+    .unwrap();
+    j.append(scheduled("T", "done", "safe")).await.unwrap();
+    // An unfinished call, scheduled twice; then the turn's start twice.
+    j.append(scheduled("T", "open", "gate")).await.unwrap();
+    j.append(scheduled("T", "open", "gate")).await.unwrap();
+    j.append(turn_started()).await.unwrap();
+    j.append(turn_started()).await.unwrap();
+
+    let (safe, safe_handle) = GateTool::new("safe", true, true);
+    safe_handle.open();
+    let (gate, _gate_handle) = GateTool::new("gate", false, true);
+    let r = guard(Runtime::recover(
+        f.journal.clone(),
+        RuntimeOptions::default().tools(ToolRegistry::new().with(safe).with(gate)),
+    ))
+    .await
+    .unwrap();
+    let report = r.recovery_report();
+    assert_eq!(report.calls_retried, 0, "{report:?}");
+    assert_eq!(report.calls_interrupted, 1, "{report:?}");
+    assert_eq!(report.turns_interrupted, 1, "{report:?}");
+    r.close().await;
+    assert_eq!(safe_handle.calls(), 0);
+    let events = replay(&f.journal, "dup").await;
+    assert_eq!(terminals_of(&events, "done"), ["tool.completed"]);
+    assert_eq!(terminals_of(&events, "open"), ["tool.interrupted"]);
+    assert_eq!(count(&events, "turn.interrupted"), 1);
 }
