@@ -240,7 +240,7 @@ impl Job {
 }
 
 /// The failure message of a tool that panicked, with the panic's message when it has one.
-fn panicked(panic: &(dyn std::any::Any + Send)) -> String {
+pub(super) fn panicked(panic: &(dyn std::any::Any + Send)) -> String {
     let message = panic
         .downcast_ref::<&str>()
         .copied()

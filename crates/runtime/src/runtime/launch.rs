@@ -10,7 +10,7 @@ use std::sync::Arc;
 use agent_journal::NewEvent;
 use serde_json::Value;
 
-use super::job::{Job, outcome_of};
+use super::job::{Job, outcome_of, panicked};
 use super::{JobEntry, JobKey, Runtime, RuntimeTurnStatus};
 use crate::error::RuntimeError;
 use crate::events;
@@ -65,7 +65,9 @@ impl Runtime {
         let Some(tool) = self.inner.options.tools.get(name).cloned() else {
             return Err(RuntimeError::ToolNotAllowed(name.to_string()));
         };
-        tool.validate(&args)
+        // A check that panics refuses the arguments: the panic would reach the caller.
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| tool.validate(&args)))
+            .unwrap_or_else(|panic| Err(panicked(&*panic)))
             .map_err(|reason| RuntimeError::InvalidArgs {
                 tool: name.to_string(),
                 reason,

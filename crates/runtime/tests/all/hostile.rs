@@ -21,6 +21,7 @@ agent_testkit::backend_tests!(
     [sqlite, postgres]:
     a_panicking_tool_fails_its_call_and_leaves_memory,
     duplicated_last_events_are_recovered_once,
+    a_panicking_argument_check_refuses_the_launch,
 );
 
 /// A generous guard against a hang: no timing is asserted, only that the test ends.
@@ -30,7 +31,8 @@ async fn guard<T>(fut: impl std::future::Future<Output = T>) -> T {
         .expect("hung")
 }
 
-/// A tool that panics: in `call` itself (`{"sync": true}`) or in its future.
+/// A tool that panics: in `call` itself (`{"sync": true}`) or in its future, or in its
+/// argument check (`{"validate": true}`).
 #[derive(Clone, Default)]
 struct PanicTool {
     calls: Arc<AtomicUsize>,
@@ -41,7 +43,10 @@ impl Tool for PanicTool {
         "panic"
     }
 
-    fn validate(&self, _args: &Value) -> Result<(), String> {
+    fn validate(&self, args: &Value) -> Result<(), String> {
+        if args["validate"] == true {
+            panic!("argument check panicked");
+        }
         Ok(())
     }
 
@@ -149,4 +154,32 @@ async fn duplicated_last_events_are_recovered_once(f: Fixture) {
     assert_eq!(terminals_of(&events, "done"), ["tool.completed"]);
     assert_eq!(terminals_of(&events, "open"), ["tool.interrupted"]);
     assert_eq!(count(&events, "turn.interrupted"), 1);
+}
+
+async fn a_panicking_argument_check_refuses_the_launch(f: Fixture) {
+    let tool = PanicTool::default();
+    let calls = Arc::clone(&tool.calls);
+    let r = Runtime::recover(
+        f.journal.clone(),
+        RuntimeOptions::default().tools(ToolRegistry::new().with(tool)),
+    )
+    .await
+    .unwrap();
+    let t = r.start("a").await.unwrap();
+    let err = r
+        .launch("a", &t, "v", "panic", json!({"validate": true}))
+        .await
+        .unwrap_err();
+    match err {
+        agent_runtime::RuntimeError::InvalidArgs { tool, reason } => {
+            assert_eq!(tool, "panic");
+            assert!(reason.contains("argument check panicked"), "{reason}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(calls.load(Ordering::SeqCst), 0);
+    assert_eq!(r.jobs_in_memory(), 0);
+    guard(r.finish("a", &t)).await.unwrap();
+    assert_eq!(count(&replay(&f.journal, "a").await, "tool.scheduled"), 0);
+    r.close().await;
 }
