@@ -45,7 +45,8 @@ pub struct ServeArgs {
     /// Without a script: how long a fresh WebSocket response of the echo conversation
     /// waits for a `response.steer` before it completes (0: it does not wait). A script's
     /// rules hold a reply with `hold_for_steer_ms` instead.
-    #[arg(long, value_name = "MS", default_value_t = 5000)]
+    #[arg(long, value_name = "MS", default_value_t = 5000,
+          conflicts_with_all = ["script", "fixture"])]
     pub steer_window_ms: u64,
     /// Model latency: milliseconds before a reply's first output (streamed or not), for
     /// replies whose script sets no `latency` of its own.

@@ -214,3 +214,25 @@ fn bad_input_to_the_emulator_and_the_stories_is_a_usage_error() {
         assert!(stderr.contains(says), "{args:?}: {stderr}");
     }
 }
+
+/// `mock serve --steer-window-ms` shapes the echo conversation only: with a script or a
+/// fixture it was ignored without a word, and is now refused, exit 2 (the default alone
+/// is no conflict).
+#[test]
+fn mock_serve_refuses_a_steer_window_it_would_ignore() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("s.json");
+    std::fs::write(&script, "{\"rules\": []}").unwrap();
+    let script = script.to_string_lossy().into_owned();
+    for with in [["--fixture", "direct"], ["--script", script.as_str()]] {
+        let output = agentctl()
+            .args(["mock", "serve", "--steer-window-ms", "10"])
+            .args(with)
+            .timeout(std::time::Duration::from_secs(60))
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{with:?}: {stderr}");
+        assert!(stderr.contains("--steer-window-ms"), "{with:?}: {stderr}");
+    }
+}
