@@ -249,7 +249,8 @@ impl Runtime {
         }
     }
 
-    /// Shuts down: refuses new work, cancels every pending job and waits for their
+    /// Shuts down: refuses new work (every turn operation and launch then fails with
+    /// [`RuntimeError::Closed`]), cancels every pending job and waits for their
     /// terminal events (bounded by the grace period). Turns stay open in the journal; the
     /// next [`recover`](Self::recover) or [`adopt`](Self::adopt) marks them interrupted.
     /// The journal stays open (the caller owns it).

@@ -59,8 +59,13 @@ impl Runtime {
         Ok(id)
     }
 
-    /// Checks that `turn` is the running turn of `thread`; returns its revision.
+    /// Checks that `turn` is the running turn of `thread`; returns its revision. A closed
+    /// (or abandoned) runtime drives no turn: its turns are left to the next recovery, which
+    /// may already have ended them in another process.
     fn active(&self, st: &State, thread: &str, turn: &str) -> Result<u64, RuntimeError> {
+        if st.closed {
+            return Err(RuntimeError::Closed);
+        }
         match st.turns.get(thread) {
             Some(t) if t.id == turn && t.status == RuntimeTurnStatus::Running => Ok(t.revision),
             _ => Err(RuntimeError::TurnNotActive {

@@ -22,6 +22,7 @@ agent_testkit::backend_tests!(
     a_panicking_tool_fails_its_call_and_leaves_memory,
     duplicated_last_events_are_recovered_once,
     a_panicking_argument_check_refuses_the_launch,
+    a_closed_or_abandoned_runtime_journals_no_turn_operation,
 );
 
 /// A generous guard against a hang: no timing is asserted, only that the test ends.
@@ -182,4 +183,43 @@ async fn a_panicking_argument_check_refuses_the_launch(f: Fixture) {
     guard(r.finish("a", &t)).await.unwrap();
     assert_eq!(count(&replay(&f.journal, "a").await, "tool.scheduled"), 0);
     r.close().await;
+}
+
+fn closed<T: std::fmt::Debug>(r: Result<T, agent_runtime::RuntimeError>) {
+    assert!(
+        matches!(r, Err(agent_runtime::RuntimeError::Closed)),
+        "{r:?}"
+    );
+}
+
+/// After `abandon` another process may adopt the thread (ending the turn there): a late
+/// steer, commit or finish of the old runtime must not be journaled into the ended turn,
+/// nor a finish be acknowledged as completed when the journal says interrupted.
+async fn a_closed_or_abandoned_runtime_journals_no_turn_operation(f: Fixture) {
+    let r = Runtime::recover(f.journal.clone(), RuntimeOptions::default())
+        .await
+        .unwrap();
+    let t = r.start("a").await.unwrap();
+    r.abandon();
+    let other = Runtime::open(f.journal.clone(), RuntimeOptions::default());
+    assert_eq!(other.adopt("a").await.unwrap().turns_interrupted, 1);
+    let before = replay(&f.journal, "a").await.len();
+    closed(r.steer("a", &t, "late").await);
+    closed(r.commit("a", &t, 0, json!("late")).await);
+    closed(r.commit("a", &t, 1, json!("late")).await);
+    closed(guard(r.finish("a", &t)).await);
+    closed(guard(r.cancel("a", &t)).await);
+    let events = replay(&f.journal, "a").await;
+    assert_eq!(events.len(), before, "{:?}", crate::common::kinds(&events));
+
+    // The same after an orderly close.
+    let t = other.start("b").await.unwrap();
+    other.close().await;
+    closed(other.steer("b", &t, "late").await);
+    closed(other.commit("b", &t, 0, json!("late")).await);
+    closed(guard(other.finish("b", &t)).await);
+    assert_eq!(
+        crate::common::kinds(&replay(&f.journal, "b").await),
+        ["turn.started"]
+    );
 }
