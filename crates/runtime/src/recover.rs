@@ -424,7 +424,11 @@ impl Runtime {
                 }
                 None => journal.replay(thread, start.seq).await?,
             };
-            let last = events.last().map(|e| e.seq);
+            // Nothing after a checkpoint: the thread's last event is the checkpoint's.
+            let last = events
+                .last()
+                .map(|e| e.seq)
+                .or((start.seq > 0).then_some(start.seq));
             let mut found = RecoveryReport {
                 events: events.len(),
                 ..RecoveryReport::default()

@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use agent_journal::NewEvent;
 use agent_runtime::{
-    CallStatus, Runtime, RuntimeOptions, Tool, ToolContext, ToolFailure, ToolRegistry,
+    CallStatus, CheckpointTurn, Runtime, RuntimeOptions, RuntimeTurnStatus, ThreadCheckpoint, Tool,
+    ToolContext, ToolFailure, ToolRegistry,
 };
 use futures::future::BoxFuture;
 use serde_json::{Value, json};
@@ -23,6 +24,7 @@ agent_testkit::backend_tests!(
     duplicated_last_events_are_recovered_once,
     a_panicking_argument_check_refuses_the_launch,
     a_closed_or_abandoned_runtime_journals_no_turn_operation,
+    adopting_from_a_checkpoint_with_nothing_after_it_interrupts_the_open_turn,
 );
 
 /// A generous guard against a hang: no timing is asserted, only that the test ends.
@@ -221,5 +223,35 @@ async fn a_closed_or_abandoned_runtime_journals_no_turn_operation(f: Fixture) {
     assert_eq!(
         crate::common::kinds(&replay(&f.journal, "b").await),
         ["turn.started"]
+    );
+}
+
+/// A checkpoint taken while the turn ran (`ended: None`), then the process died with
+/// nothing written after it: adopting from it must interrupt the turn. The terminal append
+/// expected the thread to be empty (no event read after the checkpoint) and conflicted on
+/// every attempt.
+async fn adopting_from_a_checkpoint_with_nothing_after_it_interrupts_the_open_turn(f: Fixture) {
+    let r = Runtime::recover(f.journal.clone(), RuntimeOptions::default())
+        .await
+        .unwrap();
+    let t = r.start("a").await.unwrap();
+    let checkpoint = r.checkpoint("a").unwrap();
+    let seq = f.journal.last_seq("a").await.unwrap().unwrap();
+    r.abandon();
+    let other = Runtime::open(f.journal.clone(), RuntimeOptions::default());
+    let report = guard(other.adopt_after("a", checkpoint, seq, Vec::new()))
+        .await
+        .unwrap();
+    assert_eq!(report.turns_interrupted, 1);
+    assert_eq!(
+        other.turn_status("a"),
+        Some((t, 0, RuntimeTurnStatus::Interrupted))
+    );
+    assert!(other.start("a").await.is_ok());
+    other.close().await;
+    let events = replay(&f.journal, "a").await;
+    assert_eq!(
+        crate::common::kinds(&events),
+        ["turn.started", "turn.interrupted", "turn.started"]
     );
 }
