@@ -30,7 +30,8 @@ pub struct ServeArgs {
     /// A script file (see fixtures/responses/README.md); default: echo every conversation.
     #[arg(long, value_name = "FILE", conflicts_with = "fixture")]
     pub script: Option<PathBuf>,
-    /// A built-in fixture instead of a file: direct, ptc, async or compact.
+    /// A built-in fixture instead of a file: direct, ptc, async, compact (the `api`
+    /// stories) or run (the story `agentctl run` plays offline).
     #[arg(long, value_name = "MODE")]
     pub fixture: Option<String>,
     /// Require this bearer key (default: any non-empty key; a missing key is still 401).

@@ -236,3 +236,39 @@ fn mock_serve_refuses_a_steer_window_it_would_ignore() {
         assert!(stderr.contains("--steer-window-ms"), "{with:?}: {stderr}");
     }
 }
+
+/// `mock serve --help` names every built-in fixture `--fixture` takes (it left out `run`,
+/// which the error for an unknown one lists).
+#[test]
+fn mock_serve_help_names_every_fixture() {
+    let refused = agentctl()
+        .args(["mock", "serve", "--fixture", "nope"])
+        .timeout(std::time::Duration::from_secs(60))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    let listed = stderr
+        .split_once('(')
+        .and_then(|(_, rest)| rest.split_once(')'))
+        .map(|(list, _)| list)
+        .unwrap_or_else(|| panic!("{stderr}"));
+    let help = agentctl()
+        .args(["mock", "serve", "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&help.stdout);
+    let fixture: String = help
+        .split("--fixture <MODE>")
+        .nth(1)
+        .and_then(|rest| rest.split("\n      --").next())
+        .unwrap_or_else(|| panic!("{help}"))
+        .to_string();
+    for mode in listed.split(", ") {
+        assert!(
+            fixture
+                .split(|c: char| !c.is_ascii_alphanumeric())
+                .any(|w| w == mode),
+            "`{mode}` is not in the --fixture help: {fixture}"
+        );
+    }
+}
