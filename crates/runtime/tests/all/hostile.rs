@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use agent_journal::NewEvent;
 use agent_runtime::{
-    CallStatus, CheckpointTurn, Runtime, RuntimeOptions, RuntimeTurnStatus, ThreadCheckpoint, Tool,
-    ToolContext, ToolFailure, ToolRegistry,
+    CallStatus, Runtime, RuntimeOptions, RuntimeTurnStatus, Tool, ToolContext, ToolFailure,
+    ToolRegistry,
 };
 use futures::future::BoxFuture;
 use serde_json::{Value, json};
