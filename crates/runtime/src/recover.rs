@@ -133,7 +133,11 @@ impl ThreadFold {
             .map(|t| TurnRecord {
                 id: t.id.clone(),
                 revision: t.revision,
-                ended: t.ended,
+                // A checkpoint says how a turn ended; "running" or "ending" (a hand-made or
+                // corrupted one) is no end: the turn is open and gets interrupted.
+                ended: t.ended.filter(|s| {
+                    !matches!(s, RuntimeTurnStatus::Running | RuntimeTurnStatus::Ending)
+                }),
             });
         ThreadFold {
             turns: last_turn.iter().map(|t| t.id.clone()).collect(),

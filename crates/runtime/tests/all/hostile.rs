@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use agent_journal::NewEvent;
 use agent_runtime::{
-    CallStatus, Runtime, RuntimeOptions, RuntimeTurnStatus, Tool, ToolContext, ToolFailure,
-    ToolRegistry,
+    CallStatus, CheckpointTurn, Runtime, RuntimeOptions, RuntimeTurnStatus, ThreadCheckpoint, Tool,
+    ToolContext, ToolFailure, ToolRegistry,
 };
 use futures::future::BoxFuture;
 use serde_json::{Value, json};
@@ -25,6 +25,7 @@ agent_testkit::backend_tests!(
     a_panicking_argument_check_refuses_the_launch,
     a_closed_or_abandoned_runtime_journals_no_turn_operation,
     adopting_from_a_checkpoint_with_nothing_after_it_interrupts_the_open_turn,
+    a_checkpoint_naming_a_running_turn_is_adopted_as_open,
 );
 
 /// A generous guard against a hang: no timing is asserted, only that the test ends.
@@ -253,5 +254,50 @@ async fn adopting_from_a_checkpoint_with_nothing_after_it_interrupts_the_open_tu
     assert_eq!(
         crate::common::kinds(&events),
         ["turn.started", "turn.interrupted", "turn.started"]
+    );
+}
+
+/// `checkpoint` writes an open turn as `ended: None`; a stored one that says `running`
+/// (hand-made, or edited) must not make the adopting runtime drive a turn it never
+/// started, with no `turn.interrupted` for it.
+async fn a_checkpoint_naming_a_running_turn_is_adopted_as_open(f: Fixture) {
+    let r = Runtime::recover(f.journal.clone(), RuntimeOptions::default())
+        .await
+        .unwrap();
+    let t = r.start("a").await.unwrap();
+    let seq = f.journal.last_seq("a").await.unwrap().unwrap();
+    r.abandon();
+    for status in [RuntimeTurnStatus::Running, RuntimeTurnStatus::Ending] {
+        let other = Runtime::open(f.journal.clone(), RuntimeOptions::default());
+        let checkpoint = ThreadCheckpoint {
+            turn: Some(CheckpointTurn {
+                id: t.clone(),
+                revision: 0,
+                ended: Some(status),
+            }),
+        };
+        other
+            .adopt_after("a", checkpoint, seq, Vec::new())
+            .await
+            .unwrap();
+        assert_eq!(other.running_turn("a"), None, "{status:?}");
+        assert_eq!(
+            other.turn_status("a").map(|(_, _, s)| s),
+            Some(RuntimeTurnStatus::Interrupted)
+        );
+        not_active(other.steer("a", &t, "late").await);
+        other.close().await;
+    }
+    let events = replay(&f.journal, "a").await;
+    assert_eq!(
+        crate::common::kinds(&events),
+        ["turn.started", "turn.interrupted"]
+    );
+}
+
+fn not_active<T: std::fmt::Debug>(r: Result<T, agent_runtime::RuntimeError>) {
+    assert!(
+        matches!(r, Err(agent_runtime::RuntimeError::TurnNotActive { .. })),
+        "{r:?}"
     );
 }
