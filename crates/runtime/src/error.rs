@@ -86,6 +86,13 @@ pub enum RuntimeError {
         call_id: String,
     },
 
+    /// [`Runtime::record`](crate::Runtime::record) was given a kind the runtime writes
+    /// itself ([`RUNTIME_KINDS`](crate::events::RUNTIME_KINDS)): a turn, steer, commit or
+    /// tool event recorded by hand would bypass the revision fence, or could be malformed
+    /// and make every later recovery fail.
+    #[error("`{0}` is an event kind the runtime writes itself; record a kind of your own")]
+    ReservedKind(String),
+
     /// The runtime was closed.
     #[error("runtime is closed")]
     Closed,

@@ -41,6 +41,24 @@ pub const TOOL_TERMINALS: [&str; 5] = [
     TOOL_INTERRUPTED,
 ];
 
+/// Every kind the runtime writes itself: recovery folds them and `commit` fences one, so
+/// [`Runtime::record`](crate::Runtime::record) refuses them.
+pub const RUNTIME_KINDS: [&str; 13] = [
+    TURN_STARTED,
+    TURN_COMPLETED,
+    TURN_CANCELLED,
+    TURN_INTERRUPTED,
+    STEER_ACCEPTED,
+    PROPOSAL_COMMITTED,
+    TOOL_SCHEDULED,
+    TOOL_STARTED,
+    TOOL_COMPLETED,
+    TOOL_FAILED,
+    TOOL_TIMEOUT,
+    TOOL_CANCELLED,
+    TOOL_INTERRUPTED,
+];
+
 /// Every kind that ends a turn.
 pub const TURN_ENDS: [&str; 3] = [TURN_COMPLETED, TURN_CANCELLED, TURN_INTERRUPTED];
 

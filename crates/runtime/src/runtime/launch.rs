@@ -243,7 +243,9 @@ impl Runtime {
     }
 
     /// Appends an event to a thread of this runtime's journal (independent work the host
-    /// wants on record beside the turn's tool calls).
+    /// wants on record beside the turn's tool calls). The runtime's own kinds
+    /// ([`RUNTIME_KINDS`](crate::events::RUNTIME_KINDS)) are refused with
+    /// [`RuntimeError::ReservedKind`].
     ///
     /// # Cancel safety
     ///
@@ -255,6 +257,9 @@ impl Runtime {
         kind: &str,
         payload: Value,
     ) -> Result<i64, RuntimeError> {
+        if events::RUNTIME_KINDS.contains(&kind) {
+            return Err(RuntimeError::ReservedKind(kind.to_string()));
+        }
         Ok(self
             .inner
             .journal

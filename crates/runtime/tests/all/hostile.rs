@@ -26,6 +26,7 @@ agent_testkit::backend_tests!(
     a_closed_or_abandoned_runtime_journals_no_turn_operation,
     adopting_from_a_checkpoint_with_nothing_after_it_interrupts_the_open_turn,
     a_checkpoint_naming_a_running_turn_is_adopted_as_open,
+    record_refuses_the_runtime_s_own_kinds,
 );
 
 /// A generous guard against a hang: no timing is asserted, only that the test ends.
@@ -300,4 +301,38 @@ fn not_active<T: std::fmt::Debug>(r: Result<T, agent_runtime::RuntimeError>) {
         matches!(r, Err(agent_runtime::RuntimeError::TurnNotActive { .. })),
         "{r:?}"
     );
+}
+
+/// `record` is for the host's own events. A `turn.started` without its turn id recorded
+/// through it made every later recovery of the journal fail (`CorruptEvent`); a recorded
+/// `proposal.committed` skipped the revision fence of `commit`.
+async fn record_refuses_the_runtime_s_own_kinds(f: Fixture) {
+    let r = Runtime::recover(f.journal.clone(), RuntimeOptions::default())
+        .await
+        .unwrap();
+    let t = r.start("a").await.unwrap();
+    r.steer("a", &t, "new input").await.unwrap();
+    for kind in agent_runtime::events::RUNTIME_KINDS {
+        let err = r.record("a", kind, json!({})).await.unwrap_err();
+        assert!(
+            matches!(&err, agent_runtime::RuntimeError::ReservedKind(k) if k == kind),
+            "{err:?}"
+        );
+    }
+    let stale = json!({"turn_id": t, "revision": 0, "proposal": "stale"});
+    assert!(r.record("a", "proposal.committed", stale).await.is_err());
+    r.record("a", "independent.work", json!({"turn_id": t}))
+        .await
+        .unwrap();
+    r.crash();
+    let events = replay(&f.journal, "a").await;
+    assert_eq!(
+        crate::common::kinds(&events),
+        ["turn.started", "steer.accepted", "independent.work"]
+    );
+    let again = Runtime::recover(f.journal.clone(), RuntimeOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(again.recovery_report().turns_interrupted, 1);
+    again.close().await;
 }
