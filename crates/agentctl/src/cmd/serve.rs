@@ -51,6 +51,9 @@ pub struct ServeArgs {
 }
 
 pub async fn serve(global: &GlobalArgs, args: ServeArgs) -> anyhow::Result<ExitCode> {
+    // Every run submitted here records this endpoint: one no client can use is refused now,
+    // not recorded in each run for a worker to refuse.
+    args.endpoint.checked()?;
     let token = match &args.token_file {
         Some(path) => Token::from_file(path).map_err(|err| UsageError(err.to_string()))?,
         None if !args.listen.ip().is_loopback() => {

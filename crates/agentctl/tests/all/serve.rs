@@ -621,3 +621,28 @@ async fn submit_and_resume_with_an_in_process_worker(db: FreshDb) {
 
 use crate::host::fresh_db::{self, FreshDb};
 agent_testkit::backend_tests!(fresh_db, [sqlite, postgres]: the_door, runs_approvals_and_errors, sse_resumes_across_a_restart, submit_and_resume_with_an_in_process_worker);
+
+/// An endpoint no client can use (`--base-url` that is no http(s) URL, a `--mock-script`
+/// that cannot be read) is refused at start, exit 2, as `submit` refuses it: the server
+/// started and recorded it in every run submitted through it, for a worker to refuse.
+#[test]
+fn serve_refuses_an_endpoint_no_run_could_use() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("e.db").display());
+    let missing = dir.path().join("missing.json");
+    let missing = missing.to_str().unwrap();
+    for (args, says) in [
+        (&["--base-url", "not a url"][..], "invalid base URL"),
+        (&["--mock", "--mock-script", missing], "--mock-script"),
+    ] {
+        let o = host::out_within(
+            agentctl(&db)
+                .args(["serve", "--listen", "127.0.0.1:0"])
+                .args(args),
+            Duration::from_secs(30),
+        );
+        let stderr = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+    }
+}
