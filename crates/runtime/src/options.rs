@@ -50,7 +50,8 @@ pub const DEFAULT_RUN_DEADLINE: Duration = Duration::from_secs(1);
 pub struct RuntimeOptions {
     /// The allowlist (default: empty, so no call is accepted until tools are added).
     pub tools: ToolRegistry,
-    /// Tools running at once; further calls wait in the queue.
+    /// Tools running at once; further calls wait in the queue. 0 reads as 1, and
+    /// `usize::MAX` (anything beyond what a semaphore holds) as no limit.
     pub concurrency: usize,
     /// Admission control: calls queued plus running, runtime-wide. `launch` beyond it
     /// fails with [`RuntimeError::Overloaded`](crate::RuntimeError::Overloaded).

@@ -187,7 +187,9 @@ impl Runtime {
     /// processes drive other threads of the same journal; [`recover`](Self::recover) is
     /// for a process that owns them all.
     pub fn open(journal: Journal, options: RuntimeOptions) -> Runtime {
-        let slots = Arc::new(Semaphore::new(options.concurrency.max(1)));
+        // More slots than a semaphore holds (`usize::MAX` for "no limit") is no limit.
+        let slots = options.concurrency.clamp(1, Semaphore::MAX_PERMITS);
+        let slots = Arc::new(Semaphore::new(slots));
         Runtime {
             inner: Arc::new(Inner {
                 journal,

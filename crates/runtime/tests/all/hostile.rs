@@ -27,6 +27,7 @@ agent_testkit::backend_tests!(
     adopting_from_a_checkpoint_with_nothing_after_it_interrupts_the_open_turn,
     a_checkpoint_naming_a_running_turn_is_adopted_as_open,
     record_refuses_the_runtime_s_own_kinds,
+    a_concurrency_beyond_what_a_semaphore_holds_is_no_limit,
 );
 
 /// A generous guard against a hang: no timing is asserted, only that the test ends.
@@ -335,4 +336,21 @@ async fn record_refuses_the_runtime_s_own_kinds(f: Fixture) {
         .unwrap();
     assert_eq!(again.recovery_report().turns_interrupted, 1);
     again.close().await;
+}
+
+/// `concurrency(usize::MAX)` reads as "no limit"; tokio's semaphore panics above its
+/// `MAX_PERMITS`, and `open`/`recover` panicked with it.
+async fn a_concurrency_beyond_what_a_semaphore_holds_is_no_limit(f: Fixture) {
+    let tool = PanicTool::default();
+    let options = RuntimeOptions::default()
+        .concurrency(usize::MAX)
+        .tools(ToolRegistry::new().with(tool));
+    let r = Runtime::recover(f.journal.clone(), options).await.unwrap();
+    let t = r.start("a").await.unwrap();
+    let key = r.launch("a", &t, "c", "panic", json!({})).await.unwrap();
+    assert_eq!(
+        guard(r.result("a", &t, &key)).await.unwrap().status,
+        CallStatus::Failed
+    );
+    r.close().await;
 }
