@@ -8,8 +8,8 @@
 //! - A turn that was running when the process died is ended with `turn.interrupted`, so a
 //!   new turn can start on its thread.
 //! - A scheduled call without a terminal event gets `tool.interrupted` (with `started`
-//!   telling whether it had begun), unless its tool is retry-safe: then it runs again and
-//!   journals its terminal event as usual. [`Runtime::adopt`] re-runs nothing: every
+//!   telling whether it had begun), unless its tool is retry-safe and still takes its
+//!   arguments: then it runs again and journals its terminal event as usual. [`Runtime::adopt`] re-runs nothing: every
 //!   unfinished call is interrupted and listed, and the caller decides.
 //! - The terminal events of one thread are appended in one batch, expecting the last seq
 //!   the fold read: a write by anyone else in between (another process steering, or still
@@ -28,7 +28,7 @@ use crate::options::RuntimeOptions;
 use crate::outcome::Outcome;
 use crate::runtime::{Job, JobEntry, JobKey, Runtime, RuntimeTurnStatus, TurnState};
 use crate::settlement::Settlement;
-use crate::tool::Tool;
+use crate::tool::{Tool, check_args};
 
 /// What recovery (or adoption) found and did.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
@@ -492,7 +492,13 @@ impl Runtime {
         {
             let tool = self.inner.options.tools.get(&call.name).cloned();
             match tool {
-                Some(tool) if retry_safe == RetrySafe::Rerun && tool.retry_safe() => {
+                // Only with arguments the tool still takes: a call journaled before the tool
+                // changed its check (or by a buggy writer) is interrupted, not run unchecked.
+                Some(tool)
+                    if retry_safe == RetrySafe::Rerun
+                        && tool.retry_safe()
+                        && check_args(&*tool, &call.args).is_ok() =>
+                {
                     retry.push((call, tool));
                 }
                 _ => {

@@ -63,6 +63,24 @@ pub trait Tool: Send + Sync + 'static {
     }
 }
 
+/// The failure message of a tool that panicked, with the panic's message when it has one.
+pub(crate) fn panicked(panic: &(dyn std::any::Any + Send)) -> String {
+    let message = panic
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| panic.downcast_ref::<String>().map(String::as_str));
+    match message {
+        Some(message) => format!("the tool panicked: {message}"),
+        None => "the tool panicked".to_string(),
+    }
+}
+
+/// `tool.validate(args)`, a panic in the check refusing the arguments.
+pub(crate) fn check_args(tool: &dyn Tool, args: &Value) -> Result<(), String> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| tool.validate(args)))
+        .unwrap_or_else(|panic| Err(panicked(&*panic)))
+}
+
 /// The allowlist: only registered tools can be launched.
 #[derive(Clone, Default)]
 pub struct ToolRegistry {

@@ -21,7 +21,7 @@ use crate::events;
 use crate::options::Deadlines;
 use crate::outcome::{DeadlinePhase, Outcome};
 use crate::settlement::Settler;
-use crate::tool::{Tool, ToolContext};
+use crate::tool::{Tool, ToolContext, panicked};
 
 /// An outcome from a terminal event.
 pub(crate) fn outcome_of(event: &Event) -> Result<Outcome, RuntimeError> {
@@ -236,18 +236,6 @@ impl Job {
                 Outcome::timeout(revision, DeadlinePhase::Run)
             }
         }
-    }
-}
-
-/// The failure message of a tool that panicked, with the panic's message when it has one.
-pub(super) fn panicked(panic: &(dyn std::any::Any + Send)) -> String {
-    let message = panic
-        .downcast_ref::<&str>()
-        .copied()
-        .or_else(|| panic.downcast_ref::<String>().map(String::as_str));
-    match message {
-        Some(message) => format!("the tool panicked: {message}"),
-        None => "the tool panicked".to_string(),
     }
 }
 

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use agent_journal::NewEvent;
 use serde_json::Value;
 
-use super::job::{Job, outcome_of, panicked};
+use super::job::{Job, outcome_of};
 use super::{JobEntry, JobKey, Runtime, RuntimeTurnStatus};
 use crate::error::RuntimeError;
 use crate::events;
@@ -18,6 +18,7 @@ use crate::options::Deadlines;
 use crate::outcome::{Outcome, ToolResult};
 use crate::settlement::Settlement;
 use crate::signature::signature;
+use crate::tool::check_args;
 
 impl Runtime {
     /// Launches a call with the runtime's default deadlines. See [`launch_with`](Self::launch_with).
@@ -66,12 +67,10 @@ impl Runtime {
             return Err(RuntimeError::ToolNotAllowed(name.to_string()));
         };
         // A check that panics refuses the arguments: the panic would reach the caller.
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| tool.validate(&args)))
-            .unwrap_or_else(|panic| Err(panicked(&*panic)))
-            .map_err(|reason| RuntimeError::InvalidArgs {
-                tool: name.to_string(),
-                reason,
-            })?;
+        check_args(&*tool, &args).map_err(|reason| RuntimeError::InvalidArgs {
+            tool: name.to_string(),
+            reason,
+        })?;
         let sig = signature(name, &args);
         let key = JobKey {
             thread: thread.to_string(),

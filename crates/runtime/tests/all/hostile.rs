@@ -28,6 +28,7 @@ agent_testkit::backend_tests!(
     a_checkpoint_naming_a_running_turn_is_adopted_as_open,
     record_refuses_the_runtime_s_own_kinds,
     a_concurrency_beyond_what_a_semaphore_holds_is_no_limit,
+    recovery_reruns_only_calls_whose_arguments_the_tool_still_takes,
 );
 
 /// A generous guard against a hang: no timing is asserted, only that the test ends.
@@ -353,4 +354,43 @@ async fn a_concurrency_beyond_what_a_semaphore_holds_is_no_limit(f: Fixture) {
         CallStatus::Failed
     );
     r.close().await;
+}
+
+/// Recovery re-runs an unfinished retry-safe call with its journaled arguments. Arguments
+/// the tool no longer takes (it changed its check since, or the event was written by
+/// someone else) were passed to it unchecked; such a call is interrupted instead.
+async fn recovery_reruns_only_calls_whose_arguments_the_tool_still_takes(f: Fixture) {
+    let t = "T";
+    f.journal
+        .append(NewEvent::new("r", "turn.started", json!({"turn_id": t})))
+        .await
+        .unwrap();
+    for (call, args) in [("valid", json!({})), ("invalid", json!("not an object"))] {
+        let payload = json!({
+            "turn_id": t, "call_id": call, "name": "safe", "args": args,
+            "signature": agent_runtime::signature("safe", &args), "revision": 0,
+        });
+        f.journal
+            .append(NewEvent::new("r", "tool.scheduled", payload))
+            .await
+            .unwrap();
+    }
+    let (safe, mut handle) = GateTool::new("safe", true, true);
+    handle.open();
+    let r = Runtime::recover(
+        f.journal.clone(),
+        RuntimeOptions::default().tools(ToolRegistry::new().with(safe)),
+    )
+    .await
+    .unwrap();
+    let report = r.recovery_report();
+    assert_eq!(report.calls_retried, 1, "{report:?}");
+    assert_eq!(report.calls_interrupted, 1, "{report:?}");
+    assert_eq!(report.interrupted[0].call_id, "invalid");
+    assert_eq!(guard(handle.wait_started(1)).await, ["valid"]);
+    r.close().await;
+    assert_eq!(handle.calls(), 1);
+    let events = replay(&f.journal, "r").await;
+    assert_eq!(terminals_of(&events, "valid"), ["tool.completed"]);
+    assert_eq!(terminals_of(&events, "invalid"), ["tool.interrupted"]);
 }
