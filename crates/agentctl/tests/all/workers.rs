@@ -529,6 +529,35 @@ fn a_submitted_mock_script_is_checked_up_front() {
     assert_eq!(text(&listed.stdout).trim(), "", "a run was queued");
 }
 
+/// A worker whose `--base-url` or `--mock-script` no client can use is refused at start,
+/// exit 2, and the queue is left as it was: it claimed every queued run and paused each
+/// (`cannot_drive`, which no worker takes again), a `--mock` one too.
+#[test]
+fn a_worker_with_an_endpoint_no_run_could_use_leaves_the_queue_alone() {
+    use host::{agentctl, out, out_within, text};
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("e.db").display());
+    let queued = out(agentctl(&db)
+        .args(["submit", "--mock", "--workspace"])
+        .arg(dir.path())
+        .arg("do the task"));
+    assert!(queued.status.success(), "{}", text(&queued.stderr));
+    let missing = dir.path().join("missing.json");
+    for args in [
+        &["--base-url", "not a url"][..],
+        &["--mock", "--mock-script", missing.to_str().unwrap()],
+    ] {
+        let o = out_within(
+            agentctl(&db).args(["worker", "--poll", "0.05"]).args(args),
+            Duration::from_secs(30),
+        );
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", text(&o.stderr));
+    }
+    let listed = out(agentctl(&db).args(["--json", "runs", "list"]));
+    let run: serde_json::Value = serde_json::from_slice(&listed.stdout).unwrap();
+    assert_eq!(run["status"], "queued", "{run}");
+}
+
 /// A worker told to stop gives back at once a run that waits for a human (a step
 /// boundary), however long its grace period, and says so on its `--json` stream.
 async fn a_stopping_worker_gives_back_a_run_waiting_for_a_human(db: FreshDb) {

@@ -188,6 +188,8 @@ fn seconds(flag: &str, value: f64, at_least: Duration) -> anyhow::Result<Duratio
 }
 
 pub async fn worker(global: &GlobalArgs, args: WorkerArgs) -> anyhow::Result<ExitCode> {
+    // An endpoint no client can use would pause every run this worker claims.
+    args.endpoint.checked()?;
     let config = WorkerConfig {
         name: args.name.clone().unwrap_or_else(|| {
             let me = agent_host::run::Owner::current();
