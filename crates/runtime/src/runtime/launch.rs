@@ -139,7 +139,11 @@ impl Runtime {
             signature: sig,
             redo: false,
         };
-        launch.schedule().await?;
+        // Scheduled in a task of its own: a turn's end waits for every admitted call, so
+        // the scheduling must not depend on the caller polling this future (one kept
+        // pinned beside a `select!` branch that cancels the turn would block that cancel).
+        self.detached(async move { launch.schedule().await })
+            .await?;
         Ok(key)
     }
 

@@ -29,11 +29,12 @@ agent_testkit::backend_tests!(
     record_refuses_the_runtime_s_own_kinds,
     a_concurrency_beyond_what_a_semaphore_holds_is_no_limit,
     recovery_reruns_only_calls_whose_arguments_the_tool_still_takes,
+    a_launch_future_kept_but_not_polled_does_not_block_the_turn_end,
 );
 
 /// A generous guard against a hang: no timing is asserted, only that the test ends.
 async fn guard<T>(fut: impl std::future::Future<Output = T>) -> T {
-    tokio::time::timeout(Duration::from_secs(60), fut)
+    tokio::time::timeout(Duration::from_secs(30), fut)
         .await
         .expect("hung")
 }
@@ -393,4 +394,36 @@ async fn recovery_reruns_only_calls_whose_arguments_the_tool_still_takes(f: Fixt
     let events = replay(&f.journal, "r").await;
     assert_eq!(terminals_of(&events, "valid"), ["tool.completed"]);
     assert_eq!(terminals_of(&events, "invalid"), ["tool.interrupted"]);
+}
+
+/// A caller that keeps a launch future it no longer polls (pinned outside a `select!`
+/// whose other branch cancels the turn) must not block the turn's end: `cancel` waited for
+/// the call to settle, and the call's scheduling lived in that future.
+async fn a_launch_future_kept_but_not_polled_does_not_block_the_turn_end(f: Fixture) {
+    let (gate, handle) = GateTool::new("gate", false, true);
+    let r = Runtime::recover(
+        f.journal.clone(),
+        RuntimeOptions::default().tools(ToolRegistry::new().with(gate)),
+    )
+    .await
+    .unwrap();
+    let t = r.start("a").await.unwrap();
+    let launch = r.launch("a", &t, "c", "gate", json!({}));
+    tokio::pin!(launch);
+    // One poll admits the call and hands its `tool.scheduled` to the journal.
+    assert!(futures::poll!(&mut launch).is_pending());
+    guard(r.cancel("a", &t)).await.unwrap();
+    // The launch, polled again, answers for the cancelled call.
+    let key = guard(launch).await.unwrap();
+    let result = guard(r.result("a", &t, &key)).await.unwrap();
+    assert_eq!(result.status, CallStatus::Cancelled);
+    assert_eq!(handle.calls(), 0);
+    assert_eq!(r.jobs_in_memory(), 0);
+    r.close().await;
+    let events = replay(&f.journal, "a").await;
+    assert_eq!(terminals_of(&events, "c"), ["tool.cancelled"]);
+    assert_eq!(
+        crate::common::kinds(&events).last(),
+        Some(&"turn.cancelled")
+    );
 }
