@@ -122,9 +122,19 @@ pub async fn run(global: &GlobalArgs, cmd: MockCmd) -> anyhow::Result<std::proce
         first_token_ms: args.first_token_ms,
         tokens_per_second: args.tokens_per_second,
     };
-    let server = MockServer::bind(&addr, config)
-        .await
-        .context("cannot start the emulator")?;
+    let server = MockServer::bind(&addr, config).await.map_err(|err| {
+        let in_use = matches!(&err, agent_responses_mock::MockError::Bind { source, .. }
+            if source.kind() == std::io::ErrorKind::AddrInUse);
+        let err = anyhow::Error::new(err).context("cannot start the emulator");
+        if in_use {
+            crate::output::with_hint(
+                err,
+                format!("another process listens on {addr}: give --addr another port, or port 0 for a free one"),
+            )
+        } else {
+            err
+        }
+    })?;
     if global.json {
         typed_line(
             "mock.listening",

@@ -83,7 +83,21 @@ pub async fn serve(global: &GlobalArgs, args: ServeArgs) -> anyhow::Result<ExitC
     };
     let bound = agent_serve::bind(journal.clone(), args.listen, options)
         .await
-        .with_context(|| format!("cannot listen on {}", args.listen))?;
+        .map_err(|err| {
+            let in_use = err.kind() == std::io::ErrorKind::AddrInUse;
+            let err = anyhow::Error::new(err).context(format!("cannot listen on {}", args.listen));
+            if in_use {
+                output::with_hint(
+                    err,
+                    format!(
+                        "another process (another `agentctl serve`?) listens on {}: give --listen another port",
+                        args.listen
+                    ),
+                )
+            } else {
+                err
+            }
+        })?;
     let stop = CancellationToken::new();
     let worker = args.worker.map(|n| {
         super::run::worker::in_process(

@@ -272,3 +272,37 @@ fn mock_serve_help_names_every_fixture() {
         );
     }
 }
+
+/// A port another process listens on: `mock serve` and `serve` say what to do about it
+/// (the hint was "RUST_LOG=debug shows details"), naming the flag that picks the address.
+#[test]
+fn a_port_in_use_is_said_with_the_flag_that_moves_it() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("p.db").display());
+    for (args, flag) in [
+        (vec!["mock", "serve", "--addr", addr.as_str()], "--addr"),
+        (
+            vec!["--db", db.as_str(), "serve", "--listen", addr.as_str()],
+            "--listen",
+        ),
+    ] {
+        let output = agentctl()
+            .args(&args)
+            .timeout(std::time::Duration::from_secs(60))
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(1), "{args:?}: {stderr}");
+        let hint = stderr
+            .lines()
+            .find_map(|l| l.strip_prefix("hint: "))
+            .unwrap_or_else(|| panic!("{stderr}"));
+        assert!(
+            hint.contains(flag) && hint.contains(&addr),
+            "{args:?}: {stderr}"
+        );
+    }
+    drop(taken);
+}
