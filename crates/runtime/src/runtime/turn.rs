@@ -11,6 +11,7 @@ use std::time::Duration;
 use agent_journal::NewEvent;
 use serde_json::{Value, json};
 use tokio::task::AbortHandle;
+use tokio_util::sync::CancellationToken;
 
 use super::{JobKey, Runtime, RuntimeTurnStatus, State, TurnState};
 use crate::error::RuntimeError;
@@ -121,7 +122,9 @@ impl Runtime {
     ///
     /// Like [`Journal::append`](agent_journal::Journal::append): dropped before its turn of the thread's serialisation, it
     /// records nothing; dropped later, the proposal may be recorded (at the revision that
-    /// was current) and its seq is lost. Nothing in memory changes either way.
+    /// was current) and its seq is lost. Nothing in memory changes either way. It waits for
+    /// its turn in a task of its own, so a future kept without being polled blocks no other
+    /// operation of the thread.
     pub async fn commit(
         &self,
         thread: &str,
@@ -129,8 +132,31 @@ impl Runtime {
         revision: u64,
         proposal: impl Into<Value>,
     ) -> Result<i64, RuntimeError> {
-        let lock = self.inner.thread_lock(thread);
-        let _serial = lock.lock().await;
+        let this = self.clone();
+        let (thread, turn, proposal) = (thread.to_string(), turn.to_string(), proposal.into());
+        // Fired when the caller drops this future.
+        let dropped = CancellationToken::new();
+        let _caller = dropped.clone().drop_guard();
+        self.detached(async move {
+            let lock = this.inner.thread_lock(&thread);
+            let _serial = lock.lock().await;
+            if dropped.is_cancelled() {
+                // No one waits for the answer.
+                return Err(RuntimeError::Closed);
+            }
+            this.commit_here(&thread, &turn, revision, proposal).await
+        })
+        .await
+    }
+
+    /// `commit`, holding the thread's turn lock.
+    async fn commit_here(
+        &self,
+        thread: &str,
+        turn: &str,
+        revision: u64,
+        proposal: Value,
+    ) -> Result<i64, RuntimeError> {
         {
             let st = self.inner.state();
             let current = self.active(&st, thread, turn)?;
@@ -147,7 +173,7 @@ impl Runtime {
             .append(NewEvent::new(
                 thread,
                 events::PROPOSAL_COMMITTED,
-                json!({ "turn_id": turn, "revision": revision, "proposal": proposal.into() }),
+                json!({ "turn_id": turn, "revision": revision, "proposal": proposal }),
             ))
             .await?;
         Ok(appended.seq)

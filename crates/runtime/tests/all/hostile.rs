@@ -30,6 +30,7 @@ agent_testkit::backend_tests!(
     a_concurrency_beyond_what_a_semaphore_holds_is_no_limit,
     recovery_reruns_only_calls_whose_arguments_the_tool_still_takes,
     a_launch_future_kept_but_not_polled_does_not_block_the_turn_end,
+    a_commit_future_kept_but_not_polled_does_not_block_its_thread,
 );
 
 /// A generous guard against a hang: no timing is asserted, only that the test ends.
@@ -426,4 +427,33 @@ async fn a_launch_future_kept_but_not_polled_does_not_block_the_turn_end(f: Fixt
         crate::common::kinds(&events).last(),
         Some(&"turn.cancelled")
     );
+}
+
+/// The same for `commit`: one polled once (holding the thread's turn lock, or queued for
+/// it) and then kept without being polled blocked every later steer, commit and end of its
+/// thread.
+async fn a_commit_future_kept_but_not_polled_does_not_block_its_thread(f: Fixture) {
+    let r = Runtime::recover(f.journal.clone(), RuntimeOptions::default())
+        .await
+        .unwrap();
+    let t = r.start("a").await.unwrap();
+    let commit = r.commit("a", &t, 0, json!("plan"));
+    tokio::pin!(commit);
+    assert!(futures::poll!(&mut commit).is_pending());
+    assert_eq!(guard(r.steer("a", &t, "new input")).await.unwrap(), 1);
+    guard(r.finish("a", &t)).await.unwrap();
+    // Polled again, the commit answers: it was recorded at revision 0, before the steer.
+    let seq = guard(commit).await.unwrap();
+    let events = replay(&f.journal, "a").await;
+    assert_eq!(
+        crate::common::kinds(&events),
+        [
+            "turn.started",
+            "proposal.committed",
+            "steer.accepted",
+            "turn.completed"
+        ]
+    );
+    assert_eq!(events[1].seq, seq);
+    r.close().await;
 }
