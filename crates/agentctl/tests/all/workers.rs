@@ -558,6 +558,34 @@ fn a_worker_with_an_endpoint_no_run_could_use_leaves_the_queue_alone() {
     assert_eq!(run["status"], "queued", "{run}");
 }
 
+/// `submit --stream-idle-timeout` is refused, exit 2, naming the worker's flag: a run does
+/// not record it (the worker's own applies), so it was ignored without a word.
+#[test]
+fn submit_refuses_a_stream_idle_timeout_it_cannot_record() {
+    use host::{agentctl, out, text};
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("t.db").display());
+    let o = out(agentctl(&db)
+        .env_remove("AGENTCTL_STREAM_IDLE_TIMEOUT")
+        .args([
+            "submit",
+            "--mock",
+            "--stream-idle-timeout",
+            "5",
+            "--workspace",
+        ])
+        .arg(dir.path())
+        .arg("do the task"));
+    let stderr = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("agentctl worker --stream-idle-timeout"),
+        "{stderr}"
+    );
+    let listed = out(agentctl(&db).args(["--json", "runs", "list"]));
+    assert_eq!(text(&listed.stdout).trim(), "", "a run was queued");
+}
+
 /// A worker told to stop gives back at once a run that waits for a human (a step
 /// boundary), however long its grace period, and says so on its `--json` stream.
 async fn a_stopping_worker_gives_back_a_run_waiting_for_a_human(db: FreshDb) {

@@ -190,6 +190,17 @@ pub async fn run(global: &GlobalArgs, args: RunArgs) -> anyhow::Result<ExitCode>
 pub async fn submit(global: &GlobalArgs, args: SubmitArgs) -> anyhow::Result<ExitCode> {
     let db_url = global.database_url()?;
     check_shared_db(&db_url)?;
+    // A run records its endpoint but not this timeout: the worker's own applies. Given on
+    // the command line (not from the environment, which may be set for every command), it
+    // would be ignored without a word.
+    if args.run.endpoint.stream_idle_timeout.is_some()
+        && std::env::var_os("AGENTCTL_STREAM_IDLE_TIMEOUT").is_none()
+    {
+        return Err(UsageError(
+            "submit records no --stream-idle-timeout: the worker that drives the run uses its own (`agentctl worker --stream-idle-timeout SECS`)".into(),
+        )
+        .into());
+    }
     let sandbox = args.run.sandbox;
     let (new, _) = new_run(args.run)?;
     let tools = tool_config(new.workspace_dir(), &args.mcp)?;
