@@ -102,7 +102,8 @@ fn codex_run_with_a_missing_working_directory_says_so() {
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    // Bad input, as `run --workspace` on a missing directory: exit 2.
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
     assert!(
         stderr.starts_with("error: --cwd `") && stderr.contains("is not a directory"),
         "{stderr}"

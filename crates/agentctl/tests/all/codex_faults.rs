@@ -358,3 +358,32 @@ fn probe_codex_stops_the_server_when_interrupted() {
     assert_eq!(status.code(), Some(130), "{stderr}");
     assert!(!alive(&fake.file("fake.pid")), "the app-server still runs");
 }
+
+/// Bad input to `codex run` (an empty prompt, a `--cwd` that is no directory, a
+/// `--mock-script` that cannot be read) is a usage error, exit 2, found before Codex
+/// starts, as `run` finds it: an empty prompt was sent to Codex, and the others exited 1.
+#[test]
+fn codex_run_refuses_bad_input_before_codex_starts() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("missing");
+    let missing = missing.to_str().unwrap();
+    let cases: [(&[&str], &str); 3] = [
+        (&["  "], "the prompt is empty"),
+        (&["--cwd", missing, "hi"], "--cwd"),
+        (&["--mock", "--mock-script", missing, "hi"], "--mock-script"),
+    ];
+    for (args, says) in cases {
+        let out = Command::new(env!("CARGO_BIN_EXE_agentctl"))
+            .env_remove("AGENTCTL_DB")
+            .env_remove("CODEX_BIN")
+            .args(["codex", "run", "--no-journal", "--codex-bin"])
+            .arg(dir.path().join("no-codex-here"))
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+    }
+}

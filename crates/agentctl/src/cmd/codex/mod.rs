@@ -24,7 +24,7 @@ use clap::{Args, Subcommand};
 use serde_json::Value;
 
 use crate::global::GlobalArgs;
-use crate::output::with_hint;
+use crate::output::{UsageError, with_hint};
 
 /// How to install the pinned Codex CLI.
 pub const INSTALL_HINT: &str = "install the Codex CLI with `npm install -g @openai/codex@0.171.0` \
@@ -136,21 +136,27 @@ pub fn explain(err: AppServerError) -> anyhow::Error {
 }
 
 async fn run_turn(global: &GlobalArgs, args: &RunArgs) -> anyhow::Result<ExitCode> {
+    // Bad input is refused before Codex starts, as `run` refuses it (exit 2).
+    if args.prompt.trim().is_empty() {
+        return Err(UsageError("the prompt is empty".into()).into());
+    }
     let cwd = match &args.cwd {
         // Checked here: a bad working directory would otherwise surface as a failure to
         // start the Codex binary.
         Some(dir) if !dir.is_dir() => {
-            anyhow::bail!("--cwd `{}` is not a directory", dir.display())
+            return Err(UsageError(format!("--cwd `{}` is not a directory", dir.display())).into());
         }
         Some(dir) => dir.clone(),
         None => std::env::current_dir().context("cannot read the current directory")?,
     };
     let mock_script = match (args.mock, args.mock_script.as_deref()) {
         (false, _) => None,
-        (true, Some(path)) => Some(
-            Script::load(path)
-                .map_err(|err| with_hint(err, "see fixtures/codex/ for example scripts"))?,
-        ),
+        (true, Some(path)) => Some(Script::load(path).map_err(|err| {
+            with_hint(
+                UsageError(format!("--mock-script {}: {err}", path.display())),
+                "see fixtures/codex/ for example scripts",
+            )
+        })?),
         (true, None) => Some(Script::default()),
     };
     let journal = if args.no_journal {
