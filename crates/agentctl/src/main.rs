@@ -146,12 +146,26 @@ fn main() -> std::process::ExitCode {
 /// `AGENTCTL_DB` (printed commands then leave it to the environment).
 fn parse() -> Cli {
     use clap::{CommandFactory as _, FromArgMatches as _};
-    let matches = Cli::command().get_matches();
+    let matches = negative_values(Cli::command()).get_matches();
     let mut cli = Cli::from_arg_matches(&matches)
         .unwrap_or_else(|err| err.format(&mut Cli::command()).exit());
     cli.global.db_from_env =
         matches.value_source("db") == Some(clap::parser::ValueSource::EnvVariable);
     cli
+}
+
+/// `cmd` with every `--flag VALUE` taking a value that reads as a negative number, so that
+/// `--max-age -1` is refused for its value, naming the flag and what it takes, rather than
+/// as "unexpected argument '-1' found".
+fn negative_values(cmd: clap::Command) -> clap::Command {
+    cmd.mut_args(|arg| {
+        if arg.get_long().is_some() && arg.get_action().takes_values() {
+            arg.allow_negative_numbers(true)
+        } else {
+            arg
+        }
+    })
+    .mut_subcommands(negative_values)
 }
 
 async fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {

@@ -381,3 +381,51 @@ fn history_counts_out_of_range_name_their_flag() {
         agentctl(&db).args(args).assert().success();
     }
 }
+
+/// A value that reads as a negative number belongs to the flag before it: `memory add
+/// --value -5` records `-5` (it was "unexpected argument '-5' found"), and a flag that takes
+/// no negative number refuses it naming itself, exit 2.
+#[test]
+fn negative_numbers_are_the_values_of_their_flags() {
+    let (_dir, db) = temp_db("neg.db");
+    let args = [
+        "memory",
+        "add",
+        "--source",
+        "s",
+        "--project",
+        "p",
+        "--key",
+        "k",
+    ];
+    stdout_ok(agentctl(&db).args(args).args(["--value", "-5"]));
+    let out = stdout_ok(agentctl(&db).args(["--json", "memory", "recall", "--project", "p"]));
+    assert_eq!(json_lines(&out)[0]["value"], "-5");
+    for (args, flag) in [
+        (
+            &["memory", "recall", "--project", "p", "--max-age", "-1"][..],
+            "--max-age",
+        ),
+        (
+            &["history", "window", "--thread", "t", "--budget", "-1"],
+            "--budget",
+        ),
+        (&["run", "--mock", "--max-steps", "-1", "hi"], "--max-steps"),
+        (
+            &["mock", "serve", "--first-token-ms", "-1"],
+            "--first-token-ms",
+        ),
+    ] {
+        let out = agentctl(&db)
+            .args(args)
+            .timeout(std::time::Duration::from_secs(60))
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains(&format!("for '{flag}")),
+            "{args:?}: {stderr}"
+        );
+    }
+}
