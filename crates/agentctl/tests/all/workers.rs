@@ -586,6 +586,27 @@ fn submit_refuses_a_stream_idle_timeout_it_cannot_record() {
     assert_eq!(text(&listed.stdout).trim(), "", "a run was queued");
 }
 
+/// `worker --grace` takes 0 (no grace), so a bad one is not called "not positive": the
+/// message says what it takes.
+#[test]
+fn a_bad_grace_says_zero_is_taken() {
+    use host::{agentctl, out_within, text};
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("g.db").display());
+    for grace in ["-1", "nan"] {
+        let o = out_within(
+            agentctl(&db).args(["worker", "--grace", grace]),
+            Duration::from_secs(30),
+        );
+        let stderr = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{grace}: {stderr}");
+        assert!(
+            stderr.contains("--grace must be a number of seconds, 0 or more"),
+            "{stderr}"
+        );
+    }
+}
+
 /// A worker told to stop gives back at once a run that waits for a human (a step
 /// boundary), however long its grace period, and says so on its `--json` stream.
 async fn a_stopping_worker_gives_back_a_run_waiting_for_a_human(db: FreshDb) {

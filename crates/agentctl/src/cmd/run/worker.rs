@@ -180,6 +180,8 @@ fn seconds(flag: &str, value: f64, at_least: Duration) -> anyhow::Result<Duratio
         .ok_or_else(|| {
             let what = if at_least >= Duration::from_millis(1) {
                 format!("{flag} must be at least {} seconds", at_least.as_secs_f64())
+            } else if at_least.is_zero() {
+                format!("{flag} must be a number of seconds, 0 or more")
             } else {
                 format!("{flag} must be a positive number of seconds")
             };
