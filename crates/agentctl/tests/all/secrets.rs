@@ -169,7 +169,8 @@ fn history_search_masks_the_password_of_an_unsupported_url() {
         .output()
         .unwrap();
     let (_, stderr) = text(&output);
-    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    // An unknown scheme is a usage error, for `history` as for `journal`.
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("mysql://u:***@h/x"), "{stderr}");
     assert_no_password("history search", &output);
 }
