@@ -359,16 +359,18 @@ fn probe_codex_stops_the_server_when_interrupted() {
     assert!(!alive(&fake.file("fake.pid")), "the app-server still runs");
 }
 
-/// Bad input to `codex run` (an empty prompt, a `--cwd` that is no directory, a
-/// `--mock-script` that cannot be read) is a usage error, exit 2, found before Codex
-/// starts, as `run` finds it: an empty prompt was sent to Codex, and the others exited 1.
+/// Bad input to `codex run` (an empty prompt or `--steer` text, a `--cwd` that is no
+/// directory, a `--mock-script` that cannot be read) is a usage error, exit 2, found before
+/// Codex starts, as `run` and `steer` find it: empty text was sent to Codex, and the
+/// others exited 1.
 #[test]
 fn codex_run_refuses_bad_input_before_codex_starts() {
     let dir = tempfile::tempdir().unwrap();
     let missing = dir.path().join("missing");
     let missing = missing.to_str().unwrap();
-    let cases: [(&[&str], &str); 3] = [
+    let cases: [(&[&str], &str); 4] = [
         (&["  "], "the prompt is empty"),
+        (&["--steer", " ", "hi"], "the --steer text is empty"),
         (&["--cwd", missing, "hi"], "--cwd"),
         (&["--mock", "--mock-script", missing, "hi"], "--mock-script"),
     ];

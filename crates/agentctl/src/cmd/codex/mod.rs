@@ -140,6 +140,13 @@ async fn run_turn(global: &GlobalArgs, args: &RunArgs) -> anyhow::Result<ExitCod
     if args.prompt.trim().is_empty() {
         return Err(UsageError("the prompt is empty".into()).into());
     }
+    if args
+        .steer
+        .as_deref()
+        .is_some_and(|text| text.trim().is_empty())
+    {
+        return Err(UsageError("the --steer text is empty".into()).into());
+    }
     let cwd = match &args.cwd {
         // Checked here: a bad working directory would otherwise surface as a failure to
         // start the Codex binary.
