@@ -146,7 +146,12 @@ fn main() -> std::process::ExitCode {
 /// `AGENTCTL_DB` (printed commands then leave it to the environment).
 fn parse() -> Cli {
     use clap::{CommandFactory as _, FromArgMatches as _};
-    let matches = negative_values(Cli::command()).get_matches();
+    // `submit` records no stream idle timeout (the worker's own applies; `submit` refuses
+    // the flag), so its help does not offer it.
+    let command = negative_values(Cli::command()).mut_subcommand("submit", |submit| {
+        submit.mut_arg("stream_idle_timeout", |arg| arg.hide(true))
+    });
+    let matches = command.get_matches();
     let mut cli = Cli::from_arg_matches(&matches)
         .unwrap_or_else(|err| err.format(&mut Cli::command()).exit());
     cli.global.db_from_env =

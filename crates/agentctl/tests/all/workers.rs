@@ -584,6 +584,12 @@ fn submit_refuses_a_stream_idle_timeout_it_cannot_record() {
     );
     let listed = out(agentctl(&db).args(["--json", "runs", "list"]));
     assert_eq!(text(&listed.stdout).trim(), "", "a run was queued");
+    // Nor does its help offer it; `run --help` does.
+    let help = text(&out(agentctl(&db).args(["submit", "--help"])).stdout);
+    assert!(help.contains("--max-steps"), "{help}");
+    assert!(!help.contains("--stream-idle-timeout"), "{help}");
+    let help = text(&out(agentctl(&db).args(["run", "--help"])).stdout);
+    assert!(help.contains("--stream-idle-timeout"), "{help}");
 }
 
 /// `worker --grace` takes 0 (no grace), so a bad one is not called "not positive": the
