@@ -114,4 +114,30 @@ fn a_workspace_without_a_config_has_nothing_to_trust_and_a_deleted_one_can_be_fo
         "{}",
         text(&listed.stdout)
     );
+
+    // The workspace itself deleted, a parent too, and named by a relative path.
+    let gone = dir.path().canonicalize().unwrap().join("parent/gone");
+    std::fs::create_dir_all(&gone).unwrap();
+    std::fs::write(gone.join("agentctl.toml"), "[sandbox]\nmode = \"off\"\n").unwrap();
+    trust(&gone);
+    let file = gone.join("agentctl.toml").display().to_string();
+    std::fs::remove_dir_all(dir.path().join("parent")).unwrap();
+    let forgot = out(agentctl(&db).current_dir(dir.path()).args([
+        "--json",
+        "trust",
+        "--forget",
+        "parent/./gone",
+    ]));
+    assert!(forgot.status.success(), "{}", text(&forgot.stderr));
+    assert!(
+        text(&forgot.stdout).contains(r#""was_trusted":true"#),
+        "{}",
+        text(&forgot.stdout)
+    );
+    let listed = out(agentctl(&db).args(["--json", "trust", "--list"]));
+    assert!(
+        !text(&listed.stdout).contains(&file),
+        "{}",
+        text(&listed.stdout)
+    );
 }

@@ -251,10 +251,40 @@ fn canonical_file(workspace: &Path) -> Result<PathBuf, TrustError> {
         Ok(file) => Ok(file),
         // No file (or a link to none): where it would be, so that a file trusted and
         // deleted since can still be forgotten, and trusting it says there is nothing.
-        Err(err) if err.kind() == std::io::ErrorKind::NotFound => std::fs::canonicalize(workspace)
-            .map(|dir| dir.join(WORKSPACE_FILE))
-            .map_err(|err| io(workspace, err)),
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => match where_it_was(workspace) {
+            Some(dir) => Ok(dir.join(WORKSPACE_FILE)),
+            None => Err(io(workspace, err)),
+        },
         Err(err) => Err(io(&file, err)),
+    }
+}
+
+/// `dir` as a canonical path, also when it (and some of its parents) no longer exist: its
+/// deepest existing ancestor, canonical, with the rest of the path, so that a workspace
+/// deleted since it was trusted can still be forgotten. None when the missing part climbs
+/// (`..`), which only the directories themselves could resolve.
+fn where_it_was(dir: &Path) -> Option<PathBuf> {
+    let mut missing = Vec::new();
+    let mut at = dir;
+    loop {
+        if let Ok(found) = std::fs::canonicalize(if at.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            at
+        }) {
+            return Some(
+                missing
+                    .iter()
+                    .rev()
+                    .fold(found, |path, part| path.join(part)),
+            );
+        }
+        match at.components().next_back()? {
+            std::path::Component::Normal(part) => missing.push(part),
+            std::path::Component::CurDir => {}
+            _ => return None,
+        }
+        at = at.parent()?;
     }
 }
 
