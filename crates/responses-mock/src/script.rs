@@ -184,6 +184,10 @@ pub struct Match {
     /// The context holds fewer than this many `function_call_output` items (long loops
     /// written as one rule).
     pub tool_outputs_below: Option<usize>,
+    /// The context holds exactly this many tool outputs, counting those an emulator's
+    /// compaction in it stands for: a script keyed on it goes on where it was after the
+    /// history is compacted (as `agentctl run --mock --compact-at` needs).
+    pub tool_outputs_total: Option<usize>,
     /// The input has an item of this type.
     pub input_has_type: Option<String>,
     /// `stream: true` was (or was not) asked for.
@@ -436,6 +440,9 @@ impl Match {
                 .tool_outputs_below
                 .is_none_or(|n| tool_output_count(req.items) < n)
             && self
+                .tool_outputs_total
+                .is_none_or(|n| tool_output_total(req.items) == n)
+            && self
                 .input_has_type
                 .as_ref()
                 .is_none_or(|t| req.items.iter().any(|i| i.type_name() == Some(t.as_str())))
@@ -464,6 +471,19 @@ pub fn tool_output_count(items: &[Item]) -> usize {
         .iter()
         .filter(|item| matches!(item, Item::FunctionCallOutput(_)))
         .count()
+}
+
+/// How many tool outputs `items` holds, counting those each emulator compaction in it
+/// stands for (a compaction of a compacted history counts the earlier one's too).
+pub fn tool_output_total(items: &[Item]) -> usize {
+    items
+        .iter()
+        .map(|item| match item {
+            Item::FunctionCallOutput(_) => 1,
+            Item::Compaction(c) => crate::sealed::outputs(&c.encrypted_content),
+            _ => 0,
+        })
+        .fold(0, usize::saturating_add)
 }
 
 /// The tool outputs in `items`, as text.

@@ -111,6 +111,38 @@ fn mock_story_on_a_fresh_home() {
     assert_eq!(summary, 2);
 }
 
+/// The built-in story with its history compacted before every step: the emulator's story
+/// goes on where it was (its compactions stand for the outputs they replaced), so the run
+/// ends as it does uncompacted. It failed at step 2: the story started over and reissued
+/// `call_list`, a call id from before the compaction.
+#[test]
+fn mock_story_compacted_at_every_step() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("c.db").display());
+    let (_g, ws) = workspace();
+    std::fs::write(ws.join("README.md"), "# A workspace\n").unwrap();
+    let o = out(agentctl(&db)
+        .args(["run", "--mock", "--compact-at", "1", "--workspace"])
+        .arg(&ws)
+        .arg("look around and summarise"));
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let stdout = text(&o.stdout);
+    for tool in ["list_dir", "read_file", "shell", "write_file"] {
+        assert_eq!(stdout.matches(&format!("-> {tool}")).count(), 1, "{stdout}");
+    }
+    assert!(stdout.contains("Done: I listed the workspace"), "{stdout}");
+    let run = only_run(&db);
+    let events = tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(events(&db, &run));
+    assert_eq!(
+        kinds_of(&events, "context.compacted").len(),
+        4,
+        "compacted before steps 2-5"
+    );
+    assert_eq!(show(&db, &run)["steps"], 5);
+}
+
 /// The command a budget pause prints to continue is one `resume` takes: it raises the
 /// budget that ran out (it said `agentctl resume RUN`, which is refused, exit 2, without a
 /// higher budget).

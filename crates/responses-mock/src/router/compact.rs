@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use super::replies::error_reply;
 use super::state::{AppState, lock};
 use crate::respond::{finish_item, new_id, tokens};
-use crate::script::{Reply, RequestView, ScriptEndpoint, input_items, render};
+use crate::script::{Reply, RequestView, ScriptEndpoint, input_items, render, tool_output_total};
 use crate::validate::{ApiFailure, check_auth, check_context, check_input_types};
 
 pub(super) fn compact_inner(
@@ -67,7 +67,7 @@ pub(super) fn compact_inner(
                 })
                 .collect();
             out.push(json!({"id": new_id("cmp"), "type": "compaction",
-                            "encrypted_content": crate::sealed::seal()}));
+                            "encrypted_content": crate::sealed::seal(tool_output_total(&context))}));
             out
         }
     };
