@@ -331,3 +331,29 @@ async fn control_characters_from_the_model_a_tool_or_the_prompt_are_shown_escape
         "{shown}"
     );
 }
+
+/// An `OPENAI_BASE_URL` that is not text is refused, naming it: it read as unset, and the
+/// run's requests (with the key) went to the public API instead of the server it names. A
+/// `--base-url` (as `--mock` gives) still wins over it.
+#[test]
+fn an_openai_base_url_that_is_not_text_is_refused() {
+    use std::os::unix::ffi::OsStrExt as _;
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("u.db").display());
+    let (_g, ws) = workspace();
+    let not_text = std::ffi::OsStr::from_bytes(b"http://127.0.0.1:9/\xff");
+    let o = out(agentctl(&db)
+        .env("OPENAI_BASE_URL", not_text)
+        .args(["run", "--workspace"])
+        .arg(&ws)
+        .arg("hi"));
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("OPENAI_BASE_URL is not UTF-8"), "{err}");
+    let o = out(agentctl(&db)
+        .env("OPENAI_BASE_URL", not_text)
+        .args(["run", "--mock", "--workspace"])
+        .arg(&ws)
+        .arg("hi"));
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+}

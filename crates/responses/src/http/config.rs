@@ -120,16 +120,24 @@ impl ClientConfig {
     }
 
     /// Base URL from `base_url_flag`, else `OPENAI_BASE_URL`, else the public API; key from
-    /// `OPENAI_API_KEY` (an error when unset).
+    /// `OPENAI_API_KEY` (an error when unset). An `OPENAI_BASE_URL` that is not text is an
+    /// error, not unset: requests meant for another server must not go to the public API.
     pub fn from_env(base_url_flag: Option<&str>) -> Result<Self, ClientError> {
         let key = ApiKey::from_env().ok_or(ClientError::MissingApiKey)?;
+        let from_env = match std::env::var("OPENAI_BASE_URL") {
+            Ok(v) => Some(v).filter(|v| !v.trim().is_empty()),
+            Err(std::env::VarError::NotPresent) => None,
+            Err(std::env::VarError::NotUnicode(raw)) if base_url_flag.is_none() => {
+                return Err(ClientError::InvalidBaseUrl(format!(
+                    "{} (OPENAI_BASE_URL is not UTF-8)",
+                    raw.to_string_lossy()
+                )));
+            }
+            Err(std::env::VarError::NotUnicode(_)) => None,
+        };
         let base = base_url_flag
             .map(str::to_owned)
-            .or_else(|| {
-                std::env::var("OPENAI_BASE_URL")
-                    .ok()
-                    .filter(|v| !v.trim().is_empty())
-            })
+            .or(from_env)
             .unwrap_or_else(|| DEFAULT_BASE_URL.to_owned());
         Ok(Self::new(base, key))
     }
