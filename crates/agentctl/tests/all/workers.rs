@@ -593,9 +593,9 @@ fn submit_refuses_a_stream_idle_timeout_it_cannot_record() {
 }
 
 /// `worker --grace` takes 0 (no grace), so a bad one is not called "not positive": the
-/// message says what it takes.
+/// message says what it takes. `--poll` has a floor.
 #[test]
-fn a_bad_grace_says_zero_is_taken() {
+fn a_bad_grace_or_poll_says_what_is_taken() {
     use host::{agentctl, out_within, text};
     let dir = tempfile::tempdir().unwrap();
     let db = format!("sqlite://{}", dir.path().join("g.db").display());
@@ -608,6 +608,19 @@ fn a_bad_grace_says_zero_is_taken() {
         assert_eq!(o.status.code(), Some(2), "{grace}: {stderr}");
         assert!(
             stderr.contains("--grace must be a number of seconds, 0 or more"),
+            "{stderr}"
+        );
+    }
+    // A poll so short that a worker with room would query the database in a busy loop.
+    for poll in ["1e-9", "0.001", "0", "-1"] {
+        let o = out_within(
+            agentctl(&db).args(["worker", "--poll", poll]),
+            Duration::from_secs(30),
+        );
+        let stderr = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{poll}: {stderr}");
+        assert!(
+            stderr.contains("--poll must be at least 0.01 seconds"),
             "{stderr}"
         );
     }

@@ -32,7 +32,7 @@ pub struct WorkerArgs {
     /// another worker takes them over. Renewed every third of it; at least 0.05.
     #[arg(long, default_value_t = 15.0, value_name = "SECONDS")]
     pub lease_ttl: f64,
-    /// Seconds between looks for claimable runs while there is room.
+    /// Seconds between looks for claimable runs while there is room; at least 0.01.
     #[arg(long, default_value_t = 0.5, value_name = "SECONDS")]
     pub poll: f64,
     /// On SIGINT/SIGTERM: seconds to let running steps reach a boundary before the rest
@@ -171,6 +171,10 @@ fn probe_floor(floor: agent_host::sandbox::Mode) -> anyhow::Result<()> {
 /// lease expired before its holder could use it and runs never progressed.
 const MIN_LEASE_TTL: Duration = Duration::from_millis(50);
 
+/// Below this, a worker with room queries the database in a busy loop (`--poll 1e-9` was
+/// taken) for runs that a faster look would not find any sooner in practice.
+const MIN_POLL: Duration = Duration::from_millis(10);
+
 /// `value` seconds as a duration of at least `at_least` (`ZERO`: any non-negative one;
 /// a nanosecond: any positive one).
 fn seconds(flag: &str, value: f64, at_least: Duration) -> anyhow::Result<Duration> {
@@ -199,7 +203,7 @@ pub async fn worker(global: &GlobalArgs, args: WorkerArgs) -> anyhow::Result<Exi
         }),
         concurrency: usize::try_from(args.concurrency).unwrap_or(1),
         lease_ttl: seconds("--lease-ttl", args.lease_ttl, MIN_LEASE_TTL)?,
-        poll: seconds("--poll", args.poll, Duration::from_nanos(1))?,
+        poll: seconds("--poll", args.poll, MIN_POLL)?,
         grace: seconds("--grace", args.grace, Duration::ZERO)?,
     };
     let url = global.database_url()?;
