@@ -230,9 +230,9 @@ pub async fn run(global: &GlobalArgs, cmd: MemoryCmd) -> anyhow::Result<std::pro
                     }
                     line(&format!(
                         "{}\t{} = {}\tobserved {}\t{}",
-                        e.source,
-                        e.key,
-                        e.value,
+                        field(&e.source),
+                        field(&e.key),
+                        field(&e.value),
                         e.observed,
                         if flags.is_empty() {
                             "ok".to_string()
@@ -262,13 +262,13 @@ async fn consolidate_unless(
     }
 }
 
-/// `key = value (from SOURCE, observed T[, needs refresh])`.
+/// `key = value (from SOURCE, observed T[, needs refresh])`, on one line.
 pub fn describe(entry: &MemoryEntry) -> String {
     format!(
         "{} = {} (from {}, observed {}{})",
-        entry.key,
-        entry.value,
-        entry.source,
+        field(&entry.key),
+        field(&entry.value),
+        field(&entry.source),
         entry.observed,
         if entry.needs_refresh {
             ", needs refresh"
@@ -276,6 +276,19 @@ pub fn describe(entry: &MemoryEntry) -> String {
             ""
         }
     )
+}
+
+/// `text` as one field of a line: newlines and tabs written out (`\n`, `\t`, and a
+/// backslash doubled so that they read back), which would otherwise start another line or
+/// field of the listing. Other control characters are [`line`]'s to escape.
+fn field(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.contains(['\n', '\t', '\\']) {
+        return text.into();
+    }
+    text.replace('\\', "\\\\")
+        .replace('\n', "\\n")
+        .replace('\t', "\\t")
+        .into()
 }
 
 fn unix_now() -> i64 {

@@ -429,3 +429,51 @@ fn negative_numbers_are_the_values_of_their_flags() {
         );
     }
 }
+
+/// Values (and keys and sources) with newlines or tabs stay one field of one line in the
+/// human listings: a value `a<newline>b<tab>c` printed raw made `memory evidence` two lines
+/// and a field too many.
+#[test]
+fn memory_listings_keep_a_value_on_its_line() {
+    let (_dir, db) = temp_db("lines.db");
+    stdout_ok(agentctl(&db).args([
+        "memory",
+        "add",
+        "--source",
+        "s\t1",
+        "--project",
+        "p",
+        "--key",
+        "k",
+        "--value",
+        "a\nb\tc\\n",
+    ]));
+    let listed = String::from_utf8(stdout_ok(agentctl(&db).args([
+        "memory",
+        "evidence",
+        "--project",
+        "p",
+    ])))
+    .unwrap();
+    assert_eq!(listed.lines().count(), 1, "{listed}");
+    assert_eq!(listed.trim_end().split('\t').count(), 4, "{listed}");
+    assert!(
+        listed.starts_with("s\\t1\tk = a\\nb\\tc\\\\n\t"),
+        "{listed}"
+    );
+    let recalled = String::from_utf8(stdout_ok(agentctl(&db).args([
+        "memory",
+        "recall",
+        "--project",
+        "p",
+    ])))
+    .unwrap();
+    assert_eq!(recalled.lines().count(), 1, "{recalled}");
+    assert!(
+        recalled.contains("k = a\\nb\\tc\\\\n (from s\\t1,"),
+        "{recalled}"
+    );
+    // The JSON lines carry the value as it was given.
+    let json = stdout_ok(agentctl(&db).args(["--json", "memory", "evidence", "--project", "p"]));
+    assert_eq!(json_lines(&json)[0]["value"], "a\nb\tc\\n");
+}
