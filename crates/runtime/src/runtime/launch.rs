@@ -2,8 +2,11 @@
 //!
 //! A call is admitted (its entry in the job table) under the state lock, its
 //! `tool.scheduled` made durable by a [`PendingLaunch`], then its job task spawned. The
-//! pending launch is the cancel-safety guard: dropped mid-way, it finishes the launch in
-//! a task of its own, so no entry is left without a task or a settlement.
+//! scheduling runs in a task of its own, so a caller that drops the launch future, or keeps
+//! it without polling it, neither stops it nor holds up the turn's end. The pending launch
+//! guards what is left (that task cancelled by a runtime shutting down): dropped mid-way,
+//! it finishes the launch in another task, so no entry is left without a task or a
+//! settlement.
 
 use std::sync::Arc;
 
