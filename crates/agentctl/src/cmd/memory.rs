@@ -280,7 +280,7 @@ pub fn describe(entry: &MemoryEntry) -> String {
 
 /// `text` as one field of a line: newlines and tabs written out (`\n`, `\t`, and a
 /// backslash doubled so that they read back), which would otherwise start another line or
-/// field of the listing. Other control characters are [`line`]'s to escape.
+/// field of the listing. Other control characters are [`line()`]'s to escape.
 fn field(text: &str) -> std::borrow::Cow<'_, str> {
     if !text.contains(['\n', '\t', '\\']) {
         return text.into();
