@@ -27,7 +27,7 @@ static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 /// Run agent turns durably against the OpenAI Responses API and the Codex app-server.
 #[derive(Debug, Parser)]
-#[command(name = "agentctl", version, about, long_about = None, propagate_version = true)]
+#[command(name = "agentctl", version, long_about = None, propagate_version = true)]
 struct Cli {
     #[command(flatten)]
     global: GlobalArgs,

@@ -143,3 +143,18 @@ fn the_flag_scanner_finds_flags_and_skips_other_dashes() {
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     assert_eq!(flags, ["--db", "--json", "--keep-units", "--mock"]);
 }
+
+/// `agentctl --help` opens with what the tool does for its user (the doc comment of `Cli`),
+/// not the crate's description for developers ("front end for the agentctl crates").
+#[test]
+fn the_root_help_says_what_agentctl_does() {
+    let output = Command::new(env!("CARGO_BIN_EXE_agentctl"))
+        .arg("--help")
+        .output()
+        .unwrap();
+    let text = String::from_utf8(output.stdout).unwrap();
+    assert!(
+        text.starts_with("Run agent turns durably against the OpenAI Responses API"),
+        "{text}"
+    );
+}
