@@ -101,6 +101,17 @@ pub enum HostError {
         /// What went wrong.
         reason: String,
     },
+    /// An MCP server of a new run names a program that cannot be run (none of that name,
+    /// a directory, not executable).
+    #[error("MCP server `{server}` (declared in {declared_in}): cannot start it: {reason}")]
+    McpProgramMissing {
+        /// Its name.
+        server: String,
+        /// Where it was declared.
+        declared_in: String,
+        /// What is wrong with its program.
+        reason: String,
+    },
     /// A resumed run needs an MCP server the configuration does not declare.
     #[error(
         "run {run} used MCP server `{server}` (`{command}`), which is not configured now; \
@@ -263,6 +274,7 @@ impl HostError {
                 | HostError::Config(_)
                 | HostError::Trust(crate::tools::TrustError::Untrusted { .. })
                 | HostError::McpServerMissing { .. }
+                | HostError::McpProgramMissing { .. }
                 | HostError::ToolName { .. }
                 | HostError::SpecNotRecordable { .. }
                 | HostError::RustToolMissing { .. }

@@ -364,7 +364,8 @@ async fn mcp_config_errors_and_policies() {
     )
     .env("HOME", home.path())
     .env("AGENTCTL_CONFIG_DIR", &user_dir));
-    assert_eq!(missing.status.code(), Some(1), "{}", text(&missing.stderr));
+    // Bad input, as the README's exit codes say: 2 with the usage hint, not 1.
+    assert_eq!(missing.status.code(), Some(2), "{}", text(&missing.stderr));
     assert!(
         text(&missing.stderr).contains(
             "MCP server `gone` (declared in --mcp): cannot start it: `/nonexistent/mcp-server` does not exist"
@@ -376,7 +377,7 @@ async fn mcp_config_errors_and_policies() {
     let typo = out(run_cmd(&db, &server, &ws, &["--mcp", "typo=npxx -y pkg"])
         .env("HOME", home.path())
         .env("AGENTCTL_CONFIG_DIR", &user_dir));
-    assert_eq!(typo.status.code(), Some(1), "{}", text(&typo.stderr));
+    assert_eq!(typo.status.code(), Some(2), "{}", text(&typo.stderr));
     assert!(
         text(&typo.stderr).contains("`npxx` was not found on PATH"),
         "{}",

@@ -141,12 +141,7 @@ impl ServerHandle {
             .starts
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
             + 1;
-        let path = match self.config.env.get("PATH") {
-            Some(path) => Some(std::ffi::OsString::from(path)),
-            None => std::env::var_os("PATH"),
-        };
-        if let Some(why) = super::program::missing(&self.config.command, path.as_deref(), &self.cwd)
-        {
+        if let Some(why) = super::program::missing_for(&self.config, &self.cwd) {
             return Err(format!("cannot start it: {why}"));
         }
         let mut cmd = tokio::process::Command::new("bash");

@@ -130,6 +130,17 @@ pub(crate) async fn discover(
         records: Vec::new(),
         servers: McpServers::default(),
     };
+    // A program that is not there is the configuration's mistake (a typo, a tool not
+    // installed): said as such, before any server starts.
+    for server in config.servers.values() {
+        if let Some(reason) = program::missing_for(server, cwd) {
+            return Err(HostError::McpProgramMissing {
+                server: server.name.clone(),
+                declared_in: server.source.clone(),
+                reason,
+            });
+        }
+    }
     for server in config.servers.values() {
         let handle =
             ServerHandle::new(server.clone(), server_sandbox(sandbox, server.sandbox), cwd);

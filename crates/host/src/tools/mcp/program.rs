@@ -11,6 +11,19 @@ use std::ffi::OsStr;
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::Path;
 
+/// Why `server`'s program would not start in `cwd` with the `PATH` it gets (its own, else
+/// this process's), or `None` when it names an executable file.
+pub(crate) fn missing_for(
+    server: &crate::tools::config::ServerConfig,
+    cwd: &Path,
+) -> Option<String> {
+    let path = match server.env.get("PATH") {
+        Some(path) => Some(std::ffi::OsString::from(path)),
+        None => std::env::var_os("PATH"),
+    };
+    missing(&server.command, path.as_deref(), cwd)
+}
+
 /// Why `command` would not start, or `None` when it names an executable file. `path` is
 /// the `PATH` the server gets; `cwd` is the directory it starts in.
 pub(crate) fn missing(command: &str, path: Option<&OsStr>, cwd: &Path) -> Option<String> {
