@@ -195,6 +195,13 @@ pub enum HostError {
     /// A steer with no text.
     #[error("the steer text is empty")]
     EmptySteer,
+    /// A steer id that is empty, too long or holds a control character
+    /// ([`steer_id_is_valid`](crate::run::steer_id_is_valid)).
+    #[error(
+        "id: must be 1 to {} characters, none of them control characters",
+        crate::run::MAX_STEER_ID_CHARS
+    )]
+    InvalidSteerId,
     /// A steer id given again with other text: the first text stands.
     #[error(
         "steer {id} of run {run} was already requested with other text; give the new text another --id, or none"
@@ -267,6 +274,7 @@ impl HostError {
                 | HostError::NotFound(_)
                 | HostError::NoSuchCall { .. }
                 | HostError::EmptySteer
+                | HostError::InvalidSteerId
                 | HostError::SteerIdTaken { .. }
                 | HostError::NotDriven { .. }
                 | HostError::NotPaused { .. }

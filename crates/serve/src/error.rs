@@ -111,6 +111,7 @@ impl From<HostError> for ApiError {
             }
             HostError::ArgsMismatch { .. }
             | HostError::EmptySteer
+            | HostError::InvalidSteerId
             | HostError::BudgetBelowUsed { .. }
             | HostError::BudgetUsedUp { .. }
             | HostError::Workspace { .. }

@@ -52,15 +52,12 @@ pub struct SteerArgs {
     pub wait: bool,
 }
 
-/// The longest steer `--id`, in characters (as the HTTP API takes it).
-const MAX_STEER_ID: usize = 128;
-
-/// A steer `--id` as the HTTP API takes it: an empty one was journaled as it was (printed
-/// as ` requested`), and a long one failed as an "invalid dedup key", exit 1.
+/// A steer `--id` the host takes, refused by clap so that the message names the flag.
 fn steer_id(s: &str) -> Result<String, String> {
-    if s.is_empty() || s.chars().count() > MAX_STEER_ID || s.chars().any(char::is_control) {
+    if !agent_host::run::steer_id_is_valid(s) {
         return Err(format!(
-            "a steer id is 1 to {MAX_STEER_ID} characters, none of them control characters"
+            "a steer id is 1 to {} characters, none of them control characters",
+            agent_host::run::MAX_STEER_ID_CHARS
         ));
     }
     Ok(s.to_string())

@@ -46,8 +46,8 @@ pub use output::{OutputSchema, OutputSchemaError, Rejection};
 pub use owner::Owner;
 pub use query::{LoadedRun, ids, list, load, load_for_resume};
 pub use requests::{
-    DecisionRequest, Requeue, decide, request_interrupt, request_live_steer, request_steer,
-    requeue, steer_outcome,
+    DecisionRequest, MAX_STEER_ID_CHARS, Requeue, decide, request_interrupt, request_live_steer,
+    request_steer, requeue, steer_id_is_valid, steer_outcome,
 };
 pub use state::{
     Budgets, CallRecord, Decision, RunSpec, RunState, RunStatus, SteerRecord, SteerStatus,

@@ -148,6 +148,16 @@ enum OnEnded {
     Refuse,
 }
 
+/// The longest steer id a caller may give, in characters.
+pub const MAX_STEER_ID_CHARS: usize = 128;
+
+/// Whether `id` can name a steer: 1 to [`MAX_STEER_ID_CHARS`] characters, none of them a
+/// control character (an id is shown in the CLI and the console, and is part of the steer's
+/// dedup key).
+pub fn steer_id_is_valid(id: &str) -> bool {
+    !id.is_empty() && id.chars().count() <= MAX_STEER_ID_CHARS && !id.chars().any(char::is_control)
+}
+
 async fn steer(
     journal: &Journal,
     run_id: &str,
@@ -157,6 +167,9 @@ async fn steer(
 ) -> Result<String, HostError> {
     if text.trim().is_empty() {
         return Err(HostError::EmptySteer);
+    }
+    if id.as_deref().is_some_and(|id| !steer_id_is_valid(id)) {
+        return Err(HostError::InvalidSteerId);
     }
     let status = load(journal, run_id).await?.status();
     if on_ended == OnEnded::Refuse && status.is_final() {

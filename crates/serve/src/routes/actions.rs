@@ -67,9 +67,6 @@ pub(crate) async fn decide(
     })))
 }
 
-/// The longest steer `id`.
-const MAX_STEER_ID: usize = 128;
-
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct SteerBody {
@@ -84,15 +81,6 @@ pub(crate) async fn steer(
     bytes: Result<Bytes, BytesRejection>,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     let b: SteerBody = body::json(bytes)?;
-    if let Some(steer_id) = &b.id
-        && (steer_id.is_empty()
-            || steer_id.chars().count() > MAX_STEER_ID
-            || steer_id.chars().any(char::is_control))
-    {
-        return Err(ApiError::invalid(format!(
-            "id: must be 1 to {MAX_STEER_ID} characters, none of them control characters"
-        )));
-    }
     // A steer on an ended run would only be dropped: refused (409). One that arrives as the
     // run ends is still taken and then dropped: `steer.dropped` on the stream.
     let steer_id = run::request_live_steer(&app.journal, &id, &b.text, b.id).await?;
