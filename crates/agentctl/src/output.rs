@@ -264,7 +264,7 @@ pub fn report_error_masking(err: &anyhow::Error, db: Option<&str>) -> ExitCode {
                 .is_some_and(agent_host::HostError::is_usage)
             // What `history` and `memory` were given (a name, a term, items, a time).
             || e.downcast_ref::<agent_context::ContextError>()
-                .is_some_and(context_input_refused)
+                .is_some_and(agent_context::ContextError::is_input_refused)
             // Transparent: the host's error is not a cause of it but the error itself.
             || e.downcast_ref::<agent_host::run::history::HistoryError>()
                 .is_some_and(|h| {
@@ -305,32 +305,6 @@ pub fn report_error_masking(err: &anyhow::Error, db: Option<&str>) -> ExitCode {
     } else {
         crate::exit::Exit::Failed.into()
     }
-}
-
-/// Whether the context store refused what it was given (bad or conflicting input), not
-/// failed to do it: `history` and `memory` then exit 2, like any other bad input.
-fn context_input_refused(err: &agent_context::ContextError) -> bool {
-    use agent_context::ContextError as E;
-    matches!(
-        err,
-        E::UnsupportedUrl(_)
-            | E::UnpairedCalls { .. }
-            | E::DuplicateCallId { .. }
-            | E::InvalidItem { .. }
-            | E::EmptyUnit { .. }
-            | E::DuplicateUnit { .. }
-            | E::InvalidKeepUnits { .. }
-            | E::EmptyTerm
-            | E::InvalidLimit { .. }
-            | E::Empty { .. }
-            | E::TooLarge { .. }
-            | E::TooManyItems { .. }
-            | E::NulChar { .. }
-            | E::DuplicateSource(_)
-            | E::UnknownSource(_)
-            | E::ObservedOutOfRange { .. }
-            | E::NegativeMaxAge(_)
-    )
 }
 
 #[cfg(test)]

@@ -255,6 +255,31 @@ impl ContextError {
         }
     }
 
+    /// Whether the store refused what it was given (bad or conflicting input: a name, a
+    /// term, items, a limit, a source, a time), rather than failed to do it.
+    pub fn is_input_refused(&self) -> bool {
+        matches!(
+            self,
+            ContextError::UnsupportedUrl(_)
+                | ContextError::UnpairedCalls { .. }
+                | ContextError::DuplicateCallId { .. }
+                | ContextError::InvalidItem { .. }
+                | ContextError::EmptyUnit { .. }
+                | ContextError::DuplicateUnit { .. }
+                | ContextError::InvalidKeepUnits { .. }
+                | ContextError::EmptyTerm
+                | ContextError::InvalidLimit { .. }
+                | ContextError::Empty { .. }
+                | ContextError::TooLarge { .. }
+                | ContextError::TooManyItems { .. }
+                | ContextError::NulChar { .. }
+                | ContextError::DuplicateSource(_)
+                | ContextError::UnknownSource(_)
+                | ContextError::ObservedOutOfRange { .. }
+                | ContextError::NegativeMaxAge(_)
+        )
+    }
+
     /// The kind of database failure behind this error, if it is one.
     pub(crate) fn database_kind(&self) -> Option<DatabaseErrorKind> {
         match self {
