@@ -195,6 +195,28 @@ pub fn with_hint(err: impl Into<anyhow::Error>, hint: impl Into<String>) -> anyh
     err.into().context(HintedContext(hint.into()))
 }
 
+/// A failure to listen on `addr` (`error`, said as `what`), with a hint naming `flag` when
+/// another process holds the address.
+pub fn listen_error(
+    error: impl std::error::Error + Send + Sync + 'static,
+    in_use: bool,
+    what: String,
+    addr: impl std::fmt::Display,
+    flag: &str,
+) -> anyhow::Error {
+    let err = anyhow::Error::new(error).context(what);
+    if in_use {
+        with_hint(
+            err,
+            format!(
+                "another process listens on {addr}: give {flag} another port, or port 0 for a free one"
+            ),
+        )
+    } else {
+        err
+    }
+}
+
 /// Context marker carrying a hint; it does not change the error's message.
 #[derive(Debug)]
 struct HintedContext(String);

@@ -125,15 +125,8 @@ pub async fn run(global: &GlobalArgs, cmd: MockCmd) -> anyhow::Result<std::proce
     let server = MockServer::bind(&addr, config).await.map_err(|err| {
         let in_use = matches!(&err, agent_responses_mock::MockError::Bind { source, .. }
             if source.kind() == std::io::ErrorKind::AddrInUse);
-        let err = anyhow::Error::new(err).context("cannot start the emulator");
-        if in_use {
-            crate::output::with_hint(
-                err,
-                format!("another process listens on {addr}: give --addr another port, or port 0 for a free one"),
-            )
-        } else {
-            err
-        }
+        let what = "cannot start the emulator".to_string();
+        crate::output::listen_error(err, in_use, what, &addr, "--addr")
     })?;
     if global.json {
         typed_line(

@@ -85,18 +85,8 @@ pub async fn serve(global: &GlobalArgs, args: ServeArgs) -> anyhow::Result<ExitC
         .await
         .map_err(|err| {
             let in_use = err.kind() == std::io::ErrorKind::AddrInUse;
-            let err = anyhow::Error::new(err).context(format!("cannot listen on {}", args.listen));
-            if in_use {
-                output::with_hint(
-                    err,
-                    format!(
-                        "another process (another `agentctl serve`?) listens on {}: give --listen another port",
-                        args.listen
-                    ),
-                )
-            } else {
-                err
-            }
+            let what = format!("cannot listen on {}", args.listen);
+            output::listen_error(err, in_use, what, args.listen, "--listen")
         })?;
     let stop = CancellationToken::new();
     let worker = args.worker.map(|n| {
