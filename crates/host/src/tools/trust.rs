@@ -264,14 +264,12 @@ fn canonical_file(workspace: &Path) -> Result<PathBuf, TrustError> {
 /// deleted since it was trusted can still be forgotten. None when the missing part climbs
 /// (`..`), which only the directories themselves could resolve.
 fn where_it_was(dir: &Path) -> Option<PathBuf> {
+    // Absolute (from the current directory) and without `.`: every component is a name.
+    let dir = std::path::absolute(dir).ok()?;
     let mut missing = Vec::new();
-    let mut at = dir;
+    let mut at = dir.as_path();
     loop {
-        if let Ok(found) = std::fs::canonicalize(if at.as_os_str().is_empty() {
-            Path::new(".")
-        } else {
-            at
-        }) {
+        if let Ok(found) = std::fs::canonicalize(at) {
             return Some(
                 missing
                     .iter()
@@ -281,7 +279,6 @@ fn where_it_was(dir: &Path) -> Option<PathBuf> {
         }
         match at.components().next_back()? {
             std::path::Component::Normal(part) => missing.push(part),
-            std::path::Component::CurDir => {}
             _ => return None,
         }
         at = at.parent()?;
