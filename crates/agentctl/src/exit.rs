@@ -46,6 +46,19 @@ impl Exit {
         }
     }
 
+    /// The exit status of a run that stopped with `status`, `detail` being its recorded
+    /// status detail: as [`of_status`](Self::of_status), except that a run paused because
+    /// the API refused its request (`model_rejected`) exits 1, as the `run` that stopped
+    /// there did ([`of_end`](Self::of_end)).
+    pub fn of_stopped(status: RunStatus, detail: Option<&str>) -> Exit {
+        match (status, detail) {
+            (RunStatus::Paused, Some(reason)) if reason == PauseReason::ModelRejected.as_str() => {
+                Exit::Failed
+            }
+            _ => Exit::of_status(status),
+        }
+    }
+
     /// The exit status of a drive that ended with `end`.
     pub fn of_end(end: &RunEnd) -> Exit {
         match end {

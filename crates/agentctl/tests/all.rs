@@ -72,6 +72,8 @@ mod cli_json;
 mod cli_memory;
 #[path = "all/codex_interop.rs"]
 mod codex_interop;
+#[path = "all/docs_agree.rs"]
+mod docs_agree;
 #[path = "all/help_flags.rs"]
 mod help_flags;
 #[path = "all/journal_cli.rs"]

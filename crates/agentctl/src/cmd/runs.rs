@@ -27,7 +27,8 @@ pub enum RunsCmd {
         status: Option<String>,
     },
     /// Wait until a run completes, pauses, is interrupted or fails; exit status as `run`
-    /// (0 completed, 1 failed, 3 paused, 130 interrupted, 124 timed out).
+    /// (0 completed, 1 failed or paused on a request the API refused, 3 paused, 130
+    /// interrupted, 124 timed out).
     Wait {
         /// The run id.
         run: String,
@@ -218,7 +219,7 @@ async fn wait(
                 .unwrap_or_default()
         ))?;
     }
-    Ok(Exit::of_status(status).into())
+    Ok(Exit::of_stopped(status, state.status_detail()).into())
 }
 
 fn age(secs: i64) -> String {

@@ -1,0 +1,105 @@
+//! What README.md and docs/cli-json.md promise, checked against the binary where the two
+//! once disagreed: exit statuses, which `--json` line a command prints, and the examples a
+//! user copies. Offline: the emulator (`--mock`), temporary SQLite files, a private data
+//! directory.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests may unwrap
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use serde_json::{Value, json};
+
+/// `agentctl --db DB` with a private data directory and no inherited settings.
+fn agentctl(db: &str, data: &Path) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_agentctl"));
+    cmd.env_remove("AGENTCTL_DB")
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("OPENAI_BASE_URL")
+        .env_remove("RUST_LOG")
+        .env("XDG_DATA_HOME", data)
+        .env("XDG_CONFIG_HOME", data.join("config"))
+        .env("HOME", data)
+        .args(["--db", db])
+        .stdin(Stdio::null());
+    cmd
+}
+
+/// A temp dir holding the database and the data directory, and the database URL.
+fn setup() -> (tempfile::TempDir, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("docs.db").display());
+    (dir, db)
+}
+
+fn run(dir: &Path, db: &str, args: &[&str]) -> Output {
+    agentctl(db, dir).args(args).output().unwrap()
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// Runs `args`, requires exit status `code`, returns stdout's JSON lines.
+fn json_lines(dir: &Path, db: &str, args: &[&str], code: i32) -> Vec<Value> {
+    let mut all = vec!["--json"];
+    all.extend_from_slice(args);
+    let out = run(dir, db, &all);
+    assert_eq!(
+        out.status.code(),
+        Some(code),
+        "{args:?}: stdout {} stderr {}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    text(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{args:?}: {e}: {l}")))
+        .collect()
+}
+
+/// An emulator script at `dir/name` of `rules`.
+fn script(dir: &Path, name: &str, rules: Value) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, json!({ "rules": rules }).to_string()).unwrap();
+    path
+}
+
+/// README: `runs wait RUN` exits "as `run`"; docs/cli-json.md: "`runs wait` exits as `run`
+/// does". A request the API refused (400) makes `run` exit 1 (the run paused
+/// `model_rejected`), so waiting on that run must exit 1 too, not 3.
+#[test]
+fn runs_wait_exits_as_run_for_a_rejected_request() {
+    let (dir, db) = setup();
+    let d = dir.path();
+    let rejecting = script(
+        d,
+        "reject.json",
+        json!([{"reply": {"error": {"status": 400, "message": "bad param",
+                                    "type": "invalid_request_error"}}}]),
+    );
+    let workspace = tempfile::tempdir_in(d).unwrap();
+    let lines = json_lines(
+        d,
+        &db,
+        &[
+            "run",
+            "--mock",
+            "--mock-script",
+            rejecting.to_str().unwrap(),
+            "--workspace",
+            workspace.path().to_str().unwrap(),
+            "x",
+        ],
+        1,
+    );
+    let id = lines[0]["thread_id"].as_str().unwrap().to_owned();
+    let paused = lines.last().unwrap();
+    assert_eq!(paused["type"], "run.paused");
+    assert_eq!(paused["reason"], "model_rejected");
+
+    let waited = json_lines(d, &db, &["runs", "wait", &id], 1);
+    assert_eq!(waited[0]["status"], "paused");
+    let human = run(d, &db, &["runs", "wait", &id]);
+    assert_eq!(human.status.code(), Some(1), "{}", text(&human.stderr));
+}
