@@ -262,7 +262,7 @@ fn runs_and_decisions_print_typed_lines() {
     assert_eq!(types(&denied), ["approval.decided"]);
     let steer = lines_of(d, &db, &["steer", &id, "be brief"], 0);
     assert_eq!(types(&steer), ["steer.requested"]);
-    // `interrupt` needs a run a host is driving (a paused one is refused, exit 1); its
+    // `interrupt` needs a run a host is driving (a paused one is refused, exit 2); its
     // CLI line is not checked here (the host lifecycle test checks the journaled event).
 }
 

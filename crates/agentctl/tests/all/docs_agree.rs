@@ -103,3 +103,57 @@ fn runs_wait_exits_as_run_for_a_rejected_request() {
     let human = run(d, &db, &["runs", "wait", &id]);
     assert_eq!(human.status.code(), Some(1), "{}", text(&human.stderr));
 }
+
+/// docs/cli-json.md, as corrected: a steer of a run already over is dropped at once (exit
+/// 1, without `--wait` too); `runs wait` prints the short `run` object; the history `runs
+/// search` reads is `history search --thread run:<id>`; `demo gui` lists the actions it
+/// took.
+#[test]
+fn documented_shapes_of_a_completed_run() {
+    let (dir, db) = setup();
+    let d = dir.path();
+    let lines = json_lines(d, &db, &["run", "--mock", "look around"], 0);
+    let id = lines[0]["thread_id"].as_str().unwrap().to_owned();
+
+    let dropped = json_lines(d, &db, &["steer", &id, "too late"], 1);
+    assert_eq!(dropped.len(), 1);
+    assert_eq!(dropped[0]["type"], "steer.dropped");
+    assert!(dropped[0]["reason"].is_string(), "{dropped:?}");
+
+    let waited = json_lines(d, &db, &["runs", "wait", &id], 0);
+    let keys: Vec<&str> = waited[0]
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(
+        keys,
+        [
+            "type",
+            "run_id",
+            "status",
+            "steps",
+            "tokens",
+            "age_seconds",
+            "title"
+        ]
+    );
+
+    let hits = json_lines(d, &db, &["runs", "search", &id, "README"], 0);
+    assert!(!hits.is_empty());
+    let thread = format!("run:{id}");
+    let same = json_lines(
+        d,
+        &db,
+        &["history", "search", "--thread", &thread, "README"],
+        0,
+    );
+    assert!(
+        same.iter().all(|h| h["type"] == "history.hit") && !same.is_empty(),
+        "{same:?}"
+    );
+
+    let gui = json_lines(d, &db, &["demo", "gui"], 0);
+    assert_eq!(gui[0]["actions"], json!(["open_filters", "type_penguin"]));
+}
