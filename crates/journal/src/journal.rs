@@ -9,7 +9,7 @@ use crate::backend::{self, ReadSide as _, Reads, Writer};
 use crate::commits::Commits;
 use crate::error::JournalError;
 use crate::event::{Appended, Event, NewEvent};
-use crate::limits::{check_event, check_thread};
+use crate::limits::{check_append, check_event, check_thread};
 use crate::options::{Access, Durability, JournalOptions};
 use crate::position::Position;
 use crate::stream::{self, EventStream, PositionedStream};
@@ -235,7 +235,9 @@ impl Journal {
     /// interleaved, and in any case increasing and adjacent within each thread: nothing of
     /// the thread lies between. Seqs of a batch's deduplicated or refused events are left
     /// unused.)
-    /// Returns one acknowledgement per event, in the same order.
+    /// Returns one acknowledgement per event, in the same order. The events together may
+    /// hold at most [`MAX_APPEND_BYTES`](crate::MAX_APPEND_BYTES) (else
+    /// [`JournalError::InvalidInput`], nothing written).
     ///
     /// # Cancel safety
     ///
@@ -251,6 +253,7 @@ impl Journal {
             .into_iter()
             .map(|event| check_event(event, at, epoch))
             .collect::<Result<Vec<_>, JournalError>>()?;
+        check_append(&prepared)?;
         let queue = match &self.inner.writer {
             Writer::Queue(queue) => queue,
             Writer::Memory(memory) => return memory.append(prepared, self.fence.as_deref()),
@@ -279,7 +282,8 @@ impl Journal {
     /// does not move the thread's last seq. With no events, the result says whether the
     /// expectation held at that point in the commit order (`Ok(vec![])`) or not.
     ///
-    /// An event on another thread than `thread` is [`JournalError::InvalidInput`].
+    /// An event on another thread than `thread` is [`JournalError::InvalidInput`], as are
+    /// events holding more than [`MAX_APPEND_BYTES`](crate::MAX_APPEND_BYTES) together.
     ///
     /// # Cancel safety
     ///
@@ -311,6 +315,7 @@ impl Journal {
                 check_event(event, at, epoch)
             })
             .collect::<Result<Vec<_>, JournalError>>()?;
+        check_append(&prepared)?;
         let expected = Expected {
             thread: thread.to_string(),
             last: expected,

@@ -12,6 +12,12 @@ pub const MAX_KIND_BYTES: usize = 128;
 pub const MAX_DEDUP_KEY_BYTES: usize = 512;
 /// Largest payload, in bytes of its compact JSON encoding (4 MiB).
 pub const MAX_PAYLOAD_BYTES: usize = 4 * 1024 * 1024;
+/// Largest append ([`Journal::append_batch`](crate::Journal::append_batch),
+/// [`Journal::append_expecting`](crate::Journal::append_expecting)): the bytes of its
+/// events' threads, kinds, payloads and dedup keys together, plus 64 per event (128 MiB:
+/// 31 payloads of the largest size). PostgreSQL takes no statement over 1 GiB, and an append is one statement
+/// (or one call): a larger one failed there, and latched the writer.
+pub const MAX_APPEND_BYTES: usize = 128 * 1024 * 1024;
 
 /// Whether the journal takes `thread` as a thread name (non-empty, at most
 /// [`MAX_THREAD_BYTES`], no NUL): [`JournalError::InvalidInput`] saying why not. Every read
@@ -80,6 +86,19 @@ pub(crate) fn check_event(
         at,
         epoch,
     })
+}
+
+/// [`JournalError::InvalidInput`] when the events of one append hold more than
+/// [`MAX_APPEND_BYTES`].
+pub(crate) fn check_append(events: &[Prepared]) -> Result<(), JournalError> {
+    let bytes = events.iter().map(Prepared::bytes).sum::<usize>();
+    if bytes > MAX_APPEND_BYTES {
+        return Err(JournalError::invalid(
+            "events",
+            format!("hold {bytes} bytes together, the limit of one append is {MAX_APPEND_BYTES}"),
+        ));
+    }
+    Ok(())
 }
 
 /// [`JournalError::InvalidInput`] for `field` when `json` nests deeper than any read of it

@@ -38,6 +38,22 @@ pub(crate) struct Prepared {
     pub(crate) relaxed: bool,
 }
 
+/// What an event takes in a write statement besides its strings: the lengths of its array
+/// elements and its numbers, counted so that many small events are bounded too.
+pub(crate) const EVENT_BYTES: usize = 64;
+
+impl Prepared {
+    /// What the event takes in a write statement: its thread, kind, payload and dedup key,
+    /// and [`EVENT_BYTES`] for the rest of its row.
+    pub(crate) fn bytes(&self) -> usize {
+        EVENT_BYTES
+            + self.thread.len()
+            + self.kind.len()
+            + self.payload.len()
+            + self.dedup_key.as_ref().map_or(0, String::len)
+    }
+}
+
 #[cfg(test)]
 impl Prepared {
     /// A durable event of kind `k` with an empty payload, for unit tests.
@@ -114,25 +130,35 @@ pub(crate) struct Counters {
     pub(crate) failed: std::sync::atomic::AtomicBool,
 }
 
+/// Bytes ([`Prepared::bytes`]) after which a batch takes no more requests. With its last
+/// request (at most [`MAX_APPEND_BYTES`](crate::MAX_APPEND_BYTES)) a batch stays
+/// far below the 1 GiB PostgreSQL takes in one statement, however many producers append
+/// large events at once (a batch of 300 appends of 4 MiB each failed there, and latched
+/// the writer).
+pub(crate) const MAX_BATCH_BYTES: usize = 32 * 1024 * 1024;
+
 /// Requests collected for one transaction.
 #[derive(Default)]
 pub(crate) struct Batch {
     pub(crate) requests: Vec<Request>,
     acks: Vec<Ack>,
     events: usize,
+    /// The requests' [`Prepared::bytes`], together.
+    bytes: usize,
     pub(crate) close: Option<oneshot::Sender<()>>,
 }
 
 impl Batch {
     /// Takes `msg` into the batch; returns whether the batch may take more (false after
-    /// `Close` or once `max_events` is reached).
+    /// `Close`, or once `max_events` or [`MAX_BATCH_BYTES`] is reached).
     pub(crate) fn take(&mut self, msg: Msg, max_events: usize) -> bool {
         match msg {
             Msg::Write { request, ack } => {
                 self.events += request.events.len();
+                self.bytes += request.events.iter().map(Prepared::bytes).sum::<usize>();
                 self.requests.push(request);
                 self.acks.push(ack);
-                self.events < max_events
+                self.events < max_events && self.bytes < MAX_BATCH_BYTES
             }
             Msg::Close { done } => {
                 self.close = Some(done);
@@ -278,5 +304,34 @@ pub(crate) fn drain_after_close(rx: &mut mpsc::Receiver<Msg>, close: Option<ones
     }
     if let Some(done) = close {
         let _ = done.send(());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(bytes: usize) -> Msg {
+        let mut event = Prepared::for_test("t", None);
+        event.payload = "x".repeat(bytes);
+        Msg::Write {
+            request: Request {
+                events: vec![event],
+                expected: None,
+                fence: None,
+            },
+            ack: oneshot::channel().0,
+        }
+    }
+
+    #[test]
+    fn a_batch_takes_no_more_once_it_holds_its_bytes() {
+        let mut batch = Batch::default();
+        assert!(batch.take(write(MAX_BATCH_BYTES / 2), 100));
+        assert!(!batch.take(write(MAX_BATCH_BYTES / 2), 100));
+        // However large, a request is taken whole: a batch is at least one request.
+        let mut batch = Batch::default();
+        assert!(!batch.take(write(MAX_BATCH_BYTES * 2), 100));
+        assert_eq!(batch.requests.len(), 1);
     }
 }

@@ -15,6 +15,8 @@ mod corrupt_reads;
 mod crash;
 #[path = "all/fuzz_journal.rs"]
 mod fuzz_journal;
+#[path = "all/hostile.rs"]
+mod hostile;
 #[path = "all/leases.rs"]
 mod leases;
 #[path = "all/pg_append_function.rs"]

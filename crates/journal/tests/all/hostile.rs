@@ -1,0 +1,108 @@
+//! Hostile use of the journal as a library: inputs at and past the limits, many producers
+//! at once, and leases pushed to their edges, on every backend.
+
+use crate::support;
+
+use agent_journal::{JournalError, MAX_APPEND_BYTES, MAX_PAYLOAD_BYTES, NewEvent, Payload};
+
+use support::{Fixture, defaults};
+
+agent_testkit::backend_tests!(defaults, [sqlite, postgres, memory]:
+    an_append_of_more_than_the_size_limit_is_refused_and_one_within_it_written,
+);
+agent_testkit::backend_tests!(defaults, [postgres]:
+    large_appends_too_many_for_one_statement_are_committed_in_several,
+);
+
+/// A payload of the largest size, as JSON text.
+fn largest_payload(n: usize) -> Payload {
+    let n = format!("{n}");
+    let text = format!("\"{}{n}\"", " ".repeat(MAX_PAYLOAD_BYTES - 2 - n.len()));
+    assert_eq!(text.len(), MAX_PAYLOAD_BYTES);
+    Payload::raw(serde_json::value::RawValue::from_string(text).unwrap())
+}
+
+fn largest(thread: &str, n: usize) -> NewEvent {
+    NewEvent::new(thread, "big", largest_payload(n))
+}
+
+/// `MAX_APPEND_BYTES` bounds one call on every backend alike: past it the call is refused
+/// before anything is written (on PostgreSQL it was one statement over the server's 1 GiB
+/// and latched the writer); up to it, it is written whole.
+async fn an_append_of_more_than_the_size_limit_is_refused_and_one_within_it_written(f: Fixture) {
+    let j = &f.journal;
+    let fits = MAX_APPEND_BYTES / (MAX_PAYLOAD_BYTES + 1024);
+    let over: Vec<NewEvent> = (0..=fits).map(|n| largest("t", n)).collect();
+    let err = j.append_batch(over.clone()).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            JournalError::InvalidInput {
+                field: "events",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    let err = j.append_expecting("t", None, over).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            JournalError::InvalidInput {
+                field: "events",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert_eq!(j.last_seq("t").await.unwrap(), None);
+
+    let within: Vec<NewEvent> = (0..fits).map(|n| largest("t", n)).collect();
+    let acks = j.append_batch(within).await.unwrap();
+    assert_eq!(acks.len(), fits);
+    assert!(!j.writer_failed());
+    let events = j.replay("t", 0).await.unwrap();
+    assert_eq!(events.len(), fits);
+    assert_eq!(events[3].payload.as_str().unwrap().trim_start(), "3");
+}
+
+/// More than PostgreSQL takes in one statement (1 GiB), in one append or in many at once.
+/// One append that large was sent as one statement, and many were written together by the
+/// group commit: the server refused it by dropping the connection, and the writer latched
+/// failed for good. Now the one append is refused (`MAX_APPEND_BYTES`), a batch stops taking
+/// requests at `MAX_BATCH_BYTES`, and every one of the many appends is written.
+async fn large_appends_too_many_for_one_statement_are_committed_in_several(f: Fixture) {
+    let j = &f.journal;
+    let appends = (1 << 30) / MAX_PAYLOAD_BYTES + 24;
+    let one: Vec<NewEvent> = (0..appends).map(|n| largest("one", n)).collect();
+    let err = j.append_batch(one).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            JournalError::InvalidInput {
+                field: "events",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(!j.writer_failed());
+    let tasks: Vec<_> = (0..appends)
+        .map(|n| {
+            let (j, event) = (j.clone(), largest(&format!("t{}", n % 8), n));
+            tokio::spawn(async move { j.append(event).await })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap().unwrap();
+    }
+    assert!(!j.writer_failed());
+    let stats = j.stats();
+    assert_eq!(stats.events, appends as u64);
+    assert!(stats.commits >= 32, "{stats:?}");
+    let mut written = 0;
+    for t in 0..8 {
+        written += j.replay(&format!("t{t}"), 0).await.unwrap().len();
+    }
+    assert_eq!(written, appends);
+}
