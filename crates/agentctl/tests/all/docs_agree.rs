@@ -157,3 +157,47 @@ fn documented_shapes_of_a_completed_run() {
     let gui = json_lines(d, &db, &["demo", "gui"], 0);
     assert_eq!(gui[0]["actions"], json!(["open_filters", "type_penguin"]));
 }
+
+/// `--stream-idle-timeout`'s help said a run whose model went silent "fails and can be
+/// resumed"; it pauses `model_error` (exit 3), as the README says of every model call that
+/// a retry might fix. The help now says so.
+#[test]
+fn a_silent_model_pauses_the_run_as_the_help_says() {
+    let (dir, db) = setup();
+    let d = dir.path();
+    let stalling = script(
+        d,
+        "stall.json",
+        json!([{"reply": {"echo": true}, "fault": {"after_events": 2, "kind": "stall"}}]),
+    );
+    let workspace = tempfile::tempdir_in(d).unwrap();
+    let lines = json_lines(
+        d,
+        &db,
+        &[
+            "run",
+            "--mock",
+            "--mock-script",
+            stalling.to_str().unwrap(),
+            "--stream-idle-timeout",
+            "1",
+            "--workspace",
+            workspace.path().to_str().unwrap(),
+            "x",
+        ],
+        3,
+    );
+    let paused = lines.last().unwrap();
+    assert_eq!(paused["type"], "run.paused");
+    assert_eq!(paused["reason"], "model_error");
+
+    let help = run(d, &db, &["run", "--help"]);
+    let help = text(&help.stdout)
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    assert!(
+        help.contains("after its retries the run pauses (`model_error`, exit status 3)"),
+        "{help}"
+    );
+}

@@ -30,8 +30,8 @@ pub struct EndpointArgs {
     /// Give up on a model response after this many seconds without an event from it (SSE
     /// keep-alive comments and WebSocket pings do not count; a long answer that keeps
     /// streaming is never cut). The step then retries like a cut stream, and after its
-    /// retries the run fails and can be resumed. Default: 600, the official SDK's read
-    /// timeout.
+    /// retries the run pauses (`model_error`, exit status 3) and `resume` asks again.
+    /// Default: 600, the official SDK's read timeout.
     #[arg(
         long,
         value_name = "SECS",
