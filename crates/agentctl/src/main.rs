@@ -38,9 +38,10 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run an agent on the Responses API: durable, approvable, resumable after a crash.
-    /// Exit status: 0 completed, 1 failed (also a request the API refused, 4xx: the run is
-    /// paused and `resume` asks again once something changed), 2 usage, 3 paused, 130
-    /// interrupted.
+    /// Exit status: 0 completed, 1 failed (also a request the API refused, 400, 401, 403,
+    /// 404 or 422: the run is paused and `resume` asks again once something changed), 2
+    /// usage, 3 paused (also a model call that failed after its retries: a connection,
+    /// 408, 409, 429, 5xx), 130 interrupted.
     Run(cmd::run::RunArgs),
     /// Continue a paused, interrupted or crashed run from its journal.
     Resume(cmd::run::ResumeArgs),
@@ -57,7 +58,7 @@ enum Command {
     Steer(cmd::decide::SteerArgs),
     /// Ask the host driving a run to interrupt it (it stops at its next step boundary); a run queued for the workers is withdrawn from their queue (`resume` takes it up later).
     Interrupt(cmd::decide::InterruptArgs),
-    /// List runs, show one, print its events.
+    /// List runs, show one, print its events, wait for one, search their history.
     #[command(subcommand)]
     Runs(cmd::runs::RunsCmd),
     /// Inspect the durable event journal: list threads, replay or follow one.

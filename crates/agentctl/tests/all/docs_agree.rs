@@ -201,3 +201,42 @@ fn a_silent_model_pauses_the_run_as_the_help_says() {
         "{help}"
     );
 }
+
+/// `run --help` said every 4xx the API answers fails the run (exit 1); a 429 is retried and
+/// then pauses the run `model_error` (exit 3), as the README says. The help now lists the
+/// statuses that fail it and those that pause it.
+#[test]
+fn a_rate_limited_run_pauses_as_run_help_says() {
+    let (dir, db) = setup();
+    let d = dir.path();
+    let limited = script(
+        d,
+        "429.json",
+        json!([{"reply": {"error": {"status": 429, "message": "slow down",
+                                    "headers": {"retry-after-ms": "1"}}}}]),
+    );
+    let workspace = tempfile::tempdir_in(d).unwrap();
+    let lines = json_lines(
+        d,
+        &db,
+        &[
+            "run",
+            "--mock",
+            "--mock-script",
+            limited.to_str().unwrap(),
+            "--workspace",
+            workspace.path().to_str().unwrap(),
+            "x",
+        ],
+        3,
+    );
+    assert_eq!(lines.last().unwrap()["reason"], "model_error");
+
+    let help = run(d, &db, &["run", "--help"]);
+    let help = text(&help.stdout)
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    assert!(!help.contains("4xx"), "{help}");
+    assert!(help.contains("3 paused (also a model call that failed after its retries: a connection, 408, 409, 429, 5xx)"), "{help}");
+}

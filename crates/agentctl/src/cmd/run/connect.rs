@@ -20,8 +20,9 @@ pub struct EndpointArgs {
     /// is read from OPENAI_API_KEY only.
     #[arg(long, value_name = "URL", conflicts_with = "mock")]
     pub base_url: Option<String>,
-    /// Run offline against the built-in emulator, in this process (no key needed). Without
-    /// --mock-script it plays a story that uses every built-in tool.
+    /// Run offline against the built-in emulator (no key needed), started in the process
+    /// that drives the run: this one, or for `submit` the worker. Without --mock-script it
+    /// plays a story that uses every built-in tool.
     #[arg(long)]
     pub mock: bool,
     /// An emulator script for --mock (format: fixtures/responses/README.md).
