@@ -111,8 +111,14 @@ pub(crate) enum Claim<'a> {
     Named { name: &'a str },
 }
 
+/// The longest ttl a lease is given, in ms (some 73 million years): now plus it fits in an
+/// `i64` on any clock. PostgreSQL adds the ttl to the server's time in SQL, where a sum
+/// past `i64::MAX` is an error, not a saturation: a ttl of `i64::MAX` ms failed there.
+const MAX_TTL_MS: i64 = i64::MAX / 4;
+
+/// `ttl` in ms, at most [`MAX_TTL_MS`].
 fn ttl_ms(ttl: Duration) -> i64 {
-    i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX / 4)
+    i64::try_from(ttl.as_millis()).map_or(MAX_TTL_MS, |ms| ms.min(MAX_TTL_MS))
 }
 
 fn check_name(name: &str) -> Result<(), JournalError> {
@@ -169,7 +175,8 @@ impl Journal {
     }
 
     /// Claims the oldest open lease whose name starts with `prefix` and that is free or
-    /// expired, for `holder`, until `ttl` from now. `None`: nothing to claim.
+    /// expired, for `holder`, until `ttl` from now (a `ttl` beyond some 73 million years
+    /// is taken as that). `None`: nothing to claim.
     ///
     /// # Cancel safety
     ///
@@ -221,8 +228,8 @@ impl Journal {
         }
     }
 
-    /// Extends `lease` to `ttl` from now, and replaces its info when given. Fails with
-    /// [`JournalError::Fenced`] if someone claimed it since.
+    /// Extends `lease` to `ttl` from now (at most some 73 million years), and replaces its
+    /// info when given. Fails with [`JournalError::Fenced`] if someone claimed it since.
     ///
     /// # Cancel safety
     ///

@@ -3,12 +3,18 @@
 
 use crate::support;
 
-use agent_journal::{JournalError, MAX_APPEND_BYTES, MAX_PAYLOAD_BYTES, NewEvent, Payload};
+use std::time::Duration;
+
+use agent_journal::{
+    JournalError, LeaseStatus, MAX_APPEND_BYTES, MAX_PAYLOAD_BYTES, NewEvent, Payload,
+};
+use serde_json::json;
 
 use support::{Fixture, defaults};
 
 agent_testkit::backend_tests!(defaults, [sqlite, postgres, memory]:
     an_append_of_more_than_the_size_limit_is_refused_and_one_within_it_written,
+    leases_take_the_longest_ttls_alike,
 );
 agent_testkit::backend_tests!(defaults, [postgres]:
     large_appends_too_many_for_one_statement_are_committed_in_several,
@@ -105,4 +111,29 @@ async fn large_appends_too_many_for_one_statement_are_committed_in_several(f: Fi
         written += j.replay(&format!("t{t}"), 0).await.unwrap().len();
     }
     assert_eq!(written, appends);
+}
+
+/// A ttl as long as a `Duration` or an `i64` of ms can say: PostgreSQL added it to the
+/// server's time in SQL, where `i64::MAX` ms overflowed into "bigint out of range", while
+/// SQLite and `memory:` saturated. Now every backend caps it and holds the lease.
+async fn leases_take_the_longest_ttls_alike(f: Fixture) {
+    let j = &f.journal;
+    let longest = Duration::from_millis(u64::try_from(i64::MAX).unwrap());
+    j.offer_lease("l", &json!({})).await.unwrap();
+    let lease = j.claim_lease("", "me", longest).await.unwrap().unwrap();
+    assert!(lease.expires_at > i64::MAX / 8, "{lease:?}");
+    for ttl in [longest, Duration::MAX, longest / 2] {
+        let renewed = j.renew_lease(&lease, ttl, None).await.unwrap();
+        assert!(renewed.expires_at > i64::MAX / 8, "{renewed:?}");
+    }
+    let again = j.reclaim_lease("l", "me", longest).await.unwrap().unwrap();
+    assert_eq!(again.epoch, lease.epoch + 1);
+    j.release_lease(&again, LeaseStatus::Open, &json!({}))
+        .await
+        .unwrap();
+    let rows = j.leases("l").await.unwrap();
+    assert_eq!(
+        (rows[0].holder.as_deref(), rows[0].epoch),
+        (None, again.epoch)
+    );
 }
