@@ -9,7 +9,7 @@ use crate::backend::{self, ReadSide as _, Reads, Writer};
 use crate::commits::Commits;
 use crate::error::JournalError;
 use crate::event::{Appended, Event, NewEvent};
-use crate::limits::{check_append, check_event, check_thread};
+use crate::limits::{check_append, check_event, check_nul, check_thread};
 use crate::options::{Access, Durability, JournalOptions};
 use crate::position::Position;
 use crate::stream::{self, EventStream, PositionedStream};
@@ -394,8 +394,9 @@ impl Journal {
     /// wake it only when they write `kind` to `thread`, so a watch for a rare kind on a busy
     /// thread costs a read per poll interval (or per notification from another process on
     /// PostgreSQL), not one per commit. The other events are still read (and passed over).
+    /// A `kind` holding NUL (no event's can) is [`JournalError::InvalidInput`].
     pub fn tail_kind(&self, thread: &str, kind: &str, after: i64) -> EventStream {
-        if let Err(err) = check_thread(thread) {
+        if let Err(err) = check_thread(thread).and_then(|()| check_nul("kind", kind)) {
             return stream::failed(err);
         }
         self.tail_with(thread, Some(kind), after)
@@ -442,7 +443,8 @@ impl Journal {
         )
     }
 
-    /// The event of `thread` appended with dedup key `key`, if any.
+    /// The event of `thread` appended with dedup key `key`, if any. A `key` holding NUL (no
+    /// event's can) is [`JournalError::InvalidInput`].
     ///
     /// # Cancel safety
     ///
@@ -454,12 +456,14 @@ impl Journal {
         key: &str,
     ) -> Result<Option<Event>, JournalError> {
         check_thread(thread)?;
+        check_nul("dedup key", key)?;
         self.inner.reads.find_by_key(thread, key).await
     }
 
     /// The newest event of `thread` of kind `kind`, if any: where a reader that keeps
     /// checkpoints in its thread starts (then [`replay`](Self::replay) after its seq).
-    /// Walks the thread from its end, so it costs the events after the match.
+    /// Walks the thread from its end, so it costs the events after the match. A `kind`
+    /// holding NUL (no event's can) is [`JournalError::InvalidInput`].
     ///
     /// # Cancel safety
     ///
@@ -471,6 +475,7 @@ impl Journal {
         kind: &str,
     ) -> Result<Option<Event>, JournalError> {
         check_thread(thread)?;
+        check_nul("kind", kind)?;
         self.inner.reads.last_of_kind(thread, kind).await
     }
 

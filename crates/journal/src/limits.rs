@@ -42,6 +42,16 @@ fn check_name(field: &'static str, value: &str, max: usize) -> Result<(), Journa
     Ok(())
 }
 
+/// [`JournalError::InvalidInput`] when `value`, a name a read looks for (a kind, a dedup key,
+/// a lease prefix), holds NUL: no stored name can, and PostgreSQL refuses such text with an
+/// error where SQLite and `memory:` would find nothing; every backend refuses it alike.
+pub(crate) fn check_nul(field: &'static str, value: &str) -> Result<(), JournalError> {
+    if value.contains('\0') {
+        return Err(JournalError::invalid(field, "must not contain NUL"));
+    }
+    Ok(())
+}
+
 /// Validates an event and returns it with its payload encoded as compact JSON, stamped
 /// with the append time `at` and the epoch of the handle's fence, if any.
 pub(crate) fn check_event(

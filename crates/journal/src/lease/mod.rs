@@ -34,7 +34,7 @@ use sqlx::PgPool;
 use crate::backend::in_memory::InMemoryJournal;
 use crate::error::JournalError;
 use crate::journal::Journal;
-use crate::limits::check_thread;
+use crate::limits::{MAX_THREAD_BYTES, check_nul, check_thread};
 
 /// A claim held on a lease.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -125,7 +125,9 @@ fn check_name(name: &str) -> Result<(), JournalError> {
     check_thread(name).map_err(|_| {
         JournalError::invalid(
             "lease name",
-            "must be 1 to 1024 bytes (the limits of a thread name)",
+            format!(
+                "must be 1 to {MAX_THREAD_BYTES} bytes without NUL (the limits of a thread name)"
+            ),
         )
     })
 }
@@ -191,6 +193,7 @@ impl Journal {
         holder: &str,
         ttl: Duration,
     ) -> Result<Option<Lease>, JournalError> {
+        check_nul("lease prefix", prefix)?;
         self.claim(Claim::Any { prefix }, holder, ttl).await
     }
 
@@ -242,6 +245,7 @@ impl Journal {
         ttl: Duration,
         info: Option<&Value>,
     ) -> Result<Lease, JournalError> {
+        check_name(&lease.name)?;
         let info = info.map(encode_info).transpose()?;
         let ttl = ttl_ms(ttl);
         let expires_at = match &self.inner.leases {
@@ -270,6 +274,7 @@ impl Journal {
         status: LeaseStatus,
         info: &Value,
     ) -> Result<(), JournalError> {
+        check_name(&lease.name)?;
         let info = encode_info(info)?;
         match &self.inner.leases {
             Backend::Sqlite(conn) => sqlite::release(conn, lease, status, &info).await,
@@ -278,13 +283,15 @@ impl Journal {
         }
     }
 
-    /// The leases whose name starts with `prefix`, by name.
+    /// The leases whose name starts with `prefix`, by name. A `prefix` holding NUL (no
+    /// name can) is [`JournalError::InvalidInput`].
     ///
     /// # Cancel safety
     ///
     /// Cancel safe: it only reads. Dropping the future discards the answer; a read already
     /// running (on the blocking pool or the database server) finishes there, unseen.
     pub async fn leases(&self, prefix: &str) -> Result<Vec<LeaseRow>, JournalError> {
+        check_nul("lease prefix", prefix)?;
         match &self.inner.leases {
             Backend::Sqlite(conn) => sqlite::list(conn, prefix).await,
             Backend::Postgres(pool) => postgres::list(pool, prefix).await,

@@ -6,8 +6,9 @@ use crate::support;
 use std::time::Duration;
 
 use agent_journal::{
-    JournalError, LeaseStatus, MAX_APPEND_BYTES, MAX_PAYLOAD_BYTES, NewEvent, Payload,
+    JournalError, Lease, LeaseStatus, MAX_APPEND_BYTES, MAX_PAYLOAD_BYTES, NewEvent, Payload,
 };
+use futures::StreamExt as _;
 use serde_json::json;
 
 use support::{Fixture, defaults};
@@ -15,6 +16,7 @@ use support::{Fixture, defaults};
 agent_testkit::backend_tests!(defaults, [sqlite, postgres, memory]:
     an_append_of_more_than_the_size_limit_is_refused_and_one_within_it_written,
     leases_take_the_longest_ttls_alike,
+    names_holding_nul_are_refused_by_every_read_alike,
 );
 agent_testkit::backend_tests!(defaults, [postgres]:
     large_appends_too_many_for_one_statement_are_committed_in_several,
@@ -113,6 +115,13 @@ async fn large_appends_too_many_for_one_statement_are_committed_in_several(f: Fi
     assert_eq!(written, appends);
 }
 
+fn refused(result: Result<impl std::fmt::Debug, JournalError>, field: &str) {
+    match result {
+        Err(JournalError::InvalidInput { field: got, .. }) if got == field => {}
+        other => panic!("expected invalid {field}, got {other:?}"),
+    }
+}
+
 /// A ttl as long as a `Duration` or an `i64` of ms can say: PostgreSQL added it to the
 /// server's time in SQL, where `i64::MAX` ms overflowed into "bigint out of range", while
 /// SQLite and `memory:` saturated. Now every backend caps it and holds the lease.
@@ -136,4 +145,38 @@ async fn leases_take_the_longest_ttls_alike(f: Fixture) {
         (rows[0].holder.as_deref(), rows[0].epoch),
         (None, again.epoch)
     );
+}
+
+/// A kind, dedup key or lease name holding NUL names nothing the journal can hold. On
+/// PostgreSQL, which refuses NUL in text, each read that took one failed with a database
+/// error while SQLite and `memory:` found nothing; now each is refused as bad input alike.
+async fn names_holding_nul_are_refused_by_every_read_alike(f: Fixture) {
+    let j = &f.journal;
+    j.append(NewEvent::new("t", "k", json!({})).with_dedup_key("a"))
+        .await
+        .unwrap();
+    refused(j.find_by_dedup_key("t", "a\0").await, "dedup key");
+    refused(j.last_of_kind("t", "k\0").await, "kind");
+    let first = j.tail_kind("t", "k\0", 0).next().await.unwrap();
+    refused(first, "kind");
+    refused(j.leases("l\0").await, "lease prefix");
+    let ttl = Duration::from_secs(60);
+    refused(j.claim_lease("l\0", "me", ttl).await, "lease prefix");
+    let forged = Lease {
+        name: "l\0".into(),
+        holder: "me".into(),
+        epoch: 1,
+        expires_at: 0,
+    };
+    refused(j.renew_lease(&forged, ttl, None).await, "lease name");
+    refused(
+        j.release_lease(&forged, LeaseStatus::Open, &json!({}))
+            .await,
+        "lease name",
+    );
+    // Names without NUL still find what is there, and nothing where nothing is.
+    assert_eq!(j.find_by_dedup_key("t", "a").await.unwrap().unwrap().seq, 1);
+    assert!(j.find_by_dedup_key("t", "").await.unwrap().is_none());
+    assert!(j.last_of_kind("t", "").await.unwrap().is_none());
+    assert!(j.leases("").await.unwrap().is_empty());
 }
