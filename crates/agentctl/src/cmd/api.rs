@@ -154,8 +154,9 @@ async fn connect(mode: Mode, args: &ApiArgs) -> anyhow::Result<(Client, Option<M
         return Ok((client, Some(server)));
     }
     let config = ClientConfig::from_env(args.base_url.as_deref()).map_err(|err| match err {
+        // A usage error (exit 2), as for `run`: what the command was given is not enough.
         ClientError::MissingApiKey => with_hint(
-            err,
+            output::UsageError(err.to_string()),
             "set OPENAI_API_KEY in your environment (never in a file or on the command line), or add --mock to run offline against the built-in emulator",
         ),
         other => anyhow::Error::new(other),

@@ -101,8 +101,9 @@ async fn connect(args: &SteerArgs) -> anyhow::Result<(WsConfig, Option<MockServe
         (WsConfig::new(server.base_url(), key), Some(server))
     } else {
         let key = ApiKey::from_env().ok_or_else(|| {
+            // A usage error (exit 2), as for `run` and the other `api` stories.
             with_hint(
-                anyhow::anyhow!("OPENAI_API_KEY is not set"),
+                crate::output::UsageError("OPENAI_API_KEY is not set".into()),
                 "set OPENAI_API_KEY privately in your environment, or use --mock",
             )
         })?;

@@ -240,3 +240,25 @@ fn a_rate_limited_run_pauses_as_run_help_says() {
     assert!(!help.contains("4xx"), "{help}");
     assert!(help.contains("3 paused (also a model call that failed after its retries: a connection, 408, 409, 429, 5xx)"), "{help}");
 }
+
+/// README: without `OPENAI_API_KEY` and without `--mock` "the command fails with a hint";
+/// `run` exits 2 (a usage error: the command was not given what it needs), and so must the
+/// `api` stories, which exited 1.
+#[test]
+fn a_missing_key_is_a_usage_error_everywhere() {
+    let (dir, db) = setup();
+    let d = dir.path();
+    let workspace = tempfile::tempdir_in(d).unwrap();
+    let ws = workspace.path().to_str().unwrap();
+    for args in [
+        &["run", "--workspace", ws, "x"][..],
+        &["api", "direct"],
+        &["api", "steer"],
+    ] {
+        let out = run(d, &db, args);
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains("OPENAI_API_KEY"), "{args:?}: {stderr}");
+        assert!(stderr.contains("--mock"), "{args:?}: {stderr}");
+    }
+}
