@@ -13,9 +13,10 @@ use crate::output::{line, typed_line};
 /// The local Responses API emulator.
 #[derive(Debug, Subcommand)]
 pub enum MockCmd {
-    /// Serve POST /v1/responses (JSON and SSE), POST /v1/responses/compact and
-    /// GET /v1/responses/{id} on 127.0.0.1. Prints the base URL (`http://ADDR/v1`) as the
-    /// first stdout line, then runs until interrupted. Without a script it echoes the last
+    /// Serve POST /v1/responses (JSON and SSE), POST /v1/responses/compact,
+    /// GET /v1/responses/{id} and the WebSocket mode (GET /v1/responses) on loopback. Prints
+    /// the base URL (`http://ADDR/v1`; with --json a `mock.listening` line) as the first
+    /// stdout line, then runs until interrupted. Without a script it echoes the last
     /// user input, so any client can hold a conversation with it. Keeps the 1000 most recent
     /// requests (GET /__mock/requests) and stored responses; bodies are limited to 2 MiB.
     Serve(ServeArgs),
