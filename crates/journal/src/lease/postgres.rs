@@ -2,6 +2,9 @@
 //! own after a server restart). Times come from the server's clock, so every machine of a
 //! pool agrees on expiry.
 //!
+//! Names are ordered `COLLATE "C"`, by their bytes, as SQLite and `memory:` order them:
+//! the database's own collation may be a language's, which orders them otherwise.
+//!
 //! A claim picks its row `FOR UPDATE SKIP LOCKED`: concurrent claimers never wait on each
 //! other or take one row twice. The epoch is checked by fenced appends `FOR SHARE` (see
 //! the module docs of `lease`), so a claim also skips a row whose holder is committing an
@@ -73,7 +76,7 @@ pub(super) async fn claim(
                 " WHERE name = (SELECT name FROM journal_leases WHERE status = 'open' \
                  AND starts_with(name, $1) AND (holder IS NULL OR expires_at <= ",
                 now_ms!(),
-                ") ORDER BY updated_at, name LIMIT 1 FOR UPDATE SKIP LOCKED) \
+                ") ORDER BY updated_at, name COLLATE \"C\" LIMIT 1 FOR UPDATE SKIP LOCKED) \
                  RETURNING name, epoch, expires_at"
             ))
             .bind(prefix)
@@ -173,7 +176,7 @@ pub(super) async fn release(
 pub(super) async fn list(pool: &PgPool, prefix: &str) -> Result<Vec<LeaseRow>, JournalError> {
     let rows = sqlx::query(
         "SELECT name, status, holder, epoch, expires_at, info, updated_at \
-         FROM journal_leases WHERE starts_with(name, $1) ORDER BY name",
+         FROM journal_leases WHERE starts_with(name, $1) ORDER BY name COLLATE \"C\"",
     )
     .bind(prefix)
     .fetch_all(pool)

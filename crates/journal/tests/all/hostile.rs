@@ -20,6 +20,7 @@ agent_testkit::backend_tests!(defaults, [sqlite, postgres, memory]:
 );
 agent_testkit::backend_tests!(defaults, [postgres]:
     large_appends_too_many_for_one_statement_are_committed_in_several,
+    names_are_listed_in_byte_order_whatever_the_database_s_collation,
 );
 
 /// A payload of the largest size, as JSON text.
@@ -179,4 +180,43 @@ async fn names_holding_nul_are_refused_by_every_read_alike(f: Fixture) {
     assert!(j.find_by_dedup_key("t", "").await.unwrap().is_none());
     assert!(j.last_of_kind("t", "").await.unwrap().is_none());
     assert!(j.leases("").await.unwrap().is_empty());
+}
+
+/// `threads` and `leases` list names in byte order on SQLite and `memory:` (as Rust sorts
+/// strings). PostgreSQL sorted them by the database's collation, which on a server
+/// initialised with a language's locale (`en_US.UTF-8`, ICU) puts `run:a` before `run:B`
+/// and ignores punctuation: the same journal listed in another order on each backend.
+async fn names_are_listed_in_byte_order_whatever_the_database_s_collation(f: Fixture) {
+    let j = &f.journal;
+    // What a database created with a language's collation gives every text column.
+    let mut admin = <sqlx::PgConnection as sqlx::Connection>::connect(&f.url)
+        .await
+        .unwrap();
+    for column in [
+        "journal_events ALTER COLUMN thread",
+        "journal_leases ALTER COLUMN name",
+    ] {
+        let sql = format!("ALTER TABLE {column} TYPE text COLLATE \"en-US-x-icu\"");
+        sqlx::query(sqlx::AssertSqlSafe(sql))
+            .execute(&mut admin)
+            .await
+            .unwrap();
+    }
+    let mut names = vec!["run:b", "run:B", "run:a-2", "run:a1", "run:_", "run:Z"];
+    for name in &names {
+        j.append(NewEvent::new(*name, "k", json!({})))
+            .await
+            .unwrap();
+        j.offer_lease(name, &json!({})).await.unwrap();
+    }
+    names.sort_unstable();
+    assert_eq!(j.threads().await.unwrap(), names);
+    let leases: Vec<String> = j
+        .leases("run:")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|l| l.name)
+        .collect();
+    assert_eq!(leases, names);
 }

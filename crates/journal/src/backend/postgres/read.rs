@@ -153,12 +153,15 @@ impl ReadSide for PgReader {
             .transpose()
     }
 
+    /// Sorted by bytes (`COLLATE "C"`), as on SQLite and `memory:`: the database's own
+    /// collation may be a language's (`en_US.UTF-8`), which sorts `run:a` before `run:B`.
     async fn threads(&self) -> Result<Vec<String>, JournalError> {
-        Ok(
-            sqlx::query_scalar("SELECT DISTINCT thread FROM journal_events ORDER BY thread")
-                .fetch_all(&self.pool)
-                .await?,
+        Ok(sqlx::query_scalar(
+            "SELECT thread FROM (SELECT DISTINCT thread FROM journal_events) AS t \
+             ORDER BY thread COLLATE \"C\"",
         )
+        .fetch_all(&self.pool)
+        .await?)
     }
 
     async fn journal_page(
