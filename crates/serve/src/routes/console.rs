@@ -106,13 +106,17 @@ pub(crate) struct SignIn {
 }
 
 /// `POST /`: the login page's form signs in as `?token=` does, the token in the body: a
-/// token pasted there never enters a URL, so it stays out of the browser's history.
+/// token pasted there never enters a URL, so it stays out of the browser's history. A body
+/// over the limit is `413`, as on every route; any other unreadable form is `400`.
 pub(crate) async fn sign_in(
     State(app): State<Arc<App>>,
     form: Result<Form<SignIn>, FormRejection>,
 ) -> Response {
     match form {
         Ok(Form(form)) => sign_in_with(&app, form.token.trim()),
+        Err(rejection) if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+            login(StatusCode::PAYLOAD_TOO_LARGE)
+        }
         Err(_) => login(StatusCode::BAD_REQUEST),
     }
 }
