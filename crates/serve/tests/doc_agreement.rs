@@ -8,10 +8,26 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests may unwrap
 
 use reqwest::StatusCode;
+use serde_json::{Value, json};
 
 mod common;
 
 const TOKEN: &str = "doc-token-0123456789abcdef0123456789abcdef";
+
+/// Status and error code of `POST /api/v1{path}` with `body` and the token.
+async fn post(s: &common::Server, path: &str, body: Value) -> (StatusCode, String) {
+    let resp = reqwest::Client::new()
+        .post(format!("{}/api/v1{path}", s.base))
+        .bearer_auth(TOKEN)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let status = resp.status();
+    let body: Value = resp.json().await.unwrap();
+    let code = body["error"]["code"].as_str().unwrap_or("").to_string();
+    (status, code)
+}
 
 /// "Request bodies are at most 1 MiB (`413`)": the login page's form too (it answered 400,
 /// the page for a form it could not read).
@@ -54,4 +70,28 @@ async fn the_login_form_over_the_body_limit_is_413() {
         .unwrap();
     assert_eq!(right.status(), StatusCode::SEE_OTHER);
     assert!(right.headers().contains_key("set-cookie"));
+}
+
+/// `400 invalid` is "a well-formed request that cannot be taken" (an empty model, an empty
+/// steer): an empty prompt and a relative workspace are that too (they were `bad_request`,
+/// the code of a body of the wrong shape, while an empty model was `invalid`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_empty_prompt_and_a_relative_workspace_are_invalid() {
+    let s = common::server(TOKEN).await;
+    for body in [
+        json!({"prompt": " ", "workspace": "/tmp"}),
+        json!({"prompt": "p", "workspace": "relative/dir"}),
+        json!({"prompt": "p", "workspace": "/tmp", "model": ""}),
+    ] {
+        assert_eq!(
+            post(&s, "/runs", body.clone()).await,
+            (StatusCode::BAD_REQUEST, "invalid".to_string()),
+            "{body}"
+        );
+    }
+    // A missing field is still the shape's fault.
+    assert_eq!(
+        post(&s, "/runs", json!({"prompt": "p"})).await,
+        (StatusCode::BAD_REQUEST, "bad_request".to_string())
+    );
 }

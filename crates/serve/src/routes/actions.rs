@@ -122,13 +122,16 @@ pub(crate) async fn resume(
     Ok((StatusCode::ACCEPTED, Json(json!({"run_id": id}))))
 }
 
+/// `POST /runs`. A field that is there but cannot be used (an empty prompt or model, a
+/// relative workspace) is `invalid`, as an empty steer is; `bad_request` is for a body of
+/// the wrong shape.
 pub(crate) async fn submit(
     State(app): State<Arc<App>>,
     bytes: Result<Bytes, BytesRejection>,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     let request: SubmitRequest = body::json(bytes)?;
     if request.prompt.trim().is_empty() {
-        return Err(ApiError::bad_request("prompt: is empty"));
+        return Err(ApiError::invalid("prompt: is empty"));
     }
     if request
         .model
@@ -140,7 +143,7 @@ pub(crate) async fn submit(
         ));
     }
     if !std::path::Path::new(&request.workspace).is_absolute() {
-        return Err(ApiError::bad_request("workspace: must be an absolute path"));
+        return Err(ApiError::invalid("workspace: must be an absolute path"));
     }
     let Some(submitter) = &app.submitter else {
         return Err(ApiError::new(
