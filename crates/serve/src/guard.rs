@@ -42,7 +42,7 @@ pub(crate) async fn guard(State(app): State<Arc<App>>, mut req: Request, next: N
     let bearer = headers
         .get(header::AUTHORIZATION)
         .and_then(|h| h.to_str().ok())
-        .and_then(|h| h.strip_prefix("Bearer "))
+        .and_then(bearer)
         .filter(|t| app.token.matches(t.trim()))
         .map(|_| By::Bearer);
     let by = bearer.or_else(|| {
@@ -85,6 +85,13 @@ fn names_this_server(app: &App, req: &Request) -> bool {
             .iter()
             .flatten()
             .all(|name| name.is_some_and(|n| app.allows_host(n)))
+}
+
+/// The credentials of an `Authorization` header of the `Bearer` scheme, whose name is
+/// case-insensitive (RFC 9110, 11.1): `bearer TOKEN` is as good as `Bearer TOKEN`.
+fn bearer(header: &str) -> Option<&str> {
+    let (scheme, token) = header.split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then_some(token)
 }
 
 /// The value of cookie `name`, if the request has it.

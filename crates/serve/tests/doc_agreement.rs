@@ -95,3 +95,28 @@ async fn an_empty_prompt_and_a_relative_workspace_are_invalid() {
         (StatusCode::BAD_REQUEST, "bad_request".to_string())
     );
 }
+
+/// `Authorization: Bearer TOKEN`: the scheme's name is case-insensitive in HTTP, and a
+/// client that writes `bearer` was refused with 401.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_bearer_scheme_is_case_insensitive() {
+    let s = common::server(TOKEN).await;
+    let client = reqwest::Client::new();
+    for (header, expected) in [
+        (format!("Bearer {TOKEN}"), StatusCode::OK),
+        (format!("bearer {TOKEN}"), StatusCode::OK),
+        (format!("BEARER {TOKEN}"), StatusCode::OK),
+        (format!("Basic {TOKEN}"), StatusCode::UNAUTHORIZED),
+        (format!("Bearer{TOKEN}"), StatusCode::UNAUTHORIZED),
+        (TOKEN.to_string(), StatusCode::UNAUTHORIZED),
+        ("bearer wrong".to_string(), StatusCode::UNAUTHORIZED),
+    ] {
+        let resp = client
+            .get(format!("{}/api/v1/runs", s.base))
+            .header("Authorization", &header)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), expected, "{header}");
+    }
+}
