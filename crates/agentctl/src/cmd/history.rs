@@ -137,8 +137,9 @@ pub async fn run(global: &GlobalArgs, cmd: HistoryCmd) -> anyhow::Result<std::pr
                     serde_json::error::Category::Data => "items are not a JSON array",
                     _ => "items are not valid JSON",
                 };
+                // Bad input, as the README's exit statuses have it: exit 2.
                 with_hint(
-                    anyhow::anyhow!("{what}: {err}"),
+                    crate::output::UsageError(format!("{what}: {err}")),
                     r#"pass a JSON array, e.g. '[{"type":"message","text":"hi"}]'"#,
                 )
             })?;

@@ -262,3 +262,35 @@ fn a_missing_key_is_a_usage_error_everywhere() {
         assert!(stderr.contains("--mock"), "{args:?}: {stderr}");
     }
 }
+
+/// README: exit 2 is a usage error, "bad flags or input". `history append` given items that
+/// are not JSON, or JSON that is not an array, exited 1; what it was given is wrong, so 2.
+#[test]
+fn history_append_of_bad_items_is_a_usage_error() {
+    let (dir, db) = setup();
+    let d = dir.path();
+    for items in ["notjson", r#"{"type":"message"}"#] {
+        let out = run(
+            d,
+            &db,
+            &["history", "append", "--thread", "t", "--unit", "u1", items],
+        );
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{items}: {stderr}");
+        assert!(stderr.contains("pass a JSON array"), "{items}: {stderr}");
+    }
+    let ok = run(
+        d,
+        &db,
+        &[
+            "history",
+            "append",
+            "--thread",
+            "t",
+            "--unit",
+            "u1",
+            r#"[{"type":"message","text":"hi"}]"#,
+        ],
+    );
+    assert_eq!(ok.status.code(), Some(0), "{}", text(&ok.stderr));
+}
