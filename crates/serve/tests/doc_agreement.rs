@@ -120,3 +120,27 @@ async fn the_bearer_scheme_is_case_insensitive() {
         assert_eq!(resp.status(), expected, "{header}");
     }
 }
+
+/// `always` approves the tool's later calls; on a denial it was taken (200) and journaled
+/// as a scope the host ignores, so a client asking to "deny always" was never told that
+/// the next call would ask again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn always_on_a_denial_is_invalid() {
+    let s = common::server(TOKEN).await;
+    let path = format!("/runs/{}/approvals/c1", s.run);
+    assert_eq!(
+        post(&s, &path, json!({"decision": "deny", "always": true})).await,
+        (StatusCode::BAD_REQUEST, "invalid".to_string())
+    );
+    // Without it, or on an approval, the body is fine: the run has no call c1.
+    for body in [
+        json!({"decision": "deny", "always": false}),
+        json!({"decision": "approve", "always": true}),
+    ] {
+        assert_eq!(
+            post(&s, &path, body.clone()).await,
+            (StatusCode::NOT_FOUND, "not_found".to_string()),
+            "{body}"
+        );
+    }
+}

@@ -43,13 +43,20 @@ pub(crate) async fn decide(
     bytes: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let b: DecideBody = body::json(bytes)?;
+    let approve = matches!(b.decision, Verdict::Approve);
+    // `always` widens an approval to the tool's later calls; a denial has no such reach
+    // (the host would record it and ignore it), so a client asking for one is told.
+    if b.always && !approve {
+        return Err(ApiError::invalid(
+            "always: only an approval reaches the tool's later calls; a denial is for this call",
+        ));
+    }
     let state = run::load(&app.journal, &id).await?;
     if state.call(&call_id).is_none() {
         return Err(ApiError::not_found(format!(
             "run {id} has no call {call_id}"
         )));
     }
-    let approve = matches!(b.decision, Verdict::Approve);
     let request = DecisionRequest {
         call_id: call_id.clone(),
         decision: Decision {
