@@ -141,11 +141,13 @@ pub async fn bind(
     })
 }
 
-/// The `Host` values that name a server on `addr`.
+/// The `Host` values that name a server on `addr`: the address itself and, when the server
+/// listens on loopback (an unspecified address, `0.0.0.0` or `[::]`, listens there too), the
+/// loopback names a local browser or script reaches it by.
 fn allowed_hosts(addr: SocketAddr, extra: &[String]) -> Vec<String> {
     let port = addr.port();
     let mut hosts = vec![addr.to_string()];
-    if addr.ip().is_loopback() {
+    if addr.ip().is_loopback() || addr.ip().is_unspecified() {
         hosts.extend([
             format!("127.0.0.1:{port}"),
             format!("localhost:{port}"),
@@ -192,4 +194,26 @@ fn router(app: Arc<app::App>) -> Router {
         .layer(axum::middleware::from_fn(headers::every_answer))
         .layer(axum::middleware::from_fn(agent_http::close_if_unread))
         .with_state(app)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_server_on_every_interface_is_named_by_the_loopback_names_too() {
+        for listen in ["0.0.0.0:4000", "[::]:4000", "127.0.0.1:4000"] {
+            let addr: SocketAddr = listen.parse().unwrap();
+            let hosts = allowed_hosts(addr, &[]);
+            for name in ["127.0.0.1:4000", "localhost:4000", "[::1]:4000", listen] {
+                assert!(
+                    hosts.iter().any(|h| h == name),
+                    "{listen}: {name} in {hosts:?}"
+                );
+            }
+        }
+        let addr: SocketAddr = "192.0.2.7:4000".parse().unwrap();
+        let hosts = allowed_hosts(addr, &["box".to_string()]);
+        assert_eq!(hosts, ["192.0.2.7:4000", "box", "box:4000"]);
+    }
 }
