@@ -171,7 +171,11 @@ impl From<agent_schema::SchemaTooNew> for JournalError {
 #[doc(hidden)]
 impl From<sqlx::Error> for JournalError {
     fn from(err: sqlx::Error) -> Self {
-        JournalError::Database(DatabaseError::from_sqlx(&err))
+        match err {
+            // The read pool closes only with the journal: closed, as on every backend.
+            sqlx::Error::PoolClosed => JournalError::Closed,
+            err => JournalError::Database(DatabaseError::from_sqlx(&err)),
+        }
     }
 }
 

@@ -34,6 +34,9 @@ pub(crate) struct Inner {
     options: JournalOptions,
     shown_url: String,
     counters: Arc<Counters>,
+    /// Set by [`Journal::close`]: lease operations are refused from then on (on SQLite
+    /// they use the write connection, which stays open until the last handle is dropped).
+    pub(crate) closed: std::sync::atomic::AtomicBool,
 }
 
 /// The shared LISTEN task of a PostgreSQL journal. Dropping it (with the journal) stops
@@ -131,6 +134,7 @@ impl Journal {
                 options,
                 shown_url,
                 counters,
+                closed: std::sync::atomic::AtomicBool::new(false),
             }),
         })
     }
@@ -526,7 +530,8 @@ impl Journal {
     }
 
     /// Commits everything queued so far, stops the writer and closes the connections.
-    /// Later appends on any clone fail with [`JournalError::Closed`].
+    /// Later appends, reads and lease operations on any clone fail with
+    /// [`JournalError::Closed`], on every backend; a tail yields it once and ends.
     ///
     /// # Cancel safety
     ///
@@ -536,6 +541,9 @@ impl Journal {
     /// (they close when the last handle is dropped). Dropped before the request was
     /// queued, it does nothing.
     pub async fn close(&self) {
+        self.inner
+            .closed
+            .store(true, std::sync::atomic::Ordering::Release);
         if let Writer::Queue(queue) = &self.inner.writer {
             queue.close().await;
         }

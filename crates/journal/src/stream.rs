@@ -13,14 +13,15 @@ use crate::error::JournalError;
 use crate::event::Event;
 use crate::position::Position;
 
-/// A stream of events; an `Err` item reports a failed read (tail keeps going after it).
+/// A stream of events; an `Err` item reports a failed read (tail keeps going after it,
+/// unless it is [`JournalError::Closed`]: then the stream ends).
 /// A stored event that does not decode ([`JournalError::CorruptPayload`]) comes as an
 /// `Err` after every good event before it, never in place of them.
 pub type EventStream = Pin<Box<dyn Stream<Item = Result<Event, JournalError>> + Send>>;
 
 /// A stream of the whole journal's events with their positions
 /// ([`Journal::tail_all`](crate::Journal::tail_all)); an `Err` item reports a failed read,
-/// and the stream keeps going after it.
+/// and the stream keeps going after it (it ends after [`JournalError::Closed`]).
 pub type PositionedStream =
     Pin<Box<dyn Stream<Item = Result<(Position, Event), JournalError>> + Send>>;
 
@@ -87,6 +88,8 @@ struct TailState {
     listening: Option<watch::Receiver<bool>>,
     poll: Duration,
     wait_first: bool,
+    /// The journal was closed: the stream ends after the error that said so.
+    closed: bool,
 }
 
 /// The longest a new tail waits for the journal's LISTEN to be active.
@@ -129,6 +132,7 @@ pub(crate) fn tail(
         listening: wakes.listening,
         poll,
         wait_first: false,
+        closed: false,
     };
     Box::pin(futures::stream::unfold(state, |mut s| async move {
         loop {
@@ -137,7 +141,11 @@ pub(crate) fn tail(
                 return Some((Ok(event), s));
             }
             if let Some(err) = s.failed.take() {
+                s.closed = is_closed(&err);
                 return Some((Err(err), s));
+            }
+            if s.closed {
+                return None;
             }
             if let Some(listening) = s.listening.take() {
                 wait_for_listen(listening, s.poll).await;
@@ -172,6 +180,12 @@ pub(crate) fn tail(
             }
         }
     }))
+}
+
+/// Whether a tail's failed read says the journal was closed: no later read can succeed,
+/// so the tail ends after reporting it (it kept reading, and failing, at every poll).
+fn is_closed(err: &JournalError) -> bool {
+    matches!(err, JournalError::Closed)
 }
 
 /// One read of [`salvage`]: the next item after a cursor, and the cursor after it.
@@ -302,6 +316,8 @@ struct TailAllState {
     listening: Option<watch::Receiver<bool>>,
     poll: Duration,
     wait_first: bool,
+    /// The journal was closed: the stream ends after the error that said so.
+    closed: bool,
 }
 
 /// Every event of the journal after `after`, then new ones as `wakes` and the poll
@@ -328,6 +344,7 @@ pub(crate) fn tail_all(
         listening: wakes.listening,
         poll,
         wait_first: false,
+        closed: false,
     };
     Box::pin(futures::stream::unfold(state, |mut s| async move {
         loop {
@@ -335,7 +352,11 @@ pub(crate) fn tail_all(
                 return Some((Ok(item), s));
             }
             if let Some(err) = s.failed.take() {
+                s.closed = is_closed(&err);
                 return Some((Err(err), s));
+            }
+            if s.closed {
+                return None;
             }
             if let Some(listening) = s.listening.take() {
                 wait_for_listen(listening, s.poll).await;

@@ -133,6 +133,14 @@ fn check_name(name: &str) -> Result<(), JournalError> {
 }
 
 impl Journal {
+    /// The lease table, or [`JournalError::Closed`] once the journal is closed.
+    fn lease_table(&self) -> Result<&Backend, JournalError> {
+        if self.inner.closed.load(std::sync::atomic::Ordering::Acquire) {
+            return Err(JournalError::Closed);
+        }
+        Ok(&self.inner.leases)
+    }
+
     /// Creates the open, unclaimed lease `name` with `info` unless it exists; returns
     /// whether it was created.
     ///
@@ -146,7 +154,7 @@ impl Journal {
     pub async fn offer_lease(&self, name: &str, info: &Value) -> Result<bool, JournalError> {
         check_name(name)?;
         let info = encode_info(info)?;
-        match &self.inner.leases {
+        match self.lease_table()? {
             Backend::Sqlite(conn) => sqlite::offer(conn, name, &info).await,
             Backend::Postgres(pool) => postgres::offer(pool, name, &info).await,
             Backend::Memory(memory) => in_memory::offer(memory, name, &info),
@@ -169,7 +177,7 @@ impl Journal {
     ) -> Result<(), JournalError> {
         check_name(name)?;
         let info = encode_info(info)?;
-        match &self.inner.leases {
+        match self.lease_table()? {
             Backend::Sqlite(conn) => sqlite::put(conn, name, status, &info).await,
             Backend::Postgres(pool) => postgres::put(pool, name, status, &info).await,
             Backend::Memory(memory) => in_memory::put(memory, name, status, &info),
@@ -224,7 +232,7 @@ impl Journal {
     ) -> Result<Option<Lease>, JournalError> {
         check_name(holder)?;
         let ttl = ttl_ms(ttl);
-        match &self.inner.leases {
+        match self.lease_table()? {
             Backend::Sqlite(conn) => sqlite::claim(conn, claim, holder, ttl).await,
             Backend::Postgres(pool) => postgres::claim(pool, claim, holder, ttl).await,
             Backend::Memory(memory) => in_memory::claim(memory, claim, holder, ttl),
@@ -248,7 +256,7 @@ impl Journal {
         check_name(&lease.name)?;
         let info = info.map(encode_info).transpose()?;
         let ttl = ttl_ms(ttl);
-        let expires_at = match &self.inner.leases {
+        let expires_at = match self.lease_table()? {
             Backend::Sqlite(conn) => sqlite::renew(conn, lease, ttl, info).await?,
             Backend::Postgres(pool) => postgres::renew(pool, lease, ttl, info).await?,
             Backend::Memory(memory) => in_memory::renew(memory, lease, ttl, info)?,
@@ -276,7 +284,7 @@ impl Journal {
     ) -> Result<(), JournalError> {
         check_name(&lease.name)?;
         let info = encode_info(info)?;
-        match &self.inner.leases {
+        match self.lease_table()? {
             Backend::Sqlite(conn) => sqlite::release(conn, lease, status, &info).await,
             Backend::Postgres(pool) => postgres::release(pool, lease, status, &info).await,
             Backend::Memory(memory) => in_memory::release(memory, lease, status, &info),
@@ -292,7 +300,7 @@ impl Journal {
     /// running (on the blocking pool or the database server) finishes there, unseen.
     pub async fn leases(&self, prefix: &str) -> Result<Vec<LeaseRow>, JournalError> {
         check_nul("lease prefix", prefix)?;
-        match &self.inner.leases {
+        match self.lease_table()? {
             Backend::Sqlite(conn) => sqlite::list(conn, prefix).await,
             Backend::Postgres(pool) => postgres::list(pool, prefix).await,
             Backend::Memory(memory) => in_memory::list(memory, prefix),

@@ -6,7 +6,8 @@ use crate::support;
 use std::time::Duration;
 
 use agent_journal::{
-    JournalError, Lease, LeaseStatus, MAX_APPEND_BYTES, MAX_PAYLOAD_BYTES, NewEvent, Payload,
+    Journal, JournalError, Lease, LeaseStatus, MAX_APPEND_BYTES, MAX_PAYLOAD_BYTES, NewEvent,
+    Payload, Position,
 };
 use futures::StreamExt as _;
 use serde_json::json;
@@ -17,6 +18,7 @@ agent_testkit::backend_tests!(defaults, [sqlite, postgres, memory]:
     an_append_of_more_than_the_size_limit_is_refused_and_one_within_it_written,
     leases_take_the_longest_ttls_alike,
     names_holding_nul_are_refused_by_every_read_alike,
+    a_closed_journal_refuses_every_later_operation_alike,
 );
 agent_testkit::backend_tests!(defaults, [postgres]:
     large_appends_too_many_for_one_statement_are_committed_in_several,
@@ -219,4 +221,66 @@ async fn names_are_listed_in_byte_order_whatever_the_database_s_collation(f: Fix
         .map(|l| l.name)
         .collect();
     assert_eq!(leases, names);
+}
+
+fn closed<T: std::fmt::Debug>(result: Result<T, JournalError>, what: &str) {
+    assert!(
+        matches!(result, Err(JournalError::Closed)),
+        "{what} after close: {result:?}"
+    );
+}
+
+/// After `close`, every operation on any clone fails with `Closed`, and tails end. On
+/// SQLite the lease operations still wrote (a claim after close took a lease, with the
+/// connection close was to have closed); on PostgreSQL reads and lease operations failed
+/// with a database error about a closed pool; and every backend's tails yielded the error
+/// at every poll, forever.
+async fn a_closed_journal_refuses_every_later_operation_alike(f: Fixture) {
+    let j = &f.journal;
+    j.append(NewEvent::new("t", "k", json!({})).with_dedup_key("a"))
+        .await
+        .unwrap();
+    j.offer_lease("l", &json!({})).await.unwrap();
+    let mut tail = j.tail("t", 0);
+    let mut kind_tail = j.tail_kind("t", "k", 0);
+    let mut all = j.tail_all(Position::START);
+    tail.next().await.unwrap().unwrap();
+    kind_tail.next().await.unwrap().unwrap();
+    all.next().await.unwrap().unwrap();
+    let lease = j
+        .claim_lease("", "me", Duration::from_secs(60))
+        .await
+        .unwrap()
+        .unwrap();
+    let clone: Journal = j.clone();
+    j.close().await;
+
+    let ttl = Duration::from_secs(60);
+    closed(
+        clone.append(NewEvent::new("t", "k", json!({}))).await,
+        "append",
+    );
+    closed(clone.replay("t", 0).await, "replay");
+    closed(clone.threads().await, "threads");
+    closed(clone.last_seq("t").await, "last_seq");
+    closed(clone.find_by_dedup_key("t", "a").await, "find_by_dedup_key");
+    closed(clone.last_of_kind("t", "k").await, "last_of_kind");
+    closed(clone.offer_lease("m", &json!({})).await, "offer_lease");
+    closed(clone.put_lease("m", None, &json!({})).await, "put_lease");
+    closed(clone.claim_lease("", "you", ttl).await, "claim_lease");
+    closed(clone.reclaim_lease("l", "me", ttl).await, "reclaim_lease");
+    closed(clone.renew_lease(&lease, ttl, None).await, "renew_lease");
+    closed(
+        clone
+            .release_lease(&lease, LeaseStatus::Open, &json!({}))
+            .await,
+        "release_lease",
+    );
+    closed(clone.leases("").await, "leases");
+    for (tail, what) in [(&mut tail, "tail"), (&mut kind_tail, "tail_kind")] {
+        closed(tail.next().await.unwrap(), what);
+        assert!(tail.next().await.is_none(), "{what} ends");
+    }
+    closed(all.next().await.unwrap(), "tail_all");
+    assert!(all.next().await.is_none(), "tail_all ends");
 }
