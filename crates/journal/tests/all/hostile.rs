@@ -284,3 +284,43 @@ async fn a_closed_journal_refuses_every_later_operation_alike(f: Fixture) {
     closed(all.next().await.unwrap(), "tail_all");
     assert!(all.next().await.is_none(), "tail_all ends");
 }
+
+/// A thread whose seqs end at the largest there is (a database edited by hand: appends
+/// refuse to go past it with `SeqsExhausted`) still replays whole. A long replay is read
+/// as seq ranges in parallel, and the last range's end was computed past `i64::MAX`: an
+/// overflow panic in a debug build, and in a release build a wrapped, empty range.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_a_long_replay_of_seqs_up_to_the_largest_is_whole() {
+    let f = support::sqlite(Default::default()).await;
+    let j = &f.journal;
+    // Long enough to be read in parallel ranges; the rest after the first page spans an
+    // even number of seqs, which took the last range one past its end.
+    let events = 20_301;
+    for chunk in (0..events).collect::<Vec<_>>().chunks(4000) {
+        let batch = chunk
+            .iter()
+            .map(|n| NewEvent::new("t", "k", json!({ "n": n })))
+            .collect();
+        j.append_batch(batch).await.unwrap();
+    }
+    j.close().await;
+    let path = f.url.strip_prefix("sqlite://").unwrap();
+    let conn = rusqlite::Connection::open(path).unwrap();
+    let shift = i64::MAX - i64::try_from(events).unwrap();
+    conn.execute("UPDATE journal_events SET seq = seq + ?1", [shift])
+        .unwrap();
+    conn.execute("UPDATE journal_head SET seq = ?1", [i64::MAX])
+        .unwrap();
+    drop(conn);
+
+    let j = Journal::open(&f.url).await.unwrap();
+    let replayed = j.replay("t", 0).await.unwrap();
+    assert_eq!(replayed.len(), events);
+    assert_eq!(replayed.last().unwrap().seq, i64::MAX);
+    assert!(replayed.windows(2).all(|w| w[1].seq == w[0].seq + 1));
+    let err = j
+        .append(NewEvent::new("t", "k", json!({})))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, JournalError::SeqsExhausted { .. }), "{err}");
+}

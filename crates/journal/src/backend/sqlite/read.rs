@@ -204,7 +204,8 @@ impl Reader {
         let mut first = Some(first);
         let reads = (0..parts as i64).map(|i| {
             let from = low - 1 + i * span;
-            let to = (from + span).min(high);
+            // Saturating: the last range may reach one past `high`, which can be `i64::MAX`.
+            let to = from.saturating_add(span).min(high);
             let into = match first.take() {
                 Some(mut events) => {
                     events.reserve(expected(high - after).min(MAX_PRESIZED));
