@@ -12,8 +12,9 @@ pub struct GlobalArgs {
     /// path; `memory:` keeps the journal in this process only (journal and runtime commands;
     /// history and memory refuse it). Default: a SQLite file under the user's data
     /// directory, created on first use. Commands that keep nothing do not open it: mock,
-    /// probe, demo gui and orchestrate, and the api stories (except a steer tied to a
-    /// runtime turn, see `api steer --help`). Passwords in it are masked in every message.
+    /// probe, trust, sandbox, demo gui and orchestrate, a `codex run` told not to journal,
+    /// and the api stories (except a steer tied to a runtime turn, see `api steer --help`).
+    /// Passwords in it are masked in every message.
     #[arg(
         long,
         global = true,

@@ -294,3 +294,37 @@ fn history_append_of_bad_items_is_a_usage_error() {
     );
     assert_eq!(ok.status.code(), Some(0), "{}", text(&ok.stderr));
 }
+
+/// `--db`'s help lists the commands that keep nothing and so never open the database; a
+/// `--db` no journal understands must not fail them. `trust` and `sandbox` were missing
+/// from the list.
+#[test]
+fn commands_that_keep_nothing_do_not_open_the_database() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let help = run(d, "bogus://x", &["runs", "list", "--help"]);
+    let help = text(&help.stdout)
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    assert!(
+        help.contains("do not open it: mock, probe, trust, sandbox, demo gui and orchestrate"),
+        "{help}"
+    );
+    for args in [
+        &["trust", "--list"][..],
+        &["sandbox", "--mode", "off", "--", "true"],
+        &["demo", "gui"],
+        &["demo", "orchestrate"],
+    ] {
+        let out = run(d, "bogus://x", args);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{args:?}: {}",
+            text(&out.stderr)
+        );
+    }
+    let out = run(d, "bogus://x", &["runs", "list"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+}
