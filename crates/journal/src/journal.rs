@@ -240,7 +240,8 @@ impl Journal {
     /// the thread lies between. Seqs of a batch's deduplicated or refused events are left
     /// unused.)
     /// Returns one acknowledgement per event, in the same order. The events together may
-    /// hold at most [`MAX_APPEND_BYTES`](crate::MAX_APPEND_BYTES) (else
+    /// hold at most [`MAX_APPEND_BYTES`](crate::MAX_APPEND_BYTES) and write to at most
+    /// [`MAX_APPEND_THREADS`](crate::MAX_APPEND_THREADS) threads (else
     /// [`JournalError::InvalidInput`], nothing written).
     ///
     /// # Cancel safety

@@ -98,9 +98,22 @@ pub(crate) fn check_event(
     })
 }
 
+/// Most threads one append ([`Journal::append_batch`](crate::Journal::append_batch)) may
+/// write to. PostgreSQL takes a lock per thread a transaction writes, from a table the
+/// whole server shares (64 locks per connection by default): an append to some 20,000
+/// threads failed there with "out of shared memory", and latched the writer.
+pub const MAX_APPEND_THREADS: usize = 1024;
+
 /// [`JournalError::InvalidInput`] when the events of one append hold more than
-/// [`MAX_APPEND_BYTES`].
+/// [`MAX_APPEND_BYTES`] or write to more than [`MAX_APPEND_THREADS`] threads.
 pub(crate) fn check_append(events: &[Prepared]) -> Result<(), JournalError> {
+    let threads = distinct_threads(events);
+    if threads > MAX_APPEND_THREADS {
+        return Err(JournalError::invalid(
+            "events",
+            format!("write to {threads} threads, the limit of one append is {MAX_APPEND_THREADS}"),
+        ));
+    }
     let bytes = events.iter().map(Prepared::bytes).sum::<usize>();
     if bytes > MAX_APPEND_BYTES {
         return Err(JournalError::invalid(
@@ -109,6 +122,19 @@ pub(crate) fn check_append(events: &[Prepared]) -> Result<(), JournalError> {
         ));
     }
     Ok(())
+}
+
+/// The distinct threads `events` write to.
+fn distinct_threads(events: &[Prepared]) -> usize {
+    match events {
+        [] => 0,
+        [_] => 1,
+        _ => {
+            let threads: std::collections::HashSet<&str> =
+                events.iter().map(|e| e.thread.as_str()).collect();
+            threads.len()
+        }
+    }
 }
 
 /// [`JournalError::InvalidInput`] for `field` when `json` nests deeper than any read of it

@@ -6,8 +6,8 @@ use crate::support;
 use std::time::Duration;
 
 use agent_journal::{
-    Journal, JournalError, Lease, LeaseStatus, MAX_APPEND_BYTES, MAX_PAYLOAD_BYTES, NewEvent,
-    Payload, Position,
+    Journal, JournalError, Lease, LeaseStatus, MAX_APPEND_BYTES, MAX_APPEND_THREADS,
+    MAX_PAYLOAD_BYTES, NewEvent, Payload, Position,
 };
 use futures::StreamExt as _;
 use serde_json::json;
@@ -16,6 +16,7 @@ use support::{Fixture, defaults};
 
 agent_testkit::backend_tests!(defaults, [sqlite, postgres, memory]:
     an_append_of_more_than_the_size_limit_is_refused_and_one_within_it_written,
+    an_append_to_more_than_the_thread_limit_is_refused_and_one_within_it_written,
     leases_take_the_longest_ttls_alike,
     names_holding_nul_are_refused_by_every_read_alike,
     a_closed_journal_refuses_every_later_operation_alike,
@@ -323,4 +324,51 @@ async fn sqlite_a_long_replay_of_seqs_up_to_the_largest_is_whole() {
         .await
         .unwrap_err();
     assert!(matches!(err, JournalError::SeqsExhausted { .. }), "{err}");
+}
+
+/// An append takes a PostgreSQL lock per thread it writes, from a lock table the whole
+/// server shares: one append to 40,000 threads failed there with "out of shared memory"
+/// and latched the writer. `MAX_APPEND_THREADS` bounds one append on every backend alike.
+async fn an_append_to_more_than_the_thread_limit_is_refused_and_one_within_it_written(f: Fixture) {
+    let j = &f.journal;
+    let to = |threads: usize| -> Vec<NewEvent> {
+        (0..threads)
+            .map(|n| NewEvent::new(format!("t{n}"), "k", json!({})))
+            .collect()
+    };
+    let err = j.append_batch(to(40_000)).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            JournalError::InvalidInput {
+                field: "events",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    let err = j
+        .append_batch(to(MAX_APPEND_THREADS + 1))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            JournalError::InvalidInput {
+                field: "events",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(j.threads().await.unwrap().is_empty());
+    // Many events of few threads are not many threads.
+    let mut within = to(MAX_APPEND_THREADS);
+    within.extend(to(MAX_APPEND_THREADS));
+    assert_eq!(
+        j.append_batch(within).await.unwrap().len(),
+        2 * MAX_APPEND_THREADS
+    );
+    assert!(!j.writer_failed());
+    assert_eq!(j.threads().await.unwrap().len(), MAX_APPEND_THREADS);
 }
