@@ -28,7 +28,9 @@ pub struct ServeArgs {
     /// Address to listen on, on loopback only (port 0 picks a free one).
     #[arg(long, default_value = "127.0.0.1:0")]
     pub addr: String,
-    /// A script file (see fixtures/responses/README.md); default: echo every conversation.
+    /// A script file (see fixtures/responses/README.md). Default: HTTP echoes every
+    /// conversation; the WebSocket mode calls the first function tool offered with a
+    /// `query` and then answers with text (the steering story, see the README).
     #[arg(long, value_name = "FILE", conflicts_with = "fixture")]
     pub script: Option<PathBuf>,
     /// A built-in fixture instead of a file: direct, ptc, async, compact (the `api`
