@@ -141,17 +141,26 @@ pub async fn run(global: &GlobalArgs, cmd: MemoryCmd) -> anyhow::Result<std::pro
                 )?;
             } else {
                 line(&format!(
-                    "added {} ({}/{} = {}){}",
-                    evidence.source,
-                    evidence.project,
-                    evidence.key,
-                    evidence.value,
-                    if consolidated.is_some() {
-                        "; memory updated"
-                    } else {
-                        ""
-                    }
+                    "added {} ({}/{} = {})",
+                    field(&evidence.source),
+                    field(&evidence.project),
+                    field(&evidence.key),
+                    field(&evidence.value),
                 ))?;
+                // What memory holds for the key now: unconfirmed or older evidence leaves
+                // it as it was, so "updated" would not be true of every add.
+                if consolidated.is_some() {
+                    let now = store
+                        .recall(&evidence.project, unix_now(), i64::MAX)
+                        .await?
+                        .into_iter()
+                        .find(|e| e.key == evidence.key);
+                    line(&remembered_line(
+                        &evidence.project,
+                        &evidence.key,
+                        now.as_ref(),
+                    ))?;
+                }
             }
         }
         MemoryCmd::Revoke {
@@ -191,16 +200,11 @@ pub async fn run(global: &GlobalArgs, cmd: MemoryCmd) -> anyhow::Result<std::pro
                     revoked.source, revoked.project, revoked.key
                 ))?;
                 if consolidated.is_some() {
-                    match now_remembered {
-                        Some(e) => line(&format!(
-                            "{}/{} is now {} (from {})",
-                            e.project, e.key, e.value, e.source
-                        ))?,
-                        None => line(&format!(
-                            "{}/{} is no longer remembered",
-                            revoked.project, revoked.key
-                        ))?,
-                    }
+                    line(&remembered_line(
+                        &revoked.project,
+                        &revoked.key,
+                        now_remembered.as_ref(),
+                    ))?;
                 }
             }
         }
@@ -259,6 +263,21 @@ async fn consolidate_unless(
         Ok(None)
     } else {
         Ok(Some(store.consolidate().await?))
+    }
+}
+
+/// `P/K is now V (from S)`, or `P/K is not remembered`: what memory holds for a key after
+/// a consolidation.
+fn remembered_line(project: &str, key: &str, now: Option<&MemoryEntry>) -> String {
+    match now {
+        Some(e) => format!(
+            "{}/{} is now {} (from {})",
+            field(project),
+            field(key),
+            field(&e.value),
+            field(&e.source)
+        ),
+        None => format!("{}/{} is not remembered", field(project), field(key)),
     }
 }
 

@@ -477,3 +477,38 @@ fn memory_listings_keep_a_value_on_its_line() {
     let json = stdout_ok(agentctl(&db).args(["--json", "memory", "evidence", "--project", "p"]));
     assert_eq!(json_lines(&json)[0]["value"], "a\nb\tc\\n");
 }
+
+/// `memory add` says what memory holds for the key afterwards: newer evidence wins, older
+/// or unconfirmed evidence leaves the key as it was (it used to print "memory updated"
+/// after every add, also when nothing changed).
+#[test]
+fn memory_add_says_what_the_key_holds_afterwards() {
+    let (_dir, db) = temp_db("add.db");
+    let add = |source: &str, value: &str, at: &str, extra: &[&str]| {
+        let out = stdout_ok(
+            agentctl(&db)
+                .args(["memory", "add", "--source", source, "--project", "p"])
+                .args(["--key", "jdk", "--value", value, "--observed", at])
+                .args(extra),
+        );
+        String::from_utf8(out).unwrap()
+    };
+    let unconfirmed = add("u", "21", "20", &["--unconfirmed"]);
+    assert!(
+        unconfirmed.starts_with("added u (p/jdk = 21)\n"),
+        "{unconfirmed}"
+    );
+    assert!(
+        unconfirmed.contains("p/jdk is not remembered"),
+        "{unconfirmed}"
+    );
+    let newer = add("r2", "17", "10", &[]);
+    assert!(newer.contains("p/jdk is now 17 (from r2)"), "{newer}");
+    let older = add("r1", "8", "1", &[]);
+    assert!(older.contains("p/jdk is now 17 (from r2)"), "{older}");
+    let quiet = add("r3", "11", "5", &["--no-consolidate"]);
+    assert_eq!(quiet, "added r3 (p/jdk = 11)\n");
+    let out = stdout_ok(agentctl(&db).args(["memory", "revoke", "r2"]));
+    let revoked = String::from_utf8(out).unwrap();
+    assert!(revoked.contains("p/jdk is now 11 (from r3)"), "{revoked}");
+}
