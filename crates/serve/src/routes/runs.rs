@@ -15,6 +15,7 @@ use serde_json::{Value, json};
 use agent_host::run::table::{runs_table, status_with_lease};
 use agent_host::run::view::{RunView, now_ms};
 use agent_host::run::{self, RunStatus, kinds};
+use agent_journal::{Event, JournalError};
 
 use crate::app::App;
 use crate::error::ApiError;
@@ -158,31 +159,52 @@ pub(crate) async fn stream(
             ),
         )
     })?;
-    let mut conv = Converter::primed(&app.journal, &id, after).await?;
+    let conv = Converter::primed(&app.journal, &id, after).await?;
     let events = agent_host::follow::follow_thread(&app.journal, &kinds::thread_of(&id), after);
-    let stream = events
-        .map(move |event| {
+    let stream = messages(events, conv)
+        .map(move |message| {
             // The permit lives as long as the stream.
             let _held = &permit;
-            Ok(match event {
-                Ok(event) => {
-                    let api = conv.convert(&event);
-                    match SseEvent::default()
-                        .id(api.seq.to_string())
-                        .event("run_event")
-                        .json_data(&api)
-                    {
-                        Ok(sse) => sse,
-                        Err(err) => SseEvent::default().comment(format!("unencodable: {err}")),
-                    }
-                }
-                Err(err) => SseEvent::default()
-                    .event("error")
-                    .data(json!({"message": err.to_string()}).to_string()),
-            })
+            Ok(message)
         })
         .boxed();
     Ok(Sse::new(stream).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))))
+}
+
+/// The SSE messages of a run's `events`: a `run_event` for each, and for an error (one
+/// that reading again cannot mend: a corrupt stored event) one `error` message, after
+/// which the stream ends, as `follow_thread` asks of its callers. The journal's tail
+/// reports such an error again at every poll; a stream that went on would send it several
+/// times a second for as long as the client stayed.
+fn messages(
+    events: impl Stream<Item = Result<Event, JournalError>>,
+    mut conv: Converter,
+) -> impl Stream<Item = SseEvent> {
+    events.scan(false, move |failed, event| {
+        if *failed {
+            return std::future::ready(None);
+        }
+        let message = match event {
+            Ok(event) => {
+                let api = conv.convert(&event);
+                match SseEvent::default()
+                    .id(api.seq.to_string())
+                    .event("run_event")
+                    .json_data(&api)
+                {
+                    Ok(sse) => sse,
+                    Err(err) => SseEvent::default().comment(format!("unencodable: {err}")),
+                }
+            }
+            Err(err) => {
+                *failed = true;
+                SseEvent::default()
+                    .event("error")
+                    .data(json!({"message": err.to_string()}).to_string())
+            }
+        };
+        std::future::ready(Some(message))
+    })
 }
 
 #[derive(Debug, Deserialize)]
@@ -216,4 +238,46 @@ pub(crate) async fn search(
                 other => ApiError::internal(other.to_string()),
             })?;
     Ok(Json(json!({ "hits": hits })))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+
+    fn event(seq: i64) -> Event {
+        Event {
+            seq,
+            thread: Arc::from("run:r1"),
+            kind: Arc::from("turn.started"),
+            payload: json!({}),
+            at: 0,
+            dedup_key: None,
+            epoch: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_stream_ends_after_its_first_error() {
+        let journal = agent_journal::Journal::open("memory:").await.unwrap();
+        let conv = Converter::primed(&journal, "r1", 0).await.unwrap();
+        let corrupt = || JournalError::CorruptPayload {
+            seq: 2,
+            source: serde_json::from_str::<Value>("{").unwrap_err(),
+        };
+        // The journal's tail: an event, then the same error at every poll.
+        let events = futures::stream::iter([Ok(event(1)), Err(corrupt()), Err(corrupt())])
+            .chain(futures::stream::pending());
+        let sent: Vec<SseEvent> = tokio::time::timeout(
+            Duration::from_secs(5),
+            messages(events, conv).collect::<Vec<_>>(),
+        )
+        .await
+        .expect("the stream did not end after the error");
+        let shown: Vec<String> = sent.iter().map(|m| format!("{m:?}")).collect();
+        assert_eq!(sent.len(), 2, "{shown:?}");
+        assert!(shown[0].contains("run_event"), "{shown:?}");
+        assert!(shown[1].contains("error"), "{shown:?}");
+    }
 }
