@@ -3,7 +3,8 @@
 //! Invariants: events come in `seq` order with none skipped (the journal's tail guarantees
 //! it, retrying a failed read itself); a failed read is logged and retried, never shown as
 //! an event; a refused request (an invalid thread name) or a corrupt stored event is
-//! yielded once, since it will not get better, and the caller should stop there.
+//! yielded once, since it will not get better, and the stream ends there (the journal's
+//! tail would report it again at every poll).
 
 use agent_journal::{Event, Journal, JournalError};
 use futures::{Stream, StreamExt as _};
@@ -18,9 +19,21 @@ pub fn follow_thread(
     thread: &str,
     after: i64,
 ) -> impl Stream<Item = Result<Event, JournalError>> + Send + use<> {
-    journal
-        .tail(thread, after)
-        .filter_map(|next| std::future::ready(keep_fatal(next)))
+    until_fatal(journal.tail(thread, after))
+}
+
+/// `tail` without its transient errors, ending after its first fatal one.
+fn until_fatal(
+    tail: impl Stream<Item = Result<Event, JournalError>>,
+) -> impl Stream<Item = Result<Event, JournalError>> {
+    tail.filter_map(|next| std::future::ready(keep_fatal(next)))
+        .scan(false, |ended, next| {
+            if *ended {
+                return std::future::ready(None);
+            }
+            *ended = next.is_err();
+            std::future::ready(Some(next))
+        })
 }
 
 /// Drops transient read errors (the tail retries them) and keeps events and what retrying
@@ -37,5 +50,55 @@ fn keep_fatal(next: Result<Event, JournalError>) -> Option<Result<Event, Journal
             tracing::warn!(%err, "journal follow: read failed; retrying");
             None
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use super::*;
+
+    fn event(seq: i64) -> Event {
+        Event {
+            seq,
+            thread: Arc::from("t"),
+            kind: Arc::from("k"),
+            payload: serde_json::Value::Null,
+            at: 0,
+            dedup_key: None,
+            epoch: None,
+        }
+    }
+
+    fn corrupt() -> JournalError {
+        JournalError::CorruptPayload {
+            seq: 2,
+            source: serde_json::from_str::<serde_json::Value>("{").unwrap_err(),
+        }
+    }
+
+    /// The journal's tail reports a corrupt event at every poll; a follower shows it once
+    /// and ends (every caller used to have to stop by itself, and one did not).
+    #[tokio::test]
+    async fn a_fatal_error_is_yielded_once_and_ends_the_stream() {
+        let tail = futures::stream::iter([
+            Ok(event(1)),
+            Err(JournalError::Closed),
+            Err(corrupt()),
+            Err(corrupt()),
+            Ok(event(3)),
+        ])
+        .chain(futures::stream::pending());
+        let seen = tokio::time::timeout(
+            Duration::from_secs(5),
+            until_fatal(tail).collect::<Vec<_>>(),
+        )
+        .await
+        .expect("the stream did not end after the fatal error");
+        assert_eq!(seen.len(), 2, "{seen:?}");
+        assert_eq!(seen[0].as_ref().map(|e| e.seq).ok(), Some(1));
+        assert!(matches!(seen[1], Err(JournalError::CorruptPayload { .. })));
     }
 }

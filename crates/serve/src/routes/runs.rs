@@ -173,9 +173,10 @@ pub(crate) async fn stream(
 
 /// The SSE messages of a run's `events`: a `run_event` for each, and for an error (one
 /// that reading again cannot mend: a corrupt stored event) one `error` message, after
-/// which the stream ends, as `follow_thread` asks of its callers. The journal's tail
-/// reports such an error again at every poll; a stream that went on would send it several
-/// times a second for as long as the client stayed.
+/// which the stream ends (`follow_thread` ends there too; this keeps the rule for any
+/// stream it is given). The journal's tail reports such an error again at every poll; a
+/// stream that went on would send it several times a second for as long as the client
+/// stayed.
 fn messages(
     events: impl Stream<Item = Result<Event, JournalError>>,
     mut conv: Converter,
