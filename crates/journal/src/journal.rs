@@ -518,7 +518,7 @@ impl Journal {
             let (up, connected) = watch::channel(false);
             if tokio::runtime::Handle::try_current().is_ok() {
                 backend::postgres::spawn_listener(
-                    reader.pool().clone(),
+                    reader.pool(),
                     reader.own_sender(),
                     Arc::downgrade(&self.inner.commits),
                     stopped,
@@ -548,8 +548,7 @@ impl Journal {
         if let Writer::Queue(queue) = &self.inner.writer {
             queue.close().await;
         }
-        // The LISTEN connection is one of the read pool's: stopped first, so that closing
-        // the pool does not wait for it.
+        // The LISTEN connection, its own pool's, is stopped with the journal.
         if let Some(listen) = self.inner.listen.get() {
             let _ = listen.stop.send(true);
         }

@@ -372,3 +372,42 @@ async fn an_append_to_more_than_the_thread_limit_is_refused_and_one_within_it_wr
     assert!(!j.writer_failed());
     assert_eq!(j.threads().await.unwrap().len(), MAX_APPEND_THREADS);
 }
+
+/// On PostgreSQL the first tail starts the journal's LISTEN connection, held for as long as
+/// the journal is open. It was taken from the read pool: with `read_connections: 1` (the
+/// least the option takes) it held the only one, and every read after it, the tail's own
+/// included, waited for a connection until it timed out, for good.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_tail_leaves_every_read_connection_to_reads() {
+    let options = agent_journal::JournalOptions {
+        read_connections: 1,
+        ..Default::default()
+    };
+    let Some(f) = support::postgres(options).await else {
+        return;
+    };
+    let j = &f.journal;
+    j.append(NewEvent::new("t", "k", json!({}))).await.unwrap();
+    let mut tail = j.tail("t", 0);
+    let first = tokio::time::timeout(Duration::from_secs(20), tail.next())
+        .await
+        .expect("the tail's read waited")
+        .unwrap();
+    assert_eq!(first.unwrap().seq, 1);
+    let read = tokio::time::timeout(Duration::from_secs(20), j.replay("t", 0)).await;
+    assert_eq!(read.expect("a read waited").unwrap().len(), 1);
+    assert!(j.leases("").await.unwrap().is_empty());
+    // The tail still sees what comes next.
+    let other = Journal::open(&f.url).await.unwrap();
+    other
+        .append(NewEvent::new("t", "k", json!({})))
+        .await
+        .unwrap();
+    let next = tokio::time::timeout(Duration::from_secs(20), tail.next())
+        .await
+        .expect("the tail saw nothing")
+        .unwrap();
+    assert_eq!(next.unwrap().seq, 2);
+    other.close().await;
+    j.close().await;
+}

@@ -6,13 +6,14 @@
 //! PostgreSQL's default `max_connections`.)
 //!
 //! Invariants:
-//! - At most one LISTEN connection per opened journal, however many tails it serves.
+//! - At most one LISTEN connection per opened journal, however many tails it serves, from
+//!   a pool of its own: the read pool's connections all serve reads.
 //! - A lost connection is reopened with a growing pause (up to 5 s); a notification sent
 //!   in between is missed, which the tails' polling (`tail_poll`) covers.
 //! - `connected` is true exactly while LISTEN is active; a new tail waits for it (within
 //!   its poll interval) before its first read, so a commit after that read is notified.
-//! - The task ends when the journal is closed or dropped (its stop sender goes away),
-//!   without a warning: the pool closing under it is the close, not a lost connection.
+//! - The task ends, closing its connection, when the journal is closed or dropped (its
+//!   stop sender goes away), without a warning.
 //! - Notifications this journal sent are skipped ([`OwnSender`]): its commits woke its
 //!   tails, with their kinds, when they committed.
 
@@ -20,7 +21,7 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use sqlx::PgPool;
-use sqlx::postgres::PgListener;
+use sqlx::postgres::{PgListener, PgPoolOptions};
 use tokio::sync::watch;
 
 use super::CHANNEL;
@@ -31,63 +32,88 @@ const FIRST_PAUSE: Duration = Duration::from_millis(100);
 const MAX_PAUSE: Duration = Duration::from_secs(5);
 
 /// Starts the listener task; it stops when `stop` changes or its sender is dropped.
+///
+/// LISTEN holds its connection for as long as it is active, so it is made by a pool of one
+/// of its own, with the read pool's options: taken from the read pool, it left one read
+/// fewer than [`read_connections`](crate::JournalOptions::read_connections) says, and with
+/// `read_connections: 1` none: every read and every tail then timed out, for good.
 pub(crate) fn spawn(
-    pool: PgPool,
+    pool: &PgPool,
     own: Arc<OwnSender>,
     commits: Weak<Commits>,
-    mut stop: watch::Receiver<bool>,
+    stop: watch::Receiver<bool>,
     connected: watch::Sender<bool>,
 ) {
+    let options = (*pool.connect_options()).clone();
     tokio::spawn(async move {
-        let mut pause = FIRST_PAUSE;
-        loop {
-            let attempt = tokio::select! {
-                _ = stop.changed() => return,
-                attempt = connect(&pool) => attempt,
-            };
-            match attempt {
-                Ok(mut listener) => {
-                    pause = FIRST_PAUSE;
-                    own.listener_connected();
-                    connected.send_replace(true);
-                    loop {
-                        let note = tokio::select! {
-                            _ = stop.changed() => return,
-                            note = listener.recv() => note,
-                        };
-                        match note {
-                            Ok(note) if own.is_own(note.process_id()) => {}
-                            Ok(note) => {
-                                let Some(commits) = commits.upgrade() else {
-                                    return;
-                                };
-                                commits.publish([(note.payload(), None)]);
+        let pool = PgPoolOptions::new()
+            .max_connections(1)
+            .max_lifetime(None)
+            .idle_timeout(None)
+            .connect_lazy_with(options);
+        listen(&pool, &own, &commits, stop, &connected).await;
+        // The listener, and with it the connection, was dropped as `listen` returned.
+        pool.close().await;
+    });
+}
+
+/// LISTENs on `pool`'s connection, reconnecting when it is lost, until `stop` changes or
+/// its sender is dropped.
+async fn listen(
+    pool: &PgPool,
+    own: &OwnSender,
+    commits: &Weak<Commits>,
+    mut stop: watch::Receiver<bool>,
+    connected: &watch::Sender<bool>,
+) {
+    let mut pause = FIRST_PAUSE;
+    loop {
+        let attempt = tokio::select! {
+            _ = stop.changed() => return,
+            attempt = connect(pool) => attempt,
+        };
+        match attempt {
+            Ok(mut listener) => {
+                pause = FIRST_PAUSE;
+                own.listener_connected();
+                connected.send_replace(true);
+                loop {
+                    let note = tokio::select! {
+                        _ = stop.changed() => return,
+                        note = listener.recv() => note,
+                    };
+                    match note {
+                        Ok(note) if own.is_own(note.process_id()) => {}
+                        Ok(note) => {
+                            let Some(commits) = commits.upgrade() else {
+                                return;
+                            };
+                            commits.publish([(note.payload(), None)]);
+                        }
+                        Err(err) => {
+                            connected.send_replace(false);
+                            if closing(&stop, &err) {
+                                return;
                             }
-                            Err(err) => {
-                                connected.send_replace(false);
-                                if closing(&stop, &err) {
-                                    return;
-                                }
-                                tracing::warn!(%err, "journal LISTEN connection lost; tails poll until it is back");
-                                break;
-                            }
+                            tracing::warn!(%err, "journal LISTEN connection lost; tails poll until it is back");
+                            break;
                         }
                     }
                 }
-                Err(err) => {
-                    if closing(&stop, &err) {
-                        return;
-                    }
-                    tracing::warn!(%err, "journal LISTEN failed; tails poll until it connects");
+            }
+            Err(err) => {
+                if closing(&stop, &err) {
+                    return;
                 }
+                tracing::warn!(%err, "journal LISTEN failed; tails poll until it connects");
             }
-            tokio::select! {
-                _ = stop.changed() => return,
-                () = tokio::time::sleep(pause) => {}
-            }
-            pause = (pause * 2).min(MAX_PAUSE);
         }
-    });
+        tokio::select! {
+            _ = stop.changed() => return,
+            () = tokio::time::sleep(pause) => {}
+        }
+        pause = (pause * 2).min(MAX_PAUSE);
+    }
 }
 
 /// Whether `err` is the journal closing rather than a lost connection: the close asks the
