@@ -85,7 +85,11 @@ impl Bound {
     /// handing to programs whose arguments other local users can read (`xdg-open`, a
     /// browser), where the token itself must not go.
     pub fn one_time_link(&self) -> String {
-        format!("http://{}/?code={}", self.addr, self.app.once.issue())
+        format!(
+            "http://{}/?code={}",
+            link_addr(self.addr),
+            self.app.once.issue()
+        )
     }
 
     /// Other bounds on connections than [`Limits::default`] (most at once, idle time).
@@ -113,7 +117,11 @@ pub async fn bind(
     let listener = tokio::net::TcpListener::bind(listen).await?;
     let addr = listener.local_addr()?;
     let hosts = allowed_hosts(addr, &options.allowed_hosts);
-    let link = format!("http://{addr}/?token={}", options.token.reveal());
+    let link = format!(
+        "http://{}/?token={}",
+        link_addr(addr),
+        options.token.reveal()
+    );
     let app = Arc::new(app::App {
         journal,
         token: options.token,
@@ -196,9 +204,34 @@ fn router(app: Arc<app::App>) -> Router {
         .with_state(app)
 }
 
+/// The address a link names for a server listening on `addr`: an address every interface
+/// is (`0.0.0.0`, `::`) is no address a browser can open, so its loopback one stands in
+/// (the server listens there too, and the `Host` check accepts it).
+fn link_addr(addr: SocketAddr) -> SocketAddr {
+    let ip = match addr.ip() {
+        std::net::IpAddr::V4(ip) if ip.is_unspecified() => std::net::Ipv4Addr::LOCALHOST.into(),
+        std::net::IpAddr::V6(ip) if ip.is_unspecified() => std::net::Ipv6Addr::LOCALHOST.into(),
+        ip => ip,
+    };
+    SocketAddr::new(ip, addr.port())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_link_names_loopback_for_a_server_on_every_interface() {
+        for (listen, named) in [
+            ("0.0.0.0:4000", "127.0.0.1:4000"),
+            ("[::]:4000", "[::1]:4000"),
+            ("127.0.0.1:4000", "127.0.0.1:4000"),
+            ("192.0.2.7:4000", "192.0.2.7:4000"),
+        ] {
+            let addr: SocketAddr = listen.parse().unwrap();
+            assert_eq!(link_addr(addr).to_string(), named, "{listen}");
+        }
+    }
 
     #[test]
     fn a_server_on_every_interface_is_named_by_the_loopback_names_too() {
