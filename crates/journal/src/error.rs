@@ -107,7 +107,8 @@ pub enum JournalError {
     WriterFailed(String),
 
     /// The journal was opened read-only ([`Access::ReadOnly`], or
-    /// [`Access::ReadOnlyWhenUnwritable`] on a database it cannot write): it refuses appends.
+    /// [`Access::ReadOnlyWhenUnwritable`] on a database it cannot write): it refuses appends
+    /// and lease writes.
     ///
     /// [`Access::ReadOnly`]: crate::Access::ReadOnly
     /// [`Access::ReadOnlyWhenUnwritable`]: crate::Access::ReadOnlyWhenUnwritable

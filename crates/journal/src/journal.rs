@@ -142,7 +142,8 @@ impl Journal {
     /// Opens the journal at `url` read-only ([`Access::ReadOnly`]): for inspecting a journal
     /// that this process cannot or must not write (an archived file of mode 444 in a
     /// directory of mode 555, a read-only mount). Nothing is written to the database, no
-    /// schema step is applied, and appends fail with [`JournalError::ReadOnly`].
+    /// schema step is applied, and appends and lease writes fail with
+    /// [`JournalError::ReadOnly`].
     ///
     /// # Cancel safety
     ///

@@ -141,6 +141,18 @@ impl Journal {
         Ok(&self.inner.leases)
     }
 
+    /// The lease table to write, or [`JournalError::ReadOnly`] when the journal was opened
+    /// read-only (as for appends; each database refused the write with an error of its own).
+    fn writable_lease_table(&self) -> Result<&Backend, JournalError> {
+        let table = self.lease_table()?;
+        if self.is_read_only() {
+            return Err(JournalError::ReadOnly {
+                url: self.url().to_string(),
+            });
+        }
+        Ok(table)
+    }
+
     /// Creates the open, unclaimed lease `name` with `info` unless it exists; returns
     /// whether it was created.
     ///
@@ -154,7 +166,7 @@ impl Journal {
     pub async fn offer_lease(&self, name: &str, info: &Value) -> Result<bool, JournalError> {
         check_name(name)?;
         let info = encode_info(info)?;
-        match self.lease_table()? {
+        match self.writable_lease_table()? {
             Backend::Sqlite(conn) => sqlite::offer(conn, name, &info).await,
             Backend::Postgres(pool) => postgres::offer(pool, name, &info).await,
             Backend::Memory(memory) => in_memory::offer(memory, name, &info),
@@ -177,7 +189,7 @@ impl Journal {
     ) -> Result<(), JournalError> {
         check_name(name)?;
         let info = encode_info(info)?;
-        match self.lease_table()? {
+        match self.writable_lease_table()? {
             Backend::Sqlite(conn) => sqlite::put(conn, name, status, &info).await,
             Backend::Postgres(pool) => postgres::put(pool, name, status, &info).await,
             Backend::Memory(memory) => in_memory::put(memory, name, status, &info),
@@ -232,7 +244,7 @@ impl Journal {
     ) -> Result<Option<Lease>, JournalError> {
         check_name(holder)?;
         let ttl = ttl_ms(ttl);
-        match self.lease_table()? {
+        match self.writable_lease_table()? {
             Backend::Sqlite(conn) => sqlite::claim(conn, claim, holder, ttl).await,
             Backend::Postgres(pool) => postgres::claim(pool, claim, holder, ttl).await,
             Backend::Memory(memory) => in_memory::claim(memory, claim, holder, ttl),
@@ -256,7 +268,7 @@ impl Journal {
         check_name(&lease.name)?;
         let info = info.map(encode_info).transpose()?;
         let ttl = ttl_ms(ttl);
-        let expires_at = match self.lease_table()? {
+        let expires_at = match self.writable_lease_table()? {
             Backend::Sqlite(conn) => sqlite::renew(conn, lease, ttl, info).await?,
             Backend::Postgres(pool) => postgres::renew(pool, lease, ttl, info).await?,
             Backend::Memory(memory) => in_memory::renew(memory, lease, ttl, info)?,
@@ -284,7 +296,7 @@ impl Journal {
     ) -> Result<(), JournalError> {
         check_name(&lease.name)?;
         let info = encode_info(info)?;
-        match self.lease_table()? {
+        match self.writable_lease_table()? {
             Backend::Sqlite(conn) => sqlite::release(conn, lease, status, &info).await,
             Backend::Postgres(pool) => postgres::release(pool, lease, status, &info).await,
             Backend::Memory(memory) => in_memory::release(memory, lease, status, &info),

@@ -21,6 +21,9 @@ agent_testkit::backend_tests!(defaults, [sqlite, postgres, memory]:
     names_holding_nul_are_refused_by_every_read_alike,
     a_closed_journal_refuses_every_later_operation_alike,
 );
+agent_testkit::backend_tests!(defaults, [sqlite, postgres]:
+    a_read_only_journal_refuses_lease_writes_as_it_refuses_appends,
+);
 agent_testkit::backend_tests!(defaults, [postgres]:
     large_appends_too_many_for_one_statement_are_committed_in_several,
     names_are_listed_in_byte_order_whatever_the_database_s_collation,
@@ -409,5 +412,40 @@ async fn postgres_a_tail_leaves_every_read_connection_to_reads() {
         .unwrap();
     assert_eq!(next.unwrap().seq, 2);
     other.close().await;
+    j.close().await;
+}
+
+fn read_only<T: std::fmt::Debug>(result: Result<T, JournalError>, what: &str) {
+    assert!(
+        matches!(result, Err(JournalError::ReadOnly { .. })),
+        "{what} on a read-only journal: {result:?}"
+    );
+}
+
+/// A journal opened read-only refuses appends with `ReadOnly`; its lease writes reached
+/// the database, which refused them with an error of its own (SQLite: "attempt to write a
+/// readonly database", PostgreSQL: "cannot execute INSERT in a read-only transaction").
+/// Now they are refused as appends are, before reaching it, and reads still answer.
+async fn a_read_only_journal_refuses_lease_writes_as_it_refuses_appends(f: Fixture) {
+    let ttl = Duration::from_secs(60);
+    f.journal.offer_lease("l", &json!({})).await.unwrap();
+    let lease = f.journal.claim_lease("", "me", ttl).await.unwrap().unwrap();
+    let j = Journal::open_read_only(&f.url).await.unwrap();
+    read_only(j.append(NewEvent::new("t", "k", json!({}))).await, "append");
+    read_only(j.offer_lease("m", &json!({})).await, "offer_lease");
+    read_only(j.put_lease("m", None, &json!({})).await, "put_lease");
+    read_only(j.claim_lease("", "you", ttl).await, "claim_lease");
+    read_only(j.reclaim_lease("l", "me", ttl).await, "reclaim_lease");
+    read_only(j.renew_lease(&lease, ttl, None).await, "renew_lease");
+    read_only(
+        j.release_lease(&lease, LeaseStatus::Open, &json!({})).await,
+        "release_lease",
+    );
+    let rows = j.leases("").await.unwrap();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(
+        (rows[0].holder.as_deref(), rows[0].epoch),
+        (Some("me"), lease.epoch)
+    );
     j.close().await;
 }
