@@ -16,6 +16,9 @@
 //! `response.steer`. A `latency` (`{"first_token_ms": 300, "tokens_per_second": 50}`), at
 //! the top or in a rule, makes replies take a model's time.
 
+mod check;
+mod reply_shape;
+
 use std::path::Path;
 
 use agent_responses::types::{Input, Item, MessageItem};
@@ -64,38 +67,47 @@ impl Script {
     /// the fields in order, is refused like an unknown field).
     pub fn from_json_str(text: &str) -> Result<Self, ScriptError> {
         let mut reader = serde_json::Deserializer::from_str(text);
-        let script = serde::Deserializer::deserialize_map(&mut reader, ObjectOnly)?;
+        let script = serde::Deserializer::deserialize_map(&mut reader, ObjectOnly)
+            .map_err(|err| Self::explain(text, err))?;
         reader.end()?;
         script.check()?;
         Ok(script)
     }
 
-    /// Refuses values that parse but cannot be used: a latency's rate, an error reply whose
-    /// status is not an error (400-599) or whose headers cannot be sent.
+    /// Refuses values that parse but cannot be used, naming the rule and the field: a
+    /// latency's rate, an error reply whose status is not an error (400-599) or whose
+    /// headers cannot be sent, a `status` no response ends with, a matcher that can never
+    /// match, a fault field that belongs to another kind of fault (see `script/check.rs`).
     pub fn check(&self) -> Result<(), ScriptError> {
-        for rule in &self.rules {
-            if let Reply::Error { error } = &rule.reply
-                && let Err(why) = error.check()
-            {
-                return Err(ScriptError::Invalid(if rule.name.is_empty() {
-                    why
-                } else {
-                    format!("rule `{}`: {why}", rule.name)
-                }));
-            }
+        for (index, rule) in self.rules.iter().enumerate() {
+            check::rule(rule).map_err(|why| {
+                ScriptError::Invalid(format!("{}: {why}", check::label(index, &rule.name)))
+            })?;
         }
-        let rules = self.rules.iter().map(|r| (r.name.as_str(), r.latency));
-        for (name, latency) in std::iter::once(("", self.latency)).chain(rules) {
-            if let Some(Err(why)) = latency.map(|l| l.check()) {
-                return Err(ScriptError::Invalid(if name.is_empty() {
-                    why
-                } else {
-                    format!("rule `{name}`: {why}")
-                }));
-            }
+        if let Some(latency) = self.latency {
+            latency.check().map_err(ScriptError::Invalid)?;
         }
         Ok(())
     }
+
+    /// The rule a script that does not parse breaks, named, when one does: serde's own
+    /// error names a line and column only.
+    fn explain(text: &str, err: serde_json::Error) -> ScriptError {
+        let Ok(Value::Object(script)) = serde_json::from_str::<Value>(text) else {
+            return ScriptError::Parse(err);
+        };
+        let Some(Value::Array(rules)) = script.get("rules") else {
+            return ScriptError::Parse(err);
+        };
+        for (index, rule) in rules.iter().enumerate() {
+            if let Err(why) = Rule::deserialize(rule) {
+                let name = rule.get("name").and_then(Value::as_str).unwrap_or_default();
+                return ScriptError::Invalid(format!("{}: {why}", check::label(index, name)));
+            }
+        }
+        ScriptError::Parse(err)
+    }
+
     /// Reads and parses a script file.
     pub fn load(path: &Path) -> Result<Self, ScriptError> {
         let text = std::fs::read_to_string(path).map_err(|source| ScriptError::Read {
@@ -199,9 +211,10 @@ pub struct Match {
     pub text_format: Option<String>,
 }
 
-/// What to answer.
+/// What to answer: exactly one of `items`, `json`, `error`, `echo` (read by
+/// `script/reply_shape.rs`, which refuses unknown and misplaced fields).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(untagged)]
+#[serde(untagged, try_from = "reply_shape::RawReply")]
 pub enum Reply {
     /// An HTTP error.
     Error {
@@ -214,14 +227,12 @@ pub enum Reply {
         /// The output items, as JSON; rendered per request.
         items: Vec<Value>,
         /// The response's `status` (`completed` unless given).
-        #[serde(default = "completed")]
         status: String,
         /// Characters per text/arguments delta when streamed.
-        #[serde(default)]
         delta_chars: Option<usize>,
         /// `false`: no `response.output_text.delta` events when streamed; the text arrives
         /// only in the `.done` events and the terminal one, as some servers send it.
-        #[serde(default = "yes", skip_serializing_if = "is_true")]
+        #[serde(skip_serializing_if = "is_true")]
         text_deltas: bool,
     },
     /// One assistant message whose text is this JSON value, encoded: a structured answer
@@ -233,17 +244,13 @@ pub enum Reply {
     },
     /// The default conversation (echo).
     Echo {
-        /// Marks the variant in the script file; its value is not read.
+        /// Marks the variant in the script file; must be `true`.
         echo: bool,
     },
 }
 
 fn completed() -> String {
     "completed".into()
-}
-
-fn yes() -> bool {
-    true
 }
 
 fn is_true(value: &bool) -> bool {

@@ -10,6 +10,8 @@ mod ws_client;
 
 #[path = "all/bounds.rs"]
 mod bounds;
+#[path = "all/doc_agreement.rs"]
+mod doc_agreement;
 #[path = "all/fuzz_requests.rs"]
 mod fuzz_requests;
 #[path = "all/fuzz_script.rs"]

@@ -1,0 +1,135 @@
+//! What a script may say beyond its shape: values the emulator can serve, matchers that can
+//! match, fault fields that belong to their fault. A script that breaks one is refused at
+//! load with the rule and the field named, instead of being served as something else.
+
+use super::{Fault, FaultKind, Match, Reply, Rule, ScriptEndpoint};
+
+/// The `reply.status` values a response can end with.
+pub(super) const STATUSES: [&str; 3] = ["completed", "incomplete", "failed"];
+
+/// The `text.format.type` values a request can send (`text` when it sends none).
+const TEXT_FORMATS: [&str; 3] = ["text", "json_schema", "json_object"];
+
+/// How a rule is named in an error: `rule `NAME``, or `rule N` (1-based) without a name.
+pub(super) fn label(index: usize, name: &str) -> String {
+    if name.is_empty() {
+        format!("rule {}", index + 1)
+    } else {
+        format!("rule `{name}`")
+    }
+}
+
+/// Why `rule` cannot be served as written, if it cannot.
+pub(super) fn rule(rule: &Rule) -> Result<(), String> {
+    if rule.times == Some(0) {
+        return Err("times must be at least 1 (a rule with `times: 0` never answers)".into());
+    }
+    reply(&rule.reply)?;
+    matcher(&rule.when)?;
+    if let Some(fault) = &rule.fault {
+        self::fault(fault)?;
+    }
+    if let Some(latency) = rule.latency {
+        latency.check()?;
+    }
+    Ok(())
+}
+
+fn reply(reply: &Reply) -> Result<(), String> {
+    match reply {
+        Reply::Error { error } => error.check(),
+        Reply::Items {
+            status,
+            delta_chars,
+            ..
+        } => {
+            if !STATUSES.contains(&status.as_str()) {
+                return Err(format!(
+                    "reply.status must be one of {}, not `{status}`",
+                    STATUSES.join(", ")
+                ));
+            }
+            if *delta_chars == Some(0) {
+                return Err("reply.delta_chars must be at least 1".into());
+            }
+            Ok(())
+        }
+        Reply::Json { .. } | Reply::Echo { .. } => Ok(()),
+    }
+}
+
+fn matcher(when: &Match) -> Result<(), String> {
+    if let Some(format) = &when.text_format
+        && !TEXT_FORMATS.contains(&format.as_str())
+    {
+        return Err(format!(
+            "when.text_format must be one of {}, not `{format}`",
+            TEXT_FORMATS.join(", ")
+        ));
+    }
+    if when.tool_outputs_below == Some(0) {
+        return Err(
+            "when.tool_outputs_below: 0 never matches (no context holds fewer than 0 tool outputs)"
+                .into(),
+        );
+    }
+    if when.endpoint == ScriptEndpoint::Compact {
+        if when.stream == Some(true) {
+            return Err(
+                "when.stream: true never matches `endpoint: compact` (compaction is not streamed)"
+                    .into(),
+            );
+        }
+        if when.text_format.as_deref().is_some_and(|f| f != "text") {
+            return Err(
+                "when.text_format never matches `endpoint: compact` (it sends no text format)"
+                    .into(),
+            );
+        }
+    }
+    Ok(())
+}
+
+fn fault(fault: &Fault) -> Result<(), String> {
+    let kind = fault.kind;
+    let misplaced = |field: &str, owner: &str| {
+        Err(format!(
+            "fault.{field} is for `kind: {owner}` only, not for this `{}` fault",
+            kind_name(kind)
+        ))
+    };
+    match (&fault.gate, kind) {
+        (None, FaultKind::Gate) => {
+            return Err("fault.gate: a `gate` fault needs the gate's name".into());
+        }
+        (Some(name), FaultKind::Gate) if name.is_empty() => {
+            return Err("fault.gate: the gate's name must not be empty".into());
+        }
+        (Some(_), k) if k != FaultKind::Gate => return misplaced("gate", "gate"),
+        _ => {}
+    }
+    match (&fault.shape, kind) {
+        (Some(shape), FaultKind::ErrorEvent) if shape != "nested" && shape != "flat" => {
+            return Err(format!(
+                "fault.shape must be `nested` or `flat`, not `{shape}`"
+            ));
+        }
+        (Some(_), k) if k != FaultKind::ErrorEvent => return misplaced("shape", "error_event"),
+        _ => {}
+    }
+    match (fault.every_ms, kind) {
+        (Some(0), FaultKind::KeepAlive) => Err("fault.every_ms must be at least 1".into()),
+        (Some(_), k) if k != FaultKind::KeepAlive => misplaced("every_ms", "keep_alive"),
+        _ => Ok(()),
+    }
+}
+
+fn kind_name(kind: FaultKind) -> &'static str {
+    match kind {
+        FaultKind::Cut => "cut",
+        FaultKind::Stall => "stall",
+        FaultKind::KeepAlive => "keep_alive",
+        FaultKind::Gate => "gate",
+        FaultKind::ErrorEvent => "error_event",
+    }
+}
