@@ -280,19 +280,23 @@ impl Reply {
                 status,
                 delta_chars,
                 text_deltas,
-            } => (items, status, delta_chars, text_deltas),
+            } => (
+                items.iter().map(|item| render(item, context)).collect(),
+                status,
+                delta_chars,
+                text_deltas,
+            ),
+            // Rendered before it is encoded: a `{{last_user}}` holding quotes or line
+            // breaks is escaped as JSON, not pasted into the encoded text.
             Reply::Json { json } => (
-                vec![assistant_message(&json.to_string())],
+                vec![assistant_message(&render(&json, context).to_string())],
                 completed(),
                 None,
                 true,
             ),
             Reply::Echo { .. } => (echo_items(context), completed(), None, true),
         };
-        let output = items
-            .iter()
-            .map(|item| crate::respond::finish_item(&render(item, context)))
-            .collect();
+        let output = items.iter().map(crate::respond::finish_item).collect();
         Ok(Rendered {
             output,
             status,

@@ -2,7 +2,7 @@
 //! user writes from it is served as it says, or refused at load with the rule and the field
 //! named; never accepted and then served as something else.
 
-use agent_responses_mock::{Script, ScriptError};
+use agent_responses_mock::{MockConfig, MockServer, Script, ScriptError};
 use serde_json::{Value, json};
 
 /// The load error of a script of one rule named `r` with these fields.
@@ -109,4 +109,51 @@ fn fault_fields_must_belong_to_their_fault() {
         let text = json!({"rules": [{"reply": {"items": items()}, "fault": good}]}).to_string();
         assert!(Script::from_json_str(&text).is_ok(), "{good}");
     }
+}
+
+async fn post(server: &MockServer, body: Value) -> Value {
+    reqwest::Client::new()
+        .post(format!("{}/responses", server.base_url()))
+        .bearer_auth("sk-test")
+        .json(&body)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
+fn output_text(response: &Value) -> String {
+    response["output"][0]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// `reply.json` with `{{last_user}}`: the user's text is a JSON string in the answer, so
+/// the answer still parses when it holds quotes or line breaks.
+#[tokio::test]
+async fn a_json_reply_renders_its_placeholders_as_json_strings() {
+    let script = Script::from_json_str(
+        &json!({"rules": [{"reply": {"json": {"asked": "{{last_user}}", "n": 1}}}]}).to_string(),
+    )
+    .unwrap();
+    let server = MockServer::start(MockConfig::new(script)).await.unwrap();
+    let asked = "say \"hi\"\nand \\ go";
+    let response = post(&server, json!({"model": "m", "input": asked})).await;
+    let text = output_text(&response);
+    let answer: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
+    assert_eq!(answer, json!({"asked": asked, "n": 1}));
+}
+
+/// The echo reply is the user's text as written: a user who types `{{outputs}}` gets it
+/// back, not the tool outputs.
+#[tokio::test]
+async fn an_echo_repeats_the_user_text_verbatim() {
+    let script =
+        Script::from_json_str(&json!({"rules": [{"reply": {"echo": true}}]}).to_string()).unwrap();
+    let server = MockServer::start(MockConfig::new(script)).await.unwrap();
+    let response = post(&server, json!({"model": "m", "input": "show {{outputs}}"})).await;
+    assert_eq!(output_text(&response), "Echo: show {{outputs}}");
 }
