@@ -26,6 +26,7 @@ agent_testkit::backend_tests!(defaults, [sqlite, postgres]:
 );
 agent_testkit::backend_tests!(defaults, [postgres]:
     large_appends_too_many_for_one_statement_are_committed_in_several,
+    a_database_s_lock_timeout_does_not_fail_the_writer,
     names_are_listed_in_byte_order_whatever_the_database_s_collation,
 );
 
@@ -447,5 +448,67 @@ async fn a_read_only_journal_refuses_lease_writes_as_it_refuses_appends(f: Fixtu
         (rows[0].holder.as_deref(), rows[0].epoch),
         (Some("me"), lease.epoch)
     );
+    j.close().await;
+}
+
+/// The seed of the hash that keys a thread's lock (`backend/postgres/append.rs`).
+const THREAD_LOCK_SEED: i64 = 0x6a6e_6c74_6872_6561;
+
+/// A database whose sessions default to a `lock_timeout` (or `statement_timeout`), as a
+/// DBA may set: the writer's append waiting for a thread's lock that another process's
+/// writer holds timed out, and the writer latched failed for good, though nothing was
+/// wrong but a wait. The writer's session now sets neither: its waits are bounded by the
+/// other writers' `idle_in_transaction_session_timeout`.
+async fn a_database_s_lock_timeout_does_not_fail_the_writer(f: Fixture) {
+    let mut admin = <sqlx::PgConnection as sqlx::Connection>::connect(&f.url)
+        .await
+        .unwrap();
+    let db: String = sqlx::query_scalar("SELECT current_database()")
+        .fetch_one(&mut admin)
+        .await
+        .unwrap();
+    let sql = format!(
+        "ALTER DATABASE {db} SET lock_timeout = '1ms'; ALTER DATABASE {db} SET statement_timeout = '2s'"
+    );
+    sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
+        .execute(&mut admin)
+        .await
+        .unwrap();
+    // Its sessions take the defaults when they connect.
+    let j = Journal::open(&f.url).await.unwrap();
+    // Another writer holds thread `t`.
+    sqlx::query("SELECT pg_advisory_lock(hashtextextended('t', $1))")
+        .bind(THREAD_LOCK_SEED)
+        .execute(&mut admin)
+        .await
+        .unwrap();
+    let append = tokio::spawn({
+        let j = j.clone();
+        async move { j.append(NewEvent::new("t", "k", json!({}))).await }
+    });
+    // Until the append has waited for the lock well past the timeouts' 1 ms (or ended).
+    while !append.is_finished() {
+        let waited: bool = sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE datname = current_database() \
+             AND wait_event = 'advisory' AND clock_timestamp() - query_start > interval '50 ms')",
+        )
+        .fetch_one(&mut admin)
+        .await
+        .unwrap();
+        if waited {
+            break;
+        }
+    }
+    sqlx::query("SELECT pg_advisory_unlock_all()")
+        .execute(&mut admin)
+        .await
+        .unwrap();
+    let appended = tokio::time::timeout(Duration::from_secs(20), append)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(appended.is_ok(), "{appended:?}");
+    assert!(!j.writer_failed());
+    j.append(NewEvent::new("t", "k", json!({}))).await.unwrap();
     j.close().await;
 }

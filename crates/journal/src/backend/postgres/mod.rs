@@ -161,6 +161,19 @@ pub(super) async fn writer_connection(
         .execute(&mut writer)
         .await
         .map_err(WriterConnectError::Session)?;
+    // Whatever the database's defaults, no timeout on the writer's statements: their only
+    // waits are for threads' locks that other writers hold (bounded by those writers'
+    // timeout above), and a statement that fails latches the writer for good. With a
+    // `lock_timeout` of the database's, an append that waited for another process's
+    // commit failed the journal.
+    session("SET lock_timeout = 0")
+        .execute(&mut writer)
+        .await
+        .map_err(WriterConnectError::Session)?;
+    session("SET statement_timeout = 0")
+        .execute(&mut writer)
+        .await
+        .map_err(WriterConnectError::Session)?;
     // The writer's statements are few and fixed; planned once, not on every execution
     // (a custom plan of the one-statement append cost more CPU than executing it).
     session("SET plan_cache_mode = force_generic_plan")
