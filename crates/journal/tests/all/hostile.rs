@@ -27,6 +27,7 @@ agent_testkit::backend_tests!(defaults, [sqlite, postgres]:
 agent_testkit::backend_tests!(defaults, [postgres]:
     large_appends_too_many_for_one_statement_are_committed_in_several,
     a_database_s_lock_timeout_does_not_fail_the_writer,
+    an_expected_version_append_conflicts_whatever_the_database_s_isolation,
     names_are_listed_in_byte_order_whatever_the_database_s_collation,
 );
 
@@ -510,5 +511,89 @@ async fn a_database_s_lock_timeout_does_not_fail_the_writer(f: Fixture) {
     assert!(appended.is_ok(), "{appended:?}");
     assert!(!j.writer_failed());
     j.append(NewEvent::new("t", "k", json!({}))).await.unwrap();
+    j.close().await;
+}
+
+/// Until the writer of `db`'s journal waits for a thread's lock (or `task` ended).
+async fn until_a_writer_waits<T>(
+    admin: &mut sqlx::PgConnection,
+    task: &tokio::task::JoinHandle<T>,
+) {
+    while !task.is_finished() {
+        let waiting: bool = sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE datname = current_database() \
+             AND wait_event = 'advisory')",
+        )
+        .fetch_one(&mut *admin)
+        .await
+        .unwrap();
+        if waiting {
+            return;
+        }
+    }
+}
+
+/// The writer reads a thread's head (and dedup keys) after taking the thread's lock, in a
+/// snapshot taken after it: READ COMMITTED. A database whose sessions default to
+/// REPEATABLE READ (or SERIALIZABLE), as a DBA may set, gave the writer one snapshot for
+/// the whole transaction, taken before the lock: an append expecting the head that
+/// another process's commit had just moved, made while it waited for that lock, read the
+/// old head and was written (a lost update), instead of failing with `Conflict`.
+async fn an_expected_version_append_conflicts_whatever_the_database_s_isolation(f: Fixture) {
+    let mut admin = <sqlx::PgConnection as sqlx::Connection>::connect(&f.url)
+        .await
+        .unwrap();
+    let db: String = sqlx::query_scalar("SELECT current_database()")
+        .fetch_one(&mut admin)
+        .await
+        .unwrap();
+    let sql = format!("ALTER DATABASE {db} SET default_transaction_isolation = 'repeatable read'");
+    sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
+        .execute(&mut admin)
+        .await
+        .unwrap();
+    let j = Journal::open(&f.url).await.unwrap();
+    let head = j
+        .append(NewEvent::new("t", "k", json!({})))
+        .await
+        .unwrap()
+        .seq;
+    // Another process's writer, mid-commit on thread `t`.
+    let mut other = <sqlx::PgConnection as sqlx::Connection>::connect(&f.url)
+        .await
+        .unwrap();
+    sqlx::raw_sql("BEGIN").execute(&mut other).await.unwrap();
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended('t', $1))")
+        .bind(THREAD_LOCK_SEED)
+        .execute(&mut other)
+        .await
+        .unwrap();
+    let theirs: i64 = sqlx::query_scalar(
+        "INSERT INTO journal_events (seq, thread, kind, payload, at, tx) \
+         VALUES (nextval('journal_seq'), 't', 'k', '{}', 0, pg_current_xact_id()::text::bigint) \
+         RETURNING seq",
+    )
+    .fetch_one(&mut other)
+    .await
+    .unwrap();
+    let expecting = tokio::spawn({
+        let j = j.clone();
+        async move {
+            let event = NewEvent::new("t", "k", json!({"expects": head}));
+            j.append_expecting("t", Some(head), vec![event]).await
+        }
+    });
+    until_a_writer_waits(&mut admin, &expecting).await;
+    sqlx::raw_sql("COMMIT").execute(&mut other).await.unwrap();
+    let result = expecting.await.unwrap();
+    match result {
+        Err(JournalError::Conflict {
+            expected, actual, ..
+        }) => {
+            assert_eq!((expected, actual), (Some(head), Some(theirs)));
+        }
+        other => panic!("expected a conflict, got {other:?}"),
+    }
+    assert_eq!(j.replay("t", 0).await.unwrap().len(), 2);
     j.close().await;
 }

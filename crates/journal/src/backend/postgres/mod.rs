@@ -80,6 +80,12 @@ pub(crate) async fn open(
         url: shown_url.to_string(),
         reason: agent_redact::redact_in(&e.to_string(), url),
     })?;
+    // Every session of the journal reads committed data statement by statement, whatever
+    // the database's default: the writer reads a thread's head and dedup keys after
+    // taking the thread's lock, in a snapshot taken after it. Under a default of
+    // REPEATABLE READ the transaction's one snapshot predated the lock, and an append
+    // expecting a head another process had just moved was written (a lost update).
+    connect = connect.options([("default_transaction_isolation", "read committed")]);
     let open_err = |source: sqlx::Error| JournalError::Open {
         url: shown_url.to_string(),
         source: Box::new(source),
