@@ -157,3 +157,139 @@ async fn an_echo_repeats_the_user_text_verbatim() {
     let response = post(&server, json!({"model": "m", "input": "show {{outputs}}"})).await;
     assert_eq!(output_text(&response), "Echo: show {{outputs}}");
 }
+
+mod ws {
+    //! The WebSocket mode against the document: `hold_for_steer_ms` holds a reply at its
+    //! first text delta or its function call's `output_item.added`, wherever in the reply
+    //! that item is.
+
+    use std::time::Duration;
+
+    use agent_responses_mock::{MockConfig, MockServer, Script};
+    use futures::{SinkExt as _, StreamExt as _};
+    use serde_json::{Value, json};
+    use tokio_tungstenite::tungstenite::Message;
+
+    use crate::ws_client::{Socket, connect};
+
+    async fn server(rule: Value) -> MockServer {
+        let text = json!({"rules": [rule]}).to_string();
+        MockServer::start(MockConfig::new(Script::from_json_str(&text).unwrap()))
+            .await
+            .unwrap()
+    }
+
+    async fn send(ws: &mut Socket, event: Value) {
+        ws.send(Message::text(event.to_string())).await.unwrap();
+    }
+
+    /// Events until one of type `last` (included); fails after 10 s.
+    async fn until(ws: &mut Socket, last: &[&str]) -> Vec<Value> {
+        let mut seen = Vec::new();
+        tokio::time::timeout(Duration::from_secs(10), async {
+            while let Some(Ok(message)) = ws.next().await {
+                if let Message::Text(text) = message {
+                    let event: Value = serde_json::from_str(&text).unwrap();
+                    let done = last.contains(&event["type"].as_str().unwrap_or(""));
+                    seen.push(event);
+                    if done {
+                        return;
+                    }
+                }
+            }
+        })
+        .await
+        .unwrap_or_else(|_| panic!("no {last:?} in {seen:?}"));
+        seen
+    }
+
+    fn create(input: &str) -> Value {
+        json!({"type": "response.create", "model": "m", "input": input,
+               "tools": [{"type": "function", "name": "scan", "parameters": {"type": "object"}}]})
+    }
+
+    /// Sends `create`, waits for `at`, steers the response: the events after it.
+    async fn steer_at(ws: &mut Socket, at: &str) -> Vec<Value> {
+        send(ws, create("plan it")).await;
+        let started = until(ws, &[at]).await;
+        let id = started[0]["response"]["id"].as_str().unwrap().to_owned();
+        send(
+            ws,
+            json!({"type": "response.steer", "previous_response_id": id, "input": "two days only"}),
+        )
+        .await;
+        until(
+            ws,
+            &[
+                "response.steer.pending",
+                "response.steer.failed",
+                "error",
+                "response.completed",
+            ],
+        )
+        .await
+    }
+
+    /// A reasoning item before the message (as most scripted replies have): the steered
+    /// parent ends with the reasoning and the message cut at its first delta, at the
+    /// message's own output index.
+    #[tokio::test]
+    async fn a_held_message_after_reasoning_ends_steered_at_its_own_index() {
+        let server = server(
+            json!({"hold_for_steer_ms": 600000, "reply": {"delta_chars": 4, "items": [
+            {"type": "reasoning", "summary": []},
+            {"type": "message", "content": [{"type": "output_text", "text": "a long plan"}]}]}}),
+        )
+        .await;
+        let mut ws = connect(&server).await;
+        let after = steer_at(&mut ws, "response.output_text.delta").await;
+        assert_eq!(after[0]["type"], "response.steer.accepted", "{after:?}");
+        let done = after
+            .iter()
+            .find(|e| e["type"] == "response.output_item.done")
+            .unwrap_or_else(|| panic!("{after:?}"));
+        assert_eq!(done["output_index"], 1, "{done}");
+        assert_eq!(done["item"]["type"], "message", "{done}");
+        assert_eq!(done["item"]["content"][0]["text"], "a lo", "{done}");
+        let ended = after
+            .iter()
+            .find(|e| e["type"] == "response.incomplete")
+            .unwrap_or_else(|| panic!("{after:?}"));
+        let kinds: Vec<&Value> = ended["response"]["output"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| &i["type"])
+            .collect();
+        assert_eq!(kinds, [&json!("reasoning"), &json!("message")], "{ended}");
+        assert_eq!(ended["response"]["incomplete_details"]["reason"], "steered");
+    }
+
+    /// A reasoning item before the function call: the reply is held at the call's
+    /// `output_item.added`, and the steer waits for the call's output.
+    #[tokio::test]
+    async fn a_held_call_after_reasoning_waits_for_its_output() {
+        let server = server(json!({"hold_for_steer_ms": 600000, "reply": {"items": [
+            {"type": "reasoning", "summary": []},
+            {"type": "function_call", "call_id": "call_1", "name": "scan", "arguments": "{}"}]}}))
+        .await;
+        let mut ws = connect(&server).await;
+        let mut after = steer_at(&mut ws, "response.output_item.added").await;
+        // The reasoning's `output_item.added` came first; the call's is the hold. The
+        // steer is accepted there, the call completes, then the steer waits for it.
+        assert!(
+            after.iter().any(|e| e["type"] == "response.steer.accepted"),
+            "{after:?}"
+        );
+        after.extend(
+            until(
+                &mut ws,
+                &["response.steer.pending", "response.steer.failed"],
+            )
+            .await,
+        );
+        let last = after.last().unwrap();
+        assert_eq!(last["type"], "response.steer.pending", "{after:?}");
+        assert_eq!(last["required_input"][0]["call_id"], "call_1", "{last}");
+    }
+}

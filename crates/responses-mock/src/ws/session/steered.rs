@@ -15,25 +15,38 @@ use crate::respond::{finish_item, response_object};
 
 const TEXT_DELTA: &str = "response.output_text.delta";
 
-/// Whether the response's output is a client tool call (the steer must then wait for it).
-pub(super) fn is_function_call(output: &[Value]) -> bool {
-    output
-        .first()
-        .and_then(|o| o.get("type"))
-        .and_then(Value::as_str)
-        == Some("function_call")
+/// Where a held response waits for a steer: after event `index` of its stream, which is
+/// the first text delta or a function call's `output_item.added`, whichever comes first,
+/// wherever in the reply that item is (a reasoning item often comes before it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Acceptance {
+    /// The event after which the response waits.
+    pub(super) index: usize,
+    /// Whether it waits at a client tool call (the steer must then wait for its output).
+    pub(super) is_call: bool,
 }
 
-/// The index of the event after which a fresh response waits for a steer: right after a
-/// function call's `output_item.added`, or after the first text delta.
-pub(super) fn acceptance_point(events: &[Value], is_call: bool) -> Option<usize> {
-    if is_call {
-        Some(2)
-    } else {
-        events
-            .iter()
-            .position(|e| e.get("type").and_then(Value::as_str) == Some(TEXT_DELTA))
-    }
+/// The acceptance point of a response streamed as `events`; `None` when it has neither a
+/// text delta nor a function call (it is then never held).
+pub(super) fn acceptance_point(events: &[Value]) -> Option<Acceptance> {
+    events
+        .iter()
+        .enumerate()
+        .find_map(|(index, e)| match e.get("type").and_then(Value::as_str) {
+            Some(TEXT_DELTA) => Some(Acceptance {
+                index,
+                is_call: false,
+            }),
+            Some("response.output_item.added")
+                if e["item"].get("type").and_then(Value::as_str) == Some("function_call") =>
+            {
+                Some(Acceptance {
+                    index,
+                    is_call: true,
+                })
+            }
+            _ => None,
+        })
 }
 
 /// `response.steer.accepted` for the steer `steer_id` on response `parent`.
@@ -71,34 +84,41 @@ pub(super) fn required_input(output: &[Value]) -> Vec<Value> {
 
 /// A text response cut short by a steer: the events that end it, in sending order
 /// (`output_text.done`, `content_part.done`, `output_item.done`, `response.incomplete`),
-/// and its partial message item.
+/// and its output (the items streamed before the message, then the partial message).
 pub(super) struct SteeredParent {
     pub(super) events: Vec<Value>,
-    pub(super) partial: Value,
+    pub(super) output: Vec<Value>,
 }
 
-/// Ends text response `id` at the first text delta it streamed (`events`): the message
-/// item becomes `incomplete` holding only that text, and the response `incomplete` with
-/// reason `steered`.
+/// Ends text response `id` at the text delta `events[at]`: the message it belongs to
+/// becomes `incomplete` holding only the text streamed so far (and the parts before it),
+/// the items before it stay as streamed, and the response ends `incomplete` with reason
+/// `steered`.
 pub(super) fn steered_parent(
     id: &str,
     request: &CreateResponse,
     output: &[Value],
-    events: &[Value],
+    (events, at): (&[Value], usize),
     usage: Usage,
 ) -> SteeredParent {
-    let partial_text = events
-        .iter()
-        .find(|e| e.get("type").and_then(Value::as_str) == Some(TEXT_DELTA))
-        .and_then(|e| e.get("delta"))
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_owned();
-    let mut partial = output.first().cloned().unwrap_or(Value::Null);
+    let delta = events.get(at).cloned().unwrap_or(Value::Null);
+    let partial_text = delta["delta"].as_str().unwrap_or_default().to_owned();
+    let index = delta["output_index"].as_u64().unwrap_or(0);
+    let part = delta["content_index"]
+        .as_u64()
+        .and_then(|p| usize::try_from(p).ok())
+        .unwrap_or(0);
+    let position = usize::try_from(index).unwrap_or(usize::MAX);
+    let mut partial = output.get(position).cloned().unwrap_or(Value::Null);
+    let mut content: Vec<Value> = partial["content"]
+        .as_array()
+        .map(|parts| parts.iter().take(part).cloned().collect())
+        .unwrap_or_default();
+    content.push(json!({"type": "output_text", "text": partial_text, "annotations": []}));
     partial["status"] = json!("incomplete");
-    partial["content"] = json!([{"type": "output_text", "text": partial_text, "annotations": []}]);
+    partial["content"] = Value::Array(content);
     let item_id = partial.get("id").cloned().unwrap_or(Value::Null);
-    let at = json!({"item_id": item_id, "output_index": 0, "content_index": 0});
+    let at = json!({"item_id": item_id, "output_index": index, "content_index": part});
     let with = |extra: Value| {
         let mut e = at.clone();
         if let (Value::Object(e), Value::Object(x)) = (&mut e, extra) {
@@ -109,21 +129,17 @@ pub(super) fn steered_parent(
     let done_text =
         with(json!({"type": "response.output_text.done", "text": partial_text, "logprobs": []}));
     let done_part =
-        with(json!({"type": "response.content_part.done", "part": partial["content"][0]}));
+        with(json!({"type": "response.content_part.done", "part": partial["content"][part]}));
     let item_done =
-        json!({"type": "response.output_item.done", "output_index": 0, "item": partial});
-    let mut ended = response_object(
-        id,
-        request,
-        "incomplete",
-        vec![partial.clone()],
-        Some(usage),
-    );
+        json!({"type": "response.output_item.done", "output_index": index, "item": partial});
+    let mut ended_output: Vec<Value> = output.iter().take(position).cloned().collect();
+    ended_output.push(partial);
+    let mut ended = response_object(id, request, "incomplete", ended_output.clone(), Some(usage));
     ended["incomplete_details"] = json!({"reason": "steered"});
     let incomplete = json!({"type": "response.incomplete", "response": ended});
     SteeredParent {
         events: vec![done_text, done_part, item_done, incomplete],
-        partial,
+        output: ended_output,
     }
 }
 

@@ -7,7 +7,7 @@ use agent_responses::ws::events::SteerRequest;
 use serde_json::Value;
 
 use super::reply::with_output;
-use super::steered::{self, SteeredParent, acceptance_point, accepted_event, is_function_call};
+use super::steered::{self, SteeredParent, acceptance_point, accepted_event};
 use super::{Job, Served, Session, Stop};
 use crate::chain::Chain;
 use crate::respond::{new_id, response_object, tokens};
@@ -57,8 +57,9 @@ impl Session {
             None => crate::sse::default_delta_chars(&response, self.state.delta_chars),
         };
         let events = crate::sse::events(&response, delta_chars, text_deltas);
-        let is_call = is_function_call(&output);
-        let hold = hold.and_then(|window| Some((acceptance_point(&events, is_call)?, window)));
+        let point = hold.and_then(|window| Some((acceptance_point(&events)?, window)));
+        let is_call = point.is_some_and(|(p, _)| p.is_call);
+        let hold = point.map(|(p, window)| (p.index, window));
         let streamed = self
             .stream_until_steered(
                 &id,
@@ -110,17 +111,20 @@ impl Session {
             return Ok(None);
         }
         // Text: end the parent at the output boundary reached so far.
+        let at = hold.map_or(0, |(index, _)| index);
         let SteeredParent {
             events: ending,
-            partial,
-        } = steered::steered_parent(&id, &request, &output, &events, usage);
+            output: ended,
+        } = steered::steered_parent(&id, &request, &output, (&events, at), usage);
         for event in ending {
             self.send(event, lane.as_deref()).await?;
         }
         let mut parent_context = context;
-        if let Ok(item) = serde_json::from_value::<Item>(partial) {
-            parent_context.push(item);
-        }
+        parent_context.extend(
+            ended
+                .into_iter()
+                .filter_map(|item| serde_json::from_value::<Item>(item).ok()),
+        );
         let parent_chain = Chain::after(base.as_ref(), parent_context.clone());
         let entry = Entry {
             request: request.clone(),
