@@ -187,7 +187,7 @@ pub struct Match {
     pub last_user_contains: Option<String>,
     /// The raw request body contains this text.
     pub body_contains: Option<String>,
-    /// The input has (or has no) `function_call_output` items.
+    /// The context has (or has no) `function_call_output` items.
     pub has_tool_outputs: Option<bool>,
     /// The context holds exactly this many `function_call_output` items: a script keyed on
     /// it answers the same way however often a request is retried or a client restarts,
@@ -200,7 +200,8 @@ pub struct Match {
     /// compaction in it stands for: a script keyed on it goes on where it was after the
     /// history is compacted (as `agentctl run --mock --compact-at` needs).
     pub tool_outputs_total: Option<usize>,
-    /// The input has an item of this type.
+    /// The context has an item of this type (`message` also matches a message sent
+    /// without a `type`, or a bare string input).
     pub input_has_type: Option<String>,
     /// `stream: true` was (or was not) asked for.
     pub stream: Option<bool>,
@@ -456,7 +457,7 @@ impl Match {
             && self
                 .input_has_type
                 .as_ref()
-                .is_none_or(|t| req.items.iter().any(|i| i.type_name() == Some(t.as_str())))
+                .is_none_or(|t| req.items.iter().any(|i| item_type(i) == Some(t.as_str())))
             && self.stream.is_none_or(|s| s == req.stream)
             && self
                 .previous_response
@@ -465,6 +466,15 @@ impl Match {
                 .text_format
                 .as_ref()
                 .is_none_or(|t| t == req.text_format)
+    }
+}
+
+/// The wire type of `item`: `message` also for an "easy" message written without a
+/// `type` (a bare string input is one), which the API reads as a message.
+fn item_type(item: &Item) -> Option<&str> {
+    match item {
+        Item::Message(_) => Some("message"),
+        other => other.type_name(),
     }
 }
 

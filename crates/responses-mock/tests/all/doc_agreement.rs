@@ -158,6 +158,27 @@ async fn an_echo_repeats_the_user_text_verbatim() {
     assert_eq!(output_text(&response), "Echo: show {{outputs}}");
 }
 
+/// `input_has_type: "message"` matches a user message however it was sent: typed, as an
+/// "easy" message without a `type`, or as a bare string.
+#[tokio::test]
+async fn a_message_matcher_matches_easy_and_string_inputs() {
+    let script = Script::from_json_str(
+        &json!({"rules": [{"when": {"input_has_type": "message"},
+            "reply": {"items": [{"type": "message", "content": [{"type": "output_text", "text": "matched"}]}]}}]})
+        .to_string(),
+    )
+    .unwrap();
+    let server = MockServer::start(MockConfig::new(script)).await.unwrap();
+    for input in [
+        json!("a bare string"),
+        json!([{"role": "user", "content": "easy"}]),
+        json!([{"type": "message", "role": "user", "content": "typed"}]),
+    ] {
+        let response = post(&server, json!({"model": "m", "input": input})).await;
+        assert_eq!(output_text(&response), "matched", "{input}");
+    }
+}
+
 mod ws {
     //! The WebSocket mode against the document: `hold_for_steer_ms` holds a reply at its
     //! first text delta or its function call's `output_item.added`, wherever in the reply
