@@ -275,7 +275,7 @@ impl Reply {
     /// This reply for a request whose context is `context`; a scripted error as `Err`.
     pub(crate) fn render_for(self, context: &[Item]) -> Result<Rendered, ErrorReply> {
         let (items, status, delta_chars, text_deltas) = match self {
-            Reply::Error { error } => return Err(error),
+            Reply::Error { error } => return Err(error.rendered(context)),
             Reply::Items {
                 items,
                 status,
@@ -352,6 +352,17 @@ impl ErrorReply {
             }
         }
         Ok(())
+    }
+
+    /// This reply for a request whose context is `context`: `{{last_user}}` and
+    /// `{{outputs}}` in its message replaced, as in a reply's items.
+    pub(crate) fn rendered(mut self, context: &[Item]) -> Self {
+        let message = Value::String(std::mem::take(&mut self.message));
+        self.message = render(&message, context)
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        self
     }
 
     /// The headers as sent: names lower-case, a value that is not a string as its JSON.

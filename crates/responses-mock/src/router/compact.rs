@@ -50,7 +50,7 @@ pub(super) fn compact_inner(
     let latency = state.latency_of(rule.as_ref());
     let scripted = rule.map(|rule| (rule.reply, rule.fault));
     let output: Vec<Value> = match scripted {
-        Some((Reply::Error { error }, _)) => return Err(error_reply(&error)),
+        Some((Reply::Error { error }, _)) => return Err(error_reply(&error.rendered(&context))),
         Some((Reply::Items { items, .. }, _)) => items
             .iter()
             .map(|i| finish_item(&render(i, &context)))

@@ -179,6 +179,31 @@ async fn a_message_matcher_matches_easy_and_string_inputs() {
     }
 }
 
+/// A scripted error's message takes the placeholders too, over both endpoints.
+#[tokio::test]
+async fn an_error_message_renders_its_placeholders() {
+    let script = Script::from_json_str(
+        &json!({"rules": [{"when": {"endpoint": "any"},
+            "reply": {"error": {"status": 400, "message": "cannot do {{last_user}}"}}}]})
+        .to_string(),
+    )
+    .unwrap();
+    let server = MockServer::start(MockConfig::new(script)).await.unwrap();
+    for path in ["responses", "responses/compact"] {
+        let answer: Value = reqwest::Client::new()
+            .post(format!("{}/{path}", server.base_url()))
+            .bearer_auth("sk-test")
+            .json(&json!({"model": "m", "input": "that"}))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(answer["error"]["message"], "cannot do that", "{path}");
+    }
+}
+
 mod ws {
     //! The WebSocket mode against the document: `hold_for_steer_ms` holds a reply at its
     //! first text delta or its function call's `output_item.added`, wherever in the reply
