@@ -338,4 +338,22 @@ mod ws {
         assert_eq!(last["type"], "response.steer.pending", "{after:?}");
         assert_eq!(last["required_input"][0]["call_id"], "call_1", "{last}");
     }
+
+    /// `fault.shape` is honoured over WebSocket as over HTTP: `flat` puts `code` and
+    /// `message` at the top of the `error` event, `nested` (the default) under `error`.
+    #[tokio::test]
+    async fn an_error_event_fault_keeps_its_shape() {
+        for (shape, flat) in [("flat", true), ("nested", false)] {
+            let server = server(json!({"reply": {"items": [
+                {"type": "message", "content": [{"type": "output_text", "text": "hi"}]}]},
+                "fault": {"after_events": 3, "kind": "error_event", "shape": shape}}))
+            .await;
+            let mut ws = connect(&server).await;
+            send(&mut ws, create("go")).await;
+            let events = until(&mut ws, &["error"]).await;
+            let error = events.last().unwrap();
+            assert_eq!(error["code"].is_string(), flat, "{shape}: {error}");
+            assert_eq!(error["error"].is_object(), !flat, "{shape}: {error}");
+        }
+    }
 }

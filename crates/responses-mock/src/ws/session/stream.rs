@@ -190,6 +190,12 @@ impl Session {
                             self.state.gate(name).notified().await;
                         }
                     }
+                    FaultKind::ErrorEvent if fault.shape.as_deref() == Some("flat") => {
+                        // The SDK's typed shape, as over HTTP: `code` and `message` at the
+                        // top (the sequence number is the connection's, set by `send`).
+                        self.send(crate::sse::error_event(0, false), lane).await?;
+                        return Ok(Streamed::Failed);
+                    }
                     FaultKind::ErrorEvent => {
                         let failure = ApiFailure {
                             status: 500,
