@@ -9,7 +9,8 @@
 //!   [`EXIT_DRAIN_SILENCE`], ends as if the stream had ended, with the exit status.
 //! - The **writer** task owns the child's stdin; every outgoing line goes through it.
 //! - The **supervisor** task owns the child process: it publishes the child's exit, and
-//!   carries out `close`: close stdin, SIGTERM, wait the grace period, then kill. `close`
+//!   carries out `close`: close stdin, SIGTERM to the child's process group, wait the grace
+//!   period, then kill the group. `close`
 //!   is bounded even if nobody drains the event queue.
 
 use std::process::{ExitStatus, Stdio};
@@ -125,12 +126,17 @@ impl AppServerClient {
         handler: impl ServerRequestHandler,
     ) -> Result<(AppServerClient, Events), AppServerError> {
         let program = command.program_display();
-        let mut cmd = Command::new(&command.program);
+        let mut cmd = Command::new(command.resolved_program());
         cmd.args(&command.args)
             .envs(command.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .kill_on_drop(true);
+        // A process group of its own: a terminal's Ctrl-C (SIGINT to the foreground group)
+        // reaches this process alone, which decides what it means (`agentctl codex run`
+        // interrupts the turn); in our group the server died of it mid-turn.
+        #[cfg(unix)]
+        cmd.process_group(0);
         if let Some(dir) = &command.cwd {
             cmd.current_dir(dir);
         }
@@ -555,10 +561,13 @@ async fn supervise(
         status = child.wait() => CloseOutcome { status: status.ok(), killed: false },
         grace = close_rx.recv() => {
             let grace = grace.unwrap_or(Duration::ZERO);
-            terminate(pid).await;
+            signal_group(pid, "-TERM").await;
             match tokio::time::timeout(grace, child.wait()).await {
                 Ok(status) => CloseOutcome { status: status.ok(), killed: false },
                 Err(_) => {
+                    // The group: a wrapper's child (npm's `codex` is a Node script that
+                    // starts the native binary) would outlive a kill of the wrapper alone.
+                    signal_group(pid, "-KILL").await;
                     if let Err(err) = child.start_kill() {
                         tracing::debug!(error = %err, "killing the app-server failed");
                     }
@@ -570,22 +579,23 @@ async fn supervise(
     exit.send_replace(Some(outcome));
 }
 
-/// Asks the process to stop with SIGTERM (best effort; `kill` is used because this
-/// workspace forbids `unsafe`, and so direct `libc` calls).
-async fn terminate(pid: Option<u32>) {
+/// Sends `signal` (`-TERM`, `-KILL`) to the child's process group, which it leads (best
+/// effort; `kill` is used because this workspace forbids `unsafe`, and so direct `libc`
+/// calls).
+async fn signal_group(pid: Option<u32>, signal: &str) {
     #[cfg(unix)]
     if let Some(pid) = pid {
         let result = Command::new("kill")
-            .args(["-TERM", &pid.to_string()])
+            .args([signal, "--", &format!("-{pid}")])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .status()
             .await;
         if let Err(err) = result {
-            tracing::debug!(error = %err, "sending SIGTERM to the app-server failed");
+            tracing::debug!(error = %err, signal, "signalling the app-server's process group failed");
         }
     }
     #[cfg(not(unix))]
-    let _ = pid;
+    let _ = (pid, signal);
 }

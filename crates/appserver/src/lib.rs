@@ -15,7 +15,11 @@
 //!   [`ApprovalPolicy`] declines approvals and refuses unknown methods (fail closed).
 //! - Notifications are never dropped: the event queue is bounded and applies backpressure
 //!   to the reader; [`AppServerClient::close`] is bounded even when nobody reads it.
-//! - Closing closes stdin, sends SIGTERM, waits a grace period, then kills.
+//! - The server leads a process group of its own, so a terminal's Ctrl-C reaches the client
+//!   alone. Closing closes stdin, sends SIGTERM to the group, waits a grace period, then
+//!   kills the group (a wrapper's child too, such as npm's `codex` starts).
+//! - A relative program path with a directory in it (`bin/codex`) is resolved against the
+//!   client's working directory, also when the server is given another one.
 //! - A malformed, non-JSON-RPC or oversized line is a typed [`ConnectionLost`], never a panic.
 //!
 //! What the client answers when the server asks (the default policy declines approvals and

@@ -1,7 +1,7 @@
 //! How to start the server and how the client behaves.
 
 use std::ffi::OsString;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// The server program: `codex app-server --listen stdio://` by default, any command for tests.
@@ -75,6 +75,18 @@ impl ServerCommand {
         self
     }
 
+    /// The program to start: a relative path with a directory in it (`bin/codex`) made
+    /// absolute against this process's working directory, since with [`cwd`](Self::cwd)
+    /// set the child would look for it relative to that directory; a bare name (`codex`,
+    /// looked up in `PATH`) and an absolute path as given.
+    pub fn resolved_program(&self) -> OsString {
+        let path = Path::new(&self.program);
+        if self.cwd.is_none() || path.is_absolute() || path.components().count() < 2 {
+            return self.program.clone();
+        }
+        std::path::absolute(path).map_or_else(|_| self.program.clone(), PathBuf::into_os_string)
+    }
+
     /// The program as text, for messages.
     pub fn program_display(&self) -> String {
         self.program.to_string_lossy().into_owned()
@@ -103,5 +115,40 @@ impl Default for ClientOptions {
             max_line_bytes: 64 * 1024 * 1024,
             close_grace: Duration::from_secs(3),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    #[test]
+    fn a_relative_program_path_is_resolved_against_our_directory_when_the_server_gets_another() {
+        let here = std::env::current_dir().unwrap();
+        let cmd = ServerCommand::new("bin/codex").current_dir("/elsewhere");
+        assert_eq!(
+            cmd.resolved_program(),
+            here.join("bin/codex").into_os_string()
+        );
+        let cmd = ServerCommand::new("./codex").current_dir("/elsewhere");
+        assert_eq!(
+            PathBuf::from(cmd.resolved_program()),
+            std::path::absolute("./codex").unwrap()
+        );
+        // A bare name is looked up in PATH; without another directory nothing changes.
+        let cmd = ServerCommand::new("codex").current_dir("/elsewhere");
+        assert_eq!(cmd.resolved_program(), OsString::from("codex"));
+        assert_eq!(
+            ServerCommand::new("bin/codex").resolved_program(),
+            OsString::from("bin/codex")
+        );
+        assert_eq!(
+            ServerCommand::new("/usr/bin/codex")
+                .current_dir("/x")
+                .resolved_program(),
+            OsString::from("/usr/bin/codex")
+        );
     }
 }

@@ -472,6 +472,87 @@ async fn close_kills_a_server_that_ignores_sigterm() {
     assert_eq!(lost(later), ConnectionLost::ClosedByClient);
 }
 
+/// The server leads a process group of its own: a terminal's Ctrl-C, sent to the terminal's
+/// foreground group, reaches the client alone (it killed `codex app-server` mid-turn).
+#[cfg(unix)]
+#[tokio::test]
+async fn the_server_runs_in_a_process_group_of_its_own() {
+    let command =
+        ServerCommand::new("sh").args(["-c", r#"echo '{"method":"ready"}'; exec sleep 1000"#]);
+    let (client, mut events) = AppServerClient::spawn(
+        &command,
+        ClientOptions::default(),
+        ApprovalPolicy::default(),
+    )
+    .unwrap();
+    assert!(matches!(
+        events.recv().await,
+        Some(AppServerEvent::Notification(_))
+    ));
+    let pid = client.pid().unwrap();
+    let out = std::process::Command::new("ps")
+        .args(["-o", "pgid=", "-p", &pid.to_string()])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), pid.to_string());
+    client.close().await;
+}
+
+/// A server that is a wrapper (npm's `codex` is a Node script starting the native binary)
+/// is stopped with what it started: the kill after the grace period goes to the group.
+#[cfg(unix)]
+#[tokio::test]
+async fn close_kills_what_a_wrapper_server_started() {
+    let dir = tempfile::tempdir().unwrap();
+    let pid_file = dir.path().join("grandchild.pid");
+    let script = format!(
+        r#"trap '' TERM; sh -c 'echo $$ > {}; exec sleep 1000' & echo '{{"method":"ready"}}'; wait"#,
+        pid_file.display()
+    );
+    let command = ServerCommand::new("sh").args(["-c", &script]);
+    let options = ClientOptions {
+        close_grace: Duration::from_millis(200),
+        ..ClientOptions::default()
+    };
+    let (client, mut events) =
+        AppServerClient::spawn(&command, options, ApprovalPolicy::default()).unwrap();
+    assert!(matches!(
+        events.recv().await,
+        Some(AppServerEvent::Notification(_))
+    ));
+    let start = std::time::Instant::now();
+    let grandchild = loop {
+        if let Ok(pid) = std::fs::read_to_string(&pid_file)
+            && !pid.trim().is_empty()
+        {
+            break pid.trim().to_owned();
+        }
+        assert!(start.elapsed() < HANG_GUARD, "the grandchild never started");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let outcome = client.close().await;
+    assert!(outcome.killed);
+    let start = std::time::Instant::now();
+    loop {
+        let alive = std::process::Command::new("kill")
+            .args(["-0", &grandchild])
+            .stderr(std::process::Stdio::null())
+            .status()
+            .unwrap()
+            .success();
+        if !alive {
+            break;
+        }
+        if start.elapsed() > Duration::from_secs(5) {
+            let _ = std::process::Command::new("kill")
+                .args(["-9", &grandchild])
+                .status();
+            panic!("the process the server started outlived close");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 #[tokio::test]
 async fn a_missing_binary_is_reported_as_not_found() {
     let command = ServerCommand::codex("/nonexistent/codex-binary");
