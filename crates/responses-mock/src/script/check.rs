@@ -26,11 +26,39 @@ pub(super) fn rule(rule: &Rule) -> Result<(), String> {
     }
     reply(&rule.reply)?;
     matcher(&rule.when)?;
+    unused(rule)?;
     if let Some(fault) = &rule.fault {
         self::fault(fault)?;
     }
     if let Some(latency) = rule.latency {
         latency.check()?;
+    }
+    Ok(())
+}
+
+/// Parts of `rule` its reply never uses: a fault or a hold where nothing is streamed (an
+/// error reply, or a rule for the compact endpoint only), a structured answer where the
+/// compact endpoint would answer with its default compaction instead.
+fn unused(rule: &Rule) -> Result<(), String> {
+    let compact = rule.when.endpoint == ScriptEndpoint::Compact;
+    let streamless = match (&rule.reply, compact) {
+        (Reply::Error { .. }, _) => Some("an `error` reply is not streamed"),
+        (_, true) => Some("`endpoint: compact` is not streamed"),
+        _ => None,
+    };
+    if let Some(why) = streamless {
+        if rule.fault.is_some() {
+            return Err(format!("fault never applies: {why}"));
+        }
+        if rule.hold_for_steer_ms.is_some() {
+            return Err(format!("hold_for_steer_ms never applies: {why}"));
+        }
+    }
+    if compact && matches!(rule.reply, Reply::Json { .. }) {
+        return Err(
+            "reply.json is no compaction: `endpoint: compact` needs `items` (or `echo`, `error`)"
+                .into(),
+        );
     }
     Ok(())
 }

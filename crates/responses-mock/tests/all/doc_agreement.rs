@@ -83,6 +83,16 @@ fn a_rule_that_can_never_answer_is_refused() {
     let why =
         refused(json!({"when": {"endpoint": "compact", "stream": true}, "reply": {"echo": true}}));
     assert_names(&why, &["rule `r`", "when.stream"]);
+    let why = refused(
+        json!({"when": {"endpoint": "compact"}, "reply": {"items": []},
+        "fault": {"after_events": 1, "kind": "cut"}}),
+    );
+    assert_names(&why, &["rule `r`", "fault", "compact"]);
+    let why = refused(json!({"when": {"endpoint": "compact"}, "reply": {"json": {"a": 1}}}));
+    assert_names(&why, &["rule `r`", "reply.json", "compact"]);
+    let why = refused(json!({"reply": {"error": {"status": 500, "message": "m"}},
+        "hold_for_steer_ms": 100}));
+    assert_names(&why, &["rule `r`", "hold_for_steer_ms", "error"]);
     // A misspelt endpoint names its rule too (serde's error alone gives a column).
     let why = refused(json!({"when": {"endpoint": "compaction"}, "reply": {"echo": true}}));
     assert_names(&why, &["rule `r`", "compaction"]);
