@@ -93,6 +93,7 @@ pub(crate) async fn open(
     if read_only {
         connect = connect.options([("default_transaction_read_only", "on")]);
         let reads = pool(options, connect).await.map_err(open_err)?;
+        check_encoding(&reads, shown_url).await?;
         let version: Option<i64> = sqlx::query_scalar("SELECT MAX(version) FROM journal_schema")
             .fetch_one(&reads)
             .await
@@ -127,12 +128,41 @@ pub(crate) async fn open(
         Err(WriterConnectError::Connect(err)) => return Err(open_err(err)),
         Err(WriterConnectError::Session(err)) => return Err(err.into()),
     };
+    check_encoding(&mut writer, shown_url).await?;
     migrate(&mut writer).await?;
     let reads = pool(options, connect.clone()).await.map_err(open_err)?;
     Ok(Opened {
         writer: Some(write::WriteConn::new(writer, connect, relaxed)),
         reader: PgReader::new(reads),
     })
+}
+
+/// [`JournalError::Open`] unless the database can store every character: its encoding is
+/// UTF8, or SQL_ASCII (which stores bytes as they come). Threads, kinds and payloads are
+/// any Unicode; in a LATIN1 database the first event of CJK text failed the writer's
+/// statement, and the writer latched failed for good.
+async fn check_encoding<'c>(
+    db: impl sqlx::PgExecutor<'c>,
+    shown_url: &str,
+) -> Result<(), JournalError> {
+    let open_err = |source: Box<dyn std::error::Error + Send + Sync>| JournalError::Open {
+        url: shown_url.to_string(),
+        source,
+    };
+    let encoding: String = sqlx::query_scalar("SELECT current_setting('server_encoding')")
+        .fetch_one(db)
+        .await
+        .map_err(|err| open_err(Box::new(err)))?;
+    if matches!(encoding.as_str(), "UTF8" | "SQL_ASCII") {
+        return Ok(());
+    }
+    Err(open_err(
+        format!(
+            "the database's encoding is {encoding}, which cannot hold every character an event \
+             may carry; the journal needs a UTF8 database (CREATE DATABASE ... ENCODING 'UTF8')"
+        )
+        .into(),
+    ))
 }
 
 /// Why the write connection could not be made.
