@@ -70,6 +70,8 @@ mod cli_demo_runtime;
 mod cli_json;
 #[path = "all/cli_memory.rs"]
 mod cli_memory;
+#[path = "all/codex_docs.rs"]
+mod codex_docs;
 #[path = "all/codex_interop.rs"]
 mod codex_interop;
 #[path = "all/docs_agree.rs"]

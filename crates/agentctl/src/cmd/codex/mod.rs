@@ -37,7 +37,8 @@ pub enum CodexCmd {
     /// Run one whole turn: start `codex app-server`, start a thread, send PROMPT, stream
     /// the agent's text to stdout, answer approval requests with --approve (decline by
     /// default), journal every notification under the Codex thread id, and exit with the
-    /// turn's status: 0 completed, 1 failed, 130 interrupted.
+    /// turn's status: 0 completed, 1 failed, 130 interrupted. Ctrl-C or SIGTERM interrupts
+    /// the turn; a second one gives up on it and stops the app-server.
     Run(RunArgs),
 }
 
@@ -153,7 +154,10 @@ async fn run_turn(global: &GlobalArgs, args: &RunArgs) -> anyhow::Result<ExitCod
         Some(dir) if !dir.is_dir() => {
             return Err(UsageError(format!("--cwd `{}` is not a directory", dir.display())).into());
         }
-        Some(dir) => dir.clone(),
+        // Absolute: the server runs in this directory, so Codex would resolve a relative
+        // thread cwd from inside it a second time (`sub` became `sub/sub`).
+        Some(dir) => std::fs::canonicalize(dir)
+            .map_err(|err| UsageError(format!("--cwd `{}`: {err}", dir.display())))?,
         None => std::env::current_dir().context("cannot read the current directory")?,
     };
     let mock_script = match (args.mock, args.mock_script.as_deref()) {
@@ -186,11 +190,13 @@ async fn run_turn(global: &GlobalArgs, args: &RunArgs) -> anyhow::Result<ExitCod
         },
     };
     let mut printer = render::Printer::new(global.json);
-    let ctrl_c = || async {
-        // An error installing the handler reads as a signal, as before: the turn is interrupted.
-        let _ = tokio::signal::ctrl_c().await;
+    let signals = interrupt_signals().context("cannot listen for Ctrl-C and SIGTERM")?;
+    let interrupt = || {
+        let signals = std::sync::Arc::clone(&signals);
+        async move { signals.notified().await }
     };
-    let result = run_codex_turn(turn, journal, ctrl_c, |event| printer.show(event)).await;
+    let journaled = journal.is_some();
+    let result = run_codex_turn(turn, journal, interrupt, |event| printer.show(event)).await;
     // What follows goes to stderr: on a terminal it would continue the agent's last line.
     printer.end_line()?;
     let report = result.map_err(|err| match err {
@@ -216,13 +222,45 @@ async fn run_turn(global: &GlobalArgs, args: &RunArgs) -> anyhow::Result<ExitCod
                 .and_then(Value::as_str)
                 .unwrap_or("no error message")
                 .to_owned();
-            Err(with_hint(
-                anyhow::anyhow!(
-                    "the Codex turn ended as {}: {message}",
-                    turn.status.as_str()
-                ),
-                "the events are in the journal: agentctl journal replay THREAD",
-            ))
+            let err = anyhow::anyhow!(
+                "the Codex turn ended as {}: {message}",
+                turn.status.as_str()
+            );
+            Err(if journaled {
+                with_hint(
+                    err,
+                    format!(
+                        "the turn's events are in the journal: `agentctl journal replay --thread {}`",
+                        report.thread_id
+                    ),
+                )
+            } else {
+                err
+            })
         }
     }
+}
+
+/// Fires once for each SIGINT (Ctrl-C) or SIGTERM: both interrupt the turn, and a second
+/// one gives up on it. A signal that arrives while nobody waits is kept for the next wait.
+/// SIGTERM's default action ended the process at once, the turn still running in Codex.
+fn interrupt_signals() -> std::io::Result<std::sync::Arc<tokio::sync::Notify>> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut int = signal(SignalKind::interrupt())?;
+    let mut term = signal(SignalKind::terminate())?;
+    let fired = std::sync::Arc::new(tokio::sync::Notify::new());
+    let notify = std::sync::Arc::clone(&fired);
+    tokio::spawn(async move {
+        loop {
+            let got = tokio::select! {
+                got = int.recv() => got,
+                got = term.recv() => got,
+            };
+            if got.is_none() {
+                break;
+            }
+            notify.notify_one();
+        }
+    });
+    Ok(fired)
 }

@@ -84,7 +84,7 @@ impl Printer {
                 output::note(&format!("agentctl: interrupt failed: {err}"));
             }
             TurnEvent::InterruptSignalled => {
-                output::note("agentctl: interrupting the turn (Ctrl-C)");
+                output::note("agentctl: interrupting the turn (Ctrl-C or SIGTERM)");
             }
             // Nothing from Codex for a while (it retries an unreachable model by itself).
             TurnEvent::Quiet(after) => output::note(&format!(

@@ -1,0 +1,297 @@
+//! What README.md's "Codex app-server" section and `codex run --help` promise, checked
+//! against a fake `codex app-server` (a small Python script run as `--codex-bin`) where the
+//! real CLI is not needed: how Ctrl-C and SIGTERM reach the turn, relative paths, the hint
+//! of a failed turn. The real CLI's side is in `codex_interop.rs`.
+
+use std::io::{BufRead as _, BufReader, Read as _};
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// Guards against a hang turning into a stuck test run; not a timing assertion.
+const HANG_GUARD: Duration = Duration::from_secs(90);
+
+/// The fake `codex app-server`. It writes the `thread/start` params' `cwd` and its own
+/// working directory to `seen-cwd` (`THREAD_CWD|SERVER_CWD`). After `turn/start` (answered,
+/// then `turn/started`), a delta `working` and a newline; then, in mode `fail`, our turn
+/// fails with `boom`; otherwise it waits for `turn/interrupt`, which it answers, marks with
+/// the file `interrupt-received`, and ends the turn as interrupted. SIGINT ends it as it
+/// ends any Python program. Files are written in the directory of the script.
+const FAKE: &str = r#"#!/usr/bin/env python3
+import json, os, sys
+MODE = os.environ.get("FAKE_MODE", "")
+HERE = os.path.dirname(os.path.abspath(__file__))
+TH, TU = "thr_1", "turn_1"
+def put(name, text):
+    with open(os.path.join(HERE, name), "w") as f:
+        f.write(text)
+def send(obj):
+    sys.stdout.write(json.dumps(obj) + "\n"); sys.stdout.flush()
+def note(method, params): send({"method": method, "params": params})
+for line in sys.stdin:
+    msg = json.loads(line)
+    method, rid = msg.get("method"), msg.get("id")
+    if rid is None:
+        continue
+    if method == "initialize":
+        send({"id": rid, "result": {"userAgent": "fake"}})
+    elif method == "thread/start":
+        put("seen-cwd", msg["params"].get("cwd", "") + "|" + os.getcwd())
+        send({"id": rid, "result": {"thread": {"id": TH}}})
+    elif method == "turn/start":
+        turn = {"id": TU, "status": "inProgress", "items": []}
+        send({"id": rid, "result": {"turn": turn}})
+        note("turn/started", {"threadId": TH, "turn": turn})
+        note("item/agentMessage/delta", {"threadId": TH, "turnId": TU, "itemId": "m1", "delta": "working\n"})
+        if MODE == "fail":
+            note("turn/completed", {"threadId": TH, "turn": {"id": TU, "status": "failed", "items": [], "error": {"message": "boom"}}})
+    elif method == "turn/interrupt":
+        send({"id": rid, "result": {}})
+        put("interrupt-received", "")
+        note("turn/completed", {"threadId": TH, "turn": {"id": TU, "status": "interrupted", "items": []}})
+    else:
+        send({"id": rid, "error": {"code": -32601, "message": "unknown"}})
+"#;
+
+/// The fake, written executable into a fresh temporary directory.
+struct Fake {
+    dir: tempfile::TempDir,
+}
+
+impl Fake {
+    fn new() -> Fake {
+        let dir = tempfile::tempdir().unwrap();
+        let fake = Fake { dir };
+        agent_testkit::write_executable(&fake.script(), FAKE);
+        fake
+    }
+
+    fn script(&self) -> PathBuf {
+        self.dir.path().join("fake-codex.py")
+    }
+
+    fn file(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// `agentctl ARGS`, the fake in `mode` as CODEX_BIN, no `RUST_LOG`, no `AGENTCTL_DB`.
+    fn agentctl(&self, mode: &str, args: &[&str]) -> Command {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_agentctl"));
+        cmd.args(args)
+            .env("CODEX_BIN", self.script())
+            .env("FAKE_MODE", mode)
+            .env_remove("RUST_LOG")
+            .env_remove("AGENTCTL_DB");
+        cmd
+    }
+}
+
+/// A running `agentctl` in a process group of its own (as a shell's job is): its stdout
+/// line by line, its stderr whole at the end.
+struct Running {
+    child: Child,
+    stdout: mpsc::Receiver<String>,
+    stderr: std::thread::JoinHandle<String>,
+}
+
+impl Running {
+    fn start(mut cmd: Command) -> Running {
+        use std::os::unix::process::CommandExt as _;
+        let mut child = cmd
+            .process_group(0)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let (tx, stdout) = mpsc::channel();
+        let out = BufReader::new(child.stdout.take().unwrap());
+        std::thread::spawn(move || {
+            for line in out.lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut err = child.stderr.take().unwrap();
+        let stderr = std::thread::spawn(move || {
+            let mut text = String::new();
+            let _ = err.read_to_string(&mut text);
+            text
+        });
+        Running {
+            child,
+            stdout,
+            stderr,
+        }
+    }
+
+    fn wait_for_line(&self, line: &str) {
+        loop {
+            match self.stdout.recv_timeout(HANG_GUARD) {
+                Ok(got) if got == line => return,
+                Ok(_) => {}
+                Err(err) => panic!("no stdout line {line:?}: {err}"),
+            }
+        }
+    }
+
+    /// Sends `signal` to the process (`-INT`), or to its whole group (`-INT`, group).
+    fn signal(&self, signal: &str, group: bool) {
+        let target = if group {
+            format!("-{}", self.child.id())
+        } else {
+            self.child.id().to_string()
+        };
+        let sent = Command::new("kill")
+            .args([signal, "--", &target])
+            .status()
+            .unwrap();
+        assert!(sent.success());
+    }
+
+    fn finish(mut self) -> (ExitStatus, String) {
+        let start = Instant::now();
+        let status = loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                break status;
+            }
+            if start.elapsed() > HANG_GUARD {
+                self.child.kill().unwrap();
+                self.child.wait().unwrap();
+                panic!(
+                    "still running after {HANG_GUARD:?}; stderr: {}",
+                    self.stderr.join().unwrap()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        (status, self.stderr.join().unwrap())
+    }
+}
+
+const RUN: &[&str] = &["codex", "run", "--no-journal", "hi"];
+
+/// README: "Ctrl-C interrupts the turn". A terminal sends SIGINT to its whole foreground
+/// process group; the app-server was in agentctl's group, died of it, and the interrupt
+/// failed ("gave up on the turn").
+#[test]
+fn codex_run_interrupts_the_turn_at_a_terminals_ctrl_c() {
+    let fake = Fake::new();
+    let run = Running::start(fake.agentctl("", RUN));
+    run.wait_for_line("working");
+    run.signal("-INT", true);
+    let (status, stderr) = run.finish();
+    assert_eq!(status.code(), Some(130), "{stderr}");
+    assert!(fake.file("interrupt-received").exists(), "{stderr}");
+    assert!(
+        stderr.contains("agentctl: the turn was interrupted"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("gave up"), "{stderr}");
+}
+
+/// A relative `--cwd` was sent to Codex as the thread's cwd while the server already ran
+/// in that directory, so Codex resolved it twice (`sub/sub`) and every command it ran
+/// failed; a relative `--codex-bin` (README: `--codex-bin interop/codex/...`) was looked
+/// for inside `--cwd` and reported as not installed.
+#[test]
+fn codex_run_resolves_relative_cwd_and_codex_bin_against_the_current_directory() {
+    let fake = Fake::new();
+    let sub = fake.dir.path().join("sub");
+    std::fs::create_dir(&sub).unwrap();
+    for cwd in ["sub", "./sub/", "../sub"] {
+        let _ = std::fs::remove_file(fake.file("seen-cwd"));
+        // `../sub` from the directory `other`.
+        let from = if cwd == "../sub" {
+            let other = fake.dir.path().join("other");
+            std::fs::create_dir_all(&other).unwrap();
+            other
+        } else {
+            fake.dir.path().to_path_buf()
+        };
+        let bin = if cwd == "../sub" {
+            "../fake-codex.py"
+        } else {
+            "./fake-codex.py"
+        };
+        let out = fake
+            .agentctl("fail", &["codex", "run", "--no-journal", "--cwd", cwd])
+            .args(["--codex-bin", bin, "hi"])
+            .current_dir(&from)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!stderr.contains("cannot start"), "{cwd}: {stderr}");
+        let seen = std::fs::read_to_string(fake.file("seen-cwd")).unwrap();
+        let canonical = sub.canonicalize().unwrap();
+        let canonical = canonical.display();
+        assert_eq!(seen, format!("{canonical}|{canonical}"), "--cwd {cwd}");
+    }
+}
+
+/// The hint of a failed turn named a command that does not parse (`journal replay THREAD`
+/// without `--thread`) and pointed at the journal also under `--no-journal`.
+#[test]
+fn a_failed_turns_hint_names_a_command_that_replays_it() {
+    let fake = Fake::new();
+    let db = format!("sqlite://{}", fake.file("journal.db").display());
+    let out = fake
+        .agentctl("fail", &["--db", &db, "codex", "run", "hi"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("the Codex turn ended as failed: boom"),
+        "{stderr}"
+    );
+    let hint = stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("hint: "))
+        .unwrap_or_else(|| panic!("no hint: {stderr}"));
+    let command = hint
+        .split('`')
+        .nth(1)
+        .unwrap_or_else(|| panic!("no command in the hint: {hint}"));
+    assert_eq!(command, "agentctl journal replay --thread thr_1", "{hint}");
+    let replay = Command::new(env!("CARGO_BIN_EXE_agentctl"))
+        .args(command.split(' ').skip(1))
+        .args(["--db", &db])
+        .output()
+        .unwrap();
+    let replayed = String::from_utf8_lossy(&replay.stdout);
+    assert!(replay.status.success(), "{replayed}");
+    assert!(replayed.contains("codex:turn/completed"), "{replayed}");
+
+    let out = fake
+        .agentctl("fail", RUN)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(!stderr.contains("journal"), "--no-journal: {stderr}");
+}
+
+/// SIGTERM (a service manager, `timeout`, `kill`) is handled as Ctrl-C is: the turn is
+/// interrupted and the command ends with 130, instead of dying at once with the turn left
+/// running, the agent's line unended and `--mock`'s temporary CODEX_HOME left behind.
+#[test]
+fn codex_run_interrupts_the_turn_at_sigterm() {
+    let fake = Fake::new();
+    let run = Running::start(fake.agentctl("", RUN));
+    run.wait_for_line("working");
+    run.signal("-TERM", false);
+    let (status, stderr) = run.finish();
+    assert_eq!(status.code(), Some(130), "{stderr}");
+    assert!(fake.file("interrupt-received").exists(), "{stderr}");
+    assert!(
+        stderr.contains("agentctl: the turn was interrupted"),
+        "{stderr}"
+    );
+}
