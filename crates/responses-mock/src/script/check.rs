@@ -64,6 +64,7 @@ fn unused(rule: &Rule) -> Result<(), String> {
 }
 
 fn reply(reply: &Reply) -> Result<(), String> {
+    placeholders(reply)?;
     match reply {
         Reply::Error { error } => error.check(),
         Reply::Items {
@@ -159,5 +160,56 @@ fn kind_name(kind: FaultKind) -> &'static str {
         FaultKind::KeepAlive => "keep_alive",
         FaultKind::Gate => "gate",
         FaultKind::ErrorEvent => "error_event",
+    }
+}
+
+/// Names a user means as `{{last_user}}` or `{{outputs}}` but wrote otherwise (spaced,
+/// capitalised, singular): such a placeholder would be sent as written. Other `{{...}}`
+/// text (a template in a scripted answer) is left alone.
+fn placeholders(reply: &Reply) -> Result<(), String> {
+    let mut strings = Vec::new();
+    match reply {
+        Reply::Items { items, .. } => items.iter().for_each(|i| collect(i, &mut strings)),
+        Reply::Json { json } => collect(json, &mut strings),
+        Reply::Error { error } => strings.push(error.message.as_str()),
+        Reply::Echo { .. } => {}
+    }
+    for text in strings {
+        let mut rest = text;
+        while let Some(start) = rest.find("{{") {
+            let after = &rest[start + 2..];
+            let Some(end) = after.find("}}") else { break };
+            let name = &after[..end];
+            let meant = match normalized(name).as_str() {
+                "lastuser" | "lastusertext" | "lastusermessage" => Some("last_user"),
+                "outputs" | "output" | "tooloutputs" | "tooloutput" => Some("outputs"),
+                _ => None,
+            };
+            if let Some(meant) = meant
+                && name != meant
+            {
+                return Err(format!(
+                    "`{{{{{name}}}}}` is not a placeholder and would be sent as written; write `{{{{{meant}}}}}`"
+                ));
+            }
+            rest = &after[end + 2..];
+        }
+    }
+    Ok(())
+}
+
+fn normalized(name: &str) -> String {
+    name.chars()
+        .filter(|c| c.is_alphanumeric())
+        .flat_map(char::to_lowercase)
+        .collect()
+}
+
+fn collect<'a>(value: &'a serde_json::Value, out: &mut Vec<&'a str>) {
+    match value {
+        serde_json::Value::String(s) => out.push(s),
+        serde_json::Value::Array(a) => a.iter().for_each(|v| collect(v, out)),
+        serde_json::Value::Object(o) => o.values().for_each(|v| collect(v, out)),
+        _ => {}
     }
 }

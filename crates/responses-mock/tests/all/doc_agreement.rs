@@ -73,6 +73,26 @@ fn a_status_no_response_ends_with_and_an_empty_delta_are_refused() {
 }
 
 #[test]
+fn a_misspelt_placeholder_is_refused_and_other_braces_are_kept() {
+    let text =
+        |t: &str| json!([{"type": "message", "content": [{"type": "output_text", "text": t}]}]);
+    for (written, meant) in [
+        ("{{ last_user }}", "{{last_user}}"),
+        ("{{Last_User}}", "{{last_user}}"),
+        ("{{output}}", "{{outputs}}"),
+    ] {
+        let why = refused(json!({"reply": {"items": text(&format!("got {written}"))}}));
+        assert_names(&why, &["rule `r`", written, meant]);
+    }
+    let why = refused(json!({"reply": {"json": {"a": ["{{lastUser}}"]}}}));
+    assert_names(&why, &["rule `r`", "{{lastUser}}"]);
+    // A template in a scripted answer is not a placeholder.
+    let handlebars =
+        json!({"rules": [{"reply": {"items": text("Hello {{name}}, {{last_user}}")}}]});
+    assert!(Script::from_json_str(&handlebars.to_string()).is_ok());
+}
+
+#[test]
 fn a_rule_that_can_never_answer_is_refused() {
     let why = refused(json!({"times": 0, "reply": {"echo": true}}));
     assert_names(&why, &["rule `r`", "times"]);
