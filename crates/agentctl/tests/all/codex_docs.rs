@@ -295,3 +295,40 @@ fn codex_run_interrupts_the_turn_at_sigterm() {
         "{stderr}"
     );
 }
+
+/// A `--codex-bin` that is not the Codex CLI, or one too old for `app-server`, exits at
+/// once. Whether our first write or the end of its output noticed it first, the hint is
+/// the same and says what to check; a broken pipe got a generic one.
+#[test]
+fn a_codex_that_exits_at_once_gets_one_hint() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases = [
+        // Closes its input first: our `initialize` meets a broken pipe.
+        ("closes-input", "#!/bin/sh\nexec 0<&-\nsleep 1\nexit 2\n"),
+        (
+            "exits",
+            "#!/bin/sh\necho \"error: unrecognized subcommand 'app-server'\" >&2\nexit 2\n",
+        ),
+    ];
+    for (name, script) in cases {
+        let bin = dir.path().join(name);
+        agent_testkit::write_executable(&bin, script);
+        for args in [&["probe", "codex"][..], RUN] {
+            let out = Command::new(env!("CARGO_BIN_EXE_agentctl"))
+                .args(args)
+                .arg("--codex-bin")
+                .arg(&bin)
+                .env_remove("RUST_LOG")
+                .env_remove("AGENTCTL_DB")
+                .stdin(Stdio::null())
+                .output()
+                .unwrap();
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(1), "{name} {args:?}: {stderr}");
+            assert!(
+                stderr.contains("hint: codex app-server exited; run with RUST_LOG=debug"),
+                "{name} {args:?}: {stderr}"
+            );
+        }
+    }
+}

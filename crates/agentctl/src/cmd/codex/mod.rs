@@ -125,9 +125,15 @@ pub fn explain(err: AppServerError) -> anyhow::Error {
         AppServerError::Spawn { .. } => {
             format!("check that the binary is executable; {INSTALL_HINT}")
         }
-        AppServerError::ConnectionLost(ConnectionLost::EndOfStream) => {
-            "codex app-server exited; run with RUST_LOG=debug to see its stderr".into()
-        }
+        // A server that exits at once (an old `codex` without `app-server`, a wrong binary)
+        // ends its output or, when our first write comes first, breaks the pipe: one hint.
+        AppServerError::ConnectionLost(
+            ConnectionLost::EndOfStream
+            | ConnectionLost::WriteFailed(_)
+            | ConnectionLost::ServerExited { .. },
+        ) => "codex app-server exited; run with RUST_LOG=debug to see its stderr \
+              (is it the Codex CLI, version 0.171 or later?)"
+            .into(),
         AppServerError::Timeout { .. } => {
             "codex app-server did not answer; run with RUST_LOG=debug to see its stderr".into()
         }
