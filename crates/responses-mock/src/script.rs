@@ -1,6 +1,6 @@
 //! Script files: which reply the emulator gives to which request.
 //!
-//! Format (JSON, documented in `fixtures/README.md`):
+//! Format (JSON, documented in `fixtures/responses/README.md`):
 //! ```json
 //! {"description": "...",
 //!  "rules": [{"name": "first turn",
