@@ -50,6 +50,8 @@ pub(crate) fn spawn(
             .max_connections(1)
             .max_lifetime(None)
             .idle_timeout(None)
+            // As the read pool's: a server that cannot be reached fails an attempt.
+            .acquire_timeout(super::CONNECT_TIMEOUT)
             .connect_lazy_with(options);
         listen(&pool, &own, &commits, stop, &connected).await;
         // The listener, and with it the connection, was dropped as `listen` returned.
