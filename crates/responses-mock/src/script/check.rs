@@ -219,7 +219,7 @@ fn collect<'a>(value: &'a serde_json::Value, out: &mut Vec<&'a str>) {
 }
 
 /// Why an output item would not reach a client as the item the user meant: one that is
-/// not an object, a message whose `content` is not a list of parts, a function call
+/// not an object, an assistant message whose `content` is not a list of parts, a function call
 /// without a `name` or whose `arguments` are not a (JSON-encoded) string.
 fn output_item(item: &serde_json::Value) -> Result<(), String> {
     use serde_json::Value;
@@ -227,7 +227,9 @@ fn output_item(item: &serde_json::Value) -> Result<(), String> {
         return Err("an output item must be an object, such as {\"type\": \"message\", \"content\": [{\"type\": \"output_text\", \"text\": \"...\"}]}".into());
     };
     match map.get("type").and_then(Value::as_str).unwrap_or("message") {
-        "message" => match map.get("content") {
+        // An assistant message as the API returns one (a user message, as a compaction
+        // returns it, may be written as input is).
+        "message" if map.get("role").is_none_or(|r| r == "assistant") => match map.get("content") {
             None | Some(Value::Array(_)) => Ok(()),
             Some(_) => Err("a message's content must be a list of parts, such as [{\"type\": \"output_text\", \"text\": \"...\"}]".into()),
         },

@@ -80,6 +80,11 @@ fn an_output_item_a_client_could_not_read_is_refused() {
     assert_names(&why, &["rule `r`", "reply.items[1]", "arguments"]);
     let why = item(json!({"type": "function_call", "arguments": "{}"}));
     assert_names(&why, &["rule `r`", "reply.items[1]", "name"]);
+    // A user message kept by a scripted compaction may be written as input is.
+    let kept = json!({"rules": [{"when": {"endpoint": "compact"}, "reply": {"items": [
+        {"type": "message", "role": "user", "content": "retained"},
+        {"type": "compaction", "encrypted_content": "opaque"}]}}]});
+    assert!(Script::from_json_str(&kept.to_string()).is_ok());
 }
 
 #[test]
