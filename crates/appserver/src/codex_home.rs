@@ -5,7 +5,8 @@
 //! Invariants: the provider is a *custom* one (plain `POST {base_url}/responses` with SSE,
 //! no WebSocket attempt, local compaction); the model slug is not in Codex's bundled
 //! catalog, so Codex sends the classic `tools` array; retries are off so a broken stream
-//! fails the turn at once instead of being replayed.
+//! fails the turn at once instead of being replayed; plugins are off, so Codex does not
+//! sync its curated plugins from GitHub at startup (it tried, even offline).
 
 use std::path::Path;
 
@@ -23,6 +24,10 @@ pub fn provider_config(base_url: &str) -> String {
         "# Written by agentctl: Codex's model provider is a local Responses emulator.\n\
          model = \"{EMULATED_MODEL}\"\n\
          model_provider = \"{PROVIDER_ID}\"\n\
+         \n\
+         # Offline: no sync of the curated plugins from GitHub at startup.\n\
+         [features]\n\
+         plugins = false\n\
          \n\
          [model_providers.{PROVIDER_ID}]\n\
          name = \"agentctl Responses emulator\"\n\
@@ -66,6 +71,8 @@ mod tests {
         assert!(text.contains("model_provider = \"agentctl_emulator\""));
         assert!(text.contains("base_url = \"http://127.0.0.1:9/v1\""));
         assert!(text.contains("wire_api = \"responses\""));
+        // Offline: Codex 0.171 syncs its curated plugins from github.com unless told not to.
+        assert!(text.contains("[features]\nplugins = false\n"));
         assert_eq!(toml_string("a\"b\\c"), "\"a\\\"b\\\\c\"");
     }
 }
