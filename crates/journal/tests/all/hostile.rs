@@ -1,5 +1,7 @@
 //! Hostile use of the journal as a library: inputs at and past the limits, many producers
-//! at once, and leases pushed to their edges, on every backend.
+//! at once, leases pushed to their edges and operations after close, on every backend; and
+//! PostgreSQL databases set up otherwise than the journal assumed (their collation,
+//! encoding, isolation and timeouts, a pool of one read connection).
 
 use crate::support;
 
