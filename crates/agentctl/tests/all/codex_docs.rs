@@ -234,7 +234,8 @@ fn codex_run_resolves_relative_cwd_and_codex_bin_against_the_current_directory()
 }
 
 /// The hint of a failed turn named a command that does not parse (`journal replay THREAD`
-/// without `--thread`) and pointed at the journal also under `--no-journal`.
+/// without `--thread`), without the `--db` the turn was journaled in, and pointed at the
+/// journal also under `--no-journal`.
 #[test]
 fn a_failed_turns_hint_names_a_command_that_replays_it() {
     let fake = Fake::new();
@@ -258,10 +259,15 @@ fn a_failed_turns_hint_names_a_command_that_replays_it() {
         .split('`')
         .nth(1)
         .unwrap_or_else(|| panic!("no command in the hint: {hint}"));
-    assert_eq!(command, "agentctl journal replay --thread thr_1", "{hint}");
+    // With the --db it was given, so that pasting it reads the same journal.
+    assert_eq!(
+        command,
+        format!("agentctl --db {db} journal replay --thread thr_1"),
+        "{hint}"
+    );
     let replay = Command::new(env!("CARGO_BIN_EXE_agentctl"))
         .args(command.split(' ').skip(1))
-        .args(["--db", &db])
+        .env_remove("AGENTCTL_DB")
         .output()
         .unwrap();
     let replayed = String::from_utf8_lossy(&replay.stdout);

@@ -236,8 +236,8 @@ async fn run_turn(global: &GlobalArgs, args: &RunArgs) -> anyhow::Result<ExitCod
                 with_hint(
                     err,
                     format!(
-                        "the turn's events are in the journal: `agentctl journal replay --thread {}`",
-                        report.thread_id
+                        "the turn's events are in the journal: `{}`",
+                        global.suggest(&["journal", "replay", "--thread", &report.thread_id])
                     ),
                 )
             } else {
