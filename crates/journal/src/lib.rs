@@ -24,6 +24,8 @@
 //!   the earlier requests of its group commit); otherwise [`JournalError::Conflict`], which
 //!   fails that request alone.
 //! - A writer failure is latched: every waiting and every later append gets the error.
+//!   (SQLite's write lock held by another connection past `busy_timeout` is not one: the
+//!   transaction never began, so that batch alone fails, with a database error.)
 //! - `(thread, seq)` is indexed, so replay costs O(events of the thread).
 //! - [`Journal::fenced`] appends are written only while their lease is at the handle's
 //!   epoch (see [`Lease`]): a holder that lost its lease cannot write after the new

@@ -12,7 +12,9 @@
 //!   batch's earlier requests: if the thread's last seq differs, that request alone gets
 //!   [`JournalError::Conflict`] and writes nothing; the rest of the batch commits.
 //! - After a failed commit the writer is latched failed: the failing batch and every later
-//!   request get [`JournalError::WriterFailed`] with the first error's message.
+//!   request get [`JournalError::WriterFailed`] with the first error's message. (A batch
+//!   whose transaction never began, SQLite's write lock being held by another connection
+//!   past `busy_timeout`, wrote nothing: it fails alone with that error, [`Settle::refuse`].)
 //! - `Close` is processed after everything queued before it, so closing loses no append.
 
 use std::sync::Arc;
@@ -250,6 +252,14 @@ impl Settle {
         for (ack, result) in acks.into_iter().zip(results) {
             // A caller that stopped waiting still had its events committed.
             let _ = ack.send(result);
+        }
+    }
+
+    /// Answers every request of a batch that was not written with `err()`, latching
+    /// nothing: the next batch is written as usual.
+    pub(crate) fn refuse(&self, acks: Vec<Ack>, err: impl Fn() -> JournalError) {
+        for ack in acks {
+            let _ = ack.send(Err(err()));
         }
     }
 

@@ -681,3 +681,43 @@ async fn postgres_a_database_that_cannot_hold_every_character_is_refused_at_open
     );
     j.close().await;
 }
+
+/// Two journals on one file, or a tool, take SQLite's write lock in turn. One that held it
+/// past the other's `busy_timeout` made that journal's next commit fail to begin, and its
+/// writer latched failed for good, though nothing had been written and the connection was
+/// fine (lease writes on it went on). Now that batch alone fails, with the database's
+/// error, and the journal writes again once the lock is free.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_a_write_lock_held_elsewhere_fails_the_appends_meanwhile_only() {
+    let options = agent_journal::JournalOptions {
+        busy_timeout: Duration::from_millis(50),
+        ..Default::default()
+    };
+    let f = support::sqlite(options).await;
+    let j = &f.journal;
+    j.append(NewEvent::new("t", "k", json!({"n": 0})))
+        .await
+        .unwrap();
+    let other = rusqlite::Connection::open(f.url.strip_prefix("sqlite://").unwrap()).unwrap();
+    other.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let refused = j.append(NewEvent::new("t", "k", json!({"n": 1}))).await;
+    assert!(
+        matches!(refused, Err(JournalError::Database(_))),
+        "{refused:?}"
+    );
+    assert!(!j.writer_failed());
+    other.execute_batch("COMMIT").unwrap();
+    let written = j
+        .append(NewEvent::new("t", "k", json!({"n": 2})))
+        .await
+        .unwrap();
+    assert_eq!(written.seq, 2);
+    let ns: Vec<i64> = j
+        .replay("t", 0)
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| e.payload["n"].as_i64().unwrap())
+        .collect();
+    assert_eq!(ns, [0, 2]);
+}

@@ -110,7 +110,15 @@ fn run(
                     }
                 }
             };
-            settle.finish(&requests, acks, written);
+            match written {
+                // Nothing of the batch was written: it fails alone, and the writer goes on.
+                Err(Failure::Busy(err)) => {
+                    tracing::warn!(%err, "the journal's database stayed locked by another connection; a batch was refused");
+                    let err = agent_schema::DatabaseError::from_rusqlite(&err);
+                    settle.refuse(acks, || JournalError::Database(err.clone()));
+                }
+                written => settle.finish(&requests, acks, written.map_err(Failure::into_error)),
+            }
         }
         last_commit = took.unwrap_or_else(|| started.elapsed());
     }
@@ -217,7 +225,7 @@ fn write_while_collecting(
     rx: &mut mpsc::Receiver<Msg>,
     first: Msg,
     mut collector: Collector,
-) -> (Batch, Result<Vec<Answer>, rusqlite::Error>, Duration) {
+) -> (Batch, Result<Vec<Answer>, Failure>, Duration) {
     let mut batch = collector.start(first);
     let mut busy = Duration::ZERO;
     let mut answers = Vec::new();
@@ -233,7 +241,7 @@ fn write_while_collecting(
                 break;
             }
         }
-        timed(&mut busy, || open.commit(conn))
+        Ok(timed(&mut busy, || open.commit(conn))?)
     })();
     let written = match written {
         Ok(()) => Ok(answers),
@@ -253,6 +261,33 @@ fn timed<T>(busy: &mut Duration, work: impl FnOnce() -> T) -> T {
     result
 }
 
+/// Why a batch was not committed.
+#[derive(Debug)]
+enum Failure {
+    /// `BEGIN IMMEDIATE` found the write lock held by another connection (another process's
+    /// journal, a tool) for longer than `busy_timeout`: the transaction never began, so
+    /// nothing of the batch was written. The batch fails alone and the next one tries
+    /// again; latching the writer for good over a lock another connection held for a while
+    /// left the journal unwritable until it was reopened.
+    Busy(rusqlite::Error),
+    /// A statement or the commit failed: what was written is unknown, the writer latches.
+    Failed(rusqlite::Error),
+}
+
+impl From<rusqlite::Error> for Failure {
+    fn from(err: rusqlite::Error) -> Self {
+        Failure::Failed(err)
+    }
+}
+
+impl Failure {
+    fn into_error(self) -> rusqlite::Error {
+        match self {
+            Failure::Busy(err) | Failure::Failed(err) => err,
+        }
+    }
+}
+
 /// A write transaction of the writer connection, and the head seq as its rows advance it.
 struct Open {
     start: i64,
@@ -262,9 +297,20 @@ struct Open {
 impl Open {
     /// Takes the write lock; the head read under it is final. A transaction left open by an
     /// interrupted earlier write is abandoned first, never reused.
-    fn begin(conn: &Connection) -> rusqlite::Result<Open> {
+    fn begin(conn: &Connection) -> Result<Open, Failure> {
         rollback(conn);
-        conn.prepare_cached("BEGIN IMMEDIATE")?.execute([])?;
+        let began = conn
+            .prepare_cached("BEGIN IMMEDIATE")
+            .and_then(|mut begin| begin.execute([]));
+        if let Err(err) = began {
+            use rusqlite::ErrorCode::{DatabaseBusy, DatabaseLocked};
+            let busy = matches!(err.sqlite_error_code(), Some(DatabaseBusy | DatabaseLocked));
+            return Err(if busy {
+                Failure::Busy(err)
+            } else {
+                Failure::Failed(err)
+            });
+        }
         let head = read_head(conn)?;
         Ok(Open { start: head, head })
     }
@@ -285,7 +331,7 @@ impl Open {
 }
 
 /// Commits one batch; rolls back and returns the error if any statement fails.
-fn write_batch(conn: &Connection, batch: &[Request]) -> Result<Vec<Answer>, rusqlite::Error> {
+fn write_batch(conn: &Connection, batch: &[Request]) -> Result<Vec<Answer>, Failure> {
     let written = Open::begin(conn).and_then(|mut open| {
         let answers = open.write(conn, batch)?;
         open.commit(conn)?;
@@ -302,7 +348,7 @@ fn write_batch(conn: &Connection, batch: &[Request]) -> Result<Vec<Answer>, rusq
 /// then sets the connection back to `FULL` for every later commit, the leases' included.
 /// Should that fail, the error fails the batch and latches the writer: nothing is committed
 /// afterwards with less durability than the journal promises.
-fn write_relaxed(conn: &Connection, batch: &[Request]) -> Result<Vec<Answer>, rusqlite::Error> {
+fn write_relaxed(conn: &Connection, batch: &[Request]) -> Result<Vec<Answer>, Failure> {
     conn.execute_batch("PRAGMA synchronous = NORMAL")?;
     let written = write_batch(conn, batch);
     conn.execute_batch("PRAGMA synchronous = FULL")?;
