@@ -37,13 +37,14 @@ pub(super) fn rule(rule: &Rule) -> Result<(), String> {
 }
 
 /// Parts of `rule` its reply never uses: a fault or a hold where nothing is streamed (an
-/// error reply, or a rule for the compact endpoint only), a structured answer where the
+/// error reply, a rule for the compact endpoint or for unstreamed requests only), a structured answer where the
 /// compact endpoint would answer with its default compaction instead.
 fn unused(rule: &Rule) -> Result<(), String> {
     let compact = rule.when.endpoint == ScriptEndpoint::Compact;
-    let streamless = match (&rule.reply, compact) {
-        (Reply::Error { .. }, _) => Some("an `error` reply is not streamed"),
-        (_, true) => Some("`endpoint: compact` is not streamed"),
+    let streamless = match (&rule.reply, compact, rule.when.stream) {
+        (Reply::Error { .. }, ..) => Some("an `error` reply is not streamed"),
+        (_, true, _) => Some("`endpoint: compact` is not streamed"),
+        (.., Some(false)) => Some("the rule answers requests without `stream: true` only"),
         _ => None,
     };
     if let Some(why) = streamless {

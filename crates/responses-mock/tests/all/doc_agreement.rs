@@ -134,6 +134,9 @@ fn a_rule_that_can_never_answer_is_refused() {
         "fault": {"after_events": 1, "kind": "cut"}}),
     );
     assert_names(&why, &["rule `r`", "fault", "compact"]);
+    let why = refused(json!({"when": {"stream": false}, "reply": {"items": []},
+        "fault": {"after_events": 1, "kind": "stall"}}));
+    assert_names(&why, &["rule `r`", "fault", "stream"]);
     let why = refused(json!({"when": {"endpoint": "compact"}, "reply": {"json": {"a": 1}}}));
     assert_names(&why, &["rule `r`", "reply.json", "compact"]);
     let why = refused(json!({"reply": {"error": {"status": 500, "message": "m"}},
