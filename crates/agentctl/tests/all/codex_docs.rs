@@ -16,7 +16,8 @@ const HANG_GUARD: Duration = Duration::from_secs(90);
 /// working directory to `seen-cwd` (`THREAD_CWD|SERVER_CWD`). After `turn/start` (answered,
 /// then `turn/started`), a delta `working` and a newline; then, in mode `fail`, our turn
 /// fails with `boom`; otherwise it waits for `turn/interrupt`, which it answers, marks with
-/// the file `interrupt-received`, and ends the turn as interrupted. SIGINT ends it as it
+/// the file `interrupt-received`, and ends the turn as interrupted. In mode `hang` it never
+/// answers `initialize`. SIGINT ends it as it
 /// ends any Python program. Files are written in the directory of the script.
 const FAKE: &str = r#"#!/usr/bin/env python3
 import json, os, sys
@@ -29,12 +30,15 @@ def put(name, text):
 def send(obj):
     sys.stdout.write(json.dumps(obj) + "\n"); sys.stdout.flush()
 def note(method, params): send({"method": method, "params": params})
+put("fake.pid", str(os.getpid()))
 for line in sys.stdin:
     msg = json.loads(line)
     method, rid = msg.get("method"), msg.get("id")
     if rid is None:
         continue
     if method == "initialize":
+        if MODE == "hang":
+            continue
         send({"id": rid, "result": {"userAgent": "fake"}})
     elif method == "thread/start":
         put("seen-cwd", msg["params"].get("cwd", "") + "|" + os.getcwd())
@@ -336,5 +340,46 @@ fn a_codex_that_exits_at_once_gets_one_hint() {
                 "{name} {args:?}: {stderr}"
             );
         }
+    }
+}
+
+/// Ctrl-C while the handshake waits for an answer stops the command at once (exit 130) and
+/// the server with it. Once agentctl handled the signal itself, it waited out the call's
+/// 15 s (and the next call's); before, the signal ended agentctl alone.
+#[test]
+fn codex_run_stops_at_once_when_interrupted_before_the_thread_exists() {
+    let fake = Fake::new();
+    let run = Running::start(fake.agentctl("hang", RUN));
+    let start = Instant::now();
+    while !fake.file("fake.pid").exists() {
+        assert!(start.elapsed() < HANG_GUARD, "the fake never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Time for `initialize` to be sent.
+    std::thread::sleep(Duration::from_millis(300));
+    let sent = Instant::now();
+    run.signal("-INT", false);
+    let (status, stderr) = run.finish();
+    assert_eq!(status.code(), Some(130), "{stderr}");
+    assert!(
+        sent.elapsed() < Duration::from_secs(10),
+        "took {:?}: {stderr}",
+        sent.elapsed()
+    );
+    assert!(!stderr.contains("no response"), "{stderr}");
+    let pid = std::fs::read_to_string(fake.file("fake.pid")).unwrap();
+    let start = Instant::now();
+    while Command::new("kill")
+        .args(["-0", pid.trim()])
+        .stderr(Stdio::null())
+        .status()
+        .unwrap()
+        .success()
+    {
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "the app-server still runs"
+        );
+        std::thread::sleep(Duration::from_millis(20));
     }
 }

@@ -16,7 +16,7 @@ use agent_appserver::{
     TurnStatus,
 };
 use agent_host::codex::{
-    AppServerLaunch, CodexTurn, CodexTurnError, DriveError, TurnRequest, run_codex_turn,
+    AppServerLaunch, CodexTurn, CodexTurnError, DriveError, TurnEvent, TurnRequest, run_codex_turn,
 };
 use agent_responses_mock::Script;
 use anyhow::Context as _;
@@ -198,11 +198,39 @@ async fn run_turn(global: &GlobalArgs, args: &RunArgs) -> anyhow::Result<ExitCod
     let mut printer = render::Printer::new(global.json);
     let signals = interrupt_signals().context("cannot listen for Ctrl-C and SIGTERM")?;
     let interrupt = || {
-        let signals = std::sync::Arc::clone(&signals);
-        async move { signals.notified().await }
+        let fired = std::sync::Arc::clone(&signals.fired);
+        async move { fired.notified().await }
     };
     let journaled = journal.is_some();
-    let result = run_codex_turn(turn, journal, interrupt, |event| printer.show(event)).await;
+    let thread_started = std::cell::Cell::new(false);
+    let turn = run_codex_turn(turn, journal, interrupt, |event| {
+        if matches!(event, TurnEvent::ThreadStarted { .. }) {
+            thread_started.set(true);
+        }
+        printer.show(event)
+    });
+    // Before the thread exists there is no turn to interrupt, and a handshake call that
+    // gets no answer would hold a signal for its whole timeout: a signal then stops the
+    // command at once (dropping the session stops the server and the emulator).
+    let before_thread = async {
+        let mut count = signals.count.clone();
+        loop {
+            if count.changed().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+            if !thread_started.get() {
+                break;
+            }
+        }
+    };
+    let result = tokio::select! {
+        result = turn => Some(result),
+        () = before_thread => None,
+    };
+    let Some(result) = result else {
+        crate::output::note("agentctl: interrupted before the turn started");
+        return Ok(crate::exit::Exit::Interrupted.into());
+    };
     // What follows goes to stderr: on a terminal it would continue the agent's last line.
     printer.end_line()?;
     let report = result.map_err(|err| match err {
@@ -247,14 +275,23 @@ async fn run_turn(global: &GlobalArgs, args: &RunArgs) -> anyhow::Result<ExitCod
     }
 }
 
-/// Fires once for each SIGINT (Ctrl-C) or SIGTERM: both interrupt the turn, and a second
-/// one gives up on it. A signal that arrives while nobody waits is kept for the next wait.
-/// SIGTERM's default action ended the process at once, the turn still running in Codex.
-fn interrupt_signals() -> std::io::Result<std::sync::Arc<tokio::sync::Notify>> {
+/// SIGINT (Ctrl-C) and SIGTERM, as they arrive.
+struct Signals {
+    /// Notified once for each: both interrupt the turn, and a second one gives up on it. A
+    /// signal that arrives while nobody waits is kept for the next wait.
+    fired: std::sync::Arc<tokio::sync::Notify>,
+    /// How many have arrived.
+    count: tokio::sync::watch::Receiver<u64>,
+}
+
+/// Listens for SIGINT and SIGTERM from now on. SIGTERM's default action ended the process at
+/// once, the turn still running in Codex.
+fn interrupt_signals() -> std::io::Result<Signals> {
     use tokio::signal::unix::{SignalKind, signal};
     let mut int = signal(SignalKind::interrupt())?;
     let mut term = signal(SignalKind::terminate())?;
     let fired = std::sync::Arc::new(tokio::sync::Notify::new());
+    let (counter, count) = tokio::sync::watch::channel(0u64);
     let notify = std::sync::Arc::clone(&fired);
     tokio::spawn(async move {
         loop {
@@ -266,7 +303,8 @@ fn interrupt_signals() -> std::io::Result<std::sync::Arc<tokio::sync::Notify>> {
                 break;
             }
             notify.notify_one();
+            counter.send_modify(|n| *n = n.saturating_add(1));
         }
     });
-    Ok(fired)
+    Ok(Signals { fired, count })
 }
