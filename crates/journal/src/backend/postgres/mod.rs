@@ -183,12 +183,16 @@ pub(super) async fn writer_connection(
         .map_err(|_| WriterConnectError::TimedOut)?
         .map_err(WriterConnectError::Connect)?;
     let session = |sql: &'static str| sqlx::query(sql);
-    if relaxed {
-        session("SET synchronous_commit = off")
-            .execute(&mut writer)
-            .await
-            .map_err(WriterConnectError::Session)?;
-    }
+    // Set either way: a database or role default of `off` must not make `Full` appends
+    // acknowledged before their WAL flush.
+    session(if relaxed {
+        "SET synchronous_commit = off"
+    } else {
+        "SET synchronous_commit = on"
+    })
+    .execute(&mut writer)
+    .await
+    .map_err(WriterConnectError::Session)?;
     // A writer process stopped mid-transaction (SIGSTOP, a VM pause) holds its threads'
     // locks and, by running, holds back the horizon of every reader of the whole journal;
     // the server ends such a transaction so the others go on. Ours last microseconds
@@ -210,6 +214,14 @@ pub(super) async fn writer_connection(
         .execute(&mut writer)
         .await
         .map_err(WriterConnectError::Session)?;
+    // `transaction_timeout` (PostgreSQL 17) likewise, where the server has it.
+    session(
+        "SELECT set_config('transaction_timeout', '0', false) FROM pg_settings \
+         WHERE name = 'transaction_timeout'",
+    )
+    .execute(&mut writer)
+    .await
+    .map_err(WriterConnectError::Session)?;
     // The writer's statements are few and fixed; planned once, not on every execution
     // (a custom plan of the one-statement append cost more CPU than executing it).
     session("SET plan_cache_mode = force_generic_plan")
@@ -256,4 +268,36 @@ async fn migrate(conn: &mut PgConnection) -> Result<(), JournalError> {
     }
     tx.commit().await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What the writer's session says of `synchronous_commit` on a database whose default
+    /// is `off`: `Full` must wait for the WAL flush whatever the database says.
+    #[tokio::test]
+    async fn the_writer_s_durability_does_not_inherit_the_database_s_default() {
+        let Some(db) = agent_testkit::fresh_pg_database("journal_sync_default").await else {
+            return;
+        };
+        let mut admin = PgConnection::connect(db.url()).await.unwrap();
+        sqlx::query(
+            "DO $$ BEGIN EXECUTE format('ALTER DATABASE %I SET synchronous_commit = off', \
+             current_database()); END $$",
+        )
+        .execute(&mut admin)
+        .await
+        .unwrap();
+        for (durability, expected) in [(Durability::Full, "on"), (Durability::Normal, "off")] {
+            let options = JournalOptions::default().durability(durability);
+            let opened = open(db.url(), db.url(), &options, false).await.unwrap();
+            let mut writer = opened.writer.unwrap().conn;
+            let setting: String = sqlx::query_scalar("SHOW synchronous_commit")
+                .fetch_one(&mut writer)
+                .await
+                .unwrap();
+            assert_eq!(setting, expected, "{durability:?}");
+        }
+    }
 }
