@@ -247,11 +247,14 @@ impl InMemoryJournal {
         events: Vec<Prepared>,
         fence: Option<&Fence>,
     ) -> Result<Vec<Appended>, JournalError> {
-        let touched = self.touched(&events);
-        self.write(&touched, |state| {
-            state.check_fence(fence)?;
-            Ok(events.into_iter().map(|event| state.push(event)).collect())
-        })?
+        self.write(
+            events,
+            |events| names(events),
+            |state, events| {
+                state.check_fence(fence)?;
+                Ok(events.into_iter().map(|event| state.push(event)).collect())
+            },
+        )?
     }
 
     /// Appends validated events as one atomic step if the last seq of `expected.thread` is
@@ -264,42 +267,35 @@ impl InMemoryJournal {
         events: Vec<Prepared>,
         fence: Option<&Fence>,
     ) -> Result<Vec<Appended>, JournalError> {
-        let touched = self.touched(&events);
-        self.write(&touched, |state| {
-            state.check_fence(fence)?;
-            let actual = state
-                .threads
-                .get(&expected.thread)
-                .and_then(ThreadLog::last)
-                .map(|e| e.seq);
-            if actual != expected.last {
-                return Err(JournalError::Conflict {
-                    thread: expected.thread,
-                    expected: expected.last,
-                    actual,
-                });
-            }
-            Ok(events.into_iter().map(|event| state.push(event)).collect())
-        })?
+        self.write(
+            events,
+            |events| names(events),
+            |state, events| {
+                state.check_fence(fence)?;
+                let actual = state
+                    .threads
+                    .get(&expected.thread)
+                    .and_then(ThreadLog::last)
+                    .map(|e| e.seq);
+                if actual != expected.last {
+                    return Err(JournalError::Conflict {
+                        thread: expected.thread,
+                        expected: expected.last,
+                        actual,
+                    });
+                }
+                Ok(events.into_iter().map(|event| state.push(event)).collect())
+            },
+        )?
     }
 
     /// Appends one validated event (the common case, without the batch's vectors).
     pub(crate) fn append_one(&self, event: Prepared) -> Result<Appended, JournalError> {
-        let touched = self.touched(std::slice::from_ref(&event));
-        self.write(&touched, |state| state.push(event))
-    }
-
-    /// The threads and kinds `events` write, when some tail may wait on them (else none:
-    /// nothing to wake, nothing to collect).
-    fn touched(&self, events: &[Prepared]) -> Vec<(String, String)> {
-        if !self.commits.any() {
-            return Vec::new();
-        }
-        // Repeats are fine: a publish that names a thread twice wakes it once.
-        events
-            .iter()
-            .map(|event| (event.thread.clone(), event.kind.clone()))
-            .collect()
+        self.write(
+            event,
+            |event| names(std::slice::from_ref(event)),
+            |state, event| state.push(event),
+        )
     }
 
     /// Runs `f` on the state under the lock (lease operations: they write no events).
@@ -308,16 +304,29 @@ impl InMemoryJournal {
         Ok(f(&mut state))
     }
 
-    /// Runs `push` under the lock as one commit, then, with the lock released, counts the
-    /// commit and, if anything was written, wakes the tails of the `touched` threads.
-    fn write<R>(
+    /// Runs `push` of `events` under the lock as one commit, then, with the lock released,
+    /// counts the commit and, if anything was written, wakes the tails of the threads
+    /// `names` lists.
+    ///
+    /// Whether any tail waits is asked under the lock: a tail subscribes before it first
+    /// reads, and its read waits for this lock, so a tail that subscribed too late to be
+    /// woken reads the events instead (asked before the lock, a tail subscribing and
+    /// reading in between would wait for its next poll).
+    fn write<E, R>(
         &self,
-        touched: &[(String, String)],
-        push: impl FnOnce(&mut State) -> R,
+        events: E,
+        names: impl FnOnce(&E) -> Vec<(String, String)>,
+        push: impl FnOnce(&mut State, E) -> R,
     ) -> Result<R, JournalError> {
         let mut state = self.open_state()?;
+        // Nothing to collect when no tail can be waiting.
+        let touched = if self.commits.any() {
+            names(&events)
+        } else {
+            Vec::new()
+        };
         let first = state.last_seq;
-        let acks = push(&mut state);
+        let acks = push(&mut state, events);
         let last = state.last_seq;
         drop(state);
         let written = last - first;
@@ -466,9 +475,61 @@ impl ReadSide for InMemoryJournal {
     }
 }
 
+/// The threads and kinds `events` write (repeats are fine: a publish that names a thread
+/// twice wakes it once).
+fn names(events: &[Prepared]) -> Vec<(String, String)> {
+    events
+        .iter()
+        .map(|event| (event.thread.clone(), event.kind.clone()))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A tail subscribes and then reads; an append that finds no tail must look while it
+    /// holds the lock that read takes, or a tail subscribing and reading between the look
+    /// and the write is neither woken nor shown the event. Here the tail's read holds the
+    /// lock from before the append starts until after the tail subscribed: the tail reads
+    /// nothing, so the append must wake it. (With the look before the lock, it found no
+    /// tail and woke none.)
+    #[test]
+    fn a_tail_subscribing_while_an_append_waits_is_woken() {
+        let commits = Arc::new(Commits::default());
+        let j = Arc::new(InMemoryJournal::new(
+            Arc::clone(&commits),
+            Arc::new(Counters::default()),
+        ));
+        let (held_tx, held_rx) = std::sync::mpsc::channel();
+        let (subscribed_tx, subscribed_rx) = std::sync::mpsc::channel::<()>();
+        let read = {
+            let j = Arc::clone(&j);
+            std::thread::spawn(move || {
+                j.with_state(|state| {
+                    held_tx.send(()).unwrap();
+                    subscribed_rx.recv().unwrap();
+                    state.last_seq
+                })
+                .unwrap()
+            })
+        };
+        held_rx.recv().unwrap();
+        let appender = {
+            let j = Arc::clone(&j);
+            std::thread::spawn(move || j.append_one(event(1, "{}".into(), None)).unwrap())
+        };
+        // The append is under way (waiting for the lock) before the tail subscribes.
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let woken = commits.subscribe("t", None);
+        subscribed_tx.send(()).unwrap();
+        assert_eq!(read.join().unwrap(), 0, "the tail read before the append");
+        appender.join().unwrap();
+        assert!(
+            woken.has_changed().unwrap(),
+            "the tail read nothing and was not woken"
+        );
+    }
 
     fn journal() -> InMemoryJournal {
         InMemoryJournal::new(Arc::default(), Arc::new(Counters::default()))
