@@ -5,9 +5,10 @@
 //!   the recorder's thread: nothing is dropped. The queue is bounded
 //!   ([`QUEUE_CAPACITY`]) and `record` waits for room, so a slow journal slows the turn's
 //!   consumer down instead of growing memory.
-//! - The writer task appends whatever is queued, up to [`MAX_BATCH`] events, as one
-//!   `append_batch` (one transaction, one fsync), so recording never waits for an fsync
-//!   per event.
+//! - The writer task appends whatever is queued, up to [`MAX_BATCH`] events and
+//!   [`MAX_BATCH_BYTES`], as one `append_batch` (one transaction, one fsync), so recording
+//!   never waits for an fsync per event, and no batch is larger than the journal takes
+//!   in one append.
 //! - Kinds are `codex:<method>` for notifications and `codex-request:<method>` for server
 //!   requests (payload: id, params and the reply we sent). A kind longer than the journal
 //!   allows is cut at a character boundary; a payload larger than the journal allows is
@@ -15,7 +16,9 @@
 //! - [`Recorder::finish`] returns only after every recorded event is durable.
 
 use agent_appserver::{AppServerEvent, RpcError};
-use agent_journal::{Journal, JournalError, MAX_KIND_BYTES, MAX_PAYLOAD_BYTES, NewEvent};
+use agent_journal::{
+    Journal, JournalError, MAX_APPEND_BYTES, MAX_KIND_BYTES, MAX_PAYLOAD_BYTES, NewEvent,
+};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -24,6 +27,13 @@ use tokio::task::JoinHandle;
 pub const QUEUE_CAPACITY: usize = 1024;
 /// Most events written in one `append_batch`.
 pub const MAX_BATCH: usize = 256;
+/// Most bytes (threads, kinds and payloads, and 64 per event, as the journal counts them)
+/// written in one `append_batch`: half what the journal takes in one append, so 256
+/// events of the largest payload are several batches instead of a refused one.
+pub const MAX_BATCH_BYTES: usize = MAX_APPEND_BYTES / 2;
+
+/// What the journal counts for an event besides its thread, kind and payload.
+const EVENT_BYTES: usize = 64;
 
 /// Why the turn's events could not be journaled.
 #[derive(Debug, thiserror::Error)]
@@ -43,7 +53,7 @@ pub enum RecorderError {
 /// ([`Recorder::disabled`]) it records nothing.
 #[derive(Debug)]
 pub struct Recorder {
-    tx: Option<mpsc::Sender<NewEvent>>,
+    tx: Option<mpsc::Sender<(NewEvent, usize)>>,
     task: Option<JoinHandle<Result<u64, JournalError>>>,
     thread: String,
 }
@@ -56,7 +66,7 @@ impl Recorder {
         let Some(journal) = journal else {
             return Self::disabled(thread);
         };
-        let (tx, rx) = mpsc::channel::<NewEvent>(QUEUE_CAPACITY);
+        let (tx, rx) = mpsc::channel::<(NewEvent, usize)>(QUEUE_CAPACITY);
         let task = tokio::spawn(write_batches(journal, rx));
         Recorder {
             tx: Some(tx),
@@ -85,8 +95,9 @@ impl Recorder {
     /// Cancel-safe: if the future is dropped, `event` was either queued whole or not at all.
     pub async fn record(&self, event: &AppServerEvent) -> Result<(), RecorderError> {
         let Some(tx) = &self.tx else { return Ok(()) };
-        let (kind, payload) = journal_entry(event);
-        tx.send(NewEvent::new(self.thread.clone(), kind, payload))
+        let (kind, payload, payload_bytes) = entry(event);
+        let bytes = EVENT_BYTES + self.thread.len() + kind.len() + payload_bytes;
+        tx.send((NewEvent::new(self.thread.clone(), kind, payload), bytes))
             .await
             .map_err(|_| RecorderError::WriterStopped)
     }
@@ -111,17 +122,34 @@ impl Recorder {
     }
 }
 
-/// The writer task: batches of up to [`MAX_BATCH`] queued events until the queue closes.
+/// The writer task: batches of up to [`MAX_BATCH`] queued events and [`MAX_BATCH_BYTES`]
+/// until the queue closes.
 async fn write_batches(
     journal: Journal,
-    mut rx: mpsc::Receiver<NewEvent>,
+    mut rx: mpsc::Receiver<(NewEvent, usize)>,
 ) -> Result<u64, JournalError> {
     let mut written = 0u64;
-    while let Some(first) = rx.recv().await {
+    let mut next = None;
+    loop {
+        let held = match next.take() {
+            Some(held) => Some(held),
+            None => rx.recv().await,
+        };
+        let Some((first, mut bytes)) = held else {
+            break;
+        };
         let mut batch = vec![first];
         while batch.len() < MAX_BATCH {
             match rx.try_recv() {
-                Ok(event) => batch.push(event),
+                Ok((event, size)) if bytes + size > MAX_BATCH_BYTES => {
+                    // Starts the next batch.
+                    next = Some((event, size));
+                    break;
+                }
+                Ok((event, size)) => {
+                    bytes += size;
+                    batch.push(event);
+                }
                 Err(_) => break,
             }
         }
@@ -134,6 +162,12 @@ async fn write_batches(
 
 /// The journal kind and payload of a server event (see the module docs).
 pub fn journal_entry(event: &AppServerEvent) -> (String, Value) {
+    let (kind, payload, _) = entry(event);
+    (kind, payload)
+}
+
+/// [`journal_entry`], and the bytes of the payload's JSON.
+fn entry(event: &AppServerEvent) -> (String, Value, usize) {
     let (kind, payload) = match event {
         AppServerEvent::Notification(note) => {
             (format!("codex:{}", note.method), note.params.clone())
@@ -145,12 +179,13 @@ pub fn journal_entry(event: &AppServerEvent) -> (String, Value) {
     };
     let kind = truncate(kind, MAX_KIND_BYTES);
     let size = payload.to_string().len();
-    let payload = if size > MAX_PAYLOAD_BYTES {
-        json!({"omitted": "payload larger than the journal's limit", "bytes": size})
+    if size > MAX_PAYLOAD_BYTES {
+        let note = json!({"omitted": "payload larger than the journal's limit", "bytes": size});
+        let note_size = note.to_string().len();
+        (kind, note, note_size)
     } else {
-        payload
-    };
-    (kind, payload)
+        (kind, payload, size)
+    }
 }
 
 /// The reply we sent to a server request: `{"result": ...}` or `{"error": {code, message}}`.
@@ -223,6 +258,36 @@ mod tests {
             .collect();
         assert_eq!(seen, (0..count).collect::<Vec<_>>());
         assert!(events.iter().all(|e| &*e.kind == "codex:turn/progress"));
+        journal.close().await;
+    }
+
+    /// 40 events of nearly the largest payload are more than the journal takes in one
+    /// append: they are written in several batches, all of them, in order (one batch was
+    /// refused before).
+    #[tokio::test]
+    async fn events_too_large_for_one_append_together_are_written_in_several() {
+        let journal = Journal::open("memory:").await.unwrap();
+        let recorder = Recorder::start(Some(journal.clone()), "codex-thread");
+        let text = "x".repeat(MAX_PAYLOAD_BYTES - 100);
+        let count = 40;
+        assert!(count as usize * MAX_PAYLOAD_BYTES > agent_journal::MAX_APPEND_BYTES);
+        // On this test's one-threaded runtime the writer task first runs once this task
+        // waits, so all of them are queued by then and it could take them as one batch.
+        for n in 0..count {
+            let event = AppServerEvent::Notification(Notification {
+                method: "item/completed".into(),
+                params: json!({"n": n, "text": text}),
+                emitted_at_ms: None,
+            });
+            recorder.record(&event).await.unwrap();
+        }
+        assert_eq!(recorder.finish().await.unwrap(), count);
+        let events = journal.replay("codex-thread", 0).await.unwrap();
+        let seen: Vec<u64> = events
+            .iter()
+            .map(|e| e.payload["n"].as_u64().unwrap())
+            .collect();
+        assert_eq!(seen, (0..count).collect::<Vec<_>>());
         journal.close().await;
     }
 
