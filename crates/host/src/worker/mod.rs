@@ -65,16 +65,17 @@ impl WorkerConfig {
     }
 }
 
-/// The most read connections a worker's journal opens (one of them is its LISTEN
-/// connection), however many runs it drives at once.
+/// The most read connections a worker's journal opens, however many runs it drives at
+/// once.
 ///
 /// A run spends nearly all its time waiting on the model or a tool, not on the database:
 /// its reads take a connection for a millisecond and give it back, and a tail waits for a
 /// wake-up holding none. So 16 connections serve hundreds of runs, while the former
 /// `3 × concurrency + 4` let `--concurrency 1024` take every connection of a server
 /// (PostgreSQL's default `max_connections` is 100, a few of them reserved), so that
-/// `runs list` or `submit` elsewhere failed with "too many clients". With the writer's and
-/// the notifier's connection a worker holds at most 18; idle ones close after
+/// `runs list` or `submit` elsewhere failed with "too many clients". With the writer's,
+/// the notifier's and the LISTEN connection a
+/// worker holds at most 19; idle read connections close after
 /// `JournalOptions::read_idle_timeout`.
 pub const MAX_READ_CONNECTIONS: u32 = 16;
 

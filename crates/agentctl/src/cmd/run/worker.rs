@@ -74,8 +74,8 @@ pub(crate) struct CliConnector {
     mcp: Vec<String>,
     /// `--sandbox`: the least confinement of every run.
     sandbox_floor: Option<agent_host::sandbox::Mode>,
-    /// Read connections: on PostgreSQL every live tail (one per driven run, more while it
-    /// waits for a decision) holds one for its LISTEN.
+    /// Read connections (PostgreSQL: a tail's LISTEN has a connection of its own beside
+    /// them, one per journal).
     read_connections: u32,
     /// One API client per base URL, shared by the runs this worker drives.
     clients: super::connect::ApiClients,
