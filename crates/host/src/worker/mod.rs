@@ -74,9 +74,8 @@ impl WorkerConfig {
 /// `3 × concurrency + 4` let `--concurrency 1024` take every connection of a server
 /// (PostgreSQL's default `max_connections` is 100, a few of them reserved), so that
 /// `runs list` or `submit` elsewhere failed with "too many clients". With the writer's,
-/// the notifier's and the LISTEN connection a
-/// worker holds at most 19; idle read connections close after
-/// `JournalOptions::read_idle_timeout`.
+/// the notifier's and the LISTEN connection a worker holds at most 19; idle read
+/// connections close after `JournalOptions::read_idle_timeout`.
 pub const MAX_READ_CONNECTIONS: u32 = 16;
 
 /// A model client for one run, and whatever must live while it is used (an in-process
