@@ -16,9 +16,11 @@ pub enum MockCmd {
     /// Serve POST /v1/responses (JSON and SSE), POST /v1/responses/compact,
     /// GET /v1/responses/{id} and the WebSocket mode (GET /v1/responses) on loopback. Prints
     /// the base URL (`http://ADDR/v1`; with --json a `mock.listening` line) as the first
-    /// stdout line, then runs until interrupted. Without a script it echoes the last
-    /// user input, so any client can hold a conversation with it. Keeps the 1000 most recent
-    /// requests (GET /__mock/requests) and stored responses; bodies are limited to 2 MiB.
+    /// stdout line, then runs until interrupted. Without a script, HTTP echoes the last
+    /// user input, so any client can hold a conversation with it, and the WebSocket mode
+    /// plays the steering story (a call of the first tool, then text). Keeps the 1000 most
+    /// recent HTTP requests (GET /__mock/requests) and stored responses; bodies are limited
+    /// to 2 MiB.
     Serve(ServeArgs),
 }
 
@@ -46,8 +48,8 @@ pub struct ServeArgs {
         value_parser = clap::builder::NonEmptyStringValueParser::new()
     )]
     pub require_key: Option<String>,
-    /// Without a script: how long a fresh WebSocket response of the echo conversation
-    /// waits for a `response.steer` before it completes (0: it does not wait). A script's
+    /// Without a script: how long a fresh WebSocket response of the steering story waits
+    /// for a `response.steer` before it completes (0: it does not wait). A script's
     /// rules hold a reply with `hold_for_steer_ms` instead.
     #[arg(long, value_name = "MS", default_value_t = 5000,
           conflicts_with_all = ["script", "fixture"])]
