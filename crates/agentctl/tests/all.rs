@@ -6,6 +6,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 
 // Support shared by the suites.
+#[path = "support/fake_codex.rs"]
+mod fake_codex;
 #[path = "host/mod.rs"]
 mod host;
 #[path = "support/served.rs"]

@@ -3,14 +3,10 @@
 //! real CLI is not needed: how Ctrl-C and SIGTERM reach the turn, relative paths, the hint
 //! of a failed turn. The real CLI's side is in `codex_interop.rs`.
 
-use std::io::{BufRead as _, BufReader, Read as _};
-use std::path::PathBuf;
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::mpsc;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// Guards against a hang turning into a stuck test run; not a timing assertion.
-const HANG_GUARD: Duration = Duration::from_secs(90);
+use crate::fake_codex::{self, HANG_GUARD, Running};
 
 /// The fake `codex app-server`. It writes the `thread/start` params' `cwd` and its own
 /// working directory to `seen-cwd` (`THREAD_CWD|SERVER_CWD`). After `turn/start` (answered,
@@ -58,122 +54,9 @@ for line in sys.stdin:
         send({"id": rid, "error": {"code": -32601, "message": "unknown"}})
 "#;
 
-/// The fake, written executable into a fresh temporary directory.
-struct Fake {
-    dir: tempfile::TempDir,
-}
-
-impl Fake {
-    fn new() -> Fake {
-        let dir = tempfile::tempdir().unwrap();
-        let fake = Fake { dir };
-        agent_testkit::write_executable(&fake.script(), FAKE);
-        fake
-    }
-
-    fn script(&self) -> PathBuf {
-        self.dir.path().join("fake-codex.py")
-    }
-
-    fn file(&self, name: &str) -> PathBuf {
-        self.dir.path().join(name)
-    }
-
-    /// `agentctl ARGS`, the fake in `mode` as CODEX_BIN, no `RUST_LOG`, no `AGENTCTL_DB`.
-    fn agentctl(&self, mode: &str, args: &[&str]) -> Command {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_agentctl"));
-        cmd.args(args)
-            .env("CODEX_BIN", self.script())
-            .env("FAKE_MODE", mode)
-            .env_remove("RUST_LOG")
-            .env_remove("AGENTCTL_DB");
-        cmd
-    }
-}
-
-/// A running `agentctl` in a process group of its own (as a shell's job is): its stdout
-/// line by line, its stderr whole at the end.
-struct Running {
-    child: Child,
-    stdout: mpsc::Receiver<String>,
-    stderr: std::thread::JoinHandle<String>,
-}
-
-impl Running {
-    fn start(mut cmd: Command) -> Running {
-        use std::os::unix::process::CommandExt as _;
-        let mut child = cmd
-            .process_group(0)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let (tx, stdout) = mpsc::channel();
-        let out = BufReader::new(child.stdout.take().unwrap());
-        std::thread::spawn(move || {
-            for line in out.lines() {
-                let Ok(line) = line else { break };
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        let mut err = child.stderr.take().unwrap();
-        let stderr = std::thread::spawn(move || {
-            let mut text = String::new();
-            let _ = err.read_to_string(&mut text);
-            text
-        });
-        Running {
-            child,
-            stdout,
-            stderr,
-        }
-    }
-
-    fn wait_for_line(&self, line: &str) {
-        loop {
-            match self.stdout.recv_timeout(HANG_GUARD) {
-                Ok(got) if got == line => return,
-                Ok(_) => {}
-                Err(err) => panic!("no stdout line {line:?}: {err}"),
-            }
-        }
-    }
-
-    /// Sends `signal` to the process (`-INT`), or to its whole group (`-INT`, group).
-    fn signal(&self, signal: &str, group: bool) {
-        let target = if group {
-            format!("-{}", self.child.id())
-        } else {
-            self.child.id().to_string()
-        };
-        let sent = Command::new("kill")
-            .args([signal, "--", &target])
-            .status()
-            .unwrap();
-        assert!(sent.success());
-    }
-
-    fn finish(mut self) -> (ExitStatus, String) {
-        let start = Instant::now();
-        let status = loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                break status;
-            }
-            if start.elapsed() > HANG_GUARD {
-                self.child.kill().unwrap();
-                self.child.wait().unwrap();
-                panic!(
-                    "still running after {HANG_GUARD:?}; stderr: {}",
-                    self.stderr.join().unwrap()
-                );
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        };
-        (status, self.stderr.join().unwrap())
-    }
+/// The fake of this file.
+fn fake() -> fake_codex::Fake {
+    fake_codex::Fake::new(FAKE)
 }
 
 const RUN: &[&str] = &["codex", "run", "--no-journal", "hi"];
@@ -183,7 +66,7 @@ const RUN: &[&str] = &["codex", "run", "--no-journal", "hi"];
 /// failed ("gave up on the turn").
 #[test]
 fn codex_run_interrupts_the_turn_at_a_terminals_ctrl_c() {
-    let fake = Fake::new();
+    let fake = fake();
     let run = Running::start(fake.agentctl("", RUN));
     run.wait_for_line("working");
     run.signal("-INT", true);
@@ -203,18 +86,18 @@ fn codex_run_interrupts_the_turn_at_a_terminals_ctrl_c() {
 /// for inside `--cwd` and reported as not installed.
 #[test]
 fn codex_run_resolves_relative_cwd_and_codex_bin_against_the_current_directory() {
-    let fake = Fake::new();
-    let sub = fake.dir.path().join("sub");
+    let fake = fake();
+    let sub = fake.file("sub");
     std::fs::create_dir(&sub).unwrap();
     for cwd in ["sub", "./sub/", "../sub"] {
         let _ = std::fs::remove_file(fake.file("seen-cwd"));
         // `../sub` from the directory `other`.
         let from = if cwd == "../sub" {
-            let other = fake.dir.path().join("other");
+            let other = fake.file("other");
             std::fs::create_dir_all(&other).unwrap();
             other
         } else {
-            fake.dir.path().to_path_buf()
+            fake.dir().to_path_buf()
         };
         let bin = if cwd == "../sub" {
             "../fake-codex.py"
@@ -242,7 +125,7 @@ fn codex_run_resolves_relative_cwd_and_codex_bin_against_the_current_directory()
 /// journal also under `--no-journal`.
 #[test]
 fn a_failed_turns_hint_names_a_command_that_replays_it() {
-    let fake = Fake::new();
+    let fake = fake();
     let db = format!("sqlite://{}", fake.file("journal.db").display());
     let out = fake
         .agentctl("fail", &["--db", &db, "codex", "run", "hi"])
@@ -293,7 +176,7 @@ fn a_failed_turns_hint_names_a_command_that_replays_it() {
 /// running, the agent's line unended and `--mock`'s temporary CODEX_HOME left behind.
 #[test]
 fn codex_run_interrupts_the_turn_at_sigterm() {
-    let fake = Fake::new();
+    let fake = fake();
     let run = Running::start(fake.agentctl("", RUN));
     run.wait_for_line("working");
     run.signal("-TERM", false);
@@ -348,7 +231,7 @@ fn a_codex_that_exits_at_once_gets_one_hint() {
 /// 15 s (and the next call's); before, the signal ended agentctl alone.
 #[test]
 fn codex_run_stops_at_once_when_interrupted_before_the_thread_exists() {
-    let fake = Fake::new();
+    let fake = fake();
     let run = Running::start(fake.agentctl("hang", RUN));
     let start = Instant::now();
     while !fake.file("fake.pid").exists() {

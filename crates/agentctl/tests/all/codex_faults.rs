@@ -4,14 +4,11 @@
 //!
 //! (A submodule of `codex_interop`, so that the test crate's module list stays as it is.)
 
-use std::io::{BufRead as _, BufReader, Read as _};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::mpsc;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// Guards against a hang turning into a stuck test run; not a timing assertion.
-const HANG_GUARD: Duration = Duration::from_secs(90);
+use crate::fake_codex::{self, HANG_GUARD, Running};
 
 /// The fake `codex app-server`. `initialize` is answered (mode `wrong_id`: with id 999).
 /// After `turn/start` (answered, then `turn/started`):
@@ -74,116 +71,23 @@ for line in sys.stdin:
         send({"id": rid, "error": {"code": -32601, "message": "unknown"}})
 "#;
 
-/// The fake, written executable into a fresh temporary directory.
-struct Fake {
-    dir: tempfile::TempDir,
-}
+/// The fake of this file; `agentctl` gets it as `--codex-bin` too.
+struct Fake(fake_codex::Fake);
 
 impl Fake {
     fn new() -> Fake {
-        let dir = tempfile::tempdir().unwrap();
-        let fake = Fake { dir };
-        agent_testkit::write_executable(&fake.script(), FAKE);
-        fake
-    }
-
-    fn script(&self) -> PathBuf {
-        self.dir.path().join("fake-codex.py")
+        Fake(fake_codex::Fake::new(FAKE))
     }
 
     fn file(&self, name: &str) -> PathBuf {
-        self.dir.path().join(name)
+        self.0.file(name)
     }
 
     /// `agentctl ARGS --codex-bin FAKE`, the fake in `mode`, no `RUST_LOG`.
     fn agentctl(&self, mode: &str, args: &[&str]) -> Command {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_agentctl"));
-        cmd.args(args)
-            .arg("--codex-bin")
-            .arg(self.script())
-            .env("FAKE_MODE", mode)
-            .env_remove("RUST_LOG")
-            .env_remove("AGENTCTL_DB");
+        let mut cmd = self.0.agentctl(mode, args);
+        cmd.arg("--codex-bin").arg(self.0.script());
         cmd
-    }
-}
-
-/// A running `agentctl`: its stdout line by line, its stderr whole at the end.
-struct Running {
-    child: Child,
-    stdout: mpsc::Receiver<String>,
-    stderr: std::thread::JoinHandle<String>,
-}
-
-impl Running {
-    fn start(mut cmd: Command) -> Running {
-        let mut child = cmd
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let (tx, stdout) = mpsc::channel();
-        let out = BufReader::new(child.stdout.take().unwrap());
-        std::thread::spawn(move || {
-            for line in out.lines() {
-                let Ok(line) = line else { break };
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        let mut err = child.stderr.take().unwrap();
-        let stderr = std::thread::spawn(move || {
-            let mut text = String::new();
-            let _ = err.read_to_string(&mut text);
-            text
-        });
-        Running {
-            child,
-            stdout,
-            stderr,
-        }
-    }
-
-    /// Waits for a stdout line equal to `line`.
-    fn wait_for_line(&self, line: &str) {
-        loop {
-            match self.stdout.recv_timeout(HANG_GUARD) {
-                Ok(got) if got == line => return,
-                Ok(_) => {}
-                Err(err) => panic!("no stdout line {line:?}: {err}"),
-            }
-        }
-    }
-
-    fn interrupt(&self) {
-        let sent = Command::new("kill")
-            .args(["-INT", &self.child.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(sent.success());
-    }
-
-    /// Waits for the exit (killing the process and failing after [`HANG_GUARD`]); returns
-    /// the status and stderr.
-    fn finish(mut self) -> (ExitStatus, String) {
-        let start = Instant::now();
-        let status = loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                break status;
-            }
-            if start.elapsed() > HANG_GUARD {
-                self.child.kill().unwrap();
-                self.child.wait().unwrap();
-                panic!(
-                    "still running after {HANG_GUARD:?}; stderr: {}",
-                    self.stderr.join().unwrap()
-                );
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        };
-        (status, self.stderr.join().unwrap())
     }
 }
 
