@@ -9,7 +9,7 @@ use agent_appserver::ApprovalPolicy;
 use clap::{Args, Subcommand};
 use serde_json::json;
 
-use crate::cmd::codex::{client_info, explain, launch};
+use crate::cmd::codex::{ServerStderr, client_info, explain, launch};
 use crate::global::GlobalArgs;
 use crate::output::{line, typed_line};
 
@@ -37,9 +37,10 @@ pub async fn run(global: &GlobalArgs, cmd: ProbeCmd) -> anyhow::Result<ExitCode>
 }
 
 async fn probe_codex(global: &GlobalArgs, args: &CodexProbeArgs) -> anyhow::Result<ExitCode> {
-    let (client, _events) = launch(&args.codex_bin)
+    let server_stderr = ServerStderr::new();
+    let (client, _events) = launch(&args.codex_bin, &server_stderr)
         .spawn(Vec::new(), ApprovalPolicy::default())
-        .map_err(explain)?;
+        .map_err(|err| explain(err, &server_stderr))?;
     // SIGINT or SIGTERM stops the probe, and the server with it: the default action of
     // either would end this process and leave the server running.
     let stop = agent_runtime::CancellationToken::new();
@@ -53,7 +54,7 @@ async fn probe_codex(global: &GlobalArgs, args: &CodexProbeArgs) -> anyhow::Resu
     let Some(result) = result else {
         return Ok(crate::exit::Exit::Interrupted.into());
     };
-    let init = result.map_err(explain)?;
+    let init = result.map_err(|err| explain(err, &server_stderr))?;
     if global.json {
         typed_line(
             "probe.codex",

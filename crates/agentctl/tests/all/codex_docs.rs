@@ -191,19 +191,29 @@ fn codex_run_interrupts_the_turn_at_sigterm() {
 
 /// A `--codex-bin` that is not the Codex CLI, or one too old for `app-server`, exits at
 /// once. Whether our first write or the end of its output noticed it first, the hint is
-/// the same and says what to check; a broken pipe got a generic one.
+/// the same and says what to check; a broken pipe got a generic one. What the server wrote
+/// to stderr is quoted (it was discarded, and the hint said to run again with RUST_LOG).
 #[test]
 fn a_codex_that_exits_at_once_gets_one_hint() {
     let dir = tempfile::tempdir().unwrap();
+    let key = "sk-test-not-a-secret-0123456789";
     let cases = [
-        // Closes its input first: our `initialize` meets a broken pipe.
-        ("closes-input", "#!/bin/sh\nexec 0<&-\nsleep 1\nexit 2\n"),
+        // Closes its input first: our `initialize` meets a broken pipe. It says nothing,
+        // so the hint says how to see more.
+        (
+            "closes-input",
+            "#!/bin/sh\nexec 0<&-\nsleep 1\nexit 2\n",
+            "hint: codex app-server exited; run with RUST_LOG=debug",
+        ),
+        // What it said is quoted, the key masked wherever it echoes it.
         (
             "exits",
-            "#!/bin/sh\necho \"error: unrecognized subcommand 'app-server'\" >&2\nexit 2\n",
+            "#!/bin/sh\necho \"error: unrecognized subcommand 'app-server' ($OPENAI_API_KEY)\" >&2\nexit 2\n",
+            "hint: codex app-server exited; its stderr ended with:\n    \
+             error: unrecognized subcommand 'app-server' (***)\n",
         ),
     ];
-    for (name, script) in cases {
+    for (name, script, hint) in cases {
         let bin = dir.path().join(name);
         agent_testkit::write_executable(&bin, script);
         for args in [&["probe", "codex"][..], RUN] {
@@ -213,15 +223,14 @@ fn a_codex_that_exits_at_once_gets_one_hint() {
                 .arg(&bin)
                 .env_remove("RUST_LOG")
                 .env_remove("AGENTCTL_DB")
+                .env("OPENAI_API_KEY", key)
                 .stdin(Stdio::null())
                 .output()
                 .unwrap();
             let stderr = String::from_utf8_lossy(&out.stderr);
             assert_eq!(out.status.code(), Some(1), "{name} {args:?}: {stderr}");
-            assert!(
-                stderr.contains("hint: codex app-server exited; run with RUST_LOG=debug"),
-                "{name} {args:?}: {stderr}"
-            );
+            assert!(stderr.contains(hint), "{name} {args:?}: {stderr}");
+            assert!(!stderr.contains(key), "{name} {args:?}: {stderr}");
         }
     }
 }

@@ -7,13 +7,15 @@
 //! temporary `CODEX_HOME` makes it Codex's model provider, so the turn runs offline.
 
 mod render;
+mod stderr;
+
+pub use stderr::ServerStderr;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use agent_appserver::{
-    AppServerError, ApprovalDecision, ApprovalPolicy, ClientInfo, ConnectionLost, StderrTarget,
-    TurnStatus,
+    AppServerError, ApprovalDecision, ApprovalPolicy, ClientInfo, ConnectionLost, TurnStatus,
 };
 use agent_host::codex::{
     AppServerLaunch, CodexTurn, CodexTurnError, DriveError, TurnEvent, TurnRequest, run_codex_turn,
@@ -105,21 +107,34 @@ pub fn client_info() -> ClientInfo {
     }
 }
 
-/// How to start `codex app-server` from `codex_bin`: its stderr is shown only when
-/// `RUST_LOG` is set (Codex logs noisily there).
-pub fn launch(codex_bin: &Path) -> AppServerLaunch {
+/// How to start `codex app-server` from `codex_bin`, its stderr going to `stderr`.
+pub fn launch(codex_bin: &Path, stderr: &ServerStderr) -> AppServerLaunch {
     AppServerLaunch {
-        stderr: if std::env::var_os("RUST_LOG").is_some() {
-            StderrTarget::Inherit
-        } else {
-            StderrTarget::Null
-        },
+        stderr: stderr.target(),
         ..AppServerLaunch::new(codex_bin)
     }
 }
 
-/// Adds the right hint to an app-server error.
-pub fn explain(err: AppServerError) -> anyhow::Error {
+/// Adds the right hint to an app-server error; a server that exited is quoted from
+/// `stderr`, when it wrote anything there.
+pub fn explain(err: AppServerError, stderr: &ServerStderr) -> anyhow::Error {
+    let exited = matches!(
+        &err,
+        AppServerError::ConnectionLost(
+            ConnectionLost::EndOfStream
+                | ConnectionLost::WriteFailed(_)
+                | ConnectionLost::ServerExited { .. }
+        )
+    );
+    if exited && let Some(tail) = stderr.tail() {
+        return with_hint(
+            err,
+            format!(
+                "codex app-server exited; its stderr ended with:\n{tail}\n\
+                 (is it the Codex CLI, version 0.171 or later?)"
+            ),
+        );
+    }
     let hint = match &err {
         err if err.is_not_found() => INSTALL_HINT.to_owned(),
         AppServerError::Spawn { .. } => {
@@ -181,10 +196,11 @@ async fn run_turn(global: &GlobalArgs, args: &RunArgs) -> anyhow::Result<ExitCod
     } else {
         Some(crate::db::open_journal(global).await?)
     };
+    let server_stderr = ServerStderr::new();
     let turn = CodexTurn {
         launch: AppServerLaunch {
             cwd: Some(cwd.clone()),
-            ..launch(&args.codex_bin)
+            ..launch(&args.codex_bin, &server_stderr)
         },
         mock_script,
         approvals: ApprovalPolicy::uniform(args.approve),
@@ -234,10 +250,11 @@ async fn run_turn(global: &GlobalArgs, args: &RunArgs) -> anyhow::Result<ExitCod
     // What follows goes to stderr: on a terminal it would continue the agent's last line.
     printer.end_line()?;
     let report = result.map_err(|err| match err {
-        CodexTurnError::Spawn(err) | CodexTurnError::Drive(DriveError::Setup(err)) => explain(err),
-        CodexTurnError::Drive(DriveError::Stopped(err)) => {
-            explain(err).context("codex app-server stopped before the turn completed")
+        CodexTurnError::Spawn(err) | CodexTurnError::Drive(DriveError::Setup(err)) => {
+            explain(err, &server_stderr)
         }
+        CodexTurnError::Drive(DriveError::Stopped(err)) => explain(err, &server_stderr)
+            .context("codex app-server stopped before the turn completed"),
         CodexTurnError::Drive(DriveError::Journal(err)) => anyhow::Error::new(err),
         CodexTurnError::Drive(DriveError::Observer(err)) => err,
         CodexTurnError::Provider(err) => anyhow::Error::new(err),
