@@ -1,5 +1,6 @@
 //! A worker against PostgreSQL: how many connections it holds (at most its pool's cap
-//! plus the writer's and the notifier's, whatever `--concurrency` says), and a clean stop
+//! plus the writer's, the notifier's and the LISTEN connection, whatever `--concurrency`
+//! says), and a clean stop
 //! that prints no warning about the journal's own closing.
 
 use std::time::{Duration, Instant};
@@ -9,9 +10,10 @@ use sqlx::Connection as _;
 use crate::host::{agentctl, emulator, fresh_db, text};
 use crate::workers::{start_worker, story, submit};
 
-/// The most a worker may hold: `agent_host::worker::MAX_READ_CONNECTIONS` read connections
-/// (its LISTEN connection among them), the writer's and the notifier's.
-const MOST: i64 = agent_host::worker::MAX_READ_CONNECTIONS as i64 + 2;
+/// The most a worker may hold: `agent_host::worker::MAX_READ_CONNECTIONS` read connections,
+/// the writer's, the notifier's and the LISTEN connection (a connection of its own, so that
+/// a tail never takes one the reads need).
+const MOST: i64 = agent_host::worker::MAX_READ_CONNECTIONS as i64 + 3;
 
 /// Client connections to the database `counter` is connected to, but its own. Not every
 /// backend: an autovacuum worker on the database shows in `pg_stat_activity` too (the
