@@ -82,7 +82,7 @@ impl GlobalArgs {
             ))
             .into()),
             Some(url) if url.contains(':') && !looks_like_windows_path(url) => Ok(url.clone()),
-            Some(path) => Ok(format!("sqlite://{path}")),
+            Some(path) => Ok(path_url(path)),
             None => {
                 let path = default_db_path()?;
                 if let Some(dir) = path.parent() {
@@ -90,7 +90,7 @@ impl GlobalArgs {
                         format!("cannot create the data directory {}", dir.display())
                     })?;
                 }
-                Ok(format!("sqlite://{}", path.display()))
+                Ok(path_url(&path.display().to_string()))
             }
         }
     }
@@ -124,6 +124,10 @@ pub fn database_files(url: &str) -> Vec<PathBuf> {
     if path.is_empty() || path == ":memory:" {
         return Vec::new();
     }
+    // Decoded as the journal and the context store decode it.
+    let Some(path) = agent_redact::percent_decoded(path) else {
+        return Vec::new();
+    };
     let Ok(file) = std::path::absolute(path) else {
         return Vec::new();
     };
@@ -134,6 +138,21 @@ pub fn database_files(url: &str) -> Vec<PathBuf> {
         files.push(PathBuf::from(name));
     }
     files
+}
+
+/// The `sqlite://` URL of a plain file path: its `%` and `?` escaped, since the stores
+/// decode `%XX` escapes and end the path at `?` (a path `x%41.db` named `xA.db` for the
+/// context store and `x%41.db` for the journal: two files for one `--db`).
+fn path_url(path: &str) -> String {
+    let mut url = String::from("sqlite://");
+    for c in path.chars() {
+        match c {
+            '%' => url.push_str("%25"),
+            '?' => url.push_str("%3F"),
+            c => url.push(c),
+        }
+    }
+    url
 }
 
 fn looks_like_windows_path(s: &str) -> bool {

@@ -512,3 +512,35 @@ fn memory_add_says_what_the_key_holds_afterwards() {
     let revoked = String::from_utf8(out).unwrap();
     assert!(revoked.contains("p/jdk is now 11 (from r3)"), "{revoked}");
 }
+
+/// One `--db` is one file for the journal and the context store: a plain path keeps its
+/// `%` (the context store decoded `x%41.db` to `xA.db`, the journal did not, so `runs
+/// search` made a second database beside the run's), and a URL's escapes are decoded by
+/// both.
+#[test]
+fn a_database_path_with_a_percent_sign_is_one_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let plain = dir.path().join("x%41.db").display().to_string();
+    let url = format!("sqlite://{}", dir.path().join("y%42.db").display());
+    for db in [plain.as_str(), url.as_str()] {
+        agentctl(db)
+            .current_dir(work.path())
+            .args(["run", "--mock", "look around"])
+            .env("HOME", work.path())
+            .assert()
+            .success();
+        agentctl(db)
+            .args(["runs", "search", "--all", "README"])
+            .assert()
+            .success();
+        agentctl(db).args(["history", "threads"]).assert().success();
+    }
+    let mut files: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| name.ends_with(".db"))
+        .collect();
+    files.sort();
+    assert_eq!(files, ["x%41.db", "yB.db"]);
+}

@@ -54,6 +54,8 @@ pub(crate) enum Location {
 
 /// Parses `sqlite::memory:`, `sqlite://PATH` or `sqlite:PATH` (an optional `?mode=rwc` is
 /// accepted for compatibility and means what opening does anyway: read, write, create).
+/// The path's `%XX` escapes are decoded, as the context store decodes them, so that one
+/// URL names one file for both.
 pub(crate) fn parse_url(url: &str) -> Result<Location, String> {
     let rest = url
         .strip_prefix("sqlite://")
@@ -75,7 +77,9 @@ pub(crate) fn parse_url(url: &str) -> Result<Location, String> {
     match path {
         ":memory:" => Ok(Location::Memory),
         "" => Err("missing file path (use sqlite://PATH or sqlite::memory:)".into()),
-        path => Ok(Location::File(PathBuf::from(path))),
+        path => agent_redact::percent_decoded(path)
+            .map(|path| Location::File(PathBuf::from(path)))
+            .ok_or_else(|| "the path is not UTF-8 once its %XX escapes are decoded".into()),
     }
 }
 
@@ -433,6 +437,11 @@ mod tests {
             Ok(Location::File("rel/a.db".into()))
         );
         assert_eq!(parse_url("sqlite:a.db"), Ok(Location::File("a.db".into())));
+        assert_eq!(
+            parse_url("sqlite:///tmp/a%20b%25c.db"),
+            Ok(Location::File("/tmp/a b%c.db".into()))
+        );
+        assert!(parse_url("sqlite:///tmp/%ff.db").is_err());
         assert!(parse_url("sqlite://").is_err());
         assert!(parse_url("sqlite:").is_err());
         assert!(parse_url("sqlite://a.db?mode=ro").is_err());
