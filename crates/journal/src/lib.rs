@@ -85,8 +85,8 @@ pub use event::{Appended, Event, NewEvent, Payload};
 pub use journal::{Journal, JournalStats};
 pub use lease::{Lease, LeaseRow, LeaseStatus};
 pub use limits::{
-    MAX_APPEND_BYTES, MAX_APPEND_THREADS, MAX_DEDUP_KEY_BYTES, MAX_KIND_BYTES, MAX_PAYLOAD_BYTES,
-    MAX_THREAD_BYTES, check_thread, holds_nul,
+    APPEND_BYTES_PER_EVENT, MAX_APPEND_BYTES, MAX_APPEND_THREADS, MAX_DEDUP_KEY_BYTES,
+    MAX_KIND_BYTES, MAX_PAYLOAD_BYTES, MAX_THREAD_BYTES, check_thread, holds_nul,
 };
 pub use options::{Access, DEFAULT_LINGER, DEFAULT_READ_IDLE_TIMEOUT, Durability, JournalOptions};
 pub use position::Position;

@@ -18,6 +18,9 @@ pub const MAX_PAYLOAD_BYTES: usize = 4 * 1024 * 1024;
 /// 31 payloads of the largest size). PostgreSQL takes no statement over 1 GiB, and an append is one statement
 /// (or one call): a larger one failed there, and latched the writer.
 pub const MAX_APPEND_BYTES: usize = 128 * 1024 * 1024;
+/// What [`MAX_APPEND_BYTES`] counts for an event besides its strings (the lengths of its
+/// row's elements and its numbers), so that many small events are bounded too.
+pub const APPEND_BYTES_PER_EVENT: usize = 64;
 
 /// Whether the journal takes `thread` as a thread name (non-empty, at most
 /// [`MAX_THREAD_BYTES`], no NUL): [`JournalError::InvalidInput`] saying why not. Every read

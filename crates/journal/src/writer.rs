@@ -18,6 +18,8 @@
 //! - `Close` is processed after everything queued before it, so closing loses no append.
 
 use std::sync::Arc;
+
+use crate::limits::APPEND_BYTES_PER_EVENT;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use tokio::sync::{mpsc, oneshot};
@@ -40,15 +42,11 @@ pub(crate) struct Prepared {
     pub(crate) relaxed: bool,
 }
 
-/// What an event takes in a write statement besides its strings: the lengths of its array
-/// elements and its numbers, counted so that many small events are bounded too.
-pub(crate) const EVENT_BYTES: usize = 64;
-
 impl Prepared {
     /// What the event takes in a write statement: its thread, kind, payload and dedup key,
-    /// and [`EVENT_BYTES`] for the rest of its row.
+    /// and [`APPEND_BYTES_PER_EVENT`] for the rest of its row.
     pub(crate) fn bytes(&self) -> usize {
-        EVENT_BYTES
+        APPEND_BYTES_PER_EVENT
             + self.thread.len()
             + self.kind.len()
             + self.payload.len()

@@ -17,7 +17,8 @@
 
 use agent_appserver::{AppServerEvent, RpcError};
 use agent_journal::{
-    Journal, JournalError, MAX_APPEND_BYTES, MAX_KIND_BYTES, MAX_PAYLOAD_BYTES, NewEvent,
+    APPEND_BYTES_PER_EVENT, Journal, JournalError, MAX_APPEND_BYTES, MAX_KIND_BYTES,
+    MAX_PAYLOAD_BYTES, NewEvent,
 };
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
@@ -31,9 +32,6 @@ pub const MAX_BATCH: usize = 256;
 /// written in one `append_batch`: half what the journal takes in one append, so 256
 /// events of the largest payload are several batches instead of a refused one.
 pub const MAX_BATCH_BYTES: usize = MAX_APPEND_BYTES / 2;
-
-/// What the journal counts for an event besides its thread, kind and payload.
-const EVENT_BYTES: usize = 64;
 
 /// Why the turn's events could not be journaled.
 #[derive(Debug, thiserror::Error)]
@@ -96,7 +94,7 @@ impl Recorder {
     pub async fn record(&self, event: &AppServerEvent) -> Result<(), RecorderError> {
         let Some(tx) = &self.tx else { return Ok(()) };
         let (kind, payload, payload_bytes) = entry(event);
-        let bytes = EVENT_BYTES + self.thread.len() + kind.len() + payload_bytes;
+        let bytes = APPEND_BYTES_PER_EVENT + self.thread.len() + kind.len() + payload_bytes;
         tx.send((NewEvent::new(self.thread.clone(), kind, payload), bytes))
             .await
             .map_err(|_| RecorderError::WriterStopped)
