@@ -186,9 +186,16 @@ async fn journal_ceiling(journal: Journal, n: usize, window: usize) -> anyhow::R
     Ok(n as f64 / secs)
 }
 
+/// The median; for an even count the mean of the two middle values, as the seed's
+/// `statistics.median` takes it (the upper middle value alone favoured the faster side).
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
-    if v.is_empty() { 0.0 } else { v[v.len() / 2] }
+    let mid = v.len() / 2;
+    match v.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => v[mid],
+        _ => (v[mid - 1] + v[mid]) / 2.0,
+    }
 }
 
 fn vm_hwm_kib() -> Option<u64> {
@@ -255,11 +262,14 @@ async fn main() -> anyhow::Result<()> {
                     oks.push(run.ok as f64);
                     touts.push(run.timeouts as f64);
                 }
+                // `ok_min`: the worst run's count, so that one run with unfinished calls
+                // is seen even when the median run completed every call.
+                let ok_min = oks.iter().copied().fold(f64::INFINITY, f64::min);
                 println!(
                     "{}",
                     json!({"bench": "calls", "journal": journal_name, "n": n, "concurrency": c,
-                           "window": a.window, "calls_per_s": median(rates), "ok": median(oks),
-                           "timeouts": median(touts)})
+                           "window": a.window, "runs": a.runs, "calls_per_s": median(rates),
+                           "ok": median(oks), "ok_min": ok_min, "timeouts": median(touts)})
                 );
             }
         }
