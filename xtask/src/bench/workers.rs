@@ -36,19 +36,80 @@ const STEPS_PER_RUN: usize = 21;
 /// Lease time-to-live of the takeover measurement, seconds.
 const TAKEOVER_TTL: f64 = 2.0;
 
-/// The reading of the figures, from the measurements above and the host section's emulator
-/// ceiling (kept here so a re-run writes it again).
-const WHERE_THE_TIME_GOES: &str = "Where the time goes. On SQLite the pool runs at the \
-emulator's own ceiling for these streamed requests (about 270 requests/s from one client, \
-see the host section): the workers wait on the model, and adding workers adds nothing. On \
-PostgreSQL each model step is five journal appends (model.requested, model.completed \
-and the tool call's scheduled/started/completed), of which two (model.requested and \
-tool.started) wait for a WAL flush and the others commit with `synchronous_commit` off; \
-appends to different threads take no common lock and wake-ups are sent after the commit \
-(issue 35), so with zero model latency the server's commit rate and this machine's two \
-cores bound the pool, which the rows with model latency below take out of the way. Takeover is the lease: with a 2 s lease renewed every \
-0.67 s the heir can claim 1.3-2.0 s after the kill plus at most one poll (50 ms), and the \
-medians (1.97-2.00 s) sit at the top of that window: the claim follows the expiry at once.";
+/// The reading of the figures. Every figure in it is this run's (the lease window is
+/// computed from [`TAKEOVER_TTL`]): `sqlite_scale` is 4 workers' rate over one worker's on
+/// SQLite, `takeovers` each database's median takeover (`None`: not measured).
+fn where_the_time_goes(sqlite_scale: Option<f64>, takeovers: &[(&str, Option<f64>)]) -> String {
+    let scale = sqlite_scale.map_or_else(
+        || "not measured in this run".to_string(),
+        |r| format!("{r:.2}x one worker's rate in this run"),
+    );
+    let medians: Vec<String> = takeovers
+        .iter()
+        .map(|(label, secs)| {
+            format!(
+                "{label} {}",
+                secs.map_or_else(|| "not measured".into(), |s| format!("{s:.2} s"))
+            )
+        })
+        .collect();
+    let renew = TAKEOVER_TTL / 3.0;
+    format!(
+        "Where the time goes. On SQLite the workers wait on the model: this zero-latency pool is \
+         bound by the emulator's own ceiling for these streamed requests (measured in the host \
+         section), so adding workers is not expected to add throughput (4 workers: {scale}). On \
+         PostgreSQL each model step is five journal appends (model.requested, model.completed \
+         and the tool call's scheduled/started/completed), of which two (model.requested and \
+         tool.started) wait for a WAL flush and the others commit with `synchronous_commit` off; \
+         appends to different threads take no common lock and wake-ups are sent after the commit \
+         (issue 35), so with zero model latency the server's commit rate and this machine's two \
+         cores bound the pool, which the rows with model latency below take out of the way. \
+         Takeover is the lease: with a {TAKEOVER_TTL} s lease renewed every {renew:.2} s the heir \
+         can claim {:.1}-{TAKEOVER_TTL:.1} s after the kill plus at most one poll (50 ms); this \
+         run's medians: {}.",
+        TAKEOVER_TTL - renew,
+        medians.join(", ")
+    )
+}
+
+/// A pool row: the median over the measurements that finished (`secs`), or "-" when none
+/// did; `ok` is whether every measurement ran and completed every run.
+fn pool_row(label: &str, workers: usize, secs: &[f64], ok: bool) -> String {
+    let mut secs = secs.to_vec();
+    let (rps, sps) = if secs.is_empty() {
+        ("-".to_string(), "-".to_string())
+    } else {
+        let s = median(&mut secs);
+        (
+            format!("{:.1}", RUNS as f64 / s),
+            format!("{:.0}", (RUNS * STEPS_PER_RUN) as f64 / s),
+        )
+    };
+    format!(
+        "| {label} | {workers} | {rps} | {sps} | {} |",
+        if ok { "yes" } else { "**no**" }
+    )
+}
+
+/// A takeover row: the median of the measurements that succeeded, out of `attempts`; "-"
+/// when none did (a median of nothing is not 0 s).
+fn takeover_row(label: &str, secs: &[f64], attempts: usize) -> (String, Option<f64>) {
+    let mut v = secs.to_vec();
+    let m = (!v.is_empty()).then(|| median(&mut v));
+    let shown = m.map_or_else(|| "-".to_string(), |m| format!("{m:.2}"));
+    let failed = if secs.len() < attempts {
+        " (**failed**: the others)"
+    } else {
+        ""
+    };
+    (
+        format!(
+            "| {label} | {shown} | {} of {attempts}{failed} |",
+            secs.len()
+        ),
+        m,
+    )
+}
 
 /// One measurement's database: a new SQLite file in `scratch`, or, with `pg` (the server's
 /// URL), a new PostgreSQL database dropped with this value, so no measurement finds the runs
@@ -84,20 +145,26 @@ struct Worker {
 
 impl Worker {
     fn start(agentctl: &Path, db: &str, name: &str, ttl: f64) -> anyhow::Result<Worker> {
-        let mut child = Command::new(agentctl)
-            .args([
-                "--db",
-                db,
-                "--json",
-                "worker",
-                "--concurrency",
-                "8",
-                "--poll",
-                "0.05",
-            ])
-            .args(["--lease-ttl", &ttl.to_string(), "--name", name])
-            // The emulator's key: the worker reads it from the environment like any client.
-            .env("OPENAI_API_KEY", "sk-bench")
+        let mut cmd = Command::new(agentctl);
+        cmd.args([
+            "--db",
+            db,
+            "--json",
+            "worker",
+            "--concurrency",
+            "8",
+            "--poll",
+            "0.05",
+        ])
+        .args(["--lease-ttl", &ttl.to_string(), "--name", name])
+        // The emulator's key: the worker reads it from the environment like any client.
+        .env("OPENAI_API_KEY", "sk-bench");
+        Worker::spawn(cmd)
+    }
+
+    /// Starts `cmd` as a worker whose stdout JSON lines are read on a thread of their own.
+    fn spawn(mut cmd: Command) -> anyhow::Result<Worker> {
+        let mut child = cmd
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
@@ -120,6 +187,12 @@ impl Worker {
         let _ = Command::new("kill")
             .args([&format!("-{sig}"), &self.child.id().to_string()])
             .status();
+    }
+
+    /// Whether the process has already exited (a worker runs until it is stopped: one that
+    /// ended by itself crashed or gave up, whatever the runs it left did).
+    fn exited(&mut self) -> bool {
+        !matches!(self.child.try_wait(), Ok(None))
     }
 
     fn stop(mut self) {
@@ -213,12 +286,19 @@ fn pool(
     let pids: Vec<u32> = pool.iter().map(|w| w.child.id()).collect();
     let cpu = mark.since(&pids);
     let locks = watch.map(LockWatch::stop);
+    let mut pool = pool;
+    // A worker that died on the way fails the measurement even when the others took over
+    // its runs and completed them (the time then holds a lease expiry, not the pool's pace).
+    let crashed = pool.iter_mut().map(Worker::exited).filter(|e| *e).count();
+    if crashed > 0 {
+        eprintln!("xtask: bench workers: {crashed} worker(s) exited before they were stopped");
+    }
     for w in pool {
         w.stop();
     }
     Ok(PoolRun {
         secs,
-        all_completed: completed == runs,
+        all_completed: completed == runs && crashed == 0,
         locks,
         cpu,
     })
@@ -372,7 +452,8 @@ pub fn run(ctx: &BenchCtx) -> anyhow::Result<Section> {
         md,
         "| database | workers | runs/s | model steps/s | all completed |\n|---|---:|---:|---:|---|"
     );
-    let mut takeovers = Vec::new();
+    let mut takeovers: Vec<(&str, Vec<f64>)> = Vec::new();
+    let mut sqlite_secs: Vec<(usize, f64)> = Vec::new();
     for (label, url) in &backends {
         for workers in [1usize, 2, 4] {
             eprintln!("[workers 2/3] {label}: {workers} worker(s), {runs} runs");
@@ -393,17 +474,11 @@ pub fn run(ctx: &BenchCtx) -> anyhow::Result<Section> {
                     }
                 }
             }
-            let s = median(&mut secs);
-            let (rps, sps) = if s > 0.0 {
-                (RUNS as f64 / s, (RUNS * STEPS_PER_RUN) as f64 / s)
-            } else {
-                (0.0, 0.0)
-            };
-            let _ = writeln!(
-                md,
-                "| {label} | {workers} | {rps:.1} | {sps:.0} | {} |",
-                if ok { "yes" } else { "**no**" }
-            );
+            if *label == "SQLite (Full)" && !secs.is_empty() {
+                let mut v = secs.clone();
+                sqlite_secs.push((workers, median(&mut v)));
+            }
+            let _ = writeln!(md, "{}", pool_row(label, workers, &secs, ok));
         }
         eprintln!("[workers 3/3] {label}: takeover after SIGKILL");
         let mut t = Vec::new();
@@ -415,16 +490,29 @@ pub fn run(ctx: &BenchCtx) -> anyhow::Result<Section> {
                 Err(err) => eprintln!("xtask: bench workers: takeover: {err:#}"),
             }
         }
-        takeovers.push((label, median(&mut t), t.len()));
+        takeovers.push((*label, t));
     }
     let _ = writeln!(
         md,
         "\n| database | takeover after SIGKILL, s (median) | measurements |\n|---|---:|---:|"
     );
-    for (label, secs, n) in takeovers {
-        let _ = writeln!(md, "| {label} | {secs:.2} | {n} |");
+    let mut takeover_medians = Vec::new();
+    for (label, t) in &takeovers {
+        let (row, m) = takeover_row(label, t, runs);
+        let _ = writeln!(md, "{row}");
+        takeover_medians.push((*label, m));
     }
-    let _ = writeln!(md, "\n{WHERE_THE_TIME_GOES}");
+    // 4 workers' rate over one worker's, SQLite: the ratio of their median times.
+    let time_of = |w: usize| sqlite_secs.iter().find(|r| r.0 == w).map(|r| r.1);
+    let sqlite_scale = match (time_of(1), time_of(4)) {
+        (Some(one), Some(four)) if four > 0.0 => Some(one / four),
+        _ => None,
+    };
+    let _ = writeln!(
+        md,
+        "\n{}",
+        where_the_time_goes(sqlite_scale, &takeover_medians)
+    );
     drop(emulator);
     md.push_str(&with_latency(ctx, &agentctl, &scratch, &ws, runs)?);
     let _ = std::fs::remove_dir_all(&scratch);
@@ -558,6 +646,67 @@ fn scaling_targets(rates: &[(usize, Option<f64>, bool)]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_reading_holds_this_runs_figures_only() {
+        let text = where_the_time_goes(
+            Some(0.847),
+            &[("SQLite (Full)", Some(1.984)), ("PostgreSQL", None)],
+        );
+        assert!(
+            text.contains("(4 workers: 0.85x one worker's rate in this run)"),
+            "{text}"
+        );
+        assert!(
+            text.contains("this run's medians: SQLite (Full) 1.98 s, PostgreSQL not measured."),
+            "{text}"
+        );
+        assert!(text.contains("renewed every 0.67 s"), "{text}");
+        assert!(
+            text.contains("can claim 1.3-2.0 s after the kill"),
+            "{text}"
+        );
+        // Figures of earlier runs that the text used to carry as constants.
+        assert!(!text.contains("270"), "{text}");
+        assert!(!text.contains("1.97-2.00"), "{text}");
+    }
+
+    #[test]
+    fn a_row_with_no_finished_measurement_shows_no_figure() {
+        assert_eq!(
+            pool_row("SQLite (Full)", 2, &[], false),
+            "| SQLite (Full) | 2 | - | - | **no** |"
+        );
+        assert_eq!(
+            pool_row("SQLite (Full)", 1, &[0.5, 0.4, 0.6], true),
+            "| SQLite (Full) | 1 | 80.0 | 1680 | yes |"
+        );
+        let (row, m) = takeover_row("PostgreSQL", &[], 3);
+        assert_eq!(row, "| PostgreSQL | - | 0 of 3 (**failed**: the others) |");
+        assert_eq!(m, None);
+        let (row, m) = takeover_row("SQLite (Full)", &[1.9, 2.0, 1.95], 3);
+        assert_eq!(row, "| SQLite (Full) | 1.95 | 3 of 3 |");
+        assert_eq!(m, Some(1.95));
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_worker_that_exited_by_itself_is_seen() {
+        let mut gone = Command::new("sh");
+        gone.args(["-c", "exit 3"]);
+        let mut gone = Worker::spawn(gone).unwrap();
+        let mut running = Command::new("sleep");
+        running.arg("30");
+        let mut running = Worker::spawn(running).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !gone.exited() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(gone.exited());
+        assert!(!running.exited());
+        let _ = running.child.kill();
+        let _ = running.child.wait();
+    }
 
     #[test]
     fn scaling_targets_read_the_ratios_and_failed_runs() {
