@@ -50,35 +50,52 @@ pub fn run(ctx: &BenchCtx) -> anyhow::Result<Section> {
     if lines.is_empty() {
         bail!("no run of bench_serve");
     }
+    let markdown = render(&lines, ctx.runs);
+    Ok(Section { markdown })
+}
+
+/// The section from the runs' lines (one per run of `bench_serve`).
+fn render(lines: &[Value], runs: usize) -> String {
     let all_ok = lines.iter().all(|l| {
         l["complete"].as_u64() == Some(WATCHERS as u64)
             && l["in_order"].as_u64() == Some(WATCHERS as u64)
     });
-    let med = |key: &str| {
+    // The median over the runs that printed the figure; "n/a" when none did (a run whose
+    // watchers measured no delay prints null, and a median of nothing is not 0 ms).
+    let med = |key: &str, digits: usize| {
         let mut v: Vec<f64> = lines.iter().filter_map(|l| l[key].as_f64()).collect();
-        median(&mut v)
+        if v.is_empty() {
+            "n/a".to_string()
+        } else {
+            format!("{:.digits$}", median(&mut v))
+        }
     };
     let (kib, us, cpu_connect, p50, p99) = (
-        med("kib_per_watcher"),
-        med("cpu_us_per_delivery"),
-        med("cpu_connect_ms"),
-        med("delay_p50_ms"),
-        med("delay_p99_ms"),
+        med("kib_per_watcher", 1),
+        med("cpu_us_per_delivery", 0),
+        med("cpu_connect_ms", 0),
+        med("delay_p50_ms", 1),
+        med("delay_p99_ms", 1),
     );
+    let figure = |l: &Value, key: &str, digits: usize| {
+        l[key]
+            .as_f64()
+            .map_or_else(|| "n/a".to_string(), |v| format!("{v:.digits$}"))
+    };
     let delivered = Verdict::of(all_ok, Some(()), |()| true);
     let per_run: String = lines
         .iter()
         .map(|l| {
             format!(
-                "| {} / {} | {} / {} | {:.1} KiB | {:.0} µs | {:.1} ms | {:.1} ms |\n",
+                "| {} / {} | {} / {} | {} KiB | {} µs | {} ms | {} ms |\n",
                 l["complete"],
                 WATCHERS,
                 l["in_order"],
                 WATCHERS,
-                l["kib_per_watcher"].as_f64().unwrap_or(f64::NAN),
-                l["cpu_us_per_delivery"].as_f64().unwrap_or(f64::NAN),
-                l["delay_p50_ms"].as_f64().unwrap_or(f64::NAN),
-                l["delay_p99_ms"].as_f64().unwrap_or(f64::NAN),
+                figure(l, "kib_per_watcher", 1),
+                figure(l, "cpu_us_per_delivery", 0),
+                figure(l, "delay_p50_ms", 1),
+                figure(l, "delay_p99_ms", 1),
             )
         })
         .collect();
@@ -94,11 +111,37 @@ pub fn run(ctx: &BenchCtx) -> anyhow::Result<Section> {
          (so it bounds commit-to-delivery from above). {} runs, medians.\n\n\
          | every watcher got every event | in order | memory per watcher | CPU per delivery | delay p50 | delay p99 |\n\
          |---|---|---:|---:|---:|---:|\n{per_run}\
-         | **median** | | **{kib:.1} KiB** | **{us:.0} µs** | **{p50:.1} ms** | **{p99:.1} ms** |\n\n\
-         Opening the {WATCHERS} streams cost the server {cpu_connect:.0} ms of CPU (median). \
+         | **median** | | **{kib} KiB** | **{us} µs** | **{p50} ms** | **{p99} ms** |\n\n\
+         Opening the {WATCHERS} streams cost the server {cpu_connect} ms of CPU (median). \
          Target (every watcher gets every event in order, in every run): {delivered}.\n",
         WATCHERS * EVENTS,
-        ctx.runs,
+        runs,
     );
-    Ok(Section { markdown })
+    markdown
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_figure_no_run_printed_is_not_shown_as_zero() {
+        // Every watcher got every event, but no delay was measured (`null`, as
+        // `bench_serve` prints a percentile of no samples).
+        let line = serde_json::json!({
+            "complete": WATCHERS, "in_order": WATCHERS, "kib_per_watcher": 30.9,
+            "cpu_us_per_delivery": 26.4, "cpu_connect_ms": 130, "delay_p50_ms": null,
+            "delay_p99_ms": null,
+        });
+        let md = render(&[line], 1);
+        assert!(
+            md.contains("| **median** | | **30.9 KiB** | **26 µs** | **n/a ms** | **n/a ms** |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| 30.9 KiB | 26 µs | n/a ms | n/a ms |"),
+            "{md}"
+        );
+        assert!(!md.contains("0.0 ms"), "{md}");
+    }
 }
