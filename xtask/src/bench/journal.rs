@@ -134,6 +134,7 @@ pub fn run(ctx: &BenchCtx) -> anyhow::Result<Section> {
             round + 1
         );
         let lines = run_bin(&bin, &["replay", path_str(&replay_db)?, &runs])?;
+        check_replay_counts(&lines, "our")?;
         for (field, values) in ["big_ms", "small_ms", "small_after_big_ms"]
             .iter()
             .zip(ours_replay.iter_mut())
@@ -141,6 +142,7 @@ pub fn run(ctx: &BenchCtx) -> anyhow::Result<Section> {
             values.push(number(&lines, field)?);
         }
         let lines = baseline.run_code(&seed_code)?;
+        check_replay_counts(&lines, "the seed")?;
         for (field, values) in ["big_ms", "small_ms"].iter().zip(seed_replay.iter_mut()) {
             values.push(number(&lines, field)?);
         }
@@ -278,7 +280,9 @@ pub fn run(ctx: &BenchCtx) -> anyhow::Result<Section> {
     md.push_str("Replay from a 1M-event journal (10 interleaved threads of 100k events, plus a 100-event thread), ");
     md.push_str(&format!(
         "events decoded into JSON values, in {REPLAY_ROUNDS} rounds: each runs a process of ours \
-         and then one of the seed's, each process reporting the median of its {runs} replays. \
+         and then one of the seed's, each process reporting the median of its {runs} replays \
+         (both sides in the same order: one untimed replay of the 100-event thread, then that \
+         thread {runs} times, then the 100k-event thread {runs} times). \
          Each side's figure is the median of its processes' medians; × faster is the median of \
          the rounds' ratios (each round's in brackets):\n\n"
     ));
@@ -382,18 +386,42 @@ with open(path, "rb") as f:
     os.fsync(f.fileno())
 "#;
 
-/// The seed's `Journal.replay` of the fixture at `PATH_HERE`: medians of `RUNS_HERE`.
+/// The seed's `Journal.replay` of the fixture at `PATH_HERE`: medians of `RUNS_HERE`, in
+/// the order and with the warm-up of ours (`bench_journal replay`): one untimed replay of
+/// the small thread, the small thread `RUNS_HERE` times, then the big thread `RUNS_HERE`
+/// times, each followed by the small one. (It used to time the small thread only right
+/// after each big replay, with no warm-up, against ours timed on its own after one.)
 const SEED_REPLAY: &str = r#"
 import json, statistics, time
 from runtime_demo import Journal
 j = Journal(PATH_HERE)
-big, small = [], []
+m = len(j.replay("small"))
+big, small, after = [], [], []
+for _ in range(RUNS_HERE):
+    t = time.perf_counter(); m = len(j.replay("small")); small.append((time.perf_counter() - t) * 1e3)
 for _ in range(RUNS_HERE):
     t = time.perf_counter(); n = len(j.replay("thread-3")); big.append((time.perf_counter() - t) * 1e3)
-    t = time.perf_counter(); m = len(j.replay("small")); small.append((time.perf_counter() - t) * 1e3)
+    t = time.perf_counter(); j.replay("small"); after.append((time.perf_counter() - t) * 1e3)
 print(json.dumps({"big_ms": statistics.median(big), "big_events": n,
-                  "small_ms": statistics.median(small), "small_events": m}))
+                  "small_ms": statistics.median(small), "small_events": m,
+                  "small_after_big_ms": statistics.median(after)}))
 "#;
+
+/// Events each replay must return: a replay that returned another count measured
+/// something else than the row says.
+const REPLAY_EVENTS: [(&str, f64); 2] = [("big_events", 100_000.0), ("small_events", 100.0)];
+
+/// Fails unless `side`'s replay returned the fixture's events, all of them.
+fn check_replay_counts(lines: &[Value], side: &str) -> anyhow::Result<()> {
+    for (field, want) in REPLAY_EVENTS {
+        let got = number(lines, field)?;
+        anyhow::ensure!(
+            got == want,
+            "{side}'s replay returned {got} events for `{field}`, not {want}"
+        );
+    }
+    Ok(())
+}
 
 /// `numerators[i] / denominators[i]` for each round both sides measured.
 fn paired_ratios(numerators: &[f64], denominators: &[f64]) -> Vec<f64> {
@@ -512,5 +540,20 @@ mod tests {
         assert!(text.contains("**not met** (82.5%)"), "{text}");
         assert!(text.contains("**not met** (9.2x)"), "{text}");
         assert_eq!(ratio_cell(&replay), "10.0 (10.0 / 9.6 / 10.5)");
+    }
+
+    #[test]
+    fn a_replay_that_returned_other_events_is_refused() {
+        let good =
+            parse_lines(r#"{"big_ms": 26.0, "big_events": 100000, "small_events": 100}"#).unwrap();
+        assert!(check_replay_counts(&good, "our").is_ok());
+        let short =
+            parse_lines(r#"{"big_ms": 2.0, "big_events": 10000, "small_events": 100}"#).unwrap();
+        let err = check_replay_counts(&short, "the seed")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("the seed's replay returned 10000"), "{err}");
+        let missing = parse_lines(r#"{"big_ms": 2.0}"#).unwrap();
+        assert!(check_replay_counts(&missing, "our").is_err());
     }
 }
