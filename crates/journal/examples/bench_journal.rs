@@ -238,7 +238,7 @@ async fn replay(db: &str, runs: usize) -> anyhow::Result<()> {
         after_big.push(ms(t));
     }
     // For an even count the mean of the two middle values, as the seed's
-    // `statistics.median` takes it (the lower of the two alone favoured us).
+    // `statistics.median` takes it (it took the upper one, the slower time, alone).
     let median = |v: &mut Vec<f64>| {
         v.sort_by(f64::total_cmp);
         let mid = v.len() / 2;
