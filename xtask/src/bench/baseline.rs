@@ -64,13 +64,17 @@ impl Drop for BaselineDir {
     }
 }
 
-/// Parses every line that is a JSON object; other lines are ignored.
+/// Parses every line that is a JSON object; lines that do not start with `{` (progress
+/// text) are ignored. A line that starts with `{` and does not parse fails the whole
+/// output: it is a measurement cut short or mangled, and skipping it would drop its row
+/// without a word.
 pub fn parse_lines(text: &str) -> anyhow::Result<Vec<serde_json::Value>> {
-    Ok(text
-        .lines()
+    text.lines()
         .filter(|l| l.trim_start().starts_with('{'))
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect())
+        .map(|l| {
+            serde_json::from_str(l).with_context(|| format!("a measurement line is not JSON: {l}"))
+        })
+        .collect()
 }
 
 fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
@@ -89,4 +93,19 @@ fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_lines;
+
+    #[test]
+    fn a_mangled_measurement_line_fails_instead_of_vanishing() {
+        let lines = parse_lines("progress 1/3\n{\"a\": 1}\n  {\"b\": 2}\n").unwrap();
+        assert_eq!(lines.len(), 2);
+        let err = parse_lines("{\"a\": 1}\n{\"rate\": 12\n").unwrap_err();
+        assert!(format!("{err:#}").contains("{\"rate\": 12"), "{err:#}");
+        // Python's json.dumps writes NaN for a float NaN, which is not JSON.
+        assert!(parse_lines("{\"median\": NaN}").is_err());
+    }
 }
