@@ -724,7 +724,8 @@ fn render_concurrency(md: &mut String, lines: &[Value], concurrency: &[u64]) -> 
          VmHWM, at the end - its RSS just before the first run started, after its client and \
          host or agent were built) / runs, so neither the interpreter's nor the binary's fixed \
          footprint (the whole-process peak, shown beside it) is spread over the runs; a fresh \
-         process per row; the 1000-run SDK row is measured once by default, it takes minutes.\n"
+         process per row; the 1000-run rows are measured once (ours always, the SDK's by \
+         default: it takes minutes), not as medians.\n"
     );
     let _ = writeln!(
         md,
