@@ -243,9 +243,14 @@ pub fn run(ctx: &BenchCtx) -> anyhow::Result<Section> {
             .with_context(|| format!("cannot read BENCH_HOST_LINES {}", saved.to_string_lossy()))?;
         let lines = parse_lines(&text)?;
         let has_pg = lines.iter().any(|l| l["label"] == "postgres_full");
-        return Ok(Section {
-            markdown: render(&lines, runs, &concurrency, &resume_steps, has_pg),
-        });
+        // The run count the lines were measured with, not this invocation's BENCH_RUNS.
+        let saved_runs = runs_in(&lines).unwrap_or(runs);
+        let mut markdown = render(&lines, saved_runs, &concurrency, &resume_steps, has_pg);
+        markdown.push_str(
+            "\n(Rendered again from the lines an earlier measuring run saved, \
+             `BENCH_HOST_LINES`; nothing was measured for this text.)\n",
+        );
+        return Ok(Section { markdown });
     }
     eprintln!("[host 1/6] build (release): agentctl, bench_host; SDK venv");
     // One command for both, so the dependencies are built once with agentctl's features
@@ -297,6 +302,16 @@ pub fn run(ctx: &BenchCtx) -> anyhow::Result<Section> {
     Ok(Section {
         markdown: render(&lines, runs, &concurrency, &resume_steps, pg.is_some()),
     })
+}
+
+/// The repetitions behind saved lines: the most lines any single-run row has (one line per
+/// run; a driver that failed left one line for all of its runs, so this is a floor).
+fn runs_in(lines: &[Value]) -> Option<usize> {
+    let mut counts = std::collections::HashMap::new();
+    for l in lines.iter().filter(|l| l["bench"] == "single") {
+        *counts.entry(l["label"].to_string()).or_insert(0usize) += 1;
+    }
+    counts.into_values().max()
 }
 
 /// Keeps this run's lines for `BENCH_HOST_LINES`, so the section can be rendered again
@@ -1113,6 +1128,12 @@ mod tests {
         assert!(error.contains("bench:***@127.0.0.1"), "{error}");
         assert!(!error.contains("s3cret"), "{error}");
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn saved_lines_say_how_many_runs_they_hold() {
+        assert_eq!(runs_in(&good_lines()), Some(3));
+        assert_eq!(runs_in(&[]), None);
     }
 
     #[test]
