@@ -685,30 +685,27 @@ fn render(
          busy thread, a 2-character term, the newest units of a busy thread. Ours does the same \
          few row reads (a common term is looked for in the thread's first `4 x limit` units before \
          the trigram index, a window is a reverse primary-key range scan) and then decodes each \
-         returned unit into JSON values, about 2-3 µs per 700-byte unit here, so these calls cost \
-         tens of microseconds on both sides and 20x would need calls of a few microseconds. \
+         returned unit into JSON values, so 20x would need these calls to take a few \
+         microseconds. \
          The trigram index is deferred (issue 38): an append writes the unit only and adds it to \
          its thread's un-indexed tail; the tail is folded into FTS5 when the writer has been idle \
          for 20 ms, or in the append itself once the thread's tail passes `index_tail_bytes` \
-         (default 256 KiB, about 370 units here), and a search scans the tail after the index. \
-         Since schema v3 the index keeps no positions (FTS5 `detail=none`; a search asks it \
-         for units holding trigrams that cover the term and checks each candidate's text): \
-         about 21-23 µs of index work per 700-byte unit (37-46 µs with positions, measured \
-         with rusqlite alone on this machine), still more than our write path's row (about \
-         14 µs in a batched fill on a quiet machine, checkpoints off the writer); a scan of a \
-         tail unit costs 1-2.5 µs. Since schema v4 FTS5 merges the index's segments 16 at a \
-         time instead of 4, which took about a third off the index's share of a fill (A/B, one \
-         run each: 1M units 34.1 -> 24.4 s). \
-         So the 10 busy threads of this layout, which each outgrow the bound every ~370 units, \
-         still pay for the index on the write path, in larger batches; what the deferral buys is \
-         appends to threads within the bound (many short threads, bursts) and the unbounded-tail \
-         figures. The seed keeps no index. A durable (`synchronous=FULL`) append waits for one \
+         (default 256 KiB, about 370 of these ~700-byte units), and a search scans the tail after \
+         the index. Since schema v3 the index keeps no positions (FTS5 `detail=none`; a search \
+         asks it for units holding trigrams that cover the term and checks each candidate's \
+         text); since schema v4 FTS5 merges the index's segments 16 at a time instead of 4. \
+         Indexing a unit still costs more than writing its row, so the 10 busy threads of this \
+         layout, which each outgrow the bound every ~370 units, still pay for the index on the \
+         write path, in larger batches; what the deferral buys is appends to threads within the \
+         bound (many short threads, bursts) and the unbounded-tail figures. The per-unit costs \
+         and the merge A/B were measured outside this bench: see the hand-written notes below, \
+         with their dates (this text is generated and quotes no figure it did not measure). \
+         The seed keeps no index. A durable (`synchronous=FULL`) append waits for one \
          fsync. Consolidation commits with \
          `synchronous=NORMAL` even on a FULL store (memory is derived data and a lost \
-         consolidation comes back as pending work, see `ContextStore::consolidate`); its \
-         one-change cost is SQLite work only (a full fsync added 0.25 to 4 ms here, depending on \
-         other disk traffic). Terms under 3 characters cannot use a trigram index and scan only \
-         the thread's own units, stopping at the limit."
+         consolidation comes back as pending work, see `ContextStore::consolidate`), so its \
+         one-change cost above is SQLite work without an fsync. Terms under 3 characters cannot \
+         use a trigram index and scan only the thread's own units, stopping at the limit."
     );
     md
 }
@@ -796,6 +793,15 @@ mod tests {
         // consolidation passes.
         assert!(!under.contains("durable_commit_floor"), "{md}");
         assert!(!under.contains("`consolidate@100000` 3"), "{md}");
+    }
+
+    #[test]
+    fn the_generated_text_quotes_no_figure_of_another_run() {
+        // With nothing measured, no figure may appear: every one must come from this run.
+        let md = render(&parse(""), &parse(""), "100000", 3, ("0.5", "0.6"));
+        for earlier in ["µs", "34.1", "24.4", "0.25 to 4"] {
+            assert!(!md.contains(earlier), "`{earlier}` in\n{md}");
+        }
     }
 
     #[test]
