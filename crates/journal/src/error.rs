@@ -102,7 +102,15 @@ pub enum JournalError {
         last: i64,
     },
 
-    /// The writer task failed earlier; the journal accepts no more appends.
+    /// The writer failed; this handle accepts no more appends (reopen the journal to
+    /// append again once the cause is gone, e.g. a full disk has room again). The message
+    /// is the first failure's.
+    ///
+    /// The append whose commit failed has an unknown outcome, like a dropped one: it was
+    /// not acknowledged, yet it may be found, whole, once the journal is reopened (SQLite
+    /// can fail after the commit reached the WAL, e.g. when a full disk keeps it from
+    /// growing the `-shm` file). Appends queued after it are never written. A caller that
+    /// appends again after reopening needs a dedup key to avoid a second copy.
     #[error("journal writer failed: {0}")]
     WriterFailed(String),
 

@@ -23,9 +23,12 @@
 //!   the caller expects, checked atomically with the write (under the thread's write lock, after
 //!   the earlier requests of its group commit); otherwise [`JournalError::Conflict`], which
 //!   fails that request alone.
-//! - A writer failure is latched: every waiting and every later append gets the error.
-//!   (SQLite's write lock held by another connection past `busy_timeout` is not one: the
-//!   transaction never began, so that batch alone fails, with a database error.)
+//! - A writer failure is latched: every waiting and every later append gets the error,
+//!   and nothing after the failed batch is written. (SQLite's write lock held by another
+//!   connection past `busy_timeout` is not one: the transaction never began, so that
+//!   batch alone fails, with a database error.) The failed batch was not acknowledged,
+//!   but may turn up, whole, when the journal is reopened: a commit can fail after it
+//!   reached the disk (see [`JournalError::WriterFailed`]).
 //! - `(thread, seq)` is indexed, so replay costs O(events of the thread).
 //! - [`Journal::fenced`] appends are written only while their lease is at the handle's
 //!   epoch (see [`Lease`]): a holder that lost its lease cannot write after the new

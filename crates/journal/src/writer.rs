@@ -12,7 +12,9 @@
 //!   batch's earlier requests: if the thread's last seq differs, that request alone gets
 //!   [`JournalError::Conflict`] and writes nothing; the rest of the batch commits.
 //! - After a failed commit the writer is latched failed: the failing batch and every later
-//!   request get [`JournalError::WriterFailed`] with the first error's message. (A batch
+//!   request get [`JournalError::WriterFailed`] with the first error's message. Later
+//!   requests are never written; the failing batch may have been (a commit can fail after
+//!   its pages reached the WAL), whole or not at all. (A batch
 //!   whose transaction never began, SQLite's write lock being held by another connection
 //!   past `busy_timeout`, wrote nothing: it fails alone with that error, [`Settle::refuse`].)
 //! - `Close` is processed after everything queued before it, so closing loses no append.

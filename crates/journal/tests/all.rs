@@ -13,6 +13,9 @@ mod conformance;
 mod corrupt_reads;
 #[path = "all/crash.rs"]
 mod crash;
+#[cfg(target_os = "linux")]
+#[path = "all/disk_full.rs"]
+mod disk_full;
 #[path = "all/fuzz_journal.rs"]
 mod fuzz_journal;
 #[path = "all/hostile.rs"]

@@ -9,6 +9,7 @@
 //! An in-memory database exists only inside its one connection, so there the writer and
 //! the readers share that connection behind a mutex.
 
+mod failure;
 mod read;
 mod write;
 

@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 use rusqlite::{Connection, params};
 use tokio::sync::mpsc;
 
+use super::failure::describe;
 use crate::JournalError;
 use crate::backend::batch;
 use crate::writer::{
@@ -117,7 +118,11 @@ fn run(
                     let err = agent_schema::DatabaseError::from_rusqlite(&err);
                     settle.refuse(acks, || JournalError::Database(err.clone()));
                 }
-                written => settle.finish(&requests, acks, written.map_err(Failure::into_error)),
+                written => settle.finish(
+                    &requests,
+                    acks,
+                    written.map_err(|failure| describe(&failure.into_error())),
+                ),
             }
         }
         last_commit = took.unwrap_or_else(|| started.elapsed());
