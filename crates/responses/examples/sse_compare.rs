@@ -64,9 +64,16 @@ fn measure(bytes: &[u8], iterations: usize, parse: fn(&[u8]) -> Vec<Frame>) -> (
     )
 }
 
+/// The median; for an even count the mean of the two middle values (the upper one alone,
+/// as before, took the faster of the two rates).
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
+    let mid = v.len() / 2;
+    match v.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => v[mid],
+        _ => (v[mid - 1] + v[mid]) / 2.0,
+    }
 }
 
 async fn record() -> Vec<u8> {
