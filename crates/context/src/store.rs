@@ -116,6 +116,14 @@ impl ContextStore {
 
     /// Append several units to `thread` in one transaction: all or none.
     ///
+    /// # Errors
+    ///
+    /// A [`ContextError::Database`] from a full disk (SQLite's `database or disk is full`)
+    /// wrote nothing, and the same store takes the units once there is room. One raised
+    /// by the commit itself (SQLite's `disk I/O error` when it cannot grow its `-shm` file)
+    /// may come after the units reached the disk: they may then be found once the store is
+    /// reopened, and appending them there again is refused as a duplicate unit.
+    ///
     /// # Cancel safety
     ///
     /// A dropped append writes all of the units or none, and the caller does not learn

@@ -14,6 +14,9 @@ mod conformance;
 mod crash;
 #[path = "all/deferred_index.rs"]
 mod deferred_index;
+#[cfg(target_os = "linux")]
+#[path = "all/disk_full.rs"]
+mod disk_full;
 #[path = "all/fuzz_units.rs"]
 mod fuzz_units;
 #[path = "all/schema.rs"]
