@@ -81,12 +81,26 @@ fn run_mode(
     parse_lines(&output(&mut cmd)?)
 }
 
-fn ours_calls(ours: &[Value], journal: &str, n: u64, c: u64) -> Option<f64> {
-    ours.iter()
-        .find(|l| {
-            l["bench"] == "calls" && l["journal"] == journal && l["n"] == n && l["concurrency"] == c
-        })
-        .and_then(|l| l["calls_per_s"].as_f64())
+fn ours_cell<'a>(ours: &'a [Value], journal: &str, n: u64, c: u64) -> Option<&'a Value> {
+    ours.iter().find(|l| {
+        l["bench"] == "calls" && l["journal"] == journal && l["n"] == n && l["concurrency"] == c
+    })
+}
+
+/// Our table cell: the rate, marked when not every run completed all its calls.
+fn ours_text(cell: &Value) -> String {
+    let rate = fmt(cell["calls_per_s"].as_f64());
+    if cell_ok(cell) {
+        rate
+    } else {
+        let worst = cell["ok_min"]
+            .as_f64()
+            .map_or("n/a".into(), |k| format!("{k:.0}"));
+        format!(
+            "{rate} (**a run completed {worst} of {} calls**)",
+            cell["n"]
+        )
+    }
 }
 
 fn seed_line<'a>(
@@ -263,15 +277,16 @@ fn render(ours: &[Value], seed: &[Value], runs: usize) -> String {
     ] {
         for &n in &ns {
             for c in CONCURRENCY {
-                let o = ours_calls(ours, journal, n, c);
-                if o.is_none() {
+                // A cell the driver printed is shown, with or without its rate.
+                let Some(cell) = ours_cell(ours, journal, n, c) else {
                     continue;
-                }
+                };
+                let o = cell["calls_per_s"].as_f64();
                 let (s, seed_text) = seed_cell(seed, seed_journal, seed_timeout, n, c);
                 let _ = writeln!(
                     md,
                     "| {label} | {n} | {c} | {} | {seed_text} | {} |",
-                    fmt(o),
+                    ours_text(cell),
                     ratio(o, s)
                 );
             }
@@ -409,6 +424,28 @@ mod tests {
         assert_eq!(text, "20000");
         let (rate, text) = seed_cell(&seed, "memory", &Value::from(600), 100_000, 16);
         assert_eq!((rate, text.as_str()), (None, "n/a"));
+    }
+
+    #[test]
+    fn a_table_cell_says_when_a_run_left_calls_unfinished() {
+        let ours = cells(
+            r#"{"bench":"calls","journal":"process","n":1000,"concurrency":2,"calls_per_s":500000.0,"ok":1000.0,"ok_min":990.0}
+{"bench":"calls","journal":"process","n":1000,"concurrency":16,"calls_per_s":400000.0,"ok":1000.0,"ok_min":1000.0}
+{"bench":"calls","journal":"memory","n":1000,"concurrency":2,"ok":1000.0,"ok_min":1000.0}"#,
+        );
+        let md = render(&ours, &[], 3);
+        assert!(
+            md.contains(
+                "| 1000 | 2 | 500000 (**a run completed 990 of 1000 calls**) | n/a | n/a |"
+            ),
+            "{md}"
+        );
+        assert!(md.contains("| 1000 | 16 | 400000 | n/a | n/a |"), "{md}");
+        // A cell without a rate is still a row.
+        assert!(
+            md.contains("| in-memory SQLite (`sqlite::memory:`) | 1000 | 2 | n/a | n/a | n/a |"),
+            "{md}"
+        );
     }
 
     #[test]
