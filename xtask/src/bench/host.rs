@@ -732,7 +732,8 @@ fn render_concurrency(md: &mut String, lines: &[Value], concurrency: &[u64]) -> 
         "**Concurrent runs of 20 tool steps in one process** (ours: one tokio runtime, one \
          journal, one HTTP client; the SDK: `asyncio.gather` of `Runner.run`, no session, its \
          client's HTTP/1.1 with a 600 s connect timeout: at its default 5 s, most of 1,000 runs \
-         ended in `APITimeoutError` before their first step). Our client speaks HTTP/1.1 to \
+         ended in `APITimeoutError` before their first step when this bench was written, which \
+         this run does not re-measure). Our client speaks HTTP/1.1 to \
          the plain-HTTP emulator unless told otherwise: one connection per run in flight. Against the public API (TLS) it negotiates \
          HTTP/2 and the runs share a connection; the HTTP/2 rows measure that (h2c to the \
          emulator). Memory per run, the measure for both sides = (the process's peak RSS, \
