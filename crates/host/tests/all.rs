@@ -8,6 +8,8 @@
 mod bench_script;
 #[path = "all/driver_fold.rs"]
 mod driver_fold;
+#[path = "all/dropped_drive.rs"]
+mod dropped_drive;
 #[path = "all/durable_commits.rs"]
 mod durable_commits;
 #[path = "all/edited_journal.rs"]

@@ -49,6 +49,7 @@ const MAX_ATTEMPTS: u32 = 3;
 
 mod ambiguous;
 mod calls;
+pub(crate) mod dropped;
 mod held;
 
 /// A final answer checked against the run's output schema.

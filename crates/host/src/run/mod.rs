@@ -433,8 +433,10 @@ impl Host {
     /// Starts a run and drives it.
     ///
     /// # Cancel safety
-    /// Dropping the future stops driving where it stands; everything acknowledged is in the
-    /// journal and `resume` continues from there (fire `opts.cancel` for a clean interrupt).
+    /// Dropping the future stops driving where it stands, as a crash would: its running
+    /// calls are stopped unjournaled (a shell command's process group killed) and read as
+    /// cut off; everything acknowledged is in the journal and `resume` continues from there
+    /// (fire `opts.cancel` for a clean interrupt).
     pub fn start(
         &self,
         new: NewRun,
@@ -1002,6 +1004,8 @@ impl Claimed {
 
 /// [`Host::drive`] from the runtime turn's start.
 async fn drive_boxed(mut driver: Box<Driver>) -> Result<RunReport, HostError> {
+    // Dropped before the drive ends, it stops the drive's calls and its watcher.
+    let mut stop_on_drop = driver::dropped::StopOnDrop::new(driver.runtime.clone());
     driver.turn = driver.runtime.start(&driver.thread).await?;
     driver.sync().await?;
     let watch = watch_interrupts(
@@ -1010,7 +1014,9 @@ async fn drive_boxed(mut driver: Box<Driver>) -> Result<RunReport, HostError> {
         driver.state.last_seq,
         driver.opts.cancel.clone(),
     );
+    stop_on_drop.watcher(watch.abort_handle());
     let report = driver.drive().await;
+    stop_on_drop.disarm();
     // Awaited, not only aborted: the watcher's tail may hold a read connection, which must
     // be back in the journal's pool before the caller closes the journal.
     watch.abort();
