@@ -11,7 +11,8 @@
 //!   (target `agent_host::mcp`), never to this process's stdout, a line at most
 //!   [`super::stderr::MAX_LINE`] bytes long.
 //! - It runs in a process group of its own (a terminal's Ctrl-C reaches only the host);
-//!   [`ServerHandle::shutdown`] closes its stdin, waits, then kills the whole group. A
+//!   [`ServerHandle::shutdown`] closes its stdin, waits, then kills the whole group, as
+//!   dropping the handle does at once (a drive dropped mid-run). A
 //!   watchdog in the group kills it once the host is gone, so after a `kill -9` of the host
 //!   no process of it is left, not even one it started that ignores stdin (`npx` leaves
 //!   such a grandchild).
@@ -50,13 +51,23 @@ type Connection = RunningService<RoleClient, ()>;
 const WRAPPER: &str = "( while kill -0 \"$1\" 2>/dev/null; do sleep 1; done; kill -KILL 0 ) \
     </dev/null >/dev/null 2>&1 & shift; exec \"$@\"";
 
-/// A live process and the number of the start that made it.
+/// A live process and the number of the start that made it. Its whole process group is
+/// killed when it is dropped, stopped or not (a drive dropped mid-run drops it unstopped):
+/// the handle's own child alone would die, and the watchdog and what the server started
+/// would live as long as the host.
 struct Live {
     service: Connection,
+    /// Taken by the one kill of the group.
     pgid: Option<u32>,
     generation: u64,
     /// A sandboxed server's `TMPDIR`, removed when it stops.
     _tmp: Option<tempfile::TempDir>,
+}
+
+impl Drop for Live {
+    fn drop(&mut self) {
+        kill_group(self.pgid.take());
+    }
 }
 
 /// A cheap handle to one configured server (shared by its tools).
@@ -285,10 +296,10 @@ impl ServerHandle {
     async fn kill_connection(&self, generation: u64) {
         let mut live = self.live.lock().await;
         if live.as_ref().is_some_and(|l| l.generation == generation)
-            && let Some(old) = live.take()
+            && let Some(mut old) = live.take()
         {
             tracing::warn!(target: "agent_host::mcp", server = %self.config.name, "a call timed out; the server is stopped and the next call restarts it");
-            kill_group(old.pgid);
+            kill_group(old.pgid.take());
             stop(old).await;
         }
     }
@@ -302,10 +313,9 @@ impl ServerHandle {
 }
 
 /// Closes the connection (stdin first: the stdio shutdown the spec describes), then kills
-/// what is left of the process group.
+/// what is left of the process group (as `live` drops).
 async fn stop(mut live: Live) {
     let _ = live.service.close_with_timeout(STOP_TIMEOUT).await;
-    kill_group(live.pgid);
 }
 
 fn kill_group(pgid: Option<u32>) {

@@ -148,3 +148,46 @@ async fn a_huge_json_rpc_error_is_capped() {
     );
     assert!(text.ends_with("bytes of the result truncated ...]"));
 }
+
+/// The processes whose working directory is `dir` (every process a server started there,
+/// its watchdog included).
+fn processes_in(dir: &Path) -> Vec<String> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().filter_map(Result::ok) {
+        let pid = entry.file_name().to_string_lossy().into_owned();
+        if !pid.bytes().all(|b| b.is_ascii_digit()) {
+            continue;
+        }
+        if std::fs::read_link(entry.path().join("cwd")).is_ok_and(|cwd| cwd == dir) {
+            let cmd = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+            found.push(format!(
+                "{pid} {}",
+                String::from_utf8_lossy(&cmd).replace('\0', " ")
+            ));
+        }
+    }
+    found
+}
+
+/// A server whose handle is dropped without `shutdown` (a drive dropped mid-run: a worker
+/// that lost the run's lease) leaves no process behind while the host lives on: its whole
+/// group is killed, the watchdog included, not only the process the handle started.
+#[tokio::test]
+async fn a_server_dropped_without_shutdown_leaves_no_process() {
+    let dir = tempfile::tempdir().unwrap();
+    let cwd = dir.path().canonicalize().unwrap();
+    for _ in 0..3 {
+        let server = handle(&cwd, &[], Duration::from_secs(20));
+        server.list_tools().await.unwrap();
+        assert!(!processes_in(&cwd).is_empty(), "the server runs in {cwd:?}");
+        drop(server);
+    }
+    // A bound for a broken build, not a measure of speed.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut left = processes_in(&cwd);
+    while !left.is_empty() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        left = processes_in(&cwd);
+    }
+    assert!(left.is_empty(), "left behind: {left:#?}");
+}
