@@ -33,7 +33,8 @@ pub enum Access {
     ReadOnly,
     /// [`ReadWrite`](Access::ReadWrite) when the database can be written; when opening it
     /// for writing fails because it cannot be written (a read-only file or directory, a
-    /// read-only file system), [`ReadOnly`](Access::ReadOnly). For commands that only read.
+    /// read-only file system, a disk too full for SQLite's `-shm` file),
+    /// [`ReadOnly`](Access::ReadOnly). For commands that only read.
     ReadOnlyWhenUnwritable,
 }
 

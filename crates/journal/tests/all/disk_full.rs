@@ -321,3 +321,51 @@ fn shm_growth_on_a_full_disk_child() {
         );
     });
 }
+
+/// A journal shut down cleanly has no `-wal` or `-shm` file left; on a full disk there is
+/// no room for the `-shm` file that writing needs. A command that only reads
+/// ([`Journal::open_for_reading`]) still reads it, read-only; a read-write open is refused
+/// with an error, not a panic.
+#[test]
+fn a_journal_closed_cleanly_is_read_on_a_full_disk() {
+    on_small_disk("disk_full::reading_on_a_full_disk_child", "4m");
+}
+
+#[test]
+#[ignore = "child process of a_journal_closed_cleanly_is_read_on_a_full_disk"]
+fn reading_on_a_full_disk_child() {
+    let Some(dir) = child_dir() else { return };
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async move {
+        let db = dir.join("j.db");
+        let url = format!("sqlite://{}", db.display());
+        let journal = Journal::open(&url).await.unwrap();
+        let mut acked = Vec::new();
+        for n in 0..5 {
+            let ack = journal.append(event(n, 100)).await.unwrap();
+            acked.push((ack.seq, n));
+        }
+        journal.close().await;
+        drop(journal);
+        // The last read connection closes on the blocking pool, and takes the files along.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while dir.join("j.db-shm").exists() {
+            assert!(std::time::Instant::now() < deadline, "not closed cleanly");
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        let filler = fill(&dir);
+        let refused = Journal::open(&url).await.err().unwrap();
+        assert!(matches!(refused, JournalError::Open { .. }), "{refused:?}");
+        let reading = Journal::open_for_reading(&url).await.unwrap();
+        assert!(reading.is_read_only());
+        assert_eq!(summary(&reading.replay("t", 0).await.unwrap()), acked);
+        reading.close().await;
+        std::fs::remove_file(&filler).unwrap();
+        let reopened = Journal::open_for_reading(&url).await.unwrap();
+        assert!(
+            !reopened.is_read_only(),
+            "writable again once there is room"
+        );
+        reopened.append(event(5, 10)).await.unwrap();
+    });
+}

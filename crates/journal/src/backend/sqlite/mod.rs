@@ -345,16 +345,28 @@ fn file_uri(path: &std::path::Path, query: &str) -> String {
 }
 
 /// Whether `err`, from opening a database for writing, says it cannot be written (a
-/// read-only file, directory or file system), so that reading it may still work.
+/// read-only file, directory or file system, or a full disk), so that reading it may
+/// still work.
+///
+/// A full disk counts: a WAL database whose `-wal` and `-shm` files went with the last
+/// connection (a clean shutdown) cannot be opened for writing without room for a new
+/// `-shm` file (SQLite's `disk I/O error`, extended code `SQLITE_IOERR_SHMSIZE`), yet it
+/// reads read-only; `runs show` on a full disk failed there.
 pub(crate) fn cannot_write(err: &JournalError) -> bool {
     use rusqlite::ErrorCode as C;
     let JournalError::Open { source, .. } = err else {
         return false;
     };
-    source
+    let Some(err) = source
         .downcast_ref::<rusqlite::Error>()
-        .and_then(rusqlite::Error::sqlite_error_code)
-        .is_some_and(|code| matches!(code, C::ReadOnly | C::CannotOpen | C::PermissionDenied))
+        .and_then(rusqlite::Error::sqlite_error)
+    else {
+        return false;
+    };
+    matches!(
+        err.code,
+        C::ReadOnly | C::CannotOpen | C::PermissionDenied | C::DiskFull
+    ) || err.extended_code == rusqlite::ffi::SQLITE_IOERR_SHMSIZE
 }
 
 /// Turns on SQLite's query planner stability guarantee: plans do not depend on bound values.
@@ -464,6 +476,8 @@ mod tests {
             rusqlite::ffi::SQLITE_READONLY,
             rusqlite::ffi::SQLITE_CANTOPEN,
             rusqlite::ffi::SQLITE_PERM,
+            rusqlite::ffi::SQLITE_FULL,
+            rusqlite::ffi::SQLITE_IOERR_SHMSIZE,
         ] {
             assert!(cannot_write(&open(code)), "{code}");
         }
@@ -471,6 +485,7 @@ mod tests {
             rusqlite::ffi::SQLITE_BUSY,
             rusqlite::ffi::SQLITE_NOTADB,
             rusqlite::ffi::SQLITE_CORRUPT,
+            rusqlite::ffi::SQLITE_IOERR_READ,
         ] {
             assert!(!cannot_write(&open(code)), "{code}");
         }
