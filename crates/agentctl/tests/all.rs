@@ -76,6 +76,9 @@ mod cli_memory;
 mod codex_docs;
 #[path = "all/codex_interop.rs"]
 mod codex_interop;
+#[cfg(target_os = "linux")]
+#[path = "all/disk_full.rs"]
+mod disk_full;
 #[path = "all/docs_agree.rs"]
 mod docs_agree;
 #[path = "all/help_flags.rs"]

@@ -1,0 +1,255 @@
+//! `agentctl` when the disk under its database fills up, on the real kernel: the scenario
+//! runs in a child process (this test binary, re-run for one ignored test) inside a mount
+//! namespace of its own, where its directory is a small tmpfs; there the real `agentctl`
+//! runs an agent whose own `shell` call fills the disk (as a runaway build would), so the
+//! host meets ENOSPC when it journals the call's end.
+//!
+//! What a user must see: one line of error saying the disk is full and a hint to resume,
+//! exit status 1, no panic; reads (`runs show`) keep working; other writers (`steer`,
+//! `resume`) are refused the same way; the journal stays intact; and once space is freed,
+//! `resume` carries the run to its end (the call whose end was lost is an indeterminate
+//! one, HOST.md resume rule 4).
+//!
+//! The namespace needs root (CI runs as root): without it the test says `SKIPPED:` on
+//! stderr, and fails under `CI=true`, as the PostgreSQL tests do without a server.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use serde_json::json;
+
+/// The child's directory (a tmpfs mount point), set by [`on_small_disk`].
+const CHILD_DIR: &str = "AGENTCTL_DISK_FULL_DIR";
+/// Exit code of the child's shell when the tmpfs cannot be mounted.
+const NO_MOUNT: i32 = 97;
+
+/// Runs the ignored test `test` of this binary in a private mount namespace where the
+/// directory named by [`CHILD_DIR`] is a tmpfs of `size`, and fails if it fails. Without
+/// the privileges to set that up: skipped, or a failure under `CI=true`.
+fn on_small_disk(test: &str, size: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let spawned = Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "--", "sh", "-c"])
+        .arg(format!(
+            r#"mount -t tmpfs -o size="$1" tmpfs "$2" || exit {NO_MOUNT}; shift 2; exec "$@""#
+        ))
+        .args(["sh", size])
+        .arg(dir.path())
+        .arg(std::env::current_exe().unwrap())
+        .args([
+            "--ignored",
+            "--exact",
+            test,
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CHILD_DIR, dir.path())
+        .status();
+    let setup_failed = |why: String| {
+        if std::env::var("CI").is_ok_and(|v| v == "true") {
+            panic!("CI=true but a full disk cannot be set up ({why}): CI runs as root");
+        }
+        eprintln!("SKIPPED: {test} needs a private mount namespace ({why}; run as root)");
+    };
+    match spawned {
+        Err(err) => setup_failed(format!("cannot run unshare: {err}")),
+        Ok(status) if status.success() => {}
+        // `unshare` exits 1 when the kernel refuses the namespace; the shell exits
+        // NO_MOUNT when the mount is refused. Anything else is the test's own failure.
+        Ok(status) if matches!(status.code(), Some(1 | NO_MOUNT)) => {
+            setup_failed(format!("unshare or mount failed: {status}"))
+        }
+        Ok(status) => panic!("{test} failed on a full disk: {status}"),
+    }
+}
+
+/// The child's directory, or `None` when this ignored test was run by hand.
+fn child_dir() -> Option<PathBuf> {
+    std::env::var_os(CHILD_DIR).map(PathBuf::from)
+}
+
+/// A model that calls `shell` with a command filling the disk, then answers.
+fn filling_script() -> String {
+    let fill = json!({"command": "dd if=/dev/zero of=../filler bs=64k 2>/dev/null; echo filled"});
+    let call = json!({"type": "function_call", "call_id": "c_fill", "name": "shell", "arguments": fill.to_string()});
+    let answer = json!({"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "FINAL done"}]});
+    json!({"rules": [
+        {"when": {"tool_outputs": 0}, "reply": {"items": [call]}},
+        {"when": {"tool_outputs": 1}, "reply": {"items": [answer]}},
+    ]})
+    .to_string()
+}
+
+/// `agentctl --db DB args...`, run to its end, with no inherited settings.
+fn agentctl(dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_agentctl"))
+        .env_remove("AGENTCTL_DB")
+        .env_remove("OPENAI_BASE_URL")
+        .env_remove("RUST_LOG")
+        .env("OPENAI_API_KEY", "sk-unused")
+        .env("AGENTCTL_CONFIG_DIR", dir.join("config"))
+        .arg("--db")
+        .arg(dir.join("j.db"))
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// The error lines of a command refused because the disk is full: it says so, it exits 1,
+/// and nothing panicked.
+fn refused_for_a_full_disk(what: &str, out: &Output) -> String {
+    let said = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{what}: {said}");
+    assert!(said.contains("disk is full"), "{what}: {said}");
+    assert!(!said.contains("panicked"), "{what}: {said}");
+    said
+}
+
+/// The events of the journal at `db`, `(seq, kind)`, read with SQLite itself.
+fn events(db: &Path) -> Vec<(i64, String)> {
+    let conn = rusqlite::Connection::open(db).unwrap();
+    let check: String = conn
+        .query_row("PRAGMA integrity_check", [], |row| row.get(0))
+        .unwrap();
+    assert_eq!(check, "ok");
+    let mut select = conn
+        .prepare("SELECT seq, kind FROM journal_events ORDER BY seq")
+        .unwrap();
+    select
+        .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap()
+}
+
+#[test]
+fn a_run_that_fills_the_disk_stops_with_a_hint_and_resumes_once_space_is_freed() {
+    on_small_disk("disk_full::a_run_on_a_full_disk_child", "8m");
+}
+
+#[test]
+#[ignore = "child process of a_run_that_fills_the_disk_stops_with_a_hint_and_resumes_once_space_is_freed"]
+fn a_run_on_a_full_disk_child() {
+    let Some(dir) = child_dir() else { return };
+    let scripts = tempfile::tempdir().unwrap();
+    let script = scripts.path().join("script.json");
+    std::fs::write(&script, filling_script()).unwrap();
+    let script = script.to_str().unwrap();
+    let ws = dir.join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    let mock = ["--mock", "--mock-script", script];
+
+    let mut run = vec!["run", "--sandbox", "off", "--approval", "auto"];
+    run.extend(mock);
+    run.extend(["--workspace", ws.to_str().unwrap(), "fill the disk"]);
+    let stopped = agentctl(&dir, &run);
+    let said = refused_for_a_full_disk("run", &stopped);
+    assert!(
+        said.contains("once the database accepts writes again"),
+        "{said}"
+    );
+    let filler = dir.join("filler");
+    assert!(filler.exists(), "the tool did not run: {said}");
+    let journaled = events(&dir.join("j.db"));
+    let run_id = text(&stopped.stdout)
+        .lines()
+        .chain(said.lines())
+        .find_map(|line| {
+            let rest = line.split("run ").nth(1)?;
+            rest.split_whitespace().next().map(str::to_string)
+        })
+        .unwrap();
+    assert!(
+        journaled.iter().any(|(_, kind)| kind == "tool.started"),
+        "{journaled:?}"
+    );
+
+    // Reads work on the full disk.
+    let shown = agentctl(&dir, &["runs", "show", &run_id]);
+    assert!(shown.status.success(), "{}", text(&shown.stderr));
+    assert!(text(&shown.stdout).contains(&run_id));
+
+    // Writers are refused, saying why, and write nothing.
+    refused_for_a_full_disk("steer", &agentctl(&dir, &["steer", &run_id, "hurry"]));
+    let mut resume = vec!["resume", &run_id];
+    resume.extend(mock);
+    let refused = agentctl(&dir, &resume);
+    let said = refused_for_a_full_disk("resume", &refused);
+    assert!(said.contains("resume"), "{said}");
+    assert_eq!(events(&dir.join("j.db")), journaled);
+
+    // Space back: the call whose end was lost is indeterminate; denied, the run ends.
+    std::fs::remove_file(&filler).unwrap();
+    let paused = agentctl(&dir, &resume);
+    let said = text(&paused.stderr) + &text(&paused.stdout);
+    assert_eq!(paused.status.code(), Some(3), "{said}");
+    assert!(said.contains("indeterminate"), "{said}");
+    let denied = agentctl(
+        &dir,
+        &["deny", &run_id, "c_fill", "--reason", "it filled the disk"],
+    );
+    assert!(denied.status.success(), "{}", text(&denied.stderr));
+    let finished = agentctl(&dir, &resume);
+    let said = text(&finished.stderr) + &text(&finished.stdout);
+    assert_eq!(finished.status.code(), Some(0), "{said}");
+    assert!(said.contains("FINAL done"), "{said}");
+    let all = events(&dir.join("j.db"));
+    assert_eq!(&all[..journaled.len()], journaled.as_slice());
+    assert!(
+        all.iter().any(|(_, kind)| kind == "run.completed"),
+        "{all:?}"
+    );
+    // The shell call ran once: its one end is the interruption found on resume.
+    let ends: Vec<&str> = all
+        .iter()
+        .map(|(_, kind)| kind.as_str())
+        .filter(|kind| {
+            kind.starts_with("tool.") && !matches!(*kind, "tool.scheduled" | "tool.started")
+        })
+        .collect();
+    assert_eq!(ends, ["tool.interrupted"], "{all:?}");
+}
+
+/// `runs list` on a full disk, right after a run stopped there (the journal's `-shm` file
+/// is still there, so the journal opens for writing): listing refreshes each run's row
+/// of the derived runs table first, and that write failed the whole listing with
+/// `journal database error: database or disk is full`. Reads must not need room.
+#[test]
+#[ignore = "needs agent-host's runs_table (crates/host/src/run/table.rs) to show a row it cannot write back; see the disk-full review"]
+fn runs_list_works_on_a_full_disk() {
+    on_small_disk("disk_full::runs_list_on_a_full_disk_child", "8m");
+}
+
+#[test]
+#[ignore = "child process of runs_list_works_on_a_full_disk"]
+fn runs_list_on_a_full_disk_child() {
+    let Some(dir) = child_dir() else { return };
+    let scripts = tempfile::tempdir().unwrap();
+    let script = scripts.path().join("script.json");
+    std::fs::write(&script, filling_script()).unwrap();
+    let ws = dir.join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    let run = [
+        "run",
+        "--sandbox",
+        "off",
+        "--approval",
+        "auto",
+        "--mock",
+        "--mock-script",
+        script.to_str().unwrap(),
+        "--workspace",
+        ws.to_str().unwrap(),
+        "fill the disk",
+    ];
+    refused_for_a_full_disk("run", &agentctl(&dir, &run));
+    let listed = agentctl(&dir, &["runs", "list"]);
+    let said = text(&listed.stderr);
+    assert!(listed.status.success(), "{said}");
+    assert!(text(&listed.stdout).contains("fill the disk"), "{said}");
+}
