@@ -11,8 +11,9 @@
 //! append is not always absent: one that failed after it reached the WAL is found, whole,
 //! once the journal is reopened (its outcome is unknown, as the error's doc says).
 //!
-//! The namespace needs root (CI runs as root): without it the suite says `SKIPPED:` on
-//! stderr, and fails under `CI=true`, as the PostgreSQL suites do without a server.
+//! The namespace needs root (CI runs as root): without it those tests say `SKIPPED:` on
+//! stderr, and fail under `CI=true`, as the PostgreSQL suites do without a server. One
+//! test needs no root: a file size limit (`ulimit -f`) gives EFBIG instead of ENOSPC.
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -367,5 +368,89 @@ fn reading_on_a_full_disk_child() {
             "writable again once there is room"
         );
         reopened.append(event(5, 10)).await.unwrap();
+    });
+}
+
+/// Marks the child of [`appends_past_a_file_size_limit_are_refused_with_a_clear_error`]
+/// and names its database.
+const LIMIT_CHILD_DB: &str = "JOURNAL_FILE_LIMIT_DB";
+
+/// Without root: a file size limit (`ulimit -f`, with SIGXFSZ ignored, as some service
+/// managers run programs) makes the kernel refuse a write past it with EFBIG, which SQLite
+/// reports as a plain `disk I/O error`. The refusal must say what may be wrong, nothing
+/// acknowledged may be lost, and the journal must open and take appends without the limit.
+#[test]
+fn appends_past_a_file_size_limit_are_refused_with_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("j.db").display());
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            r#"trap '' XFSZ; ulimit -f 1024 || exit {NO_MOUNT}; exec "$@""#
+        ))
+        .arg("sh")
+        .arg(std::env::current_exe().unwrap())
+        .args([
+            "--ignored",
+            "--exact",
+            "disk_full::file_size_limit_child",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(LIMIT_CHILD_DB, &url)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{said}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut acked = Vec::new();
+    let mut refused = Vec::new();
+    for line in said.lines() {
+        // The first report shares its line with the test harness's own words.
+        let line = ["ACK ", "REFUSED "]
+            .iter()
+            .find_map(|word| line.find(word).map(|at| &line[at..]))
+            .unwrap_or_default();
+        let words: Vec<&str> = line.split(' ').collect();
+        match words.as_slice() {
+            ["ACK", seq, n] => acked.push((seq.parse().unwrap(), n.parse().unwrap())),
+            ["REFUSED", n] => refused.push(n.parse().unwrap()),
+            _ => {}
+        }
+    }
+    assert!(acked.len() > 10 && !refused.is_empty(), "{said}");
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let journal = Journal::open(&url).await.unwrap();
+        let replayed = summary(&journal.replay("t", 0).await.unwrap());
+        check_reopened(&replayed, &acked, &refused);
+        journal.append(event(1000, 10)).await.unwrap();
+    });
+}
+
+#[test]
+#[ignore = "child process of appends_past_a_file_size_limit_are_refused_with_a_clear_error"]
+fn file_size_limit_child() {
+    let Ok(url) = std::env::var(LIMIT_CHILD_DB) else {
+        return;
+    };
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async move {
+        let journal = Journal::open(&url).await.unwrap();
+        for n in 0..10_000 {
+            match journal.append(event(n, 3000)).await {
+                Ok(ack) => println!("ACK {} {n}", ack.seq),
+                Err(JournalError::WriterFailed(message)) => {
+                    assert!(message.contains("file size limit"), "{message}");
+                    println!("REFUSED {n}");
+                    return;
+                }
+                Err(other) => panic!("refused with {other:?}"),
+            }
+        }
+        panic!("a file size limit of 512 KiB took 30 MB of events");
     });
 }
