@@ -127,16 +127,21 @@ mod tests {
         let mark = CpuMark::now();
         let pid = std::process::id();
         let before = process_ticks(pid).unwrap();
-        let start = std::time::Instant::now();
+        // Spin until this process has been charged 100 ms of CPU (ten ticks): on a loaded
+        // machine 300 ms of wall time gave it less than that. The deadline only bounds a
+        // reader that never sees the ticks rise, which is the failure this test looks for.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
         let mut x = 0u64;
-        while start.elapsed() < std::time::Duration::from_millis(300) {
-            x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+        while process_ticks(pid).unwrap() < before + 10 && std::time::Instant::now() < deadline {
+            for _ in 0..100_000 {
+                x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+            }
         }
         std::hint::black_box(x);
         let used = mark.since(&[]);
         assert!(
             process_ticks(pid).unwrap() >= before + 10,
-            "300 ms of spinning"
+            "30 s of spinning and fewer than 10 ticks charged"
         );
         assert!(used.busy > 0.0 && used.busy <= 1.0, "{used:?}");
         assert!(used.busy_s >= 0.1, "{used:?}");
