@@ -359,8 +359,7 @@ impl Runtime {
         let this = self.clone();
         let thread = thread.to_string();
         self.detached(async move {
-            let lock = this.inner.thread_lock(&thread);
-            let _serial = lock.lock().await;
+            let _serial = this.inner.serial(&thread).await;
             this.refuse_adopting_a_busy_thread(&thread)?;
             let mut report = RecoveryReport::default();
             this.recover_thread(&thread, RetrySafe::Interrupt, start, known, &mut report)

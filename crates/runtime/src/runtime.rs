@@ -17,10 +17,10 @@
 
 mod job;
 mod launch;
+mod serial;
 mod turn;
 
 use foldhash::HashMap;
-use foldhash::HashMapExt as _;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use agent_journal::{Journal, JournalError, NewEvent};
@@ -116,7 +116,8 @@ pub(crate) struct Inner {
     pub(crate) options: RuntimeOptions,
     pub(crate) slots: Arc<Semaphore>,
     pub(crate) state: Mutex<State>,
-    thread_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// Serialises each thread's turn operations.
+    pub(crate) thread_locks: serial::ThreadLocks,
     /// Parent of every turn's and job's token; fired by `close`.
     pub(crate) root: CancellationToken,
     pub(crate) last_recovery: Mutex<crate::recover::RecoveryReport>,
@@ -146,12 +147,9 @@ impl Inner {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    pub(crate) fn thread_lock(&self, thread: &str) -> Arc<tokio::sync::Mutex<()>> {
-        let mut locks = self
-            .thread_locks
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        locks.entry(thread.to_string()).or_default().clone()
+    /// Waits for `thread`'s turn: its turn operations are serialised while the guard lives.
+    pub(crate) async fn serial(&self, thread: &str) -> serial::Serial<'_> {
+        self.thread_locks.serial(thread).await
     }
 
     /// Appends an event the runtime built; one that could not be built fails like an
@@ -196,7 +194,7 @@ impl Runtime {
                 options,
                 slots,
                 state: Mutex::new(State::default()),
-                thread_locks: Mutex::new(HashMap::new()),
+                thread_locks: serial::ThreadLocks::default(),
                 root: CancellationToken::new(),
                 last_recovery: Mutex::new(Default::default()),
                 crashed: std::sync::atomic::AtomicBool::new(false),

@@ -35,8 +35,7 @@ impl Runtime {
     }
 
     async fn start_here(&self, thread: &str) -> Result<String, RuntimeError> {
-        let lock = self.inner.thread_lock(thread);
-        let _serial = lock.lock().await;
+        let _serial = self.inner.serial(thread).await;
         self.inner.state().refuse_an_active_turn(thread)?;
         let id = uuid::Uuid::now_v7().simple().to_string();
         self.inner
@@ -92,8 +91,7 @@ impl Runtime {
     }
 
     async fn steer_here(&self, thread: &str, turn: &str, text: &str) -> Result<u64, RuntimeError> {
-        let lock = self.inner.thread_lock(thread);
-        let _serial = lock.lock().await;
+        let _serial = self.inner.serial(thread).await;
         let revision = {
             let st = self.inner.state();
             self.active(&st, thread, turn)? + 1
@@ -138,8 +136,7 @@ impl Runtime {
         let dropped = CancellationToken::new();
         let _caller = dropped.clone().drop_guard();
         self.detached(async move {
-            let lock = this.inner.thread_lock(&thread);
-            let _serial = lock.lock().await;
+            let _serial = this.inner.serial(&thread).await;
             if dropped.is_cancelled() {
                 // No one waits for the answer.
                 return Err(RuntimeError::Closed);
@@ -233,8 +230,7 @@ impl Runtime {
         kind: &'static str,
         status: RuntimeTurnStatus,
     ) -> Result<(), RuntimeError> {
-        let lock = self.inner.thread_lock(thread);
-        let _serial = lock.lock().await;
+        let _serial = self.inner.serial(thread).await;
         let (token, revision) = {
             let mut st = self.inner.state();
             self.active(&st, thread, turn)?;
