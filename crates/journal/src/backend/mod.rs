@@ -321,7 +321,8 @@ pub(crate) async fn open(
             }
         })
         .await
-        .map_err(|_| JournalError::Closed)??;
+        .map_err(|_| JournalError::Closed)?
+        .map_err(sqlite::explain_open)?;
         let opened = match opened {
             Side::Writable(opened) => opened,
             Side::ReadOnly(read_only) => {

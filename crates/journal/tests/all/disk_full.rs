@@ -357,6 +357,8 @@ fn reading_on_a_full_disk_child() {
         let filler = fill(&dir);
         let refused = Journal::open(&url).await.err().unwrap();
         assert!(matches!(refused, JournalError::Open { .. }), "{refused:?}");
+        // SQLite says `disk I/O error`; the journal says what that means here.
+        assert!(says_disk_full(&refused.to_string()), "{refused}");
         let reading = Journal::open_for_reading(&url).await.unwrap();
         assert!(reading.is_read_only());
         assert_eq!(summary(&reading.replay("t", 0).await.unwrap()), acked);

@@ -8,6 +8,8 @@
 
 use rusqlite::ffi;
 
+use crate::error::JournalError;
+
 /// `err`'s own message, followed by what failed where SQLite's extended code tells more.
 pub(super) fn describe(err: &rusqlite::Error) -> String {
     let message = err.to_string();
@@ -16,6 +18,44 @@ pub(super) fn describe(err: &rusqlite::Error) -> String {
         None => message,
     }
 }
+
+/// `err` with the cause spelled out, when it is [`JournalError::Open`] with a SQLite
+/// failure whose extended code tells more (a full disk leaves no room for the `-shm` file
+/// a read-write open makes): `cannot open journal at URL: disk I/O error (SQLite could not
+/// grow the database's -shm file: is the disk full?)`. Applied once opening has given up,
+/// after every decision that looks at SQLite's code.
+pub(crate) fn explain_open(err: JournalError) -> JournalError {
+    let JournalError::Open { url, source } = err else {
+        return err;
+    };
+    let source: Box<dyn std::error::Error + Send + Sync> =
+        match source.downcast::<rusqlite::Error>() {
+            Ok(sqlite) => match sqlite.sqlite_error().and_then(|e| explain(e.extended_code)) {
+                Some(explanation) => Box::new(Explained {
+                    message: sqlite.to_string(),
+                    explanation,
+                }),
+                None => sqlite,
+            },
+            Err(other) => other,
+        };
+    JournalError::Open { url, source }
+}
+
+/// A SQLite failure's message with its explanation (no source: the message is SQLite's).
+#[derive(Debug)]
+struct Explained {
+    message: String,
+    explanation: &'static str,
+}
+
+impl std::fmt::Display for Explained {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} ({})", self.message, self.explanation)
+    }
+}
+
+impl std::error::Error for Explained {}
 
 /// The cause behind an extended result code, for the codes a failing disk gives.
 fn explain(extended_code: i32) -> Option<&'static str> {
@@ -54,6 +94,29 @@ mod tests {
         assert!(said.contains("is the disk full"), "{said}");
         let said = describe(&failure(ffi::SQLITE_IOERR_FSYNC, "disk I/O error"));
         assert!(said.contains("fsync failed"), "{said}");
+    }
+
+    #[test]
+    fn an_open_that_found_no_room_says_so() {
+        let open = |source: rusqlite::Error| JournalError::Open {
+            url: "sqlite://j.db".into(),
+            source: Box::new(source),
+        };
+        let said = explain_open(open(failure(ffi::SQLITE_IOERR_SHMSIZE, "disk I/O error")));
+        assert_eq!(
+            said.to_string(),
+            "cannot open journal at `sqlite://j.db`: disk I/O error (SQLite could not grow the database's -shm file: is the disk full?)"
+        );
+        // Anything else is left as it was, its SQLite error still inside.
+        let said = explain_open(open(failure(ffi::SQLITE_CANTOPEN, "unable to open")));
+        let JournalError::Open { source, .. } = said else {
+            panic!("{said:?}");
+        };
+        assert!(source.downcast_ref::<rusqlite::Error>().is_some());
+        assert!(matches!(
+            explain_open(JournalError::Closed),
+            JournalError::Closed
+        ));
     }
 
     #[test]

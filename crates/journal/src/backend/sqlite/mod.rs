@@ -22,6 +22,7 @@ use rusqlite::{Connection, OpenFlags};
 use crate::error::JournalError;
 use crate::options::{Durability, JournalOptions};
 
+pub(crate) use failure::explain_open;
 pub(crate) use read::Reader;
 pub(crate) use write::spawn_writer;
 
