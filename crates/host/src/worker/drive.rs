@@ -56,7 +56,7 @@ pub(super) async fn drive(
     let lost = CancellationToken::new();
     let broken = CancellationToken::new();
     let summary = Arc::new(Summary(Mutex::new(None)));
-    let keeper = tokio::spawn(keep(
+    let keeper = Keeper(tokio::spawn(keep(
         journal.clone(),
         lease.clone(),
         ttl,
@@ -65,7 +65,7 @@ pub(super) async fn drive(
             broken: broken.clone(),
         },
         Arc::clone(&summary),
-    ));
+    )));
     let driven = async {
         let loaded = run::load_for_resume(&fenced, &id).await?;
         let spec = loaded
@@ -100,7 +100,7 @@ pub(super) async fn drive(
         // end could not be journaled): drop it and take the run back on a fresh journal.
         () = broken.cancelled() => Err(Outcome::JournalFailed("the journal's writer failed".into())),
     };
-    keeper.abort();
+    drop(keeper);
     let result = match result {
         Err(outcome) => return outcome,
         Ok(result) => result,
@@ -170,6 +170,16 @@ async fn record_cannot_drive(journal: &Journal, id: &str, detail: &str) -> Resul
         .map_err(HostError::Encode)?;
     journal.append(event).await?;
     Ok(())
+}
+
+/// The lease keeper's task, aborted when the drive ends however it ends: a drive dropped
+/// at the end of its worker's grace left it renewing a lease the worker had handed back.
+struct Keeper(tokio::task::JoinHandle<()>);
+
+impl Drop for Keeper {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// What the lease keeper tells the drive.

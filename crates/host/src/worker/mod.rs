@@ -22,6 +22,8 @@
 //!   are dropped and released the same way.
 
 mod drive;
+#[cfg(test)]
+mod grace_tests;
 
 use std::collections::HashMap;
 use std::sync::Arc;
