@@ -10,8 +10,9 @@
 //! `resume` carries the run to its end (the call whose end was lost is an indeterminate
 //! one, HOST.md resume rule 4).
 //!
-//! The namespace needs root (CI runs as root): without it the test says `SKIPPED:` on
-//! stderr, and fails under `CI=true`, as the PostgreSQL tests do without a server.
+//! The namespace needs root, or unprivileged user namespaces (CI runs as root): without it
+//! the test says `SKIPPED:` on stderr, and fails under `CI=true`, as the PostgreSQL tests
+//! do without a server.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -28,39 +29,44 @@ const NO_MOUNT: i32 = 97;
 /// the privileges to set that up: skipped, or a failure under `CI=true`.
 fn on_small_disk(test: &str, size: &str) {
     let dir = tempfile::tempdir().unwrap();
-    let spawned = Command::new("unshare")
-        .args(["--mount", "--propagation", "private", "--", "sh", "-c"])
-        .arg(format!(
-            r#"mount -t tmpfs -o size="$1" tmpfs "$2" || exit {NO_MOUNT}; shift 2; exec "$@""#
-        ))
-        .args(["sh", size])
-        .arg(dir.path())
-        .arg(std::env::current_exe().unwrap())
-        .args([
-            "--ignored",
-            "--exact",
-            test,
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(CHILD_DIR, dir.path())
-        .status();
-    let setup_failed = |why: String| {
-        if std::env::var("CI").is_ok_and(|v| v == "true") {
-            panic!("CI=true but a full disk cannot be set up ({why}): CI runs as root");
+    let exe = std::env::current_exe().unwrap();
+    // As root, a mount namespace; otherwise (or where that is refused) a user namespace
+    // with one, where an unprivileged user may mount a tmpfs too.
+    let mut why = String::new();
+    for namespaces in [&["--mount"][..], &["--user", "--map-root-user", "--mount"]] {
+        let spawned = Command::new("unshare")
+            .args(namespaces)
+            .args(["--propagation", "private", "--", "sh", "-c"])
+            .arg(format!(
+                r#"mount -t tmpfs -o size="$1" tmpfs "$2" || exit {NO_MOUNT}; shift 2; exec "$@""#
+            ))
+            .args(["sh", size])
+            .arg(dir.path())
+            .arg(&exe)
+            .args([
+                "--ignored",
+                "--exact",
+                test,
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(CHILD_DIR, dir.path())
+            .status();
+        match spawned {
+            Err(err) => why = format!("cannot run unshare: {err}"),
+            Ok(status) if status.success() => return,
+            // `unshare` exits 1 when the kernel refuses the namespace; the shell exits
+            // NO_MOUNT when the mount is refused. Anything else is the test's own failure.
+            Ok(status) if matches!(status.code(), Some(1 | NO_MOUNT)) => {
+                why = format!("unshare {} or mount failed: {status}", namespaces.join(" "));
+            }
+            Ok(status) => panic!("{test} failed on a full disk: {status}"),
         }
-        eprintln!("SKIPPED: {test} needs a private mount namespace ({why}; run as root)");
-    };
-    match spawned {
-        Err(err) => setup_failed(format!("cannot run unshare: {err}")),
-        Ok(status) if status.success() => {}
-        // `unshare` exits 1 when the kernel refuses the namespace; the shell exits
-        // NO_MOUNT when the mount is refused. Anything else is the test's own failure.
-        Ok(status) if matches!(status.code(), Some(1 | NO_MOUNT)) => {
-            setup_failed(format!("unshare or mount failed: {status}"))
-        }
-        Ok(status) => panic!("{test} failed on a full disk: {status}"),
     }
+    if std::env::var("CI").is_ok_and(|v| v == "true") {
+        panic!("CI=true but a full disk cannot be set up ({why}): CI runs as root");
+    }
+    eprintln!("SKIPPED: {test} needs a mount namespace ({why}; run as root)");
 }
 
 /// The child's directory, or `None` when this ignored test was run by hand.
