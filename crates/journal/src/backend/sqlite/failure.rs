@@ -1,4 +1,5 @@
-//! What a failed SQLite write says to the person who reads the latched writer's error.
+//! What a SQLite failure of the disk says to the person who reads it: the latched writer's
+//! error, or a refused read-write open.
 //!
 //! SQLite reports most failures of the file system as `disk I/O error`, also when the
 //! cause is a full disk (it could not grow the `-shm` index, say, after the commit was
