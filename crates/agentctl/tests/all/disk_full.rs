@@ -226,7 +226,6 @@ fn a_run_on_a_full_disk_child() {
 /// of the derived runs table first, and that write failed the whole listing with
 /// `journal database error: database or disk is full`. Reads must not need room.
 #[test]
-#[ignore = "needs agent-host's runs_table (crates/host/src/run/table.rs) to show a row it cannot write back; see the disk-full review"]
 fn runs_list_works_on_a_full_disk() {
     on_small_disk("disk_full::runs_list_on_a_full_disk_child", "8m");
 }

@@ -144,6 +144,7 @@ pub async fn runs_table(journal: &Journal) -> Result<Vec<RunRow>, HostError> {
         .collect();
     let now = now_ms();
     let mut out = Vec::new();
+    let mut writable = !journal.is_read_only();
     for thread in journal.threads().await? {
         let Some(id) = kinds::run_of(&thread) else {
             continue;
@@ -170,9 +171,12 @@ pub async fn runs_table(journal: &Journal) -> Result<Vec<RunRow>, HostError> {
                     LeaseStatus::Closed
                 }
             });
-            // A journal opened read-only (an archive) is shown as it is, its table unwritten.
-            if !journal.is_read_only() {
-                journal.put_lease(&thread, rebuilt, &info).await?;
+            // A journal opened read-only (an archive) is shown as it is, its table unwritten;
+            // so is one whose writes fail (a full disk): the row is derived, a listing must
+            // not need room, and the next listing that can write catches the table up.
+            if writable && let Err(err) = journal.put_lease(&thread, rebuilt, &info).await {
+                tracing::warn!(%err, "runs table: listing without writing the rows back");
+                writable = false;
             }
             let row = rows.entry(thread.clone()).or_insert_with(|| LeaseRow {
                 name: thread.clone(),
