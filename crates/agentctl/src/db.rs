@@ -91,16 +91,33 @@ fn db_hint(url: &str) -> String {
                 "{shown} cannot be written ({}): `history`, `memory` and `runs search` need to write to it (their index), even to read; the other `runs` commands and `journal` read it as it is",
                 agent_redact::redact_in(&err.to_string(), url)
             ),
-            Ok(_) => DB_HINT.into(),
+            Ok(_) => full_disk_hint(&file, url).unwrap_or_else(|| DB_HINT.into()),
         },
         Err(_) => match file.parent() {
             Some(dir) if !dir.is_dir() => format!(
                 "the directory {} does not exist; agentctl creates the database file, not its directory",
                 agent_redact::redact_in(&dir.display().to_string(), url)
             ),
-            _ => DB_HINT.into(),
+            _ => full_disk_hint(&file, url).unwrap_or_else(|| DB_HINT.into()),
         },
     }
+}
+
+/// The hint for a database whose file system has no block left for this user: SQLite
+/// then fails with a bare "disk I/O error" or "database or disk is full", and `--db` is
+/// not what to check.
+fn full_disk_hint(file: &std::path::Path, url: &str) -> Option<String> {
+    let dir = match file.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => std::path::Path::new("."),
+    };
+    let stat = rustix::fs::statvfs(dir).ok()?;
+    (stat.f_bavail == 0).then(|| {
+        format!(
+            "the file system holding {} has no room left; free some space and run the command again",
+            agent_redact::redact_in(&dir.display().to_string(), url)
+        )
+    })
 }
 
 /// Whether `file` starts like a SQLite database (an empty file is one SQLite may still

@@ -296,8 +296,19 @@ pub fn report_error_masking(err: &anyhow::Error, db: Option<&str>) -> ExitCode {
     let is_usage = err.chain().any(usage);
     // `--help` only for what the command line got wrong: a journal or network failure is
     // not a usage question.
+    // The host's journal errors are transparent: not causes, so looked for by type.
+    let writer_failed = err.chain().any(|e| {
+        use agent_journal::JournalError::WriterFailed;
+        e.downcast_ref::<agent_journal::JournalError>()
+            .is_some_and(|j| matches!(j, WriterFailed(_)))
+            || e.downcast_ref::<agent_host::HostError>()
+                .is_some_and(|h| matches!(h, agent_host::HostError::Journal(WriterFailed(_))))
+    });
     let hint = hint_of(err).unwrap_or_else(|| {
-        if is_usage {
+        if writer_failed {
+            // Nothing after the failed write was journaled (the journal's contract).
+            "the database refused a write and took nothing after it; once it accepts writes again (a full disk freed), run the command again".into()
+        } else if is_usage {
             "run with --help for usage, or RUST_LOG=debug for details".into()
         } else {
             "RUST_LOG=debug shows details".into()

@@ -181,7 +181,8 @@ fn a_run_on_a_full_disk_child() {
     assert!(text(&shown.stdout).contains(&run_id));
 
     // Writers are refused, saying why, and write nothing.
-    refused_for_a_full_disk("steer", &agentctl(&dir, &["steer", &run_id, "hurry"]));
+    let said = refused_for_a_full_disk("steer", &agentctl(&dir, &["steer", &run_id, "hurry"]));
+    assert!(said.contains("once it accepts writes again"), "{said}");
     let mut resume = vec!["resume", &run_id];
     resume.extend(mock);
     let refused = agentctl(&dir, &resume);
@@ -257,4 +258,19 @@ fn runs_list_on_a_full_disk_child() {
     let said = text(&listed.stderr);
     assert!(listed.status.success(), "{said}");
     assert!(text(&listed.stdout).contains("fill the disk"), "{said}");
+    // A new database on the full disk: the hint names the disk, not `--db`.
+    let fresh = Command::new(env!("CARGO_BIN_EXE_agentctl"))
+        .env_remove("AGENTCTL_DB")
+        .env_remove("RUST_LOG")
+        .env("AGENTCTL_CONFIG_DIR", dir.join("config"))
+        .arg("--db")
+        .arg(dir.join("new.db"))
+        .args(["runs", "search", "anything"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let said = text(&fresh.stderr);
+    assert!(!fresh.status.success(), "{said}");
+    assert!(said.contains("has no room left"), "{said}");
+    assert!(!said.contains("check --db"), "{said}");
 }

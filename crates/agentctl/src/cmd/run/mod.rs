@@ -485,7 +485,7 @@ fn drive_hint(global: &GlobalArgs, run: Option<&str>, err: agent_host::HostError
             "the run is left as the journal has it: once the database accepts writes again, `{}` continues it{}",
             resume(&[]),
             if run.is_none() {
-                " (`agentctl runs list` shows RUN)"
+                " (`agentctl runs list` shows RUN; a run it does not list was never recorded: run the command again)"
             } else {
                 ""
             }
