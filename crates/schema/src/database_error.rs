@@ -66,7 +66,14 @@ impl DatabaseError {
             }
             _ => DatabaseErrorKind::Other,
         };
-        DatabaseError::new(kind, err)
+        let mut error = DatabaseError::new(kind, err);
+        if let Some(cause) = err
+            .sqlite_error()
+            .and_then(|e| sqlite_disk_failure(e.extended_code))
+        {
+            error.message = format!("{} ({cause})", error.message);
+        }
+        error
     }
 
     fn new(kind: DatabaseErrorKind, err: &dyn std::error::Error) -> Self {
@@ -75,6 +82,27 @@ impl DatabaseError {
             message: one_line(err),
         }
     }
+}
+
+/// What failed, for the SQLite extended result codes a failing disk gives, where SQLite's
+/// own message says only `disk I/O error` (also when the disk is full: it could not grow
+/// the `-shm` index after the commit reached the WAL, say). `None` for any other code,
+/// `SQLITE_FULL` included ("database or disk is full" says it already).
+pub fn sqlite_disk_failure(extended_code: i32) -> Option<&'static str> {
+    use rusqlite::ffi;
+    Some(match extended_code {
+        ffi::SQLITE_IOERR_WRITE => {
+            "a write to the database's files failed: is the disk full, or a file size limit reached?"
+        }
+        ffi::SQLITE_IOERR_SHMSIZE => {
+            "SQLite could not grow the database's -shm file: is the disk full?"
+        }
+        ffi::SQLITE_IOERR_TRUNCATE => "SQLite could not resize a database file",
+        ffi::SQLITE_IOERR_FSYNC | ffi::SQLITE_IOERR_DIR_FSYNC => {
+            "the disk did not confirm a write (fsync failed)"
+        }
+        _ => return None,
+    })
 }
 
 /// `err` and its causes on one line, joined by `: `. A cause with no text is skipped, and so
@@ -112,6 +140,27 @@ impl std::error::Error for DatabaseError {}
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_sqlite_io_error_names_what_failed_on_the_disk() {
+        let shm = rusqlite::Error::SqliteFailure(
+            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_IOERR_SHMSIZE),
+            Some("disk I/O error".into()),
+        );
+        let err = DatabaseError::from_rusqlite(&shm);
+        assert_eq!(
+            err.to_string(),
+            "disk I/O error (SQLite could not grow the database's -shm file: is the disk full?)"
+        );
+        let full = rusqlite::Error::SqliteFailure(
+            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_FULL),
+            Some("database or disk is full".into()),
+        );
+        assert_eq!(
+            DatabaseError::from_rusqlite(&full).to_string(),
+            "database or disk is full"
+        );
+    }
 
     #[test]
     fn driver_errors_become_a_kind_and_a_message() {

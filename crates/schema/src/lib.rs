@@ -29,7 +29,7 @@
 mod database_error;
 pub mod json;
 
-pub use database_error::{DatabaseError, DatabaseErrorKind, one_line};
+pub use database_error::{DatabaseError, DatabaseErrorKind, one_line, sqlite_disk_failure};
 
 /// A schema: numbered steps of SQL, in ascending version order.
 pub type Steps = [(i64, &'static str)];

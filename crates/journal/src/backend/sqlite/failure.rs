@@ -7,8 +7,6 @@
 //! names it and, where a full disk or a file size limit is the usual cause, says so, so
 //! that nobody has to rerun with `RUST_LOG=debug` to learn that the disk is full.
 
-use rusqlite::ffi;
-
 use crate::error::JournalError;
 
 /// `err`'s own message, followed by what failed where SQLite's extended code tells more.
@@ -60,25 +58,13 @@ impl std::error::Error for Explained {}
 
 /// The cause behind an extended result code, for the codes a failing disk gives.
 fn explain(extended_code: i32) -> Option<&'static str> {
-    Some(match extended_code {
-        ffi::SQLITE_FULL => return None, // "database or disk is full" says it already
-        ffi::SQLITE_IOERR_WRITE => {
-            "a write to the database's files failed: is the disk full, or a file size limit reached?"
-        }
-        ffi::SQLITE_IOERR_SHMSIZE => {
-            "SQLite could not grow the database's -shm file: is the disk full?"
-        }
-        ffi::SQLITE_IOERR_TRUNCATE => "SQLite could not resize a database file",
-        ffi::SQLITE_IOERR_FSYNC | ffi::SQLITE_IOERR_DIR_FSYNC => {
-            "the disk did not confirm a write (fsync failed)"
-        }
-        _ => return None,
-    })
+    agent_schema::sqlite_disk_failure(extended_code)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rusqlite::ffi;
 
     fn failure(extended_code: i32, message: &str) -> rusqlite::Error {
         rusqlite::Error::SqliteFailure(ffi::Error::new(extended_code), Some(message.into()))
