@@ -41,13 +41,18 @@ pub struct SubmitRequest {
 
 /// Creates submitted runs (the CLI's `submit`, with its configuration and endpoint).
 pub trait Submitter: Send + Sync {
-    /// Submits the run `request` describes; returns its id.
-    fn submit(&self, request: SubmitRequest) -> BoxFuture<'_, Result<String, ApiError>>;
+    /// Submits the run `request` describes into `journal` (the server's, as it stands for
+    /// this request); returns its id.
+    fn submit<'a>(
+        &'a self,
+        journal: &'a Journal,
+        request: SubmitRequest,
+    ) -> BoxFuture<'a, Result<String, ApiError>>;
 }
 
 /// The server's shared state.
 pub struct App {
-    pub(crate) journal: Journal,
+    pub(crate) journal: crate::journal_slot::JournalSlot,
     pub(crate) token: Token,
     /// `Host` header values accepted (and `http://` + each, as `Origin`).
     pub(crate) hosts: Vec<String>,

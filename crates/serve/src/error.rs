@@ -80,6 +80,14 @@ impl From<HostError> for ApiError {
             HostError::Journal(agent_journal::JournalError::InvalidInput { .. }) => {
                 ApiError::not_found(format!("no such run ({message})"))
             }
+            // The database refuses writes (a full disk, a lost connection): nothing of
+            // this request was taken, and the server reopens its journal (at most once a
+            // second) on a later request.
+            HostError::Journal(agent_journal::JournalError::WriterFailed(_)) => ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "journal_unavailable",
+                message,
+            ),
             HostError::AlreadyDecided {
                 decision,
                 ref by,

@@ -22,6 +22,7 @@ mod error;
 mod events;
 mod guard;
 mod headers;
+mod journal_slot;
 mod json_errors;
 mod once;
 mod routes;
@@ -40,6 +41,7 @@ pub use app::{SubmitRequest, Submitter};
 pub use body::MAX_BODY;
 pub use error::ApiError;
 pub use events::ApiEvent;
+pub use journal_slot::{RETRY as REOPEN_RETRY, Reopen};
 pub use once::CODE_TTL;
 pub use token::{COOKIE_PREFIX, MIN_LEN as MIN_TOKEN_LEN, Token, TokenError, cookie_name};
 
@@ -57,6 +59,9 @@ pub struct ServeOptions {
     pub context: Option<agent_context::ContextStore>,
     /// Who decisions, steers and interrupts are recorded as.
     pub who: String,
+    /// Opens the journal again once its writer has failed (a full disk, a lost database
+    /// connection); without it the server answers writes 503 until it is restarted.
+    pub reopen: Option<Reopen>,
 }
 
 /// A server bound to its address, not serving yet.
@@ -123,7 +128,7 @@ pub async fn bind(
         options.token.reveal()
     );
     let app = Arc::new(app::App {
-        journal,
+        journal: journal_slot::JournalSlot::new(journal, options.reopen),
         token: options.token,
         hosts,
         cookie: token::cookie_name(addr.port()),

@@ -69,7 +69,6 @@ pub async fn serve(global: &GlobalArgs, args: ServeArgs) -> anyhow::Result<ExitC
     let journal = crate::db::open_journal(global).await?;
     let context = crate::db::open_context(global).await?;
     let submitter = Arc::new(CliSubmitter {
-        journal: journal.clone(),
         endpoint: args.endpoint.clone(),
         db_url: url.clone(),
     });
@@ -80,6 +79,7 @@ pub async fn serve(global: &GlobalArgs, args: ServeArgs) -> anyhow::Result<ExitC
         submitter: Some(submitter),
         context: Some(context.clone()),
         who: format!("serve@{}", agent_host::run::Owner::this_host()),
+        reopen: Some(reopen_journal(url.clone())),
     };
     let bound = agent_serve::bind(journal.clone(), args.listen, options)
         .await
@@ -145,17 +145,20 @@ pub async fn serve(global: &GlobalArgs, args: ServeArgs) -> anyhow::Result<ExitC
 
 /// `POST /runs`: what `agentctl submit` does, with this server's endpoint.
 struct CliSubmitter {
-    journal: agent_journal::Journal,
     endpoint: EndpointArgs,
     /// The database the runs are journaled in, hidden from their commands.
     db_url: String,
 }
 
 impl Submitter for CliSubmitter {
-    fn submit(&self, request: SubmitRequest) -> BoxFuture<'_, Result<String, ApiError>> {
+    fn submit<'a>(
+        &'a self,
+        journal: &'a agent_journal::Journal,
+        request: SubmitRequest,
+    ) -> BoxFuture<'a, Result<String, ApiError>> {
         Box::pin(async move {
             let new = self.new_run(request)?;
-            Ok(agent_host::run::submit(&self.journal, &new.1, new.0).await?)
+            Ok(agent_host::run::submit(journal, &new.1, new.0).await?)
         })
     }
 }
@@ -205,4 +208,12 @@ impl CliSubmitter {
         })?;
         Ok((new, tools))
     }
+}
+
+/// How the server opens its journal again after the writer failed: as it opened it first.
+fn reopen_journal(url: String) -> agent_serve::Reopen {
+    Arc::new(move || {
+        let url = url.clone();
+        Box::pin(async move { agent_journal::Journal::open(&url).await })
+    })
 }

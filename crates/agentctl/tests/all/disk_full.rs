@@ -19,6 +19,8 @@ use std::process::{Command, Output, Stdio};
 
 use serde_json::json;
 
+use crate::served;
+
 /// The child's directory (a tmpfs mount point), set by [`on_small_disk`].
 const CHILD_DIR: &str = "AGENTCTL_DISK_FULL_DIR";
 /// Exit code of the child's shell when the tmpfs cannot be mounted.
@@ -273,4 +275,95 @@ fn runs_list_on_a_full_disk_child() {
     assert!(!fresh.status.success(), "{said}");
     assert!(said.contains("has no room left"), "{said}");
     assert!(!said.contains("check --db"), "{said}");
+}
+
+/// `agentctl serve` across a full disk: a write over the API is refused with 503
+/// `journal_unavailable` (its one journal latched), reads go on, and once space is back the
+/// same server takes writes again (it reopens its journal), as a new CLI process would.
+#[test]
+fn serve_takes_writes_again_once_the_disk_has_room() {
+    on_small_disk("disk_full::serve_on_a_full_disk_child", "8m");
+}
+
+#[test]
+#[ignore = "child process of serve_takes_writes_again_once_the_disk_has_room"]
+fn serve_on_a_full_disk_child() {
+    let Some(dir) = child_dir() else { return };
+    let ws = dir.join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    let db = dir.join("j.db");
+    let server = served::serve(db.to_str().unwrap(), &dir, &[]);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let client = reqwest::Client::new();
+        let submit = |prompt: &str| {
+            client
+                .post(format!("{}/api/v1/runs", server.base))
+                .bearer_auth(served::TOKEN)
+                .json(&json!({"prompt": prompt, "workspace": ws}))
+                .send()
+        };
+        let answer = |resp: reqwest::Response| async move {
+            let status = resp.status().as_u16();
+            let body: serde_json::Value = resp.json().await.unwrap();
+            (status, body)
+        };
+        let (status, body) = answer(submit("before the disk filled").await.unwrap()).await;
+        assert_eq!(status, 201, "{body}");
+
+        let filler = dir.join("filler");
+        fill(&filler);
+        let (status, body) = answer(submit("while the disk is full").await.unwrap()).await;
+        assert_eq!(status, 503, "{body}");
+        assert_eq!(body["error"]["code"], "journal_unavailable", "{body}");
+        assert!(
+            body["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("disk is full"),
+            "{body}"
+        );
+        let listed = client
+            .get(format!("{}/api/v1/runs", server.base))
+            .bearer_auth(served::TOKEN)
+            .send()
+            .await
+            .unwrap();
+        let (status, body) = answer(listed).await;
+        assert_eq!(status, 200, "{body}");
+        assert!(
+            body.to_string().contains("before the disk filled"),
+            "{body}"
+        );
+
+        std::fs::remove_file(&filler).unwrap();
+        let (status, body) = answer(submit("after space was freed").await.unwrap()).await;
+        assert_eq!(status, 201, "{body}");
+        let id = body["run_id"].as_str().unwrap().to_string();
+        let shown = client
+            .get(format!("{}/api/v1/runs/{id}", server.base))
+            .bearer_auth(served::TOKEN)
+            .send()
+            .await
+            .unwrap();
+        let (status, body) = answer(shown).await;
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(body["prompt"], "after space was freed", "{body}");
+    });
+}
+
+/// Writes `file` until the file system refuses more.
+fn fill(file: &Path) {
+    use std::io::Write as _;
+    let mut out = std::fs::File::create(file).unwrap();
+    let chunk = vec![0u8; 64 * 1024];
+    loop {
+        if let Err(err) = out.write_all(&chunk) {
+            assert_eq!(err.raw_os_error(), Some(28), "{err}"); // ENOSPC
+            return;
+        }
+    }
 }

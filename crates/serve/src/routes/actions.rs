@@ -51,7 +51,7 @@ pub(crate) async fn decide(
             "always: only an approval reaches the tool's later calls; a denial is for this call",
         ));
     }
-    let state = run::load(&app.journal, &id).await?;
+    let state = run::load(&app.journal.get().await, &id).await?;
     if state.call(&call_id).is_none() {
         return Err(ApiError::not_found(format!(
             "run {id} has no call {call_id}"
@@ -67,7 +67,7 @@ pub(crate) async fn decide(
         },
         args_sha256: b.sha256,
     };
-    run::decide(&app.journal, &id, request).await?;
+    run::decide(&app.journal.get().await, &id, request).await?;
     Ok(Json(json!({
         "run_id": id, "call_id": call_id,
         "decision": if approve { "approve" } else { "deny" }, "by": app.who,
@@ -90,7 +90,7 @@ pub(crate) async fn steer(
     let b: SteerBody = body::json(bytes)?;
     // A steer on an ended run would only be dropped: refused (409). One that arrives as the
     // run ends is still taken and then dropped: `steer.dropped` on the stream.
-    let steer_id = run::request_live_steer(&app.journal, &id, &b.text, b.id).await?;
+    let steer_id = run::request_live_steer(&app.journal.get().await, &id, &b.text, b.id).await?;
     Ok((
         StatusCode::ACCEPTED,
         Json(json!({"run_id": id, "steer_id": steer_id})),
@@ -101,7 +101,7 @@ pub(crate) async fn interrupt(
     State(app): State<Arc<App>>,
     Path(id): Path<String>,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
-    run::request_interrupt(&app.journal, &id, &app.who).await?;
+    run::request_interrupt(&app.journal.get().await, &id, &app.who).await?;
     Ok((StatusCode::ACCEPTED, Json(json!({"run_id": id}))))
 }
 
@@ -125,7 +125,7 @@ pub(crate) async fn resume(
         max_tokens: b.max_tokens,
         by: app.who.clone(),
     };
-    run::requeue(&app.journal, &id, change).await?;
+    run::requeue(&app.journal.get().await, &id, change).await?;
     Ok((StatusCode::ACCEPTED, Json(json!({"run_id": id}))))
 }
 
@@ -159,6 +159,7 @@ pub(crate) async fn submit(
             "this server does not submit runs",
         ));
     };
-    let id = submitter.submit(request).await?;
+    let journal = app.journal.get().await;
+    let id = submitter.submit(&journal, request).await?;
     Ok((StatusCode::CREATED, Json(json!({"run_id": id}))))
 }

@@ -49,7 +49,8 @@ pub(crate) async fn list(
     };
     let limit = q.limit.unwrap_or(50).clamp(1, MAX_PAGE);
     let now = now_ms();
-    let rows = runs_table(&app.journal).await?;
+    let journal = app.journal.get().await;
+    let rows = runs_table(&journal).await?;
     let cursor = q.cursor.as_deref().filter(|c| !c.is_empty());
     if let Some(cursor) = cursor
         && !rows.iter().any(|r| r.run_id == cursor)
@@ -91,10 +92,11 @@ pub(crate) async fn show(
     State(app): State<Arc<App>>,
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    let state = run::load(&app.journal, &id).await?;
-    let status = status_with_lease(&app.journal, &state).await?;
+    let journal = app.journal.get().await;
+    let state = run::load(&journal, &id).await?;
+    let status = status_with_lease(&journal, &state).await?;
     let mut view = RunView::of(&state, status, now_ms());
-    view.children = agent_host::run::view::ChildView::of_run(&app.journal, &state).await?;
+    view.children = agent_host::run::view::ChildView::of_run(&journal, &state).await?;
     let mut view = serde_json::to_value(view).map_err(|e| ApiError::internal(e.to_string()))?;
     if let Some(obj) = view.as_object_mut() {
         let prompt = state.spec().map(|s| s.prompt.clone());
@@ -115,11 +117,12 @@ pub(crate) async fn events(
     Path(id): Path<String>,
     Query(q): Query<EventsQuery>,
 ) -> Result<Json<Value>, ApiError> {
-    run::load(&app.journal, &id).await?;
+    let journal = app.journal.get().await;
+    run::load(&journal, &id).await?;
     let after = q.after.unwrap_or(0).max(0);
     let limit = q.limit.unwrap_or(500).clamp(1, MAX_EVENTS);
-    let mut conv = Converter::primed(&app.journal, &id, after).await?;
-    let mut stream = app.journal.replay_stream(&kinds::thread_of(&id), after);
+    let mut conv = Converter::primed(&journal, &id, after).await?;
+    let mut stream = journal.replay_stream(&kinds::thread_of(&id), after);
     let mut page = Vec::new();
     let mut more = false;
     while let Some(event) = stream.next().await {
@@ -143,7 +146,8 @@ pub(crate) async fn stream(
     Query(q): Query<EventsQuery>,
     headers: HeaderMap,
 ) -> Result<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>, ApiError> {
-    run::load(&app.journal, &id).await?;
+    let journal = app.journal.get().await;
+    run::load(&journal, &id).await?;
     let resumed = headers
         .get("last-event-id")
         .and_then(|h| h.to_str().ok())
@@ -159,8 +163,8 @@ pub(crate) async fn stream(
             ),
         )
     })?;
-    let conv = Converter::primed(&app.journal, &id, after).await?;
-    let events = agent_host::follow::follow_thread(&app.journal, &kinds::thread_of(&id), after);
+    let conv = Converter::primed(&journal, &id, after).await?;
+    let events = agent_host::follow::follow_thread(&journal, &kinds::thread_of(&id), after);
     let stream = messages(events, conv)
         .map(move |message| {
             // The permit lives as long as the stream.
@@ -231,13 +235,13 @@ pub(crate) async fn search(
         ));
     };
     let limit = q.limit.unwrap_or(50).clamp(1, MAX_PAGE);
-    let hits =
-        agent_host::run::history::search(&app.journal, store, q.run.as_deref(), &term, limit)
-            .await
-            .map_err(|err| match err {
-                agent_host::run::history::HistoryError::Host(err) => ApiError::from(err),
-                other => ApiError::internal(other.to_string()),
-            })?;
+    let journal = app.journal.get().await;
+    let hits = agent_host::run::history::search(&journal, store, q.run.as_deref(), &term, limit)
+        .await
+        .map_err(|err| match err {
+            agent_host::run::history::HistoryError::Host(err) => ApiError::from(err),
+            other => ApiError::internal(other.to_string()),
+        })?;
     Ok(Json(json!({ "hits": hits })))
 }
 

@@ -30,6 +30,7 @@ pub async fn start_with(dir: &Path, token: &str, limits: Limits) -> (SocketAddr,
         submitter: None,
         context: None,
         who: "test@serve".into(),
+        reopen: None,
     };
     let bound = agent_serve::bind(journal, "127.0.0.1:0".parse().unwrap(), options)
         .await
