@@ -129,6 +129,17 @@ fn main() -> std::process::ExitCode {
         Ok(runtime) => runtime,
         Err(err) => return output::report_error(&anyhow::Error::new(err)),
     };
+    // A file size limit (`ulimit -f`) is met as an error (EFBIG: "... a file size limit
+    // reached?") instead of a kill by SIGXFSZ in the middle of a commit. A handler, not
+    // SIG_IGN: the commands this process starts get the default back when they exec.
+    {
+        let _in_runtime = runtime.enter();
+        let xfsz =
+            tokio::signal::unix::SignalKind::from_raw(rustix::process::Signal::XFSZ.as_raw());
+        if let Err(err) = tokio::signal::unix::signal(xfsz) {
+            tracing::debug!(%err, "cannot handle SIGXFSZ");
+        }
+    }
     // Libraries mask the passwords they show; the error line masks them again, since a
     // message built anywhere (a driver, a dependency) may quote `--db`.
     let db = cli.global.db.clone();

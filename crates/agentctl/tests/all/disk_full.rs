@@ -367,3 +367,35 @@ fn fill(file: &Path) {
         }
     }
 }
+
+/// A file size limit (`prlimit --fsize`, as `ulimit -f` sets) under `run`: the database's
+/// writes fail with EFBIG, and `agentctl` says so and exits 1; it was killed by SIGXFSZ in
+/// the middle of a commit (exit 153 from a shell). Needs no privilege.
+#[test]
+fn a_file_size_limit_is_an_error_not_a_kill() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    let out = Command::new("prlimit")
+        .arg("--fsize=131072")
+        .arg(env!("CARGO_BIN_EXE_agentctl"))
+        .env_remove("AGENTCTL_DB")
+        .env_remove("OPENAI_BASE_URL")
+        .env_remove("RUST_LOG")
+        .env("OPENAI_API_KEY", "sk-unused")
+        .env("AGENTCTL_CONFIG_DIR", dir.path().join("config"))
+        .arg("--db")
+        .arg(dir.path().join("j.db"))
+        .args(["run", "--sandbox", "off", "--approval", "auto", "--mock"])
+        .arg("--workspace")
+        .arg(&ws)
+        .arg("look around and summarise")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let said = text(&out.stderr);
+    use std::os::unix::process::ExitStatusExt as _;
+    assert_eq!(out.status.signal(), None, "killed by a signal: {said}");
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(said.contains("file size limit"), "{said}");
+}
