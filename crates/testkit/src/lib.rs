@@ -13,6 +13,8 @@
 
 use sqlx::Connection as _;
 
+pub mod small_disk;
+
 /// The variable naming the PostgreSQL server for tests.
 pub const PG_URL_VAR: &str = "AGENTCTL_TEST_PG_URL";
 

@@ -14,67 +14,14 @@
 //! the test says `SKIPPED:` on stderr, and fails under `CI=true`, as the PostgreSQL tests
 //! do without a server.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
 use serde_json::json;
 
+use agent_testkit::small_disk::{child_dir, fill, on_small_disk};
+
 use crate::served;
-
-/// The child's directory (a tmpfs mount point), set by [`on_small_disk`].
-const CHILD_DIR: &str = "AGENTCTL_DISK_FULL_DIR";
-/// Exit code of the child's shell when the tmpfs cannot be mounted.
-const NO_MOUNT: i32 = 97;
-
-/// Runs the ignored test `test` of this binary in a private mount namespace where the
-/// directory named by [`CHILD_DIR`] is a tmpfs of `size`, and fails if it fails. Without
-/// the privileges to set that up: skipped, or a failure under `CI=true`.
-fn on_small_disk(test: &str, size: &str) {
-    let dir = tempfile::tempdir().unwrap();
-    let exe = std::env::current_exe().unwrap();
-    // As root, a mount namespace; otherwise (or where that is refused) a user namespace
-    // with one, where an unprivileged user may mount a tmpfs too.
-    let mut why = String::new();
-    for namespaces in [&["--mount"][..], &["--user", "--map-root-user", "--mount"]] {
-        let spawned = Command::new("unshare")
-            .args(namespaces)
-            .args(["--propagation", "private", "--", "sh", "-c"])
-            .arg(format!(
-                r#"mount -t tmpfs -o size="$1" tmpfs "$2" || exit {NO_MOUNT}; shift 2; exec "$@""#
-            ))
-            .args(["sh", size])
-            .arg(dir.path())
-            .arg(&exe)
-            .args([
-                "--ignored",
-                "--exact",
-                test,
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env(CHILD_DIR, dir.path())
-            .status();
-        match spawned {
-            Err(err) => why = format!("cannot run unshare: {err}"),
-            Ok(status) if status.success() => return,
-            // `unshare` exits 1 when the kernel refuses the namespace; the shell exits
-            // NO_MOUNT when the mount is refused. Anything else is the test's own failure.
-            Ok(status) if matches!(status.code(), Some(1 | NO_MOUNT)) => {
-                why = format!("unshare {} or mount failed: {status}", namespaces.join(" "));
-            }
-            Ok(status) => panic!("{test} failed on a full disk: {status}"),
-        }
-    }
-    if std::env::var("CI").is_ok_and(|v| v == "true") {
-        panic!("CI=true but a full disk cannot be set up ({why}): CI runs as root");
-    }
-    eprintln!("SKIPPED: {test} needs a mount namespace ({why}; run as root)");
-}
-
-/// The child's directory, or `None` when this ignored test was run by hand.
-fn child_dir() -> Option<PathBuf> {
-    std::env::var_os(CHILD_DIR).map(PathBuf::from)
-}
 
 /// A model that calls `shell` with a command filling the disk, then answers.
 fn filling_script() -> String {
@@ -314,8 +261,7 @@ fn serve_on_a_full_disk_child() {
         let (status, body) = answer(submit("before the disk filled").await.unwrap()).await;
         assert_eq!(status, 201, "{body}");
 
-        let filler = dir.join("filler");
-        fill(&filler);
+        let filler = fill(&dir);
         let (status, body) = answer(submit("while the disk is full").await.unwrap()).await;
         assert_eq!(status, 503, "{body}");
         assert_eq!(body["error"]["code"], "journal_unavailable", "{body}");
@@ -353,19 +299,6 @@ fn serve_on_a_full_disk_child() {
         assert_eq!(status, 200, "{body}");
         assert_eq!(body["prompt"], "after space was freed", "{body}");
     });
-}
-
-/// Writes `file` until the file system refuses more.
-fn fill(file: &Path) {
-    use std::io::Write as _;
-    let mut out = std::fs::File::create(file).unwrap();
-    let chunk = vec![0u8; 64 * 1024];
-    loop {
-        if let Err(err) = out.write_all(&chunk) {
-            assert_eq!(err.raw_os_error(), Some(28), "{err}"); // ENOSPC
-            return;
-        }
-    }
 }
 
 /// A file size limit (`prlimit --fsize`, as `ulimit -f` sets) under `run`: the database's

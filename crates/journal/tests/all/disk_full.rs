@@ -16,85 +16,12 @@
 //! do without a server. One test needs no root: a file size limit (`ulimit -f`) gives EFBIG
 //! instead of ENOSPC.
 
-use std::io::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use agent_journal::{Event, Journal, JournalError, NewEvent};
+use agent_testkit::small_disk::{child_dir, fill, on_small_disk};
 use serde_json::json;
-
-/// The child's directory (a tmpfs mount point), set by [`on_small_disk`].
-const CHILD_DIR: &str = "JOURNAL_DISK_FULL_DIR";
-/// Exit code of the child's shell when the tmpfs cannot be mounted.
-const NO_MOUNT: i32 = 97;
-
-/// Runs the ignored test `test` of this binary in a private mount namespace where the
-/// directory named by [`CHILD_DIR`] is a tmpfs of `size` (`mount -o size=`), and fails if
-/// it fails. Without the privileges to set that up: skipped, or a failure under `CI=true`.
-fn on_small_disk(test: &str, size: &str) {
-    let dir = tempfile::tempdir().unwrap();
-    let exe = std::env::current_exe().unwrap();
-    // As root, a mount namespace; otherwise (or where that is refused) a user namespace
-    // with one, where an unprivileged user may mount a tmpfs too.
-    let mut why = String::new();
-    for namespaces in [&["--mount"][..], &["--user", "--map-root-user", "--mount"]] {
-        let spawned = Command::new("unshare")
-            .args(namespaces)
-            .args(["--propagation", "private", "--", "sh", "-c"])
-            .arg(format!(
-                r#"mount -t tmpfs -o size="$1" tmpfs "$2" || exit {NO_MOUNT}; shift 2; exec "$@""#
-            ))
-            .args(["sh", size])
-            .arg(dir.path())
-            .arg(&exe)
-            .args([
-                "--ignored",
-                "--exact",
-                test,
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env(CHILD_DIR, dir.path())
-            .status();
-        match spawned {
-            Err(err) => why = format!("cannot run unshare: {err}"),
-            Ok(status) if status.success() => return,
-            // `unshare` exits 1 when the kernel refuses the namespace; the shell exits
-            // NO_MOUNT when the mount is refused. Anything else is the test's own failure.
-            Ok(status) if matches!(status.code(), Some(1 | NO_MOUNT)) => {
-                why = format!("unshare {} or mount failed: {status}", namespaces.join(" "));
-            }
-            Ok(status) => panic!("{test} failed on a full disk: {status}"),
-        }
-    }
-    if std::env::var("CI").is_ok_and(|v| v == "true") {
-        panic!("CI=true but a full disk cannot be set up ({why}): CI runs as root");
-    }
-    eprintln!("SKIPPED: {test} needs a mount namespace ({why}; run as root)");
-}
-
-/// The child's directory, or `None` when this ignored test was run by hand (not as a
-/// child of [`on_small_disk`]): it then does nothing.
-fn child_dir() -> Option<PathBuf> {
-    std::env::var_os(CHILD_DIR).map(PathBuf::from)
-}
-
-/// Fills the file system of `dir` with a filler file until the kernel says `ENOSPC`;
-/// removing the file gives the space back.
-fn fill(dir: &Path) -> PathBuf {
-    let path = dir.join("filler");
-    let mut file = std::fs::File::create(&path).unwrap();
-    let chunk = vec![0xa5u8; 64 << 10];
-    loop {
-        if let Err(err) = file.write_all(&chunk) {
-            assert_eq!(err.raw_os_error(), Some(28), "{err}"); // ENOSPC
-            break;
-        }
-    }
-    // Down to the last bytes a partly used page still takes.
-    while file.write_all(&[0xa5]).is_ok() {}
-    path
-}
 
 /// An event of thread `t` numbered `n`, with `pad` bytes of padding.
 fn event(n: u64, pad: usize) -> NewEvent {
@@ -381,6 +308,8 @@ fn reading_on_a_full_disk_child() {
 /// Marks the child of [`appends_past_a_file_size_limit_are_refused_with_a_clear_error`]
 /// and names its database.
 const LIMIT_CHILD_DB: &str = "JOURNAL_FILE_LIMIT_DB";
+/// Exit code of the child's shell when the limit cannot be set.
+const NO_LIMIT: i32 = 97;
 
 /// Without root: a file size limit (`ulimit -f`, with SIGXFSZ ignored, as some service
 /// managers run programs) makes the kernel refuse a write past it with EFBIG, which SQLite
@@ -393,7 +322,7 @@ fn appends_past_a_file_size_limit_are_refused_with_a_clear_error() {
     let out = Command::new("sh")
         .arg("-c")
         .arg(format!(
-            r#"trap '' XFSZ; ulimit -f 1024 || exit {NO_MOUNT}; exec "$@""#
+            r#"trap '' XFSZ; ulimit -f 1024 || exit {NO_LIMIT}; exec "$@""#
         ))
         .arg("sh")
         .arg(std::env::current_exe().unwrap())
