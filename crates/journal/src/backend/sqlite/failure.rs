@@ -7,15 +7,14 @@
 //! names it and, where a full disk or a file size limit is the usual cause, says so, so
 //! that nobody has to rerun with `RUST_LOG=debug` to learn that the disk is full.
 
+use agent_schema::{DatabaseError, sqlite_disk_failure};
+
 use crate::error::JournalError;
 
-/// `err`'s own message, followed by what failed where SQLite's extended code tells more.
+/// `err`'s own message, followed by what failed where SQLite's extended code tells more
+/// (the explanation [`DatabaseError::from_rusqlite`] gives every SQLite error).
 pub(super) fn describe(err: &rusqlite::Error) -> String {
-    let message = err.to_string();
-    match err.sqlite_error().and_then(|e| explain(e.extended_code)) {
-        Some(explanation) => format!("{message} ({explanation})"),
-        None => message,
-    }
+    DatabaseError::from_rusqlite(err).to_string()
 }
 
 /// `err` with the cause spelled out, when it is [`JournalError::Open`] with a SQLite
@@ -29,36 +28,17 @@ pub(crate) fn explain_open(err: JournalError) -> JournalError {
     };
     let source: Box<dyn std::error::Error + Send + Sync> =
         match source.downcast::<rusqlite::Error>() {
-            Ok(sqlite) => match sqlite.sqlite_error().and_then(|e| explain(e.extended_code)) {
-                Some(explanation) => Box::new(Explained {
-                    message: sqlite.to_string(),
-                    explanation,
-                }),
-                None => sqlite,
-            },
+            Ok(sqlite)
+                if sqlite
+                    .sqlite_error()
+                    .is_some_and(|e| sqlite_disk_failure(e.extended_code).is_some()) =>
+            {
+                Box::new(DatabaseError::from_rusqlite(&sqlite))
+            }
+            Ok(sqlite) => sqlite,
             Err(other) => other,
         };
     JournalError::Open { url, source }
-}
-
-/// A SQLite failure's message with its explanation (no source: the message is SQLite's).
-#[derive(Debug)]
-struct Explained {
-    message: String,
-    explanation: &'static str,
-}
-
-impl std::fmt::Display for Explained {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} ({})", self.message, self.explanation)
-    }
-}
-
-impl std::error::Error for Explained {}
-
-/// The cause behind an extended result code, for the codes a failing disk gives.
-fn explain(extended_code: i32) -> Option<&'static str> {
-    agent_schema::sqlite_disk_failure(extended_code)
 }
 
 #[cfg(test)]
