@@ -141,21 +141,20 @@ impl std::error::Error for DatabaseError {}
 mod tests {
     use super::*;
 
+    /// A SQLite failure with `code` and, if given, SQLite's message.
+    fn sqlite(code: i32, message: Option<&str>) -> rusqlite::Error {
+        rusqlite::Error::SqliteFailure(rusqlite::ffi::Error::new(code), message.map(Into::into))
+    }
+
     #[test]
     fn a_sqlite_io_error_names_what_failed_on_the_disk() {
-        let shm = rusqlite::Error::SqliteFailure(
-            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_IOERR_SHMSIZE),
-            Some("disk I/O error".into()),
-        );
+        let shm = sqlite(rusqlite::ffi::SQLITE_IOERR_SHMSIZE, Some("disk I/O error"));
         let err = DatabaseError::from_rusqlite(&shm);
         assert_eq!(
             err.to_string(),
             "disk I/O error (SQLite could not grow the database's -shm file: is the disk full?)"
         );
-        let full = rusqlite::Error::SqliteFailure(
-            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_FULL),
-            Some("database or disk is full".into()),
-        );
+        let full = sqlite(rusqlite::ffi::SQLITE_FULL, Some("database or disk is full"));
         assert_eq!(
             DatabaseError::from_rusqlite(&full).to_string(),
             "database or disk is full"
@@ -164,17 +163,11 @@ mod tests {
 
     #[test]
     fn driver_errors_become_a_kind_and_a_message() {
-        let busy = rusqlite::Error::SqliteFailure(
-            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_BUSY),
-            Some("database is locked".into()),
-        );
+        let busy = sqlite(rusqlite::ffi::SQLITE_BUSY, Some("database is locked"));
         let err = DatabaseError::from_rusqlite(&busy);
         assert_eq!(err.kind(), DatabaseErrorKind::Timeout);
         assert!(err.to_string().contains("database is locked"), "{err}");
-        let interrupted = rusqlite::Error::SqliteFailure(
-            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_INTERRUPT),
-            None,
-        );
+        let interrupted = sqlite(rusqlite::ffi::SQLITE_INTERRUPT, None);
         assert_eq!(
             DatabaseError::from_rusqlite(&interrupted).kind(),
             DatabaseErrorKind::Interrupted
@@ -188,19 +181,13 @@ mod tests {
 
     #[test]
     fn a_cause_the_message_quotes_is_said_once() {
-        let not_a_db = rusqlite::Error::SqliteFailure(
-            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_NOTADB),
-            Some("file is not a database".into()),
-        );
+        let not_a_db = sqlite(rusqlite::ffi::SQLITE_NOTADB, Some("file is not a database"));
         assert_eq!(
             DatabaseError::from_rusqlite(&not_a_db).to_string(),
             "file is not a database"
         );
         // A cause that adds something is kept, code and all.
-        let cant_open = rusqlite::Error::SqliteFailure(
-            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_CANTOPEN),
-            Some("/x/y.db".into()),
-        );
+        let cant_open = sqlite(rusqlite::ffi::SQLITE_CANTOPEN, Some("/x/y.db"));
         assert_eq!(
             DatabaseError::from_rusqlite(&cant_open).to_string(),
             "/x/y.db: Error code 14: unable to open database file"

@@ -240,6 +240,14 @@ mod tests {
         assert!(payload["bytes"].as_u64().unwrap() > MAX_PAYLOAD_BYTES as u64);
     }
 
+    /// The `n` of each event's payload, in journal order.
+    fn numbers(events: &[agent_journal::Event]) -> Vec<u64> {
+        events
+            .iter()
+            .map(|e| e.payload["n"].as_u64().unwrap())
+            .collect()
+    }
+
     #[tokio::test]
     async fn every_recorded_event_is_journaled_in_order() {
         let journal = Journal::open("memory:").await.unwrap();
@@ -250,10 +258,7 @@ mod tests {
         }
         assert_eq!(recorder.finish().await.unwrap(), count);
         let events = journal.replay("codex-thread", 0).await.unwrap();
-        let seen: Vec<u64> = events
-            .iter()
-            .map(|e| e.payload["n"].as_u64().unwrap())
-            .collect();
+        let seen = numbers(&events);
         assert_eq!(seen, (0..count).collect::<Vec<_>>());
         assert!(events.iter().all(|e| &*e.kind == "codex:turn/progress"));
         journal.close().await;
@@ -281,10 +286,7 @@ mod tests {
         }
         assert_eq!(recorder.finish().await.unwrap(), count);
         let events = journal.replay("codex-thread", 0).await.unwrap();
-        let seen: Vec<u64> = events
-            .iter()
-            .map(|e| e.payload["n"].as_u64().unwrap())
-            .collect();
+        let seen = numbers(&events);
         assert_eq!(seen, (0..count).collect::<Vec<_>>());
         journal.close().await;
     }
