@@ -557,6 +557,8 @@ impl Runtime {
                 signature: call.signature,
                 done: settlement,
                 abort: Some(abort),
+                scheduled: true,
+                scheduling: None,
             },
         );
     }

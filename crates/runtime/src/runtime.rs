@@ -12,11 +12,13 @@
 //!   read from the journal.
 //!
 //! This module holds the shared state and the handle; the operations live by concern:
-//! [`turn`] (turn lifecycle), [`launch`] (launching calls and reading results) and [`job`]
+//! [`turn`] (turn lifecycle), [`launch`] (launching calls and reading results),
+//! [`scheduling`] (a launch's scheduling, which a turn's end can take over) and [`job`]
 //! (the task that runs one call).
 
 mod job;
 mod launch;
+mod scheduling;
 mod serial;
 mod turn;
 
@@ -77,7 +79,22 @@ pub(crate) struct TurnState {
 pub(crate) struct JobEntry {
     pub(crate) signature: String,
     pub(crate) done: Arc<Settlement>,
+    /// The task that schedules and runs the call (a recovered call's: the task that runs it).
     pub(crate) abort: Option<AbortHandle>,
+    /// The call's `tool.scheduled` is durable (or, recovered, was): from then on aborting
+    /// its task cannot put a terminal event before it.
+    pub(crate) scheduled: bool,
+    /// The launch's scheduling, for a turn's end to take over from a launch future that
+    /// is not polled any more (none for a recovered call).
+    pub(crate) scheduling: Option<Arc<scheduling::Scheduling>>,
+}
+
+impl JobEntry {
+    /// The handle to abort the call's task with, once that can no longer reorder its
+    /// events (see `scheduled`).
+    pub(crate) fn abortable(&self) -> Option<&AbortHandle> {
+        self.abort.as_ref().filter(|_| self.scheduled)
+    }
 }
 
 #[derive(Default)]
@@ -171,6 +188,11 @@ impl Inner {
             std::future::pending::<()>().await;
         }
         self.append(event).await
+    }
+
+    /// [`Runtime::abandon`] was called: this runtime's tasks must not act any more.
+    pub(crate) fn crashed(&self) -> bool {
+        self.crashed.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// Removes a settled (or abandoned) job from memory.
@@ -284,7 +306,7 @@ impl Runtime {
         let mut st = self.inner.state();
         st.closed = true;
         for job in st.jobs.values() {
-            if let Some(abort) = &job.abort {
+            if let Some(abort) = job.abortable() {
                 abort.abort();
             }
         }

@@ -76,7 +76,7 @@ impl Job {
     }
 
     /// Runs the call and journals its one terminal event, then leaves memory.
-    async fn run(mut self) {
+    pub(crate) async fn run(mut self) {
         // The tool runs once: it takes the arguments instead of a copy.
         let args = std::mem::take(&mut self.args);
         let mut outcome = self.execute(args).await;

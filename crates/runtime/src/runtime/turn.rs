@@ -279,14 +279,26 @@ impl Runtime {
     /// whose task does not settle within twice the grace period (a tool blocking its
     /// thread) is aborted and given a `tool.cancelled` terminal event here.
     pub(crate) async fn settle_jobs(&self, which: impl Fn(&JobKey) -> bool) {
+        let mut unscheduled = Vec::new();
         let waits: Vec<(Arc<JobKey>, Arc<Settlement>, Option<AbortHandle>)> = {
             let st = self.inner.state();
             st.jobs
                 .iter()
                 .filter(|(k, _)| which(k))
-                .map(|(k, j)| (Arc::clone(k), Arc::clone(&j.done), j.abort.clone()))
+                .inspect(|(k, j)| {
+                    if let (false, Some(scheduling)) = (j.scheduled, &j.scheduling) {
+                        unscheduled.push((Arc::clone(k), Arc::clone(scheduling)));
+                    }
+                })
+                .map(|(k, j)| (Arc::clone(k), Arc::clone(&j.done), j.abortable().cloned()))
                 .collect()
         };
+        // A launch future that is not polled any more must not hold this up: its call's
+        // scheduling is finished by a task of its own (a launch future still polled then
+        // waits for that task's answer).
+        for (key, scheduling) in unscheduled {
+            scheduling.adopt(&self.inner, key);
+        }
         // Twice the grace plus a margin. tokio's sleep turns a duration too long for an
         // `Instant` into "never" instead of overflowing.
         let backstop = tokio::time::sleep(
@@ -298,17 +310,22 @@ impl Runtime {
         )
         .deadline();
         for (key, done, abort) in waits {
-            let Some(abort) = abort else {
-                // Not spawned yet: its scheduled event is being written; it settles as soon
-                // as it sees the fired token. Forcing it here could put its terminal event
-                // before its scheduled one.
-                done.wait().await;
-                continue;
-            };
             let settled = tokio::time::timeout_at(backstop, done.wait()).await.is_ok();
             if settled {
                 continue;
             }
+            // A call that was not scheduled yet may be by now.
+            let abort = abort.or_else(|| {
+                let st = self.inner.state();
+                st.jobs.get(&key).and_then(|job| job.abortable().cloned())
+            });
+            let Some(abort) = abort else {
+                // Its scheduled event is still being written; it settles as soon as it sees
+                // the fired token. Forcing it here could put its terminal event before its
+                // scheduled one.
+                done.wait().await;
+                continue;
+            };
             abort.abort();
             let revision = self.job_revision(&key).await.unwrap_or(0);
             let outcome = Outcome::cancelled(revision, true);

@@ -2,19 +2,21 @@
 //! were duplicated, odd ids. Each case once broke a contract: no panic reaches the caller,
 //! every scheduled call gets one terminal event, a call runs at most once per key.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use agent_journal::NewEvent;
 use agent_runtime::{
-    CallStatus, CheckpointTurn, Runtime, RuntimeOptions, RuntimeTurnStatus, ThreadCheckpoint, Tool,
-    ToolContext, ToolFailure, ToolRegistry,
+    CallStatus, CheckpointTurn, JobKey, Runtime, RuntimeError, RuntimeOptions, RuntimeTurnStatus,
+    ThreadCheckpoint, Tool, ToolContext, ToolFailure, ToolRegistry,
 };
 use futures::future::BoxFuture;
 use serde_json::{Value, json};
 
-use crate::common::{GateTool, count, replay, terminals_of};
+use crate::common::{GateHandle, GateTool, count, replay, terminals_of};
 use crate::support::{self, Fixture};
 
 agent_testkit::backend_tests!(
@@ -30,6 +32,8 @@ agent_testkit::backend_tests!(
     a_concurrency_beyond_what_a_semaphore_holds_is_no_limit,
     recovery_reruns_only_calls_whose_arguments_the_tool_still_takes,
     a_launch_future_kept_but_not_polled_does_not_block_the_turn_end,
+    a_launch_future_dropped_after_the_turn_end_took_it_over_leaves_nothing,
+    a_launch_future_kept_but_not_polled_does_not_block_close,
     a_commit_future_kept_but_not_polled_does_not_block_its_thread,
 );
 
@@ -405,36 +409,108 @@ async fn recovery_reruns_only_calls_whose_arguments_the_tool_still_takes(f: Fixt
     assert_eq!(terminals_of(&events, "invalid"), ["tool.interrupted"]);
 }
 
+/// A launch polled once and then kept: its call admitted, its `tool.scheduled` handed to
+/// the journal and not answered yet.
+struct InFlight {
+    runtime: Runtime,
+    gate: GateHandle,
+    thread: String,
+    turn: String,
+    launch: Pin<Box<dyn Future<Output = Result<JobKey, RuntimeError>> + Send>>,
+}
+
+/// Launches call `c` of a gate tool in a turn of a fresh thread and polls it once, until a
+/// launch is left in flight. A journal may answer within that one poll (PostgreSQL's direct
+/// write sometimes does): that attempt's turn is cancelled and another thread tried.
+async fn launch_in_flight(f: &Fixture) -> InFlight {
+    for attempt in 0..50 {
+        let (tool, gate) = GateTool::new("gate", false, true);
+        let runtime = Runtime::recover(
+            f.journal.clone(),
+            RuntimeOptions::default().tools(ToolRegistry::new().with(tool)),
+        )
+        .await
+        .unwrap();
+        let thread = format!("a{attempt}");
+        let turn = runtime.start(&thread).await.unwrap();
+        let (r, th, tu) = (runtime.clone(), thread.clone(), turn.clone());
+        let mut launch: Pin<Box<dyn Future<Output = _> + Send>> =
+            Box::pin(async move { r.launch(&th, &tu, "c", "gate", json!({})).await });
+        if futures::poll!(&mut launch).is_pending() {
+            return InFlight {
+                runtime,
+                gate,
+                thread,
+                turn,
+                launch,
+            };
+        }
+        guard(runtime.cancel(&thread, &turn)).await.unwrap();
+        runtime.close().await;
+    }
+    panic!("the journal answered every launch within its first poll");
+}
+
 /// A caller that keeps a launch future it no longer polls (pinned outside a `select!`
 /// whose other branch cancels the turn) must not block the turn's end: `cancel` waited for
 /// the call to settle, and the call's scheduling lived in that future.
 async fn a_launch_future_kept_but_not_polled_does_not_block_the_turn_end(f: Fixture) {
-    let (gate, handle) = GateTool::new("gate", false, true);
-    let r = Runtime::recover(
-        f.journal.clone(),
-        RuntimeOptions::default().tools(ToolRegistry::new().with(gate)),
-    )
-    .await
-    .unwrap();
-    let t = r.start("a").await.unwrap();
-    let launch = r.launch("a", &t, "c", "gate", json!({}));
-    tokio::pin!(launch);
-    // One poll admits the call and hands its `tool.scheduled` to the journal.
-    assert!(futures::poll!(&mut launch).is_pending());
-    guard(r.cancel("a", &t)).await.unwrap();
+    let InFlight {
+        runtime: r,
+        gate,
+        thread,
+        turn: t,
+        launch,
+    } = launch_in_flight(&f).await;
+    guard(r.cancel(&thread, &t)).await.unwrap();
     // The launch, polled again, answers for the cancelled call.
     let key = guard(launch).await.unwrap();
-    let result = guard(r.result("a", &t, &key)).await.unwrap();
+    let result = guard(r.result(&thread, &t, &key)).await.unwrap();
     assert_eq!(result.status, CallStatus::Cancelled);
-    assert_eq!(handle.calls(), 0);
+    assert_eq!(gate.calls(), 0);
     assert_eq!(r.jobs_in_memory(), 0);
     r.close().await;
-    let events = replay(&f.journal, "a").await;
+    let events = replay(&f.journal, &thread).await;
     assert_eq!(terminals_of(&events, "c"), ["tool.cancelled"]);
     assert_eq!(
         crate::common::kinds(&events).last(),
         Some(&"turn.cancelled")
     );
+}
+
+/// The turn's end takes the scheduling over from the launch future; dropping that future
+/// afterwards, never polled again, changes nothing: one terminal event, no entry left.
+async fn a_launch_future_dropped_after_the_turn_end_took_it_over_leaves_nothing(f: Fixture) {
+    let InFlight {
+        runtime: r,
+        gate,
+        thread,
+        turn: t,
+        launch,
+    } = launch_in_flight(&f).await;
+    guard(r.cancel(&thread, &t)).await.unwrap();
+    drop(launch);
+    assert_eq!(r.jobs_in_memory(), 0);
+    assert_eq!(gate.calls(), 0);
+    r.close().await;
+    let events = replay(&f.journal, &thread).await;
+    assert_eq!(terminals_of(&events, "c"), ["tool.cancelled"]);
+}
+
+/// `close` waits for every call to settle; a launch future kept but not polled held its
+/// call's scheduling. Once closed, the launch answers `Closed` and nothing runs.
+async fn a_launch_future_kept_but_not_polled_does_not_block_close(f: Fixture) {
+    let InFlight {
+        runtime: r,
+        gate,
+        launch,
+        ..
+    } = launch_in_flight(&f).await;
+    guard(r.close()).await;
+    let answer = guard(launch).await;
+    assert!(matches!(answer, Err(RuntimeError::Closed)), "{answer:?}");
+    assert_eq!(r.jobs_in_memory(), 0);
+    assert_eq!(gate.calls(), 0);
 }
 
 /// The same for `commit`: one polled once (holding the thread's turn lock, or queued for
