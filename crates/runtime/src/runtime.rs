@@ -24,6 +24,7 @@ mod turn;
 
 use foldhash::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::task::Poll;
 
 use agent_journal::{Journal, JournalError, NewEvent};
 use tokio::sync::Semaphore;
@@ -259,10 +260,21 @@ impl Runtime {
     /// Runs `work` in a task of its own and waits for it: dropping the returned future
     /// does not stop `work`. For the turn-level operations, whose journal write and
     /// in-memory update must not be separated by a caller giving up.
+    ///
+    /// `work` is polled once by the caller first: it takes its place (in its thread's turn
+    /// lock's queue, in the journal's) in the order the caller asked, not in the order the
+    /// tasks happen to start (a later operation's task could overtake it), and work done
+    /// within that poll needs no task at all.
     pub(crate) async fn detached<T: Send + 'static>(
         &self,
         work: impl Future<Output = Result<T, RuntimeError>> + Send + 'static,
     ) -> Result<T, RuntimeError> {
+        let mut work = Box::pin(work);
+        if let Poll::Ready(result) =
+            std::future::poll_fn(|cx| Poll::Ready(work.as_mut().poll(cx))).await
+        {
+            return result;
+        }
         match tokio::spawn(work).await {
             Ok(result) => result,
             Err(err) if err.is_panic() => std::panic::resume_unwind(err.into_panic()),
