@@ -455,18 +455,35 @@ async fn launch_in_flight(f: &Fixture) -> InFlight {
 /// whose other branch cancels the turn) must not block the turn's end: `cancel` waited for
 /// the call to settle, and the call's scheduling lived in that future.
 async fn a_launch_future_kept_but_not_polled_does_not_block_the_turn_end(f: Fixture) {
+    cancel_beside_a_kept_launch(&f, true).await;
+}
+
+/// The turn's end takes the scheduling over from the launch future; dropping that future
+/// afterwards, never polled again, changes nothing.
+async fn a_launch_future_dropped_after_the_turn_end_took_it_over_leaves_nothing(f: Fixture) {
+    cancel_beside_a_kept_launch(&f, false).await;
+}
+
+/// Cancels the turn of a launch kept in flight, then polls the launch again (`poll_again`)
+/// or drops it: either way the call ends cancelled, once, its tool never run and no entry
+/// left.
+async fn cancel_beside_a_kept_launch(f: &Fixture, poll_again: bool) {
     let InFlight {
         runtime: r,
         gate,
         thread,
         turn: t,
         launch,
-    } = launch_in_flight(&f).await;
+    } = launch_in_flight(f).await;
     guard(r.cancel(&thread, &t)).await.unwrap();
-    // The launch, polled again, answers for the cancelled call.
-    let key = guard(launch).await.unwrap();
-    let result = guard(r.result(&thread, &t, &key)).await.unwrap();
-    assert_eq!(result.status, CallStatus::Cancelled);
+    if poll_again {
+        // The launch, polled again, answers for the cancelled call.
+        let key = guard(launch).await.unwrap();
+        let result = guard(r.result(&thread, &t, &key)).await.unwrap();
+        assert_eq!(result.status, CallStatus::Cancelled);
+    } else {
+        drop(launch);
+    }
     assert_eq!(gate.calls(), 0);
     assert_eq!(r.jobs_in_memory(), 0);
     r.close().await;
@@ -476,25 +493,6 @@ async fn a_launch_future_kept_but_not_polled_does_not_block_the_turn_end(f: Fixt
         crate::common::kinds(&events).last(),
         Some(&"turn.cancelled")
     );
-}
-
-/// The turn's end takes the scheduling over from the launch future; dropping that future
-/// afterwards, never polled again, changes nothing: one terminal event, no entry left.
-async fn a_launch_future_dropped_after_the_turn_end_took_it_over_leaves_nothing(f: Fixture) {
-    let InFlight {
-        runtime: r,
-        gate,
-        thread,
-        turn: t,
-        launch,
-    } = launch_in_flight(&f).await;
-    guard(r.cancel(&thread, &t)).await.unwrap();
-    drop(launch);
-    assert_eq!(r.jobs_in_memory(), 0);
-    assert_eq!(gate.calls(), 0);
-    r.close().await;
-    let events = replay(&f.journal, &thread).await;
-    assert_eq!(terminals_of(&events, "c"), ["tool.cancelled"]);
 }
 
 /// `close` waits for every call to settle; a launch future kept but not polled held its
