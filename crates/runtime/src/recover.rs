@@ -557,7 +557,6 @@ impl Runtime {
                 signature: call.signature,
                 done: settlement,
                 abort: Some(abort),
-                scheduled: true,
                 scheduling: None,
             },
         );

@@ -82,19 +82,17 @@ pub(crate) struct JobEntry {
     pub(crate) done: Arc<Settlement>,
     /// The task that schedules and runs the call (a recovered call's: the task that runs it).
     pub(crate) abort: Option<AbortHandle>,
-    /// The call's `tool.scheduled` is durable (or, recovered, was): from then on aborting
-    /// its task cannot put a terminal event before it.
-    pub(crate) scheduled: bool,
-    /// The launch's scheduling, for a turn's end to take over from a launch future that
-    /// is not polled any more (none for a recovered call).
+    /// The launch's scheduling while the call's `tool.scheduled` is not durable yet, for a
+    /// turn's end to take over from a launch future that is not polled any more; `None`
+    /// once it is (and for a recovered call, whose is).
     pub(crate) scheduling: Option<Arc<scheduling::Scheduling>>,
 }
 
 impl JobEntry {
-    /// The handle to abort the call's task with, once that can no longer reorder its
-    /// events (see `scheduled`).
+    /// The handle to abort the call's task with, once that can no longer put a terminal
+    /// event before its `tool.scheduled` (the call is scheduled).
     pub(crate) fn abortable(&self) -> Option<&AbortHandle> {
-        self.abort.as_ref().filter(|_| self.scheduled)
+        self.abort.as_ref().filter(|_| self.scheduling.is_none())
     }
 }
 

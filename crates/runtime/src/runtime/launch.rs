@@ -121,7 +121,6 @@ impl Runtime {
                             signature: sig.clone(),
                             done: settlement,
                             abort: None,
-                            scheduled: false,
                             scheduling: Some(Arc::clone(&scheduling)),
                         },
                     );
@@ -156,10 +155,8 @@ impl Runtime {
         // (`Scheduling::adopt`). A task for the scheduling alone, every time, took a third
         // off the runtime bench's `memory:` rate and a fifth off `sqlite::memory:`.
         scheduling.begin(Box::pin(launch.schedule_owned()));
-        let caller = Caller(&scheduling);
-        let progress = std::future::poll_fn(|cx| scheduling.poll_drive(cx)).await;
-        drop(caller);
-        match progress {
+        let _caller = Caller(&scheduling);
+        match std::future::poll_fn(|cx| scheduling.poll_drive(cx)).await {
             Progress::Scheduled(scheduled) => {
                 if let Some(job) = scheduled? {
                     spawn_call(&self.inner, call, job.run());
@@ -406,9 +403,12 @@ impl PendingLaunch {
             drop(job);
             return Err(RuntimeError::Closed);
         }
-        if let Some(entry) = st.jobs.get_mut(&*job.key) {
-            entry.scheduled = true;
-        }
+        let scheduling = st
+            .jobs
+            .get_mut(&*job.key)
+            .and_then(|entry| entry.scheduling.take());
+        drop(st);
+        drop(scheduling);
         Ok(Some(job))
     }
 

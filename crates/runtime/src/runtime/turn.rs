@@ -10,7 +10,6 @@ use std::time::Duration;
 
 use agent_journal::NewEvent;
 use serde_json::{Value, json};
-use tokio::task::AbortHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::{JobKey, Runtime, RuntimeTurnStatus, State, TurnState};
@@ -280,17 +279,17 @@ impl Runtime {
     /// thread) is aborted and given a `tool.cancelled` terminal event here.
     pub(crate) async fn settle_jobs(&self, which: impl Fn(&JobKey) -> bool) {
         let mut unscheduled = Vec::new();
-        let waits: Vec<(Arc<JobKey>, Arc<Settlement>, Option<AbortHandle>)> = {
+        let waits: Vec<(Arc<JobKey>, Arc<Settlement>)> = {
             let st = self.inner.state();
             st.jobs
                 .iter()
                 .filter(|(k, _)| which(k))
                 .inspect(|(k, j)| {
-                    if let (false, Some(scheduling)) = (j.scheduled, &j.scheduling) {
+                    if let Some(scheduling) = &j.scheduling {
                         unscheduled.push((Arc::clone(k), Arc::clone(scheduling)));
                     }
                 })
-                .map(|(k, j)| (Arc::clone(k), Arc::clone(&j.done), j.abortable().cloned()))
+                .map(|(k, j)| (Arc::clone(k), Arc::clone(&j.done)))
                 .collect()
         };
         // A launch future that is not polled any more must not hold this up: its call's
@@ -309,20 +308,20 @@ impl Runtime {
                 .saturating_add(Duration::from_millis(100)),
         )
         .deadline();
-        for (key, done, abort) in waits {
+        for (key, done) in waits {
             let settled = tokio::time::timeout_at(backstop, done.wait()).await.is_ok();
             if settled {
                 continue;
             }
-            // A call that was not scheduled yet may be by now.
-            let abort = abort.or_else(|| {
+            // An unsettled call is in memory (it leaves before it settles).
+            let abort = {
                 let st = self.inner.state();
                 st.jobs.get(&key).and_then(|job| job.abortable().cloned())
-            });
+            };
             let Some(abort) = abort else {
-                // Its scheduled event is still being written; it settles as soon as it sees
-                // the fired token. Forcing it here could put its terminal event before its
-                // scheduled one.
+                // Not scheduled yet: its scheduled event is still being written; it settles
+                // as soon as it sees the fired token. Forcing it here could put its terminal
+                // event before its scheduled one.
                 done.wait().await;
                 continue;
             };
