@@ -246,23 +246,26 @@ fn serve_on_a_full_disk_child() {
         .unwrap();
     runtime.block_on(async {
         let client = reqwest::Client::new();
-        let submit = |prompt: &str| {
-            client
-                .post(format!("{}/api/v1/runs", server.base))
-                .bearer_auth(served::TOKEN)
-                .json(&json!({"prompt": prompt, "workspace": ws}))
-                .send()
-        };
-        let answer = |resp: reqwest::Response| async move {
+        // A request with the server's token: its status and JSON body.
+        let answer = |request: reqwest::RequestBuilder| async move {
+            let resp = request.bearer_auth(served::TOKEN).send().await.unwrap();
             let status = resp.status().as_u16();
             let body: serde_json::Value = resp.json().await.unwrap();
             (status, body)
         };
-        let (status, body) = answer(submit("before the disk filled").await.unwrap()).await;
+        let submit = |prompt: &str| {
+            answer(
+                client
+                    .post(format!("{}/api/v1/runs", server.base))
+                    .json(&json!({"prompt": prompt, "workspace": ws})),
+            )
+        };
+        let get = |path: &str| answer(client.get(format!("{}/api/v1{path}", server.base)));
+        let (status, body) = submit("before the disk filled").await;
         assert_eq!(status, 201, "{body}");
 
         let filler = fill(&dir);
-        let (status, body) = answer(submit("while the disk is full").await.unwrap()).await;
+        let (status, body) = submit("while the disk is full").await;
         assert_eq!(status, 503, "{body}");
         assert_eq!(body["error"]["code"], "journal_unavailable", "{body}");
         assert!(
@@ -272,13 +275,7 @@ fn serve_on_a_full_disk_child() {
                 .contains("disk is full"),
             "{body}"
         );
-        let listed = client
-            .get(format!("{}/api/v1/runs", server.base))
-            .bearer_auth(served::TOKEN)
-            .send()
-            .await
-            .unwrap();
-        let (status, body) = answer(listed).await;
+        let (status, body) = get("/runs").await;
         assert_eq!(status, 200, "{body}");
         assert!(
             body.to_string().contains("before the disk filled"),
@@ -286,16 +283,10 @@ fn serve_on_a_full_disk_child() {
         );
 
         std::fs::remove_file(&filler).unwrap();
-        let (status, body) = answer(submit("after space was freed").await.unwrap()).await;
+        let (status, body) = submit("after space was freed").await;
         assert_eq!(status, 201, "{body}");
         let id = body["run_id"].as_str().unwrap().to_string();
-        let shown = client
-            .get(format!("{}/api/v1/runs/{id}", server.base))
-            .bearer_auth(served::TOKEN)
-            .send()
-            .await
-            .unwrap();
-        let (status, body) = answer(shown).await;
+        let (status, body) = get(&format!("/runs/{id}")).await;
         assert_eq!(status, 200, "{body}");
         assert_eq!(body["prompt"], "after space was freed", "{body}");
     });
