@@ -57,7 +57,9 @@ pub struct JobKey {
 pub enum RuntimeTurnStatus {
     /// Started and not yet ended: the one turn of its thread that can launch tool calls.
     Running,
-    /// Being cancelled or finished: its jobs are being stopped.
+    /// Being cancelled or finished: its jobs are being stopped, or its end event could not
+    /// be journaled (then `finish` or `cancel` may try again, and no new turn starts on
+    /// the thread meanwhile).
     Ending,
     /// Finished by [`Runtime::finish`]; its journal holds `turn.completed`.
     Completed,

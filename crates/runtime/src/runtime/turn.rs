@@ -178,6 +178,11 @@ impl Runtime {
     /// Cancels the running turn: its jobs are cancelled and awaited (a tool that ignores
     /// cancellation is dropped after the grace period), then `turn.cancelled` is journaled.
     ///
+    /// If that journal write fails, the error is returned and the turn stays
+    /// [`Ending`](RuntimeTurnStatus::Ending): no new turn starts on the thread until a
+    /// later `cancel` or `finish` of this turn journals its end (one end event, whichever
+    /// call wrote it first).
+    ///
     /// # Cancel safety
     ///
     /// Runs to completion in a task of its own: dropping the future does not stop it (a
@@ -193,7 +198,8 @@ impl Runtime {
     }
 
     /// Ends the running turn normally (`turn.completed`). Jobs still pending are cancelled
-    /// first, so no call is left without a terminal event.
+    /// first, so no call is left without a terminal event. A failed journal write leaves
+    /// the turn `Ending`, as for [`cancel`](Self::cancel).
     ///
     /// # Cancel safety
     ///
@@ -232,13 +238,23 @@ impl Runtime {
         let _serial = self.inner.serial(thread).await;
         let (token, revision) = {
             let mut st = self.inner.state();
-            self.active(&st, thread, turn)?;
+            if st.closed {
+                return Err(RuntimeError::Closed);
+            }
             match st.turns.get_mut(thread) {
-                Some(t) => {
+                // `Ending` under the thread's turn lock: an earlier end of this turn could
+                // not journal its event; this one tries again.
+                Some(t)
+                    if t.id == turn
+                        && matches!(
+                            t.status,
+                            RuntimeTurnStatus::Running | RuntimeTurnStatus::Ending
+                        ) =>
+                {
                     t.status = RuntimeTurnStatus::Ending;
                     (t.cancel.clone(), t.revision)
                 }
-                None => {
+                _ => {
                     return Err(RuntimeError::TurnNotActive {
                         thread: thread.to_string(),
                         turn: turn.to_string(),
@@ -249,8 +265,7 @@ impl Runtime {
         token.cancel();
         self.settle_jobs(|k| k.thread == thread && k.turn == turn)
             .await;
-        let appended = self
-            .inner
+        self.inner
             .journal
             .append(
                 NewEvent::new(
@@ -260,17 +275,18 @@ impl Runtime {
                 )
                 .with_dedup_key(events::end_key(turn)),
             )
-            .await;
+            .await?;
+        // Only once the journal holds the end: until then the turn stays `Ending`, which
+        // refuses a new turn on the thread (whose `turn.started` would follow a turn the
+        // journal still shows open) and lets `finish` or `cancel` try again; the dedup key
+        // keeps one end event however many tries wrote it. A process that stops first
+        // leaves the turn to recovery, which marks it interrupted.
         let mut st = self.inner.state();
         if let Some(t) = st.turns.get_mut(thread)
             && t.id == turn
         {
-            // If the end event could not be written, the turn stays refused here and
-            // recovery marks it interrupted.
             t.status = status;
         }
-        drop(st);
-        appended?;
         Ok(())
     }
 

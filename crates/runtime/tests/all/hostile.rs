@@ -539,3 +539,65 @@ async fn a_commit_future_kept_but_not_polled_does_not_block_its_thread(f: Fixtur
     assert_eq!(events[1].seq, seq);
     r.close().await;
 }
+
+/// A turn's end that could not be journaled left the turn `Completed` in memory, so a new
+/// turn could start on the thread after a turn the journal still showed open. Now the turn
+/// stays `Ending` (no new turn, no steer), and a later `finish` writes the one end event.
+/// SQLite only: another connection holding the write lock past `busy_timeout` fails an
+/// append without latching the writer, so the retry can succeed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_a_turn_end_the_journal_refused_keeps_the_turn_ending_until_written() {
+    let f = support::sqlite_with(agent_journal::JournalOptions {
+        busy_timeout: Duration::from_millis(50),
+        ..Default::default()
+    })
+    .await;
+    let r = Runtime::recover(f.journal.clone(), RuntimeOptions::default())
+        .await
+        .unwrap();
+    let t = r.start("a").await.unwrap();
+    let lock = rusqlite::Connection::open(f.url.strip_prefix("sqlite://").unwrap()).unwrap();
+    lock.execute_batch("BEGIN IMMEDIATE").unwrap();
+
+    let refused = guard(r.finish("a", &t)).await;
+    assert!(
+        matches!(refused, Err(RuntimeError::Journal(_))),
+        "{refused:?}"
+    );
+    assert!(
+        matches!(r.turn_status("a"), Some((id, _, RuntimeTurnStatus::Ending)) if id == t),
+        "{:?}",
+        r.turn_status("a")
+    );
+    // Nothing may follow a turn the journal still shows open.
+    let second = guard(r.start("a")).await;
+    assert!(
+        matches!(&second, Err(RuntimeError::TurnActive { turn, .. }) if *turn == t),
+        "{second:?}"
+    );
+    let steer = r.steer("a", &t, "late").await;
+    assert!(
+        matches!(steer, Err(RuntimeError::TurnNotActive { .. })),
+        "{steer:?}"
+    );
+
+    lock.execute_batch("ROLLBACK").unwrap();
+    guard(r.finish("a", &t)).await.unwrap();
+    assert!(matches!(
+        r.turn_status("a"),
+        Some((_, _, RuntimeTurnStatus::Completed))
+    ));
+    // Ended once: a third end is refused, and the next turn starts.
+    let again = guard(r.cancel("a", &t)).await;
+    assert!(
+        matches!(again, Err(RuntimeError::TurnNotActive { .. })),
+        "{again:?}"
+    );
+    let next = guard(r.start("a")).await.unwrap();
+    assert_ne!(next, t);
+    let events = replay(&f.journal, "a").await;
+    assert_eq!(
+        crate::common::kinds(&events),
+        ["turn.started", "turn.completed", "turn.started"]
+    );
+}

@@ -20,9 +20,13 @@ impl Fixture {
 }
 
 pub async fn sqlite() -> Fixture {
+    sqlite_with(agent_journal::JournalOptions::default()).await
+}
+
+pub async fn sqlite_with(options: agent_journal::JournalOptions) -> Fixture {
     let dir = tempfile::tempdir().unwrap();
     let url = format!("sqlite://{}", dir.path().join("journal.db").display());
-    let journal = Journal::open(&url).await.unwrap();
+    let journal = Journal::open_with(&url, options).await.unwrap();
     Fixture {
         journal,
         url,
