@@ -46,6 +46,23 @@ pub async fn open_context_at(url: &str) -> anyhow::Result<ContextStore> {
         .map_err(|err| with_hint(err, db_hint(url)))
 }
 
+/// Why the SQLite file named by `url` cannot take a write, when visibly so: the file (or,
+/// for a file not made yet, its directory) cannot be opened for writing, or its file system
+/// has no room left. `None` for PostgreSQL, `:memory:`, or a file that looks writable. A
+/// command that only reads but needs to write to do so (the history index) can then work
+/// elsewhere instead of failing.
+pub fn unwritable(url: &str) -> Option<String> {
+    let file = database_files(url).into_iter().next()?;
+    let shown = agent_redact::redact_in(&file.display().to_string(), url);
+    if file.is_file()
+        && let Err(err) = std::fs::OpenOptions::new().append(true).open(&file)
+    {
+        let err = agent_redact::redact_in(&err.to_string(), url);
+        return Some(format!("{shown} cannot be written ({err})"));
+    }
+    full_disk_hint(&file, url).map(|_| format!("the file system holding {shown} has no room left"))
+}
+
 /// Refuses a SQLite path that names a FIFO, a socket or a device: SQLite's open of a FIFO
 /// waits for a writer forever, with nothing said.
 fn refuse_special_file(url: &str) -> anyhow::Result<()> {
@@ -88,7 +105,7 @@ fn db_hint(url: &str) -> String {
         }
         Ok(_) => match std::fs::OpenOptions::new().append(true).open(&file) {
             Err(err) => format!(
-                "{shown} cannot be written ({}): `history`, `memory` and `runs search` need to write to it (their index), even to read; the other `runs` commands and `journal` read it as it is",
+                "{shown} cannot be written ({}): `history` and `memory` need to write to it (their index), even to read; `runs` (whose `search` builds its index in memory then) and `journal` read it as it is",
                 agent_redact::redact_in(&err.to_string(), url)
             ),
             Ok(_) => full_disk_hint(&file, url).unwrap_or_else(|| DB_HINT.into()),

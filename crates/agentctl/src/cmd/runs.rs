@@ -51,7 +51,8 @@ pub enum RunsCmd {
     },
     /// Find text in a run's history (`RUN TERM`) or in every run's (`--all TERM`): model
     /// output and tool calls with their output, case-insensitive. The history is derived
-    /// from the journal and caught up before each search.
+    /// from the journal and caught up before each search (in memory, not kept, when the
+    /// database cannot be written: a full disk, a read-only file).
     #[command(
         override_usage = "agentctl runs search RUN TERM\n       agentctl runs search --all TERM"
     )]
@@ -343,6 +344,20 @@ async fn events(
     Ok(ExitCode::SUCCESS)
 }
 
+/// The hits for `term` with the history index (the context store) at `store_url`.
+async fn search_in(
+    journal: &agent_journal::Journal,
+    store_url: &str,
+    run: Option<&str>,
+    term: &str,
+    limit: usize,
+) -> anyhow::Result<Vec<agent_host::run::history::Hit>> {
+    let store = crate::db::open_context_at(store_url).await?;
+    let hits = agent_host::run::history::search(journal, &store, run, term, limit).await;
+    store.close().await;
+    Ok(hits?)
+}
+
 async fn search(
     global: &GlobalArgs,
     journal: &agent_journal::Journal,
@@ -370,12 +385,24 @@ async fn search(
     if term.trim().is_empty() {
         return Err(output::UsageError("the search term is empty".into()).into());
     }
-    let store = crate::db::open_context(global).await?;
     let limit = usize::try_from(limit).unwrap_or(50);
-    let hits =
-        agent_host::run::history::search(journal, &store, run.as_deref(), &term, limit).await;
-    store.close().await;
-    for hit in hits? {
+    let url = global.database_url()?;
+    let run = run.as_deref();
+    let hits = match search_in(journal, &url, run, &term, limit).await {
+        Ok(hits) => hits,
+        // The history index is derived from the journal: where the file cannot take its
+        // writes (a full disk, a read-only file), derive it into memory for this search.
+        Err(err) => match crate::db::unwritable(&url) {
+            Some(why) => {
+                output::note(&format!(
+                    "note: {why}, so the history index is built in memory for this search (not kept)"
+                ));
+                search_in(journal, "sqlite::memory:", run, &term, limit).await?
+            }
+            None => return Err(err),
+        },
+    };
+    for hit in hits {
         if global.json {
             output::typed_line("runs.search.hit", &hit)?;
         } else {

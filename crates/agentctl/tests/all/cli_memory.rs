@@ -261,7 +261,8 @@ fn history_items_and_memory_ages_say_what_is_wrong() {
 }
 
 /// On a file system it cannot write (here the sandbox's read-only mode, which holds for
-/// root too), `history` fails with a hint that says why, and `runs` still reads the file.
+/// root too), `history` fails with a hint that says why, and `runs` still reads the file
+/// (`runs search` with its index built in memory).
 #[test]
 fn history_on_an_unwritable_database_says_why() {
     let (dir, db) = temp_db("ro.db");
@@ -292,7 +293,7 @@ fn history_on_an_unwritable_database_says_why() {
     let file = dir.path().join("ro.db");
     assert!(
         stderr.contains(&format!("hint: {} cannot be written", file.display()))
-            && stderr.contains("`history`, `memory` and `runs search` need to write to it"),
+            && stderr.contains("`history` and `memory` need to write to it"),
         "{stderr}"
     );
     let out = in_sandbox(&["runs", "list"]);
@@ -300,6 +301,15 @@ fn history_on_an_unwritable_database_says_why() {
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
+    );
+    // `runs search` builds the history index it cannot write in memory instead.
+    let out = in_sandbox(&["runs", "search", "--all", "hello"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&format!("note: {} cannot be written", file.display()))
+            && stderr.contains("built in memory"),
+        "{stderr}"
     );
 }
 

@@ -25,7 +25,12 @@ use crate::served;
 
 /// A model that calls `shell` with a command filling the disk, then answers.
 fn filling_script() -> String {
-    let fill = json!({"command": "dd if=/dev/zero of=../filler bs=64k 2>/dev/null; echo filled"});
+    shell_script("dd if=/dev/zero of=../filler bs=64k 2>/dev/null; echo filled")
+}
+
+/// A model that calls `shell` with `command`, then answers.
+fn shell_script(command: &str) -> String {
+    let fill = json!({ "command": command });
     let call = json!({"type": "function_call", "call_id": "c_fill", "name": "shell", "arguments": fill.to_string()});
     let answer = json!({"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "FINAL done"}]});
     json!({"rules": [
@@ -186,9 +191,26 @@ fn runs_list_on_a_full_disk_child() {
     let Some(dir) = child_dir() else { return };
     let scripts = tempfile::tempdir().unwrap();
     let script = scripts.path().join("script.json");
-    std::fs::write(&script, filling_script()).unwrap();
     let ws = dir.join("ws");
     std::fs::create_dir(&ws).unwrap();
+    // A run that ends before the disk fills, for the search below.
+    std::fs::write(&script, shell_script("echo found-after-the-disk-filled")).unwrap();
+    let before = [
+        "run",
+        "--sandbox",
+        "off",
+        "--approval",
+        "auto",
+        "--mock",
+        "--mock-script",
+        script.to_str().unwrap(),
+        "--workspace",
+        ws.to_str().unwrap(),
+        "echo before the fill",
+    ];
+    let ran = agentctl(&dir, &before);
+    assert!(ran.status.success(), "{}", text(&ran.stderr));
+    std::fs::write(&script, filling_script()).unwrap();
     let run = [
         "run",
         "--sandbox",
@@ -207,6 +229,35 @@ fn runs_list_on_a_full_disk_child() {
     let said = text(&listed.stderr);
     assert!(listed.status.success(), "{said}");
     assert!(text(&listed.stdout).contains("fill the disk"), "{said}");
+    // `runs search` writes its history index into the database, which cannot take it:
+    // the index is built in memory for the search, which finds the run's call.
+    let found_in_memory = |why: &str| {
+        let searched = agentctl(&dir, &["runs", "search", "--all", "found-after"]);
+        let said = text(&searched.stderr);
+        assert!(searched.status.success(), "{said}");
+        assert!(said.contains(why), "{said}");
+        assert!(said.contains("built in memory"), "{said}");
+        let hits = text(&searched.stdout);
+        assert!(
+            hits.contains("tool shell") && hits.contains("found-after-the-disk-filled"),
+            "{hits}\n{said}"
+        );
+    };
+    found_in_memory("has no room left");
+    // The same on a read-only file system.
+    let remounted = Command::new("mount")
+        .args(["-o", "remount,ro"])
+        .arg(&dir)
+        .status()
+        .unwrap();
+    assert!(remounted.success());
+    found_in_memory("cannot be written");
+    let remounted = Command::new("mount")
+        .args(["-o", "remount,rw"])
+        .arg(&dir)
+        .status()
+        .unwrap();
+    assert!(remounted.success());
     // A new database on the full disk: the hint names the disk, not `--db`.
     let fresh = Command::new(env!("CARGO_BIN_EXE_agentctl"))
         .env_remove("AGENTCTL_DB")
