@@ -212,7 +212,7 @@ impl Job {
             .deadlines
             .run
             .and_then(|d| Instant::now().checked_add(d));
-        tokio::select! {
+        let outcome = tokio::select! {
             biased;
             result = &mut call => match result {
                 Ok(Ok(value)) => Outcome::completed(revision, value),
@@ -235,7 +235,13 @@ impl Job {
                 self.cancel.cancel();
                 Outcome::timeout(revision, DeadlinePhase::Run)
             }
+        };
+        // A tool future dropped unfinished (cancelled, timed out) may panic in its
+        // destructor: that must not end the job task before its terminal event either.
+        if std::panic::catch_unwind(AssertUnwindSafe(move || drop(call))).is_err() {
+            tracing::warn!(call_id = %self.key.call_id, "the tool's future panicked when dropped");
         }
+        outcome
     }
 }
 

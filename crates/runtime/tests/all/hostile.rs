@@ -35,6 +35,7 @@ agent_testkit::backend_tests!(
     a_launch_future_dropped_after_the_turn_end_took_it_over_leaves_nothing,
     a_launch_future_kept_but_not_polled_does_not_block_close,
     a_commit_future_kept_but_not_polled_does_not_block_its_thread,
+    a_tool_future_that_panics_when_dropped_still_ends_its_call,
 );
 
 /// A generous guard against a hang: no timing is asserted, only that the test ends.
@@ -600,4 +601,84 @@ async fn sqlite_a_turn_end_the_journal_refused_keeps_the_turn_ending_until_writt
         crate::common::kinds(&events),
         ["turn.started", "turn.completed", "turn.started"]
     );
+}
+
+/// A tool whose future ignores cancellation and panics in its destructor.
+struct PanicOnDrop;
+
+impl Drop for PanicOnDrop {
+    fn drop(&mut self) {
+        panic!("the tool's future panicked when dropped");
+    }
+}
+
+struct StubbornTool;
+
+impl Tool for StubbornTool {
+    fn name(&self) -> &str {
+        "stubborn"
+    }
+
+    fn validate(&self, _args: &Value) -> Result<(), String> {
+        Ok(())
+    }
+
+    fn call(
+        &self,
+        _args: Value,
+        _ctx: ToolContext,
+    ) -> BoxFuture<'static, Result<Value, ToolFailure>> {
+        Box::pin(async move {
+            let _guard = PanicOnDrop;
+            std::future::pending::<()>().await;
+            Ok(Value::Null)
+        })
+    }
+}
+
+/// The job task dropped such a future after its deadline, or after the grace period of a
+/// cancel, and the panic ended the task before it wrote the call's terminal event: a timed
+/// out call never got its result (nothing else ends it before the turn does).
+async fn a_tool_future_that_panics_when_dropped_still_ends_its_call(f: Fixture) {
+    let r = Runtime::recover(
+        f.journal.clone(),
+        RuntimeOptions::default()
+            .tools(ToolRegistry::new().with(StubbornTool))
+            .deadlines(agent_runtime::Deadlines::run(Duration::from_millis(50)))
+            .cancel_grace(Duration::from_millis(50)),
+    )
+    .await
+    .unwrap();
+    let t = r.start("a").await.unwrap();
+    let key = r
+        .launch("a", &t, "late", "stubborn", json!({}))
+        .await
+        .unwrap();
+    let result = guard(r.result("a", &t, &key)).await.unwrap();
+    assert_eq!(result.status, CallStatus::Timeout, "{result:?}");
+    assert_eq!(r.jobs_in_memory(), 0);
+    guard(r.finish("a", &t)).await.unwrap();
+
+    // Cancelled by the turn's end: the future is dropped after the grace period.
+    let r = Runtime::recover(
+        f.journal.clone(),
+        RuntimeOptions::default()
+            .tools(ToolRegistry::new().with(StubbornTool))
+            .cancel_grace(Duration::from_millis(50)),
+    )
+    .await
+    .unwrap();
+    let t = r.start("a").await.unwrap();
+    let key = r
+        .launch("a", &t, "stuck", "stubborn", json!({}))
+        .await
+        .unwrap();
+    guard(r.cancel("a", &t)).await.unwrap();
+    let result = guard(r.result("a", &t, &key)).await.unwrap();
+    assert_eq!(result.status, CallStatus::Cancelled, "{result:?}");
+    assert_eq!(r.jobs_in_memory(), 0);
+    let events = replay(&f.journal, "a").await;
+    assert_eq!(terminals_of(&events, "late"), ["tool.timeout"]);
+    assert_eq!(terminals_of(&events, "stuck"), ["tool.cancelled"]);
+    r.close().await;
 }
