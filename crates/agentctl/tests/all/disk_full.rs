@@ -193,38 +193,30 @@ fn runs_list_on_a_full_disk_child() {
     let script = scripts.path().join("script.json");
     let ws = dir.join("ws");
     std::fs::create_dir(&ws).unwrap();
+    // `agentctl run` of `task` in `ws` with the model `script`, unsandboxed and unasked.
+    let run = |script: &Path, task: &str| {
+        let (script, ws) = (script.to_str().unwrap(), ws.to_str().unwrap());
+        let args = [
+            "run",
+            "--sandbox",
+            "off",
+            "--approval",
+            "auto",
+            "--mock",
+            "--mock-script",
+            script,
+            "--workspace",
+            ws,
+            task,
+        ];
+        agentctl(&dir, &args)
+    };
     // A run that ends before the disk fills, for the search below.
     std::fs::write(&script, shell_script("echo found-after-the-disk-filled")).unwrap();
-    let before = [
-        "run",
-        "--sandbox",
-        "off",
-        "--approval",
-        "auto",
-        "--mock",
-        "--mock-script",
-        script.to_str().unwrap(),
-        "--workspace",
-        ws.to_str().unwrap(),
-        "echo before the fill",
-    ];
-    let ran = agentctl(&dir, &before);
+    let ran = run(&script, "echo before the fill");
     assert!(ran.status.success(), "{}", text(&ran.stderr));
     std::fs::write(&script, filling_script()).unwrap();
-    let run = [
-        "run",
-        "--sandbox",
-        "off",
-        "--approval",
-        "auto",
-        "--mock",
-        "--mock-script",
-        script.to_str().unwrap(),
-        "--workspace",
-        ws.to_str().unwrap(),
-        "fill the disk",
-    ];
-    refused_for_a_full_disk("run", &agentctl(&dir, &run));
+    refused_for_a_full_disk("run", &run(&script, "fill the disk"));
     let listed = agentctl(&dir, &["runs", "list"]);
     let said = text(&listed.stderr);
     assert!(listed.status.success(), "{said}");

@@ -640,16 +640,25 @@ impl Tool for StubbornTool {
 /// cancel, and the panic ended the task before it wrote the call's terminal event: a timed
 /// out call never got its result (nothing else ends it before the turn does).
 async fn a_tool_future_that_panics_when_dropped_still_ends_its_call(f: Fixture) {
-    let r = Runtime::recover(
-        f.journal.clone(),
-        RuntimeOptions::default()
-            .tools(ToolRegistry::new().with(StubbornTool))
-            .deadlines(agent_runtime::Deadlines::run(Duration::from_millis(50)))
-            .cancel_grace(Duration::from_millis(50)),
-    )
-    .await
-    .unwrap();
-    let t = r.start("a").await.unwrap();
+    // A runtime with only that tool, and a turn started on it.
+    let start = |deadlines: agent_runtime::Deadlines| {
+        let journal = f.journal.clone();
+        async move {
+            let r = Runtime::recover(
+                journal,
+                RuntimeOptions::default()
+                    .tools(ToolRegistry::new().with(StubbornTool))
+                    .deadlines(deadlines)
+                    .cancel_grace(Duration::from_millis(50)),
+            )
+            .await
+            .unwrap();
+            let t = r.start("a").await.unwrap();
+            (r, t)
+        }
+    };
+    // Timed out: the future is dropped at its deadline.
+    let (r, t) = start(agent_runtime::Deadlines::run(Duration::from_millis(50))).await;
     let key = r
         .launch("a", &t, "late", "stubborn", json!({}))
         .await
@@ -660,15 +669,7 @@ async fn a_tool_future_that_panics_when_dropped_still_ends_its_call(f: Fixture) 
     guard(r.finish("a", &t)).await.unwrap();
 
     // Cancelled by the turn's end: the future is dropped after the grace period.
-    let r = Runtime::recover(
-        f.journal.clone(),
-        RuntimeOptions::default()
-            .tools(ToolRegistry::new().with(StubbornTool))
-            .cancel_grace(Duration::from_millis(50)),
-    )
-    .await
-    .unwrap();
-    let t = r.start("a").await.unwrap();
+    let (r, t) = start(agent_runtime::Deadlines::none()).await;
     let key = r
         .launch("a", &t, "stuck", "stubborn", json!({}))
         .await
