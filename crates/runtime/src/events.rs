@@ -62,6 +62,18 @@ pub const RUNTIME_KINDS: [&str; 13] = [
 /// Every kind that ends a turn.
 pub const TURN_ENDS: [&str; 3] = [TURN_COMPLETED, TURN_CANCELLED, TURN_INTERRUPTED];
 
+/// The status a turn has once its journal holds the end event `kind` (one of
+/// [`TURN_ENDS`]), or `None` for another kind.
+pub(crate) fn end_status(kind: &str) -> Option<crate::RuntimeTurnStatus> {
+    use crate::RuntimeTurnStatus as S;
+    match kind {
+        TURN_COMPLETED => Some(S::Completed),
+        TURN_CANCELLED => Some(S::Cancelled),
+        TURN_INTERRUPTED => Some(S::Interrupted),
+        _ => None,
+    }
+}
+
 /// The dedup key of a call's `tool.scheduled`: scheduling twice returns the first one.
 pub fn scheduled_key(turn: &str, call_id: &str) -> String {
     call_key("sched:", turn, call_id)

@@ -176,15 +176,10 @@ impl ThreadFold {
             }
             events::TURN_COMPLETED | events::TURN_CANCELLED | events::TURN_INTERRUPTED => {
                 let turn = str_field(event, "turn_id")?;
-                let status = match kind {
-                    events::TURN_COMPLETED => RuntimeTurnStatus::Completed,
-                    events::TURN_CANCELLED => RuntimeTurnStatus::Cancelled,
-                    _ => RuntimeTurnStatus::Interrupted,
-                };
                 if let Some(t) = self.last_turn.as_mut()
                     && t.id == turn
                 {
-                    t.ended = Some(status);
+                    t.ended = events::end_status(kind);
                 }
                 self.older_open.retain(|t| t.id != turn);
             }
@@ -294,7 +289,7 @@ impl Runtime {
     ///
     /// Idempotent: adopting a settled thread writes nothing and reloads its latest turn.
     /// Refused with [`RuntimeError::TurnActive`] while this runtime itself drives a turn of
-    /// `thread` or runs one of its calls. The terminal events are appended expecting the last seq read, so a
+    /// `thread` (one whose end it could not journal included) or runs one of its calls. The terminal events are appended expecting the last seq read, so a
     /// concurrent write to the thread makes adoption read it again rather than interrupt
     /// a turn that another process just started.
     ///

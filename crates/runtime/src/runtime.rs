@@ -51,7 +51,7 @@ pub struct JobKey {
 /// Where a runtime turn is in its life (the runtime's own bookkeeping; the Codex
 /// app-server's wire status is `agent_appserver::TurnStatus`). Only a `Running` turn accepts
 /// launches, steers and commits; every other status is final except `Ending`, which becomes
-/// `Completed` or `Cancelled` once its jobs are stopped.
+/// the status of the end event once the journal holds it (after its jobs are stopped).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RuntimeTurnStatus {

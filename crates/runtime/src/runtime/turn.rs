@@ -265,7 +265,9 @@ impl Runtime {
         token.cancel();
         self.settle_jobs(|k| k.thread == thread && k.turn == turn)
             .await;
-        self.inner
+        let end_key = events::end_key(turn);
+        let appended = self
+            .inner
             .journal
             .append(
                 NewEvent::new(
@@ -273,14 +275,28 @@ impl Runtime {
                     kind,
                     json!({ "turn_id": turn, "revision": revision }),
                 )
-                .with_dedup_key(events::end_key(turn)),
+                .with_dedup_key(end_key.clone()),
             )
             .await?;
         // Only once the journal holds the end: until then the turn stays `Ending`, which
         // refuses a new turn on the thread (whose `turn.started` would follow a turn the
-        // journal still shows open) and lets `finish` or `cancel` try again; the dedup key
-        // keeps one end event however many tries wrote it. A process that stops first
-        // leaves the turn to recovery, which marks it interrupted.
+        // journal still shows open) and lets `finish` or `cancel` try again. The dedup key
+        // keeps one end event however many tries wrote it, so an end already there (an
+        // earlier try's, or `turn.interrupted` from another process's `adopt`) sets the
+        // status. A process that stops first leaves the turn to recovery, which marks it
+        // interrupted.
+        let status = if appended.deduplicated {
+            let found = self
+                .inner
+                .journal
+                .find_by_dedup_key(thread, &end_key)
+                .await?;
+            found
+                .and_then(|event| events::end_status(&event.kind))
+                .unwrap_or(status)
+        } else {
+            status
+        };
         let mut st = self.inner.state();
         if let Some(t) = st.turns.get_mut(thread)
             && t.id == turn

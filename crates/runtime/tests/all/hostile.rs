@@ -601,6 +601,29 @@ async fn sqlite_a_turn_end_the_journal_refused_keeps_the_turn_ending_until_writt
         crate::common::kinds(&events),
         ["turn.started", "turn.completed", "turn.started"]
     );
+
+    // Meanwhile another process took the thread over and interrupted the turn: the retry
+    // finds that end (the same dedup key) and the turn is what the journal says.
+    let t = r.start("b").await.unwrap();
+    lock.execute_batch("BEGIN IMMEDIATE").unwrap();
+    assert!(guard(r.finish("b", &t)).await.is_err());
+    lock.execute_batch("ROLLBACK").unwrap();
+    let other = Runtime::open(f.journal.clone(), RuntimeOptions::default());
+    assert_eq!(other.adopt("b").await.unwrap().turns_interrupted, 1);
+    guard(r.finish("b", &t)).await.unwrap();
+    assert!(
+        matches!(
+            r.turn_status("b"),
+            Some((_, _, RuntimeTurnStatus::Interrupted))
+        ),
+        "{:?}",
+        r.turn_status("b")
+    );
+    let events = replay(&f.journal, "b").await;
+    assert_eq!(
+        crate::common::kinds(&events),
+        ["turn.started", "turn.interrupted"]
+    );
 }
 
 /// A tool whose future ignores cancellation and panics in its destructor.
@@ -612,7 +635,11 @@ impl Drop for PanicOnDrop {
     }
 }
 
-struct StubbornTool;
+/// Its futures say when they first run (`polled`).
+#[derive(Clone, Default)]
+struct StubbornTool {
+    polled: Arc<tokio::sync::Notify>,
+}
 
 impl Tool for StubbornTool {
     fn name(&self) -> &str {
@@ -628,8 +655,10 @@ impl Tool for StubbornTool {
         _args: Value,
         _ctx: ToolContext,
     ) -> BoxFuture<'static, Result<Value, ToolFailure>> {
+        let polled = Arc::clone(&self.polled);
         Box::pin(async move {
             let _guard = PanicOnDrop;
+            polled.notify_one();
             std::future::pending::<()>().await;
             Ok(Value::Null)
         })
@@ -641,13 +670,15 @@ impl Tool for StubbornTool {
 /// out call never got its result (nothing else ends it before the turn does).
 async fn a_tool_future_that_panics_when_dropped_still_ends_its_call(f: Fixture) {
     // A runtime with only that tool, and a turn started on it.
+    let tool = StubbornTool::default();
     let start = |deadlines: agent_runtime::Deadlines| {
         let journal = f.journal.clone();
+        let tool = tool.clone();
         async move {
             let r = Runtime::recover(
                 journal,
                 RuntimeOptions::default()
-                    .tools(ToolRegistry::new().with(StubbornTool))
+                    .tools(ToolRegistry::new().with(tool))
                     .deadlines(deadlines)
                     .cancel_grace(Duration::from_millis(50)),
             )
@@ -663,6 +694,7 @@ async fn a_tool_future_that_panics_when_dropped_still_ends_its_call(f: Fixture) 
         .launch("a", &t, "late", "stubborn", json!({}))
         .await
         .unwrap();
+    guard(tool.polled.notified()).await;
     let result = guard(r.result("a", &t, &key)).await.unwrap();
     assert_eq!(result.status, CallStatus::Timeout, "{result:?}");
     assert_eq!(r.jobs_in_memory(), 0);
@@ -674,6 +706,8 @@ async fn a_tool_future_that_panics_when_dropped_still_ends_its_call(f: Fixture) 
         .launch("a", &t, "stuck", "stubborn", json!({}))
         .await
         .unwrap();
+    // Its future exists (a call cancelled before it starts never makes one).
+    guard(tool.polled.notified()).await;
     guard(r.cancel("a", &t)).await.unwrap();
     let result = guard(r.result("a", &t, &key)).await.unwrap();
     assert_eq!(result.status, CallStatus::Cancelled, "{result:?}");
