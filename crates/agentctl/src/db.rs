@@ -46,9 +46,8 @@ pub async fn open_context_at(url: &str) -> anyhow::Result<ContextStore> {
         .map_err(|err| with_hint(err, db_hint(url)))
 }
 
-/// Why the SQLite file named by `url` cannot take a write, when visibly so: the file (or,
-/// for a file not made yet, its directory) cannot be opened for writing, or its file system
-/// has no room left. `None` for PostgreSQL, `:memory:`, or a file that looks writable. A
+/// Why the SQLite file named by `url` cannot take a write, when visibly so: the file exists
+/// and cannot be opened for writing, or its file system has no room left. `None` for PostgreSQL, `:memory:`, or a file that looks writable. A
 /// command that only reads but needs to write to do so (the history index) can then work
 /// elsewhere instead of failing.
 pub fn unwritable(url: &str) -> Option<String> {

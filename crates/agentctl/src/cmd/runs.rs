@@ -344,6 +344,13 @@ async fn events(
     Ok(ExitCode::SUCCESS)
 }
 
+/// Why [`search_in`] failed: the history index (the context store: opening it, or its
+/// catch-up writes), or anything else (the journal, an unknown run).
+enum SearchFailure {
+    Index(anyhow::Error),
+    Other(anyhow::Error),
+}
+
 /// The hits for `term` with the history index (the context store) at `store_url`.
 async fn search_in(
     journal: &agent_journal::Journal,
@@ -351,11 +358,17 @@ async fn search_in(
     run: Option<&str>,
     term: &str,
     limit: usize,
-) -> anyhow::Result<Vec<agent_host::run::history::Hit>> {
-    let store = crate::db::open_context_at(store_url).await?;
-    let hits = agent_host::run::history::search(journal, &store, run, term, limit).await;
+) -> Result<Vec<agent_host::run::history::Hit>, SearchFailure> {
+    use agent_host::run::history::{self, HistoryError};
+    let store = crate::db::open_context_at(store_url)
+        .await
+        .map_err(SearchFailure::Index)?;
+    let hits = history::search(journal, &store, run, term, limit).await;
     store.close().await;
-    Ok(hits?)
+    hits.map_err(|err| match err {
+        HistoryError::Context(_) => SearchFailure::Index(err.into()),
+        _ => SearchFailure::Other(err.into()),
+    })
 }
 
 async fn search(
@@ -390,15 +403,20 @@ async fn search(
     let run = run.as_deref();
     let hits = match search_in(journal, &url, run, &term, limit).await {
         Ok(hits) => hits,
+        Err(SearchFailure::Other(err)) => return Err(err),
         // The history index is derived from the journal: where the file cannot take its
         // writes (a full disk, a read-only file), derive it into memory for this search.
-        Err(err) => match crate::db::unwritable(&url) {
-            Some(why) => {
-                output::note(&format!(
-                    "note: {why}, so the history index is built in memory for this search (not kept)"
-                ));
-                search_in(journal, "sqlite::memory:", run, &term, limit).await?
-            }
+        Err(SearchFailure::Index(err)) => match crate::db::unwritable(&url) {
+            Some(why) => match search_in(journal, "sqlite::memory:", run, &term, limit).await {
+                // Said with the hits it explains; an error (an unknown run) stands alone.
+                Ok(hits) => {
+                    output::note(&format!(
+                        "note: {why}, so the history index was built in memory for this search (not kept)"
+                    ));
+                    hits
+                }
+                Err(SearchFailure::Index(err) | SearchFailure::Other(err)) => return Err(err),
+            },
             None => return Err(err),
         },
     };

@@ -308,7 +308,7 @@ fn history_on_an_unwritable_database_says_why() {
     assert!(out.status.success(), "{stderr}");
     assert!(
         stderr.contains(&format!("note: {} cannot be written", file.display()))
-            && stderr.contains("built in memory"),
+            && stderr.contains("built in memory for this search"),
         "{stderr}"
     );
 }

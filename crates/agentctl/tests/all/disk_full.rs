@@ -228,7 +228,7 @@ fn runs_list_on_a_full_disk_child() {
         let said = text(&searched.stderr);
         assert!(searched.status.success(), "{said}");
         assert!(said.contains(why), "{said}");
-        assert!(said.contains("built in memory"), "{said}");
+        assert!(said.contains("built in memory for this search"), "{said}");
         let hits = text(&searched.stdout);
         assert!(
             hits.contains("tool shell") && hits.contains("found-after-the-disk-filled"),
@@ -236,6 +236,12 @@ fn runs_list_on_a_full_disk_child() {
         );
     };
     found_in_memory("has no room left");
+    // An error is said as it would be anywhere, with no note.
+    let unknown = agentctl(&dir, &["runs", "search", "no-such-run", "found-after"]);
+    let said = text(&unknown.stderr);
+    assert_eq!(unknown.status.code(), Some(2), "{said}");
+    assert!(said.contains("no-such-run"), "{said}");
+    assert!(!said.contains("in memory"), "{said}");
     // The same on a read-only file system.
     let remounted = Command::new("mount")
         .args(["-o", "remount,ro"])
