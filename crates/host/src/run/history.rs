@@ -362,26 +362,28 @@ fn collect_text(value: &Value, out: &mut Vec<String>) {
 
 /// About 100 characters of `text` around the first case-insensitive match of `term`, on
 /// one line (the start of the text when the term matched only the unit's JSON).
+///
+/// A match starts where a character of `text` starts, compared case-folded: the text is
+/// folded once, with where each character's fold begins, and searched as one string (a
+/// unit's text can be a tool's whole output).
 fn snippet(text: &str, term: &str) -> String {
     const AROUND: usize = 50;
     let chars: Vec<char> = text.chars().collect();
-    let folded: Vec<String> = chars
-        .iter()
-        .map(|c| agent_context::fold(&c.to_string()))
-        .collect();
+    let mut folded = String::with_capacity(text.len());
+    // `starts[i]`: the byte offset in `folded` where the fold of `chars[i]` begins.
+    let mut starts = Vec::with_capacity(chars.len());
+    let mut buf = [0u8; 4];
+    for c in &chars {
+        starts.push(folded.len());
+        if c.is_ascii() {
+            // What `fold` does to ASCII, without a string per character.
+            folded.push(c.to_ascii_lowercase());
+        } else {
+            folded.push_str(&agent_context::fold(c.encode_utf8(&mut buf)));
+        }
+    }
     let needle = agent_context::fold(term);
-    let at = (0..chars.len())
-        .find(|&i| {
-            let mut s = String::new();
-            for f in folded.iter().skip(i) {
-                if s.len() >= needle.len() {
-                    break;
-                }
-                s.push_str(f);
-            }
-            s.starts_with(&needle)
-        })
-        .unwrap_or(0);
+    let at = first_match(&folded, &starts, &needle).unwrap_or(0);
     let start = at.saturating_sub(AROUND);
     let end = (at + needle.chars().count() + AROUND).min(chars.len());
     let mut out: String = chars[start..end]
@@ -395,6 +397,20 @@ fn snippet(text: &str, term: &str) -> String {
         out.push('…');
     }
     out
+}
+
+/// The index of the first character whose fold begins a match of `needle` in `folded`
+/// (`starts`: where each character's fold begins). Matches may overlap: one starting inside
+/// a character's fold (`İ` folds to two) does not hide one starting at the next character.
+fn first_match(folded: &str, starts: &[usize], needle: &str) -> Option<usize> {
+    let mut from = 0;
+    loop {
+        let at = from + folded.get(from..)?.find(needle)?;
+        if let Ok(index) = starts.binary_search(&at) {
+            return Some(index);
+        }
+        from = at + folded.get(at..)?.chars().next()?.len_utf8();
+    }
 }
 
 #[cfg(test)]
@@ -515,6 +531,76 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(runs_of(&one), ["r2"]);
+    }
+
+    /// The snippet as first written: each character folded alone, and the fold compared
+    /// at every character until it matched (quadratic in a long unit).
+    fn snippet_by_scanning(text: &str, term: &str) -> String {
+        const AROUND: usize = 50;
+        let chars: Vec<char> = text.chars().collect();
+        let folded: Vec<String> = chars
+            .iter()
+            .map(|c| agent_context::fold(&c.to_string()))
+            .collect();
+        let needle = agent_context::fold(term);
+        let at = (0..chars.len())
+            .find(|&i| {
+                let mut s = String::new();
+                for f in folded.iter().skip(i) {
+                    if s.len() >= needle.len() {
+                        break;
+                    }
+                    s.push_str(f);
+                }
+                s.starts_with(&needle)
+            })
+            .unwrap_or(0);
+        let start = at.saturating_sub(AROUND);
+        let end = (at + needle.chars().count() + AROUND).min(chars.len());
+        let mut out: String = chars[start..end]
+            .iter()
+            .map(|c| if c.is_whitespace() { ' ' } else { *c })
+            .collect();
+        if start > 0 {
+            out.insert(0, '…');
+        }
+        if end < chars.len() {
+            out.push('…');
+        }
+        out
+    }
+
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Texts and terms from characters whose folds differ in length or expand to
+        /// several characters (`İ`, `ẞ`, final sigma), with the term often cut from the
+        /// text itself: the same snippet as the scan.
+        #[test]
+        fn snippet_finds_what_the_scan_found(
+            text in "[aAİiẞßΣσς\u{307}x \n]{0,160}",
+            cut in proptest::option::of((0usize..160, 1usize..6)),
+            other in "[aAİiẞßΣσς\u{307}x]{1,4}",
+        ) {
+            let chars: Vec<char> = text.chars().collect();
+            let term: String = match cut {
+                Some((from, len)) if from < chars.len() => {
+                    chars[from..(from + len).min(chars.len())].iter().collect()
+                }
+                _ => other,
+            };
+            prop_assert_eq!(snippet(&text, &term), snippet_by_scanning(&text, &term));
+        }
+    }
+
+    /// A match that starts inside `İ`'s two-character fold overlaps the one that starts
+    /// at the next character; the second is the snippet's.
+    #[test]
+    fn a_match_inside_a_fold_does_not_hide_the_next() {
+        let text = format!("{}İ\u{307}\u{307}{}", "a".repeat(80), "b".repeat(80));
+        let term = "\u{307}\u{307}";
+        assert_eq!(snippet(&text, term), snippet_by_scanning(&text, term));
+        assert!(snippet(&text, term).starts_with('…'));
     }
 
     #[test]
