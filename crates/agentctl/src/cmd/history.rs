@@ -44,7 +44,8 @@ pub enum HistoryCmd {
                   .range(1..=agent_context::limits::MAX_WINDOW_UNITS as u64))]
         keep: usize,
         /// Instead of --keep: as many recent units as fit this many bytes of JSON
-        /// (goal included; units are never split).
+        /// (goal included; units are never split; the goal is printed even when it alone
+        /// is over the budget).
         #[arg(long)]
         budget: Option<u64>,
     },
