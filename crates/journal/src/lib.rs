@@ -76,6 +76,7 @@ mod journal;
 mod lease;
 mod limits;
 mod options;
+mod page_limit;
 mod payload;
 mod position;
 mod readable;

@@ -8,9 +8,10 @@ use std::time::Duration;
 use futures::Stream;
 use tokio::sync::watch;
 
-use crate::backend::{PAGE, ReadSide as _, Reads};
+use crate::backend::{ReadSide as _, Reads};
 use crate::error::JournalError;
 use crate::event::Event;
+use crate::page_limit::PageLimit;
 use crate::position::Position;
 
 /// A stream of events; an `Err` item reports a failed read (tail keeps going after it,
@@ -31,6 +32,7 @@ pub(crate) fn replay(reads: Reads, thread: String, after: i64) -> EventStream {
         thread: String,
         last: i64,
         buffer: VecDeque<Event>,
+        limit: PageLimit,
         /// Yielded once the buffer (the good events before it) is drained; then the end.
         failed: Option<JournalError>,
         done: bool,
@@ -40,6 +42,7 @@ pub(crate) fn replay(reads: Reads, thread: String, after: i64) -> EventStream {
         thread,
         last: after,
         buffer: VecDeque::new(),
+        limit: PageLimit::new(),
         failed: None,
         done: false,
     };
@@ -55,15 +58,16 @@ pub(crate) fn replay(reads: Reads, thread: String, after: i64) -> EventStream {
             if s.done {
                 return None;
             }
-            match s.reads.replay_page(&s.thread, s.last, PAGE).await {
+            let limit = s.limit;
+            match s.reads.replay_page(&s.thread, s.last, limit.get()).await {
                 Ok(page) => {
-                    s.done = (page.len() as i64) < PAGE;
+                    s.done = !s.limit.read(&page);
                     s.buffer.extend(page);
                 }
                 Err(err) => {
                     s.done = true;
                     let next = thread_events(&s.reads, &s.thread);
-                    let (good, _, err) = salvage(err, s.last, next).await;
+                    let (good, _, err) = salvage(err, s.last, next, limit).await;
                     s.buffer.extend(good);
                     s.failed = Some(err);
                 }
@@ -79,6 +83,7 @@ struct TailState {
     kind: Option<String>,
     last: i64,
     buffer: VecDeque<Event>,
+    limit: PageLimit,
     /// Yielded once the buffer (the good events before it) is drained.
     failed: Option<JournalError>,
     /// Changes when this thread is written by this process, or (PostgreSQL) notified by
@@ -127,6 +132,7 @@ pub(crate) fn tail(
         kind,
         last: after,
         buffer: VecDeque::new(),
+        limit: PageLimit::new(),
         failed: None,
         committed: wakes.committed,
         listening: wakes.listening,
@@ -158,19 +164,23 @@ pub(crate) fn tail(
             s.committed.borrow_and_update();
             // Boxed: a read's future is most of this stream's size, and a tail spends its
             // life waiting, not reading (a run's interrupt watch is one per run).
+            let limit = s.limit;
             match Box::pin(read_page(&s)).await {
                 Ok((page, seen)) => {
-                    s.wait_first = (page.len() as i64) < PAGE;
+                    s.wait_first = !s.limit.read(&page);
                     s.last = seen;
                     s.buffer.extend(page);
                 }
                 Err(err) => {
                     s.wait_first = true;
                     let (good, last, err) = match &s.kind {
-                        None => salvage(err, s.last, thread_events(&s.reads, &s.thread)).await,
+                        None => {
+                            let next = thread_events(&s.reads, &s.thread);
+                            salvage(err, s.last, next, limit).await
+                        }
                         Some(kind) => {
                             let next = kind_events(&s.reads, &s.thread, kind);
-                            salvage(err, s.last, next).await
+                            salvage(err, s.last, next, limit).await
                         }
                     };
                     s.last = last;
@@ -201,12 +211,13 @@ async fn salvage<T, C: Copy>(
     err: JournalError,
     mut cursor: C,
     next: impl Fn(C) -> Next<T, C>,
+    page: PageLimit,
 ) -> (Vec<T>, C, JournalError) {
     if !matches!(err, JournalError::CorruptPayload { .. }) {
         return (Vec::new(), cursor, err);
     }
     let mut good = Vec::new();
-    while (good.len() as i64) < PAGE {
+    while !page.filled_by(good.len()) {
         match next(cursor).await {
             Ok(Some((item, after))) => {
                 good.push(item);
@@ -269,12 +280,15 @@ async fn read_page(s: &TailState) -> Result<(Vec<Event>, i64), JournalError> {
         Some(kind) => {
             let page = s
                 .reads
-                .replay_kind_page(&s.thread, kind, s.last, PAGE)
+                .replay_kind_page(&s.thread, kind, s.last, s.limit.get())
                 .await?;
             Ok((page.events, page.seen))
         }
         None => {
-            let page = s.reads.replay_page(&s.thread, s.last, PAGE).await?;
+            let page = s
+                .reads
+                .replay_page(&s.thread, s.last, s.limit.get())
+                .await?;
             let seen = page.last().map_or(s.last, |e| e.seq);
             Ok((page, seen))
         }
@@ -309,6 +323,7 @@ struct TailAllState {
     reads: Reads,
     last: Position,
     buffer: VecDeque<(Position, Event)>,
+    limit: PageLimit,
     /// Yielded once the buffer (the good events before it) is drained.
     failed: Option<JournalError>,
     /// Changes on every commit of this process and every notification from another one.
@@ -339,6 +354,7 @@ pub(crate) fn tail_all(
         reads,
         last: after,
         buffer: VecDeque::new(),
+        limit: PageLimit::new(),
         failed: None,
         committed: wakes.committed,
         listening: wakes.listening,
@@ -365,9 +381,10 @@ pub(crate) fn tail_all(
                 wait_for_change(&mut s.committed, s.poll).await;
             }
             s.committed.borrow_and_update();
-            match Box::pin(s.reads.journal_page(s.last, PAGE)).await {
+            let limit = s.limit;
+            match Box::pin(s.reads.journal_page(s.last, limit.get())).await {
                 Ok(page) => {
-                    s.wait_first = (page.len() as i64) < PAGE;
+                    s.wait_first = !s.limit.read(page.iter().map(|(_, event)| event));
                     if let Some((position, _)) = page.last() {
                         s.last = *position;
                     }
@@ -376,7 +393,7 @@ pub(crate) fn tail_all(
                 Err(err) => {
                     s.wait_first = true;
                     let next = journal_events(&s.reads);
-                    let (good, last, err) = Box::pin(salvage(err, s.last, next)).await;
+                    let (good, last, err) = Box::pin(salvage(err, s.last, next, limit)).await;
                     s.last = last;
                     s.buffer.extend(good);
                     s.failed = Some(err);
