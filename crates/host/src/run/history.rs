@@ -367,7 +367,6 @@ fn collect_text(value: &Value, out: &mut Vec<String>) {
 /// folded once, with where each character's fold begins, and searched as one string (a
 /// unit's text can be a tool's whole output).
 fn snippet(text: &str, term: &str) -> String {
-    const AROUND: usize = 50;
     let chars: Vec<char> = text.chars().collect();
     let mut folded = String::with_capacity(text.len());
     // `starts[i]`: the byte offset in `folded` where the fold of `chars[i]` begins.
@@ -384,9 +383,21 @@ fn snippet(text: &str, term: &str) -> String {
     }
     let needle = agent_context::fold(term);
     let at = first_match(&folded, &starts, &needle).unwrap_or(0);
+    around(&chars, at, needle.chars().count())
+}
+
+/// `len` characters of `chars` from `at`, with about 50 on each side, on one line, marked
+/// `…` where cut.
+fn around(chars: &[char], at: usize, len: usize) -> String {
+    const AROUND: usize = 50;
     let start = at.saturating_sub(AROUND);
-    let end = (at + needle.chars().count() + AROUND).min(chars.len());
-    let mut out: String = chars[start..end]
+    let end = at
+        .saturating_add(len)
+        .saturating_add(AROUND)
+        .min(chars.len());
+    let mut out: String = chars
+        .get(start..end)
+        .unwrap_or_default()
         .iter()
         .map(|c| if c.is_whitespace() { ' ' } else { *c })
         .collect();
@@ -536,7 +547,6 @@ mod tests {
     /// The snippet as first written: each character folded alone, and the fold compared
     /// at every character until it matched (quadratic in a long unit).
     fn snippet_by_scanning(text: &str, term: &str) -> String {
-        const AROUND: usize = 50;
         let chars: Vec<char> = text.chars().collect();
         let folded: Vec<String> = chars
             .iter()
@@ -555,19 +565,7 @@ mod tests {
                 s.starts_with(&needle)
             })
             .unwrap_or(0);
-        let start = at.saturating_sub(AROUND);
-        let end = (at + needle.chars().count() + AROUND).min(chars.len());
-        let mut out: String = chars[start..end]
-            .iter()
-            .map(|c| if c.is_whitespace() { ' ' } else { *c })
-            .collect();
-        if start > 0 {
-            out.insert(0, '…');
-        }
-        if end < chars.len() {
-            out.push('…');
-        }
-        out
+        around(&chars, at, needle.chars().count())
     }
 
     use proptest::prelude::*;
