@@ -47,19 +47,24 @@ pub async fn open_context_at(url: &str) -> anyhow::Result<ContextStore> {
 }
 
 /// Why the SQLite file named by `url` cannot take a write, when visibly so: the file exists
-/// and cannot be opened for writing, or its file system has no room left. `None` for PostgreSQL, `:memory:`, or a file that looks writable. A
-/// command that only reads but needs to write to do so (the history index) can then work
-/// elsewhere instead of failing.
+/// and cannot be opened for writing, or its file system has no room left. `None` for
+/// PostgreSQL, `:memory:`, or a file that looks writable. A command that only reads but
+/// needs to write to do so (the history index) can then work elsewhere instead of failing.
 pub fn unwritable(url: &str) -> Option<String> {
     let file = database_files(url).into_iter().next()?;
     let shown = agent_redact::redact_in(&file.display().to_string(), url);
     if file.is_file()
-        && let Err(err) = std::fs::OpenOptions::new().append(true).open(&file)
+        && let Some(err) = refuses_writes(&file)
     {
         let err = agent_redact::redact_in(&err.to_string(), url);
         return Some(format!("{shown} cannot be written ({err})"));
     }
     full_disk_hint(&file, url).map(|_| format!("the file system holding {shown} has no room left"))
+}
+
+/// Why `file`, which exists, cannot be opened for writing, if it cannot.
+fn refuses_writes(file: &std::path::Path) -> Option<std::io::Error> {
+    std::fs::OpenOptions::new().append(true).open(file).err()
 }
 
 /// Refuses a SQLite path that names a FIFO, a socket or a device: SQLite's open of a FIFO
@@ -102,12 +107,12 @@ fn db_hint(url: &str) -> String {
         Ok(meta) if meta.is_file() && !has_sqlite_header(&file) => {
             format!("{shown} is not a SQLite database; give --db a new file, or one agentctl made")
         }
-        Ok(_) => match std::fs::OpenOptions::new().append(true).open(&file) {
-            Err(err) => format!(
+        Ok(_) => match refuses_writes(&file) {
+            Some(err) => format!(
                 "{shown} cannot be written ({}): `history` and `memory` need to write to it (their index), even to read; `runs` (whose `search` builds its index in memory then) and `journal` read it as it is",
                 agent_redact::redact_in(&err.to_string(), url)
             ),
-            Ok(_) => full_disk_hint(&file, url).unwrap_or_else(|| DB_HINT.into()),
+            None => full_disk_hint(&file, url).unwrap_or_else(|| DB_HINT.into()),
         },
         Err(_) => match file.parent() {
             Some(dir) if !dir.is_dir() => format!(

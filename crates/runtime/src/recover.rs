@@ -289,9 +289,10 @@ impl Runtime {
     ///
     /// Idempotent: adopting a settled thread writes nothing and reloads its latest turn.
     /// Refused with [`RuntimeError::TurnActive`] while this runtime itself drives a turn of
-    /// `thread` (one whose end it could not journal included) or runs one of its calls. The terminal events are appended expecting the last seq read, so a
-    /// concurrent write to the thread makes adoption read it again rather than interrupt
-    /// a turn that another process just started.
+    /// `thread` (one whose end it could not journal included) or runs one of its calls.
+    /// The terminal events are appended expecting the last seq read, so a concurrent write
+    /// to the thread makes adoption read it again rather than interrupt a turn that
+    /// another process just started.
     ///
     /// # Cancel safety
     ///

@@ -351,6 +351,14 @@ enum SearchFailure {
     Other(anyhow::Error),
 }
 
+impl From<SearchFailure> for anyhow::Error {
+    fn from(failure: SearchFailure) -> Self {
+        match failure {
+            SearchFailure::Index(err) | SearchFailure::Other(err) => err,
+        }
+    }
+}
+
 /// The hits for `term` with the history index (the context store) at `store_url`.
 async fn search_in(
     journal: &agent_journal::Journal,
@@ -402,23 +410,20 @@ async fn search(
     let url = global.database_url()?;
     let run = run.as_deref();
     let hits = match search_in(journal, &url, run, &term, limit).await {
-        Ok(hits) => hits,
-        Err(SearchFailure::Other(err)) => return Err(err),
         // The history index is derived from the journal: where the file cannot take its
         // writes (a full disk, a read-only file), derive it into memory for this search.
-        Err(SearchFailure::Index(err)) => match crate::db::unwritable(&url) {
-            Some(why) => match search_in(journal, "sqlite::memory:", run, &term, limit).await {
-                // Said with the hits it explains; an error (an unknown run) stands alone.
-                Ok(hits) => {
-                    output::note(&format!(
-                        "note: {why}, so the history index was built in memory for this search (not kept)"
-                    ));
-                    hits
-                }
-                Err(SearchFailure::Index(err) | SearchFailure::Other(err)) => return Err(err),
-            },
-            None => return Err(err),
-        },
+        Err(SearchFailure::Index(err)) => {
+            let Some(why) = crate::db::unwritable(&url) else {
+                return Err(err);
+            };
+            let hits = search_in(journal, "sqlite::memory:", run, &term, limit).await?;
+            // Said with the hits it explains; an error (an unknown run) stands alone.
+            output::note(&format!(
+                "note: {why}, so the history index was built in memory for this search (not kept)"
+            ));
+            hits
+        }
+        found => found?,
     };
     for hit in hits {
         if global.json {

@@ -243,19 +243,18 @@ fn runs_list_on_a_full_disk_child() {
     assert!(said.contains("no-such-run"), "{said}");
     assert!(!said.contains("in memory"), "{said}");
     // The same on a read-only file system.
-    let remounted = Command::new("mount")
-        .args(["-o", "remount,ro"])
-        .arg(&dir)
-        .status()
-        .unwrap();
-    assert!(remounted.success());
+    let remount = |mode: &str| {
+        let options = format!("remount,{mode}");
+        let status = Command::new("mount")
+            .args(["-o", &options])
+            .arg(&dir)
+            .status()
+            .unwrap();
+        assert!(status.success(), "mount -o {options}");
+    };
+    remount("ro");
     found_in_memory("cannot be written");
-    let remounted = Command::new("mount")
-        .args(["-o", "remount,rw"])
-        .arg(&dir)
-        .status()
-        .unwrap();
-    assert!(remounted.success());
+    remount("rw");
     // A new database on the full disk: the hint names the disk, not `--db`.
     let fresh = Command::new(env!("CARGO_BIN_EXE_agentctl"))
         .env_remove("AGENTCTL_DB")
