@@ -3,7 +3,7 @@
 //! Invariant: every command opens them here, so a failure to open carries the same one
 //! hint about `--db`, attached once.
 
-use agent_context::ContextStore;
+use agent_context::{Access, ContextOptions, ContextStore};
 use agent_journal::Journal;
 
 use crate::global::{GlobalArgs, database_files};
@@ -36,6 +36,24 @@ pub async fn open_journal_for_reading(global: &GlobalArgs) -> anyhow::Result<Jou
 pub async fn open_context(global: &GlobalArgs) -> anyhow::Result<ContextStore> {
     let url = global.database_url()?;
     open_context_at(&url).await
+}
+
+/// The context store named by `--db`, for a command that only reads it: opened read-only
+/// when it cannot be written (an archived file, a read-only mount, a full disk), so it can
+/// still be inspected. Its search then scans the units not yet in the index.
+pub async fn open_context_for_reading(global: &GlobalArgs) -> anyhow::Result<ContextStore> {
+    let url = global.database_url()?;
+    refuse_special_file(&url)?;
+    let options = ContextOptions::default().access(Access::ReadOnlyWhenUnwritable);
+    ContextStore::open_with(&url, options)
+        .await
+        .map_err(|err| match err {
+            agent_context::ContextError::SchemaNotReadable { .. } => with_hint(
+                err,
+                "the file cannot be written here, and its history and memory tables must be made or upgraded first: run `agentctl history threads` once where it can be written",
+            ),
+            err => with_hint(err, db_hint(&url)),
+        })
 }
 
 /// The context store at `url` (a URL the command chose, such as a private in-memory store).
@@ -109,7 +127,7 @@ fn db_hint(url: &str) -> String {
         }
         Ok(_) => match refuses_writes(&file) {
             Some(err) => format!(
-                "{shown} cannot be written ({}): `history` and `memory` need to write to it (their index), even to read; `runs` (whose `search` builds its index in memory then) and `journal` read it as it is",
+                "{shown} cannot be written ({}); the commands that only read still read it: `runs`, `journal`, `history search|window|threads`, `memory recall|evidence`",
                 agent_redact::redact_in(&err.to_string(), url)
             ),
             None => full_disk_hint(&file, url).unwrap_or_else(|| DB_HINT.into()),

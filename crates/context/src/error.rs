@@ -188,6 +188,24 @@ pub enum ContextError {
     #[error("database error: {0}")]
     Database(DatabaseError),
 
+    /// A write to a store opened read-only (`sqlite://PATH?mode=ro`, or
+    /// [`Access::ReadOnlyWhenUnwritable`](crate::Access::ReadOnlyWhenUnwritable) on a file
+    /// it could not write). Nothing was written.
+    #[error("the context store was opened read-only: nothing was written")]
+    ReadOnly,
+
+    /// A store opened read-only whose file holds no context schema, or an older one: a
+    /// read-only store applies no schema step.
+    #[error(
+        "its context schema is {found}, this build reads version {supported}, and a read-only store applies no schema step (open it once read-write)"
+    )]
+    SchemaNotReadable {
+        /// What the file holds ("version N", or "missing").
+        found: String,
+        /// The version this build reads.
+        supported: i64,
+    },
+
     /// The store was closed ([`close`](crate::ContextStore::close)) or its SQLite worker is gone.
     #[error("the context store is closed")]
     Closed,

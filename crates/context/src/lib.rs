@@ -80,6 +80,6 @@ mod unit;
 
 pub use error::{ContextError, DatabaseError, DatabaseErrorKind, MAX_FUTURE_SKEW_SECS, Result};
 pub use memory::{Consolidation, Evidence, MemoryEntry, NewEvidence, Revocation};
-pub use options::{ContextOptions, DEFAULT_INDEX_TAIL_BYTES, StoreDurability};
+pub use options::{Access, ContextOptions, DEFAULT_INDEX_TAIL_BYTES, StoreDurability};
 pub use store::{BackendKind, ContextStore, ThreadInfo};
 pub use unit::{CALL_OUTPUT_TYPES, NewUnit, Unit, UnitsAppended, Window, fold};

@@ -17,6 +17,24 @@ pub enum StoreDurability {
     Normal,
 }
 
+/// Whether a store may be opened read-only.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Access {
+    /// Read and write, creating the database and applying the schema as needed.
+    #[default]
+    ReadWrite,
+    /// [`ReadWrite`](Access::ReadWrite) when the database can be opened for writing; when
+    /// opening an existing SQLite file that way fails (a read-only file, directory or file
+    /// system, a disk too full for SQLite's `-shm` file, a write lock held past
+    /// [`ContextOptions::busy_timeout`]) and the file reads, read-only: writes then fail
+    /// with [`ContextError::ReadOnly`](crate::ContextError::ReadOnly), reads see what is
+    /// there (a search scans the units not yet in the index, which nothing folds). For
+    /// commands that only read. A PostgreSQL server is written to or not by its roles: there
+    /// this is [`ReadWrite`](Access::ReadWrite). `sqlite://PATH?mode=ro` opens read-only
+    /// whatever this says.
+    ReadOnlyWhenUnwritable,
+}
+
 /// Options for [`ContextStore::open_with`](crate::ContextStore::open_with).
 #[derive(Debug, Clone)]
 pub struct ContextOptions {
@@ -37,6 +55,8 @@ pub struct ContextOptions {
     /// 1-2 µs per 700-byte unit scanned, measured on the 2-core bench machine); `0`
     /// indexes every append at once. Default [`DEFAULT_INDEX_TAIL_BYTES`].
     pub index_tail_bytes: u64,
+    /// Whether the store may open read-only (default [`Access::ReadWrite`]).
+    pub access: Access,
 }
 
 /// Default [`ContextOptions::index_tail_bytes`]: 256 KiB, about 370 units of 700 bytes, a
@@ -50,6 +70,7 @@ impl Default for ContextOptions {
             busy_timeout: Duration::from_secs(5),
             connections: 4,
             index_tail_bytes: DEFAULT_INDEX_TAIL_BYTES,
+            access: Access::ReadWrite,
         }
     }
 }
@@ -58,6 +79,12 @@ impl ContextOptions {
     /// These options with `durability`.
     pub fn durability(mut self, durability: StoreDurability) -> Self {
         self.durability = durability;
+        self
+    }
+
+    /// These options with `access`.
+    pub fn access(mut self, access: Access) -> Self {
+        self.access = access;
         self
     }
 

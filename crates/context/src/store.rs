@@ -79,6 +79,16 @@ impl ContextStore {
         self.backend.kind()
     }
 
+    /// Whether this store was opened read-only (`sqlite://PATH?mode=ro`, or
+    /// [`Access::ReadOnlyWhenUnwritable`](crate::Access::ReadOnlyWhenUnwritable) on a file it
+    /// could not write): every write fails with [`ContextError::ReadOnly`].
+    pub fn is_read_only(&self) -> bool {
+        match &self.backend {
+            AnyBackend::Sqlite(sqlite) => sqlite.is_read_only(),
+            AnyBackend::Postgres(_) => false,
+        }
+    }
+
     /// Close the connections; later calls fail ([`ContextError::Closed`] on SQLite, a
     /// database error on PostgreSQL).
     ///

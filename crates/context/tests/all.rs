@@ -19,6 +19,9 @@ mod deferred_index;
 mod disk_full;
 #[path = "all/fuzz_units.rs"]
 mod fuzz_units;
+#[cfg(target_os = "linux")]
+#[path = "all/read_only.rs"]
+mod read_only;
 #[path = "all/schema.rs"]
 mod schema;
 #[path = "all/sqlite_build.rs"]

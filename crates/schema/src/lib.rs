@@ -19,7 +19,8 @@
 //!
 //! Also shared: [`DatabaseError`], the opaque form in which both crates report a database
 //! driver's failure, so the drivers' types stay out of their APIs; and [`json`], how both
-//! read the JSON text they store back into values.
+//! read the JSON text they store back into values; and [`sqlite_file`], how both open a
+//! SQLite file they cannot write.
 //!
 //! No sibling crates: the journal and the context store both use it without knowing each
 //! other. The drivers are dependencies only to classify their errors.
@@ -28,6 +29,7 @@
 
 mod database_error;
 pub mod json;
+pub mod sqlite_file;
 
 pub use database_error::{DatabaseError, DatabaseErrorKind, one_line, sqlite_disk_failure};
 

@@ -66,8 +66,20 @@ pub enum HistoryCmd {
     Threads,
 }
 
+impl HistoryCmd {
+    /// Whether the command writes to the store (the others open it read-only when it
+    /// cannot be written).
+    fn writes(&self) -> bool {
+        matches!(self, HistoryCmd::Append { .. })
+    }
+}
+
 pub async fn run(global: &GlobalArgs, cmd: HistoryCmd) -> anyhow::Result<std::process::ExitCode> {
-    let store = crate::db::open_context(global).await?;
+    let store = if cmd.writes() {
+        crate::db::open_context(global).await?
+    } else {
+        crate::db::open_context_for_reading(global).await?
+    };
     match cmd {
         HistoryCmd::Search {
             thread,

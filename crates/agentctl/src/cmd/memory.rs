@@ -72,8 +72,20 @@ pub enum MemoryCmd {
     },
 }
 
+impl MemoryCmd {
+    /// Whether the command writes to the store (the others open it read-only when it
+    /// cannot be written).
+    fn writes(&self) -> bool {
+        !matches!(self, MemoryCmd::Recall { .. } | MemoryCmd::Evidence { .. })
+    }
+}
+
 pub async fn run(global: &GlobalArgs, cmd: MemoryCmd) -> anyhow::Result<std::process::ExitCode> {
-    let store = crate::db::open_context(global).await?;
+    let store = if cmd.writes() {
+        crate::db::open_context(global).await?
+    } else {
+        crate::db::open_context_for_reading(global).await?
+    };
     match cmd {
         MemoryCmd::Recall {
             project,

@@ -261,54 +261,110 @@ fn history_items_and_memory_ages_say_what_is_wrong() {
 }
 
 /// On a file system it cannot write (here the sandbox's read-only mode, which holds for
-/// root too), `history` fails with a hint that says why, and `runs` still reads the file
-/// (`runs search` with its index built in memory).
+/// root too), the commands that only read still read the file: `history` and `memory`
+/// open their store read-only (a search scans what the index does not hold yet), `runs`
+/// reads the journal (`runs search` with its index built in memory); a write fails with a
+/// hint that says why, and a file with no history tables says what to do.
 #[test]
-fn history_on_an_unwritable_database_says_why() {
+fn an_unwritable_database_is_still_read() {
     let (dir, db) = temp_db("ro.db");
-    // A journal (what `runs` reads) and a history unit in one file.
+    // A journal (what `runs` reads), history units and memory in one file.
     stdout_ok(agentctl(&db).args(["journal", "threads"]));
+    for (unit, text) in [("u1", "hello"), ("u2", "hello again")] {
+        let items = format!(r#"[{{"type":"message","role":"user","content":"{text}"}}]"#);
+        stdout_ok(
+            agentctl(&db).args(["history", "append", "--thread", "t", "--unit", unit, &items]),
+        );
+    }
     stdout_ok(agentctl(&db).args([
-        "history",
-        "append",
-        "--thread",
-        "t",
-        "--unit",
-        "u1",
-        r#"[{"type":"message","role":"user","content":"hello"}]"#,
+        "memory",
+        "add",
+        "--source",
+        "s1",
+        "--project",
+        "p",
+        "--key",
+        "jdk",
+        "--value",
+        "17",
     ]));
-    let in_sandbox = |args: &[&str]| {
+    let in_sandbox = |db: &str, args: &[&str]| {
         std::process::Command::new(env!("CARGO_BIN_EXE_agentctl"))
             .env("HOME", dir.path())
             .args(["sandbox", "--mode", "read-only", "--workspace"])
             .arg(dir.path())
-            .args(["--", env!("CARGO_BIN_EXE_agentctl"), "--db", &db])
+            .args(["--", env!("CARGO_BIN_EXE_agentctl"), "--db", db])
             .args(args)
             .output()
             .unwrap()
     };
-    let out = in_sandbox(&["history", "search", "--thread", "t", "hello"]);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let read = |args: &[&str]| {
+        let out = in_sandbox(&db, args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{args:?}: {stderr}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let hits = read(&["history", "search", "--thread", "t", "hello"]);
+    assert!(hits.contains("#1 u1") && hits.contains("#2 u2"), "{hits}");
+    assert!(read(&["history", "window", "--thread", "t", "--keep", "1"]).contains("#2 u2"));
+    assert!(read(&["history", "threads"]).contains("t\t2 units"));
+    assert!(read(&["memory", "recall", "--project", "p"]).contains("jdk = 17"));
+    assert!(read(&["memory", "evidence", "--project", "p"]).contains("s1"));
+    read(&["runs", "list"]);
+
     let file = dir.path().join("ro.db");
+    for write in [
+        &[
+            "history",
+            "append",
+            "--thread",
+            "t",
+            "--unit",
+            "u3",
+            r#"[{"type":"message","text":"x"}]"#,
+        ][..],
+        &["memory", "revoke", "s1"],
+    ] {
+        let out = in_sandbox(&db, write);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{write:?}: {stderr}");
+        assert!(
+            stderr.contains(&format!("hint: {} cannot be written", file.display()))
+                && stderr.contains("the commands that only read still read it"),
+            "{write:?}: {stderr}"
+        );
+    }
+    // Nothing was written: outside the sandbox the store holds what it held.
+    stdout_ok(agentctl(&db).args(["history", "threads"]));
+    let out = agentctl(&db)
+        .args(["history", "search", "--thread", "t", "x"])
+        .output()
+        .unwrap();
     assert!(
-        stderr.contains(&format!("hint: {} cannot be written", file.display()))
-            && stderr.contains("`history` and `memory` need to write to it"),
-        "{stderr}"
+        String::from_utf8_lossy(&out.stdout).contains("no unit"),
+        "{out:?}"
     );
-    let out = in_sandbox(&["runs", "list"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+
     // `runs search` builds the history index it cannot write in memory instead.
-    let out = in_sandbox(&["runs", "search", "--all", "hello"]);
+    let out = in_sandbox(&db, &["runs", "search", "--all", "hello"]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     assert!(
         stderr.contains(&format!("note: {} cannot be written", file.display()))
             && stderr.contains("built in memory for this search"),
+        "{stderr}"
+    );
+
+    // A file with a journal and no history tables: read-only, they cannot be made.
+    let bare = format!("sqlite://{}", dir.path().join("bare.db").display());
+    let bare = bare.as_str();
+    stdout_ok(agentctl(bare).args(["journal", "threads"]));
+    let out = in_sandbox(bare, &["history", "threads"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("context schema is missing")
+            && stderr.contains("must be made or upgraded first"),
         "{stderr}"
     );
 }

@@ -85,14 +85,12 @@ impl Checkpointer {
         target: &Target,
         options: &ContextOptions,
     ) -> Option<Self> {
-        let Target::File {
-            path,
-            read_only: false,
-            ..
-        } = target
-        else {
+        let Target::File { path, mode } = target else {
             return None;
         };
+        if !mode.writes() {
+            return None;
+        }
         let conn = Connection::open_with_flags(
             path,
             OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
@@ -171,6 +169,7 @@ fn run(conn: Connection, nudged: Receiver<()>, passes: &AtomicUsize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::sqlite::url::FileMode;
 
     /// A busy writer of small commits: the log passes [`SOFT_PAGES`] and keeps growing
     /// between passes, so a nudge per job (as first built) ran a checkpoint, with two
@@ -189,8 +188,7 @@ mod tests {
             .unwrap();
         let target = Target::File {
             path: path.clone(),
-            create: false,
-            read_only: false,
+            mode: FileMode::Write,
         };
         let options = ContextOptions::default().durability(StoreDurability::Normal);
         let checkpointer = Checkpointer::start(&writer, &target, &options).unwrap();

@@ -22,8 +22,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::backend::StoreBackend;
-use crate::error::Result;
-use crate::options::ContextOptions;
+use crate::error::{ContextError, Result};
+use crate::options::{Access, ContextOptions};
 
 use index::{FoldSignal, Folder};
 use worker::Db;
@@ -53,23 +53,77 @@ impl SqliteBackend {
             ..options.clone()
         };
         let target = url::parse(url)?;
-        let read_only = matches!(
-            target,
-            url::Target::File {
-                read_only: true,
-                ..
+        let path = match &target {
+            url::Target::File { path, mode } if !mode.writes() => {
+                return Self::open_read_only(path, options).await;
             }
-        );
-        // A file may hold a tail left by a process that stopped before folding it.
+            url::Target::File { path, .. } => Some(path.clone()),
+            url::Target::Memory => None,
+        };
+        let opened = Self::open_target(target, options).await;
+        match (opened, path) {
+            (Err(err), Some(path))
+                if options.access == Access::ReadOnlyWhenUnwritable && path.is_file() =>
+            {
+                tracing::debug!(%err, "cannot write the context store; opening it read-only");
+                match Self::open_read_only(&path, options).await {
+                    Err(
+                        schema @ (ContextError::SchemaNotReadable { .. }
+                        | ContextError::SchemaTooNew { .. }),
+                    ) => Err(schema),
+                    // Otherwise the read-write error says more when reading fails too.
+                    read_only => read_only.map_err(|_| err),
+                }
+            }
+            (opened, _) => opened,
+        }
+    }
+
+    /// Opens an existing file read-only, applying no schema step: `mode=ro`, then, when
+    /// SQLite cannot read it that way and its `-wal` holds no commits, `immutable=1`
+    /// (see [`agent_schema::sqlite_file`]).
+    async fn open_read_only(path: &std::path::Path, options: &ContextOptions) -> Result<Self> {
+        let mut modes = vec![url::FileMode::Read];
+        if agent_schema::sqlite_file::wal_holds_nothing(path) {
+            modes.push(url::FileMode::Immutable);
+        }
+        let mut failure = None;
+        for mode in modes {
+            let target = url::Target::File {
+                path: path.to_path_buf(),
+                mode,
+            };
+            match Self::open_target(target, options).await {
+                Err(err @ ContextError::Database(_)) => failure = Some(err),
+                opened => return opened,
+            }
+        }
+        Err(failure.unwrap_or(ContextError::Closed))
+    }
+
+    /// Opens `target`: applies the schema steps it lacks, or, read-only, checks it needs none.
+    async fn open_target(target: url::Target, options: &ContextOptions) -> Result<Self> {
+        let read_only = target.read_only();
+        // A writable file may hold a tail left by a process that stopped before folding it;
+        // a read-only one is never folded (a search scans its tail).
         let fold = FoldSignal::new(!read_only);
         let db = Db::open(&target, options, Box::new(Folder::new(fold.clone()))).await?;
-        db.write(schema::migrate).await?;
+        if read_only {
+            db.read(schema::check_readable).await?;
+        } else {
+            db.write(schema::migrate).await?;
+        }
         Ok(SqliteBackend {
             db,
             threads: Arc::new(Mutex::new(HashMap::new())),
             fold,
             tail_bound: options.index_tail_bytes,
         })
+    }
+
+    /// Whether writes are refused ([`ContextError::ReadOnly`]).
+    pub(crate) fn is_read_only(&self) -> bool {
+        self.db.is_read_only()
     }
 }
 

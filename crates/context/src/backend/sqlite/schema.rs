@@ -51,3 +51,31 @@ pub(super) fn migrate(conn: &mut Connection) -> Result<()> {
     tx.commit()?;
     Ok(())
 }
+
+/// For a store opened read-only: `Ok` when the file holds this build's schema exactly, as
+/// nothing can be applied to it.
+pub(super) fn check_readable(conn: &Connection) -> Result<()> {
+    let supported = SCHEMA.last().map_or(0, |(version, _)| *version);
+    let found: Option<i64> = conn
+        .query_row("SELECT max(version) FROM context_schema", [], |r| r.get(0))
+        .or_else(|err| match &err {
+            rusqlite::Error::SqliteFailure(_, Some(message))
+                if message.starts_with("no such table") =>
+            {
+                Ok(None)
+            }
+            _ => Err(err),
+        })?;
+    match found {
+        Some(found) if found == supported => Ok(()),
+        Some(found) if found > supported => Err(ContextError::SchemaTooNew { found, supported }),
+        Some(found) => Err(ContextError::SchemaNotReadable {
+            found: format!("version {found}"),
+            supported,
+        }),
+        None => Err(ContextError::SchemaNotReadable {
+            found: "missing".into(),
+            supported,
+        }),
+    }
+}

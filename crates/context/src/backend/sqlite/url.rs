@@ -14,9 +14,36 @@ pub(crate) enum Target {
     Memory,
     File {
         path: PathBuf,
-        create: bool,
-        read_only: bool,
+        mode: FileMode,
     },
+}
+
+/// How a store's file is opened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum FileMode {
+    /// Read and write, creating the file if it is missing (`mode=rwc`, the default).
+    Create,
+    /// Read and write an existing file (`mode=rw`).
+    Write,
+    /// Read only (`mode=ro`): sees the commits of writers elsewhere, but needs the `-shm`
+    /// file of a WAL database, which SQLite makes if it is missing.
+    Read,
+    /// Read only, `immutable=1`: no `-shm` file and no locks. Only for a file whose `-wal`
+    /// holds no commits (then the main file holds them all), which nothing writes meanwhile.
+    Immutable,
+}
+
+impl FileMode {
+    pub(crate) fn writes(self) -> bool {
+        matches!(self, FileMode::Create | FileMode::Write)
+    }
+}
+
+impl Target {
+    /// Whether this store's connections only read.
+    pub(crate) fn read_only(&self) -> bool {
+        matches!(self, Target::File { mode, .. } if !mode.writes())
+    }
 }
 
 pub(crate) fn parse(url: &str) -> Result<Target> {
@@ -26,12 +53,12 @@ pub(crate) fn parse(url: &str) -> Result<Target> {
         .or_else(|| url.strip_prefix("sqlite:"))
         .ok_or_else(unsupported)?;
     let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
-    let (mut create, mut read_only, mut memory) = (true, false, path == ":memory:");
+    let (mut mode, mut memory) = (FileMode::Create, path == ":memory:");
     for pair in query.split('&').filter(|p| !p.is_empty()) {
         match pair.split_once('=').unwrap_or((pair, "")) {
-            ("mode", "rwc") => {}
-            ("mode", "rw") => create = false,
-            ("mode", "ro") => (create, read_only) = (false, true),
+            ("mode", "rwc") => mode = FileMode::Create,
+            ("mode", "rw") => mode = FileMode::Write,
+            ("mode", "ro") => mode = FileMode::Read,
             ("mode", "memory") => memory = true,
             ("cache", "shared" | "private") => {}
             _ => return Err(unsupported()),
@@ -46,8 +73,7 @@ pub(crate) fn parse(url: &str) -> Result<Target> {
     }
     Ok(Target::File {
         path: PathBuf::from(path),
-        create,
-        read_only,
+        mode,
     })
 }
 
@@ -55,11 +81,10 @@ pub(crate) fn parse(url: &str) -> Result<Target> {
 mod tests {
     use super::*;
 
-    fn file(path: &str, create: bool, read_only: bool) -> Target {
+    fn file(path: &str, mode: FileMode) -> Target {
         Target::File {
             path: PathBuf::from(path),
-            create,
-            read_only,
+            mode,
         }
     }
 
@@ -69,20 +94,23 @@ mod tests {
         assert_eq!(parse("sqlite://x.db?mode=memory").unwrap(), Target::Memory);
         assert_eq!(
             parse("sqlite:///tmp/a b.db").unwrap(),
-            file("/tmp/a b.db", true, false)
+            file("/tmp/a b.db", FileMode::Create)
         );
-        assert_eq!(parse("sqlite:rel.db").unwrap(), file("rel.db", true, false));
+        assert_eq!(
+            parse("sqlite:rel.db").unwrap(),
+            file("rel.db", FileMode::Create)
+        );
         assert_eq!(
             parse("sqlite:///tmp/a%20b.db?mode=rw").unwrap(),
-            file("/tmp/a b.db", false, false)
+            file("/tmp/a b.db", FileMode::Write)
         );
         assert_eq!(
             parse("sqlite://c.db?mode=ro&cache=shared").unwrap(),
-            file("c.db", false, true)
+            file("c.db", FileMode::Read)
         );
         assert_eq!(
             parse("sqlite://50%.db").unwrap(),
-            file("50%.db", true, false)
+            file("50%.db", FileMode::Create)
         );
         for bad in [
             "sqlite://",

@@ -33,7 +33,7 @@ use rusqlite::{Connection, OpenFlags};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot};
 
 use super::checkpoint::Checkpointer;
-use super::url::Target;
+use super::url::{FileMode, Target};
 use crate::error::{ContextError, DatabaseErrorKind, Result};
 use crate::options::{ContextOptions, StoreDurability};
 
@@ -71,6 +71,8 @@ pub(crate) struct Db {
     /// The writer's connection (`None` once closed).
     writer: Shared,
     readers: Option<ReadPool>,
+    /// Every write fails with [`ContextError::ReadOnly`] (a file opened read-only).
+    read_only: bool,
     closed: AtomicBool,
 }
 
@@ -86,6 +88,8 @@ struct InlineWrites {
 
 struct ReadPool {
     path: PathBuf,
+    /// [`FileMode::Read`] or [`FileMode::Immutable`] (how the readers open `path`).
+    mode: FileMode,
     busy_timeout: Duration,
     idle: Mutex<Vec<Connection>>,
     /// Bounds concurrent reads to the configured number of connections.
@@ -200,8 +204,13 @@ impl Db {
         opened_rx.await.map_err(|_| ContextError::Closed)??;
         let readers = match target {
             Target::Memory => None,
-            Target::File { path, .. } => Some(ReadPool {
+            Target::File { path, mode } => Some(ReadPool {
                 path: path.clone(),
+                mode: if *mode == FileMode::Immutable {
+                    FileMode::Immutable
+                } else {
+                    FileMode::Read
+                },
                 busy_timeout: options.busy_timeout,
                 idle: Mutex::new(Vec::new()),
                 permits: Arc::new(Semaphore::new(
@@ -216,16 +225,26 @@ impl Db {
             exited: Mutex::new(Some(exit_rx)),
             writer,
             readers,
+            read_only: target.read_only(),
             closed: AtomicBool::new(false),
         }))
     }
 
-    /// Run `job` on the writer thread, on the write connection.
+    /// Whether every write is refused (a file opened read-only).
+    pub(crate) fn is_read_only(&self) -> bool {
+        self.read_only
+    }
+
+    /// Run `job` on the writer thread, on the write connection; refused at once on a store
+    /// opened read-only.
     pub(crate) async fn write<T, F>(&self, job: F) -> Result<T>
     where
         T: Send + 'static,
         F: FnOnce(&mut Connection) -> Result<T> + Send + 'static,
     {
+        if self.read_only {
+            return Err(ContextError::ReadOnly);
+        }
         let (reply_tx, reply_rx) = oneshot::channel();
         let job: Job = Box::new(move |conn| {
             let _ = reply_tx.send(job(conn));
@@ -351,12 +370,12 @@ impl Db {
         T: Send + 'static,
         F: Fn(&Connection) -> Result<T> + Send + 'static,
     {
-        let path = pool.path.clone();
+        let (path, mode) = (pool.path.clone(), pool.mode);
         let busy_timeout = pool.busy_timeout;
         let (conn, result) = tokio::task::spawn_blocking(move || {
             let conn = match conn {
                 Some(conn) => conn,
-                None => match open_reader(&path, busy_timeout) {
+                None => match open_reader(&path, mode, busy_timeout) {
                     Ok(conn) => conn,
                     Err(err) => return (None, Err(err)),
                 },
@@ -443,23 +462,10 @@ where
 fn open_writer(target: &Target, options: &ContextOptions) -> Result<Connection> {
     let conn = match target {
         Target::Memory => Connection::open_in_memory()?,
-        Target::File {
-            path,
-            create,
-            read_only,
-        } => {
-            let mut flags = OpenFlags::SQLITE_OPEN_NO_MUTEX;
-            flags |= if *read_only {
-                OpenFlags::SQLITE_OPEN_READ_ONLY
-            } else {
-                OpenFlags::SQLITE_OPEN_READ_WRITE
-            };
-            if *create {
-                flags |= OpenFlags::SQLITE_OPEN_CREATE;
-            }
-            let conn = Connection::open_with_flags(path, flags)?;
+        Target::File { path, mode } => {
+            let conn = open_file(path, *mode)?;
             conn.busy_timeout(options.busy_timeout)?;
-            if !*read_only {
+            if mode.writes() {
                 conn.pragma_update(None, "journal_mode", "WAL")?;
             }
             conn.pragma_update(
@@ -482,11 +488,34 @@ fn open_writer(target: &Target, options: &ContextOptions) -> Result<Connection> 
     Ok(conn)
 }
 
-fn open_reader(path: &std::path::Path, busy_timeout: Duration) -> Result<Connection> {
-    let conn = Connection::open_with_flags(
-        path,
-        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-    )?;
+/// Opens `path` as `mode` says; [`FileMode::Immutable`] through its `file:` URI.
+fn open_file(path: &std::path::Path, mode: FileMode) -> rusqlite::Result<Connection> {
+    let flags = OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    match mode {
+        FileMode::Create => Connection::open_with_flags(
+            path,
+            flags | OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE,
+        ),
+        FileMode::Write => {
+            Connection::open_with_flags(path, flags | OpenFlags::SQLITE_OPEN_READ_WRITE)
+        }
+        FileMode::Read => {
+            Connection::open_with_flags(path, flags | OpenFlags::SQLITE_OPEN_READ_ONLY)
+        }
+        FileMode::Immutable => Connection::open_with_flags(
+            agent_schema::sqlite_file::file_uri(path, "immutable=1"),
+            flags | OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_URI,
+        ),
+    }
+}
+
+/// A pooled read connection; `mode` is [`FileMode::Read`] or [`FileMode::Immutable`].
+fn open_reader(
+    path: &std::path::Path,
+    mode: FileMode,
+    busy_timeout: Duration,
+) -> Result<Connection> {
+    let conn = open_file(path, mode)?;
     conn.busy_timeout(busy_timeout)?;
     conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
     super::holds::register(&conn)?;

@@ -16,6 +16,7 @@ mod write;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
+use agent_schema::sqlite_file::{file_uri, wal_holds_nothing};
 use rusqlite::config::DbConfig;
 use rusqlite::{Connection, OpenFlags};
 
@@ -315,34 +316,6 @@ fn schema_version(conn: &Connection) -> rusqlite::Result<i64> {
         [],
         |row| row.get(0),
     )
-}
-
-/// Whether the database at `path` has no `-wal` file with commits in it (none, or empty):
-/// then the main file holds every commit and `immutable=1` reads all of them.
-fn wal_holds_nothing(path: &std::path::Path) -> bool {
-    let mut wal = path.as_os_str().to_owned();
-    wal.push("-wal");
-    match std::fs::metadata(std::path::Path::new(&wal)) {
-        Ok(meta) => meta.len() == 0,
-        Err(err) => err.kind() == std::io::ErrorKind::NotFound,
-    }
-}
-
-/// The `file:` URI of `path` with `query` (`%`, `?` and `#` escaped, as SQLite's URI
-/// rules ask).
-fn file_uri(path: &std::path::Path, query: &str) -> String {
-    let mut uri = String::from("file:");
-    for c in path.to_string_lossy().chars() {
-        match c {
-            '%' => uri.push_str("%25"),
-            '?' => uri.push_str("%3f"),
-            '#' => uri.push_str("%23"),
-            c => uri.push(c),
-        }
-    }
-    uri.push('?');
-    uri.push_str(query);
-    uri
 }
 
 /// Whether `err`, from opening a database for writing, says it cannot be written (a
