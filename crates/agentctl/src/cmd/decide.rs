@@ -3,6 +3,7 @@
 
 use std::process::ExitCode;
 
+use agent_host::HostError;
 use agent_host::run::{self, Decision, DecisionRequest};
 use clap::Args;
 use serde_json::json;
@@ -94,11 +95,38 @@ pub async fn decide(
     };
     let result = run::decide(&journal, &args.run, request).await;
     journal.close().await;
-    result?;
     let verb = if approve { "approved" } else { "denied" };
+    // The first decision wins. Deciding the same again (a retry, or two people agreeing)
+    // is done, and says by whom; a different decision, or `--always` on top of a plain
+    // approval, is a state the command cannot act on.
+    let first_by = match result {
+        Ok(()) => None,
+        Err(HostError::AlreadyDecided { decision, by, .. }) if decision == verb && !always => {
+            Some(by)
+        }
+        Err(err @ HostError::AlreadyDecided { .. }) => {
+            return Err(output::with_hint(
+                output::UsageError(err.to_string()),
+                format!(
+                    "the first decision stands; `agentctl runs show {}` shows it",
+                    args.run
+                ),
+            ));
+        }
+        Err(err) => return Err(err.into()),
+    };
     if global.json {
-        output::json_line(&json!({"type": "approval.decided", "run_id": args.run,
-            "call_id": args.call_id, "decision": if approve { "approve" } else { "deny" }}))?;
+        let mut line = json!({"type": "approval.decided", "run_id": args.run,
+            "call_id": args.call_id, "decision": if approve { "approve" } else { "deny" }});
+        if let Some(by) = &first_by {
+            line["already_decided_by"] = json!(by);
+        }
+        output::json_line(&line)?;
+    } else if let Some(by) = &first_by {
+        output::line(&format!(
+            "{} of run {} was already {verb} by {by}",
+            args.call_id, args.run
+        ))?;
     } else {
         output::line(&format!("{verb} {} of run {}", args.call_id, args.run))?;
     }

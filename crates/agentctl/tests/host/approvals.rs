@@ -88,12 +88,31 @@ async fn approvals_across_processes(db: FreshDb) {
         "ran\n"
     );
     check_invariants(&events(db, &run).await);
+    // The first decision wins: a different one is refused (exit 2, saying whose decision
+    // stands), the same one again is done (a retry, or two people agreeing).
     let again = out(agentctl(db).args(["deny", &run, "call_s"]));
+    assert_eq!(again.status.code(), Some(2), "{}", text(&again.stderr));
     assert!(
-        text(&again.stderr).contains("already approved"),
+        text(&again.stderr).contains("already approved by")
+            && text(&again.stderr).contains(&format!("agentctl runs show {run}")),
         "{}",
         text(&again.stderr)
     );
+    let always = out(agentctl(db).args(["approve", &run, "call_s", "--always"]));
+    assert_eq!(always.status.code(), Some(2), "{}", text(&always.stderr));
+    let same = out(agentctl(db).args(["approve", &run, "call_s"]));
+    assert_eq!(same.status.code(), Some(0), "{}", text(&same.stderr));
+    assert!(
+        text(&same.stdout).starts_with(&format!("call_s of run {run} was already approved by ")),
+        "{}",
+        text(&same.stdout)
+    );
+    let same = out(agentctl(db).args(["--json", "approve", &run, "call_s"]));
+    assert_eq!(same.status.code(), Some(0), "{}", text(&same.stderr));
+    let line: serde_json::Value = serde_json::from_slice(&same.stdout).unwrap();
+    assert_eq!(line["type"], "approval.decided");
+    assert_eq!(line["decision"], "approve");
+    assert!(line["already_decided_by"].is_string(), "{line}");
 
     // 2. Paused without --wait (exit 3), approved while no host runs, then resumed.
     let (_g2, ws2) = workspace();
@@ -197,7 +216,7 @@ async fn approve_always_decides_the_siblings_and_no_later_decision_rewrites_a_ca
             .is_empty()
     );
     let late = out(agentctl(&db).args(["deny", &run, "c2"]));
-    assert_eq!(late.status.code(), Some(1));
+    assert_eq!(late.status.code(), Some(2));
     let msg = text(&late.stderr);
     assert!(msg.contains("already"), "{msg}");
     // The model saw c2's real output.
