@@ -107,8 +107,13 @@ pub async fn run(global: &GlobalArgs, cmd: MemoryCmd) -> anyhow::Result<std::pro
                     line(&describe(entry))?;
                 }
                 if pending > 0 {
+                    let writable = if store.is_read_only() {
+                        ", which needs the file writable"
+                    } else {
+                        ""
+                    };
                     line(&format!(
-                        "({pending} changed key(s) await `agentctl memory consolidate`)"
+                        "({pending} changed key(s) await `agentctl memory consolidate`{writable})"
                     ))?;
                 }
             }

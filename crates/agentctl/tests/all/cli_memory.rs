@@ -288,6 +288,19 @@ fn an_unwritable_database_is_still_read() {
         "--value",
         "17",
     ]));
+    stdout_ok(agentctl(&db).args([
+        "memory",
+        "add",
+        "--source",
+        "s2",
+        "--project",
+        "p",
+        "--key",
+        "os",
+        "--value",
+        "linux",
+        "--no-consolidate",
+    ]));
     let in_sandbox = |db: &str, args: &[&str]| {
         std::process::Command::new(env!("CARGO_BIN_EXE_agentctl"))
             .env("HOME", dir.path())
@@ -308,7 +321,14 @@ fn an_unwritable_database_is_still_read() {
     assert!(hits.contains("#1 u1") && hits.contains("#2 u2"), "{hits}");
     assert!(read(&["history", "window", "--thread", "t", "--keep", "1"]).contains("#2 u2"));
     assert!(read(&["history", "threads"]).contains("t\t2 units"));
-    assert!(read(&["memory", "recall", "--project", "p"]).contains("jdk = 17"));
+    let recalled = read(&["memory", "recall", "--project", "p"]);
+    assert!(
+        recalled.contains("jdk = 17")
+            && recalled.contains(
+                "1 changed key(s) await `agentctl memory consolidate`, which needs the file writable"
+            ),
+        "{recalled}"
+    );
     assert!(read(&["memory", "evidence", "--project", "p"]).contains("s1"));
     read(&["runs", "list"]);
 
