@@ -232,6 +232,19 @@ pub(crate) enum TermPlan {
     ThreadScan(String),
 }
 
+/// How many of a thread's first units an indexed search tests directly before it asks the
+/// trigram index: four per requested hit, at least 16 and at most 256. A term found in at
+/// least a quarter of the units gives `limit` hits among them and is answered there (they
+/// are its first `limit` hits in position order), without loading the term's long posting
+/// lists; a rarer term costs this short scan plus an index query over the positions after
+/// it. Both backends use it.
+pub(crate) fn search_prefix(limit: usize) -> i64 {
+    i64::try_from(limit)
+        .unwrap_or(i64::MAX)
+        .saturating_mul(4)
+        .clamp(16, 256)
+}
+
 pub(crate) fn plan_term(term: &str) -> TermPlan {
     let folded = fold(term);
     if folded.chars().count() >= 3 {

@@ -767,6 +767,7 @@ agent_testkit::backend_tests!(
     memory_rules_and_incremental,
     readers_see_old_or_new_memory,
     long_reads_give_whole_answers,
+    every_search_path_finds_what_a_scan_finds,
     items_with_serde_json_private_keys_read_back_as_appended,
     items_too_deep_to_read_back_are_refused,
     items_too_deep_to_serialise_are_refused,
@@ -913,6 +914,78 @@ async fn items_with_serde_json_private_keys_read_back_as_appended(db: common::Db
     assert_eq!(window.recent_units[0].items, items);
     let hits = s.search("odd", "zebra", 5).await.unwrap();
     assert_eq!(hits[0].items, items);
+}
+
+/// Every way a search is served (the thread's first units tested directly, the index, the
+/// tail not folded yet, a scan of the thread for a term the index cannot look up) finds
+/// exactly the units a scan of the thread's texts finds, in order, whatever the limit:
+/// terms of punctuation only, common and rare terms, terms whose hits cross from one range
+/// to the next.
+async fn every_search_path_finds_what_a_scan_finds(db: common::Db) {
+    let s = &db.store;
+    let text = |i: usize| {
+        let mut text = format!("unit {i} common");
+        if i % 50 == 7 {
+            text.push_str(" --> arrow");
+        }
+        if i % 97 == 3 {
+            text.push_str(" rare word");
+        }
+        if i.is_multiple_of(3) {
+            text.push_str(" a.b");
+        }
+        if i % 211 == 5 {
+            text.push_str(" ===");
+        }
+        text
+    };
+    s.pause_index_fold(true).await.unwrap();
+    let units: Vec<NewUnit> = (0..700)
+        .map(|i| NewUnit {
+            unit: format!("u{i}"),
+            items: msg(&text(i)),
+        })
+        .collect();
+    s.append_units("p", &units).await.unwrap();
+    // Positions up to 100 folded into the index (fewer than the directly tested prefix of
+    // the larger limits), then up to 500; the rest left in the tail.
+    let mut folded = 0;
+    for upto in [100, 500] {
+        while folded < upto {
+            let step = s.fold_index_step(upto - folded).await.unwrap();
+            assert!(step > 0);
+            folded += step;
+        }
+        found_as_by_a_scan(s, &text).await;
+    }
+}
+
+async fn found_as_by_a_scan(s: &ContextStore, text: &impl Fn(usize) -> String) {
+    for term in [
+        "-->",
+        "===",
+        "   ",
+        "common",
+        "rare word",
+        "a.b",
+        "arrow",
+        "unit 69",
+    ] {
+        let all: Vec<String> = (0..700)
+            .filter(|i| text(*i).contains(term))
+            .map(|i| format!("u{i}"))
+            .collect();
+        for limit in [1, 5, 40, 1000] {
+            let hits: Vec<String> = s
+                .search("p", term, limit)
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|u| u.unit)
+                .collect();
+            assert_eq!(hits, all[..limit.min(all.len())], "{term:?}, limit {limit}");
+        }
+    }
 }
 
 /// Reads that outlast the SQLite backend's inline budget are finished elsewhere; the answer

@@ -10,21 +10,12 @@ use super::{SqliteBackend, ThreadIds, index};
 use crate::backend::{AppendCommit, UnitStore};
 use crate::error::{ContextError, Result, is_sqlite_unique_violation};
 use crate::store::ThreadInfo;
-use crate::unit::{Prepared, TermPlan, Unit, decode};
+use crate::unit::{Prepared, TermPlan, Unit, decode, search_prefix};
 
 /// Positions live in the low 32 bits of a unit id, the thread id in the high bits.
 pub(super) const SEQ_BITS: u32 = 32;
 const MAX_SEQ: i64 = (1 << SEQ_BITS) - 1;
 const MAX_THREAD_ID: i64 = (1 << 31) - 1;
-
-/// How many of a thread's first units an indexed search tests directly before it asks the
-/// trigram index: four per requested hit, within these bounds. A term found in at least a
-/// quarter of the units gives `limit` hits among them and is answered there (they are its
-/// first `limit` hits in position order), without loading the term's long posting lists; a
-/// rarer term costs this short scan plus an index query over the positions after it.
-const SEARCH_PREFIX_PER_HIT: i64 = 4;
-const SEARCH_PREFIX_MIN: i64 = 16;
-const SEARCH_PREFIX_MAX: i64 = 256;
 
 impl UnitStore for SqliteBackend {
     /// Append `units` to `thread` in one transaction: one upsert reserves the positions
@@ -150,7 +141,7 @@ impl UnitStore for SqliteBackend {
     }
 
     /// Indexed terms: first a direct test of the thread's first few units (see
-    /// [`SEARCH_PREFIX_PER_HIT`]), then (when that gave fewer than `limit` hits) the
+    /// [`search_prefix`]), then (when that gave fewer than `limit` hits) the
     /// trigram index over the folded positions after them, then a scan of the units not
     /// folded yet (the tail, at most the store's bound in bytes unless a fold is paused or
     /// failing). Short terms: a scan of the thread's id range that stops at `limit` hits.
@@ -173,11 +164,7 @@ impl UnitStore for SqliteBackend {
                     return Ok(Vec::new());
                 };
                 let scan_end = if indexed {
-                    let prefix = i64::try_from(limit)
-                        .unwrap_or(i64::MAX)
-                        .saturating_mul(SEARCH_PREFIX_PER_HIT)
-                        .clamp(SEARCH_PREFIX_MIN, SEARCH_PREFIX_MAX);
-                    (lo + prefix + 1).min(hi)
+                    (lo + search_prefix(limit) + 1).min(hi)
                 } else {
                     hi
                 };
