@@ -38,8 +38,8 @@ impl PgBackend {
         // or the index where the caller chose it, see `units::trigram_searchable`): planned
         // once per connection, not on each of its first executions, which is every
         // execution of a short-lived command.
-        let connect = PgConnectOptions::from_str(url)?
-            .options([("plan_cache_mode", "force_generic_plan")]);
+        let connect =
+            PgConnectOptions::from_str(url)?.options([("plan_cache_mode", "force_generic_plan")]);
         // One direct connection first: a refused or failing connect is reported as itself at
         // once, where the pool would retry it until its acquire timeout and then say only
         // that it timed out.
