@@ -119,7 +119,7 @@ impl ContextStore {
     ) -> Result<UnitsAppended> {
         let prepared = unit::prepare(thread, unit, items)?;
         let position = self
-            .append_prepared(thread, vec![prepared], AppendCommit::Durable)
+            .append_prepared(thread, vec![prepared], AppendCommit::Durable, None)
             .await?;
         Ok(UnitsAppended { position })
     }
@@ -167,11 +167,72 @@ impl ContextStore {
             .await
     }
 
+    /// [`append_derived_units`](Self::append_derived_units) that also records, in the same
+    /// transaction, that the thread is derived from its source through `position` (see
+    /// [`derived_through`](Self::derived_through)). With no units, only the record is
+    /// written, as [`mark_derived_through`](Self::mark_derived_through) does.
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`append_units`](Self::append_units): the units and the record are written
+    /// together or not at all.
+    pub async fn append_derived_units_through(
+        &self,
+        thread: &str,
+        units: &[NewUnit],
+        position: i64,
+    ) -> Result<UnitsAppended> {
+        if units.is_empty() {
+            self.mark_derived_through(thread, position).await?;
+            let position = self.thread_units(thread).await?;
+            return Ok(UnitsAppended { position });
+        }
+        self.append_batch_through(thread, units, AppendCommit::Relaxed, Some(position))
+            .await
+    }
+
+    /// How far `thread`'s source has been derived into it: the highest position recorded
+    /// by [`append_derived_units_through`](Self::append_derived_units_through) or
+    /// [`mark_derived_through`](Self::mark_derived_through), opaque to the store (for a
+    /// run's history, a journal seq). `None` for an unknown thread or one never marked.
+    ///
+    /// # Cancel safety
+    ///
+    /// Read-only.
+    pub async fn derived_through(&self, thread: &str) -> Result<Option<i64>> {
+        limits::name("thread", thread)?;
+        on_backend!(&self.backend, b => b.derived_through(thread).await)
+    }
+
+    /// Records that `thread` is derived from its source through `position`: raises the
+    /// record, never lowers it (two writers that derived different extents leave the
+    /// larger, each having written its units first). A commit that does not wait for the
+    /// disk, as derived units' do: a power cut may lose it, and the caller derives again.
+    /// Returns whether the thread exists (an unknown thread is not created).
+    ///
+    /// # Cancel safety
+    ///
+    /// Written whole or not at all.
+    pub async fn mark_derived_through(&self, thread: &str, position: i64) -> Result<bool> {
+        limits::name("thread", thread)?;
+        on_backend!(&self.backend, b => b.set_derived_through(thread, position).await)
+    }
+
     async fn append_batch(
         &self,
         thread: &str,
         units: &[NewUnit],
         commit: AppendCommit,
+    ) -> Result<UnitsAppended> {
+        self.append_batch_through(thread, units, commit, None).await
+    }
+
+    async fn append_batch_through(
+        &self,
+        thread: &str,
+        units: &[NewUnit],
+        commit: AppendCommit,
+        derived_through: Option<i64>,
     ) -> Result<UnitsAppended> {
         if units.len() > limits::MAX_BATCH_UNITS {
             return Err(ContextError::TooLarge {
@@ -195,7 +256,9 @@ impl ContextStore {
             limits::name("thread", thread)?;
             return Ok(UnitsAppended { position: 0 });
         }
-        let position = self.append_prepared(thread, prepared, commit).await?;
+        let position = self
+            .append_prepared(thread, prepared, commit, derived_through)
+            .await?;
         Ok(UnitsAppended { position })
     }
 
@@ -204,8 +267,9 @@ impl ContextStore {
         thread: &str,
         units: Vec<unit::Prepared>,
         commit: AppendCommit,
+        derived_through: Option<i64>,
     ) -> Result<u64> {
-        on_backend!(&self.backend, b => b.append(thread, units, commit).await)
+        on_backend!(&self.backend, b => b.append(thread, units, commit, derived_through).await)
     }
 
     /// The pinned goal plus the last `keep_units` units of `thread`, oldest first.

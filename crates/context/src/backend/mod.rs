@@ -34,9 +34,22 @@ pub(crate) enum AppendCommit {
 /// History units: appends, windows, search.
 pub(crate) trait UnitStore {
     /// Appends `units` at the end of `thread` in one transaction, all or none; returns the
-    /// position of the last one.
-    async fn append(&self, thread: &str, units: Vec<Prepared>, commit: AppendCommit)
-    -> Result<u64>;
+    /// position of the last one. With `derived_through`, raises the thread's to it in the
+    /// same transaction.
+    async fn append(
+        &self,
+        thread: &str,
+        units: Vec<Prepared>,
+        commit: AppendCommit,
+        derived_through: Option<i64>,
+    ) -> Result<u64>;
+
+    /// The thread's `derived_through` (`None`: unknown thread, or never set).
+    async fn derived_through(&self, thread: &str) -> Result<Option<i64>>;
+
+    /// Raises an existing thread's `derived_through` to `position` (never lowers it), in a
+    /// commit that does not wait for the disk; returns whether the thread exists.
+    async fn set_derived_through(&self, thread: &str, position: i64) -> Result<bool>;
 
     /// The newest `keep` units, oldest first, with the sum of their stored sizes.
     async fn window(&self, thread: &str, keep: usize) -> Result<(Vec<Unit>, u64)>;

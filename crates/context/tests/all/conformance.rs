@@ -768,6 +768,7 @@ agent_testkit::backend_tests!(
     readers_see_old_or_new_memory,
     long_reads_give_whole_answers,
     every_search_path_finds_what_a_scan_finds,
+    derived_through_is_raised_with_its_units_and_never_lowered,
     items_with_serde_json_private_keys_read_back_as_appended,
     items_too_deep_to_read_back_are_refused,
     items_too_deep_to_serialise_are_refused,
@@ -914,6 +915,61 @@ async fn items_with_serde_json_private_keys_read_back_as_appended(db: common::Db
     assert_eq!(window.recent_units[0].items, items);
     let hits = s.search("odd", "zebra", 5).await.unwrap();
     assert_eq!(hits[0].items, items);
+}
+
+/// `derived_through`: unknown until marked; raised with the units of a derived append in
+/// their transaction (not by an append refused whole), or alone; never lowered; an unknown
+/// thread is not created by a mark.
+async fn derived_through_is_raised_with_its_units_and_never_lowered(db: common::Db) {
+    let s = &db.store;
+    let unit = |id: &str| NewUnit {
+        unit: id.into(),
+        items: msg(&format!("text of {id}")),
+    };
+    assert_eq!(s.derived_through("d").await.unwrap(), None);
+    assert!(!s.mark_derived_through("d", 5).await.unwrap());
+    assert_eq!(s.derived_through("d").await.unwrap(), None);
+    assert!(s.threads().await.unwrap().iter().all(|t| t.thread != "d"));
+    // Units appended without a position leave it unknown.
+    s.append_units("d", &[unit("u0")]).await.unwrap();
+    assert_eq!(s.derived_through("d").await.unwrap(), None);
+    let appended = s
+        .append_derived_units_through("d", &[unit("u1"), unit("u2")], 10)
+        .await
+        .unwrap();
+    assert_eq!(appended.position, 3);
+    assert_eq!(s.derived_through("d").await.unwrap(), Some(10));
+    s.append_derived_units("d", &[unit("u3")]).await.unwrap();
+    assert!(s.mark_derived_through("d", 7).await.unwrap());
+    assert_eq!(s.derived_through("d").await.unwrap(), Some(10));
+    // A batch refused whole (a unit held already) records nothing either.
+    let refused = s
+        .append_derived_units_through("d", &[unit("u4"), unit("u1")], 40)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(refused, ContextError::DuplicateUnit { .. }),
+        "{refused}"
+    );
+    assert_eq!(s.derived_through("d").await.unwrap(), Some(10));
+    s.append_derived_units_through("d", &[unit("u4")], 8)
+        .await
+        .unwrap();
+    assert_eq!(s.derived_through("d").await.unwrap(), Some(10));
+    assert!(s.mark_derived_through("d", 20).await.unwrap());
+    assert_eq!(s.derived_through("d").await.unwrap(), Some(20));
+    // No units: the record alone.
+    let held = s.append_derived_units_through("d", &[], 30).await.unwrap();
+    assert_eq!(held.position, 5);
+    assert_eq!(s.derived_through("d").await.unwrap(), Some(30));
+    let window = s.window("d", "g", 10).await.unwrap();
+    assert_eq!(units_of(&window), ["u0", "u1", "u2", "u3", "u4"]);
+    // Another thread is its own.
+    s.append_derived_units_through("e", &[unit("u0")], 3)
+        .await
+        .unwrap();
+    assert_eq!(s.derived_through("e").await.unwrap(), Some(3));
+    assert_eq!(s.derived_through("d").await.unwrap(), Some(30));
 }
 
 /// Every way a search is served (the thread's first units tested directly, the index, the

@@ -384,7 +384,7 @@ mod sqlite {
     }
 
     /// A file written by schema v1 (the trigger indexed every insert) opens, is migrated
-    /// in place (v2 to v4), and every old unit is found (through the index: nothing is left
+    /// in place (v2 to v5), and every old unit is found (through the index: nothing is left
     /// to fold) beside new ones; the index merges as a new one does.
     #[tokio::test]
     async fn v1_database_upgrades_in_place() {
@@ -428,7 +428,7 @@ mod sqlite {
         let version: i64 = conn
             .query_row("SELECT max(version) FROM context_schema", [], |r| r.get(0))
             .unwrap();
-        assert_eq!(version, 4);
+        assert_eq!(version, 5);
         assert_eq!(automerge(&conn), Some(16));
         // The three v1 units are in the index (once each), the new one is not yet.
         let in_index: i64 = conn
@@ -442,7 +442,7 @@ mod sqlite {
     }
 
     /// A file written by schema v2 (an index with positions, `detail=full`) with a thread
-    /// partly folded opens, is migrated in place (v3, then v4): the new index holds exactly
+    /// partly folded opens, is migrated in place (v3, v4, then v5): the new index holds exactly
     /// the units the old one did (at or below the watermark, once each) and merges as a new
     /// one does, the tail is folded later as before, and every unit is found at every point.
     #[tokio::test]
@@ -506,7 +506,7 @@ mod sqlite {
             let version: i64 = conn
                 .query_row("SELECT max(version) FROM context_schema", [], |r| r.get(0))
                 .unwrap();
-            assert_eq!(version, 4);
+            assert_eq!(version, 5);
             assert_eq!(automerge(&conn), Some(16));
             let (in_index, lowest, highest): (i64, i64, i64) = conn
                 .query_row(

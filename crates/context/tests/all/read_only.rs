@@ -90,6 +90,11 @@ async fn reads_all_and_writes_nothing(store: &ContextStore) {
     refused(store.revoke("s1").await.map(|_| ()), "revoke");
     refused(store.consolidate().await.map(|_| ()), "consolidate");
     refused(store.fold_index_step(10).await.map(|_| ()), "fold");
+    refused(
+        store.mark_derived_through("t", 99).await.map(|_| ()),
+        "mark derived through",
+    );
+    assert_eq!(store.derived_through("t").await.unwrap(), None);
     assert_eq!(store.search("t", "tok-99-z", 10).await.unwrap().len(), 0);
 }
 

@@ -15,6 +15,10 @@
 //!   journal goes, whoever drove it and whether or not it crashed.
 //! - A unit the context store refuses (over its size limits) is skipped with a warning and
 //!   tried again at the next catch-up; the journal keeps the full text.
+//! - The thread's `derived_through` is a journal seq of the run through which every unit is
+//!   in the thread (written with the units, or once they are all there). A run whose last
+//!   seq is not past it has nothing to catch up, and a search over every run reads it from
+//!   the journal only to show its hits.
 
 use std::collections::HashMap;
 
@@ -161,9 +165,12 @@ fn sources(state: &RunState) -> Vec<Source<'_>> {
 /// The units the thread lacks are first tried as one batch (one transaction, where one per
 /// unit made the first `runs search --all` over many runs wait mostly for disk syncs); when
 /// the batch is refused (a unit already held, one over the limits), unit by unit as below.
-/// Appends are [`append_derived_units`](ContextStore::append_derived_units): their commits
-/// do not wait for the disk, since a batch lost to a power cut is derived again by the next
-/// catch-up.
+/// Appends are derived ([`append_derived_units`](ContextStore::append_derived_units)):
+/// their commits do not wait for the disk, since a batch lost to a power cut is derived again
+/// by the next catch-up. A batch, and a thread found caught up, also record the run's last
+/// journal seq as the thread's [`derived_through`](ContextStore::derived_through), so that a
+/// later search over every run skips reading a run that has not moved since; a catch-up that
+/// had to go unit by unit records nothing, and the next one reads the run again.
 ///
 /// # Cancel safety
 /// Each append is atomic (the batch, or one unit): dropped midway, the units written stay
@@ -174,6 +181,9 @@ pub async fn catch_up(store: &ContextStore, state: &RunState) -> Result<usize, H
     // One row read (not a listing of every thread): a catch-up over all runs stays O(runs).
     let held = store.thread_units(&thread).await?;
     if held == sources.len() as u64 {
+        if held > 0 {
+            store.mark_derived_through(&thread, state.last_seq).await?;
+        }
         return Ok(0);
     }
     let new_unit = |source: &Source<'_>| {
@@ -191,7 +201,12 @@ pub async fn catch_up(store: &ContextStore, state: &RunState) -> Result<usize, H
         .iter()
         .map(new_unit)
         .collect();
-    if !missing.is_empty() && store.append_derived_units(&thread, &missing).await.is_ok() {
+    if !missing.is_empty()
+        && store
+            .append_derived_units_through(&thread, &missing, state.last_seq)
+            .await
+            .is_ok()
+    {
         return Ok(missing.len());
     }
     let mut written = 0;
@@ -267,32 +282,74 @@ pub async fn search(
     let ids = run::ids(journal).await?;
     let mut ids = ids.iter().map(String::as_str);
     let mut hits = Vec::new();
-    let mut next = load_some(journal, ids.next()).await?;
-    while let Some(state) = next.take() {
+    let mut next = prepare(journal, store, ids.next()).await?;
+    while let Some(run) = next.take() {
         if hits.len() >= limit {
             break;
         }
-        // A thread without `run.created` is no run (as in `run::list`).
-        let searched = async {
-            match state.spec {
-                Some(_) => search_run(store, &state, term, limit - hits.len()).await,
-                None => Ok(Vec::new()),
-            }
-        };
+        let searched = search_prepared(journal, store, run, term, limit - hits.len());
         // The read first: it goes to the journal's reader threads before the search takes
         // this task (the store's short reads may run on it).
-        let (loaded, found) = tokio::join!(load_some(journal, ids.next()), searched);
+        let (prepared, found) = tokio::join!(prepare(journal, store, ids.next()), searched);
         hits.extend(found?);
-        next = loaded?;
+        next = prepared?;
     }
     Ok(hits)
 }
 
-/// The run `id`, when there is one.
-async fn load_some(journal: &Journal, id: Option<&str>) -> Result<Option<RunState>, HostError> {
-    match id {
-        Some(id) => run::load(journal, id).await.map(Some),
-        None => Ok(None),
+/// A run of a search over every run, ready to search.
+enum Prepared {
+    /// Its thread holds every unit of the journal as it is now (`derived_through`): not
+    /// read from the journal unless it has hits.
+    CaughtUp(String),
+    /// Read from the journal, to be caught up first (boxed: a run's fold is large).
+    Loaded(Box<RunState>),
+}
+
+/// The run `id`, when there is one: caught up already, or read from the journal.
+async fn prepare(
+    journal: &Journal,
+    store: &ContextStore,
+    id: Option<&str>,
+) -> Result<Option<Prepared>, HistoryError> {
+    let Some(id) = id else {
+        return Ok(None);
+    };
+    let thread = kinds::thread_of(id);
+    if let Some(derived) = store.derived_through(&thread).await?
+        && journal
+            .last_seq(&thread)
+            .await
+            .map_err(HostError::from)?
+            .is_some_and(|last| last <= derived)
+    {
+        return Ok(Some(Prepared::CaughtUp(id.to_string())));
+    }
+    let state = run::load(journal, id).await?;
+    Ok(Some(Prepared::Loaded(Box::new(state))))
+}
+
+/// The hits of `run` for `term` (at most `limit`), catching it up first when it was read.
+async fn search_prepared(
+    journal: &Journal,
+    store: &ContextStore,
+    run: Prepared,
+    term: &str,
+    limit: usize,
+) -> Result<Vec<Hit>, HistoryError> {
+    match run {
+        Prepared::CaughtUp(id) => {
+            let found = store.search(&kinds::thread_of(&id), term, limit).await?;
+            if found.is_empty() {
+                return Ok(Vec::new());
+            }
+            // The run as the journal has it, for the hits' steps and tools.
+            let state = run::load(journal, &id).await?;
+            Ok(found.iter().map(|unit| hit(&state, unit, term)).collect())
+        }
+        // A thread without `run.created` is no run (as in `run::list`).
+        Prepared::Loaded(state) if state.spec.is_none() => Ok(Vec::new()),
+        Prepared::Loaded(state) => search_run(store, &state, term, limit).await,
     }
 }
 
@@ -542,6 +599,69 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(runs_of(&one), ["r2"]);
+    }
+
+    /// A caught-up run records the journal seq it was derived through; a search over every
+    /// run then reads it only to show its hits, and a run that moved on is read and caught
+    /// up again: its new units are found, with their steps and tools.
+    #[tokio::test]
+    async fn a_run_caught_up_is_searched_without_reading_it_until_it_moves_on() {
+        let journal = four_runs_and_a_stray_thread().await;
+        let store = ContextStore::open("sqlite::memory:").await.unwrap();
+        let thread = kinds::thread_of("r2");
+        assert_eq!(store.derived_through(&thread).await.unwrap(), None);
+        let all = search(&journal, &store, None, "needle", 10).await.unwrap();
+        assert_eq!(all.len(), 4);
+        let last = journal.last_seq(&thread).await.unwrap();
+        assert_eq!(store.derived_through(&thread).await.unwrap(), last);
+        // The same answers from the caught-up threads, hits shown as before.
+        assert_eq!(
+            search(&journal, &store, None, "needle", 10).await.unwrap(),
+            all
+        );
+        assert!(
+            search(&journal, &store, None, "absent", 10)
+                .await
+                .unwrap()
+                .is_empty()
+        );
+        // r2 moves on: a second step calls a tool, which is refused (a terminal call).
+        journal
+            .append_batch(vec![
+                agent_journal::NewEvent::new(
+                    thread.clone(),
+                    kinds::MODEL_COMPLETED,
+                    json!({"step": 2, "response_id": "y", "output": [{"type": "function_call",
+                           "call_id": "c1", "name": "shell",
+                           "arguments": "{\"command\":\"echo HAYSTACK\"}"}]}),
+                ),
+                agent_journal::NewEvent::new(
+                    thread.clone(),
+                    kinds::TOOL_REFUSED,
+                    json!({"call_id": "c1", "tool": "shell", "message": "HAYSTACK refused"}),
+                ),
+            ])
+            .await
+            .unwrap();
+        let found = search(&journal, &store, None, "haystack", 10)
+            .await
+            .unwrap();
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(
+            (found[0].run_id.as_str(), found[0].kind, found[0].step),
+            ("r2", "tool", 2)
+        );
+        assert_eq!(found[0].tool.as_deref(), Some("shell"));
+        let moved = journal.last_seq(&thread).await.unwrap();
+        assert!(moved > last);
+        assert_eq!(store.derived_through(&thread).await.unwrap(), moved);
+        // Found again through the caught-up thread, shown the same way.
+        assert_eq!(
+            search(&journal, &store, None, "haystack", 10)
+                .await
+                .unwrap(),
+            found
+        );
     }
 
     /// The snippet as first written: each character folded alone, and the fold compared

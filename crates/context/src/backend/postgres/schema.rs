@@ -15,6 +15,10 @@ const SCHEMA: &agent_schema::Steps = &[
         2,
         include_str!("../../../migrations/postgres/0002_deferred_index.sql"),
     ),
+    (
+        3,
+        include_str!("../../../migrations/postgres/0003_derived_through.sql"),
+    ),
 ];
 /// Advisory lock key serialising schema migrations of this crate.
 const MIGRATION_LOCK: i64 = 0x0c0e_7e47;

@@ -60,6 +60,7 @@ impl UnitStore for PgBackend {
         thread: &str,
         units: Vec<Prepared>,
         commit: AppendCommit,
+        derived_through: Option<i64>,
     ) -> Result<u64> {
         let count = i64::try_from(units.len()).unwrap_or(i64::MAX);
         let bytes: i64 = units
@@ -76,14 +77,17 @@ impl UnitStore for PgBackend {
             }
         }
         let row = sqlx::query(
-            "INSERT INTO context_threads (thread, last_seq, tail_bytes) VALUES ($1, $2, $3) \
+            "INSERT INTO context_threads (thread, last_seq, tail_bytes, derived_through) \
+             VALUES ($1, $2, $3, $4) \
              ON CONFLICT (thread) DO UPDATE SET last_seq = context_threads.last_seq + $2, \
-             tail_bytes = context_threads.tail_bytes + $3 \
+             tail_bytes = context_threads.tail_bytes + $3, \
+             derived_through = GREATEST(context_threads.derived_through, $4) \
              RETURNING id, last_seq, indexed_seq, tail_bytes",
         )
         .bind(thread)
         .bind(count)
         .bind(bytes)
+        .bind(derived_through)
         .fetch_one(&mut *tx)
         .await?;
         let thread_id: i64 = row.try_get(0)?;
@@ -204,6 +208,33 @@ impl UnitStore for PgBackend {
             }
         };
         rows_to_units(rows)
+    }
+
+    async fn derived_through(&self, thread: &str) -> Result<Option<i64>> {
+        let found: Option<Option<i64>> =
+            sqlx::query_scalar("SELECT derived_through FROM context_threads WHERE thread = $1")
+                .bind(thread)
+                .fetch_optional(&self.pool)
+                .await?;
+        Ok(found.flatten())
+    }
+
+    async fn set_derived_through(&self, thread: &str, position: i64) -> Result<bool> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query("SET LOCAL synchronous_commit = off")
+            .execute(&mut *tx)
+            .await?;
+        let changed = sqlx::query(
+            "UPDATE context_threads SET derived_through = GREATEST(derived_through, $2) \
+             WHERE thread = $1",
+        )
+        .bind(thread)
+        .bind(position)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        tx.commit().await?;
+        Ok(changed > 0)
     }
 
     async fn threads(&self) -> Result<Vec<ThreadInfo>> {

@@ -23,6 +23,10 @@ const SCHEMA: &agent_schema::Steps = &[
         4,
         include_str!("../../../migrations/sqlite/0004_index_automerge.sql"),
     ),
+    (
+        5,
+        include_str!("../../../migrations/sqlite/0005_derived_through.sql"),
+    ),
 ];
 
 /// Applies the steps not yet recorded, in one immediate transaction (several processes may

@@ -29,6 +29,7 @@ impl UnitStore for SqliteBackend {
         thread: &str,
         units: Vec<Prepared>,
         commit: AppendCommit,
+        derived_through: Option<i64>,
     ) -> Result<u64> {
         let thread = thread.to_string();
         let threads = self.threads.clone();
@@ -44,14 +45,21 @@ impl UnitStore for SqliteBackend {
                     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
                     let (thread_id, last, indexed, tail): (i64, i64, i64, i64) = tx
                         .prepare_cached(
-                            "INSERT INTO context_threads (thread, last_seq, tail_bytes) \
-                         VALUES (?1, ?2, ?3) \
+                            "INSERT INTO context_threads \
+                         (thread, last_seq, tail_bytes, derived_through) \
+                         VALUES (?1, ?2, ?3, ?4) \
                          ON CONFLICT (thread) DO UPDATE SET last_seq = last_seq + ?2, \
-                         tail_bytes = tail_bytes + ?3 \
+                         tail_bytes = tail_bytes + ?3, \
+                         derived_through = coalesce(max(derived_through, ?4), derived_through, ?4) \
                          RETURNING id, last_seq, indexed_seq, tail_bytes",
                         )?
                         .query_row(
-                            params![thread, count, i64::try_from(bytes).unwrap_or(i64::MAX)],
+                            params![
+                                thread,
+                                count,
+                                i64::try_from(bytes).unwrap_or(i64::MAX),
+                                derived_through
+                            ],
                             |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
                         )?;
                     let tail = u64::try_from(tail).unwrap_or_default();
@@ -93,6 +101,38 @@ impl UnitStore for SqliteBackend {
                     AppendCommit::Durable => append(conn),
                     AppendCommit::Relaxed => with_relaxed_sync(conn, append),
                 }
+            })
+            .await
+    }
+
+    async fn derived_through(&self, thread: &str) -> Result<Option<i64>> {
+        let thread = thread.to_string();
+        self.db
+            .read(move |conn| {
+                let found: Option<Option<i64>> = conn
+                    .prepare_cached(
+                        "SELECT derived_through FROM context_threads WHERE thread = ?1",
+                    )?
+                    .query_row(params![thread], |r| r.get(0))
+                    .optional()?;
+                Ok(found.flatten())
+            })
+            .await
+    }
+
+    async fn set_derived_through(&self, thread: &str, position: i64) -> Result<bool> {
+        let thread = thread.to_string();
+        self.db
+            .write(move |conn| {
+                with_relaxed_sync(conn, |conn| {
+                    let changed = conn
+                        .prepare_cached(
+                            "UPDATE context_threads SET derived_through = \
+                             coalesce(max(derived_through, ?2), ?2) WHERE thread = ?1",
+                        )?
+                        .execute(params![thread, position])?;
+                    Ok(changed > 0)
+                })
             })
             .await
     }
