@@ -68,6 +68,18 @@ pub fn child_dir() -> Option<PathBuf> {
     std::env::var_os(CHILD_DIR).map(PathBuf::from)
 }
 
+/// Remounts the child's tmpfs at `dir` with `mode` (`ro` or `rw`): a read-only file
+/// system (for root too) under the code, then a writable one again.
+pub fn remount(dir: &Path, mode: &str) {
+    let options = format!("remount,{mode}");
+    let status = Command::new("mount")
+        .args(["-o", &options])
+        .arg(dir)
+        .status()
+        .unwrap();
+    assert!(status.success(), "mount -o {options}");
+}
+
 /// Fills the file system of `dir` with a file `filler` until the kernel says `ENOSPC`, down
 /// to the last bytes a partly used page still takes; removing the file gives the space back.
 pub fn fill(dir: &Path) -> PathBuf {

@@ -51,8 +51,9 @@ pub enum RunsCmd {
     },
     /// Find text in a run's history (`RUN TERM`) or in every run's (`--all TERM`): model
     /// output and tool calls with their output, case-insensitive. The history is derived
-    /// from the journal and caught up before each search (in memory, not kept, when the
-    /// database cannot be written: a full disk, a read-only file).
+    /// from the journal and caught up before each search; when the database cannot be
+    /// written (a full disk, a read-only file), the runs it holds caught up are read there
+    /// and the others derived in memory, not kept.
     #[command(
         override_usage = "agentctl runs search RUN TERM\n       agentctl runs search --all TERM"
     )]
@@ -359,21 +360,24 @@ impl From<SearchFailure> for anyhow::Error {
     }
 }
 
-/// The hits for `term` with the history index (the context store) at `store_url`.
+/// The hits for `term` with the history index (the context store) at `store_url`; with
+/// `earlier`, runs it holds caught up are searched there (see
+/// [`agent_host::run::history::search_beside`]).
 async fn search_in(
     journal: &agent_journal::Journal,
+    earlier: Option<&agent_context::ContextStore>,
     store_url: &str,
     run: Option<&str>,
     term: &str,
     limit: usize,
-) -> Result<Vec<agent_host::run::history::Hit>, SearchFailure> {
+) -> Result<agent_host::run::history::Searched, SearchFailure> {
     use agent_host::run::history::{self, HistoryError};
     let store = crate::db::open_context_at(store_url)
         .await
         .map_err(SearchFailure::Index)?;
-    let hits = history::search(journal, &store, run, term, limit).await;
+    let searched = history::search_beside(journal, earlier, &store, run, term, limit).await;
     store.close().await;
-    hits.map_err(|err| match err {
+    searched.map_err(|err| match err {
         HistoryError::Context(_) => SearchFailure::Index(err.into()),
         _ => SearchFailure::Other(err.into()),
     })
@@ -409,21 +413,36 @@ async fn search(
     let limit = usize::try_from(limit).unwrap_or(50);
     let url = global.database_url()?;
     let run = run.as_deref();
-    let hits = match search_in(journal, &url, run, &term, limit).await {
+    let hits = match search_in(journal, None, &url, run, &term, limit).await {
         // The history index is derived from the journal: where the file cannot take its
-        // writes (a full disk, a read-only file), derive it into memory for this search.
+        // writes (a full disk, a read-only file), the runs it holds caught up are searched
+        // there, read-only, and the others derived into memory for this search.
         Err(SearchFailure::Index(err)) => {
             let Some(why) = crate::db::unwritable(&url) else {
                 return Err(err);
             };
-            let hits = search_in(journal, "sqlite::memory:", run, &term, limit).await?;
+            let earlier = crate::db::open_context_for_reading(global).await.ok();
+            let searched = search_in(
+                journal,
+                earlier.as_ref(),
+                "sqlite::memory:",
+                run,
+                &term,
+                limit,
+            )
+            .await;
+            if let Some(earlier) = &earlier {
+                earlier.close().await;
+            }
+            let searched = searched?;
             // Said with the hits it explains; an error (an unknown run) stands alone.
             output::note(&format!(
-                "note: {why}, so the history index was built in memory for this search (not kept)"
+                "note: {why}, so the history of {} run(s) not indexed before was derived in memory for this search (not kept)",
+                searched.caught_up
             ));
-            hits
+            searched.hits
         }
-        found => found?,
+        found => found?.hits,
     };
     for hit in hits {
         if global.json {

@@ -263,7 +263,7 @@ fn history_items_and_memory_ages_say_what_is_wrong() {
 /// On a file system it cannot write (here the sandbox's read-only mode, which holds for
 /// root too), the commands that only read still read the file: `history` and `memory`
 /// open their store read-only (a search scans what the index does not hold yet), `runs`
-/// reads the journal (`runs search` with its index built in memory); a write fails with a
+/// reads the journal (`runs search` deriving what it lacks in memory); a write fails with a
 /// hint that says why, and a file with no history tables says what to do.
 #[test]
 fn an_unwritable_database_is_still_read() {
@@ -371,7 +371,7 @@ fn an_unwritable_database_is_still_read() {
     assert!(out.status.success(), "{stderr}");
     assert!(
         stderr.contains(&format!("note: {} cannot be written", file.display()))
-            && stderr.contains("built in memory for this search"),
+            && stderr.contains("derived in memory for this search"),
         "{stderr}"
     );
 

@@ -19,7 +19,7 @@ use std::process::{Command, Output, Stdio};
 
 use serde_json::json;
 
-use agent_testkit::small_disk::{child_dir, fill, on_small_disk};
+use agent_testkit::small_disk::{child_dir, fill, on_small_disk, remount};
 
 use crate::served;
 
@@ -215,20 +215,34 @@ fn runs_list_on_a_full_disk_child() {
     std::fs::write(&script, shell_script("echo found-after-the-disk-filled")).unwrap();
     let ran = run(&script, "echo before the fill");
     assert!(ran.status.success(), "{}", text(&ran.stderr));
+    // Searched once with room left: its history is indexed in the database.
+    let searched = agentctl(&dir, &["runs", "search", "--all", "found-after"]);
+    assert!(searched.status.success(), "{}", text(&searched.stderr));
+    assert!(text(&searched.stdout).contains("found-after-the-disk-filled"));
+    // A second run, not searched (its history not indexed) before the disk fills.
+    std::fs::write(&script, shell_script("echo second")).unwrap();
+    let ran = run(&script, "echo a second time");
+    assert!(ran.status.success(), "{}", text(&ran.stderr));
     std::fs::write(&script, filling_script()).unwrap();
     refused_for_a_full_disk("run", &run(&script, "fill the disk"));
     let listed = agentctl(&dir, &["runs", "list"]);
     let said = text(&listed.stderr);
     assert!(listed.status.success(), "{said}");
     assert!(text(&listed.stdout).contains("fill the disk"), "{said}");
-    // `runs search` writes its history index into the database, which cannot take it:
-    // the index is built in memory for the search, which finds the run's call.
+    // `runs search` writes its history index into the database, which cannot take the
+    // second run's: the run indexed before is searched there, read-only (it holds the hit),
+    // and only the two others are derived in memory for the search.
     let found_in_memory = |why: &str| {
         let searched = agentctl(&dir, &["runs", "search", "--all", "found-after"]);
         let said = text(&searched.stderr);
         assert!(searched.status.success(), "{said}");
         assert!(said.contains(why), "{said}");
-        assert!(said.contains("built in memory for this search"), "{said}");
+        assert!(
+            said.contains(
+                "the history of 2 run(s) not indexed before was derived in memory for this search"
+            ),
+            "{said}"
+        );
         let hits = text(&searched.stdout);
         assert!(
             hits.contains("tool shell") && hits.contains("found-after-the-disk-filled"),
@@ -243,18 +257,9 @@ fn runs_list_on_a_full_disk_child() {
     assert!(said.contains("no-such-run"), "{said}");
     assert!(!said.contains("in memory"), "{said}");
     // The same on a read-only file system.
-    let remount = |mode: &str| {
-        let options = format!("remount,{mode}");
-        let status = Command::new("mount")
-            .args(["-o", &options])
-            .arg(&dir)
-            .status()
-            .unwrap();
-        assert!(status.success(), "mount -o {options}");
-    };
-    remount("ro");
+    remount(&dir, "ro");
     found_in_memory("cannot be written");
-    remount("rw");
+    remount(&dir, "rw");
     // A new database on the full disk: the hint names the disk, not `--db`.
     let fresh = Command::new(env!("CARGO_BIN_EXE_agentctl"))
         .env_remove("AGENTCTL_DB")

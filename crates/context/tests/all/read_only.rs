@@ -6,7 +6,7 @@
 //! a file without this build's schema is refused with a reason, not half-read.
 
 use agent_context::{Access, ContextError, ContextOptions, ContextStore, NewEvidence, NewUnit};
-use agent_testkit::small_disk::{child_dir, fill, on_small_disk};
+use agent_testkit::small_disk::{child_dir, fill, on_small_disk, remount};
 use serde_json::json;
 
 const UNITS: u64 = 30;
@@ -175,18 +175,9 @@ fn an_unwritable_store_child() {
             .unwrap();
         assert!(!store.is_read_only());
         store.close().await;
-        let remount = |mode: &str| {
-            let options = format!("remount,{mode}");
-            let status = std::process::Command::new("mount")
-                .args(["-o", &options])
-                .arg(&dir)
-                .status()
-                .unwrap();
-            assert!(status.success(), "mount -o {options}");
-        };
         // A read-only mount, and then a full disk: SQLite cannot make the `-shm` file the
         // closed store's WAL needs, so `mode=ro` fails too and the file is read immutable.
-        remount("ro");
+        remount(&dir, "ro");
         let refused = ContextStore::open(&url).await;
         assert!(
             matches!(refused, Err(ContextError::Database(_))),
@@ -197,7 +188,7 @@ fn an_unwritable_store_child() {
             .unwrap();
         reads_all_and_writes_nothing(&store).await;
         store.close().await;
-        remount("rw");
+        remount(&dir, "rw");
         let filler = fill(&dir);
         let store = ContextStore::open_with(&url, when_unwritable.clone())
             .await

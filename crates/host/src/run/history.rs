@@ -260,8 +260,9 @@ pub struct Hit {
 /// Over every run, runs are read from the journal one ahead: the next run is read and
 /// folded (on the journal's reader threads) while this one is caught up and searched (on
 /// the store's), so the two costs of a first search over many runs overlap instead of
-/// adding up. Once `limit` hits are found no further run is caught up, and none is read
-/// past the one already read ahead.
+/// adding up. A run whose thread is caught up with its journal (`derived_through`) is not
+/// read unless it has hits. Once `limit` hits are found no further run is caught up, and
+/// none is read past the one already read ahead.
 ///
 /// # Cancel safety
 /// As [`catch_up`]: units written before the drop stay; the search itself only reads.
@@ -272,84 +273,148 @@ pub async fn search(
     term: &str,
     limit: usize,
 ) -> Result<Vec<Hit>, HistoryError> {
+    search_beside(journal, None, store, run_id, term, limit)
+        .await
+        .map(|searched| searched.hits)
+}
+
+/// What [`search_beside`] found.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Searched {
+    /// The hits, as [`search`] gives them.
+    pub hits: Vec<Hit>,
+    /// How many runs were read from the journal and caught up in the store searched.
+    pub caught_up: usize,
+}
+
+/// [`search`], where a run caught up with its journal in `earlier` (and not in `store`) is
+/// searched there, and only the others are caught up in `store`: for a database whose
+/// own store cannot take writes (opened read-only as `earlier`), with `store` in memory.
+///
+/// # Cancel safety
+/// As [`search`].
+pub async fn search_beside(
+    journal: &Journal,
+    earlier: Option<&ContextStore>,
+    store: &ContextStore,
+    run_id: Option<&str>,
+    term: &str,
+    limit: usize,
+) -> Result<Searched, HistoryError> {
+    let mut searched = Searched::default();
     if let Some(id) = run_id {
         let state = run::load(journal, id).await?;
         if limit == 0 {
-            return Ok(Vec::new());
+            return Ok(searched);
         }
-        return search_run(store, &state, term, limit).await;
+        match caught_up_in(earlier, store, id, Some(state.last_seq)).await? {
+            Some(held) => {
+                let found = held.search(&kinds::thread_of(id), term, limit).await?;
+                searched.hits = found.iter().map(|unit| hit(&state, unit, term)).collect();
+            }
+            None => {
+                searched.hits = search_run(store, &state, term, limit).await?;
+                searched.caught_up = 1;
+            }
+        }
+        return Ok(searched);
     }
     let ids = run::ids(journal).await?;
     let mut ids = ids.iter().map(String::as_str);
-    let mut hits = Vec::new();
-    let mut next = prepare(journal, store, ids.next()).await?;
+    let mut next = prepare(journal, earlier, store, ids.next()).await?;
     while let Some(run) = next.take() {
-        if hits.len() >= limit {
+        if searched.hits.len() >= limit {
             break;
         }
-        let searched = search_prepared(journal, store, run, term, limit - hits.len());
+        let found = search_prepared(journal, store, run, term, limit - searched.hits.len());
         // The read first: it goes to the journal's reader threads before the search takes
         // this task (the store's short reads may run on it).
-        let (prepared, found) = tokio::join!(prepare(journal, store, ids.next()), searched);
-        hits.extend(found?);
+        let (prepared, found) = tokio::join!(prepare(journal, earlier, store, ids.next()), found);
+        let (hits, caught_up) = found?;
+        searched.hits.extend(hits);
+        searched.caught_up += usize::from(caught_up);
         next = prepared?;
     }
-    Ok(hits)
+    Ok(searched)
 }
 
-/// A run of a search over every run, ready to search.
-enum Prepared {
-    /// Its thread holds every unit of the journal as it is now (`derived_through`): not
-    /// read from the journal unless it has hits.
-    CaughtUp(String),
+/// A run of a search, ready to search.
+enum Prepared<'s> {
+    /// This store's thread of the run holds every unit of the journal as it is now
+    /// (`derived_through`): the run is not read from the journal unless it has hits.
+    CaughtUp(String, &'s ContextStore),
     /// Read from the journal, to be caught up first (boxed: a run's fold is large).
     Loaded(Box<RunState>),
 }
 
 /// The run `id`, when there is one: caught up already, or read from the journal.
-async fn prepare(
+async fn prepare<'s>(
     journal: &Journal,
-    store: &ContextStore,
+    earlier: Option<&'s ContextStore>,
+    store: &'s ContextStore,
     id: Option<&str>,
-) -> Result<Option<Prepared>, HistoryError> {
+) -> Result<Option<Prepared<'s>>, HistoryError> {
     let Some(id) = id else {
         return Ok(None);
     };
-    let thread = kinds::thread_of(id);
-    if let Some(derived) = store.derived_through(&thread).await?
-        && journal
-            .last_seq(&thread)
-            .await
-            .map_err(HostError::from)?
-            .is_some_and(|last| last <= derived)
-    {
-        return Ok(Some(Prepared::CaughtUp(id.to_string())));
+    let last = journal
+        .last_seq(&kinds::thread_of(id))
+        .await
+        .map_err(HostError::from)?;
+    if let Some(held) = caught_up_in(earlier, store, id, last).await? {
+        return Ok(Some(Prepared::CaughtUp(id.to_string(), held)));
     }
     let state = run::load(journal, id).await?;
     Ok(Some(Prepared::Loaded(Box::new(state))))
 }
 
-/// The hits of `run` for `term` (at most `limit`), catching it up first when it was read.
+/// `store`, else `earlier`, when its thread of run `id` is derived through `last`, the
+/// run's last journal seq.
+async fn caught_up_in<'s>(
+    earlier: Option<&'s ContextStore>,
+    store: &'s ContextStore,
+    id: &str,
+    last: Option<i64>,
+) -> Result<Option<&'s ContextStore>, HistoryError> {
+    let Some(last) = last else {
+        return Ok(None);
+    };
+    let thread = kinds::thread_of(id);
+    for held in std::iter::once(store).chain(earlier) {
+        if held
+            .derived_through(&thread)
+            .await?
+            .is_some_and(|derived| last <= derived)
+        {
+            return Ok(Some(held));
+        }
+    }
+    Ok(None)
+}
+
+/// The hits of `run` for `term` (at most `limit`), catching it up in `store` first when it
+/// was read; with whether it was.
 async fn search_prepared(
     journal: &Journal,
     store: &ContextStore,
-    run: Prepared,
+    run: Prepared<'_>,
     term: &str,
     limit: usize,
-) -> Result<Vec<Hit>, HistoryError> {
+) -> Result<(Vec<Hit>, bool), HistoryError> {
     match run {
-        Prepared::CaughtUp(id) => {
-            let found = store.search(&kinds::thread_of(&id), term, limit).await?;
+        Prepared::CaughtUp(id, held) => {
+            let found = held.search(&kinds::thread_of(&id), term, limit).await?;
             if found.is_empty() {
-                return Ok(Vec::new());
+                return Ok((Vec::new(), false));
             }
             // The run as the journal has it, for the hits' steps and tools.
             let state = run::load(journal, &id).await?;
-            Ok(found.iter().map(|unit| hit(&state, unit, term)).collect())
+            let hits = found.iter().map(|unit| hit(&state, unit, term)).collect();
+            Ok((hits, false))
         }
         // A thread without `run.created` is no run (as in `run::list`).
-        Prepared::Loaded(state) if state.spec.is_none() => Ok(Vec::new()),
-        Prepared::Loaded(state) => search_run(store, &state, term, limit).await,
+        Prepared::Loaded(state) if state.spec.is_none() => Ok((Vec::new(), false)),
+        Prepared::Loaded(state) => Ok((search_run(store, &state, term, limit).await?, true)),
     }
 }
 

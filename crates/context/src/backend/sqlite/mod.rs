@@ -62,7 +62,9 @@ impl SqliteBackend {
         };
         let opened = Self::open_target(target, options).await;
         match (opened, path) {
-            (Err(err), Some(path))
+            // The database refused (a read-only file or mount, no room for the `-shm` file,
+            // a lock held past the timeout); a schema it cannot take is said as it is.
+            (Err(err @ ContextError::Database(_)), Some(path))
                 if options.access == Access::ReadOnlyWhenUnwritable && path.is_file() =>
             {
                 tracing::debug!(%err, "cannot write the context store; opening it read-only");
