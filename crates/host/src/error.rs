@@ -65,6 +65,8 @@ pub enum HostError {
         by: String,
         /// Why, as the first decision said (none given: `None`).
         reason: Option<String>,
+        /// Whether the first decision approved the tool for the rest of the run too.
+        always: bool,
     },
     /// The decision named other arguments than the pending call has.
     #[error("the arguments of call {call_id} have sha256 {pending}, not {given}: refused")]

@@ -11,6 +11,8 @@
 pub struct DatabaseError {
     kind: DatabaseErrorKind,
     message: String,
+    /// SQLite said the database cannot be written ([`crate::sqlite_file::cannot_write`]).
+    refuses_writes: bool,
 }
 
 /// What kind of database failure a [`DatabaseError`] is.
@@ -33,6 +35,12 @@ impl DatabaseError {
     /// What kind of failure this is.
     pub fn kind(&self) -> DatabaseErrorKind {
         self.kind
+    }
+
+    /// Whether SQLite said the database cannot be written (a read-only file, directory or
+    /// file system, or a full disk): reading it may still work. Never for PostgreSQL.
+    pub fn refuses_writes(&self) -> bool {
+        self.refuses_writes
     }
 
     /// The same error with its message rewritten (to mask a password it quotes).
@@ -67,6 +75,7 @@ impl DatabaseError {
             _ => DatabaseErrorKind::Other,
         };
         let mut error = DatabaseError::new(kind, err);
+        error.refuses_writes = crate::sqlite_file::cannot_write(err);
         if let Some(cause) = err
             .sqlite_error()
             .and_then(|e| sqlite_disk_failure(e.extended_code))
@@ -80,6 +89,7 @@ impl DatabaseError {
         DatabaseError {
             kind,
             message: one_line(err),
+            refuses_writes: false,
         }
     }
 }

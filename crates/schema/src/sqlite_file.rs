@@ -34,6 +34,22 @@ pub fn wal_holds_nothing(path: &Path) -> bool {
     }
 }
 
+/// Whether `err`, from opening a database for writing, says it cannot be written (a
+/// read-only file, directory or file system, or a full disk), so that reading it may still
+/// work. A full disk counts: a WAL database whose `-wal` and `-shm` files went with the last
+/// connection cannot be opened for writing without room for a new `-shm` file (SQLite's
+/// `disk I/O error`, extended code `SQLITE_IOERR_SHMSIZE`), yet it reads read-only. A
+/// corrupt file, a lock held too long or any other failure is not this.
+pub fn cannot_write(err: &rusqlite::Error) -> bool {
+    use rusqlite::ErrorCode as C;
+    err.sqlite_error().is_some_and(|err| {
+        matches!(
+            err.code,
+            C::ReadOnly | C::CannotOpen | C::PermissionDenied | C::DiskFull
+        ) || err.extended_code == rusqlite::ffi::SQLITE_IOERR_SHMSIZE
+    })
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]

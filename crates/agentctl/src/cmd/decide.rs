@@ -101,9 +101,12 @@ pub async fn decide(
     // approval, is a state the command cannot act on.
     let first_by = match result {
         Ok(()) => None,
-        Err(HostError::AlreadyDecided { decision, by, .. }) if decision == verb && !always => {
-            Some(by)
-        }
+        Err(HostError::AlreadyDecided {
+            decision,
+            by,
+            always: first_always,
+            ..
+        }) if decision == verb && (first_always || !always) => Some(by),
         Err(err @ HostError::AlreadyDecided { .. }) => {
             return Err(output::with_hint(
                 output::UsageError(err.to_string()),

@@ -202,6 +202,10 @@ async fn approve_always_decides_the_siblings_and_no_later_decision_rewrites_a_ca
     let run = only_run(&db);
     let ok = out(agentctl(&db).args(["approve", &run, "c1", "--always"]));
     assert!(ok.status.success(), "{}", text(&ok.stderr));
+    // Retried (the first answer lost): the same decision, scope included, is done.
+    let again = out(agentctl(&db).args(["approve", &run, "c1", "--always"]));
+    assert_eq!(again.status.code(), Some(0), "{}", text(&again.stderr));
+    assert!(text(&again.stdout).contains("was already approved by"));
     let done = out(&mut resume_cmd(&db, &server, &run, &[]));
     assert_eq!(done.status.code(), Some(0), "{}", text(&done.stderr));
     // Both ran, once each (in either order: calls of a step run concurrently).

@@ -154,6 +154,51 @@ async fn mode_ro_refuses_a_file_without_this_builds_schema() {
     }
 }
 
+/// `ReadOnlyWhenUnwritable` opens read-only only where SQLite said the file cannot be
+/// written: a file that is not a database is refused as such, not read.
+#[tokio::test]
+async fn a_file_that_is_not_a_database_is_refused_as_such() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("notes.db");
+    std::fs::write(&path, vec![b'x'; 8192]).unwrap();
+    let url = format!("sqlite://{}", path.display());
+    let options = ContextOptions::default().access(Access::ReadOnlyWhenUnwritable);
+    match ContextStore::open_with(&url, options).await {
+        Err(ContextError::Database(err)) => {
+            assert!(!err.refuses_writes(), "{err}");
+            assert!(err.to_string().contains("not a database"), "{err}");
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+/// Nor does a write lock held past the timeout make a writable store read-only.
+#[tokio::test]
+async fn a_lock_held_too_long_is_said_not_read_around() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.db");
+    let url = format!("sqlite://{}", path.display());
+    ContextStore::open(&url).await.unwrap().close().await;
+    let holder = rusqlite::Connection::open(&path).unwrap();
+    holder.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let options = ContextOptions {
+        busy_timeout: std::time::Duration::from_millis(100),
+        ..ContextOptions::default().access(Access::ReadOnlyWhenUnwritable)
+    };
+    match ContextStore::open_with(&url, options).await {
+        Err(ContextError::Database(err)) => {
+            assert_eq!(
+                err.kind(),
+                agent_context::DatabaseErrorKind::Timeout,
+                "{err}"
+            );
+        }
+        Ok(store) => panic!("opened, read-only {}", store.is_read_only()),
+        Err(other) => panic!("{other:?}"),
+    }
+    holder.execute_batch("COMMIT").unwrap();
+}
+
 #[test]
 fn an_unwritable_store_opens_read_only_when_asked() {
     on_small_disk("read_only::an_unwritable_store_child", "8m");

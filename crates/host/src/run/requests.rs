@@ -6,8 +6,8 @@ use agent_journal::{Journal, LeaseStatus};
 use serde::Deserialize as _;
 
 use super::events::{
-    ApprovalDecided, HostEvent as _, InterruptRequested, RunInterrupted, RunRequeued, SteerDropped,
-    SteerRequested,
+    ApprovalDecided, DecisionScope, HostEvent as _, InterruptRequested, RunInterrupted,
+    RunRequeued, SteerDropped, SteerRequested,
 };
 use super::kinds;
 use super::query::load;
@@ -107,6 +107,7 @@ fn already(call_id: &str, d: &Decision) -> HostError {
         decision: if d.approve { "approved" } else { "denied" },
         by: d.by.clone().unwrap_or_else(|| "someone".into()),
         reason: d.reason.clone(),
+        always: d.scope == Some(DecisionScope::Run),
     }
 }
 

@@ -62,11 +62,15 @@ impl SqliteBackend {
         };
         let opened = Self::open_target(target, options).await;
         match (opened, path) {
-            // The database refused (a read-only file or mount, no room for the `-shm` file,
-            // a lock held past the timeout); a schema it cannot take is said as it is.
-            (Err(err @ ContextError::Database(_)), Some(path))
-                if options.access == Access::ReadOnlyWhenUnwritable && path.is_file() =>
+            // SQLite said the file cannot be written (a read-only file or mount, no room for
+            // the `-shm` file); any other failure (a corrupt file, a lock, a schema it
+            // cannot take) is said as it is.
+            (Err(ContextError::Database(db)), Some(path))
+                if options.access == Access::ReadOnlyWhenUnwritable
+                    && db.refuses_writes()
+                    && path.is_file() =>
             {
+                let err = ContextError::Database(db);
                 tracing::debug!(%err, "cannot write the context store; opening it read-only");
                 match Self::open_read_only(&path, options).await {
                     Err(

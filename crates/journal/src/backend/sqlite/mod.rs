@@ -318,29 +318,16 @@ fn schema_version(conn: &Connection) -> rusqlite::Result<i64> {
     )
 }
 
-/// Whether `err`, from opening a database for writing, says it cannot be written (a
-/// read-only file, directory or file system, or a full disk), so that reading it may
-/// still work.
-///
-/// A full disk counts: a WAL database whose `-wal` and `-shm` files went with the last
-/// connection (a clean shutdown) cannot be opened for writing without room for a new
-/// `-shm` file (SQLite's `disk I/O error`, extended code `SQLITE_IOERR_SHMSIZE`), yet it
-/// reads read-only; `runs show` on a full disk failed there.
+/// Whether `err`, from opening a database for writing, says it cannot be written, so that
+/// reading it may still work ([`agent_schema::sqlite_file::cannot_write`]; `runs show` on a
+/// full disk failed before a full disk counted).
 pub(crate) fn cannot_write(err: &JournalError) -> bool {
-    use rusqlite::ErrorCode as C;
     let JournalError::Open { source, .. } = err else {
         return false;
     };
-    let Some(err) = source
+    source
         .downcast_ref::<rusqlite::Error>()
-        .and_then(rusqlite::Error::sqlite_error)
-    else {
-        return false;
-    };
-    matches!(
-        err.code,
-        C::ReadOnly | C::CannotOpen | C::PermissionDenied | C::DiskFull
-    ) || err.extended_code == rusqlite::ffi::SQLITE_IOERR_SHMSIZE
+        .is_some_and(agent_schema::sqlite_file::cannot_write)
 }
 
 /// Turns on SQLite's query planner stability guarantee: plans do not depend on bound values.
