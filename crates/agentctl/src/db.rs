@@ -43,25 +43,27 @@ pub async fn open_context(global: &GlobalArgs) -> anyhow::Result<ContextStore> {
 /// still be inspected. Its search then scans the units not yet in the index.
 pub async fn open_context_for_reading(global: &GlobalArgs) -> anyhow::Result<ContextStore> {
     let url = global.database_url()?;
-    refuse_special_file(&url)?;
     let options = ContextOptions::default().access(Access::ReadOnlyWhenUnwritable);
-    ContextStore::open_with(&url, options)
-        .await
-        .map_err(|err| match err {
-            agent_context::ContextError::SchemaNotReadable { .. } => with_hint(
-                err,
-                "the file cannot be written here, and its history and memory tables must be made or upgraded first: run `agentctl history threads` once where it can be written",
-            ),
-            err => with_hint(err, db_hint(&url)),
-        })
+    open_context_with(&url, options).await
 }
 
 /// The context store at `url` (a URL the command chose, such as a private in-memory store).
 pub async fn open_context_at(url: &str) -> anyhow::Result<ContextStore> {
+    open_context_with(url, ContextOptions::default()).await
+}
+
+async fn open_context_with(url: &str, options: ContextOptions) -> anyhow::Result<ContextStore> {
     refuse_special_file(url)?;
-    ContextStore::open(url)
+    ContextStore::open_with(url, options)
         .await
-        .map_err(|err| with_hint(err, db_hint(url)))
+        .map_err(|err| match err {
+            // Only a store opened read-only meets a schema it cannot apply.
+            agent_context::ContextError::SchemaNotReadable { .. } => with_hint(
+                err,
+                "the file cannot be written here, and its history and memory tables must be made or upgraded first: run `agentctl history threads` once where it can be written",
+            ),
+            err => with_hint(err, db_hint(url)),
+        })
 }
 
 /// Why the SQLite file named by `url` cannot take a write, when visibly so: the file exists

@@ -24,9 +24,9 @@ pub enum Access {
     #[default]
     ReadWrite,
     /// [`ReadWrite`](Access::ReadWrite) when the database can be opened for writing; when
-    /// opening an existing SQLite file that way fails (a read-only file, directory or file
-    /// system, a disk too full for SQLite's `-shm` file, a write lock held past
-    /// [`ContextOptions::busy_timeout`]) and the file reads, read-only: writes then fail
+    /// opening an existing SQLite file that way fails because SQLite says it cannot be
+    /// written (a read-only file, directory or file system, a disk too full for its `-shm`
+    /// file; not a lock held past the timeout) and the file reads, read-only: writes then fail
     /// with [`ContextError::ReadOnly`](crate::ContextError::ReadOnly), reads see what is
     /// there (a search scans the units not yet in the index, which nothing folds). For
     /// commands that only read. A PostgreSQL server is written to or not by its roles: there

@@ -312,10 +312,7 @@ pub async fn search_beside(
             return Ok(searched);
         }
         match caught_up_in(earlier, store, id, Some(state.last_seq)).await? {
-            Some(held) => {
-                let found = held.search(&kinds::thread_of(id), term, limit).await?;
-                searched.hits = found.iter().map(|unit| hit(&state, unit, term)).collect();
-            }
+            Some(held) => searched.hits = hits_in(held, &state, term, limit).await?,
             None => {
                 searched.hits = search_run(store, &state, term, limit).await?;
                 searched.caught_up = 1;
@@ -434,6 +431,16 @@ async fn search_run(
     limit: usize,
 ) -> Result<Vec<Hit>, HistoryError> {
     catch_up(store, state).await?;
+    hits_in(store, state, term, limit).await
+}
+
+/// The hits for `term` (at most `limit`) in `store`'s thread of the run `state`.
+async fn hits_in(
+    store: &ContextStore,
+    state: &RunState,
+    term: &str,
+    limit: usize,
+) -> Result<Vec<Hit>, HistoryError> {
     let found = store
         .search(&kinds::thread_of(&state.id), term, limit)
         .await?;

@@ -89,22 +89,18 @@ impl SqliteBackend {
     /// SQLite cannot read it that way and its `-wal` holds no commits, `immutable=1`
     /// (see [`agent_schema::sqlite_file`]).
     async fn open_read_only(path: &std::path::Path, options: &ContextOptions) -> Result<Self> {
-        let mut modes = vec![url::FileMode::Read];
-        if agent_schema::sqlite_file::wal_holds_nothing(path) {
-            modes.push(url::FileMode::Immutable);
-        }
-        let mut failure = None;
-        for mode in modes {
-            let target = url::Target::File {
-                path: path.to_path_buf(),
-                mode,
-            };
-            match Self::open_target(target, options).await {
-                Err(err @ ContextError::Database(_)) => failure = Some(err),
-                opened => return opened,
+        let target = |mode| url::Target::File {
+            path: path.to_path_buf(),
+            mode,
+        };
+        match Self::open_target(target(url::FileMode::Read), options).await {
+            Err(ContextError::Database(_))
+                if agent_schema::sqlite_file::wal_holds_nothing(path) =>
+            {
+                Self::open_target(target(url::FileMode::Immutable), options).await
             }
+            opened => opened,
         }
-        Err(failure.unwrap_or(ContextError::Closed))
     }
 
     /// Opens `target`: applies the schema steps it lacks, or, read-only, checks it needs none.

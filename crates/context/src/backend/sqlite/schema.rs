@@ -60,16 +60,16 @@ pub(super) fn migrate(conn: &mut Connection) -> Result<()> {
 /// nothing can be applied to it.
 pub(super) fn check_readable(conn: &Connection) -> Result<()> {
     let supported = SCHEMA.last().map_or(0, |(version, _)| *version);
-    let found: Option<i64> = conn
-        .query_row("SELECT max(version) FROM context_schema", [], |r| r.get(0))
-        .or_else(|err| match &err {
-            rusqlite::Error::SqliteFailure(_, Some(message))
-                if message.starts_with("no such table") =>
-            {
-                Ok(None)
-            }
-            _ => Err(err),
-        })?;
+    let recorded: bool = conn.query_row(
+        "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'context_schema')",
+        [],
+        |r| r.get(0),
+    )?;
+    let found: Option<i64> = if recorded {
+        conn.query_row("SELECT max(version) FROM context_schema", [], |r| r.get(0))?
+    } else {
+        None
+    };
     match found {
         Some(found) if found == supported => Ok(()),
         Some(found) if found > supported => Err(ContextError::SchemaTooNew { found, supported }),
