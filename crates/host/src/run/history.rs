@@ -14,7 +14,7 @@
 //!   nothing new. It runs at search time: a run's history is searchable as far as its
 //!   journal goes, whoever drove it and whether or not it crashed.
 //! - A unit the context store refuses (over its size limits) is skipped with a warning and
-//!   tried again at the next catch-up; the journal keeps the full text.
+//!   tried again at the first catch-up after the run moves on; the journal keeps the full text.
 //! - The thread's `derived_through` is a journal seq of the run through which every unit is
 //!   in the thread (written with the units, or once they are all there). A run whose last
 //!   seq is not past it has nothing to catch up, and a search over every run reads it from
@@ -167,10 +167,12 @@ fn sources(state: &RunState) -> Vec<Source<'_>> {
 /// the batch is refused (a unit already held, one over the limits), unit by unit as below.
 /// Appends are derived ([`append_derived_units`](ContextStore::append_derived_units)):
 /// their commits do not wait for the disk, since a batch lost to a power cut is derived again
-/// by the next catch-up. A batch, and a thread found caught up, also record the run's last
-/// journal seq as the thread's [`derived_through`](ContextStore::derived_through), so that a
-/// later search over every run skips reading a run that has not moved since; a catch-up that
-/// had to go unit by unit records nothing, and the next one reads the run again.
+/// by the next catch-up. Every catch-up that ends without an error (a batch, unit by unit,
+/// or a thread found caught up) records the run's last journal seq as the thread's
+/// [`derived_through`](ContextStore::derived_through), so that a later search over every run
+/// skips reading a run that has not moved since. Unit by unit, that includes a unit the store
+/// refused: its content is final, so trying it again before the run moves on would be refused
+/// the same way (and cost an append per unit of the run at every search).
 ///
 /// # Cancel safety
 /// Each append is atomic (the batch, or one unit): dropped midway, the units written stay
@@ -181,12 +183,8 @@ pub async fn catch_up(store: &ContextStore, state: &RunState) -> Result<usize, H
     // One row read (not a listing of every thread): a catch-up over all runs stays O(runs).
     let held = store.thread_units(&thread).await?;
     if held == sources.len() as u64 {
-        // Only saves the next search a read of the run: a store that cannot take it (a
-        // lock held by a host, a full disk, a read-only role) does not fail this search.
-        if held > 0
-            && let Err(err) = store.mark_derived_through(&thread, state.last_seq).await
-        {
-            tracing::debug!(run = %state.id, error = %err, "history caught up, not recorded");
+        if held > 0 {
+            record_derived_through(store, &thread, state).await;
         }
         return Ok(0);
     }
@@ -234,7 +232,17 @@ pub async fn catch_up(store: &ContextStore, state: &RunState) -> Result<usize, H
             Err(err) => return Err(err.into()),
         }
     }
+    record_derived_through(store, &thread, state).await;
     Ok(written)
+}
+
+/// Records that `thread` holds every unit of `state` it can hold. Only saves a later search a
+/// read of the run: a store that cannot take it (a lock held by a host, a full disk, a
+/// read-only role) does not fail this search.
+async fn record_derived_through(store: &ContextStore, thread: &str, state: &RunState) {
+    if let Err(err) = store.mark_derived_through(thread, state.last_seq).await {
+        tracing::debug!(run = %state.id, error = %err, "history caught up, not recorded");
+    }
 }
 
 /// A unit of a run's history that holds the search term.
@@ -604,6 +612,37 @@ mod tests {
         let ids: Vec<&str> = held.iter().map(|u| u.unit.as_str()).collect();
         assert_eq!(ids, ["step:2", "step:1", "step:3"]);
         assert_eq!(catch_up(&store, &state).await.unwrap(), 0);
+    }
+
+    /// A unit the store refuses (over its size limit) is skipped, and the catch-up that went
+    /// unit by unit still records the run as derived through its last seq: the next search
+    /// over every run does not read the run again, nor retry the unit, until it moves on.
+    #[tokio::test]
+    async fn a_refused_unit_does_not_keep_its_run_from_being_caught_up() {
+        let huge = "x".repeat(agent_context::limits::MAX_UNIT_BYTES + 1);
+        let mut events = vec![ev(
+            1,
+            kinds::RUN_CREATED,
+            json!({"prompt": "p", "model": "m", "workspace": "/w", "tools": [],
+                   "approval": "default", "budgets": {"max_steps": 5}}),
+        )];
+        for (step, content) in [(1u64, "answer 1"), (2, huge.as_str()), (3, "answer 3")] {
+            events.push(ev(
+                step as i64 + 1,
+                kinds::MODEL_COMPLETED,
+                json!({"step": step, "response_id": "r", "output": [
+                    {"type": "message", "role": "assistant", "content": content}]}),
+            ));
+        }
+        let state = RunState::from_events("r", &events);
+        assert_eq!(units_of(&state).len(), 3);
+        let store = ContextStore::open("sqlite::memory:").await.unwrap();
+        let thread = kinds::thread_of("r");
+        assert_eq!(catch_up(&store, &state).await.unwrap(), 2);
+        assert_eq!(store.thread_units(&thread).await.unwrap(), 2);
+        assert_eq!(store.derived_through(&thread).await.unwrap(), Some(4));
+        // The units it could hold are found.
+        assert_eq!(store.search(&thread, "answer 3", 5).await.unwrap().len(), 1);
     }
 
     /// Runs `r1`..`r4` (`r4` the newest), each with one step whose answer holds `NEEDLE`,
