@@ -124,6 +124,8 @@ fn a_run_on_a_full_disk_child() {
             rest.split_whitespace().next().map(str::to_string)
         })
         .unwrap();
+    // The hint names the run it printed when it started.
+    assert!(said.contains(&format!("resume {run_id}`")), "{said}");
     assert!(
         journaled.iter().any(|(_, kind)| kind == "tool.started"),
         "{journaled:?}"

@@ -179,11 +179,17 @@ pub async fn run(global: &GlobalArgs, args: RunArgs) -> anyhow::Result<ExitCode>
     let journal = crate::db::open_journal(global).await?;
     let (client, _mock) = endpoint.connect(None).await?;
     let host = Host::new(journal.clone(), client).with_tools(tools);
-    let (opts, ctrl_c) = drive_options(global, &args.drive, structured);
+    let (mut opts, ctrl_c) = drive_options(global, &args.drive, structured);
+    // The run's id is printed once it is created; a hint after a failure names it too.
+    let (observer, id) = render::IdKept::wrap(opts.observer);
+    opts.observer = observer;
     let report = host.start(new, opts).await;
     ctrl_c.abort();
     journal.close().await;
-    finish(global, report.map_err(|err| drive_hint(global, None, err))?)
+    finish(
+        global,
+        report.map_err(|err| drive_hint(global, id.get().map(String::as_str), err))?,
+    )
 }
 
 /// `agentctl submit`: creates the run for a worker to drive and prints its id.

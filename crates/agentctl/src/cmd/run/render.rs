@@ -60,6 +60,40 @@ pub fn observer(json: bool, structured: bool) -> Arc<dyn Observer> {
     }
 }
 
+/// An observer that also keeps the id of the run it shows (set by the first event folded,
+/// `run.created` for a new run), so that what went wrong after it can name the run.
+pub struct IdKept {
+    inner: Arc<dyn Observer>,
+    id: Arc<std::sync::OnceLock<String>>,
+}
+
+impl IdKept {
+    /// `inner`, and where the run's id will be once the first event is folded.
+    pub fn wrap(inner: Arc<dyn Observer>) -> (Arc<dyn Observer>, Arc<std::sync::OnceLock<String>>) {
+        let id = Arc::new(std::sync::OnceLock::new());
+        let kept = IdKept {
+            inner,
+            id: Arc::clone(&id),
+        };
+        (Arc::new(kept), id)
+    }
+}
+
+impl Observer for IdKept {
+    fn event(&self, state: &RunState, event: &Event) {
+        self.id.get_or_init(|| state.id().to_owned());
+        self.inner.event(state, event);
+    }
+
+    fn text_delta(&self, delta: &str) {
+        self.inner.text_delta(delta);
+    }
+
+    fn shows_progress(&self) -> bool {
+        self.inner.shows_progress()
+    }
+}
+
 struct JsonLines(Mutex<Option<ExecJson>>);
 
 impl Observer for JsonLines {
