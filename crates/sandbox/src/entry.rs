@@ -90,6 +90,7 @@ fn restrict_and_run(
 ) -> Result<ExitStatus, SandboxError> {
     let were_missing = crate::protected::missing(policy);
     crate::linux::restrict_self(policy)?;
+    crate::linux::close_inherited()?;
     let mut command = std::process::Command::new(program);
     command.args(args);
     if policy.own_group {

@@ -653,3 +653,66 @@ fn the_hosts_unix_sockets_are_out_of_reach_without_the_network() {
     );
     assert!(host.accept().is_ok(), "the host's listener saw nothing");
 }
+
+/// A hidden file inside the workspace is covered by a bind of the host's `/dev/null`: the
+/// command reads it empty, and cannot change the mode, owner or times of what covers it
+/// (they would be those of the host's `/dev/null`).
+#[test]
+fn a_hidden_files_cover_is_read_only() {
+    let b = bare();
+    let secret = b.ws.join("secret.txt");
+    std::fs::write(&secret, "SECRET\n").unwrap();
+    let null = Path::new("/dev/null");
+    let before = metadata_of(null);
+    let hidden = ["--deny-read", secret.to_str().unwrap()];
+    let o = b.run(&hidden, "cat secret.txt; echo read");
+    assert_eq!(text(&o.stdout), "read\n", "{}", text(&o.stderr));
+    for script in [
+        "touch -d '2001-02-03 04:05:06' secret.txt",
+        "chown 0:0 secret.txt",
+        "chmod 666 secret.txt",
+    ] {
+        let o = b.run(&hidden, script);
+        assert!(!o.status.success(), "`{script}` was allowed");
+        assert!(
+            text(&o.stderr).contains("Read-only file system"),
+            "{script}: {}",
+            text(&o.stderr)
+        );
+    }
+    assert_eq!(metadata_of(null), before);
+    // Writes to it go nowhere, as to `/dev/null`.
+    let o = b.run(&hidden, "echo more > secret.txt && echo wrote");
+    assert_eq!(text(&o.stdout), "wrote\n", "{}", text(&o.stderr));
+    assert_eq!(std::fs::read_to_string(&secret).unwrap(), "SECRET\n");
+}
+
+/// A descriptor the caller of `agentctl` left open (a shell's `exec 7<>FILE`) does not reach
+/// the command: a descriptor opened outside the sandbox is not checked again, so writing
+/// through it would reach a file outside the writable paths.
+#[test]
+fn descriptors_the_caller_left_open_do_not_reach_the_command() {
+    let b = bare();
+    let o = Command::new("bash")
+        .arg("-c")
+        .arg(
+            "exec 7<>\"$VICTIM\"; exec \"$AGENTCTL\" sandbox --workspace \"$WS\" -- \
+             bash -c 'echo WRITTEN >&7; ls /proc/self/fd'",
+        )
+        .env("AGENTCTL", env!("CARGO_BIN_EXE_agentctl"))
+        .env("VICTIM", &b.victim)
+        .env("WS", &b.ws)
+        .env("HOME", &b.home)
+        .current_dir(&b.ws)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(
+        text(&o.stderr).contains("Bad file descriptor"),
+        "{}",
+        text(&o.stderr)
+    );
+    // `ls`'s own listing is its fourth descriptor.
+    assert_eq!(text(&o.stdout), "0\n1\n2\n3\n", "{}", text(&o.stderr));
+    assert_eq!(std::fs::read_to_string(&b.victim).unwrap(), "victim\n");
+}

@@ -55,6 +55,26 @@ pub(crate) fn restrict_self(policy: &Policy) -> Result<(), SandboxError> {
     privileges::drop_all()
 }
 
+/// Closes every descriptor above stderr that this process inherited (from whoever started
+/// `agentctl`: a shell's `exec 7<>file`, a harness's descriptor of the host's `/dev/null`),
+/// so that the program gets none of them: a descriptor opened outside the sandbox is not
+/// checked again, neither by Landlock nor by the read-only mounts, so writing through it, or
+/// changing its file's mode or times, would reach files the policy keeps out of reach.
+/// The entry point holds nothing of its own open at this point.
+pub(crate) fn close_inherited() -> Result<(), SandboxError> {
+    let open: Vec<i32> = std::fs::read_dir("/proc/self/fd")
+        .map_err(apply_err("list the inherited descriptors"))?
+        .filter_map(Result::ok)
+        .filter_map(|entry| entry.file_name().to_str()?.parse().ok())
+        .filter(|fd| *fd > 2)
+        .collect();
+    // The listing's own descriptor is among them, closed already with the listing: EBADF.
+    for fd in open {
+        let _ = nix::unistd::close(fd);
+    }
+    Ok(())
+}
+
 /// Resolves the working directory again, through the mounts just made. The one the entry was
 /// started in is a place on the filesystem beneath them: kept, a relative path would still
 /// reach what a cover hides (the workspace's siblings inside a hidden directory) and miss

@@ -64,7 +64,7 @@ pub(crate) fn hide(paths: &[PathBuf], reachable: &[PathBuf]) -> Result<(), Sandb
             continue;
         };
         if !meta.is_dir() {
-            bind_unless_gone(Path::new("/dev/null"), path, "hide a file")?;
+            cover_file(path)?;
         } else if inside.is_empty() {
             cover(path, c"mode=000,size=4k", MountFlags::RDONLY)?;
         } else {
@@ -103,6 +103,22 @@ pub(crate) fn pin_ancestors(hidden: &[PathBuf], writable: &[PathBuf]) -> Result<
         bind_unless_gone(dir, dir, "pin a directory above a hidden path")?;
     }
     Ok(())
+}
+
+/// Covers the file at `path` with `/dev/null`, bound read-only: the bind is the host's own
+/// `/dev/null`, and one left writable (a hidden file inside a writable path, which [`seal`]
+/// leaves as it is) would let the command change its mode, owner, times or extended
+/// attributes on the host. Reads and writes of a device are not writes to its mount, so the
+/// cover still reads empty and swallows writes.
+fn cover_file(path: &Path) -> Result<(), SandboxError> {
+    match mount_bind(Path::new("/dev/null"), path) {
+        Ok(()) => remount_read_only(path).map_err(|err| SandboxError::Apply {
+            step: "make a hidden file's cover read-only",
+            reason: format!("{}: {err}", path.display()),
+        }),
+        Err(rustix::io::Errno::NOENT) => Ok(()),
+        Err(err) => Err(apply_err("hide a file")(io(err))),
+    }
 }
 
 /// Binds `source` over `target`, unless `target` is gone by now (nothing there to cover).
