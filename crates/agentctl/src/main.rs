@@ -105,6 +105,9 @@ fn main() -> std::process::ExitCode {
     if args.get(1).is_some_and(|a| a == agent_sandbox::ENTRY) {
         return cmd::sandbox::entry(&args[2..]);
     }
+    if args.get(1).is_some_and(|a| a == agent_sandbox::INIT) {
+        return std::process::ExitCode::from(agent_sandbox::init_main(&args[2..]));
+    }
     // jemalloc returns freed pages from background threads, not from the threads that free
     // them (a 100k-event replay: ~40 ms instead of ~65). Started only now: the entry above
     // must run single-threaded.

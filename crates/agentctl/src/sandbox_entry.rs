@@ -7,6 +7,9 @@ use std::process::ExitCode;
 
 fn main() -> ExitCode {
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if args.get(1).is_some_and(|a| a == agent_sandbox::INIT) {
+        return ExitCode::from(agent_sandbox::init_main(&args[2..]));
+    }
     if args.get(1).is_none_or(|a| a != agent_sandbox::ENTRY) {
         let _ = writeln!(
             std::io::stderr(),

@@ -10,6 +10,10 @@ use crate::{Policy, SandboxError};
 /// other parsing.
 pub const ENTRY: &str = "__sandbox-exec";
 
+/// The first argument that sends the binary to [`init_main`]: the program's first process
+/// in its PID namespace, started by the entry point, which then becomes the program.
+pub const INIT: &str = "__sandbox-init";
+
 /// The small binary that serves as the entry point when it sits beside `agentctl`: it links
 /// nothing but this crate, so it starts faster than the whole `agentctl`.
 pub const ENTRY_BINARY: &str = "agentctl-sandbox";
@@ -91,8 +95,19 @@ fn restrict_and_run(
     let were_missing = crate::protected::missing(policy);
     crate::linux::restrict_self(policy)?;
     crate::linux::close_inherited()?;
-    let mut command = std::process::Command::new(program);
-    command.args(args);
+    // The program starts as this binary's `INIT` step, which ties its life to this process
+    // before it becomes the program (see `init_main`).
+    let exe = std::env::current_exe().map_err(|err| SandboxError::Exec {
+        program: program.to_string_lossy().into_owned(),
+        reason: format!("cannot find the sandbox's own binary: {err}"),
+    })?;
+    let mut command = std::process::Command::new(exe);
+    command
+        .arg(INIT)
+        .arg(std::process::id().to_string())
+        .arg("--")
+        .arg(program)
+        .args(args);
     if policy.own_group {
         std::os::unix::process::CommandExt::process_group(&mut command, 0);
     }
@@ -104,6 +119,57 @@ fn restrict_and_run(
         let _ = writeln!(std::io::stderr(), "agentctl sandbox: {refused}");
     }
     Ok(status)
+}
+
+/// The first process of the program's PID namespace, started by the entry point as
+/// `INIT ENTRY_PID -- PROGRAM ARGS`: asks the kernel to kill it when the entry point dies,
+/// then becomes the program (`exec`). Killing the first process of a PID namespace ends
+/// everything in it, so the program and all it started (a daemon that called `setsid`
+/// included) never outlive the entry point, however it ended: a `SIGKILL` of its process
+/// group by the host, or by the program itself (`kill -KILL 0`), before the entry point
+/// could move aside what the program created. The parent-death signal survives `exec`
+/// (the program gains no privilege) and cannot be escaped from inside: the program could
+/// clear it, but only by running code, which it may, and only while the entry point lives.
+/// Returns the exit status to end with when nothing ran.
+pub fn init_main(args: &[OsString]) -> u8 {
+    let fail = |reason: String| {
+        let _ = writeln!(std::io::stderr(), "error: agentctl sandbox: {reason}");
+        EXIT_NOT_SANDBOXED
+    };
+    let [parent, sep, program, rest @ ..] = args else {
+        return fail(format!(
+            "usage: agentctl {INIT} ENTRY_PID -- PROGRAM [ARGS...]"
+        ));
+    };
+    if sep != "--" {
+        return fail("expected `--` after the entry point's pid".into());
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = parent;
+    #[cfg(target_os = "linux")]
+    {
+        if let Err(err) =
+            rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL))
+        {
+            return fail(format!("cannot tie the command to the sandbox: {err}"));
+        }
+        // The entry point may have died before the request above: then no signal comes.
+        let parent = parent.to_str().and_then(|p| p.parse().ok());
+        if !parent.is_some_and(crate::process::alive) {
+            return fail("the sandbox's entry point is gone".into());
+        }
+    }
+    let err =
+        std::os::unix::process::CommandExt::exec(std::process::Command::new(program).args(rest));
+    let _ = writeln!(
+        std::io::stderr(),
+        "error: agentctl sandbox: {}",
+        SandboxError::Exec {
+            program: program.to_string_lossy().into_owned(),
+            reason: err.to_string(),
+        }
+    );
+    EXIT_CANNOT_EXEC
 }
 
 #[cfg(not(target_os = "linux"))]

@@ -25,6 +25,9 @@
 //!   limits or priorities set on them (seccomp); a PID namespace of its own, so that nothing
 //!   the command started outlives it; its own SysV IPC namespace; no kernel keyrings and no
 //!   input pushed into a terminal (seccomp);
+//! - what it inherits: no descriptor but stdin, stdout and stderr; and its first process is
+//!   killed with the entry point (a parent-death signal that seccomp keeps it from
+//!   changing), so that nothing it starts outlives the entry point however that ends;
 //! - `no_new_privs`, an empty capability bounding set and no capabilities, so all of the
 //!   above holds for root.
 //!
@@ -36,12 +39,13 @@ mod hide;
 #[cfg(target_os = "linux")]
 mod linux;
 mod policy;
-mod protected;
+pub mod process;
+pub mod protected;
 mod read_rules;
 
 pub use entry::{
-    ENTRY, ENTRY_BINARY, EXIT_CANNOT_EXEC, EXIT_NOT_SANDBOXED, entry_args, entry_main, exit_byte,
-    run_sandboxed,
+    ENTRY, ENTRY_BINARY, EXIT_CANNOT_EXEC, EXIT_NOT_SANDBOXED, INIT, entry_args, entry_main,
+    exit_byte, init_main, run_sandboxed,
 };
 pub use error::SandboxError;
 pub use hide::hide_this_process;

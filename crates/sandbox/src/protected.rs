@@ -11,7 +11,10 @@
 //! - After the command and everything it started are gone (the entry point waits for the
 //!   command, the first process of a PID namespace whose end kills the rest), each such
 //!   path that did not exist before is moved aside to `<name>.sandbox-refused[-N]`, never
-//!   deleted, and the command's stderr says so.
+//!   deleted, and the command's stderr says so. A command killed with its entry point (a
+//!   timeout, an interrupt, the host gone) is not there to do it: the host, outside the
+//!   sandbox, does it with the list it took before the start (`agent-host`'s shell tool and
+//!   MCP servers, and the shell's watchdog).
 //! - What the command finds in the workspace while it runs is what it made; the window
 //!   where another process (the user's own `git`) could read such a file is the command's
 //!   lifetime.
@@ -22,7 +25,7 @@ use crate::{Mode, Policy};
 
 /// The protected paths of `policy` that do not exist now (none outside `workspace-write`,
 /// where the workspace is not writable).
-pub(crate) fn missing(policy: &Policy) -> Vec<PathBuf> {
+pub fn missing(policy: &Policy) -> Vec<PathBuf> {
     if policy.mode != Mode::WorkspaceWrite {
         return Vec::new();
     }
@@ -35,7 +38,7 @@ pub(crate) fn missing(policy: &Policy) -> Vec<PathBuf> {
 
 /// Moves aside each of `were_missing` that exists now; returns what was moved, and where,
 /// with the paths that could not be moved.
-pub(crate) fn move_aside(were_missing: &[PathBuf]) -> Vec<Refused> {
+pub fn move_aside(were_missing: &[PathBuf]) -> Vec<Refused> {
     were_missing
         .iter()
         .filter(|path| std::fs::symlink_metadata(path).is_ok())
@@ -60,8 +63,10 @@ pub(crate) fn move_aside(were_missing: &[PathBuf]) -> Vec<Refused> {
 
 /// What [`move_aside`] did with one path.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Refused {
+pub enum Refused {
+    /// Moved from `from` to `to`.
     Moved { from: PathBuf, to: PathBuf },
+    /// Left at `path`: it could not be moved.
     Stuck { path: PathBuf, reason: String },
 }
 

@@ -716,3 +716,91 @@ fn descriptors_the_caller_left_open_do_not_reach_the_command() {
     assert_eq!(text(&o.stdout), "0\n1\n2\n3\n", "{}", text(&o.stderr));
     assert_eq!(std::fs::read_to_string(&b.victim).unwrap(), "victim\n");
 }
+
+/// Through a run: a command that creates `.git` with a `core.fsmonitor` and outlives its
+/// timeout is killed with its entry point, before that could move `.git` aside; the host
+/// moves it aside instead, and says so in the call's output. The user's next `git status`
+/// runs nothing the command planted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_git_made_by_a_command_that_timed_out_is_moved_aside_by_the_host() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let command = "git init -q . && git config core.fsmonitor 'touch pwned; false' && sleep 30";
+    let server = emulator(&script_by_outputs(&[
+        json!([call(
+            "c1",
+            "shell",
+            json!({ "command": command, "timeout_ms": 1500 })
+        )]),
+        answer("FINAL: done"),
+    ]))
+    .await;
+    let db = format!("sqlite://{}", dir.path().join("j.db").display());
+    let o = out(run_cmd(&db, &server, &ws, &[]).env("HOME", dir.path()));
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert!(!ws.join(".git").exists(), "the command's .git was left");
+    assert!(ws.join(".git.sandbox-refused/config").is_file());
+    let sent: String = server
+        .requests()
+        .iter()
+        .map(|r| r.body.to_string())
+        .collect();
+    assert!(sent.contains("Timed out after 1500 ms"), "{sent}");
+    assert!(sent.contains("moved to .git.sandbox-refused"), "{sent}");
+    let _ = Command::new("git")
+        .args(["status"])
+        .current_dir(&ws)
+        .output();
+    assert!(!ws.join("pwned").exists());
+}
+
+/// A command whose entry point is killed (a host that stops an MCP server kills the entry
+/// point's process group) does not outlive it, not even a daemon that left every group:
+/// the first process of its PID namespace dies with the entry point (a parent-death signal
+/// the command cannot change), and the kernel ends the rest of the namespace with it.
+#[test]
+fn a_command_dies_with_its_entry_point() {
+    let b = bare();
+    let mut cli = Command::new(env!("CARGO_BIN_EXE_agentctl"))
+        .env("HOME", &b.home)
+        .current_dir(&b.ws)
+        .args(["sandbox", "--workspace"])
+        .arg(&b.ws)
+        .args(["--", "bash", "-c"])
+        .arg("setsid bash -c 'sleep 1.5; echo late > late' </dev/null >/dev/null 2>&1 & sleep 30")
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    // The entry point, once its command (the namespace's first process) has started.
+    let mut entry = None;
+    for _ in 0..500 {
+        entry = agent_sandbox::process::children(cli.id())
+            .into_iter()
+            .find(|e| !agent_sandbox::process::children(*e).is_empty());
+        if entry.is_some() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let entry = entry.expect("the command did not start");
+    let killed = Command::new("kill")
+        .args(["-KILL", &entry.to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let status = cli.wait().unwrap();
+    assert!(!status.success());
+    std::thread::sleep(Duration::from_millis(2500));
+    assert!(
+        !b.ws.join("late").exists(),
+        "the command outlived its entry point"
+    );
+    // Nor can it clear that signal: `prctl(PR_SET_PDEATHSIG, 0)` is refused.
+    let o = b.run(
+        &[],
+        "python3 -c 'import ctypes; l = ctypes.CDLL(None, use_errno=True); \
+         print(l.prctl(1, 0, 0, 0, 0), ctypes.get_errno(), l.prctl(1, 9, 0, 0, 0))'",
+    );
+    assert_eq!(text(&o.stdout), "-1 1 0\n", "{}", text(&o.stderr));
+}

@@ -60,24 +60,38 @@ pub fn asks_escalation(name: &str, arguments: &str) -> bool {
 
 /// The watchdog both wrappers start before their `exec`: once process `$1` (this host) is
 /// gone, it kills the wrapper's children (the command's leader, and through it a sandboxed
-/// command's PID namespace) and then its whole group. It holds none of the command's pipes.
+/// command's PID namespace), runs `$after` (bash), and then kills its whole group. It holds
+/// none of the command's pipes.
 macro_rules! watchdog {
-    () => {
-        "( while kill -0 \"$1\" 2>/dev/null; do sleep 1; done; \
-         for c in $(cat /proc/$$/task/*/children); do [ \"$c\" = \"$BASHPID\" ] || kill -KILL \"$c\"; done; \
-         kill -KILL 0 ) </dev/null >/dev/null 2>&1 & "
+    ($after:expr) => {
+        concat!(
+            "( while kill -0 \"$1\" 2>/dev/null; do sleep 1; done; \
+             for c in $(cat /proc/$$/task/*/children); do [ \"$c\" = \"$BASHPID\" ] || kill -KILL \"$c\"; done; ",
+            $after,
+            " kill -KILL 0 ) </dev/null >/dev/null 2>&1 & "
+        )
     };
 }
 
 /// Runs `$2` in bash with a watchdog in its process group that kills the whole group once
 /// process `$1` (this host) is gone, so a command outlives neither `kill -9` of the host
 /// nor its normal end. The watchdog holds none of the command's pipes.
-const WRAPPER: &str = concat!(watchdog!(), "exec bash -c \"$2\"");
+const WRAPPER: &str = concat!(watchdog!(""), "exec bash -c \"$2\"");
 
 /// [`WRAPPER`], with the command started through the sandbox's entry point `$3` under the
-/// policy `$4`; the watchdog stays outside the sandbox.
+/// policy `$4`; the watchdog stays outside the sandbox. `$5...` are the protected paths
+/// that did not exist before the command (`agent_sandbox::protected`): once the host is
+/// gone, the watchdog gives the entry point up to a second to end (it moves them aside
+/// itself once its command is killed), then moves aside any that still exists, as the
+/// host would have, before it kills the group.
 const SANDBOXED_WRAPPER: &str = concat!(
-    watchdog!(),
+    watchdog!(
+        "i=0; while [ $i -lt 10 ] && kill -0 $$ 2>/dev/null; do sleep 0.1; i=$((i+1)); done; \
+         for p in \"${@:5}\"; do if [ -e \"$p\" ] || [ -L \"$p\" ]; then \
+         t=\"$p.sandbox-refused\"; n=1; \
+         while { [ -e \"$t\" ] || [ -L \"$t\" ]; } && [ $n -lt 1000 ]; do n=$((n+1)); t=\"$p.sandbox-refused-$n\"; done; \
+         mv -n -T -- \"$p\" \"$t\"; fi; done;"
+    ),
     "exec \"$3\" __sandbox-exec \"$4\" -- bash -c \"$2\""
 );
 
@@ -163,6 +177,8 @@ impl Tool for Shell {
 /// Kills the command when dropped, unless disarmed: its group and its leader's children.
 struct GroupGuard {
     pgid: Option<u32>,
+    /// A sandboxed command's protected paths that did not exist before it started.
+    protected: Vec<std::path::PathBuf>,
 }
 
 impl GroupGuard {
@@ -171,16 +187,46 @@ impl GroupGuard {
     /// group of its own, and killing the first process of its PID namespace ends everything
     /// in it, a daemon that left every group included. After the leader was reaped its pid
     /// may name another process, so only the group is killed (the command's namespace
-    /// ended before the entry point could exit).
-    fn kill(&mut self, leader_reaped: bool) {
-        if let Some(pgid) = self.pgid.take() {
-            if leader_reaped {
-                kill_group(pgid);
-            } else {
-                kill_group_and_children(pgid);
-            }
-        }
+    /// ended before the entry point could exit). Then moves aside what the command created
+    /// of its protected paths (see [`move_aside_after`]); returns what it did.
+    fn kill(&mut self, leader_reaped: bool) -> Vec<agent_sandbox::protected::Refused> {
+        let Some(pgid) = self.pgid.take() else {
+            return Vec::new();
+        };
+        let namespace = if leader_reaped {
+            kill_group(pgid);
+            Vec::new()
+        } else {
+            let children = agent_sandbox::process::children(pgid);
+            kill_group_and_children(pgid);
+            children
+        };
+        move_aside_after(&namespace, &self.protected)
     }
+}
+
+/// Moves aside each of `protected` (paths that did not exist before a sandboxed command)
+/// that exists now, once the processes `ended` (killed: the first process of the command's
+/// PID namespace among them) are gone, or after at most 2 s. The entry point does the
+/// same when its command ends, but not when it is killed with it (a timeout, an interrupt):
+/// then the host, outside the sandbox, does it. The namespace's end is awaited because
+/// its processes could still create a path until the kernel has ended them.
+pub(crate) fn move_aside_after(
+    ended: &[u32],
+    protected: &[std::path::PathBuf],
+) -> Vec<agent_sandbox::protected::Refused> {
+    if protected.is_empty() {
+        return Vec::new();
+    }
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while ended.iter().any(|pid| agent_sandbox::process::alive(*pid)) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let refused = agent_sandbox::protected::move_aside(protected);
+    for r in &refused {
+        tracing::warn!(target: "agent_host::sandbox", "{r}");
+    }
+    refused
 }
 
 /// SIGKILLs process group `pgid` and then the children its leader had (read before, while
@@ -212,7 +258,7 @@ fn bash_kill(script: &str) {
 
 impl Drop for GroupGuard {
     fn drop(&mut self) {
-        self.kill(false);
+        let _ = self.kill(false);
     }
 }
 
@@ -220,6 +266,8 @@ impl Drop for GroupGuard {
 struct Confined {
     launcher: std::path::PathBuf,
     policy_json: String,
+    /// The policy's protected paths that do not exist before the command.
+    protected: Vec<std::path::PathBuf>,
     tmp: tempfile::TempDir,
     label: String,
 }
@@ -245,6 +293,7 @@ impl Confined {
         Ok(Confined {
             launcher,
             policy_json,
+            protected: agent_sandbox::protected::missing(&policy),
             tmp,
             label: format!("{} ({network})", spec.mode),
         })
@@ -274,6 +323,7 @@ async fn run(
     if let Some(c) = confined {
         cmd.arg(&c.launcher)
             .arg(&c.policy_json)
+            .args(&c.protected)
             .env("TMPDIR", c.tmp.path());
     }
     for name in HIDDEN_ENV {
@@ -290,7 +340,10 @@ async fn run(
         .spawn()
         .map_err(|err| ToolFailure(format!("cannot start bash: {err}")))?;
     drop(child.stdin.take());
-    let mut guard = GroupGuard { pgid: child.id() };
+    let mut guard = GroupGuard {
+        pgid: child.id(),
+        protected: confined.map(|c| c.protected.clone()).unwrap_or_default(),
+    };
     let (Some(mut stdout), Some(mut stderr)) = (child.stdout.take(), child.stderr.take()) else {
         return Err(ToolFailure("cannot read the command's output".into()));
     };
@@ -334,9 +387,12 @@ async fn run(
         },
         (End::Timeout | End::Cancelled, _) => None,
     };
-    guard.kill(status.is_some());
+    let refused = guard.kill(status.is_some());
     let wall = started.elapsed().as_secs_f64();
-    let note = note.map(|n| format!("\n{n}")).unwrap_or_default();
+    let mut note = note.map(|n| format!("\n{n}")).unwrap_or_default();
+    for r in &refused {
+        note.push_str(&format!("\nagentctl sandbox: {r}"));
+    }
     let text = |head: &str| {
         format!(
             "{head}{note}\nWall time: {wall:.3} seconds\nOutput:\n{}",

@@ -16,7 +16,13 @@
 //! - `openat2`, whose mode sits in a struct the filter cannot read: refused with `ENOSYS`,
 //!   as on a kernel that lacks it, so that callers fall back to `openat`;
 //! - SysV IPC (`shmget`, `semget`, `msgget`) when the command has no IPC namespace of its
-//!   own, where a segment would outlive it and be shared with the host.
+//!   own, where a segment would outlive it and be shared with the host;
+//! - a parent-death signal other than `SIGKILL` (`prctl(PR_SET_PDEATHSIG)`): the command's
+//!   first process is killed when the entry point dies (`entry::init_main`), and clearing
+//!   that would let it outlive the entry point;
+//! - on x86_64, every x32 system call (numbers with bit 30 set), refused with `ENOSYS` as
+//!   on a kernel without x32: the x32 ABI shares x86_64's architecture token with other
+//!   numbers, which the rules above do not name.
 
 use std::collections::BTreeMap;
 
@@ -81,6 +87,13 @@ fn eperm_rules(refuse: &Refuse) -> Result<Rules, String> {
     let other_process = |arg: u8| -> Result<Vec<SeccompRule>, String> {
         Ok(vec![rule(&[(arg, SeccompCmpOp::Ne, 0)])?])
     };
+    rules.insert(
+        libc::SYS_prctl,
+        vec![rule(&[
+            (0, SeccompCmpOp::Eq, libc::PR_SET_PDEATHSIG as u64),
+            (1, SeccompCmpOp::Ne, libc::SIGKILL as u64),
+        ])?],
+    );
     rules.insert(libc::SYS_prlimit64, other_process(0)?);
     rules.insert(libc::SYS_setpriority, other_process(1)?);
     rules.insert(libc::SYS_ioprio_set, other_process(1)?);
@@ -140,7 +153,32 @@ fn install(rules: Rules, errno: i32, arch: TargetArch) -> Result<(), SandboxErro
     let program: BpfProgram = filter
         .try_into()
         .map_err(|e: seccompiler::BackendError| seccomp_err(e.to_string()))?;
+    let program = if arch == TargetArch::x86_64 {
+        [no_x32(), program].concat()
+    } else {
+        program
+    };
     seccompiler::apply_filter(&program).map_err(|e| seccomp_err(e.to_string()))
+}
+
+/// Bit 30 of an x86_64 system call number: the x32 ABI.
+const X32_SYSCALL_BIT: u32 = 0x4000_0000;
+
+/// Instructions put before a filter on x86_64: any call numbered at or above
+/// [`X32_SYSCALL_BIT`] gets `ENOSYS`; the filter sees only the others. (The filter's own
+/// first check, of the architecture, passes x32 calls: they carry x86_64's token.) BPF
+/// jumps are relative, so the filter after them runs unchanged.
+fn no_x32() -> BpfProgram {
+    const LD_W_ABS: u16 = 0x20; // BPF_LD | BPF_W | BPF_ABS
+    const JGE_K: u16 = 0x35; // BPF_JMP | BPF_JGE | BPF_K
+    const RET_K: u16 = 0x06; // BPF_RET | BPF_K
+    let insn = |code, jt, jf, k| seccompiler::sock_filter { code, jt, jf, k };
+    vec![
+        // `seccomp_data.nr`, at offset 0.
+        insn(LD_W_ABS, 0, 0, 0),
+        insn(JGE_K, 0, 1, X32_SYSCALL_BIT),
+        insn(RET_K, 0, 0, libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32),
+    ]
 }
 
 fn seccomp_err(reason: String) -> SandboxError {
@@ -156,5 +194,25 @@ fn target_arch() -> Option<TargetArch> {
         "aarch64" => Some(TargetArch::aarch64),
         "riscv64" => Some(TargetArch::riscv64),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The x32 check: the call number is loaded, compared with bit 30, and a number at or
+    /// above it returns `ENOSYS` while any other jumps over that return into the filter.
+    #[test]
+    fn x32_calls_get_enosys_before_the_filter() {
+        let prefix = no_x32();
+        assert_eq!(prefix.len(), 3);
+        assert_eq!((prefix[0].code, prefix[0].k), (0x20, 0));
+        assert_eq!(
+            (prefix[1].code, prefix[1].jt, prefix[1].jf, prefix[1].k),
+            (0x35, 0, 1, 0x4000_0000)
+        );
+        assert_eq!(prefix[2].code, 0x06);
+        assert_eq!(prefix[2].k, 0x0005_0000 | 38);
     }
 }

@@ -62,11 +62,17 @@ struct Live {
     generation: u64,
     /// A sandboxed server's `TMPDIR`, removed when it stops.
     _tmp: Option<tempfile::TempDir>,
+    /// A sandboxed server's protected paths that did not exist before it started.
+    protected: Vec<std::path::PathBuf>,
 }
 
 impl Drop for Live {
     fn drop(&mut self) {
-        kill_group(self.pgid.take());
+        // A sandboxed server is in a process group of its own, the first process of a PID
+        // namespace whose end the kernel ties to its entry point's (`agent_sandbox::INIT`):
+        // killing the entry point's group ends it, wherever it moved. Its end is awaited
+        // before what it created of the protected paths is moved aside.
+        end_server(self.pgid.take(), &self.protected);
     }
 }
 
@@ -161,10 +167,15 @@ impl ServerHandle {
             .arg("agentctl-mcp")
             .arg(std::process::id().to_string())
             .current_dir(&self.cwd);
+        let mut protected = Vec::new();
         let tmp = if self.sandbox.mode.is_sandboxed() {
             let tmp = crate::tools::scratch::scratch_dir("agentctl-mcp-")
                 .map_err(|err| format!("cannot create its temp dir: {err}"))?;
-            let policy = self.sandbox.policy(&self.cwd, Some(tmp.path()));
+            let mut policy = self.sandbox.policy(&self.cwd, Some(tmp.path()));
+            // Out of the entry point's group: `kill(0)` from the server cannot end the
+            // entry point (and with it the move-aside) and leave the server running.
+            policy.own_group = true;
+            protected = agent_sandbox::protected::missing(&policy);
             let launcher = crate::sandbox::launcher().map_err(|err| err.to_string())?;
             let program = std::ffi::OsString::from(&self.config.command);
             let args: Vec<std::ffi::OsString> = self.config.args.iter().map(Into::into).collect();
@@ -203,15 +214,16 @@ impl ServerHandle {
                 pgid,
                 generation,
                 _tmp: tmp,
+                protected,
             }),
             Ok(Err(err)) => {
-                kill_group(pgid);
+                end_server(pgid, &protected);
                 Err(format!(
                     "it did not complete the MCP handshake: {err} (its stderr is logged: RUST_LOG=agent_host::mcp=info shows it)"
                 ))
             }
             Err(_) => {
-                kill_group(pgid);
+                end_server(pgid, &protected);
                 Err(format!(
                     "it did not answer `initialize` within {} s",
                     START_TIMEOUT.as_secs()
@@ -316,6 +328,17 @@ impl ServerHandle {
 /// what is left of the process group (as `live` drops).
 async fn stop(mut live: Live) {
     let _ = live.service.close_with_timeout(STOP_TIMEOUT).await;
+}
+
+/// Kills a server's process group and moves aside what it created of `protected`, once its
+/// PID namespace ended (a server that did not start, and [`Live`]'s drop).
+fn end_server(pgid: Option<u32>, protected: &[std::path::PathBuf]) {
+    let namespace = match pgid {
+        Some(pgid) if !protected.is_empty() => agent_sandbox::process::children(pgid),
+        _ => Vec::new(),
+    };
+    kill_group(pgid);
+    crate::tools::shell::move_aside_after(&namespace, protected);
 }
 
 fn kill_group(pgid: Option<u32>) {
