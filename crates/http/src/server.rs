@@ -15,14 +15,21 @@
 //!   keeps them 90 s, browsers minutes) may send its next request just as the server
 //!   closes the connection, and that request then fails. A connection with a request in
 //!   progress is never closed for idleness.
+//! - A request's body must all arrive within [`Limits::body_timeout`] of its head: past
+//!   that, reading it fails (the route answers, and the connection, its body unread, is
+//!   closed). A request still waiting for its body holds its connection no more than an
+//!   idle one does: a client that sends a head and stalls its body cannot lock anyone out.
 //! - At most [`Limits::max_connections`] connections are served. One more evicts an idle
-//!   connection (closed as above): one that never sent a request first, the one idle the
+//!   connection (closed as above): one that never sent a request or whose every request
+//!   in progress is still waiting for its body first, the one idle (or waiting) the
 //!   longest among them, else the served one idle the longest; when every connection has
-//!   a request in progress, the newcomer is closed at once. So a flood of idle connections
+//!   a request in progress whose body has arrived, the newcomer is closed at once. So a flood of idle connections
 //!   makes room for a client that sends its request, rather than shutting it out, and
 //!   costs a pooled client's connection only once the flood's own are gone.
 //! - When the process is out of file descriptors, accepting evicts the longest-idle
-//!   connection and waits a moment instead of spinning.
+//!   connection, or, when none is idle, closes the newcomer at once (with a descriptor kept
+//!   spare for it), and waits a moment instead of spinning; the warning is logged at most
+//!   once per [`OUT_OF_FILES_WARNING`].
 //! - At shutdown nothing more is accepted, every connection is asked to close gracefully
 //!   (an idle one closes at once), those still open [`SHUTDOWN_GRACE`] later (live SSE
 //!   streams) are dropped, and [`serve`] returns once every connection is closed.
@@ -57,6 +64,9 @@ pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 /// How long accepting pauses when the process is out of file descriptors.
 const OUT_OF_FILES_PAUSE: Duration = Duration::from_millis(50);
 
+/// The least time between two warnings that the process is out of file descriptors.
+pub const OUT_OF_FILES_WARNING: Duration = Duration::from_secs(10);
+
 /// The bounds on connections.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
@@ -66,6 +76,8 @@ pub struct Limits {
     pub idle_timeout: Duration,
     /// How long a connection that has been answered may sit with no request in progress.
     pub keep_alive: Duration,
+    /// How long a request's body may take to arrive, from its head.
+    pub body_timeout: Duration,
 }
 
 impl Limits {
@@ -75,6 +87,8 @@ impl Limits {
     pub const IDLE_TIMEOUT: Duration = Duration::from_secs(10);
     /// The default [`Limits::keep_alive`].
     pub const KEEP_ALIVE: Duration = Duration::from_secs(600);
+    /// The default [`Limits::body_timeout`].
+    pub const BODY_TIMEOUT: Duration = Duration::from_secs(10);
 }
 
 impl Default for Limits {
@@ -83,6 +97,7 @@ impl Default for Limits {
             max_connections: Limits::MAX_CONNECTIONS,
             idle_timeout: Limits::IDLE_TIMEOUT,
             keep_alive: Limits::KEEP_ALIVE,
+            body_timeout: Limits::BODY_TIMEOUT,
         }
     }
 }
@@ -102,6 +117,7 @@ pub async fn serve(
     });
     let (stop, stopped) = watch::channel(false);
     let mut tasks = JoinSet::new();
+    let mut out_of_files = OutOfFiles::new();
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
@@ -114,7 +130,11 @@ pub async fn serve(
                         drop(stream);
                         continue;
                     };
-                    let service = Service { router: router.clone(), conn: Arc::clone(&conn) };
+                    let service = Service {
+                        router: router.clone(),
+                        conn: Arc::clone(&conn),
+                        body_timeout: limits.body_timeout,
+                    };
                     let registry = Arc::clone(&registry);
                     let stopped = stopped.clone();
                     tasks.spawn(async move {
@@ -122,9 +142,11 @@ pub async fn serve(
                         registry.remove(conn.id);
                     });
                 }
-                Err(err) if out_of_files(&err) => {
-                    tracing::warn!(target: "agent_http", %err, "accept failed: closing the longest-idle connection");
-                    registry.evict_longest_idle();
+                Err(err) if is_out_of_files(&err) => {
+                    out_of_files.warn(&err);
+                    if !registry.evict_longest_idle() {
+                        out_of_files.refuse_one(&listener).await;
+                    }
                     tokio::time::sleep(OUT_OF_FILES_PAUSE).await;
                 }
                 // A connection reset or aborted before it was accepted: nothing to do.
@@ -139,8 +161,59 @@ pub async fn serve(
 }
 
 /// Whether an accept failed for want of file descriptors (EMFILE, ENFILE).
-fn out_of_files(err: &std::io::Error) -> bool {
+fn is_out_of_files(err: &std::io::Error) -> bool {
     matches!(err.raw_os_error(), Some(23 | 24))
+}
+
+/// What accepting does when the process is out of file descriptors: one kept spare to
+/// accept and close a newcomer that no idle connection makes room for (it would wait in
+/// the backlog, unanswered, else), and the warning's last time.
+struct OutOfFiles {
+    spare: Option<std::fs::File>,
+    warned: Option<Instant>,
+    since_warned: u64,
+}
+
+impl OutOfFiles {
+    fn new() -> OutOfFiles {
+        OutOfFiles {
+            spare: std::fs::File::open("/dev/null").ok(),
+            warned: None,
+            since_warned: 0,
+        }
+    }
+
+    /// Logs `err`, at most once per [`OUT_OF_FILES_WARNING`] (with how many were not).
+    fn warn(&mut self, err: &std::io::Error) {
+        let now = Instant::now();
+        if self
+            .warned
+            .is_some_and(|at| now.duration_since(at) < OUT_OF_FILES_WARNING)
+        {
+            self.since_warned += 1;
+            return;
+        }
+        tracing::warn!(
+            target: "agent_http",
+            %err,
+            not_logged = self.since_warned,
+            "accept failed: out of file descriptors (closing idle connections, refusing new ones)"
+        );
+        self.warned = Some(now);
+        self.since_warned = 0;
+    }
+
+    /// Accepts one waiting connection with the spare descriptor and closes it at once.
+    async fn refuse_one(&mut self, listener: &TcpListener) {
+        self.spare = None;
+        if let Ok(Ok((stream, _))) =
+            tokio::time::timeout(OUT_OF_FILES_PAUSE, listener.accept()).await
+        {
+            drop(stream);
+            tracing::debug!(target: "agent_http", "out of file descriptors: a new connection is closed");
+        }
+        self.spare = std::fs::File::open("/dev/null").ok();
+    }
 }
 
 /// Serves one connection until it closes, its idle time runs out, it is evicted, or the
@@ -211,6 +284,8 @@ impl Registry {
             in_flight: AtomicUsize::new(0),
             served: AtomicBool::new(false),
             idle_since: Mutex::new(Instant::now()),
+            waiting: AtomicUsize::new(0),
+            waiting_since: Mutex::new(Instant::now()),
             evict: Notify::new(),
             evicted: AtomicBool::new(false),
         });
@@ -230,17 +305,15 @@ impl Registry {
     }
 }
 
-/// Asks an idle connection (not asked already) to close: one that never sent a request,
-/// the one idle the longest, else the served one idle the longest; whether there was one.
+/// Asks an idle connection (not asked already) to close: one that never sent a request or
+/// waits for every body it was sent, the one idle the longest, else the served one idle the
+/// longest; whether there was one.
 fn evict_longest_idle(conns: &HashMap<u64, Arc<Conn>>) -> bool {
     let victim = conns
         .values()
         .filter(|c| !c.evicted.load(Ordering::Acquire))
-        .filter_map(|c| {
-            let served = c.served.load(Ordering::Acquire);
-            c.idle_since().map(|since| ((served, since), c))
-        })
-        .min_by_key(|(key, _)| *key);
+        .filter_map(|c| c.eviction_rank().map(|rank| (rank, c)))
+        .min_by_key(|(rank, _)| *rank);
     match victim {
         Some((_, conn)) => {
             conn.evicted.store(true, Ordering::Release);
@@ -261,6 +334,10 @@ struct Conn {
     served: AtomicBool,
     /// When the last request in progress ended (or the connection was accepted).
     idle_since: Mutex<Instant>,
+    /// Requests in progress whose body has not all arrived.
+    waiting: AtomicUsize,
+    /// When the latest of them arrived (its head).
+    waiting_since: Mutex<Instant>,
     /// Asks the connection to close (eviction).
     evict: Notify,
     /// Whether it was asked to.
@@ -275,6 +352,25 @@ impl Conn {
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         (self.in_flight.load(Ordering::Acquire) == 0).then_some(since)
+    }
+
+    /// How it ranks for eviction, lowest first: `(false, since)` when it never sent a
+    /// request or every request in progress on it still waits for its body, `(true, since)`
+    /// when it was served and is idle; `None` while a request whose body arrived is in
+    /// progress.
+    fn eviction_rank(&self) -> Option<(bool, Instant)> {
+        if let Some(since) = self.idle_since() {
+            return Some((self.served.load(Ordering::Acquire), since));
+        }
+        let in_flight = self.in_flight.load(Ordering::Acquire);
+        let waiting = self.waiting.load(Ordering::Acquire);
+        (waiting > 0 && waiting >= in_flight).then(|| {
+            let since = *self
+                .waiting_since
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            (false, since)
+        })
     }
 
     /// When its idle time runs out: `idle_timeout` after it was accepted until it sends a
@@ -316,11 +412,32 @@ impl Drop for Busy {
     }
 }
 
+/// A request in progress whose body has not all arrived, counted on its connection.
+struct Waiting(Arc<Conn>);
+
+impl Waiting {
+    fn new(conn: Arc<Conn>) -> Waiting {
+        *conn
+            .waiting_since
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Instant::now();
+        conn.waiting.fetch_add(1, Ordering::AcqRel);
+        Waiting(conn)
+    }
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        self.0.waiting.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
 /// The router, with each request counted on its connection.
 #[derive(Clone)]
 struct Service {
     router: Router,
     conn: Arc<Conn>,
+    body_timeout: Duration,
 }
 
 impl hyper::service::Service<Request<Incoming>> for Service {
@@ -332,11 +449,91 @@ impl hyper::service::Service<Request<Incoming>> for Service {
         let busy = Busy::new(Arc::clone(&self.conn));
         // A router is always ready (axum's `Router::poll_ready` never waits).
         let mut router = self.router.clone();
-        let answer = tower_service::Service::call(&mut router, req.map(Body::new));
+        let req = if http_body::Body::is_end_stream(req.body()) {
+            req.map(Body::new)
+        } else {
+            let conn = Arc::clone(&self.conn);
+            let timeout = self.body_timeout;
+            req.map(|inner| Body::new(Arriving::new(inner, conn, timeout)))
+        };
+        let answer = tower_service::Service::call(&mut router, req);
         Box::pin(async move {
             let response = answer.await?;
             Ok(response.map(|inner| Body::new(Counted { inner, _busy: busy })))
         })
+    }
+}
+
+/// A request body that must all arrive within a time of its head; until it has, its
+/// connection counts it as waiting ([`Conn::eviction_rank`]).
+struct Arriving {
+    inner: Incoming,
+    deadline: Pin<Box<tokio::time::Sleep>>,
+    timeout: Duration,
+    waiting: Option<Waiting>,
+}
+
+impl Arriving {
+    fn new(inner: Incoming, conn: Arc<Conn>, timeout: Duration) -> Arriving {
+        Arriving {
+            inner,
+            deadline: Box::pin(tokio::time::sleep(timeout)),
+            timeout,
+            waiting: Some(Waiting::new(conn)),
+        }
+    }
+}
+
+/// What reading a request body fails with.
+type BodyError = Box<dyn std::error::Error + Send + Sync>;
+
+impl http_body::Body for Arriving {
+    type Data = Bytes;
+    type Error = BodyError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
+        let this = &mut *self;
+        match Pin::new(&mut this.inner).poll_frame(cx) {
+            Poll::Ready(Some(Ok(frame))) => {
+                if this.inner.is_end_stream() {
+                    this.waiting = None;
+                }
+                Poll::Ready(Some(Ok(frame)))
+            }
+            Poll::Ready(Some(Err(err))) => {
+                this.waiting = None;
+                Poll::Ready(Some(Err(err.into())))
+            }
+            Poll::Ready(None) => {
+                this.waiting = None;
+                Poll::Ready(None)
+            }
+            Poll::Pending => {
+                if this.waiting.is_some() && this.deadline.as_mut().poll(cx).is_ready() {
+                    this.waiting = None;
+                    let late = std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        format!(
+                            "the request body did not arrive within {} s",
+                            this.timeout.as_secs_f64()
+                        ),
+                    );
+                    return Poll::Ready(Some(Err(late.into())));
+                }
+                Poll::Pending
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
     }
 }
 
@@ -445,6 +642,7 @@ mod tests {
             max_connections: 2,
             idle_timeout: Duration::from_secs(1),
             keep_alive: Duration::from_secs(100),
+            body_timeout: Duration::from_secs(1),
         };
         let now = Instant::now();
         assert!(silent.idle_deadline(limits) < now + Duration::from_secs(2));

@@ -142,6 +142,7 @@ async fn idle_and_half_sent_connections_are_closed() {
         max_connections: 64,
         idle_timeout: Duration::from_millis(300),
         keep_alive: Duration::from_millis(2500),
+        ..Limits::default()
     })
     .await;
     let addr = addr_of(&s);
@@ -182,6 +183,7 @@ async fn a_kept_alive_connection_outlives_the_first_request_timeout() {
         max_connections: 64,
         idle_timeout: Duration::from_millis(200),
         keep_alive: Duration::from_secs(60),
+        ..Limits::default()
     })
     .await;
     let addr = addr_of(&s);
@@ -211,6 +213,7 @@ async fn a_live_event_stream_outlives_the_idle_timeout() {
         max_connections: 64,
         idle_timeout: Duration::from_millis(200),
         keep_alive: Duration::from_millis(200),
+        ..Limits::default()
     })
     .await;
     let client = reqwest::Client::new();
@@ -251,6 +254,7 @@ async fn a_flood_of_idle_connections_makes_room_for_a_real_request() {
         max_connections: MAX,
         idle_timeout: Duration::from_secs(120),
         keep_alive: Duration::from_secs(120),
+        ..Limits::default()
     })
     .await;
     let addr = addr_of(&s);
@@ -350,4 +354,99 @@ async fn http2_requests_are_checked_by_their_authority() {
         "{}",
         String::from_utf8_lossy(&answer)
     );
+}
+
+/// The review's `slow_signin.py`: connections that sent a sign-in form's head and stalled
+/// its body were requests in progress, never closed and never evicted, and enough of them
+/// (no token needed) shut everyone out. A request waiting for its body is evicted as an
+/// idle connection is, and the body must arrive within the body timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stalled_request_bodies_cannot_lock_a_client_out() {
+    const MAX: usize = 8;
+    let s = limited(Limits {
+        max_connections: MAX,
+        idle_timeout: Duration::from_secs(120),
+        keep_alive: Duration::from_secs(120),
+        body_timeout: Duration::from_secs(2),
+    })
+    .await;
+    let addr = addr_of(&s);
+    let mut stalled = Vec::new();
+    for _ in 0..4 * MAX {
+        let mut stream = TcpStream::connect(&addr).await.unwrap();
+        let head = format!(
+            "POST / HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: 100\r\n\r\ntok"
+        );
+        stream.write_all(head.as_bytes()).await.unwrap();
+        stalled.push(stream);
+    }
+    let started = tokio::time::Instant::now();
+    // Well within the body timeout: answered because stalled requests make room.
+    let answer = tokio::time::timeout(
+        Duration::from_secs(1),
+        reqwest::Client::new()
+            .get(format!("{}/api/v1/runs", s.base))
+            .bearer_auth(TOKEN)
+            .send(),
+    )
+    .await
+    .expect("the request timed out behind the stalled bodies")
+    .expect("the request was refused behind the stalled bodies");
+    assert_eq!(answer.status(), 200);
+    // Every stalled connection is closed once the body timeout (and the close grace) is
+    // past, evicted or not.
+    let closed = futures::future::join_all(
+        stalled
+            .iter_mut()
+            .map(|stream| closed_within(stream, Duration::from_secs(5))),
+    )
+    .await;
+    assert!(closed.iter().all(|c| *c), "{closed:?}");
+    assert!(started.elapsed() < Duration::from_secs(5));
+}
+
+/// A sign-in form is a token: one that says it is larger than a few KiB is refused at
+/// once (`413`), its body unread and its connection closed, rather than read for a token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_sign_in_form_is_refused_before_it_is_read() {
+    let s = server().await;
+    let addr = addr_of(&s);
+    let mut stream = TcpStream::connect(&addr).await.unwrap();
+    let head = format!(
+        "POST / HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: 100000\r\n\r\ntoken="
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    tokio::time::timeout(Duration::from_secs(3), stream.read_to_end(&mut answer))
+        .await
+        .expect("a large sign-in form was waited for")
+        .unwrap();
+    assert!(
+        answer.starts_with(b"HTTP/1.1 413"),
+        "{}",
+        String::from_utf8_lossy(&answer)
+    );
+    // A chunked form that runs past the cap is cut off with a 413 too.
+    let client = reqwest::Client::new();
+    let chunks = futures::stream::iter((0..8).map(|_| Ok::<_, std::io::Error>(vec![b'a'; 1024])));
+    let chunked = client
+        .post(&s.base)
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(reqwest::Body::wrap_stream(chunks))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(chunked.status(), 413);
+    // The right token still signs in.
+    let signed = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap()
+        .post(&s.base)
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(format!("token={TOKEN}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(signed.status(), 303);
 }

@@ -1,6 +1,8 @@
 //! `agentctl serve`: the HTTP API and web console (agent-serve) over `--db`, optionally with
 //! a worker in this process.
 
+mod files;
+
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -9,7 +11,7 @@ use std::sync::Arc;
 use agent_host::run::{Budgets, NewRun};
 use agent_host::tools::ApprovalMode;
 use agent_runtime::CancellationToken;
-use agent_serve::{ApiError, ServeOptions, SubmitRequest, Submitter, Token};
+use agent_serve::{ApiError, Limits, ServeOptions, SubmitRequest, Submitter, Token};
 use anyhow::Context as _;
 use clap::Args;
 use futures::future::BoxFuture;
@@ -72,10 +74,19 @@ pub async fn serve(global: &GlobalArgs, args: ServeArgs) -> anyhow::Result<ExitC
         endpoint: args.endpoint.clone(),
         db_url: url.clone(),
     });
+    let mut max_watchers = usize::try_from(args.max_watchers).unwrap_or(1024);
+    let caps = files::fit(max_watchers, files::raise_open_files());
+    if let Some(caps) = caps {
+        output::note(&format!(
+            "warning: the open-file limit (ulimit -n) leaves room for {} connections: serving at most {} at once, {} of them event streams (--max-watchers {})",
+            caps.connections, caps.connections, caps.watchers, args.max_watchers
+        ));
+        max_watchers = caps.watchers;
+    }
     let options = ServeOptions {
         token,
         allowed_hosts: args.allowed_hosts.clone(),
-        max_watchers: usize::try_from(args.max_watchers).unwrap_or(1024),
+        max_watchers,
         submitter: Some(submitter),
         context: Some(context.clone()),
         who: format!("serve@{}", agent_host::run::Owner::this_host()),
@@ -88,7 +99,21 @@ pub async fn serve(global: &GlobalArgs, args: ServeArgs) -> anyhow::Result<ExitC
             let what = format!("cannot listen on {}", args.listen);
             output::listen_error(err, in_use, what, args.listen, "--listen")
         })?;
+    let bound = match caps {
+        Some(caps) => bound.with_limits(Limits {
+            max_connections: caps.connections,
+            ..Limits::default()
+        }),
+        None => bound,
+    };
     let stop = CancellationToken::new();
+    // The first SIGINT or SIGTERM stops the server and lets the worker give its runs back;
+    // a second one exits at once.
+    let second_signal = agent_host::signals::stop_on_signals(stop.clone())?;
+    let signals = tokio::spawn(async move {
+        second_signal.await;
+        std::process::exit(i32::from(crate::exit::Exit::Interrupted.code()));
+    });
     let worker = args.worker.map(|n| {
         super::run::worker::in_process(
             url.clone(),
@@ -105,7 +130,7 @@ pub async fn serve(global: &GlobalArgs, args: ServeArgs) -> anyhow::Result<ExitC
     } else {
         output::line(&format!("console: {}", bound.console_link()))?;
         output::note(&format!(
-            "agentctl serve on {}{}; the link signs a browser in until this server stops (keep it private). Ctrl-C stops it.",
+            "agentctl serve on {}{}; the link signs a browser in until this server stops (keep it private). Ctrl-C (SIGINT) or SIGTERM stops it.",
             bound.local_addr(),
             args.worker
                 .map(|n| format!(", driving up to {n} run(s) here"))
@@ -123,10 +148,7 @@ pub async fn serve(global: &GlobalArgs, args: ServeArgs) -> anyhow::Result<ExitC
     }
     let shutdown = {
         let stop = stop.clone();
-        async move {
-            let _ = tokio::signal::ctrl_c().await;
-            stop.cancel();
-        }
+        async move { stop.cancelled().await }
     };
     let served = bound.run(shutdown).await;
     stop.cancel();
@@ -137,6 +159,7 @@ pub async fn serve(global: &GlobalArgs, args: ServeArgs) -> anyhow::Result<ExitC
             Err(err) => output::note(&format!("warning: the in-process worker panicked: {err}")),
         }
     }
+    signals.abort();
     context.close().await;
     journal.close().await;
     served.context("the server failed")?;
@@ -192,6 +215,11 @@ impl CliSubmitter {
             ));
         }
         let workspace = PathBuf::from(&r.workspace);
+        if !workspace.is_dir() {
+            return Err(ApiError::invalid(
+                "workspace: does not exist or is not a directory",
+            ));
+        }
         let tools = super::run::load_tool_config(&workspace, &[])
             .map_err(|err| ApiError::bad_request(format!("workspace configuration: {err}")))?;
         let new = NewRun::new(r.prompt, workspace)

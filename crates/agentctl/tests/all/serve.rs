@@ -446,6 +446,21 @@ async fn runs_approvals_and_errors(db: FreshDb) {
     }
     let (status, _, _) = error_of(s.get("/api/v1/search?q=")).await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
+    // A term the context store refuses (a NUL; over 1024 bytes) is the client's mistake, a
+    // 400 naming `q`, not a 500.
+    let long = "a".repeat(1025);
+    for q in ["appro%00ved", long.as_str()] {
+        let (status, code, msg) = error_of(s.get(&format!("/api/v1/search?q={q}"))).await;
+        assert_eq!(
+            (status, code.as_str()),
+            (StatusCode::BAD_REQUEST, "bad_request"),
+            "{msg}"
+        );
+        assert!(msg.starts_with("q:"), "{msg}");
+    }
+    // 1024 bytes is still a term.
+    let (status, body) = call_api(s.get(&format!("/api/v1/search?q={}", &long[1..]))).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
 }
 
 /// A stream read in two halves from two server processes, the second resumed from the
@@ -645,4 +660,156 @@ fn serve_refuses_an_endpoint_no_run_could_use() {
         assert_eq!(o.status.code(), Some(2), "{args:?}: {stderr}");
         assert!(stderr.contains(says), "{args:?}: {stderr}");
     }
+}
+
+/// Waits up to `within` for `child` to exit.
+fn exited_within(child: &mut std::process::Child, within: Duration) -> std::process::ExitStatus {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        assert!(Instant::now() < deadline, "still running after {within:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// `serve --worker` stopped by `sig` while its worker drives a run: the server exits 0 and
+/// the worker gives the run back (queued, claimable at once), whichever signal it was.
+async fn a_signal_stops_serve_and_its_worker_gives_the_run_back(sig: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("s.db").display());
+    let ws = dir.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let server = emulator(&script_by_outputs(&[
+        json!([call("c1", "shell", json!({"command": "sleep 2"}))]),
+        answer("FINAL: done"),
+    ]))
+    .await;
+    let mut s = serve(
+        &db,
+        dir.path(),
+        &["--worker", "1", "--base-url", &server.base_url()],
+    );
+    let (status, body) =
+        call_api(s.post("/api/v1/runs", json!({"prompt": "sleep", "workspace": ws}))).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let run = body["run_id"].as_str().unwrap().to_string();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (_, view) = call_api(s.get(&format!("/api/v1/runs/{run}"))).await;
+        if view["status"] == "running" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "never running: {view}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let killed = std::process::Command::new("kill")
+        .args([format!("-{sig}"), s.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let exited = exited_within(&mut s.child, Duration::from_secs(20));
+    assert!(exited.success(), "SIG{sig}: serve exited with {exited}");
+    let o = out(agentctl(&db).args(["--json", "runs", "list"]));
+    let rows: Vec<Value> = text(&o.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let row = rows.iter().find(|r| r["run_id"] == run.as_str()).unwrap();
+    assert_eq!(row["status"], "queued", "SIG{sig}: {row}");
+    assert_eq!(row["claimable"], true, "SIG{sig}: {row}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigint_stops_serve_and_its_worker_gives_the_run_back() {
+    a_signal_stops_serve_and_its_worker_gives_the_run_back("INT").await;
+}
+
+/// The review: SIGTERM (what `kill`, systemd and container runtimes send) killed the
+/// process as a crash, leaving the run leased to a worker that was gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_stops_serve_and_its_worker_gives_the_run_back() {
+    a_signal_stops_serve_and_its_worker_gives_the_run_back("TERM").await;
+}
+
+/// The review: a workspace that is a regular file was `bad_request` (its configuration
+/// could not be read); a workspace that is no existing directory is `invalid`, as the
+/// docs say.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_workspace_that_is_no_directory_is_invalid() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("w.db").display());
+    let file = dir.path().join("a-file");
+    std::fs::write(&file, "not a directory").unwrap();
+    let s = serve(&db, dir.path(), &["--mock"]);
+    for workspace in [file.clone(), dir.path().join("missing")] {
+        let (status, code, msg) = error_of(s.post(
+            "/api/v1/runs",
+            json!({"prompt": "p", "workspace": workspace}),
+        ))
+        .await;
+        assert_eq!(
+            (status, code.as_str()),
+            (StatusCode::BAD_REQUEST, "invalid"),
+            "{workspace:?}: {msg}"
+        );
+        assert!(msg.starts_with("workspace:"), "{msg}");
+    }
+}
+
+/// The review: under an open-file limit below the connection cap, new clients hung in the
+/// listen backlog (the accept loop waited for a descriptor forever). The caps now fit the
+/// limit: event streams past them get `429` (or a closed connection), and a plain request
+/// is answered at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_low_open_file_limit_refuses_streams_rather_than_hanging_clients() {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("f.db").display());
+    let ws = dir.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let s = served::serve_after("ulimit -n 128", &db, dir.path(), &["--mock"]);
+    let (status, body) =
+        call_api(s.post("/api/v1/runs", json!({"prompt": "p", "workspace": ws}))).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let run = body["run_id"].as_str().unwrap().to_string();
+    let request = format!(
+        "GET /api/v1/runs/{run}/events/stream HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {TOKEN}\r\n\r\n",
+        s.host
+    );
+    let mut streams = Vec::new();
+    for _ in 0..200 {
+        let Ok(mut stream) = tokio::net::TcpStream::connect(&s.host).await else {
+            continue;
+        };
+        if stream.write_all(request.as_bytes()).await.is_ok() {
+            streams.push(stream);
+        }
+    }
+    let (mut live, mut refused, mut closed, mut silent) = (0, 0, 0, 0);
+    for stream in &mut streams {
+        let mut buf = [0u8; 16];
+        match tokio::time::timeout(Duration::from_secs(3), stream.read(&mut buf)).await {
+            Ok(Ok(n)) if buf[..n].starts_with(b"HTTP/1.1 200") => live += 1,
+            Ok(Ok(n)) if buf[..n].starts_with(b"HTTP/1.1 429") => refused += 1,
+            Ok(_) => closed += 1,
+            Err(_) => silent += 1,
+        }
+    }
+    assert_eq!(silent, 0, "{live} live, {refused} 429, {closed} closed");
+    assert!((1..128).contains(&live), "{live} live streams");
+    assert!(
+        refused + closed > 0,
+        "{live} live, {refused} 429, {closed} closed"
+    );
+    let started = Instant::now();
+    let (status, body) =
+        tokio::time::timeout(Duration::from_secs(5), call_api(s.get("/api/v1/runs")))
+            .await
+            .expect("a plain request hung behind the streams");
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert!(started.elapsed() < Duration::from_secs(5));
+    drop(streams);
 }

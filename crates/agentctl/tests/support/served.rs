@@ -41,9 +41,34 @@ impl Drop for Served {
 
 /// `agentctl --json serve --listen 127.0.0.1:0 --token-file DIR/token EXTRA`, once it listens.
 pub fn serve(db: &str, dir: &std::path::Path, extra: &[&str]) -> Served {
+    serve_from(agentctl(db), dir, extra)
+}
+
+/// [`serve`] under a shell that first runs `setup` (`ulimit -n 128`), then execs
+/// `agentctl` as [`agentctl`] would run it.
+pub fn serve_after(setup: &str, db: &str, dir: &std::path::Path, extra: &[&str]) -> Served {
+    let plain = agentctl(db);
+    let mut cmd = std::process::Command::new("bash");
+    cmd.arg("-c")
+        .arg(format!("{setup}; exec \"$@\""))
+        .arg("bash")
+        .arg(plain.get_program())
+        .args(plain.get_args())
+        .stdin(Stdio::null());
+    for (key, value) in plain.get_envs() {
+        match value {
+            Some(value) => cmd.env(key, value),
+            None => cmd.env_remove(key),
+        };
+    }
+    serve_from(cmd, dir, extra)
+}
+
+/// [`serve`] with `cmd` (an `agentctl` with its `--db`) as the command.
+fn serve_from(mut cmd: std::process::Command, dir: &std::path::Path, extra: &[&str]) -> Served {
     let token_file = dir.join("token");
     std::fs::write(&token_file, format!("{TOKEN}\n")).unwrap();
-    let mut child = agentctl(db)
+    let mut child = cmd
         .args(["--json", "serve", "--listen", "127.0.0.1:0", "--token-file"])
         .arg(&token_file)
         .args(extra)

@@ -3,11 +3,12 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use axum::extract::rejection::FormRejection;
-use axum::extract::{Path, Query, State};
+use axum::body::Body;
+use axum::extract::{FromRequest as _, Path, Query, Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Form};
+use futures::StreamExt as _;
 
 use crate::app::App;
 use crate::error::ApiError;
@@ -99,6 +100,11 @@ pub(crate) async fn index(
     }
 }
 
+/// The largest sign-in form taken: `token=` and a token (at least 32 characters; one made
+/// at start is 64), with room to spare. It is read before the token is known, so it is
+/// kept small: a stalled or endless form holds little.
+pub(crate) const SIGN_IN_BODY: usize = 4096;
+
 /// The login page's form.
 #[derive(Debug, serde::Deserialize)]
 pub(crate) struct SignIn {
@@ -107,16 +113,32 @@ pub(crate) struct SignIn {
 
 /// `POST /`: the login page's form signs in as `?token=` does, the token in the body: a
 /// token pasted there never enters a URL, so it stays out of the browser's history. A body
-/// over the limit is `413`, as on every route; any other unreadable form is `400`.
-pub(crate) async fn sign_in(
-    State(app): State<Arc<App>>,
-    form: Result<Form<SignIn>, FormRejection>,
-) -> Response {
-    match form {
-        Ok(Form(form)) => sign_in_with(&app, form.token.trim()),
-        Err(rejection) if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE => {
-            login(StatusCode::PAYLOAD_TOO_LARGE)
+/// over [`SIGN_IN_BODY`] is `413` (at once when its `Content-Length` says so, unread); any
+/// other unreadable form (one that did not arrive in time too) is `400`.
+pub(crate) async fn sign_in(State(app): State<Arc<App>>, req: Request) -> Response {
+    let declared = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    if declared.is_some_and(|n| n > SIGN_IN_BODY as u64) {
+        return login(StatusCode::PAYLOAD_TOO_LARGE);
+    }
+    let (parts, body) = req.into_parts();
+    let mut chunks = body.into_data_stream();
+    let mut form = Vec::new();
+    while let Some(chunk) = chunks.next().await {
+        let Ok(chunk) = chunk else {
+            return login(StatusCode::BAD_REQUEST);
+        };
+        if form.len().saturating_add(chunk.len()) > SIGN_IN_BODY {
+            return login(StatusCode::PAYLOAD_TOO_LARGE);
         }
+        form.extend_from_slice(&chunk);
+    }
+    let req = Request::from_parts(parts, Body::from(form));
+    match Form::<SignIn>::from_request(req, &()).await {
+        Ok(Form(form)) => sign_in_with(&app, form.token.trim()),
         Err(_) => login(StatusCode::BAD_REQUEST),
     }
 }

@@ -12,6 +12,7 @@ use futures::{Stream, StreamExt as _};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use agent_context::limits::MAX_TERM_BYTES;
 use agent_host::run::table::{runs_table, status_with_lease};
 use agent_host::run::view::{RunView, now_ms};
 use agent_host::run::{self, RunStatus, kinds};
@@ -227,6 +228,17 @@ pub(crate) async fn search(
     if term.trim().is_empty() {
         return Err(ApiError::bad_request("q: the search term is empty"));
     }
+    if term.len() > MAX_TERM_BYTES {
+        return Err(ApiError::bad_request(format!(
+            "q: the search term is {} bytes, the limit is {MAX_TERM_BYTES}",
+            term.len()
+        )));
+    }
+    if term.contains('\0') {
+        return Err(ApiError::bad_request(
+            "q: the search term must not contain NUL characters",
+        ));
+    }
     let Some(store) = &app.context else {
         return Err(ApiError::new(
             StatusCode::NOT_IMPLEMENTED,
@@ -240,9 +252,21 @@ pub(crate) async fn search(
         .await
         .map_err(|err| match err {
             agent_host::run::history::HistoryError::Host(err) => ApiError::from(err),
+            agent_host::run::history::HistoryError::Context(err) => context_error(&err),
             other => ApiError::internal(other.to_string()),
         })?;
     Ok(Json(json!({ "hits": hits })))
+}
+
+/// A context store's error in a search: what it refused of the query is a `400` naming the
+/// field (the limit, else the term, `q`); a failure of the store is a `500`.
+fn context_error(err: &agent_context::ContextError) -> ApiError {
+    use agent_context::ContextError;
+    match err {
+        ContextError::InvalidLimit { .. } => ApiError::bad_request(format!("limit: {err}")),
+        err if err.is_input_refused() => ApiError::bad_request(format!("q: {err}")),
+        err => ApiError::internal(err.to_string()),
+    }
 }
 
 #[cfg(test)]
