@@ -95,19 +95,26 @@ fn restrict_and_run(
     let were_missing = crate::protected::missing(policy);
     crate::linux::restrict_self(policy)?;
     crate::linux::close_inherited()?;
-    // The program starts as this binary's `INIT` step, which ties its life to this process
-    // before it becomes the program (see `init_main`).
-    let exe = std::env::current_exe().map_err(|err| SandboxError::Exec {
-        program: program.to_string_lossy().into_owned(),
-        reason: format!("cannot find the sandbox's own binary: {err}"),
-    })?;
-    let mut command = std::process::Command::new(exe);
-    command
-        .arg(INIT)
-        .arg(std::process::id().to_string())
-        .arg("--")
-        .arg(program)
-        .args(args);
+    let mut command = if policy.dies_with_entry {
+        // The program starts as this binary's `INIT` step, which ties its life to this
+        // process before it becomes the program (see `init_main`).
+        let exe = std::env::current_exe().map_err(|err| SandboxError::Exec {
+            program: program.to_string_lossy().into_owned(),
+            reason: format!("cannot find the sandbox's own binary: {err}"),
+        })?;
+        let mut command = std::process::Command::new(exe);
+        command
+            .arg(INIT)
+            .arg(std::process::id().to_string())
+            .arg("--")
+            .arg(program)
+            .args(args);
+        command
+    } else {
+        let mut command = std::process::Command::new(program);
+        command.args(args);
+        command
+    };
     if policy.own_group {
         std::os::unix::process::CommandExt::process_group(&mut command, 0);
     }

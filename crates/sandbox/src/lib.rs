@@ -25,9 +25,7 @@
 //!   limits or priorities set on them (seccomp); a PID namespace of its own, so that nothing
 //!   the command started outlives it; its own SysV IPC namespace; no kernel keyrings and no
 //!   input pushed into a terminal (seccomp);
-//! - what it inherits: no descriptor but stdin, stdout and stderr; and its first process is
-//!   killed with the entry point (a parent-death signal that seccomp keeps it from
-//!   changing), so that nothing it starts outlives the entry point however that ends;
+//! - what it inherits: no descriptor but stdin, stdout and stderr;
 //! - `no_new_privs`, an empty capability bounding set and no capabilities, so all of the
 //!   above holds for root.
 //!

@@ -97,6 +97,14 @@ pub struct Policy {
     /// Off for a command on a terminal, which must stay in the terminal's foreground group.
     #[serde(default)]
     pub own_group: bool,
+    /// The command's first process is killed when the entry point dies, however it dies,
+    /// and may not change that (a parent-death signal, its change refused by seccomp): for
+    /// a long-lived command (an MCP server) whose entry point its owner may kill with a
+    /// group the command has left. It costs the command's start a second exec (the entry
+    /// binary's `INIT` step), so commands the host ends by killing the entry's children
+    /// (a run's `shell`) go without it.
+    #[serde(default)]
+    pub dies_with_entry: bool,
 }
 
 impl Policy {
@@ -111,6 +119,7 @@ impl Policy {
             deny_read: home.map_or_else(engine_sockets, default_deny_read),
             tmpdir: None,
             own_group: false,
+            dies_with_entry: false,
         }
     }
 

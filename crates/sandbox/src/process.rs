@@ -11,6 +11,19 @@ pub fn alive(pid: u32) -> bool {
     })
 }
 
+/// When process `pid` started (clock ticks after boot): with its pid, what tells it from a
+/// later process given the same pid once it was reaped.
+pub fn start_time(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Field 22; the fields after the command name start at field 3.
+    stat.rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .nth(19)?
+        .parse()
+        .ok()
+}
+
 /// The children of process `pid` (of each of its threads), as of now.
 pub fn children(pid: u32) -> Vec<u32> {
     let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
@@ -40,6 +53,8 @@ mod tests {
         let me = std::process::id();
         assert!(alive(me));
         assert!(alive(child.id()));
+        let started = start_time(child.id()).unwrap();
+        assert!(started >= start_time(me).unwrap());
         assert!(children(me).contains(&child.id()));
         child.kill().unwrap();
         // Exited but not yet reaped: a zombie, not alive.

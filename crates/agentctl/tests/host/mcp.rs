@@ -492,8 +492,8 @@ async fn mcp_server_sandbox_and_tool_timeout() {
 /// A sandboxed server that creates `.git`, leaves a daemon in a session of its own
 /// (`setsid`), which no process-group kill reaches, and does not exit when its stdin
 /// closes (so it is killed, with its entry point, before that could move `.git` aside):
-/// the run ends, the daemon with it (the server's PID namespace ends with its entry
-/// point), and the host moves the `.git` aside.
+/// the run ends, the daemon with it (the host kills the first process of the server's PID
+/// namespace, not only the entry point's group), and the host moves the `.git` aside.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sandboxed_server_leaves_no_daemon_and_no_git() {
     use serde_json::json;

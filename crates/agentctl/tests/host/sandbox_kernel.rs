@@ -755,52 +755,57 @@ async fn a_git_made_by_a_command_that_timed_out_is_moved_aside_by_the_host() {
     assert!(!ws.join("pwned").exists());
 }
 
-/// A command whose entry point is killed (a host that stops an MCP server kills the entry
-/// point's process group) does not outlive it, not even a daemon that left every group:
-/// the first process of its PID namespace dies with the entry point (a parent-death signal
-/// the command cannot change), and the kernel ends the rest of the namespace with it.
+/// A command tied to its entry point (`dies_with_entry`, what MCP servers get) does not
+/// outlive it when the entry point alone is killed, not even a daemon that left every
+/// group; and it cannot untie itself: seccomp refuses a parent-death signal but `SIGKILL`.
 #[test]
-fn a_command_dies_with_its_entry_point() {
+fn a_command_tied_to_its_entry_point_dies_with_it() {
     let b = bare();
-    let mut cli = Command::new(env!("CARGO_BIN_EXE_agentctl"))
-        .env("HOME", &b.home)
-        .current_dir(&b.ws)
-        .args(["sandbox", "--workspace"])
-        .arg(&b.ws)
-        .args(["--", "bash", "-c"])
-        .arg("setsid bash -c 'sleep 1.5; echo late > late' </dev/null >/dev/null 2>&1 & sleep 30")
-        .stdin(Stdio::null())
-        .spawn()
-        .unwrap();
-    // The entry point, once its command (the namespace's first process) has started.
-    let mut entry = None;
+    let mut policy =
+        agent_sandbox::Policy::new(agent_sandbox::Mode::WorkspaceWrite, &b.ws, Some(&b.home));
+    policy.dies_with_entry = true;
+    let entry = |program: &str, args: &[&str]| {
+        let args: Vec<std::ffi::OsString> = args.iter().map(Into::into).collect();
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_agentctl"));
+        cmd.args(agent_sandbox::entry_args(&policy, program.as_ref(), &args).unwrap())
+            .current_dir(&b.ws)
+            .env("HOME", &b.home)
+            .stdin(Stdio::null());
+        cmd
+    };
+    let mut running = entry(
+        "bash",
+        &[
+            "-c",
+            "setsid bash -c 'sleep 1.5; echo late > late' </dev/null >/dev/null 2>&1 & \
+             echo started > started; sleep 30",
+        ],
+    )
+    .spawn()
+    .unwrap();
     for _ in 0..500 {
-        entry = agent_sandbox::process::children(cli.id())
-            .into_iter()
-            .find(|e| !agent_sandbox::process::children(*e).is_empty());
-        if entry.is_some() {
+        if b.ws.join("started").exists() {
             break;
         }
         std::thread::sleep(Duration::from_millis(10));
     }
-    let entry = entry.expect("the command did not start");
-    let killed = Command::new("kill")
-        .args(["-KILL", &entry.to_string()])
-        .status()
-        .unwrap();
-    assert!(killed.success());
-    let status = cli.wait().unwrap();
-    assert!(!status.success());
+    assert!(b.ws.join("started").exists(), "the command did not start");
+    running.kill().unwrap();
+    running.wait().unwrap();
     std::thread::sleep(Duration::from_millis(2500));
     assert!(
         !b.ws.join("late").exists(),
         "the command outlived its entry point"
     );
-    // Nor can it clear that signal: `prctl(PR_SET_PDEATHSIG, 0)` is refused.
-    let o = b.run(
-        &[],
-        "python3 -c 'import ctypes; l = ctypes.CDLL(None, use_errno=True); \
-         print(l.prctl(1, 0, 0, 0, 0), ctypes.get_errno(), l.prctl(1, 9, 0, 0, 0))'",
-    );
+    let o = entry(
+        "python3",
+        &[
+            "-c",
+            "import ctypes; l = ctypes.CDLL(None, use_errno=True); \
+             print(l.prctl(1, 0, 0, 0, 0), ctypes.get_errno(), l.prctl(1, 9, 0, 0, 0))",
+        ],
+    )
+    .output()
+    .unwrap();
     assert_eq!(text(&o.stdout), "-1 1 0\n", "{}", text(&o.stderr));
 }

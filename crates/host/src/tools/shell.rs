@@ -239,6 +239,16 @@ fn kill_group_and_children(pgid: u32) {
     ));
 }
 
+/// SIGKILLs process group `pgid` and the processes `pids` (read by the caller while they
+/// were the leader's children), in one `kill`.
+pub(crate) fn kill_group_and(pgid: u32, pids: &[u32]) {
+    let pids: Vec<String> = pids.iter().map(u32::to_string).collect();
+    bash_kill(&format!(
+        "kill -KILL -- -{pgid} {} 2>/dev/null",
+        pids.join(" ")
+    ));
+}
+
 /// SIGKILLs process group `pgid` (a tool's child and everything it started). No unsafe here
 /// (no libc): bash's `kill` builtin signals the whole group.
 pub(crate) fn kill_group(pgid: u32) {

@@ -51,6 +51,7 @@ pub(crate) fn restrict_self(policy: &Policy) -> Result<(), SandboxError> {
     seccomp::restrict(&seccomp::Refuse {
         sockets: !policy.network,
         sysv_ipc: !namespaced,
+        other_death_signal: policy.dies_with_entry,
     })?;
     privileges::drop_all()
 }

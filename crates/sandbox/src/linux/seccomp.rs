@@ -17,9 +17,9 @@
 //!   as on a kernel that lacks it, so that callers fall back to `openat`;
 //! - SysV IPC (`shmget`, `semget`, `msgget`) when the command has no IPC namespace of its
 //!   own, where a segment would outlive it and be shared with the host;
-//! - a parent-death signal other than `SIGKILL` (`prctl(PR_SET_PDEATHSIG)`): the command's
-//!   first process is killed when the entry point dies (`entry::init_main`), and clearing
-//!   that would let it outlive the entry point;
+//! - for a command that dies with its entry point (`Policy::dies_with_entry`), a
+//!   parent-death signal other than `SIGKILL` (`prctl(PR_SET_PDEATHSIG)`): clearing the
+//!   one its first process was given would let it outlive the entry point;
 //! - on x86_64, every x32 system call (numbers with bit 30 set), refused with `ENOSYS` as
 //!   on a kernel without x32: the x32 ABI shares x86_64's architecture token with other
 //!   numbers, which the rules above do not name.
@@ -47,6 +47,8 @@ pub(crate) struct Refuse {
     pub sockets: bool,
     /// SysV IPC (no IPC namespace of its own).
     pub sysv_ipc: bool,
+    /// A parent-death signal other than `SIGKILL`.
+    pub other_death_signal: bool,
 }
 
 pub(crate) fn restrict(refuse: &Refuse) -> Result<(), SandboxError> {
@@ -87,13 +89,15 @@ fn eperm_rules(refuse: &Refuse) -> Result<Rules, String> {
     let other_process = |arg: u8| -> Result<Vec<SeccompRule>, String> {
         Ok(vec![rule(&[(arg, SeccompCmpOp::Ne, 0)])?])
     };
-    rules.insert(
-        libc::SYS_prctl,
-        vec![rule(&[
-            (0, SeccompCmpOp::Eq, libc::PR_SET_PDEATHSIG as u64),
-            (1, SeccompCmpOp::Ne, libc::SIGKILL as u64),
-        ])?],
-    );
+    if refuse.other_death_signal {
+        rules.insert(
+            libc::SYS_prctl,
+            vec![rule(&[
+                (0, SeccompCmpOp::Eq, libc::PR_SET_PDEATHSIG as u64),
+                (1, SeccompCmpOp::Ne, libc::SIGKILL as u64),
+            ])?],
+        );
+    }
     rules.insert(libc::SYS_prlimit64, other_process(0)?);
     rules.insert(libc::SYS_setpriority, other_process(1)?);
     rules.insert(libc::SYS_ioprio_set, other_process(1)?);

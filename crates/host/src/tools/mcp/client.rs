@@ -48,8 +48,11 @@ type Connection = RunningService<RoleClient, ()>;
 /// Starts the program `$2...` (directly, or through the sandbox's entry point) with a
 /// watchdog in its process group that kills the whole group once process `$1` (this host)
 /// is gone. The watchdog holds none of the protocol's pipes.
-const WRAPPER: &str = "( while kill -0 \"$1\" 2>/dev/null; do sleep 1; done; kill -KILL 0 ) \
-    </dev/null >/dev/null 2>&1 & shift; exec \"$@\"";
+/// Before the group it kills the program's children (a sandboxed server, the first process
+/// of its PID namespace, in a group of its own: killing it ends the namespace).
+const WRAPPER: &str = "( while kill -0 \"$1\" 2>/dev/null; do sleep 1; done; \
+    for c in $(cat /proc/$$/task/*/children); do [ \"$c\" = \"$BASHPID\" ] || kill -KILL \"$c\"; done; \
+    kill -KILL 0 ) </dev/null >/dev/null 2>&1 & shift; exec \"$@\"";
 
 /// A live process and the number of the start that made it. Its whole process group is
 /// killed when it is dropped, stopped or not (a drive dropped mid-run drops it unstopped):
@@ -59,6 +62,8 @@ struct Live {
     service: Connection,
     /// Taken by the one kill of the group.
     pgid: Option<u32>,
+    /// When the group's leader started: tells it from a later process given its pid.
+    started: Option<u64>,
     generation: u64,
     /// A sandboxed server's `TMPDIR`, removed when it stops.
     _tmp: Option<tempfile::TempDir>,
@@ -68,11 +73,7 @@ struct Live {
 
 impl Drop for Live {
     fn drop(&mut self) {
-        // A sandboxed server is in a process group of its own, the first process of a PID
-        // namespace whose end the kernel ties to its entry point's (`agent_sandbox::INIT`):
-        // killing the entry point's group ends it, wherever it moved. Its end is awaited
-        // before what it created of the protected paths is moved aside.
-        end_server(self.pgid.take(), &self.protected);
+        end_server(self.pgid.take(), self.started, &self.protected);
     }
 }
 
@@ -172,9 +173,11 @@ impl ServerHandle {
             let tmp = crate::tools::scratch::scratch_dir("agentctl-mcp-")
                 .map_err(|err| format!("cannot create its temp dir: {err}"))?;
             let mut policy = self.sandbox.policy(&self.cwd, Some(tmp.path()));
-            // Out of the entry point's group: `kill(0)` from the server cannot end the
-            // entry point (and with it the move-aside) and leave the server running.
+            // Out of the entry point's group, so that `kill(0)` from the server cannot end
+            // the entry point, and killed with it however it ends (a server that left every
+            // group, or its stopping killed the entry point first): the namespace goes too.
             policy.own_group = true;
+            policy.dies_with_entry = true;
             protected = agent_sandbox::protected::missing(&policy);
             let launcher = crate::sandbox::launcher().map_err(|err| err.to_string())?;
             let program = std::ffi::OsString::from(&self.config.command);
@@ -201,6 +204,7 @@ impl ServerHandle {
             .spawn()
             .map_err(|err| format!("cannot start `{}`: {err}", self.config.command))?;
         let pgid = transport.id();
+        let started = pgid.and_then(agent_sandbox::process::start_time);
         if let Some(stderr) = stderr {
             let name = self.config.name.clone();
             tokio::spawn(super::stderr::drain(stderr, move |line| {
@@ -212,18 +216,19 @@ impl ServerHandle {
             Ok(Ok(service)) => Ok(Live {
                 service,
                 pgid,
+                started,
                 generation,
                 _tmp: tmp,
                 protected,
             }),
             Ok(Err(err)) => {
-                end_server(pgid, &protected);
+                end_server(pgid, started, &protected);
                 Err(format!(
                     "it did not complete the MCP handshake: {err} (its stderr is logged: RUST_LOG=agent_host::mcp=info shows it)"
                 ))
             }
             Err(_) => {
-                end_server(pgid, &protected);
+                end_server(pgid, started, &protected);
                 Err(format!(
                     "it did not answer `initialize` within {} s",
                     START_TIMEOUT.as_secs()
@@ -311,7 +316,7 @@ impl ServerHandle {
             && let Some(mut old) = live.take()
         {
             tracing::warn!(target: "agent_host::mcp", server = %self.config.name, "a call timed out; the server is stopped and the next call restarts it");
-            kill_group(old.pgid.take());
+            end_server(old.pgid.take(), old.started, &old.protected);
             stop(old).await;
         }
     }
@@ -330,19 +335,26 @@ async fn stop(mut live: Live) {
     let _ = live.service.close_with_timeout(STOP_TIMEOUT).await;
 }
 
-/// Kills a server's process group and moves aside what it created of `protected`, once its
-/// PID namespace ended (a server that did not start, and [`Live`]'s drop).
-fn end_server(pgid: Option<u32>, protected: &[std::path::PathBuf]) {
-    let namespace = match pgid {
-        Some(pgid) if !protected.is_empty() => agent_sandbox::process::children(pgid),
+/// Kills a server's process group and its leader's children, then moves aside what it
+/// created of `protected` once they are gone (a server that did not start, and [`Live`]'s
+/// drop). A sandboxed server is the first process of a PID namespace, in a process group of
+/// its own, killed by the kernel when its entry point (the group's leader) dies
+/// (`Policy::dies_with_entry`), whoever killed that first; its end takes the namespace,
+/// a daemon that left every group included. The leader's children are read, to be killed
+/// and awaited, only while its pid still names it (`started`): once reaped, the pid may name
+/// another process; the leader is then gone, and its namespace with it or about to be.
+fn end_server(pgid: Option<u32>, started: Option<u64>, protected: &[std::path::PathBuf]) {
+    let Some(pgid) = pgid else { return };
+    let children = match started {
+        Some(at) if agent_sandbox::process::start_time(pgid) == Some(at) => {
+            agent_sandbox::process::children(pgid)
+        }
         _ => Vec::new(),
     };
-    kill_group(pgid);
-    crate::tools::shell::move_aside_after(&namespace, protected);
-}
-
-fn kill_group(pgid: Option<u32>) {
-    if let Some(pgid) = pgid {
-        crate::tools::shell::kill_group(pgid);
+    crate::tools::shell::kill_group_and(pgid, &children);
+    if !protected.is_empty() && children.is_empty() {
+        // No process to await: give the kernel a moment to end the namespace.
+        std::thread::sleep(Duration::from_millis(100));
     }
+    crate::tools::shell::move_aside_after(&children, protected);
 }
