@@ -7,6 +7,7 @@
 // Everything printed goes through `output` (which allows it), so stdout stays parseable.
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 
+mod capped;
 mod cmd;
 mod db;
 mod exit;

@@ -1109,7 +1109,8 @@ fn bad_input_is_a_usage_error_that_names_it() {
                     .stderr(Stdio::piped())
                     .spawn()
                     .unwrap();
-                child.stdin.take().unwrap().write_all(bytes).unwrap();
+                // Input over a bound is refused before it is all read: the pipe may break.
+                let _ = child.stdin.take().unwrap().write_all(bytes);
                 child.wait_with_output().unwrap()
             }
         };
@@ -1138,7 +1139,38 @@ fn bad_input_is_a_usage_error_that_names_it() {
     usage(&["--mock"], Some(b"look\0around"), "NUL");
     usage(&["--mock"], Some(b"look \xff around"), "UTF-8");
     let big = vec![b'a'; 5_000_000];
-    usage(&["--mock"], Some(&big), "at most 3932160 bytes (3.75 MiB)");
+    usage(&["--mock"], Some(&big), "over 3932160 bytes");
+    // An endless prompt on stdin is refused once past the bound, not read until memory
+    // runs out; so are an instructions file and an output schema that never end.
+    let mut endless = std::process::Command::new("yes")
+        .arg("look around")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut cmd = agentctl(&db);
+    cmd.args(["run", "--mock", "--workspace"])
+        .arg(&ws)
+        .stdin(endless.stdout.take().unwrap());
+    let o = out(&mut cmd);
+    // `yes` ends on the broken pipe, once no handle of ours holds the pipe's other end.
+    drop(cmd);
+    endless.wait().unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains("the prompt on stdin is over"),
+        "{}",
+        text(&o.stderr)
+    );
+    usage(
+        &["--mock", "--instructions-file", "/dev/zero", "x"],
+        None,
+        "--instructions-file /dev/zero is over",
+    );
+    usage(
+        &["--mock", "--output-schema", "/dev/zero", "x"],
+        None,
+        "--output-schema /dev/zero is over",
+    );
     // Within the limit as text, twice over it as the JSON `run.created` stores.
     let quotes = vec![b'"'; 3_932_160];
     usage(

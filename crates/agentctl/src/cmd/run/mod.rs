@@ -337,12 +337,11 @@ pub(crate) fn load_tool_config(
 fn new_run(args: RunOptions) -> anyhow::Result<(NewRun, EndpointArgs)> {
     let prompt = read_prompt(args.prompt)?;
     let instructions = match &args.instructions_file {
-        Some(path) => Some(std::fs::read_to_string(path).map_err(|err| {
-            UsageError(format!(
-                "cannot read --instructions-file {}: {err}",
-                path.display()
-            ))
-        })?),
+        Some(path) => Some(crate::capped::read_file(
+            path,
+            RECORDED_TEXT_LIMIT,
+            &format!("--instructions-file {}", path.display()),
+        )?),
         None => args.instructions,
     };
     let builtin_story = args.endpoint.mock && args.endpoint.mock_script.is_none();
@@ -409,12 +408,12 @@ fn output_schema(
     path: &std::path::Path,
     retries: u32,
 ) -> anyhow::Result<agent_host::run::OutputSchema> {
-    let text = std::fs::read_to_string(path).map_err(|err| {
-        UsageError(format!(
-            "cannot read --output-schema {}: {err}",
-            path.display()
-        ))
-    })?;
+    // Recorded as compact JSON, which a pretty-printed file may be several times larger than.
+    let text = crate::capped::read_file(
+        path,
+        4 * RECORDED_TEXT_LIMIT,
+        &format!("--output-schema {}", path.display()),
+    )?;
     let schema = agent_host::run::OutputSchema::from_json(&text)
         .map_err(|err| UsageError(format!("--output-schema {}: {err}", path.display())))?
         .retries(retries);
@@ -505,11 +504,7 @@ fn read_prompt(prompt: Option<String>) -> anyhow::Result<String> {
     let prompt = match prompt {
         Some(p) => p,
         None if !std::io::stdin().is_terminal() => {
-            let mut bytes = Vec::new();
-            std::io::Read::read_to_end(&mut std::io::stdin(), &mut bytes)
-                .context("cannot read the prompt from stdin")?;
-            String::from_utf8(bytes)
-                .map_err(|_| UsageError("the prompt on stdin is not UTF-8 text".into()))?
+            crate::capped::read_text(std::io::stdin(), RECORDED_TEXT_LIMIT, "the prompt on stdin")?
         }
         None => {
             return Err(
@@ -523,6 +518,11 @@ fn read_prompt(prompt: Option<String>) -> anyhow::Result<String> {
 
 /// Room left in `run.created` for the spec's other fields (the tools' schemas).
 const SPEC_ROOM: usize = 256 * 1024;
+
+/// The most bytes of a prompt or instructions read: `run.created` records each whole as a
+/// JSON string, which takes no fewer bytes than the text, so anything longer is refused by
+/// [`check_sizes`] anyway; reading stops past it.
+const RECORDED_TEXT_LIMIT: usize = agent_journal::MAX_PAYLOAD_BYTES - SPEC_ROOM;
 
 /// A prompt a run can record: some text and no NUL.
 fn check_prompt(prompt: &str) -> Result<(), UsageError> {
