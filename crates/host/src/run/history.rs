@@ -13,8 +13,11 @@
 //!   (`DuplicateUnit`) is skipped, so running it again, or in two processes at once, writes
 //!   nothing new. It runs at search time: a run's history is searchable as far as its
 //!   journal goes, whoever drove it and whether or not it crashed.
-//! - A unit the context store refuses (over its size limits) is skipped with a warning and
-//!   tried again at the first catch-up after the run moves on; the journal keeps the full text.
+//! - A unit over the context store's size limit (a step or a call's output over 1 MiB; the
+//!   journal takes up to 4 MiB) is kept shortened: its longest texts are cut until it fits,
+//!   so search finds what is kept. One the store refuses otherwise is skipped with a
+//!   warning and tried again at the first catch-up after the run moves on; the journal
+//!   keeps the full text.
 //! - The thread's `derived_through` is a journal seq of the run through which every unit is
 //!   in the thread (written with the units, or once they are all there). A run whose last
 //!   seq is not past it has nothing to catch up, and a search over every run reads it from
@@ -213,10 +216,17 @@ pub async fn catch_up(store: &ContextStore, state: &RunState) -> Result<usize, H
     }
     let mut written = 0;
     for unit in sources.iter().map(new_unit) {
-        match store
+        let mut appended = store
             .append_derived_units(&thread, std::slice::from_ref(&unit))
-            .await
+            .await;
+        if matches!(appended, Err(ContextError::TooLarge { .. }))
+            && let Some(short) = shortened(&unit, agent_context::limits::MAX_UNIT_BYTES)
         {
+            appended = store
+                .append_derived_units(&thread, std::slice::from_ref(&short))
+                .await;
+        }
+        match appended {
             Ok(_) => written += 1,
             Err(ContextError::DuplicateUnit { .. }) => {}
             Err(
@@ -234,6 +244,55 @@ pub async fn catch_up(store: &ContextStore, state: &RunState) -> Result<usize, H
     }
     record_derived_through(store, &thread, state).await;
     Ok(written)
+}
+
+/// `unit` cut to at most `max` bytes as the store keeps it (compact JSON of its items), by
+/// halving its longest text, then the next longest, until it fits, each cut marked `[…]`;
+/// `None` when it does not fit after as many cuts as make sense (a unit of many small
+/// values). Deterministic, so deriving the unit again gives the same one. The journal keeps
+/// the whole text; search finds what is kept.
+fn shortened(unit: &NewUnit, max: usize) -> Option<NewUnit> {
+    let mut items = unit.items.clone();
+    for _ in 0..64 {
+        if serde_json::to_string(&items).ok()?.len() <= max {
+            return Some(NewUnit {
+                unit: unit.unit.clone(),
+                items,
+            });
+        }
+        let mut longest = None;
+        for item in &mut items {
+            longest_text(item, &mut longest);
+        }
+        let text = longest?;
+        let mut keep = text.len() / 2;
+        while !text.is_char_boundary(keep) {
+            keep -= 1;
+        }
+        text.truncate(keep);
+        text.push_str(" […]");
+    }
+    None
+}
+
+/// The longest string in `value` (the first of equals), if longer than `longest`.
+fn longest_text<'v>(value: &'v mut Value, longest: &mut Option<&'v mut String>) {
+    match value {
+        Value::String(text) if longest.as_ref().is_none_or(|l| text.len() > l.len()) => {
+            *longest = Some(text);
+        }
+        Value::Array(values) => {
+            for value in values {
+                longest_text(value, longest);
+            }
+        }
+        Value::Object(map) => {
+            for (_, value) in map.iter_mut() {
+                longest_text(value, longest);
+            }
+        }
+        _ => {}
+    }
 }
 
 /// Records that `thread` holds every unit of `state` it can hold. Only saves a later search a
@@ -614,12 +673,16 @@ mod tests {
         assert_eq!(catch_up(&store, &state).await.unwrap(), 0);
     }
 
-    /// A unit the store refuses (over its size limit) is skipped, and the catch-up that went
-    /// unit by unit still records the run as derived through its last seq: the next search
-    /// over every run does not read the run again, nor retry the unit, until it moves on.
+    /// A unit over the store's size limit is kept shortened (its text cut until it fits),
+    /// its head found by search; the catch-up, which went unit by unit, records the run as
+    /// derived through its last seq, so the next search over every run does not read it
+    /// again until it moves on.
     #[tokio::test]
-    async fn a_refused_unit_does_not_keep_its_run_from_being_caught_up() {
-        let huge = "x".repeat(agent_context::limits::MAX_UNIT_BYTES + 1);
+    async fn a_unit_over_the_limit_is_kept_shortened_and_its_run_caught_up() {
+        let huge = format!(
+            "HEADWORD {} TAILWORD",
+            "x".repeat(agent_context::limits::MAX_UNIT_BYTES)
+        );
         let mut events = vec![ev(
             1,
             kinds::RUN_CREATED,
@@ -638,11 +701,23 @@ mod tests {
         assert_eq!(units_of(&state).len(), 3);
         let store = ContextStore::open("sqlite::memory:").await.unwrap();
         let thread = kinds::thread_of("r");
-        assert_eq!(catch_up(&store, &state).await.unwrap(), 2);
-        assert_eq!(store.thread_units(&thread).await.unwrap(), 2);
+        assert_eq!(catch_up(&store, &state).await.unwrap(), 3);
+        assert_eq!(store.thread_units(&thread).await.unwrap(), 3);
         assert_eq!(store.derived_through(&thread).await.unwrap(), Some(4));
-        // The units it could hold are found.
         assert_eq!(store.search(&thread, "answer 3", 5).await.unwrap().len(), 1);
+        // The long step is there, cut: its head is found, its tail is not.
+        let head = store.search(&thread, "headword", 5).await.unwrap();
+        assert_eq!(head.len(), 1);
+        assert_eq!(head[0].unit, "step:2");
+        assert!(
+            store
+                .search(&thread, "tailword", 5)
+                .await
+                .unwrap()
+                .is_empty()
+        );
+        // Derived again, it is the same unit: nothing new is written.
+        assert_eq!(catch_up(&store, &state).await.unwrap(), 0);
     }
 
     /// Runs `r1`..`r4` (`r4` the newest), each with one step whose answer holds `NEEDLE`,
