@@ -459,11 +459,14 @@ impl RunState {
                 self.driver = owner;
             }
             RunEvent::Resumed(resumed) => {
-                // A worker taking over a run whose holder died mid-drive (still recorded
-                // running) inherits an interrupt asked of that holder: nobody acted on it.
-                // Any other resume is someone's decision to go on, and clears it.
-                let takeover = resumed.epoch.is_some() && self.status == Some(RunStatus::Running);
-                if !takeover {
+                // A worker's claim (a resume with a lease epoch) inherits an interrupt nobody
+                // acted on: one asked of a holder that died mid-drive (still recorded
+                // running), or of a run still queued whose lease the claiming worker already
+                // held, so that the interrupt could not withdraw it from the queue. Any
+                // other resume is someone's decision to go on, and clears it.
+                let claim = resumed.epoch.is_some()
+                    && matches!(self.status, Some(RunStatus::Running | RunStatus::Queued));
+                if !claim {
                     self.interrupt_requested = None;
                 }
                 self.status = Some(RunStatus::Running);

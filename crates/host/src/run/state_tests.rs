@@ -364,3 +364,35 @@ fn many_rejections_and_children_fold_each_once() {
     assert!(state.children.iter().all(|c| c.ended.is_some()));
     assert_eq!(state.usage.total_tokens, n as u64);
 }
+
+/// An interrupt asked of a queued run whose lease a worker already held (so it could not
+/// withdraw the run from the queue) is kept by that worker's claim, a resume with a lease
+/// epoch, which then stops at its first step boundary; a person's `resume` (no epoch) is a
+/// decision to go on and clears it.
+#[test]
+fn a_workers_claim_of_a_queued_run_keeps_an_interrupt_asked_before_it() {
+    let mut spec = created();
+    spec["submitted"] = json!(true);
+    let events = [
+        ev(1, k::RUN_CREATED, spec),
+        ev(2, k::INTERRUPT_REQUESTED, json!({"by": "someone"})),
+    ];
+    let queued = RunState::from_events("r", &events);
+    assert_eq!(queued.status, Some(RunStatus::Queued));
+    assert_eq!(queued.interrupt_requested(), Some(2));
+    let mut claimed = queued.clone();
+    claimed.apply(&ev(
+        3,
+        k::RUN_RESUMED,
+        json!({"owner": {"host": "h", "pid": 2}, "after_seq": 2, "epoch": 2}),
+    ));
+    assert_eq!(claimed.status, Some(RunStatus::Running));
+    assert_eq!(claimed.interrupt_requested(), Some(2));
+    let mut resumed = queued;
+    resumed.apply(&ev(
+        3,
+        k::RUN_RESUMED,
+        json!({"owner": {"host": "h", "pid": 2}, "after_seq": 2}),
+    ));
+    assert_eq!(resumed.interrupt_requested(), None);
+}
