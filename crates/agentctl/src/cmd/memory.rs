@@ -168,7 +168,7 @@ pub async fn run(global: &GlobalArgs, cmd: MemoryCmd) -> anyhow::Result<std::pro
                 // it as it was, so "updated" would not be true of every add.
                 if consolidated.is_some() {
                     let now = store
-                        .recall(&evidence.project, unix_now(), i64::MAX)
+                        .recall(&evidence.project, unix_now(), DEFAULT_MAX_AGE)
                         .await?
                         .into_iter()
                         .find(|e| e.key == evidence.key);
@@ -194,7 +194,7 @@ pub async fn run(global: &GlobalArgs, cmd: MemoryCmd) -> anyhow::Result<std::pro
             let consolidated = consolidate_unless(&store, no_consolidate).await?;
             let now_remembered = if consolidated.is_some() {
                 store
-                    .recall(&revoked.project, unix_now(), i64::MAX)
+                    .recall(&revoked.project, unix_now(), DEFAULT_MAX_AGE)
                     .await?
                     .into_iter()
                     .find(|e| e.key == revoked.key)

@@ -157,6 +157,10 @@ fn journal_history_and_memory_print_typed_lines() {
     assert_eq!(types(&evidence), ["memory.evidence", "memory.evidence"]);
     let revoked = lines_of(d, &db, &["memory", "revoke", "r2"], 0);
     assert_eq!(types(&revoked), ["memory.revoked"]);
+    // What memory holds now, flagged as `recall` flags it by default: observed in 1970,
+    // it needs a refresh.
+    assert_eq!(revoked[0]["now"]["value"], "8", "{revoked:?}");
+    assert_eq!(revoked[0]["now"]["needs_refresh"], true, "{revoked:?}");
     let consolidated = lines_of(d, &db, &["memory", "consolidate"], 0);
     assert_eq!(types(&consolidated), ["memory.consolidated"]);
 
