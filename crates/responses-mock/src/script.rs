@@ -60,7 +60,19 @@ pub enum ScriptError {
     /// The script parses, but a value in it cannot be used.
     #[error("invalid script: {0}")]
     Invalid(String),
+    /// The script file is larger than a script may be.
+    #[error("script {path} is over {max} bytes")]
+    TooLarge {
+        /// The file, as given.
+        path: String,
+        /// [`MAX_SCRIPT_BYTES`].
+        max: u64,
+    },
 }
+
+/// The largest script file read: far above any script's replies (each reply is held in
+/// memory while it is served), far below what would exhaust memory.
+pub const MAX_SCRIPT_BYTES: u64 = 64 << 20;
 
 impl Script {
     /// Parses a script from JSON text: one JSON object (an array, which serde would read as
@@ -108,12 +120,26 @@ impl Script {
         ScriptError::Parse(err)
     }
 
-    /// Reads and parses a script file.
+    /// Reads and parses a script file of at most [`MAX_SCRIPT_BYTES`] (an endless file,
+    /// `/dev/zero`, is refused once past it, not read until memory runs out).
     pub fn load(path: &Path) -> Result<Self, ScriptError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ScriptError::Read {
+        use std::io::Read as _;
+        let read_err = |source| ScriptError::Read {
             path: path.display().to_string(),
             source,
-        })?;
+        };
+        let mut text = String::new();
+        std::fs::File::open(path)
+            .map_err(read_err)?
+            .take(MAX_SCRIPT_BYTES + 1)
+            .read_to_string(&mut text)
+            .map_err(read_err)?;
+        if text.len() as u64 > MAX_SCRIPT_BYTES {
+            return Err(ScriptError::TooLarge {
+                path: path.display().to_string(),
+                max: MAX_SCRIPT_BYTES,
+            });
+        }
         Self::from_json_str(&text)
     }
 }

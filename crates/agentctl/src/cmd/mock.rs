@@ -107,7 +107,8 @@ pub async fn run(global: &GlobalArgs, cmd: MockCmd) -> anyhow::Result<std::proce
         (Some(path), _) => MockConfig::new(Script::load(path).map_err(|err| {
             // Bad input, named by its file (a read error names it already).
             let text = match err {
-                agent_responses_mock::ScriptError::Read { .. } => err.to_string(),
+                agent_responses_mock::ScriptError::Read { .. }
+                | agent_responses_mock::ScriptError::TooLarge { .. } => err.to_string(),
                 other => format!("{}: {other}", path.display()),
             };
             crate::output::UsageError(text)

@@ -1171,6 +1171,11 @@ fn bad_input_is_a_usage_error_that_names_it() {
         None,
         "--output-schema /dev/zero is over",
     );
+    usage(
+        &["--mock", "--mock-script", "/dev/zero", "x"],
+        None,
+        "script /dev/zero is over",
+    );
     // Within the limit as text, twice over it as the JSON `run.created` stores.
     let quotes = vec![b'"'; 3_932_160];
     usage(
