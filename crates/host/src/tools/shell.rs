@@ -193,15 +193,13 @@ impl GroupGuard {
         let Some(pgid) = self.pgid.take() else {
             return Vec::new();
         };
-        let namespace = if leader_reaped {
-            kill_group(pgid);
+        let children = if leader_reaped {
             Vec::new()
         } else {
-            let children = agent_sandbox::process::children(pgid);
-            kill_group_and_children(pgid);
-            children
+            agent_sandbox::process::children(pgid)
         };
-        move_aside_after(&namespace, &self.protected)
+        kill_group_and(pgid, &children);
+        move_aside_after(&children, &self.protected)
     }
 }
 
@@ -229,30 +227,16 @@ pub(crate) fn move_aside_after(
     refused
 }
 
-/// SIGKILLs process group `pgid` and then the children its leader had (read before, while
-/// the leader lives): one `kill`, so that nothing of the group runs on between the two (an
-/// unsandboxed shell whose `sleep` died first would go on to its next command). No unsafe,
-/// no libc: bash reads `/proc`.
-fn kill_group_and_children(pgid: u32) {
-    bash_kill(&format!(
-        "c=$(cat /proc/{pgid}/task/*/children 2>/dev/null); kill -KILL -- -{pgid} $c 2>/dev/null"
-    ));
-}
-
 /// SIGKILLs process group `pgid` and the processes `pids` (read by the caller while they
-/// were the leader's children), in one `kill`.
+/// were the leader's children) in one `kill`, so that nothing of the group runs on between
+/// the two (an unsandboxed shell whose `sleep` died first would go on to its next command).
+/// No unsafe, no libc: bash's `kill` builtin signals the whole group.
 pub(crate) fn kill_group_and(pgid: u32, pids: &[u32]) {
     let pids: Vec<String> = pids.iter().map(u32::to_string).collect();
     bash_kill(&format!(
         "kill -KILL -- -{pgid} {} 2>/dev/null",
         pids.join(" ")
     ));
-}
-
-/// SIGKILLs process group `pgid` (a tool's child and everything it started). No unsafe here
-/// (no libc): bash's `kill` builtin signals the whole group.
-pub(crate) fn kill_group(pgid: u32) {
-    bash_kill(&format!("kill -KILL -- -{pgid} 2>/dev/null"));
 }
 
 /// Runs `script` (a `kill`) in bash, waiting for it; nothing of it is read.
