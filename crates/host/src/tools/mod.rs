@@ -17,6 +17,7 @@ mod scratch;
 pub(crate) mod secrets;
 mod shell;
 mod trust;
+mod watchdog;
 mod workspace;
 
 use serde::{Deserialize, Serialize};

@@ -28,6 +28,7 @@ use tokio::io::AsyncReadExt as _;
 use agent_runtime::{Tool, ToolContext, ToolFailure};
 
 use super::secrets::{HIDDEN_ENV, mask_key};
+use super::watchdog::{move_aside, watchdog};
 use super::{Workspace, arg_str, arg_u64, object};
 use crate::sandbox::SandboxSpec;
 
@@ -58,21 +59,6 @@ pub fn asks_escalation(name: &str, arguments: &str) -> bool {
             .is_some_and(|v| v == ESCALATE)
 }
 
-/// The watchdog both wrappers start before their `exec`: once process `$1` (this host) is
-/// gone, it kills the wrapper's children (the command's leader, and through it a sandboxed
-/// command's PID namespace), runs `$after` (bash), and then kills its whole group. It holds
-/// none of the command's pipes.
-macro_rules! watchdog {
-    ($after:expr) => {
-        concat!(
-            "( while kill -0 \"$1\" 2>/dev/null; do sleep 1; done; \
-             for c in $(cat /proc/$$/task/*/children); do [ \"$c\" = \"$BASHPID\" ] || kill -KILL \"$c\"; done; ",
-            $after,
-            " kill -KILL 0 ) </dev/null >/dev/null 2>&1 & "
-        )
-    };
-}
-
 /// Runs `$2` in bash with a watchdog in its process group that kills the whole group once
 /// process `$1` (this host) is gone, so a command outlives neither `kill -9` of the host
 /// nor its normal end. The watchdog holds none of the command's pipes.
@@ -85,13 +71,7 @@ const WRAPPER: &str = concat!(watchdog!(""), "exec bash -c \"$2\"");
 /// itself once its command is killed), then moves aside any that still exists, as the
 /// host would have, before it kills the group.
 const SANDBOXED_WRAPPER: &str = concat!(
-    watchdog!(
-        "i=0; while [ $i -lt 10 ] && kill -0 $$ 2>/dev/null; do sleep 0.1; i=$((i+1)); done; \
-         for p in \"${@:5}\"; do if [ -e \"$p\" ] || [ -L \"$p\" ]; then \
-         t=\"$p.sandbox-refused\"; n=1; \
-         while { [ -e \"$t\" ] || [ -L \"$t\" ]; } && [ $n -lt 1000 ]; do n=$((n+1)); t=\"$p.sandbox-refused-$n\"; done; \
-         mv -n -T -- \"$p\" \"$t\"; fi; done;"
-    ),
+    watchdog!(move_aside!("\"${@:5}\"")),
     "exec \"$3\" __sandbox-exec \"$4\" -- bash -c \"$2\""
 );
 

@@ -17,7 +17,9 @@
 //!   no process of it is left, not even one it started that ignores stdin (`npx` leaves
 //!   such a grandchild).
 //! - A sandboxed server (`sandbox = ...`) is started through the sandbox's entry point with
-//!   a private `TMPDIR` that lives as long as the process; the watchdog stays outside.
+//!   a private `TMPDIR` that lives as long as the process; the watchdog stays outside, and
+//!   after a `kill -9` of the host moves aside the protected paths the server created, as
+//!   the host does when it stops the server (`agent_sandbox::protected`).
 //! - A call that takes longer than the server's `tool_timeout_sec` fails, and the server
 //!   is stopped; the next call starts it again. Listing the tools is held to the same
 //!   limit.
@@ -34,6 +36,7 @@ use tokio::sync::Mutex;
 
 use super::super::ServerConfig;
 use super::super::secrets::HIDDEN_ENV;
+use super::super::watchdog::{move_aside, watchdog};
 use super::listing::ListError;
 use crate::sandbox::SandboxSpec;
 use agent_runtime::CancellationToken;
@@ -45,14 +48,20 @@ const STOP_TIMEOUT: Duration = Duration::from_secs(5);
 
 type Connection = RunningService<RoleClient, ()>;
 
-/// Starts the program `$2...` (directly, or through the sandbox's entry point) with a
-/// watchdog in its process group that kills the whole group once process `$1` (this host)
-/// is gone. The watchdog holds none of the protocol's pipes.
-/// Before the group it kills the program's children (a sandboxed server, the first process
-/// of its PID namespace, in a group of its own: killing it ends the namespace).
-const WRAPPER: &str = "( while kill -0 \"$1\" 2>/dev/null; do sleep 1; done; \
-    for c in $(cat /proc/$$/task/*/children); do [ \"$c\" = \"$BASHPID\" ] || kill -KILL \"$c\"; done; \
-    kill -KILL 0 ) </dev/null >/dev/null 2>&1 & shift; exec \"$@\"";
+/// Starts the program `$(3 + $2)...` (directly, or through the sandbox's entry point) with
+/// a watchdog in its process group that kills the whole group once process `$1` (this
+/// host) is gone (`tools::watchdog`). `$3...` are the `$2` protected paths that did
+/// not exist before a sandboxed server started (`agent_sandbox::protected`): when the host
+/// is gone, the watchdog moves aside any that exists once the server is, as the host would
+/// have. The watchdog holds none of the protocol's pipes.
+const WRAPPER: &str = concat!(
+    watchdog!(concat!(
+        "if [ \"$2\" -gt 0 ]; then ",
+        move_aside!("\"${@:3:$2}\""),
+        " fi;"
+    )),
+    "shift $(($2 + 2)); exec \"$@\""
+);
 
 /// A live process and the number of the start that made it. Its whole process group is
 /// killed when it is dropped, stopped or not (a drive dropped mid-run drops it unstopped):
@@ -182,7 +191,9 @@ impl ServerHandle {
             let launcher = crate::sandbox::launcher().map_err(|err| err.to_string())?;
             let program = std::ffi::OsString::from(&self.config.command);
             let args: Vec<std::ffi::OsString> = self.config.args.iter().map(Into::into).collect();
-            cmd.arg(launcher)
+            cmd.arg(protected.len().to_string())
+                .args(&protected)
+                .arg(launcher)
                 .args(
                     agent_sandbox::entry_args(&policy, &program, &args)
                         .map_err(|e| e.to_string())?,
@@ -190,7 +201,9 @@ impl ServerHandle {
                 .env("TMPDIR", tmp.path());
             Some(tmp)
         } else {
-            cmd.arg(&self.config.command).args(&self.config.args);
+            cmd.arg("0")
+                .arg(&self.config.command)
+                .args(&self.config.args);
             None
         };
         for name in HIDDEN_ENV {
