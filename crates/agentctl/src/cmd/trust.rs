@@ -9,7 +9,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use agent_host::tools::TrustStore;
+use agent_host::tools::{ToolConfig, TrustStore, USER_FILE};
 use serde_json::json;
 
 use crate::global::GlobalArgs;
@@ -83,8 +83,13 @@ pub fn trust(global: &GlobalArgs, args: TrustArgs) -> anyhow::Result<ExitCode> {
         }
         return Ok(ExitCode::SUCCESS);
     }
+    // What the file asks is judged over the user's own file, as a run judges it; one that
+    // cannot be read counts as none (every loosening is then listed).
+    let user = config_dir()
+        .and_then(|dir| ToolConfig::read(&dir.join(USER_FILE)).ok().flatten())
+        .unwrap_or_default();
     let trusted = store
-        .trust(&workspace)
+        .trust(&workspace, &user)
         .map_err(|err| UsageError(err.to_string()))?;
     if global.json {
         output::json_line(&json!({

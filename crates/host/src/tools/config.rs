@@ -7,7 +7,8 @@
 //! Invariants:
 //! - Parsing never panics; every error names the file (or `--mcp`) and the key.
 //! - Layers merge per entry: a later layer (the workspace file, then `--mcp`) replaces a
-//!   server or a tool policy of an earlier one (the user file) as a whole.
+//!   server or a tool policy of an earlier one (the user file) as a whole; hidden paths
+//!   (`[sandbox] deny_read`) add up.
 //! - Keys this host does not know are ignored (a Codex config may carry many), but a known
 //!   key of the wrong type is an error.
 
@@ -56,7 +57,7 @@ pub struct ToolConfig {
     pub servers: BTreeMap<String, ServerConfig>,
     /// Policies that replace a tool's own, by tool name.
     pub policies: BTreeMap<String, Policy>,
-    /// `[sandbox]`: what a later layer sets replaces an earlier one's.
+    /// `[sandbox]`: what a later layer sets replaces an earlier one's (`deny_read` adds).
     pub sandbox: SandboxConfig,
 }
 
@@ -118,11 +119,23 @@ impl SandboxConfig {
         Ok(out)
     }
 
+    /// `other` laid over this: what it sets replaces this one's, but `deny_read`, which it
+    /// adds to (a later layer never shows what an earlier one hides).
     fn overlay(&mut self, other: SandboxConfig) {
         self.mode = other.mode.or(self.mode);
         self.network = other.network.or(self.network);
         self.writable_roots = other.writable_roots.or(self.writable_roots.take());
-        self.deny_read = other.deny_read.or(self.deny_read.take());
+        self.deny_read = match (self.deny_read.take(), other.deny_read) {
+            (Some(mut mine), Some(theirs)) => {
+                for path in theirs {
+                    if !mine.contains(&path) {
+                        mine.push(path);
+                    }
+                }
+                Some(mine)
+            }
+            (mine, theirs) => theirs.or(mine),
+        };
     }
 }
 
@@ -291,13 +304,10 @@ impl ToolConfig {
     /// The configuration in `path`; `None` when there is no such file.
     pub fn read(path: &Path) -> Result<Option<ToolConfig>, ConfigError> {
         let file = path.display().to_string();
-        match std::fs::read_to_string(path) {
-            Ok(text) => ToolConfig::parse(&text, &file).map(Some),
-            Err(err) if err.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(err) => Err(ConfigError::Read {
-                file,
-                reason: err.to_string(),
-            }),
+        match super::small_file::read_optional(path) {
+            Ok(Some(text)) => ToolConfig::parse(&text, &file).map(Some),
+            Ok(None) => Ok(None),
+            Err(reason) => Err(ConfigError::Read { file, reason }),
         }
     }
 
@@ -318,7 +328,7 @@ impl ToolConfig {
         }
         // No directory: a store that does not exist, which trusts nothing.
         let store = super::TrustStore::in_dir(config_dir.unwrap_or(Path::new("/nonexistent")));
-        if let Some(local) = store.check(workspace)? {
+        if let Some(local) = store.check(workspace, &config)? {
             config.overlay(local);
         }
         Ok(config)

@@ -16,6 +16,7 @@ mod rust_tool;
 mod scratch;
 pub(crate) mod secrets;
 mod shell;
+mod small_file;
 mod trust;
 mod watchdog;
 mod workspace;

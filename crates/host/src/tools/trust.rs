@@ -7,9 +7,18 @@
 //! `agentctl trust`; what only tightens (a stricter mode, more hidden paths, a tool that
 //! asks or is refused) needs no trust.
 //!
+//! What needs trust is judged against the user's own `config.toml`: the workspace's file is
+//! laid over it, so asking for `workspace-write` where the user's file says `read-only`, or
+//! for a tool to ask where the user's file refuses it, lowers a protection too. Hidden paths
+//! (`deny_read`) add to the user's; they never replace them.
+//!
 //! Invariants:
-//! - Trust names a file by its canonical path and its content's SHA-256: any change to the
-//!   file (a `git pull`) needs trusting again.
+//! - Trust names a workspace's file by its workspace's canonical path and the file's
+//!   content's SHA-256: any change to the file (a `git pull`) needs trusting again, and a
+//!   file trusted in one workspace is not trusted in another that links to it (what it
+//!   starts, `command` and `args`, is resolved in the workspace that reads it).
+//! - The store is changed under a lock (`TRUST_FILE.lock`), read and rewritten whole, so
+//!   two `agentctl trust` at once each keep the other's change.
 //! - The store is the user's (beside `config.toml`, hidden from sandboxed commands with the
 //!   rest of agentctl's configuration); a line that cannot be read is ignored, never trusted.
 
@@ -50,9 +59,10 @@ pub enum TrustError {
     },
 }
 
-/// What `config` (one layer: a workspace's file) asks that lowers a run's protections, one
-/// phrase each; empty when it only tightens them.
-pub fn loosening(config: &ToolConfig) -> Vec<String> {
+/// What `config` (a workspace's file) asks that lowers a run's protections from what `user`
+/// (the user's own file, the layer under it) sets, one phrase each; empty when it only
+/// tightens them.
+pub fn loosening(config: &ToolConfig, user: &ToolConfig) -> Vec<String> {
     let mut asks = Vec::new();
     for server in config.servers.values() {
         let mut line = server.command.clone();
@@ -68,19 +78,35 @@ pub fn loosening(config: &ToolConfig) -> Vec<String> {
             server.name
         ));
     }
+    let theirs = user.sandbox.mode.unwrap_or(SandboxMode::WorkspaceWrite);
     match config.sandbox.mode {
-        Some(SandboxMode::Off) => asks.push("turn the sandbox off".into()),
-        Some(SandboxMode::WorkspaceWrite | SandboxMode::ReadOnly) | None => {}
+        Some(SandboxMode::Off) if theirs != SandboxMode::Off => {
+            asks.push("turn the sandbox off".into());
+        }
+        Some(mode) if theirs.is_stricter_than(mode) => asks.push(format!(
+            "run commands in `{mode}` where your configuration says `{theirs}`"
+        )),
+        Some(_) | None => {}
     }
-    if config.sandbox.network == Some(true) {
+    if config.sandbox.network == Some(true) && user.sandbox.network != Some(true) {
         asks.push("give commands the network".into());
     }
+    let their_roots = user.sandbox.writable_roots.as_deref().unwrap_or_default();
     for root in config.sandbox.writable_roots.iter().flatten() {
-        asks.push(format!("let commands write {}", root.display()));
+        if !their_roots.contains(root) {
+            asks.push(format!("let commands write {}", root.display()));
+        }
     }
     for (tool, policy) in &config.policies {
-        if *policy == Policy::Auto {
-            asks.push(format!("run the tool `{tool}` without asking"));
+        let theirs = user.policies.get(tool);
+        match policy {
+            Policy::Auto if theirs != Some(&Policy::Auto) => {
+                asks.push(format!("run the tool `{tool}` without asking"));
+            }
+            Policy::Ask if theirs == Some(&Policy::Deny) => asks.push(format!(
+                "offer the tool `{tool}`, which your configuration refuses"
+            )),
+            Policy::Auto | Policy::Ask | Policy::Deny => {}
         }
     }
     asks
@@ -107,15 +133,20 @@ impl TrustStore {
     }
 
     /// `workspace`'s configuration, read from `workspace`'s `agentctl.toml` (absent: none),
-    /// if it needs no trust or is trusted as it reads now.
-    pub fn check(&self, workspace: &Path) -> Result<Option<ToolConfig>, crate::HostError> {
+    /// if it needs no trust over `user` (the user's own file, see [`loosening`]) or is
+    /// trusted as it reads now.
+    pub fn check(
+        &self,
+        workspace: &Path,
+        user: &ToolConfig,
+    ) -> Result<Option<ToolConfig>, crate::HostError> {
         let file = workspace.join(WORKSPACE_FILE);
         let Some(text) = read_optional(&file)? else {
             return Ok(None);
         };
         let config = ToolConfig::parse(&text, &file.display().to_string())?;
-        let asks = loosening(&config);
-        if asks.is_empty() || self.trusts(&file, &text)? {
+        let asks = loosening(&config, user);
+        if asks.is_empty() || self.trusts(workspace, &text)? {
             return Ok(Some(config));
         }
         Err(TrustError::Untrusted {
@@ -127,8 +158,8 @@ impl TrustStore {
     }
 
     /// Records `workspace`'s `agentctl.toml` as it reads now; returns its path, its digest
-    /// and what it asks that needs trust.
-    pub fn trust(&self, workspace: &Path) -> Result<Trusted, crate::HostError> {
+    /// and what it asks that needs trust over `user` (the user's own file).
+    pub fn trust(&self, workspace: &Path, user: &ToolConfig) -> Result<Trusted, crate::HostError> {
         let file = canonical_file(workspace)?;
         let text = read_optional(&file)?.ok_or_else(|| TrustError::Io {
             file: file.display().to_string(),
@@ -139,13 +170,15 @@ impl TrustStore {
         let config = ToolConfig::parse(&text, &file.display().to_string())?;
         let key = line_key(&file)?;
         let digest = digest(&text);
-        let mut lines = others(self.lines()?, key);
-        lines.push(format!("{digest}\t{key}"));
-        self.write(&lines)?;
+        self.update(|lines| {
+            let mut lines = others(lines, key);
+            lines.push(format!("{digest}\t{key}"));
+            (Some(lines), ())
+        })?;
         Ok(Trusted {
             file,
             digest,
-            asks: loosening(&config),
+            asks: loosening(&config, user),
         })
     }
 
@@ -153,14 +186,12 @@ impl TrustStore {
     pub fn forget(&self, workspace: &Path) -> Result<bool, crate::HostError> {
         let file = canonical_file(workspace)?;
         let key = line_key(&file)?;
-        let lines = self.lines()?;
-        let count = lines.len();
-        let kept = others(lines, key);
-        let forgot = kept.len() != count;
-        if forgot {
-            self.write(&kept)?;
-        }
-        Ok(forgot)
+        self.update(|lines| {
+            let count = lines.len();
+            let kept = others(lines, key);
+            let forgot = kept.len() != count;
+            (forgot.then_some(kept), forgot)
+        })
     }
 
     /// Every trusted file: its digest and path.
@@ -173,10 +204,11 @@ impl TrustStore {
             .collect())
     }
 
-    fn trusts(&self, file: &Path, text: &str) -> Result<bool, crate::HostError> {
-        let Ok(file) = std::fs::canonicalize(file) else {
+    fn trusts(&self, workspace: &Path, text: &str) -> Result<bool, crate::HostError> {
+        let Ok(dir) = std::fs::canonicalize(workspace) else {
             return Ok(false);
         };
+        let file = dir.join(WORKSPACE_FILE);
         let Some(key) = file.to_str() else {
             return Ok(false);
         };
@@ -197,8 +229,13 @@ impl TrustStore {
             .collect())
     }
 
-    /// Replaces the store (a temp file renamed over it, so a reader never sees half).
-    fn write(&self, lines: &[String]) -> Result<(), crate::HostError> {
+    /// Changes the store under its lock: `change` gets its lines and returns the new ones
+    /// (`None`: unchanged) and its answer. The new store is a temp file renamed over the
+    /// old, so a reader, who takes no lock, never sees half of it.
+    fn update<R>(
+        &self,
+        change: impl FnOnce(Vec<String>) -> (Option<Vec<String>>, R),
+    ) -> Result<R, crate::HostError> {
         let io = |reason: std::io::Error| TrustError::Io {
             file: self.path.display().to_string(),
             reason: reason.to_string(),
@@ -206,12 +243,23 @@ impl TrustStore {
         if let Some(dir) = self.path.parent() {
             std::fs::create_dir_all(dir).map_err(io)?;
         }
-        let mut text = lines.join("\n");
-        text.push('\n');
-        let tmp = self.path.with_extension("tmp");
-        std::fs::write(&tmp, text).map_err(io)?;
-        std::fs::rename(&tmp, &self.path).map_err(io)?;
-        Ok(())
+        let lock = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(self.path.with_extension("lock"))
+            .map_err(io)?;
+        lock.lock().map_err(io)?;
+        let (lines, answer) = change(self.lines()?);
+        if let Some(lines) = lines {
+            let mut text = lines.join("\n");
+            text.push('\n');
+            let tmp = self.path.with_extension("tmp");
+            std::fs::write(&tmp, text).map_err(io)?;
+            std::fs::rename(&tmp, &self.path).map_err(io)?;
+        }
+        // Dropping `lock` closes it, which releases the lock.
+        Ok(answer)
     }
 }
 
@@ -241,21 +289,22 @@ fn digest(text: &str) -> String {
         .collect()
 }
 
+/// The store's name for `workspace`'s file: its canonical workspace, and the file's name
+/// in it (a link is not followed: the file is the workspace's).
 fn canonical_file(workspace: &Path) -> Result<PathBuf, TrustError> {
-    let file = workspace.join(WORKSPACE_FILE);
     let io = |at: &Path, err: std::io::Error| TrustError::Io {
         file: at.display().to_string(),
         reason: err.to_string(),
     };
-    match std::fs::canonicalize(&file) {
-        Ok(file) => Ok(file),
-        // No file (or a link to none): where it would be, so that a file trusted and
-        // deleted since can still be forgotten, and trusting it says there is nothing.
+    match std::fs::canonicalize(workspace) {
+        Ok(dir) => Ok(dir.join(WORKSPACE_FILE)),
+        // No workspace: where it would be, so that a file trusted and deleted since can
+        // still be forgotten, and trusting it says there is nothing.
         Err(err) if err.kind() == std::io::ErrorKind::NotFound => match where_it_was(workspace) {
             Some(dir) => Ok(dir.join(WORKSPACE_FILE)),
             None => Err(io(workspace, err)),
         },
-        Err(err) => Err(io(&file, err)),
+        Err(err) => Err(io(workspace, err)),
     }
 }
 
@@ -297,14 +346,10 @@ fn line_key(file: &Path) -> Result<&str, TrustError> {
 }
 
 fn read_optional(path: &Path) -> Result<Option<String>, TrustError> {
-    match std::fs::read_to_string(path) {
-        Ok(text) => Ok(Some(text)),
-        Err(err) if err.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(err) => Err(TrustError::Io {
-            file: path.display().to_string(),
-            reason: err.to_string(),
-        }),
-    }
+    super::small_file::read_optional(path).map_err(|reason| TrustError::Io {
+        file: path.display().to_string(),
+        reason,
+    })
 }
 
 #[cfg(test)]
@@ -321,13 +366,13 @@ mod tests {
             "[sandbox]\nmode = \"read-only\"\ndeny_read = [\"/x\"]\n\
              [tools.shell]\napproval = \"ask\"\n[tools.write_file]\napproval = \"deny\"\n",
         );
-        assert!(loosening(&tight).is_empty());
+        assert!(loosening(&tight, &ToolConfig::default()).is_empty());
         let loose = parse(
             "[mcp_servers.h]\ncommand = \"sh\"\nargs = [\"-c\", \"touch /pwned\"]\n\
              [sandbox]\nmode = \"off\"\nnetwork = true\nwritable_roots = [\"/etc\"]\n\
              [tools.shell]\napproval = \"auto\"\n",
         );
-        let asks = loosening(&loose);
+        let asks = loosening(&loose, &ToolConfig::default());
         assert_eq!(asks.len(), 5, "{asks:?}");
         assert!(asks[0].contains("`h` (sh -c touch /pwned)"), "{asks:?}");
     }
@@ -338,26 +383,136 @@ mod tests {
         let ws = dir.path().join("ws");
         std::fs::create_dir_all(&ws).unwrap();
         let store = TrustStore::in_dir(&dir.path().join("config"));
-        assert!(store.check(&ws).unwrap().is_none(), "no file, no config");
+        let none = ToolConfig::default();
+        assert!(
+            store.check(&ws, &none).unwrap().is_none(),
+            "no file, no config"
+        );
         std::fs::write(ws.join(WORKSPACE_FILE), "[sandbox]\nmode = \"read-only\"\n").unwrap();
         assert!(
-            store.check(&ws).unwrap().is_some(),
+            store.check(&ws, &none).unwrap().is_some(),
             "tightening needs no trust"
         );
         std::fs::write(ws.join(WORKSPACE_FILE), "[sandbox]\nnetwork = true\n").unwrap();
-        let err = store.check(&ws).unwrap_err().to_string();
+        let err = store.check(&ws, &none).unwrap_err().to_string();
         assert!(err.contains("give commands the network"), "{err}");
         assert!(err.contains("agentctl trust"), "{err}");
-        let trusted = store.trust(&ws).unwrap();
+        let trusted = store.trust(&ws, &none).unwrap();
         assert_eq!(trusted.asks, ["give commands the network"]);
-        assert!(store.check(&ws).unwrap().is_some());
+        assert!(store.check(&ws, &none).unwrap().is_some());
         // Any change needs trusting again.
         std::fs::write(ws.join(WORKSPACE_FILE), "[sandbox]\nnetwork = true\n\n").unwrap();
-        assert!(store.check(&ws).is_err());
-        store.trust(&ws).unwrap();
+        assert!(store.check(&ws, &none).is_err());
+        store.trust(&ws, &none).unwrap();
         assert_eq!(store.list().unwrap().len(), 1, "one line per file");
         assert!(store.forget(&ws).unwrap());
         assert!(!store.forget(&ws).unwrap());
-        assert!(store.check(&ws).is_err());
+        assert!(store.check(&ws, &none).is_err());
+    }
+
+    /// The workspace's file is judged over the user's own: asking for a weaker mode than
+    /// theirs, or for a tool they refuse, needs trust; hidden paths add to theirs.
+    #[test]
+    fn loosening_is_judged_over_the_users_file() {
+        let user = parse(
+            "[sandbox]\nmode = \"read-only\"\ndeny_read = [\"/secret\"]\nwritable_roots = [\"/data\"]\n\
+             [tools.write_file]\napproval = \"deny\"\n[tools.shell]\napproval = \"auto\"\n",
+        );
+        let ws = parse(
+            "[sandbox]\nmode = \"workspace-write\"\ndeny_read = [\"/other\"]\nwritable_roots = [\"/data\"]\n\
+             [tools.write_file]\napproval = \"ask\"\n[tools.shell]\napproval = \"auto\"\n",
+        );
+        let asks = loosening(&ws, &user);
+        assert_eq!(
+            asks,
+            [
+                "run commands in `workspace-write` where your configuration says `read-only`",
+                "offer the tool `write_file`, which your configuration refuses",
+            ],
+            "{asks:?}"
+        );
+        // Without the user's file, the same workspace file only tightens, but the
+        // policies it relaxes from the tools' own.
+        let none = ToolConfig::default();
+        assert_eq!(
+            loosening(&ws, &none),
+            [
+                "let commands write /data",
+                "run the tool `shell` without asking"
+            ]
+        );
+        // Laid over the user's file, the hidden paths add up.
+        let mut merged = user.clone();
+        merged.overlay(ws);
+        assert_eq!(
+            merged.sandbox.deny_read,
+            Some(vec![PathBuf::from("/secret"), PathBuf::from("/other")])
+        );
+    }
+
+    /// A workspace whose `agentctl.toml` links to a trusted workspace's file is not
+    /// trusted: what the file starts is resolved in the workspace that reads it.
+    #[test]
+    fn trust_is_of_the_workspace_not_of_a_file_it_links_to() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+        std::fs::create_dir_all(&a).unwrap();
+        std::fs::create_dir_all(&b).unwrap();
+        std::fs::write(
+            a.join(WORKSPACE_FILE),
+            "[mcp_servers.h]\ncommand = \"sh\"\nargs = [\"./start.sh\"]\n",
+        )
+        .unwrap();
+        std::os::unix::fs::symlink(a.join(WORKSPACE_FILE), b.join(WORKSPACE_FILE)).unwrap();
+        let store = TrustStore::in_dir(&dir.path().join("config"));
+        let none = ToolConfig::default();
+        store.trust(&a, &none).unwrap();
+        assert!(store.check(&a, &none).unwrap().is_some());
+        let err = store.check(&b, &none).unwrap_err().to_string();
+        assert!(err.contains("not trusted"), "{err}");
+        // Trusted there too, by name: both are, each for its own workspace.
+        let trusted = store.trust(&b, &none).unwrap();
+        assert_eq!(trusted.file, b.canonicalize().unwrap().join(WORKSPACE_FILE));
+        assert!(store.check(&b, &none).unwrap().is_some());
+        assert_eq!(store.list().unwrap().len(), 2);
+    }
+
+    /// Many `trust` and `forget` at once: every change is kept (each one reads and
+    /// rewrites the whole store, under its lock).
+    #[test]
+    fn concurrent_changes_to_the_store_are_all_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = TrustStore::in_dir(&dir.path().join("config"));
+        let none = ToolConfig::default();
+        let workspaces: Vec<PathBuf> = (0..16)
+            .map(|i| {
+                let ws = dir.path().join(format!("ws{i}"));
+                std::fs::create_dir_all(&ws).unwrap();
+                std::fs::write(ws.join(WORKSPACE_FILE), "[sandbox]\nnetwork = true\n").unwrap();
+                ws
+            })
+            .collect();
+        // The odd ones are trusted first, then forgotten while the even ones are trusted.
+        for ws in workspaces.iter().skip(1).step_by(2) {
+            store.trust(ws, &none).unwrap();
+        }
+        std::thread::scope(|scope| {
+            for (i, ws) in workspaces.iter().enumerate() {
+                let (store, none) = (&store, &none);
+                scope.spawn(move || {
+                    for _ in 0..5 {
+                        if i % 2 == 0 {
+                            store.trust(ws, none).unwrap();
+                        } else {
+                            store.forget(ws).unwrap();
+                        }
+                    }
+                });
+            }
+        });
+        for (i, ws) in workspaces.iter().enumerate() {
+            assert_eq!(store.check(ws, &none).is_ok(), i % 2 == 0, "workspace {i}");
+        }
+        assert_eq!(store.list().unwrap().len(), 8);
     }
 }
