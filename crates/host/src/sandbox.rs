@@ -60,15 +60,25 @@ impl SandboxSpec {
         policy.writable_roots = self.writable_roots.clone();
         policy.deny_read.extend(self.deny_read.iter().cloned());
         policy.tmpdir = tmpdir.map(Path::to_path_buf);
-        if let Some(state) = state_dir() {
-            policy.deny_read.push(state);
-        }
+        // The driving process's own, also when the run was recorded by another (a worker,
+        // a resume by someone else, with their own `AGENTCTL_CONFIG_DIR`).
+        policy.deny_read.extend(state_dir());
+        policy.deny_read.extend(moved_config_dir());
         policy
     }
 }
 
 fn dirs_home() -> Option<PathBuf> {
     std::env::var_os("HOME").map(PathBuf::from)
+}
+
+/// agentctl's configuration directory when `AGENTCTL_CONFIG_DIR` moves it (its trust
+/// store and the user's `config.toml`, whose MCP servers' `env` may hold tokens), hidden
+/// from every command like the default one, which the sandbox's own list holds.
+fn moved_config_dir() -> Option<PathBuf> {
+    std::env::var_os("AGENTCTL_CONFIG_DIR")
+        .map(PathBuf::from)
+        .filter(|dir| dir.is_absolute())
 }
 
 /// agentctl's data directory (its default database), hidden from every command.

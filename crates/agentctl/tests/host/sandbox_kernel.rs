@@ -809,3 +809,52 @@ fn a_command_tied_to_its_entry_point_dies_with_it() {
     .unwrap();
     assert_eq!(text(&o.stdout), "-1 1 0\n", "{}", text(&o.stderr));
 }
+
+/// The configuration directory of the process that drives a run is hidden from its
+/// commands, also when another process recorded the run (a `resume` or a worker with its
+/// own `AGENTCTL_CONFIG_DIR`): the user's `config.toml` may hold MCP servers' tokens.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_driving_processs_config_dir_is_hidden_on_resume() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let (first, second) = (dir.path().join("cfg-first"), dir.path().join("cfg-second"));
+    for cfg in [&first, &second] {
+        std::fs::create_dir_all(cfg).unwrap();
+        std::fs::write(
+            cfg.join("config.toml"),
+            "# API_TOKEN = \"TOKEN-OF-THE-CONFIG\"\n[tools.read_file]\napproval = \"auto\"\n",
+        )
+        .unwrap();
+    }
+    let server = emulator(&script_by_outputs(&[
+        json!([call("c_one", "shell", json!({"command": "true"}))]),
+        json!([call(
+            "c_cat",
+            "shell",
+            json!({"command": format!("cat {}/config.toml; echo READ-DONE", second.display())})
+        )]),
+        answer("FINAL: done"),
+    ]))
+    .await;
+    let db = format!("sqlite://{}", dir.path().join("cfg.db").display());
+    let paused = out(run_cmd(&db, &server, &ws, &["--max-steps", "1"])
+        .env("HOME", dir.path())
+        .env("AGENTCTL_CONFIG_DIR", &first));
+    assert_eq!(paused.status.code(), Some(3), "{}", text(&paused.stderr));
+    let run = only_run(&db);
+    let done = out(resume_cmd(&db, &server, &run, &["--max-steps", "5"])
+        .env("HOME", dir.path())
+        .env("AGENTCTL_CONFIG_DIR", &second));
+    assert_eq!(done.status.code(), Some(0), "{}", text(&done.stderr));
+    let sent: String = server
+        .requests()
+        .iter()
+        .map(|r| r.body.to_string())
+        .collect();
+    assert!(sent.contains("READ-DONE"), "the command ran");
+    assert!(
+        !sent.contains("TOKEN-OF-THE-CONFIG"),
+        "the resuming process's config.toml was read by the command"
+    );
+}
