@@ -382,10 +382,10 @@ function viewRun(main, id) {
     for (const p of list) {
       seen.add(p.call_id);
       const cur = approvals.get(p.call_id);
-      if (cur && cur.sha === p.args_sha256) continue;
+      if (cur && cur.sha === p.args_sha256 && cur.round === p.round) continue;
       const div = makeApproval(p);
       if (cur) cur.div.replaceWith(div); else apprBox.append(div);
-      approvals.set(p.call_id, { div, sha: p.args_sha256 });
+      approvals.set(p.call_id, { div, sha: p.args_sha256, round: p.round });
     }
     for (const [cid, cur] of approvals) {
       if (seen.has(cid)) continue;
@@ -405,7 +405,7 @@ function viewRun(main, id) {
     const decide = async (decision) => {
       yes.disabled = no.disabled = true;
       try {
-        await api('POST', path + '/approvals/' + enc(p.call_id), { decision, sha256: p.args_sha256, reason: reason.value.trim() || null });
+        await api('POST', path + '/approvals/' + enc(p.call_id), { decision, sha256: p.args_sha256, round: p.round, reason: reason.value.trim() || null });
         if (alive()) say(decision === 'approve' ? 'approved' : 'denied');
       } catch (e) { failed(alive)(e); } finally { yes.disabled = no.disabled = false; refreshSoon(); }
     };

@@ -25,6 +25,11 @@ pub struct DecideArgs {
     /// pending call), so that you decide on exactly what you read.
     #[arg(long, value_name = "HEX")]
     pub sha256: Option<String>,
+    /// Decide only this approval round of the call (printed with the pending call): a
+    /// call cut off by a crash is asked again with the same arguments, and a decision
+    /// meant for the first question must not answer the second.
+    #[arg(long, value_name = "N")]
+    pub round: Option<u32>,
 }
 
 /// `approve` only: approve this tool for the rest of the run too.
@@ -32,7 +37,8 @@ pub struct DecideArgs {
 pub struct ApproveArgs {
     #[command(flatten)]
     pub decide: DecideArgs,
-    /// Approve every later call of this tool in this run as well.
+    /// Approve every other call of this tool in this run as well: those waiting now and
+    /// every later one (not a command asking to leave the sandbox, which always asks).
     #[arg(long)]
     pub always: bool,
 }
@@ -92,6 +98,7 @@ pub async fn decide(
             scope: always.then_some(agent_host::run::events::DecisionScope::Run),
         },
         args_sha256: args.sha256,
+        round: args.round,
     };
     let result = run::decide(&journal, &args.run, request).await;
     journal.close().await;

@@ -275,7 +275,9 @@ async fn show(
                 state.id(),
                 &p.call_id,
                 "--sha256",
-                &p.args_sha256
+                &p.args_sha256,
+                "--round",
+                &p.round.to_string()
             ])
         ))?;
     }
@@ -298,7 +300,9 @@ async fn show(
                     &child.run_id,
                     &p.call_id,
                     "--sha256",
-                    &p.args_sha256
+                    &p.args_sha256,
+                    "--round",
+                    &p.round.to_string()
                 ])
             ))?;
         }

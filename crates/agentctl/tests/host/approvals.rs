@@ -285,3 +285,122 @@ async fn printed_commands_work_when_pasted() {
         "pasted\n"
     );
 }
+
+/// A tool the user's configuration refuses is refused before anyone is asked, also when
+/// the call asks to leave the sandbox (which asks even under "approve always"): no question
+/// a person could approve, and so no way for the tool to run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_tool_is_refused_before_an_escalation_is_asked() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("deny.db").display());
+    let cfg = dir.path().join("cfg");
+    std::fs::create_dir_all(&cfg).unwrap();
+    std::fs::write(
+        cfg.join("config.toml"),
+        "[tools.shell]\napproval = \"deny\"\n",
+    )
+    .unwrap();
+    let (_g, ws) = workspace();
+    let server = emulator(&script_by_outputs(&[
+        json!([call(
+            "c_esc",
+            "shell",
+            json!({
+                "command": "echo escaped > escaped.txt",
+                "sandbox_permissions": "require_escalated",
+                "justification": "needs it"
+            })
+        )]),
+        answer("FINAL: told"),
+    ]))
+    .await;
+    let o = out(run_cmd(&db, &server, &ws, &[]).env("AGENTCTL_CONFIG_DIR", &cfg));
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let run = only_run(&db);
+    let events = events(&db, &run).await;
+    assert!(kinds_of(&events, "approval.requested").is_empty());
+    let refused = kinds_of(&events, "tool.refused");
+    assert_eq!(refused.len(), 1);
+    assert!(
+        refused[0]
+            .payload
+            .to_string()
+            .contains("does not allow `shell`"),
+        "{}",
+        refused[0].payload
+    );
+    assert!(!ws.join("escaped.txt").exists());
+}
+
+/// A decision meant for a question a crash made the host ask again (same call, same
+/// arguments) does not answer the new question when it names its round: it is the first
+/// round's, already decided.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_decision_for_an_earlier_round_does_not_answer_the_next() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("round.db").display());
+    let (_g, ws) = workspace();
+    let server = emulator(&script_by_outputs(&[
+        json!([call(
+            "c_dep",
+            "shell",
+            json!({"command": "echo deployed >> count.txt; sleep 30"})
+        )]),
+        answer("FINAL: deployed"),
+    ]))
+    .await;
+    let paused = out(&mut run_cmd(&db, &server, &ws, &["--sandbox", "off"]));
+    assert_eq!(paused.status.code(), Some(3), "{}", text(&paused.stderr));
+    let printed = text(&paused.stderr);
+    assert!(printed.contains("--round 0"), "{printed}");
+    let run = only_run(&db);
+    let ok = out(agentctl(&db).args(["approve", &run, "c_dep", "--round", "0"]));
+    assert!(ok.status.success(), "{}", text(&ok.stderr));
+    // The host dies while the command runs: the next resume asks again (round 1).
+    let mut host = resume_cmd(&db, &server, &run, &[])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !ws.join("count.txt").exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the command never ran"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    host.kill().unwrap();
+    host.wait().unwrap();
+    let asked = out(&mut resume_cmd(&db, &server, &run, &[]));
+    assert_eq!(asked.status.code(), Some(3), "{}", text(&asked.stderr));
+    let pending = show(&db, &run)["pending_approvals"].clone();
+    assert_eq!(pending[0]["round"], 1, "{pending}");
+    assert_eq!(pending[0]["reason"], "indeterminate", "{pending}");
+    // A second approver's decision of the first question, pasted late.
+    let late = out(agentctl(&db).args(["approve", &run, "c_dep", "--round", "0"]));
+    assert_eq!(late.status.code(), Some(0), "{}", text(&late.stderr));
+    assert!(
+        text(&late.stdout).contains("already approved"),
+        "{}",
+        text(&late.stdout)
+    );
+    let pending = show(&db, &run)["pending_approvals"].clone();
+    assert_eq!(
+        pending[0]["round"], 1,
+        "the new question was answered: {pending}"
+    );
+    // A round that was never asked is refused (as a call not waiting is); the new one is
+    // decided as asked.
+    let none = out(agentctl(&db).args(["deny", &run, "c_dep", "--round", "7"]));
+    assert_eq!(none.status.code(), Some(1), "{}", text(&none.stderr));
+    assert!(text(&none.stderr).contains("no approval round 7"));
+    let deny = out(agentctl(&db).args(["deny", &run, "c_dep", "--round", "1"]));
+    assert!(deny.status.success(), "{}", text(&deny.stderr));
+    let done = out(&mut resume_cmd(&db, &server, &run, &[]));
+    assert_eq!(done.status.code(), Some(0), "{}", text(&done.stderr));
+    assert_eq!(
+        std::fs::read_to_string(ws.join("count.txt")).unwrap(),
+        "deployed\n"
+    );
+}

@@ -194,6 +194,7 @@ pub fn spawn_denier(
                             scope: None,
                         },
                         args_sha256: None,
+                        round: None,
                     };
                     match run::decide(&journal, id, request).await {
                         Ok(()) => denied += 1,

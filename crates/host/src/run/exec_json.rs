@@ -97,6 +97,8 @@ pub enum ExecLine {
         args_sha256: String,
         /// Why a human is asked.
         reason: ApprovalReason,
+        /// The approval round (0, then one more each time the call is asked again).
+        round: u32,
     },
     /// A decision was recorded.
     #[serde(rename = "approval.decided")]
@@ -467,6 +469,7 @@ impl ExecJson {
                 arguments: r.arguments,
                 args_sha256: r.args_sha256,
                 reason: r.reason,
+                round: r.round,
             }],
             RunEvent::ApprovalDecided(d) => vec![ExecLine::ApprovalDecided {
                 run_id: run_id(),

@@ -23,6 +23,11 @@ pub struct DecisionRequest {
     pub decision: Decision,
     /// When given, must be the pending call's args hash.
     pub args_sha256: Option<String>,
+    /// When given, the approval round decided (as shown with the request): a decision
+    /// meant for a round that was decided meanwhile is that round's
+    /// [`HostError::AlreadyDecided`], never a decision of the call's next round (a crash
+    /// asks again with the same arguments, and only the round tells the two apart).
+    pub round: Option<u32>,
 }
 
 /// Records a decision on the pending approval of `call_id`. The first decision of a round
@@ -48,6 +53,24 @@ pub async fn decide(
                 .map(|call| call.call_id.clone())
                 .collect(),
         })?;
+    if let Some(round) = request.round
+        && call.pending_approval().is_none_or(|p| p.round != round)
+    {
+        return Err(
+            match call
+                .approvals
+                .iter()
+                .find(|a| a.round == round)
+                .and_then(|a| a.decision.as_ref())
+            {
+                Some(d) => already(&request.call_id, d),
+                None => HostError::NoPendingApproval(format!(
+                    "call {} of run {run_id} has no approval round {round} waiting",
+                    request.call_id
+                )),
+            },
+        );
+    }
     let Some(pending) = call.pending_approval() else {
         return Err(
             match call.approvals.last().and_then(|a| a.decision.as_ref()) {

@@ -40,6 +40,9 @@ pub struct PendingView {
     pub reason: ApprovalReason,
     /// The sha256 of the arguments (`approve --sha256`).
     pub args_sha256: String,
+    /// The approval round: 0, then one more each time the call is asked again (after a
+    /// crash cut it off); `approve --round` decides only this one.
+    pub round: u32,
 }
 
 /// A whole run: what `runs show --json` prints.
@@ -198,6 +201,7 @@ fn pending(state: &RunState) -> Vec<PendingView> {
                 arguments: c.arguments.clone(),
                 reason: a.reason,
                 args_sha256: a.args_sha256.clone(),
+                round: a.round,
             })
         })
         .collect()

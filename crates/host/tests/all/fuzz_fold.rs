@@ -751,6 +751,7 @@ async fn capture() {
                     scope: Some(agent_host::run::events::DecisionScope::Run),
                 },
                 args_sha256: None,
+                round: None,
             };
             let run_id = report.run_id.clone();
             decide(&journal, &run_id, request).await.unwrap();

@@ -258,6 +258,7 @@ async fn a_call_cut_off_by_a_crash_is_not_run_twice() {
                 scope: None,
             },
             args_sha256: None,
+            round: None,
         },
     )
     .await

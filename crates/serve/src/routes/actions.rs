@@ -35,6 +35,8 @@ struct DecideBody {
     reason: Option<String>,
     #[serde(default)]
     always: bool,
+    #[serde(default)]
+    round: Option<u32>,
 }
 
 pub(crate) async fn decide(
@@ -66,6 +68,7 @@ pub(crate) async fn decide(
             scope: b.always.then_some(DecisionScope::Run),
         },
         args_sha256: b.sha256,
+        round: b.round,
     };
     run::decide(&app.journal.get().await, &id, request).await?;
     Ok(Json(json!({

@@ -432,6 +432,9 @@ pub fn finish(global: &GlobalArgs, report: &RunReport) -> anyhow::Result<()> {
                         format!(" (sub-agent {run})")
                     };
                     // The call id is the model's: quoted, it stays one word when pasted.
+                    // The round pins the question: a decision pasted late does not answer
+                    // the call's next round (asked again after a crash, same arguments).
+                    let round = pending.round.to_string();
                     output::note(&format!(
                         "  {} {} wants{whose}: {}\n    {}\n    {}",
                         call.call_id,
@@ -442,9 +445,19 @@ pub fn finish(global: &GlobalArgs, report: &RunReport) -> anyhow::Result<()> {
                             run,
                             &call.call_id,
                             "--sha256",
-                            &pending.args_sha256
+                            &pending.args_sha256,
+                            "--round",
+                            &round
                         ]),
-                        global.suggest(&["deny", run, &call.call_id, "--reason", "TEXT"]),
+                        global.suggest(&[
+                            "deny",
+                            run,
+                            &call.call_id,
+                            "--round",
+                            &round,
+                            "--reason",
+                            "TEXT"
+                        ]),
                     ));
                 }
             }

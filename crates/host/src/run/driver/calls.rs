@@ -126,17 +126,24 @@ impl Driver {
                     return Next::Refuse(why);
                 }
                 // Leaving the sandbox always asks a human (never "approve --always", never
-                // `--approval auto`), and `--approval deny` refuses it.
-                if self.spec.sandbox.mode.is_sandboxed()
-                    && crate::tools::asks_escalation(&call.name, &call.arguments)
-                {
-                    if self.spec.approval == ApprovalMode::Deny {
-                        return Next::Refuse(
-                            "Refused: the run's policy (--approval deny) does not allow commands \
-                             outside the sandbox; run it sandboxed or not at all."
-                                .into(),
-                        );
-                    }
+                // `--approval auto`), and `--approval deny` refuses it, as a tool's own
+                // `deny` refuses every call of it, before anyone is asked.
+                let escalates = self.spec.sandbox.mode.is_sandboxed()
+                    && crate::tools::asks_escalation(&call.name, &call.arguments);
+                if escalates && self.spec.approval == ApprovalMode::Deny {
+                    return Next::Refuse(
+                        "Refused: the run's policy (--approval deny) does not allow commands \
+                         outside the sandbox; run it sandboxed or not at all."
+                            .into(),
+                    );
+                }
+                if spec.policy == Policy::Deny {
+                    return Next::Refuse(format!(
+                        "Refused: the run's policy does not allow `{}` calls.",
+                        call.name
+                    ));
+                }
+                if escalates {
                     return asked(ApprovalReason::Escalation, last);
                 }
                 if self.state.approved_tools.contains(&call.name) {
