@@ -400,3 +400,55 @@ async fn calls_a_person_could_misread_are_refused_before_anyone_is_asked() {
     assert!(msg.contains("call id \"..\""), "{msg}");
     assert!(!ws.join("SECOND-RAN").exists() && !ws.join("DOTS-RAN").exists());
 }
+
+/// A model's arguments that spell the API key with JSON escapes (`\u0073\u006b...`) are
+/// masked as the key itself is: nothing the run journals, prints or writes holds it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_key_spelled_with_escapes_in_arguments_is_masked() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("escaped-key.db").display());
+    let (_g, ws) = workspace();
+    let key = agent_responses_mock::MOCK_API_KEY;
+    let escaped: String = key
+        .chars()
+        .map(|c| format!("\\u{:04x}", c as u32))
+        .collect();
+    let arguments = format!("{{\"path\": \"{escaped}.txt\", \"content\": \"{escaped}\"}}");
+    let server = emulator(&script_by_outputs(&[
+        json!([{"type": "function_call", "call_id": "c_w", "name": "write_file", "arguments": arguments}]),
+        answer("FINAL: written"),
+    ]))
+    .await;
+    let o = out(&mut run_cmd(
+        &db,
+        &server,
+        &ws,
+        &["--approval", "auto", "--json"],
+    ));
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert!(
+        !text(&o.stdout).contains(key),
+        "stdout: {}",
+        text(&o.stdout)
+    );
+    assert!(
+        !text(&o.stderr).contains(key),
+        "stderr: {}",
+        text(&o.stderr)
+    );
+    let run = only_run(&db);
+    for e in events(&db, &run).await {
+        assert!(
+            !e.payload.to_string().contains(key),
+            "{}: {}",
+            e.kind,
+            e.payload
+        );
+    }
+    let written: Vec<String> = std::fs::read_dir(&ws)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(written.contains(&"***.txt".to_string()), "{written:?}");
+    assert_eq!(std::fs::read_to_string(ws.join("***.txt")).unwrap(), "***");
+}

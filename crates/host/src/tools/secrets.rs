@@ -59,10 +59,31 @@ pub(crate) fn mask(text: String, key: &str) -> String {
 
 /// Every string and key of `value` with `key` (when given) replaced by `***` and NUL
 /// characters by U+FFFD (the journal cannot store NUL).
+///
+/// A string that is itself JSON with escapes (a model's function call arguments, which a
+/// tool decodes) is searched decoded too: `\u0073\u006b...` spells the key once decoded.
+/// Such a string that holds the key is replaced by its masked JSON (written anew, so its
+/// spacing may change); JSON in JSON is searched [`NESTED_DEPTH`] levels deep.
 pub(crate) fn scrub(value: &mut Value, key: Option<&str>) {
+    scrub_at(value, key, NESTED_DEPTH);
+}
+
+/// How many levels of JSON text inside JSON strings [`scrub`] decodes.
+const NESTED_DEPTH: u8 = 3;
+
+fn scrub_at(value: &mut Value, key: Option<&str>, depth: u8) {
     match value {
-        Value::String(text) => scrub_text(text, key),
-        Value::Array(items) => items.iter_mut().for_each(|v| scrub(v, key)),
+        Value::String(text) => {
+            scrub_text(text, key);
+            if let Some(key) = key
+                && depth > 0
+                && text.contains('\\')
+                && let Some(masked) = masked_nested(text, key, depth - 1)
+            {
+                *text = masked;
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(|v| scrub_at(v, key, depth)),
         Value::Object(map) => {
             let dirty_keys = map
                 .keys()
@@ -76,9 +97,34 @@ pub(crate) fn scrub(value: &mut Value, key: Option<&str>) {
                     })
                     .collect::<Map<String, Value>>();
             }
-            map.values_mut().for_each(|v| scrub(v, key));
+            map.values_mut().for_each(|v| scrub_at(v, key, depth));
         }
         _ => {}
+    }
+}
+
+/// `text` as JSON with the key masked, when it is JSON (an object or an array) that holds
+/// the key once decoded; `None` otherwise (the text stays as it is).
+fn masked_nested(text: &str, key: &str, depth: u8) -> Option<String> {
+    let trimmed = text.trim_start();
+    if !(trimmed.starts_with('{') || trimmed.starts_with('[')) {
+        return None;
+    }
+    let mut nested: Value = serde_json::from_str(text).ok()?;
+    if !holds(&nested, key) {
+        return None;
+    }
+    scrub_at(&mut nested, Some(key), depth);
+    serde_json::to_string(&nested).ok()
+}
+
+/// Whether a string or key of `value` holds `key`.
+fn holds(value: &Value, key: &str) -> bool {
+    match value {
+        Value::String(text) => text.contains(key),
+        Value::Array(items) => items.iter().any(|v| holds(v, key)),
+        Value::Object(map) => map.iter().any(|(k, v)| k.contains(key) || holds(v, key)),
+        _ => false,
     }
 }
 
@@ -113,6 +159,43 @@ mod tests {
                 "k***\u{FFFD}": "v",
             })
         );
+    }
+
+    /// Arguments that spell the key with JSON escapes (`\u0073...`) are masked once
+    /// decoded; other JSON text, and text that is not JSON, is kept as it is.
+    #[test]
+    fn the_key_spelled_with_escapes_in_nested_json_is_masked() {
+        let key = "sk-test-SECRET123";
+        let escaped: String = key
+            .chars()
+            .map(|c| format!("\\u{:04x}", c as u32))
+            .collect();
+        let arguments = format!("{{\"path\": \"{escaped}.txt\", \"content\": \"x\"}}");
+        let decoded: Value = serde_json::from_str(&arguments).unwrap();
+        assert_eq!(
+            decoded["path"],
+            format!("{key}.txt"),
+            "the escapes spell the key"
+        );
+        let mut value = json!({"output": [{"type": "function_call", "arguments": arguments}]});
+        scrub(&mut value, Some(key));
+        let masked: Value =
+            serde_json::from_str(value["output"][0]["arguments"].as_str().unwrap()).unwrap();
+        assert_eq!(masked, json!({"path": "***.txt", "content": "x"}));
+        // Twice nested: a string argument that is JSON with escapes itself.
+        let inner = serde_json::to_string(&json!({"k": key}))
+            .unwrap()
+            .replace(key, &escaped);
+        let mut value =
+            json!({"arguments": serde_json::to_string(&json!({"json": inner})).unwrap()});
+        scrub(&mut value, Some(key));
+        assert!(!value.to_string().contains("SECRET"), "{value}");
+        // JSON without the key, and text that is not JSON, are not rewritten.
+        for text in ["{\"a\":  \"\\u0041\"}", "a \\u0073 b", "[1, \"\\n\"]"] {
+            let mut value = json!({"arguments": text});
+            scrub(&mut value, Some(key));
+            assert_eq!(value["arguments"], text);
+        }
     }
 
     #[test]

@@ -13,8 +13,13 @@ use crate::tools::secrets::{api_key, api_key_in_json, scrub};
 /// `payload` without the API key and without NUL characters.
 pub(crate) fn clean(payload: Payload) -> Payload {
     let dirty = match payload.as_text() {
-        // A NUL can only be in JSON text as the escape `\u0000`.
-        Some(text) => text.contains("u0000") || api_key_in_json().is_some_and(|k| text.contains(k)),
+        // A NUL can only be in JSON text as the escape `\u0000`. The key can be spelled
+        // with escapes in JSON text inside a string (a function call's arguments), which
+        // reads `\\u` in the payload's text.
+        Some(text) => {
+            text.contains("u0000")
+                || api_key_in_json().is_some_and(|k| text.contains(k) || text.contains("\\\\u"))
+        }
         None => true,
     };
     if !dirty {
