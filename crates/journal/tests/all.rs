@@ -22,6 +22,8 @@ mod fuzz_journal;
 mod hostile;
 #[path = "all/leases.rs"]
 mod leases;
+#[path = "all/open_while_locked.rs"]
+mod open_while_locked;
 #[path = "all/pg_append_function.rs"]
 mod pg_append_function;
 #[path = "all/pg_direct.rs"]

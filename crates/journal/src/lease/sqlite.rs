@@ -1,6 +1,6 @@
-//! Leases on SQLite: each operation is one `BEGIN IMMEDIATE` transaction on the journal's
-//! write connection, so it is serialised with the writer's commits (and with every other
-//! process's) by SQLite's write lock.
+//! Leases on SQLite: each operation that writes is one `BEGIN IMMEDIATE` transaction on the
+//! journal's write connection, so it is serialised with the writer's commits (and with every
+//! other process's) by SQLite's write lock. Listing is one plain read, which takes no lock.
 
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -38,6 +38,25 @@ async fn in_tx<R: Send + 'static>(
                 Err(err)
             }
         }
+    })
+    .await
+    .map_err(|_| JournalError::Closed)?
+}
+
+/// Runs `f`, which only reads, on the blocking pool, outside any transaction: one
+/// statement reads one snapshot of the table, and under WAL it never waits for a writer,
+/// so listing leases does not need (nor wait for) another process's write lock.
+async fn read<R: Send + 'static>(
+    conn: &Shared,
+    f: impl FnOnce(&Connection) -> Result<R, JournalError> + Send + 'static,
+) -> Result<R, JournalError> {
+    let conn = Arc::clone(conn);
+    tokio::task::spawn_blocking(move || {
+        let conn = conn.lock().unwrap_or_else(PoisonError::into_inner);
+        if !conn.is_autocommit() {
+            conn.execute_batch("ROLLBACK")?;
+        }
+        f(&conn)
     })
     .await
     .map_err(|_| JournalError::Closed)?
@@ -183,7 +202,7 @@ pub(super) async fn release(
 
 pub(super) async fn list(conn: &Shared, prefix: &str) -> Result<Vec<LeaseRow>, JournalError> {
     let prefix = prefix.to_string();
-    in_tx(conn, move |c| {
+    read(conn, move |c| {
         let mut stmt = c.prepare_cached(
             "SELECT name, status, holder, epoch, expires_at, info, updated_at \
              FROM journal_leases WHERE substr(name, 1, length(?1)) = ?1 ORDER BY name",

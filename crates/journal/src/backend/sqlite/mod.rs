@@ -8,6 +8,10 @@
 //!
 //! An in-memory database exists only inside its one connection, so there the writer and
 //! the readers share that connection behind a mutex.
+//!
+//! Only writes take the database's write lock: opening a journal whose schema is current,
+//! and every read (leases too), never waits for another connection's write, so a journal
+//! can be inspected while another process holds the lock.
 
 mod failure;
 mod read;
@@ -341,14 +345,50 @@ pub(super) fn stable_plans(conn: &Connection) -> rusqlite::Result<()> {
         .map(|_| ())
 }
 
+/// Whether a schema step of this build is not yet recorded, read without the write lock
+/// (a schema newer than this build's is refused here, as under the lock).
+///
+/// Under WAL a plain read never waits for a writer, so opening a current journal while
+/// another connection holds the write lock does not wait for that lock: an inspecting
+/// command reads at once, and a writer's first append waits as every append does. A
+/// stale answer is harmless: `journal_schema` only ever gains rows, so a database seen
+/// current stays current, and one seen behind is checked again under the lock.
+fn steps_pending(conn: &Connection, shown_url: &str) -> Result<bool, JournalError> {
+    let sql = |source: rusqlite::Error| JournalError::Open {
+        url: shown_url.to_string(),
+        source: Box::new(source),
+    };
+    let has_table: bool = conn
+        .query_row(
+            "SELECT EXISTS (SELECT 1 FROM sqlite_master \
+             WHERE type = 'table' AND name = 'journal_schema')",
+            [],
+            |row| row.get(0),
+        )
+        .map_err(sql)?;
+    if !has_table {
+        return Ok(true);
+    }
+    let current = schema_version(conn).map_err(sql)?;
+    Ok(agent_schema::pending_steps(SCHEMA, current)?
+        .next()
+        .is_some())
+}
+
 /// Applies the embedded schema steps not yet recorded in `journal_schema`, all in one
 /// transaction: a step that fails leaves the database as it was. A failure of SQLite
 /// itself (a lock, a read-only file) is [`JournalError::Open`] with SQLite's error.
+///
+/// The write lock is taken only when [`steps_pending`] finds a step to apply: opening a
+/// current journal never waits for another connection's write.
 fn migrate(conn: &Connection, shown_url: &str) -> Result<(), JournalError> {
     let sql = |source: rusqlite::Error| JournalError::Open {
         url: shown_url.to_string(),
         source: Box::new(source),
     };
+    if !steps_pending(conn, shown_url)? {
+        return Ok(());
+    }
     // The write lock first, so two processes opening a new file apply each step once.
     conn.execute_batch("BEGIN IMMEDIATE").map_err(sql)?;
     let applied = (|| {

@@ -1,0 +1,87 @@
+//! Opening a SQLite journal while another connection holds the database's write lock.
+//!
+//! Opening used to take the write lock to check the schema even when it was current, so
+//! an inspecting command (`journal threads`, `runs list`) failed with "database is locked"
+//! after `busy_timeout` while any process wrote, though WAL lets readers read meanwhile;
+//! listing leases (the runs table) took it too.
+
+use std::time::{Duration, Instant};
+
+use agent_journal::{Access, Journal, JournalOptions, NewEvent};
+use serde_json::json;
+
+const BUSY: Duration = Duration::from_secs(3);
+
+/// A journal file with one event in it, and the open connection holding its write lock.
+async fn locked_journal(dir: &tempfile::TempDir) -> (String, rusqlite::Connection) {
+    let path = dir.path().join("j.db");
+    let url = format!("sqlite://{}", path.display());
+    let journal = Journal::open(&url).await.unwrap();
+    journal
+        .append(NewEvent::new("run:1", "k", json!({"n": 1})))
+        .await
+        .unwrap();
+    journal
+        .offer_lease("run:1", &json!({"n": 1}))
+        .await
+        .unwrap();
+    journal.close().await;
+    let other = rusqlite::Connection::open(&path).unwrap();
+    other.execute_batch("BEGIN IMMEDIATE").unwrap();
+    (url, other)
+}
+
+async fn opens_at_once_and_reads(url: &str, access: Access) -> Journal {
+    let options = JournalOptions {
+        busy_timeout: BUSY,
+        ..JournalOptions::default().access(access)
+    };
+    let started = Instant::now();
+    let journal = Journal::open_with(url, options).await.unwrap();
+    let took = started.elapsed();
+    assert!(took < BUSY / 3, "{access:?}: opening waited {took:?}");
+    let events = journal.replay("run:1", 0).await.unwrap();
+    assert_eq!(events.len(), 1, "{access:?}");
+    assert_eq!(events[0].payload, json!({"n": 1}));
+    // Listing leases reads; it took the write lock too (`runs list` failed after 5 s).
+    let started = Instant::now();
+    let leases = journal.leases("run:").await.unwrap();
+    let took = started.elapsed();
+    assert!(
+        took < BUSY / 3,
+        "{access:?}: listing leases waited {took:?}"
+    );
+    let names: Vec<&str> = leases.iter().map(|l| l.name.as_str()).collect();
+    assert_eq!(names, ["run:1"], "{access:?}");
+    journal
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_a_current_journal_opens_for_reading_while_another_connection_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let (url, other) = locked_journal(&dir).await;
+    let journal = opens_at_once_and_reads(&url, Access::ReadOnlyWhenUnwritable).await;
+    // It could be written: it was opened read-write, not read-only as a fallback.
+    assert!(!journal.is_read_only());
+    other.execute_batch("COMMIT").unwrap();
+    journal.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_a_current_journal_opens_for_writing_while_another_connection_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let (url, other) = locked_journal(&dir).await;
+    let journal = opens_at_once_and_reads(&url, Access::ReadWrite).await;
+    // Its first append waits for the lock, as every append does, and then writes.
+    let release = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(200));
+        other.execute_batch("COMMIT").unwrap();
+    });
+    let appended = journal
+        .append(NewEvent::new("run:1", "k", json!({"n": 2})))
+        .await
+        .unwrap();
+    assert_eq!(appended.seq, 2);
+    release.join().unwrap();
+    journal.close().await;
+}
