@@ -45,7 +45,8 @@ pub async fn wait_until_stopped(
     id: &str,
     timeout: Option<Duration>,
 ) -> Result<WaitEnd, HostError> {
-    let deadline = timeout.map(|t| tokio::time::Instant::now() + t);
+    // A timeout past the end of the clock's range (`--timeout 1e19`) is no deadline.
+    let deadline = timeout.and_then(|t| tokio::time::Instant::now().checked_add(t));
     let mut state = run::load(journal, id).await?;
     let mut events = std::pin::pin!(follow_thread(
         journal,
@@ -73,6 +74,19 @@ pub async fn wait_until_stopped(
     }
 }
 
+/// Longest a deadline made by [`instant_after`] lies ahead: 30 years, as tokio's own
+/// `sleep` takes `Duration::MAX`. Nothing waits that long, and tokio's timer panics on
+/// an instant within a millisecond of the end of its range.
+const FAR_AWAY: Duration = Duration::from_secs(86_400 * 365 * 30);
+
+/// The instant `after` from now, at most [`FAR_AWAY`] ahead, so that any duration a user
+/// gives (`--grace 1e19`) makes an instant a timer can wait for. Should the clock itself
+/// end within that bound, the answer is now: a deadline passed rather than a panic.
+pub(crate) fn instant_after(after: Duration) -> tokio::time::Instant {
+    let now = tokio::time::Instant::now();
+    now.checked_add(after.min(FAR_AWAY)).unwrap_or(now)
+}
+
 /// Whether `state`, recorded as running, has no driver left to move it: the one status
 /// model says `interrupted`. A submitted run always has one to come: when its worker dies,
 /// another takes it over once the lease expires (which the status model shows as
@@ -84,4 +98,113 @@ async fn driver_gone(journal: &Journal, state: &RunState) -> Result<bool, HostEr
     }
     let shown = run::table::status_with_lease(journal, state).await?;
     Ok(shown == RunStatus::Interrupted)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use std::sync::Arc;
+
+    use agent_runtime::CancellationToken;
+    use futures::future::BoxFuture;
+
+    use super::*;
+    use crate::run::{NewRun, RunSpec};
+    use crate::tools::ToolConfig;
+    use crate::worker::{Connected, Connector, WorkerConfig, WorkerEvent, WorkerObserver};
+
+    /// Past the end of the monotonic clock's range from now: `now + HUGE` overflowed.
+    fn huge() -> [Duration; 3] {
+        [
+            Duration::from_secs_f64(1e19),
+            Duration::from_secs(u64::MAX / 2 + 1),
+            Duration::MAX,
+        ]
+    }
+
+    /// `runs wait RUN --timeout 1e19` panicked ("overflow when adding duration to
+    /// instant"); such a timeout is no deadline: the wait goes on.
+    #[tokio::test]
+    async fn a_timeout_past_the_end_of_the_clock_waits_without_a_deadline() {
+        let journal = Journal::open("memory:").await.unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let id = crate::run::submit(
+            &journal,
+            &ToolConfig::default(),
+            NewRun::new("p", dir.path().to_path_buf()),
+        )
+        .await
+        .unwrap();
+        for timeout in huge() {
+            let waited = tokio::time::timeout(
+                Duration::from_millis(50),
+                wait_until_stopped(&journal, &id, Some(timeout)),
+            )
+            .await;
+            assert!(waited.is_err(), "{timeout:?}: {waited:?}");
+        }
+        // A run that does not exist is still refused, not a panic.
+        let missing = wait_until_stopped(&journal, "nope", Some(Duration::MAX)).await;
+        assert!(missing.is_err());
+    }
+
+    #[tokio::test]
+    async fn an_instant_after_any_duration_can_be_slept_until() {
+        for after in huge() {
+            let at = instant_after(after);
+            assert!(
+                at >= tokio::time::Instant::now() + FAR_AWAY / 2,
+                "{after:?}"
+            );
+            let slept =
+                tokio::time::timeout(Duration::from_millis(5), tokio::time::sleep_until(at)).await;
+            assert!(slept.is_err(), "{after:?}");
+        }
+        let soon = instant_after(Duration::from_millis(1));
+        assert!(soon <= tokio::time::Instant::now() + Duration::from_millis(1));
+    }
+
+    /// A `memory:` journal; model clients never come (no drive is started here).
+    struct NoRuns(Journal);
+
+    impl Connector for NoRuns {
+        fn journal(&self) -> BoxFuture<'_, Result<Journal, HostError>> {
+            Box::pin(async move { Ok(self.0.clone()) })
+        }
+        fn client<'a>(&'a self, _: &'a RunSpec) -> BoxFuture<'a, Result<Connected, HostError>> {
+            Box::pin(std::future::pending())
+        }
+    }
+
+    struct Quiet;
+
+    impl WorkerObserver for Quiet {
+        fn event(&self, _: &WorkerEvent) {}
+    }
+
+    /// `agentctl worker --grace 1e19` panicked when stopped: the grace's end was
+    /// `now + grace`, unchecked. (Here, not in `worker/`, as this test's fix lives here.)
+    #[tokio::test]
+    async fn a_worker_stopped_with_a_grace_past_the_end_of_the_clock_stops() {
+        for grace in huge() {
+            let journal = Journal::open("memory:").await.unwrap();
+            let stop = CancellationToken::new();
+            stop.cancel();
+            let config = WorkerConfig {
+                name: "w".into(),
+                concurrency: 1,
+                lease_ttl: Duration::from_secs(60),
+                poll: Duration::from_millis(10),
+                grace,
+            };
+            let worker =
+                crate::worker::run_worker(Arc::new(NoRuns(journal)), config, Arc::new(Quiet), stop);
+            let summary = tokio::time::timeout(Duration::from_secs(60), worker)
+                .await
+                .expect("the worker did not stop")
+                .unwrap();
+            assert_eq!(summary.claimed, 0, "{grace:?}");
+        }
+    }
 }

@@ -384,7 +384,7 @@ pub async fn run_worker(
             () = stop.cancelled(), if grace_ends.is_none() => {
                 observer.event(&WorkerEvent::Stopping { running: tasks.len() });
                 drives_stop.cancel();
-                grace_ends = Some(tokio::time::Instant::now() + config.grace);
+                grace_ends = Some(crate::run::wait::instant_after(config.grace));
             }
             () = grace_sleep => {
                 // Past the grace period: drop what still runs and give it back.
