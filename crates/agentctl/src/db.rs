@@ -127,13 +127,15 @@ fn db_hint(url: &str) -> String {
         Ok(meta) if meta.is_file() && !has_sqlite_header(&file) => {
             format!("{shown} is not a SQLite database; give --db a new file, or one agentctl made")
         }
-        Ok(_) => match refuses_writes(&file) {
-            Some(err) => format!(
-                "{shown} cannot be written ({}); the commands that only read still read it: `runs`, `journal`, `history search|window|threads`, `memory recall|evidence`",
-                agent_redact::redact_in(&err.to_string(), url)
-            ),
-            None => full_disk_hint(&file, url).unwrap_or_else(|| DB_HINT.into()),
-        },
+        Ok(_) => missing_shm_hint(&file, &shown, can_create_beside(&file)).unwrap_or_else(|| {
+            match refuses_writes(&file) {
+                Some(err) => format!(
+                    "{shown} cannot be written ({}); the commands that only read still read it: `runs`, `journal`, `history search|window|threads`, `memory recall|evidence`",
+                    agent_redact::redact_in(&err.to_string(), url)
+                ),
+                None => full_disk_hint(&file, url).unwrap_or_else(|| DB_HINT.into()),
+            }
+        }),
         Err(_) => match file.parent() {
             Some(dir) if !dir.is_dir() => format!(
                 "the directory {} does not exist; agentctl creates the database file, not its directory",
@@ -142,6 +144,35 @@ fn db_hint(url: &str) -> String {
             _ => full_disk_hint(&file, url).unwrap_or_else(|| DB_HINT.into()),
         },
     }
+}
+
+/// The hint for a WAL database SQLite cannot read here, if that is why it did not open: its
+/// `-wal` holds commits, which SQLite reads only through the `-shm` index, and `file` has
+/// no `-shm` beside it and none can be made there (`can_create` is false: an archive copied
+/// without it onto a read-only mount). Neither reading nor writing opens it then, so the
+/// usual "the commands that only read still read it" would be wrong.
+fn missing_shm_hint(file: &std::path::Path, shown: &str, can_create: bool) -> Option<String> {
+    if can_create || agent_schema::sqlite_file::wal_holds_nothing(file) {
+        return None;
+    }
+    let mut shm = file.as_os_str().to_owned();
+    shm.push("-shm");
+    match std::fs::symlink_metadata(std::path::Path::new(&shm)) {
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => Some(format!(
+            "{shown}-wal holds commits that SQLite reads only with {shown}-shm, which is missing and cannot be made here: copy the -shm file along with the database (and its -wal), or open the database once where it can be written, which folds the -wal into it"
+        )),
+        _ => None,
+    }
+}
+
+/// Whether a file can be created in the directory holding `file` (where SQLite makes the
+/// `-shm` file).
+fn can_create_beside(file: &std::path::Path) -> bool {
+    let dir = match file.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => std::path::Path::new("."),
+    };
+    rustix::fs::access(dir, rustix::fs::Access::WRITE_OK).is_ok()
 }
 
 /// The hint for a database whose file system has no block left for this user: SQLite
@@ -203,5 +234,70 @@ mod tests {
         );
         assert_eq!(db_hint(&format!("sqlite://{d}/empty.db")), DB_HINT);
         assert_eq!(db_hint("postgres://u:p@h/db"), DB_HINT);
+    }
+
+    /// An archived WAL journal whose `-wal` holds commits, copied without its `-shm` onto a
+    /// read-only mount, opens neither way; the hint said the reading commands still read
+    /// it. (Root may create files anywhere, so where the `-shm` could not be made is given.)
+    #[test]
+    fn a_wal_with_commits_and_no_shm_that_cannot_be_made_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("j.db");
+        let conn = rusqlite::Connection::open(&db).unwrap();
+        conn.execute_batch(
+            "PRAGMA journal_mode = WAL; PRAGMA wal_autocheckpoint = 0; \
+             CREATE TABLE t (x); INSERT INTO t VALUES (1);",
+        )
+        .unwrap();
+        // Copies as an archive would hold them: the database and its -wal, no -shm.
+        let archive = dir.path().join("archive");
+        std::fs::create_dir(&archive).unwrap();
+        let copy = archive.join("j.db");
+        std::fs::copy(&db, &copy).unwrap();
+        std::fs::copy(dir.path().join("j.db-wal"), archive.join("j.db-wal")).unwrap();
+        drop(conn);
+        let shown_copy = copy.display().to_string();
+
+        let hint = missing_shm_hint(&copy, &shown_copy, false).unwrap();
+        assert!(
+            hint.contains(&format!("{shown_copy}-shm, which is missing")),
+            "{hint}"
+        );
+        assert!(hint.contains("open the database once where it can be written"));
+        // Where a -shm can be made, SQLite makes it: nothing to say.
+        assert_eq!(missing_shm_hint(&copy, &shown_copy, true), None);
+        // A -shm beside it, or a -wal without commits: not this.
+        std::fs::write(archive.join("j.db-shm"), "").unwrap();
+        assert_eq!(missing_shm_hint(&copy, &shown_copy, false), None);
+        std::fs::remove_file(archive.join("j.db-shm")).unwrap();
+        std::fs::write(archive.join("j.db-wal"), "").unwrap();
+        assert_eq!(missing_shm_hint(&copy, &shown_copy, false), None);
+    }
+
+    /// The same through `db_hint`, where a directory's mode keeps the `-shm` from being made
+    /// (not for root, whom no mode stops).
+    #[test]
+    fn the_hint_of_an_unreadable_archive_names_its_missing_shm() {
+        use std::os::unix::fs::PermissionsExt as _;
+        if rustix::process::geteuid().is_root() {
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("j.db");
+        let conn = rusqlite::Connection::open(&db).unwrap();
+        conn.execute_batch(
+            "PRAGMA journal_mode = WAL; PRAGMA wal_autocheckpoint = 0; \
+             CREATE TABLE t (x); INSERT INTO t VALUES (1);",
+        )
+        .unwrap();
+        let archive = dir.path().join("archive");
+        std::fs::create_dir(&archive).unwrap();
+        std::fs::copy(&db, archive.join("j.db")).unwrap();
+        std::fs::copy(dir.path().join("j.db-wal"), archive.join("j.db-wal")).unwrap();
+        drop(conn);
+        std::fs::set_permissions(&archive, std::fs::Permissions::from_mode(0o555)).unwrap();
+        let hint = db_hint(&format!("sqlite://{}/j.db", archive.display()));
+        std::fs::set_permissions(&archive, std::fs::Permissions::from_mode(0o755)).unwrap();
+        assert!(hint.contains("-shm, which is missing"), "{hint}");
     }
 }
