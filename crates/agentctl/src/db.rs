@@ -273,31 +273,4 @@ mod tests {
         std::fs::write(archive.join("j.db-wal"), "").unwrap();
         assert_eq!(missing_shm_hint(&copy, &shown_copy, false), None);
     }
-
-    /// The same through `db_hint`, where a directory's mode keeps the `-shm` from being made
-    /// (not for root, whom no mode stops).
-    #[test]
-    fn the_hint_of_an_unreadable_archive_names_its_missing_shm() {
-        use std::os::unix::fs::PermissionsExt as _;
-        if rustix::process::geteuid().is_root() {
-            return;
-        }
-        let dir = tempfile::tempdir().unwrap();
-        let db = dir.path().join("j.db");
-        let conn = rusqlite::Connection::open(&db).unwrap();
-        conn.execute_batch(
-            "PRAGMA journal_mode = WAL; PRAGMA wal_autocheckpoint = 0; \
-             CREATE TABLE t (x); INSERT INTO t VALUES (1);",
-        )
-        .unwrap();
-        let archive = dir.path().join("archive");
-        std::fs::create_dir(&archive).unwrap();
-        std::fs::copy(&db, archive.join("j.db")).unwrap();
-        std::fs::copy(dir.path().join("j.db-wal"), archive.join("j.db-wal")).unwrap();
-        drop(conn);
-        std::fs::set_permissions(&archive, std::fs::Permissions::from_mode(0o555)).unwrap();
-        let hint = db_hint(&format!("sqlite://{}/j.db", archive.display()));
-        std::fs::set_permissions(&archive, std::fs::Permissions::from_mode(0o755)).unwrap();
-        assert!(hint.contains("-shm, which is missing"), "{hint}");
-    }
 }
