@@ -390,6 +390,209 @@ async fn a_parent_with_no_tokens_left_starts_no_child() {
     assert!(runs(&db).await.1.is_empty());
 }
 
+/// Two `spawn_agents` calls of one step: child A's shell call asks (so its call holds
+/// and the parent pauses), child B answers after 1.5 s. The calls share what the step
+/// left: each child gets half (each used to get all of it). While B runs, the held drive
+/// waits for it without spinning: it used to wake at once, over and over (a journal read
+/// each time), as its wait was on the cancellation the hold had fired.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_spawn_calls_of_one_step_share_the_budget_and_a_hold_waits_quietly() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("b.db").display());
+    let (_g, ws) = workspace();
+    let one = |prompt: &str, tools: Value| json!({"agents": [{"prompt": prompt, "instructions": null, "tools": tools}]});
+    let rules = json!({"rules": [
+        {"when": {"last_user_contains": "CHILD-A"}, "reply": {"items": [
+            call("call_CHILD-A", "shell", json!({"command": "echo a >> effects.txt"}))]}},
+        {"when": {"last_user_contains": "CHILD-B"}, "latency": {"first_token_ms": 1500},
+         "reply": {"items": answer("B done")}},
+        {"when": {"tool_outputs": 0}, "reply": {"items": [
+            call("call_hold", "spawn_agents", one("CHILD-A: append a", json!(["shell"]))),
+            call("call_slow", "spawn_agents", one("CHILD-B: answer", json!([])))]}},
+        {"when": {"tool_outputs": 2}, "reply": {"items": answer("FINAL: {{outputs}}")}}]});
+    let server = emulator(&rules.to_string()).await;
+    let o = out_within(
+        run_cmd(
+            &db,
+            &server,
+            &ws,
+            &[
+                "--max-children",
+                "1",
+                "--sandbox",
+                "off",
+                "--max-tokens",
+                "1000000",
+            ],
+        )
+        .env("RUST_LOG", "agent_host::run::driver::held=debug"),
+        std::time::Duration::from_secs(60),
+    );
+    let stderr = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(3), "{stderr}");
+    let waits = stderr
+        .lines()
+        .filter(|l| l.contains("waiting for the step's other calls"))
+        .count();
+    assert!(
+        (1..10).contains(&waits),
+        "the held drive woke {waits} times while B ran"
+    );
+    let (roots, children) = runs(&db).await;
+    let pev = events(&db, &roots[0]).await;
+    let used = kinds_of(&pev, "model.completed")[0].payload["usage"]["total_tokens"]
+        .as_u64()
+        .unwrap();
+    assert_eq!(children.len(), 2);
+    for (child, _) in &children {
+        let ev = events(&db, child).await;
+        let budget = &kinds_of(&ev, "run.created")[0].payload["budgets"];
+        assert_eq!(
+            budget["max_tokens"].as_u64(),
+            Some((1_000_000 - used) / 2),
+            "{budget}"
+        );
+    }
+}
+
+/// Three children answering 1.5 MB each: the call's outcome keeps a part of each answer
+/// (the whole within the tool result cap), saying where the rest is, and is journaled. It
+/// used to be over the journal's event limit: the call failed and the model saw nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn long_answers_of_children_are_cut_to_fit() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("b.db").display());
+    let (_g, ws) = workspace();
+    let big = "x".repeat(1_500_000);
+    let kid = |tag: &str| json!({"prompt": format!("CHILD-{tag}: answer"), "instructions": null, "tools": []});
+    let rules = json!({"rules": [
+        {"when": {"last_user_contains": "CHILD-"}, "reply": {"items": answer(&big)}},
+        {"when": {"tool_outputs": 0}, "reply": {"items": [
+            call("call_spawn", "spawn_agents", json!({"agents": [kid("A"), kid("B"), kid("C")]}))]}},
+        {"when": {"tool_outputs": 1}, "reply": {"items": answer("FINAL")}}]});
+    let server = emulator(&rules.to_string()).await;
+    let o = out(&mut run_cmd(
+        &db,
+        &server,
+        &ws,
+        &["--approval", "auto", "--max-children", "3"],
+    ));
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let (roots, children) = runs(&db).await;
+    let pev = events(&db, &roots[0]).await;
+    let done = kinds_of(&pev, "tool.completed");
+    assert_eq!(done.len(), 1, "the call's outcome was journaled");
+    let result: Value = match &done[0].payload["value"] {
+        Value::String(s) => serde_json::from_str(s).unwrap(),
+        other => other.clone(),
+    };
+    let agents = result["agents"].as_array().unwrap();
+    assert_eq!(agents.len(), 3);
+    let mut total = 0;
+    for agent in agents {
+        let answer = agent["answer"].as_str().unwrap();
+        total += answer.len();
+        let id = agent["run_id"].as_str().unwrap();
+        assert!(children.iter().any(|(c, _)| c == id));
+        assert!(
+            answer.ends_with(&format!("`agentctl runs show {id}` shows all of it ...]")),
+            "{}",
+            &answer[answer.len().saturating_sub(200)..]
+        );
+    }
+    assert!(total < 300 * 1024, "{total}");
+}
+
+/// `--approval ask` asks before `spawn_agents` too ("every call"): off a terminal the run
+/// pauses on it, no child started; approved, the resumed run spawns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn approval_ask_asks_before_spawning() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("b.db").display());
+    let (_g, ws) = workspace();
+    let agents =
+        json!({"agents": [{"prompt": "CHILD-A: answer", "instructions": null, "tools": []}]});
+    let rules = json!({"rules": [
+        {"when": {"last_user_contains": "CHILD-A"}, "reply": {"items": answer("A done")}},
+        {"when": {"tool_outputs": 0}, "reply": {"items": [call("call_spawn", "spawn_agents", agents)]}},
+        {"when": {"tool_outputs": 1}, "reply": {"items": answer("FINAL: {{outputs}}")}}]});
+    let server = emulator(&rules.to_string()).await;
+    let o = out(&mut run_cmd(
+        &db,
+        &server,
+        &ws,
+        &["--approval", "ask", "--max-children", "1"],
+    ));
+    assert_eq!(o.status.code(), Some(3), "{}", text(&o.stderr));
+    let (roots, children) = runs(&db).await;
+    assert!(children.is_empty(), "{children:?}");
+    let shown = show(&db, &roots[0]);
+    assert_eq!(
+        shown["pending_approvals"][0]["call_id"], "call_spawn",
+        "{shown}"
+    );
+    let d = out(agentctl(&db).args(["approve", &roots[0], "call_spawn"]));
+    assert!(d.status.success(), "{}", text(&d.stderr));
+    let r = out(&mut resume_cmd(&db, &server, &roots[0], &[]));
+    assert_eq!(r.status.code(), Some(0), "{}", text(&r.stderr));
+    let final_text = show(&db, &roots[0])["final_text"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(final_text.contains("A done"), "{final_text}");
+}
+
+/// A compaction's tokens count before the step it precedes: a run that the compaction
+/// takes past its `--max-tokens` pauses instead of asking for the step (it used to ask,
+/// and run the step's calls). Children rely on it: each stops at the first step boundary
+/// past its share.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_compaction_past_the_budget_pauses_before_the_step() {
+    let script = json!({"rules": [
+        {"when": {"endpoint": "responses", "input_has_type": "compaction"},
+         "reply": {"items": answer("FINAL: done")}},
+        {"when": {"endpoint": "responses", "tool_outputs": 0},
+         "reply": {"items": [call("c1", "list_dir", json!({}))]}},
+        {"when": {"endpoint": "responses"}, "reply": {"items": answer("FINAL: done")}}]})
+    .to_string();
+    let server = emulator(&script).await;
+    let dir = tempfile::tempdir().unwrap();
+    // The whole run once: its first step's tokens, and its compaction's.
+    let whole = format!("sqlite://{}", dir.path().join("whole.db").display());
+    let (_w, ws) = workspace();
+    let o = out(&mut run_cmd(&whole, &server, &ws, &["--compact-at", "1"]));
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let ev = events(&whole, &only_run(&whole)).await;
+    let first = kinds_of(&ev, "model.completed")[0].payload["usage"]["total_tokens"]
+        .as_u64()
+        .unwrap();
+    let compacted = kinds_of(&ev, "context.compacted")[0].payload["usage"]["total_tokens"]
+        .as_u64()
+        .unwrap();
+    assert!(compacted > 10, "{compacted}");
+    // Room left after the first step, none after the compaction.
+    let max = (first + compacted / 2).to_string();
+    let db = format!("sqlite://{}", dir.path().join("b.db").display());
+    let (_g, ws) = workspace();
+    let o = out(&mut run_cmd(
+        &db,
+        &server,
+        &ws,
+        &["--compact-at", "1", "--max-tokens", &max],
+    ));
+    assert_eq!(o.status.code(), Some(3), "{}", text(&o.stderr));
+    let ev = events(&db, &only_run(&db)).await;
+    assert_eq!(kinds_of(&ev, "context.compacted").len(), 1);
+    assert_eq!(
+        kinds_of(&ev, "model.requested").len(),
+        1,
+        "step 2 was asked for"
+    );
+    let paused = kinds_of(&ev, "run.paused");
+    assert_eq!(paused.len(), 1);
+    assert_eq!(paused[0].payload["reason"], "max_tokens");
+}
+
 /// The parent of the only tree in the database, once it exists.
 async fn wait_for_parent(db: &str, child: &mut std::process::Child) -> String {
     loop {

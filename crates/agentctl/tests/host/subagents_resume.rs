@@ -294,5 +294,234 @@ async fn an_interrupted_parent_resumes_its_children(db: FreshDb) {
 agent_testkit::backend_tests!(fresh_db, [sqlite, postgres]:
     a_finished_childs_end_is_recorded_once_across_a_crash,
     a_child_waiting_on_approval_pauses_the_parent,
-    an_interrupted_parent_resumes_its_children
+    an_interrupted_parent_resumes_its_children,
+    a_grandchild_waiting_on_approval_pauses_the_root
 );
+
+/// `--max-depth 2`: a grandchild waiting on an approval pauses its parent, which pauses the
+/// root (exit 3), naming the grandchild's run and call with the command that decides it;
+/// decided by the grandchild's id, `resume ROOT` finishes the tree. The root used to
+/// complete at once, its answer the child's `paused` status, the grandchild waiting for
+/// ever.
+async fn a_grandchild_waiting_on_approval_pauses_the_root(db: FreshDb) {
+    let db = db.url();
+    let (_g, ws) = workspace();
+    let spawn = |prompt: &str, tools: Value| json!({"agents": [{"prompt": prompt, "instructions": null, "tools": tools}]});
+    let rules = json!({"rules": [
+        {"when": {"last_user_contains": "GRAND", "tool_outputs": 0}, "reply": {"items": [
+            call("call_g", "shell", json!({"command": "echo g >> effects.txt"}))]}},
+        {"when": {"last_user_contains": "GRAND", "tool_outputs": 1}, "reply": {"items": answer("G done")}},
+        {"when": {"last_user_contains": "CHILD", "tool_outputs": 0}, "reply": {"items": [
+            call("call_grand", "spawn_agents", spawn("GRAND: dig", json!(["shell"])))]}},
+        {"when": {"last_user_contains": "CHILD", "tool_outputs": 1}, "reply": {"items": answer("C saw {{outputs}}")}},
+        {"when": {"tool_outputs": 0}, "reply": {"items": [
+            call("call_spawn", "spawn_agents", spawn("CHILD: delegate", json!(["spawn_agents", "shell"])))]}},
+        {"when": {"tool_outputs": 1}, "reply": {"items": answer("FINAL: {{outputs}}")}}]});
+    let server = emulator(&rules.to_string()).await;
+    let o = out_within(
+        &mut run_cmd(
+            db,
+            &server,
+            &ws,
+            &[
+                "--max-children",
+                "1",
+                "--max-depth",
+                "2",
+                "--sandbox",
+                "off",
+            ],
+        ),
+        std::time::Duration::from_secs(60),
+    );
+    let stderr = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(3), "{stderr}");
+    let rows: Vec<Value> = text(&out(agentctl(db).args(["--json", "runs", "list"])).stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let at = |depth: u64| {
+        rows.iter()
+            .find(|r| r["depth"] == depth)
+            .unwrap_or_else(|| panic!("no run at depth {depth}: {rows:?}"))["run_id"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    let (root, kid, grand) = (at(0), at(1), at(2));
+    assert_eq!(show(db, &root)["status"], "paused");
+    assert_eq!(show(db, &grand)["status"], "waiting");
+    assert!(
+        stderr.contains(&format!("approve {grand} call_g --sha256 ")),
+        "{stderr}"
+    );
+    let pev = events(db, &root).await;
+    assert!(
+        kinds_of(&pev, "tool.completed")
+            .iter()
+            .all(|e| call_id_of(e) != "call_spawn"),
+        "the root's call stays open"
+    );
+    let d = out(agentctl(db).args(["approve", &grand, "call_g"]));
+    assert!(d.status.success(), "{}", text(&d.stderr));
+    let r = out_within(
+        &mut resume_cmd(db, &server, &root, &[]),
+        std::time::Duration::from_secs(60),
+    );
+    assert_eq!(r.status.code(), Some(0), "{}", text(&r.stderr));
+    let final_text = show(db, &root)["final_text"].as_str().unwrap().to_string();
+    assert!(final_text.contains("G done"), "{final_text}");
+    for id in [&kid, &grand] {
+        assert_eq!(show(db, id)["status"], "completed", "{id}");
+    }
+    assert_eq!(
+        std::fs::read_to_string(ws.join("effects.txt")).unwrap(),
+        "g\n"
+    );
+}
+
+/// Child A reads a file then answers; child B runs a shell command (which asks under
+/// `--sandbox off`) then answers.
+fn reader_and_asker() -> String {
+    let agents = json!({"agents": [
+        {"prompt": "CHILD-A: read", "instructions": null, "tools": ["read_file"]},
+        {"prompt": "CHILD-B: append b", "instructions": null, "tools": ["shell"]}]});
+    json!({"rules": [
+        {"when": {"last_user_contains": "CHILD-A", "tool_outputs": 0}, "reply": {"items": [
+            call("call_CHILD-A", "read_file", json!({"path": "f.txt"}))]}},
+        {"when": {"last_user_contains": "CHILD-A", "tool_outputs": 1}, "reply": {"items": answer("A done")}},
+        {"when": {"last_user_contains": "CHILD-B", "tool_outputs": 0}, "reply": {"items": [
+            call("call_CHILD-B", "shell", json!({"command": "echo b >> effects.txt"}))]}},
+        {"when": {"last_user_contains": "CHILD-B", "tool_outputs": 1}, "reply": {"items": answer("B done")}},
+        {"when": {"tool_outputs": 0}, "reply": {"items": [call("call_spawn", "spawn_agents", agents)]}},
+        {"when": {"tool_outputs": 1}, "reply": {"items": answer("FINAL: {{outputs}}")}}]})
+    .to_string()
+}
+
+/// A parent whose children leave it past its `--max-tokens` while its call holds (child A
+/// paused on its share, child B waiting on an approval), then `resume PARENT`: the call
+/// goes on with the children it has. Without a higher budget, B's approved call runs and
+/// A is reported paused on its budget (the call used to fail, "no sub-agent was started",
+/// losing both; and A used to be reported failed); with one, each child gets its part of
+/// the new remainder and both answer (they used to keep their first shares).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parent_past_its_budget_goes_on_with_its_children() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("b.db").display());
+    let server = emulator(&reader_and_asker()).await;
+    let args = ["--max-children", "2", "--sandbox", "off"];
+    // The parent's first step, from a run of its own: each child's share is then 50
+    // tokens, less than any model step of theirs.
+    let probe = tempfile::tempdir().unwrap();
+    let probe_db = format!("sqlite://{}", probe.path().join("p.db").display());
+    let (_p, probe_ws) = workspace();
+    let o = out(&mut run_cmd(&probe_db, &server, &probe_ws, &args));
+    assert_eq!(o.status.code(), Some(3), "{}", text(&o.stderr));
+    let first = kinds_of(
+        &events(&probe_db, &only_root(&probe_db)).await,
+        "model.completed",
+    )[0]
+    .payload["usage"]["total_tokens"]
+        .as_u64()
+        .unwrap();
+    let max = (first + 100).to_string();
+    let mut seen = std::collections::HashSet::new();
+    for raise in [false, true] {
+        let (_g, ws) = workspace();
+        std::fs::write(ws.join("f.txt"), "f").unwrap();
+        let o = out(&mut run_cmd(
+            &db,
+            &server,
+            &ws,
+            &[&args[..], &["--max-tokens", &max]].concat(),
+        ));
+        assert_eq!(o.status.code(), Some(3), "{}", text(&o.stderr));
+        let parent = new_root(&db, &mut seen);
+        let children = show(&db, &parent)["children"].as_array().unwrap().clone();
+        let kid = |i: u64| {
+            children.iter().find(|c| c["index"] == i).unwrap()["run_id"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        };
+        let (a, b) = (kid(0), kid(1));
+        assert_eq!(show(&db, &a)["status"], "paused", "A is past its share");
+        assert_eq!(show(&db, &b)["status"], "waiting");
+        let d = out(agentctl(&db).args(["approve", &b, "call_CHILD-B"]));
+        assert!(d.status.success(), "{}", text(&d.stderr));
+        let more: &[&str] = if raise {
+            &["--max-tokens", "1000000"]
+        } else {
+            &[]
+        };
+        let r = out_within(
+            &mut resume_cmd(&db, &server, &parent, more),
+            std::time::Duration::from_secs(60),
+        );
+        let pev = events(&db, &parent).await;
+        check_invariants(&pev);
+        assert!(
+            kinds_of(&pev, "tool.failed")
+                .iter()
+                .all(|e| call_id_of(e) != "call_spawn"),
+            "raise={raise}: {}",
+            text(&r.stderr)
+        );
+        assert_eq!(
+            std::fs::read_to_string(ws.join("effects.txt")).unwrap_or_default(),
+            "b\n",
+            "raise={raise}: B's approved call ran"
+        );
+        assert_eq!(kinds_of(&pev, "subagent.spawned").len(), 2);
+        if raise {
+            assert_eq!(r.status.code(), Some(0), "{}", text(&r.stderr));
+            let final_text = show(&db, &parent)["final_text"]
+                .as_str()
+                .unwrap()
+                .to_string();
+            assert!(
+                final_text.contains("A done") && final_text.contains("B done"),
+                "{final_text}"
+            );
+        } else {
+            // Both children stopped on their shares, and so does the parent.
+            assert_eq!(r.status.code(), Some(3), "{}", text(&r.stderr));
+            let done = kinds_of(&pev, "tool.completed")
+                .into_iter()
+                .find(|e| call_id_of(e) == "call_spawn")
+                .expect("the call completed");
+            let result: Value = match &done.payload["value"] {
+                Value::String(s) => serde_json::from_str(s).unwrap(),
+                other => other.clone(),
+            };
+            for agent in result["agents"].as_array().unwrap() {
+                assert_eq!(agent["status"], "paused", "{result}");
+                assert!(
+                    agent["error"].as_str().unwrap().contains("max_tokens"),
+                    "{result}"
+                );
+            }
+        }
+    }
+}
+
+/// The one run without a parent in `db`.
+fn only_root(db: &str) -> String {
+    let mut seen = std::collections::HashSet::new();
+    new_root(db, &mut seen)
+}
+
+/// The run without a parent in `db` not in `seen`, which it joins.
+fn new_root(db: &str, seen: &mut std::collections::HashSet<String>) -> String {
+    let listed = out(agentctl(db).args(["--json", "runs", "list"]));
+    let fresh: Vec<String> = text(&listed.stdout)
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|r| r["parent"].is_null())
+        .map(|r| r["run_id"].as_str().unwrap().to_string())
+        .filter(|id| !seen.contains(id))
+        .collect();
+    assert_eq!(fresh.len(), 1, "{fresh:?}");
+    seen.insert(fresh[0].clone());
+    fresh[0].clone()
+}

@@ -245,10 +245,7 @@ impl Driver {
             // Steers are applied at step boundaries, before the next model call; one that
             // arrives with the final answer continues the run.
             if self.apply_steers().await? {
-                if let Some(end) = self.budget_pause().await? {
-                    return Ok(end);
-                }
-                if let Some(end) = self.maybe_compact().await? {
+                if let Some(end) = self.before_step().await? {
                     return Ok(end);
                 }
                 if let Some(end) = self.model_step().await? {
@@ -315,16 +312,25 @@ impl Driver {
                     .await?;
                 return Ok(RunEnd::Completed { text });
             }
-            if let Some(end) = self.budget_pause().await? {
-                return Ok(end);
-            }
-            if let Some(end) = self.maybe_compact().await? {
+            if let Some(end) = self.before_step().await? {
                 return Ok(end);
             }
             if let Some(end) = self.model_step().await? {
                 return Ok(end);
             }
         }
+    }
+
+    /// What comes before a model step: the budgets, then compaction, whose tokens count
+    /// too, so the budgets again: no step is asked for past them.
+    async fn before_step(&mut self) -> Result<Option<RunEnd>, HostError> {
+        if let Some(end) = self.budget_pause().await? {
+            return Ok(Some(end));
+        }
+        if let Some(end) = self.maybe_compact().await? {
+            return Ok(Some(end));
+        }
+        self.budget_pause().await
     }
 
     /// The final answer `text` of `step` against the run's output schema, if it has one:

@@ -926,7 +926,7 @@ async fn create(
                 reason: "kept for the built-in sub-agents tool (--max-children)".into(),
             });
         }
-        specs.push(crate::subagents::tool_spec(&limits));
+        specs.push(crate::subagents::tool_spec(&limits, new.approval));
     }
     let id = uuid::Uuid::now_v7().to_string();
     let thread = kinds::thread_of(&id);

@@ -52,6 +52,11 @@ impl ChildHold {
         self.token.clone()
     }
 
+    /// The user's cancellation alone (a hold does not fire it).
+    pub(crate) fn user_token(&self) -> CancellationToken {
+        self.user.clone()
+    }
+
     /// Whether the user (not a hold) stopped the drive.
     pub(crate) fn user_cancelled(&self) -> bool {
         self.user.is_cancelled()

@@ -26,15 +26,22 @@
 //!   `hold.rs`), or, when a worker drives the parent (its journal fenced by
 //!   a lease), submitted for any worker to claim and followed until they stop. The call's
 //!   cancellation (the parent's interrupt) is each in-process child's.
-//! - A child's token budget is its share of what the parent has left when the call runs
-//!   (the parent's remaining `--max-tokens` split evenly among the call's children). Like
-//!   any run, a child checks its budget before each step, so it stops at the first step
-//!   boundary past its share: the children of one call together use at most the parent's
+//! - A child's token budget is its share of what the parent had left when the step that
+//!   made the call ended (the remainder split evenly among the children of every
+//!   `spawn_agents` call of that step, see `share.rs`). Like any run, a child checks its
+//!   budget before each step (and after a compaction), so it stops at the first step
+//!   boundary past its share: the children of one step together use at most the parent's
 //!   remainder plus one step each. A call made with nothing left (the step that made it
 //!   went past the budget) spawns nobody: it fails, telling the model why, and the parent
-//!   pauses at its next step for a higher `--max-tokens`.
+//!   pauses at its next step for a higher `--max-tokens`. A call run again (a resume after
+//!   a hold, an interrupt or a crash) continues the children it has, whatever is left; a
+//!   resume that raised the parent's budgets raises each continuing child's to its share
+//!   of the new remainder, and a child left without room stays paused on its budget.
+//! - The call's result is within the tool result cap: each child's answer and error keep
+//!   an even part of it, and say where the rest is (the child's own run).
 
 mod hold;
+mod share;
 mod tool;
 
 use serde::{Deserialize, Serialize};
@@ -45,7 +52,7 @@ pub(crate) use hold::{ChildHold, detail as waiting_detail};
 pub use tool::SpawnAgents;
 
 use crate::RawJson;
-use crate::tools::{Policy, ToolSpec};
+use crate::tools::{ApprovalMode, Policy, ToolSpec};
 
 /// The name of the built-in tool.
 pub const TOOL_NAME: &str = "spawn_agents";
@@ -132,9 +139,10 @@ pub fn child_run_id(parent: &str, call_id: &str, index: u32) -> String {
         .to_string()
 }
 
-/// How a run offers `spawn_agents`: runs without asking (each child's own calls follow
-/// their policies) and retry-safe (creating a child is idempotent, see the module docs).
-pub(crate) fn tool_spec(limits: &SubagentLimits) -> ToolSpec {
+/// How a run offers `spawn_agents`: retry-safe (creating a child is idempotent, see the
+/// module docs), and run without asking (each child's own calls follow their policies)
+/// unless the run's `approval` asks for every call.
+pub(crate) fn tool_spec(limits: &SubagentLimits, approval: ApprovalMode) -> ToolSpec {
     let parameters = json!({
         "type": "object",
         "properties": {
@@ -165,7 +173,8 @@ pub(crate) fn tool_spec(limits: &SubagentLimits) -> ToolSpec {
                       has none."
             .into(),
         parameters: RawJson::from_value(&parameters),
-        policy: Policy::Auto,
+        // Not a side effect of its own: `--approval deny` leaves it to the children's calls.
+        policy: approval.apply(Policy::Auto, false),
         retry_safe: true,
         mcp: None,
         strict: true,

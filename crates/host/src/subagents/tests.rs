@@ -84,7 +84,7 @@ fn requests_are_checked_against_limits_and_tools() {
 
 #[test]
 fn the_tool_schema_is_strict() {
-    let spec = tool_spec(&SubagentLimits::new(2));
+    let spec = tool_spec(&SubagentLimits::new(2), crate::tools::ApprovalMode::Default);
     assert!(spec.strict && spec.retry_safe);
     let schema = spec.parameters.to_value().unwrap();
     assert_eq!(
@@ -218,4 +218,104 @@ async fn a_hold_stops_the_drive_and_names_each_waiting_child() {
     let hold = ChildHold::new(&user);
     user.cancel();
     assert!(hold.token().is_cancelled() && hold.user_cancelled());
+}
+
+#[test]
+fn spawn_agents_asks_under_approval_ask_only() {
+    use crate::tools::{ApprovalMode, Policy};
+    let limits = SubagentLimits::new(2);
+    assert_eq!(tool_spec(&limits, ApprovalMode::Ask).policy, Policy::Ask);
+    for mode in [
+        ApprovalMode::Default,
+        ApprovalMode::Auto,
+        ApprovalMode::Deny,
+    ] {
+        assert_eq!(tool_spec(&limits, mode).policy, Policy::Auto, "{mode:?}");
+    }
+}
+
+#[test]
+fn the_spawn_calls_of_one_step_share_what_the_step_left() {
+    use crate::run::CallRecord;
+    use crate::run::state::{CallProgress, ChildRecord};
+    let call = |id: &str, name: &str, step: u64, n: usize| CallRecord {
+        call_id: id.into(),
+        name: name.into(),
+        arguments:
+            json!({"agents": vec![json!({"prompt": "p", "instructions": null, "tools": null}); n]})
+                .to_string(),
+        step,
+        progress: CallProgress::New,
+        approvals: Vec::new(),
+    };
+    let child = |call_id: &str, total: u64| ChildRecord {
+        run_id: format!("kid-{call_id}"),
+        call_id: call_id.into(),
+        index: 0,
+        prompt: "p".into(),
+        ended: None,
+        usage: TokenUsage {
+            total_tokens: total,
+            ..TokenUsage::default()
+        },
+    };
+    let limits = SubagentLimits::new(3);
+    let mut state = RunState::new("p");
+    state.calls = vec![
+        call("old", TOOL_NAME, 1, 1),
+        call("a", TOOL_NAME, 2, 2),
+        call("b", TOOL_NAME, 2, 1),
+        call("sh", "shell", 2, 5),
+    ];
+    // 1,000 tokens counted, of which 300 are the step's own children's (the earlier
+    // step's child's 50 were spent before the step ended): 700 used, 3 children.
+    state.usage.total_tokens = 1_000;
+    state.children = vec![child("old", 50), child("a", 200), child("b", 100)];
+    let share = |call: &str, own: usize, max: u64| {
+        super::share::child_share(&state, call, own, max, &limits, &[])
+    };
+    assert_eq!(share("a", 2, 10_000), (10_000 - 700) / 3);
+    assert_eq!(share("b", 1, 10_000), (10_000 - 700) / 3);
+    // A resume that raised the budget: each child's part of the new remainder.
+    assert_eq!(share("a", 2, 20_000), (20_000 - 700) / 3);
+    // Nothing left.
+    assert_eq!(share("a", 2, 600), 0);
+}
+
+#[test]
+fn the_childrens_answers_are_capped_with_where_to_read_them() {
+    use super::tool::{ChildResult, capped};
+    use crate::tools::result_cap::RESULT_CAP;
+    let big = "x".repeat(1_500_000);
+    let agents = (0..3)
+        .map(|i| ChildResult {
+            run_id: format!("kid-{i}"),
+            status: ChildEnd::Completed,
+            answer: Some(big.clone()),
+            error: None,
+        })
+        .chain([ChildResult {
+            run_id: "kid-short".into(),
+            status: ChildEnd::Failed,
+            answer: None,
+            error: Some("short".into()),
+        }])
+        .collect();
+    let agents = capped(agents);
+    let total: usize = agents
+        .iter()
+        .map(|a| a.answer.as_deref().unwrap_or_default().len())
+        .sum();
+    assert!(total < RESULT_CAP + 1_000, "{total}");
+    for (i, agent) in agents.iter().take(3).enumerate() {
+        let answer = agent.answer.as_deref().unwrap();
+        assert!(
+            answer.ends_with(&format!(
+                "`agentctl runs show kid-{i}` shows all of it ...]"
+            )),
+            "{}",
+            &answer[answer.len() - 200..]
+        );
+    }
+    assert_eq!(agents[3].error.as_deref(), Some("short"));
 }

@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use super::{
     ChildHold, ChildRequest, ParentLink, SpawnRequest, SubagentLimits, TOOL_NAME, WaitingChild,
-    child_run_id,
+    child_run_id, share,
 };
 use crate::error::HostError;
 use crate::run::events::{ChildEnd, HostEvent as _, RunCreated, SubagentEnded, SubagentSpawned};
@@ -108,13 +108,13 @@ impl SpawnAgents {
 
 /// What the model is told of one child.
 #[derive(Debug, Clone, Serialize)]
-struct ChildResult {
-    run_id: String,
-    status: ChildEnd,
+pub(super) struct ChildResult {
+    pub(super) run_id: String,
+    pub(super) status: ChildEnd,
     #[serde(skip_serializing_if = "Option::is_none")]
-    answer: Option<String>,
+    pub(super) answer: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    error: Option<String>,
+    pub(super) error: Option<String>,
 }
 
 /// What the model is told of the call: each child, in the order asked.
@@ -157,11 +157,20 @@ impl agent_runtime::Tool for SpawnAgents {
                 .ok_or_else(|| ToolFailure("the parent run has no spec".into()))?;
             // The budgets in force (a resume may have raised them), the tokens shared.
             let in_force = parent.budgets().unwrap_or(spec.budgets);
-            let n = request.agents.len() as u64;
-            let share = in_force
-                .max_tokens
-                .map(|max| max.saturating_sub(parent.usage.total_tokens) / n.max(1));
-            if let (Some(0), Some(max)) = (share, in_force.max_tokens) {
+            let share = in_force.max_tokens.map(|max| {
+                share::child_share(
+                    &parent,
+                    &call_id,
+                    request.agents.len(),
+                    max,
+                    &tool.limits,
+                    &tool.offered,
+                )
+            });
+            // A call whose children exist already (a re-run after a hold, an interrupt or
+            // a crash) continues them, whatever is left: their budgets were given.
+            let started = parent.children.iter().any(|c| c.call_id == call_id);
+            if let (Some(0), Some(max), false) = (share, in_force.max_tokens, started) {
                 return Err(ToolFailure(format!(
                     "no sub-agent was started: this run has used {} of its {max} tokens \
                      (--max-tokens), so there is nothing left to give them; the run pauses \
@@ -203,6 +212,7 @@ impl agent_runtime::Tool for SpawnAgents {
                 ctx.cancel.cancelled().await;
                 return Err(ToolFailure("cancelled while a sub-agent waits".into()));
             }
+            let agents = capped(agents);
             serde_json::to_value(SpawnResult { agents })
                 .map_err(|err| ToolFailure(format!("the result is not JSON: {err}")))
         })
@@ -332,13 +342,15 @@ impl SpawnAgents {
             .with_env_child_test_hooks();
             match self
                 .host
-                .resume(child_id, ResumeChange::default(), opts)
+                .resume(child_id, raised(&state, budgets), opts)
                 .await
             {
                 Ok(report) => {
                     let mut state = report.state;
                     if let RunEnd::Paused { reason, detail } = &report.end {
                         state.status_detail = Some(format!("paused ({reason}): {detail}"));
+                        // Its own calls, and those of the runs below it that it paused
+                        // for: at any depth, a call waits on the run that asks.
                         if *reason == PauseReason::Approval {
                             waiting = state
                                 .pending_approvals()
@@ -346,6 +358,7 @@ impl SpawnAgents {
                                     run_id: child_id.to_string(),
                                     call: call.clone(),
                                 })
+                                .chain(report.waiting_children)
                                 .collect();
                         }
                     }
@@ -353,6 +366,18 @@ impl SpawnAgents {
                 }
                 // Ended meanwhile (another process drove it to its end).
                 Err(HostError::Ended { .. }) => run::load(journal, child_id).await?,
+                // Paused on a budget its share does not raise: it stays paused, and is
+                // reported so (not as failed).
+                Err(HostError::BudgetUsedUp {
+                    what, used, budget, ..
+                }) => {
+                    let mut state = state;
+                    state.status_detail = Some(format!(
+                        "paused (max_{what}): it has used {used} of its {budget} {what}; \
+                         a resume of the parent with a higher --max-{what} gives it more"
+                    ));
+                    state
+                }
                 // Another live process drives it (`agentctl resume CHILD`, a worker): its
                 // end is waited for, not taken as the child's failure.
                 Err(HostError::DrivenElsewhere { .. }) => {
@@ -406,6 +431,51 @@ impl SpawnAgents {
             run::wait::WaitEnd::Stopped(state) | run::wait::WaitEnd::TimedOut(state) => state,
         };
         Ok(ended_of(call_id, index, child_id, &state))
+    }
+}
+
+/// The children's answers and errors cut to a part each of
+/// [`RESULT_CAP`](crate::tools::result_cap::RESULT_CAP), so the call's outcome stays within
+/// what the journal takes, however much they said; each cut says where all of it is (the
+/// child's own journal).
+pub(super) fn capped(mut agents: Vec<ChildResult>) -> Vec<ChildResult> {
+    use crate::tools::result_cap::{RESULT_CAP, truncate};
+    let each = RESULT_CAP / agents.len().max(1);
+    for agent in &mut agents {
+        let run_id = agent.run_id.clone();
+        for text in [agent.answer.as_mut(), agent.error.as_mut()]
+            .into_iter()
+            .flatten()
+        {
+            if let Some(dropped) = truncate(text, each) {
+                text.push_str(&format!(
+                    "\n[... {dropped} bytes cut here; `agentctl runs show {run_id}` shows all of it ...]"
+                ));
+            }
+        }
+    }
+    agents
+}
+
+/// How a child that goes on is resumed: with its share of the parent's budgets where that
+/// is more than the child has and than it used (a resume raised the parent's), otherwise
+/// as it was.
+fn raised(child: &RunState, share: Budgets) -> ResumeChange {
+    let Some(now) = child.budgets() else {
+        return ResumeChange::default();
+    };
+    let more = |new: Option<u64>, old: Option<u64>, used: u64| match (new, old) {
+        (Some(new), Some(old)) if new > old && new > used => Some(new),
+        _ => None,
+    };
+    ResumeChange {
+        max_steps: more(
+            Some(share.max_steps),
+            Some(now.max_steps),
+            child.step_count(),
+        ),
+        max_tokens: more(share.max_tokens, now.max_tokens, child.usage.total_tokens),
+        ..ResumeChange::default()
     }
 }
 

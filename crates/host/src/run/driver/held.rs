@@ -3,12 +3,13 @@
 //! left open.
 
 use agent_runtime::JobKey;
+use futures::StreamExt as _;
 
 use super::Driver;
 use crate::error::HostError;
-use crate::run::RunEnd;
 use crate::run::events::PauseReason;
 use crate::run::state::CallProgress;
+use crate::run::{RunEnd, kinds};
 
 impl Driver {
     /// When the drive was stopped by a call holding for a waiting child (not by the user,
@@ -49,12 +50,26 @@ impl Driver {
                 let (thread, turn) = (thread.clone(), turn.clone());
                 async move { runtime.result(&thread, &turn, key).await }
             }));
-            let user = self.opts.cancel.clone();
+            // Not the drive's `cancel`: the hold has fired it already, and a wait on it
+            // would end at once, every time, for as long as the other calls run.
+            let user = hold.user_token();
+            let mut interrupts = self.journal.tail_kind(
+                &self.thread,
+                kinds::INTERRUPT_REQUESTED,
+                self.state.last_seq,
+            );
+            tracing::debug!(
+                held = held.len(),
+                others = others.len(),
+                "a call holds for a waiting sub-agent; waiting for the step's other calls"
+            );
             tokio::select! {
                 _ = results => {}
                 // Another call holds now: it is not waited for.
                 () = hold.changed() => {}
                 () = user.cancelled() => {}
+                // `interrupt` from another process (which fires only the drive's `cancel`).
+                _ = interrupts.next() => {}
             }
             self.sync().await?;
         }
