@@ -157,6 +157,34 @@ pub(super) async fn drive(
     }
 }
 
+/// After the drive of `lease`'s run panicked with `message`: pauses the run
+/// (`cannot_drive`) and closes its lease, so that no worker takes it again on its own;
+/// returns the detail recorded.
+pub(super) async fn give_up_after_panic(journal: &Journal, lease: &Lease, message: &str) -> String {
+    let id = super::run_id(lease).to_string();
+    let message: String = message.chars().take(2_000).collect();
+    let detail = format!(
+        "the worker's drive of this run panicked (a bug in agentctl; the worker's log has it): \
+         {message}; `agentctl resume {id}` tries again"
+    );
+    tracing::error!(run = %id, panic = %message, "a drive panicked; the run is paused");
+    let fenced = journal.fenced(lease);
+    if let Err(err) = record_cannot_drive(&fenced, &id, &detail).await {
+        tracing::warn!(run = %id, error = %err, "cannot record why the run stopped");
+    }
+    let info = match run::load(journal, &id).await {
+        Ok(state) => run::table::summary(&state),
+        Err(_) => Value::Null,
+    };
+    if let Err(err) = journal
+        .release_lease(lease, LeaseStatus::Closed, &info)
+        .await
+    {
+        tracing::warn!(run = %id, error = %err, "cannot release the run; its lease will expire");
+    }
+    crate::tools::mask_key(detail)
+}
+
 /// Journals `run.paused` (`cannot_drive`, `detail`) on run `id` through the worker's fenced
 /// handle: the run shows `paused` and why, instead of `queued` for a worker that never
 /// comes.

@@ -17,6 +17,9 @@
 //!   the epoch moves on, fencing whatever the old handle still had in flight) and resumes
 //!   them. Nothing acknowledged is lost; nothing unacknowledged is taken as done.
 //! - At start the runs table is refreshed from the journal (a lost offer becomes claimable).
+//! - A drive that panics (a bug) pauses its run (`cannot_drive`, with the panic's message)
+//!   and closes its lease: no worker claims it again until `agentctl resume` takes it, so
+//!   a run that makes the host panic is not retried in a loop against the model API.
 //! - Stopping: no new claims; drives stop at their next step boundary and their leases are
 //!   released open (another worker takes them at once); after the grace period the rest
 //!   are dropped and released the same way.
@@ -24,6 +27,8 @@
 mod drive;
 #[cfg(test)]
 mod grace_tests;
+#[cfg(test)]
+mod panic_tests;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -335,8 +340,23 @@ pub async fn run_worker(
                 let (id, lease, task_generation, outcome) = match joined {
                     Ok((id, (lease, g, outcome))) => (id, lease, g, outcome),
                     Err(err) => {
-                        // A drive task panicked or was aborted: give its run back.
-                        if let Some(lease) = held.remove(&err.id()) {
+                        let Some(lease) = held.remove(&err.id()) else { continue };
+                        if err.is_panic() {
+                            // A bug: taken again, the run would panic again, at once.
+                            let detail = drive::give_up_after_panic(
+                                &journal,
+                                &lease,
+                                &panic_message(err.into_panic()),
+                            )
+                            .await;
+                            summary.ended_otherwise += 1;
+                            observer.event(&WorkerEvent::Ended {
+                                run_id: run_id(&lease).to_string(),
+                                status: WorkerEnd::Error,
+                                detail: Some(detail),
+                            });
+                        } else {
+                            // Aborted: give its run back.
                             release_open(&journal, &lease).await;
                         }
                         continue;
@@ -416,6 +436,17 @@ pub async fn run_worker(
 /// The run id of a run's lease.
 fn run_id(lease: &Lease) -> &str {
     lease.name.strip_prefix(RUN_LEASES).unwrap_or(&lease.name)
+}
+
+/// What a panic said, when it said it as text.
+fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
+    match payload.downcast::<String>() {
+        Ok(text) => *text,
+        Err(payload) => payload
+            .downcast::<&'static str>()
+            .map(|text| (*text).to_string())
+            .unwrap_or_else(|_| "no message".into()),
+    }
 }
 
 async fn release_open(journal: &Journal, lease: &Lease) {
