@@ -300,6 +300,30 @@ async fn events_after(db: &str, run: &str) -> Vec<agent_journal::Event> {
     events(db, run).await
 }
 
+/// A 429 that asks to come back later than the client waits (`Retry-After` past its
+/// limit) is not retried here, but it is no refusal either: the run pauses as after a
+/// model error (exit 3, `model_error`), and `resume` asks again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_429_asking_for_a_long_wait_pauses_as_a_model_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("busy.db").display());
+    let (_g, ws) = workspace();
+    let script = json!({"rules": [
+        {"when": {"tool_outputs": 0}, "times": 1,
+         "reply": {"error": {"status": 429, "headers": {"retry-after": "99999"}, "message": "busy for a day", "type": "rate_limit_error"}}},
+        {"when": {"tool_outputs": 0}, "reply": {"items": answer("FINAL: later")}}
+    ]});
+    let server = emulator(&script.to_string()).await;
+    let o = out(&mut run_cmd(&db, &server, &ws, &[]));
+    assert_eq!(o.status.code(), Some(3), "{}", text(&o.stderr));
+    let run = only_run(&db);
+    let shown = show(&db, &run);
+    assert_eq!(shown["status"], "paused");
+    assert_eq!(shown["detail"], "model_error");
+    let done = out(&mut resume_cmd(&db, &server, &run, &[]));
+    assert_eq!(done.status.code(), Some(0), "{}", text(&done.stderr));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_model_error_pauses_the_run_and_resume_retries_the_step() {
     let dir = tempfile::tempdir().unwrap();

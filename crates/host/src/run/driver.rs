@@ -908,10 +908,14 @@ impl Driver {
                     }
                     self.record(&failed).await?;
                     // The API answered with a status that refuses the request itself: the
-                    // step failed (an answer it could not decode pauses as before).
-                    let refused = err
-                        .api()
-                        .filter(|api| api.status.is_some() && api.retry() == Retry::Never);
+                    // step failed (an answer it could not decode pauses as before). A status
+                    // that asks to come back later (408, 409, 429, 5xx) is not a refusal,
+                    // also when it asks for longer than the client waits.
+                    let refused = err.api().filter(|api| {
+                        api.status.is_some_and(|status| {
+                            (400..500).contains(&status) && !matches!(status, 408 | 409 | 429)
+                        }) && api.retry() == Retry::Never
+                    });
                     if let Some(api) = refused {
                         let message = api.message.clone();
                         return self
