@@ -118,6 +118,19 @@ impl ApiError {
     }
 }
 
+/// `bytes` for people: `32 MiB (33554432 bytes)`, or the bytes alone below a KiB.
+fn human_bytes(bytes: usize) -> String {
+    const KIB: usize = 1024;
+    const MIB: usize = 1024 * 1024;
+    if bytes >= MIB && bytes.is_multiple_of(MIB) {
+        format!("{} MiB ({bytes} bytes)", bytes / MIB)
+    } else if bytes >= KIB && bytes.is_multiple_of(KIB) {
+        format!("{} KiB ({bytes} bytes)", bytes / KIB)
+    } else {
+        format!("{bytes} bytes")
+    }
+}
+
 /// `wait` for people: seconds, hours or days, rounded down.
 fn human_wait(wait: Duration) -> String {
     let secs = wait.as_secs();
@@ -179,6 +192,18 @@ pub enum ClientError {
     /// which the caller may choose to make ([`Retry::Backoff`], as for a cut stream).
     BodyLost(String),
     #[error(
+        "the API's answer is larger than the {} this client reads; the rest was not read (the response may exist and be billed)",
+        human_bytes(*.limit)
+    )]
+    /// A 2xx JSON answer was larger than the client reads
+    /// ([`MAX_JSON_BODY`](crate::http::MAX_JSON_BODY)), given in `limit`, in bytes. Not
+    /// sent again by the client (the request reached the API); the same request is
+    /// likely to get the same answer ([`Retry::Never`]).
+    BodyTooLarge {
+        /// The bound, in bytes.
+        limit: usize,
+    },
+    #[error(
         "the server answered {status} with {}, not an event stream (text/event-stream); its body begins: {excerpt}",
         describe_content(.content_type.as_deref(), .content_encoding.as_deref())
     )]
@@ -230,6 +255,7 @@ impl ClientError {
             | ClientError::StreamEndedEarly
             | ClientError::StreamFlagMismatch
             | ClientError::BodyLost(_)
+            | ClientError::BodyTooLarge { .. }
             | ClientError::NotEventStream { .. } => None,
         }
     }
@@ -247,7 +273,8 @@ impl ClientError {
     /// - `Some(n)` for an API error status ([`ApiError::retries_taken`]: `n` is the
     ///   policy's `max_retries` when the status was retryable, else 0);
     /// - `Some(0)` for failures the client never sends again: a stream cut, idle, malformed
-    ///   or carrying an `error` event, a lost 2xx body, a 2xx that is not an event stream,
+    ///   or carrying an `error` event, a lost or too large 2xx body, a 2xx that is not an
+    ///   event stream,
     ///   and the errors raised before any request;
     /// - `None` for [`Connect`](Self::Connect), [`Timeout`](Self::Timeout) and
     ///   [`Transport`](Self::Transport), which do not record it: the HTTP
@@ -265,6 +292,7 @@ impl ClientError {
             | ClientError::StreamEndedEarly
             | ClientError::StreamFlagMismatch
             | ClientError::BodyLost(_)
+            | ClientError::BodyTooLarge { .. }
             | ClientError::NotEventStream { .. } => Some(0),
         }
     }
@@ -275,7 +303,8 @@ impl ClientError {
     /// - [`Retry::Never`]: the API's 400, 401, 403, 404, 422 and other non-retryable
     ///   statuses (the API's message is in [`api`](Self::api)), an `error` stream event of
     ///   type `invalid_request_error`, a missing key, a bad base URL, an answer that does not
-    ///   decode, a stream flag on the wrong method, a 2xx that is not an event stream, and
+    ///   decode or is larger than [`MAX_JSON_BODY`](crate::http::MAX_JSON_BODY), a stream
+    ///   flag on the wrong method, a 2xx that is not an event stream, and
     ///   any API error whose `retry-after` is above [`MAX_RETRY_AFTER`];
     /// - [`Retry::Backoff`]: 408, 409, 429, 5xx, other `error` stream events, a failed or
     ///   timed-out connection, a cut stream (ended early, idle, malformed), a lost body.
@@ -297,6 +326,7 @@ impl ClientError {
             | ClientError::InvalidBaseUrl(_)
             | ClientError::Decode(_)
             | ClientError::StreamFlagMismatch
+            | ClientError::BodyTooLarge { .. }
             | ClientError::NotEventStream { .. } => Retry::Never,
         }
     }

@@ -5,6 +5,9 @@
 //! - [`sse`]: an incremental SSE parser (chunk-split independent) and event decoding.
 //! - [`http`]: `POST /responses` (JSON, SSE), `/responses/compact`, with the official SDK's
 //!   retry policy ([`retry`]) and typed errors ([`error`]); the key never leaves the header.
+//!   What it reads of an answer is bounded: a JSON body at [`http::MAX_JSON_BODY`], an
+//!   error body at [`http::MAX_ERROR_BODY`], an event-stream frame at
+//!   [`sse::DEFAULT_MAX_FRAME`].
 //! - [`loops`]: tool loops (direct/PTC, async, compaction) over a [`loops::ToolExecutor`].
 //! - `demo` (cargo feature `demo`, off by default): a fictional `scan` tool and its
 //!   prompts, for the CLI's `api` command and the contract tests; not part of the library API.

@@ -5,7 +5,9 @@
 //! Decision order: a `retry-after(-ms)` above [`MAX_RETRY_AFTER`] forbids retrying; then
 //! `x-should-retry: true|false` decides; then statuses 408, 409, 429 and >= 500 retry.
 //! Delay: a server-given `0 < d <= 120 s` is used exactly (no jitter); otherwise
-//! `min(initial * 2^retries_taken, 8 s) * (1 - 0.25 * random)`.
+//! `min(initial * 2^retries_taken, 8 s) * (1 - 0.25 * random)`. The headers are the
+//! server's: one that does not parse, or an HTTP date with a field out of range (a day 0,
+//! an hour of 3000000000000000), gives no delay (the backoff is used), never an overflow.
 //!
 //! The same rules hold for a caller that retries a whole call after the client gave up
 //! ([`RetryPolicy::backoff`]): the error keeps the server's delay
@@ -175,29 +177,39 @@ pub fn jitter_unit() -> f64 {
 }
 
 /// Parses an IMF-fixdate (`Sun, 06 Nov 1994 08:49:37 GMT`), the only form servers must send.
+/// The header is the server's: every field is range-checked (a day that exists in its
+/// month, a four-digit year from 1970, `HH:MM:SS` with a leap second allowed) and the
+/// arithmetic is checked, so a malformed or absurd date is `None` (ignored for timing)
+/// instead of an overflow.
 fn parse_http_date(value: &str) -> Option<SystemTime> {
     let parts: Vec<&str> = value.split_whitespace().collect();
     let [_, day, month, year, time, "GMT"] = parts.as_slice() else {
         return None;
     };
-    let day: u64 = day.parse().ok()?;
+    let day = digits(day, 1..=2)?;
     let month = [
         "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
     ]
     .iter()
-    .position(|m| m == month)? as u64
+    .position(|m| m == month)
+    .and_then(|i| u64::try_from(i).ok())?
         + 1;
-    let year: u64 = year.parse().ok()?;
+    let year = digits(year, 4..=4)?;
     let hms: Vec<u64> = time
         .split(':')
-        .map(|p| p.parse().ok())
+        .map(|p| digits(p, 2..=2))
         .collect::<Option<_>>()?;
     let [h, m, s] = hms.as_slice() else {
         return None;
     };
-    // Days from civil (Howard Hinnant), valid for years >= 1970.
+    if year < 1970 || day == 0 || day > days_in_month(year, month) || *h > 23 || *m > 59 || *s > 60
+    {
+        return None;
+    }
+    // Days from civil (Howard Hinnant); the ranges above keep every step far from overflow,
+    // and it is checked all the same.
     let (y, mo) = if month <= 2 {
-        (year - 1, month + 9)
+        (year.checked_sub(1)?, month + 9)
     } else {
         (year, month - 3)
     };
@@ -205,9 +217,34 @@ fn parse_http_date(value: &str) -> Option<SystemTime> {
     let yoe = y - era * 400;
     let doy = (153 * mo + 2) / 5 + day - 1;
     let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = (era * 146_097 + doe).checked_sub(719_468)?;
-    let secs = days * 86_400 + h * 3600 + m * 60 + s;
-    Some(SystemTime::UNIX_EPOCH + Duration::from_secs(secs))
+    let days = era
+        .checked_mul(146_097)?
+        .checked_add(doe)?
+        .checked_sub(719_468)?;
+    let secs = days
+        .checked_mul(86_400)?
+        .checked_add(h * 3600 + m * 60 + s)?;
+    SystemTime::UNIX_EPOCH.checked_add(Duration::from_secs(secs))
+}
+
+/// `text` as a number when it is `len` ASCII digits (no sign, no space).
+fn digits(text: &str, len: std::ops::RangeInclusive<usize>) -> Option<u64> {
+    if !len.contains(&text.len()) || !text.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    text.parse().ok()
+}
+
+/// Days in `month` (1-12) of `year` (Gregorian).
+fn days_in_month(year: u64, month: u64) -> u64 {
+    match month {
+        4 | 6 | 9 | 11 => 30,
+        2 if year.is_multiple_of(4) && (!year.is_multiple_of(100) || year.is_multiple_of(400)) => {
+            29
+        }
+        2 => 28,
+        _ => 31,
+    }
 }
 
 #[cfg(test)]

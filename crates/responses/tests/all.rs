@@ -6,10 +6,14 @@
 #[path = "all/common.rs"]
 mod common;
 
+#[path = "all/body_limits.rs"]
+mod body_limits;
 #[path = "all/client.rs"]
 mod client;
 #[path = "all/fuzz_events.rs"]
 mod fuzz_events;
+#[path = "all/fuzz_retry_after.rs"]
+mod fuzz_retry_after;
 #[path = "all/loops.rs"]
 mod loops;
 #[path = "all/pool.rs"]

@@ -139,12 +139,11 @@ impl Client {
                 .send()
                 .await;
             match self.settle(&request, attempt, retries_taken).await? {
-                Settled::Done(response) => {
-                    let bytes = response
-                        .bytes()
+                Settled::Done(mut response) => {
+                    let body = read_capped(&mut response, MAX_JSON_BODY)
                         .await
                         .map_err(|e| ClientError::from_reqwest(&e))?;
-                    return decode(&bytes);
+                    return decode(&json_body(body)?);
                 }
                 Settled::Retry => retries_taken += 1,
             }
@@ -166,12 +165,11 @@ impl Client {
             {
                 // The API took the request (2xx): sending it again could create (and bill)
                 // a second response, so a body that cannot be read is the caller's to judge.
-                Settled::Done(response) => {
-                    let bytes = response
-                        .bytes()
+                Settled::Done(mut response) => {
+                    let body = read_capped(&mut response, MAX_JSON_BODY)
                         .await
                         .map_err(|err| ClientError::BodyLost(crate::error::error_chain(&err)))?;
-                    return decode(&bytes);
+                    return decode(&json_body(body)?);
                 }
                 Settled::Retry => retries_taken += 1,
             }
@@ -220,7 +218,7 @@ impl Client {
         attempt: Result<reqwest::Response, reqwest::Error>,
         retries_taken: u32,
     ) -> Result<Settled, ClientError> {
-        let response = match attempt {
+        let mut response = match attempt {
             Ok(response) => response,
             Err(err) => {
                 let err = ClientError::from_reqwest(&err);
@@ -250,12 +248,20 @@ impl Client {
                 None => format!("the API answered {status}"),
             };
             self.log_retry(request, retries_taken, &reason, delay);
-            // Drain so the connection can be reused; errors here do not matter.
-            let _ = response.bytes().await;
+            // Drain a small body so the connection can be reused (errors here do not
+            // matter); a larger one is left unread, and dropping it closes the connection.
+            let _ = read_capped(&mut response, MAX_ERROR_BODY).await;
+            drop(response);
             tokio::time::sleep(delay).await;
             return Ok(Settled::Retry);
         }
-        let body = response.bytes().await.unwrap_or_default();
+        // At most `MAX_ERROR_BODY` of it: an error message is short, and a server that
+        // sends more (or never stops) gets its connection closed instead of read.
+        let body = read_capped(&mut response, MAX_ERROR_BODY)
+            .await
+            .map(|body| body.bytes)
+            .unwrap_or_default();
+        drop(response);
         let mut api = ApiError::from_body(status, &body, request_id);
         // A server that quotes the request's headers back must not put the key in an error.
         api.message = self.config.api_key.mask(&api.message);
@@ -343,6 +349,62 @@ fn retry_line(
 enum Settled {
     Done(reqwest::Response),
     Retry,
+}
+
+/// Most bytes of a 2xx JSON answer ([`Client::create`], [`Client::compact`],
+/// [`Client::retrieve`]) the client reads: 32 MiB, twice the largest event-stream frame
+/// ([`DEFAULT_MAX_FRAME`](crate::sse::DEFAULT_MAX_FRAME)), which carries the same
+/// response in its `response.completed` event. A larger answer is
+/// [`ClientError::BodyTooLarge`] and the rest of it is not read.
+pub const MAX_JSON_BODY: usize = 32 * 1024 * 1024;
+
+/// Most bytes of an error answer (a non-2xx status) the client reads: 64 KiB, far more
+/// than the API's `{"error": {...}}`. The error is built from what was read; the rest is
+/// not read (the connection is closed instead of drained).
+pub const MAX_ERROR_BODY: usize = 64 * 1024;
+
+/// At most `limit` bytes of a body, and whether there was more.
+struct Capped {
+    bytes: Vec<u8>,
+    over: bool,
+}
+
+/// Reads `response`'s body up to `limit` bytes: a body announced (`content-length`) or
+/// found larger stops there, its rest unread.
+async fn read_capped(
+    response: &mut reqwest::Response,
+    limit: usize,
+) -> Result<Capped, reqwest::Error> {
+    if response
+        .content_length()
+        .is_some_and(|n| usize::try_from(n).map_or(true, |n| n > limit))
+    {
+        return Ok(Capped {
+            bytes: Vec::new(),
+            over: true,
+        });
+    }
+    let mut bytes = Vec::new();
+    while let Some(chunk) = response.chunk().await? {
+        let room = limit - bytes.len();
+        if chunk.len() > room {
+            bytes.extend_from_slice(&chunk[..room]);
+            return Ok(Capped { bytes, over: true });
+        }
+        bytes.extend_from_slice(&chunk);
+    }
+    Ok(Capped { bytes, over: false })
+}
+
+/// A whole JSON body, or [`ClientError::BodyTooLarge`].
+fn json_body(body: Capped) -> Result<Vec<u8>, ClientError> {
+    if body.over {
+        Err(ClientError::BodyTooLarge {
+            limit: MAX_JSON_BODY,
+        })
+    } else {
+        Ok(body.bytes)
+    }
 }
 
 fn encode<B: Serialize>(body: &B) -> Result<Bytes, ClientError> {
