@@ -1,50 +1,80 @@
 //! What the emulator remembers is bounded: a long-running `agentctl mock serve` keeps the
 //! most recent requests and stored responses and forgets older ones, instead of growing
 //! until the machine runs out of memory.
+//!
+//! Recorded requests (HTTP requests, WebSocket client frames) are bounded twice: by count
+//! ([`MAX_RECORDED`]) and by the bytes they were received as ([`MAX_RECORDED_BYTES`] per
+//! store), and they are kept in that received form (raw bytes or text), parsed only when
+//! someone asks for them: a 2 MiB message kept as a parsed JSON value took ~40 MiB.
 
 use std::collections::{HashMap, VecDeque};
 use std::hash::Hash;
 
 /// Requests (or WebSocket frames) kept for inspection.
 pub(crate) const MAX_RECORDED: usize = 1000;
+/// The bytes of recorded requests (or WebSocket frames) kept for inspection, per store: the
+/// oldest are forgotten beyond it (the newest is always kept; one is at most the 2 MiB of
+/// a request body or a WebSocket message).
+pub(crate) const MAX_RECORDED_BYTES: usize = 32 * 1024 * 1024;
 /// Stored responses kept for `previous_response_id` and retrieval; an older one is
 /// answered like an unknown id, as the real API does for an expired response.
 pub(crate) const MAX_STORED: usize = 1000;
 
-/// The last `cap` items pushed, oldest first.
+/// What an item costs to keep, in bytes (about: its variable-size parts).
+pub(crate) trait Weigh {
+    fn weight(&self) -> usize;
+}
+
+impl Weigh for Box<str> {
+    fn weight(&self) -> usize {
+        self.len()
+    }
+}
+
+/// The last `cap` items pushed, oldest first, weighing `max_bytes` at most together (the
+/// newest is kept whatever it weighs).
 #[derive(Debug)]
 pub(crate) struct Recent<T> {
     items: VecDeque<T>,
     cap: usize,
+    bytes: usize,
+    max_bytes: usize,
 }
 
-impl<T: Clone> Recent<T> {
-    pub(crate) fn new(cap: usize) -> Self {
+impl<T: Clone + Weigh> Recent<T> {
+    pub(crate) fn new(cap: usize, max_bytes: usize) -> Self {
         Recent {
             items: VecDeque::new(),
             cap,
+            bytes: 0,
+            max_bytes,
         }
     }
 
     pub(crate) fn push(&mut self, item: T) {
-        if self.items.len() == self.cap {
-            self.items.pop_front();
-        }
+        self.bytes = self.bytes.saturating_add(item.weight());
         self.items.push_back(item);
-    }
-
-    pub(crate) fn to_vec(&self) -> Vec<T> {
-        self.items.iter().cloned().collect()
+        while self.items.len() > 1 && (self.items.len() > self.cap || self.bytes > self.max_bytes) {
+            if let Some(oldest) = self.items.pop_front() {
+                self.bytes = self.bytes.saturating_sub(oldest.weight());
+            }
+        }
     }
 
     pub(crate) fn iter(&self) -> impl Iterator<Item = &T> {
         self.items.iter()
     }
+
+    /// The weight of what is kept.
+    #[cfg(test)]
+    pub(crate) fn bytes(&self) -> usize {
+        self.bytes
+    }
 }
 
-impl<T: Clone> Default for Recent<T> {
+impl<T: Clone + Weigh> Default for Recent<T> {
     fn default() -> Self {
-        Recent::new(MAX_RECORDED)
+        Recent::new(MAX_RECORDED, MAX_RECORDED_BYTES)
     }
 }
 
@@ -95,13 +125,38 @@ impl<K: Eq + Hash + Clone, V> Default for RecentMap<K, V> {
 mod tests {
     use super::*;
 
+    fn text(s: &str) -> Box<str> {
+        s.into()
+    }
+
+    fn kept(recent: &Recent<Box<str>>) -> Vec<&str> {
+        recent.iter().map(|s| &**s).collect()
+    }
+
     #[test]
     fn recent_keeps_the_newest_items_in_order() {
-        let mut recent = Recent::new(3);
-        for n in 0..5 {
-            recent.push(n);
+        let mut recent = Recent::new(3, usize::MAX);
+        for n in ["0", "1", "2", "3", "4"] {
+            recent.push(text(n));
         }
-        assert_eq!(recent.to_vec(), [2, 3, 4]);
+        assert_eq!(kept(&recent), ["2", "3", "4"]);
+    }
+
+    #[test]
+    fn recent_forgets_the_oldest_items_beyond_its_bytes() {
+        let mut recent = Recent::new(100, 10);
+        for n in ["aaaa", "bbbb", "cccc"] {
+            recent.push(text(n));
+        }
+        assert_eq!(kept(&recent), ["bbbb", "cccc"]);
+        assert_eq!(recent.bytes(), 8);
+        // One heavier than the whole budget is still kept, alone.
+        recent.push(text("dddddddddddd"));
+        assert_eq!(kept(&recent), ["dddddddddddd"]);
+        assert_eq!(recent.bytes(), 12);
+        recent.push(text("e"));
+        assert_eq!(kept(&recent), ["e"]);
+        assert_eq!(recent.bytes(), 1);
     }
 
     #[test]

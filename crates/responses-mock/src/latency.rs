@@ -5,7 +5,8 @@
 //! arguments delta after it adds its tokens (4 characters a token, as the usage the
 //! emulator reports) at `tokens_per_second`. Times are kept from one start, so timer
 //! granularity delays an event but never accumulates. A JSON (non-streamed) reply is sent
-//! when its last token would have been.
+//! when its last token would have been: when the last event of the same reply streamed is
+//! due, so both count the tokens of the same deltas.
 
 use std::time::Duration;
 

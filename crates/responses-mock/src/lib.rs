@@ -208,13 +208,17 @@ impl MockServer {
         format!("http://{}/v1", self.addr)
     }
 
-    /// The authorised requests received so far (the most recent 1000), in arrival order.
+    /// The authorised requests received so far (the most recent 1000, at most 32 MiB of
+    /// requests together), in arrival order.
     pub fn requests(&self) -> Vec<RecordedRequest> {
-        self.state
+        // Copied out first: the lock is not held while the bodies are parsed.
+        let kept: Vec<_> = self
+            .state
             .recorded
             .lock()
-            .map(|r| r.iter().map(|r| r.to_recorded()).collect())
-            .unwrap_or_default()
+            .map(|r| r.iter().cloned().collect())
+            .unwrap_or_default();
+        kept.iter().map(|r| r.to_recorded()).collect()
     }
 
     /// Lets a stream waiting at a `gate` fault continue (works before or after it waits).

@@ -139,7 +139,9 @@ async fn recorded_requests(State(state): State<Arc<AppState>>, headers: HeaderMa
     if let Err(f) = check_auth(&headers, state.api_key.as_deref()) {
         return failure(&f);
     }
-    let list: Vec<Value> = lock(&state.recorded)
+    // Copied out first: the lock is not held while the bodies are parsed.
+    let kept: Vec<_> = lock(&state.recorded).iter().cloned().collect();
+    let list: Vec<Value> = kept
         .iter()
         .map(|r| {
             let r = r.to_recorded();

@@ -96,13 +96,13 @@ pub(super) fn create_inner(
             },
         );
     }
+    // A script's own delta size is kept unless it makes more than
+    // `MAX_SCRIPTED_DELTAS` deltas; the default one grows for long texts.
+    let delta_chars = match delta_chars {
+        Some(chars) => sse::scripted_delta_chars(&response, chars),
+        None => sse::default_delta_chars(&response, state.delta_chars),
+    };
     if request.is_stream() {
-        // A script's own delta size is kept unless it makes more than
-        // `MAX_SCRIPTED_DELTAS` deltas; the default one grows for long texts.
-        let delta_chars = match delta_chars {
-            Some(chars) => sse::scripted_delta_chars(&response, chars),
-            None => sse::default_delta_chars(&response, state.delta_chars),
-        };
         Ok(Created::Stream {
             response,
             fault,
@@ -111,11 +111,28 @@ pub(super) fn create_inner(
             latency,
         })
     } else {
-        Ok(Created::Json {
-            response,
-            latency: latency.total(output_tokens),
-        })
+        let latency = json_delay(&latency, &response, delta_chars, text_deltas);
+        Ok(Created::Json { response, latency })
     }
+}
+
+/// When a JSON (non-streamed) reply of `response` is sent: when its last token would have
+/// been, streamed (the stream's last event is due then), so both count the tokens of the
+/// same text: the text and arguments deltas, not the serialized output around them.
+pub(super) fn json_delay(
+    latency: &Latency,
+    response: &Value,
+    delta_chars: usize,
+    text_deltas: bool,
+) -> Duration {
+    if latency.is_none() {
+        return Duration::ZERO;
+    }
+    latency
+        .schedule(&sse::events(response, delta_chars, text_deltas))
+        .last()
+        .copied()
+        .unwrap_or_else(|| latency.total(0))
 }
 
 pub(super) fn stream_body(
@@ -209,4 +226,50 @@ fn sse_response(body: Body) -> Response {
         .header("cache-control", "no-cache")
         .body(body)
         .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// A reply with 400 characters of text (100 tokens) and a call with 40 characters of
+    /// arguments (10 tokens), at 1 token a second after a first token at 300 ms.
+    #[test]
+    fn a_json_reply_waits_for_the_same_tokens_as_the_same_reply_streamed() {
+        let latency = Latency {
+            first_token_ms: 300,
+            tokens_per_second: Some(1.0),
+        };
+        let response = json!({
+            "id": "resp_1", "object": "response", "status": "completed",
+            "output": [
+                {"type": "message", "id": "msg_1", "role": "assistant", "status": "completed",
+                 "content": [{"type": "output_text", "text": "abcd".repeat(100), "annotations": []}]},
+                {"type": "function_call", "id": "fc_1", "call_id": "call_1", "name": "scan",
+                 "arguments": "{\"a\": 123456789012345678901234567890123}", "status": "completed"}
+            ]
+        });
+        let chars = sse::default_delta_chars(&response, 8);
+        let streamed = *latency
+            .schedule(&sse::events(&response, chars, true))
+            .last()
+            .unwrap();
+        let json = json_delay(&latency, &response, chars, true);
+        assert_eq!(json, streamed);
+        assert_eq!(json, Duration::from_millis(300 + 110_000));
+        // Without text deltas the stream sends the text in its `.done` events, at once.
+        let json = json_delay(&latency, &response, chars, false);
+        assert_eq!(
+            json,
+            *latency
+                .schedule(&sse::events(&response, chars, false))
+                .last()
+                .unwrap()
+        );
+        assert_eq!(
+            json_delay(&Latency::default(), &response, chars, true),
+            Duration::ZERO
+        );
+    }
 }

@@ -48,6 +48,13 @@ pub(crate) struct Received {
     body: Box<[u8]>,
 }
 
+impl crate::bounded::Weigh for Received {
+    fn weight(&self) -> usize {
+        let headers: usize = self.headers.iter().map(|(k, v)| k.len() + v.len()).sum();
+        self.body.len() + self.path.len() + headers
+    }
+}
+
 impl Received {
     /// The request as callers see it, body parsed (`Value::Null` when it is not JSON).
     pub(crate) fn to_recorded(&self) -> RecordedRequest {
@@ -136,7 +143,8 @@ impl AppState {
     }
 
     /// Keeps a request for inspection (the most recent
-    /// [`MAX_RECORDED`](crate::bounded::MAX_RECORDED)); called once the request passed the
+    /// [`MAX_RECORDED`](crate::bounded::MAX_RECORDED), up to
+    /// [`MAX_RECORDED_BYTES`](crate::bounded::MAX_RECORDED_BYTES)); called once the request passed the
     /// key check. Credentials in any of [`SECRET_HEADERS`] are redacted.
     pub(super) fn record(&self, method: &Method, path: &str, headers: &HeaderMap, body: &[u8]) {
         let headers = headers

@@ -137,9 +137,9 @@ pub(crate) struct WsShared {
     connections: AtomicUsize,
     /// `store: true` responses created over WebSocket.
     stored: Mutex<RecentMap<String, Entry>>,
-    /// The client frames received (parsed JSON; non-JSON frames as strings), the most
-    /// recent first-in-first-out.
-    received: Mutex<Recent<Value>>,
+    /// The client frames received, as received (text: parsed only when asked for), the
+    /// most recent first-in-first-out, bounded by count and bytes.
+    received: Mutex<Recent<Box<str>>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -154,8 +154,7 @@ impl WsShared {
         }
     }
     pub(crate) fn record(&self, frame: &str) {
-        let value = serde_json::from_str(frame).unwrap_or_else(|_| Value::String(frame.to_owned()));
-        lock(&self.received).push(value);
+        lock(&self.received).push(frame.into());
     }
     pub(crate) fn stored(&self, id: &str) -> Option<Entry> {
         lock(&self.stored).get(id).cloned()
@@ -166,9 +165,18 @@ impl WsShared {
 }
 
 impl crate::MockServer {
-    /// Every WebSocket client frame received so far (parsed JSON), across connections.
+    /// Every WebSocket client frame received so far (parsed JSON; a frame that is not
+    /// JSON as a string), across connections: the most recent 1000, at most 32 MiB of
+    /// frames together.
     pub fn ws_frames(&self) -> Vec<Value> {
-        lock(&self.state.ws.received).to_vec()
+        // Copied out first: the lock is not held while parsing.
+        let frames: Vec<Box<str>> = lock(&self.state.ws.received).iter().cloned().collect();
+        frames
+            .iter()
+            .map(|frame| {
+                serde_json::from_str(frame).unwrap_or_else(|_| Value::String(frame.to_string()))
+            })
+            .collect()
     }
     /// How many WebSocket connections were accepted.
     pub fn ws_connections(&self) -> usize {

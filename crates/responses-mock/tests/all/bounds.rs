@@ -286,3 +286,64 @@ async fn a_websocket_connection_forgets_its_oldest_responses() {
         "{forgotten}"
     );
 }
+
+/// The bytes of recorded requests and WebSocket frames are bounded too (32 MiB per store),
+/// not only their count: 20 messages of almost 2 MiB keep the most recent that fit, the
+/// newest always, and what is kept weighs about what was received.
+#[tokio::test]
+async fn recorded_requests_and_websocket_frames_are_bounded_by_bytes() {
+    use futures::{SinkExt as _, StreamExt as _};
+    use tokio_tungstenite::tungstenite::Message;
+    const BUDGET: usize = 32 * 1024 * 1024;
+    const SENT: usize = 20;
+    let pad = "x".repeat(1900 * 1024);
+    let server = server().await;
+
+    let mut ws = websocket(&server).await;
+    for n in 0..SENT {
+        let frame = json!({"type": "bogus", "n": n, "pad": pad}).to_string();
+        ws.send(Message::text(frame)).await.unwrap();
+        // Each gets its error event: the frame was handled (and recorded) by then.
+        loop {
+            let Some(Ok(Message::Text(text))) = ws.next().await else {
+                panic!("connection ended");
+            };
+            if serde_json::from_str::<Value>(&text).unwrap()["type"] == "error" {
+                break;
+            }
+        }
+    }
+    let frames = server.ws_frames();
+    let weight: usize = frames.iter().map(|f| f.to_string().len()).sum();
+    assert!(weight <= BUDGET, "{weight} bytes of frames kept");
+    assert!(
+        frames.len() > 2 && frames.len() < SENT,
+        "{} kept",
+        frames.len()
+    );
+    assert_eq!(frames.last().unwrap()["n"], SENT - 1, "the newest is kept");
+    let oldest = frames[0]["n"].as_u64().unwrap() as usize;
+    assert_eq!(oldest, SENT - frames.len(), "the oldest went first");
+
+    let client = reqwest::Client::new();
+    for n in 0..SENT {
+        let body = json!({"model": 5, "n": n, "pad": pad});
+        let response = client
+            .post(format!("{}/responses", server.base_url()))
+            .bearer_auth(KEY)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 400);
+    }
+    let requests = server.requests();
+    let weight: usize = requests.iter().map(|r| r.body.to_string().len()).sum();
+    assert!(weight <= BUDGET, "{weight} bytes of requests kept");
+    assert!(
+        requests.len() > 2 && requests.len() < SENT,
+        "{} kept",
+        requests.len()
+    );
+    assert_eq!(requests.last().unwrap().body["n"], SENT - 1);
+}
