@@ -3,9 +3,14 @@
 //! Against the live API (key from OPENAI_API_KEY only, base from --base-url or
 //! OPENAI_BASE_URL) or, with `--mock`, against the built-in emulator running in-process with
 //! the mode's fixture (`fixtures/responses/<mode>.json`): no key, no network.
+//!
+//! The API key (`OPENAI_API_KEY`) is never printed: the model's text is masked (`***`)
+//! wherever it quotes the key, also when the `async` story streams it and a delta boundary
+//! splits the key ([`KeyMask`], as `run` masks its stream).
 
 use std::sync::Arc;
 
+use agent_host::tools::mask_key;
 use agent_responses::demo::{self, Mode, ScanTool};
 use agent_responses::loops::{self, LoopConfig};
 use agent_responses::types::{Input, Item, MessageItem, StreamEvent};
@@ -75,16 +80,17 @@ pub async fn run(global: &GlobalArgs, cmd: ApiCmd) -> anyhow::Result<std::proces
                     "api.result",
                     json!({"mode": mode.name(), "response_id": outcome.response.id,
                     "turns": outcome.turns, "tool_executions": outcome.executions,
-                    "text": outcome.response.output_text()}),
+                    "text": mask_key(outcome.response.output_text())}),
                 )?;
             } else {
                 for text in outcome.response.message_lines() {
-                    line(&text)?;
+                    line(&mask_key(text))?;
                 }
             }
         }
         Mode::Async => {
             let json = global.json;
+            let mut mask = KeyMask::new(agent_host::tools::api_key().map(str::to_owned));
             let outcome = loops::run_async(
                 &client,
                 &config,
@@ -92,32 +98,29 @@ pub async fn run(global: &GlobalArgs, cmd: ApiCmd) -> anyhow::Result<std::proces
                 Arc::new(ScanTool),
                 |event| {
                     if let StreamEvent::OutputTextDelta(delta) = event {
-                        // A closed stdout is the reader's choice; the story goes on.
-                        if json {
-                            let _ = typed_line("api.delta", json!({"delta": delta.delta}));
-                        } else {
-                            let _ = output::stream(&delta.delta);
-                        }
+                        print_delta(json, &mask.push(&delta.delta));
                     }
                 },
             )
             .await
             .map_err(explain)?;
+            // The stream ended: what was held back was only the start of a key.
+            print_delta(json, &mask.flush());
             if json {
                 let outputs: Vec<_> = outcome
                     .outputs
                     .iter()
-                    .map(|o| json!({"call_id": o.call_id, "output": o.text()}))
+                    .map(|o| json!({"call_id": o.call_id, "output": mask_key(o.text())}))
                     .collect();
                 typed_line(
                     "api.result",
                     json!({"mode": "async", "response_id": outcome.first.id, "tool_results": outputs,
-                    "follow_up_id": outcome.follow.id, "text": outcome.follow.output_text()}),
+                    "follow_up_id": outcome.follow.id, "text": mask_key(outcome.follow.output_text())}),
                 )?;
             } else {
                 line("")?;
                 for text in outcome.follow.message_lines() {
-                    line(&text)?;
+                    line(&mask_key(text))?;
                 }
             }
         }
@@ -130,11 +133,11 @@ pub async fn run(global: &GlobalArgs, cmd: ApiCmd) -> anyhow::Result<std::proces
                 typed_line(
                     "api.result",
                     json!({"mode": "compact", "compacted_items": outcome.compacted.output.len(),
-                    "response_id": outcome.follow.id, "text": outcome.follow.output_text()}),
+                    "response_id": outcome.follow.id, "text": mask_key(outcome.follow.output_text())}),
                 )?;
             } else {
                 for text in outcome.follow.message_lines() {
-                    line(&text)?;
+                    line(&mask_key(text))?;
                 }
             }
         }
@@ -181,5 +184,114 @@ fn explain(err: loops::LoopError) -> anyhow::Error {
     match hint {
         Some(hint) => with_hint(err, hint),
         None => anyhow::Error::new(err),
+    }
+}
+
+/// Prints a piece of the streamed text (nothing for an empty one): raw on stdout, or as an
+/// `api.delta` JSON line. A closed stdout is the reader's choice; the story goes on.
+fn print_delta(json: bool, text: &str) {
+    if text.is_empty() {
+        return;
+    }
+    if json {
+        let _ = typed_line("api.delta", json!({"delta": text}));
+    } else {
+        let _ = output::stream(text);
+    }
+}
+
+/// Streamed model text with the API key masked as `***`, also when deltas split it: a tail
+/// that could be the start of the key (at most its length less one byte) is held back
+/// until the next delta, or the end of the stream ([`flush`](Self::flush)), shows whether
+/// it is. The rule `run`'s renderer follows; nothing [`push`](Self::push) or `flush`
+/// returns holds the key.
+#[derive(Debug, Default)]
+struct KeyMask {
+    key: Option<String>,
+    /// Received, not shown yet.
+    held: String,
+}
+
+impl KeyMask {
+    fn new(key: Option<String>) -> Self {
+        KeyMask {
+            key: key.filter(|k| !k.is_empty()),
+            held: String::new(),
+        }
+    }
+
+    /// Takes a delta; returns the text to show now, masked.
+    fn push(&mut self, delta: &str) -> String {
+        self.held.push_str(delta);
+        let received = std::mem::take(&mut self.held);
+        let Some(key) = self.key.as_deref() else {
+            return received;
+        };
+        let mut masked = received.replace(key, "***");
+        let at = held_back_from(&masked, key);
+        self.held = masked.split_off(at);
+        masked
+    }
+
+    /// The stream ended: the text held back (not the key: only a start of one).
+    fn flush(&mut self) -> String {
+        std::mem::take(&mut self.held)
+    }
+}
+
+/// Where the longest tail of `text` that `key` starts with (shorter than `key`) begins;
+/// `text.len()` when there is none.
+fn held_back_from(text: &str, key: &str) -> usize {
+    let longest = key.len().saturating_sub(1);
+    (text.len().saturating_sub(longest)..text.len())
+        .filter(|at| text.is_char_boundary(*at))
+        .find(|at| key.starts_with(&text[*at..]))
+        .unwrap_or(text.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::KeyMask;
+
+    const KEY: &str = "sk-test-SECRET123";
+
+    /// What is shown of `deltas`, piece by piece (the last piece is the flush).
+    fn shown(deltas: &[&str]) -> Vec<String> {
+        let mut mask = KeyMask::new(Some(KEY.to_owned()));
+        let mut pieces: Vec<String> = deltas.iter().map(|d| mask.push(d)).collect();
+        pieces.push(mask.flush());
+        pieces
+    }
+
+    #[test]
+    fn a_key_split_across_deltas_is_masked() {
+        // The bug hunter's stream: "key is sk-test-SEC" + "RET123".
+        let pieces = shown(&["key is sk-test-SEC", "RET123", " done"]);
+        assert!(pieces.iter().all(|p| !p.contains("SEC")), "{pieces:?}");
+        assert_eq!(pieces.concat(), "key is *** done");
+        assert_eq!(pieces[0], "key is ", "only the possible key is held back");
+        // Split into single characters, and at the very end of the stream.
+        let chars: Vec<String> = format!("a{KEY}b{KEY}").chars().map(String::from).collect();
+        let chars: Vec<&str> = chars.iter().map(String::as_str).collect();
+        let pieces = shown(&chars);
+        assert!(pieces.iter().all(|p| !p.contains("SEC")), "{pieces:?}");
+        assert_eq!(pieces.concat(), "a***b***");
+    }
+
+    #[test]
+    fn text_that_only_starts_like_the_key_is_shown_at_the_end() {
+        assert_eq!(
+            shown(&["ask sk-te", "a question"]).concat(),
+            "ask sk-tea question"
+        );
+        assert_eq!(
+            shown(&["ends with sk-test-SE"]).concat(),
+            "ends with sk-test-SE"
+        );
+        assert_eq!(shown(&["héllo 数据"]).concat(), "héllo 数据");
+        // Without a key nothing is held back.
+        let mut none = KeyMask::new(None);
+        assert_eq!(none.push("sk-test-SEC"), "sk-test-SEC");
+        assert_eq!(none.flush(), "");
     }
 }
