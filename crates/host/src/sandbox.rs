@@ -77,8 +77,8 @@ fn dirs_home() -> Option<PathBuf> {
 /// from every command like the default one, which the sandbox's own list holds.
 fn moved_config_dir() -> Option<PathBuf> {
     std::env::var_os("AGENTCTL_CONFIG_DIR")
-        .map(PathBuf::from)
-        .filter(|dir| dir.is_absolute())
+        .filter(|dir| !dir.is_empty())
+        .and_then(|dir| std::path::absolute(dir).ok())
 }
 
 /// agentctl's data directory (its default database), hidden from every command.

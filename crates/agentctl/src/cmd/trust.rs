@@ -28,8 +28,8 @@ pub struct TrustArgs {
     pub list: bool,
 }
 
-/// The user's configuration directory: `AGENTCTL_CONFIG_DIR` when set to an absolute path,
-/// else `~/.config/agentctl`.
+/// The user's configuration directory: `AGENTCTL_CONFIG_DIR` when set (a relative path is
+/// taken from the current directory), else `~/.config/agentctl`.
 pub fn config_dir() -> Option<PathBuf> {
     moved_config_dir().or_else(|| dirs::home_dir().map(|h| h.join(".config").join("agentctl")))
 }
@@ -38,8 +38,8 @@ pub fn config_dir() -> Option<PathBuf> {
 /// commands like the default one (which the sandbox's own list holds).
 pub fn moved_config_dir() -> Option<PathBuf> {
     std::env::var_os("AGENTCTL_CONFIG_DIR")
-        .map(PathBuf::from)
-        .filter(|dir| dir.is_absolute())
+        .filter(|dir| !dir.is_empty())
+        .and_then(|dir| std::path::absolute(dir).ok())
 }
 
 /// The trust store of this user.

@@ -141,3 +141,21 @@ fn a_workspace_without_a_config_has_nothing_to_trust_and_a_deleted_one_can_be_fo
         text(&listed.stdout)
     );
 }
+
+/// `AGENTCTL_CONFIG_DIR` given as a relative path is taken from the current directory (it
+/// was ignored, and the trust went to the default directory without a word).
+#[test]
+fn a_relative_config_dir_is_taken_from_the_current_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    std::fs::write(ws.join("agentctl.toml"), "[sandbox]\nnetwork = true\n").unwrap();
+    let o = out(agentctl("memory:")
+        .args(["trust", "ws"])
+        .current_dir(dir.path())
+        .env("AGENTCTL_CONFIG_DIR", "cfg")
+        .env("HOME", dir.path().join("home")));
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert!(dir.path().join("cfg/trusted-workspaces").is_file());
+    assert!(!dir.path().join("home/.config").exists());
+}
