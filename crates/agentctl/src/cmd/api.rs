@@ -6,7 +6,7 @@
 //!
 //! The API key (`OPENAI_API_KEY`) is never printed: the model's text is masked (`***`)
 //! wherever it quotes the key, also when the `async` story streams it and a delta boundary
-//! splits the key ([`KeyMask`], as `run` masks its stream).
+//! splits the key (`agent_host::tools::StreamMask`, as `run` masks its stream).
 
 use std::sync::Arc;
 
@@ -90,7 +90,8 @@ pub async fn run(global: &GlobalArgs, cmd: ApiCmd) -> anyhow::Result<std::proces
         }
         Mode::Async => {
             let json = global.json;
-            let mut mask = KeyMask::new(agent_host::tools::api_key().map(str::to_owned));
+            let mut mask =
+                agent_host::tools::StreamMask::new(agent_host::tools::api_key().map(str::to_owned));
             let outcome = loops::run_async(
                 &client,
                 &config,
@@ -197,101 +198,5 @@ fn print_delta(json: bool, text: &str) {
         let _ = typed_line("api.delta", json!({"delta": text}));
     } else {
         let _ = output::stream(text);
-    }
-}
-
-/// Streamed model text with the API key masked as `***`, also when deltas split it: a tail
-/// that could be the start of the key (at most its length less one byte) is held back
-/// until the next delta, or the end of the stream ([`flush`](Self::flush)), shows whether
-/// it is. The rule `run`'s renderer follows; nothing [`push`](Self::push) or `flush`
-/// returns holds the key.
-#[derive(Debug, Default)]
-struct KeyMask {
-    key: Option<String>,
-    /// Received, not shown yet.
-    held: String,
-}
-
-impl KeyMask {
-    fn new(key: Option<String>) -> Self {
-        KeyMask {
-            key: key.filter(|k| !k.is_empty()),
-            held: String::new(),
-        }
-    }
-
-    /// Takes a delta; returns the text to show now, masked.
-    fn push(&mut self, delta: &str) -> String {
-        self.held.push_str(delta);
-        let received = std::mem::take(&mut self.held);
-        let Some(key) = self.key.as_deref() else {
-            return received;
-        };
-        let mut masked = received.replace(key, "***");
-        let at = held_back_from(&masked, key);
-        self.held = masked.split_off(at);
-        masked
-    }
-
-    /// The stream ended: the text held back (not the key: only a start of one).
-    fn flush(&mut self) -> String {
-        std::mem::take(&mut self.held)
-    }
-}
-
-/// Where the longest tail of `text` that `key` starts with (shorter than `key`) begins;
-/// `text.len()` when there is none.
-fn held_back_from(text: &str, key: &str) -> usize {
-    let longest = key.len().saturating_sub(1);
-    (text.len().saturating_sub(longest)..text.len())
-        .filter(|at| text.is_char_boundary(*at))
-        .find(|at| key.starts_with(&text[*at..]))
-        .unwrap_or(text.len())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::KeyMask;
-
-    const KEY: &str = "sk-test-SECRET123";
-
-    /// What is shown of `deltas`, piece by piece (the last piece is the flush).
-    fn shown(deltas: &[&str]) -> Vec<String> {
-        let mut mask = KeyMask::new(Some(KEY.to_owned()));
-        let mut pieces: Vec<String> = deltas.iter().map(|d| mask.push(d)).collect();
-        pieces.push(mask.flush());
-        pieces
-    }
-
-    #[test]
-    fn a_key_split_across_deltas_is_masked() {
-        // The bug hunter's stream: "key is sk-test-SEC" + "RET123".
-        let pieces = shown(&["key is sk-test-SEC", "RET123", " done"]);
-        assert!(pieces.iter().all(|p| !p.contains("SEC")), "{pieces:?}");
-        assert_eq!(pieces.concat(), "key is *** done");
-        assert_eq!(pieces[0], "key is ", "only the possible key is held back");
-        // Split into single characters, and at the very end of the stream.
-        let chars: Vec<String> = format!("a{KEY}b{KEY}").chars().map(String::from).collect();
-        let chars: Vec<&str> = chars.iter().map(String::as_str).collect();
-        let pieces = shown(&chars);
-        assert!(pieces.iter().all(|p| !p.contains("SEC")), "{pieces:?}");
-        assert_eq!(pieces.concat(), "a***b***");
-    }
-
-    #[test]
-    fn text_that_only_starts_like_the_key_is_shown_at_the_end() {
-        assert_eq!(
-            shown(&["ask sk-te", "a question"]).concat(),
-            "ask sk-tea question"
-        );
-        assert_eq!(
-            shown(&["ends with sk-test-SE"]).concat(),
-            "ends with sk-test-SE"
-        );
-        assert_eq!(shown(&["héllo 数据"]).concat(), "héllo 数据");
-        // Without a key nothing is held back.
-        let mut none = KeyMask::new(None);
-        assert_eq!(none.push("sk-test-SEC"), "sk-test-SEC");
-        assert_eq!(none.flush(), "");
     }
 }

@@ -35,7 +35,7 @@ pub use config::{
 };
 pub use files::{ListDir, ReadFile, WriteFile};
 pub use rust_tool::{RustTool, ToolCall};
-pub use secrets::{HIDDEN_ENV, api_key, mask_key};
+pub use secrets::{HIDDEN_ENV, StreamMask, api_key, mask_key};
 pub use shell::{ESCALATE, OUTPUT_CAP, Shell, asks_escalation};
 pub use trust::{TRUST_FILE, TrustError, TrustStore, Trusted, loosening};
 pub use workspace::{PathRefused, Workspace};

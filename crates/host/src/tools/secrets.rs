@@ -48,6 +48,61 @@ pub(crate) fn api_key_in_json() -> Option<&'static str> {
         .as_deref()
 }
 
+/// Streamed text with a key masked as `***`, also when deltas split it: a tail that could
+/// be the start of the key (at most its length less one byte) is held back until the next
+/// delta, or the end of the stream ([`flush`](Self::flush)), shows whether it is.
+///
+/// Invariant: nothing [`push`](Self::push) or `flush` returns holds the key.
+#[derive(Debug, Default, Clone)]
+pub struct StreamMask {
+    key: Option<String>,
+    /// Received, not returned yet.
+    held: String,
+}
+
+impl StreamMask {
+    /// A mask of `key` (none: text passes as it is).
+    pub fn new(key: Option<String>) -> StreamMask {
+        StreamMask {
+            key: key.filter(|k| !k.is_empty()),
+            held: String::new(),
+        }
+    }
+
+    /// Takes a delta; returns the text to show now, masked.
+    pub fn push(&mut self, delta: &str) -> String {
+        self.held.push_str(delta);
+        let received = std::mem::take(&mut self.held);
+        let Some(key) = self.key.as_deref() else {
+            return received;
+        };
+        let mut masked = mask(received, key);
+        let at = held_back_from(&masked, key);
+        self.held = masked.split_off(at);
+        masked
+    }
+
+    /// The stream ended: the text held back (not the key: only a start of one).
+    pub fn flush(&mut self) -> String {
+        std::mem::take(&mut self.held)
+    }
+
+    /// Forgets what was held back (a new stream starts).
+    pub fn clear(&mut self) {
+        self.held.clear();
+    }
+}
+
+/// Where the longest tail of `text` that `key` starts with (shorter than `key`) begins;
+/// `text.len()` when there is none.
+fn held_back_from(text: &str, key: &str) -> usize {
+    let longest = key.len().saturating_sub(1);
+    (text.len().saturating_sub(longest)..text.len())
+        .filter(|at| text.is_char_boundary(*at))
+        .find(|at| key.starts_with(&text[*at..]))
+        .unwrap_or(text.len())
+}
+
 /// `text` with every occurrence of `key` replaced by `***`.
 pub(crate) fn mask(text: String, key: &str) -> String {
     if text.contains(key) {
@@ -196,6 +251,49 @@ mod tests {
             scrub(&mut value, Some(key));
             assert_eq!(value["arguments"], text);
         }
+    }
+
+    /// What a [`StreamMask`] of `KEY` shows of `deltas`, piece by piece (the last piece is
+    /// the flush).
+    fn streamed(deltas: &[&str]) -> Vec<String> {
+        let mut mask = StreamMask::new(Some(STREAM_KEY.to_owned()));
+        let mut pieces: Vec<String> = deltas.iter().map(|d| mask.push(d)).collect();
+        pieces.push(mask.flush());
+        pieces
+    }
+
+    const STREAM_KEY: &str = "sk-test-SECRET123";
+
+    #[test]
+    fn a_key_split_across_deltas_is_masked() {
+        let pieces = streamed(&["key is sk-test-SEC", "RET123", " done"]);
+        assert!(pieces.iter().all(|p| !p.contains("SEC")), "{pieces:?}");
+        assert_eq!(pieces.concat(), "key is *** done");
+        assert_eq!(pieces[0], "key is ", "only the possible key is held back");
+        // Split into single characters, and at the very end of the stream.
+        let text = format!("a{STREAM_KEY}b{STREAM_KEY}");
+        let chars: Vec<String> = text.chars().map(String::from).collect();
+        let chars: Vec<&str> = chars.iter().map(String::as_str).collect();
+        let pieces = streamed(&chars);
+        assert!(pieces.iter().all(|p| !p.contains("SEC")), "{pieces:?}");
+        assert_eq!(pieces.concat(), "a***b***");
+    }
+
+    #[test]
+    fn text_that_only_starts_like_the_key_is_shown_at_the_end() {
+        assert_eq!(
+            streamed(&["ask sk-te", "a question"]).concat(),
+            "ask sk-tea question"
+        );
+        assert_eq!(
+            streamed(&["ends with sk-test-SE"]).concat(),
+            "ends with sk-test-SE"
+        );
+        assert_eq!(streamed(&["héllo 数据"]).concat(), "héllo 数据");
+        // Without a key nothing is held back.
+        let mut none = StreamMask::new(None);
+        assert_eq!(none.push("sk-test-SEC"), "sk-test-SEC");
+        assert_eq!(none.flush(), "");
     }
 
     #[test]

@@ -28,12 +28,10 @@ pub(super) enum Completion {
 /// The text of the current model call.
 #[derive(Debug, Default)]
 pub(super) struct StepText {
-    /// The key to mask, if any.
-    key: Option<String>,
+    /// Masks the key; holds back the longest tail that could be the start of it.
+    mask: agent_host::tools::StreamMask,
     /// Shown so far (masked).
     shown: String,
-    /// Received, not shown yet: the longest tail that could be the start of the key.
-    held: String,
     /// A line ended after `shown` (a note had to start on a line of its own): the rest of
     /// the text can no longer simply follow it.
     broken: bool,
@@ -42,31 +40,21 @@ pub(super) struct StepText {
 impl StepText {
     pub(super) fn new(key: Option<String>) -> StepText {
         StepText {
-            key,
+            mask: agent_host::tools::StreamMask::new(key),
             ..StepText::default()
         }
     }
 
     /// Takes a delta; returns the text to show now, masked.
     pub(super) fn push(&mut self, delta: &str) -> String {
-        self.held.push_str(delta);
-        let received = std::mem::take(&mut self.held);
-        let (now, later) = match self.key.as_deref() {
-            Some(key) => {
-                let masked = mask(received, key);
-                let at = held_back_from(&masked, key);
-                (masked[..at].to_string(), masked[at..].to_string())
-            }
-            None => (received, String::new()),
-        };
-        self.held = later;
+        let now = self.mask.push(delta);
         self.shown.push_str(&now);
         now
     }
 
     /// The stream ended: the text held back (no key: it was only a start of one).
     pub(super) fn flush(&mut self) -> String {
-        let rest = std::mem::take(&mut self.held);
+        let rest = self.mask.flush();
         self.shown.push_str(&rest);
         rest
     }
@@ -91,7 +79,7 @@ impl StepText {
 
     /// A new model call (the next step, or a retry): nothing of it was shown.
     pub(super) fn restart(&mut self) {
-        self.held.clear();
+        self.mask.clear();
         self.moved_on();
     }
 
@@ -110,29 +98,10 @@ impl StepText {
             Completion::Again(text.to_string())
         };
         self.shown = text.to_string();
-        self.held.clear();
+        self.mask.clear();
         self.broken = false;
         completion
     }
-}
-
-/// `text` with every occurrence of `key` replaced by `***`.
-fn mask(text: String, key: &str) -> String {
-    if text.contains(key) {
-        text.replace(key, "***")
-    } else {
-        text
-    }
-}
-
-/// Where the longest tail of `text` that `key` starts with (shorter than `key`) begins;
-/// `text.len()` when there is none.
-fn held_back_from(text: &str, key: &str) -> usize {
-    let longest = key.len().saturating_sub(1);
-    (text.len().saturating_sub(longest)..text.len())
-        .filter(|at| text.is_char_boundary(*at))
-        .find(|at| key.starts_with(&text[*at..]))
-        .unwrap_or(text.len())
 }
 
 #[cfg(test)]
@@ -174,7 +143,8 @@ mod tests {
         let (each, _) = shown(&["ends with sk-test"]);
         assert_eq!(each, ["ends with ", "sk-test"]);
         // The longest such tail is held: `s` alone would miss a key starting at `sk-`.
-        assert_eq!(held_back_from("x sk-test-S", KEY), 2);
+        let (each, _) = shown(&["x sk-test-S"]);
+        assert_eq!(each, ["x ", "sk-test-S"]);
         // Multi-byte text around it is cut at character boundaries only.
         let (_, all) = shown(&["é sk-", "test-SECRET12345 ✓"]);
         assert_eq!(all, "é *** ✓");
