@@ -2,11 +2,17 @@
 //!
 //! Order (each step answers before the next one looks):
 //! 1. `Host` (HTTP/2: `:authority`) must name this server (DNS rebinding): else 403
-//!    `forbidden_host`.
-//! 2. The token, from `Authorization: Bearer` or the `agentctl_token_PORT` cookie.
+//!    `forbidden_host`; a request with more than one `Host` is 400 (RFC 9112, 3.2).
+//! 2. The token, from `Authorization: Bearer` or the `agentctl_token_PORT` cookie (any
+//!    cookie of that name: a page on another port of the host can set one more, with a
+//!    longer path that browsers send first, and must not lock the console out).
 //! 3. A `POST` with an `Origin` must come from this server's origin; a `POST` authenticated
-//!    by the cookie must carry one (CSRF): else 403 `forbidden_origin`.
-//! 4. Without a token, `/api/...` answers 401; the console's pages get [`Authed`]`(false)`
+//!    by the cookie must carry one (CSRF), and only one: else 403 `forbidden_origin`.
+//! 4. A `POST` to `/api/...` authenticated by the cookie must say its body is JSON
+//!    (`Content-Type: application/json`, which a browser sends across sites only after a
+//!    preflight this server never answers): else 415 `unsupported_media_type`, a second
+//!    wall behind the `Origin` check.
+//! 5. Without a token, `/api/...` answers 401; the console's pages get [`Authed`]`(false)`
 //!    and show the login page, never data.
 
 use std::sync::Arc;
@@ -30,6 +36,9 @@ enum By {
 }
 
 pub(crate) async fn guard(State(app): State<Arc<App>>, mut req: Request, next: Next) -> Response {
+    if req.headers().get_all(header::HOST).iter().count() > 1 {
+        return ApiError::bad_request("a request names one Host").into_response();
+    }
     if !names_this_server(&app, &req) {
         return ApiError::new(
             StatusCode::FORBIDDEN,
@@ -46,13 +55,15 @@ pub(crate) async fn guard(State(app): State<Arc<App>>, mut req: Request, next: N
         .filter(|t| app.token.matches(t.trim()))
         .map(|_| By::Bearer);
     let by = bearer.or_else(|| {
-        cookie(headers, &app.cookie)
-            .filter(|t| app.token.matches(t))
-            .map(|_| By::Cookie)
+        cookies(headers, &app.cookie)
+            .any(|t| app.token.matches(t))
+            .then_some(By::Cookie)
     });
     if req.method() == Method::POST {
+        let origins = headers.get_all(header::ORIGIN).iter().count();
         let origin = headers.get(header::ORIGIN).and_then(|h| h.to_str().ok());
         let fine = match (origin, by) {
+            _ if origins > 1 => false,
             (Some(origin), _) => app.allows_origin(origin),
             (None, Some(By::Cookie)) => false,
             (None, _) => true,
@@ -65,6 +76,18 @@ pub(crate) async fn guard(State(app): State<Arc<App>>, mut req: Request, next: N
             )
             .into_response();
         }
+    }
+    if req.method() == Method::POST
+        && by == Some(By::Cookie)
+        && req.uri().path().starts_with("/api/")
+        && !says_json(headers)
+    {
+        return ApiError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported_media_type",
+            "the body must be sent as Content-Type: application/json",
+        )
+        .into_response();
     }
     if by.is_none() && req.uri().path().starts_with("/api/") {
         return ApiError::unauthorized().into_response();
@@ -94,14 +117,30 @@ fn bearer(header: &str) -> Option<&str> {
     scheme.eq_ignore_ascii_case("bearer").then_some(token)
 }
 
-/// The value of cookie `name`, if the request has it.
-pub(crate) fn cookie<'a>(headers: &'a axum::http::HeaderMap, name: &str) -> Option<&'a str> {
+/// The values of every cookie `name` the request has.
+fn cookies<'a>(
+    headers: &'a axum::http::HeaderMap,
+    name: &'a str,
+) -> impl Iterator<Item = &'a str> + 'a {
     headers
         .get_all(header::COOKIE)
         .iter()
         .filter_map(|h| h.to_str().ok())
         .flat_map(|h| h.split(';'))
         .filter_map(|pair| pair.trim().split_once('='))
-        .find(|(k, _)| *k == name)
+        .filter(move |(k, _)| *k == name)
         .map(|(_, v)| v)
+}
+
+/// Whether the request's one `Content-Type` is `application/json` (with any parameters).
+fn says_json(headers: &axum::http::HeaderMap) -> bool {
+    let mut types = headers.get_all(header::CONTENT_TYPE).iter();
+    match (types.next(), types.next()) {
+        (Some(value), None) => value.to_str().is_ok_and(|v| {
+            v.split(';')
+                .next()
+                .is_some_and(|t| t.trim().eq_ignore_ascii_case("application/json"))
+        }),
+        _ => false,
+    }
 }

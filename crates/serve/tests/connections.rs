@@ -450,3 +450,64 @@ async fn a_large_sign_in_form_is_refused_before_it_is_read() {
         .unwrap();
     assert_eq!(signed.status(), 303);
 }
+
+/// One raw HTTP/1.1 request (`head`: its request line and headers, each ending in CRLF)
+/// with `body`; the status line's code.
+async fn raw_status(base: &str, head: &str, body: &str) -> String {
+    let addr = base.trim_start_matches("http://").to_string();
+    let mut stream = TcpStream::connect(&addr).await.unwrap();
+    let request = format!(
+        "{head}Connection: close\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut answer))
+        .await
+        .unwrap()
+        .unwrap();
+    let answer = String::from_utf8_lossy(&answer).into_owned();
+    answer
+        .split(' ')
+        .nth(1)
+        .unwrap_or_else(|| panic!("no status in {answer:?}"))
+        .to_string()
+}
+
+/// A request with two `Host` headers is refused whatever their order (the first one alone
+/// was judged: this server's name first let a foreign one through), and a POST with two
+/// `Origin` headers is refused as a cross-site one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_hosts_or_two_origins_are_refused() {
+    let s = server().await;
+    let host = s.base.trim_start_matches("http://").to_string();
+    let auth = format!("Authorization: Bearer {TOKEN}\r\n");
+    for (first, second) in [
+        (host.as_str(), "evil.example"),
+        ("evil.example", host.as_str()),
+    ] {
+        let head =
+            format!("GET /api/v1/runs HTTP/1.1\r\nHost: {first}\r\nHost: {second}\r\n{auth}");
+        assert_eq!(
+            raw_status(&s.base, &head, "").await,
+            "400",
+            "{first}, {second}"
+        );
+    }
+    let one = format!("GET /api/v1/runs HTTP/1.1\r\nHost: {host}\r\n{auth}");
+    assert_eq!(raw_status(&s.base, &one, "").await, "200");
+    let steer = |origins: &str| {
+        format!(
+            "POST /api/v1/runs/{}/steer HTTP/1.1\r\nHost: {host}\r\n{auth}{origins}\
+             Content-Type: application/json\r\n",
+            s.run
+        )
+    };
+    let body = r#"{"text":"x"}"#;
+    let two = steer(&format!(
+        "Origin: http://{host}\r\nOrigin: http://evil.example\r\n"
+    ));
+    assert_eq!(raw_status(&s.base, &two, body).await, "403");
+    let own = steer(&format!("Origin: http://{host}\r\n"));
+    assert_eq!(raw_status(&s.base, &own, body).await, "202");
+}

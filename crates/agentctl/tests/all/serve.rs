@@ -183,17 +183,41 @@ async fn the_door(db: FreshDb) {
         (status, code.as_str()),
         (StatusCode::FORBIDDEN, "forbidden_origin")
     );
+    // With the cookie, a POST must also say it sends JSON (a browser sends that across
+    // sites only after a preflight, which is never answered).
     let (status, code, _) = error_of(
         client()
             .post(format!("{}/api/v1/runs/x/interrupt", s.base))
             .header("Cookie", &cookie)
-            .header("Origin", format!("http://{}", s.host)),
+            .header("Origin", format!("http://{}", s.host))
+            .header("Content-Type", "text/plain"),
+    )
+    .await;
+    assert_eq!(
+        (status, code.as_str()),
+        (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type")
+    );
+    let (status, code, _) = error_of(
+        client()
+            .post(format!("{}/api/v1/runs/x/interrupt", s.base))
+            .header("Cookie", &cookie)
+            .header("Origin", format!("http://{}", s.host))
+            .header("Content-Type", "application/json; charset=utf-8"),
     )
     .await;
     assert_eq!(
         (status, code.as_str()),
         (StatusCode::NOT_FOUND, "not_found")
     );
+    // A cookie of the same name set by a page on another port of the host (sent first,
+    // with a longer path) does not hide the real one.
+    let (status, _) = call_api(
+        client()
+            .get(format!("{}/api/v1/runs", s.base))
+            .header("Cookie", format!("agentctl_token_{port}=junk; {cookie}")),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
     // The console: a login page without the token, a cookie from the printed link.
     let login = client().get(format!("{}/", s.base)).send().await.unwrap();
     assert_eq!(login.status(), StatusCode::UNAUTHORIZED);
