@@ -19,6 +19,8 @@ mod deferred_index;
 mod disk_full;
 #[path = "all/fuzz_units.rs"]
 mod fuzz_units;
+#[path = "all/open_while_locked.rs"]
+mod open_while_locked;
 #[cfg(target_os = "linux")]
 #[path = "all/read_only.rs"]
 mod read_only;

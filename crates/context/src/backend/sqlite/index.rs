@@ -32,7 +32,7 @@ use rusqlite::{Connection, OptionalExtension as _, TransactionBehavior, params};
 use super::relaxed::with_relaxed_sync;
 use super::units::SEQ_BITS;
 use super::worker::IdleWork;
-use crate::error::Result;
+use crate::error::{DatabaseErrorKind, Result};
 
 /// How long the writer thread waits with no write before it folds: a caller appending back
 /// to back never waits for a background fold. 20 ms, not less: a caller that does some
@@ -98,15 +98,37 @@ impl FoldSignal {
     }
 }
 
+/// Longest a background step waits for another connection's write lock (at most the
+/// store's busy timeout). The step is optional work: waiting the whole busy timeout behind
+/// a long write of another process would hold up this store's next job and its `close`
+/// (a command that only reads would take that long to finish), so it gives up instead, as
+/// a failed step does, and the next append asks for it again.
+pub(super) const IDLE_LOCK_WAIT: Duration = Duration::from_millis(50);
+
 /// The writer thread's idle work: one background fold batch per step, or once nothing is
 /// left to fold, one merge step.
 pub(super) struct Folder {
     signal: Arc<FoldSignal>,
+    /// The writer connection's busy timeout, restored after each step; `None` for
+    /// `:memory:` (nothing else can hold its lock).
+    busy_timeout: Option<Duration>,
 }
 
 impl Folder {
-    pub(super) fn new(signal: Arc<FoldSignal>) -> Self {
-        Folder { signal }
+    pub(super) fn new(signal: Arc<FoldSignal>, busy_timeout: Option<Duration>) -> Self {
+        Folder {
+            signal,
+            busy_timeout,
+        }
+    }
+
+    /// One fold batch, or one merge step when nothing is left to fold: whether more work
+    /// is left.
+    fn fold_or_merge(conn: &mut Connection) -> Result<bool> {
+        match fold_batch(conn, FOLD_BATCH_BYTES, u64::MAX)? {
+            0 => merge_step(conn, MERGE_STEP_PAGES),
+            _ => Ok(true),
+        }
     }
 }
 
@@ -121,19 +143,26 @@ impl IdleWork for Folder {
 
     /// Folds one batch, or merges one step when nothing is left to fold; clears the
     /// pending flag once neither has work, or on an error, which is logged: the next append
-    /// sets the flag again, so a failing step is retried then, not in a loop.
+    /// sets the flag again, so a failing step is retried then, not in a loop. The step waits
+    /// at most [`IDLE_LOCK_WAIT`] for the write lock.
     fn step(&mut self, conn: &mut Connection) {
-        let more = match fold_batch(conn, FOLD_BATCH_BYTES, u64::MAX) {
-            Ok(0) => merge_step(conn, MERGE_STEP_PAGES).unwrap_or_else(|err| {
-                tracing::warn!(error = %err, "context index: background merge failed");
+        if let Some(timeout) = self.busy_timeout {
+            let _ = conn.busy_timeout(IDLE_LOCK_WAIT.min(timeout));
+        }
+        let more = match Self::fold_or_merge(conn) {
+            Ok(more) => more,
+            Err(err) if err.database_kind() == Some(DatabaseErrorKind::Timeout) => {
+                tracing::debug!(error = %err, "context index: background step skipped, another connection holds the write lock");
                 false
-            }),
-            Ok(_) => true,
+            }
             Err(err) => {
-                tracing::warn!(error = %err, "context index: background fold failed");
+                tracing::warn!(error = %err, "context index: background fold or merge failed");
                 false
             }
         };
+        if let Some(timeout) = self.busy_timeout {
+            let _ = conn.busy_timeout(timeout);
+        }
         if !more {
             self.signal.pending.store(false, Ordering::Release);
         }

@@ -109,7 +109,14 @@ impl SqliteBackend {
         // A writable file may hold a tail left by a process that stopped before folding it;
         // a read-only one is never folded (a search scans its tail).
         let fold = FoldSignal::new(!read_only);
-        let db = Db::open(&target, options, Box::new(Folder::new(fold.clone()))).await?;
+        // The background fold waits for another connection's lock only briefly (see
+        // `index::IDLE_LOCK_WAIT`); `:memory:` has no other connection.
+        let busy_timeout = match &target {
+            url::Target::File { .. } => Some(options.busy_timeout),
+            url::Target::Memory => None,
+        };
+        let folder = Folder::new(fold.clone(), busy_timeout);
+        let db = Db::open(&target, options, Box::new(folder)).await?;
         if read_only {
             db.read(schema::check_readable).await?;
         } else {

@@ -31,7 +31,14 @@ const SCHEMA: &agent_schema::Steps = &[
 
 /// Applies the steps not yet recorded, in one immediate transaction (several processes may
 /// open the same file at once): a step that fails leaves the database as it was.
+///
+/// The write lock is taken only when [`steps_pending`] finds a step to apply, and the
+/// version is read again under it: opening a current store never waits for another
+/// connection's write (a command that only reads works while a host holds the lock).
 pub(super) fn migrate(conn: &mut Connection) -> Result<()> {
+    if !steps_pending(conn)? {
+        return Ok(());
+    }
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     tx.execute_batch("CREATE TABLE IF NOT EXISTS context_schema (version INTEGER NOT NULL)")?;
     let current: i64 = tx.query_row(
@@ -54,6 +61,29 @@ pub(super) fn migrate(conn: &mut Connection) -> Result<()> {
     }
     tx.commit()?;
     Ok(())
+}
+
+/// Whether a schema step is not recorded yet (or the version table is missing), read
+/// without a lock. Under WAL a plain read never waits for a writer. A stale answer is
+/// harmless: `context_schema` only ever gains rows, so a store seen current stays current,
+/// and one seen behind is read again under the write lock.
+fn steps_pending(conn: &Connection) -> Result<bool> {
+    let recorded: bool = conn.query_row(
+        "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'context_schema')",
+        [],
+        |r| r.get(0),
+    )?;
+    if !recorded {
+        return Ok(true);
+    }
+    let current: i64 = conn.query_row(
+        "SELECT COALESCE(max(version), 0) FROM context_schema",
+        [],
+        |r| r.get(0),
+    )?;
+    Ok(agent_schema::pending_steps(SCHEMA, current)?
+        .next()
+        .is_some())
 }
 
 /// For a store opened read-only: `Ok` when the file holds this build's schema exactly, as
