@@ -290,7 +290,13 @@ pub fn report_error_masking(err: &anyhow::Error, db: Option<&str>) -> ExitCode {
             // Transparent: the host's error is not a cause of it but the error itself.
             || e.downcast_ref::<agent_host::run::history::HistoryError>()
                 .is_some_and(|h| {
-                    matches!(h, agent_host::run::history::HistoryError::Host(h) if h.is_usage())
+                    use agent_host::run::history::HistoryError;
+                    match h {
+                        HistoryError::Host(h) => h.is_usage(),
+                        // `runs search`'s term, refused by the store as `history search`'s is.
+                        HistoryError::Context(c) => c.is_input_refused(),
+                        _ => false,
+                    }
                 })
     };
     let is_usage = err.chain().any(usage);

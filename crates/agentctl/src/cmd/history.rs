@@ -3,7 +3,6 @@
 use std::io::Read as _;
 
 use agent_context::Unit;
-use anyhow::Context as _;
 use clap::Subcommand;
 use serde_json::{Value, json};
 
@@ -138,9 +137,19 @@ pub async fn run(global: &GlobalArgs, cmd: HistoryCmd) -> anyhow::Result<std::pr
         } => {
             let text = if items == "-" {
                 let mut buf = String::new();
-                std::io::stdin()
-                    .read_to_string(&mut buf)
-                    .context("cannot read items from stdin")?;
+                std::io::stdin().read_to_string(&mut buf).map_err(|err| {
+                    if err.kind() == std::io::ErrorKind::InvalidData {
+                        // Bad input (bytes that are not UTF-8), as invalid JSON is: exit 2.
+                        with_hint(
+                            crate::output::UsageError(format!(
+                                "cannot read items from stdin: {err}"
+                            )),
+                            "pass a JSON array in UTF-8",
+                        )
+                    } else {
+                        anyhow::Error::new(err).context("cannot read items from stdin")
+                    }
+                })?;
                 buf
             } else {
                 items

@@ -52,8 +52,9 @@ pub enum RunsCmd {
     /// Find text in a run's history (`RUN TERM`) or in every run's (`--all TERM`): model
     /// output and tool calls with their output, case-insensitive. The history is derived
     /// from the journal and caught up before each search; when the database cannot be
-    /// written (a full disk, a read-only file), the runs it holds caught up are read there
-    /// and the others derived in memory, not kept.
+    /// written (a full disk, a read-only file, a write lock another process holds for over
+    /// half a second), the runs it holds caught up are read there and the others derived in
+    /// memory, not kept.
     #[command(
         override_usage = "agentctl runs search RUN TERM\n       agentctl runs search --all TERM"
     )]
@@ -364,6 +365,57 @@ impl From<SearchFailure> for anyhow::Error {
     }
 }
 
+/// How long the catch-up of `runs search` waits for another connection's write lock on a
+/// SQLite file (the store's busy timeout; 5 s by default elsewhere). Only the catch-up
+/// writes (reads never wait under WAL), and its writes only save a later search work: a
+/// lock held longer (a long transaction of another process, a `sqlite3` shell inside
+/// `BEGIN`) has the runs not held caught up derived in memory for this search instead (see
+/// [`search`]), with a note, rather than the command waiting the full timeout first. Long
+/// enough for the short transactions of hosts appending to the journal and of other
+/// catch-ups (a run each, milliseconds) to pass.
+const CATCH_UP_LOCK_WAIT: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// Whether `err` says a SQLite lock was held past the busy timeout.
+fn lock_held_too_long(err: &anyhow::Error) -> bool {
+    use agent_context::{ContextError, DatabaseErrorKind};
+    use agent_host::run::history::HistoryError;
+    let timed_out = |c: &ContextError| match c {
+        ContextError::Database(db) => db.kind() == DatabaseErrorKind::Timeout,
+        _ => false,
+    };
+    err.chain().any(|e| {
+        e.downcast_ref::<ContextError>().is_some_and(timed_out)
+            || e.downcast_ref::<HistoryError>()
+                .is_some_and(|h| matches!(h, HistoryError::Context(c) if timed_out(c)))
+    })
+}
+
+/// Whether `url` names a SQLite file (whose locks [`CATCH_UP_LOCK_WAIT`] is about).
+fn is_sqlite_file(url: &str) -> bool {
+    url.starts_with("sqlite:") && !url.starts_with("sqlite::memory:")
+}
+
+/// Options for the history index of a SQLite file: locks held by another connection are
+/// waited for [`CATCH_UP_LOCK_WAIT`].
+fn index_options() -> agent_context::ContextOptions {
+    agent_context::ContextOptions {
+        busy_timeout: CATCH_UP_LOCK_WAIT,
+        ..agent_context::ContextOptions::default()
+    }
+}
+
+/// The history index at `url` for the catch-up (see [`index_options`]).
+async fn open_index(url: &str) -> anyhow::Result<agent_context::ContextStore> {
+    if !is_sqlite_file(url) {
+        return crate::db::open_context_at(url).await;
+    }
+    let options = index_options();
+    // The journal at the same URL opened already: what `--db` names is a database file.
+    agent_context::ContextStore::open_with(url, options)
+        .await
+        .map_err(|err| output::with_hint(err, crate::db::DB_HINT))
+}
+
 /// The hits for `term` with the history index (the context store) at `store_url`; with
 /// `earlier`, runs it holds caught up are searched there (see
 /// [`agent_host::run::history::search_beside`]).
@@ -376,9 +428,7 @@ async fn search_in(
     limit: usize,
 ) -> Result<agent_host::run::history::Searched, SearchFailure> {
     use agent_host::run::history::{self, HistoryError};
-    let store = crate::db::open_context_at(store_url)
-        .await
-        .map_err(SearchFailure::Index)?;
+    let store = open_index(store_url).await.map_err(SearchFailure::Index)?;
     let searched = history::search_beside(journal, earlier, &store, run, term, limit).await;
     store.close().await;
     searched.map_err(|err| match err {
@@ -411,7 +461,7 @@ async fn search(
             .into());
         }
     };
-    if term.trim().is_empty() {
+    if term.is_empty() {
         return Err(output::UsageError("the search term is empty".into()).into());
     }
     let limit = usize::try_from(limit).unwrap_or(50);
@@ -420,12 +470,27 @@ async fn search(
     let hits = match search_in(journal, None, &url, run, &term, limit).await {
         // The history index is derived from the journal: where the file cannot take its
         // writes (a full disk, a read-only file), the runs it holds caught up are searched
-        // there, read-only, and the others derived into memory for this search.
+        // there, read-only, and the others derived into memory for this search. So too
+        // where another connection holds the write lock longer than the catch-up waits.
         Err(SearchFailure::Index(err)) => {
-            let Some(why) = crate::db::unwritable(&url) else {
-                return Err(err);
+            let why = match crate::db::unwritable(&url) {
+                Some(why) => why,
+                None if is_sqlite_file(&url) && lock_held_too_long(&err) => format!(
+                    "another connection held the database's write lock for over {} ms",
+                    CATCH_UP_LOCK_WAIT.as_millis()
+                ),
+                None => return Err(err),
             };
-            let earlier = crate::db::open_context_for_reading(global).await.ok();
+            // Only read (a store without the history tables yet is no help, and making them
+            // would wait for the lock again).
+            let earlier = if is_sqlite_file(&url) {
+                let options = index_options().access(agent_context::Access::ReadOnlyWhenUnwritable);
+                agent_context::ContextStore::open_with(&url, options)
+                    .await
+                    .ok()
+            } else {
+                crate::db::open_context_for_reading(global).await.ok()
+            };
             let searched = search_in(
                 journal,
                 earlier.as_ref(),

@@ -419,3 +419,194 @@ fn an_empty_database_url_is_refused_by_name() {
         "a file was created"
     );
 }
+
+/// A database holding one finished `--mock` run, and the run's id; `agentctl` with a
+/// private data directory under `dir`.
+fn mock_run(dir: &std::path::Path, url: &str, prompt: &str) -> String {
+    let out = agentctl(url)
+        .env("XDG_DATA_HOME", dir)
+        .env("HOME", dir)
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("OPENAI_BASE_URL")
+        .args(["--json", "run", "--mock", prompt])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let first: Value =
+        serde_json::from_str(String::from_utf8_lossy(&out.stdout).lines().next().unwrap()).unwrap();
+    first["thread_id"].as_str().unwrap().to_owned()
+}
+
+/// Exit status, stdout, stderr and how long `agentctl --db url args` took.
+fn timed(url: &str, args: &[&str]) -> (Option<i32>, String, String, std::time::Duration) {
+    let started = std::time::Instant::now();
+    let out = agentctl(url)
+        .env_remove("RUST_LOG")
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+        started.elapsed(),
+    )
+}
+
+/// The commands that only read work while another process holds the SQLite write lock
+/// (a host writing, a `sqlite3` shell inside `BEGIN IMMEDIATE`): they used to wait the
+/// busy timeout (5 s) and fail with "database is locked". `runs search` derives in memory
+/// what it cannot catch up in the file, after a short wait, and says so.
+#[test]
+fn reads_work_while_another_process_holds_the_write_lock() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("j.db");
+    let url = format!("sqlite://{}", path.display());
+    let first = mock_run(dir.path(), &url, "look around");
+    // The first run caught up in the file's history index.
+    let (code, _, stderr, _) = timed(&url, &["runs", "search", "--all", "README"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let second = mock_run(dir.path(), &url, "look around again");
+
+    let holder = rusqlite::Connection::open(&path).unwrap();
+    holder.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let (code, stdout, stderr, took) = timed(&url, &["runs", "search", "--all", "README"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    for id in [&first, &second] {
+        assert!(stdout.contains(id.as_str()), "{id}: {stdout}");
+    }
+    assert!(
+        stderr.contains("write lock") && stderr.contains("1 run(s)"),
+        "{stderr}"
+    );
+    // Not the busy timeout (5 s) before deriving in memory.
+    assert!(took < std::time::Duration::from_millis(4500), "{took:?}");
+    let thread = format!("run:{first}");
+    for args in [
+        &["history", "threads"][..],
+        &["history", "search", "--thread", &thread, "README"],
+        &["history", "window", "--thread", &thread, "--goal", "g"],
+        &["memory", "recall", "--project", "p"],
+        &["memory", "evidence", "--project", "p"],
+        &["runs", "search", &first, "README"],
+    ] {
+        let (code, _, stderr, _) = timed(&url, args);
+        assert_eq!(code, Some(0), "{args:?}: {stderr}");
+    }
+    holder.execute_batch("COMMIT").unwrap();
+}
+
+/// A search term over the store's limit is bad input to `runs search` as to `history
+/// search`: exit 2, not 1.
+#[test]
+fn a_search_term_over_the_limit_is_a_usage_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("j.db").display());
+    let id = mock_run(dir.path(), &url, "look around");
+    let term = "a".repeat(agent_context::limits::MAX_TERM_BYTES + 1);
+    let thread = format!("run:{id}");
+    for args in [
+        &["runs", "search", "--all", &term][..],
+        &["runs", "search", &id, &term],
+        &["history", "search", "--thread", &thread, &term],
+    ] {
+        let (code, _, stderr, _) = timed(&url, args);
+        assert_eq!(code, Some(2), "{:?}: {stderr}", &args[..2]);
+        assert!(stderr.contains("1025 bytes"), "{stderr}");
+    }
+}
+
+/// A term of spaces is a term (`history search` searches it too); only an empty one is
+/// refused.
+#[test]
+fn a_search_term_of_spaces_is_searched() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("j.db").display());
+    let id = mock_run(dir.path(), &url, "look around");
+    let thread = format!("run:{id}");
+    let (code, stdout, stderr, _) = timed(&url, &["runs", "search", &id, " "]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stdout.contains(&id), "{stdout}");
+    let (code, stdout, stderr, _) = timed(&url, &["history", "search", "--thread", &thread, " "]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(!stdout.is_empty());
+    let (code, _, stderr, _) = timed(&url, &["runs", "search", &id, ""]);
+    assert_eq!(code, Some(2), "{stderr}");
+}
+
+/// Items on stdin that are not UTF-8 are bad input, as invalid JSON is: exit 2.
+#[test]
+fn items_on_stdin_that_are_not_utf8_are_a_usage_error() {
+    use std::io::Write as _;
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("j.db").display());
+    for (input, what) in [
+        (&b"[{\"type\":\"message\",\"text\":\"\xff\"}]"[..], "UTF-8"),
+        (&b"[{\"type\":"[..], "not valid JSON"),
+    ] {
+        let mut child = agentctl(&url)
+            .args(["history", "append", "--thread", "t", "--unit", "u", "-"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(input).unwrap();
+        let out = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{what}: {stderr}");
+        assert!(stderr.contains(what), "{stderr}");
+    }
+}
+
+/// Runs whose history is all in the file's index, but recorded through an earlier journal
+/// seq (the runs moved on with events that make no history unit), are searched there under
+/// another process's write lock, and the search tries to record them caught up only once:
+/// each try waits for the lock (it used to be one wait per run).
+#[tokio::test]
+async fn a_search_under_a_lock_tries_recording_runs_caught_up_once() {
+    const RUNS: usize = 6;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("j.db");
+    let url = format!("sqlite://{}", path.display());
+    let ids: Vec<String> = (0..RUNS)
+        .map(|n| mock_run(dir.path(), &url, &format!("look around {n}")))
+        .collect();
+    let (code, _, stderr, _) = timed(&url, &["runs", "search", "--all", "README"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let journal = Journal::open(&url).await.unwrap();
+    for id in &ids {
+        journal
+            .append(NewEvent::new(format!("run:{id}"), "test.marker", json!({})))
+            .await
+            .unwrap();
+    }
+    journal.close().await;
+
+    let holder = rusqlite::Connection::open(&path).unwrap();
+    holder.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let out = agentctl(&url)
+        .env("RUST_LOG", "agent_host::run::history=debug")
+        .args(["runs", "search", "--all", "README"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    holder.execute_batch("COMMIT").unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    for id in &ids {
+        assert!(stdout.contains(id.as_str()), "{id}: {stdout}");
+    }
+    // One try (one wait of the catch-up's 500 ms), not one per run.
+    assert_eq!(
+        stderr.matches("history caught up, not recorded").count(),
+        1,
+        "{stderr}"
+    );
+}

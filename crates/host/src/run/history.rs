@@ -24,6 +24,7 @@
 //!   the journal only to show its hits.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use agent_context::{ContextError, ContextStore, NewUnit, Unit};
 use agent_journal::Journal;
@@ -168,6 +169,8 @@ fn sources(state: &RunState) -> Vec<Source<'_>> {
 /// The units the thread lacks are first tried as one batch (one transaction, where one per
 /// unit made the first `runs search --all` over many runs wait mostly for disk syncs); when
 /// the batch is refused (a unit already held, one over the limits), unit by unit as below.
+/// A batch that fails otherwise (a lock held past the store's busy timeout, a full disk) is
+/// that error: unit by unit would only meet it again, after another wait.
 /// Appends are derived ([`append_derived_units`](ContextStore::append_derived_units)):
 /// their commits do not wait for the disk, since a batch lost to a power cut is derived again
 /// by the next catch-up. Every catch-up that ends without an error (a batch, unit by unit,
@@ -181,13 +184,31 @@ fn sources(state: &RunState) -> Vec<Source<'_>> {
 /// Each append is atomic (the batch, or one unit): dropped midway, the units written stay
 /// and the next call appends the rest (a unit already held is skipped).
 pub async fn catch_up(store: &ContextStore, state: &RunState) -> Result<usize, HistoryError> {
+    catch_up_marking(store, state, &Marks::default()).await
+}
+
+/// Whether a search still records [`derived_through`](ContextStore::derived_through): not
+/// once the store refused a record for a lock held past its busy timeout, since each
+/// further try (one per run caught up) would wait that long again for a record that only
+/// saves a later search a read.
+#[derive(Debug, Default)]
+struct Marks {
+    locked_out: AtomicBool,
+}
+
+/// [`catch_up`], recording `derived_through` as `marks` allows.
+async fn catch_up_marking(
+    store: &ContextStore,
+    state: &RunState,
+    marks: &Marks,
+) -> Result<usize, HistoryError> {
     let thread = kinds::thread_of(&state.id);
     let sources = sources(state);
     // One row read (not a listing of every thread): a catch-up over all runs stays O(runs).
     let held = store.thread_units(&thread).await?;
     if held == sources.len() as u64 {
         if held > 0 {
-            record_derived_through(store, &thread, state).await;
+            record_derived_through(store, &thread, state, marks).await;
         }
         return Ok(0);
     }
@@ -206,13 +227,16 @@ pub async fn catch_up(store: &ContextStore, state: &RunState) -> Result<usize, H
         .iter()
         .map(new_unit)
         .collect();
-    if !missing.is_empty()
-        && store
+    if !missing.is_empty() {
+        match store
             .append_derived_units_through(&thread, &missing, state.last_seq)
             .await
-            .is_ok()
-    {
-        return Ok(missing.len());
+        {
+            Ok(_) => return Ok(missing.len()),
+            // Refused for what a unit holds (or one already there): unit by unit below.
+            Err(err) if err.is_input_refused() => {}
+            Err(err) => return Err(err.into()),
+        }
     }
     let mut written = 0;
     for unit in sources.iter().map(new_unit) {
@@ -242,7 +266,7 @@ pub async fn catch_up(store: &ContextStore, state: &RunState) -> Result<usize, H
             Err(err) => return Err(err.into()),
         }
     }
-    record_derived_through(store, &thread, state).await;
+    record_derived_through(store, &thread, state, marks).await;
     Ok(written)
 }
 
@@ -297,9 +321,23 @@ fn longest_text<'v>(value: &'v mut Value, longest: &mut Option<&'v mut String>) 
 
 /// Records that `thread` holds every unit of `state` it can hold. Only saves a later search a
 /// read of the run: a store that cannot take it (a lock held by a host, a full disk, a
-/// read-only role) does not fail this search.
-async fn record_derived_through(store: &ContextStore, thread: &str, state: &RunState) {
+/// read-only role) does not fail this search; after a lock held past the store's busy
+/// timeout, the rest of the search records nothing (see [`Marks`]).
+async fn record_derived_through(
+    store: &ContextStore,
+    thread: &str,
+    state: &RunState,
+    marks: &Marks,
+) {
+    if marks.locked_out.load(Ordering::Relaxed) {
+        return;
+    }
     if let Err(err) = store.mark_derived_through(thread, state.last_seq).await {
+        if let ContextError::Database(db) = &err
+            && db.kind() == agent_context::DatabaseErrorKind::Timeout
+        {
+            marks.locked_out.store(true, Ordering::Relaxed);
+        }
         tracing::debug!(run = %state.id, error = %err, "history caught up, not recorded");
     }
 }
@@ -373,6 +411,7 @@ pub async fn search_beside(
     limit: usize,
 ) -> Result<Searched, HistoryError> {
     let mut searched = Searched::default();
+    let marks = Marks::default();
     if let Some(id) = run_id {
         let state = run::load(journal, id).await?;
         if limit == 0 {
@@ -381,7 +420,7 @@ pub async fn search_beside(
         match caught_up_in(earlier, store, id, Some(state.last_seq)).await? {
             Some(held) => searched.hits = hits_in(held, &state, term, limit).await?,
             None => {
-                searched.hits = search_run(store, &state, term, limit).await?;
+                searched.hits = search_run(store, &state, term, limit, &marks).await?;
                 searched.caught_up = 1;
             }
         }
@@ -394,7 +433,14 @@ pub async fn search_beside(
         if searched.hits.len() >= limit {
             break;
         }
-        let found = search_prepared(journal, store, run, term, limit - searched.hits.len());
+        let found = search_prepared(
+            journal,
+            store,
+            run,
+            term,
+            limit - searched.hits.len(),
+            &marks,
+        );
         // The read first: it goes to the journal's reader threads before the search takes
         // this task (the store's short reads may run on it).
         let (prepared, found) = tokio::join!(prepare(journal, earlier, store, ids.next()), found);
@@ -468,6 +514,7 @@ async fn search_prepared(
     run: Prepared<'_>,
     term: &str,
     limit: usize,
+    marks: &Marks,
 ) -> Result<(Vec<Hit>, bool), HistoryError> {
     match run {
         Prepared::CaughtUp(id, held) => {
@@ -486,7 +533,7 @@ async fn search_prepared(
         }
         // A thread without `run.created` is no run (as in `run::list`).
         Prepared::Loaded(state) if state.spec.is_none() => Ok((Vec::new(), false)),
-        Prepared::Loaded(state) => Ok((search_run(store, &state, term, limit).await?, true)),
+        Prepared::Loaded(state) => Ok((search_run(store, &state, term, limit, marks).await?, true)),
     }
 }
 
@@ -496,8 +543,9 @@ async fn search_run(
     state: &RunState,
     term: &str,
     limit: usize,
+    marks: &Marks,
 ) -> Result<Vec<Hit>, HistoryError> {
-    catch_up(store, state).await?;
+    catch_up_marking(store, state, marks).await?;
     hits_in(store, state, term, limit).await
 }
 
