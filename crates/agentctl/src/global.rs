@@ -181,7 +181,7 @@ fn shell_word(word: &str) -> String {
     if plain {
         return word.to_string();
     }
-    if !word.chars().any(char::is_control) {
+    if !word.chars().any(|c| c.is_control() || invisible(c)) {
         return format!("'{}'", word.replace('\'', "'\\''"));
     }
     let mut quoted = String::from("$'");
@@ -195,14 +195,42 @@ fn shell_word(word: &str) -> String {
             c if c.is_control() && c.is_ascii() => {
                 let _ = write!(quoted, "\\x{:02x}", u32::from(c));
             }
-            c if c.is_control() => {
+            c if c.is_control() || (invisible(c) && u32::from(c) <= 0xffff) => {
                 let _ = write!(quoted, "\\u{:04x}", u32::from(c));
+            }
+            c if invisible(c) => {
+                let _ = write!(quoted, "\\U{:08x}", u32::from(c));
             }
             c => quoted.push(c),
         }
     }
     quoted.push('\'');
     quoted
+}
+
+/// Whether `c` shows as nothing (or as a blank) in a terminal: zero-width spaces and
+/// joiners, direction marks and overrides, the soft hyphen, variation selectors, tags,
+/// fillers. A model's call id `c1` and `c1` followed by one of them print alike; written
+/// out in a suggested command, the two read apart and paste back as they are.
+fn invisible(c: char) -> bool {
+    matches!(
+        c,
+        '\u{ad}'
+            | '\u{34f}'
+            | '\u{61c}'
+            | '\u{115f}'..='\u{1160}'
+            | '\u{17b4}'..='\u{17b5}'
+            | '\u{180b}'..='\u{180f}'
+            | '\u{200b}'..='\u{200f}'
+            | '\u{202a}'..='\u{202e}'
+            | '\u{2060}'..='\u{206f}'
+            | '\u{3164}'
+            | '\u{fe00}'..='\u{fe0f}'
+            | '\u{feff}'
+            | '\u{ffa0}'
+            | '\u{fff0}'..='\u{fff8}'
+            | '\u{e0000}'..='\u{e0fff}'
+    )
 }
 
 #[cfg(test)]
@@ -273,6 +301,11 @@ mod tests {
         assert_eq!(
             global.suggest(&["deny", "r1", "c\u{1b}[31m\n'\\\u{9b}"]),
             "agentctl deny r1 $'c\\x1b[31m\\n\\'\\\\\\u009b'"
+        );
+        // So are characters that print as nothing: `c1` and `c1` + U+200B read apart.
+        assert_eq!(
+            global.suggest(&["approve", "r1", "c1\u{200b}", "x\u{e0041}"]),
+            "agentctl approve r1 $'c1\\u200b' $'x\\U000e0041'"
         );
     }
 }
