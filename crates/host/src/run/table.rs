@@ -23,6 +23,10 @@ use super::query::load;
 use super::state::{RunState, RunStatus};
 use super::status::{LeaseView, shown};
 use super::view::now_ms;
+
+/// How long a listing waits for another process's SQLite write lock to write the rows it
+/// refreshed back (the journal's busy timeout is 5 s; the rows are a cache).
+const ROW_LOCK_WAIT: std::time::Duration = std::time::Duration::from_millis(100);
 use crate::error::HostError;
 
 /// One run as the table shows it.
@@ -174,9 +178,22 @@ pub async fn runs_table(journal: &Journal) -> Result<Vec<RunRow>, HostError> {
             // A journal opened read-only (an archive) is shown as it is, its table unwritten;
             // so is one whose writes fail (a full disk): the row is derived, a listing must
             // not need room, and the next listing that can write catches the table up.
-            if writable && let Err(err) = journal.put_lease(&thread, rebuilt, &info).await {
-                tracing::warn!(%err, "runs table: listing without writing the rows back");
-                writable = false;
+            // Refreshing a row's info does not wait for another process's write lock past
+            // a moment: the info is a cache, caught up by a later listing. A missing row
+            // (a lost offer) is worth the wait: it makes the run claimable.
+            if writable {
+                let put = match rebuilt {
+                    Some(_) => journal.put_lease(&thread, rebuilt, &info).await,
+                    None => {
+                        journal
+                            .put_lease_waiting_at_most(&thread, None, &info, ROW_LOCK_WAIT)
+                            .await
+                    }
+                };
+                if let Err(err) = put {
+                    tracing::warn!(%err, "runs table: listing without writing the rows back");
+                    writable = false;
+                }
             }
             let row = rows.entry(thread.clone()).or_insert_with(|| LeaseRow {
                 name: thread.clone(),

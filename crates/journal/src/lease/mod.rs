@@ -196,6 +196,32 @@ impl Journal {
         }
     }
 
+    /// [`put_lease`](Self::put_lease) for a cache that may be refreshed later (the runs
+    /// table's rows, derived from the journal): on SQLite it waits at most `wait` for
+    /// another connection's write lock, not the busy timeout, and then fails as a lock
+    /// held too long does. Elsewhere it is `put_lease`.
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`put_lease`](Self::put_lease).
+    pub async fn put_lease_waiting_at_most(
+        &self,
+        name: &str,
+        status: Option<LeaseStatus>,
+        info: &Value,
+        wait: Duration,
+    ) -> Result<(), JournalError> {
+        check_name(name)?;
+        let info = encode_info(info)?;
+        match self.writable_lease_table()? {
+            Backend::Sqlite(conn) => {
+                sqlite::put_waiting_at_most(conn, name, status, &info, wait).await
+            }
+            Backend::Postgres(pool) => postgres::put(pool, name, status, &info).await,
+            Backend::Memory(memory) => in_memory::put(memory, name, status, &info),
+        }
+    }
+
     /// Claims the oldest open lease whose name starts with `prefix` and that is free or
     /// expired, for `holder`, until `ttl` from now (a `ttl` beyond some 73 million years
     /// is taken as that). `None`: nothing to claim.

@@ -21,26 +21,34 @@ async fn in_tx<R: Send + 'static>(
     let conn = Arc::clone(conn);
     tokio::task::spawn_blocking(move || {
         let conn = conn.lock().unwrap_or_else(PoisonError::into_inner);
-        if !conn.is_autocommit() {
-            conn.execute_batch("ROLLBACK")?;
-        }
-        conn.execute_batch("BEGIN IMMEDIATE")?;
-        match f(&conn) {
-            Ok(value) => {
-                if let Err(err) = conn.execute_batch("COMMIT") {
-                    let _ = conn.execute_batch("ROLLBACK");
-                    return Err(err.into());
-                }
-                Ok(value)
-            }
-            Err(err) => {
-                let _ = conn.execute_batch("ROLLBACK");
-                Err(err)
-            }
-        }
+        tx_on(&conn, f)
     })
     .await
     .map_err(|_| JournalError::Closed)?
+}
+
+/// Runs `f` in a write transaction on `conn`; rolls back on error.
+fn tx_on<R>(
+    conn: &Connection,
+    f: impl FnOnce(&Connection) -> Result<R, JournalError>,
+) -> Result<R, JournalError> {
+    if !conn.is_autocommit() {
+        conn.execute_batch("ROLLBACK")?;
+    }
+    conn.execute_batch("BEGIN IMMEDIATE")?;
+    match f(conn) {
+        Ok(value) => {
+            if let Err(err) = conn.execute_batch("COMMIT") {
+                let _ = conn.execute_batch("ROLLBACK");
+                return Err(err.into());
+            }
+            Ok(value)
+        }
+        Err(err) => {
+            let _ = conn.execute_batch("ROLLBACK");
+            Err(err)
+        }
+    }
 }
 
 /// Runs `f`, which only reads, on the blocking pool, outside any transaction: one
@@ -82,18 +90,48 @@ pub(super) async fn put(
     info: &str,
 ) -> Result<(), JournalError> {
     let (name, info) = (name.to_string(), info.to_string());
-    let status = status.map(LeaseStatus::as_str);
-    in_tx(conn, move |c| {
-        c.execute(
-            "INSERT INTO journal_leases (name, status, holder, epoch, expires_at, info, updated_at) \
-             VALUES (?1, COALESCE(?2, 'closed'), NULL, 0, 0, ?3, ?4) ON CONFLICT (name) DO UPDATE \
-             SET status = COALESCE(?2, status), info = excluded.info, \
-             updated_at = excluded.updated_at",
-            params![name, status, info, now_ms()],
-        )?;
-        Ok(())
+    in_tx(conn, move |c| put_row(c, &name, status, &info)).await
+}
+
+/// [`put`], waiting at most `wait` (not the connection's busy timeout) for another
+/// connection's write lock. The connection's own timeout is set back before anyone else
+/// uses it (the connection stays locked throughout).
+pub(super) async fn put_waiting_at_most(
+    conn: &Shared,
+    name: &str,
+    status: Option<LeaseStatus>,
+    info: &str,
+    wait: std::time::Duration,
+) -> Result<(), JournalError> {
+    let (name, info) = (name.to_string(), info.to_string());
+    let conn = Arc::clone(conn);
+    tokio::task::spawn_blocking(move || {
+        let c = conn.lock().unwrap_or_else(PoisonError::into_inner);
+        let usual: i64 = c.query_row("PRAGMA busy_timeout", [], |row| row.get(0))?;
+        c.busy_timeout(wait)?;
+        let put = tx_on(&c, |c| put_row(c, &name, status, &info));
+        let usual = std::time::Duration::from_millis(u64::try_from(usual).unwrap_or(0));
+        c.busy_timeout(usual)?;
+        put
     })
     .await
+    .map_err(|_| JournalError::Closed)?
+}
+
+fn put_row(
+    c: &Connection,
+    name: &str,
+    status: Option<LeaseStatus>,
+    info: &str,
+) -> Result<(), JournalError> {
+    c.execute(
+        "INSERT INTO journal_leases (name, status, holder, epoch, expires_at, info, updated_at) \
+         VALUES (?1, COALESCE(?2, 'closed'), NULL, 0, 0, ?3, ?4) ON CONFLICT (name) DO UPDATE \
+         SET status = COALESCE(?2, status), info = excluded.info, \
+         updated_at = excluded.updated_at",
+        params![name, status.map(LeaseStatus::as_str), info, now_ms()],
+    )?;
+    Ok(())
 }
 
 pub(super) async fn claim(

@@ -85,3 +85,43 @@ async fn sqlite_a_current_journal_opens_for_writing_while_another_connection_wri
     release.join().unwrap();
     journal.close().await;
 }
+
+/// A lease put that may wait only a moment (the runs table's cache refresh) gives up while
+/// another connection holds the lock past that moment, where a plain put waits for it; the
+/// connection's own busy timeout is back afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_a_put_that_waits_a_moment_gives_up_and_the_busy_timeout_comes_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let (url, other) = locked_journal(&dir).await;
+    let options = JournalOptions {
+        busy_timeout: BUSY,
+        ..JournalOptions::default()
+    };
+    let journal = Journal::open_with(&url, options).await.unwrap();
+    // Released after a second: a put that waited its busy timeout (3 s) would succeed.
+    let other = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_secs(1));
+        other.execute_batch("COMMIT").unwrap();
+        other
+    });
+    let refused = journal
+        .put_lease_waiting_at_most("run:1", None, &json!({"n": 2}), Duration::from_millis(50))
+        .await;
+    assert!(refused.is_err(), "{refused:?}");
+    let other = other.join().unwrap();
+    // Held again, released after 300 ms: the plain put waits for it (the connection's
+    // timeout is 3 s again, not 50 ms).
+    other.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let releaser = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(300));
+        other.execute_batch("COMMIT").unwrap();
+    });
+    journal
+        .put_lease("run:1", None, &json!({"n": 3}))
+        .await
+        .unwrap();
+    releaser.join().unwrap();
+    let leases = journal.leases("run:").await.unwrap();
+    assert_eq!(leases[0].info, json!({"n": 3}));
+    journal.close().await;
+}
