@@ -39,8 +39,24 @@ fn an_old_journal_prints_the_same_event_lines() {
         let o = out(agentctl(&db).args(["runs", "events", run]));
         assert!(o.status.success(), "{}", text(&o.stderr));
         let before = std::fs::read(fixture().join(format!("{run}.events.jsonl"))).unwrap();
-        // Line for line and byte for byte: the shapes scripts parse did not move.
-        assert_eq!(text(&o.stdout), text(&before), "run {run}");
+        // Line for line and byte for byte: the shapes scripts parse did not move. Fields
+        // added since, at the end of their line, are taken out first: `round` of
+        // `approval.requested` (the forty-first session).
+        let now: Vec<String> = text(&o.stdout)
+            .lines()
+            .map(|line| {
+                let value: Value = serde_json::from_str(line).unwrap();
+                match value["round"].as_u64() {
+                    Some(round) if value["type"] == "approval.requested" => {
+                        let added = format!(",\"round\":{round}}}");
+                        assert!(line.ends_with(&added), "{line}");
+                        format!("{}}}", &line[..line.len() - added.len()])
+                    }
+                    _ => line.to_string(),
+                }
+            })
+            .collect();
+        assert_eq!(now.join("\n") + "\n", text(&before), "run {run}");
     }
 }
 
