@@ -101,21 +101,15 @@ async fn driver_gone(journal: &Journal, state: &RunState) -> Result<bool, HostEr
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-    use std::sync::Arc;
-
-    use agent_runtime::CancellationToken;
-    use futures::future::BoxFuture;
-
     use super::*;
-    use crate::run::{NewRun, RunSpec};
+    use crate::run::NewRun;
     use crate::tools::ToolConfig;
-    use crate::worker::{Connected, Connector, WorkerConfig, WorkerEvent, WorkerObserver};
 
     /// Past the end of the monotonic clock's range from now: `now + HUGE` overflowed.
-    fn huge() -> [Duration; 3] {
+    pub(crate) fn huge() -> [Duration; 3] {
         [
             Duration::from_secs_f64(1e19),
             Duration::from_secs(u64::MAX / 2 + 1),
@@ -163,48 +157,5 @@ mod tests {
         }
         let soon = instant_after(Duration::from_millis(1));
         assert!(soon <= tokio::time::Instant::now() + Duration::from_millis(1));
-    }
-
-    /// A `memory:` journal; model clients never come (no drive is started here).
-    struct NoRuns(Journal);
-
-    impl Connector for NoRuns {
-        fn journal(&self) -> BoxFuture<'_, Result<Journal, HostError>> {
-            Box::pin(async move { Ok(self.0.clone()) })
-        }
-        fn client<'a>(&'a self, _: &'a RunSpec) -> BoxFuture<'a, Result<Connected, HostError>> {
-            Box::pin(std::future::pending())
-        }
-    }
-
-    struct Quiet;
-
-    impl WorkerObserver for Quiet {
-        fn event(&self, _: &WorkerEvent) {}
-    }
-
-    /// `agentctl worker --grace 1e19` panicked when stopped: the grace's end was
-    /// `now + grace`, unchecked. (Here, not in `worker/`, as this test's fix lives here.)
-    #[tokio::test]
-    async fn a_worker_stopped_with_a_grace_past_the_end_of_the_clock_stops() {
-        for grace in huge() {
-            let journal = Journal::open("memory:").await.unwrap();
-            let stop = CancellationToken::new();
-            stop.cancel();
-            let config = WorkerConfig {
-                name: "w".into(),
-                concurrency: 1,
-                lease_ttl: Duration::from_secs(60),
-                poll: Duration::from_millis(10),
-                grace,
-            };
-            let worker =
-                crate::worker::run_worker(Arc::new(NoRuns(journal)), config, Arc::new(Quiet), stop);
-            let summary = tokio::time::timeout(Duration::from_secs(60), worker)
-                .await
-                .expect("the worker did not stop")
-                .unwrap();
-            assert_eq!(summary.claimed, 0, "{grace:?}");
-        }
     }
 }

@@ -87,3 +87,27 @@ async fn drives_dropped_at_the_end_of_the_grace_leave_no_lease_keeper() {
         alive_tasks()
     );
 }
+
+/// `agentctl worker --grace 1e19` panicked when stopped: the grace's end was `now + grace`,
+/// unchecked (`run::wait::instant_after` caps it).
+#[tokio::test]
+async fn a_worker_stopped_with_a_grace_past_the_end_of_the_clock_stops() {
+    for grace in crate::run::wait::tests::huge() {
+        let journal = Journal::open("memory:").await.unwrap();
+        let stop = CancellationToken::new();
+        stop.cancel();
+        let config = WorkerConfig {
+            name: "w".into(),
+            concurrency: 1,
+            lease_ttl: Duration::from_secs(60),
+            poll: Duration::from_millis(10),
+            grace,
+        };
+        let worker = run_worker(Arc::new(Hanging(journal)), config, Arc::new(Quiet), stop);
+        let summary = tokio::time::timeout(Duration::from_secs(60), worker)
+            .await
+            .expect("the worker did not stop")
+            .unwrap();
+        assert_eq!(summary.claimed, 0, "{grace:?}");
+    }
+}
