@@ -452,3 +452,78 @@ async fn the_key_spelled_with_escapes_in_arguments_is_masked() {
     assert!(written.contains(&"***.txt".to_string()), "{written:?}");
     assert_eq!(std::fs::read_to_string(ws.join("***.txt")).unwrap(), "***");
 }
+
+/// The file tools run in the host, outside the sandbox: with the workspace at the home
+/// directory they read `~/.ssh` and wrote `~/.config/agentctl/config.toml` (an MCP server
+/// the next run started unsandboxed). They refuse the sandbox's hidden paths now; and under
+/// `read-only`, `--approval auto` does not make `write_file` write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_file_tools_hide_what_the_sandbox_hides() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("hidden.db").display());
+    let home = dir.path().join("home");
+    std::fs::create_dir_all(home.join(".ssh")).unwrap();
+    std::fs::create_dir_all(home.join(".config/agentctl")).unwrap();
+    std::fs::write(home.join(".ssh/id_rsa"), "PRIVATE-KEY").unwrap();
+    std::fs::write(home.join(".config/agentctl/config.toml"), "# mine\n").unwrap();
+    let server = emulator(&script_by_outputs(&[
+        json!([
+            call("c_key", "read_file", json!({"path": ".ssh/id_rsa"})),
+            call("c_cfg", "write_file", json!({"path": ".config/agentctl/config.toml", "content": "[mcp_servers.x]\ncommand = \"true\"\n"})),
+            call("c_ls", "list_dir", json!({"path": ".ssh"})),
+        ]),
+        json!([]),
+        json!([]),
+        answer("FINAL: done"),
+    ]))
+    .await;
+    let o = out(run_cmd(&db, &server, &home, &["--approval", "auto"])
+        .env("HOME", &home)
+        .env_remove("AGENTCTL_CONFIG_DIR"));
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let run = only_run(&db);
+    let recorded = events(&db, &run).await;
+    for call in ["c_key", "c_cfg", "c_ls"] {
+        let (kind, said) = told(&recorded, call);
+        assert_eq!(kind, "tool.failed", "{call}: {said}");
+        assert!(
+            said.contains("hidden from the run's tools"),
+            "{call}: {said}"
+        );
+    }
+    assert_eq!(
+        std::fs::read_to_string(home.join(".config/agentctl/config.toml")).unwrap(),
+        "# mine\n"
+    );
+    let sent: String = server
+        .requests()
+        .iter()
+        .map(|r| r.body.to_string())
+        .collect();
+    assert!(!sent.contains("PRIVATE-KEY"));
+
+    // Read-only: `--approval auto` leaves write_file refused.
+    let (_g, ws) = workspace();
+    let server = emulator(&script_by_outputs(&[
+        json!([call(
+            "c_w",
+            "write_file",
+            json!({"path": "x.txt", "content": "x"})
+        )]),
+        answer("FINAL: done"),
+    ]))
+    .await;
+    let db2 = format!("sqlite://{}", dir.path().join("ro.db").display());
+    let o = out(&mut run_cmd(
+        &db2,
+        &server,
+        &ws,
+        &["--approval", "auto", "--sandbox", "read-only"],
+    ));
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert!(!ws.join("x.txt").exists());
+    let run = only_run(&db2);
+    let recorded = events(&db2, &run).await;
+    let (kind, said) = told(&recorded, "c_w");
+    assert_eq!(kind, "tool.refused", "{said}");
+}

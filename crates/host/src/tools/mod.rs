@@ -171,16 +171,24 @@ pub fn builtin_with(
             false,
             true,
         ),
-        spec(
-            "write_file",
-            "Create or replace a file of the workspace with the given content.",
-            json!({"type": "object", "properties": {
-                "path": {"type": "string"}, "content": {"type": "string"}},
-                "required": ["path", "content"], "additionalProperties": false}),
-            write_own,
-            true,
-            true,
-        ),
+        {
+            let mut write = spec(
+                "write_file",
+                "Create or replace a file of the workspace with the given content.",
+                json!({"type": "object", "properties": {
+                    "path": {"type": "string"}, "content": {"type": "string"}},
+                    "required": ["path", "content"], "additionalProperties": false}),
+                write_own,
+                true,
+                true,
+            );
+            // The `read-only` sandbox is a floor, as leaving the sandbox always asks: no
+            // `--approval` or tool policy makes the host write for the model there.
+            if sandbox.mode == SandboxMode::ReadOnly {
+                write.policy = Policy::Deny;
+            }
+            write
+        },
         spec(
             "list_dir",
             "List a directory of the workspace (default: its root).",
@@ -191,20 +199,21 @@ pub fn builtin_with(
             true,
         ),
     ];
+    // The file tools run in the host, outside the sandbox: they hide what it hides, in every
+    // mode (under `off` too: reading a credential store is the shell's, asked first).
+    let files = workspace.hiding(&sandbox.policy(workspace.root(), None).deny_read);
     let registry = ToolRegistry::new()
         .with(Shell {
             workspace: workspace.clone(),
             sandbox: sandbox.mode.is_sandboxed().then(|| sandbox.clone()),
         })
         .with(ReadFile {
-            workspace: workspace.clone(),
+            workspace: files.clone(),
         })
         .with(WriteFile {
-            workspace: workspace.clone(),
+            workspace: files.clone(),
         })
-        .with(ListDir {
-            workspace: workspace.clone(),
-        });
+        .with(ListDir { workspace: files });
     (specs, registry)
 }
 

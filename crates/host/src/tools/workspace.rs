@@ -5,6 +5,12 @@
 //! on the way (the final component included, dangling or not), is refused before any I/O on
 //! the target. What is checked is the file system at the time of the check: a process that
 //! swaps a directory for a symlink between the check and the open is outside this model.
+//! - A path at or under one of the workspace's hidden paths (the sandbox's list: credential
+//!   stores, agentctl's own configuration and data, the run's database, `deny_read`) is
+//!   refused too: a workspace at or above the home directory holds them, and the tools run
+//!   outside the sandbox, so they must hide what it hides.
+//! - A refusal never names where a symlink leads: the host can see what a sandboxed
+//!   command cannot, and must not tell the model.
 
 use std::path::{Component, Path, PathBuf};
 
@@ -12,6 +18,8 @@ use std::path::{Component, Path, PathBuf};
 #[derive(Debug, Clone)]
 pub struct Workspace {
     root: PathBuf,
+    /// Paths the tools never touch, as given and, where they exist, canonical.
+    hidden: Vec<PathBuf>,
 }
 
 /// Why a path was refused; the message is what the model reads.
@@ -29,7 +37,33 @@ impl Workspace {
                 format!("{} is not a directory", dir.display()),
             ));
         }
-        Ok(Workspace { root })
+        Ok(Workspace {
+            root,
+            hidden: Vec::new(),
+        })
+    }
+
+    /// This workspace, with `hidden` (the sandbox's list) refused as well. A hidden path
+    /// that holds the workspace (the demo workspace under agentctl's data directory) hides
+    /// nothing of it, as the sandbox binds such a workspace back in.
+    pub fn hiding(&self, hidden: &[PathBuf]) -> Workspace {
+        let mut all = Vec::with_capacity(hidden.len() * 2);
+        for path in hidden {
+            let real = path.canonicalize().ok();
+            if self.root.starts_with(path)
+                || real.as_ref().is_some_and(|r| self.root.starts_with(r))
+            {
+                continue;
+            }
+            all.push(path.clone());
+            if let Some(real) = real.filter(|r| r != path) {
+                all.push(real);
+            }
+        }
+        Workspace {
+            root: self.root.clone(),
+            hidden: all,
+        }
     }
 
     /// The canonical root.
@@ -70,14 +104,23 @@ impl Workspace {
                     })?;
                     if !real.starts_with(&self.root) {
                         return Err(PathRefused(format!(
-                            "{path}: resolves through a symlink to {} outside the workspace {}",
-                            real.display(),
+                            "{path}: resolves through a symlink to a path outside the workspace {}",
                             self.root.display()
                         )));
                     }
                     let mut resolved = real;
                     for part in rest.iter().rev() {
                         resolved.push(part);
+                    }
+                    if self
+                        .hidden
+                        .iter()
+                        .any(|h| resolved.starts_with(h) || lexical.starts_with(h))
+                    {
+                        return Err(PathRefused(format!(
+                            "{path}: hidden from the run's tools (credentials, agentctl's own \
+                             files, the run's database, or a `deny_read` path)"
+                        )));
                     }
                     return Ok(resolved);
                 }
@@ -165,5 +208,47 @@ mod tests {
                 "{bad}: {err}"
             );
         }
+    }
+
+    /// The sandbox's hidden paths are refused by the tools too, through a symlink or not;
+    /// one that holds the workspace hides nothing of it; refusals name no symlink target.
+    #[test]
+    fn hidden_paths_are_refused_and_symlink_targets_are_not_named() {
+        let home = tempfile::tempdir().unwrap();
+        let home = home.path().canonicalize().unwrap();
+        std::fs::create_dir_all(home.join(".ssh")).unwrap();
+        std::fs::write(home.join(".ssh/id_rsa"), "KEY").unwrap();
+        std::fs::create_dir_all(home.join("data/agentctl/workspaces/demo")).unwrap();
+        std::os::unix::fs::symlink(home.join(".ssh/id_rsa"), home.join("key")).unwrap();
+        let hidden = [
+            home.join(".ssh"),
+            home.join("data/agentctl"),
+            home.join("run.db"),
+        ];
+        let ws = Workspace::new(&home).unwrap().hiding(&hidden);
+        for path in [
+            ".ssh/id_rsa",
+            ".ssh",
+            "key",
+            "run.db",
+            "run.db/../.ssh/x",
+            "data/agentctl/x",
+        ] {
+            let refused = ws.resolve(path).unwrap_err().0;
+            assert!(
+                refused.contains("hidden from the run's tools"),
+                "{path}: {refused}"
+            );
+        }
+        assert!(ws.resolve("data/other").is_ok());
+        // A workspace inside a hidden directory keeps its own files.
+        let demo = home.join("data/agentctl/workspaces/demo");
+        let ws = Workspace::new(&demo).unwrap().hiding(&hidden);
+        assert_eq!(ws.resolve("README.md").unwrap(), demo.join("README.md"));
+        // Outside the workspace: refused without saying where the link leads.
+        let ws = Workspace::new(&demo).unwrap();
+        std::os::unix::fs::symlink(home.join(".ssh"), demo.join("out")).unwrap();
+        let refused = ws.resolve("out/id_rsa").unwrap_err().0;
+        assert!(!refused.contains(".ssh"), "{refused}");
     }
 }
