@@ -527,3 +527,34 @@ async fn the_file_tools_hide_what_the_sandbox_hides() {
     let (kind, said) = told(&recorded, "c_w");
     assert_eq!(kind, "tool.refused", "{said}");
 }
+
+/// `list_dir` of a directory past its 1000 entries shows the first 1000 by name (it cut in
+/// the file system's order, then sorted: a random 1000), and a name holding a line break
+/// reads as one entry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_listing_is_cut_in_name_order_and_odd_names_stay_one_entry() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("ls.db").display());
+    let (_g, ws) = workspace();
+    std::fs::create_dir(ws.join("many")).unwrap();
+    for i in 0..1100 {
+        std::fs::write(ws.join(format!("many/f{i:04}")), "").unwrap();
+    }
+    std::fs::write(ws.join("many/a\nb"), "").unwrap();
+    let server = emulator(&script_by_outputs(&[
+        json!([call("c_ls", "list_dir", json!({"path": "many"}))]),
+        answer("FINAL: listed"),
+    ]))
+    .await;
+    let o = out(&mut run_cmd(&db, &server, &ws, &["--approval", "auto"]));
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let run = only_run(&db);
+    let recorded = events(&db, &run).await;
+    let (kind, listing) = told(&recorded, "c_ls");
+    assert_eq!(kind, "tool.completed", "{listing}");
+    let lines: Vec<&str> = listing.lines().collect();
+    assert_eq!(lines[0], "\"a\\nb\"");
+    assert_eq!(lines[1], "f0000");
+    assert_eq!(lines[999], "f0998");
+    assert_eq!(lines[1000], "[the first 1000 of 1101 entries, by name]");
+}

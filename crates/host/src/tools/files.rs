@@ -149,7 +149,15 @@ impl Tool for ReadFile {
             .map_err(|err| ToolFailure(format!("{path}: {err}")))?;
             let mut out = window.text;
             let last = offset - 1 + window.shown;
-            if last < window.total {
+            if !window.total_known {
+                out.push_str(&format!(
+                    "[lines {offset}-{last}; the file goes on past the {} MiB one read scans \
+                     ({} lines in them); read on with offset {}]\n",
+                    super::read_window::MAX_SCAN_BYTES >> 20,
+                    window.total,
+                    last + 1
+                ));
+            } else if last < window.total {
                 out.push_str(&format!(
                     "[lines {offset}-{last} of {}; read on with offset {}]\n",
                     window.total,
@@ -259,21 +267,32 @@ impl Tool for ListDir {
             let dir = beneath::open_dir(workspace.root(), relative(&workspace, &real)?, false)
                 .map_err(io_err)?;
             let entries = beneath::list(&dir).map_err(io_err)?;
-            let more = entries.len() > MAX_ENTRIES;
-            let mut names: Vec<String> = entries
+            let count = entries.len();
+            // Sorted before cut: the first entries by name, not the file system's order.
+            let mut names: Vec<(String, bool)> = entries;
+            names.sort_unstable();
+            let names: Vec<String> = names
                 .into_iter()
                 .take(MAX_ENTRIES)
-                .map(|(mut name, is_dir)| {
+                .map(|(name, is_dir)| {
+                    // A name holding a line break or another control character would read
+                    // as several entries: written as a JSON string instead.
+                    let mut shown = if name.chars().any(char::is_control) {
+                        serde_json::to_string(&name).unwrap_or_default()
+                    } else {
+                        name
+                    };
                     if is_dir {
-                        name.push('/');
+                        shown.push('/');
                     }
-                    name
+                    shown
                 })
                 .collect();
-            names.sort();
             let mut out = names.join("\n");
-            if more {
-                out.push_str(&format!("\n[first {MAX_ENTRIES} entries only]"));
+            if count > MAX_ENTRIES {
+                out.push_str(&format!(
+                    "\n[the first {MAX_ENTRIES} of {count} entries, by name]"
+                ));
             }
             Ok(json!(mask_key(out)))
         }))

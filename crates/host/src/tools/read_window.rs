@@ -6,6 +6,10 @@
 //! a last line needs no `\n`); and a window always moves the reader on: a first line too
 //! long for `max_bytes` is shown cut rather than not at all, so reading on from the next
 //! line is possible.
+//! - At most [`MAX_SCAN_BYTES`] of the file are read, to reach the window and to count
+//!   what follows it: a sparse file of terabytes (one `truncate` away for a command) or
+//!   one that never stops growing held a file thread, which every run of the process
+//!   shares, for hours. Past it, `total` counts what was read (`total_known` is false).
 
 use std::io::{BufRead, Read as _};
 
@@ -16,18 +20,35 @@ pub(crate) struct Window {
     pub(crate) text: String,
     /// How many lines `text` holds (a cut line counts).
     pub(crate) shown: u64,
-    /// How many lines the file has.
+    /// How many lines the file has (when `total_known`; else at least that many).
     pub(crate) total: u64,
+    /// Whether the whole file was read: false when the scan stopped at [`MAX_SCAN_BYTES`].
+    pub(crate) total_known: bool,
 }
+
+/// The most bytes of a file one read reads (a window and the count after it).
+pub(crate) const MAX_SCAN_BYTES: u64 = 64 << 20;
 
 /// Lines `offset..offset + limit` (1-based `offset`) of `reader`, no more than `max_bytes`
 /// of them, lossily decoded as UTF-8; and how many lines `reader` has.
 pub(crate) fn read_window(
-    mut reader: impl BufRead,
+    reader: impl BufRead,
     offset: u64,
     limit: u64,
     max_bytes: usize,
 ) -> std::io::Result<Window> {
+    read_window_scanning(reader, offset, limit, max_bytes, MAX_SCAN_BYTES)
+}
+
+/// [`read_window`], reading at most `max_scan` bytes.
+fn read_window_scanning(
+    reader: impl BufRead,
+    offset: u64,
+    limit: u64,
+    max_bytes: usize,
+    max_scan: u64,
+) -> std::io::Result<Window> {
+    let mut reader = reader.take(max_scan);
     let mut text = String::new();
     let (mut shown, mut total) = (0u64, 0u64);
     let mut open = limit > 0;
@@ -80,7 +101,14 @@ pub(crate) fn read_window(
             shown = 1;
         }
     }
-    Ok(Window { text, shown, total })
+    // The bound reached: there may be more (a file of exactly `max_scan` bytes reads so).
+    let total_known = reader.limit() > 0;
+    Ok(Window {
+        text,
+        shown,
+        total,
+        total_known,
+    })
 }
 
 #[cfg(test)]
@@ -106,6 +134,7 @@ mod tests {
             text: out,
             shown,
             total,
+            total_known: true,
         }
     }
 
@@ -186,5 +215,42 @@ mod tests {
         let w = window(bytes.as_bytes(), 50_000, 2, 1000);
         assert_eq!(w.text, "line 50000\nline 50001\n");
         assert_eq!((w.shown, w.total), (2, 100_000));
+    }
+
+    /// Past the scan bound nothing more is read: a line of zeros (a sparse file) or a file
+    /// that keeps growing ends the read there, and the count says it is not the whole.
+    #[test]
+    fn the_scan_stops_at_its_bound() {
+        struct Endless(u64);
+        impl std::io::Read for Endless {
+            fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+                // A line every 10 bytes, for ever; counts what was handed out.
+                for (i, b) in buf.iter_mut().enumerate() {
+                    *b = if (self.0 + i as u64) % 10 == 9 {
+                        b'\n'
+                    } else {
+                        b'x'
+                    };
+                }
+                self.0 += buf.len() as u64;
+                Ok(buf.len())
+            }
+        }
+        let mut endless = Endless(0);
+        let w =
+            read_window_scanning(std::io::BufReader::new(&mut endless), 1, 2, 1000, 1_000).unwrap();
+        assert_eq!(w.text, "xxxxxxxxx\nxxxxxxxxx\n");
+        assert!(!w.total_known);
+        assert_eq!(w.total, 100);
+        assert!(endless.0 <= 1_000 + 8192, "read {} bytes", endless.0);
+        // One endless line: the same.
+        let zeros = std::io::repeat(0);
+        let w = read_window_scanning(std::io::BufReader::new(zeros), 1, 1, 100, 10_000).unwrap();
+        assert!(!w.total_known);
+        assert_eq!(w.shown, 1);
+        // A file within the bound is counted whole.
+        let w = window(b"a\nb\nc\n", 1, 1, 100);
+        assert!(w.total_known);
+        assert_eq!(w.total, 3);
     }
 }
