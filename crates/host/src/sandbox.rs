@@ -75,7 +75,7 @@ fn dirs_home() -> Option<PathBuf> {
 /// agentctl's configuration directory when `AGENTCTL_CONFIG_DIR` moves it (its trust
 /// store and the user's `config.toml`, whose MCP servers' `env` may hold tokens), hidden
 /// from every command like the default one, which the sandbox's own list holds.
-fn moved_config_dir() -> Option<PathBuf> {
+pub fn moved_config_dir() -> Option<PathBuf> {
     std::env::var_os("AGENTCTL_CONFIG_DIR")
         .filter(|dir| !dir.is_empty())
         .and_then(|dir| std::path::absolute(dir).ok())

@@ -50,6 +50,26 @@ pub fn cannot_write(err: &rusqlite::Error) -> bool {
     })
 }
 
+/// The highest version recorded in the schema table `table` (a name of this program's, never
+/// input), read without taking the write lock: under WAL a plain read never waits for a
+/// writer. `None` when the table does not exist yet.
+pub fn recorded_version(conn: &rusqlite::Connection, table: &str) -> rusqlite::Result<Option<i64>> {
+    let exists: bool = conn.query_row(
+        "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?1)",
+        [table],
+        |row| row.get(0),
+    )?;
+    if !exists {
+        return Ok(None);
+    }
+    conn.query_row(
+        &format!("SELECT COALESCE(MAX(version), 0) FROM {table}"),
+        [],
+        |row| row.get(0),
+    )
+    .map(Some)
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]

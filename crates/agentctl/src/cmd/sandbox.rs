@@ -77,7 +77,7 @@ pub fn sandbox(args: SandboxArgs) -> anyhow::Result<ExitCode> {
         spec.network = args.network;
         spec.writable_roots = args.writable_roots;
         spec.deny_read = args.deny_read;
-        spec.deny_read.extend(crate::cmd::trust::moved_config_dir());
+        // The policy adds this process's configuration directory itself.
         let policy = spec.policy(&workspace, Some(dir.path()));
         let mut cmd = std::process::Command::new(agent_host::sandbox::launcher()?);
         cmd.args(agent_sandbox::entry_args(&policy, program, rest)?)

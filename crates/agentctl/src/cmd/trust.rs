@@ -31,15 +31,8 @@ pub struct TrustArgs {
 /// The user's configuration directory: `AGENTCTL_CONFIG_DIR` when set (a relative path is
 /// taken from the current directory), else `~/.config/agentctl`.
 pub fn config_dir() -> Option<PathBuf> {
-    moved_config_dir().or_else(|| dirs::home_dir().map(|h| h.join(".config").join("agentctl")))
-}
-
-/// `AGENTCTL_CONFIG_DIR` when it moves the configuration directory: hidden from sandboxed
-/// commands like the default one (which the sandbox's own list holds).
-pub fn moved_config_dir() -> Option<PathBuf> {
-    std::env::var_os("AGENTCTL_CONFIG_DIR")
-        .filter(|dir| !dir.is_empty())
-        .and_then(|dir| std::path::absolute(dir).ok())
+    agent_host::sandbox::moved_config_dir()
+        .or_else(|| dirs::home_dir().map(|h| h.join(".config").join("agentctl")))
 }
 
 /// The trust store of this user.

@@ -13,18 +13,23 @@ use super::{Claim, Lease, LeaseRow, LeaseStatus, fenced, parse_info};
 
 type Shared = Arc<Mutex<Connection>>;
 
+/// Runs `f` on the connection, locked, on the blocking pool.
+async fn on_conn<R: Send + 'static>(
+    conn: &Shared,
+    f: impl FnOnce(&Connection) -> Result<R, JournalError> + Send + 'static,
+) -> Result<R, JournalError> {
+    let conn = Arc::clone(conn);
+    tokio::task::spawn_blocking(move || f(&conn.lock().unwrap_or_else(PoisonError::into_inner)))
+        .await
+        .map_err(|_| JournalError::Closed)?
+}
+
 /// Runs `f` in a write transaction on the blocking pool; rolls back on error.
 async fn in_tx<R: Send + 'static>(
     conn: &Shared,
     f: impl FnOnce(&Connection) -> Result<R, JournalError> + Send + 'static,
 ) -> Result<R, JournalError> {
-    let conn = Arc::clone(conn);
-    tokio::task::spawn_blocking(move || {
-        let conn = conn.lock().unwrap_or_else(PoisonError::into_inner);
-        tx_on(&conn, f)
-    })
-    .await
-    .map_err(|_| JournalError::Closed)?
+    on_conn(conn, |c| tx_on(c, f)).await
 }
 
 /// Runs `f` in a write transaction on `conn`; rolls back on error.
@@ -58,16 +63,13 @@ async fn read<R: Send + 'static>(
     conn: &Shared,
     f: impl FnOnce(&Connection) -> Result<R, JournalError> + Send + 'static,
 ) -> Result<R, JournalError> {
-    let conn = Arc::clone(conn);
-    tokio::task::spawn_blocking(move || {
-        let conn = conn.lock().unwrap_or_else(PoisonError::into_inner);
-        if !conn.is_autocommit() {
-            conn.execute_batch("ROLLBACK")?;
+    on_conn(conn, |c| {
+        if !c.is_autocommit() {
+            c.execute_batch("ROLLBACK")?;
         }
-        f(&conn)
+        f(c)
     })
     .await
-    .map_err(|_| JournalError::Closed)?
 }
 
 pub(super) async fn offer(conn: &Shared, name: &str, info: &str) -> Result<bool, JournalError> {
@@ -104,18 +106,15 @@ pub(super) async fn put_waiting_at_most(
     wait: std::time::Duration,
 ) -> Result<(), JournalError> {
     let (name, info) = (name.to_string(), info.to_string());
-    let conn = Arc::clone(conn);
-    tokio::task::spawn_blocking(move || {
-        let c = conn.lock().unwrap_or_else(PoisonError::into_inner);
+    on_conn(conn, move |c| {
         let usual: i64 = c.query_row("PRAGMA busy_timeout", [], |row| row.get(0))?;
         c.busy_timeout(wait)?;
-        let put = tx_on(&c, |c| put_row(c, &name, status, &info));
+        let put = tx_on(c, |c| put_row(c, &name, status, &info));
         let usual = std::time::Duration::from_millis(u64::try_from(usual).unwrap_or(0));
         c.busy_timeout(usual)?;
         put
     })
     .await
-    .map_err(|_| JournalError::Closed)?
 }
 
 fn put_row(

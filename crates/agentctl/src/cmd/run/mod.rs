@@ -261,7 +261,8 @@ pub(crate) fn with_sandbox(
     spec.writable_roots = tools.sandbox.writable_roots.clone().unwrap_or_default();
     spec.deny_read = tools.sandbox.deny_read.clone().unwrap_or_default();
     spec.deny_read.extend(crate::global::database_files(db_url));
-    spec.deny_read.extend(crate::cmd::trust::moved_config_dir());
+    spec.deny_read
+        .extend(agent_host::sandbox::moved_config_dir());
     // A missing workspace is the host's error to report, not the sandbox's.
     if !new.workspace_dir().is_dir() {
         return Ok(new.sandbox(spec));

@@ -68,19 +68,9 @@ pub(super) fn migrate(conn: &mut Connection) -> Result<()> {
 /// harmless: `context_schema` only ever gains rows, so a store seen current stays current,
 /// and one seen behind is read again under the write lock.
 fn steps_pending(conn: &Connection) -> Result<bool> {
-    let recorded: bool = conn.query_row(
-        "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'context_schema')",
-        [],
-        |r| r.get(0),
-    )?;
-    if !recorded {
+    let Some(current) = agent_schema::sqlite_file::recorded_version(conn, "context_schema")? else {
         return Ok(true);
-    }
-    let current: i64 = conn.query_row(
-        "SELECT COALESCE(max(version), 0) FROM context_schema",
-        [],
-        |r| r.get(0),
-    )?;
+    };
     Ok(agent_schema::pending_steps(SCHEMA, current)?
         .next()
         .is_some())

@@ -358,18 +358,11 @@ fn steps_pending(conn: &Connection, shown_url: &str) -> Result<bool, JournalErro
         url: shown_url.to_string(),
         source: Box::new(source),
     };
-    let has_table: bool = conn
-        .query_row(
-            "SELECT EXISTS (SELECT 1 FROM sqlite_master \
-             WHERE type = 'table' AND name = 'journal_schema')",
-            [],
-            |row| row.get(0),
-        )
-        .map_err(sql)?;
-    if !has_table {
+    let recorded =
+        agent_schema::sqlite_file::recorded_version(conn, "journal_schema").map_err(sql)?;
+    let Some(current) = recorded else {
         return Ok(true);
-    }
-    let current = schema_version(conn).map_err(sql)?;
+    };
     Ok(agent_schema::pending_steps(SCHEMA, current)?
         .next()
         .is_some())
