@@ -25,18 +25,29 @@ use serde_json::{Map, Number, Value};
 
 /// `text` as one JSON value, each object built from its entries as written.
 pub fn from_str(text: &str) -> serde_json::Result<Value> {
-    read(serde_json::Deserializer::from_str(text))
+    read(serde_json::Deserializer::from_str(text), Literal::LAST_WINS)
 }
 
 /// [`from_str`] of bytes (which must be UTF-8, as for `serde_json::from_slice`).
 pub fn from_slice(bytes: &[u8]) -> serde_json::Result<Value> {
-    read(serde_json::Deserializer::from_slice(bytes))
+    read(
+        serde_json::Deserializer::from_slice(bytes),
+        Literal::LAST_WINS,
+    )
+}
+
+/// [`from_str`], refusing an object that repeats a key: readers disagree on which of the
+/// two values such an object holds (the last for `serde_json`, the first for others, an
+/// error for a derived `Deserialize`), so a value checked here must not have one.
+pub fn from_str_unique_keys(text: &str) -> serde_json::Result<Value> {
+    read(serde_json::Deserializer::from_str(text), Literal::UNIQUE)
 }
 
 fn read<'de, R: serde_json::de::Read<'de>>(
     mut de: serde_json::Deserializer<R>,
+    literal: Literal,
 ) -> serde_json::Result<Value> {
-    let value = Literal.deserialize(&mut de)?;
+    let value = literal.deserialize(&mut de)?;
     de.end()?;
     Ok(value)
 }
@@ -105,7 +116,7 @@ pub struct AsWritten(pub Value);
 
 impl<'de> serde::Deserialize<'de> for AsWritten {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<AsWritten, D::Error> {
-        Literal.deserialize(d).map(AsWritten)
+        Literal::LAST_WINS.deserialize(d).map(AsWritten)
     }
 }
 
@@ -122,7 +133,16 @@ pub fn list<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Value>, D::Error> {
     Ok(values.into_iter().map(|AsWritten(value)| value).collect())
 }
 
-struct Literal;
+#[derive(Clone, Copy)]
+struct Literal {
+    /// Whether a repeated key in an object is an error.
+    unique: bool,
+}
+
+impl Literal {
+    const LAST_WINS: Literal = Literal { unique: false };
+    const UNIQUE: Literal = Literal { unique: true };
+}
 
 impl<'de> DeserializeSeed<'de> for Literal {
     type Value = Value;
@@ -172,12 +192,12 @@ impl<'de> Visitor<'de> for Literal {
     }
 
     fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
-        Literal.deserialize(d)
+        self.deserialize(d)
     }
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
         let mut values = Vec::new();
-        while let Some(value) = seq.next_element_seed(Literal)? {
+        while let Some(value) = seq.next_element_seed(self)? {
             values.push(value);
         }
         Ok(Value::Array(values))
@@ -186,9 +206,14 @@ impl<'de> Visitor<'de> for Literal {
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
         let mut values = Map::new();
         while let Some(key) = map.next_key::<String>()? {
+            if self.unique && values.contains_key(&key) {
+                return Err(serde::de::Error::custom(format_args!(
+                    "duplicate key {key:?}"
+                )));
+            }
             // A repeated key keeps its first position and takes the last value, as
             // `serde_json`'s own maps do.
-            values.insert(key, map.next_value_seed(Literal)?);
+            values.insert(key, map.next_value_seed(self)?);
         }
         Ok(Value::Object(values))
     }
@@ -198,6 +223,18 @@ impl<'de> Visitor<'de> for Literal {
 mod tests {
     use super::from_str;
     use serde_json::{Value, json};
+
+    #[test]
+    fn a_repeated_key_is_refused_only_when_asked() {
+        let text = r#"{"a": {"b": 1, "b": 2}}"#;
+        assert_eq!(from_str(text).unwrap(), json!({"a": {"b": 2}}));
+        let err = super::from_str_unique_keys(text).unwrap_err().to_string();
+        assert!(err.contains(r#"duplicate key "b""#), "{err}");
+        assert_eq!(
+            super::from_str_unique_keys(r#"[{"b": 1}, {"b": 2}]"#).unwrap(),
+            json!([{"b": 1}, {"b": 2}])
+        );
+    }
 
     #[test]
     fn objects_with_serde_json_private_keys_are_read_as_written() {

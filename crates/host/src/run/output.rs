@@ -50,6 +50,12 @@ pub enum OutputSchemaError {
     /// The name is not 1 to 64 of `a-zA-Z0-9_-`.
     #[error("the output schema's name {0:?} must be 1 to 64 of a-z, A-Z, 0-9, _ and -")]
     BadName(String),
+    /// Nested deeper than a request can carry it (the request's own objects hold it).
+    #[error(
+        "the output schema nests arrays and objects {0} deep; a request carries at most {max}",
+        max = OutputSchema::MAX_NESTING
+    )]
+    TooDeep(usize),
 }
 
 /// Why a final answer was not accepted: each error on its own line.
@@ -100,10 +106,15 @@ impl OutputSchema {
     pub const DEFAULT_NAME: &str = "output";
     /// Retries when none are given.
     pub const DEFAULT_RETRIES: u32 = 2;
+    /// The deepest schema a request can carry: JSON text nests at most
+    /// [`agent_schema::json::MAX_NESTING`] deep to be read back (by the API, the emulator
+    /// and a resume), and the request's body, `text` and `format` objects hold the schema.
+    pub const MAX_NESTING: usize = agent_schema::json::MAX_NESTING - 3;
 
     /// An output schema from `schema`, named [`DEFAULT_NAME`](Self::DEFAULT_NAME), with
     /// [`DEFAULT_RETRIES`](Self::DEFAULT_RETRIES) retries; refused when it does not compile
-    /// or its root is not an object schema.
+    /// its root is not an object schema, or it nests deeper than
+    /// [`MAX_NESTING`](Self::MAX_NESTING).
     ///
     /// ```
     /// use agent_host::run::OutputSchema;
@@ -116,6 +127,10 @@ impl OutputSchema {
     /// # Ok::<(), agent_host::run::OutputSchemaError>(())
     /// ```
     pub fn new(schema: Value) -> Result<OutputSchema, OutputSchemaError> {
+        let depth = nesting(&schema);
+        if depth > Self::MAX_NESTING {
+            return Err(OutputSchemaError::TooDeep(depth));
+        }
         jsonschema::validator_for(&schema)
             .map_err(|err| OutputSchemaError::Invalid(err.to_string()))?;
         let root_type = schema.get("type");
@@ -133,8 +148,8 @@ impl OutputSchema {
 
     /// [`new`](Self::new) from JSON text (a schema file's content).
     pub fn from_json(text: &str) -> Result<OutputSchema, OutputSchemaError> {
-        let schema: Value =
-            serde_json::from_str(text).map_err(|e| OutputSchemaError::NotJson(e.to_string()))?;
+        let schema = agent_schema::json::from_str(text)
+            .map_err(|e| OutputSchemaError::NotJson(e.to_string()))?;
         OutputSchema::new(schema)
     }
 
@@ -166,8 +181,14 @@ impl OutputSchema {
 
     /// The answer `text` parsed, when it is JSON that matches the schema; otherwise every
     /// error found.
+    ///
+    /// What is checked is what a run delivers ([`RunCompleted::answer`]: the text as
+    /// written): only JSON's own whitespace may surround it, its objects are read as
+    /// written, and none may repeat a key (readers differ on which value it holds).
+    ///
+    /// [`RunCompleted::answer`]: crate::run::events::RunCompleted::answer
     pub fn check(&self, text: &str) -> Result<Value, Rejection> {
-        let value: Value = match serde_json::from_str(text.trim()) {
+        let value = match agent_schema::json::from_str_unique_keys(text) {
             Ok(value) => value,
             Err(err) => {
                 return Err(Rejection::bounded(std::iter::once(format!(
@@ -199,6 +220,23 @@ impl OutputSchema {
         }
         Err(Rejection::bounded(errors))
     }
+}
+
+/// How deep `value` nests arrays and objects (a scalar is 0), walked without recursion: a
+/// tree built in memory can be deeper than any stack.
+fn nesting(value: &Value) -> usize {
+    let mut deepest = 0;
+    let mut pending = vec![(value, 0usize)];
+    while let Some((value, depth)) = pending.pop() {
+        let children: Box<dyn Iterator<Item = &Value>> = match value {
+            Value::Array(items) => Box::new(items.iter()),
+            Value::Object(map) => Box::new(map.values()),
+            _ => continue,
+        };
+        deepest = deepest.max(depth + 1);
+        pending.extend(children.map(|child| (child, depth + 1)));
+    }
+    deepest
 }
 
 /// What the model is told when its answer was rejected: a user message after the answer.
@@ -233,6 +271,57 @@ mod tests {
         assert_eq!(format["type"], "json_schema");
         assert_eq!(format["name"], "output");
         assert_eq!(format["strict"], false);
+    }
+
+    #[test]
+    fn what_is_checked_is_what_a_run_delivers() {
+        let bugs = OutputSchema::new(json!({"type": "object",
+            "properties": {"bugs": {"type": "integer"}}, "required": ["bugs"]}))
+        .unwrap();
+        // Only JSON's whitespace around it: what passes is what `answer` can deliver.
+        for text in ["{\"bugs\": 3}", " \n{\"bugs\": 3}\r\n\t"] {
+            assert_eq!(bugs.check(text), Ok(json!({"bugs": 3})), "{text:?}");
+            assert!(crate::RawJson::compacted(text).is_some(), "{text:?}");
+        }
+        for text in ["{\"bugs\": 3}\u{a0}", "\u{3000}{\"bugs\": 3}"] {
+            let rejected = bugs.check(text).unwrap_err();
+            assert!(rejected.errors[0].contains("not JSON"), "{rejected:?}");
+        }
+        // serde_json alone reads this object as the integer 3; delivered, it is an object.
+        let magic = r#"{"bugs": {"$serde_json::private::RawValue": "3"}}"#;
+        let rejected = bugs.check(magic).unwrap_err();
+        assert!(rejected.errors[0].starts_with("/bugs:"), "{rejected:?}");
+        // Which `bugs` a reader sees depends on the reader.
+        let rejected = bugs.check(r#"{"bugs": "three", "bugs": 3}"#).unwrap_err();
+        assert!(rejected.errors[0].contains("duplicate key"), "{rejected:?}");
+    }
+
+    #[test]
+    fn a_schema_deeper_than_a_request_carries_is_refused() {
+        let nested = |depth: usize| {
+            let (mut schema, mut levels) = match depth % 2 {
+                0 => (json!({"type": "object", "properties": {}}), 2),
+                _ => (json!({"type": "object"}), 1),
+            };
+            // Each wrap adds two levels: the object schema and its `properties`.
+            while levels < depth {
+                schema = json!({"type": "object", "properties": {"a": schema}});
+                levels += 2;
+            }
+            schema
+        };
+        let deepest = nested(OutputSchema::MAX_NESTING);
+        assert_eq!(nesting(&deepest), OutputSchema::MAX_NESTING);
+        let schema = OutputSchema::new(deepest).unwrap();
+        // Carried by a request as JSON text, it reads back.
+        let request = json!({"model": "m", "text": {"format": schema.format()}});
+        let text = serde_json::to_string(&request).unwrap();
+        assert!(serde_json::from_str::<Value>(&text).is_ok());
+        let deeper = nested(OutputSchema::MAX_NESTING + 2);
+        assert_eq!(
+            OutputSchema::new(deeper),
+            Err(OutputSchemaError::TooDeep(OutputSchema::MAX_NESTING + 2))
+        );
     }
 
     #[test]
