@@ -28,6 +28,7 @@
 
 mod bounded;
 mod chain;
+pub mod function_tools;
 mod latency;
 mod respond;
 mod router;

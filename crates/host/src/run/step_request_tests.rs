@@ -63,7 +63,8 @@ fn two_steps() -> (RunState, RunSpec) {
         name: "list_dir".into(),
         description: "List a directory.".into(),
         parameters: crate::RawJson::from_value(
-            &json!({"type": "object", "properties": {"path": {"type": "string"}}}),
+            &json!({"type": "object", "properties": {"path": {"type": ["string", "null"]}},
+                "required": ["path"], "additionalProperties": false}),
         ),
         policy: Policy::Auto,
         retry_safe: true,

@@ -21,6 +21,7 @@ mod trust;
 mod watchdog;
 mod workspace;
 
+use agent_responses::types::text_format::strict_schema_problem;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
@@ -142,11 +143,13 @@ pub fn builtin_with(
         ToolSpec {
             name: name.into(),
             description: description.into(),
+            // Sent strict only when the schema keeps the API's strict rules, which the API
+            // checks before the first step (the built-ins' schemas do: a unit test holds it).
+            strict: strict_schema_problem(&parameters).is_none(),
             parameters: RawJson::from_value(&parameters),
             policy: mode.apply(own, side_effects),
             retry_safe,
             mcp: None,
-            strict: true,
         }
     };
     let specs = vec![
@@ -164,9 +167,9 @@ pub fn builtin_with(
             "Read a text file of the workspace, by lines.",
             json!({"type": "object", "properties": {
                 "path": {"type": "string"},
-                "offset": {"type": "integer", "description": "first line, 1-based"},
-                "limit": {"type": "integer", "description": "number of lines"}},
-                "required": ["path"], "additionalProperties": false}),
+                "offset": {"type": ["integer", "null"], "description": "first line, 1-based (null: 1)"},
+                "limit": {"type": ["integer", "null"], "description": "number of lines (null: to the end)"}},
+                "required": ["path", "offset", "limit"], "additionalProperties": false}),
             Policy::Auto,
             false,
             true,
@@ -192,8 +195,9 @@ pub fn builtin_with(
         spec(
             "list_dir",
             "List a directory of the workspace (default: its root).",
-            json!({"type": "object", "properties": {"path": {"type": "string"}},
-                "additionalProperties": false}),
+            json!({"type": "object", "properties": {
+                "path": {"type": ["string", "null"], "description": "null: the workspace's root"}},
+                "required": ["path"], "additionalProperties": false}),
             Policy::Auto,
             false,
             true,
@@ -221,16 +225,21 @@ pub fn builtin_with(
 fn shell_parameters(sandboxed: bool) -> Value {
     let mut properties = json!({
         "command": {"type": "string", "description": "bash command line"},
-        "timeout_ms": {"type": "integer", "description": "kill it after this many ms (default 60000)"}});
+        "timeout_ms": {"type": ["integer", "null"], "description": "kill it after this many ms (null: 60000)"}});
     if sandboxed && let Some(props) = properties.as_object_mut() {
-        props.insert("sandbox_permissions".into(), json!({"type": "string",
-            "enum": ["use_default", "require_escalated"],
-            "description": "require_escalated: run outside the sandbox (no network and writes only in the workspace inside it); a human must approve"}));
-        props.insert("justification".into(), json!({"type": "string",
+        props.insert("sandbox_permissions".into(), json!({"type": ["string", "null"],
+            "enum": ["use_default", "require_escalated", null],
+            "description": "require_escalated: run outside the sandbox (no network and writes only in the workspace inside it); a human must approve (null: use_default)"}));
+        props.insert("justification".into(), json!({"type": ["string", "null"],
             "description": "with require_escalated: one line saying why, shown to the human who decides"}));
     }
+    // Strict (every property required, the optional ones nullable): the API holds the
+    // model's arguments to the schema.
+    let required: Vec<&String> = properties
+        .as_object()
+        .map_or(Vec::new(), |p| p.keys().collect());
     json!({"type": "object", "properties": properties,
-        "required": ["command"], "additionalProperties": false})
+        "required": required, "additionalProperties": false})
 }
 
 pub(crate) fn object(args: &Value) -> Result<&Map<String, Value>, String> {
@@ -256,5 +265,43 @@ pub(crate) fn arg_u64(obj: &Map<String, Value>, name: &str) -> Result<Option<u64
             .as_u64()
             .map(Some)
             .ok_or_else(|| format!("`{name}` must be a non-negative integer")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_builtin_schema_keeps_the_strict_rules_it_is_sent_under() {
+        let dir = tempfile::tempdir().unwrap();
+        let workspace = Workspace::new(dir.path()).unwrap();
+        for mode in [
+            SandboxMode::Off,
+            SandboxMode::ReadOnly,
+            SandboxMode::WorkspaceWrite,
+        ] {
+            let sandbox = SandboxSpec {
+                mode,
+                ..SandboxSpec::default()
+            };
+            let config = ToolConfig::default();
+            let (specs, _) = builtin_with(&workspace, ApprovalMode::default(), &config, &sandbox);
+            for spec in specs {
+                let schema = spec.parameters.to_value().unwrap();
+                // The API refuses a whole request whose strict tool breaks a rule.
+                assert_eq!(strict_schema_problem(&schema), None, "{}", spec.name);
+                assert!(spec.strict, "{}", spec.name);
+            }
+        }
+    }
+
+    #[test]
+    fn null_stands_for_an_optional_argument() {
+        let args = json!({"path": "a", "offset": null, "limit": 3});
+        let obj = object(&args).unwrap();
+        assert_eq!(arg_u64(obj, "offset"), Ok(None));
+        assert_eq!(arg_u64(obj, "limit"), Ok(Some(3)));
+        assert_eq!(arg_str(obj, "offset"), Ok(None));
     }
 }

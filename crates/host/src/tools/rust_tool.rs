@@ -81,6 +81,12 @@ fn shown_without(mut value: Value, key: Option<&str>) -> Value {
     }
 }
 
+/// Why a call's arguments do not deserialize, as the model and the journal get it: serde
+/// quotes the offending value, which can be anything the model sent.
+fn invalid(err: &impl Display) -> String {
+    cap(mask_key(format!("invalid arguments: {err}")))
+}
+
 /// The function behind a [`RustTool`]: the arguments (checked to deserialize) and the
 /// call to the result or the failure's text.
 type CallFn =
@@ -216,8 +222,7 @@ impl RustTool {
             move |args: Value, call: ToolCall| -> BoxFuture<'static, Result<Value, ToolFailure>> {
                 let f = Arc::clone(&f);
                 Box::pin(async move {
-                    let args = A::deserialize(args)
-                        .map_err(|err| ToolFailure(format!("invalid arguments: {err}")))?;
+                    let args = A::deserialize(args).map_err(|err| ToolFailure(invalid(&err)))?;
                     // A panic in the tool is its failure, not the host's.
                     let ran = std::panic::AssertUnwindSafe(async move { f(args, call).await })
                         .catch_unwind()
@@ -229,11 +234,7 @@ impl RustTool {
                         .map(shown)
                 })
             };
-        let check = |args: &Value| {
-            A::deserialize(args)
-                .map(drop)
-                .map_err(|err| format!("invalid arguments: {err}"))
-        };
+        let check = |args: &Value| A::deserialize(args).map(drop).map_err(|err| invalid(&err));
         RustTool {
             name: name.into(),
             description: description.into(),
@@ -295,6 +296,13 @@ impl RustTool {
 
     /// Why a run cannot offer it beside tools called `taken`, if it cannot.
     pub(crate) fn name_problem(&self, taken: &[String]) -> Option<String> {
+        if self.parameters.get("type") != Some(&Value::String("object".into())) {
+            // `()` and unit structs derive `{"type": "null"}`, which the API refuses.
+            return Some(format!(
+                "its arguments' type must derive an object schema (a struct with named fields; `struct NoArgs {{}}` for none), not {}",
+                self.parameters
+            ));
+        }
         if !valid_format_name(&self.name) {
             return Some("a tool's name must be 1 to 64 of a-z, A-Z, 0-9, _ and -".into());
         }
@@ -406,6 +414,40 @@ mod tests {
                 Ok(json!({"city": w.city, "temp": 21}))
             },
         )
+    }
+
+    #[test]
+    fn arguments_that_do_not_derive_an_object_schema_are_refused() {
+        let now = RustTool::new(
+            "now",
+            "The time.",
+            |_: ()| async move { Ok::<_, String>(1) },
+        );
+        let problem = now.name_problem(&[]).unwrap_or_default();
+        assert!(problem.contains("object schema"), "{problem}");
+        assert_eq!(weather().name_problem(&[]), None);
+    }
+
+    #[test]
+    fn an_argument_error_is_capped_however_large_the_value_quoted() {
+        #[derive(Deserialize, JsonSchema)]
+        struct Count {
+            #[allow(dead_code)]
+            n: u64,
+        }
+        let tool = RustTool::new(
+            "count",
+            "Count.",
+            |c: Count| async move { Ok::<_, String>(c.n) },
+        );
+        let huge = json!({"n": "x".repeat(RESULT_CAP * 2)});
+        let err = agent_runtime::Tool::validate(&tool, &huge).unwrap_err();
+        assert!(
+            err.starts_with("invalid arguments: invalid type: string"),
+            "{}",
+            &err[..60]
+        );
+        assert!(err.len() < RESULT_CAP + 100, "{}", err.len());
     }
 
     #[test]

@@ -52,6 +52,7 @@ pub(super) fn create_inner(
     }
     check_input_types(request.input.as_ref())?;
     crate::text_format::check(&request)?;
+    crate::function_tools::check(&request)?;
     let (base, mut context) = state.context_of(request.previous_response_id())?;
     context.extend(input_items(request.input.as_ref()));
     state.check(&context)?;

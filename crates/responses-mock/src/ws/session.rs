@@ -304,6 +304,7 @@ impl Session {
         let request = &create.request;
         crate::validate::check_input_types(request.input.as_ref())?;
         crate::text_format::check(request)?;
+        crate::function_tools::check(request)?;
         if request.stream.is_some() {
             return Err(ApiFailure::invalid(
                 "The 'stream' parameter is implicit in WebSocket mode and must not be sent.",

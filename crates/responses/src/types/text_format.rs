@@ -118,7 +118,19 @@ fn accepts_null(schema: &Value) -> bool {
 
 /// The first rule of strict mode that `schema` breaks, worded as the API words it
 /// (`In context=('properties', 'a'), ...`); `None` when it may be sent `strict`.
+///
+/// The root must be an object schema (`"type": "object"`), as the API requires of a
+/// function's parameters and of a format's schema.
 pub fn strict_schema_problem(schema: &Value) -> Option<String> {
+    match schema.get("type") {
+        Some(Value::String(t)) if t == "object" => {}
+        other => {
+            let got = other.map_or_else(|| "None".to_string(), Value::to_string);
+            return Some(format!(
+                "schema must be a JSON Schema of 'type: \"object\"', got 'type: {got}'."
+            ));
+        }
+    }
     let mut context = Vec::new();
     problem_at(schema, &mut context)
 }

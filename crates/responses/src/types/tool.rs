@@ -69,13 +69,18 @@ pub struct FunctionTool {
 impl EmitsTag for FunctionTool {}
 
 impl FunctionTool {
-    /// A strict function tool with a parameters schema.
+    /// A function tool with a parameters schema, `strict` when the schema keeps the API's
+    /// strict rules ([`strict_schema_problem`]): the API refuses a whole request whose strict
+    /// function breaks one.
+    ///
+    /// [`strict_schema_problem`]: super::text_format::strict_schema_problem
     pub fn new(name: impl Into<String>, description: impl Into<String>, parameters: Value) -> Self {
+        let strict = super::text_format::strict_schema_problem(&parameters).is_none();
         Self {
             name: name.into(),
             description: Some(Some(description.into())),
             parameters: Some(Some(parameters)),
-            strict: Some(Some(true)),
+            strict: Some(Some(strict)),
             allowed_callers: None,
             output_schema: None,
             is_async: None,
@@ -116,5 +121,20 @@ impl ToolDefinition {
             ToolDefinition::ProgrammaticToolCalling(_) => false,
             ToolDefinition::Other(v) => v.get("async").and_then(Value::as_bool) == Some(true),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_function_is_strict_only_when_its_schema_allows() {
+        let closed = json!({"type": "object", "properties": {"n": {"type": "integer"}},
+            "required": ["n"], "additionalProperties": false});
+        assert_eq!(FunctionTool::new("f", "d", closed).strict, Some(Some(true)));
+        let open = json!({"type": "object", "properties": {"n": {"type": "integer"}}});
+        assert_eq!(FunctionTool::new("f", "d", open).strict, Some(Some(false)));
     }
 }
