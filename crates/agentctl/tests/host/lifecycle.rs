@@ -1006,6 +1006,59 @@ async fn a_start_line_is_printed_as_the_call_starts_when_stdout_is_piped() {
     );
 }
 
+/// Under `--json`, a call's end is printed as it is journaled, not when the slowest call of
+/// its step ends: the shell here waits for a file the test writes only once it read the
+/// other call's `item.completed` (without that line, the shell gives up and says so).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_ending_beside_a_slow_one_is_printed_as_it_ends() {
+    use std::io::BufRead as _;
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("p.db").display());
+    let (_g, ws) = workspace();
+    let wait = "for i in $(seq 300); do [ -f go ] && echo released && exit 0; sleep 0.05; done; echo gave-up";
+    let script = script_by_outputs(&[
+        json!([
+            call("c_wait", "shell", json!({"command": wait})),
+            call("c_list", "list_dir", json!({}))
+        ]),
+        answer("FINAL: both"),
+    ]);
+    let server = emulator(&script).await;
+    let mut child = run_cmd(&db, &server, &ws, &["--approval", "auto", "--json"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines() {
+            if tx.send(line.unwrap()).is_err() {
+                return;
+            }
+        }
+    });
+    let mut seen = Vec::new();
+    while let Ok(line) = rx.recv_timeout(std::time::Duration::from_secs(60)) {
+        let done = line.contains("\"item.completed\"") && line.contains("\"c_list\"");
+        seen.push(line);
+        if done {
+            std::fs::write(ws.join("go"), "").unwrap();
+            break;
+        }
+    }
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(0), "{seen:?}");
+    seen.extend(rx.iter());
+    let shell_end = seen
+        .iter()
+        .find(|l| l.contains("\"item.completed\"") && l.contains("\"c_wait\""))
+        .unwrap_or_else(|| panic!("{seen:?}"));
+    let shell_end: Value = serde_json::from_str(shell_end).unwrap();
+    let output = shell_end["item"]["aggregated_output"].as_str().unwrap_or_default();
+    assert!(output.contains("released"), "{shell_end}");
+}
+
 /// Inputs a command cannot act on are usage errors (exit 2) that say what is wrong: a
 /// budget at or below what the run used, a workspace that is a file; an upper-case hash
 /// names the same arguments as a lower-case one.

@@ -222,30 +222,36 @@ impl Driver {
         if !launched.is_empty() {
             let runtime = self.runtime.clone();
             let (thread, turn) = (self.thread.clone(), self.turn.clone());
-            let results = futures::future::join_all(launched.iter().map(|call_id| {
-                let key = agent_runtime::JobKey {
-                    thread: thread.clone(),
-                    turn: turn.clone(),
-                    call_id: call_id.clone(),
-                };
-                let runtime = runtime.clone();
-                let (thread, turn) = (thread.clone(), turn.clone());
-                async move { runtime.result(&thread, &turn, &key).await }
-            }));
+            let mut results: futures::stream::FuturesUnordered<_> = launched
+                .iter()
+                .map(|call_id| {
+                    let key = agent_runtime::JobKey {
+                        thread: thread.clone(),
+                        turn: turn.clone(),
+                        call_id: call_id.clone(),
+                    };
+                    let runtime = runtime.clone();
+                    let (thread, turn) = (thread.clone(), turn.clone());
+                    async move { runtime.result(&thread, &turn, &key).await }
+                })
+                .collect();
             let cancel = self.opts.cancel.clone();
-            let results = tokio::select! {
-                results = results => Some(results),
-                () = cancel.cancelled() => None,
-            };
-            let Some(results) = results else {
-                return self.interrupt().await.map(Some);
-            };
-            for result in results {
+            loop {
+                let next = tokio::select! {
+                    next = results.next() => next,
+                    () = cancel.cancelled() => return self.interrupt().await.map(Some),
+                };
+                let Some(result) = next else { break };
                 match result {
                     Ok(_)
                     | Err(RuntimeError::UnknownCall { .. })
                     | Err(RuntimeError::Unresolved { .. }) => {}
                     Err(err) => return Err(err.into()),
+                }
+                // Each call's end is shown as it is journaled, not when the slowest call
+                // of the step ends (a process killed meanwhile would never show it).
+                if !results.is_empty() && self.opts.observer.shows_progress() {
+                    self.sync().await?;
                 }
             }
             self.sync().await?;
