@@ -1055,7 +1055,9 @@ async fn a_call_ending_beside_a_slow_one_is_printed_as_it_ends() {
         .find(|l| l.contains("\"item.completed\"") && l.contains("\"c_wait\""))
         .unwrap_or_else(|| panic!("{seen:?}"));
     let shell_end: Value = serde_json::from_str(shell_end).unwrap();
-    let output = shell_end["item"]["aggregated_output"].as_str().unwrap_or_default();
+    let output = shell_end["item"]["aggregated_output"]
+        .as_str()
+        .unwrap_or_default();
     assert!(output.contains("released"), "{shell_end}");
 }
 
