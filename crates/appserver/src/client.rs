@@ -127,6 +127,9 @@ impl AppServerClient {
     ) -> Result<(AppServerClient, Events), AppServerError> {
         let program = command.program_display();
         let mut cmd = Command::new(command.resolved_program());
+        for key in &command.env_removed {
+            cmd.env_remove(key);
+        }
         cmd.args(&command.args)
             .envs(command.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::piped())

@@ -13,6 +13,9 @@ pub struct ServerCommand {
     pub args: Vec<OsString>,
     /// Extra environment variables for the child (on top of the inherited environment).
     pub env: Vec<(OsString, OsString)>,
+    /// Variables of the inherited environment the child does not get (removed before
+    /// [`env`](Self::env) is applied).
+    pub env_removed: Vec<OsString>,
     /// The child's working directory; the current one when `None`.
     pub cwd: Option<PathBuf>,
     /// Where the child's stderr goes.
@@ -42,6 +45,7 @@ impl ServerCommand {
             program: program.into(),
             args: Vec::new(),
             env: Vec::new(),
+            env_removed: Vec::new(),
             cwd: None,
             stderr: StderrTarget::Inherit,
         }
@@ -60,6 +64,12 @@ impl ServerCommand {
     /// Sets an environment variable for the child.
     pub fn env(mut self, key: impl Into<OsString>, value: impl Into<OsString>) -> Self {
         self.env.push((key.into(), value.into()));
+        self
+    }
+
+    /// Removes an inherited environment variable from the child's environment.
+    pub fn env_remove(mut self, key: impl Into<OsString>) -> Self {
+        self.env_removed.push(key.into());
         self
     }
 

@@ -10,9 +10,21 @@
 //!   (`controls`) and report back over a channel, so a slow answer never stalls the queue.
 //! - "Our turn" is the turn we started, in the thread we started: a notification counts as
 //!   ours only when both its thread id and its turn id are ours.
-//! - The steer is sent at most once, at the first agent-message delta of our turn; the
-//!   interrupt after `interrupt_after` deltas is sent at most once (`Some(0)`: as soon as
-//!   Codex reports the turn started, since it refuses an interrupt before that).
+//! - Every server event is cleaned before it is journaled or shown ([`clean_event`]: the
+//!   API key masked, NUL replaced by U+FFFD). A key split across the deltas of one item
+//!   (any notification with a string `delta` and an `itemId`) is masked too: a delta's
+//!   tail that may start the key is held back and put before the item's next delta
+//!   ([`StreamMask`]); one still held when the item completes is dropped from the deltas
+//!   (the completed item carries the whole text, masked).
+//! - The agent's text is shown once: its deltas as they come, and of a completed agent
+//!   message the part no delta showed (all of it, when Codex sent it without deltas).
+//! - The steer is sent at most once, at the first piece of our turn's agent text (a delta,
+//!   or a message completed without deltas); the interrupt after `interrupt_after` pieces is
+//!   sent at most once (`Some(0)`: as soon as Codex reports the turn started, since it
+//!   refuses an interrupt before that). One the turn ended before is reported
+//!   ([`TurnReport::not_sent`]), never silently dropped.
+//! - The thread's working directory must be UTF-8 ([`DriveError::CwdNotUtf8`]): a lossy
+//!   conversion would name another directory.
 //! - The turn's outcome is decided by our turn's `turn/completed`, with two exceptions,
 //!   both taken only after the events already queued were handled (one of them may be that
 //!   `turn/completed`): when an interrupt fails or gets no answer, or when the interrupt
@@ -23,7 +35,7 @@
 //!   is polled before anything else and lives until it fires.
 //! - On success every recorded event is durable before [`drive_turn`] returns.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -37,7 +49,8 @@ use agent_journal::Journal;
 use serde_json::{Map, Value, json};
 
 use super::controls::{Control, Controls};
-use super::recorder::{Recorder, RecorderError};
+use super::recorder::{Recorder, RecorderError, clean_event};
+use crate::tools::StreamMask;
 
 /// Silence from Codex after which the observer hears [`TurnEvent::Quiet`] (Codex retries
 /// an unreachable model by itself, silently).
@@ -54,9 +67,10 @@ pub struct TurnRequest {
     pub cwd: PathBuf,
     /// Codex's `approvalPolicy` for the turn: `untrusted`, `on-request` or `never`.
     pub approval_policy: String,
-    /// Steer the turn with this text at its first agent-message delta.
+    /// Steer the turn with this text at the first piece of its agent text (a delta, or a
+    /// message completed without deltas).
     pub steer: Option<String>,
-    /// Interrupt the turn after this many agent-message deltas (0: once it has started).
+    /// Interrupt the turn after this many pieces of agent text (0: once it has started).
     pub interrupt_after: Option<u64>,
     /// Silence after which the observer hears [`TurnEvent::Quiet`] (again after each).
     pub quiet_notice: Duration,
@@ -95,7 +109,8 @@ pub enum TurnEvent<'a> {
     },
     /// Any server event (already journaled); requests carry the reply we sent.
     Server(&'a AppServerEvent),
-    /// A piece of our turn's agent message text.
+    /// A piece of our turn's agent message text: a delta, or the part of a completed
+    /// message that no delta carried.
     AgentText(&'a str),
     /// An agent message item started or completed: a partial line of text ends here.
     AgentMessageBoundary,
@@ -134,6 +149,29 @@ pub struct TurnReport {
     /// Set when Codex never reported the turn's end because the drive gave up waiting;
     /// the server should then be stopped (its turn may still be running).
     pub given_up: Option<GiveUp>,
+    /// What the request asked to send that was never sent, because the turn ended first
+    /// (in the order steer, interrupt).
+    pub not_sent: Vec<NotSent>,
+}
+
+/// A control of the [`TurnRequest`] that was never sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NotSent {
+    /// The steer: the turn ended before any agent text.
+    Steer,
+    /// The interrupt after `interrupt_after` pieces of agent text: fewer came, or (for 0)
+    /// Codex never reported the turn started.
+    Interrupt,
+}
+
+impl NotSent {
+    /// `steer` or `interrupt`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NotSent::Steer => "steer",
+            NotSent::Interrupt => "interrupt",
+        }
+    }
 }
 
 /// Why the drive stopped waiting for Codex to end the turn.
@@ -154,6 +192,9 @@ pub enum DriveError<E> {
     /// A setup call (initialize, thread/start, turn/start) failed.
     #[error(transparent)]
     Setup(AppServerError),
+    /// The thread's working directory is not valid UTF-8, which the protocol cannot carry.
+    #[error("the working directory `{}` is not valid UTF-8", .0.display())]
+    CwdNotUtf8(PathBuf),
     /// The connection ended before our turn completed.
     #[error("codex app-server stopped before the turn completed")]
     Stopped(#[source] AppServerError),
@@ -211,6 +252,9 @@ where
     F: Future<Output = ()>,
     O: FnMut(TurnEvent<'_>) -> Result<(), E>,
 {
+    let Some(cwd) = request.cwd.to_str() else {
+        return Err(DriveError::CwdNotUtf8(request.cwd.clone()));
+    };
     // Events that arrive during the setup calls wait here; they are journaled under the
     // thread id like the rest.
     let mut early = VecDeque::new();
@@ -222,14 +266,14 @@ where
     .await
     .map_err(DriveError::Setup)?;
     let thread_params = ThreadStartParams {
-        cwd: Some(request.cwd.display().to_string()),
+        cwd: Some(cwd.to_owned()),
         ..ThreadStartParams::default()
     };
     let thread = while_buffering(events, &mut early, client.thread_start(&thread_params))
         .await
         .map_err(DriveError::Setup)?;
     let thread_id = thread.thread.id;
-    let recorder = Recorder::start(journal, thread_id.clone());
+    let mut recorder = Recorder::start(journal, thread_id.clone())?;
     observe(TurnEvent::ThreadStarted {
         thread_id: &thread_id,
         model: thread.model.as_deref(),
@@ -254,9 +298,14 @@ where
         turn_id: &turn_id,
     };
     let drain_limit = client.options().event_capacity;
-    let mut steer = request.steer.clone();
-    let mut interrupt_after = request.interrupt_after;
-    let mut deltas = 0u64;
+    let mut pending = Pending {
+        steer: request.steer.clone(),
+        interrupt_after: request.interrupt_after,
+        pieces: 0,
+    };
+    // Our turn's agent text shown so far, per message item (until the item completes).
+    let mut streamed: HashMap<String, String> = HashMap::new();
+    let mut delta_masks = DeltaMasks::new(crate::tools::api_key());
     // Lives until it fires, so that a listener it registers stays registered between events.
     let mut signal = std::pin::pin!(interrupt_signal());
     let mut signalled = false;
@@ -325,7 +374,11 @@ where
                 observe(TurnEvent::Quiet(request.quiet_notice)).map_err(DriveError::Observer)?;
                 continue;
             }
-            Next::Event(Some(event)) => event,
+            Next::Event(Some(mut event)) => {
+                clean_event(&mut event);
+                delta_masks.apply(&mut event);
+                event
+            }
             Next::Event(None) => {
                 let reason = events.end_reason().unwrap_or(ConnectionLost::EndOfStream);
                 recorder.finish().await?;
@@ -355,19 +408,31 @@ where
             Some(TurnNotification::AgentMessageDelta {
                 thread_id: th,
                 turn_id: t,
+                item_id,
                 delta,
-                ..
             }) if ours.is(&th, &t) => {
                 observe(TurnEvent::AgentText(&delta)).map_err(DriveError::Observer)?;
-                deltas += 1;
-                if let Some(text) = steer.take() {
-                    controls.steer(text);
+                streamed.entry(item_id).or_default().push_str(&delta);
+                pending.piece_of_text(&controls, &mut interrupts_in_flight);
+            }
+            Some(TurnNotification::ItemCompleted {
+                thread_id: th,
+                turn_id: t,
+                item,
+            }) if item.kind == "agentMessage" && ours.is(&th, &t) => {
+                let shown = streamed.remove(&item.id).unwrap_or_default();
+                let rest = item
+                    .text
+                    .as_deref()
+                    .map_or("", |text| unshown(text, &shown));
+                if !rest.is_empty() {
+                    observe(TurnEvent::AgentText(rest)).map_err(DriveError::Observer)?;
+                    if shown.is_empty() {
+                        // A message without deltas is one piece of text.
+                        pending.piece_of_text(&controls, &mut interrupts_in_flight);
+                    }
                 }
-                if interrupt_after.is_some_and(|n| deltas >= n) {
-                    interrupt_after = None;
-                    interrupts_in_flight += 1;
-                    controls.interrupt();
-                }
+                observe(TurnEvent::AgentMessageBoundary).map_err(DriveError::Observer)?;
             }
             Some(
                 TurnNotification::ItemStarted { item, .. }
@@ -379,8 +444,8 @@ where
             Some(TurnNotification::TurnStarted {
                 thread_id: th,
                 turn,
-            }) if ours.is(&th, &turn.id) && interrupt_after == Some(0) => {
-                interrupt_after = None;
+            }) if ours.is(&th, &turn.id) && pending.interrupt_after == Some(0) => {
+                pending.interrupt_after = None;
                 interrupts_in_flight += 1;
                 controls.interrupt();
             }
@@ -396,11 +461,105 @@ where
     };
     recorder.finish().await?;
     let (turn, given_up) = finished;
+    let mut not_sent = Vec::new();
+    if pending.steer.is_some() {
+        not_sent.push(NotSent::Steer);
+    }
+    if pending.interrupt_after.is_some() {
+        not_sent.push(NotSent::Interrupt);
+    }
+    for control in &not_sent {
+        tracing::warn!(
+            control = control.as_str(),
+            "never sent: the turn ended first"
+        );
+    }
     Ok(TurnReport {
         thread_id,
         turn,
         given_up,
+        not_sent,
     })
+}
+
+/// Masks the API key split across the deltas of one item: a [`StreamMask`] per method and
+/// item, until the item completes.
+struct DeltaMasks {
+    key: Option<&'static str>,
+    masks: HashMap<(String, String), StreamMask>,
+}
+
+impl DeltaMasks {
+    fn new(key: Option<&'static str>) -> Self {
+        DeltaMasks {
+            key,
+            masks: HashMap::new(),
+        }
+    }
+
+    /// Masks `event`'s `delta` (held back: see the module docs); forgets an item's masks
+    /// when it completes.
+    fn apply(&mut self, event: &mut AppServerEvent) {
+        let Some(key) = self.key else { return };
+        let AppServerEvent::Notification(note) = event else {
+            return;
+        };
+        if note.method == "item/completed" {
+            if let Some(id) = note.params.pointer("/item/id").and_then(Value::as_str) {
+                self.masks.retain(|(_, item), _| item != id);
+            }
+            return;
+        }
+        let Some(item) = note.params.get("itemId").and_then(Value::as_str) else {
+            return;
+        };
+        let stream = (note.method.clone(), item.to_owned());
+        let Some(Value::String(delta)) = note.params.get_mut("delta") else {
+            return;
+        };
+        let mask = self
+            .masks
+            .entry(stream)
+            .or_insert_with(|| StreamMask::new(Some(key.to_owned())));
+        *delta = mask.push(delta);
+    }
+}
+
+/// The steer and interrupt the request asked for, not sent yet.
+struct Pending {
+    steer: Option<String>,
+    interrupt_after: Option<u64>,
+    /// Pieces of our turn's agent text so far.
+    pieces: u64,
+}
+
+impl Pending {
+    /// One more piece of our turn's agent text: the steer goes at the first, the interrupt
+    /// after `interrupt_after`.
+    fn piece_of_text(&mut self, controls: &Controls, interrupts_in_flight: &mut usize) {
+        self.pieces += 1;
+        if let Some(text) = self.steer.take() {
+            controls.steer(text);
+        }
+        if self.interrupt_after.is_some_and(|n| self.pieces >= n) {
+            self.interrupt_after = None;
+            *interrupts_in_flight += 1;
+            controls.interrupt();
+        }
+    }
+}
+
+/// The part of a completed message's `text` that its deltas (`shown`) did not show: all of
+/// it without deltas, the rest when they showed its start, nothing when they showed other
+/// text (already on screen, it cannot be taken back).
+fn unshown<'t>(text: &'t str, shown: &str) -> &'t str {
+    match text.strip_prefix(shown) {
+        Some(rest) => rest,
+        None => {
+            tracing::debug!("an agent message's text differs from its deltas; not shown again");
+            ""
+        }
+    }
 }
 
 const TURN_COMPLETED: &str = "turn/completed";

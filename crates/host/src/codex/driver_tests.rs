@@ -14,7 +14,7 @@ use agent_appserver::{
     ServerCommand, StderrTarget, TurnStatus,
 };
 
-use super::driver::{DriveError, GiveUp, TurnEvent, TurnReport, TurnRequest, drive_turn};
+use super::driver::{DriveError, GiveUp, NotSent, TurnEvent, TurnReport, TurnRequest, drive_turn};
 use super::session::{AppServerLaunch, CodexTurn, run_codex_turn};
 
 /// Guards against a hang turning into a stuck test run; not a timing assertion.
@@ -27,7 +27,10 @@ const HANG_GUARD: Duration = Duration::from_secs(60);
 /// - `no_status` / `null_turn`: a `turn/completed` for our turn without a status / with
 ///   `turn: null`;
 /// - `other_thread`: a delta `ours`; another thread's `turn/completed` (same turn id),
-///   valid and malformed; that thread's delta `theirs`; then our turn, failed.
+///   valid and malformed; that thread's delta `theirs`; then our turn, failed;
+/// - `whole_message`: an agent message `whole\n` completed without deltas; a second one
+///   whose delta `par` shows only the start of its text `partial`; our turn, completed;
+/// - `no_text`: our turn, completed at once.
 const FAKE: &str = r#"#!/usr/bin/env python3
 import json, os, subprocess, sys
 MODE = os.environ.get("FAKE_MODE", "")
@@ -38,6 +41,7 @@ def note(method, params): send({"method": method, "params": params})
 def delta(thread, text):
     note("item/agentMessage/delta", {"threadId": thread, "turnId": TU, "itemId": "m1", "delta": text})
 def completed(thread, turn): note("turn/completed", {"threadId": thread, "turn": turn})
+def message(item, text): note("item/completed", {"threadId": TH, "turnId": TU, "item": {"type": "agentMessage", "id": item, "text": text}})
 for line in sys.stdin:
     msg = json.loads(line)
     method, rid = msg.get("method"), msg.get("id")
@@ -66,6 +70,13 @@ for line in sys.stdin:
             completed("thr_other", None)
             delta("thr_other", "theirs")
             completed(TH, {"id": TU, "status": "failed", "items": [], "error": {"message": "ours failed"}})
+        elif MODE == "whole_message":
+            message("m0", "whole\n")
+            note("item/agentMessage/delta", {"threadId": TH, "turnId": TU, "itemId": "m1", "delta": "par"})
+            message("m1", "partial")
+            completed(TH, {"id": TU, "status": "completed", "items": []})
+        elif MODE == "no_text":
+            completed(TH, {"id": TU, "status": "completed", "items": []})
     elif method == "turn/interrupt":
         pass
     else:
@@ -342,5 +353,63 @@ async fn codex_a_server_that_exits_while_its_child_keeps_the_output_open_stops_t
             ConnectionLost::ServerExited { status },
         ))) => assert_eq!(status.and_then(|s| s.code()), Some(2)),
         other => panic!("expected the server's exit, got {other:?}"),
+    }
+}
+
+/// An agent message Codex sends whole (`item/completed` with its text, no deltas) never
+/// reached the observer, and `--steer`/`--interrupt-after` waited for deltas that never
+/// came. Its text is shown (of a message with deltas, the part they did not show) and
+/// counts as one piece of text.
+#[tokio::test]
+async fn codex_an_agent_message_without_deltas_is_shown_and_counts_for_the_controls() {
+    let fake = Fake::new();
+    let request = TurnRequest {
+        steer: Some("steer".into()),
+        interrupt_after: Some(2),
+        ..request()
+    };
+    let (report, seen) = drive(
+        &fake,
+        "whole_message",
+        ClientOptions::default(),
+        &request,
+        0,
+    )
+    .await;
+    let report = report.unwrap();
+    assert_eq!(report.turn.status, TurnStatus::Completed, "{report:?}");
+    assert_eq!(seen.text, "whole\npartial");
+    assert!(report.not_sent.is_empty(), "{report:?}");
+}
+
+/// A steer or interrupt the turn ended before is reported, not dropped silently.
+#[tokio::test]
+async fn codex_a_steer_or_interrupt_never_sent_is_reported() {
+    let fake = Fake::new();
+    let asked = TurnRequest {
+        steer: Some("steer".into()),
+        interrupt_after: Some(1),
+        ..request()
+    };
+    let (report, _) = drive(&fake, "no_text", ClientOptions::default(), &asked, 0).await;
+    let report = report.unwrap();
+    assert_eq!(report.not_sent, [NotSent::Steer, NotSent::Interrupt]);
+    // Nothing asked, nothing to report.
+    let (report, _) = drive(&fake, "no_text", ClientOptions::default(), &request(), 0).await;
+    assert!(report.unwrap().not_sent.is_empty());
+}
+
+/// A working directory that is not UTF-8 was sent to Codex mangled (`display()` is lossy):
+/// another directory. It is refused before anything starts.
+#[tokio::test]
+async fn codex_a_working_directory_that_is_not_utf8_is_refused() {
+    use std::os::unix::ffi::OsStrExt as _;
+    let fake = Fake::new();
+    let cwd = std::env::temp_dir().join(std::ffi::OsStr::from_bytes(b"not-utf8-\xff"));
+    let request = TurnRequest::new(request().client_info, "hi", cwd.clone());
+    let (report, _) = drive(&fake, "no_text", ClientOptions::default(), &request, 0).await;
+    match report {
+        Err(DriveError::CwdNotUtf8(path)) => assert_eq!(path, cwd),
+        other => panic!("expected a refusal, got {other:?}"),
     }
 }

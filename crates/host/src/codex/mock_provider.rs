@@ -5,7 +5,9 @@
 //!   `CODEX_HOME` holds a `config.toml` whose provider points at it; both live exactly as
 //!   long as the [`MockProvider`] (dropping it stops the emulator and deletes the home).
 //! - A Codex child configured with [`MockProvider::env`] uses
-//!   the emulator and the emulator's key only: no network, no real key.
+//!   the emulator and the emulator's key only: no network, no real key (`run_codex_turn`
+//!   also removes [`HIDDEN_ENV`](crate::tools::HIDDEN_ENV), our real key and database
+//!   URLs, from its environment).
 
 use std::ffi::OsString;
 use std::path::Path;

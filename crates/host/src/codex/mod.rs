@@ -24,10 +24,10 @@ pub mod recorder;
 pub mod session;
 
 pub use driver::{
-    DEFAULT_QUIET_NOTICE, DriveError, GiveUp, TurnEvent, TurnReport, TurnRequest, drive_turn,
-    while_buffering,
+    DEFAULT_QUIET_NOTICE, DriveError, GiveUp, NotSent, TurnEvent, TurnReport, TurnRequest,
+    drive_turn, while_buffering,
 };
 #[cfg(feature = "mock")]
 pub use mock_provider::{MockProvider, MockProviderError};
-pub use recorder::{Recorder, RecorderError, journal_entry, reply_json};
+pub use recorder::{Recorder, RecorderError, clean_event, journal_entry, reply_json};
 pub use session::{AppServerLaunch, CodexTurn, CodexTurnError, run_codex_turn};

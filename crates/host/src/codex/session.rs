@@ -2,7 +2,9 @@
 //! provider when asked for, `codex app-server` started, one turn driven and journaled, and
 //! everything stopped again.
 //!
-//! Invariants: the app-server child and the emulator live exactly as long as
+//! Invariants: with the emulator as provider, the app-server (and every command Codex
+//! runs) gets neither the API key nor the database URLs ([`crate::tools::HIDDEN_ENV`], as
+//! `agentctl run`'s commands); the app-server child and the emulator live exactly as long as
 //! [`run_codex_turn`]; the child is closed (terminated, then killed after its grace period;
 //! killed at once when the interrupt signal fired twice) before the journal is closed, so
 //! every event it sent is journaled first.
@@ -33,6 +35,8 @@ pub struct AppServerLaunch {
     pub cwd: Option<PathBuf>,
     /// Where the server's stderr goes (Codex logs noisily there).
     pub stderr: StderrTarget,
+    /// Variables of our environment the server does not get.
+    pub env_removed: Vec<OsString>,
 }
 
 impl AppServerLaunch {
@@ -42,18 +46,23 @@ impl AppServerLaunch {
             codex_bin: codex_bin.into(),
             cwd: None,
             stderr: StderrTarget::Null,
+            env_removed: Vec::new(),
         }
     }
 
     /// Starts `<codex_bin> app-server --listen stdio://` with `provider_env` added to its
-    /// environment (a model provider's `CODEX_HOME` and key, such as `MockProvider::env`),
-    /// answering server requests with `policy`.
+    /// environment (a model provider's `CODEX_HOME` and key, such as `MockProvider::env`)
+    /// and [`env_removed`](Self::env_removed) taken out, answering server requests with
+    /// `policy`.
     pub fn spawn(
         &self,
         provider_env: Vec<(OsString, OsString)>,
         policy: ApprovalPolicy,
     ) -> Result<(AppServerClient, Events), AppServerError> {
         let mut command = ServerCommand::codex(&self.codex_bin);
+        for key in &self.env_removed {
+            command = command.env_remove(key);
+        }
         for (key, value) in provider_env {
             command = command.env(key, value);
         }
@@ -124,9 +133,18 @@ where
     };
     #[cfg(feature = "mock")]
     let provider_env = provider.as_ref().map(MockProvider::env).unwrap_or_default();
+    #[cfg_attr(not(feature = "mock"), allow(unused_mut))]
+    let mut launch = turn.launch;
+    // Offline: Codex and what it runs need neither our key nor our database.
+    #[cfg(feature = "mock")]
+    if provider.is_some() {
+        launch
+            .env_removed
+            .extend(crate::tools::HIDDEN_ENV.iter().map(OsString::from));
+    }
     #[cfg(not(feature = "mock"))]
     let provider_env = Vec::new();
-    let (client, mut events) = match turn.launch.spawn(provider_env, turn.approvals) {
+    let (client, mut events) = match launch.spawn(provider_env, turn.approvals) {
         Ok(spawned) => spawned,
         Err(err) => {
             if let Some(journal) = journal {

@@ -3,7 +3,8 @@
 //! The agent's text streams to stdout; approval requests are answered by `--approve`;
 //! every notification and every answered server request is journaled (thread = the Codex
 //! thread id, kind = `codex:<method>` or `codex-request:<method>`); the exit status comes
-//! from the turn's status. With `--mock`, the Responses emulator runs in-process and a
+//! from the turn's status. What is printed and journaled has the API key masked and NUL
+//! as U+FFFD; a working directory that is not UTF-8 is refused (exit 2). With `--mock`, the Responses emulator runs in-process and a
 //! temporary `CODEX_HOME` makes it Codex's model provider, so the turn runs offline.
 
 mod render;
@@ -63,12 +64,13 @@ pub struct RunArgs {
     #[arg(long, value_name = "FILE", requires = "mock")]
     pub mock_script: Option<PathBuf>,
 
-    /// Steer the running turn with TEXT as soon as the agent starts answering.
+    /// Steer the running turn with TEXT as soon as the agent starts answering (a warning
+    /// says so when the turn ended before).
     #[arg(long, value_name = "TEXT")]
     pub steer: Option<String>,
 
-    /// Interrupt the turn after N agent-message deltas (0: as soon as Codex reports the
-    /// turn started).
+    /// Interrupt the turn after N pieces of the agent's text (deltas, or a message sent
+    /// whole; 0: as soon as Codex reports the turn started).
     #[arg(long, value_name = "N")]
     pub interrupt_after: Option<u64>,
 
@@ -181,6 +183,20 @@ async fn run_turn(global: &GlobalArgs, args: &RunArgs) -> anyhow::Result<ExitCod
             .map_err(|err| UsageError(format!("--cwd `{}`: {err}", dir.display())))?,
         None => std::env::current_dir().context("cannot read the current directory")?,
     };
+    // The protocol carries the thread's cwd as a string: a lossy conversion would name
+    // another directory (refused as `run` refuses a workspace that is not UTF-8).
+    if cwd.to_str().is_none() {
+        let what = if args.cwd.is_some() {
+            "--cwd"
+        } else {
+            "the current directory"
+        };
+        return Err(UsageError(format!(
+            "{what} `{}` is not valid UTF-8, which Codex cannot take as a working directory",
+            cwd.display()
+        ))
+        .into());
+    }
     let mock_script = match (args.mock, args.mock_script.as_deref()) {
         (false, _) => None,
         (true, Some(path)) => Some(Script::load(path).map_err(|err| {
