@@ -7,6 +7,9 @@
 //! Ignored in the plain test run; `cargo xtask interop mcp` runs it with
 //! `--include-ignored` and `MCP_FILESYSTEM_BIN` set. Without the server it fails under
 //! `CI=true` and is skipped with a message elsewhere.
+//!
+//! Also, on the in-tree test server (`cargo build -p agent-testkit --bins`): the command a
+//! run given `--mcp` prints to continue it works as printed.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -120,4 +123,72 @@ async fn filesystem_server_lists_and_reads() {
         "{listing}"
     );
     assert!(stdout.contains("\"mcp_tool_call\""), "{stdout}");
+}
+
+/// A run given `--mcp` (a server no file declares) prints a `resume` that gives the server
+/// again, quoted: pasted as printed, it continues the run instead of refusing it (exit 2,
+/// "not configured now").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_printed_resume_gives_the_runs_mcp_servers() {
+    let ws = tempfile::tempdir().unwrap();
+    let root = ws.path().canonicalize().unwrap();
+    let rules = json!({"rules": [
+        {"when": {"tool_outputs": 0}, "reply": {"items": [
+            call("c_del", "t__delete_item", json!({"item": "a"}))]}},
+        {"when": {"tool_outputs_below": 99}, "reply": {"items": [
+            {"type": "message", "role": "assistant",
+             "content": [{"type": "output_text", "text": "FINAL: done"}]}]}},
+    ]});
+    let script = Script::from_json_str(&rules.to_string()).unwrap();
+    let server = MockServer::start(MockConfig::new(script).with_api_key(MOCK_API_KEY))
+        .await
+        .unwrap();
+    let db = tempfile::tempdir().unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let bin = PathBuf::from(env!("CARGO_BIN_EXE_agentctl"));
+    let agentctl = |cmd: &mut Command| {
+        cmd.env_remove("AGENTCTL_DB")
+            .env("OPENAI_API_KEY", MOCK_API_KEY)
+            .env("OPENAI_BASE_URL", server.base_url())
+            .env("HOME", home.path())
+            .env("AGENTCTL_CONFIG_DIR", home.path().join("config"))
+            .current_dir(&root)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap()
+    };
+    // Arguments the test server ignores, with what `--mcp` must quote.
+    let mcp = format!(
+        "t={} 'two words' \"it's\"",
+        agent_testkit::test_mcp_server().display()
+    );
+    let db_url = format!("sqlite://{}", db.path().join("r.db").display());
+    let paused = agentctl(
+        Command::new(&bin)
+            .args(["--db", &db_url, "run", "--workspace"])
+            .arg(&root)
+            .args(["--mcp", &mcp, "delete a"]),
+    );
+    let stderr = String::from_utf8_lossy(&paused.stderr).into_owned();
+    assert_eq!(paused.status.code(), Some(3), "{stderr}");
+    let printed = stderr
+        .lines()
+        .find_map(|l| l.split_once("continue with: ").map(|(_, c)| c.to_string()))
+        .unwrap_or_else(|| panic!("no command to continue with: {stderr}"));
+    assert!(printed.contains(" --mcp "), "{printed}");
+    // Pasted as printed (the call still waits for its approval: it pauses again).
+    let mut path = std::ffi::OsString::from(bin.parent().unwrap());
+    path.push(":");
+    path.push(std::env::var_os("PATH").unwrap_or_default());
+    let resumed = agentctl(
+        Command::new("bash")
+            .args(["-c", &printed])
+            .env("PATH", path),
+    );
+    let stderr = String::from_utf8_lossy(&resumed.stderr);
+    assert!(
+        !stderr.contains("not configured now"),
+        "{printed}\n{stderr}"
+    );
+    assert_eq!(resumed.status.code(), Some(3), "{printed}\n{stderr}");
 }

@@ -444,12 +444,15 @@ impl Host {
     ) -> impl Future<Output = Result<RunReport, HostError>> + '_ {
         // Boxed, and before the run's future: listing MCP servers' tools is a large future,
         // and an argument of an `async fn` is kept in its future for as long as the run.
+        // Raced against an interrupt: a server hanging in `initialize` must not hold a
+        // Ctrl-C off (the servers started so far are killed; no run exists yet).
         let creating = Box::pin(create(
             &self.journal,
             &self.tools,
             &self.rust_tools,
             new,
             false,
+            opts.cancel.clone(),
         ));
         async move {
             let (id, spec, mut registry, servers) = creating.await?;
@@ -851,7 +854,8 @@ async fn submit_with(
     rust_tools: &[tools::RustTool],
     new: NewRun,
 ) -> Result<String, HostError> {
-    let (id, _, _, servers) = create(journal, tool_config, rust_tools, new, true).await?;
+    let never = CancellationToken::new();
+    let (id, _, _, servers) = create(journal, tool_config, rust_tools, new, true, never).await?;
     // Started only to list their tools; the driving worker starts its own.
     servers.shutdown().await;
     // After `run.created`: a crash in between leaves a run the runs table's refresh offers
@@ -864,12 +868,15 @@ async fn submit_with(
 
 /// Appends `run.created` for `new`, with the built-in tools and every configured MCP
 /// server's (started to list them); returns the id, the spec, the tools and the servers.
+/// `cancel` firing while the servers start ends the start (they are killed) before any
+/// run exists: an error names the server it waited for.
 async fn create(
     journal: &Journal,
     tool_config: &ToolConfig,
     rust_tools: &[tools::RustTool],
     new: NewRun,
     submitted: bool,
+    cancel: CancellationToken,
 ) -> Result<
     (
         String,
@@ -896,7 +903,14 @@ async fn create(
     let root = root.to_string();
     let (mut specs, mut registry) =
         tools::builtin_with(&workspace, new.approval, tool_config, &new.sandbox);
-    let found = mcp::discover(tool_config, workspace.root(), new.approval, &new.sandbox).await?;
+    let found = mcp::discover(
+        tool_config,
+        workspace.root(),
+        new.approval,
+        &new.sandbox,
+        &cancel,
+    )
+    .await?;
     specs.extend(found.specs);
     for tool in found.tools {
         registry = registry.with_arc(tool);

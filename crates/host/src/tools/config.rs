@@ -236,11 +236,9 @@ impl ToolConfig {
                     None => DEFAULT_TOOL_TIMEOUT,
                     Some(secs) => secs
                         .as_float()
-                        .or_else(|| {
-                            secs.as_integer()
-                                .and_then(|i| u32::try_from(i).ok())
-                                .map(f64::from)
-                        })
+                        // An integer reads as the same float would (what is too large
+                        // for a duration is refused either way).
+                        .or_else(|| secs.as_integer().map(|i| i as f64))
                         .and_then(|s| std::time::Duration::try_from_secs_f64(s).ok())
                         .filter(|d| !d.is_zero())
                         .ok_or_else(|| {
@@ -376,7 +374,8 @@ impl ToolConfig {
 }
 
 /// A server name is the prefix of its tools' names: letters, digits, `-` and `_`, without
-/// `__` (the separator).
+/// `__` (the separator) and without `_` at either end (then `SERVER__TOOL` names one
+/// server's tool only).
 fn check_server_name(name: &str) -> Result<(), String> {
     if name.is_empty() {
         return Err("the server name is empty".into());
@@ -389,6 +388,13 @@ fn check_server_name(name: &str) -> Result<(), String> {
     }
     if name.contains("__") {
         return Err("a server name may not contain `__` (it separates server and tool)".into());
+    }
+    // `a_` + `__` + `x` would be `a` + `__` + `_x`: two servers' tools, one name.
+    if name.starts_with('_') || name.ends_with('_') {
+        return Err(
+            "a server name may not start or end with `_` (its tools' names could clash with another server's)"
+                .into(),
+        );
     }
     if name.len() > 32 {
         return Err("a server name is at most 32 characters".into());
@@ -405,6 +411,25 @@ fn quoted(name: &str) -> String {
     } else {
         format!("{name:?}")
     }
+}
+
+/// `words` as [`split_words`] reads them back: a word with a blank, a quote or nothing in
+/// it is quoted (single quotes, or double ones with `\"` and `\\` when it holds a `'`).
+pub(crate) fn join_words<'a>(words: impl IntoIterator<Item = &'a str>) -> String {
+    let quote = |word: &str| {
+        if !word.is_empty()
+            && !word
+                .chars()
+                .any(|c| c.is_whitespace() || c == '\'' || c == '"')
+        {
+            word.to_string()
+        } else if !word.contains('\'') {
+            format!("'{word}'")
+        } else {
+            format!("\"{}\"", word.replace('\\', "\\\\").replace('"', "\\\""))
+        }
+    };
+    words.into_iter().map(quote).collect::<Vec<_>>().join(" ")
 }
 
 /// Blank-separated words; quotes group (no escapes inside single quotes, `\"` inside double).
@@ -461,6 +486,40 @@ fn split_words(text: &str) -> Result<Vec<String>, String> {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    /// What a run recorded of a `--mcp` server, printed back as `--mcp`, declares the same
+    /// server (the command a paused or interrupted run prints to resume it).
+    #[test]
+    fn a_recorded_server_reads_back_as_the_same_mcp_flag() {
+        let words = [
+            "/opt/my server/bin",
+            "-y",
+            "",
+            "it's",
+            "say \"hi\"",
+            "back\\slash",
+            "a'b\"c\\d",
+            "tab\there",
+            "plain=x",
+        ];
+        let record = crate::tools::mcp::McpServerRecord {
+            name: "m-1".into(),
+            command: words[0].into(),
+            args: words[1..].iter().map(|w| w.to_string()).collect(),
+            env_keys: Vec::new(),
+            sandbox: agent_sandbox::Mode::Off,
+        };
+        let spec = record.cli_spec();
+        assert!(
+            spec.starts_with("m-1='/opt/my server/bin' -y '' "),
+            "{spec}"
+        );
+        let mut config = ToolConfig::default();
+        config.add_cli_server(&spec).unwrap();
+        let server = &config.servers["m-1"];
+        assert_eq!(server.command, words[0]);
+        assert_eq!(server.args, words[1..]);
+    }
 
     #[test]
     fn parses_servers_and_policies() {
@@ -598,5 +657,39 @@ approval = "auto"
         assert!(c.add_cli_server("x=").is_err());
         assert!(c.add_cli_server("x='open").is_err());
         assert!(c.add_cli_server("a__b=cmd").is_err());
+    }
+
+    /// `a_` + `__` + `x` and `a` + `__` + `_x` would be one name: a server name neither
+    /// starts nor ends with `_`, in a file (naming the key) or on the command line.
+    #[test]
+    fn a_server_name_does_not_start_or_end_with_an_underscore() {
+        for name in ["a_", "_a", "_"] {
+            let text = format!("[mcp_servers.{name}]\ncommand = \"x\"\n");
+            let err = ToolConfig::parse(&text, "a.toml").unwrap_err().to_string();
+            assert!(
+                err.contains(&format!("`mcp_servers.{name}`")) && err.contains("start or end"),
+                "{err}"
+            );
+            let mut c = ToolConfig::default();
+            let err = c.add_cli_server(&format!("{name}=cmd")).unwrap_err();
+            assert!(err.to_string().contains("start or end"), "{err}");
+        }
+        let ok = ToolConfig::parse("[mcp_servers.a_b-c]\ncommand = \"x\"\n", "a.toml");
+        assert!(ok.is_ok(), "{ok:?}");
+    }
+
+    /// An integer `tool_timeout_sec` reads as the same float does, however large.
+    #[test]
+    fn an_integer_timeout_reads_as_the_float() {
+        for secs in ["5000000000", "4294967296", "86400"] {
+            let parse = |value: &str| {
+                let text =
+                    format!("[mcp_servers.a]\ncommand = \"x\"\ntool_timeout_sec = {value}\n");
+                ToolConfig::parse(&text, "a.toml").map(|c| c.servers["a"].tool_timeout)
+            };
+            let integer = parse(secs).unwrap();
+            assert_eq!(integer, parse(&format!("{secs}.0")).unwrap(), "{secs}");
+            assert_eq!(integer.as_secs().to_string(), secs);
+        }
     }
 }

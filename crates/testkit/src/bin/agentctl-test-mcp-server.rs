@@ -3,7 +3,8 @@
 //!
 //! It runs in the run's workspace (its cwd) and leaves traces there: `mcp-pids.log` (one
 //! pid per start, as the machine sees it, sandboxed or not, to check that no process outlives the run) and `mcp-calls.log` (`start
-//! TAG` / `end TAG` lines of the `wait_*` tools). It ends when its stdin closes.
+//! TAG` / `end TAG` lines of the `wait_*` tools, `cancelled ID` for each
+//! `notifications/cancelled`). It ends when its stdin closes.
 //!
 //! Tools: `lookup` (read-only), `delete_item` (destructive: appends to `deleted.txt`),
 //! `fail` (answers `isError`), `rpc_error` (answers a JSON-RPC error), `crash` (exits
@@ -15,6 +16,7 @@
 //! leaves a grandchild) and logs its pid to `mcp-grandchildren.log`.
 //!
 //! Misbehaviours, by environment variable:
+//! - `AGENTCTL_TEST_MCP_INIT=hang`: `initialize` is never answered.
 //! - `AGENTCTL_TEST_MCP_LIST`: how `tools/list` goes wrong: `hang` (never answered),
 //!   `same_cursor` (every page has `nextCursor: "again"`), `endless_cursor` (a new
 //!   `nextCursor` on every page), `no_schema` (one more tool, `no_schema`, without
@@ -22,6 +24,8 @@
 //! - `AGENTCTL_TEST_MCP_RPC_ERROR_BYTES=N`: `rpc_error`'s message is `N` bytes long.
 //! - `AGENTCTL_TEST_MCP_LOOKUP_BYTES=N`: `lookup` answers `N` bytes of text (one line of
 //!   JSON-RPC of about that size).
+//! - `AGENTCTL_TEST_MCP_LONE_SURROGATE`: `lookup` answers the text `cut \ud83c`, a lone
+//!   UTF-16 surrogate escape (a JavaScript server that cut an emoji in half).
 //!
 //! `lookup`'s input schema follows the Responses API's strict rules; the others' do not.
 
@@ -52,18 +56,45 @@ fn main() {
             eprintln!("test server: not JSON: {line}");
             continue;
         };
-        let Some(id) = msg.get("id").cloned() else {
-            continue; // a notification
-        };
         let method = msg.get("method").and_then(Value::as_str).unwrap_or("");
+        let Some(id) = msg.get("id").cloned() else {
+            // A notification: only a cancellation leaves a trace.
+            if method == "notifications/cancelled" {
+                let request = msg.pointer("/params/requestId").cloned();
+                append(
+                    "mcp-calls.log",
+                    &format!("cancelled {}", request.unwrap_or_default()),
+                );
+            }
+            continue;
+        };
         let params = msg.get("params").cloned().unwrap_or(Value::Null);
         let out = out.clone();
         match method {
-            "initialize" => send(&out, &id, Ok(initialize())),
+            "initialize" => {
+                // `hang`: never answered (a server that hangs while it starts).
+                if std::env::var("AGENTCTL_TEST_MCP_INIT").as_deref() != Ok("hang") {
+                    send(&out, &id, Ok(initialize()));
+                }
+            }
             "tools/list" => {
                 // `None` (`hang`): never answered.
                 if let Some(page) = list_page(&params) {
                     send(&out, &id, Ok(page));
+                }
+            }
+            "tools/call"
+                if std::env::var_os("AGENTCTL_TEST_MCP_LONE_SURROGATE").is_some()
+                    && params.get("name") == Some(&json!("lookup")) =>
+            {
+                // Written by hand: serde_json writes no lone surrogate.
+                let line = format!(
+                    "{{\"jsonrpc\":\"2.0\",\"id\":{id},\"result\":{{\"content\":\
+                     [{{\"type\":\"text\",\"text\":\"cut \\ud83c\"}}]}}}}"
+                );
+                if let Ok(mut out) = out.lock() {
+                    let _ = writeln!(out, "{line}");
+                    let _ = out.flush();
                 }
             }
             "tools/call" => {

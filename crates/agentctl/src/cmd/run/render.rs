@@ -482,19 +482,53 @@ pub fn finish(global: &GlobalArgs, report: &RunReport) -> anyhow::Result<()> {
             if let Some((flag, n)) = &raised {
                 words.extend([*flag, n.as_str()]);
             }
+            let mcp = mcp_args(report);
+            words.extend(mcp.iter().map(String::as_str));
             output::note(&format!("continue with: {}", global.suggest(&words)));
         }
         RunEnd::Failed { error } => {
             output::note(&format!("run {id} failed: {error}"));
         }
         RunEnd::Interrupted | RunEnd::Released => {
+            let mcp = mcp_args(report);
+            let mut words = vec!["resume", id.as_str()];
+            words.extend(mcp.iter().map(String::as_str));
             output::note(&format!(
                 "run {id} interrupted; continue with: {}",
-                global.suggest(&["resume", id])
+                global.suggest(&words)
             ));
         }
     }
     Ok(())
+}
+
+/// The `--mcp NAME=...` arguments a resume of the run needs: every MCP server it used
+/// that is not configured now as it ran (given to it with `--mcp`), as the run started it;
+/// a resume refuses a run whose server is not configured.
+fn mcp_args(report: &RunReport) -> Vec<String> {
+    let Some(spec) = report.state.spec() else {
+        return Vec::new();
+    };
+    if spec.mcp_servers.is_empty() {
+        return Vec::new();
+    }
+    // A configuration that does not load now makes the resume fail on its own account:
+    // every server is given then.
+    let configured = agent_host::tools::ToolConfig::load(
+        std::path::Path::new(&spec.workspace),
+        crate::cmd::trust::config_dir().as_deref(),
+    )
+    .unwrap_or_default();
+    spec.mcp_servers
+        .iter()
+        .filter(|record| {
+            !configured
+                .servers
+                .get(&record.name)
+                .is_some_and(|s| s.command == record.command && s.args == record.args)
+        })
+        .flat_map(|record| ["--mcp".to_string(), record.cli_spec()])
+        .collect()
 }
 
 /// Asks on the terminal: approve, deny, or approve the tool for the rest of the run.

@@ -23,14 +23,28 @@
 //! - A call that takes longer than the server's `tool_timeout_sec` fails, and the server
 //!   is stopped; the next call starts it again. Listing the tools is held to the same
 //!   limit.
+//! - A call the run gives up (`cancel`) stops its effect as `shell` does its command's:
+//!   the server is sent `notifications/cancelled` for it, then its process group is killed
+//!   at once; the next call starts it again.
+//! - The process group is killed from the spawn on however the start ends (a failed
+//!   handshake, or the future dropped: a run interrupted while its server starts), not
+//!   only once the server is live.
+//! - Its stdout reaches rmcp through [`super::pump`]: an answer rmcp's codec would drop
+//!   without a word (a lone surrogate escape, a line over 16 MiB) is mended, or replaced
+//!   by an error for its request, so the call does not wait out its timeout.
 
 use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rmcp::model::{CallToolRequestParams, CallToolResult, JsonObject, Tool as McpToolInfo};
-use rmcp::service::RunningService;
-use rmcp::transport::TokioChildProcess;
+use rmcp::model::{
+    CallToolRequest, CallToolRequestParams, CallToolResult, CancelledNotification,
+    CancelledNotificationParam, ClientNotification, ClientRequest, JsonObject, ServerResult,
+    Tool as McpToolInfo,
+};
+use rmcp::service::{PeerRequestOptions, RunningService, RxJsonRpcMessage, TxJsonRpcMessage};
+use rmcp::transport::Transport;
+use rmcp::transport::async_rw::AsyncRwTransport;
 use rmcp::{RoleClient, ServiceError, ServiceExt as _};
 use tokio::sync::Mutex;
 
@@ -45,6 +59,11 @@ use agent_runtime::CancellationToken;
 const START_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a server may take to exit once its stdin is closed (then SIGTERM, then kill).
 const STOP_TIMEOUT: Duration = Duration::from_secs(5);
+/// When, of [`STOP_TIMEOUT`], a server whose stdin is closed is sent SIGTERM.
+const TERM_AFTER: Duration = Duration::from_secs(3);
+/// How long telling a server that a call is cancelled may take before it is killed anyway
+/// (the notice only waits for the connection's writer).
+const NOTICE_TIMEOUT: Duration = Duration::from_secs(1);
 
 type Connection = RunningService<RoleClient, ()>;
 
@@ -63,27 +82,42 @@ const WRAPPER: &str = concat!(
     "shift $(($2 + 2)); exec \"$@\""
 );
 
-/// A live process and the number of the start that made it. Its whole process group is
-/// killed when it is dropped, stopped or not (a drive dropped mid-run drops it unstopped):
-/// the handle's own child alone would die, and the watchdog and what the server started
-/// would live as long as the host.
-struct Live {
-    service: Connection,
+/// A server's process group, killed when this is dropped (or [`Group::end`]ed): taken
+/// from the spawn on, so that a start given up half way (a run interrupted while its
+/// server starts, the future dropped) leaves no process behind either; the child's
+/// `kill_on_drop` alone would end the group's leader only, and the watchdog and what the
+/// server started would live as long as the host.
+struct Group {
     /// Taken by the one kill of the group.
     pgid: Option<u32>,
     /// When the group's leader started: tells it from a later process given its pid.
     started: Option<u64>,
-    generation: u64,
-    /// A sandboxed server's `TMPDIR`, removed when it stops.
-    _tmp: Option<tempfile::TempDir>,
     /// A sandboxed server's protected paths that did not exist before it started.
     protected: Vec<std::path::PathBuf>,
 }
 
-impl Drop for Live {
-    fn drop(&mut self) {
+impl Group {
+    /// Kills the group now (once).
+    fn end(&mut self) {
         end_server(self.pgid.take(), self.started, &self.protected);
     }
+}
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        self.end();
+    }
+}
+
+/// A live process and the number of the start that made it. Its whole process group is
+/// killed when it is dropped, stopped or not (a drive dropped mid-run drops it unstopped).
+struct Live {
+    /// First, so that the group is killed before the connection drops (as it was stopped).
+    group: Group,
+    service: Connection,
+    generation: u64,
+    /// A sandboxed server's `TMPDIR`, removed when it stops.
+    _tmp: Option<tempfile::TempDir>,
 }
 
 /// A cheap handle to one configured server (shared by its tools).
@@ -211,13 +245,33 @@ impl ServerHandle {
         }
         cmd.envs(&self.config.env)
             .process_group(0)
-            .kill_on_drop(true);
-        let (transport, stderr) = TokioChildProcess::builder(cmd)
-            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = cmd
             .spawn()
             .map_err(|err| format!("cannot start `{}`: {err}", self.config.command))?;
-        let pgid = transport.id();
-        let started = pgid.and_then(agent_sandbox::process::start_time);
+        // From here on the whole group dies with this future, however it ends.
+        let pgid = child.id();
+        let group = Group {
+            pgid,
+            started: pgid.and_then(agent_sandbox::process::start_time),
+            protected,
+        };
+        let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
+            return Err("its stdin or stdout could not be opened".into());
+        };
+        let stderr = child.stderr.take();
+        let (to_rmcp, from_pump) = tokio::io::duplex(64 * 1024);
+        let pump = tokio::spawn(super::pump::pump(stdout, to_rmcp));
+        let transport = ServerIo {
+            // The pump holds lines to its own limit; rmcp's would count the newline.
+            io: AsyncRwTransport::new_client(from_pump, stdin)
+                .with_max_line_length(super::pump::MAX_LINE.saturating_add(2)),
+            child,
+            pump,
+        };
         if let Some(stderr) = stderr {
             let name = self.config.name.clone();
             tokio::spawn(super::stderr::drain(stderr, move |line| {
@@ -227,26 +281,19 @@ impl ServerHandle {
         tracing::debug!(target: "agent_host::mcp", server = %self.config.name, generation, "started");
         match tokio::time::timeout(START_TIMEOUT, ().serve(transport)).await {
             Ok(Ok(service)) => Ok(Live {
+                group,
                 service,
-                pgid,
-                started,
                 generation,
                 _tmp: tmp,
-                protected,
             }),
-            Ok(Err(err)) => {
-                end_server(pgid, started, &protected);
-                Err(format!(
-                    "it did not complete the MCP handshake: {err} (its stderr is logged: RUST_LOG=agent_host::mcp=info shows it)"
-                ))
-            }
-            Err(_) => {
-                end_server(pgid, started, &protected);
-                Err(format!(
-                    "it did not answer `initialize` within {} s",
-                    START_TIMEOUT.as_secs()
-                ))
-            }
+            // `group` drops: the server is killed.
+            Ok(Err(err)) => Err(format!(
+                "it did not complete the MCP handshake: {err} (its stderr is logged: RUST_LOG=agent_host::mcp=info shows it)"
+            )),
+            Err(_) => Err(format!(
+                "it did not answer `initialize` within {} s",
+                START_TIMEOUT.as_secs()
+            )),
         }
     }
 
@@ -269,13 +316,17 @@ impl ServerHandle {
                 Err(err)
             }
             Err(_) => {
-                self.kill_connection(generation).await;
+                self.kill_connection(generation, "listing the tools timed out")
+                    .await;
                 Err(ListError::TimedOut { limit, pages })
             }
         }
     }
 
-    /// Calls `tool` with `args`; stops waiting when `cancel` fires.
+    /// Calls `tool` with `args`. When `cancel` fires first, the call's effect is stopped as
+    /// `shell` stops a command's: the server is told (`notifications/cancelled`) and its
+    /// process group is killed at once (the next call starts it again); a server being
+    /// started for the call is killed with its group.
     pub(crate) async fn call(
         &self,
         tool: &str,
@@ -287,17 +338,52 @@ impl ServerHandle {
             () = cancel.cancelled() => return Err(CallError::Cancelled),
         };
         let params = CallToolRequestParams::new(tool.to_string()).with_arguments(args);
+        let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+        let sent = tokio::select! {
+            sent = peer.send_request_with_option(request, PeerRequestOptions::no_options()) => sent,
+            () = cancel.cancelled() => {
+                // It may have been written: the server may be acting on it.
+                self.kill_connection(generation, "the run was interrupted").await;
+                return Err(CallError::Cancelled);
+            }
+        };
+        let handle = match sent {
+            Ok(handle) => handle,
+            Err(err) => {
+                self.drop_connection(generation).await;
+                return Err(CallError::Broken(err.to_string()));
+            }
+        };
+        let id = handle.id.clone();
         let limit = self.config.tool_timeout;
         let answer = tokio::select! {
-            answer = tokio::time::timeout(limit, peer.call_tool(params)) => answer,
-            () = cancel.cancelled() => return Err(CallError::Cancelled),
+            answer = tokio::time::timeout(limit, handle.await_response()) => answer,
+            () = cancel.cancelled() => {
+                // Told first, in case it stops cleanly, then killed (it may not listen).
+                let notice = CancelledNotification::new(CancelledNotificationParam::new(
+                    Some(id),
+                    Some("the run was interrupted".into()),
+                ));
+                let _ = tokio::time::timeout(
+                    NOTICE_TIMEOUT,
+                    peer.send_notification(ClientNotification::CancelledNotification(notice)),
+                )
+                .await;
+                self.kill_connection(generation, "the run was interrupted").await;
+                return Err(CallError::Cancelled);
+            }
         };
         let Ok(answer) = answer else {
-            self.kill_connection(generation).await;
+            self.kill_connection(generation, "a call timed out").await;
             return Err(CallError::TimedOut(limit));
         };
         match answer {
-            Ok(result) => Ok(result),
+            Ok(ServerResult::CallToolResult(result)) => Ok(result),
+            // A result with no content at all reads as `{}` (as rmcp's own `call_tool` has it).
+            Ok(ServerResult::EmptyResult(_)) => Ok(CallToolResult::default()),
+            Ok(_) => Err(CallError::Broken(
+                ServiceError::UnexpectedResponse.to_string(),
+            )),
             // The code first: the message may be cut.
             Err(ServiceError::McpError(err)) => Err(CallError::Answered(format!(
                 "JSON-RPC error {}: {}",
@@ -322,14 +408,15 @@ impl ServerHandle {
     }
 
     /// Kills the process group of start `generation` at once (a call it did not answer in
-    /// time: it is not asked to exit first), if it is still the live one.
-    async fn kill_connection(&self, generation: u64) {
+    /// time, or one the run gave up: it is not asked to exit first), if it is still the
+    /// live one; `why` is logged.
+    async fn kill_connection(&self, generation: u64, why: &str) {
         let mut live = self.live.lock().await;
         if live.as_ref().is_some_and(|l| l.generation == generation)
             && let Some(mut old) = live.take()
         {
-            tracing::warn!(target: "agent_host::mcp", server = %self.config.name, "a call timed out; the server is stopped and the next call restarts it");
-            end_server(old.pgid.take(), old.started, &old.protected);
+            tracing::warn!(target: "agent_host::mcp", server = %self.config.name, "{why}; the server is stopped and the next call restarts it");
+            old.group.end();
             stop(old).await;
         }
     }
@@ -339,6 +426,58 @@ impl ServerHandle {
         if let Some(old) = self.live.lock().await.take() {
             stop(old).await;
         }
+    }
+}
+
+/// A server's stdio as rmcp uses it: its stdin as it is, its stdout through
+/// [`super::pump`] (which mends or replaces what rmcp's codec would drop without a word).
+struct ServerIo {
+    io: AsyncRwTransport<RoleClient, tokio::io::DuplexStream, tokio::process::ChildStdin>,
+    /// Killed when dropped (its group is [`Group`]'s).
+    child: tokio::process::Child,
+    pump: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for ServerIo {
+    fn drop(&mut self) {
+        self.pump.abort();
+    }
+}
+
+impl Transport<RoleClient> for ServerIo {
+    type Error = std::io::Error;
+
+    fn send(
+        &mut self,
+        item: TxJsonRpcMessage<RoleClient>,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        Transport::<RoleClient>::send(&mut self.io, item)
+    }
+
+    fn receive(&mut self) -> impl Future<Output = Option<RxJsonRpcMessage<RoleClient>>> + Send {
+        Transport::<RoleClient>::receive(&mut self.io)
+    }
+
+    /// The stdio shutdown the spec describes: stdin closed, then a wait for the server to
+    /// exit, then SIGTERM (the caller bounds the whole, then kills the group).
+    async fn close(&mut self) -> Result<(), Self::Error> {
+        Transport::<RoleClient>::close(&mut self.io).await?;
+        if tokio::time::timeout(TERM_AFTER, self.child.wait())
+            .await
+            .is_err()
+        {
+            if let Some(pid) = self.child.id() {
+                let _ = tokio::process::Command::new("kill")
+                    .args(["-TERM", "--", &pid.to_string()])
+                    .stdin(Stdio::null())
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .status()
+                    .await;
+            }
+            let _ = self.child.wait().await;
+        }
+        Ok(())
     }
 }
 

@@ -23,6 +23,7 @@
 mod client;
 mod listing;
 mod program;
+mod pump;
 #[cfg(test)]
 mod server_tests;
 mod stderr;
@@ -36,7 +37,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use agent_responses::types::text_format::strict_schema_problem;
-use agent_runtime::Tool;
+use agent_runtime::{CancellationToken, Tool};
 
 use super::{ApprovalMode, Policy, ToolConfig, ToolSpec};
 use crate::RawJson;
@@ -71,6 +72,17 @@ pub struct McpServerRecord {
     /// Its sandbox (absent: `off`). A resume runs it at least this confined.
     #[serde(default = "no_sandbox", skip_serializing_if = "is_off")]
     pub sandbox: Mode,
+}
+
+impl McpServerRecord {
+    /// The value of `--mcp` that declares this server as the run started it
+    /// (`NAME=COMMAND ARGS`, each word quoted as `--mcp` reads it back); to be quoted for a
+    /// shell as one word.
+    pub fn cli_spec(&self) -> String {
+        let words =
+            std::iter::once(self.command.as_str()).chain(self.args.iter().map(String::as_str));
+        format!("{}={}", self.name, super::config::join_words(words))
+    }
 }
 
 fn no_sandbox() -> Mode {
@@ -117,12 +129,15 @@ pub(crate) struct Discovered {
 }
 
 /// Starts every server of `config` in `cwd` and lists its tools (a new run whose
-/// commands run under `sandbox`).
+/// commands run under `sandbox`). When `cancel` fires first (Ctrl-C before the run exists),
+/// every server started so far is killed (the one starting with its whole group) and the
+/// error names the server it was waiting for.
 pub(crate) async fn discover(
     config: &ToolConfig,
     cwd: &Path,
     mode: ApprovalMode,
     sandbox: &SandboxSpec,
+    cancel: &CancellationToken,
 ) -> Result<Discovered, HostError> {
     let mut found = Discovered {
         specs: Vec::new(),
@@ -145,7 +160,21 @@ pub(crate) async fn discover(
         let handle =
             ServerHandle::new(server.clone(), server_sandbox(sandbox, server.sandbox), cwd);
         found.servers.handles.push(handle.clone());
-        let listed = match handle.list_tools().await {
+        let listed = tokio::select! {
+            listed = handle.list_tools() => listed,
+            () = cancel.cancelled() => {
+                // Dropped: every server of `found` is killed, as is the one starting.
+                drop(found);
+                return Err(HostError::McpStart {
+                    server: server.name.clone(),
+                    declared_in: server.source.clone(),
+                    reason: "interrupted while it was starting (no run was created: \
+                             nothing is journaled)"
+                        .into(),
+                });
+            }
+        };
+        let listed = match listed {
             Ok(listed) => listed,
             Err(reason) => {
                 found.servers.shutdown().await;

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use agent_runtime::{CancellationToken, JobKey, Tool as _, ToolContext, ToolFailure};
 use serde_json::json;
 
-use super::client::ServerHandle;
+use super::client::{CallError, ServerHandle};
 use super::listing::ListError;
 use super::tool::McpTool;
 use super::*;
@@ -39,9 +39,15 @@ async fn discovered(dir: &Path, env: &[(&str, &str)]) -> Discovered {
         servers: BTreeMap::from([("t".into(), config(env, Duration::from_secs(20)))]),
         ..ToolConfig::default()
     };
-    discover(&tools, dir, ApprovalMode::Default, &SandboxSpec::default())
-        .await
-        .unwrap()
+    discover(
+        &tools,
+        dir,
+        ApprovalMode::Default,
+        &SandboxSpec::default(),
+        &CancellationToken::new(),
+    )
+    .await
+    .unwrap()
 }
 
 #[tokio::test]
@@ -190,4 +196,189 @@ async fn a_server_dropped_without_shutdown_leaves_no_process() {
         left = processes_in(&cwd);
     }
     assert!(left.is_empty(), "left behind: {left:#?}");
+}
+
+/// Waits until `file` in `dir` holds `text` (a bound for a broken build only).
+async fn wait_for(dir: &Path, file: &str, text: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !std::fs::read_to_string(dir.join(file)).is_ok_and(|t| t.contains(text)) {
+        assert!(Instant::now() < deadline, "{file} never held {text:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Waits until no process runs in `dir` (a bound for a broken build only), else fails
+/// listing them.
+async fn assert_none_left(dir: &Path) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut left = processes_in(dir);
+    while !left.is_empty() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        left = processes_in(dir);
+    }
+    assert!(left.is_empty(), "left behind: {left:#?}");
+}
+
+/// An interrupted call stops its effect, as `shell` does its command's: the server is
+/// killed (group and all) as soon as the call gives up, not when the run's shutdown gets to
+/// it, so a destructive tool does not finish its work; the next call starts it again.
+#[tokio::test]
+async fn an_interrupted_call_kills_the_server_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let cwd = dir.path().canonicalize().unwrap();
+    let server = handle(
+        &cwd,
+        &[("AGENTCTL_TEST_MCP_GRANDCHILD", "1")],
+        Duration::from_secs(600),
+    );
+    let cancel = CancellationToken::new();
+    let interrupt = {
+        let (cwd, cancel) = (cwd.clone(), cancel.clone());
+        tokio::spawn(async move {
+            wait_for(&cwd, "mcp-calls.log", "start deploy").await;
+            cancel.cancel();
+        })
+    };
+    let args = json!({"tag": "deploy", "ms": 120_000});
+    let called = server
+        .call("wait_write", args.as_object().unwrap().clone(), &cancel)
+        .await;
+    interrupt.await.unwrap();
+    assert!(matches!(called, Err(CallError::Cancelled)), "{called:?}");
+    // The handle is still held (no shutdown yet): nothing of the server runs on.
+    assert_none_left(&cwd).await;
+    let log = std::fs::read_to_string(cwd.join("mcp-calls.log")).unwrap();
+    assert!(!log.contains("end deploy"), "{log}");
+
+    let args = json!({"key": "k"});
+    let again = server
+        .call(
+            "lookup",
+            args.as_object().unwrap().clone(),
+            &CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(result_text(&again), "value of k: k-42");
+    let pids = std::fs::read_to_string(cwd.join("mcp-pids.log")).unwrap();
+    assert_eq!(pids.lines().count(), 2, "{pids}");
+    server.shutdown().await;
+}
+
+/// A call interrupted while its server starts (it hangs in `initialize`) leaves no process
+/// of it: the watchdog and what the server started die with the start given up, not only
+/// the process the handle spawned.
+#[tokio::test]
+async fn a_start_interrupted_leaves_no_process() {
+    let dir = tempfile::tempdir().unwrap();
+    let cwd = dir.path().canonicalize().unwrap();
+    let server = handle(
+        &cwd,
+        &[
+            ("AGENTCTL_TEST_MCP_INIT", "hang"),
+            ("AGENTCTL_TEST_MCP_GRANDCHILD", "1"),
+        ],
+        Duration::from_secs(600),
+    );
+    let cancel = CancellationToken::new();
+    let interrupt = {
+        let (cwd, cancel) = (cwd.clone(), cancel.clone());
+        tokio::spawn(async move {
+            // The server runs, and so does what it started.
+            wait_for(&cwd, "mcp-grandchildren.log", "\n").await;
+            cancel.cancel();
+        })
+    };
+    let called = server.call("lookup", serde_json::Map::new(), &cancel).await;
+    interrupt.await.unwrap();
+    assert!(matches!(called, Err(CallError::Cancelled)), "{called:?}");
+    assert_none_left(&cwd).await;
+    drop(server);
+}
+
+/// An interrupt (Ctrl-C, SIGTERM) while a new run starts its servers ends the start at once
+/// (a server hanging in `initialize` does not hold it off for its 30 s): the error says no
+/// run exists, and no process of the server is left.
+#[tokio::test]
+async fn an_interrupt_while_a_run_starts_its_servers_ends_the_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let cwd = dir.path().canonicalize().unwrap();
+    let env = [
+        ("AGENTCTL_TEST_MCP_INIT", "hang"),
+        ("AGENTCTL_TEST_MCP_GRANDCHILD", "1"),
+    ];
+    let tools = ToolConfig {
+        servers: BTreeMap::from([("t".into(), config(&env, Duration::from_secs(600)))]),
+        ..ToolConfig::default()
+    };
+    let key = agent_responses::ApiKey::new("sk-never-used").unwrap();
+    let client = agent_responses::Client::new(agent_responses::ClientConfig::new(
+        "http://127.0.0.1:9/v1".to_string(),
+        key,
+    ))
+    .unwrap();
+    let journal = agent_journal::Journal::open("memory:").await.unwrap();
+    let host = crate::run::Host::new(journal, client).with_tools(tools);
+    let opts = crate::run::DriveOptions::default();
+    let interrupt = {
+        let (cwd, cancel) = (cwd.clone(), opts.cancel.clone());
+        tokio::spawn(async move {
+            wait_for(&cwd, "mcp-grandchildren.log", "\n").await;
+            cancel.cancel();
+        })
+    };
+    let started = host.start(crate::run::NewRun::new("hi", &cwd), opts).await;
+    interrupt.await.unwrap();
+    let Err(err) = started else {
+        panic!("a run was started")
+    };
+    assert!(
+        matches!(err, crate::HostError::McpStart { ref server, .. } if server == "t"),
+        "{err:?}"
+    );
+    let text = err.to_string();
+    assert!(
+        text.contains("interrupted while it was starting") && text.contains("no run was created"),
+        "{text}"
+    );
+    assert_none_left(&cwd).await;
+}
+
+/// An answer rmcp's codec would drop without a word (and the call wait out its timeout, its
+/// effect "unknown") reaches the call: a lone surrogate escape mended to U+FFFD, an answer
+/// over 16 MiB as an error saying so.
+#[tokio::test]
+async fn answers_rmcp_would_drop_reach_the_call() {
+    let dir = tempfile::tempdir().unwrap();
+    let args = || json!({"key": "k"}).as_object().unwrap().clone();
+    let cut = handle(
+        dir.path(),
+        &[("AGENTCTL_TEST_MCP_LONE_SURROGATE", "1")],
+        Duration::from_secs(20),
+    );
+    let answer = cut.call("lookup", args(), &CancellationToken::new()).await;
+    cut.shutdown().await;
+    assert_eq!(result_text(&answer.unwrap()), "cut \u{fffd}");
+
+    let huge = handle(
+        dir.path(),
+        &[("AGENTCTL_TEST_MCP_LOOKUP_BYTES", "17000000")],
+        Duration::from_secs(20),
+    );
+    let answer = huge.call("lookup", args(), &CancellationToken::new()).await;
+    let Err(CallError::Answered(text)) = answer else {
+        panic!("{answer:?}")
+    };
+    assert!(
+        text.contains("16 MiB") && text.contains("the call ran"),
+        "{text}"
+    );
+    // The connection stays: the next call is answered by the same server.
+    let next = huge
+        .call("fail", serde_json::Map::new(), &CancellationToken::new())
+        .await;
+    assert_eq!(next.unwrap().is_error, Some(true));
+    huge.shutdown().await;
+    let pids = std::fs::read_to_string(dir.path().join("mcp-pids.log")).unwrap();
+    assert_eq!(pids.lines().count(), 2, "{pids}");
 }
