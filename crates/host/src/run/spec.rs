@@ -65,6 +65,22 @@ impl RunSpec {
     pub fn tool(&self, name: &str) -> Option<&ToolSpec> {
         self.tools.iter().find(|t| t.name == name)
     }
+
+    /// The spec with `strict` kept only on tools whose schema keeps the API's strict
+    /// rules. Runs recorded before the built-ins' schemas were made strict mark `shell`,
+    /// `read_file` and `list_dir` strict with optional properties, which the API refuses
+    /// (the whole request): such a run resumes with them sent not strict.
+    pub(crate) fn with_strict_rules_kept(mut self) -> RunSpec {
+        for tool in &mut self.tools {
+            if tool.strict {
+                tool.strict = tool.parameters.to_value().is_ok_and(|schema| {
+                    agent_responses::types::text_format::strict_schema_problem(&schema)
+                        .is_none()
+                });
+            }
+        }
+        self
+    }
 }
 
 /// How a run's model calls travel (`run.created.transport`).

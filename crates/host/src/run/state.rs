@@ -448,6 +448,7 @@ impl RunState {
         match event {
             RunEvent::Created(created) => {
                 let RunCreated { spec, owner, .. } = *created;
+                let spec = spec.with_strict_rules_kept();
                 self.status = Some(if spec.submitted {
                     RunStatus::Queued
                 } else {
