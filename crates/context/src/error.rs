@@ -21,6 +21,21 @@ pub enum ContextError {
     )]
     UnsupportedUrl(String),
 
+    /// A `postgres://` URL the driver cannot read (a bad port, an unknown `sslmode`...).
+    /// The URL is shown with its passwords masked.
+    #[error("invalid database URL `{url}`: {reason}")]
+    InvalidUrl {
+        /// The URL, passwords masked.
+        url: String,
+        /// What is wrong with it, passwords masked.
+        reason: String,
+    },
+
+    /// The database cannot hold what the store keeps (a PostgreSQL database whose encoding
+    /// is neither UTF8 nor SQL_ASCII).
+    #[error("the database cannot hold the context store: {0}")]
+    Unsuitable(String),
+
     /// A unit's tool calls and outputs do not pair up by `call_id`.
     #[error(
         "unit `{unit}` has unpaired tool calls: {}",
@@ -279,6 +294,7 @@ impl ContextError {
         matches!(
             self,
             ContextError::UnsupportedUrl(_)
+                | ContextError::InvalidUrl { .. }
                 | ContextError::UnpairedCalls { .. }
                 | ContextError::DuplicateCallId { .. }
                 | ContextError::InvalidItem { .. }

@@ -21,6 +21,8 @@ mod disk_full;
 mod fuzz_units;
 #[path = "all/open_while_locked.rs"]
 mod open_while_locked;
+#[path = "all/pg_database.rs"]
+mod pg_database;
 #[cfg(target_os = "linux")]
 #[path = "all/read_only.rs"]
 mod read_only;

@@ -123,13 +123,26 @@ impl FreshDb {
 /// database created on the server with no [`PgDatabase`] guard to drop it (it must then be
 /// dropped by hand); dropped earlier, it leaves nothing (the admin connection just closes).
 pub async fn fresh_pg_database(prefix: &str) -> Option<PgDatabase> {
+    create_pg_database(prefix, "").await
+}
+
+/// [`fresh_pg_database`] with the server encoding `encoding` (`LATIN1`...) and the `C`
+/// locale, from `template0`. Same cancel safety.
+pub async fn fresh_pg_database_encoded(prefix: &str, encoding: &str) -> Option<PgDatabase> {
+    let options = format!(" ENCODING '{encoding}' TEMPLATE template0 LC_COLLATE 'C' LC_CTYPE 'C'");
+    create_pg_database(prefix, &options).await
+}
+
+async fn create_pg_database(prefix: &str, options: &str) -> Option<PgDatabase> {
     let admin_url = pg_base_url()?;
     let name = format!("{prefix}_{}", uuid::Uuid::new_v4().simple());
     let mut admin = sqlx::PgConnection::connect(&admin_url).await.unwrap();
-    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
-        .execute(&mut admin)
-        .await
-        .unwrap();
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "CREATE DATABASE {name}{options}"
+    )))
+    .execute(&mut admin)
+    .await
+    .unwrap();
     admin.close().await.unwrap();
     Some(PgDatabase {
         url: with_database(&admin_url, &name),

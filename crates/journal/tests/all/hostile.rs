@@ -600,79 +600,26 @@ async fn an_expected_version_append_conflicts_whatever_the_database_s_isolation(
     j.close().await;
 }
 
-/// A database of `encoding`, created for one test and dropped with this guard.
-struct EncodedDatabase {
-    admin_url: String,
-    name: String,
-    url: String,
-}
-
-impl EncodedDatabase {
-    async fn create(encoding: &str) -> Option<EncodedDatabase> {
-        let admin_url = agent_testkit::pg_base_url()?;
-        let name = format!("journal_enc_{}", uuid::Uuid::new_v4().simple());
-        let mut admin = <sqlx::PgConnection as sqlx::Connection>::connect(&admin_url)
-            .await
-            .unwrap();
-        let sql = format!(
-            "CREATE DATABASE {name} ENCODING '{encoding}' TEMPLATE template0 \
-             LC_COLLATE 'C' LC_CTYPE 'C'"
-        );
-        sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
-            .execute(&mut admin)
-            .await
-            .unwrap();
-        let url = agent_testkit::with_database(&admin_url, &name);
-        Some(EncodedDatabase {
-            admin_url,
-            name,
-            url,
-        })
-    }
-}
-
-impl Drop for EncodedDatabase {
-    fn drop(&mut self) {
-        let (admin_url, name) = (self.admin_url.clone(), self.name.clone());
-        let dropper = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            rt.block_on(async {
-                let mut admin = <sqlx::PgConnection as sqlx::Connection>::connect(&admin_url)
-                    .await
-                    .unwrap();
-                let sql = format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)");
-                sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
-                    .execute(&mut admin)
-                    .await
-                    .unwrap();
-            });
-        });
-        let _ = dropper.join();
-    }
-}
-
 /// Thread names, kinds and payloads are any Unicode; a database whose encoding cannot hold
 /// it all (LATIN1) refused an event of CJK text when the writer sent it, and the writer
 /// latched failed for good. Such a database is now refused when the journal opens, saying
 /// why; one that can (UTF8) takes every character.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_a_database_that_cannot_hold_every_character_is_refused_at_open() {
-    let Some(latin1) = EncodedDatabase::create("LATIN1").await else {
+    let Some(latin1) = agent_testkit::fresh_pg_database_encoded("journal_enc", "LATIN1").await
+    else {
         return;
     };
-    let err = Journal::open(&latin1.url).await.unwrap_err();
+    let err = Journal::open(latin1.url()).await.unwrap_err();
     assert!(matches!(err, JournalError::Open { .. }), "{err}");
     assert!(err.to_string().contains("LATIN1"), "{err}");
-    let err = Journal::open_read_only(&latin1.url).await.unwrap_err();
+    let err = Journal::open_read_only(latin1.url()).await.unwrap_err();
     assert!(err.to_string().contains("LATIN1"), "{err}");
 
-    let Some(utf8) = EncodedDatabase::create("UTF8").await else {
+    let Some(utf8) = agent_testkit::fresh_pg_database_encoded("journal_enc", "UTF8").await else {
         return;
     };
-    let j = Journal::open(&utf8.url).await.unwrap();
+    let j = Journal::open(utf8.url()).await.unwrap();
     let event = NewEvent::new("线程", "种类", json!({"text": "日本語 😀"}));
     j.append(event).await.unwrap();
     assert_eq!(

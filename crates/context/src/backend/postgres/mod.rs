@@ -17,7 +17,7 @@ use sqlx::Connection as _;
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
 
 use crate::backend::StoreBackend;
-use crate::error::Result;
+use crate::error::{ContextError, Result};
 use crate::options::ContextOptions;
 
 /// A PostgreSQL store: its connection pool and its index fold task.
@@ -38,16 +38,27 @@ impl PgBackend {
         // or the index where the caller chose it, see `units::trigram_searchable`): planned
         // once per connection, not on each of its first executions, which is every
         // execution of a short-lived command.
-        let connect =
-            PgConnectOptions::from_str(url)?.options([("plan_cache_mode", "force_generic_plan")]);
+        //
+        // Every session reads committed data statement by statement, whatever the database's
+        // default (as the journal's): under REPEATABLE READ or SERIALIZABLE, concurrent
+        // appends to one thread failed with serialization errors (37 of 80 here).
+        let connect = PgConnectOptions::from_str(url)
+            .map_err(|err| ContextError::InvalidUrl {
+                url: agent_redact::redact_url(url),
+                reason: agent_redact::redact_in(&err.to_string(), url),
+            })?
+            .options([
+                ("plan_cache_mode", "force_generic_plan"),
+                ("default_transaction_isolation", "read committed"),
+            ]);
         // One direct connection first: a refused or failing connect is reported as itself at
         // once, where the pool would retry it until its acquire timeout and then say only
         // that it timed out.
-        tokio::time::timeout(CONNECT_TIMEOUT, PgConnection::connect_with(&connect))
+        let mut first = tokio::time::timeout(CONNECT_TIMEOUT, PgConnection::connect_with(&connect))
             .await
-            .map_err(|_| sqlx::Error::PoolTimedOut)??
-            .close()
-            .await?;
+            .map_err(|_| sqlx::Error::PoolTimedOut)??;
+        check_encoding(&mut first).await?;
+        first.close().await?;
         let pool = PgPoolOptions::new()
             .max_connections(options.connections.max(2))
             .acquire_timeout(CONNECT_TIMEOUT)
@@ -66,6 +77,22 @@ impl StoreBackend for PgBackend {
     async fn close(&self) {
         self.pool.close().await;
     }
+}
+
+/// [`ContextError::Unsuitable`] unless the database can store every character: its
+/// encoding is UTF8, or SQL_ASCII (which stores bytes as they come). In a LATIN1 database
+/// the first unit with CJK text failed with the driver's error.
+async fn check_encoding(conn: &mut PgConnection) -> Result<()> {
+    let encoding: String = sqlx::query_scalar("SELECT current_setting('server_encoding')")
+        .fetch_one(conn)
+        .await?;
+    if matches!(encoding.as_str(), "UTF8" | "SQL_ASCII") {
+        return Ok(());
+    }
+    Err(ContextError::Unsuitable(format!(
+        "its encoding is {encoding}, which cannot hold every character a unit may carry; \
+         the store needs a UTF8 database (CREATE DATABASE ... ENCODING 'UTF8')"
+    )))
 }
 
 /// `($k, ..., $k+width-1)` for row `row` of a multi-row VALUES list (`k = row * width + 1`).
