@@ -74,8 +74,7 @@ impl RunSpec {
         for tool in &mut self.tools {
             if tool.strict {
                 tool.strict = tool.parameters.to_value().is_ok_and(|schema| {
-                    agent_responses::types::text_format::strict_schema_problem(&schema)
-                        .is_none()
+                    agent_responses::types::text_format::strict_schema_problem(&schema).is_none()
                 });
             }
         }
