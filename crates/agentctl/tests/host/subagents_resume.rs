@@ -404,6 +404,63 @@ fn reader_and_asker() -> String {
 /// A is reported paused on its budget (the call used to fail, "no sub-agent was started",
 /// losing both; and A used to be reported failed); with one, each child gets its part of
 /// the new remainder and both answer (they used to keep their first shares).
+/// Under `--json`, a parent paused for its children's approvals prints each as an
+/// `approval.requested` line under the child's run id: a script decides them from the
+/// stream alone (its stderr was the only place that named them), and the parent resumes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parent_s_json_stream_names_its_children_s_approvals() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("j.db").display());
+    let db = db.as_str();
+    let (_g, ws) = workspace();
+    let server = emulator(&two_asking_children()).await;
+    let mut first = run_cmd(
+        db,
+        &server,
+        &ws,
+        &["--max-children", "2", "--sandbox", "off", "--json"],
+    );
+    let o = tokio::task::spawn_blocking(move || first.output().unwrap())
+        .await
+        .unwrap();
+    assert_eq!(o.status.code(), Some(3), "{}", text(&o.stderr));
+    let lines: Vec<Value> = text(&o.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let parent = lines[0]["thread_id"].as_str().unwrap().to_string();
+    let asked: Vec<&Value> = lines
+        .iter()
+        .filter(|l| l["type"] == "approval.requested")
+        .collect();
+    assert_eq!(asked.len(), 2, "{lines:#?}");
+    for request in asked {
+        let child = request["run_id"].as_str().unwrap();
+        assert_ne!(child, parent);
+        assert_eq!(request["tool"], "shell");
+        let round = request["round"].to_string();
+        let d = out(agentctl(db).args([
+            "approve",
+            child,
+            request["call_id"].as_str().unwrap(),
+            "--sha256",
+            request["args_sha256"].as_str().unwrap(),
+            "--round",
+            &round,
+        ]));
+        assert!(d.status.success(), "{}", text(&d.stderr));
+    }
+    let r = out(&mut resume_cmd(db, &server, &parent, &[]));
+    assert_eq!(r.status.code(), Some(0), "{}", text(&r.stderr));
+    let mut effects: Vec<String> = std::fs::read_to_string(ws.join("effects.txt"))
+        .unwrap()
+        .lines()
+        .map(String::from)
+        .collect();
+    effects.sort();
+    assert_eq!(effects, ["a", "b"]);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_parent_past_its_budget_goes_on_with_its_children() {
     let dir = tempfile::tempdir().unwrap();

@@ -26,7 +26,7 @@ use std::io::IsTerminal as _;
 use std::sync::{Arc, Mutex};
 
 use agent_host::run::events::{ModelCompleted, RunEvent};
-use agent_host::run::exec_json::ExecJson;
+use agent_host::run::exec_json::{ExecJson, ExecLine};
 use agent_host::run::kinds as k;
 use agent_host::run::{
     CallRecord, Decider, Decision, Observer, PauseReason, RunEnd, RunReport, RunState,
@@ -415,6 +415,23 @@ pub fn finish(global: &GlobalArgs, report: &RunReport) -> anyhow::Result<()> {
         }
         RunEnd::Paused { reason, detail } => {
             output::note(&format!("run {id} paused ({reason}): {detail}"));
+            if json {
+                // The run's own requests were lines of the stream; its sub-agents' live in
+                // their own runs: a script gets them here, to decide by the child's run id.
+                for waiting in &report.waiting_children {
+                    if let Some(pending) = waiting.call.pending_approval() {
+                        output::json_line(&ExecLine::ApprovalRequested {
+                            run_id: waiting.run_id.clone(),
+                            call_id: waiting.call.call_id.clone(),
+                            tool: waiting.call.name.clone(),
+                            arguments: waiting.call.arguments.clone(),
+                            args_sha256: pending.args_sha256.clone(),
+                            reason: pending.reason,
+                            round: pending.round,
+                        })?;
+                    }
+                }
+            }
             // Its own calls, then its sub-agents', each decided by the run that asks.
             let own = report
                 .state
