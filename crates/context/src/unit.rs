@@ -245,8 +245,17 @@ pub(crate) fn search_prefix(limit: usize) -> i64 {
         .clamp(16, 256)
 }
 
+/// How `term` is searched for. A unit is kept, indexed and scanned as the JSON text of its
+/// items, where a backslash, a quote or a control character is escaped: the term is
+/// written the same way first, so that it finds the text as the unit reads
+/// (`C:\Users`), not its escapes.
 pub(crate) fn plan_term(term: &str) -> TermPlan {
-    let folded = fold(term);
+    let written = serde_json::to_string(term).unwrap_or_default();
+    let escaped = written
+        .strip_prefix('"')
+        .and_then(|t| t.strip_suffix('"'))
+        .unwrap_or(term);
+    let folded = fold(escaped);
     if folded.chars().count() >= 3 {
         TermPlan::Indexed(folded)
     } else {

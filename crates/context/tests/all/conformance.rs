@@ -308,7 +308,7 @@ async fn batch_is_all_or_nothing(db: common::Db) {
     assert_eq!(units_of(&w), ["m2497", "m2498", "m2499"]);
     assert_eq!(w.recent_units[2].position, 2500);
     assert_eq!(
-        s.search("bulk", "bulk 1234\"", 5).await.unwrap()[0].unit,
+        s.search("bulk", "bulk 1234", 5).await.unwrap()[0].unit,
         "m1234"
     );
     // An existing unit deep in a later chunk is named, and the chunks before it are undone.
@@ -428,6 +428,39 @@ async fn search_semantics(db: common::Db) {
         .unwrap();
     assert_eq!(hits(s.search("a", "ärger", 10).await.unwrap()), ["u5"]);
     assert_eq!(hits(s.search("a", "ÜBER", 10).await.unwrap()), ["u5"]);
+}
+
+/// A term is text, as the unit's text reads: a unit is kept (and indexed) as its JSON, so
+/// a backslash, a quote or a line break in it were searched for as their escapes, and
+/// `C:\Users` found nothing where `C:\\Users` did.
+async fn search_finds_text_that_json_escapes(db: common::Db) {
+    let s = &db.store;
+    s.append_unit(
+        "a",
+        "u1",
+        &msg("path C:\\Users and \"quoted\"\nnext line\tTAB"),
+    )
+    .await
+    .unwrap();
+    s.append_unit("a", "u2", &msg("plain")).await.unwrap();
+    let hits = |v: Vec<agent_context::Unit>| v.into_iter().map(|u| u.unit).collect::<Vec<_>>();
+    for term in [
+        "C:\\Users",
+        "\"quoted\"",
+        "and \"",
+        "\"\nnext",
+        "line\ttab",
+        "\\u",
+    ] {
+        assert_eq!(
+            hits(s.search("a", term, 10).await.unwrap()),
+            ["u1"],
+            "{term:?}"
+        );
+    }
+    // The escapes themselves are not the text.
+    assert!(s.search("a", "C:\\\\Users", 10).await.unwrap().is_empty());
+    assert!(s.search("a", "\\nnext", 10).await.unwrap().is_empty());
 }
 
 async fn search_and_window_errors(db: common::Db) {
@@ -761,6 +794,7 @@ agent_testkit::backend_tests!(
     duplicate_unit_refused,
     batch_is_all_or_nothing,
     search_semantics,
+    search_finds_text_that_json_escapes,
     search_and_window_errors,
     input_limits,
     evidence_errors,
