@@ -164,6 +164,11 @@ impl JournalError {
             reason: reason.into(),
         }
     }
+
+    /// Whether the database said it cannot be written ([`DatabaseError::refuses_writes`]).
+    pub(crate) fn refuses_writes(&self) -> bool {
+        matches!(self, JournalError::Database(db) if db.refuses_writes())
+    }
 }
 
 /// A database written by a newer build ([`agent_schema::pending_steps`]).

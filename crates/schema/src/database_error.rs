@@ -11,7 +11,7 @@
 pub struct DatabaseError {
     kind: DatabaseErrorKind,
     message: String,
-    /// SQLite said the database cannot be written ([`crate::sqlite_file::cannot_write`]).
+    /// The database said it cannot be written ([`DatabaseError::refuses_writes`]).
     refuses_writes: bool,
 }
 
@@ -37,8 +37,10 @@ impl DatabaseError {
         self.kind
     }
 
-    /// Whether SQLite said the database cannot be written (a read-only file, directory or
-    /// file system, or a full disk): reading it may still work. Never for PostgreSQL.
+    /// Whether the database said it cannot be written: for SQLite a read-only file,
+    /// directory or file system, or a full disk; for PostgreSQL a read-only transaction
+    /// (`25006`: a hot standby, `default_transaction_read_only`) or a missing privilege
+    /// (`42501`). Reading it may still work.
     pub fn refuses_writes(&self) -> bool {
         self.refuses_writes
     }
@@ -60,7 +62,14 @@ impl DatabaseError {
             E::Configuration(_) => DatabaseErrorKind::Configuration,
             _ => DatabaseErrorKind::Other,
         };
-        DatabaseError::new(kind, err)
+        let mut error = DatabaseError::new(kind, err);
+        // A read-only transaction (a hot standby, `default_transaction_read_only`) or a
+        // role without the privilege (SELECT-only grants).
+        error.refuses_writes = err
+            .as_database_error()
+            .and_then(|db| db.code())
+            .is_some_and(|code| matches!(code.as_ref(), "25006" | "42501"));
+        error
     }
 
     /// A SQLite (rusqlite) failure.

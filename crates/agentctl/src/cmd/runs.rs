@@ -377,16 +377,31 @@ const CATCH_UP_LOCK_WAIT: std::time::Duration = std::time::Duration::from_millis
 
 /// Whether `err` says a SQLite lock was held past the busy timeout.
 fn lock_held_too_long(err: &anyhow::Error) -> bool {
-    use agent_context::{ContextError, DatabaseErrorKind};
+    use agent_context::DatabaseErrorKind;
+    database_error_in(err, |db| db.kind() == DatabaseErrorKind::Timeout)
+}
+
+/// Whether the store's database said it cannot be written (a PostgreSQL hot standby, a
+/// read-only transaction, a role with SELECT-only grants).
+fn database_refuses_writes(err: &anyhow::Error) -> bool {
+    database_error_in(err, agent_context::DatabaseError::refuses_writes)
+}
+
+/// Whether a context store's database error in `err`'s chain is one `what` says.
+fn database_error_in(
+    err: &anyhow::Error,
+    what: impl Fn(&agent_context::DatabaseError) -> bool,
+) -> bool {
+    use agent_context::ContextError;
     use agent_host::run::history::HistoryError;
-    let timed_out = |c: &ContextError| match c {
-        ContextError::Database(db) => db.kind() == DatabaseErrorKind::Timeout,
+    let found = |c: &ContextError| match c {
+        ContextError::Database(db) => what(db),
         _ => false,
     };
     err.chain().any(|e| {
-        e.downcast_ref::<ContextError>().is_some_and(timed_out)
+        e.downcast_ref::<ContextError>().is_some_and(found)
             || e.downcast_ref::<HistoryError>()
-                .is_some_and(|h| matches!(h, HistoryError::Context(c) if timed_out(c)))
+                .is_some_and(|h| matches!(h, HistoryError::Context(c) if found(c)))
     })
 }
 
@@ -479,6 +494,9 @@ async fn search(
                     "another connection held the database's write lock for over {} ms",
                     CATCH_UP_LOCK_WAIT.as_millis()
                 ),
+                None if database_refuses_writes(&err) => {
+                    "the database refuses writes (a read-only transaction or role)".into()
+                }
                 None => return Err(err),
             };
             // Only read (a store without the history tables yet is no help, and making them

@@ -78,3 +78,38 @@ async fn an_unreadable_postgres_url_is_refused_as_input_without_its_password() {
         assert!(!err.to_string().contains("hunter2"), "{err}");
     }
 }
+
+/// A reader of a hot standby, or a role whose transactions are read-only, failed at open:
+/// the store wrote its schema first. A current schema is now read, not written, and the
+/// store searches what is there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_database_that_refuses_writes_is_read() {
+    let Some(db) = agent_testkit::fresh_pg_database("ctx_ro").await else {
+        return;
+    };
+    let store = ContextStore::open(db.url()).await.unwrap();
+    let items = [json!({"type": "message", "text": "E42 in the old login"})];
+    store.append_unit("a", "u1", &items).await.unwrap();
+    store.close().await;
+    let mut admin = <sqlx::PgConnection as sqlx::Connection>::connect(db.url())
+        .await
+        .unwrap();
+    let name: String = sqlx::query_scalar("SELECT current_database()")
+        .fetch_one(&mut admin)
+        .await
+        .unwrap();
+    let sql = format!("ALTER DATABASE {name} SET default_transaction_read_only = on");
+    sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
+        .execute(&mut admin)
+        .await
+        .unwrap();
+    let store = ContextStore::open(db.url()).await.unwrap();
+    let hits = store.search("a", "e42", 10).await.unwrap();
+    assert_eq!(hits.len(), 1);
+    let err = store.append_unit("a", "u2", &items).await.unwrap_err();
+    match &err {
+        ContextError::Database(db) => assert!(db.refuses_writes(), "{err}"),
+        other => panic!("expected the database's refusal, got {other}"),
+    }
+    store.close().await;
+}

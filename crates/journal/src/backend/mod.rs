@@ -347,10 +347,20 @@ pub(crate) async fn open(
             leases,
         })
     } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-        // A server is written to or not by its roles, not by file modes: only an explicit
-        // read-only opening is read-only there.
-        let read_only = options.access == Access::ReadOnly;
-        let opened = postgres::open(url, shown_url, options, read_only).await?;
+        // A server is written to or not by its roles and its recovery state: a reading
+        // command on a hot standby or with SELECT-only grants opens it read-only.
+        let opened = match options.access {
+            Access::ReadOnly => postgres::open(url, shown_url, options, true).await?,
+            Access::ReadWrite => postgres::open(url, shown_url, options, false).await?,
+            Access::ReadOnlyWhenUnwritable => {
+                match postgres::open(url, shown_url, options, false).await {
+                    Err(err) if err.refuses_writes() => {
+                        postgres::open(url, shown_url, options, true).await?
+                    }
+                    other => other?,
+                }
+            }
+        };
         let leases = lease::Backend::Postgres(opened.reader.pool().clone());
         let writer = match opened.writer {
             Some(writer) => {

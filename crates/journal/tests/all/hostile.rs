@@ -30,6 +30,7 @@ agent_testkit::backend_tests!(defaults, [postgres]:
     large_appends_too_many_for_one_statement_are_committed_in_several,
     a_database_s_lock_timeout_does_not_fail_the_writer,
     an_expected_version_append_conflicts_whatever_the_database_s_isolation,
+    a_reader_opens_a_database_that_refuses_writes_read_only,
     names_are_listed_in_byte_order_whatever_the_database_s_collation,
 );
 
@@ -598,6 +599,40 @@ async fn an_expected_version_append_conflicts_whatever_the_database_s_isolation(
     }
     assert_eq!(j.replay("t", 0).await.unwrap().len(), 2);
     j.close().await;
+}
+
+/// A reading command on a hot standby, or as a role whose transactions are read-only,
+/// failed at open: `open_for_reading` tried to write the schema. It opens such a database
+/// read-only now (appends refused), and reads what is there.
+async fn a_reader_opens_a_database_that_refuses_writes_read_only(f: Fixture) {
+    let j = Journal::open(&f.url).await.unwrap();
+    j.append(NewEvent::new("t", "k", json!({"n": 1})))
+        .await
+        .unwrap();
+    j.close().await;
+    let mut admin = <sqlx::PgConnection as sqlx::Connection>::connect(&f.url)
+        .await
+        .unwrap();
+    let db: String = sqlx::query_scalar("SELECT current_database()")
+        .fetch_one(&mut admin)
+        .await
+        .unwrap();
+    let sql = format!("ALTER DATABASE {db} SET default_transaction_read_only = on");
+    sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
+        .execute(&mut admin)
+        .await
+        .unwrap();
+    let j = Journal::open_for_reading(&f.url).await.unwrap();
+    assert!(j.is_read_only());
+    assert_eq!(j.replay("t", 0).await.unwrap()[0].payload["n"], 1);
+    let err = j
+        .append(NewEvent::new("t", "k", json!({})))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, JournalError::ReadOnly { .. }), "{err}");
+    j.close().await;
+    // A writer is told why, as before.
+    assert!(Journal::open(&f.url).await.is_err());
 }
 
 /// Thread names, kinds and payloads are any Unicode; a database whose encoding cannot hold

@@ -25,7 +25,7 @@ use sqlx::{Acquire as _, Row as _};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
-use crate::error::Result;
+use crate::error::{ContextError, Result};
 
 /// How long after the last append the task waits before it folds.
 const IDLE_DELAY: Duration = Duration::from_millis(5);
@@ -91,6 +91,12 @@ async fn run(pool: PgPool, wake: Arc<Notify>, paused: Arc<AtomicBool>) {
                 Ok(_) => {}
                 Err(err) => {
                     if pool.is_closed() {
+                        return;
+                    }
+                    // A reader of a database it cannot write (a hot standby, a read-only
+                    // role) leaves the tail to a writer: searches scan it meanwhile.
+                    if matches!(&err, ContextError::Database(db) if db.refuses_writes()) {
+                        tracing::debug!(error = %err, "context index: the database refuses writes; no fold");
                         return;
                     }
                     tracing::warn!(error = %err, "context index: background fold failed");

@@ -23,8 +23,23 @@ const SCHEMA: &agent_schema::Steps = &[
 /// Advisory lock key serialising schema migrations of this crate.
 const MIGRATION_LOCK: i64 = 0x0c0e_7e47;
 
-/// Applies the steps not yet recorded, in one transaction.
+/// Applies the steps not yet recorded, in one transaction. A schema already current is
+/// found by a plain read and nothing is written: a reader on a hot standby or with
+/// SELECT-only grants opens the store.
 pub(super) async fn migrate(pool: &PgPool) -> Result<()> {
+    let recorded: Option<i64> = sqlx::query_scalar("SELECT max(version) FROM context_schema")
+        .fetch_one(pool)
+        .await
+        .ok()
+        .flatten();
+    let latest = SCHEMA.last().map_or(0, |(version, _)| *version);
+    if let Some(recorded) = recorded
+        && recorded >= latest
+    {
+        // Refuses a newer schema; there is nothing to apply otherwise.
+        let _none = agent_schema::pending_steps(SCHEMA, recorded)?;
+        return Ok(());
+    }
     let mut tx = pool.begin().await?;
     sqlx::query("SELECT pg_advisory_xact_lock($1)")
         .bind(MIGRATION_LOCK)
