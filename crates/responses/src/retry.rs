@@ -121,9 +121,12 @@ pub fn server_delay(headers: &HeaderMap) -> Option<Duration> {
     )
 }
 
+/// `secs` as a delay; one past what a `Duration` holds is the longest (a server that asks
+/// for ~2e19 s asks not to be retried, as one asking for 1e19 s does). `None` for a
+/// negative or NaN value, as for any other header that is not a delay.
 fn duration_from_secs(secs: f64) -> Option<Duration> {
-    if secs.is_finite() && secs >= 0.0 {
-        Duration::try_from_secs_f64(secs).ok()
+    if secs >= 0.0 {
+        Some(Duration::try_from_secs_f64(secs).unwrap_or(Duration::MAX))
     } else {
         None
     }
@@ -277,6 +280,14 @@ mod tests {
             &headers(&[("retry-after-ms", "120001"), ("x-should-retry", "true")])
         ));
         assert!(should_retry(429, &headers(&[("retry-after", "120")])));
+        // Past what a Duration holds, a delay is still too long (it read as no header).
+        for huge in ["2e19", "99999999999999999999999", "1e400"] {
+            assert!(
+                !should_retry(429, &headers(&[("retry-after", huge)])),
+                "{huge}"
+            );
+        }
+        assert!(should_retry(429, &headers(&[("retry-after", "-1")])));
     }
 
     #[test]

@@ -96,7 +96,8 @@ where
     }
     let first = match last {
         Some(first) if !jobs.0.is_empty() => first,
-        _ => return Err(LoopError::NothingObserved),
+        Some(_) => return Err(LoopError::NoAsyncCall),
+        None => return Err(LoopError::NothingObserved),
     };
     let mut outputs = Vec::with_capacity(jobs.0.len());
     for job in &mut jobs.0 {

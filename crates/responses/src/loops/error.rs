@@ -43,8 +43,11 @@ pub enum LoopError {
         event_type: String,
     },
     #[error("no completed response or async call observed")]
-    /// The stream ended without a completed response or an async call to wait for.
+    /// The stream ended without a completed response.
     NothingObserved,
+    #[error("the response completed without an async call to wait for")]
+    /// The response completed, but the model called no async tool (it answered instead).
+    NoAsyncCall,
     #[error("a tool task stopped before returning: {0}")]
     /// A dispatched tool task ended without an output (it panicked or was aborted).
     ToolTask(String),
