@@ -222,26 +222,30 @@ impl Driver {
         if !launched.is_empty() {
             let runtime = self.runtime.clone();
             let (thread, turn) = (self.thread.clone(), self.turn.clone());
-            let mut results: futures::stream::FuturesUnordered<_> = launched
-                .iter()
-                .map(|call_id| {
-                    let key = agent_runtime::JobKey {
-                        thread: thread.clone(),
-                        turn: turn.clone(),
-                        call_id: call_id.clone(),
-                    };
-                    let runtime = runtime.clone();
-                    let (thread, turn) = (thread.clone(), turn.clone());
-                    async move { runtime.result(&thread, &turn, &key).await }
-                })
-                .collect();
+            // Each wait is a task of its own: a wait suspended mid-query while this loop
+            // folds the journal would hold its pooled connection, and enough of them left
+            // the fold none (PostgreSQL's read pool: a 10 s stall, then an error).
+            let mut results = tokio::task::JoinSet::new();
+            for call_id in &launched {
+                let key = agent_runtime::JobKey {
+                    thread: thread.clone(),
+                    turn: turn.clone(),
+                    call_id: call_id.clone(),
+                };
+                let runtime = runtime.clone();
+                let (thread, turn) = (thread.clone(), turn.clone());
+                results.spawn(async move { runtime.result(&thread, &turn, &key).await });
+            }
             let cancel = self.opts.cancel.clone();
             loop {
                 let next = tokio::select! {
-                    next = results.next() => next,
+                    next = results.join_next() => next,
                     () = cancel.cancelled() => return self.interrupt().await.map(Some),
                 };
-                let Some(result) = next else { break };
+                let Some(joined) = next else { break };
+                let result = joined.map_err(|err| {
+                    HostError::Internal(format!("a tool call's wait ended: {err}"))
+                })?;
                 match result {
                     Ok(_)
                     | Err(RuntimeError::UnknownCall { .. })
