@@ -6,6 +6,11 @@
 //! ([`MAX_RECORDED`]) and by the bytes they were received as ([`MAX_RECORDED_BYTES`] per
 //! store), and they are kept in that received form (raw bytes or text), parsed only when
 //! someone asks for them: a 2 MiB message kept as a parsed JSON value took ~40 MiB.
+//!
+//! Stored responses (HTTP and WebSocket `store: true` ones, and each WebSocket
+//! connection's cache) are bounded by count ([`MAX_STORED`]) and by their estimated size
+//! ([`MAX_STORED_BYTES`] per store): their JSON length, see [`json_len`]. They are kept
+//! parsed, which takes a few times that in memory.
 
 use std::collections::{HashMap, VecDeque};
 use std::hash::Hash;
@@ -19,10 +24,35 @@ pub(crate) const MAX_RECORDED_BYTES: usize = 32 * 1024 * 1024;
 /// Stored responses kept for `previous_response_id` and retrieval; an older one is
 /// answered like an unknown id, as the real API does for an expired response.
 pub(crate) const MAX_STORED: usize = 1000;
+/// The estimated bytes ([`Weigh`]) of stored responses kept, per store (the server's, or a
+/// WebSocket connection's cache): the oldest are forgotten beyond it, answered like an
+/// unknown id (the newest is always kept). 1000 stored responses of 2 MiB requests held
+/// ~6 GB before.
+pub(crate) const MAX_STORED_BYTES: usize = 64 * 1024 * 1024;
 
 /// What an item costs to keep, in bytes (about: its variable-size parts).
 pub(crate) trait Weigh {
     fn weight(&self) -> usize;
+}
+
+/// The length of `value` serialized as JSON, without keeping the text (0 if it does not
+/// serialize): what a stored value is estimated to weigh.
+pub(crate) fn json_len<T: serde::Serialize + ?Sized>(value: &T) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 = self.0.saturating_add(buf.len());
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    match serde_json::to_writer(&mut count, value) {
+        Ok(()) => count.0,
+        Err(_) => 0,
+    }
 }
 
 impl Weigh for Box<str> {
@@ -78,30 +108,41 @@ impl<T: Clone + Weigh> Default for Recent<T> {
     }
 }
 
-/// A map that keeps its `cap` most recently inserted keys.
+/// A map that keeps its `cap` most recently inserted keys, weighing `max_bytes` at most
+/// together (the newest is kept whatever it weighs).
 #[derive(Debug)]
 pub(crate) struct RecentMap<K, V> {
-    map: HashMap<K, V>,
+    /// Each value with its weight when inserted.
+    map: HashMap<K, (V, usize)>,
     order: VecDeque<K>,
     cap: usize,
+    bytes: usize,
+    max_bytes: usize,
 }
 
-impl<K: Eq + Hash + Clone, V> RecentMap<K, V> {
-    pub(crate) fn new(cap: usize) -> Self {
+impl<K: Eq + Hash + Clone, V: Weigh> RecentMap<K, V> {
+    pub(crate) fn new(cap: usize, max_bytes: usize) -> Self {
         RecentMap {
             map: HashMap::new(),
             order: VecDeque::new(),
             cap,
+            bytes: 0,
+            max_bytes,
         }
     }
 
     pub(crate) fn insert(&mut self, key: K, value: V) {
-        if self.map.insert(key.clone(), value).is_none() {
-            self.order.push_back(key);
-            while self.order.len() > self.cap {
-                if let Some(oldest) = self.order.pop_front() {
-                    self.map.remove(&oldest);
-                }
+        let weight = value.weight();
+        self.bytes = self.bytes.saturating_add(weight);
+        match self.map.insert(key.clone(), (value, weight)) {
+            Some((_, old)) => self.bytes = self.bytes.saturating_sub(old),
+            None => self.order.push_back(key),
+        }
+        while self.order.len() > 1 && (self.order.len() > self.cap || self.bytes > self.max_bytes) {
+            if let Some(oldest) = self.order.pop_front()
+                && let Some((_, old)) = self.map.remove(&oldest)
+            {
+                self.bytes = self.bytes.saturating_sub(old);
             }
         }
     }
@@ -111,13 +152,13 @@ impl<K: Eq + Hash + Clone, V> RecentMap<K, V> {
         K: std::borrow::Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        self.map.get(key)
+        self.map.get(key).map(|(value, _)| value)
     }
 }
 
-impl<K: Eq + Hash + Clone, V> Default for RecentMap<K, V> {
+impl<K: Eq + Hash + Clone, V: Weigh> Default for RecentMap<K, V> {
     fn default() -> Self {
-        RecentMap::new(MAX_STORED)
+        RecentMap::new(MAX_STORED, MAX_STORED_BYTES)
     }
 }
 
@@ -161,14 +202,35 @@ mod tests {
 
     #[test]
     fn recent_map_forgets_the_oldest_inserted_keys() {
-        let mut map = RecentMap::new(2);
-        map.insert("a", 1);
-        map.insert("b", 2);
-        map.insert("a", 10); // an update does not make it newer or count twice
-        map.insert("c", 3);
+        let mut map = RecentMap::new(2, usize::MAX);
+        map.insert("a", text("1"));
+        map.insert("b", text("2"));
+        map.insert("a", text("10")); // an update does not make it newer or count twice
+        map.insert("c", text("3"));
         assert_eq!(map.get(&"a"), None);
-        assert_eq!(map.get(&"b"), Some(&2));
-        assert_eq!(map.get(&"c"), Some(&3));
+        assert_eq!(map.get(&"b"), Some(&text("2")));
+        assert_eq!(map.get(&"c"), Some(&text("3")));
         assert_eq!(map.order.len(), 2);
+    }
+
+    #[test]
+    fn recent_map_forgets_the_oldest_keys_beyond_its_bytes() {
+        let mut map = RecentMap::new(100, 10);
+        map.insert("a", text("aaaa"));
+        map.insert("b", text("bbbb"));
+        map.insert("c", text("cccc"));
+        assert_eq!(map.get(&"a"), None);
+        assert_eq!(map.get(&"b"), Some(&text("bbbb")));
+        assert_eq!(map.bytes, 8);
+        // An update replaces the old value's weight.
+        map.insert("b", text("bb"));
+        assert_eq!(map.bytes, 6);
+        // One heavier than the whole budget is still kept, alone.
+        map.insert("d", text("dddddddddddd"));
+        assert_eq!((map.order.len(), map.map.len(), map.bytes), (1, 1, 12));
+        assert_eq!(map.get(&"d"), Some(&text("dddddddddddd")));
+        map.insert("e", text("e"));
+        assert_eq!((map.order.len(), map.bytes), (1, 1));
+        assert_eq!(map.get(&"e"), Some(&text("e")));
     }
 }

@@ -17,6 +17,8 @@ pub(crate) struct Chain {
     parent: Option<Arc<Chain>>,
     own: Vec<Item>,
     len: usize,
+    /// The JSON length of `own` ([`crate::bounded::json_len`]): what this link weighs.
+    own_bytes: usize,
 }
 
 impl Chain {
@@ -32,7 +34,19 @@ impl Chain {
             _ => (None, full),
         };
         let len = parent.as_ref().map_or(0, |p| p.len) + own.len();
-        Arc::new(Chain { parent, own, len })
+        let own_bytes = crate::bounded::json_len(&own);
+        Arc::new(Chain {
+            parent,
+            own,
+            len,
+            own_bytes,
+        })
+    }
+
+    /// The estimated bytes of the items this link added (what it continues is counted
+    /// by the stored response it belongs to).
+    pub(crate) fn own_bytes(&self) -> usize {
+        self.own_bytes
     }
 
     /// Every item of the conversation, oldest first.
@@ -131,6 +145,7 @@ mod tests {
                 parent: Some(deep),
                 own: Vec::new(),
                 len: 1,
+                own_bytes: 0,
             });
         }
         drop(deep);

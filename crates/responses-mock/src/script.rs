@@ -333,6 +333,21 @@ impl Reply {
     }
 }
 
+/// Headers an error reply may not script, lower-case: they frame the reply or manage the
+/// connection, which the server does; with one the server dropped the connection instead
+/// of answering.
+pub const FRAMING_HEADERS: &[&str] = &[
+    "content-length",
+    "transfer-encoding",
+    "connection",
+    "keep-alive",
+    "upgrade",
+    "te",
+    "trailer",
+    "proxy-connection",
+    "host",
+];
+
 /// An HTTP error reply: status, extra headers and the `{"error": {...}}` body fields.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -357,7 +372,8 @@ pub struct ErrorReply {
 
 impl ErrorReply {
     /// Why this reply cannot be sent, if it cannot: its status must be an HTTP error
-    /// (400-599), its header names and values valid in HTTP.
+    /// (400-599), its header names and values valid in HTTP, and none of them one of
+    /// [`FRAMING_HEADERS`] (the server sets those; a scripted one broke the reply).
     pub fn check(&self) -> Result<(), String> {
         if !(400..=599).contains(&self.status) {
             return Err(format!(
@@ -369,6 +385,12 @@ impl ErrorReply {
             if axum::http::HeaderName::from_bytes(name.as_bytes()).is_err() {
                 return Err(format!(
                     "reply.error.headers: `{name}` is not a valid header name"
+                ));
+            }
+            if FRAMING_HEADERS.contains(&name.as_str()) {
+                return Err(format!(
+                    "reply.error.headers: `{name}` cannot be scripted (the server sets how \
+                     a reply is framed and its connection)"
                 ));
             }
             if axum::http::HeaderValue::from_str(&value).is_err() {

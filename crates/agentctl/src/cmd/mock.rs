@@ -16,11 +16,11 @@ pub enum MockCmd {
     /// Serve POST /v1/responses (JSON and SSE), POST /v1/responses/compact,
     /// GET /v1/responses/{id} and the WebSocket mode (GET /v1/responses) on loopback. Prints
     /// the base URL (`http://ADDR/v1`; with --json a `mock.listening` line) as the first
-    /// stdout line, then runs until interrupted. Without a script, HTTP echoes the last
-    /// user input, so any client can hold a conversation with it, and the WebSocket mode
-    /// plays the steering story (a call of the first tool, then text). Keeps the 1000 most
-    /// recent HTTP requests (GET /__mock/requests) and stored responses; bodies are limited
-    /// to 2 MiB.
+    /// stdout line, then runs until SIGINT or SIGTERM (exit 0). Without a script, HTTP
+    /// echoes the last user input, so any client can hold a conversation with it, and the
+    /// WebSocket mode plays the steering story (a call of the first tool, then text). Keeps
+    /// the 1000 most recent HTTP requests (GET /__mock/requests, at most 32 MiB) and
+    /// stored responses (at most 64 MiB); bodies are limited to 2 MiB.
     Serve(ServeArgs),
 }
 
@@ -134,6 +134,13 @@ pub async fn run(global: &GlobalArgs, cmd: MockCmd) -> anyhow::Result<std::proce
         let what = "cannot start the emulator".to_string();
         crate::output::listen_error(err, in_use, what, &addr, "--addr")
     })?;
+    // SIGINT or SIGTERM stops the server (exit 0): serving leaves nothing half-done. The
+    // handlers are installed before the base URL is printed, so a client that signals as
+    // soon as it reads it is not killed by SIGTERM's default action.
+    let stop = agent_runtime::CancellationToken::new();
+    let signals = agent_host::signals::stop_on_signals(stop.clone())
+        .context("cannot wait for SIGINT or SIGTERM")?;
+    let signals = tokio::spawn(signals);
     if global.json {
         typed_line(
             "mock.listening",
@@ -143,8 +150,10 @@ pub async fn run(global: &GlobalArgs, cmd: MockCmd) -> anyhow::Result<std::proce
         line(&server.base_url())?;
     }
     tracing::info!(addr = %server.addr(), "emulator listening");
-    agent_host::signals::until_ctrl_c(server.wait())
-        .await
-        .context("cannot wait for Ctrl-C")?;
+    tokio::select! {
+        () = server.wait() => {}
+        () = stop.cancelled() => {}
+    }
+    signals.abort();
     Ok(std::process::ExitCode::SUCCESS)
 }

@@ -110,6 +110,44 @@ fn codex_run_with_a_missing_working_directory_says_so() {
     );
 }
 
+/// `mock serve` stops on SIGTERM (what `kill`, systemd and container runtimes send) as it
+/// does on SIGINT, exiting 0; SIGTERM killed it (exit 143).
+#[test]
+fn mock_serve_stops_on_sigint_and_sigterm() {
+    use std::io::{BufRead as _, BufReader};
+    for sig in ["INT", "TERM"] {
+        let mut server = std::process::Command::new(env!("CARGO_BIN_EXE_agentctl"))
+            .args(["mock", "serve"])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut base = String::new();
+        BufReader::new(server.stdout.take().unwrap())
+            .read_line(&mut base)
+            .unwrap();
+        assert!(base.starts_with("http://"), "{base}");
+        let killed = std::process::Command::new("kill")
+            .args([format!("-{sig}"), server.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(killed.success());
+        // Not a timing check: a server that ignored the signal would hang the test.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        let status = loop {
+            if let Some(status) = server.try_wait().unwrap() {
+                break status;
+            }
+            if std::time::Instant::now() > deadline {
+                server.kill().unwrap();
+                panic!("SIG{sig}: mock serve did not stop");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        };
+        assert_eq!(status.code(), Some(0), "SIG{sig}: {status}");
+    }
+}
+
 /// `mock serve --first-token-ms` holds a reply that long; a rate that is not positive is a
 /// usage error.
 #[test]

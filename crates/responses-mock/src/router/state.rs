@@ -83,13 +83,20 @@ pub(super) struct Stored {
     pub(super) context: Arc<Chain>,
 }
 
+impl crate::bounded::Weigh for Stored {
+    fn weight(&self) -> usize {
+        crate::bounded::json_len(&self.response) + self.context.own_bytes()
+    }
+}
+
 /// Shared emulator state.
 pub(crate) struct AppState {
     pub api_key: Option<String>,
     pub script: Script,
     /// How often each script rule has answered (index = rule).
     used: Mutex<Vec<u32>>,
-    /// `store: true` responses, the most recent first-in-first-out.
+    /// `store: true` responses, the most recent first-in-first-out, bounded by count and
+    /// estimated bytes.
     pub(super) store: Mutex<RecentMap<String, Stored>>,
     /// Opaque items the emulator handed out, so forged ones can be refused.
     pub(super) issued: Mutex<Issued>,

@@ -103,6 +103,7 @@ fn matcher(when: &Match) -> Result<(), String> {
                 .into(),
         );
     }
+    tool_output_conditions(when)?;
     if when.endpoint == ScriptEndpoint::Compact {
         if when.stream == Some(true) {
             return Err(
@@ -115,6 +116,63 @@ fn matcher(when: &Match) -> Result<(), String> {
                 "when.text_format never matches `endpoint: compact` (it sends no text format)"
                     .into(),
             );
+        }
+    }
+    Ok(())
+}
+
+/// The tool-output conditions that contradict each other, with `c` the context's
+/// `function_call_output` items and `t` the tool outputs counting those compactions stand
+/// for (`t >= c`): `has_tool_outputs` is `c >= 1` (or `c == 0`), `tool_outputs` `c == n`,
+/// `tool_outputs_below` `c < n`, `tool_outputs_total` `t == n`. (`has_tool_outputs: false`
+/// with `tool_outputs_below` (at least 1) matches a context without outputs.)
+fn tool_output_conditions(when: &Match) -> Result<(), String> {
+    let never = |what: String| Err(format!("{what}: the rule never matches"));
+    if let Some(has) = when.has_tool_outputs {
+        match (has, when.tool_outputs) {
+            (false, Some(n)) if n >= 1 => {
+                return never(format!(
+                    "when.has_tool_outputs: false contradicts when.tool_outputs: {n}"
+                ));
+            }
+            (true, Some(0)) => {
+                return never(
+                    "when.has_tool_outputs: true contradicts when.tool_outputs: 0".into(),
+                );
+            }
+            _ => {}
+        }
+        if let (true, Some(below)) = (has, when.tool_outputs_below)
+            && below <= 1
+        {
+            return never(format!(
+                "when.has_tool_outputs: true contradicts when.tool_outputs_below: {below} \
+                 (a context with tool outputs holds at least 1)"
+            ));
+        }
+        if has && when.tool_outputs_total == Some(0) {
+            return never(
+                "when.has_tool_outputs: true contradicts when.tool_outputs_total: 0 (the total \
+                 counts the context's tool outputs too)"
+                    .into(),
+            );
+        }
+    }
+    if let Some(n) = when.tool_outputs {
+        if let Some(below) = when.tool_outputs_below
+            && n >= below
+        {
+            return never(format!(
+                "when.tool_outputs: {n} contradicts when.tool_outputs_below: {below}"
+            ));
+        }
+        if let Some(total) = when.tool_outputs_total
+            && total < n
+        {
+            return never(format!(
+                "when.tool_outputs_total: {total} contradicts when.tool_outputs: {n} (the \
+                 total counts the context's tool outputs too, so it is at least as many)"
+            ));
         }
     }
     Ok(())

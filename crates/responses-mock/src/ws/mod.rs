@@ -23,8 +23,9 @@
 //! - every documented `response.steer.failed` code is reachable (see `session.rs`);
 //! - protocol errors are `{"type":"error","status":N,"error":{...}}` events;
 //! - `store: false` responses live in a connection-local cache only (its most recent 1000,
-//!   as the server's store keeps them); stored ones are shared by the server's WebSocket
-//!   connections; a response's conversation is shared with the one it continues, not copied;
+//!   at most 64 MiB of them, as the server's store keeps them); stored ones are shared by
+//!   the server's WebSocket connections; a response's conversation is shared with the one
+//!   it continues, not copied;
 //! - a client message that breaks the protocol closes the connection with the RFC 6455
 //!   code: 1009 over the size limit, 1007 invalid UTF-8 in a text message, 1002 otherwise;
 //! - under a `stall` or `keep_alive` fault the session answers nothing more, and drops
@@ -124,6 +125,16 @@ pub(crate) struct Entry {
     /// The `required_input` stubs it waits for (empty: not waiting).
     pub required: Vec<Value>,
     pub generated: bool,
+}
+
+impl crate::bounded::Weigh for Entry {
+    fn weight(&self) -> usize {
+        use crate::bounded::json_len;
+        json_len(&self.request)
+            + self.context.own_bytes()
+            + json_len(&self.queued)
+            + json_len(&self.required)
+    }
 }
 
 /// Largest client message, as for an HTTP request body (axum's default limit, 2 MiB); a

@@ -24,7 +24,7 @@ use tokio::time::Instant;
 
 use self::reply::{first_function_tool, last_user_text, message_json, reply_text};
 use super::{Entry, FaultAction, FaultPoint};
-use crate::bounded::{MAX_STORED, RecentMap};
+use crate::bounded::{MAX_STORED, MAX_STORED_BYTES, RecentMap};
 use crate::chain::Chain;
 use crate::respond::{finish_item, new_id, response_object};
 use crate::router::{AppState, error_reply};
@@ -94,7 +94,7 @@ struct Session {
     creates: usize,
     lanes: HashSet<String>,
     /// This connection's responses (`store: false` ones live only here), the most recent
-    /// [`MAX_STORED`], as the server's store keeps them.
+    /// [`MAX_STORED`] up to [`MAX_STORED_BYTES`], as the server's store keeps them.
     cache: RecentMap<String, Entry>,
 }
 
@@ -155,7 +155,7 @@ pub(super) async fn run(socket: WebSocket, state: Arc<AppState>, index: usize) {
         seq: 0,
         creates: 0,
         lanes: HashSet::new(),
-        cache: RecentMap::new(MAX_STORED),
+        cache: RecentMap::new(MAX_STORED, MAX_STORED_BYTES),
     };
     let mut stop = session.serve().await;
     reader.abort();

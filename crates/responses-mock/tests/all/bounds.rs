@@ -347,3 +347,102 @@ async fn recorded_requests_and_websocket_frames_are_bounded_by_bytes() {
     );
     assert_eq!(requests.last().unwrap().body["n"], SENT - 1);
 }
+
+/// Stored responses are bounded by their estimated bytes (64 MiB per store), not only by
+/// their count: 20 responses to requests of almost 2 MiB forget the oldest, which a
+/// `previous_response_id` or a retrieval then finds as it finds an unknown id.
+#[tokio::test]
+async fn stored_responses_are_bounded_by_bytes() {
+    const SENT: usize = 20;
+    let pad = "x".repeat(1900 * 1024);
+    let server = server().await;
+    let mut ids = Vec::new();
+    for n in 0..SENT {
+        let response = create(
+            &server,
+            KEY,
+            &json!({"model": "m", "input": format!("{n} {pad}")}),
+        )
+        .await;
+        assert_eq!(response.status(), 200);
+        let response: Value = response.json().await.unwrap();
+        ids.push(response["id"].as_str().unwrap().to_owned());
+    }
+    let follow = async |id: &str| -> (u16, Value) {
+        let response = create(
+            &server,
+            KEY,
+            &json!({"model": "m", "input": "more", "previous_response_id": id}),
+        )
+        .await;
+        (response.status().as_u16(), response.json().await.unwrap())
+    };
+    let (status, _) = follow(&ids[SENT - 1]).await;
+    assert_eq!(status, 200, "the newest is kept");
+    let (forgotten_status, forgotten) = follow(&ids[0]).await;
+    let (unknown_status, unknown) = follow("resp_unknown").await;
+    assert_eq!(forgotten_status, unknown_status);
+    assert_eq!(forgotten_status, 400);
+    assert_eq!(
+        forgotten["error"]["message"],
+        format!("Previous response with id '{}' not found.", ids[0])
+    );
+    assert_eq!(forgotten["error"]["code"], unknown["error"]["code"]);
+    assert_eq!(forgotten["error"]["param"], unknown["error"]["param"]);
+
+    let get = |id: &str| {
+        reqwest::Client::new()
+            .get(format!("{}/responses/{id}", server.base_url()))
+            .bearer_auth(KEY)
+            .send()
+    };
+    assert_eq!(get(&ids[0]).await.unwrap().status(), 404);
+    assert_eq!(get(&ids[SENT - 1]).await.unwrap().status(), 200);
+}
+
+/// A WebSocket connection's cache of `store: false` responses is bounded by bytes too.
+#[tokio::test]
+async fn a_websocket_connection_forgets_its_oldest_responses_beyond_its_bytes() {
+    use futures::{SinkExt as _, StreamExt as _};
+    use tokio_tungstenite::tungstenite::Message;
+    const SENT: usize = 30;
+    let pad = "x".repeat(1900 * 1024);
+    let server = server().await;
+    let mut ws = websocket(&server).await;
+    let mut create = async |body: Value| -> Value {
+        ws.send(Message::text(body.to_string())).await.unwrap();
+        loop {
+            let Some(Ok(Message::Text(text))) = ws.next().await else {
+                panic!("connection ended");
+            };
+            let event: Value = serde_json::from_str(&text).unwrap();
+            if event["type"] == "response.completed" || event["type"] == "error" {
+                return event;
+            }
+        }
+    };
+    let mut ids = Vec::new();
+    for n in 0..SENT {
+        let event = create(json!({"type": "response.create", "model": "m",
+            "input": format!("{n} {pad}"), "store": false}))
+        .await;
+        assert_eq!(event["type"], "response.completed");
+        ids.push(event["response"]["id"].as_str().unwrap().to_owned());
+    }
+    let recent = create(
+        json!({"type": "response.create", "model": "m", "input": "more",
+        "store": false, "previous_response_id": ids[SENT - 1]}),
+    )
+    .await;
+    assert_eq!(recent["type"], "response.completed");
+    let forgotten = create(
+        json!({"type": "response.create", "model": "m", "input": "more",
+        "store": false, "previous_response_id": ids[0]}),
+    )
+    .await;
+    assert_eq!(forgotten["type"], "error");
+    assert_eq!(
+        forgotten["error"]["code"], "previous_response_not_found",
+        "{forgotten}"
+    );
+}

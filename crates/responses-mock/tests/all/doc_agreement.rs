@@ -100,6 +100,48 @@ fn a_rule_that_can_never_answer_is_refused() {
     assert_names(&why, &["rule `r`", "when.text_format", "json_schema"]);
     let why = refused(json!({"when": {"tool_outputs_below": 0}, "reply": {"echo": true}}));
     assert_names(&why, &["rule `r`", "when.tool_outputs_below"]);
+    // Tool-output conditions that contradict each other, both named.
+    for (when, names) in [
+        (
+            json!({"has_tool_outputs": false, "tool_outputs": 1}),
+            ["when.has_tool_outputs", "when.tool_outputs: 1"],
+        ),
+        (
+            json!({"has_tool_outputs": true, "tool_outputs": 0}),
+            ["when.has_tool_outputs", "when.tool_outputs: 0"],
+        ),
+        (
+            json!({"has_tool_outputs": true, "tool_outputs_below": 1}),
+            ["when.has_tool_outputs", "when.tool_outputs_below"],
+        ),
+        (
+            json!({"has_tool_outputs": true, "tool_outputs_total": 0}),
+            ["when.has_tool_outputs", "when.tool_outputs_total"],
+        ),
+        (
+            json!({"tool_outputs": 3, "tool_outputs_below": 3}),
+            ["when.tool_outputs: 3", "when.tool_outputs_below"],
+        ),
+        (
+            json!({"tool_outputs": 2, "tool_outputs_total": 1}),
+            ["when.tool_outputs: 2", "when.tool_outputs_total"],
+        ),
+    ] {
+        let why = refused(json!({"when": when, "reply": {"echo": true}}));
+        assert_names(&why, &["rule `r`", names[0], names[1]]);
+    }
+    // Those that can answer load: no outputs is fewer than 1; compactions may stand for more.
+    for when in [
+        json!({"has_tool_outputs": false, "tool_outputs_below": 1}),
+        json!({"has_tool_outputs": false, "tool_outputs": 0, "tool_outputs_total": 4}),
+        json!({"has_tool_outputs": true, "tool_outputs": 1, "tool_outputs_below": 2}),
+        json!({"has_tool_outputs": true, "tool_outputs": 2, "tool_outputs_below": 200,
+            "tool_outputs_total": 2}),
+        json!({"tool_outputs": 2, "tool_outputs_total": 5}),
+    ] {
+        let script = json!({"rules": [{"when": when, "reply": {"echo": true}}]});
+        assert!(Script::from_json_str(&script.to_string()).is_ok(), "{when}");
+    }
     let why =
         refused(json!({"when": {"endpoint": "compact", "stream": true}, "reply": {"echo": true}}));
     assert_names(&why, &["rule `r`", "when.stream"]);

@@ -61,6 +61,28 @@ fn error_headers_that_cannot_be_sent_are_refused() {
             "{headers}"
         );
     }
+    // Headers the server sets itself (a scripted one dropped the connection), named.
+    for name in [
+        "content-length",
+        "Transfer-Encoding",
+        "connection",
+        "keep-alive",
+        "upgrade",
+        "te",
+        "trailer",
+        "proxy-connection",
+        "host",
+    ] {
+        let text = error_script(json!({"status": 429, "message": "m", "headers": {name: "1"}}));
+        match Script::from_json_str(&text) {
+            Err(ScriptError::Invalid(why)) => assert!(
+                why.contains("reply.error.headers")
+                    && why.contains(&format!("`{}`", name.to_lowercase())),
+                "{why}"
+            ),
+            other => panic!("{name}: expected an invalid script, got {other:?}"),
+        }
+    }
     let good = error_script(
         json!({"status": 429, "message": "m", "headers": {"Retry-After": 1, "x-should-retry": "true"}}),
     );
