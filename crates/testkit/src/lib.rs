@@ -177,6 +177,25 @@ impl Drop for PgDatabase {
     }
 }
 
+/// Sets defaults of every new session of the database at `url`, as a DBA may
+/// (`ALTER DATABASE <it> SET name = value`, each value written as SQL: `'1ms'`, `on`), and
+/// returns the connection that did it, still open on that database.
+pub async fn set_database_defaults(url: &str, settings: &[(&str, &str)]) -> sqlx::PgConnection {
+    let mut conn = sqlx::PgConnection::connect(url).await.unwrap();
+    let db: String = sqlx::query_scalar("SELECT current_database()")
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+    for (name, value) in settings {
+        let sql = format!("ALTER DATABASE {db} SET {name} = {value}");
+        sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
+            .execute(&mut conn)
+            .await
+            .unwrap();
+    }
+    conn
+}
+
 /// `url` with its database name replaced by `name` (any `?query` kept).
 pub fn with_database(url: &str, name: &str) -> String {
     let (base, query) = match url.split_once('?') {

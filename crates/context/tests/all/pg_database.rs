@@ -13,18 +13,11 @@ async fn postgres_concurrent_appends_land_whatever_the_database_s_isolation() {
     let Some(db) = agent_testkit::fresh_pg_database("ctx_iso").await else {
         return;
     };
-    let mut admin = <sqlx::PgConnection as sqlx::Connection>::connect(db.url())
-        .await
-        .unwrap();
-    let name: String = sqlx::query_scalar("SELECT current_database()")
-        .fetch_one(&mut admin)
-        .await
-        .unwrap();
-    let sql = format!("ALTER DATABASE {name} SET default_transaction_isolation = 'serializable'");
-    sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
-        .execute(&mut admin)
-        .await
-        .unwrap();
+    agent_testkit::set_database_defaults(
+        db.url(),
+        &[("default_transaction_isolation", "'serializable'")],
+    )
+    .await;
     // Four stores, as four processes would be, each appending to the same thread.
     let mut tasks = Vec::new();
     for store_no in 0..4 {
@@ -91,18 +84,8 @@ async fn postgres_a_database_that_refuses_writes_is_read() {
     let items = [json!({"type": "message", "text": "E42 in the old login"})];
     store.append_unit("a", "u1", &items).await.unwrap();
     store.close().await;
-    let mut admin = <sqlx::PgConnection as sqlx::Connection>::connect(db.url())
-        .await
-        .unwrap();
-    let name: String = sqlx::query_scalar("SELECT current_database()")
-        .fetch_one(&mut admin)
-        .await
-        .unwrap();
-    let sql = format!("ALTER DATABASE {name} SET default_transaction_read_only = on");
-    sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
-        .execute(&mut admin)
-        .await
-        .unwrap();
+    agent_testkit::set_database_defaults(db.url(), &[("default_transaction_read_only", "on")])
+        .await;
     let store = ContextStore::open(db.url()).await.unwrap();
     let hits = store.search("a", "e42", 10).await.unwrap();
     assert_eq!(hits.len(), 1);

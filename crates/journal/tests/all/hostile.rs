@@ -464,20 +464,11 @@ const THREAD_LOCK_SEED: i64 = 0x6a6e_6c74_6872_6561;
 /// wrong but a wait. The writer's session now sets neither: its waits are bounded by the
 /// other writers' `idle_in_transaction_session_timeout`.
 async fn a_database_s_lock_timeout_does_not_fail_the_writer(f: Fixture) {
-    let mut admin = <sqlx::PgConnection as sqlx::Connection>::connect(&f.url)
-        .await
-        .unwrap();
-    let db: String = sqlx::query_scalar("SELECT current_database()")
-        .fetch_one(&mut admin)
-        .await
-        .unwrap();
-    let sql = format!(
-        "ALTER DATABASE {db} SET lock_timeout = '1ms'; ALTER DATABASE {db} SET statement_timeout = '2s'"
-    );
-    sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
-        .execute(&mut admin)
-        .await
-        .unwrap();
+    let mut admin = agent_testkit::set_database_defaults(
+        &f.url,
+        &[("lock_timeout", "'1ms'"), ("statement_timeout", "'2s'")],
+    )
+    .await;
     // Its sessions take the defaults when they connect.
     let j = Journal::open(&f.url).await.unwrap();
     // Another writer holds thread `t`.
@@ -543,18 +534,11 @@ async fn until_a_writer_waits<T>(
 /// another process's commit had just moved, made while it waited for that lock, read the
 /// old head and was written (a lost update), instead of failing with `Conflict`.
 async fn an_expected_version_append_conflicts_whatever_the_database_s_isolation(f: Fixture) {
-    let mut admin = <sqlx::PgConnection as sqlx::Connection>::connect(&f.url)
-        .await
-        .unwrap();
-    let db: String = sqlx::query_scalar("SELECT current_database()")
-        .fetch_one(&mut admin)
-        .await
-        .unwrap();
-    let sql = format!("ALTER DATABASE {db} SET default_transaction_isolation = 'repeatable read'");
-    sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
-        .execute(&mut admin)
-        .await
-        .unwrap();
+    let mut admin = agent_testkit::set_database_defaults(
+        &f.url,
+        &[("default_transaction_isolation", "'repeatable read'")],
+    )
+    .await;
     let j = Journal::open(&f.url).await.unwrap();
     let head = j
         .append(NewEvent::new("t", "k", json!({})))
@@ -610,18 +594,7 @@ async fn a_reader_opens_a_database_that_refuses_writes_read_only(f: Fixture) {
         .await
         .unwrap();
     j.close().await;
-    let mut admin = <sqlx::PgConnection as sqlx::Connection>::connect(&f.url)
-        .await
-        .unwrap();
-    let db: String = sqlx::query_scalar("SELECT current_database()")
-        .fetch_one(&mut admin)
-        .await
-        .unwrap();
-    let sql = format!("ALTER DATABASE {db} SET default_transaction_read_only = on");
-    sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
-        .execute(&mut admin)
-        .await
-        .unwrap();
+    agent_testkit::set_database_defaults(&f.url, &[("default_transaction_read_only", "on")]).await;
     let j = Journal::open_for_reading(&f.url).await.unwrap();
     assert!(j.is_read_only());
     assert_eq!(j.replay("t", 0).await.unwrap()[0].payload["n"], 1);
