@@ -954,11 +954,25 @@ async fn a_cut_stream_is_asked_again_with_the_bytes_its_hash_recorded() {
     assert_eq!(received, recorded);
 }
 
+/// The lines of `child`'s piped stdout as they come, read on a thread of their own.
+fn stdout_lines(child: &mut std::process::Child) -> std::sync::mpsc::Receiver<String> {
+    use std::io::BufRead as _;
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines() {
+            if tx.send(line.unwrap()).is_err() {
+                return;
+            }
+        }
+    });
+    rx
+}
+
 /// With stdout piped, a call's start line is printed when the call starts, not when it
 /// ends: the command here waits for a file the test writes only once it read that line.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_start_line_is_printed_as_the_call_starts_when_stdout_is_piped() {
-    use std::io::BufRead as _;
     let dir = tempfile::tempdir().unwrap();
     let db = format!("sqlite://{}", dir.path().join("p.db").display());
     let (_g, ws) = workspace();
@@ -976,15 +990,7 @@ async fn a_start_line_is_printed_as_the_call_starts_when_stdout_is_piped() {
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in std::io::BufReader::new(stdout).lines() {
-            if tx.send(line.unwrap()).is_err() {
-                return;
-            }
-        }
-    });
+    let rx = stdout_lines(&mut child);
     let started = loop {
         match rx.recv_timeout(std::time::Duration::from_secs(30)) {
             Ok(line) if line.starts_with("-> shell") => break Some(line),
@@ -1011,7 +1017,6 @@ async fn a_start_line_is_printed_as_the_call_starts_when_stdout_is_piped() {
 /// other call's `item.completed` (without that line, the shell gives up and says so).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_ending_beside_a_slow_one_is_printed_as_it_ends() {
-    use std::io::BufRead as _;
     let dir = tempfile::tempdir().unwrap();
     let db = format!("sqlite://{}", dir.path().join("p.db").display());
     let (_g, ws) = workspace();
@@ -1029,15 +1034,7 @@ async fn a_call_ending_beside_a_slow_one_is_printed_as_it_ends() {
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in std::io::BufReader::new(stdout).lines() {
-            if tx.send(line.unwrap()).is_err() {
-                return;
-            }
-        }
-    });
+    let rx = stdout_lines(&mut child);
     let mut seen = Vec::new();
     while let Ok(line) = rx.recv_timeout(std::time::Duration::from_secs(60)) {
         let done = line.contains("\"item.completed\"") && line.contains("\"c_list\"");
