@@ -33,7 +33,7 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use crate::tools::secrets::{api_key, mask, scrub};
+use crate::tools::secrets::{api_key, scrub, scrub_text};
 
 /// Events waiting for the writer task; `record` waits when this many are queued.
 pub const QUEUE_CAPACITY: usize = 1024;
@@ -288,12 +288,7 @@ fn clean_value(value: &mut Value) {
 
 /// `text` with the key masked and NUL replaced.
 fn clean_text(text: &mut String) {
-    if text.contains('\0') {
-        *text = text.replace('\0', "\u{FFFD}");
-    }
-    if let Some(key) = api_key() {
-        *text = mask(std::mem::take(text), key);
-    }
+    scrub_text(text, api_key());
 }
 
 /// Whether a string or key of `value` holds NUL, or the key (also possibly spelled with

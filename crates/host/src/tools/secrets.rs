@@ -183,7 +183,8 @@ fn holds(value: &Value, key: &str) -> bool {
     }
 }
 
-fn scrub_text(text: &mut String, key: Option<&str>) {
+/// `text` with NUL replaced by U+FFFD and `key` (when given) masked.
+pub(crate) fn scrub_text(text: &mut String, key: Option<&str>) {
     if text.contains('\0') {
         *text = text.replace('\0', "\u{FFFD}");
     }
