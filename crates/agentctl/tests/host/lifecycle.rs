@@ -522,6 +522,44 @@ async fn kill_9_of_the_host_takes_its_shell_command_down() {
     assert!(!ws.join("finished").exists());
 }
 
+/// A `kill -9` of the host ends its command at once, not after a poll of a second: a
+/// `resume` that records the call interrupted (and a human who approves running it again)
+/// can come within that second, and the first copy must not still be at work. The host is
+/// killed right after the command starts, when a one-second poll begun with the command
+/// has most of its second left; the bound leaves room for a loaded machine.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_hosts_command_ends_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("k.db").display());
+    let (_g, ws) = workspace();
+    let server = emulator(&script_by_outputs(&[
+        json!([call(
+            "c_long",
+            "shell",
+            json!({"command": "touch started; sleep 60"})
+        )]),
+        answer("FINAL"),
+    ]))
+    .await;
+    let mut child = spawn_long_shell(&db, &server, &ws, &["--approval", "auto"]).await;
+    let in_ws = ws.canonicalize().unwrap();
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let killed = std::time::Instant::now();
+    while !processes_in(&in_ws).is_empty() {
+        assert!(
+            killed.elapsed() < std::time::Duration::from_secs(10),
+            "the command outlived its host"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    let took = killed.elapsed();
+    assert!(
+        took < std::time::Duration::from_millis(600),
+        "the command ran {took:?} after its host died"
+    );
+}
+
 /// Two compactions in one run: read, compact, list, compact, answer. The frontier note
 /// names the step it was written before, which is what the script keys on.
 fn compaction_script() -> String {
