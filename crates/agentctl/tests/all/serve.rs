@@ -658,8 +658,62 @@ async fn submit_and_resume_with_an_in_process_worker(db: FreshDb) {
     assert_eq!(evs.iter().filter(|e| &*e.kind == "run.requeued").count(), 1);
 }
 
+/// The in-process worker drives a run with the endpoint the run recorded, and uses
+/// `serve`'s own only for the runs submitted there: a console over a shared database,
+/// started with another endpoint (`--mock`, say), must not answer other users' runs.
+async fn the_in_process_worker_drives_a_run_where_it_recorded(db: FreshDb) {
+    let db = db.url();
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let recorded = emulator(&script_by_outputs(&[answer(
+        "FINAL: from the recorded one",
+    )]))
+    .await;
+    let served = emulator(&script_by_outputs(&[answer("FINAL: from serve's own")])).await;
+    let o = out(agentctl(db)
+        .args([
+            "--json",
+            "submit",
+            "--base-url",
+            &recorded.base_url(),
+            "--workspace",
+        ])
+        .arg(&ws)
+        .arg("elsewhere"));
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let elsewhere: Value = serde_json::from_str(text(&o.stdout).trim()).unwrap();
+    let elsewhere = elsewhere["run_id"].as_str().unwrap().to_string();
+    let s = serve(
+        db,
+        dir.path(),
+        &["--worker", "1", "--base-url", &served.base_url()],
+    );
+    let (status, body) =
+        call_api(s.post("/api/v1/runs", json!({"prompt": "here", "workspace": ws}))).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let here = body["run_id"].as_str().unwrap().to_string();
+    for (run, want) in [
+        (&elsewhere, "FINAL: from the recorded one"),
+        (&here, "FINAL: from serve's own"),
+    ] {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let (_, view) = call_api(s.get(&format!("/api/v1/runs/{run}"))).await;
+            if view["status"] == "completed" {
+                assert_eq!(view["final_text"], want, "{view}");
+                break;
+            }
+            assert!(Instant::now() < deadline, "never completed: {view}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    assert_eq!(recorded.requests().len(), 1);
+    assert_eq!(served.requests().len(), 1);
+}
+
 use crate::host::fresh_db::{self, FreshDb};
-agent_testkit::backend_tests!(fresh_db, [sqlite, postgres]: the_door, runs_approvals_and_errors, sse_resumes_across_a_restart, submit_and_resume_with_an_in_process_worker);
+agent_testkit::backend_tests!(fresh_db, [sqlite, postgres]: the_door, runs_approvals_and_errors, sse_resumes_across_a_restart, submit_and_resume_with_an_in_process_worker, the_in_process_worker_drives_a_run_where_it_recorded);
 
 /// An endpoint no client can use (`--base-url` that is no http(s) URL, a `--mock-script`
 /// that cannot be read) is refused at start, exit 2, as `submit` refuses it: the server

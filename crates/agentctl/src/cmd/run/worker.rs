@@ -71,6 +71,10 @@ fn worker_name(s: &str) -> Result<String, String> {
 pub(crate) struct CliConnector {
     url: String,
     endpoint: EndpointArgs,
+    /// What drives a run that recorded an endpoint, when that one wins over `endpoint`
+    /// (`serve --worker`, whose endpoint is for runs submitted there and runs that recorded
+    /// none); `None` when `endpoint` overrides every run's (`agentctl worker`'s flags).
+    recorded_wins: Option<EndpointArgs>,
     mcp: Vec<String>,
     /// `--sandbox`: the least confinement of every run.
     sandbox_floor: Option<agent_host::sandbox::Mode>,
@@ -94,8 +98,11 @@ impl Connector for CliConnector {
 
     fn client<'a>(&'a self, spec: &'a RunSpec) -> BoxFuture<'a, Result<Connected, HostError>> {
         Box::pin(async move {
-            let (client, server) = self
-                .endpoint
+            let endpoint = match (&self.recorded_wins, &spec.endpoint) {
+                (Some(recorded_wins), Some(_)) => recorded_wins,
+                _ => &self.endpoint,
+            };
+            let (client, server) = endpoint
                 .connect_shared(spec.endpoint.as_ref(), &self.clients)
                 .await
                 .map_err(|err| HostError::Connect(crate::output::error_line(&err)))?;
@@ -223,6 +230,7 @@ pub async fn worker(global: &GlobalArgs, args: WorkerArgs) -> anyhow::Result<Exi
     let connector = Arc::new(CliConnector {
         url,
         endpoint: args.endpoint,
+        recorded_wins: None,
         mcp: args.mcp,
         sandbox_floor: args.sandbox,
         read_connections: WorkerConfig::read_connections(config.concurrency),
@@ -277,9 +285,18 @@ pub(crate) fn in_process(
         poll: Duration::from_millis(250),
         grace: Duration::from_secs(5),
     };
+    // A run's recorded endpoint is where its history goes: this server's own (a `--mock`
+    // console over a shared database, say) drives only the runs that recorded none.
+    let recorded_wins = EndpointArgs {
+        base_url: None,
+        mock: false,
+        mock_script: None,
+        ..endpoint.clone()
+    };
     let connector = Arc::new(CliConnector {
         url,
         endpoint,
+        recorded_wins: Some(recorded_wins),
         mcp: Vec::new(),
         sandbox_floor: None,
         read_connections: WorkerConfig::read_connections(concurrency),
