@@ -42,6 +42,8 @@ mod refusals;
 mod run_output;
 #[path = "host/sandbox.rs"]
 mod sandbox;
+#[path = "host/sandbox_fallback.rs"]
+mod sandbox_fallback;
 #[path = "host/sandbox_kernel.rs"]
 mod sandbox_kernel;
 #[path = "host/search.rs"]

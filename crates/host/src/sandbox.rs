@@ -55,7 +55,7 @@ impl SandboxSpec {
 
     /// The policy of one command in `workspace`, with `tmpdir` its private temp dir.
     pub fn policy(&self, workspace: &Path, tmpdir: Option<&Path>) -> Policy {
-        let mut policy = Policy::new(self.mode, workspace, dirs_home().as_deref());
+        let mut policy = Policy::new(self.mode, workspace, agent_sandbox::home_dir().as_deref());
         policy.network = self.network;
         policy.writable_roots = self.writable_roots.clone();
         policy.deny_read.extend(self.deny_read.iter().cloned());
@@ -68,10 +68,6 @@ impl SandboxSpec {
     }
 }
 
-fn dirs_home() -> Option<PathBuf> {
-    std::env::var_os("HOME").map(PathBuf::from)
-}
-
 /// agentctl's configuration directory when `AGENTCTL_CONFIG_DIR` moves it (its trust
 /// store and the user's `config.toml`, whose MCP servers' `env` may hold tokens), hidden
 /// from every command like the default one, which the sandbox's own list holds.
@@ -81,11 +77,10 @@ pub fn moved_config_dir() -> Option<PathBuf> {
         .and_then(|dir| std::path::absolute(dir).ok())
 }
 
-/// agentctl's data directory (its default database), hidden from every command.
+/// agentctl's data directory (its default database), hidden from every command; found as
+/// agentctl finds it (`HOME` unset or empty included: the password database's home).
 fn state_dir() -> Option<PathBuf> {
-    std::env::var_os("XDG_DATA_HOME")
-        .map(PathBuf::from)
-        .map(|d| d.join("agentctl"))
+    agent_sandbox::data_dir().map(|d| d.join("agentctl"))
 }
 
 /// The binary that serves as the sandbox's entry point: `agentctl-sandbox` beside this
@@ -109,8 +104,9 @@ pub fn probe(spec: &SandboxSpec, workspace: &Path) -> Result<(), SandboxError> {
     if std::env::var_os("AGENTCTL_TEST_SANDBOX_UNSUPPORTED").is_some() {
         return Err(SandboxError::Probe("a test made the probe fail".into()));
     }
-    let tmp = tempfile::tempdir()
-        .map_err(|err| SandboxError::Unsupported(format!("no temp dir: {err}")))?;
+    let tmp = tempfile::tempdir().map_err(|err| {
+        SandboxError::Unsupported(format!("cannot create a temp dir for the probe: {err}"))
+    })?;
     let policy = spec.policy(workspace, Some(tmp.path()));
     let args = agent_sandbox::entry_args(&policy, "true".as_ref(), &[])?;
     let out = std::process::Command::new(launcher()?)

@@ -3,10 +3,10 @@ use std::path::PathBuf;
 /// Why a command could not be sandboxed. Each one means the command did not run.
 #[derive(Debug, thiserror::Error)]
 pub enum SandboxError {
-    /// The kernel (or the container) cannot give the mode asked for.
-    #[error(
-        "this system cannot sandbox commands ({0}); use `--sandbox off` to run them unsandboxed, asking before each"
-    )]
+    /// The kernel (or the container, or what this user may do there) cannot give the mode
+    /// asked for; the message says what is missing, once (`agentctl run` adds how to do
+    /// without the sandbox).
+    #[error("{0}")]
     Unsupported(String),
     /// A probe (a `true` run through the entry point) failed, saying this.
     #[error("commands cannot be sandboxed here: {0}")]

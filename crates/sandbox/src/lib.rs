@@ -19,21 +19,29 @@
 //!   any family but `AF_UNIX` (seccomp), so UDP, raw and netlink sockets are refused too;
 //!   and none of the host's Unix sockets: those bound by path are covered (all but the
 //!   command's own beneath the paths the policy names, and the name services'), abstract
-//!   ones are out of Landlock's scope;
+//!   ones are out of Landlock's scope (with the network on, they are reachable like every
+//!   other socket);
 //! - other processes: no signals to processes outside the sandbox and no ptrace of them
 //!   (Landlock), so neither `/proc/<pid>/environ` nor `/proc/<pid>/mem` of the host; no
-//!   limits or priorities set on them (seccomp); a PID namespace of its own, so that nothing
-//!   the command started outlives it; its own SysV IPC namespace; no kernel keyrings and no
-//!   input pushed into a terminal (seccomp);
+//!   limits or priorities set on them, nor on its process group or user (seccomp), nor
+//!   their scheduling where it has no PID namespace; a PID namespace of its own, so that
+//!   nothing the command started outlives it; its own SysV IPC namespace; no kernel
+//!   keyrings and no input pushed into a terminal (seccomp);
 //! - what it inherits: no descriptor but stdin, stdout and stderr;
 //! - `no_new_privs`, an empty capability bounding set and no capabilities, so all of the
 //!   above holds for root.
+//!
+//! Without a mount namespace (a user other than root where user namespaces are off)
+//! Landlock hides alone, which it cannot do beneath a path it grants: a policy with a hidden
+//! path beneath the workspace, a writable root or the temp dir, or a `.git` to protect, is
+//! then [`SandboxError::Unsupported`], naming the path.
 //!
 //! Only Linux can give this; elsewhere every sandboxed mode is [`SandboxError::Unsupported`].
 
 mod entry;
 mod error;
 mod hide;
+mod home;
 #[cfg(target_os = "linux")]
 mod linux;
 mod policy;
@@ -47,5 +55,6 @@ pub use entry::{
 };
 pub use error::SandboxError;
 pub use hide::hide_this_process;
+pub use home::{data_dir, home_dir};
 pub use policy::{Mode, Policy, default_deny_read};
 pub use read_rules::readable_roots;

@@ -72,7 +72,14 @@ pub fn sandbox(args: SandboxArgs) -> anyhow::Result<ExitCode> {
     // Kept until the command ends: its private temp dir when sandboxed.
     let mut tmp = None;
     let mut cmd = if args.mode.is_sandboxed() {
-        let dir = tmp.insert(tempfile::tempdir().context("cannot create the command's temp dir")?);
+        // Its owner's only (0700), as a run's command's is.
+        let private = <std::fs::Permissions as std::os::unix::fs::PermissionsExt>::from_mode(0o700);
+        let dir = tmp.insert(
+            tempfile::Builder::new()
+                .permissions(private)
+                .tempdir()
+                .context("cannot create the command's temp dir")?,
+        );
         let mut spec = SandboxSpec::of(args.mode);
         spec.network = args.network;
         spec.writable_roots = args.writable_roots;

@@ -1064,3 +1064,156 @@ fn the_command_gets_the_environment_a_runs_shell_gets() {
         text(&help.stdout)
     );
 }
+
+/// The nice value (field 19 of `/proc/PID/stat`) and I/O priority class (`ionice -p`) of
+/// process `pid`.
+fn priorities_of(pid: u32) -> (String, String) {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let after_name = &stat[stat.rfind(')').unwrap() + 2..];
+    let nice = after_name.split(' ').nth(16).unwrap().to_string();
+    let io = Command::new("ionice")
+        .args(["-p", &pid.to_string()])
+        .output()
+        .unwrap();
+    (nice, text(&io.stdout).trim().to_string())
+}
+
+/// Priorities are the caller's own business only: `setpriority` and `ioprio_set` naming
+/// the command's process group (which `agentctl sandbox` by hand shares with the shell
+/// that started it) or all of its user's processes are refused, and a process outside in
+/// that group keeps its nice value and I/O class; the command's own still change.
+///
+/// Run by a user without privileges (uid 65534 when the tests run as root, as CI does): a
+/// root process outside holds capabilities the command lacks, which already keeps the
+/// kernel from lowering its priorities.
+#[test]
+fn priorities_of_the_process_group_and_the_user_are_refused() {
+    use std::os::unix::fs::PermissionsExt as _;
+    use std::os::unix::process::CommandExt as _;
+    let root = runs::is_root();
+    let dir = tempfile::tempdir().unwrap();
+    let base = dir.path().canonicalize().unwrap();
+    let open = |p: &Path| std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755));
+    open(&base).unwrap();
+    for (from, name) in [
+        (env!("CARGO_BIN_EXE_agentctl"), "agentctl"),
+        (env!("CARGO_BIN_EXE_agentctl-sandbox"), "agentctl-sandbox"),
+    ] {
+        std::fs::copy(from, base.join(name)).unwrap();
+        open(&base.join(name)).unwrap();
+    }
+    let ws = base.join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    if root {
+        std::os::unix::fs::chown(&ws, Some(65534), Some(65534)).unwrap();
+    }
+    let as_user = |program: &Path| {
+        if root {
+            let mut c = Command::new("setpriv");
+            c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+                .arg(program);
+            c
+        } else {
+            Command::new(program)
+        }
+    };
+    // Stands for the user's shell: the leader of the group the command starts in.
+    let mut shell = as_user(Path::new("sleep"))
+        .arg("60")
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    let group = shell.id();
+    let before = priorities_of(group);
+    let script = "nice -n 3 nice; ionice -c 3 ionice
+        renice -n 7 -g 0 && echo reniced the group
+        renice -n 7 -u \"$(id -u)\" && echo reniced the user
+        ionice -c 3 -P 0 && echo set the I/O class of the group
+        ionice -c 3 -u \"$(id -u)\" && echo set the I/O class of the user
+        true";
+    let o = as_user(&base.join("agentctl"))
+        .env("HOME", &ws)
+        .args(["sandbox", "--workspace"])
+        .arg(&ws)
+        .args(["--", "sh", "-c", script])
+        .process_group(i32::try_from(group).unwrap())
+        .output()
+        .unwrap();
+    let after = priorities_of(group);
+    shell.kill().unwrap();
+    shell.wait().unwrap();
+    let said = text(&o.stderr);
+    assert!(o.status.success(), "{said}");
+    assert_eq!(text(&o.stdout), "3\nidle\n", "{said}");
+    assert_eq!(said.matches("not permitted").count(), 4, "{said}");
+    assert_eq!(after, before, "the group's leader was reniced");
+}
+
+/// The command's private `TMPDIR` is its user's only (0700), by hand and in a run, not
+/// listable by other users in the system temp dir.
+#[test]
+fn the_commands_temp_dir_is_its_owners_only() {
+    let s = scene();
+    let o = s.run(&[], "stat -c %a \"$TMPDIR\"");
+    assert_eq!(text(&o.stdout), "700\n", "{}", text(&o.stderr));
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let server = rt.block_on(super::host::emulator(&super::host::script_by_outputs(&[
+        serde_json::json!([super::host::call(
+            "c1",
+            "shell",
+            serde_json::json!({"command": "stat -c %a \"$TMPDIR\" > mode.txt"})
+        )]),
+        super::host::answer("FINAL: done"),
+    ])));
+    let db = format!("sqlite://{}", s.outside.join("j.db").display());
+    let o = super::host::out(&mut super::host::run_cmd(&db, &server, &s.ws, &[]));
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert_eq!(read(&s.ws.join("mode.txt")), "700\n");
+}
+
+/// A command may create a user namespace, but not write its uid or gid map (Landlock grants
+/// no write in `/proc`, where root's owner-write files such as `/proc/sysrq-trigger`
+/// are): what the README's honest limits say, so tools that need a mapped one (`bwrap`,
+/// `unshare --map-root-user`) fail inside.
+#[test]
+fn a_user_namespace_can_be_created_but_not_mapped() {
+    let s = scene();
+    let o = s.run(
+        &[],
+        "unshare --user true && echo created; unshare --user --map-root-user id -u || echo unmapped",
+    );
+    let said = text(&o.stderr);
+    assert_eq!(text(&o.stdout), "created\nunmapped\n", "{said}");
+    assert!(said.contains("uid_map"), "{said}");
+}
+
+/// With the network on, every socket family is allowed, abstract Unix sockets too (Landlock
+/// scopes them only with the network off, where a host's listener stays out of reach).
+#[test]
+fn abstract_unix_sockets_are_reachable_only_with_the_network() {
+    use std::os::linux::net::SocketAddrExt as _;
+    use std::os::unix::net::{SocketAddr, UnixListener};
+    let s = scene();
+    let name = format!("agentctl-test-{}", std::process::id());
+    let listener =
+        UnixListener::bind_addr(&SocketAddr::from_abstract_name(name.as_bytes()).unwrap()).unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let script = format!(
+        "python3 -c \"import socket; c = socket.socket(socket.AF_UNIX); c.connect('\\0{name}'); c.sendall(b'hi')\""
+    );
+    let err = s.refused(&[], &script);
+    assert!(err.contains("PermissionError"), "{err}");
+    assert!(
+        listener.accept().is_err(),
+        "a connection came without --network"
+    );
+    let o = s.run(&["--network"], &script);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let (mut conn, _) = listener
+        .accept()
+        .expect("with --network the listener sees the connection");
+    conn.set_nonblocking(false).unwrap();
+    let mut got = String::new();
+    conn.read_to_string(&mut got).unwrap();
+    assert_eq!(got, "hi");
+}

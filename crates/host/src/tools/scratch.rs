@@ -12,10 +12,14 @@ use std::sync::Mutex;
 /// Prefixes this process has swept for.
 static SWEPT: Mutex<Vec<&'static str>> = Mutex::new(Vec::new());
 
-/// A new scratch directory `<prefix><our pid>-<random>`, removed when dropped.
+/// A new scratch directory `<prefix><our pid>-<random>`, removed when dropped; only its
+/// owner may list or enter it (0700), since what a command leaves in its `TMPDIR` is the
+/// user's work and the system temp dir is everyone's.
 pub(crate) fn scratch_dir(prefix: &'static str) -> std::io::Result<tempfile::TempDir> {
+    use std::os::unix::fs::PermissionsExt as _;
     let dir = tempfile::Builder::new()
         .prefix(&format!("{prefix}{}-", std::process::id()))
+        .permissions(std::fs::Permissions::from_mode(0o700))
         .tempdir()?;
     let first = SWEPT.lock().map(|mut swept| {
         let first = !swept.contains(&prefix);
@@ -91,6 +95,11 @@ mod tests {
         assert!(!left.exists(), "the dir of a host that is gone stays");
         assert!(running.exists() && other.exists());
         assert!(first.path().exists());
+        let mode = std::fs::metadata(first.path()).unwrap().permissions();
+        assert_eq!(
+            std::os::unix::fs::PermissionsExt::mode(&mode) & 0o7777,
+            0o700
+        );
         let name = first
             .path()
             .file_name()

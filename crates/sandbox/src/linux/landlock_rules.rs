@@ -1,6 +1,7 @@
-//! Files, TCP and signals (Landlock). Rights are asked for up to ABI 6 on a best-effort
-//! basis: a kernel without some of them enforces the rest (the socket filter still stops
-//! every network use), but one without Landlock at all refuses the whole sandbox.
+//! Files, TCP, signals and abstract Unix sockets (Landlock). Rights are asked for up to
+//! ABI 6 on a best-effort basis: a kernel without some of them enforces the rest (the socket
+//! filter still stops every network use), but one without Landlock at all refuses the
+//! whole sandbox.
 
 use std::path::{Path, PathBuf};
 
@@ -43,10 +44,17 @@ pub(crate) fn apply(
         reason,
     };
     let all_fs = AccessFs::from_all(ABI_TESTED);
+    // Signals are scoped always; abstract Unix sockets (outside Landlock's file rules) only
+    // without the network, which otherwise allows every socket family and so theirs too.
+    let scopes = if policy.network {
+        Scope::from_all(ABI_TESTED) & Scope::Signal
+    } else {
+        Scope::from_all(ABI_TESTED)
+    };
     let mut ruleset = Ruleset::default()
         .handle_access(all_fs)
         .map_err(|e| err(e.to_string()))?
-        .scope(Scope::from_all(ABI_TESTED))
+        .scope(scopes)
         .map_err(|e| err(e.to_string()))?;
     if !policy.network {
         ruleset = ruleset

@@ -6,10 +6,18 @@
 //!   any process of its user;
 //! - pushing input into a terminal (`TIOCSTI`, `TIOCLINUX`): on a terminal the command
 //!   inherited, it would become the user's next command line after the sandbox exits;
-//! - resource limits, priorities and I/O priorities of another process (`prlimit64`,
-//!   `setpriority`, `ioprio_set` naming a process other than the caller): between processes
-//!   of one user the kernel allows them, and Landlock scopes only signals and ptrace, so a
-//!   command could otherwise kill the host with a CPU limit;
+//! - resource limits, priorities and I/O priorities of any process but the caller
+//!   (`prlimit64` with a pid other than 0; `setpriority` and `ioprio_set` unless they name
+//!   the calling process, `PRIO_PROCESS` or `IOPRIO_WHO_PROCESS` with 0, and not its process
+//!   group or its user's processes): between processes of one user the kernel allows them,
+//!   and Landlock scopes only signals and ptrace, so a command could otherwise kill the host
+//!   with a CPU limit, or renice it, the user's shell (the terminal's process group a
+//!   command run by hand stays in) or every process of the user;
+//! - when the command has no PID namespace of its own: the scheduling of any process but
+//!   the caller (`sched_setscheduler`, `sched_setparam`, `sched_setattr`,
+//!   `sched_setaffinity` with a pid other than 0), since the host's pid and every other
+//!   process of the user are then within reach (a thread pinned by its tid is refused too);
+//!   in a PID namespace no other process has a pid the command can name;
 //! - setuid and setgid bits, by `chmod` or on a file being created: a setuid-root program
 //!   left in the workspace outlives the sandbox; the filter reads the mode argument of
 //!   `chmod`, `fchmod`, `fchmodat(2)`, `open`, `openat`, `creat`, `mknod(at)`;
@@ -37,6 +45,9 @@ use crate::SandboxError;
 const SYS_FCHMODAT2: i64 = 452;
 const SYS_OPENAT2: i64 = 437;
 
+/// `ioprio_set`'s `which` for one process (`IOPRIO_WHO_PGRP` is 2, `IOPRIO_WHO_USER` 3).
+const IOPRIO_WHO_PROCESS: u64 = 1;
+
 /// The rules of one filter: a call is refused when any of its rules holds (a rule with no
 /// condition always does).
 type Rules = BTreeMap<i64, Vec<SeccompRule>>;
@@ -47,13 +58,18 @@ pub(crate) struct Refuse {
     pub sockets: bool,
     /// SysV IPC (no IPC namespace of its own).
     pub sysv_ipc: bool,
+    /// The scheduling of processes other than the caller (no PID namespace of its own).
+    pub other_scheduling: bool,
     /// A parent-death signal other than `SIGKILL`.
     pub other_death_signal: bool,
 }
 
 pub(crate) fn restrict(refuse: &Refuse) -> Result<(), SandboxError> {
     let arch = target_arch().ok_or_else(|| {
-        SandboxError::Unsupported(format!("no seccomp filter for {}", std::env::consts::ARCH))
+        SandboxError::Unsupported(format!(
+            "the sandbox has no seccomp filter for {}",
+            std::env::consts::ARCH
+        ))
     })?;
     let rules = eperm_rules(refuse).map_err(seccomp_err)?;
     install(rules, libc::EPERM, arch)?;
@@ -99,8 +115,28 @@ fn eperm_rules(refuse: &Refuse) -> Result<Rules, String> {
         );
     }
     rules.insert(libc::SYS_prlimit64, other_process(0)?);
-    rules.insert(libc::SYS_setpriority, other_process(1)?);
-    rules.insert(libc::SYS_ioprio_set, other_process(1)?);
+    // `which` names a process, not a group or a user, and `who` is the caller.
+    let not_the_caller = |which: u64| -> Result<Vec<SeccompRule>, String> {
+        Ok(vec![
+            rule(&[(0, SeccompCmpOp::Ne, which)])?,
+            rule(&[(1, SeccompCmpOp::Ne, 0)])?,
+        ])
+    };
+    rules.insert(
+        libc::SYS_setpriority,
+        not_the_caller(libc::PRIO_PROCESS as u64)?,
+    );
+    rules.insert(libc::SYS_ioprio_set, not_the_caller(IOPRIO_WHO_PROCESS)?);
+    if refuse.other_scheduling {
+        for call in [
+            libc::SYS_sched_setscheduler,
+            libc::SYS_sched_setparam,
+            libc::SYS_sched_setattr,
+            libc::SYS_sched_setaffinity,
+        ] {
+            rules.insert(call, other_process(0)?);
+        }
+    }
     for (call, mode_arg) in mode_arguments() {
         let bits = [libc::S_ISUID, libc::S_ISGID]
             .into_iter()
