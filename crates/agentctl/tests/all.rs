@@ -89,6 +89,8 @@ mod help_flags;
 mod journal_cli;
 #[path = "all/mcp_interop.rs"]
 mod mcp_interop;
+#[path = "all/pg_outage.rs"]
+mod pg_outage;
 #[path = "all/secrets.rs"]
 mod secrets;
 #[path = "all/serve.rs"]

@@ -41,16 +41,24 @@ fn until_fatal(
 fn keep_fatal(next: Result<Event, JournalError>) -> Option<Result<Event, JournalError>> {
     match next {
         Ok(event) => Some(Ok(event)),
-        Err(
-            err @ (JournalError::InvalidInput { .. }
-            | JournalError::CorruptPayload { .. }
-            | JournalError::SchemaTooNew { .. }),
-        ) => Some(Err(err)),
+        Err(err) if is_fatal(&err) => Some(Err(err)),
         Err(err) => {
             tracing::warn!(%err, "journal follow: read failed; retrying");
             None
         }
     }
+}
+
+/// Whether a failed read will fail again however often it is retried: a refusal, a stored
+/// payload that is not JSON, a schema from a newer build. Anything else (a connection cut,
+/// a database restarting, a pool timing out) may succeed on the next try.
+pub(crate) fn is_fatal(err: &JournalError) -> bool {
+    matches!(
+        err,
+        JournalError::InvalidInput { .. }
+            | JournalError::CorruptPayload { .. }
+            | JournalError::SchemaTooNew { .. }
+    )
 }
 
 #[cfg(test)]

@@ -26,9 +26,11 @@ pub enum RunsCmd {
         #[arg(long)]
         status: Option<String>,
     },
-    /// Wait until a run completes, pauses, is interrupted or fails; exit status as `run`
-    /// (0 completed, 1 failed or paused on a request the API refused, 3 paused, 130
-    /// interrupted, 124 timed out).
+    /// Wait until a run completes, pauses, is interrupted, fails or waits for a decision
+    /// (an approval: someone must decide before it goes on, whoever drives it); exit status
+    /// as `run` (0 completed, 1 failed or paused on a request the API refused, 3 paused or
+    /// waiting, 130 interrupted, 124 timed out). A database that drops for a moment is
+    /// waited through.
     Wait {
         /// The run id.
         run: String,
@@ -178,7 +180,7 @@ async fn wait(
     id: &str,
     timeout: Option<f64>,
 ) -> anyhow::Result<ExitCode> {
-    use agent_host::run::wait::{WaitEnd, wait_until_stopped};
+    use agent_host::run::wait::{StopAt, WaitEnd, wait_until};
     let timeout = timeout
         .map(|secs| {
             std::time::Duration::try_from_secs_f64(secs).map_err(|_| {
@@ -186,13 +188,14 @@ async fn wait(
             })
         })
         .transpose()?;
-    let Some(end) = until_ctrl_c(wait_until_stopped(journal, id, timeout)).await? else {
+    let waited = wait_until(journal, id, timeout, StopAt::StoppedOrWaiting);
+    let Some(end) = until_ctrl_c(waited).await? else {
         return Ok(Exit::Interrupted.into());
     };
     let state = match end? {
         WaitEnd::Stopped(state) => state,
         WaitEnd::TimedOut(state) => {
-            let status = status_with_lease(journal, &state).await?;
+            let status = shown_status(journal, &state).await;
             if global.json {
                 // A script reading stdout gets the status it waited on, as for a stop.
                 output::json_line(&RunSummary::of(&state, status, now_ms()))?;
@@ -206,7 +209,7 @@ async fn wait(
     let status = if agent_host::run::wait::has_stopped(state.recorded_status()) {
         state.status()
     } else {
-        status_with_lease(journal, &state).await?
+        shown_status(journal, &state).await
     };
     let line = RunSummary::of(&state, status, now_ms());
     if global.json {
@@ -223,6 +226,24 @@ async fn wait(
         ))?;
     }
     Ok(Exit::of_stopped(status, state.status_detail()).into())
+}
+
+/// The status `runs show` would give `state` (its lease read), or the journaled one when
+/// the lease cannot be read within a second (the database gone for a moment): a wait that
+/// ended owes its answer, not an error, and a `--timeout` is not stretched by the read.
+async fn shown_status(
+    journal: &agent_journal::Journal,
+    state: &agent_host::run::RunState,
+) -> agent_host::run::RunStatus {
+    let read = status_with_lease(journal, state);
+    match tokio::time::timeout(std::time::Duration::from_secs(1), read).await {
+        Ok(Ok(status)) => status,
+        Ok(Err(err)) => {
+            tracing::warn!(%err, "runs wait: the run's lease could not be read");
+            state.status()
+        }
+        Err(_elapsed) => state.status(),
+    }
 }
 
 fn age(secs: i64) -> String {

@@ -654,6 +654,15 @@ async fn a_stopping_worker_gives_back_a_run_waiting_for_a_human(db: FreshDb) {
         assert!(Instant::now() < deadline, "the run never waited");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    // `runs wait` stops there, exit 3 as `run` would, while the worker holds the run and
+    // after it gave it back: it waited for ever (a human is needed, and nothing said so).
+    let waited_for_a_decision = || {
+        let o = out(agentctl(db).args(["--json", "runs", "wait", &id, "--timeout", "30"]));
+        assert_eq!(o.status.code(), Some(3), "{}", text(&o.stderr));
+        let line: serde_json::Value = serde_json::from_str(text(&o.stdout).trim()).unwrap();
+        assert_eq!(line["status"], "waiting", "{line}");
+    };
+    waited_for_a_decision();
     let stopping = Instant::now();
     worker.signal("TERM");
     assert!(worker.child.wait().unwrap().success());
@@ -664,6 +673,7 @@ async fn a_stopping_worker_gives_back_a_run_waiting_for_a_human(db: FreshDb) {
     );
     let ended = worker.wait_for("ended", Some(&id), Duration::ZERO);
     assert_eq!(ended["status"], "released", "{ended}");
+    waited_for_a_decision();
 }
 
 /// Approvals, steers and interrupts from other processes reach the worker driving a run.

@@ -29,6 +29,24 @@ pub fn has_stopped(status: Option<RunStatus>) -> bool {
     )
 }
 
+/// Where a wait ends besides the statuses of [`has_stopped`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopAt {
+    /// Only there: a run waiting for a decision is waited through (a parent following a
+    /// child its worker drives, which goes on once someone decides).
+    Stopped,
+    /// Also at `waiting`: someone must decide before the run can go on (`runs wait`, which
+    /// exits as `run` does, 3).
+    StoppedOrWaiting,
+}
+
+impl StopAt {
+    fn stops(self, state: &RunState) -> bool {
+        has_stopped(state.status)
+            || (self == StopAt::StoppedOrWaiting && state.status() == RunStatus::Waiting)
+    }
+}
+
 /// How often a wait on a run recorded as running checks that its driver is still there:
 /// a driver that died (`kill -9`) writes nothing more, so no event would end the wait.
 const LIVENESS_CHECK: Duration = Duration::from_secs(1);
@@ -45,6 +63,21 @@ pub async fn wait_until_stopped(
     id: &str,
     timeout: Option<Duration>,
 ) -> Result<WaitEnd, HostError> {
+    wait_until(journal, id, timeout, StopAt::Stopped).await
+}
+
+/// [`wait_until_stopped`], also ending where `stop_at` says. Once the run is loaded, a
+/// read that fails for a while (the database restarting, a connection cut) is retried,
+/// not an answer, and the timeout covers those reads too.
+///
+/// # Cancel safety
+/// Cancel-safe: it only reads; dropping it stops the wait.
+pub async fn wait_until(
+    journal: &Journal,
+    id: &str,
+    timeout: Option<Duration>,
+    stop_at: StopAt,
+) -> Result<WaitEnd, HostError> {
     // A timeout past the end of the clock's range (`--timeout 1e19`) is no deadline.
     let deadline = timeout.and_then(|t| tokio::time::Instant::now().checked_add(t));
     let mut state = run::load(journal, id).await?;
@@ -55,8 +88,23 @@ pub async fn wait_until_stopped(
     ));
     let mut check_driver = true;
     loop {
-        if has_stopped(state.status) || (check_driver && driver_gone(journal, &state).await?) {
+        if stop_at.stops(&state) {
             return Ok(WaitEnd::Stopped(Box::new(state)));
+        }
+        if check_driver {
+            let checked = match deadline {
+                Some(at) => tokio::time::timeout_at(at, driver_gone(journal, &state)).await,
+                None => Ok(driver_gone(journal, &state).await),
+            };
+            match checked {
+                Ok(Ok(true)) => return Ok(WaitEnd::Stopped(Box::new(state))),
+                Ok(Ok(false)) => {}
+                Ok(Err(HostError::Journal(err))) if !crate::follow::is_fatal(&err) => {
+                    tracing::warn!(%err, "run wait: the driver check failed; retrying");
+                }
+                Ok(Err(err)) => return Err(err),
+                Err(_elapsed) => return Ok(WaitEnd::TimedOut(Box::new(state))),
+            }
         }
         let tick = tokio::time::Instant::now() + LIVENESS_CHECK;
         let until = deadline.map_or(tick, |at| at.min(tick));

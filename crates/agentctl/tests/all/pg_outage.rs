@@ -1,0 +1,133 @@
+//! Commands that wait on a run, through a PostgreSQL connection that drops for a moment: a
+//! TCP proxy of the test's own between them and the server cuts every connection and
+//! refuses new ones for a while, then lets them through again. What they wait for did not
+//! change meanwhile, so they must not answer with the error.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinHandle;
+
+use crate::host::{
+    agentctl, answer, call, emulator, fresh_db, only_run, run_cmd, script_by_outputs,
+};
+
+/// A proxy from a port of its own to PostgreSQL's, whose connections [`Proxy::cut`] drops.
+struct Proxy {
+    port: u16,
+    /// The tasks piping each connection, aborted by a cut.
+    pipes: Arc<Mutex<Vec<JoinHandle<()>>>>,
+    /// While set, a new connection is closed at once.
+    down: Arc<Mutex<bool>>,
+    accept: JoinHandle<()>,
+}
+
+impl Proxy {
+    async fn to(upstream: String) -> Proxy {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let pipes: Arc<Mutex<Vec<JoinHandle<()>>>> = Arc::default();
+        let down: Arc<Mutex<bool>> = Arc::default();
+        let accept = tokio::spawn({
+            let (pipes, down) = (pipes.clone(), down.clone());
+            async move {
+                while let Ok((mut client, _)) = listener.accept().await {
+                    if *down.lock().unwrap() {
+                        continue;
+                    }
+                    let upstream = upstream.clone();
+                    pipes.lock().unwrap().push(tokio::spawn(async move {
+                        if let Ok(mut server) = TcpStream::connect(&upstream).await {
+                            let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+                        }
+                    }));
+                }
+            }
+        });
+        Proxy {
+            port,
+            pipes,
+            down,
+            accept,
+        }
+    }
+
+    /// Drops every connection and refuses new ones for `outage`.
+    async fn cut(&self, outage: Duration) {
+        *self.down.lock().unwrap() = true;
+        for pipe in self.pipes.lock().unwrap().drain(..) {
+            pipe.abort();
+        }
+        tokio::time::sleep(outage).await;
+        *self.down.lock().unwrap() = false;
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.accept.abort();
+        for pipe in self.pipes.lock().unwrap().drain(..) {
+            pipe.abort();
+        }
+    }
+}
+
+/// The `host:port` of `db` (`postgres://user:pass@host:port/name`), and `db` with them
+/// replaced by the proxy's at `port`.
+fn through(db: &str, port: u16) -> (String, String) {
+    let (head, rest) = db.split_once('@').unwrap();
+    let (address, tail) = rest.split_once('/').unwrap();
+    let upstream = if address.contains(':') {
+        address.to_string()
+    } else {
+        format!("{address}:5432")
+    };
+    (upstream, format!("{head}@127.0.0.1:{port}/{tail}"))
+}
+
+/// `runs wait` on a run a host drives, through an outage of 2.5 s (its check of the
+/// driver, once a second, fails meanwhile): it ends when the run completes, exit 0. It
+/// ended at the first failed check with exit 1, which says the run failed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_wait_waits_through_a_dropped_connection() {
+    let Some(db) = fresh_db::postgres().await else {
+        return;
+    };
+    let db = db.url();
+    let (upstream, _) = through(db, 0);
+    let proxy = Proxy::to(upstream).await;
+    let (_, via) = through(db, proxy.port);
+    let server = emulator(&script_by_outputs(&[
+        json!([call("c1", "shell", json!({"command": "sleep 5"}))]),
+        answer("FINAL: waited"),
+    ]))
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut host = run_cmd(db, &server, dir.path(), &["--approval", "auto"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while server.requests().is_empty() {
+        assert!(Instant::now() < deadline, "the run never asked the model");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let run = only_run(db);
+    let waiter = agentctl(&via)
+        .args(["--json", "runs", "wait", &run, "--timeout", "60"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    proxy.cut(Duration::from_millis(2500)).await;
+    let waited = waiter.wait_with_output().unwrap();
+    assert!(host.wait().unwrap().success());
+    let said = String::from_utf8_lossy(&waited.stderr);
+    assert_eq!(waited.status.code(), Some(0), "{said}");
+    let line: Value = serde_json::from_slice(&waited.stdout).unwrap();
+    assert_eq!(line["status"], "completed", "{line}");
+}
