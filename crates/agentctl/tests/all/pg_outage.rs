@@ -11,7 +11,8 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 
 use crate::host::{
-    agentctl, answer, call, emulator, fresh_db, only_run, run_cmd, script_by_outputs,
+    agentctl, answer, call, emulator, fresh_db, only_run, out, run_cmd, script_by_outputs, show,
+    text,
 };
 
 /// A proxy from a port of its own to PostgreSQL's, whose connections [`Proxy::cut`] drops.
@@ -130,4 +131,52 @@ async fn runs_wait_waits_through_a_dropped_connection() {
     assert_eq!(waited.status.code(), Some(0), "{said}");
     let line: Value = serde_json::from_slice(&waited.stdout).unwrap();
     assert_eq!(line["status"], "completed", "{line}");
+}
+
+/// `run --wait`, waiting for a decision from another process, through an outage of its
+/// connection: it goes on once the call is approved and completes, exit 0. It ended at the
+/// cut with exit 1 and the run left `waiting`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_wait_waits_for_a_decision_through_a_dropped_connection() {
+    let Some(db) = fresh_db::postgres().await else {
+        return;
+    };
+    let db = db.url();
+    let (upstream, _) = through(db, 0);
+    let proxy = Proxy::to(upstream).await;
+    let (_, via) = through(db, proxy.port);
+    let server = emulator(&script_by_outputs(&[
+        json!([call(
+            "c1",
+            "shell",
+            json!({"command": "echo ran > ran.txt"})
+        )]),
+        answer("FINAL: decided"),
+    ]))
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let host = run_cmd(&via, &server, dir.path(), &["--sandbox", "off", "--wait"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let run = loop {
+        assert!(Instant::now() < deadline, "the run never waited");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        if server.requests().is_empty() {
+            continue;
+        }
+        let run = only_run(db);
+        if show(db, &run)["status"] == "waiting" {
+            break run;
+        }
+    };
+    proxy.cut(Duration::from_millis(2500)).await;
+    let o = out(agentctl(db).args(["approve", &run, "c1"]));
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let ran = host.wait_with_output().unwrap();
+    assert_eq!(ran.status.code(), Some(0), "{}", text(&ran.stderr));
+    assert_eq!(show(db, &run)["final_text"], "FINAL: decided");
+    assert!(dir.path().join("ran.txt").exists());
 }

@@ -327,8 +327,11 @@ impl Driver {
     /// Waits until another process decides (or interrupts). Every call of the step that
     /// could run has ended by now: this is a step boundary, where a drive asked to stop
     /// (a worker's shutdown) gives the run back at once instead of waiting for a human.
+    /// A read that fails for a while (the database restarting) is retried: the decision
+    /// may be a long way off, and nothing was lost meanwhile.
     async fn wait_for_decision(&mut self) -> Result<Option<RunEnd>, HostError> {
-        let mut tail = self.journal.tail(&self.thread, self.state.last_seq);
+        let tail = crate::follow::follow_thread(&self.journal, &self.thread, self.state.last_seq);
+        let mut tail = std::pin::pin!(tail);
         loop {
             let cancel = self.opts.cancel.clone();
             let stop = self.opts.stop.clone();
