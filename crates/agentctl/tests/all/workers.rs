@@ -663,6 +663,15 @@ async fn a_stopping_worker_gives_back_a_run_waiting_for_a_human(db: FreshDb) {
         assert_eq!(line["status"], "waiting", "{line}");
     };
     waited_for_a_decision();
+    // Held by a live worker: not claimable (it said `true`, as for a run in the queue).
+    let o = out(agentctl(db).args(["--json", "runs", "list"]));
+    let row: serde_json::Value = text(&o.stdout)
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .find(|r| r["run_id"] == id.as_str())
+        .unwrap();
+    assert!(row["worker"].is_string(), "{row}");
+    assert_eq!(row["claimable"], false, "{row}");
     let stopping = Instant::now();
     worker.signal("TERM");
     assert!(worker.child.wait().unwrap().success());

@@ -239,7 +239,8 @@ fn row_of(id: &str, row: &LeaseRow, now: i64) -> RunRow {
         worker: row.holder.clone().filter(|_| held),
         epoch: row.epoch,
         lease_expires_at: held.then_some(row.expires_at),
-        claimable: row.status == LeaseStatus::Open,
+        // Open and not held: a worker may take it now (a held claim waits for its expiry).
+        claimable: row.status == LeaseStatus::Open && !held,
         parent: info.parent,
     }
 }
