@@ -9,17 +9,21 @@ use std::future::Future;
 
 use agent_runtime::CancellationToken;
 
-/// Runs `work` until it finishes or Ctrl-C (SIGINT) arrives: `Ok(Some(output))` when it
-/// finished, `Ok(None)` when the signal came first, `Err` when the signal handler cannot be
+/// Runs `work` until it finishes or Ctrl-C (SIGINT) or SIGTERM arrives (what `kill`, a
+/// service manager or a container runtime sends to stop it): `Ok(Some(output))` when it
+/// finished, `Ok(None)` when a signal came first, `Err` when a signal handler cannot be
 /// installed.
 ///
 /// # Cancel safety
 /// Cancel-safe when `work` is: at the signal (or when this future is dropped) `work` is
 /// dropped where it stands, so use it only for work that leaves nothing half-done.
-pub async fn until_ctrl_c<F: Future>(work: F) -> std::io::Result<Option<F::Output>> {
+pub async fn until_signal<F: Future>(work: F) -> std::io::Result<Option<F::Output>> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate())?;
     tokio::select! {
         output = work => Ok(Some(output)),
         signal = tokio::signal::ctrl_c() => signal.map(|()| None),
+        _ = term.recv() => Ok(None),
     }
 }
 

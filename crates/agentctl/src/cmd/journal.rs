@@ -3,7 +3,7 @@
 use std::process::ExitCode;
 
 use agent_host::follow::follow_thread;
-use agent_host::signals::until_ctrl_c;
+use agent_host::signals::until_signal;
 use agent_journal::Event;
 use clap::Subcommand;
 use futures::{Stream, StreamExt as _};
@@ -52,8 +52,8 @@ pub async fn run(global: &GlobalArgs, cmd: JournalCmd) -> anyhow::Result<ExitCod
         JournalCmd::Replay { thread, after } => {
             print_events(journal.replay_stream(&thread, after), global.json).await
         }
-        // Ctrl-C ends the follow; what was printed stands.
-        JournalCmd::Tail { thread, after } => until_ctrl_c(print_events(
+        // Ctrl-C or SIGTERM ends the follow; what was printed stands.
+        JournalCmd::Tail { thread, after } => until_signal(print_events(
             follow_thread(&journal, &thread, after),
             global.json,
         ))

@@ -7,7 +7,7 @@ use agent_host::run::exec_json::ExecJson;
 use agent_host::run::table::status_with_lease;
 use agent_host::run::view::{RunSummary, RunView, now_ms};
 use agent_host::run::{self, RunStatus, kinds};
-use agent_host::signals::until_ctrl_c;
+use agent_host::signals::until_signal;
 use clap::Subcommand;
 use futures::StreamExt as _;
 use serde_json::json;
@@ -189,7 +189,7 @@ async fn wait(
         })
         .transpose()?;
     let waited = wait_until(journal, id, timeout, StopAt::StoppedOrWaiting);
-    let Some(end) = until_ctrl_c(waited).await? else {
+    let Some(end) = until_signal(waited).await? else {
         return Ok(Exit::Interrupted.into());
     };
     let state = match end? {
@@ -366,8 +366,8 @@ async fn events(
         }
         anyhow::Ok(())
     };
-    // Ctrl-C ends the listing; what was printed stands.
-    until_ctrl_c(print).await?.unwrap_or(Ok(()))?;
+    // Ctrl-C or SIGTERM ends the listing; what was printed stands.
+    until_signal(print).await?.unwrap_or(Ok(()))?;
     Ok(ExitCode::SUCCESS)
 }
 
