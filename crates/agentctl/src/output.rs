@@ -119,6 +119,26 @@ pub fn display(text: &str) -> std::borrow::Cow<'_, str> {
     std::borrow::Cow::Owned(shown)
 }
 
+/// `text` as one field of a human line (a name listed one per line, or before a tab):
+/// line breaks and tabs written out (`\n`, `\t`), and a backslash doubled so that a name
+/// holding those two characters reads apart from one holding a break. The rest as
+/// [`display`] shows it when the line is printed.
+pub fn field(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.contains(['\n', '\t', '\\']) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut shown = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        match c {
+            '\n' => shown.push_str("\\n"),
+            '\t' => shown.push_str("\\t"),
+            '\\' => shown.push_str("\\\\"),
+            c => shown.push(c),
+        }
+    }
+    std::borrow::Cow::Owned(shown)
+}
+
 /// `value` as compact JSON text with no control character in it at all: the encoder
 /// escapes C0 but leaves DEL and C1 as they are, which [`display`] would then write in a
 /// form JSON does not read; here they are JSON escapes (`\u009b`), the same value. For JSON
@@ -348,7 +368,17 @@ pub fn report_error_masking(err: &anyhow::Error, db: Option<&str>) -> ExitCode {
 
 #[cfg(test)]
 mod tests {
-    use super::display;
+    use super::{display, field};
+
+    /// A thread named `a<newline>b` listed one per line read as two threads, and a tab in
+    /// it moved the `units` column of `history threads`.
+    #[test]
+    fn a_field_keeps_to_its_line_and_column() {
+        assert_eq!(field("a\nb\tc"), "a\\nb\\tc");
+        assert_eq!(field("a\\nb"), "a\\\\nb");
+        assert_ne!(field("a\nb"), field("a\\nb"));
+        assert!(matches!(field("run:é ✓"), std::borrow::Cow::Borrowed(_)));
+    }
 
     #[test]
     fn control_characters_are_shown_escaped_but_newlines_and_tabs_kept() {

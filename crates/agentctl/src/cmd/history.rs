@@ -13,9 +13,10 @@ use crate::output::{line, typed_line, with_hint};
 #[derive(Debug, Subcommand)]
 pub enum HistoryCmd {
     /// Search one thread for a case-insensitive substring (CJK included), oldest hit first.
-    /// The text searched is each unit's stored JSON (its items serialised compactly): keys
-    /// such as "type" match too, and a quote or backslash in a message is found in its
-    /// JSON-escaped form.
+    /// The text searched is each unit's stored JSON (its items serialised compactly), with
+    /// the term escaped as its text was: a quote, a backslash or a line break in a message
+    /// is found as typed (`C:\Users`, `say "hi"`), and keys such as type match too, though
+    /// not with JSON's own quotes around them.
     Search {
         /// Thread to search; other threads are never searched.
         #[arg(long)]
@@ -196,7 +197,8 @@ pub async fn run(global: &GlobalArgs, cmd: HistoryCmd) -> anyhow::Result<std::pr
                 if global.json {
                     typed_line("history.thread", t)?;
                 } else {
-                    line(&format!("{}\t{} units", t.thread, t.units))?;
+                    let name = crate::output::field(&t.thread);
+                    line(&format!("{name}\t{} units", t.units))?;
                 }
             }
         }

@@ -70,7 +70,7 @@ async fn threads(journal: &agent_journal::Journal, json: bool) -> anyhow::Result
         if json {
             output::typed_line("thread", serde_json::json!({ "thread": thread }))?;
         } else {
-            output::line(&thread)?;
+            output::line(&output::field(&thread))?;
         }
     }
     Ok(())
