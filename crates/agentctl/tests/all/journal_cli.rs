@@ -616,3 +616,81 @@ async fn a_search_under_a_lock_tries_recording_runs_caught_up_once() {
         "{stderr}"
     );
 }
+
+/// One run whose journal holds an event that is not JSON (written after the runs were
+/// listed, so its row must be read again) no longer fails `runs list` and `runs search
+/// --all` for every run: the others are listed and searched, the unreadable one listed as
+/// last read, and `runs show` of it still says why.
+#[tokio::test]
+async fn one_unreadable_run_does_not_hide_the_others() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("j.db").display());
+    let ws = dir.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let mut runs = Vec::new();
+    for prompt in ["first", "second"] {
+        let o = crate::host::out(
+            crate::host::agentctl(&url)
+                .args(["--json", "run", "--mock", "--workspace"])
+                .arg(&ws)
+                .arg(prompt),
+        );
+        assert!(o.status.success(), "{}", crate::host::text(&o.stderr));
+        let started: Value =
+            serde_json::from_str(crate::host::text(&o.stdout).lines().next().unwrap()).unwrap();
+        assert_eq!(started["type"], "thread.started", "{started}");
+        runs.push(started["thread_id"].as_str().unwrap().to_string());
+    }
+    let listed = crate::host::out(crate::host::agentctl(&url).args(["--json", "runs", "list"]));
+    assert!(listed.status.success());
+    let journal = Journal::open(&url).await.unwrap();
+    let broken = format!("run:{}", runs[1]);
+    journal
+        .append(NewEvent::new(&broken, "note", json!({})))
+        .await
+        .unwrap();
+    journal.close().await;
+    let conn = rusqlite::Connection::open(dir.path().join("j.db")).unwrap();
+    let changed = conn
+        .execute(
+            "UPDATE journal_events SET payload = '{not json' WHERE thread = ?1 \
+             AND seq = (SELECT MAX(seq) FROM journal_events WHERE thread = ?1)",
+            [&broken],
+        )
+        .unwrap();
+    assert_eq!(changed, 1);
+    drop(conn);
+    let o = crate::host::out(crate::host::agentctl(&url).args(["--json", "runs", "list"]));
+    let said = crate::host::text(&o.stderr);
+    assert!(o.status.success(), "{said}");
+    let listed: Vec<String> = crate::host::text(&o.stdout)
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<Value>(l).unwrap()["run_id"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    assert!(
+        listed.contains(&runs[0]) && listed.contains(&runs[1]),
+        "{listed:?}"
+    );
+    let o = crate::host::out(
+        crate::host::agentctl(&url).args(["--json", "runs", "search", "--all", "SUMMARY"]),
+    );
+    let said = crate::host::text(&o.stderr);
+    assert!(o.status.success(), "{said}");
+    assert!(
+        crate::host::text(&o.stdout).contains(&runs[0]),
+        "{}",
+        crate::host::text(&o.stdout)
+    );
+    let o = crate::host::out(crate::host::agentctl(&url).args(["runs", "show", &runs[1]]));
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        crate::host::text(&o.stderr).contains("corrupt payload"),
+        "{}",
+        crate::host::text(&o.stderr)
+    );
+}

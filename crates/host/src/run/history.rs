@@ -459,6 +459,8 @@ enum Prepared<'s> {
     CaughtUp(String, &'s ContextStore),
     /// Read from the journal, to be caught up first (boxed: a run's fold is large).
     Loaded(Box<RunState>),
+    /// Its journal holds an event that cannot be read: left out of a search of every run.
+    Unreadable,
 }
 
 /// The run `id`, when there is one: caught up already, or read from the journal.
@@ -478,8 +480,14 @@ async fn prepare<'s>(
     if let Some(held) = caught_up_in(earlier, store, id, last).await? {
         return Ok(Some(Prepared::CaughtUp(id.to_string(), held)));
     }
-    let state = run::load(journal, id).await?;
-    Ok(Some(Prepared::Loaded(Box::new(state))))
+    match run::load(journal, id).await {
+        Ok(state) => Ok(Some(Prepared::Loaded(Box::new(state)))),
+        Err(err) if run::unreadable_run(&err) => {
+            tracing::warn!(run = id, %err, "history search: a run that cannot be read");
+            Ok(Some(Prepared::Unreadable))
+        }
+        Err(err) => Err(err.into()),
+    }
 }
 
 /// `store`, else `earlier`, when its thread of run `id` is derived through `last`, the
@@ -533,6 +541,7 @@ async fn search_prepared(
         }
         // A thread without `run.created` is no run (as in `run::list`).
         Prepared::Loaded(state) if state.spec.is_none() => Ok((Vec::new(), false)),
+        Prepared::Unreadable => Ok((Vec::new(), false)),
         Prepared::Loaded(state) => Ok((search_run(store, &state, term, limit, marks).await?, true)),
     }
 }

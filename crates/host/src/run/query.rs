@@ -19,6 +19,16 @@ pub async fn load(journal: &Journal, run_id: &str) -> Result<RunState, HostError
     Ok(RunState::from_events(run_id, &events))
 }
 
+/// Whether `err`, from reading one run, concerns that run alone: a stored event that is
+/// not JSON (a file edited by hand, a disk fault). A listing or a search over every run
+/// leaves such a run out, saying so in the log, rather than fail for all of them.
+pub(crate) fn unreadable_run(err: &HostError) -> bool {
+    matches!(
+        err,
+        HostError::Journal(agent_journal::JournalError::CorruptPayload { .. })
+    )
+}
+
 /// The journal thread of the run `run_id`, or [`HostError::NotFound`] when no run can have
 /// that id: one the journal would refuse as a thread name (too long, a NUL) is asked for by
 /// mistake like any unknown id, not a failure of the journal.
@@ -84,7 +94,14 @@ pub async fn load_for_resume(journal: &Journal, run_id: &str) -> Result<LoadedRu
 pub async fn list(journal: &Journal) -> Result<Vec<RunState>, HostError> {
     let mut runs = Vec::new();
     for id in ids(journal).await? {
-        let state = load(journal, &id).await?;
+        let state = match load(journal, &id).await {
+            Ok(state) => state,
+            Err(err) if unreadable_run(&err) => {
+                tracing::warn!(run = id, %err, "runs: a run that cannot be read is left out");
+                continue;
+            }
+            Err(err) => return Err(err),
+        };
         if state.spec.is_some() {
             runs.push(state);
         }

@@ -159,7 +159,18 @@ pub async fn runs_table(journal: &Journal) -> Result<Vec<RunRow>, HostError> {
             info.last_seq == last && info.pending_approvals.is_some() && info.model.is_some()
         });
         if !fresh {
-            let state = load(journal, id).await?;
+            let state = match load(journal, id).await {
+                Ok(state) => state,
+                Err(err) if super::unreadable_run(&err) => {
+                    // Listed as last read, when it was read before; left out otherwise.
+                    tracing::warn!(run = id, %err, "runs table: a run that cannot be read");
+                    if let Some(row) = rows.get(&thread) {
+                        out.push(row_of(id, row, now));
+                    }
+                    continue;
+                }
+                Err(err) => return Err(err),
+            };
             if state.spec.is_none() {
                 continue;
             }
