@@ -44,8 +44,8 @@ pub use endpoint::Endpoint;
 pub use events::{ApprovalReason, PauseReason};
 pub use output::{OutputSchema, OutputSchemaError, Rejection};
 pub use owner::Owner;
-pub use query::{LoadedRun, ids, list, load, load_for_resume};
 pub(crate) use query::unreadable_run;
+pub use query::{LoadedRun, ids, list, load, load_for_resume};
 pub use requests::{
     DecisionRequest, MAX_STEER_ID_CHARS, Requeue, decide, request_interrupt, request_live_steer,
     request_steer, requeue, steer_id_is_valid, steer_outcome,
