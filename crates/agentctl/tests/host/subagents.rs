@@ -898,8 +898,218 @@ agent_testkit::backend_tests!(fresh_db, [sqlite, postgres]:
     a_deeper_tree_when_the_depth_allows_it,
     interrupting_a_child_by_its_id,
     a_childs_worker_is_killed_and_another_takes_over,
+    interrupting_a_worker_parent_withdraws_its_queued_child,
+    resuming_a_worker_parent_continues_its_interrupted_children,
     crash_at_every_boundary
 );
+
+/// `agentctl submit` of a parent that may spawn two children (`--sandbox off`, `extra`),
+/// its emulator `server`, in `ws`; the parent's id.
+fn submit_parent(
+    db: &str,
+    server: &agent_responses_mock::MockServer,
+    ws: &std::path::Path,
+    extra: &[&str],
+) -> String {
+    let o = out(agentctl(db)
+        .args([
+            "submit",
+            "--base-url",
+            &server.base_url(),
+            "--sandbox",
+            "off",
+        ])
+        .args(extra)
+        .args(["--max-children", "2", "--workspace"])
+        .arg(ws)
+        .arg("PARENT: fan out"));
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    text(&o.stdout).trim().to_string()
+}
+
+/// Polls `runs show` of `run` until `done` holds of it (or fails after `secs`).
+async fn show_until(db: &str, run: &str, secs: u64, done: impl Fn(&Value) -> bool) -> Value {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    loop {
+        let shown = show(db, run);
+        if done(&shown) {
+            return shown;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{run} never got there: {shown}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
+/// The children of `shown` (a parent's `runs show`), by index.
+fn children_of(shown: &Value) -> Vec<Value> {
+    let mut children = shown["children"].as_array().cloned().unwrap_or_default();
+    children.sort_by_key(|c| c["index"].as_u64());
+    children
+}
+
+/// A worker-driven parent interrupted while one child runs and the other is still in the
+/// workers' queue: the queued one is withdrawn (`run.interrupted`, its lease closed), so no
+/// worker runs it afterwards, as `interrupt` of a queued run does.
+async fn interrupting_a_worker_parent_withdraws_its_queued_child(db: FreshDb) {
+    let db = db.url();
+    let (_g, ws) = workspace();
+    let logs = tempfile::tempdir().unwrap();
+    let kid = |me: &str| format!("touch started_{me}; sleep 4; echo kid >> kids.txt");
+    let server = emulator(&script(&kid("a"), &kid("b"), false)).await;
+    let parent = submit_parent(db, &server, &ws, &["--approval", "auto"]);
+    // Room for the parent and one child: the other child waits in the queue.
+    let mut w = worker(db, logs.path(), "w", "2");
+    let started = |ws: &std::path::Path| {
+        ["a", "b"]
+            .iter()
+            .filter(|me| ws.join(format!("started_{me}")).exists())
+            .count()
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while started(&ws) == 0 {
+        assert!(w.try_wait().unwrap().is_none(), "the worker exited");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no child started: {}",
+            show(db, &parent)
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let shown = show(db, &parent);
+    let statuses: Vec<Value> = children_of(&shown)
+        .iter()
+        .map(|c| c["status"].clone())
+        .collect();
+    assert!(
+        statuses.contains(&json!("running")) && statuses.contains(&json!("queued")),
+        "one child runs, the other waits: {shown}"
+    );
+    let i = out(agentctl(db).args(["interrupt", &parent]));
+    assert!(i.status.success(), "{}", text(&i.stderr));
+    let shown = show_until(db, &parent, 30, |shown| {
+        shown["status"] == "interrupted"
+            && children_of(shown)
+                .iter()
+                .all(|c| c["status"] == "interrupted")
+    })
+    .await;
+    // Long enough for the worker, its slots free again, to claim a child still queued
+    // (it polls every 0.1 s) and for that child's command to start.
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    assert!(w.try_wait().unwrap().is_none(), "the worker exited");
+    w.kill().unwrap();
+    w.wait().unwrap();
+    assert_eq!(started(&ws), 1, "the queued child never ran");
+    assert_eq!(file_lines(&ws.join("kids.txt"), "kid"), 0);
+    let children = children_of(&shown);
+    assert_eq!(children.len(), 2);
+    let mut stepped = 0;
+    for child in &children {
+        let id = child["run_id"].as_str().unwrap();
+        assert_eq!(show(db, id)["status"], "interrupted", "{child}");
+        let ev = events(db, id).await;
+        check_invariants(&ev);
+        assert_eq!(kinds_of(&ev, "run.interrupted").len(), 1, "{id}");
+        // The queued child was withdrawn (or, claimed as the interrupt came, stopped by its
+        // worker before its first step): it never asked the model anything.
+        stepped += usize::from(!kinds_of(&ev, "model.requested").is_empty());
+    }
+    assert_eq!(stepped, 1, "only the running child took a step");
+    let pev = events(db, &parent).await;
+    check_invariants(&pev);
+    assert!(kinds_of(&pev, "run.completed").is_empty());
+    // Nothing of the tree is left for the workers.
+    let listed = out(agentctl(db).args(["--json", "runs", "list"]));
+    for line in text(&listed.stdout).lines() {
+        let row: Value = serde_json::from_str(line).unwrap();
+        assert_eq!(row["claimable"], false, "{row}");
+    }
+}
+
+/// `POST /api/v1/runs/ID/…` to `agentctl serve` with `body`; the status.
+async fn api_post(s: &crate::served::Served, path: &str, body: Value) -> reqwest::StatusCode {
+    reqwest::Client::new()
+        .post(format!("{}/api/v1/runs/{path}", s.base))
+        .bearer_auth(crate::served::TOKEN)
+        .json(&body)
+        .send()
+        .await
+        .unwrap()
+        .status()
+}
+
+/// A worker-driven parent interrupted while its children wait on approvals, the calls then
+/// approved, and the parent resumed (`POST /resume`: requeued for the workers): its call
+/// runs again and continues the interrupted children (each requeued), whose commands run
+/// once; the parent answers with both children completed, never `interrupted`.
+async fn resuming_a_worker_parent_continues_its_interrupted_children(db: FreshDb) {
+    let db = db.url();
+    let (_g, ws) = workspace();
+    let dir = tempfile::tempdir().unwrap();
+    let server = emulator(&script("echo a >> kids.txt", "echo b >> kids.txt", false)).await;
+    let s = crate::served::serve(
+        db,
+        dir.path(),
+        &["--worker", "3", "--base-url", &server.base_url()],
+    );
+    // No --approval: under `--sandbox off` each child's shell call asks.
+    let parent = submit_parent(db, &server, &ws, &[]);
+    let shown = show_until(db, &parent, 60, |shown| {
+        let children = children_of(shown);
+        children.len() == 2
+            && children.iter().all(|c| {
+                c["status"] == "waiting" && c["pending_approvals"].as_array().unwrap().len() == 1
+            })
+    })
+    .await;
+    let children = children_of(&shown);
+    let status = api_post(&s, &format!("{parent}/interrupt"), json!({})).await;
+    assert_eq!(status, reqwest::StatusCode::ACCEPTED);
+    show_until(db, &parent, 30, |shown| {
+        shown["status"] == "interrupted"
+            && children_of(shown)
+                .iter()
+                .all(|c| c["status"] == "interrupted")
+    })
+    .await;
+    for child in &children {
+        let id = child["run_id"].as_str().unwrap();
+        let call = child["pending_approvals"][0]["call_id"].as_str().unwrap();
+        let d = out(agentctl(db).args(["approve", id, call]));
+        assert!(d.status.success(), "{}", text(&d.stderr));
+    }
+    assert_eq!(file_lines(&ws.join("kids.txt"), "a"), 0);
+    let status = api_post(&s, &format!("{parent}/resume"), json!({})).await;
+    assert_eq!(status, reqwest::StatusCode::ACCEPTED);
+    let shown = show_until(db, &parent, 60, |shown| {
+        shown["status"] != "queued" && shown["status"] != "running"
+    })
+    .await;
+    drop(s);
+    assert_eq!(shown["status"], "completed", "{shown}");
+    let final_text = shown["final_text"].as_str().unwrap();
+    assert!(
+        final_text.contains("A done") && final_text.contains("B done"),
+        "{final_text}"
+    );
+    assert!(!final_text.contains("interrupted"), "{final_text}");
+    assert_eq!(file_lines(&ws.join("kids.txt"), "a"), 1);
+    assert_eq!(file_lines(&ws.join("kids.txt"), "b"), 1);
+    for child in &children {
+        let id = child["run_id"].as_str().unwrap();
+        assert_eq!(show(db, id)["status"], "completed", "{child}");
+        let ev = events(db, id).await;
+        check_invariants(&ev);
+        assert_eq!(kinds_of(&ev, "run.requeued").len(), 1, "{id}");
+        assert_eq!(kinds_of(&ev, "run.created").len(), 1, "{id}");
+    }
+    let pev = events(db, &parent).await;
+    check_invariants(&pev);
+    assert_eq!(kinds_of(&pev, "run.requeued").len(), 1);
+}
 
 /// `interrupt CHILD` stops that child alone: the parent goes on with the other's answer
 /// and the interrupted one's status (partial results).

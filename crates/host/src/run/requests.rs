@@ -323,7 +323,9 @@ pub async fn request_interrupt(
         )
         .await?;
     // The children that are driven now (one driven in this run's process is also stopped
-    // by its parent's cancellation; one a worker drives only by its own request).
+    // by its parent's cancellation; one a worker drives only by its own request), and
+    // those still in the workers' queue, withdrawn from it as the run itself would be (or
+    // asked, when a worker claimed one meanwhile). Their own children are walked too.
     let mut tree: Vec<String> = state.children.iter().map(|c| c.run_id.clone()).collect();
     let mut seen = std::collections::HashSet::new();
     while let Some(child) = tree.pop() {
@@ -337,7 +339,12 @@ pub async fn request_interrupt(
         };
         tree.extend(state.children.iter().map(|c| c.run_id.clone()));
         if !is_driven(&state) {
-            continue;
+            match withdraw_queued(journal, &state).await? {
+                // Taken out of the queue (`run.interrupted`), or not in it: nothing runs.
+                Withdrawn::Stopped(_) | Withdrawn::NotQueued => continue,
+                // A worker holds it: the request waits for that worker, as for the run.
+                Withdrawn::Held => {}
+            }
         }
         journal
             .append(

@@ -322,7 +322,9 @@ impl SpawnAgents {
             Err(err) => return Err(err.into()),
         }
         if by_workers {
-            let ended = self.offered(call_id, index, child_id, cancel).await?;
+            let ended = self
+                .offered(call_id, index, child_id, budgets, cancel)
+                .await?;
             return Ok((ended, Vec::new()));
         }
         let mut waiting = Vec::new();
@@ -370,14 +372,7 @@ impl SpawnAgents {
                 // reported so (not as failed).
                 Err(HostError::BudgetUsedUp {
                     what, used, budget, ..
-                }) => {
-                    let mut state = state;
-                    state.status_detail = Some(format!(
-                        "paused (max_{what}): it has used {used} of its {budget} {what}; \
-                         a resume of the parent with a higher --max-{what} gives it more"
-                    ));
-                    state
-                }
+                }) => used_up(state, what, used, budget),
                 // Another live process drives it (`agentctl resume CHILD`, a worker): its
                 // end is waited for, not taken as the child's failure.
                 Err(HostError::DrivenElsewhere { .. }) => {
@@ -394,21 +389,74 @@ impl SpawnAgents {
 impl SpawnAgents {
     /// A child submitted for workers: offered (again: offering is idempotent, and a crash
     /// may have come between its creation and its offer), then followed until it stops.
+    ///
+    /// A child that stopped short of its end (interrupted, paused: the parent's call runs
+    /// again after an interrupt or a crash) goes on as one driven in this process would
+    /// (`Host::resume`): it is requeued for the workers ([`run::requeue`]: `run.requeued`,
+    /// with its share of the parent's budgets where that is more, then its lease opens),
+    /// and followed. One whose budget is used up stays paused and is reported so; one that
+    /// ended is reported as it ended, never driven again.
     async fn offered(
         &self,
         call_id: String,
         index: u32,
         child_id: &str,
+        budgets: Budgets,
         cancel: agent_runtime::CancellationToken,
     ) -> Result<SubagentEnded, HostError> {
         let journal = self.host.journal();
-        let state = run::load(journal, child_id).await?;
-        if !state.status.is_some_and(RunStatus::is_final) {
-            journal
-                .offer_lease(&kinds::thread_of(child_id), &run::table::summary(&state))
-                .await?;
+        let thread = kinds::thread_of(child_id);
+        loop {
+            let state = run::load(journal, child_id).await?;
+            match state.status {
+                Some(status) if status.is_final() => {}
+                Some(RunStatus::Paused | RunStatus::Interrupted) => {
+                    // Its worker (or an interrupt taking it out of the queue) still holds
+                    // its lease, about to close it: requeued once that is done, or the
+                    // closing would take the offer back.
+                    if lease_held(journal, &thread).await? {
+                        tokio::select! {
+                            () = tokio::time::sleep(HELD_POLL) => continue,
+                            () = cancel.cancelled() => {
+                                return Ok(ended_of(call_id, index, child_id, &state));
+                            }
+                        }
+                    }
+                    let change = raised(&state, budgets);
+                    let parent = state
+                        .spec
+                        .as_ref()
+                        .and_then(|spec| spec.parent.as_ref())
+                        .map_or("its parent", |link| link.run_id.as_str());
+                    let requeue = run::Requeue {
+                        max_steps: change.max_steps,
+                        max_tokens: change.max_tokens,
+                        by: format!("{TOOL_NAME} {call_id} of run {parent}"),
+                    };
+                    match run::requeue(journal, child_id, requeue).await {
+                        Ok(()) => {}
+                        // Paused on a budget its share does not raise: it stays paused,
+                        // and is reported so (not as failed).
+                        Err(HostError::BudgetUsedUp {
+                            what, used, budget, ..
+                        }) => {
+                            let state = used_up(state, what, used, budget);
+                            return Ok(ended_of(call_id, index, child_id, &state));
+                        }
+                        // It moved meanwhile (requeued, resumed or ended by another
+                        // process): followed as it is now.
+                        Err(HostError::NotPaused { .. } | HostError::Ended { .. }) => {}
+                        Err(err) => return Err(err),
+                    }
+                }
+                _ => {
+                    journal
+                        .offer_lease(&thread, &run::table::summary(&state))
+                        .await?;
+                }
+            }
+            return self.followed(call_id, index, child_id, cancel).await;
         }
-        self.followed(call_id, index, child_id, cancel).await
     }
 
     /// A child another process drives, followed until it stops.
@@ -430,8 +478,39 @@ impl SpawnAgents {
         let state = match stopped {
             run::wait::WaitEnd::Stopped(state) | run::wait::WaitEnd::TimedOut(state) => state,
         };
+        // Interrupted with its parent: `request_interrupt` asks the parent first, and the
+        // child's own driver may stop it before the parent's has cancelled this call. The
+        // call then ends cancelled (open for the parent's resume, which continues the
+        // child), never answering with a child that ended `interrupted`, as a call whose
+        // children are driven in process does. Bounded: a parent's driver that never
+        // cancels (its watch of the journal failed) gets the answer as before.
+        if state.status == Some(RunStatus::Interrupted)
+            && parent_interrupted(journal, &state).await?
+        {
+            tokio::select! {
+                () = cancel.cancelled() => {}
+                () = tokio::time::sleep(PARENT_INTERRUPT_GRACE) => {}
+            }
+        }
         Ok(ended_of(call_id, index, child_id, &state))
     }
+}
+
+/// How long a call whose child was interrupted with its parent waits for the parent's
+/// driver to cancel it.
+const PARENT_INTERRUPT_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Whether the parent of `child` has an interrupt requested that its driver has not acted
+/// on yet.
+async fn parent_interrupted(
+    journal: &agent_journal::Journal,
+    child: &RunState,
+) -> Result<bool, HostError> {
+    let Some(link) = child.spec.as_ref().and_then(|spec| spec.parent.as_ref()) else {
+        return Ok(false);
+    };
+    let parent = run::load(journal, &link.run_id).await?;
+    Ok(parent.interrupt_requested().is_some() && !parent.status.is_some_and(RunStatus::is_final))
 }
 
 /// The children's answers and errors cut to a part each of
@@ -477,6 +556,28 @@ fn raised(child: &RunState, share: Budgets) -> ResumeChange {
         max_tokens: more(share.max_tokens, now.max_tokens, child.usage.total_tokens),
         ..ResumeChange::default()
     }
+}
+
+/// How often a child whose lease is still held is looked at again before it is requeued.
+const HELD_POLL: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// Whether lease `thread` has a holder whose claim has not expired.
+async fn lease_held(journal: &agent_journal::Journal, thread: &str) -> Result<bool, HostError> {
+    let now = run::view::now_ms();
+    Ok(journal
+        .leases(thread)
+        .await?
+        .into_iter()
+        .any(|row| row.name == thread && row.holder.is_some() && row.expires_at > now))
+}
+
+/// A child paused on a budget its share does not raise: `state` with why it stays paused.
+fn used_up(mut state: RunState, what: &str, used: u64, budget: u64) -> RunState {
+    state.status_detail = Some(format!(
+        "paused (max_{what}): it has used {used} of its {budget} {what}; \
+         a resume of the parent with a higher --max-{what} gives it more"
+    ));
+    state
 }
 
 /// The parent's record of a child as its fold `state` stands.
