@@ -1,5 +1,5 @@
 //! `agentctl approve|deny|interrupt`: requests to a run from any process. They are plain
-//! journal appends; the driving host (if any) sees them at its next step boundary.
+//! journal appends; the driving host (if any) acts on them when its journal tail shows them.
 
 use std::process::ExitCode;
 
@@ -171,7 +171,9 @@ pub async fn steer(global: &GlobalArgs, args: SteerArgs) -> anyhow::Result<ExitC
         output::json_line(&line)?;
     } else {
         output::line(&match outcome {
-            None => format!("{id} requested (applied at the run's next step boundary)"),
+            None => format!(
+                "{id} requested (applied before the run's next step, or during the response streaming now over --transport ws)"
+            ),
             Some(Ok(step)) => format!("{id} applied before step {step}"),
             Some(Err(reason)) => format!("{id} dropped: {reason}"),
         })?;
@@ -188,7 +190,7 @@ pub async fn interrupt(global: &GlobalArgs, args: InterruptArgs) -> anyhow::Resu
         output::json_line(&json!({"type": "interrupt.requested", "run_id": args.run, "seq": seq}))?;
     } else {
         output::line(&format!(
-            "interrupt of run {} requested (the driving host stops at its next step boundary)",
+            "interrupt of run {} requested (the driving host stops as soon as it sees it: a running tool or a streaming response too)",
             args.run
         ))?;
     }
