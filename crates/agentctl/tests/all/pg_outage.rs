@@ -180,3 +180,49 @@ async fn run_wait_waits_for_a_decision_through_a_dropped_connection() {
     assert_eq!(show(db, &run)["final_text"], "FINAL: decided");
     assert!(dir.path().join("ran.txt").exists());
 }
+
+/// `steer --wait` through an outage of its connection: it reports the steer applied, exit
+/// 0. It ended at the cut with exit 1 ("dropped") while the run applied the steer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn steer_wait_waits_through_a_dropped_connection() {
+    let Some(db) = fresh_db::postgres().await else {
+        return;
+    };
+    let db = db.url();
+    let (upstream, _) = through(db, 0);
+    let proxy = Proxy::to(upstream).await;
+    let (_, via) = through(db, proxy.port);
+    let server = emulator(&script_by_outputs(&[
+        json!([call("c1", "shell", json!({"command": "sleep 4"}))]),
+        answer("FINAL: steered"),
+    ]))
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut host = run_cmd(db, &server, dir.path(), &["--approval", "auto"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while server.requests().is_empty() {
+        assert!(Instant::now() < deadline, "the run never asked the model");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let run = only_run(db);
+    let steer = agentctl(&via)
+        .args(["--json", "steer", "--wait", &run, "use staging"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    proxy.cut(Duration::from_millis(2500)).await;
+    let steered = steer.wait_with_output().unwrap();
+    assert!(host.wait().unwrap().success());
+    assert_eq!(steered.status.code(), Some(0), "{}", text(&steered.stderr));
+    assert!(
+        text(&steered.stdout).contains("applied"),
+        "{}",
+        text(&steered.stdout)
+    );
+}

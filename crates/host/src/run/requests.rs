@@ -274,7 +274,9 @@ pub async fn steer_outcome(
         }
         return Ok(outcome(&state));
     }
-    let mut events = journal.tail(&thread, 0);
+    // Followed, not tailed: a read that fails for a while (a connection cut) is retried,
+    // since the steer's end is still to come; only what a retry cannot fix is an error.
+    let mut events = std::pin::pin!(crate::follow::follow_thread(journal, &thread, 0));
     loop {
         if let Some(found) = outcome(&state) {
             return Ok(Some(found));
