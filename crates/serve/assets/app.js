@@ -17,12 +17,16 @@ let gen = 0, cleanups = [], dead = false, firstRoute = true, uid = 0, statusFilt
 let carryStatus = false;
 const enc = encodeURIComponent;
 
-// Characters that make text read as other text: controls but newline and tab, the
-// bidirectional overrides and isolates (an approval's command could show as another), the
-// line and paragraph separators. Shown escaped, as the CLI shows them (`\r`, `\x1b`, `\u{202e}`).
-const HIDING = /[\0-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\u2028\u2029]/g;
+// Characters that make text read as other text: controls but newline and tab, the line and
+// paragraph separators, and every format character (Unicode's Cf): the bidirectional
+// overrides, isolates and marks (a browser reorders text around them, so `cat <RLM> 1 > 2`
+// showed as `cat 2 < 1`), zero-width spaces and joiners, the soft hyphen, tag characters
+// (a key `command<ZWSP>` showed as `command`). Shown escaped, as the CLI shows them (`\r`,
+// `\x1b`, `\u{202e}`); the CLI keeps the plain direction marks, which a terminal does not
+// act on.
+const HIDING = /[\0-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\p{Cf}]/gu;
 const visible = (s) => s.replace(HIDING, (c) => {
-  const n = c.charCodeAt(0);
+  const n = c.codePointAt(0);
   return c === '\r' ? '\\r' : n < 0x80 ? '\\x' + n.toString(16).padStart(2, '0') : '\\u{' + n.toString(16) + '}';
 });
 

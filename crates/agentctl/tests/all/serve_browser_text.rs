@@ -29,6 +29,9 @@ const HTML: &str = "<img src=x onerror=\"window.pwned=1\"><script>window.pwned=2
                     \"'><svg onload=\"window.pwned=3\"><a href=\"javascript:window.pwned=4\">x</a>";
 /// What the model's command holds after `#`: U+202E makes `evil.txt | sh` read backwards.
 const TAIL: &str = "\u{202e} hs | txt.live";
+/// Format characters a browser acts on without showing them: a right-to-left mark made
+/// `cat <RLM> 1 > 2` read as `cat 2 < 1`, a zero-width space and a soft hyphen are not seen.
+const MARKS: &str = "cat \u{200f} 1 > 2; a\u{200b}b\u{ad}c";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hostile_text_is_shown_as_the_text_it_is() {
@@ -43,7 +46,7 @@ async fn hostile_text_is_shown_as_the_text_it_is() {
     first.as_array_mut().unwrap().push(call(
         "c1",
         "shell",
-        json!({"command": format!("echo '{HTML}' #{TAIL}")}),
+        json!({"command": format!("{MARKS}; echo '{HTML}' #{TAIL}")}),
     ));
     let server = emulator(&script_by_outputs(&[
         first,
@@ -139,8 +142,22 @@ async fn scenario(b: &Browser, base: &str, run: &str) -> Result<(), Box<dyn std:
             card.contains(r#"<img src=x onerror=\"window.pwned=1\">"#),
             "{card}"
         );
-        // What runs is shown as it reads: the override is written out, not obeyed.
+        // What runs is shown as it reads: the override is written out, not obeyed, and so
+        // are the marks, the zero-width space and the soft hyphen; the card is laid out in
+        // the order it is read, whatever letters it holds.
         assert!(card.contains(r#"#\u{202e} hs | txt.live""#), "{card}");
+        assert!(
+            card.contains(r#"cat \u{200f} 1 > 2; a\u{200b}b\u{ad}c"#),
+            "{card}"
+        );
+        let layout = b
+            .execute(
+                "const s = getComputedStyle(document.querySelector(\".approval[data-call-id='c1'] pre.args\")); \
+                 return [s.direction, s.unicodeBidi];",
+                json!([]),
+            )
+            .await;
+        assert_eq!(layout, json!(["ltr", "bidi-override"]));
         // (A title is the prompt's first 120 characters.)
         let title = shown(".run-title").await;
         assert!(
@@ -155,7 +172,7 @@ async fn scenario(b: &Browser, base: &str, run: &str) -> Result<(), Box<dyn std:
         // No character anywhere on the page reorders or hides what follows it.
         let hiding = b
             .execute(
-                "return /[\\u202a-\\u202e\\u2066-\\u2069\\u2028\\u2029\\r\\x00-\\x08\\x7f-\\x9f]/\
+                "return /[\\p{Cf}\\u2028\\u2029\\r\\x00-\\x08\\x7f-\\x9f]/u\
                  .test(document.body.textContent + document.title)",
                 json!([]),
             )

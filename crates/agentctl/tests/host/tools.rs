@@ -401,6 +401,33 @@ async fn calls_a_person_could_misread_are_refused_before_anyone_is_asked() {
     assert!(!ws.join("SECOND-RAN").exists() && !ws.join("DOTS-RAN").exists());
 }
 
+/// A built-in tool's call with a key it does not take is refused, and nothing runs: beside
+/// the `command` that would run, a lookalike key (`"cоmmand"`, Cyrillic `о`) read as the
+/// command to a person approving it in the console, which the tool ignored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_a_built_in_tool_does_not_take_refuses_the_call() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("a.db").display());
+    let (_g, ws) = workspace();
+    let server = emulator(&script_by_outputs(&[
+        json!([call(
+            "c_look",
+            "shell",
+            json!({"command": "touch REAL-RAN", "c\u{43e}mmand": "ls -la"})
+        )]),
+        answer("FINAL: refused"),
+    ]))
+    .await;
+    let o = out(&mut run_cmd(&db, &server, &ws, &["--approval", "auto"]));
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let events = events(&db, &only_run(&db)).await;
+    check_invariants(&events);
+    let (kind, msg) = told(&events, "c_look");
+    assert_eq!(kind, "tool.refused");
+    assert!(msg.contains("unknown argument \"c\\u{43e}mmand\""), "{msg}");
+    assert!(!ws.join("REAL-RAN").exists());
+}
+
 /// A model's arguments that spell the API key with JSON escapes (`\u0073\u006b...`) are
 /// masked as the key itself is: nothing the run journals, prints or writes holds it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -23,7 +23,7 @@ use super::beneath;
 use super::file_threads::run_on_file_thread;
 use super::read_window::read_window;
 use super::secrets::mask_key;
-use super::{Workspace, arg_str, arg_u64, object};
+use super::{Workspace, arg_str, arg_u64, object, only_keys};
 
 /// Lines returned by one `read_file` when the model gives no `limit`.
 pub(crate) const MAX_READ_LINES: u64 = 2000;
@@ -108,6 +108,7 @@ impl Tool for ReadFile {
     fn validate(&self, args: &Value) -> Result<(), String> {
         required_path(args, "path")?;
         let obj = object(args)?;
+        only_keys(obj, &["path", "offset", "limit"])?;
         arg_u64(obj, "offset")?;
         if arg_u64(obj, "limit")? == Some(0) {
             return Err("`limit` must be at least 1".into());
@@ -186,6 +187,7 @@ impl Tool for WriteFile {
 
     fn validate(&self, args: &Value) -> Result<(), String> {
         let path = required_path(args, "path")?;
+        only_keys(object(args)?, &["path", "content"])?;
         if path.ends_with('/') {
             return Err(format!("`path` {path} names a directory; give a file path"));
         }
@@ -245,7 +247,9 @@ impl Tool for ListDir {
     }
 
     fn validate(&self, args: &Value) -> Result<(), String> {
-        arg_str(object(args)?, "path")?;
+        let obj = object(args)?;
+        only_keys(obj, &["path"])?;
+        arg_str(obj, "path")?;
         Ok(())
     }
 

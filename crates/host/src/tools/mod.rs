@@ -242,6 +242,36 @@ fn shell_parameters(sandboxed: bool) -> Value {
         "required": required, "additionalProperties": false})
 }
 
+/// Refuses a key of `obj` that is not in `known`, naming it escaped: the built-in tools'
+/// schemas allow no other (`additionalProperties: false`), and one the tool ignored could
+/// make a person approve arguments that read as others (`"cоmmand"` with a Cyrillic `о`, or
+/// a zero-width space, beside the `command` that runs).
+pub(crate) fn only_keys(obj: &Map<String, Value>, known: &[&str]) -> Result<(), String> {
+    match obj.keys().find(|key| !known.contains(&key.as_str())) {
+        None => Ok(()),
+        Some(key) => Err(format!(
+            "unknown argument {} (this tool takes {})",
+            escaped(key),
+            known.join(", ")
+        )),
+    }
+}
+
+/// `key` quoted with every character outside printable ASCII written as `\u{..}`, so that
+/// a lookalike or an invisible character shows in the message.
+fn escaped(key: &str) -> String {
+    let mut shown = String::from("\"");
+    for c in key.chars().take(64) {
+        if c.is_ascii_graphic() || c == ' ' {
+            shown.push(c);
+        } else {
+            shown.push_str(&format!("\\u{{{:x}}}", u32::from(c)));
+        }
+    }
+    shown.push('"');
+    shown
+}
+
 pub(crate) fn object(args: &Value) -> Result<&Map<String, Value>, String> {
     args.as_object()
         .ok_or_else(|| "arguments must be a JSON object".to_string())
@@ -303,5 +333,21 @@ mod tests {
         assert_eq!(arg_u64(obj, "offset"), Ok(None));
         assert_eq!(arg_u64(obj, "limit"), Ok(Some(3)));
         assert_eq!(arg_str(obj, "offset"), Ok(None));
+    }
+
+    /// A key the tool does not take is refused, shown so that a lookalike (a Cyrillic `о`)
+    /// or an invisible character (a zero-width space) can be told from the real one: the
+    /// console's card showed `"command": "ls"` beside the `command` that ran.
+    #[test]
+    fn a_key_a_tool_does_not_take_is_refused_and_shown() {
+        let known = ["command", "timeout_ms"];
+        let args = json!({"command": "echo real", "c\u{43e}mmand": "ls"});
+        let err = only_keys(args.as_object().unwrap(), &known).unwrap_err();
+        assert!(err.contains("\"c\\u{43e}mmand\""), "{err}");
+        let args = json!({"command": "echo real", "command\u{200b}": "ls"});
+        let err = only_keys(args.as_object().unwrap(), &known).unwrap_err();
+        assert!(err.contains("\"command\\u{200b}\""), "{err}");
+        let args = json!({"command": "ls", "timeout_ms": null});
+        assert_eq!(only_keys(args.as_object().unwrap(), &known), Ok(()));
     }
 }

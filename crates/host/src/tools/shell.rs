@@ -29,7 +29,7 @@ use agent_runtime::{Tool, ToolContext, ToolFailure};
 
 use super::secrets::{HIDDEN_ENV, mask_key};
 use super::watchdog::{move_aside, watchdog};
-use super::{Workspace, arg_str, arg_u64, object};
+use super::{Workspace, arg_str, arg_u64, object, only_keys};
 use crate::sandbox::SandboxSpec;
 
 /// Bytes of output kept: half from the start, half from the end.
@@ -86,6 +86,15 @@ impl Tool for Shell {
 
     fn validate(&self, args: &Value) -> Result<(), String> {
         let obj = object(args)?;
+        only_keys(
+            obj,
+            &[
+                "command",
+                "timeout_ms",
+                "sandbox_permissions",
+                "justification",
+            ],
+        )?;
         let command = arg_str(obj, "command")?.ok_or("missing `command` (a string)")?;
         if command.trim().is_empty() {
             return Err("`command` is empty".into());
