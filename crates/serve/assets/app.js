@@ -480,7 +480,7 @@ function viewRun(main, id) {
       }
       for (const line of lines) {
         if (!line) continue;
-        const key = /^item\./.test(line.type) && line.item ? String(line.item.id) : null;
+        const key = /^item\./.test(line.type) && line.item ? itemKey(line.item) : null;
         // item.completed replaces the entry of the same item's item.started.
         if (key !== null && at.has(key)) batch[at.get(key)] = [ev, line];
         else if (key !== null && tl.items.has(key)) updates.set(key, [ev, line]);
@@ -500,13 +500,13 @@ function viewRun(main, id) {
     tl.dropped += start;
     for (const [ev, line] of batch.slice(start)) {
       const li = entry(ev, line);
-      if (li.dataset.itemId != null) tl.items.set(li.dataset.itemId, li);
+      if (li.dataset.itemKey != null) tl.items.set(li.dataset.itemKey, li);
       frag.append(li);
     }
     timeline.append(frag);
     let count = timeline.childElementCount;
     for (; count > MAX_ENTRIES; count--, tl.dropped++) {
-      const li = timeline.firstElementChild, k = li.dataset.itemId;
+      const li = timeline.firstElementChild, k = li.dataset.itemKey;
       if (tl.items.get(k) === li) tl.items.delete(k);
       li.remove();
     }
@@ -543,9 +543,16 @@ function viewRun(main, id) {
     chartBox.replaceChildren(svg);
     tx(chartNote, all.length > CHART_STEPS ? 'the last ' + CHART_STEPS + ' of ' + all.length + ' steps' : all.length + ' step(s)');
   }
+  // A message's or reasoning's id is the stream's own (`item_N`), a call's is the model's
+  // call_id: two namespaces, so a call named `item_3` never takes the place of message 3.
+  function itemKey(it) {
+    return (it.type === 'agent_message' || it.type === 'reasoning' ? 'm:' : 'c:') + it.id;
+  }
   function entry(ev, l) {
     const attrs = { 'data-kind': l.type }, it = /^item\./.test(l.type) && l.item, t = when(ev.at);
-    if (it) { attrs['data-kind'] = 'item:' + it.type; attrs['data-item-id'] = it.id; }
+    if (it) {
+      attrs['data-kind'] = 'item:' + it.type; attrs['data-item-id'] = it.id; attrs['data-item-key'] = itemKey(it);
+    }
     const [name, cls, chips, parts] = it ? itemParts(it) : lineParts(l), body = parts.filter(Boolean);
     return h('li.ev.' + cls, attrs,
       h('div.ev-head', h('time', { datetime: t && t.toISOString(), title: full(ev.at) }, clock(ev.at)),

@@ -259,3 +259,60 @@ async fn an_event_dated_out_of_range_keeps_the_timeline() {
         std::panic::resume_unwind(panic);
     }
 }
+
+/// A call the model named `item_2` and the message the stream numbers `item_2` a step
+/// later are two entries: the message took the command's place in the timeline (live and
+/// on reload), so a command that ran vanished from the console.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_named_like_a_message_keeps_its_own_entry() {
+    let Some((chromium, chromedriver)) = webdriver::installed_or_skip() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("j.db").display());
+    let ws = dir.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let mut first = answer("Let me look around.");
+    first.as_array_mut().unwrap().push(call(
+        "item_2",
+        "shell",
+        json!({"command": "echo COMMAND-THAT-RAN"}),
+    ));
+    let server = emulator(&script_by_outputs(&[
+        first,
+        answer("I only read README.md; nothing was changed."),
+    ]))
+    .await;
+    let o = host::out(
+        agentctl(&db)
+            .args(["run", "--base-url", &server.base_url(), "--workspace"])
+            .arg(&ws)
+            .args(["--approval", "auto", "tidy up"]),
+    );
+    assert!(o.status.success(), "{}", host::text(&o.stderr));
+    let run = wait_for_run(&db).await;
+    let served = served::serve(&db, dir.path(), &[]);
+
+    let b = Browser::start(&chromium, &chromedriver).await;
+    let outcome = std::panic::AssertUnwindSafe(async {
+        b.goto(&format!("{}/?token={TOKEN}", served.base)).await;
+        b.goto(&format!("{}/#/runs/{run}", served.base)).await;
+        b.wait_for(
+            "#timeline li[data-kind='item:agent_message']",
+            "nothing was changed",
+            WAIT,
+        )
+        .await;
+        b.wait_for(
+            "#timeline li[data-kind='item:command_execution']",
+            "COMMAND-THAT-RAN",
+            WAIT,
+        )
+        .await;
+    });
+    let outcome = futures::FutureExt::catch_unwind(outcome).await;
+    b.quit().await;
+    if let Err(panic) = outcome {
+        std::panic::resume_unwind(panic);
+    }
+}
