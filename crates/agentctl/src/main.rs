@@ -55,7 +55,7 @@ enum Command {
     Approve(cmd::decide::ApproveArgs),
     /// Deny a call a run is waiting on; the model is told why.
     Deny(cmd::decide::DecideArgs),
-    /// Steer a run from any terminal: the model reads TEXT before its next step (over `--transport ws`, in the response streaming now when the server takes it).
+    /// Steer a run from any terminal: the model reads TEXT before its next step (on the WebSocket transport, in the response streaming now when the server takes it).
     Steer(cmd::decide::SteerArgs),
     /// Ask the host driving a run to interrupt it (as soon as it sees the request: a running tool or a streaming response is stopped then); a run queued for the workers is withdrawn from their queue (`resume` takes it up later).
     Interrupt(cmd::decide::InterruptArgs),

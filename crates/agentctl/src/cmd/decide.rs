@@ -172,7 +172,7 @@ pub async fn steer(global: &GlobalArgs, args: SteerArgs) -> anyhow::Result<ExitC
     } else {
         output::line(&match outcome {
             None => format!(
-                "{id} requested (applied before the run's next step, or during the response streaming now over --transport ws)"
+                "{id} requested (applied before the run's next step, or during the response streaming now on the WebSocket transport)"
             ),
             Some(Ok(step)) => format!("{id} applied before step {step}"),
             Some(Err(reason)) => format!("{id} dropped: {reason}"),
