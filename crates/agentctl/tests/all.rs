@@ -32,6 +32,8 @@ mod fixture_journal;
 mod lifecycle;
 #[path = "host/mcp.rs"]
 mod mcp;
+#[path = "host/model_replies.rs"]
+mod model_replies;
 #[path = "host/output_bounds.rs"]
 mod output_bounds;
 #[path = "host/output_schema.rs"]

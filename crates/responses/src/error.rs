@@ -28,6 +28,11 @@ pub struct ApiError {
     /// How many times the client had already sent this request again before this answer
     /// (its `x-stainless-retry-count`): 0 when it was sent once.
     pub retries_taken: u32,
+    /// The server's `x-should-retry` header on the answer this error reports: `Some(false)`
+    /// when it asked not to be sent the request again, `Some(true)` when it asked to be,
+    /// `None` when it said neither (and for an `error` stream event). It decides
+    /// [`ApiError::retry`] over the status, as it decides the client's own retries.
+    pub should_retry: Option<bool>,
 }
 
 impl std::fmt::Display for ApiError {
@@ -53,6 +58,8 @@ impl std::fmt::Display for ApiError {
                 human_wait(wait),
                 MAX_RETRY_AFTER.as_secs()
             )?;
+        } else if self.should_retry == Some(false) {
+            f.write_str(" (the server asked not to retry it: x-should-retry: false)")?;
         } else if self.retries_taken > 0 {
             let s = if self.retries_taken == 1 { "y" } else { "ies" };
             write!(f, " (after {} retr{s})", self.retries_taken)?;
@@ -71,10 +78,18 @@ impl ApiError {
     /// retryable unless its type says the request is invalid (`invalid_request_error`).
     /// Whatever the status, a [`retry_after`](Self::retry_after) above [`MAX_RETRY_AFTER`]
     /// (the server will not take the request for longer than a client waits) is
-    /// [`Retry::Never`].
+    /// [`Retry::Never`]. Then the server's [`should_retry`](Self::should_retry)
+    /// (`x-should-retry: true|false`) decides, before the status: the SDK's order, which
+    /// the client follows for its own retries, so a caller that retries whole calls does
+    /// not send again what the server asked not to be sent again.
     pub fn retry(&self) -> Retry {
         if self.retry_after.is_some_and(|d| d > MAX_RETRY_AFTER) {
             return Retry::Never;
+        }
+        match self.should_retry {
+            Some(true) => return Retry::Backoff,
+            Some(false) => return Retry::Never,
+            None => {}
         }
         match self.status {
             Some(408 | 409 | 429) => Retry::Backoff,
@@ -86,7 +101,7 @@ impl ApiError {
     }
 
     /// Builds the error from a status and an error body (`{"error": {...}}`), as the SDK does
-    /// (with no `retry_after` and no retries taken: the client sets those).
+    /// (with no `retry_after`, no retries taken and no `should_retry`: the client sets those).
     pub fn from_body(status: u16, body: &[u8], request_id: Option<String>) -> Self {
         let parsed: Option<serde_json::Value> = serde_json::from_slice(body).ok();
         let error = parsed.as_ref().map(|v| v.get("error").unwrap_or(v));
@@ -114,6 +129,7 @@ impl ApiError {
             request_id,
             retry_after: None,
             retries_taken: 0,
+            should_retry: None,
         }
     }
 }
@@ -385,6 +401,7 @@ mod tests {
             request_id: None,
             retry_after: None,
             retries_taken: 0,
+            should_retry: None,
         }
     }
 
@@ -406,5 +423,33 @@ mod tests {
         let stream = ClientError::StreamError(Box::new(api(None, Some("server_error"))));
         assert!(stream.is_retryable());
         assert!(ClientError::BodyLost("eof".into()).is_retryable());
+    }
+
+    /// `x-should-retry` decides before the status, as for the client's own retries; a wait
+    /// over the cap still forbids a retry.
+    #[test]
+    fn the_servers_should_retry_decides_over_the_status() {
+        let with = |status: u16, should: Option<bool>| ApiError {
+            should_retry: should,
+            ..api(Some(status), Some("server_error"))
+        };
+        assert_eq!(with(503, Some(false)).retry(), Retry::Never);
+        assert_eq!(with(429, Some(false)).retry(), Retry::Never);
+        assert_eq!(with(503, None).retry(), Retry::Backoff);
+        assert_eq!(with(400, Some(true)).retry(), Retry::Backoff);
+        let capped = ApiError {
+            retry_after: Some(MAX_RETRY_AFTER + Duration::from_secs(1)),
+            ..with(503, Some(true))
+        };
+        assert_eq!(capped.retry(), Retry::Never);
+        let refused = ClientError::Api(Box::new(with(503, Some(false))));
+        assert_eq!(
+            crate::retry::RetryPolicy::default().backoff(&refused, 0),
+            None
+        );
+        assert!(
+            refused.to_string().contains("x-should-retry: false"),
+            "{refused}"
+        );
     }
 }

@@ -137,12 +137,20 @@ pub fn should_retry(status: u16, headers: &HeaderMap) -> bool {
     if server_delay(headers).is_some_and(|d| d > MAX_RETRY_AFTER) {
         return false;
     }
-    match headers.get("x-should-retry").and_then(|v| v.to_str().ok()) {
-        Some("true") => return true,
-        Some("false") => return false,
-        _ => {}
+    if let Some(should) = should_retry_header(headers) {
+        return should;
     }
     matches!(status, 408 | 409 | 429) || status >= 500
+}
+
+/// The server's `x-should-retry` header: `Some(true)` for `true`, `Some(false)` for
+/// `false`, `None` when it is absent or says anything else.
+pub fn should_retry_header(headers: &HeaderMap) -> Option<bool> {
+    match headers.get("x-should-retry").and_then(|v| v.to_str().ok()) {
+        Some("true") => Some(true),
+        Some("false") => Some(false),
+        _ => None,
+    }
 }
 
 /// How long to wait before retry number `retries_taken + 1`; `unit` in [0, 1) is the jitter draw.

@@ -51,6 +51,9 @@ mod ambiguous;
 mod calls;
 pub(crate) mod dropped;
 mod held;
+mod unanswerable;
+
+use unanswerable::unanswerable;
 
 /// A final answer checked against the run's output schema.
 enum Checked {
@@ -207,6 +210,9 @@ impl Driver {
     }
 
     async fn steps(&mut self) -> Result<RunEnd, HostError> {
+        if let Some(problem) = self.unusable_recorded_step() {
+            return self.fail(problem).await;
+        }
         loop {
             if let Some(end) = self.check_interrupt().await? {
                 return Ok(end);
@@ -566,23 +572,54 @@ impl Driver {
         Ok(())
     }
 
-    /// Why the function calls of a response cannot be answered, if they cannot: every call
-    /// needs a `call_id` of its own, unique in the run, for its output to be matched.
+    /// Why the calls of a response cannot be answered, if they cannot: every call must be a
+    /// `function_call` (the only tools the host offers), with a `call_id` of its own,
+    /// unique in the run, for its output to be matched, and short enough for the journal's
+    /// dedup keys that carry it ([`max_call_id_bytes`]). Checked before the response is
+    /// journaled: a recorded step is never asked again, so one that cannot be answered
+    /// would fail every resume the same way.
     fn unusable_calls(&self, output: &[Value]) -> Option<String> {
         let mut seen = std::collections::HashSet::new();
         for item in output {
-            if item.get("type").and_then(Value::as_str) != Some("function_call") {
+            if let Some(problem) = unanswerable(item, &self.turn) {
+                return Some(problem);
+            }
+            let Some(call) = FunctionCall::of(item) else {
                 continue;
-            }
-            let call_id = item.get("call_id").and_then(Value::as_str).unwrap_or("");
-            if call_id.is_empty() {
-                return Some("the model made a function call without a call_id".into());
-            }
-            if !seen.insert(call_id) || self.state.call(call_id).is_some() {
-                return Some(format!("the model reused the call_id {call_id}"));
+            };
+            if !seen.insert(call.call_id) || self.state.call(call.call_id).is_some() {
+                return Some(format!("the model reused the call_id {}", call.call_id));
             }
         }
         None
+    }
+
+    /// Why the run's last recorded step cannot go on, if it cannot: a journal written
+    /// before [`unusable_calls`](Self::unusable_calls) refused such a response may hold a
+    /// step with a call of another kind than `function_call`, or an unfinished call whose
+    /// `call_id` no dedup key can carry. Asked again on every resume, it would fail the
+    /// same way each time (a request the API refuses, a journal error); the run fails
+    /// instead, saying why.
+    fn unusable_recorded_step(&self) -> Option<String> {
+        let step = self.state.steps.last()?;
+        let open: std::collections::HashSet<&str> =
+            self.open_calls().map(|c| c.call_id.as_str()).collect();
+        step.output
+            .iter()
+            .filter_map(|raw| raw.to_value().ok())
+            .find_map(|item| {
+                let open_call = FunctionCall::of(&item).is_some_and(|c| open.contains(c.call_id));
+                let foreign = FunctionCall::unanswerable_type(&item).is_some();
+                (open_call || foreign)
+                    .then(|| unanswerable(&item, &self.turn))
+                    .flatten()
+            })
+            .map(|problem| {
+                format!(
+                    "{problem} (in step {}, recorded before such a response was refused)",
+                    step.step
+                )
+            })
     }
 
     /// The calls of the last step that have not ended.

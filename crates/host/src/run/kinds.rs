@@ -32,7 +32,8 @@ pub const MODEL_REQUESTED: &str = "model.requested";
 /// A model response received in full: step, response id, output items verbatim, usage.
 /// A step steered while it streamed (`--transport ws`) also has `steered`:
 /// `{parent_response_id, parent_status, incomplete_reason ("steered"), parent_output,
-/// steer_ids}`; `response_id` and `output` are then the successor's, and each steer in
+/// steer_ids, parent_usage?}` (the steered response's usage, counted in the run's with the
+/// successor's); `response_id` and `output` are then the successor's, and each steer in
 /// `steer_ids` has its `steer.applied` (at this step, `via: "response.steer"`) in the same
 /// append.
 pub const MODEL_COMPLETED: &str = "model.completed";

@@ -47,6 +47,9 @@ pub(crate) struct Steered {
     pub incomplete_reason: Option<String>,
     /// The parent's output items, verbatim (partial when it was cut by the steer).
     pub parent_output: Vec<Value>,
+    /// The parent's `usage`, verbatim, when it had one: what the steered response cost,
+    /// counted in the run's usage beside the successor's.
+    pub parent_usage: Option<Value>,
     /// `(journal id, text)` of each steer the successor carries, in the order sent.
     pub steers: Vec<(String, String)>,
 }
@@ -323,6 +326,7 @@ impl WsStep {
                         request_id: None,
                         retry_after: None,
                         retries_taken: 0,
+                        should_retry: None,
                     },
                 ))))
             }
@@ -353,7 +357,13 @@ impl WsStep {
             .iter()
             .filter_map(|item| serde_json::to_value(item).ok())
             .collect();
+        let parent_usage = parent
+            .usage
+            .as_ref()
+            .and_then(Option::as_ref)
+            .and_then(|usage| serde_json::to_value(usage).ok());
         Some(Steered {
+            parent_usage,
             incomplete_reason: incomplete_reason(&parent),
             parent_status: parent.status.clone(),
             parent_response_id: parent.id,
@@ -370,6 +380,7 @@ pub(crate) fn steered_payload(steered: &Steered) -> events::Steered {
         parent_status: steered.parent_status.clone(),
         incomplete_reason: steered.incomplete_reason.clone(),
         parent_output: steered.parent_output.clone(),
+        parent_usage: steered.parent_usage.clone(),
         steer_ids: steered.steers.iter().map(|(id, _)| id.clone()).collect(),
     }
 }
@@ -405,6 +416,7 @@ fn client_error(err: WsError) -> ClientError {
             request_id: None,
             retry_after: None,
             retries_taken: 0,
+            should_retry: None,
         })),
         WsError::HandshakeTimeout(_) | WsError::Connect(_) => ClientError::Connect(err.to_string()),
         WsError::Closed { .. } => ClientError::Transport(err.to_string()),

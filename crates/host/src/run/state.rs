@@ -34,6 +34,20 @@ use crate::RawJson;
 /// The most characters of a prompt's first line a run's title keeps.
 pub const TITLE_CHARS: usize = 120;
 
+/// The most tokens a figure of one response's `usage` (or a compaction's) counts for:
+/// `u32::MAX`, thousands of times the largest context window, so no real response reaches
+/// it. A larger figure is a server's error; counted as sent, a `u64::MAX` would make the
+/// run's usage `u64::MAX`, above every `--max-tokens`, and since a resume needs a budget
+/// above what the run used, the paused run could never be resumed. Capped, it still pauses
+/// a run on any budget below it, and `resume --max-tokens` with a higher one goes on.
+pub const MAX_RESPONSE_TOKENS: u64 = u32::MAX as u64;
+
+/// The most a figure of a run's usage counts for: 2^53 - 1, the largest integer every JSON
+/// reader holds exactly, and far below `u64::MAX`, so a budget above what a run used always
+/// exists (a sub-agent's usage, or a journal written before [`MAX_RESPONSE_TOKENS`], could
+/// otherwise bring a run to `u64::MAX`).
+pub const MAX_RUN_TOKENS: u64 = (1 << 53) - 1;
+
 /// The whole run, as folded from its events (since its latest checkpoint, for a driving
 /// host's fold).
 ///
@@ -547,7 +561,7 @@ impl RunState {
                     ..
                 } = *compacted;
                 if let Some(usage) = &usage {
-                    self.usage.add(&TokenUsage::from_api(usage));
+                    count(&mut self.usage, &response_usage(usage));
                 }
                 self.compaction = Some(CompactionRecord {
                     before_step: step,
@@ -634,7 +648,7 @@ impl RunState {
                     .and_then(|i| self.children.get_mut(i));
                 match child {
                     Some(child) => {
-                        self.usage.add(&ended.usage.since(&child.usage));
+                        count(&mut self.usage, &ended.usage.since(&child.usage));
                         // An end that knows less (a child that could not be read) does
                         // not lower what was counted.
                         if ended.usage.total_tokens >= child.usage.total_tokens {
@@ -642,13 +656,13 @@ impl RunState {
                         }
                         child.ended = Some(ended.status);
                     }
-                    None => self.usage.add(&ended.usage),
+                    None => count(&mut self.usage, &ended.usage),
                 }
             }
             // A response that was paid for but not kept (too large to journal) still counts.
             RunEvent::ModelFailed(failed) => {
                 if let Some(usage) = &failed.usage {
-                    self.usage.add(&TokenUsage::from_api(usage));
+                    count(&mut self.usage, &response_usage(usage));
                 }
             }
         }
@@ -674,7 +688,7 @@ impl RunState {
         }
         self.attempts.remove(&step);
         let output: Vec<RawJson> = completed.output.iter().map(RawJson::from_value).collect();
-        let usage = TokenUsage::from_api(completed.usage);
+        let usage = response_usage(completed.usage);
         for call in completed.function_calls() {
             if call.call_id.is_empty() || self.index.find(&self.calls, call.call_id).is_some() {
                 continue;
@@ -692,7 +706,16 @@ impl RunState {
                 },
             );
         }
-        self.usage.add(&usage);
+        count(&mut self.usage, &usage);
+        // A response steered while it streamed (`--transport ws`) was paid for as well as
+        // its successor, whose usage is the step's.
+        if let Some(parent) = completed
+            .steered
+            .as_ref()
+            .and_then(|s| s.parent_usage.as_ref())
+        {
+            count(&mut self.usage, &response_usage(parent));
+        }
         push_lean(
             &mut self.steps,
             StepRecord {
@@ -840,6 +863,127 @@ fn push_lean<T>(v: &mut Vec<T>, item: T) {
     v.push(item);
 }
 
+/// A response's (or a compaction's) `usage` as the run counts it: each figure at most
+/// [`MAX_RESPONSE_TOKENS`].
+fn response_usage(usage: &Value) -> TokenUsage {
+    capped(&TokenUsage::from_api(usage), MAX_RESPONSE_TOKENS)
+}
+
+/// Adds `usage` to a run's `total`, each figure at most [`MAX_RUN_TOKENS`].
+fn count(total: &mut TokenUsage, usage: &TokenUsage) {
+    total.add(usage);
+    *total = capped(total, MAX_RUN_TOKENS);
+}
+
+/// `usage` with each figure at most `max`.
+fn capped(usage: &TokenUsage, max: u64) -> TokenUsage {
+    TokenUsage {
+        input_tokens: usage.input_tokens.min(max),
+        cached_tokens: usage.cached_tokens.min(max),
+        output_tokens: usage.output_tokens.min(max),
+        reasoning_tokens: usage.reasoning_tokens.min(max),
+        total_tokens: usage.total_tokens.min(max),
+    }
+}
+
 #[cfg(test)]
 #[path = "state_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+mod usage_tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::run::kinds as k;
+    use crate::run::test_events::ev;
+
+    fn created() -> Value {
+        json!({"prompt": "p", "model": "m", "workspace": "/w", "tools": [],
+               "approval": "default", "budgets": {"max_steps": 5, "max_tokens": 1000},
+               "owner": {"host": "h", "pid": 1}})
+    }
+
+    /// A server's absurd usage (`u64::MAX`) counts for [`MAX_RESPONSE_TOKENS`]: the run
+    /// pauses on its budget, and the resume the host suggests (what it used plus the
+    /// budget) leaves room, where a usage of `u64::MAX` left none.
+    #[test]
+    fn an_absurd_usage_is_capped_so_a_higher_budget_exists() {
+        let huge = json!({"input_tokens": u64::MAX, "output_tokens": u64::MAX,
+                          "total_tokens": u64::MAX,
+                          "input_tokens_details": {"cached_tokens": u64::MAX}});
+        let events = vec![
+            ev(1, k::RUN_CREATED, created()),
+            ev(
+                2,
+                k::MODEL_COMPLETED,
+                json!({"step": 1, "response_id": "r1", "output": [], "usage": huge}),
+            ),
+        ];
+        let s = RunState::from_events("r", &events);
+        assert_eq!(s.usage.total_tokens, MAX_RESPONSE_TOKENS);
+        assert_eq!(s.usage.input_tokens, MAX_RESPONSE_TOKENS);
+        assert_eq!(s.usage.cached_tokens, MAX_RESPONSE_TOKENS);
+        let used = s.usage.total_tokens;
+        let suggested = used.saturating_add(1000);
+        assert!(crate::run::check_budget("r", "tokens", used, suggested).is_ok());
+    }
+
+    /// However many absurd figures a run folds (steps, failures, compactions, a child's end
+    /// from an old journal), its usage stays below `u64::MAX`.
+    #[test]
+    fn a_run_total_stays_below_what_a_budget_can_exceed() {
+        let huge = json!({"input_tokens": u64::MAX, "total_tokens": u64::MAX});
+        let mut events = vec![ev(1, k::RUN_CREATED, created())];
+        for step in 1..=3_i64 {
+            events.push(ev(
+                step + 1,
+                k::MODEL_FAILED,
+                json!({"step": step, "message": "m", "usage": huge}),
+            ));
+        }
+        events.push(ev(
+            10,
+            k::SUBAGENT_ENDED,
+            json!({"call_id": "c", "index": 0, "child_run_id": "kid", "status": "completed",
+                   "usage": {"input_tokens": u64::MAX, "cached_tokens": 0, "output_tokens": 0,
+                             "reasoning_tokens": 0, "total_tokens": u64::MAX}}),
+        ));
+        let s = RunState::from_events("r", &events);
+        assert_eq!(s.usage.total_tokens, MAX_RUN_TOKENS);
+        assert!(crate::run::check_budget("r", "tokens", MAX_RUN_TOKENS, u64::MAX).is_ok());
+    }
+
+    /// A step steered while it streamed counts its steered response's usage too; a journal
+    /// written before `parent_usage` was recorded counts the successor's alone.
+    #[test]
+    fn a_steered_step_counts_both_responses() {
+        let step = |seq: i64, n: u64, parent_usage: Option<Value>| {
+            let mut steered = json!({"parent_response_id": format!("p{n}"), "steer_ids": ["s"]});
+            if let Some(usage) = parent_usage {
+                steered["parent_usage"] = usage;
+            }
+            ev(
+                seq,
+                k::MODEL_COMPLETED,
+                json!({"step": n, "response_id": format!("r{n}"), "output": [],
+                       "usage": {"input_tokens": 30, "output_tokens": 10, "total_tokens": 40},
+                       "steered": steered}),
+            )
+        };
+        let events = vec![
+            ev(1, k::RUN_CREATED, created()),
+            step(
+                2,
+                1,
+                Some(json!({"input_tokens": 50, "output_tokens": 10, "total_tokens": 60})),
+            ),
+            step(3, 2, None),
+        ];
+        let s = RunState::from_events("r", &events);
+        assert_eq!(s.usage.total_tokens, 40 + 60 + 40);
+        assert_eq!(s.usage.input_tokens, 30 + 50 + 30);
+        // The step's own usage is the successor's (what the next request's size follows).
+        assert_eq!(s.steps[0].usage.total_tokens, 40);
+    }
+}

@@ -267,6 +267,7 @@ impl Client {
         api.message = self.config.api_key.mask(&api.message);
         api.retry_after = retry_after;
         api.retries_taken = retries_taken;
+        api.should_retry = retry::should_retry_header(&headers);
         Err(ClientError::Api(Box::new(api)))
     }
 

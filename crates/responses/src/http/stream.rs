@@ -332,6 +332,7 @@ impl EventStream {
                     request_id: self.request_id.clone(),
                     retry_after: None,
                     retries_taken: 0,
+                    should_retry: None,
                 })))
             }
             Decoded::Event(event) => Ok(event),

@@ -153,6 +153,19 @@ impl<'a> FunctionCall<'a> {
             arguments: field("arguments"),
         })
     }
+
+    /// The type of an output item that asks the host for an answer it cannot give: a call of
+    /// another kind than `function_call` (every `*_call`: `custom_tool_call`,
+    /// `local_shell_call`, `computer_call`, `mcp_call`, ...) or an `mcp_approval_request`. The
+    /// host offers function tools only, so such an item calls a tool the run never offered;
+    /// left unanswered, the next request is refused for its missing output (and without a next
+    /// request the run would end on an empty answer). Messages, reasoning, compaction items and
+    /// any other item that is not a call are not answered and need not be.
+    pub fn unanswerable_type(item: &Value) -> Option<&str> {
+        let kind = item.get("type").and_then(Value::as_str)?;
+        let call = kind.ends_with("_call") || kind == "mcp_approval_request";
+        (call && kind != "function_call").then_some(kind)
+    }
 }
 
 /// The `steered` field of a step steered while it streamed: the response that was steered
@@ -171,6 +184,15 @@ pub struct Steered {
     /// Its output items, verbatim.
     #[serde(default, deserialize_with = "agent_schema::json::list")]
     pub parent_output: Vec<Value>,
+    /// Its `usage`, verbatim: the steered response was paid for too, and counts in the
+    /// run's usage and budgets beside the successor's (the event's `usage`). Absent when it
+    /// had none, and in journals written before it was recorded.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "agent_schema::json::option"
+    )]
+    pub parent_usage: Option<Value>,
     /// The steers the successor carries, each with its `steer.applied` in the same append.
     #[serde(default)]
     pub steer_ids: Vec<String>,
