@@ -72,6 +72,16 @@ pub struct Worker {
     pub name: String,
 }
 
+/// A test that fails while its worker runs must not leave it polling for ever.
+impl Drop for Worker {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
 pub fn start_worker(db: &str, dir: &Path, name: &str, ttl: &str, extra: &[&str]) -> Worker {
     start_worker_from(agentctl(db), dir, name, ttl, extra)
 }
