@@ -88,25 +88,32 @@ fn through(db: &str, port: u16) -> (String, String) {
     (upstream, format!("{head}@127.0.0.1:{port}/{tail}"))
 }
 
-/// `runs wait` on a run a host drives, through an outage of 2.5 s (its check of the
-/// driver, once a second, fails meanwhile): it ends when the run completes, exit 0. It
-/// ended at the first failed check with exit 1, which says the run failed.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn runs_wait_waits_through_a_dropped_connection() {
-    let Some(db) = fresh_db::postgres().await else {
-        return;
-    };
-    let db = db.url();
+/// `db` behind a proxy of the test's own: the proxy and the URL that goes through it.
+async fn behind_a_proxy(db: &str) -> (Proxy, String) {
     let (upstream, _) = through(db, 0);
     let proxy = Proxy::to(upstream).await;
     let (_, via) = through(db, proxy.port);
+    (proxy, via)
+}
+
+/// An `agentctl run` on `db` itself (not through the proxy) whose model's first reply is
+/// a `shell` call of `command`, then `FINAL: done`: the emulator, the host and the run's
+/// id, once the model was asked.
+async fn a_run_of(
+    db: &str,
+    ws: &std::path::Path,
+    command: &str,
+) -> (
+    agent_responses_mock::MockServer,
+    std::process::Child,
+    String,
+) {
     let server = emulator(&script_by_outputs(&[
-        json!([call("c1", "shell", json!({"command": "sleep 5"}))]),
-        answer("FINAL: waited"),
+        json!([call("c1", "shell", json!({ "command": command }))]),
+        answer("FINAL: done"),
     ]))
     .await;
-    let dir = tempfile::tempdir().unwrap();
-    let mut host = run_cmd(db, &server, dir.path(), &["--approval", "auto"])
+    let host = run_cmd(db, &server, ws, &["--approval", "auto"])
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
@@ -117,6 +124,21 @@ async fn runs_wait_waits_through_a_dropped_connection() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let run = only_run(db);
+    (server, host, run)
+}
+
+/// `runs wait` on a run a host drives, through an outage of 2.5 s (its check of the
+/// driver, once a second, fails meanwhile): it ends when the run completes, exit 0. It
+/// ended at the first failed check with exit 1, which says the run failed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_wait_waits_through_a_dropped_connection() {
+    let Some(db) = fresh_db::postgres().await else {
+        return;
+    };
+    let db = db.url();
+    let (proxy, via) = behind_a_proxy(db).await;
+    let dir = tempfile::tempdir().unwrap();
+    let (_server, mut host, run) = a_run_of(db, dir.path(), "sleep 5").await;
     let waiter = agentctl(&via)
         .args(["--json", "runs", "wait", &run, "--timeout", "60"])
         .stdout(std::process::Stdio::piped())
@@ -142,9 +164,7 @@ async fn run_wait_waits_for_a_decision_through_a_dropped_connection() {
         return;
     };
     let db = db.url();
-    let (upstream, _) = through(db, 0);
-    let proxy = Proxy::to(upstream).await;
-    let (_, via) = through(db, proxy.port);
+    let (proxy, via) = behind_a_proxy(db).await;
     let server = emulator(&script_by_outputs(&[
         json!([call(
             "c1",
@@ -189,26 +209,9 @@ async fn steer_wait_waits_through_a_dropped_connection() {
         return;
     };
     let db = db.url();
-    let (upstream, _) = through(db, 0);
-    let proxy = Proxy::to(upstream).await;
-    let (_, via) = through(db, proxy.port);
-    let server = emulator(&script_by_outputs(&[
-        json!([call("c1", "shell", json!({"command": "sleep 4"}))]),
-        answer("FINAL: steered"),
-    ]))
-    .await;
+    let (proxy, via) = behind_a_proxy(db).await;
     let dir = tempfile::tempdir().unwrap();
-    let mut host = run_cmd(db, &server, dir.path(), &["--approval", "auto"])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while server.requests().is_empty() {
-        assert!(Instant::now() < deadline, "the run never asked the model");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let run = only_run(db);
+    let (_server, mut host, run) = a_run_of(db, dir.path(), "sleep 4").await;
     let steer = agentctl(&via)
         .args(["--json", "steer", "--wait", &run, "use staging"])
         .stdout(std::process::Stdio::piped())

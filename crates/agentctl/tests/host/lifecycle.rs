@@ -466,13 +466,12 @@ async fn a_reused_call_id_fails_the_run() {
     );
 }
 
-/// A `kill -9` of the host takes its command down, and a `runs wait` on the run (one
-/// started before, one after) ends with `interrupted`.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn kill_9_of_the_host_takes_its_shell_command_down() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = format!("sqlite://{}", dir.path().join("k.db").display());
-    let (_g, ws) = workspace();
+/// An `agentctl run` (auto-approving) whose `shell` command, `touch started; sleep 60;
+/// touch finished`, has started: the emulator, kept for the run's life, and the host.
+async fn a_host_in_a_long_command(
+    db: &str,
+    ws: &std::path::Path,
+) -> (agent_responses_mock::MockServer, std::process::Child) {
     let server = emulator(&script_by_outputs(&[
         json!([call(
             "c_long",
@@ -482,7 +481,18 @@ async fn kill_9_of_the_host_takes_its_shell_command_down() {
         answer("FINAL"),
     ]))
     .await;
-    let mut child = spawn_long_shell(&db, &server, &ws, &["--approval", "auto"]).await;
+    let child = spawn_long_shell(db, &server, ws, &["--approval", "auto"]).await;
+    (server, child)
+}
+
+/// A `kill -9` of the host takes its command down, and a `runs wait` on the run (one
+/// started before, one after) ends with `interrupted`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_of_the_host_takes_its_shell_command_down() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("k.db").display());
+    let (_g, ws) = workspace();
+    let (_server, mut child) = a_host_in_a_long_command(&db, &ws).await;
     let in_ws = ws.canonicalize().unwrap();
     assert!(
         !processes_in(&in_ws).is_empty(),
@@ -532,16 +542,7 @@ async fn a_killed_hosts_command_ends_at_once() {
     let dir = tempfile::tempdir().unwrap();
     let db = format!("sqlite://{}", dir.path().join("k.db").display());
     let (_g, ws) = workspace();
-    let server = emulator(&script_by_outputs(&[
-        json!([call(
-            "c_long",
-            "shell",
-            json!({"command": "touch started; sleep 60"})
-        )]),
-        answer("FINAL"),
-    ]))
-    .await;
-    let mut child = spawn_long_shell(&db, &server, &ws, &["--approval", "auto"]).await;
+    let (_server, mut child) = a_host_in_a_long_command(&db, &ws).await;
     let in_ws = ws.canonicalize().unwrap();
     child.kill().unwrap();
     child.wait().unwrap();
