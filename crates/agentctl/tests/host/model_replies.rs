@@ -98,11 +98,7 @@ async fn a_recorded_step_with_a_call_id_too_long_fails_on_resume() {
         if matches!(&*e.kind, "approval.requested" | "run.paused") {
             continue;
         }
-        let mut event = NewEvent::new(&thread, &*e.kind, payload);
-        if let Some(key) = &e.dedup_key {
-            event = event.with_dedup_key(key.clone());
-        }
-        copy.append(event).await.unwrap();
+        copy.append(copied(&thread, e, payload)).await.unwrap();
     }
     copy.append(NewEvent::new(
         &thread,
@@ -211,11 +207,7 @@ async fn a_recorded_call_of_a_kind_never_offered_fails_on_resume() {
         if &*e.kind == "run.completed" {
             break;
         }
-        let mut event = NewEvent::new(&thread, &*e.kind, payload);
-        if let Some(key) = &e.dedup_key {
-            event = event.with_dedup_key(key.clone());
-        }
-        copy.append(event).await.unwrap();
+        copy.append(copied(&thread, e, payload)).await.unwrap();
     }
     copy.append(NewEvent::new(
         &thread,
@@ -318,4 +310,13 @@ async fn a_steered_websocket_response_counts_in_the_run_usage() {
     let ended = kinds_of(&events, "run.completed");
     assert_eq!(ended[0].payload["usage"]["total_tokens"], total);
     assert_eq!(show(&db, &run)["usage"]["total_tokens"], total);
+}
+
+/// Event `e` to append again to `thread` with `payload`, its dedup key kept.
+fn copied(thread: &str, e: &agent_journal::Event, payload: serde_json::Value) -> NewEvent {
+    let event = NewEvent::new(thread, &*e.kind, payload);
+    match &e.dedup_key {
+        Some(key) => event.with_dedup_key(key.clone()),
+        None => event,
+    }
 }
