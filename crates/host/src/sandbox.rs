@@ -55,7 +55,7 @@ impl SandboxSpec {
 
     /// The policy of one command in `workspace`, with `tmpdir` its private temp dir.
     pub fn policy(&self, workspace: &Path, tmpdir: Option<&Path>) -> Policy {
-        let mut policy = Policy::new(self.mode, workspace, agent_sandbox::home_dir().as_deref());
+        let mut policy = Policy::new(self.mode, workspace, dirs::home_dir().as_deref());
         policy.network = self.network;
         policy.writable_roots = self.writable_roots.clone();
         policy.deny_read.extend(self.deny_read.iter().cloned());
@@ -78,9 +78,10 @@ pub fn moved_config_dir() -> Option<PathBuf> {
 }
 
 /// agentctl's data directory (its default database), hidden from every command; found as
-/// agentctl finds it (`HOME` unset or empty included: the password database's home).
+/// agentctl finds it, with `dirs` (`HOME` unset or empty included: the password database's
+/// home).
 fn state_dir() -> Option<PathBuf> {
-    agent_sandbox::data_dir().map(|d| d.join("agentctl"))
+    dirs::data_dir().map(|d| d.join("agentctl"))
 }
 
 /// The binary that serves as the sandbox's entry point: `agentctl-sandbox` beside this

@@ -41,7 +41,6 @@
 mod entry;
 mod error;
 mod hide;
-mod home;
 #[cfg(target_os = "linux")]
 mod linux;
 mod policy;
@@ -55,6 +54,5 @@ pub use entry::{
 };
 pub use error::SandboxError;
 pub use hide::hide_this_process;
-pub use home::{data_dir, home_dir};
 pub use policy::{Mode, Policy, default_deny_read};
 pub use read_rules::readable_roots;
