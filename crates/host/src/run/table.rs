@@ -251,7 +251,7 @@ fn row_of(id: &str, row: &LeaseRow, now: i64) -> RunRow {
         epoch: row.epoch,
         lease_expires_at: held.then_some(row.expires_at),
         // Open and not held: a worker may take it now (a held claim waits for its expiry).
-        claimable: row.status == LeaseStatus::Open && !held,
+        claimable: lease.open && !held,
         parent: info.parent,
     }
 }

@@ -567,8 +567,8 @@ async fn lease_held(journal: &agent_journal::Journal, thread: &str) -> Result<bo
     Ok(journal
         .leases(thread)
         .await?
-        .into_iter()
-        .any(|row| row.name == thread && row.holder.is_some() && row.expires_at > now))
+        .iter()
+        .any(|row| row.name == thread && run::table::lease_view(row, now).held))
 }
 
 /// A child paused on a budget its share does not raise: `state` with why it stays paused.
