@@ -24,6 +24,8 @@ mod fuzz_fold;
 mod fuzz_mcp;
 #[path = "all/fuzz_tools.rs"]
 mod fuzz_tools;
+#[path = "all/resume_claim.rs"]
+mod resume_claim;
 #[path = "all/rust_tools.rs"]
 mod rust_tools;
 #[path = "all/steer_bridge.rs"]

@@ -599,8 +599,11 @@ impl Host {
         Ok((registry, servers))
     }
 
-    /// The `run.sandbox_changed` of `change` on a run with `spec`: the built-in tools'
-    /// policies are recomputed as a new run under the new sandbox would get them.
+    /// The `run.sandbox_changed` of `change` on a run with `spec`: a built-in tool whose
+    /// recorded policy is the one its old sandbox gave it gets the one the new sandbox
+    /// gives; one a policy of the run's configuration set keeps it (under the new
+    /// sandbox's floors). The resuming process's own configuration does not enter: it may
+    /// not be the one the run was started with.
     fn sandbox_changed(
         &self,
         spec: &RunSpec,
@@ -612,8 +615,25 @@ impl Host {
                 reason: err.to_string(),
             }
         })?;
+        let unconfigured = tools::ToolConfig::default();
+        let (by_mode, _) =
+            tools::builtin_with(&workspace, spec.approval, &unconfigured, &spec.sandbox);
+        let configured = tools::ToolConfig {
+            policies: spec
+                .tools
+                .iter()
+                .filter(|t| t.mcp.is_none())
+                .filter(|t| {
+                    by_mode
+                        .iter()
+                        .any(|m| m.name == t.name && m.policy != t.policy)
+                })
+                .map(|t| (t.name.clone(), t.policy))
+                .collect(),
+            ..tools::ToolConfig::default()
+        };
         let (specs, _) =
-            tools::builtin_with(&workspace, spec.approval, &self.tools, &change.sandbox);
+            tools::builtin_with(&workspace, spec.approval, &configured, &change.sandbox);
         let policies = specs
             .into_iter()
             .filter(|t| {
@@ -663,8 +683,8 @@ impl Host {
         let thread = kinds::thread_of(run_id);
         let me = Owner::current();
         // A handle fenced by a lease (a worker's) holds the run by that lease: the driver
-        // recorded last is not asked, and appends by others between our read and our claim
-        // (steers, decisions) are folded and the claim retried.
+        // recorded last is not asked. Appends by others between our read and our claim
+        // (steers, decisions) are folded and the claim retried, leased or not.
         let leased = self.journal.fence_epoch().is_some();
         if !leased {
             self.take_from_workers(run_id, &me).await?;
@@ -755,7 +775,10 @@ impl Host {
                     }
                     break (state, spec, resumed_at);
                 }
-                Err(agent_journal::JournalError::Conflict { .. }) if leased && attempts < 10 => {
+                // Someone appended since we looked: a steer, a decision, an interrupt (folded
+                // and the claim retried) or another driver's claim (refused above, once
+                // refolded, while that driver lives).
+                Err(agent_journal::JournalError::Conflict { .. }) if attempts < 10 => {
                     continue;
                 }
                 Err(agent_journal::JournalError::Conflict { .. }) => {

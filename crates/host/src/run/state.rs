@@ -433,8 +433,9 @@ impl RunState {
         }
     }
 
-    /// A changed sandbox replaces the spec's, and the built-in tools' policies with it.
-    /// Folding it again (a claim folds its own write first) changes nothing.
+    /// A changed sandbox replaces the spec's, and the built-in tools' policies with it; a
+    /// weaker one forgets the tools approved for the rest of the run. Folding it again (a
+    /// claim folds its own write first) changes nothing.
     pub(crate) fn apply_sandbox(&mut self, changed: &RunSandboxChanged) {
         let Some(spec) = self.spec.as_mut() else {
             return;
@@ -448,6 +449,11 @@ impl RunState {
                 .all(|t| changed.policies.get(&t.name).is_none_or(|p| *p == t.policy));
         if unchanged {
             return;
+        }
+        // A tool approved for the rest of the run was approved under the sandbox then in
+        // force: a weaker one asks again.
+        if spec.sandbox.mode.is_stricter_than(changed.sandbox.mode) {
+            self.approved_tools.clear();
         }
         let spec = Arc::make_mut(spec);
         spec.sandbox = changed.sandbox.clone();

@@ -396,3 +396,45 @@ fn a_workers_claim_of_a_queued_run_keeps_an_interrupt_asked_before_it() {
     ));
     assert_eq!(resumed.interrupt_requested(), None);
 }
+
+/// A tool approved for the rest of the run under one sandbox is asked for again once the
+/// run goes to a weaker one (`resume --sandbox off`), and stays approved under a stricter
+/// one.
+#[test]
+fn a_weaker_sandbox_forgets_the_tools_approved_for_the_run() {
+    let folded = |to: &str| {
+        let mut created = created();
+        created["sandbox"] = json!({"mode": "workspace-write"});
+        RunState::from_events(
+            "r",
+            &[
+                ev(1, k::RUN_CREATED, created),
+                completed_with_call(2, 1, "c1"),
+                ev(
+                    3,
+                    k::APPROVAL_REQUESTED,
+                    json!({"call_id": "c1", "round": 0, "reason": "policy", "args_sha256": "h"}),
+                ),
+                ev(
+                    4,
+                    k::APPROVAL_DECIDED,
+                    json!({"call_id": "c1", "round": 0, "approve": true, "scope": "run"}),
+                ),
+                ev(
+                    5,
+                    k::RUN_SANDBOX_CHANGED,
+                    json!({"from": "workspace-write", "sandbox": {"mode": to}, "cause": "flag",
+                           "policies": {"shell": "ask"}}),
+                ),
+            ],
+        )
+    };
+    let off = folded("off");
+    assert_eq!(
+        off.spec.as_ref().unwrap().sandbox.mode,
+        crate::sandbox::Mode::Off
+    );
+    assert!(off.approved_tools.is_empty(), "{:?}", off.approved_tools);
+    let stricter = folded("read-only");
+    assert_eq!(stricter.approved_tools, vec!["shell".to_string()]);
+}

@@ -15,15 +15,15 @@ use serde_json::{Value, json};
 const BOUND: Duration = Duration::from_secs(60);
 
 /// A run paused by its budget after two tool steps, its journal, and a host over both.
-struct Paused {
-    journal: Journal,
-    host: Host,
-    run_id: String,
+pub(crate) struct Paused {
+    pub(crate) journal: Journal,
+    pub(crate) host: Host,
+    pub(crate) run_id: String,
     _server: agent_responses_mock::MockServer,
     _workspace: tempfile::TempDir,
 }
 
-async fn paused_run() -> Paused {
+pub(crate) async fn paused_run() -> Paused {
     let (server, client) = crate::bench_script::serve().await;
     let journal = Journal::open("memory:").await.unwrap();
     let workspace = tempfile::tempdir().unwrap();
