@@ -482,13 +482,23 @@ async fn a_command_that_leaves_its_group_ends_with_its_call() {
 }
 
 /// The database a run is journaled in is hidden from its commands wherever `--db` puts it,
-/// even inside the workspace: its bytes do not reach the model, and it cannot be removed.
+/// even inside the workspace, and through a symlink (SQLite keeps its `-wal` beside the
+/// file the link names): its bytes do not reach the model, and it cannot be removed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_database_is_hidden_from_commands_wherever_it_lives() {
     let dir = tempfile::tempdir().unwrap();
     let ws = dir.path().join("ws");
     std::fs::create_dir_all(&ws).unwrap();
-    for db_file in [dir.path().join("elsewhere.db"), ws.join("inside.db")] {
+    let link = dir.path().join("link.db");
+    std::os::unix::fs::symlink(ws.join("linked.db"), &link).unwrap();
+    for (given, db_file) in [
+        (
+            dir.path().join("elsewhere.db"),
+            dir.path().join("elsewhere.db"),
+        ),
+        (ws.join("inside.db"), ws.join("inside.db")),
+        (link, ws.join("linked.db")),
+    ] {
         let path = db_file.display().to_string();
         let server = emulator(&script_by_outputs(&[
             json!([
@@ -500,14 +510,14 @@ async fn the_database_is_hidden_from_commands_wherever_it_lives() {
                 call(
                     "c_rm",
                     "shell",
-                    json!({ "command": format!("rm -f {path} && echo GONE-$((40+2))") })
+                    json!({ "command": format!("rm -f {path} {path}-wal && echo GONE-$((40+2))") })
                 ),
             ]),
             answer("unused"),
             answer("FINAL: done"),
         ]))
         .await;
-        let db = format!("sqlite://{path}");
+        let db = format!("sqlite://{}", given.display());
         let o = out(run_cmd(&db, &server, &ws, &[]).env("HOME", dir.path()));
         assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
         let sent: String = server
@@ -516,8 +526,8 @@ async fn the_database_is_hidden_from_commands_wherever_it_lives() {
             .map(|r| r.body.to_string())
             .collect();
         assert!(sent.contains("c_read"), "the calls' outputs were sent");
-        assert!(sent.contains("BYTES=0"), "the database could be read");
-        assert!(!sent.contains("GONE-42"), "the database was removed");
+        assert!(sent.contains("BYTES=0"), "{given:?}: the database could be read");
+        assert!(!sent.contains("GONE-42"), "{given:?}: the database was removed");
         assert!(db_file.is_file());
         let run = only_run(&db);
         assert_eq!(show(&db, &run)["status"], "completed");
