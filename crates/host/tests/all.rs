@@ -6,6 +6,8 @@
 
 #[path = "all/bench_script.rs"]
 mod bench_script;
+#[path = "all/decision_race.rs"]
+mod decision_race;
 #[path = "all/driver_fold.rs"]
 mod driver_fold;
 #[path = "all/dropped_drive.rs"]

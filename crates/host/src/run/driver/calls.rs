@@ -169,7 +169,13 @@ impl Driver {
     ) -> Result<Option<RunEnd>, HostError> {
         let mut launched = Vec::new();
         let mut waiting = Vec::new();
-        for call in &open {
+        for call_id in open.iter().map(|call| &call.call_id) {
+            // As the run is now, not as the step began: each launch, ask or refusal below
+            // folds what others appended meanwhile (a decision on a later call included).
+            let Some(call) = self.state.call(call_id).cloned() else {
+                continue;
+            };
+            let call = &call;
             match self.next_for(call) {
                 Next::Done => {}
                 Next::Stuck(turn) => {
@@ -191,6 +197,18 @@ impl Driver {
                         };
                         self.decide(call, open.round, &open.args_sha256, decision)
                             .await?;
+                        // The first decision of the round wins: a person's `deny` taken
+                        // before ours (ours then deduplicated) means the call never runs.
+                        let approved = self.state.call(call_id).is_some_and(|now| {
+                            now.approvals
+                                .iter()
+                                .find(|a| a.round == open.round)
+                                .and_then(|a| a.decision.as_ref())
+                                .is_some_and(|d| d.approve)
+                        });
+                        if !approved {
+                            continue;
+                        }
                     }
                     if let Some(refusal) = self.launch(call).await? {
                         self.refuse(call, refusal).await?;
