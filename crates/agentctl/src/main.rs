@@ -99,6 +99,39 @@ enum Command {
     Sandbox(cmd::sandbox::SandboxArgs),
 }
 
+/// The runtime every command runs on, once a panic for want of a thread ends the process.
+fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    exit_when_threads_are_refused();
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+}
+
+/// Tokio panics where the system refuses it a thread (a process limit: `ulimit -u`, a
+/// container's `pids.max`), starting the runtime or a blocking task (opening a SQLite
+/// journal), and unwinding from the runtime's start waits for ever on its half-started
+/// workers. Such a panic ends the process at once, exit 1, with an error that says why;
+/// every other panic is reported as before.
+fn exit_when_threads_are_refused() {
+    let previous = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let said = info
+            .payload()
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| info.payload().downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        if !said.starts_with("OS can't spawn") {
+            return previous(info);
+        }
+        output::note(&format!(
+            "error: the system refuses agentctl a thread ({said}); a process limit \
+             (`ulimit -u`, a container's pids.max) leaves it too few"
+        ));
+        std::process::exit(1);
+    }));
+}
+
 fn main() -> std::process::ExitCode {
     // A sandboxed command's entry point: before anything else, and while this process is
     // still single-threaded (a user namespace cannot be entered otherwise).
@@ -126,10 +159,7 @@ fn main() -> std::process::ExitCode {
     }
     let cli = parse();
     init_tracing();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match runtime() {
         Ok(runtime) => runtime,
         Err(err) => return output::report_error(&anyhow::Error::new(err)),
     };

@@ -85,6 +85,8 @@ mod codex_interop;
 mod disk_full;
 #[path = "all/docs_agree.rs"]
 mod docs_agree;
+#[path = "all/thread_limit.rs"]
+mod thread_limit;
 #[path = "all/help_flags.rs"]
 mod help_flags;
 #[path = "all/journal_cli.rs"]

@@ -15,7 +15,7 @@ use super::host::text;
 
 /// Whether these tests run as root; when not, whether they may be skipped (only outside CI,
 /// which runs them as root: there a test that cannot run fails).
-fn as_root(test: &str) -> bool {
+pub(crate) fn as_root(test: &str) -> bool {
     let root = std::fs::read_to_string("/proc/self/status")
         .unwrap_or_default()
         .lines()
