@@ -5,8 +5,14 @@
 //! - A run's sandbox is fixed in `run.created`; a resume rebuilds the same policy from it
 //!   (not from today's configuration), so a resume never weakens a run.
 //! - A run recorded before sandboxes existed reads as `off`: that is how it ran.
-//! - Never unsandboxed without asking: under `off` (chosen, or fallen back to) `shell` and
-//!   `write_file` ask unless `--approval` or a tool policy says otherwise.
+//! - Never unsandboxed without asking unless a person chose it: under `off`, `shell` and
+//!   `write_file` ask unless `--approval` or a tool policy says otherwise, and a run that
+//!   fell back to `off` (`fallback` set) asks for them whatever those say.
+//! - Only a system that cannot sandbox at all falls back: when the mode alone works here but
+//!   not with the `[sandbox]` settings, the settings are at fault and nothing runs
+//!   ([`Unavailable::Settings`]), so a workspace's file cannot turn the sandbox off.
+//! - A fallback keeps every setting but the mode (hidden paths, writable roots, network):
+//!   the host's file tools and the MCP servers still hide what the run hides.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -131,16 +137,59 @@ pub fn probe(spec: &SandboxSpec, workspace: &Path) -> Result<(), SandboxError> {
     ))
 }
 
+/// Why a run cannot have the sandbox it asks for.
+#[derive(Debug, thiserror::Error)]
+pub enum Unavailable {
+    /// This system cannot give the mode at all (its bare form fails too): a mode nobody
+    /// asked for falls back to `off`.
+    #[error("{0}")]
+    System(SandboxError),
+    /// The mode works here, but not with the `[sandbox]` settings (`deny_read`,
+    /// `writable_roots`, `network`): they are at fault, and nothing falls back.
+    #[error("the [sandbox] settings (deny_read, writable_roots, network) cannot be applied: {0}")]
+    Settings(SandboxError),
+}
+
+/// [`probe`], and when it fails, whose fault it is: the mode's with only `own` hidden
+/// (agentctl's own paths, the run database's files) is probed too; when that one works,
+/// the rest of `spec` (the configured settings) is at fault.
+pub fn probe_blaming(
+    spec: &SandboxSpec,
+    own: &[PathBuf],
+    workspace: &Path,
+) -> Result<(), Unavailable> {
+    let Err(err) = probe(spec, workspace) else {
+        return Ok(());
+    };
+    let bare = SandboxSpec {
+        deny_read: own.to_vec(),
+        ..SandboxSpec::of(spec.mode)
+    };
+    // Nothing configured: the probe that failed was the bare one.
+    let unset = SandboxSpec {
+        fallback: None,
+        ..spec.clone()
+    };
+    if unset == bare {
+        return Err(Unavailable::System(err));
+    }
+    match probe(&bare, workspace) {
+        Ok(()) => Err(Unavailable::Settings(err)),
+        Err(_) => Err(Unavailable::System(err)),
+    }
+}
+
 /// Why a resumed run's sandbox changed (`run.sandbox_changed`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum SandboxCause {
     /// `resume --sandbox MODE`: a person asked for it.
     Flag,
-    /// The driving worker's `--sandbox` is stricter than the run's mode.
+    /// The driving worker's `--sandbox` is stricter than the run's mode, or its user's
+    /// configuration hides paths the run did not.
     WorkerFloor,
-    /// The system cannot give the run's mode: it falls back to `off`, where every command
-    /// asks.
+    /// The system cannot give the run's mode: it falls back to `off`, where `shell` and
+    /// `write_file` ask whatever `--approval` says.
     Unsupported,
 }
 
@@ -153,21 +202,37 @@ pub struct SandboxChange {
     pub cause: SandboxCause,
 }
 
-/// The sandbox a resumed run is driven under, when it is not the one recorded: `asked` (an
-/// explicit `--sandbox`) replaces the recorded mode; otherwise a `floor` stricter than it
-/// (a worker's `--sandbox`) tightens it. The mode is probed in `workspace`: when the system
-/// cannot give it, an asked mode is an error (nothing runs) and any other falls back to
-/// `off` with the reason, so the run is never driven unsandboxed without asking.
+/// Who drives a resumed run, and what they hold it to.
+#[derive(Debug, Clone, Default)]
+pub struct Driver {
+    /// An explicit `--sandbox`: replaces the recorded mode (and ends a fallback).
+    pub asked: Option<Mode>,
+    /// A worker's `--sandbox`: the least confinement it drives a run under.
+    pub floor: Option<Mode>,
+    /// Paths the driver's own configuration hides (a worker's user's `deny_read`), added to
+    /// the run's.
+    pub deny_read: Vec<PathBuf>,
+    /// agentctl's own paths this driver hides (its database's files): what the bare probe
+    /// of [`probe_blaming`] keeps.
+    pub own: Vec<PathBuf>,
+}
+
+/// The sandbox a resumed run is driven under, when it is not the one recorded: an asked
+/// mode replaces the recorded one; otherwise a floor stricter than it tightens it; the
+/// driver's hidden paths add to the run's. The result is probed in `workspace`
+/// ([`probe_blaming`]): settings it cannot apply are an error (nothing runs); a mode the
+/// system cannot give is an error when asked for, and otherwise falls back to `off` with
+/// the reason and every other setting kept, so the run is never driven unsandboxed without
+/// asking.
 ///
-/// A run that fell back earlier stays `off` unless a mode is asked for: a resume on another
+/// A run that fell back earlier stays so unless a mode is asked for: a resume on another
 /// machine does not silently change how its commands are approved.
 pub fn for_resume(
     recorded: &SandboxSpec,
-    asked: Option<Mode>,
-    floor: Option<Mode>,
+    driver: &Driver,
     workspace: &Path,
-) -> Result<Option<SandboxChange>, SandboxError> {
-    let (mode, cause) = match (asked, floor) {
+) -> Result<Option<SandboxChange>, Unavailable> {
+    let (mode, mut cause) = match (driver.asked, driver.floor) {
         (Some(mode), _) => (mode, SandboxCause::Flag),
         (None, Some(floor)) if floor.is_stricter_than(recorded.mode) => {
             (floor, SandboxCause::WorkerFloor)
@@ -175,27 +240,39 @@ pub fn for_resume(
         _ => (recorded.mode, SandboxCause::Unsupported),
     };
     let mut wanted = recorded.clone();
-    if mode != recorded.mode {
+    if mode != recorded.mode || driver.asked.is_some() {
         wanted.mode = mode;
         wanted.fallback = None;
     }
-    // A missing workspace is the host's error to report, not the sandbox's.
-    if mode.is_sandboxed()
-        && workspace.is_dir()
-        && let Err(err) = probe(&wanted, workspace)
-    {
-        if asked.is_some() {
-            return Err(err);
+    let missing: Vec<PathBuf> = driver
+        .deny_read
+        .iter()
+        .filter(|path| !wanted.deny_read.contains(path))
+        .cloned()
+        .collect();
+    if !missing.is_empty() {
+        wanted.deny_read.extend(missing);
+        if cause == SandboxCause::Unsupported {
+            cause = SandboxCause::WorkerFloor;
         }
-        let mut off = SandboxSpec {
-            mode: Mode::Off,
-            ..wanted
-        };
-        off.fallback = Some(err.to_string());
-        return Ok(Some(SandboxChange {
-            sandbox: off,
-            cause: SandboxCause::Unsupported,
-        }));
+    }
+    // A missing workspace is the host's error to report, not the sandbox's.
+    if mode.is_sandboxed() && workspace.is_dir() {
+        match probe_blaming(&wanted, &driver.own, workspace) {
+            Ok(()) => {}
+            Err(Unavailable::System(err)) if driver.asked.is_none() => {
+                let off = SandboxSpec {
+                    mode: Mode::Off,
+                    fallback: Some(err.to_string()),
+                    ..wanted
+                };
+                return Ok(Some(SandboxChange {
+                    sandbox: off,
+                    cause: SandboxCause::Unsupported,
+                }));
+            }
+            Err(err) => return Err(err),
+        }
     }
     Ok((wanted != *recorded).then_some(SandboxChange {
         sandbox: wanted,

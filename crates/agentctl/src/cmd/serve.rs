@@ -231,9 +231,10 @@ impl CliSubmitter {
             })
             .approval(approval)
             .endpoint(self.endpoint.given());
-        let new = super::run::with_sandbox(new, sandbox, &tools, &self.db_url).map_err(|err| {
-            ApiError::bad_request(format!("sandbox: {}", crate::output::error_line(&err)))
-        })?;
+        let new =
+            super::run::with_sandbox(new, sandbox, &tools, &self.db_url, false).map_err(|err| {
+                ApiError::bad_request(format!("sandbox: {}", crate::output::error_line(&err)))
+            })?;
         Ok((new, tools))
     }
 }

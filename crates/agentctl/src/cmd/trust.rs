@@ -17,8 +17,9 @@ use crate::output::{self, UsageError};
 
 #[derive(Debug, clap::Args)]
 pub struct TrustArgs {
-    /// The workspace whose agentctl.toml to trust (default: the current directory). Read
-    /// the file first: what it asks is printed.
+    /// The workspace directory whose agentctl.toml to trust (default: the current
+    /// directory). Read the file first: what it asks is printed. With --forget, also the
+    /// file's path as --list shows it.
     pub workspace: Option<PathBuf>,
     /// Forget the workspace's file instead: runs there refuse what it asks again.
     #[arg(long, conflicts_with = "list")]
@@ -75,6 +76,20 @@ pub fn trust(global: &GlobalArgs, args: TrustArgs) -> anyhow::Result<ExitCode> {
             output::note(&format!("{} was not trusted", workspace.display()));
         }
         return Ok(ExitCode::SUCCESS);
+    }
+    // The argument is the workspace, not its file (`--forget` takes the file as `--list`
+    // shows it too).
+    if workspace.is_file() {
+        let dir = workspace
+            .parent()
+            .filter(|dir| !dir.as_os_str().is_empty())
+            .unwrap_or(std::path::Path::new("."));
+        return Err(UsageError(format!(
+            "{} is a file: `agentctl trust` takes the workspace directory whose agentctl.toml to trust (here: `{}`)",
+            workspace.display(),
+            global.suggest(&["trust", &dir.display().to_string()])
+        ))
+        .into());
     }
     // What the file asks is judged over the user's own file, as a run judges it; one that
     // cannot be read counts as none (every loosening is then listed).

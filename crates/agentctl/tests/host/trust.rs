@@ -159,3 +159,40 @@ fn a_relative_config_dir_is_taken_from_the_current_directory() {
     assert!(dir.path().join("cfg/trusted-workspaces").is_file());
     assert!(!dir.path().join("home/.config").exists());
 }
+
+/// `trust` takes the workspace directory: given its `agentctl.toml`, it says so (it said
+/// ".../agentctl.toml/agentctl.toml: Not a directory"). `--forget` finds a workspace
+/// deleted since it was trusted through a link to it (it said "was not trusted" while
+/// `--list` still showed it), and by the file's path as `--list` shows it.
+#[test]
+fn trust_takes_the_workspace_and_forget_finds_a_deleted_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    let config = root.join("config");
+    let trust_cmd = || {
+        let mut cmd = agentctl("memory:");
+        cmd.env("AGENTCTL_CONFIG_DIR", &config).arg("trust");
+        cmd
+    };
+    let ws = root.join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    std::fs::write(ws.join("agentctl.toml"), "[sandbox]\nnetwork = true\n").unwrap();
+    let o = out(trust_cmd().arg(ws.join("agentctl.toml")));
+    let said = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{said}");
+    assert!(said.contains("is a file"), "{said}");
+    assert!(said.contains("workspace directory"), "{said}");
+    assert!(!said.contains("Not a directory"), "{said}");
+
+    let o = out(trust_cmd().arg(&ws));
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let link = root.join("link");
+    std::os::unix::fs::symlink(&ws, &link).unwrap();
+    std::fs::remove_dir_all(&ws).unwrap();
+    let o = out(trust_cmd().args(["--json", "--forget"]).arg(&link));
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let line: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(line["was_trusted"], true, "{line}");
+    let listed = out(trust_cmd().arg("--list"));
+    assert_eq!(text(&listed.stdout), "", "still listed");
+}

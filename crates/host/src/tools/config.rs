@@ -170,6 +170,20 @@ pub enum ConfigError {
     },
 }
 
+/// Where byte `at` of `text` is, as an editor counts: "line L, column C" (both from 1,
+/// columns in characters).
+fn place(text: &str, at: usize) -> String {
+    let before = text.get(..at).unwrap_or(text);
+    let line = before.matches('\n').count() + 1;
+    let column = before
+        .rsplit_once('\n')
+        .map_or(before, |(_, last)| last)
+        .chars()
+        .count()
+        + 1;
+    format!("line {line}, column {column}")
+}
+
 impl ToolConfig {
     /// The configuration in `text`, read from `file` (named in errors).
     pub fn parse(text: &str, file: &str) -> Result<ToolConfig, ConfigError> {
@@ -177,7 +191,10 @@ impl ToolConfig {
             .parse()
             .map_err(|err: toml::de::Error| ConfigError::Syntax {
                 file: file.into(),
-                reason: err.message().to_string(),
+                reason: match err.span() {
+                    Some(span) => format!("{} ({})", err.message(), place(text, span.start)),
+                    None => err.message().to_string(),
+                },
             })?;
         let invalid = |key: String, reason: &str| ConfigError::Invalid {
             file: file.into(),
@@ -613,6 +630,22 @@ approval = "auto"
             let err = ToolConfig::parse(text, "a.toml").unwrap_err().to_string();
             assert!(err.contains(want), "{text:?}: {err}");
         }
+    }
+
+    /// A syntax error says where it is: the parser's message alone ("duplicate key") left
+    /// the reader to search the file.
+    #[test]
+    fn a_syntax_error_names_its_line_and_column() {
+        let text = "[sandbox]\nmode = \"off\"\n  mode = \"read-only\"\n";
+        let err = ToolConfig::parse(text, "a.toml").unwrap_err().to_string();
+        assert!(err.starts_with("a.toml: not valid TOML: "), "{err}");
+        assert!(err.contains("duplicate key"), "{err}");
+        assert!(err.contains("(line 3, column 3)"), "{err}");
+        // Columns count characters, not bytes.
+        let err = ToolConfig::parse("t = { \"é\" = 1, \"é\" = 2 }\n", "a.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("(line 1, column 16)"), "{err}");
     }
 
     #[test]

@@ -126,7 +126,8 @@ pub fn builtin(workspace: &Workspace, mode: ApprovalMode) -> (Vec<ToolSpec>, Too
 /// As [`builtin`], with the policies of `config` replacing the tools' own, and `shell`
 /// confined by `sandbox`. The sandbox sets the tools' own policies, as in Codex: sandboxed,
 /// `shell` runs without asking (and `write_file` too under `workspace-write`, while
-/// `read-only` refuses it); under `off` both ask.
+/// `read-only` refuses it); under `off` both ask, and under a fallback to `off`
+/// ([`SandboxSpec::fallback`]) both ask whatever `mode` and `config` say (`deny` stays).
 pub fn builtin_with(
     workspace: &Workspace,
     mode: ApprovalMode,
@@ -138,6 +139,13 @@ pub fn builtin_with(
         SandboxMode::WorkspaceWrite => (Policy::Auto, Policy::Auto),
         SandboxMode::ReadOnly => (Policy::Auto, Policy::Deny),
     };
+    // A run that fell back to `off` (nobody chose it) never runs a command or a write
+    // (the side-effecting built-ins) unsandboxed without asking: no `--approval auto` or
+    // tool policy lifts it.
+    let fallen_back = |policy: Policy, side_effects: bool| match policy {
+        Policy::Auto if side_effects && sandbox.fallback.is_some() => Policy::Ask,
+        Policy::Auto | Policy::Ask | Policy::Deny => policy,
+    };
     let spec = |name: &str, description: &str, parameters: Value, own, side_effects, retry_safe| {
         let own = config.policies.get(name).copied().unwrap_or(own);
         ToolSpec {
@@ -147,7 +155,7 @@ pub fn builtin_with(
             // checks before the first step (the built-ins' schemas do: a unit test holds it).
             strict: strict_schema_problem(&parameters).is_none(),
             parameters: RawJson::from_value(&parameters),
-            policy: mode.apply(own, side_effects),
+            policy: fallen_back(mode.apply(own, side_effects), side_effects),
             retry_safe,
             mcp: None,
         }
@@ -324,6 +332,37 @@ mod tests {
                 assert!(spec.strict, "{}", spec.name);
             }
         }
+    }
+
+    /// A run that fell back to `off` (nobody chose it) asks before every `shell` and
+    /// `write_file` call whatever `--approval` or a tool policy says, `deny` kept; an
+    /// explicit `off` follows them; the reads run either way.
+    #[test]
+    fn a_fallback_asks_before_commands_and_writes_whatever_approval_says() {
+        let dir = tempfile::tempdir().unwrap();
+        let workspace = Workspace::new(dir.path()).unwrap();
+        let policy_of =
+            |specs: &[ToolSpec], name: &str| specs.iter().find(|s| s.name == name).unwrap().policy;
+        let mut config = ToolConfig::default();
+        config.policies.insert("shell".into(), Policy::Auto);
+        let fallen = SandboxSpec {
+            fallback: Some("no namespaces".into()),
+            ..SandboxSpec::default()
+        };
+        for mode in [ApprovalMode::Auto, ApprovalMode::Default] {
+            let (specs, _) = builtin_with(&workspace, mode, &config, &fallen);
+            assert_eq!(policy_of(&specs, "shell"), Policy::Ask, "{mode:?}");
+            assert_eq!(policy_of(&specs, "write_file"), Policy::Ask, "{mode:?}");
+            assert_eq!(policy_of(&specs, "read_file"), Policy::Auto, "{mode:?}");
+            assert_eq!(policy_of(&specs, "list_dir"), Policy::Auto, "{mode:?}");
+        }
+        let (specs, _) = builtin_with(&workspace, ApprovalMode::Deny, &config, &fallen);
+        assert_eq!(policy_of(&specs, "shell"), Policy::Deny);
+        assert_eq!(policy_of(&specs, "write_file"), Policy::Deny);
+        let chosen = SandboxSpec::default();
+        let (specs, _) = builtin_with(&workspace, ApprovalMode::Auto, &config, &chosen);
+        assert_eq!(policy_of(&specs, "shell"), Policy::Auto);
+        assert_eq!(policy_of(&specs, "write_file"), Policy::Auto);
     }
 
     #[test]

@@ -26,7 +26,7 @@ use std::path::{Path, PathBuf};
 
 use sha2::{Digest as _, Sha256};
 
-use super::config::ToolConfig;
+use super::config::{ServerConfig, ToolConfig};
 use super::{Policy, WORKSPACE_FILE};
 use crate::sandbox::Mode as SandboxMode;
 
@@ -65,18 +65,7 @@ pub enum TrustError {
 pub fn loosening(config: &ToolConfig, user: &ToolConfig) -> Vec<String> {
     let mut asks = Vec::new();
     for server in config.servers.values() {
-        let mut line = server.command.clone();
-        for arg in &server.args {
-            line.push(' ');
-            line.push_str(arg);
-        }
-        if line.chars().count() > 80 {
-            line = line.chars().take(79).chain(['…']).collect();
-        }
-        asks.push(format!(
-            "start the MCP server `{}` ({line}) with each run",
-            server.name
-        ));
+        asks.push(starts(server));
     }
     let theirs = user.sandbox.mode.unwrap_or(SandboxMode::WorkspaceWrite);
     match config.sandbox.mode {
@@ -110,6 +99,60 @@ pub fn loosening(config: &ToolConfig, user: &ToolConfig) -> Vec<String> {
         }
     }
     asks
+}
+
+/// What starting `server` does, whole: its command line, its sandbox and its environment,
+/// every word shown so that one with spaces, or none, can be told apart (`-- "  " /`).
+fn starts(server: &ServerConfig) -> String {
+    let line = std::iter::once(&server.command)
+        .chain(&server.args)
+        .map(|word| word_shown(word))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let mut phrase = format!(
+        "start the MCP server `{}` ({line}) with each run, sandbox `{}`",
+        server.name, server.sandbox
+    );
+    if !server.env.is_empty() {
+        let env = server
+            .env
+            .iter()
+            .map(|(name, value)| format!("{}={}", word_shown(name), word_shown(value)))
+            .collect::<Vec<_>>()
+            .join(" ");
+        phrase.push_str(&format!(", env {env}"));
+    }
+    phrase
+}
+
+/// `word` as it reads, or in double quotes when it is empty or holds a space, a quote, a
+/// backslash or an invisible character (those written as escapes: `\n`, `\u{200b}`).
+/// Control and bidirectional characters are left to the output, which escapes them.
+fn word_shown(word: &str) -> String {
+    let invisible = |c: char| {
+        (c.is_whitespace() && c != ' ')
+            || matches!(c, '\u{200b}'..='\u{200f}' | '\u{2060}'..='\u{2064}' | '\u{feff}')
+    };
+    let plain = |c: char| !(c == ' ' || c == '"' || c == '\'' || c == '\\' || invisible(c));
+    if !word.is_empty() && word.chars().all(plain) {
+        return word.to_string();
+    }
+    let mut shown = String::from("\"");
+    for c in word.chars() {
+        match c {
+            '"' | '\\' => {
+                shown.push('\\');
+                shown.push(c);
+            }
+            '\n' => shown.push_str("\\n"),
+            '\t' => shown.push_str("\\t"),
+            '\r' => shown.push_str("\\r"),
+            c if invisible(c) => shown.push_str(&format!("\\u{{{:x}}}", u32::from(c))),
+            c => shown.push(c),
+        }
+    }
+    shown.push('"');
+    shown
 }
 
 /// The user's record of trusted workspace files (`TRUST_FILE` in their configuration
@@ -182,13 +225,21 @@ impl TrustStore {
         })
     }
 
-    /// Forgets `workspace`'s file; whether it was trusted.
+    /// Forgets `workspace`'s file; whether it was trusted. `workspace` may also be a link
+    /// to a workspace deleted since, or the file's path as [`list`](Self::list) shows it.
     pub fn forget(&self, workspace: &Path) -> Result<bool, crate::HostError> {
         let file = canonical_file(workspace)?;
-        let key = line_key(&file)?;
+        let mut keys = vec![line_key(&file)?.to_string()];
+        for other in other_names(workspace) {
+            if let Ok(key) = line_key(&other)
+                && !keys.iter().any(|k| k == key)
+            {
+                keys.push(key.to_string());
+            }
+        }
         self.update(|lines| {
             let count = lines.len();
-            let kept = others(lines, key);
+            let kept = keys.iter().fold(lines, |lines, key| others(lines, key));
             let forgot = kept.len() != count;
             (forgot.then_some(kept), forgot)
         })
@@ -334,6 +385,48 @@ fn where_it_was(dir: &Path) -> Option<PathBuf> {
     }
 }
 
+/// Other names the store may know `workspace`'s file by, for [`TrustStore::forget`]: where
+/// the link `workspace` pointed, when its target is gone (a link to a workspace deleted
+/// since it was trusted); and the file itself when `workspace` names it (the path `list`
+/// shows).
+fn other_names(workspace: &Path) -> Vec<PathBuf> {
+    let mut names = Vec::new();
+    // The links followed by hand, as `canonicalize` fails on a dangling one (at most as
+    // many as the kernel follows).
+    let mut at = std::path::absolute(workspace).ok();
+    let mut hops = 0;
+    while let Some(path) = at.take() {
+        match std::fs::read_link(&path) {
+            Ok(target) if hops < 40 => {
+                hops += 1;
+                at = Some(
+                    path.parent()
+                        .map_or(target.clone(), |dir| dir.join(&target)),
+                );
+            }
+            _ => {
+                if hops > 0
+                    && let Some(dir) = where_it_was(&path)
+                {
+                    names.push(dir.join(WORKSPACE_FILE));
+                }
+            }
+        }
+    }
+    if workspace.file_name() == Some(WORKSPACE_FILE.as_ref())
+        && !workspace.is_dir()
+        && let Some(dir) = workspace.parent()
+        && let Some(dir) = where_it_was(if dir.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            dir
+        })
+    {
+        names.push(dir.join(WORKSPACE_FILE));
+    }
+    names
+}
+
 /// The store's key for `file`: its path, which must be text without tabs or line breaks.
 fn line_key(file: &Path) -> Result<&str, TrustError> {
     file.to_str()
@@ -374,7 +467,59 @@ mod tests {
         );
         let asks = loosening(&loose, &ToolConfig::default());
         assert_eq!(asks.len(), 5, "{asks:?}");
-        assert!(asks[0].contains("`h` (sh -c touch /pwned)"), "{asks:?}");
+        assert!(asks[0].contains("`h` (sh -c \"touch /pwned\")"), "{asks:?}");
+    }
+
+    /// What a server starts is shown whole: every argument (one of spaces, a trailing `/`
+    /// past 80 characters), its environment (`NODE_OPTIONS` runs code) and its sandbox.
+    #[test]
+    fn a_server_is_shown_whole_with_its_env_and_sandbox() {
+        let config = parse(
+            "[mcp_servers.fs]\ncommand = \"npx\"\n\
+             args = [\"-y\", \"@modelcontextprotocol/server-filesystem\", \".\", \"--\", \"                              \", \"/\", \"\", \"a\\nb\", \"q\\\"\\u200b\"]\n\
+             env = { NODE_OPTIONS = \"--require=/tmp/evil.js\", B = \"two words\" }\n\
+             [mcp_servers.ro]\ncommand = \"srv\"\nsandbox = \"read-only\"\n",
+        );
+        let asks = loosening(&config, &ToolConfig::default());
+        assert_eq!(
+            asks,
+            [
+                "start the MCP server `fs` (npx -y @modelcontextprotocol/server-filesystem . -- \
+                 \"                              \" / \"\" \"a\\nb\" \"q\\\"\\u{200b}\") with each run, \
+                 sandbox `off`, env B=\"two words\" NODE_OPTIONS=--require=/tmp/evil.js",
+                "start the MCP server `ro` (srv) with each run, sandbox `read-only`",
+            ]
+        );
+    }
+
+    /// `--forget` finds the entry of a workspace deleted since it was trusted through a
+    /// link to it, and by the file's path as `list` shows it.
+    #[test]
+    fn forget_finds_a_deleted_workspace_by_a_link_or_by_its_listed_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        let store = TrustStore::in_dir(&root.join("config"));
+        let none = ToolConfig::default();
+        for name in ["a", "b"] {
+            let ws = root.join(name);
+            std::fs::create_dir_all(&ws).unwrap();
+            std::fs::write(ws.join(WORKSPACE_FILE), "[sandbox]\nnetwork = true\n").unwrap();
+            store.trust(&ws, &none).unwrap();
+        }
+        let link = root.join("link");
+        std::os::unix::fs::symlink(root.join("a"), &link).unwrap();
+        std::fs::remove_dir_all(root.join("a")).unwrap();
+        assert!(store.forget(&link).unwrap(), "not found through the link");
+        let listed = store.list().unwrap();
+        assert_eq!(listed.len(), 1, "{listed:?}");
+        assert_eq!(listed[0].1, root.join("b").join(WORKSPACE_FILE));
+        // The path as listed, also once the workspace is gone.
+        std::fs::remove_dir_all(root.join("b")).unwrap();
+        assert!(
+            store.forget(&listed[0].1).unwrap(),
+            "not found by its listed path"
+        );
+        assert!(store.list().unwrap().is_empty());
     }
 
     #[test]

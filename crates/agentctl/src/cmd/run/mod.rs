@@ -10,7 +10,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use agent_host::run::{Budgets, DriveOptions, Host, NewRun, ResumeChange, RunReport};
-use agent_host::sandbox::{Mode as SandboxMode, SandboxSpec};
+use agent_host::sandbox::{Mode as SandboxMode, SandboxSpec, Unavailable};
 use agent_host::tools::{ApprovalMode, ToolConfig};
 use anyhow::Context as _;
 use clap::{Args, ValueEnum};
@@ -172,9 +172,10 @@ pub enum ApprovalArg {
 
 pub async fn run(global: &GlobalArgs, args: RunArgs) -> anyhow::Result<ExitCode> {
     let sandbox = args.run.sandbox;
+    let demo = builtin_story(&args.run.endpoint);
     let (new, endpoint) = new_run(args.run)?;
     let tools = tool_config(new.workspace_dir(), &args.drive.mcp)?;
-    let new = with_sandbox(new, sandbox, &tools, &global.database_url()?)?;
+    let new = with_sandbox(new, sandbox, &tools, &global.database_url()?, demo)?;
     let structured = new.has_output_schema();
     let journal = crate::db::open_journal(global).await?;
     let (client, _mock) = endpoint.connect(None).await?;
@@ -208,9 +209,10 @@ pub async fn submit(global: &GlobalArgs, args: SubmitArgs) -> anyhow::Result<Exi
         .into());
     }
     let sandbox = args.run.sandbox;
+    let demo = builtin_story(&args.run.endpoint);
     let (new, _) = new_run(args.run)?;
     let tools = tool_config(new.workspace_dir(), &args.mcp)?;
-    let new = with_sandbox(new, sandbox, &tools, &db_url)?;
+    let new = with_sandbox(new, sandbox, &tools, &db_url, demo)?;
     let journal = crate::db::open_journal(global).await?;
     let id = agent_host::run::submit(&journal, &tools, new).await;
     journal.close().await;
@@ -246,66 +248,134 @@ pub(crate) fn lives_in_this_process(url: &str) -> bool {
 
 /// `new` with its sandbox: `--sandbox`, else `[sandbox] mode`, else `workspace-write`,
 /// hiding the files of the database at `db_url` besides the configured paths; probed here.
-/// A mode asked for that this system cannot give is a usage error (nothing runs); the
-/// default one falls back to `off`, where every command asks, and says so.
+/// Configured `[sandbox]` settings the mode cannot apply here are a usage error, as is a
+/// mode asked for that this system cannot give (nothing runs). The default mode, where the
+/// system cannot give it, falls back to `off` with every other setting kept, where `shell`
+/// and `write_file` ask whatever `--approval` says; for the built-in `--mock` story
+/// (`demo`), which runs only its own scripted commands and never asks, an explicit `off`.
 pub(crate) fn with_sandbox(
     new: NewRun,
     flag: Option<SandboxMode>,
     tools: &ToolConfig,
     db_url: &str,
+    demo: bool,
 ) -> anyhow::Result<NewRun> {
     let explicit = flag.or(tools.sandbox.mode);
     let mode = explicit.unwrap_or(SandboxMode::WorkspaceWrite);
+    let own = own_hidden(db_url);
     let mut spec = SandboxSpec::of(mode);
     spec.network = tools.sandbox.network.unwrap_or(false);
     spec.writable_roots = tools.sandbox.writable_roots.clone().unwrap_or_default();
     spec.deny_read = tools.sandbox.deny_read.clone().unwrap_or_default();
-    spec.deny_read.extend(crate::global::database_files(db_url));
-    spec.deny_read
-        .extend(agent_host::sandbox::moved_config_dir());
+    for path in &own {
+        if !spec.deny_read.contains(path) {
+            spec.deny_read.push(path.clone());
+        }
+    }
     // A missing workspace is the host's error to report, not the sandbox's.
     if !new.workspace_dir().is_dir() {
         return Ok(new.sandbox(spec));
     }
-    match agent_host::sandbox::probe(&spec, new.workspace_dir()) {
+    match agent_host::sandbox::probe_blaming(&spec, &own, new.workspace_dir()) {
         Ok(()) => Ok(new.sandbox(spec)),
-        Err(err) if explicit.is_some() => Err(UsageError(format!(
+        Err(Unavailable::Settings(err)) => Err(UsageError(format!(
+            "sandbox mode {mode}: the configured [sandbox] settings (deny_read, writable_roots, network in {}) cannot be applied: {}; \
+             fix or remove the setting at fault (this system can sandbox commands without it)",
+            config_files(new.workspace_dir()),
+            probe_said(&err)
+        ))
+        .into()),
+        Err(Unavailable::System(err)) if explicit.is_some() => Err(UsageError(format!(
             "sandbox mode {mode}: {err}; use `--sandbox off` to run commands unsandboxed, each asking first"
         ))
         .into()),
-        Err(err) => {
+        Err(Unavailable::System(err)) if demo => {
             crate::output::note(&format!(
-                "warning: {err}; commands run unsandboxed and each asks first (`--sandbox off` says so explicitly)"
+                "warning: {err}; the built-in story runs its own scripted commands unsandboxed (`off`), without asking"
             ));
-            let mut off = SandboxSpec::of(SandboxMode::Off);
-            off.fallback = Some(err.to_string());
-            Ok(new.sandbox(off))
+            Ok(new.sandbox(SandboxSpec {
+                mode: SandboxMode::Off,
+                ..spec
+            }))
+        }
+        Err(Unavailable::System(err)) => {
+            crate::output::note(&format!(
+                "warning: {err}; commands and file writes run unsandboxed, each asking first whatever --approval says \
+                 (`--sandbox off` chooses unsandboxed explicitly)"
+            ));
+            Ok(new.sandbox(SandboxSpec {
+                mode: SandboxMode::Off,
+                fallback: Some(err.to_string()),
+                ..spec
+            }))
         }
     }
 }
 
+/// What a failed probe said, without "commands cannot be sandboxed here" where the mode
+/// itself could be.
+fn probe_said(err: &agent_host::sandbox::SandboxError) -> String {
+    match err {
+        agent_host::sandbox::SandboxError::Probe(said) => said.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// What agentctl itself hides from every command of a run whose database is at `db_url`:
+/// the database's files and a moved configuration directory. The bare probe keeps them.
+fn own_hidden(db_url: &str) -> Vec<std::path::PathBuf> {
+    let mut own = crate::global::database_files(db_url);
+    own.extend(agent_host::sandbox::moved_config_dir());
+    own
+}
+
+/// The files a run's `[sandbox]` settings come from, for messages.
+fn config_files(workspace: &std::path::Path) -> String {
+    let user = crate::cmd::trust::config_dir().map(|dir| dir.join(agent_host::tools::USER_FILE));
+    let local = workspace.join(agent_host::tools::WORKSPACE_FILE);
+    match user {
+        Some(user) => format!("{} and {}", user.display(), local.display()),
+        None => local.display().to_string(),
+    }
+}
+
 /// The sandbox a resumed run is driven under when it changes: `asked` (`--sandbox`), a
-/// worker's `floor`, or `off` where this system cannot give the recorded mode (said on
-/// stderr). An asked mode this system cannot give is a usage error.
+/// worker's `floor` and the hidden paths of its user (`deny_read`), or `off` where this
+/// system cannot give the recorded mode (said on stderr). An asked mode this system cannot
+/// give, or recorded settings the mode cannot apply here, are a usage error.
 pub(crate) fn resumed_sandbox(
     spec: &agent_host::run::RunSpec,
     asked: Option<SandboxMode>,
     floor: Option<SandboxMode>,
+    deny_read: Vec<std::path::PathBuf>,
+    db_url: &str,
 ) -> anyhow::Result<Option<agent_host::sandbox::SandboxChange>> {
     let workspace = std::path::Path::new(&spec.workspace);
-    let change = agent_host::sandbox::for_resume(&spec.sandbox, asked, floor, workspace)
-        .map_err(|err| {
-            UsageError(format!(
-                "sandbox mode {}: {err}; use `--sandbox off` to run commands unsandboxed, each asking first",
-                asked.unwrap_or(spec.sandbox.mode)
-            ))
-        })?;
+    let driver = agent_host::sandbox::Driver {
+        asked,
+        floor,
+        deny_read,
+        own: own_hidden(db_url),
+    };
+    let mode = asked.unwrap_or(spec.sandbox.mode);
+    let change = agent_host::sandbox::for_resume(&spec.sandbox, &driver, workspace).map_err(
+        |err| match err {
+            Unavailable::Settings(err) => UsageError(format!(
+                "sandbox mode {mode}: the run's [sandbox] settings (deny_read, writable_roots, network, as recorded, and this user's deny_read) cannot be applied here: {}; \
+                 resume it where they can, or with `--sandbox off` (each command asking first)",
+                probe_said(&err)
+            )),
+            Unavailable::System(err) => UsageError(format!(
+                "sandbox mode {mode}: {err}; use `--sandbox off` to run commands unsandboxed, each asking first"
+            )),
+        },
+    )?;
     if let Some(change) = &change
         && let Some(why) = &change.sandbox.fallback
         && change.cause == agent_host::sandbox::SandboxCause::Unsupported
     {
         crate::output::note(&format!(
-            "warning: the run's sandbox ({}) cannot be had here: {why}; its commands run unsandboxed and each asks first",
+            "warning: the run's sandbox ({}) cannot be had here: {why}; its commands and file writes run unsandboxed, each asking first",
             spec.sandbox.mode
         ));
     }
@@ -334,6 +404,12 @@ pub(crate) fn load_tool_config(
     Ok(config)
 }
 
+/// Whether `endpoint` plays the built-in `--mock` story (no `--mock-script`), whose calls
+/// run without asking.
+fn builtin_story(endpoint: &EndpointArgs) -> bool {
+    endpoint.mock && endpoint.mock_script.is_none()
+}
+
 /// The run `args` describe, and where its model calls go.
 fn new_run(args: RunOptions) -> anyhow::Result<(NewRun, EndpointArgs)> {
     let prompt = read_prompt(args.prompt)?;
@@ -345,7 +421,7 @@ fn new_run(args: RunOptions) -> anyhow::Result<(NewRun, EndpointArgs)> {
         )?),
         None => args.instructions,
     };
-    let builtin_story = args.endpoint.mock && args.endpoint.mock_script.is_none();
+    let builtin_story = builtin_story(&args.endpoint);
     let workspace = match args.workspace {
         Some(dir) => dir,
         None if builtin_story => connect::demo_workspace()?,
@@ -443,7 +519,13 @@ pub async fn resume(global: &GlobalArgs, args: ResumeArgs) -> anyhow::Result<Exi
         None => ToolConfig::default(),
     };
     let sandbox = match &spec {
-        Some(spec) => resumed_sandbox(spec, args.sandbox, None)?,
+        Some(spec) => resumed_sandbox(
+            spec,
+            args.sandbox,
+            None,
+            Vec::new(),
+            &global.database_url()?,
+        )?,
         None => None,
     };
     let (client, _mock) = args.endpoint.connect(recorded.as_ref()).await?;

@@ -107,7 +107,10 @@ impl Connector for CliConnector {
                 .await
                 .map_err(|err| HostError::Connect(crate::output::error_line(&err)))?;
             let tools = super::load_tool_config(std::path::Path::new(&spec.workspace), &self.mcp)?;
-            let sandbox = super::resumed_sandbox(spec, None, self.sandbox_floor)
+            // The paths this worker's user hides add to the run's, as they would to a run
+            // of theirs (its user's `config.toml`, and the workspace's file as it reads now).
+            let hidden = tools.sandbox.deny_read.clone().unwrap_or_default();
+            let sandbox = super::resumed_sandbox(spec, None, self.sandbox_floor, hidden, &self.url)
                 .map_err(|err| HostError::Connect(crate::output::error_line(&err)))?;
             Ok(Connected {
                 client,
