@@ -10,6 +10,19 @@ use crate::output::UsageError;
 /// `source` whole, as UTF-8 text, when it holds at most `max` bytes; `what` names it in
 /// the error ("the prompt on stdin", "--instructions-file F").
 pub fn read_text(source: impl Read, max: usize, what: &str) -> Result<String, UsageError> {
+    read_text_or(source, max, what, || {
+        format!("{what} is over {max} bytes, more than a run can record")
+    })
+}
+
+/// [`read_text`], with `over()` the error's message when `source` holds more than `max`
+/// bytes.
+pub fn read_text_or(
+    source: impl Read,
+    max: usize,
+    what: &str,
+    over: impl FnOnce() -> String,
+) -> Result<String, UsageError> {
     let mut bytes = Vec::new();
     let bound = u64::try_from(max).unwrap_or(u64::MAX).saturating_add(1);
     source
@@ -17,9 +30,7 @@ pub fn read_text(source: impl Read, max: usize, what: &str) -> Result<String, Us
         .read_to_end(&mut bytes)
         .map_err(|err| UsageError(format!("cannot read {what}: {err}")))?;
     if bytes.len() > max {
-        return Err(UsageError(format!(
-            "{what} is over {max} bytes, more than a run can record"
-        )));
+        return Err(UsageError(over()));
     }
     String::from_utf8(bytes).map_err(|_| UsageError(format!("{what} is not UTF-8 text")))
 }

@@ -170,7 +170,9 @@ impl ContextStore {
     /// [`append_derived_units`](Self::append_derived_units) that also records, in the same
     /// transaction, that the thread is derived from its source through `position` (see
     /// [`derived_through`](Self::derived_through)). With no units, only the record is
-    /// written, as [`mark_derived_through`](Self::mark_derived_through) does.
+    /// written, as [`mark_derived_through`](Self::mark_derived_through) does, except that an
+    /// unknown thread is created, with no units: a source from which nothing was derived
+    /// is recorded as derived too.
     ///
     /// # Cancel safety
     ///
@@ -183,8 +185,10 @@ impl ContextStore {
         position: i64,
     ) -> Result<UnitsAppended> {
         if units.is_empty() {
-            self.mark_derived_through(thread, position).await?;
-            let position = self.thread_units(thread).await?;
+            limits::name("thread", thread)?;
+            let position = self
+                .append_prepared(thread, Vec::new(), AppendCommit::Relaxed, Some(position))
+                .await?;
             return Ok(UnitsAppended { position });
         }
         self.append_batch_through(thread, units, AppendCommit::Relaxed, Some(position))

@@ -69,6 +69,14 @@ pub(crate) struct Prepared {
 /// Unicode lowercase mapping, character by character (no context rules), so a substring of
 /// the text always folds to a substring of the folded text.
 ///
+/// It is not Unicode case folding, and cannot become it without re-folding every stored
+/// unit: the folded text is written with each unit (and indexed) when it is appended, so a
+/// fold that changed would have old units miss terms folded the new way (a term-side rule
+/// alone cannot help, since `ς` and `σ` are both found in stored text as themselves). What
+/// differs from case folding, for users: the final sigma `ς` is its own letter (`Σ` and `σ`
+/// match each other, not `ς`); `ß` does not match `ss`; `İ` folds to `i` followed by U+0307,
+/// so `istanbul` does not find `İstanbul` (its `stanbul` does, and `İSTANBUL`).
+///
 /// Every appended unit's whole JSON body is folded on the append path, so this is written
 /// for speed: ASCII (most of a body) is lowered byte by byte, and only other characters go
 /// through the Unicode tables. The result is exactly

@@ -1,18 +1,18 @@
 //! `agentctl history`: append to, window and search conversation history (agent-context).
 
-use std::io::Read as _;
-
 use agent_context::Unit;
 use clap::Subcommand;
 use serde_json::{Value, json};
 
 use crate::global::GlobalArgs;
-use crate::output::{line, typed_line, with_hint};
+use crate::output::{UsageError, line, typed_line, with_hint};
 
 /// History kept in whole units (a tool call always with its output).
 #[derive(Debug, Subcommand)]
 pub enum HistoryCmd {
-    /// Search one thread for a case-insensitive substring (CJK included), oldest hit first.
+    /// Search one thread for a case-insensitive substring (CJK included; each character
+    /// compared by its Unicode lowercase, so `ς` and `σ`, `ß` and `ss` differ), oldest hit
+    /// first.
     /// The text searched is each unit's stored JSON (its items serialised compactly), with
     /// the term escaped as its text was: a quote, a backslash or a line break in a message
     /// is found as typed (`C:\Users`, `say "hi"`), and keys such as type match too, though
@@ -49,11 +49,13 @@ pub enum HistoryCmd {
         #[arg(long)]
         budget: Option<u64>,
     },
-    /// Append one unit: a JSON array of Responses API items (argument, or `-` for stdin).
-    /// Refused when a function_call has no function_call_output with its call_id (or the
-    /// reverse), or when the unit id already exists in the thread.
+    /// Append one unit: a JSON array of Responses API items (argument, or `-` for stdin, at
+    /// most 1 MiB), stored as written. Refused when a function_call has no
+    /// function_call_output with its call_id (or the reverse), when the unit id already
+    /// exists in the thread, or for a run's thread (`run:<id>`, derived from the run's
+    /// journal by `runs search`).
     Append {
-        /// Thread to append to (created on first use).
+        /// Thread to append to (created on first use; not `run:...`).
         #[arg(long)]
         thread: String,
         /// Unit id, unique within the thread.
@@ -75,6 +77,19 @@ impl HistoryCmd {
 }
 
 pub async fn run(global: &GlobalArgs, cmd: HistoryCmd) -> anyhow::Result<std::process::ExitCode> {
+    if let HistoryCmd::Append { thread, .. } = &cmd
+        && thread.starts_with(RUN_THREAD_PREFIX)
+    {
+        return Err(with_hint(
+            UsageError(format!(
+                "thread `{}` is a run's history: it is derived from the run's journal, and \
+                 units appended to it would stop that",
+                crate::output::field(thread)
+            )),
+            "append to a thread whose name does not start with `run:`; a run's history is \
+             searched with `agentctl runs search`",
+        ));
+    }
     let store = if cmd.writes() {
         crate::db::open_context(global).await?
     } else {
@@ -137,35 +152,11 @@ pub async fn run(global: &GlobalArgs, cmd: HistoryCmd) -> anyhow::Result<std::pr
             items,
         } => {
             let text = if items == "-" {
-                let mut buf = String::new();
-                std::io::stdin().read_to_string(&mut buf).map_err(|err| {
-                    if err.kind() == std::io::ErrorKind::InvalidData {
-                        // Bad input (bytes that are not UTF-8), as invalid JSON is: exit 2.
-                        with_hint(
-                            crate::output::UsageError(format!(
-                                "cannot read items from stdin: {err}"
-                            )),
-                            "pass a JSON array in UTF-8",
-                        )
-                    } else {
-                        anyhow::Error::new(err).context("cannot read items from stdin")
-                    }
-                })?;
-                buf
+                read_items_from_stdin()?
             } else {
                 items
             };
-            let items: Vec<Value> = serde_json::from_str(&text).map_err(|err| {
-                let what = match err.classify() {
-                    serde_json::error::Category::Data => "items are not a JSON array",
-                    _ => "items are not valid JSON",
-                };
-                // Bad input, as the README's exit statuses have it: exit 2.
-                with_hint(
-                    crate::output::UsageError(format!("{what}: {err}")),
-                    r#"pass a JSON array, e.g. '[{"type":"message","text":"hi"}]'"#,
-                )
-            })?;
+            let items = parse_items(&text)?;
             let appended = store
                 .append_unit(&thread, &unit, &items)
                 .await
@@ -205,6 +196,69 @@ pub async fn run(global: &GlobalArgs, cmd: HistoryCmd) -> anyhow::Result<std::pr
     }
     store.close().await;
     Ok(std::process::ExitCode::SUCCESS)
+}
+
+/// The prefix of the threads that hold runs' histories (`agent_host::run::kinds::thread_of`):
+/// each is derived from its run's journal by `runs search`, which trusts the thread to hold
+/// nothing else (see `agent_host::run::history`).
+const RUN_THREAD_PREFIX: &str = "run:";
+
+/// The items of `history append -`: stdin, read no further than a unit can hold (a pipe
+/// that never ends is refused once past it, not read until memory runs out).
+fn read_items_from_stdin() -> anyhow::Result<String> {
+    let max = agent_context::limits::MAX_UNIT_BYTES;
+    let mut over = false;
+    // Bad input (too long, not UTF-8), as invalid JSON is: exit 2.
+    crate::capped::read_text_or(std::io::stdin(), max, "stdin", || {
+        over = true;
+        // As the store words it for a unit over the limit (`ContextError::TooLarge`).
+        format!("unit is over {max} bytes on stdin, the limit is {max}")
+    })
+    .map_err(|err| {
+        let hint = if over {
+            "split the items into several units (the limit counts the JSON as read: pass it \
+             compact)"
+        } else {
+            "pass a JSON array in UTF-8"
+        };
+        with_hint(err, hint)
+    })
+}
+
+/// `text` as a unit's items, each as written: read as the store reads them back
+/// (`agent_schema::json`), where `serde_json` alone would read an object whose key is one of
+/// its private tokens as another value than the one stored.
+fn parse_items(text: &str) -> anyhow::Result<Vec<Value>> {
+    let refused = |what: String| {
+        // Bad input, as the README's exit statuses have it: exit 2.
+        with_hint(
+            UsageError(what),
+            r#"pass a JSON array, e.g. '[{"type":"message","text":"hi"}]'"#,
+        )
+    };
+    match agent_schema::json::from_str(text) {
+        Ok(Value::Array(items)) => Ok(items),
+        Ok(other) => Err(refused(format!(
+            "items are not a JSON array: got {}",
+            json_kind(&other)
+        ))),
+        Err(err) => Err(refused(match err.classify() {
+            serde_json::error::Category::Data => format!("items are not a JSON array: {err}"),
+            _ => format!("items are not valid JSON: {err}"),
+        })),
+    }
+}
+
+/// What `value` is, in JSON's words.
+fn json_kind(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
 }
 
 /// One line describing a unit's items: message text, tool calls with their outputs.

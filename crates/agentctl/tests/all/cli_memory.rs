@@ -630,3 +630,183 @@ fn a_database_path_with_a_percent_sign_is_one_file() {
     files.sort();
     assert_eq!(files, ["x%41.db", "yB.db"]);
 }
+
+/// `history append -` reads stdin no further than a unit can hold (1 MiB): more is refused
+/// as the store refuses a unit over its limit, also from a pipe that never ends (it used
+/// to read until memory ran out), and what fits is appended.
+#[test]
+fn history_items_on_stdin_are_read_up_to_the_unit_limit() {
+    use std::io::Write as _;
+    use std::process::Stdio;
+    const MAX: usize = 1 << 20;
+    let (_dir, db) = temp_db("stdin.db");
+    let append = |unit: &str, input: Box<dyn FnOnce(std::process::ChildStdin) + Send>| {
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_agentctl"))
+            .env_remove("AGENTCTL_DB")
+            .args([
+                "--db", &db, "history", "append", "--thread", "t", "--unit", unit, "-",
+            ])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take().unwrap();
+        let writer = std::thread::spawn(move || input(stdin));
+        let out = child.wait_with_output().unwrap();
+        writer.join().unwrap();
+        out
+    };
+    // A pipe that does not end (64 MiB, so that a reader without a bound ends too).
+    let endless = append(
+        "u1",
+        Box::new(|mut stdin| {
+            let chunk = vec![b'y'; 64 << 10];
+            for _ in 0..1024 {
+                if stdin.write_all(&chunk).is_err() {
+                    break;
+                }
+            }
+        }),
+    );
+    let stderr = String::from_utf8_lossy(&endless.stderr);
+    assert_eq!(endless.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "unit is over {MAX} bytes on stdin, the limit is {MAX}"
+        )),
+        "{stderr}"
+    );
+    // Valid JSON one byte over the bound, its items small: the bound counts what is read.
+    let over = format!(
+        "{}[{{\"type\":\"message\",\"text\":\"x\"}}]",
+        " ".repeat(MAX)
+    );
+    let padded = append(
+        "u2",
+        Box::new(move |mut stdin| {
+            let _ = stdin.write_all(over.as_bytes());
+        }),
+    );
+    let stderr = String::from_utf8_lossy(&padded.stderr);
+    assert_eq!(padded.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains(&format!("over {MAX} bytes")), "{stderr}");
+    // A unit of exactly the limit is taken.
+    let frame = r#"[{"type":"message","text":""}]"#;
+    let fits = format!(
+        r#"[{{"type":"message","text":"{}"}}]"#,
+        "z".repeat(MAX - frame.len())
+    );
+    assert_eq!(fits.len(), MAX);
+    let taken = append(
+        "u3",
+        Box::new(move |mut stdin| {
+            stdin.write_all(fits.as_bytes()).unwrap();
+        }),
+    );
+    assert!(
+        taken.status.success(),
+        "{}",
+        String::from_utf8_lossy(&taken.stderr)
+    );
+    let threads = stdout_ok(agentctl(&db).args(["history", "threads"]));
+    assert_eq!(String::from_utf8_lossy(&threads), "t\t1 units\n");
+}
+
+/// Items are stored as written: an object whose key is one of `serde_json`'s private
+/// tokens is kept as that object (it used to be replaced by the JSON in its string).
+async fn history_items_are_stored_as_written(db: FreshDb) {
+    let db = db.url();
+    let token = "$serde_json::private::RawValue";
+    let inner = r#"{"type":"message","text":"smuggled"}"#;
+    let items = serde_json::json!([{ token: inner }]);
+    stdout_ok(agentctl(db).args([
+        "history",
+        "append",
+        "--thread",
+        "a",
+        "--unit",
+        "u",
+        &items.to_string(),
+    ]));
+    let out = stdout_ok(agentctl(db).args(["--json", "history", "window", "--thread", "a"]));
+    // Compared as text: the test's own `serde_json::from_str` would read the token too.
+    let window = String::from_utf8(out).unwrap();
+    assert!(window.contains(&format!(r#""items":{items}"#)), "{window}");
+    // Searched as written too: the term is in the string, not a message of its own.
+    let out = stdout_ok(agentctl(db).args([
+        "--json",
+        "history",
+        "search",
+        "--thread",
+        "a",
+        "private::rawvalue",
+    ]));
+    assert_eq!(json_lines(&out).len(), 1);
+}
+
+/// A run's history thread (`run:<id>`) is derived from its journal alone: `history append`
+/// refuses it (two notes appended there before the run's first search made its unit count
+/// match, and its units were never derived), before it opens the store.
+async fn history_append_refuses_a_run_s_thread(db: FreshDb) {
+    let db = db.url();
+    for thread in ["run:01a2528c-2ff3-762c-8969-caff2080ee3c", "run:", "run:x"] {
+        let out = agentctl(db)
+            .args(["history", "append", "--thread", thread, "--unit", "note1"])
+            .arg(r#"[{"type":"message","text":"n"}]"#)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{thread}: {stderr}");
+        assert!(stderr.contains("is a run's history"), "{stderr}");
+        assert!(stderr.contains("hint: append to a thread"), "{stderr}");
+    }
+    // Other names are anyone's, also ones that hold `run`.
+    for thread in ["runs:x", "my run:x", "RUN:x"] {
+        stdout_ok(
+            agentctl(db)
+                .args(["history", "append", "--thread", thread, "--unit", "u"])
+                .arg(r#"[{"type":"message","text":"n"}]"#),
+        );
+    }
+    let threads = String::from_utf8(stdout_ok(agentctl(db).args(["history", "threads"]))).unwrap();
+    assert!(
+        !threads.contains("\nrun:") && !threads.starts_with("run:"),
+        "{threads}"
+    );
+}
+
+/// Case-insensitive search compares each character's Unicode lowercase, as README's
+/// Context section says, with the limits it names: `Σ` and `σ` match each other, not `ς`;
+/// `İ` is `i` and a combining dot, so `istanbul` does not find `İstanbul`.
+async fn search_folds_each_character_to_its_lowercase(db: FreshDb) {
+    let db = db.url();
+    stdout_ok(
+        agentctl(db)
+            .args(["history", "append", "--thread", "g", "--unit", "u"])
+            .arg(r#"[{"type":"message","text":"ΟΔΟΣ to İstanbul, Straße"}]"#),
+    );
+    let found = |term: &str| {
+        let out =
+            stdout_ok(agentctl(db).args(["--json", "history", "search", "--thread", "g", term]));
+        json_lines(&out).len()
+    };
+    for term in [
+        "οδοσ",
+        "ΟΔΟΣ",
+        "οδο",
+        "i\u{307}stanbul",
+        "İSTANBUL",
+        "stanbul",
+        "STRASSE".get(..4).unwrap(),
+        "straße",
+    ] {
+        assert_eq!(found(term), 1, "{term}");
+    }
+    for term in ["οδος", "istanbul", "strasse"] {
+        assert_eq!(found(term), 0, "{term}");
+    }
+}
+
+use crate::host::fresh_db::{self, FreshDb};
+agent_testkit::backend_tests!(fresh_db, [sqlite, postgres]: history_items_are_stored_as_written, history_append_refuses_a_run_s_thread, search_folds_each_character_to_its_lowercase);

@@ -90,4 +90,61 @@ async fn search_finds_history(db: FreshDb) {
     );
 }
 
-agent_testkit::backend_tests!(fresh_db, [sqlite, postgres]: search_finds_history);
+/// A step whose output holds a tool output no call of the step made is stored without it
+/// and found (the whole step used to be refused, on every search, with a warning); so is a
+/// run whose thread could be appended to by `history append` before its first search.
+async fn odd_steps_and_run_threads_are_searched(db: FreshDb) {
+    let db = db.url();
+    let orphan = json!({"type": "function_call_output", "call_id": "ghost", "output": "x"});
+    let mut items = answer("ZEBRAWORD answer");
+    items.as_array_mut().unwrap().push(orphan);
+    let server = emulator(&script_by_outputs(&[items])).await;
+    let (_g, ws) = workspace();
+    let o = out(&mut run_cmd(db, &server, &ws, &[]));
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let odd = only_run(db);
+    for _ in 0..2 {
+        let o = out(agentctl(db).args(["--json", "runs", "search", "--all", "zebraword"]));
+        assert!(o.status.success(), "{}", text(&o.stderr));
+        assert!(!text(&o.stderr).contains("unpaired"), "{}", text(&o.stderr));
+        let hits: Vec<Value> = text(&o.stdout)
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(hits.len(), 1, "{hits:?}");
+        assert_eq!(hits[0]["run_id"], odd.as_str());
+        assert_eq!(hits[0]["unit"], "step:1");
+    }
+
+    // A run whose thread `history append` is asked to write before its first search.
+    let server = emulator(&script()).await;
+    let (_g2, ws2) = workspace();
+    let o = out(&mut run_cmd(db, &server, &ws2, &["--approval", "auto"]));
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let o = out(agentctl(db).args(["--json", "runs", "list"]));
+    let fresh = text(&o.stdout)
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap()["run_id"].clone())
+        .find(|id| *id != odd.as_str())
+        .unwrap();
+    let fresh = fresh.as_str().unwrap();
+    let fresh_thread = format!("run:{fresh}");
+    for note in ["note1", "note2"] {
+        let o = out(agentctl(db)
+            .args([
+                "history",
+                "append",
+                "--thread",
+                &fresh_thread,
+                "--unit",
+                note,
+            ])
+            .arg(r#"[{"type":"message","text":"n"}]"#));
+        assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+    }
+    let hits = search(db, &[fresh, "tool-out-42"]);
+    assert_eq!(hits.len(), 1, "{hits:?}");
+    assert_eq!(hits[0]["unit"], "call:c_echo");
+}
+
+agent_testkit::backend_tests!(fresh_db, [sqlite, postgres]: search_finds_history, odd_steps_and_run_threads_are_searched);

@@ -35,7 +35,8 @@ pub(crate) enum AppendCommit {
 pub(crate) trait UnitStore {
     /// Appends `units` at the end of `thread` in one transaction, all or none; returns the
     /// position of the last one. With `derived_through`, raises the thread's to it in the
-    /// same transaction.
+    /// same transaction. With no units, creates the thread when unknown and returns its
+    /// last position.
     async fn append(
         &self,
         thread: &str,

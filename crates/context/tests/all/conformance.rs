@@ -1004,6 +1004,36 @@ async fn derived_through_is_raised_with_its_units_and_never_lowered(db: common::
         .unwrap();
     assert_eq!(s.derived_through("e").await.unwrap(), Some(3));
     assert_eq!(s.derived_through("d").await.unwrap(), Some(30));
+    // No units for an unknown thread: the thread is made, with no units, and recorded (a
+    // source from which nothing was derived is not derived again until it moves on); its
+    // first units come at position 1, and they are searched as any.
+    let made = s.append_derived_units_through("f", &[], 4).await.unwrap();
+    assert_eq!(made.position, 0);
+    assert_eq!(s.derived_through("f").await.unwrap(), Some(4));
+    assert_eq!(s.thread_units("f").await.unwrap(), 0);
+    let listed = s.threads().await.unwrap();
+    assert!(
+        listed.iter().any(|t| t.thread == "f" && t.units == 0),
+        "{listed:?}"
+    );
+    assert!(
+        s.window("f", "g", 10)
+            .await
+            .unwrap()
+            .recent_units
+            .is_empty()
+    );
+    assert!(s.search("f", "text of", 5).await.unwrap().is_empty());
+    assert!(s.search("f", "te", 5).await.unwrap().is_empty());
+    let appended = s
+        .append_derived_units_through("f", &[unit("u0")], 6)
+        .await
+        .unwrap();
+    assert_eq!(appended.position, 1);
+    assert_eq!(s.derived_through("f").await.unwrap(), Some(6));
+    let found = s.search("f", "TEXT OF U0", 5).await.unwrap();
+    assert_eq!(found.len(), 1);
+    assert_eq!((found[0].unit.as_str(), found[0].position), ("u0", 1));
 }
 
 /// Every way a search is served (the thread's first units tested directly, the index, the

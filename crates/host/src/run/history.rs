@@ -4,11 +4,12 @@
 //! - The journal is the source; the context thread `run:<id>` holds only units derived from
 //!   it and can be rebuilt from it at any time.
 //! - One unit per completed model step (`step:<n>`: the steers applied before it as user
-//!   messages, then its output items other than function calls) and one per finished tool
-//!   call (`call:<call_id>`: the model's `function_call` and its `function_call_output`). A
-//!   unit is derived only once its content is final (`model.completed`, a terminal call
-//!   event or a refusal), so re-deriving it gives the same unit; a step whose output is only
-//!   calls has no step unit.
+//!   messages, then its output items other than function calls and other than tool items
+//!   that do not pair up within it, see [`step_items`]) and one per finished tool call
+//!   (`call:<call_id>`: the model's `function_call` and its `function_call_output`). A unit
+//!   is derived only once its content is final (`model.completed`, a terminal call event or
+//!   a refusal), so re-deriving it gives the same unit; a step whose output is only calls
+//!   has no step unit.
 //! - Catch-up ([`catch_up`]) appends the units the context thread lacks; one already there
 //!   (`DuplicateUnit`) is skipped, so running it again, or in two processes at once, writes
 //!   nothing new. It runs at search time: a run's history is searchable as far as its
@@ -19,9 +20,12 @@
 //!   warning and tried again at the first catch-up after the run moves on; the journal
 //!   keeps the full text.
 //! - The thread's `derived_through` is a journal seq of the run through which every unit is
-//!   in the thread (written with the units, or once they are all there). A run whose last
-//!   seq is not past it has nothing to catch up, and a search over every run reads it from
-//!   the journal only to show its hits.
+//!   in the thread (written with the units, or once they are all there; a run with no unit
+//!   the store holds has a thread with no units, for this record). A run whose last seq is
+//!   not past it has nothing to catch up, and a search over every run reads it from the
+//!   journal only to show its hits.
+//! - The thread is the catch-up's alone: it trusts the thread's unit count (units are
+//!   appended in history order), so `agentctl history append` refuses a `run:` thread.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -65,7 +69,8 @@ pub fn units_of(state: &RunState) -> Vec<HistoryUnit> {
 /// What a unit of a run is made of, its items not built yet: a catch-up learns how many
 /// units a run has (and so whether its thread is caught up) without building any.
 enum Source<'a> {
-    /// A step: the steers applied before it, then its output items other than calls.
+    /// A step: the steers applied before it, then its output items it keeps
+    /// ([`step_items`]).
     Step {
         id: String,
         steers: Vec<&'a str>,
@@ -129,11 +134,7 @@ fn sources(state: &RunState) -> Vec<Source<'_>> {
             .into_iter()
             .map(|s| s.text.as_str())
             .collect();
-        let output: Vec<&RawJson> = step
-            .output
-            .iter()
-            .filter(|i| i.item_type().as_deref() != Some("function_call"))
-            .collect();
+        let output = step_items(&step.output);
         if !steers.is_empty() || !output.is_empty() {
             sources.push(Source::Step {
                 id: format!("step:{}", step.step),
@@ -161,6 +162,69 @@ fn sources(state: &RunState) -> Vec<Source<'_>> {
         }
     }
     sources
+}
+
+/// The items of a step's `output` its step unit keeps: not its `function_call`s (each is
+/// in its call's unit), nor an item the context store would refuse the unit for, so that
+/// the rest of the step is stored and searchable. Left out are: an item that is not an
+/// object, and a tool call or output (`agent_context::CALL_OUTPUT_TYPES`) without a partner
+/// of the same `call_id` among the step's other items, or without a string `call_id`, or
+/// whose `call_id` comes twice as a call or as an output. A model's output holds no tool
+/// outputs and the host answers only function calls, so what is left out is an anomaly (an
+/// output the model sent itself, a call of a kind the host refuses); the journal keeps it.
+fn step_items(output: &[RawJson]) -> Vec<&RawJson> {
+    /// A tool call or output among a step's items.
+    struct Tool {
+        is_call: bool,
+        call_id: Option<String>,
+    }
+    /// The tool role of an item of type `kind`, if it has one.
+    fn is_call(kind: &str) -> Option<bool> {
+        agent_context::CALL_OUTPUT_TYPES
+            .iter()
+            .find_map(|(call, out)| match kind {
+                k if k == *call => Some(true),
+                k if k == *out => Some(false),
+                _ => None,
+            })
+    }
+    let mut kept: Vec<(&RawJson, Option<Tool>)> = Vec::new();
+    for item in output {
+        if !item.get().trim_start().starts_with('{') {
+            continue;
+        }
+        let kind = item.item_type();
+        if kind.as_deref() == Some("function_call") {
+            continue;
+        }
+        let tool = kind.as_deref().and_then(is_call).map(|is_call| Tool {
+            is_call,
+            call_id: item.str_field("call_id"),
+        });
+        kept.push((item, tool));
+    }
+    // How many calls and outputs name each call_id.
+    let mut counts: HashMap<&str, (usize, usize)> = HashMap::new();
+    for tool in kept.iter().filter_map(|(_, tool)| tool.as_ref()) {
+        if let Some(call_id) = &tool.call_id {
+            let count = counts.entry(call_id.as_str()).or_default();
+            if tool.is_call {
+                count.0 += 1;
+            } else {
+                count.1 += 1;
+            }
+        }
+    }
+    kept.iter()
+        .filter(|(_, tool)| match tool {
+            None => true,
+            Some(tool) => tool
+                .call_id
+                .as_deref()
+                .is_some_and(|id| counts.get(id) == Some(&(1, 1))),
+        })
+        .map(|(item, _)| *item)
+        .collect()
 }
 
 /// Appends the units of `state` that its context thread lacks; returns how many were
@@ -207,9 +271,9 @@ async fn catch_up_marking(
     // One row read (not a listing of every thread): a catch-up over all runs stays O(runs).
     let held = store.thread_units(&thread).await?;
     if held == sources.len() as u64 {
-        if held > 0 {
-            record_derived_through(store, &thread, state, marks).await;
-        }
+        // Also with no units: the record creates the thread, so a run with nothing to
+        // search is not read again either until it moves on.
+        record_derived_through(store, &thread, state, marks).await;
         return Ok(0);
     }
     let new_unit = |source: &Source<'_>| {
@@ -319,10 +383,11 @@ fn longest_text<'v>(value: &'v mut Value, longest: &mut Option<&'v mut String>) 
     }
 }
 
-/// Records that `thread` holds every unit of `state` it can hold. Only saves a later search a
-/// read of the run: a store that cannot take it (a lock held by a host, a full disk, a
-/// read-only role) does not fail this search; after a lock held past the store's busy
-/// timeout, the rest of the search records nothing (see [`Marks`]).
+/// Records that `thread` holds every unit of `state` it can hold, creating it when `state`
+/// has none it can hold. Only saves a later search a read of the run: a store that cannot
+/// take it (a lock held by a host, a full disk, a read-only role) does not fail this
+/// search; after a lock held past the store's busy timeout, the rest of the search records
+/// nothing (see [`Marks`]).
 async fn record_derived_through(
     store: &ContextStore,
     thread: &str,
@@ -332,7 +397,12 @@ async fn record_derived_through(
     if marks.locked_out.load(Ordering::Relaxed) {
         return;
     }
-    if let Err(err) = store.mark_derived_through(thread, state.last_seq).await {
+    // Not `mark_derived_through`, which leaves an unknown thread unknown: a run whose units
+    // were all refused, or that has none yet, is recorded too (a thread with no units).
+    if let Err(err) = store
+        .append_derived_units_through(thread, &[], state.last_seq)
+        .await
+    {
         if let ContextError::Database(db) = &err
             && db.kind() == agent_context::DatabaseErrorKind::Timeout
         {
@@ -925,6 +995,132 @@ mod tests {
         );
         let all_again = search(&journal, &store, None, "needle", 10).await.unwrap();
         assert_eq!(all_again, all);
+    }
+
+    /// Runs whose derivation stores nothing or leaves items out, each run's events:
+    /// - `r1`: a step with a message, a tool output no call of the step has (`ghost`), a
+    ///   paired custom call, a computer call without output and an item that is no object;
+    /// - `r2`: a step whose only item is such an output (no step unit);
+    /// - `r3`: no step at all;
+    /// - `r4`: a step of more items than a unit can hold (refused by the store).
+    async fn runs_whose_history_stores_little() -> Journal {
+        let journal = Journal::open("memory:").await.unwrap();
+        let created = json!({"prompt": "p", "model": "m", "workspace": "/w", "tools": [],
+                             "approval": "default", "budgets": {"max_steps": 5}});
+        let ghost = json!({"type": "function_call_output", "call_id": "ghost", "output": "x"});
+        let many: Vec<Value> = (0..=agent_context::limits::MAX_ITEMS_PER_UNIT)
+            .map(|n| json!({"type": "message", "role": "assistant", "content": format!("m{n}")}))
+            .collect();
+        let steps = [
+            (
+                "r1",
+                Some(json!([
+                    {"type": "message", "role": "assistant", "content": "ZEBRAWORD answer"},
+                    ghost,
+                    {"type": "custom_tool_call", "call_id": "k1", "name": "t", "input": "i"},
+                    {"type": "custom_tool_call_output", "call_id": "k1", "output": "o"},
+                    {"type": "computer_call", "call_id": "cc", "action": {}},
+                    "not an object"
+                ])),
+            ),
+            ("r2", Some(json!([ghost]))),
+            ("r3", None),
+            ("r4", Some(Value::Array(many))),
+        ];
+        for (run, output) in steps {
+            let thread = kinds::thread_of(run);
+            let mut events = vec![agent_journal::NewEvent::new(
+                thread.clone(),
+                kinds::RUN_CREATED,
+                created.clone(),
+            )];
+            if let Some(output) = output {
+                events.push(agent_journal::NewEvent::new(
+                    thread,
+                    kinds::MODEL_COMPLETED,
+                    json!({"step": 1, "response_id": "x", "output": output}),
+                ));
+            }
+            journal.append_batch(events).await.unwrap();
+        }
+        journal
+    }
+
+    /// A step keeps the items that pair up (an orphan tool output, a call without output or
+    /// an item that is no object left out), so the rest of it is stored and found; and every
+    /// run is recorded derived through its last seq, also one whose derivation stored
+    /// nothing, so a second search over every run reads none of them.
+    async fn every_run_is_caught_up_once_whatever_it_stores(store: ContextStore) {
+        let journal = runs_whose_history_stores_little().await;
+        let first = search_beside(&journal, None, &store, None, "zebraword", 10)
+            .await
+            .unwrap();
+        assert_eq!(first.caught_up, 4);
+        assert_eq!(first.hits.len(), 1, "{:?}", first.hits);
+        assert_eq!(
+            (first.hits[0].run_id.as_str(), first.hits[0].unit.as_str()),
+            ("r1", "step:1")
+        );
+        let state = run::load(&journal, "r1").await.unwrap();
+        let units = units_of(&state);
+        assert_eq!(units.len(), 1, "{units:?}");
+        let kinds_kept: Vec<&str> = units[0]
+            .items
+            .iter()
+            .map(|i| i.get("type").and_then(Value::as_str).unwrap_or("(no type)"))
+            .collect();
+        assert_eq!(
+            kinds_kept,
+            ["message", "custom_tool_call", "custom_tool_call_output"]
+        );
+        assert!(units_of(&run::load(&journal, "r2").await.unwrap()).is_empty());
+        for (run, held) in [("r1", 1), ("r2", 0), ("r3", 0), ("r4", 0)] {
+            let thread = kinds::thread_of(run);
+            assert_eq!(store.thread_units(&thread).await.unwrap(), held, "{run}");
+            assert_eq!(
+                store.derived_through(&thread).await.unwrap(),
+                journal.last_seq(&thread).await.unwrap(),
+                "{run}"
+            );
+        }
+        let again = search_beside(&journal, None, &store, None, "zebraword", 10)
+            .await
+            .unwrap();
+        assert_eq!(again.caught_up, 0);
+        assert_eq!(again.hits, first.hits);
+        // A run that moves on is read again: r3's first step is found.
+        journal
+            .append(agent_journal::NewEvent::new(
+                kinds::thread_of("r3"),
+                kinds::MODEL_COMPLETED,
+                json!({"step": 1, "response_id": "y", "output": [{"type": "message",
+                       "role": "assistant", "content": "ZEBRAWORD later"}]}),
+            ))
+            .await
+            .unwrap();
+        let moved = search_beside(&journal, None, &store, None, "zebraword", 10)
+            .await
+            .unwrap();
+        assert_eq!(moved.caught_up, 1);
+        let runs: Vec<&str> = moved.hits.iter().map(|h| h.run_id.as_str()).collect();
+        assert_eq!(runs, ["r3", "r1"]);
+    }
+
+    #[tokio::test]
+    async fn every_run_is_caught_up_once_whatever_it_stores_sqlite() {
+        let store = ContextStore::open("sqlite::memory:").await.unwrap();
+        every_run_is_caught_up_once_whatever_it_stores(store).await;
+    }
+
+    #[tokio::test]
+    async fn every_run_is_caught_up_once_whatever_it_stores_postgres() {
+        // `None`: skipped (said on stderr); under `CI=true` the fixture panics instead.
+        let Some(db) = agent_testkit::FreshDb::postgres("host_history").await else {
+            return;
+        };
+        let store = ContextStore::open(db.url()).await.unwrap();
+        every_run_is_caught_up_once_whatever_it_stores(store.clone()).await;
+        store.close().await;
     }
 
     /// The snippet as first written: each character folded alone, and the fold compared
