@@ -17,6 +17,8 @@ pub const DB_HINT: &str =
 pub async fn open_journal(global: &GlobalArgs) -> anyhow::Result<Journal> {
     let url = global.database_url()?;
     refuse_special_file(&url)?;
+    // Whatever runs this process drives, wherever their own database was recorded.
+    agent_host::sandbox::hide_from_every_run(database_files(&url));
     Journal::open(&url)
         .await
         .map_err(|err| with_hint(err, db_hint(&url)))

@@ -48,6 +48,8 @@ mod sandbox;
 mod sandbox_fallback;
 #[path = "host/sandbox_kernel.rs"]
 mod sandbox_kernel;
+#[path = "host/sandbox_resume.rs"]
+mod sandbox_resume;
 #[path = "host/sandbox_settings.rs"]
 mod sandbox_settings;
 #[path = "host/search.rs"]

@@ -38,6 +38,10 @@ pub struct SandboxSpec {
     /// Set when the default mode could not be had and the run fell back to `off`: why.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fallback: Option<String>,
+    /// The home directory of the user who started the run: its credential stores stay
+    /// hidden also when the run is driven under another `HOME` (`sudo`, cron, a worker).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub home: Option<PathBuf>,
 }
 
 impl Default for SandboxSpec {
@@ -56,6 +60,7 @@ impl SandboxSpec {
             writable_roots: Vec::new(),
             deny_read: Vec::new(),
             fallback: None,
+            home: None,
         }
     }
 
@@ -67,11 +72,32 @@ impl SandboxSpec {
         policy.deny_read.extend(self.deny_read.iter().cloned());
         policy.tmpdir = tmpdir.map(Path::to_path_buf);
         // The driving process's own, also when the run was recorded by another (a worker,
-        // a resume by someone else, with their own `AGENTCTL_CONFIG_DIR`).
+        // a resume by someone else, with their own `AGENTCTL_CONFIG_DIR` or database).
         policy.deny_read.extend(state_dir());
         policy.deny_read.extend(moved_config_dir());
         policy
+            .deny_read
+            .extend(DRIVER_HIDDEN.get().into_iter().flatten().cloned());
+        if let Some(home) = &self.home {
+            for path in agent_sandbox::default_deny_read(home) {
+                if !policy.deny_read.contains(&path) {
+                    policy.deny_read.push(path);
+                }
+            }
+        }
+        policy
     }
+}
+
+/// What the driving process hides from every run it drives, besides each run's recorded
+/// paths: set once by the program (agentctl: the files of the database it journals in,
+/// wherever a run's own database was when it was recorded).
+static DRIVER_HIDDEN: std::sync::OnceLock<Vec<PathBuf>> = std::sync::OnceLock::new();
+
+/// Hides `paths` from the commands and file tools of every run this process drives (see
+/// [`SandboxSpec::policy`]); the first call wins.
+pub fn hide_from_every_run(paths: Vec<PathBuf>) {
+    let _ = DRIVER_HIDDEN.set(paths);
 }
 
 /// agentctl's configuration directory when `AGENTCTL_CONFIG_DIR` moves it (its trust
@@ -148,6 +174,11 @@ pub enum Unavailable {
     /// `writable_roots`, `network`): they are at fault, and nothing falls back.
     #[error("the [sandbox] settings (deny_read, writable_roots, network) cannot be applied: {0}")]
     Settings(SandboxError),
+    /// The probe itself could not run (no temp dir, no process: a full disk, too few file
+    /// descriptors or processes): nothing says the system cannot sandbox, and a passing
+    /// shortage must not turn a run's sandbox off for good, so nothing falls back.
+    #[error("the sandbox could not be probed: {0}")]
+    Probing(SandboxError),
 }
 
 /// [`probe`], and when it fails, whose fault it is: the mode's with only `own` hidden
@@ -161,6 +192,9 @@ pub fn probe_blaming(
     let Err(err) = probe(spec, workspace) else {
         return Ok(());
     };
+    if !matches!(err, SandboxError::Probe(_)) {
+        return Err(Unavailable::Probing(err));
+    }
     let bare = SandboxSpec {
         deny_read: own.to_vec(),
         ..SandboxSpec::of(spec.mode)

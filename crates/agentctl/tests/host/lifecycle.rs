@@ -54,9 +54,15 @@ fn mock_story_on_a_fresh_home() {
             && hidden[1].ends_with(".db-wal"),
         "{shown}"
     );
+    // The starting user's home, whose credential stores stay hidden whoever resumes.
+    assert_eq!(
+        shown["sandbox"]["home"],
+        home.path().to_str().unwrap(),
+        "{shown}"
+    );
     assert_eq!(
         shown["sandbox"].as_object().unwrap().len(),
-        3,
+        4,
         "nothing else recorded: {shown}"
     );
     let shown = cmd(&["runs", "show", run]);

@@ -264,6 +264,7 @@ pub(crate) fn with_sandbox(
     let mode = explicit.unwrap_or(SandboxMode::WorkspaceWrite);
     let own = own_hidden(db_url);
     let mut spec = SandboxSpec::of(mode);
+    spec.home = dirs::home_dir();
     spec.network = tools.sandbox.network.unwrap_or(false);
     spec.writable_roots = tools.sandbox.writable_roots.clone().unwrap_or_default();
     spec.deny_read = tools.sandbox.deny_read.clone().unwrap_or_default();
@@ -285,6 +286,7 @@ pub(crate) fn with_sandbox(
             probe_said(&err)
         ))
         .into()),
+        Err(probing @ Unavailable::Probing(_)) => Err(probing_failed(probing)),
         Err(Unavailable::System(err)) if explicit.is_some() => Err(UsageError(format!(
             "sandbox mode {mode}: {err}; use `--sandbox off` to run commands unsandboxed, each asking first"
         ))
@@ -310,6 +312,14 @@ pub(crate) fn with_sandbox(
             }))
         }
     }
+}
+
+/// A probe that could not run (a full temp dir, too few descriptors or processes): the run
+/// neither starts nor falls back; once the shortage passes, it can.
+fn probing_failed(err: Unavailable) -> anyhow::Error {
+    anyhow::anyhow!(
+        "{err}; nothing ran, and the run keeps its sandbox: try again once that is fixed"
+    )
 }
 
 /// What a failed probe said, without "commands cannot be sandboxed here" where the mode
@@ -359,15 +369,20 @@ pub(crate) fn resumed_sandbox(
     };
     let mode = asked.unwrap_or(spec.sandbox.mode);
     let change = agent_host::sandbox::for_resume(&spec.sandbox, &driver, workspace).map_err(
-        |err| match err {
-            Unavailable::Settings(err) => UsageError(format!(
-                "sandbox mode {mode}: the run's [sandbox] settings (deny_read, writable_roots, network, as recorded, and this user's deny_read) cannot be applied here: {}; \
-                 resume it where they can, or with `--sandbox off` (each command asking first)",
-                probe_said(&err)
-            )),
-            Unavailable::System(err) => UsageError(format!(
-                "sandbox mode {mode}: {err}; use `--sandbox off` to run commands unsandboxed, each asking first"
-            )),
+        |err| -> anyhow::Error {
+            match err {
+                Unavailable::Settings(err) => UsageError(format!(
+                    "sandbox mode {mode}: the run's [sandbox] settings (deny_read, writable_roots, network, as recorded, and this user's deny_read) cannot be applied here: {}; \
+                     resume it where they can, or with `--sandbox off` (each command asking first)",
+                    probe_said(&err)
+                ))
+                .into(),
+                Unavailable::System(err) => UsageError(format!(
+                    "sandbox mode {mode}: {err}; use `--sandbox off` to run commands unsandboxed, each asking first"
+                ))
+                .into(),
+                probing @ Unavailable::Probing(_) => probing_failed(probing),
+            }
         },
     )?;
     if let Some(change) = &change
@@ -569,7 +584,11 @@ fn drive_hint(global: &GlobalArgs, run: Option<&str>, err: agent_host::HostError
                 resume(&["--take-over"])
             )
         }
-        HostError::Journal(agent_journal::JournalError::WriterFailed(_)) => format!(
+        // A failed read stops a drive as a failed write does (a reader connection opened
+        // late: too few file descriptors, a dropped server).
+        HostError::Journal(
+            agent_journal::JournalError::WriterFailed(_) | agent_journal::JournalError::Database(_),
+        ) => format!(
             "the run is left as the journal has it: once the database accepts writes again, `{}` continues it{}",
             resume(&[]),
             if run.is_none() {
@@ -760,6 +779,28 @@ fn finish(global: &GlobalArgs, report: RunReport) -> anyhow::Result<ExitCode> {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    /// A drive stopped by a failed read of the journal (a reader connection opened late,
+    /// with too few file descriptors) names the resume that continues it, as a failed
+    /// write does.
+    #[test]
+    fn a_drive_stopped_by_the_database_names_its_resume() {
+        let global = GlobalArgs::default();
+        for err in [
+            agent_journal::JournalError::from(rusqlite::Error::InvalidQuery),
+            agent_journal::JournalError::WriterFailed("disk full".into()),
+        ] {
+            let shown = crate::output::error_line(&drive_hint(
+                &global,
+                Some("r1"),
+                agent_host::HostError::Journal(err),
+            ));
+            assert!(
+                shown.contains("`agentctl resume r1` continues it"),
+                "{shown}"
+            );
+        }
+    }
 
     #[test]
     fn the_prompt_is_measured_as_the_json_it_is_stored_as() {
