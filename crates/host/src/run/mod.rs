@@ -374,6 +374,19 @@ impl RunReport {
     }
 }
 
+/// Why a run folded from `events` has no spec: none was recorded (no such run), or its
+/// `run.created` is one this host cannot read (a newer version's mode or field, a journal
+/// edited by hand), which is not the same as no run at all.
+fn without_spec(run_id: &str, events: &[Event]) -> HostError {
+    match events.first() {
+        Some(first) if &*first.kind == kinds::RUN_CREATED => HostError::Unreadable {
+            run: run_id.into(),
+            event: format!("its run.created (seq {})", first.seq),
+        },
+        _ => HostError::NotFound(run_id.into()),
+    }
+}
+
 /// What `resume` changes: budgets, and the sandbox (journaled as `run.sandbox_changed`).
 #[derive(Debug, Clone, Default)]
 pub struct ResumeChange {
@@ -551,7 +564,7 @@ impl Host {
             .state
             .spec
             .as_deref()
-            .ok_or_else(|| HostError::NotFound(run_id.into()))?;
+            .ok_or_else(|| without_spec(run_id, &loaded.events))?;
         let workspace = Workspace::new(std::path::Path::new(&spec.workspace)).map_err(|err| {
             HostError::Workspace {
                 path: spec.workspace.clone(),
@@ -712,7 +725,7 @@ impl Host {
             let spec = state
                 .spec
                 .clone()
-                .ok_or_else(|| HostError::NotFound(run_id.into()))?;
+                .ok_or_else(|| without_spec(run_id, &events))?;
             if let Some(status) = state.status.filter(|s| s.is_final()) {
                 return Err(HostError::Ended {
                     run: run_id.into(),

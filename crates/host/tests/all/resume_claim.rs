@@ -96,3 +96,37 @@ async fn a_changed_sandbox_keeps_the_runs_configured_policies() {
         changed.payload
     );
 }
+
+/// A run whose `run.created` this host cannot read (a newer version's sandbox mode) is
+/// refused as unreadable, not as no run at all.
+#[tokio::test]
+async fn a_run_created_by_a_newer_version_is_unreadable_not_unknown() {
+    use agent_host::HostError;
+    use agent_host::run::{Host, kinds};
+    use agent_journal::NewEvent;
+
+    let (_server, client) = crate::bench_script::serve().await;
+    let journal = agent_journal::Journal::open("memory:").await.unwrap();
+    let created = serde_json::json!({"prompt": "p", "model": "m", "workspace": "/w",
+        "tools": [], "approval": "default", "budgets": {"max_steps": 5},
+        "sandbox": {"mode": "a-mode-from-the-future"}});
+    journal
+        .append(NewEvent::new(
+            kinds::thread_of("r1"),
+            kinds::RUN_CREATED,
+            created,
+        ))
+        .await
+        .unwrap();
+    let host = Host::new(journal.clone(), client);
+    let err = host
+        .resume("r1", ResumeChange::default(), DriveOptions::default())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, HostError::Unreadable { .. }), "{err}");
+    let err = host
+        .resume("r2", ResumeChange::default(), DriveOptions::default())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, HostError::NotFound(_)), "{err}");
+}
