@@ -129,3 +129,28 @@ async fn a_probe_that_cannot_run_changes_nothing() {
     assert!(!outside.exists(), "the command ran unsandboxed");
     assert!(command_output(&server).contains("TOUCHED=1"));
 }
+
+/// A workspace replaced by a file since the run paused: the resume says so (exit 2), and
+/// the run resumes once the directory is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_workspace_replaced_by_a_file_is_named_as_such() {
+    let (dir, _) = workspace();
+    let ws = dir.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let server = emulator(&paused_before("echo ran")).await;
+    let db = format!("sqlite://{}", dir.path().join("j.db").display());
+    let run = paused_run(&db, &server, &ws, dir.path());
+    std::fs::rename(&ws, dir.path().join("ws.away")).unwrap();
+    std::fs::write(&ws, "a file now").unwrap();
+    let o = out(resume_cmd(&db, &server, &run, &["--max-steps", "5"]).env("HOME", dir.path()));
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains("it is not a directory"),
+        "{}",
+        text(&o.stderr)
+    );
+    std::fs::remove_file(&ws).unwrap();
+    std::fs::rename(dir.path().join("ws.away"), &ws).unwrap();
+    let o = out(resume_cmd(&db, &server, &run, &["--max-steps", "5"]).env("HOME", dir.path()));
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+}

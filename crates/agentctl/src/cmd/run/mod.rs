@@ -412,6 +412,14 @@ pub(crate) fn load_tool_config(
     workspace: &std::path::Path,
     mcp: &[String],
 ) -> Result<ToolConfig, agent_host::HostError> {
+    // A workspace replaced by a file since the run began: said so, not as a failed read
+    // of `FILE/agentctl.toml`.
+    if workspace.exists() && !workspace.is_dir() {
+        return Err(agent_host::HostError::Workspace {
+            path: workspace.display().to_string(),
+            reason: "it is not a directory".into(),
+        });
+    }
     let mut config = ToolConfig::load(workspace, crate::cmd::trust::config_dir().as_deref())?;
     for spec in mcp {
         config.add_cli_server(spec)?;
