@@ -60,6 +60,10 @@ pub struct App {
     pub(crate) cookie: String,
     pub(crate) watchers: Arc<Semaphore>,
     pub(crate) max_watchers: usize,
+    /// Converters readers of events left, for the next page or resumed stream.
+    pub(crate) converters: Arc<crate::events::Converters>,
+    /// The runs table's folds of the runs it refreshed last, for the next listing.
+    pub(crate) row_folds: agent_host::run::table::RowFolds,
     pub(crate) submitter: Option<Arc<dyn Submitter>>,
     pub(crate) context: Option<agent_context::ContextStore>,
     /// Who decides, steers and interrupts through this server (`serve@host`).

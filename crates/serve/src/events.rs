@@ -3,7 +3,12 @@
 //!
 //! The converter is stateful (an item's later lines need its earlier ones: a call's tool
 //! and arguments, the run's sandbox mode), so a reader that starts after `seq` first feeds
-//! it the events up to `seq` and drops their lines.
+//! it the events up to `seq` and drops their lines, or goes on with a converter an earlier
+//! reader left at `seq` or before ([`Converters`]).
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use agent_host::run::events::RunEvent;
 use agent_host::run::exec_json::ExecJson;
@@ -62,35 +67,124 @@ fn to_value(value: &impl Serialize) -> Option<Value> {
     serde_json::to_value(value).ok()
 }
 
-/// Converts the events of one run in order.
-pub(crate) struct Converter(ExecJson);
+/// Converters that readers of runs' events left behind, each at the last event it
+/// converted, so that the next page (`after` = the previous page's `last_seq`) or a stream
+/// resumed from `Last-Event-ID` goes on from there instead of converting the run again
+/// from its first event: paging a run costs about the run, not its square.
+///
+/// Invariants:
+/// - A kept converter of run `run` at `seen` has converted exactly the run's events up to
+///   `seen`, in order: the journal's events up to a seq never change, so it converts the
+///   later ones as one primed from the first event would (the pages are the same bytes).
+/// - At most [`Converters::CAPACITY`] are kept, the least recently left going first; a
+///   converter holds the run's tool names and call arguments, not its events.
+/// - A converter is taken out while it is used: two readers never share one.
+#[derive(Default)]
+pub(crate) struct Converters {
+    kept: Mutex<VecDeque<Kept>>,
+    /// Events read to prime converters, in all (what tests bound).
+    primed: AtomicU64,
+}
+
+struct Kept {
+    run: String,
+    seen: i64,
+    conv: ExecJson,
+}
+
+impl Converters {
+    /// Most converters kept.
+    pub(crate) const CAPACITY: usize = 32;
+
+    /// The kept converter of `run` furthest on that has seen nothing after `after`, taken
+    /// out.
+    fn take(&self, run: &str, after: i64) -> Option<(i64, ExecJson)> {
+        let mut kept = self.kept.lock().unwrap_or_else(PoisonError::into_inner);
+        let at = kept
+            .iter()
+            .enumerate()
+            .filter(|(_, k)| k.run == run && k.seen <= after)
+            .max_by_key(|(_, k)| k.seen)
+            .map(|(at, _)| at)?;
+        kept.remove(at).map(|k| (k.seen, k.conv))
+    }
+
+    fn keep(&self, run: String, seen: i64, conv: ExecJson) {
+        if seen <= 0 {
+            return; // a fresh converter costs nothing to make
+        }
+        let mut kept = self.kept.lock().unwrap_or_else(PoisonError::into_inner);
+        kept.retain(|k| !(k.run == run && k.seen == seen));
+        if kept.len() >= Self::CAPACITY {
+            kept.pop_front();
+        }
+        kept.push_back(Kept { run, seen, conv });
+    }
+
+    /// Events read to prime converters so far.
+    #[cfg(test)]
+    pub(crate) fn primed_events(&self) -> u64 {
+        self.primed.load(Ordering::Relaxed)
+    }
+}
+
+/// Converts the events of one run in order; when dropped, it is left in its
+/// [`Converters`] for the next reader.
+pub(crate) struct Converter {
+    conv: ExecJson,
+    run: String,
+    /// The seq of the last event converted (0: none).
+    seen: i64,
+    home: Arc<Converters>,
+}
+
+impl Drop for Converter {
+    fn drop(&mut self) {
+        let conv = std::mem::take(&mut self.conv);
+        self.home
+            .keep(std::mem::take(&mut self.run), self.seen, conv);
+    }
+}
 
 impl Converter {
-    /// A converter of run `id` that has seen every event up to `after`.
+    /// A converter of run `id` that has seen every event up to `after`: one `home` kept,
+    /// fed the events after it up to `after`, or a new one fed the run from its start.
     pub(crate) async fn primed(
+        home: &Arc<Converters>,
         journal: &Journal,
         id: &str,
         after: i64,
     ) -> Result<Converter, ApiError> {
-        let mut conv = ExecJson::new(id);
-        if after > 0 {
+        let (seen, conv) = home
+            .take(id, after)
+            .unwrap_or_else(|| (0, ExecJson::new(id)));
+        let mut conv = Converter {
+            conv,
+            run: id.to_string(),
+            seen,
+            home: Arc::clone(home),
+        };
+        if conv.seen < after {
             let thread = agent_host::run::kinds::thread_of(id);
-            let mut earlier = journal.replay_stream(&thread, 0);
+            let mut earlier = journal.replay_stream(&thread, conv.seen);
             while let Some(event) = earlier.next().await {
+                home.primed.fetch_add(1, Ordering::Relaxed);
                 let event = event.map_err(|err| ApiError::internal(err.to_string()))?;
                 if event.seq > after {
                     break;
                 }
-                conv.convert(&event);
+                conv.conv.convert(&event);
+                conv.seen = event.seq;
             }
         }
-        Ok(Converter(conv))
+        Ok(conv)
     }
 
     /// The API's shape of `event`.
     pub(crate) fn convert(&mut self, event: &Event) -> ApiEvent {
+        self.seen = self.seen.max(event.seq);
         let lines = self
-            .0
+            .conv
             .convert(event)
             .into_iter()
             .filter_map(|line| serde_json::to_value(line).ok())
@@ -104,6 +198,31 @@ impl Converter {
         }
     }
 }
+
+/// The events of run `id` after `after`, at most `limit` of them, and whether more follow.
+pub(crate) async fn page(
+    home: &Arc<Converters>,
+    journal: &Journal,
+    id: &str,
+    after: i64,
+    limit: usize,
+) -> Result<(Vec<ApiEvent>, bool), ApiError> {
+    let mut conv = Converter::primed(home, journal, id, after).await?;
+    let mut stream = journal.replay_stream(&agent_host::run::kinds::thread_of(id), after);
+    let mut page = Vec::new();
+    while let Some(event) = stream.next().await {
+        let event = event.map_err(|e| ApiError::internal(e.to_string()))?;
+        if page.len() == limit {
+            return Ok((page, true));
+        }
+        page.push(conv.convert(&event));
+    }
+    Ok((page, false))
+}
+
+#[cfg(test)]
+#[path = "events_tests.rs"]
+mod paging_tests;
 
 #[cfg(test)]
 mod tests {

@@ -134,6 +134,8 @@ pub async fn bind(
         cookie: token::cookie_name(addr.port()),
         watchers: Arc::new(tokio::sync::Semaphore::new(options.max_watchers)),
         max_watchers: options.max_watchers,
+        converters: Arc::default(),
+        row_folds: agent_host::run::table::RowFolds::default(),
         submitter: options.submitter,
         context: options.context,
         who: options.who,

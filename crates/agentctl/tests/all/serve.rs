@@ -560,6 +560,153 @@ async fn sse_resumes_across_a_restart(db: FreshDb) {
     drop(held);
 }
 
+/// The events of a run paged with any limit are the events of one unpaged read and of the
+/// event stream, read whole or resumed from `Last-Event-ID`: a page that goes on with the
+/// converter an earlier reader left converts as a reader from the first event does.
+async fn pages_of_any_size_agree_with_one_read_and_the_stream(db: FreshDb) {
+    let db = db.url();
+    let (dir, ws) = host::workspace();
+    let mut steps: Vec<Value> = (0..8)
+        .map(|i| {
+            json!([
+                {"type": "message", "role": "assistant",
+                 "content": [{"type": "output_text", "text": format!("step {i}")}]},
+                call(&format!("c{i}"), "shell", json!({"command": format!("echo {i}")}))
+            ])
+        })
+        .collect();
+    steps.push(answer("FINAL: done"));
+    let server = emulator(&script_by_outputs(&steps)).await;
+    let o = out(&mut run_cmd(
+        db,
+        &server,
+        &ws,
+        &["--sandbox", "off", "--approval", "auto"],
+    ));
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let run = only_run(db);
+    let s = serve(db, dir.path(), &[]);
+    let events = |after: i64, limit: usize| {
+        s.get(&format!(
+            "/api/v1/runs/{run}/events?after={after}&limit={limit}"
+        ))
+    };
+    let (status, whole) = call_api(events(0, 5000)).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(whole["more"], false);
+    let whole = whole["events"].as_array().unwrap().clone();
+    let shown = serde_json::to_string(&whole).unwrap();
+    assert!(shown.contains("command_execution"), "{shown}");
+    for limit in [1, 2, 3, 5, 8, 13, 40] {
+        let mut after = 0;
+        let mut pages = Vec::new();
+        loop {
+            let (status, page) = call_api(events(after, limit)).await;
+            assert_eq!(status, StatusCode::OK, "{page}");
+            pages.extend(page["events"].as_array().unwrap().iter().cloned());
+            after = page["last_seq"].as_i64().unwrap();
+            if page["more"] != true {
+                break;
+            }
+        }
+        assert_eq!(pages, whole, "pages of {limit}");
+    }
+    let stream = format!("/api/v1/runs/{run}/events/stream");
+    let last = whole.last().unwrap()["seq"].as_i64().unwrap();
+    let streamed: Vec<Value> = read_sse(s.get(&stream).send().await.unwrap(), last)
+        .await
+        .into_iter()
+        .map(|(_, data)| data)
+        .collect();
+    assert_eq!(streamed, whole, "the stream");
+    for cut in [1, whole.len() / 3, whole.len() / 2] {
+        let from = whole[cut - 1]["seq"].as_i64().unwrap();
+        let resp = s
+            .get(&stream)
+            .header("Last-Event-ID", from.to_string())
+            .send()
+            .await
+            .unwrap();
+        let rest: Vec<Value> = read_sse(resp, last)
+            .await
+            .into_iter()
+            .map(|(_, data)| data)
+            .collect();
+        assert_eq!(rest, whole[cut..].to_vec(), "the stream after {from}");
+    }
+}
+
+/// A run's view is read from its latest checkpoint on, and is the view a fold of all its
+/// events gives: a corrupt event before the checkpoint (a file edited by hand), which a
+/// full fold fails on, is never read by `GET /runs/{id}`, and the view is what
+/// `runs show` showed before the edit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runs_view_is_read_from_its_latest_checkpoint_and_is_a_whole_folds() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("j.db");
+    let db = format!("sqlite://{}", path.display());
+    let ws = dir.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    std::fs::write(ws.join("README.md"), "# A workspace\n").unwrap();
+    let o = out(agentctl(&db)
+        .args(["run", "--mock", "--compact-at", "1", "--workspace"])
+        .arg(&ws)
+        .arg("look around and summarise"));
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let run = only_run(&db);
+    let show = || out(agentctl(&db).args(["--json", "runs", "show", &run]));
+    let o = show();
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let mut whole: Value = serde_json::from_str(text(&o.stdout).trim()).unwrap();
+    whole.as_object_mut().unwrap().remove("age_seconds");
+    assert_eq!(whole["steps"], 5, "{whole}");
+    // The fold from the checkpoint shows what the fold of every event shows: the view and
+    // what a row of the runs table keeps.
+    {
+        let journal = agent_journal::Journal::open(&db).await.unwrap();
+        let full = agent_host::run::load(&journal, &run).await.unwrap();
+        let latest = agent_host::run::table::load_for_view(&journal, &run)
+            .await
+            .unwrap();
+        assert!(
+            latest.steps().len() < full.steps().len(),
+            "a checkpoint was read"
+        );
+        let view =
+            |s: &agent_host::run::RunState| agent_host::run::view::RunView::of(s, s.status(), 0);
+        assert_eq!(view(&latest), view(&full));
+        assert_eq!(latest.created_at(), full.created_at());
+        assert_eq!(latest.updated_at(), full.updated_at());
+        assert_eq!(latest.last_seq(), full.last_seq());
+        assert_eq!(latest.driver(), full.driver());
+        assert_eq!(latest.children(), full.children());
+        journal.close().await;
+    }
+    // The first step's event, before every checkpoint, edited into no JSON.
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    let changed = conn
+        .execute(
+            "UPDATE journal_events SET payload = '{not json' WHERE seq = \
+             (SELECT MIN(seq) FROM journal_events WHERE kind = 'model.completed')",
+            [],
+        )
+        .unwrap();
+    assert_eq!(changed, 1);
+    drop(conn);
+    assert!(
+        !show().status.success(),
+        "a full fold reads the edited event"
+    );
+    let s = serve(&db, dir.path(), &[]);
+    let (status, mut view) = call_api(s.get(&format!("/api/v1/runs/{run}"))).await;
+    assert_eq!(status, StatusCode::OK, "{view}");
+    let added = view.as_object_mut().unwrap();
+    added.remove("age_seconds");
+    assert_eq!(added.remove("prompt").unwrap(), "look around and summarise");
+    assert!(added.remove("last_seq").unwrap().as_i64().unwrap() > 0);
+    assert_eq!(view, whole);
+}
+
 /// `POST /runs` submits; a worker in the server drives it; `POST /resume` offers a paused
 /// run again with a new budget and that worker finishes it.
 async fn submit_and_resume_with_an_in_process_worker(db: FreshDb) {
@@ -713,7 +860,7 @@ async fn the_in_process_worker_drives_a_run_where_it_recorded(db: FreshDb) {
 }
 
 use crate::host::fresh_db::{self, FreshDb};
-agent_testkit::backend_tests!(fresh_db, [sqlite, postgres]: the_door, runs_approvals_and_errors, sse_resumes_across_a_restart, submit_and_resume_with_an_in_process_worker, the_in_process_worker_drives_a_run_where_it_recorded);
+agent_testkit::backend_tests!(fresh_db, [sqlite, postgres]: the_door, runs_approvals_and_errors, sse_resumes_across_a_restart, pages_of_any_size_agree_with_one_read_and_the_stream, submit_and_resume_with_an_in_process_worker, the_in_process_worker_drives_a_run_where_it_recorded);
 
 /// An endpoint no client can use (`--base-url` that is no http(s) URL, a `--mock-script`
 /// that cannot be read) is refused at start, exit 2, as `submit` refuses it: the server

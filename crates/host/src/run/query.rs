@@ -2,6 +2,7 @@
 
 use agent_journal::{Event, Journal};
 use agent_runtime::ThreadCheckpoint;
+use futures::StreamExt as _;
 
 use super::kinds;
 use super::state::RunState;
@@ -9,14 +10,64 @@ use crate::error::HostError;
 
 /// The run `run_id` as folded from its journal, its whole history held.
 ///
+/// The events are folded as they are read, a page at a time: what a read holds is the
+/// fold, not the run's events (a long run's outputs can be hundreds of MB).
+///
 /// # Cancel safety
 /// Read-only: a dropped future leaves nothing behind.
 pub async fn load(journal: &Journal, run_id: &str) -> Result<RunState, HostError> {
-    let events = journal.replay(&thread_of_run(run_id)?, 0).await?;
-    if events.is_empty() {
+    let (state, _) = fold_after(journal, RunState::new(run_id), 0).await?;
+    if state.last_seq == 0 {
         return Err(HostError::NotFound(run_id.into()));
     }
-    Ok(RunState::from_events(run_id, &events))
+    Ok(state)
+}
+
+/// The run `run_id` folded from its latest checkpoint on (as a driving host folds it), from
+/// its first event when it has none or none this version reads, and how many events were
+/// folded after the checkpoint.
+///
+/// What its view (`runs show`) and its row show is what [`load`] gives, read from the
+/// events after the checkpoint only: the checkpoint holds the spec, status, usage, budgets,
+/// children and the counts of what it leaves out. The steps, calls and rejected answers
+/// before it are not held (every such call is answered; they are counted in
+/// [`RunState::elided`]): a reader that needs them uses [`load`].
+///
+/// # Cancel safety
+/// Read-only: a dropped future leaves nothing behind.
+pub(crate) async fn load_latest(
+    journal: &Journal,
+    run_id: &str,
+) -> Result<(RunState, u64), HostError> {
+    let thread = thread_of_run(run_id)?;
+    let checkpoint = journal
+        .last_of_kind(&thread, kinds::CONTEXT_COMPACTED)
+        .await?;
+    let (state, after) = checkpoint
+        .as_ref()
+        .and_then(|event| Some((RunState::from_checkpoint(run_id, event)?.0, event.seq)))
+        .unwrap_or_else(|| (RunState::new(run_id), 0));
+    let (state, folded) = fold_after(journal, state, after).await?;
+    if state.last_seq == 0 {
+        return Err(HostError::NotFound(run_id.into()));
+    }
+    Ok((state, folded))
+}
+
+/// `state`, a fold of run `state.id` up to seq `after`, with the run's events after
+/// `after` folded in as they are read; and how many were.
+pub(crate) async fn fold_after(
+    journal: &Journal,
+    mut state: RunState,
+    after: i64,
+) -> Result<(RunState, u64), HostError> {
+    let mut events = journal.replay_stream(&thread_of_run(&state.id)?, after);
+    let mut folded = 0_u64;
+    while let Some(event) = events.next().await {
+        state.apply(&event?);
+        folded = folded.saturating_add(1);
+    }
+    Ok((state, folded))
 }
 
 /// Whether `err`, from reading one run, concerns that run alone: a stored event that is

@@ -19,7 +19,7 @@ use serde_json::Value;
 
 use super::kinds;
 use super::owner::Owner;
-use super::query::load;
+use super::query::{fold_after, load_latest};
 use super::state::{RunState, RunStatus};
 use super::status::{LeaseView, shown};
 use super::view::now_ms;
@@ -134,12 +134,120 @@ fn encode(info: &RowInfo) -> Value {
     serde_json::to_value(info).unwrap_or(Value::Null)
 }
 
+/// The folds a process's listings made of the runs they refreshed last, so that a later
+/// listing folds only a run's events after them (a live run changes between any two
+/// listings; refolding it whole made each listing cost the whole run).
+///
+/// Invariants:
+/// - A fold is of one journal's run up to its `last_seq`, from its latest checkpoint on
+///   ([`load_for_view`]: its summary is a full fold's); the journal's events up to a seq
+///   never change, so folding the events after it gives what a fold of them all gives.
+/// - At most [`RowFolds::CAPACITY`] folds are kept, the least recently used going first: the
+///   memory is that of a few runs' folds since their latest checkpoints.
+#[derive(Debug)]
+pub struct RowFolds {
+    states: std::sync::Mutex<std::collections::VecDeque<RunState>>,
+    capacity: usize,
+    /// Events folded by listings, in all (what tests bound).
+    folded: std::sync::atomic::AtomicU64,
+}
+
+impl Default for RowFolds {
+    fn default() -> RowFolds {
+        RowFolds::with_capacity(RowFolds::CAPACITY)
+    }
+}
+
+impl RowFolds {
+    /// Most folds kept.
+    pub const CAPACITY: usize = 8;
+
+    fn with_capacity(capacity: usize) -> RowFolds {
+        RowFolds {
+            states: std::sync::Mutex::default(),
+            capacity,
+            folded: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+
+    /// The fold of run `id`, taken out (a concurrent listing folds the run itself).
+    fn take(&self, id: &str) -> Option<RunState> {
+        let mut states = self
+            .states
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let at = states.iter().position(|s| s.id == id)?;
+        states.remove(at)
+    }
+
+    /// Keeps `state`, a fold of its run up to its `last_seq`, as the most recently used.
+    fn keep(&self, state: RunState) {
+        let mut states = self
+            .states
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        states.retain(|s| s.id != state.id);
+        if self.capacity == 0 {
+            return;
+        }
+        if states.len() >= self.capacity {
+            states.pop_front();
+        }
+        states.push_back(state);
+    }
+
+    /// Run `id` folded up to `last` (its thread's last seq) or later: a kept fold with what
+    /// is new folded in, else a fold from its latest checkpoint.
+    async fn fold(&self, journal: &Journal, id: &str, last: i64) -> Result<RunState, HostError> {
+        let (state, folded) = match self.take(id) {
+            Some(state) if state.last_seq <= last => {
+                let after = state.last_seq;
+                fold_after(journal, state, after).await?
+            }
+            _ => load_latest(journal, id).await?,
+        };
+        self.folded
+            .fetch_add(folded, std::sync::atomic::Ordering::Relaxed);
+        Ok(state)
+    }
+
+    /// Events folded by listings so far.
+    #[cfg(test)]
+    fn folded(&self) -> u64 {
+        self.folded.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+/// Run `id` as its view (`runs show`) and its row show it, read from its latest checkpoint
+/// on: the view of a long run costs the events since its last compaction, not the run
+/// (see the fold's own docs for what it leaves out: the steps and calls before it).
+///
+/// # Cancel safety
+/// Read-only: a dropped future leaves nothing behind.
+pub async fn load_for_view(journal: &Journal, id: &str) -> Result<RunState, HostError> {
+    Ok(load_latest(journal, id).await?.0)
+}
+
 /// Brings the table up to date with the journal and returns every run, newest first.
 ///
 /// # Cancel safety
 /// Each run's row is written on its own: dropped midway, some rows are refreshed and the
 /// rest are refreshed by the next call. Rows only follow the journal, so none is wrong.
 pub async fn runs_table(journal: &Journal) -> Result<Vec<RunRow>, HostError> {
+    // A listing of its own keeps no fold: each run behind is folded once and dropped.
+    runs_table_with(journal, &RowFolds::with_capacity(0)).await
+}
+
+/// [`runs_table`] for a process that lists `journal`'s runs again and again (a server):
+/// a run whose row is behind is folded from its fold in `folds`, which keeps the new one.
+///
+/// # Cancel safety
+/// As [`runs_table`]; a fold taken out when the future is dropped is not kept (the next
+/// listing folds that run again from its latest checkpoint).
+pub async fn runs_table_with(
+    journal: &Journal,
+    folds: &RowFolds,
+) -> Result<Vec<RunRow>, HostError> {
     let mut rows: HashMap<String, LeaseRow> = journal
         .leases("run:")
         .await?
@@ -159,7 +267,7 @@ pub async fn runs_table(journal: &Journal) -> Result<Vec<RunRow>, HostError> {
             info.last_seq == last && info.pending_approvals.is_some() && info.model.is_some()
         });
         if !fresh {
-            let state = match load(journal, id).await {
+            let state = match folds.fold(journal, id, last).await {
                 Ok(state) => state,
                 Err(err) if super::unreadable_run(&err) => {
                     // Listed as last read, when it was read before; left out otherwise.
@@ -186,6 +294,7 @@ pub async fn runs_table(journal: &Journal) -> Result<Vec<RunRow>, HostError> {
                     LeaseStatus::Closed
                 }
             });
+            folds.keep(state);
             // A journal opened read-only (an archive) is shown as it is, its table unwritten;
             // so is one whose writes fail (a full disk): the row is derived, a listing must
             // not need room, and the next listing that can write catches the table up.
@@ -320,4 +429,103 @@ pub async fn status_with_lease(
         || state.driver.as_ref().is_some_and(Owner::is_alive),
         lease,
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use agent_journal::NewEvent;
+    use serde_json::json;
+
+    use super::*;
+    use crate::run::query::load;
+
+    async fn append(journal: &Journal, kind: &str, payload: Value) {
+        journal
+            .append(NewEvent::new("run:r", kind, payload))
+            .await
+            .unwrap();
+    }
+
+    /// Step `step` of run `r`: a call that asks for approval, decided when `decide`, and
+    /// run when approved.
+    async fn step(journal: &Journal, step: u64, decide: bool) {
+        let call = format!("c{step}");
+        append(
+            journal,
+            kinds::MODEL_REQUESTED,
+            json!({"step": step, "attempt": 1}),
+        )
+        .await;
+        append(
+            journal,
+            kinds::MODEL_COMPLETED,
+            json!({"step": step, "response_id": format!("resp{step}"),
+                "output": [{"type": "function_call", "call_id": call, "name": "shell",
+                            "arguments": "{}"}],
+                "usage": {"input_tokens": 10, "output_tokens": 5, "total_tokens": 15}}),
+        )
+        .await;
+        append(
+            journal,
+            kinds::APPROVAL_REQUESTED,
+            json!({"call_id": call, "round": 0, "reason": "indeterminate", "args_sha256": "h"}),
+        )
+        .await;
+        if decide {
+            append(
+                journal,
+                kinds::APPROVAL_DECIDED,
+                json!({"call_id": call, "round": 0, "approve": true, "by": "ana"}),
+            )
+            .await;
+        }
+    }
+
+    /// A listing with kept folds folds each event once, and its row is the row of a full
+    /// fold: a live run's listing costs what the run added, not the whole run.
+    #[tokio::test]
+    async fn a_listing_folds_only_what_is_new_and_its_row_is_a_full_folds() {
+        let journal = Journal::open("memory:").await.unwrap();
+        append(
+            &journal,
+            kinds::RUN_CREATED,
+            json!({"prompt": "p", "model": "m", "workspace": "/w", "tools": [],
+                   "approval": "default", "budgets": {"max_steps": 50},
+                   "owner": {"host": "h", "pid": 1}}),
+        )
+        .await;
+        let folds = RowFolds::default();
+        let mut steps = 0;
+        for round in 0..6_u64 {
+            for _ in 0..=round {
+                steps += 1;
+                // Every third call is left waiting, so pending approvals come and stay.
+                step(&journal, steps, steps % 3 != 0).await;
+            }
+            let rows = runs_table_with(&journal, &folds).await.unwrap();
+            let full = load(&journal, "r").await.unwrap();
+            let kept = folds.take("r").expect("the listing keeps its fold");
+            assert_eq!(kept, full, "round {round}: the kept fold is a full fold");
+            folds.keep(kept);
+            let last = journal.last_seq("run:r").await.unwrap().unwrap();
+            // Each event folded once in all (a full fold at every listing: their sum).
+            assert_eq!(
+                folds.folded(),
+                u64::try_from(last).unwrap(),
+                "round {round}"
+            );
+            let row = &rows[0];
+            assert_eq!(row.steps, full.step_count());
+            assert_eq!(row.tokens, full.usage.total_tokens);
+            assert_eq!(row.pending_approvals, full.pending_approvals().count());
+            assert_eq!(row.pending_approvals, steps as usize / 3);
+            assert_eq!(row.updated_at, full.updated_at);
+            let info =
+                RowInfo::deserialize(&journal.leases("run:r").await.unwrap()[0].info).unwrap();
+            assert_eq!(info, RowInfo::deserialize(&summary(&full)).unwrap());
+        }
+        // A listing of its own (the CLI's) folds the run whole and gives the same rows.
+        let again = runs_table(&journal).await.unwrap();
+        assert_eq!(again, runs_table_with(&journal, &folds).await.unwrap());
+    }
 }

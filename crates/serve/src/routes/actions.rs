@@ -53,12 +53,7 @@ pub(crate) async fn decide(
             "always: only an approval reaches the tool's later calls; a denial is for this call",
         ));
     }
-    let state = run::load(&app.journal.get().await, &id).await?;
-    if state.call(&call_id).is_none() {
-        return Err(ApiError::not_found(format!(
-            "run {id} has no call {call_id}"
-        )));
-    }
+    // `decide` reads the run once and answers 404 for a run or call it does not have.
     let request = DecisionRequest {
         call_id: call_id.clone(),
         decision: Decision {

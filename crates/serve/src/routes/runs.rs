@@ -13,14 +13,15 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use agent_context::limits::MAX_TERM_BYTES;
-use agent_host::run::table::{runs_table, status_with_lease};
+use agent_host::HostError;
+use agent_host::run::table::{load_for_view, runs_table_with, status_with_lease};
 use agent_host::run::view::{RunView, now_ms};
-use agent_host::run::{self, RunStatus, kinds};
-use agent_journal::{Event, JournalError};
+use agent_host::run::{RunStatus, kinds};
+use agent_journal::{Event, Journal, JournalError};
 
 use crate::app::App;
 use crate::error::ApiError;
-use crate::events::Converter;
+use crate::events::{self, Converter};
 
 /// Most runs on one page of `GET /runs`.
 const MAX_PAGE: usize = 500;
@@ -51,7 +52,7 @@ pub(crate) async fn list(
     let limit = q.limit.unwrap_or(50).clamp(1, MAX_PAGE);
     let now = now_ms();
     let journal = app.journal.get().await;
-    let rows = runs_table(&journal).await?;
+    let rows = runs_table_with(&journal, &app.row_folds).await?;
     let cursor = q.cursor.as_deref().filter(|c| !c.is_empty());
     if let Some(cursor) = cursor
         && !rows.iter().any(|r| r.run_id == cursor)
@@ -94,7 +95,8 @@ pub(crate) async fn show(
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     let journal = app.journal.get().await;
-    let state = run::load(&journal, &id).await?;
+    // From the latest checkpoint: the view is the same, and a long run's history is not read.
+    let state = load_for_view(&journal, &id).await?;
     let status = status_with_lease(&journal, &state).await?;
     let mut view = RunView::of(&state, status, now_ms());
     view.children = agent_host::run::view::ChildView::of_run(&journal, &state).await?;
@@ -119,25 +121,32 @@ pub(crate) async fn events(
     Query(q): Query<EventsQuery>,
 ) -> Result<Json<Value>, ApiError> {
     let journal = app.journal.get().await;
-    run::load(&journal, &id).await?;
+    must_exist(&journal, &id).await?;
     let after = q.after.unwrap_or(0).max(0);
     let limit = q.limit.unwrap_or(500).clamp(1, MAX_EVENTS);
-    let mut conv = Converter::primed(&journal, &id, after).await?;
-    let mut stream = journal.replay_stream(&kinds::thread_of(&id), after);
-    let mut page = Vec::new();
-    let mut more = false;
-    while let Some(event) = stream.next().await {
-        let event = event.map_err(|e| ApiError::internal(e.to_string()))?;
-        if page.len() == limit {
-            more = true;
-            break;
-        }
-        page.push(conv.convert(&event));
-    }
+    let (page, more) = events::page(&app.converters, &journal, &id, after, limit).await?;
     let last = page.last().map_or(after, |e| e.seq);
     Ok(Json(
         json!({"events": page, "last_seq": last, "more": more}),
     ))
+}
+
+/// `404` unless run `id` has events, read without reading the run: its thread's last seq.
+/// An id no thread can have (too long, a NUL) is no run's, as for the other routes.
+async fn must_exist(journal: &Journal, id: &str) -> Result<(), ApiError> {
+    let thread = kinds::thread_of(id);
+    let valid = thread.len() <= agent_journal::MAX_THREAD_BYTES && !thread.contains('\0');
+    let found = valid
+        && journal
+            .last_seq(&thread)
+            .await
+            .map_err(HostError::from)?
+            .is_some();
+    if found {
+        Ok(())
+    } else {
+        Err(HostError::NotFound(id.into()).into())
+    }
 }
 
 /// `GET /runs/{id}/events/stream`: from `?after=` or `Last-Event-ID`, then live.
@@ -147,13 +156,7 @@ pub(crate) async fn stream(
     Query(q): Query<EventsQuery>,
     headers: HeaderMap,
 ) -> Result<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>, ApiError> {
-    let journal = app.journal.get().await;
-    run::load(&journal, &id).await?;
-    let resumed = headers
-        .get("last-event-id")
-        .and_then(|h| h.to_str().ok())
-        .and_then(|h| h.trim().parse::<i64>().ok());
-    let after = resumed.or(q.after).unwrap_or(0).max(0);
+    // The permit first: a stream refused for want of one reads nothing of the journal.
     let permit = Arc::clone(&app.watchers).try_acquire_owned().map_err(|_| {
         ApiError::new(
             StatusCode::TOO_MANY_REQUESTS,
@@ -164,7 +167,14 @@ pub(crate) async fn stream(
             ),
         )
     })?;
-    let conv = Converter::primed(&journal, &id, after).await?;
+    let journal = app.journal.get().await;
+    must_exist(&journal, &id).await?;
+    let resumed = headers
+        .get("last-event-id")
+        .and_then(|h| h.to_str().ok())
+        .and_then(|h| h.trim().parse::<i64>().ok());
+    let after = resumed.or(q.after).unwrap_or(0).max(0);
+    let conv = Converter::primed(&app.converters, &journal, &id, after).await?;
     let events = agent_host::follow::follow_thread(&journal, &kinds::thread_of(&id), after);
     let stream = messages(events, conv)
         .map(move |message| {
@@ -182,7 +192,7 @@ pub(crate) async fn stream(
 /// stream it is given). The journal's tail reports such an error again at every poll; a
 /// stream that went on would send it several times a second for as long as the client
 /// stayed.
-fn messages(
+pub(crate) fn messages(
     events: impl Stream<Item = Result<Event, JournalError>>,
     mut conv: Converter,
 ) -> impl Stream<Item = SseEvent> {
@@ -290,7 +300,8 @@ mod tests {
     #[tokio::test]
     async fn a_stream_ends_after_its_first_error() {
         let journal = agent_journal::Journal::open("memory:").await.unwrap();
-        let conv = Converter::primed(&journal, "r1", 0).await.unwrap();
+        let home = Arc::new(crate::events::Converters::default());
+        let conv = Converter::primed(&home, &journal, "r1", 0).await.unwrap();
         let corrupt = || JournalError::CorruptPayload {
             seq: 2,
             source: serde_json::from_str::<Value>("{").unwrap_err(),
