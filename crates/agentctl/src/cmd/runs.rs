@@ -77,12 +77,15 @@ pub enum RunsCmd {
 }
 
 pub async fn run(global: &GlobalArgs, cmd: RunsCmd) -> anyhow::Result<ExitCode> {
+    if let RunsCmd::Wait { run, timeout } = cmd {
+        return wait(global, &run, timeout).await;
+    }
     let journal = crate::db::open_journal_for_reading(global).await?;
     let result = match cmd {
         RunsCmd::List { status } => list(global, &journal, status).await,
         RunsCmd::Show { run } => show(global, &journal, &run).await,
         RunsCmd::Events { run, follow } => events(&journal, &run, follow).await,
-        RunsCmd::Wait { run, timeout } => wait(global, &journal, &run, timeout).await,
+        RunsCmd::Wait { .. } => unreachable_wait(),
         RunsCmd::Search {
             first,
             second,
@@ -174,13 +177,16 @@ fn as_tree(rows: Vec<run::table::RunRow>) -> Vec<(usize, run::table::RunRow)> {
 }
 
 /// Waits (in the library) until the run stops; prints it and exits as `run` would.
-async fn wait(
-    global: &GlobalArgs,
-    journal: &agent_journal::Journal,
-    id: &str,
-    timeout: Option<f64>,
-) -> anyhow::Result<ExitCode> {
-    use agent_host::run::wait::{StopAt, WaitEnd, wait_until};
+/// Handled before the journal is opened ([`wait`] opens it itself).
+fn unreachable_wait() -> anyhow::Result<ExitCode> {
+    Err(anyhow::anyhow!(
+        "internal error: runs wait reached the shared journal opening"
+    ))
+}
+
+/// `runs wait`: the journal opened (a database out of reach is waited for, within the
+/// timeout), then the wait.
+async fn wait(global: &GlobalArgs, id: &str, timeout: Option<f64>) -> anyhow::Result<ExitCode> {
     let timeout = timeout
         .map(|secs| {
             std::time::Duration::try_from_secs_f64(secs).map_err(|_| {
@@ -188,11 +194,101 @@ async fn wait(
             })
         })
         .transpose()?;
+    // A timeout past the end of the clock's range (`--timeout 1e19`) is no deadline.
+    let deadline = timeout.and_then(|t| tokio::time::Instant::now().checked_add(t));
+    let Some(opened) = until_signal(open_waiting(global, deadline)).await? else {
+        return Ok(Exit::Interrupted.into());
+    };
+    let journal = match opened {
+        Ok(journal) => journal,
+        Err(Unopened::Unreachable(err)) => {
+            output::note(&format!(
+                "cannot reach the database within the timeout, so run {id} was not read: {err:#}"
+            ));
+            return Ok(Exit::TimedOut.into());
+        }
+        Err(Unopened::Failed(err)) => return Err(err),
+    };
+    let left = deadline.map(|at| at.saturating_duration_since(tokio::time::Instant::now()));
+    let result = wait_on(global, &journal, id, left).await;
+    journal.close().await;
+    result
+}
+
+/// Why [`open_waiting`] did not open the journal.
+enum Unopened {
+    /// The database could not be reached before the deadline.
+    Unreachable(anyhow::Error),
+    /// Anything else.
+    Failed(anyhow::Error),
+}
+
+/// The journal, opened again while the database cannot be reached (a connection refused
+/// or cut: a server restarting) until `deadline` passes.
+async fn open_waiting(
+    global: &GlobalArgs,
+    deadline: Option<tokio::time::Instant>,
+) -> Result<agent_journal::Journal, Unopened> {
+    let mut delay = std::time::Duration::from_millis(100);
+    let mut said = false;
+    loop {
+        let err = match crate::db::open_journal_for_reading(global).await {
+            Ok(journal) => return Ok(journal),
+            Err(err) if out_of_reach(&err) => err,
+            Err(err) => return Err(Unopened::Failed(err)),
+        };
+        let now = tokio::time::Instant::now();
+        if deadline.is_some_and(|at| at <= now) {
+            return Err(Unopened::Unreachable(err));
+        }
+        if !said {
+            output::note(&format!("{err:#}; waiting for the database"));
+            said = true;
+        }
+        let wake = now + delay;
+        tokio::time::sleep_until(deadline.map_or(wake, |at| at.min(wake))).await;
+        delay = (delay * 2).min(std::time::Duration::from_secs(1));
+    }
+}
+
+/// Whether `err` says the database did not answer (a connection refused, reset, cut or
+/// timed out), which a moment later it may.
+fn out_of_reach(err: &anyhow::Error) -> bool {
+    use std::io::ErrorKind;
+    err.chain().any(|cause| {
+        cause.downcast_ref::<std::io::Error>().is_some_and(|io| {
+            matches!(
+                io.kind(),
+                ErrorKind::ConnectionRefused
+                    | ErrorKind::ConnectionReset
+                    | ErrorKind::ConnectionAborted
+                    | ErrorKind::NotConnected
+                    | ErrorKind::BrokenPipe
+                    | ErrorKind::TimedOut
+                    | ErrorKind::UnexpectedEof
+            )
+        })
+    })
+}
+
+async fn wait_on(
+    global: &GlobalArgs,
+    journal: &agent_journal::Journal,
+    id: &str,
+    timeout: Option<std::time::Duration>,
+) -> anyhow::Result<ExitCode> {
+    use agent_host::run::wait::{StopAt, WaitEnd, wait_until};
     let waited = wait_until(journal, id, timeout, StopAt::StoppedOrWaiting);
     let Some(end) = until_signal(waited).await? else {
         return Ok(Exit::Interrupted.into());
     };
     let state = match end? {
+        WaitEnd::Unreachable(err) => {
+            output::note(&format!(
+                "cannot read run {id} within the timeout (the database is out of reach): {err}"
+            ));
+            return Ok(Exit::TimedOut.into());
+        }
         WaitEnd::Stopped(state) => state,
         WaitEnd::TimedOut(state) => {
             let status = shown_status(journal, &state).await;

@@ -22,26 +22,48 @@ struct Proxy {
     pipes: Arc<Mutex<Vec<JoinHandle<()>>>>,
     /// While set, a new connection is closed at once.
     down: Arc<Mutex<bool>>,
+    /// Once set, nothing passes either way and nothing is closed (a network partition):
+    /// every connection, old or new, hangs.
+    frozen: tokio::sync::watch::Sender<bool>,
     accept: JoinHandle<()>,
 }
 
 impl Proxy {
     async fn to(upstream: String) -> Proxy {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        Proxy::on(0, upstream).await
+    }
+
+    /// A proxy to `upstream` listening on `port` (0: any free one).
+    async fn on(port: u16, upstream: String) -> Proxy {
+        let listener = TcpListener::bind(("127.0.0.1", port)).await.unwrap();
         let port = listener.local_addr().unwrap().port();
         let pipes: Arc<Mutex<Vec<JoinHandle<()>>>> = Arc::default();
         let down: Arc<Mutex<bool>> = Arc::default();
+        let (frozen, _) = tokio::sync::watch::channel(false);
         let accept = tokio::spawn({
-            let (pipes, down) = (pipes.clone(), down.clone());
+            let (pipes, down, frozen) = (pipes.clone(), down.clone(), frozen.clone());
             async move {
                 while let Ok((mut client, _)) = listener.accept().await {
                     if *down.lock().unwrap() {
                         continue;
                     }
                     let upstream = upstream.clone();
+                    let mut frozen = frozen.subscribe();
                     pipes.lock().unwrap().push(tokio::spawn(async move {
+                        if *frozen.borrow() {
+                            // Held open, never answered (until the proxy is dropped).
+                            let _held = &client;
+                            std::future::pending::<()>().await;
+                        }
                         if let Ok(mut server) = TcpStream::connect(&upstream).await {
-                            let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+                            let froze = tokio::select! {
+                                _ = tokio::io::copy_bidirectional(&mut client, &mut server) => false,
+                                _ = frozen.wait_for(|f| *f) => true,
+                            };
+                            if froze {
+                                let _held = (&client, &server);
+                                std::future::pending::<()>().await;
+                            }
                         }
                     }));
                 }
@@ -51,18 +73,35 @@ impl Proxy {
             port,
             pipes,
             down,
+            frozen,
             accept,
         }
     }
 
     /// Drops every connection and refuses new ones for `outage`.
     async fn cut(&self, outage: Duration) {
+        self.go_down();
+        tokio::time::sleep(outage).await;
+        self.come_up();
+    }
+
+    /// Drops every connection and refuses new ones until [`come_up`](Self::come_up).
+    fn go_down(&self) {
         *self.down.lock().unwrap() = true;
         for pipe in self.pipes.lock().unwrap().drain(..) {
             pipe.abort();
         }
-        tokio::time::sleep(outage).await;
+    }
+
+    fn come_up(&self) {
         *self.down.lock().unwrap() = false;
+    }
+}
+
+impl Proxy {
+    /// Partitions: from now on nothing passes, and no connection is closed.
+    fn freeze(&self) {
+        self.frozen.send_replace(true);
     }
 }
 
@@ -228,4 +267,181 @@ async fn steer_wait_waits_through_a_dropped_connection() {
         "{}",
         text(&steered.stdout)
     );
+}
+
+/// Whether process `pid` still runs (a zombie has ended).
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        stat.rsplit_once(')')
+            .is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z'))
+    })
+}
+
+/// A worker partitioned from PostgreSQL (its connections hang) while it runs a command
+/// stops that command before its lease expires, so before another worker can claim the
+/// run and ask for the command again: never two copies at once. It went on running it
+/// (its renewals hung, their failure only logged) after the other worker took the run
+/// over, and approving the call there ran the command a second time beside the first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partitioned_worker_stops_its_command_before_another_takes_the_run() {
+    use crate::workers::start_worker;
+    let Some(db) = fresh_db::postgres().await else {
+        return;
+    };
+    let db = db.url();
+    let (proxy, via) = behind_a_proxy(db).await;
+    let server = emulator(&script_by_outputs(&[
+        json!([call(
+            "c1",
+            "shell",
+            json!({
+                "command": "sleep 40 & echo $! > sleep.pid; echo start >> lines.txt; wait; \
+                            echo end >> lines.txt",
+                "timeout_ms": 120_000
+            })
+        )]),
+        answer("FINAL: done"),
+    ]))
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    // Unsandboxed: the pid the command writes is this machine's, not its namespace's.
+    let o = agentctl(db)
+        .args(["submit", "--base-url", &server.base_url()])
+        .args(["--approval", "auto", "--sandbox", "off", "--workspace"])
+        .arg(&ws)
+        .arg("do the task")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let id = &text(&o.stdout).trim().to_string();
+    let a = start_worker(&via, dir.path(), "a", "4", &[]);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let pid = loop {
+        let read = std::fs::read_to_string(ws.join("sleep.pid")).unwrap_or_default();
+        if let Ok(pid) = read.trim().parse::<u32>() {
+            break pid;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the command never started: {:?}",
+            a.lines()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let b = start_worker(db, dir.path(), "b", "4", &[]);
+    proxy.freeze();
+    b.wait_for("claimed", Some(id), Duration::from_secs(60));
+    let ran_on = alive(pid);
+    let lost = a.lines();
+    b.signal("TERM");
+    assert!(
+        !ran_on,
+        "A's command still ran when B claimed the run: {lost:?}, B: {:?}, A's log: {}",
+        b.lines(),
+        std::fs::read_to_string(dir.path().join("a.err")).unwrap_or_default()
+    );
+    let lost = a.wait_for("lost", Some(id), Duration::from_secs(30));
+    assert!(
+        lost["reason"]
+            .as_str()
+            .unwrap()
+            .contains("expired without renewal"),
+        "{lost}"
+    );
+    let lines = std::fs::read_to_string(ws.join("lines.txt")).unwrap();
+    assert_eq!(lines, "start\n");
+}
+
+/// A port nothing listens on (a moment ago).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// `runs wait` started while its database refuses connections (the server restarting):
+/// it waits for the database, then for the run, and ends with the run's end, exit 0. It
+/// ended at once with "cannot open journal ... Connection refused", exit 1 (which says the
+/// run failed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_wait_started_while_the_database_is_away_waits_for_it() {
+    let Some(db) = fresh_db::postgres().await else {
+        return;
+    };
+    let db = db.url();
+    let dir = tempfile::tempdir().unwrap();
+    let (_server, mut host, run) = a_run_of(db, dir.path(), "sleep 4").await;
+    let port = free_port();
+    let (upstream, via) = through(db, port);
+    let waiter = agentctl(&via)
+        .args(["--json", "runs", "wait", &run, "--timeout", "60"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let _proxy = Proxy::on(port, upstream).await;
+    let waited = waiter.wait_with_output().unwrap();
+    assert!(host.wait().unwrap().success());
+    let said = String::from_utf8_lossy(&waited.stderr);
+    assert_eq!(waited.status.code(), Some(0), "{said}");
+    let line: Value = serde_json::from_slice(&waited.stdout).unwrap();
+    assert_eq!(line["status"], "completed", "{line}");
+}
+
+/// `runs wait --timeout` on a database that stays out of reach: exit 124 (timed out),
+/// saying so, not 1 (which says the run failed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_wait_on_a_database_out_of_reach_times_out() {
+    let Some(db) = fresh_db::postgres().await else {
+        return;
+    };
+    let (_, via) = through(db.url(), free_port());
+    let o = out(agentctl(&via).args(["runs", "wait", "some-run", "--timeout", "1.5"]));
+    let said = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(124), "{said}");
+    assert!(said.contains("within the timeout"), "{said}");
+}
+
+/// A wait whose first read of the run fails (the journal opened, then the database away
+/// for a moment) reads again: it ends with the run's end. It failed at once with the
+/// read's error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_whose_first_read_fails_reads_again() {
+    use agent_host::run::wait::{StopAt, WaitEnd, wait_until};
+    let Some(db) = fresh_db::postgres().await else {
+        return;
+    };
+    let db = db.url();
+    let (proxy, via) = behind_a_proxy(db).await;
+    let dir = tempfile::tempdir().unwrap();
+    let (_server, mut host, run) = a_run_of(db, dir.path(), "sleep 3").await;
+    let journal = agent_journal::Journal::open_for_reading(&via)
+        .await
+        .unwrap();
+    proxy.go_down();
+    let waiting = tokio::spawn({
+        let journal = journal.clone();
+        async move {
+            wait_until(
+                &journal,
+                &run,
+                Some(Duration::from_secs(60)),
+                StopAt::StoppedOrWaiting,
+            )
+            .await
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    proxy.come_up();
+    let end = waiting.await.unwrap().unwrap();
+    assert!(host.wait().unwrap().success());
+    let WaitEnd::Stopped(state) = end else {
+        panic!("the wait did not see the run's end: {end:?}");
+    };
+    assert_eq!(state.status(), agent_host::run::RunStatus::Completed);
 }

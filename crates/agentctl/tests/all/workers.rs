@@ -153,6 +153,58 @@ async fn zombie_is_fenced(db: FreshDb) {
     check_run(id, ws, &events, &claims(&all));
 }
 
+/// A lone worker stopped (SIGSTOP) past its leases and continued keeps its runs: it
+/// renews them, never claims them again. It used to claim its own expired leases (a new
+/// epoch), which fenced its own live drives: `lost` ("claimed by another worker", with no
+/// other worker), their running commands killed and asked again as indeterminate.
+async fn a_stalled_worker_keeps_its_own_runs(db: FreshDb) {
+    let db = db.url();
+    let server = emulator(&story("3")).await;
+    let dir = tempfile::tempdir().unwrap();
+    let runs = submit(db, &server, dir.path(), 6);
+    let ids: Vec<String> = runs.iter().map(|(id, _)| id.clone()).collect();
+    let stop_denier = CancellationToken::new();
+    let denier = spawn_denier(db.to_string(), ids.clone(), stop_denier.clone());
+    let only = start_worker(db, dir.path(), "only", "1", &["--concurrency", "8"]);
+    for id in &ids {
+        only.wait_for("claimed", Some(id), Duration::from_secs(20));
+    }
+    // Their first shell commands run (3 s each): stall the worker past its 1 s leases.
+    std::thread::sleep(Duration::from_millis(300));
+    stop_outside_a_write(&only, db);
+    std::thread::sleep(Duration::from_secs(3));
+    only.signal("CONT");
+    let left = wait_all_completed(db, &ids, Duration::from_secs(90)).await;
+    stop_denier.cancel();
+    let denied = denier.await.unwrap();
+    only.signal("TERM");
+    let mut all = vec![only];
+    assert!(all[0].child.wait().unwrap().success());
+    let lines = all[0].lines();
+    assert!(left.is_empty(), "not completed: {left:?}; {lines:?}");
+    assert!(
+        lines.iter().all(|l| l["type"] != "lost"),
+        "the worker lost a run to itself: {lines:?}"
+    );
+    assert_eq!(denied, 0, "a command was cut off: {lines:?}");
+    for (id, ws) in &runs {
+        let claimed: Vec<_> = lines
+            .iter()
+            .filter(|l| l["type"] == "claimed" && l["run_id"] == id.as_str())
+            .collect();
+        assert_eq!(claimed.len(), 1, "{id} claimed again: {lines:?}");
+        let events = events(db, id).await;
+        assert!(
+            events
+                .iter()
+                .all(|e| e.payload["reason"] != "indeterminate"),
+            "{id}"
+        );
+        check_run(id, ws, &events, &claims(&all));
+    }
+    all.clear();
+}
+
 /// Stops `worker` (SIGSTOP) at a moment it holds no SQLite write lock. A process stopped
 /// inside a commit keeps the file's one write lock until it is continued, so no other
 /// process could claim anything: a stall of the test's making, not a zombie's (on a busy CI
@@ -907,4 +959,4 @@ async fn a_worker_tightens_a_weaker_run_to_its_floor(db: FreshDb) {
 }
 
 use crate::host::fresh_db::{self, FreshDb};
-agent_testkit::backend_tests!(fresh_db, [sqlite, postgres]: a_run_no_worker_can_drive_is_paused_saying_why, a_worker_without_the_key_says_so_on_one_line, a_resumed_queued_run_is_not_claimed_by_a_worker, an_interrupt_withdraws_a_queued_run, a_stopping_worker_gives_back_a_run_waiting_for_a_human, a_worker_tightens_a_weaker_run_to_its_floor, an_interrupt_outlives_the_worker_it_was_asked_of, waiting_for_runs_a_worker_pauses_says_paused, takeover_under_random_kills, zombie_is_fenced, sigterm_releases_the_run, requests_reach_the_worker, runs_table_is_rebuilt_from_the_journal);
+agent_testkit::backend_tests!(fresh_db, [sqlite, postgres]: a_run_no_worker_can_drive_is_paused_saying_why, a_worker_without_the_key_says_so_on_one_line, a_resumed_queued_run_is_not_claimed_by_a_worker, an_interrupt_withdraws_a_queued_run, a_stopping_worker_gives_back_a_run_waiting_for_a_human, a_worker_tightens_a_weaker_run_to_its_floor, an_interrupt_outlives_the_worker_it_was_asked_of, waiting_for_runs_a_worker_pauses_says_paused, takeover_under_random_kills, zombie_is_fenced, a_stalled_worker_keeps_its_own_runs, sigterm_releases_the_run, requests_reach_the_worker, runs_table_is_rebuilt_from_the_journal);

@@ -900,6 +900,7 @@ agent_testkit::backend_tests!(fresh_db, [sqlite, postgres]:
     a_childs_worker_is_killed_and_another_takes_over,
     interrupting_a_worker_parent_withdraws_its_queued_child,
     resuming_a_worker_parent_continues_its_interrupted_children,
+    a_child_interrupted_alone_stays_so_when_its_parent_is_taken_over,
     crash_at_every_boundary
 );
 
@@ -1109,6 +1110,88 @@ async fn resuming_a_worker_parent_continues_its_interrupted_children(db: FreshDb
     let pev = events(db, &parent).await;
     check_invariants(&pev);
     assert_eq!(kinds_of(&pev, "run.requeued").len(), 1);
+}
+
+/// `interrupt CHILD` of a worker-driven parent's child A (the parent records its end and
+/// waits on B), then the parent's worker killed (`kill -9`): the worker that takes the
+/// parent over runs its `spawn_agents` call again, which reports A as it was stopped,
+/// not requeued; the parent answers with B's answer and A interrupted. A came back (it
+/// was requeued and asked for its approval again), as if the parent had stopped it.
+async fn a_child_interrupted_alone_stays_so_when_its_parent_is_taken_over(db: FreshDb) {
+    use crate::workers::start_worker;
+    let db = db.url();
+    let (_g, ws) = workspace();
+    let logs = tempfile::tempdir().unwrap();
+    let server = emulator(&script("echo a >> kids.txt", "echo b >> kids.txt", false)).await;
+    // No --approval: under `--sandbox off` each child's shell call asks.
+    let parent = submit_parent(db, &server, &ws, &[]);
+    let mut workers = [
+        start_worker(db, logs.path(), "w1", "2", &["--concurrency", "3"]),
+        start_worker(db, logs.path(), "w2", "2", &["--concurrency", "3"]),
+    ];
+    let shown = show_until(db, &parent, 60, |shown| {
+        let children = children_of(shown);
+        children.len() == 2
+            && children.iter().all(|c| {
+                c["status"] == "waiting" && c["pending_approvals"].as_array().unwrap().len() == 1
+            })
+    })
+    .await;
+    let children = children_of(&shown);
+    let child_a = children[0]["run_id"].as_str().unwrap().to_string();
+    let child_b = children[1]["run_id"].as_str().unwrap().to_string();
+    let call_b = children[1]["pending_approvals"][0]["call_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let i = out(agentctl(db).args(["interrupt", &child_a]));
+    assert!(i.status.success(), "{}", text(&i.stderr));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !kinds_of(&events(db, &parent).await, "subagent.ended")
+        .iter()
+        .any(|e| e.payload["index"] == 0 && e.payload["status"] == "interrupted")
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the parent never recorded A's end"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let driver = workers
+        .iter()
+        .position(|w| {
+            w.lines()
+                .iter()
+                .any(|l| l["type"] == "claimed" && l["run_id"] == parent.as_str())
+        })
+        .unwrap();
+    workers[driver].signal("KILL");
+    let _ = workers[driver].child.wait();
+    let heir = &workers[1 - driver];
+    heir.wait_for("claimed", Some(&parent), std::time::Duration::from_secs(30));
+    let d = out(agentctl(db).args(["approve", &child_b, &call_b]));
+    assert!(d.status.success(), "{}", text(&d.stderr));
+    let shown = show_until(db, &parent, 60, |shown| {
+        shown["status"] == "completed" || show(db, &child_a)["status"] != "interrupted"
+    })
+    .await;
+    assert_eq!(
+        show(db, &child_a)["status"],
+        "interrupted",
+        "A came back: {}",
+        show(db, &child_a)
+    );
+    assert_eq!(shown["status"], "completed", "{shown}");
+    let final_text = shown["final_text"].as_str().unwrap();
+    assert!(
+        final_text.contains("B done") && final_text.contains("interrupted"),
+        "{final_text}"
+    );
+    assert_eq!(file_lines(&ws.join("kids.txt"), "a"), 0);
+    assert_eq!(file_lines(&ws.join("kids.txt"), "b"), 1);
+    let a_events = events(db, &child_a).await;
+    assert!(kinds_of(&a_events, "run.requeued").is_empty());
+    check_invariants(&events(db, &parent).await);
 }
 
 /// `interrupt CHILD` stops that child alone: the parent goes on with the other's answer

@@ -19,6 +19,9 @@ pub enum WaitEnd {
     Stopped(Box<RunState>),
     /// The timeout passed first; the run as it was then.
     TimedOut(Box<RunState>),
+    /// The timeout passed before the run could be read at all (the database out of reach
+    /// all along); why the last read failed.
+    Unreachable(String),
 }
 
 /// True for the statuses a waiter stops at.
@@ -66,9 +69,9 @@ pub async fn wait_until_stopped(
     wait_until(journal, id, timeout, StopAt::Stopped).await
 }
 
-/// [`wait_until_stopped`], also ending where `stop_at` says. Once the run is loaded, a
-/// read that fails for a while (the database restarting, a connection cut) is retried,
-/// not an answer, and the timeout covers those reads too.
+/// [`wait_until_stopped`], also ending where `stop_at` says. A read that fails for a while
+/// (the database restarting, a connection cut), the first one included, is retried, not
+/// an answer, and the timeout covers those reads too.
 ///
 /// # Cancel safety
 /// Cancel-safe: it only reads; dropping it stops the wait.
@@ -80,7 +83,10 @@ pub async fn wait_until(
 ) -> Result<WaitEnd, HostError> {
     // A timeout past the end of the clock's range (`--timeout 1e19`) is no deadline.
     let deadline = timeout.and_then(|t| tokio::time::Instant::now().checked_add(t));
-    let mut state = run::load(journal, id).await?;
+    let mut state = match first_load(journal, id, deadline).await? {
+        Ok(state) => state,
+        Err(why) => return Ok(WaitEnd::Unreachable(why)),
+    };
     let mut events = std::pin::pin!(follow_thread(
         journal,
         &kinds::thread_of(id),
@@ -119,6 +125,42 @@ pub async fn wait_until(
             }
             Err(_elapsed) => check_driver = true,
         }
+    }
+}
+
+/// Longest pause between two tries of a wait's first read.
+const FIRST_LOAD_RETRY: Duration = Duration::from_secs(1);
+
+/// Run `id` as the journal has it, read again while reads fail for a moment (the database
+/// restarting: [`is_fatal`](crate::follow::is_fatal) says which failures are not), until
+/// `deadline`; then `Err` with why the last read failed.
+async fn first_load(
+    journal: &Journal,
+    id: &str,
+    deadline: Option<tokio::time::Instant>,
+) -> Result<Result<RunState, String>, HostError> {
+    let mut delay = Duration::from_millis(100);
+    loop {
+        let loaded = match deadline {
+            Some(at) => match tokio::time::timeout_at(at, run::load(journal, id)).await {
+                Ok(loaded) => loaded,
+                Err(_elapsed) => return Ok(Err("no answer from the database".into())),
+            },
+            None => run::load(journal, id).await,
+        };
+        let err = match loaded {
+            Ok(state) => return Ok(Ok(state)),
+            Err(HostError::Journal(err)) if !crate::follow::is_fatal(&err) => err,
+            Err(err) => return Err(err),
+        };
+        let now = tokio::time::Instant::now();
+        if deadline.is_some_and(|at| at <= now) {
+            return Ok(Err(err.to_string()));
+        }
+        tracing::warn!(%err, "run wait: cannot read the run; retrying");
+        let wake = now + delay;
+        tokio::time::sleep_until(deadline.map_or(wake, |at| at.min(wake))).await;
+        delay = (delay * 2).min(FIRST_LOAD_RETRY);
     }
 }
 

@@ -129,6 +129,7 @@ fn the_parent_counts_each_childs_tokens_once() {
         error: None,
         usage: usage(total),
         child_seq: seq,
+        with_parent: None,
     };
     let mut state = RunState::new("p");
     state.apply(&event(1, &spawned));
@@ -160,6 +161,7 @@ fn a_childs_last_end_has_one_key_whatever_its_seq() {
         error: None,
         usage: TokenUsage::default(),
         child_seq: seq,
+        with_parent: None,
     };
     // A finished child read at its `run.completed` and again, on a resume, after its
     // turn's end: one record.

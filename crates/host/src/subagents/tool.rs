@@ -1,10 +1,12 @@
 //! The `spawn_agents` tool: creates the call's children (once), drives them concurrently
 //! in this process, and returns what each one ended with.
 
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use agent_journal::JournalError;
 use agent_runtime::{ToolContext, ToolFailure};
+use futures::StreamExt as _;
 use futures::future::BoxFuture;
 use serde::Serialize;
 use serde_json::Value;
@@ -183,6 +185,15 @@ impl agent_runtime::Tool for SpawnAgents {
                 max_steps: in_force.max_steps,
                 max_tokens: share,
             };
+            // Run again: the children interrupted on their own (`interrupt CHILD`) stay
+            // as the call got them; only those its parent's interrupt stopped go on.
+            let alone = if started {
+                interrupted_alone(tool.host.journal(), thread, &call_id)
+                    .await
+                    .map_err(|err| ToolFailure(format!("cannot read the parent run: {err}")))?
+            } else {
+                HashSet::new()
+            };
             let children = request.agents.iter().enumerate().map(|(i, child)| {
                 let index = u32::try_from(i).unwrap_or(u32::MAX);
                 let link = ParentLink {
@@ -190,7 +201,8 @@ impl agent_runtime::Tool for SpawnAgents {
                     call_id: call_id.clone(),
                     index,
                 };
-                tool.child(&spec, link, child, budgets, ctx.cancel.child_token())
+                let stays = alone.contains(&index);
+                tool.child(&spec, link, child, budgets, ctx.cancel.clone(), stays)
             });
             let (agents, waiting): (Vec<ChildResult>, Vec<Vec<WaitingChild>>) =
                 futures::future::join_all(children)
@@ -223,22 +235,30 @@ impl SpawnAgents {
     /// Creates (once) and drives one child to its end; what it ended with is recorded in
     /// the parent and returned, with the calls it paused on for approval, if it did. Never
     /// fails the call: a child that cannot be created or driven is a failed child
-    /// (partial results).
+    /// (partial results). `call_cancel` is the call's own token (the parent's interrupt);
+    /// a child that `stays` (interrupted on its own before this run of the call) is
+    /// reported as it is, not continued.
     async fn child(
         &self,
         parent: &RunSpec,
         link: ParentLink,
         request: &ChildRequest,
         budgets: Budgets,
-        cancel: agent_runtime::CancellationToken,
+        call_cancel: agent_runtime::CancellationToken,
+        stays: bool,
     ) -> (ChildResult, Vec<WaitingChild>) {
         let child_id = child_run_id(&link.run_id, &link.call_id, link.index);
         let parent_thread = kinds::thread_of(&link.run_id);
         let (call_id, index) = (link.call_id.clone(), link.index);
-        let (ended, waiting) = match self
-            .spawn_and_drive(parent, link, request, budgets, &child_id, cancel)
-            .await
-        {
+        let cancel = call_cancel.child_token();
+        let driven = match self.as_it_stopped(stays, &call_id, index, &child_id).await {
+            Some(ended) => ended,
+            None => {
+                self.spawn_and_drive(parent, link, request, budgets, &child_id, cancel)
+                    .await
+            }
+        };
+        let (mut ended, waiting) = match driven {
             Ok(ended) => ended,
             Err(err) => (
                 SubagentEnded {
@@ -250,10 +270,14 @@ impl SpawnAgents {
                     error: Some(err.to_string()),
                     usage: Default::default(),
                     child_seq: 0,
+                    with_parent: None,
                 },
                 Vec::new(),
             ),
         };
+        if ended.status == ChildEnd::Interrupted {
+            ended.with_parent = Some(call_cancel.is_cancelled());
+        }
         let journal = self.host.journal();
         match ended.to_event(&parent_thread) {
             Ok(event) => {
@@ -272,6 +296,29 @@ impl SpawnAgents {
             error: ended.error,
         };
         (result, waiting)
+    }
+
+    /// A child that `stays` (interrupted on its own before this run of the call) and is
+    /// still as it was stopped (nobody resumed it since), reported so: neither requeued
+    /// nor driven again. `None`: the child goes on as usual.
+    async fn as_it_stopped(
+        &self,
+        stays: bool,
+        call_id: &str,
+        index: u32,
+        child_id: &str,
+    ) -> Option<Result<(SubagentEnded, Vec<WaitingChild>), HostError>> {
+        if !stays {
+            return None;
+        }
+        match run::load(self.host.journal(), child_id).await {
+            Ok(state) if state.status == Some(RunStatus::Interrupted) => Some(Ok((
+                ended_of(call_id.to_string(), index, child_id, &state),
+                Vec::new(),
+            ))),
+            Ok(_) => None,
+            Err(err) => Some(Err(err)),
+        }
     }
 
     async fn spawn_and_drive(
@@ -477,6 +524,8 @@ impl SpawnAgents {
         };
         let state = match stopped {
             run::wait::WaitEnd::Stopped(state) | run::wait::WaitEnd::TimedOut(state) => state,
+            // Not without a timeout: the first read is retried until it answers.
+            run::wait::WaitEnd::Unreachable(why) => return Err(HostError::Internal(why)),
         };
         // Interrupted with its parent: `request_interrupt` asks the parent first, and the
         // child's own driver may stop it before the parent's has cancelled this call. The
@@ -611,7 +660,36 @@ fn ended_of(call_id: String, index: u32, child_id: &str, state: &RunState) -> Su
         error,
         usage: state.usage,
         child_seq: state.last_seq,
+        with_parent: None,
     }
+}
+
+/// The children of call `call_id` whose latest end recorded in their parent's thread
+/// `parent` is an interrupt of their own (`interrupt CHILD`), by index.
+async fn interrupted_alone(
+    journal: &agent_journal::Journal,
+    parent: &str,
+    call_id: &str,
+) -> Result<HashSet<u32>, HostError> {
+    let mut latest: HashMap<u32, bool> = HashMap::new();
+    let mut events = journal.replay_stream(parent, 0);
+    while let Some(event) = events.next().await {
+        let event = event?;
+        if &*event.kind != kinds::SUBAGENT_ENDED {
+            continue;
+        }
+        let Ok(ended) = serde_json::from_value::<SubagentEnded>(event.payload) else {
+            continue;
+        };
+        if ended.call_id == call_id {
+            let alone = ended.status == ChildEnd::Interrupted && ended.with_parent == Some(false);
+            latest.insert(ended.index, alone);
+        }
+    }
+    Ok(latest
+        .into_iter()
+        .filter_map(|(index, alone)| alone.then_some(index))
+        .collect())
 }
 
 /// A child's spec: the parent's, with its own prompt and instructions, the tools it asked

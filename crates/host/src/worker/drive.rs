@@ -6,6 +6,7 @@ use std::time::Duration;
 use agent_journal::{Event, Journal, JournalError, Lease, LeaseStatus};
 use agent_runtime::{CancellationToken, RuntimeError};
 use serde_json::Value;
+use tokio::time::Instant;
 
 use super::{Connector, WorkerEnd};
 use crate::error::HostError;
@@ -44,9 +45,13 @@ impl Summary {
 }
 
 /// Drives the run of `lease` until it ends, is lost, or the journal fails.
+///
+/// `asked` is when the claim of `lease` was sent, by this machine's clock: the lease is
+/// held from then on (see [`keep`]).
 pub(super) async fn drive(
     journal: Journal,
     lease: Lease,
+    asked: Instant,
     connector: Arc<dyn Connector>,
     ttl: Duration,
     stop: CancellationToken,
@@ -54,14 +59,16 @@ pub(super) async fn drive(
     let id = super::run_id(&lease).to_string();
     let fenced = journal.fenced(&lease);
     let lost = CancellationToken::new();
+    let expired = CancellationToken::new();
     let broken = CancellationToken::new();
     let summary = Arc::new(Summary(Mutex::new(None)));
     let keeper = Keeper(tokio::spawn(keep(
         journal.clone(),
         lease.clone(),
-        ttl,
+        Term { asked, ttl },
         Signals {
             lost: lost.clone(),
+            expired: expired.clone(),
             broken: broken.clone(),
         },
         Arc::clone(&summary),
@@ -96,6 +103,13 @@ pub(super) async fn drive(
     let result = tokio::select! {
         result = driven => Ok(result),
         () = lost.cancelled() => Err(Outcome::Lost("its lease was claimed by another worker".into())),
+        // Dropping the drive kills its tools' process groups, before any other worker
+        // may claim the run.
+        () = expired.cancelled() => Err(Outcome::Lost(
+            "its lease expired without renewal (the database was out of reach): its tools \
+             were stopped before another worker could claim the run"
+                .into(),
+        )),
         // A drive can wait on the journal for ever once its writer failed (a call whose
         // end could not be journaled): drop it and take the run back on a fresh journal.
         () = broken.cancelled() => Err(Outcome::JournalFailed("the journal's writer failed".into())),
@@ -214,35 +228,121 @@ impl Drop for Keeper {
 struct Signals {
     /// Someone else claimed the run.
     lost: CancellationToken,
+    /// The lease may expire before any renewal lands: the drive must stop now.
+    expired: CancellationToken,
     /// The journal's writer failed.
     broken: CancellationToken,
 }
 
-/// Renews the lease every third of `ttl`; fires `lost` when someone else claimed it and
-/// `broken` when the journal's writer failed.
-async fn keep(
-    journal: Journal,
-    lease: Lease,
+/// The terms of a lease: when its claim was sent (by this machine's clock) and for how
+/// long a claim or renewal holds it.
+struct Term {
+    asked: Instant,
     ttl: Duration,
-    signals: Signals,
-    summary: Arc<Summary>,
-) {
+}
+
+/// The part of a lease's time-to-live a holder that cannot renew gives up: it stops its
+/// drive this long before the lease can expire by its own clock.
+fn safety_margin(ttl: Duration) -> Duration {
+    ttl / 4
+}
+
+/// `at` plus `after`, or a time too far away to matter.
+fn later(at: Instant, after: Duration) -> Instant {
+    at.checked_add(after)
+        .or_else(|| at.checked_add(Duration::from_secs(86_400 * 365 * 30)))
+        .unwrap_or(at)
+}
+
+/// Renews the lease every third of its ttl; fires `lost` when someone else claimed it,
+/// `broken` when the journal's writer failed, and `expired` when no renewal landed in time.
+///
+/// Invariant: the drive is told to stop before another worker may claim its run. The
+/// database sets a lease's expiry to `ttl` after it received the claim or renewal, which
+/// was sent no earlier than the instant it is counted from here, so the lease is held at
+/// least until that instant plus `ttl` by this machine's clock. Without a renewal landed
+/// by that instant plus `ttl` minus [`safety_margin`], `expired` fires: the drive is
+/// dropped, and with it its tools' process groups, while the lease still holds (as long as
+/// the clocks of this machine and the database's drift apart by less than the margin).
+///
+/// A keeper that finds itself woken late (by half the margin or more: its process was
+/// stopped or starved, so nothing of it ran, and neither could it renew) tries again, for
+/// the margin, before giving up: a renewal that lands proves that nobody claimed the run
+/// meanwhile, and the drive goes on.
+async fn keep(journal: Journal, lease: Lease, term: Term, signals: Signals, summary: Arc<Summary>) {
+    let Term { asked, ttl } = term;
+    let margin = safety_margin(ttl);
+    let hold = ttl.saturating_sub(margin);
+    let mut held_until = later(asked, hold);
+    let mut next = later(asked, ttl / 3);
+    let mut failing = false;
     loop {
-        tokio::time::sleep(ttl / 3).await;
+        let wake = if failing { next.min(held_until) } else { next };
+        tokio::time::sleep_until(wake).await;
         if journal.writer_failed() {
             signals.broken.cancel();
             return;
         }
+        let now = Instant::now();
+        let stalled = now.saturating_duration_since(wake) >= margin / 2;
+        if now >= held_until && !stalled {
+            tracing::warn!(run = %lease.name, "the lease was not renewed in time; the drive stops");
+            signals.expired.cancel();
+            return;
+        }
+        let bound = if now < held_until {
+            held_until
+        } else {
+            later(now, margin)
+        };
         let info = summary.take();
-        match journal.renew_lease(&lease, ttl, info.as_ref()).await {
-            Ok(_) => {}
-            Err(JournalError::Fenced { .. }) => {
+        match renew_by(&journal, &lease, ttl, info.as_ref(), bound, margin).await {
+            Some(Ok(_)) => {
+                held_until = later(now, hold);
+                failing = false;
+            }
+            Some(Err(JournalError::Fenced { .. })) => {
                 signals.lost.cancel();
                 return;
             }
-            // The database may be restarting: the lease holds until it expires, and a
-            // claim by someone else is seen at the next renewal or write.
-            Err(err) => tracing::warn!(run = %lease.name, error = %err, "cannot renew the lease"),
+            // The database may be restarting: the drive goes on while the lease holds.
+            Some(Err(err)) => {
+                tracing::warn!(run = %lease.name, error = %err, "cannot renew the lease");
+                failing = true;
+            }
+            None => {
+                tracing::warn!(run = %lease.name, "the lease was not renewed in time; the drive stops");
+                signals.expired.cancel();
+                return;
+            }
+        }
+        next = later(now, ttl / 3);
+    }
+}
+
+/// Renews `lease` unless `bound` passes first (`None`). A bound found passed by half the
+/// margin or more passed while the process was stopped, not while the renewal had its
+/// chance (an answer that came meanwhile is not read yet): the renewal is given the margin
+/// again.
+async fn renew_by(
+    journal: &Journal,
+    lease: &Lease,
+    ttl: Duration,
+    info: Option<&Value>,
+    mut bound: Instant,
+    margin: Duration,
+) -> Option<Result<Lease, JournalError>> {
+    loop {
+        let renewal = journal.renew_lease(lease, ttl, info);
+        match tokio::time::timeout_at(bound, renewal).await {
+            Ok(renewed) => return Some(renewed),
+            Err(_) => {
+                let now = Instant::now();
+                if now.saturating_duration_since(bound) < margin / 2 {
+                    return None;
+                }
+                bound = later(now, margin);
+            }
         }
     }
 }

@@ -9,7 +9,15 @@
 //!   another worker claimed the run (after this one's lease expired), every append of this
 //!   one is refused, and it drops the run at once (its drive future is dropped, which
 //!   cancels its running tools) without releasing anything.
-//! - The lease is renewed every third of its time-to-live while the drive runs.
+//! - The lease is renewed every third of its time-to-live while the drive runs. A drive
+//!   whose lease could not be renewed stops (dropped, its tools' process groups killed)
+//!   a quarter of the time-to-live before the lease can expire by the worker's clock, so
+//!   before another worker may claim the run: a partitioned worker never runs a command
+//!   beside its successor's (while clocks drift apart by less than that quarter).
+//! - A worker never claims a run it is driving: one whose lease expired while the worker
+//!   stalled is renewed by its drive, not claimed again (which would fence that drive).
+//!   A restarted worker of the same name drives nothing yet, and takes over its
+//!   predecessor's runs once their leases expire.
 //! - Approvals are waited for, not paused on: a decision from any process (`agentctl
 //!   approve`) reaches the driving worker through the journal.
 //! - A journal failure (a database restart) ends the drives on that handle; the worker
@@ -191,7 +199,9 @@ pub enum WorkerEvent {
         /// A short detail (the pause reason, the error).
         detail: Option<String>,
     },
-    /// Another worker claimed the run: this one stopped at once and wrote nothing more.
+    /// The run is no longer this worker's: another worker claimed it, or its lease could
+    /// not be renewed before it would expire. This one stopped at once (its tools killed)
+    /// and wrote nothing more.
     Lost {
         /// The run id.
         run_id: String,
@@ -275,11 +285,13 @@ pub async fn run_worker(
                  held: &mut HashMap<tokio::task::Id, Lease>,
                  journal: &Journal,
                  lease: Lease,
+                 asked: tokio::time::Instant,
                  generation: u64| {
         // Boxed: a drive holds a whole run's fold; the task stays pointer-sized.
         let job = Box::pin(drive::drive(
             journal.clone(),
             lease.clone(),
+            asked,
             Arc::clone(&connector),
             config.lease_ttl,
             drives_stop.clone(),
@@ -291,26 +303,52 @@ pub async fn run_worker(
     loop {
         if grace_ends.is_none() {
             while tasks.len() < config.concurrency {
+                let asked = tokio::time::Instant::now();
+                // Bounded: a database out of reach may leave a claim hanging, and the loop
+                // must go on to report its drives' ends. A claim dropped after it landed
+                // leaves a lease nobody drives, which expires and is claimed again.
+                let bound = config.lease_ttl;
                 let claimed = match retake.pop() {
-                    Some(name) => match journal
-                        .reclaim_lease(&name, &config.name, config.lease_ttl)
-                        .await
+                    Some(name) => match tokio::time::timeout(
+                        bound,
+                        journal.reclaim_lease(&name, &config.name, config.lease_ttl),
+                    )
+                    .await
                     {
-                        Ok(lease) => lease,
-                        Err(err) => {
+                        Ok(Ok(lease)) => lease,
+                        Ok(Err(err)) => {
                             tracing::warn!(run = %name, error = %err, "cannot take a run back yet");
                             retake.push(name);
                             break;
                         }
+                        Err(_) => {
+                            tracing::warn!(run = %name, "cannot take a run back yet: no answer from the database");
+                            retake.push(name);
+                            break;
+                        }
                     },
-                    None => match journal
-                        .claim_lease(RUN_LEASES, &config.name, config.lease_ttl)
-                        .await
+                    // Never one of its own: a lease of a run this worker drives may have
+                    // expired while the worker stalled, and claiming it again would fence
+                    // the live drive (its keeper renews it instead).
+                    None => match tokio::time::timeout(
+                        bound,
+                        journal.claim_lease_skipping(
+                            RUN_LEASES,
+                            &config.name,
+                            config.lease_ttl,
+                            &ours(&held, &retake),
+                        ),
+                    )
+                    .await
                     {
-                        Ok(Some(lease)) => Some(lease),
-                        Ok(None) => break,
-                        Err(err) => {
+                        Ok(Ok(Some(lease))) => Some(lease),
+                        Ok(Ok(None)) => break,
+                        Ok(Err(err)) => {
                             tracing::warn!(error = %err, "cannot claim runs now");
+                            break;
+                        }
+                        Err(_) => {
+                            tracing::warn!("cannot claim runs now: no answer from the database");
                             break;
                         }
                     },
@@ -321,7 +359,7 @@ pub async fn run_worker(
                         run_id: run_id(&lease).to_string(),
                         epoch: lease.epoch,
                     });
-                    spawn(&mut tasks, &mut held, &journal, lease, generation);
+                    spawn(&mut tasks, &mut held, &journal, lease, asked, generation);
                 }
             }
         }
@@ -431,6 +469,16 @@ pub async fn run_worker(
         }
     }
     Ok(summary)
+}
+
+/// The leases this worker process drives or is about to take back: a claim passes over
+/// them. A restarted worker of the same name holds none of its predecessor's, and takes
+/// them over once they expire as any other worker would.
+fn ours(held: &HashMap<tokio::task::Id, Lease>, retake: &[String]) -> Vec<String> {
+    held.values()
+        .map(|lease| lease.name.clone())
+        .chain(retake.iter().cloned())
+        .collect()
 }
 
 /// The run id of a run's lease.

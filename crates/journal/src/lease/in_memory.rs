@@ -63,11 +63,14 @@ pub(super) fn claim(
     memory.with_state(|state| {
         let free = |row: &LeaseRow| row.holder.is_none() || row.expires_at <= now;
         let row = match claim {
-            Claim::Any { prefix } => state
+            Claim::Any { prefix, skip } => state
                 .leases
                 .values_mut()
                 .filter(|row| {
-                    row.name.starts_with(prefix) && row.status == LeaseStatus::Open && free(row)
+                    row.name.starts_with(prefix)
+                        && row.status == LeaseStatus::Open
+                        && free(row)
+                        && !skip.contains(&row.name)
                 })
                 .min_by_key(|row| row.updated_at),
             Claim::Named { name } => state.leases.get_mut(name).filter(|row| {

@@ -105,8 +105,9 @@ pub(crate) enum Backend {
 /// What a claim may take.
 #[derive(Debug, Clone)]
 pub(crate) enum Claim<'a> {
-    /// The oldest open lease whose name starts with the prefix and that is free or expired.
-    Any { prefix: &'a str },
+    /// The oldest open lease whose name starts with the prefix, is free or expired, and is
+    /// not one of `skip`.
+    Any { prefix: &'a str, skip: &'a [String] },
     /// This open lease, if free, expired, or already held by the claimer.
     Named { name: &'a str },
 }
@@ -239,8 +240,28 @@ impl Journal {
         holder: &str,
         ttl: Duration,
     ) -> Result<Option<Lease>, JournalError> {
+        self.claim_lease_skipping(prefix, holder, ttl, &[]).await
+    }
+
+    /// [`claim_lease`](Self::claim_lease), passing over the leases named in `skip`: a
+    /// process claiming work leaves alone the leases it is working under, so that a
+    /// lease of its own that expired while the process stalled (or its database was
+    /// away) stays with the work it drives, to be renewed, instead of being claimed again
+    /// with a new epoch that fences that work. A lease held under the same holder name by
+    /// an earlier process (one that died) is not in `skip`, and is claimed as any other.
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe, as for [`claim_lease`](Self::claim_lease).
+    pub async fn claim_lease_skipping(
+        &self,
+        prefix: &str,
+        holder: &str,
+        ttl: Duration,
+        skip: &[String],
+    ) -> Result<Option<Lease>, JournalError> {
         check_nul("lease prefix", prefix)?;
-        self.claim(Claim::Any { prefix }, holder, ttl).await
+        self.claim(Claim::Any { prefix, skip }, holder, ttl).await
     }
 
     /// Claims the open lease `name` if it is free, expired, or held by `holder` already

@@ -66,7 +66,7 @@ pub(super) async fn claim(
     ttl: i64,
 ) -> Result<Option<Lease>, JournalError> {
     let row = match claim {
-        Claim::Any { prefix } => {
+        Claim::Any { prefix, skip } => {
             sqlx::query(concat!(
                 "UPDATE journal_leases SET holder = $2, epoch = epoch + 1, \
                  expires_at = ",
@@ -74,7 +74,8 @@ pub(super) async fn claim(
                 " + $3, updated_at = ",
                 now_ms!(),
                 " WHERE name = (SELECT name FROM journal_leases WHERE status = 'open' \
-                 AND starts_with(name, $1) AND (holder IS NULL OR expires_at <= ",
+                 AND starts_with(name, $1) AND name <> ALL($4) \
+                 AND (holder IS NULL OR expires_at <= ",
                 now_ms!(),
                 ") ORDER BY updated_at, name COLLATE \"C\" LIMIT 1 FOR UPDATE SKIP LOCKED) \
                  RETURNING name, epoch, expires_at"
@@ -82,6 +83,7 @@ pub(super) async fn claim(
             .bind(prefix)
             .bind(holder)
             .bind(ttl)
+            .bind(skip)
             .fetch_optional(pool)
             .await?
         }

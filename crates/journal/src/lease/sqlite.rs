@@ -140,9 +140,9 @@ pub(super) async fn claim(
     ttl: i64,
 ) -> Result<Option<Lease>, JournalError> {
     let holder = holder.to_string();
-    let (prefix, named) = match claim {
-        Claim::Any { prefix } => (prefix.to_string(), None),
-        Claim::Named { name } => (String::new(), Some(name.to_string())),
+    let (prefix, skip, named) = match claim {
+        Claim::Any { prefix, skip } => (prefix.to_string(), skip_list(skip)?, None),
+        Claim::Named { name } => (String::new(), String::from("[]"), Some(name.to_string())),
     };
     in_tx(conn, move |c| {
         let now = now_ms();
@@ -151,9 +151,10 @@ pub(super) async fn claim(
                 .query_row(
                     "SELECT name FROM journal_leases WHERE status = 'open' \
                      AND substr(name, 1, length(?1)) = ?1 \
+                     AND name NOT IN (SELECT value FROM json_each(?3)) \
                      AND (holder IS NULL OR expires_at <= ?2) \
                      ORDER BY updated_at, name LIMIT 1",
-                    params![prefix, now],
+                    params![prefix, now, skip],
                     |row| row.get(0),
                 )
                 .optional()?,
@@ -182,6 +183,12 @@ pub(super) async fn claim(
         }))
     })
     .await
+}
+
+/// The names a claim passes over, as the JSON array `json_each` reads.
+fn skip_list(skip: &[String]) -> Result<String, JournalError> {
+    serde_json::to_string(skip)
+        .map_err(|err| JournalError::invalid("lease names to skip", err.to_string()))
 }
 
 fn current_epoch(c: &Connection, name: &str) -> Result<Option<i64>, JournalError> {

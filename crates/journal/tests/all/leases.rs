@@ -16,6 +16,7 @@ agent_testkit::backend_tests!(defaults, [sqlite, postgres, memory]:
     concurrent_claimers_take_each_lease_exactly_once,
     no_append_of_an_old_epoch_lands_after_a_new_claim,
     info_too_deep_to_read_back_is_refused_and_changes_nothing,
+    a_claim_passes_over_the_expired_leases_it_is_told_to_skip,
 );
 
 const LONG: Duration = Duration::from_secs(60);
@@ -160,6 +161,55 @@ async fn release_closes_or_reopens_and_reclaim_takes_one_s_own_lease_back(f: Fix
         j.offer_lease("", &json!({})).await,
         Err(JournalError::InvalidInput { .. })
     ));
+}
+
+/// A worker stalled past its lease's expiry must not claim its own run again (the new
+/// epoch fenced its own live drive); a restarted worker of the same name, which skips
+/// nothing, still takes its predecessor's expired leases.
+async fn a_claim_passes_over_the_expired_leases_it_is_told_to_skip(f: Fixture) {
+    let j = &f.journal;
+    j.offer_lease("run:a", &json!({})).await.unwrap();
+    j.offer_lease("run:b", &json!({})).await.unwrap();
+    let a = j
+        .reclaim_lease("run:a", "w1", EXPIRED)
+        .await
+        .unwrap()
+        .unwrap();
+    let b = j
+        .reclaim_lease("run:b", "w1", EXPIRED)
+        .await
+        .unwrap()
+        .unwrap();
+    let driving = vec![a.name.clone(), b.name.clone()];
+    assert!(
+        j.claim_lease_skipping("run:", "w1", LONG, &driving)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    // Both still at their epochs: the holder renews them.
+    j.renew_lease(&a, LONG, None).await.unwrap();
+    // Skipping one of two: the other is claimed.
+    let again = j
+        .claim_lease_skipping("run:", "w1", LONG, &driving[..1])
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((again.name.as_str(), again.epoch), ("run:b", b.epoch + 1));
+    // A process of the same name that drives nothing takes an expired lease of that name.
+    let c = j
+        .claim_lease_skipping("run:", "w1", EXPIRED, &[])
+        .await
+        .unwrap();
+    assert!(c.is_none(), "run:a was renewed and run:b claimed for LONG");
+    j.offer_lease("run:c", &json!({})).await.unwrap();
+    let c = j.claim_lease("run:", "w1", EXPIRED).await.unwrap().unwrap();
+    let taken = j
+        .claim_lease_skipping("run:", "w1", LONG, &[])
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((taken.name.as_str(), taken.epoch), ("run:c", c.epoch + 1));
 }
 
 async fn concurrent_claimers_take_each_lease_exactly_once(f: Fixture) {

@@ -87,6 +87,12 @@ pub struct SubagentEnded {
     /// The child's last seq when it ended this way.
     #[serde(default)]
     pub child_seq: i64,
+    /// For a child that ended `interrupted`: whether the interrupt was its parent's
+    /// (`true`: the parent's resume continues it) or its own (`false`: a resumed parent
+    /// reuses this end, as it reuses a finished child's). Absent otherwise, and in
+    /// journals written before it was recorded (then the child is continued).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub with_parent: Option<bool>,
 }
 
 impl SubagentEnded {
