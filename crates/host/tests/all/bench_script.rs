@@ -12,8 +12,13 @@ pub(crate) async fn serve() -> (MockServer, Client) {
         "/../../fixtures/responses/bench-host.json"
     ))
     .unwrap();
+    serve_script(&script).await
+}
+
+/// The emulator serving `script` (the emulator's rule script, as JSON), and a client.
+pub(crate) async fn serve_script(script: &str) -> (MockServer, Client) {
     let server = MockServer::start(MockConfig {
-        script: Script::from_json_str(&script).unwrap(),
+        script: Script::from_json_str(script).unwrap(),
         ..MockConfig::default()
     })
     .await

@@ -10,8 +10,6 @@ use agent_host::run::{
 };
 use agent_host::tools::ApprovalMode;
 use agent_journal::{Event, Journal};
-use agent_responses::{ApiKey, Client, ClientConfig};
-use agent_responses_mock::{MockConfig, MockServer, Script};
 use serde_json::json;
 
 fn shell_call(id: &str, command: &str) -> serde_json::Value {
@@ -74,17 +72,7 @@ async fn a_deny_taken_before_the_drivers_always_wins_and_the_call_never_runs() {
         {"when": {"tool_outputs": 2}, "reply": {"items": [
             {"type": "message", "role": "assistant",
              "content": [{"type": "output_text", "text": "done"}]}]}}]});
-    let server = MockServer::start(MockConfig {
-        script: Script::from_json_str(&script.to_string()).unwrap(),
-        ..MockConfig::default()
-    })
-    .await
-    .unwrap();
-    let client = Client::new(ClientConfig::new(
-        server.base_url(),
-        ApiKey::new("sk-test").unwrap(),
-    ))
-    .unwrap();
+    let (_server, client) = crate::bench_script::serve_script(&script.to_string()).await;
     let journal = Journal::open("memory:").await.unwrap();
     let workspace = tempfile::tempdir().unwrap();
     let host = Host::new(journal.clone(), client);
