@@ -89,8 +89,6 @@ mod codex_interop;
 mod disk_full;
 #[path = "all/docs_agree.rs"]
 mod docs_agree;
-#[path = "all/thread_limit.rs"]
-mod thread_limit;
 #[path = "all/help_flags.rs"]
 mod help_flags;
 #[path = "all/journal_cli.rs"]
@@ -115,6 +113,8 @@ mod serve_browser_profile;
 mod serve_browser_text;
 #[path = "all/serve_open.rs"]
 mod serve_open;
+#[path = "all/thread_limit.rs"]
+mod thread_limit;
 #[path = "all/worker_pg_connections.rs"]
 mod worker_pg_connections;
 #[path = "all/workers.rs"]

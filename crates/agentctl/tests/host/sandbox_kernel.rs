@@ -526,8 +526,14 @@ async fn the_database_is_hidden_from_commands_wherever_it_lives() {
             .map(|r| r.body.to_string())
             .collect();
         assert!(sent.contains("c_read"), "the calls' outputs were sent");
-        assert!(sent.contains("BYTES=0"), "{given:?}: the database could be read");
-        assert!(!sent.contains("GONE-42"), "{given:?}: the database was removed");
+        assert!(
+            sent.contains("BYTES=0"),
+            "{given:?}: the database could be read"
+        );
+        assert!(
+            !sent.contains("GONE-42"),
+            "{given:?}: the database was removed"
+        );
         assert!(db_file.is_file());
         let run = only_run(&db);
         assert_eq!(show(&db, &run)["status"], "completed");
