@@ -75,14 +75,15 @@ impl SandboxSpec {
         // a resume by someone else, with their own `AGENTCTL_CONFIG_DIR` or database).
         policy.deny_read.extend(state_dir());
         policy.deny_read.extend(moved_config_dir());
-        policy
-            .deny_read
-            .extend(DRIVER_HIDDEN.get().into_iter().flatten().cloned());
-        if let Some(home) = &self.home {
-            for path in agent_sandbox::default_deny_read(home) {
-                if !policy.deny_read.contains(&path) {
-                    policy.deny_read.push(path);
-                }
+        let driver = DRIVER_HIDDEN.get().into_iter().flatten().cloned();
+        let starter = self
+            .home
+            .iter()
+            .flat_map(|home| agent_sandbox::default_deny_read(home));
+        for path in driver.chain(starter) {
+            // Usually the recorded database and today's home: listed once.
+            if !policy.deny_read.contains(&path) {
+                policy.deny_read.push(path);
             }
         }
         policy
