@@ -5,7 +5,7 @@
 //!   it and can be rebuilt from it at any time.
 //! - One unit per completed model step (`step:<n>`: the steers applied before it as user
 //!   messages, then its output items other than function calls and other than tool items
-//!   that do not pair up within it, see [`step_items`]) and one per finished tool call
+//!   that do not pair up within it, see `step_items`) and one per finished tool call
 //!   (`call:<call_id>`: the model's `function_call` and its `function_call_output`). A unit
 //!   is derived only once its content is final (`model.completed`, a terminal call event or
 //!   a refusal), so re-deriving it gives the same unit; a step whose output is only calls
