@@ -1,6 +1,6 @@
 //! Flags shared by every subcommand.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use anyhow::Context as _;
 use clap::Args;
@@ -132,7 +132,9 @@ pub fn database_files(url: &str) -> Vec<PathBuf> {
         return Vec::new();
     };
     // SQLite keeps its side files beside the file a symlink names, not beside the link.
-    let resolved = resolved_link(&file).filter(|real| *real != file);
+    let resolved = agent_host::paths::followed(&file)
+        .map(|(real, _)| real)
+        .filter(|real| *real != file);
     let mut files = Vec::new();
     for file in std::iter::once(file).chain(resolved) {
         files.push(file.clone());
@@ -143,28 +145,6 @@ pub fn database_files(url: &str) -> Vec<PathBuf> {
         }
     }
     files
-}
-
-/// What `file` names once every symlink on its path is followed, also when the last one
-/// dangles (a database a first run is about to create through a link); `None` for a path
-/// that cannot be followed (a loop).
-fn resolved_link(file: &Path) -> Option<PathBuf> {
-    let mut file = file.to_path_buf();
-    for _ in 0..40 {
-        if let Ok(real) = std::fs::canonicalize(&file) {
-            return Some(real);
-        }
-        let Ok(target) = std::fs::read_link(&file) else {
-            // Not there yet, and not a link: what its directory resolves to.
-            let dir = std::fs::canonicalize(file.parent()?).ok()?;
-            return Some(dir.join(file.file_name()?));
-        };
-        file = match file.parent() {
-            Some(dir) => dir.join(target),
-            None => target,
-        };
-    }
-    None
 }
 
 /// The `sqlite://` URL of a plain file path: its `%` and `?` escaped, since the stores

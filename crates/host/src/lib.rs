@@ -162,6 +162,7 @@ pub mod executor;
 pub mod follow;
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod paths;
 mod raw_json;
 pub mod run;
 pub mod sandbox;

@@ -39,14 +39,10 @@ pub(crate) async fn load_latest(
     journal: &Journal,
     run_id: &str,
 ) -> Result<(RunState, u64), HostError> {
-    let thread = thread_of_run(run_id)?;
-    let checkpoint = journal
-        .last_of_kind(&thread, kinds::CONTEXT_COMPACTED)
-        .await?;
-    let (state, after) = checkpoint
-        .as_ref()
-        .and_then(|event| Some((RunState::from_checkpoint(run_id, event)?.0, event.seq)))
-        .unwrap_or_else(|| (RunState::new(run_id), 0));
+    let (state, after) = match latest_checkpoint(journal, run_id).await? {
+        Some((state, _, seq)) => (state, seq),
+        None => (RunState::new(run_id), 0),
+    };
     let (state, folded) = fold_after(journal, state, after).await?;
     if state.last_seq == 0 {
         return Err(HostError::NotFound(run_id.into()));
@@ -113,14 +109,8 @@ pub struct LoadedRun {
 /// Read-only: a dropped future leaves nothing behind.
 pub async fn load_for_resume(journal: &Journal, run_id: &str) -> Result<LoadedRun, HostError> {
     let thread = thread_of_run(run_id)?;
-    let checkpoint = journal
-        .last_of_kind(&thread, kinds::CONTEXT_COMPACTED)
-        .await?;
-    let (mut state, start) = match checkpoint
-        .as_ref()
-        .and_then(|event| Some((RunState::from_checkpoint(run_id, event)?, event.seq)))
-    {
-        Some(((state, runtime), seq)) => (state, Some((runtime, seq))),
+    let (mut state, start) = match latest_checkpoint(journal, run_id).await? {
+        Some((state, runtime, seq)) => (state, Some((runtime, seq))),
         None => (RunState::for_driving(run_id), None),
     };
     let after = start.as_ref().map_or(0, |(_, seq)| *seq);
@@ -136,6 +126,22 @@ pub async fn load_for_resume(journal: &Journal, run_id: &str) -> Result<LoadedRu
         events,
         start,
     })
+}
+
+/// The run's latest checkpoint this version reads: the fold it holds, the runtime's part,
+/// and its event's seq.
+async fn latest_checkpoint(
+    journal: &Journal,
+    run_id: &str,
+) -> Result<Option<(RunState, ThreadCheckpoint, i64)>, HostError> {
+    let thread = thread_of_run(run_id)?;
+    let checkpoint = journal
+        .last_of_kind(&thread, kinds::CONTEXT_COMPACTED)
+        .await?;
+    Ok(checkpoint.and_then(|event| {
+        let (state, runtime) = RunState::from_checkpoint(run_id, &event)?;
+        Some((state, runtime, event.seq))
+    }))
 }
 
 /// Every run of the journal, newest first.

@@ -351,37 +351,13 @@ fn canonical_file(workspace: &Path) -> Result<PathBuf, TrustError> {
         Ok(dir) => Ok(dir.join(WORKSPACE_FILE)),
         // No workspace: where it would be, so that a file trusted and deleted since can
         // still be forgotten, and trusting it says there is nothing.
-        Err(err) if err.kind() == std::io::ErrorKind::NotFound => match where_it_was(workspace) {
-            Some(dir) => Ok(dir.join(WORKSPACE_FILE)),
-            None => Err(io(workspace, err)),
-        },
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
+            match crate::paths::as_far_as_exists(workspace) {
+                Some(dir) => Ok(dir.join(WORKSPACE_FILE)),
+                None => Err(io(workspace, err)),
+            }
+        }
         Err(err) => Err(io(workspace, err)),
-    }
-}
-
-/// `dir` as a canonical path, also when it (and some of its parents) no longer exist: its
-/// deepest existing ancestor, canonical, with the rest of the path, so that a workspace
-/// deleted since it was trusted can still be forgotten. None when the missing part climbs
-/// (`..`), which only the directories themselves could resolve.
-fn where_it_was(dir: &Path) -> Option<PathBuf> {
-    // Absolute (from the current directory) and without `.`: every component is a name.
-    let dir = std::path::absolute(dir).ok()?;
-    let mut missing = Vec::new();
-    let mut at = dir.as_path();
-    loop {
-        if let Ok(found) = std::fs::canonicalize(at) {
-            return Some(
-                missing
-                    .iter()
-                    .rev()
-                    .fold(found, |path, part| path.join(part)),
-            );
-        }
-        match at.components().next_back()? {
-            std::path::Component::Normal(part) => missing.push(part),
-            _ => return None,
-        }
-        at = at.parent()?;
     }
 }
 
@@ -391,32 +367,15 @@ fn where_it_was(dir: &Path) -> Option<PathBuf> {
 /// shows).
 fn other_names(workspace: &Path) -> Vec<PathBuf> {
     let mut names = Vec::new();
-    // The links followed by hand, as `canonicalize` fails on a dangling one (at most as
-    // many as the kernel follows).
-    let mut at = std::path::absolute(workspace).ok();
-    let mut hops = 0;
-    while let Some(path) = at.take() {
-        match std::fs::read_link(&path) {
-            Ok(target) if hops < 40 => {
-                hops += 1;
-                at = Some(
-                    path.parent()
-                        .map_or(target.clone(), |dir| dir.join(&target)),
-                );
-            }
-            _ => {
-                if hops > 0
-                    && let Some(dir) = where_it_was(&path)
-                {
-                    names.push(dir.join(WORKSPACE_FILE));
-                }
-            }
-        }
+    if let Some((end, hops)) = crate::paths::followed(workspace)
+        && hops > 0
+    {
+        names.push(end.join(WORKSPACE_FILE));
     }
     if workspace.file_name() == Some(WORKSPACE_FILE.as_ref())
         && !workspace.is_dir()
         && let Some(dir) = workspace.parent()
-        && let Some(dir) = where_it_was(if dir.as_os_str().is_empty() {
+        && let Some(dir) = crate::paths::as_far_as_exists(if dir.as_os_str().is_empty() {
             Path::new(".")
         } else {
             dir
