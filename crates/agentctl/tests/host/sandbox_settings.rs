@@ -47,6 +47,17 @@ impl Setup {
         cmd
     }
 
+    /// `agentctl run` against `server` in this setup's workspace, with `extra` options.
+    fn run(
+        &self,
+        server: &agent_responses_mock::MockServer,
+        extra: &[&str],
+    ) -> std::process::Command {
+        let mut cmd = run_cmd(&self.db, server, &self.ws, extra);
+        cmd.env("AGENTCTL_CONFIG_DIR", &self.config);
+        cmd
+    }
+
     fn user_config(&self, text: &str) {
         std::fs::write(self.config.join("config.toml"), text).unwrap();
     }
@@ -100,17 +111,7 @@ async fn settings_the_sandbox_cannot_apply_refuse_the_run_instead_of_turning_it_
         answer("done"),
     ]))
     .await;
-    let mut cmd = s.agentctl();
-    cmd.args([
-        "run",
-        "--approval",
-        "auto",
-        "--base-url",
-        &server.base_url(),
-    ])
-    .arg("--workspace")
-    .arg(&s.ws)
-    .arg("go");
+    let mut cmd = s.run(&server, &["--approval", "auto"]);
     let o = out(&mut cmd);
     let said = text(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{said}");
@@ -146,18 +147,8 @@ async fn a_fallback_keeps_the_settings_and_asks_whatever_approval_says() {
         answer("done"),
     ]))
     .await;
-    let mut cmd = s.agentctl();
-    cmd.args([
-        "run",
-        "--approval",
-        "auto",
-        "--base-url",
-        &server.base_url(),
-    ])
-    .arg("--workspace")
-    .arg(&s.ws)
-    .arg("go")
-    .env(UNSUPPORTED, "1");
+    let mut cmd = s.run(&server, &["--approval", "auto"]);
+    cmd.env(UNSUPPORTED, "1");
     let o = out(&mut cmd);
     let said = text(&o.stderr);
     assert_eq!(o.status.code(), Some(3), "the command must ask: {said}");
@@ -226,19 +217,7 @@ async fn a_resumed_run_that_falls_back_asks_whatever_approval_says() {
         answer("done"),
     ]))
     .await;
-    let mut cmd = s.agentctl();
-    cmd.args([
-        "run",
-        "--approval",
-        "auto",
-        "--max-steps",
-        "1",
-        "--base-url",
-        &server.base_url(),
-    ])
-    .arg("--workspace")
-    .arg(&s.ws)
-    .arg("go");
+    let mut cmd = s.run(&server, &["--approval", "auto", "--max-steps", "1"]);
     let o = out(&mut cmd);
     assert!(s.ws.join("a.txt").exists(), "{}", text(&o.stderr));
     let run = only_run(&s.db);
@@ -291,21 +270,10 @@ async fn a_resume_whose_recorded_settings_cannot_be_applied_is_refused() {
         answer("done"),
     ]))
     .await;
-    let mut cmd = s.agentctl();
-    cmd.args([
-        "run",
-        "--sandbox",
-        "off",
-        "--max-steps",
-        "1",
-        "--approval",
-        "deny",
-        "--base-url",
-        &server.base_url(),
-    ])
-    .arg("--workspace")
-    .arg(&s.ws)
-    .arg("go");
+    let mut cmd = s.run(
+        &server,
+        &["--sandbox", "off", "--max-steps", "1", "--approval", "deny"],
+    );
     let o = out(&mut cmd);
     assert!(text(&o.stderr).contains("paused"), "{}", text(&o.stderr));
     let run = only_run(&s.db);
