@@ -177,7 +177,7 @@ async fn runs_wait_waits_through_a_dropped_connection() {
     let db = db.url();
     let (proxy, via) = behind_a_proxy(db).await;
     let dir = tempfile::tempdir().unwrap();
-    let (_server, mut host, run) = a_run_of(db, dir.path(), "sleep 5").await;
+    let (_server, host, run) = a_run_of(db, dir.path(), "sleep 5").await;
     let waiter = agentctl(&via)
         .args(["--json", "runs", "wait", &run, "--timeout", "60"])
         .stdout(std::process::Stdio::piped())
@@ -186,12 +186,7 @@ async fn runs_wait_waits_through_a_dropped_connection() {
         .unwrap();
     tokio::time::sleep(Duration::from_millis(800)).await;
     proxy.cut(Duration::from_millis(2500)).await;
-    let waited = waiter.wait_with_output().unwrap();
-    assert!(host.wait().unwrap().success());
-    let said = String::from_utf8_lossy(&waited.stderr);
-    assert_eq!(waited.status.code(), Some(0), "{said}");
-    let line: Value = serde_json::from_slice(&waited.stdout).unwrap();
-    assert_eq!(line["status"], "completed", "{line}");
+    waited_to_completion(waiter, host);
 }
 
 /// `run --wait`, waiting for a decision from another process, through an outage of its
@@ -374,7 +369,7 @@ async fn runs_wait_started_while_the_database_is_away_waits_for_it() {
     };
     let db = db.url();
     let dir = tempfile::tempdir().unwrap();
-    let (_server, mut host, run) = a_run_of(db, dir.path(), "sleep 4").await;
+    let (_server, host, run) = a_run_of(db, dir.path(), "sleep 4").await;
     let port = free_port();
     let (upstream, via) = through(db, port);
     let waiter = agentctl(&via)
@@ -385,12 +380,7 @@ async fn runs_wait_started_while_the_database_is_away_waits_for_it() {
         .unwrap();
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let _proxy = Proxy::on(port, upstream).await;
-    let waited = waiter.wait_with_output().unwrap();
-    assert!(host.wait().unwrap().success());
-    let said = String::from_utf8_lossy(&waited.stderr);
-    assert_eq!(waited.status.code(), Some(0), "{said}");
-    let line: Value = serde_json::from_slice(&waited.stdout).unwrap();
-    assert_eq!(line["status"], "completed", "{line}");
+    waited_to_completion(waiter, host);
 }
 
 /// `runs wait --timeout` on a database that stays out of reach: exit 124 (timed out),
@@ -444,4 +434,15 @@ async fn a_wait_whose_first_read_fails_reads_again() {
         panic!("the wait did not see the run's end: {end:?}");
     };
     assert_eq!(state.status(), agent_host::run::RunStatus::Completed);
+}
+
+/// `waiter` (a `runs wait --json`) and `host` (the run's driver) both end well: the wait
+/// exits 0 and prints the run completed.
+fn waited_to_completion(waiter: std::process::Child, mut host: std::process::Child) {
+    let waited = waiter.wait_with_output().unwrap();
+    assert!(host.wait().unwrap().success());
+    let said = String::from_utf8_lossy(&waited.stderr);
+    assert_eq!(waited.status.code(), Some(0), "{said}");
+    let line: Value = serde_json::from_slice(&waited.stdout).unwrap();
+    assert_eq!(line["status"], "completed", "{line}");
 }
